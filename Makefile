@@ -1,0 +1,43 @@
+# Cohort — the README's commands. Every target sets itself up from a fresh clone.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+.PHONY: install demo up test test-fast test-e2e lint migrate bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[dev]"
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/cohort demo
+
+up: $(STAMP)
+	$(VENV)/bin/cohort up
+
+migrate: $(STAMP)
+	$(VENV)/bin/cohort migrate
+
+# Fast tests (pure units, services and API against PostgreSQL) run two at a time;
+# the end-to-end tests start real TensorFlow gangs and run one at a time, since
+# two cores are all a gang gets.
+test: $(STAMP)
+	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api
+	$(PY) -m pytest -q tests/e2e
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api
+
+test-e2e: $(STAMP)
+	$(PY) -m pytest -q tests/e2e
+
+bench: $(STAMP)
+	$(PY) bench/overhead.py
+
+clean:
+	rm -rf var test-artifacts .pytest_cache

@@ -1,0 +1,42 @@
+"""Alembic environment: the URL comes from services.settings, never from alembic.ini."""
+
+from __future__ import annotations
+
+from logging.config import fileConfig
+
+from alembic import context
+
+from services.db import make_engine
+from services.models import Base
+from services.settings import get_settings
+
+config = context.config
+if config.config_file_name is not None and config.attributes.get("configure_logger", True):
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+target_metadata = Base.metadata
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=get_settings().database_url, target_metadata=target_metadata,
+                      literal_binds=True, render_as_batch=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    url = config.attributes.get("database_url") or get_settings().database_url
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        # Batch mode lets the same migrations alter tables on SQLite.
+        context.configure(connection=connection, target_metadata=target_metadata,
+                          render_as_batch=True)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,65 @@
+"""Request dependencies: the SQL session, the settings, the caller's token, the current job."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+import redis
+from fastapi import Depends, Header
+from sqlalchemy.orm import Session
+
+from services import auth, jobs
+from services.bus import get_redis
+from services.db import get_sessionmaker
+from services.models import ApiToken, Job
+from services.settings import Settings, get_settings
+
+
+def get_db() -> Iterator[Session]:
+    """One transaction per request: committed before the response is sent."""
+    session = get_sessionmaker()()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+# scope="function": the commit above runs before the response goes out, so a
+# 201 is only ever sent for a job that is already committed.
+SessionDep = Annotated[Session, Depends(get_db, scope="function")]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def get_bus() -> redis.Redis:
+    return get_redis()
+
+
+RedisDep = Annotated[redis.Redis, Depends(get_bus)]
+
+
+def get_token(
+    session: SessionDep, authorization: Annotated[str | None, Header()] = None
+) -> ApiToken:
+    """The caller's token, from `Authorization: Bearer <token>` (401 otherwise)."""
+    token = None
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer":
+            token = value.strip()
+    return auth.authenticate(session=session, token=token)
+
+
+TokenDep = Annotated[ApiToken, Depends(get_token)]
+
+
+def get_job(job_id: int, session: SessionDep, token: TokenDep) -> Job:
+    """The job in the path, if the caller's project owns it (404 otherwise)."""
+    return jobs.read_job(session=session, project_id=token.project_id, job_id=job_id)
+
+
+CurrentJob = Annotated[Job, Depends(get_job)]

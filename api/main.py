@@ -1,0 +1,42 @@
+"""The FastAPI application: REST v1, health probes, error mapping, token bootstrap."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api.errors import install_error_handlers
+from api.routes import health, jobs, metrics, nodes
+from services import auth
+from services.db import session_scope
+from services.settings import get_settings
+
+
+def bootstrap() -> None:
+    """Register COHORT_BOOTSTRAP_TOKEN as an admin token of project `default`."""
+    token = get_settings().BOOTSTRAP_TOKEN
+    if token:
+        with session_scope() as session:
+            auth.ensure_token(session=session, token=token)
+
+
+@asynccontextmanager
+async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    bootstrap()
+    yield
+
+
+def create_app() -> FastAPI:
+    """Build the application."""
+    app = FastAPI(title="Cohort", version="0.1.0", lifespan=lifespan,
+                  description="Distributed TensorFlow training jobs as a service.")
+    install_error_handlers(app)
+    app.include_router(health.router)
+    for module in (jobs, metrics, nodes):
+        app.include_router(module.router, prefix="/api/v1")
+    return app
+
+
+app = create_app()

@@ -1,0 +1,91 @@
+"""Routes for jobs: submit, list, read, cancel, status history."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, BackgroundTasks, Header, Query, Response, status
+from sqlalchemy.orm import Session
+
+from api.deps import CurrentJob, RedisDep, SessionDep, SettingsDep, TokenDep
+from services import jobs
+from services.bus import wake_scheduler
+from services.models import Job
+from services.schemas import JobCreate, JobEventRead, JobList, JobRead, ReplicaRead
+from services.statuses import JobStatus
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+
+def to_read(session: Session, job: Job) -> JobRead:
+    """A job with the replicas of its current attempt."""
+    replicas = jobs.read_replicas(session=session, job=job)
+    read = JobRead.model_validate(job)
+    read.replica_list = [ReplicaRead.model_validate(r) for r in replicas]
+    return read
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+def create_job(
+    job_in: JobCreate, session: SessionDep, settings: SettingsDep, token: TokenDep,
+    bus: RedisDep, background: BackgroundTasks, response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
+) -> JobRead:
+    """Submit a job; 201 means it is committed. A retried POST with the same
+    Idempotency-Key returns the first job."""
+    job, created = jobs.create_job(session=session, project_id=token.project_id, job_in=job_in,
+                                   settings=settings, idempotency_key=idempotency_key)
+    if not created:
+        response.headers["Idempotent-Replayed"] = "true"
+    # Runs after the response, hence after the commit: the scheduler never sees
+    # a wake-up for a job it cannot read yet.
+    background.add_task(wake_scheduler, bus)
+    return to_read(session, job)
+
+
+@router.get("")
+def read_jobs(
+    session: SessionDep, token: TokenDep,
+    status_filter: Annotated[JobStatus | None, Query(alias="status")] = None,
+    name: Annotated[str | None, Query(max_length=128)] = None,
+    cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> JobList:
+    """List the project's jobs, newest first; pass `next_cursor` back as `cursor`."""
+    before = None
+    if cursor:
+        try:
+            before = jobs.decode_cursor(cursor)
+        except ValueError as exc:
+            from fastapi.exceptions import RequestValidationError
+
+            raise RequestValidationError(
+                [{"loc": ("query", "cursor"), "msg": f"{exc}; omit it to start from the newest",
+                  "type": "value_error"}]
+            ) from exc
+    rows, next_before = jobs.list_jobs(session=session, project_id=token.project_id,
+                                       status=status_filter, name=name, before=before,
+                                       limit=limit)
+    return JobList(items=[to_read(session, job) for job in rows],
+                   next_cursor=jobs.encode_cursor(next_before) if next_before else None)
+
+
+@router.get("/{job_id}")
+def read_job(job: CurrentJob, session: SessionDep) -> JobRead:
+    """A job: status, attempt, reason, and where each replica runs."""
+    return to_read(session, job)
+
+
+@router.post("/{job_id}/cancel")
+def cancel_job(job: CurrentJob, session: SessionDep, bus: RedisDep,
+               background: BackgroundTasks) -> JobRead:
+    """Cancel a job; every replica on every node is stopped."""
+    jobs.request_cancel(session=session, job=job)
+    background.add_task(wake_scheduler, bus)
+    return to_read(session, job)
+
+
+@router.get("/{job_id}/events")
+def read_job_events(job: CurrentJob, session: SessionDep) -> list[JobEventRead]:
+    """The job's status history with reasons, oldest first."""
+    return [JobEventRead.model_validate(e) for e in jobs.read_events(session=session, job=job)]

@@ -1,0 +1,31 @@
+"""Routes for a job's metrics."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from api.deps import CurrentJob, SessionDep
+from services import metrics
+from services.schemas import MetricList, MetricPointRead
+
+router = APIRouter(prefix="/jobs", tags=["metrics"])
+
+
+@router.get("/{job_id}/metrics")
+def read_job_metrics(
+    job: CurrentJob, session: SessionDep,
+    name: Annotated[list[str] | None, Query(max_length=64)] = None,
+    replica: Annotated[int | None, Query(ge=0)] = None,
+    attempt: Annotated[int | None, Query(ge=1)] = None,
+    since_step: Annotated[int | None, Query(ge=0)] = None,
+    limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
+) -> MetricList:
+    """Stored metric points, by attempt then step; filter by name, replica, attempt, step."""
+    rows = metrics.read_metrics(session=session, job_id=job.id, names=name, replica=replica,
+                                attempt=attempt, since_step=since_step, limit=limit)
+    return MetricList(items=[
+        MetricPointRead(attempt=r.attempt, replica=r.replica, step=r.step, epoch=r.epoch,
+                        name=r.name, value=r.value, ts=r.ts) for r in rows
+    ])

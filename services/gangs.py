@@ -1,0 +1,148 @@
+"""A job's gang: apply replica reports from agents, and settle the job's status from them.
+
+`settle_job` is the one place that turns the state of a gang's replicas into a job
+status: all started -> running; all exited 0 -> succeeded; one failed or lost ->
+tear the gang down, then restart it or fail the job.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from services.dispatch import Message, StopReplica
+from services.models import Job, Replica, utcnow
+from services.statuses import (
+    ACTIVE_STATUSES,
+    TERMINAL_REPLICA_STATUSES,
+    TERMINAL_STATUSES,
+    JobStatus,
+    ReplicaStatus,
+)
+from services.transitions import transition_job
+
+STOP_RESEND_SECONDS = 15.0
+
+
+def _replica(session: Session, job_id: int, attempt: int, index: int) -> Replica | None:
+    return session.execute(
+        sa.select(Replica).where(Replica.job_id == job_id, Replica.attempt == attempt,
+                                 Replica.index == index)
+    ).scalar_one_or_none()
+
+
+def record_replica_started(
+    *, session: Session, job_id: int, attempt: int, index: int, pid: int, at: dt.datetime,
+) -> Replica | None:
+    """An agent started the process of replica (job, attempt, index)."""
+    replica = _replica(session, job_id, attempt, index)
+    if replica is None or replica.status in TERMINAL_REPLICA_STATUSES:
+        return None  # unknown, or a late report of a replica already settled
+    replica.status = ReplicaStatus.RUNNING
+    replica.pid = pid
+    replica.started_at = at
+    session.flush()
+    return replica
+
+
+def record_replica_exited(
+    *, session: Session, job_id: int, attempt: int, index: int, exit_code: int,
+    log_tail: str, at: dt.datetime,
+) -> Replica | None:
+    """An agent saw the process of replica (job, attempt, index) exit."""
+    replica = _replica(session, job_id, attempt, index)
+    if replica is None or replica.status in TERMINAL_REPLICA_STATUSES:
+        return None
+    if exit_code == 0:
+        replica.status = ReplicaStatus.SUCCEEDED
+    elif replica.stop_requested_at is not None:
+        replica.status = ReplicaStatus.STOPPED  # we asked it to go
+    else:
+        replica.status = ReplicaStatus.FAILED
+    replica.exit_code = exit_code
+    replica.log_tail = log_tail[-4000:]
+    replica.finished_at = at
+    session.flush()
+    return replica
+
+
+def _stop_live(replicas: list[Replica], now: dt.datetime) -> list[Message]:
+    """Stop messages for replicas still alive (re-sent if the last one is old)."""
+    messages: list[Message] = []
+    for replica in replicas:
+        if replica.status in TERMINAL_REPLICA_STATUSES:
+            continue
+        if replica.stop_requested_at is not None and \
+                (now - replica.stop_requested_at).total_seconds() < STOP_RESEND_SECONDS:
+            continue
+        replica.stop_requested_at = now
+        messages.append(StopReplica(replica.node_id, replica.job_id, replica.attempt,
+                                    replica.index))
+    return messages
+
+
+def _failure_reason(replica: Replica) -> str:
+    if replica.status is ReplicaStatus.LOST:
+        return f"replica {replica.index} lost: node {replica.node_id} stopped answering"
+    tail = [line for line in replica.log_tail.strip().splitlines() if line.strip()][-3:]
+    detail = (": " + " | ".join(tail)) if tail else ""
+    return f"replica {replica.index} on {replica.node_id} exited with code " \
+           f"{replica.exit_code}{detail}"
+
+
+def _may_restart(job: Job) -> bool:
+    return job.restart_policy == "on_failure" and job.attempt <= job.max_restarts
+
+
+def settle_job(*, session: Session, job: Job, now: dt.datetime | None = None) -> list[Message]:
+    """Bring a job's status in line with its replicas; returns the stop messages to send."""
+    now = now or utcnow()
+    replicas = list(session.execute(
+        sa.select(Replica).where(Replica.job_id == job.id).order_by(Replica.attempt,
+                                                                    Replica.index)
+    ).scalars())
+    if job.status in TERMINAL_STATUSES:
+        return _stop_live(replicas, now)  # cancelled or finished: nothing may keep running
+    old = [r for r in replicas if r.attempt < job.attempt]
+    messages = _stop_live(old, now)
+    current = [r for r in replicas if r.attempt == job.attempt]
+    if job.status is JobStatus.RESTARTING:
+        if all(r.status in TERMINAL_REPLICA_STATUSES for r in current):
+            transition_job(session=session, job_id=job.id, target=JobStatus.QUEUED,
+                           reason=f"gang torn down; restart {job.attempt} of {job.max_restarts}")
+        return messages + _stop_live(current, now)
+    if job.status not in ACTIVE_STATUSES or not current:
+        return messages
+    broken = [r for r in current if r.status in (ReplicaStatus.FAILED, ReplicaStatus.LOST)]
+    if broken:
+        reason = _failure_reason(broken[0])
+        if _may_restart(job):
+            transition_job(session=session, job_id=job.id, target=JobStatus.RESTARTING,
+                           reason=f"restarting after failure: {reason}")
+        else:
+            transition_job(session=session, job_id=job.id, target=JobStatus.FAILED,
+                           reason=reason)
+        return messages + _stop_live(current, now)
+    if job.status is JobStatus.SCHEDULED and all(
+        r.status in (ReplicaStatus.RUNNING, ReplicaStatus.SUCCEEDED) for r in current
+    ):
+        transition_job(session=session, job_id=job.id, target=JobStatus.RUNNING,
+                       reason=f"all {len(current)} replicas started")
+    if job.status is JobStatus.RUNNING and all(
+        r.status is ReplicaStatus.SUCCEEDED for r in current
+    ):
+        transition_job(session=session, job_id=job.id, target=JobStatus.SUCCEEDED,
+                       reason=f"all {len(current)} replicas exited 0")
+    return messages
+
+
+def jobs_to_settle(*, session: Session) -> list[Job]:
+    """Jobs whose status may need to follow their replicas."""
+    live = sa.select(Replica.job_id).where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
+    return list(session.execute(
+        sa.select(Job).where(
+            sa.or_(Job.status.in_([*ACTIVE_STATUSES, JobStatus.RESTARTING]), Job.id.in_(live))
+        ).order_by(Job.id)
+    ).scalars())

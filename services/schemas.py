@@ -1,0 +1,170 @@
+"""Pydantic I/O schemas shared by the REST API, the CLI and the services."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
+
+from services.statuses import JobStatus, NodeStatus, ReplicaStatus
+
+Strategy = Literal["multi_worker_mirrored", "mirrored", "one_device"]
+RestartPolicy = Literal["never", "on_failure"]
+
+_ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_NAME = re.compile(r"^[\w.\- ]+$")
+
+
+class Hyperparameters(BaseModel):
+    """Training knobs every built-in trainer honours, plus trainer-specific extras."""
+
+    model_config = ConfigDict(extra="allow")
+
+    epochs: StrictInt = Field(5, ge=1, le=100_000)
+    steps_per_epoch: StrictInt = Field(20, ge=1, le=10_000_000)
+    batch_size: StrictInt = Field(32, ge=1, le=65_536, description="per replica")
+    learning_rate: float = Field(0.01, gt=0, le=10, strict=True)
+
+    @model_validator(mode="after")
+    def _extras_are_plain(self) -> Hyperparameters:
+        # Trainer-specific extras must be plain numbers, booleans or short strings:
+        # they end up in a child process's environment as JSON.
+        for key, value in (self.model_extra or {}).items():
+            if not re.fullmatch(r"[A-Za-z_]\w{0,63}", key):
+                raise ValueError(f"hyperparameter name {key!r} must be an identifier")
+            if not isinstance(value, bool | int | float | str) or (
+                isinstance(value, str) and len(value) > 256
+            ):
+                raise ValueError(
+                    f"hyperparameter {key!r} must be a number, a boolean or a short string"
+                )
+        return self
+
+
+class JobCreate(BaseModel):
+    """What a user submits: `POST /api/v1/jobs`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("job", min_length=1, max_length=128)
+    trainer: str = Field("mlp_digits", min_length=1, max_length=256)
+    strategy: Strategy = "multi_worker_mirrored"
+    replicas: StrictInt = Field(2, ge=1)
+    gpus_per_replica: StrictInt = Field(0, ge=0, le=16)
+    hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
+    restart_policy: RestartPolicy = "never"
+    max_restarts: StrictInt = Field(0, ge=0, le=100)
+    priority: StrictInt = Field(0, ge=-1000, le=1000)
+
+    @field_validator("name")
+    @classmethod
+    def _name_chars(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError("use letters, digits, spaces, '.', '_' or '-'")
+        return value
+
+    @field_validator("trainer")
+    @classmethod
+    def _trainer_shape(cls, value: str) -> str:
+        if ":" in value and not _ENTRYPOINT.fullmatch(value):
+            raise ValueError("an entrypoint must look like 'package.module:function'")
+        if ":" not in value and not re.fullmatch(r"[a-z][a-z0-9_]*", value):
+            raise ValueError("use a built-in trainer name such as 'mlp_digits'")
+        return value
+
+
+class ReplicaRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    index: int
+    attempt: int
+    node_id: str
+    address: str
+    status: ReplicaStatus
+    pid: int | None
+    exit_code: int | None
+    tf_config: dict[str, Any] | None
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+
+class JobRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    project: str
+    name: str
+    trainer: str
+    strategy: str
+    replicas: int
+    gpus_per_replica: int
+    hyperparameters: dict[str, Any]
+    restart_policy: str
+    max_restarts: int
+    priority: int
+    status: JobStatus
+    attempt: int
+    reason: str
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    @field_validator("project", mode="before")
+    @classmethod
+    def _project_name(cls, value: Any) -> Any:
+        return getattr(value, "name", value)
+
+    replica_list: list[ReplicaRead] = Field(
+        default_factory=list, description="the replicas of the current attempt"
+    )
+
+
+class JobList(BaseModel):
+    items: list[JobRead]
+    next_cursor: str | None
+
+
+class JobEventRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    attempt: int
+    from_status: JobStatus | None
+    to_status: JobStatus
+    reason: str
+    created_at: dt.datetime
+
+
+class MetricPointRead(BaseModel):
+    attempt: int
+    replica: int
+    step: int
+    epoch: int | None
+    name: str
+    value: float
+    ts: float
+
+
+class MetricList(BaseModel):
+    items: list[MetricPointRead]
+
+
+class NodeRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    address: str
+    slots: int
+    gpus: int
+    free_slots: int
+    running_replicas: int
+    status: NodeStatus
+    last_heartbeat: dt.datetime
+

@@ -1,0 +1,88 @@
+"""Settings for every Cohort process, read from `COHORT_*` environment variables."""
+
+from __future__ import annotations
+
+import secrets
+from functools import cached_property, lru_cache
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The port `cohort up` gives its embedded redis-server, and where every process
+# looks for Redis when COHORT_REDIS_URL is unset.
+EMBEDDED_REDIS_PORT = 6389
+
+
+class Settings(BaseSettings):
+    """Configuration shared by the api, the scheduler, agents and the CLI."""
+
+    model_config = SettingsConfigDict(env_prefix="COHORT_", extra="ignore", case_sensitive=False)
+
+    DATA_DIR: Path = Path("var")
+    DATABASE_URL: str = ""  # empty = SQLite file in DATA_DIR
+    REDIS_URL: str = ""  # empty = the embedded Redis that `cohort up` starts
+
+    API_HOST: str = "127.0.0.1"
+    API_PORT: int = 8000
+    BOOTSTRAP_TOKEN: str = ""
+
+    # Trainers: built-ins are always allowed; `module:function` only when listed here.
+    ALLOWED_ENTRYPOINTS: list[str] = Field(default_factory=list)
+    MAX_REPLICAS: int = 64
+
+    # Node agent
+    NODE_ID: str = ""
+    NODE_ADDRESS: str = "127.0.0.1"
+    NODE_SLOTS: int = 2
+    NODE_GPUS: int = 0
+    PORT_RANGE_START: int = 29500
+    PORT_RANGE_END: int = 29999
+
+    # Scheduler timing (seconds)
+    SCHEDULER_INTERVAL: float = 1.0
+    HEARTBEAT_INTERVAL: float = 2.0
+    NODE_TIMEOUT: float = 15.0
+
+    @field_validator("ALLOWED_ENTRYPOINTS", mode="before")
+    @classmethod
+    def _split_entrypoints(cls, value: object) -> object:
+        # Accept "a.b:f,c.d:g" from the environment as well as a JSON list.
+        if isinstance(value, str) and not value.strip().startswith("["):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @cached_property
+    def data_dir(self) -> Path:
+        """The absolute data directory (created on first use)."""
+        path = self.DATA_DIR.expanduser().resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def database_url(self) -> str:
+        """The SQLAlchemy URL; the embedded default is a SQLite file under DATA_DIR."""
+        return self.DATABASE_URL or f"sqlite:///{self.data_dir / 'cohort.db'}"
+
+    @property
+    def redis_url(self) -> str:
+        """The Redis URL; unset means the embedded Redis on its fixed local port."""
+        return self.REDIS_URL or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
+
+    @property
+    def node_id(self) -> str:
+        """This agent's node id (defaults to a name derived from the host)."""
+        if self.NODE_ID:
+            return self.NODE_ID
+        import socket
+
+        return socket.gethostname().split(".")[0] or f"node-{secrets.token_hex(3)}"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment.
+
+    Tests and the CLI that change the environment call `get_settings.cache_clear()`.
+    """
+    return Settings()

@@ -1,0 +1,92 @@
+"""Shared fixtures: a private PostgreSQL database and Redis db per test worker.
+
+Every pytest-xdist worker gets its own database (created, migrated, dropped) and
+its own Redis db number, so tests run in parallel without seeing each other.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.orm import Session
+
+PG_ADMIN_URL = os.environ.get("COHORT_TEST_PG_URL",
+                              "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+REDIS_BASE = os.environ.get("COHORT_TEST_REDIS", "redis://127.0.0.1:6379")
+
+
+def worker_number() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker.removeprefix("gw") or 0)
+
+
+def create_database(name: str) -> str:
+    """Create (anew) a PostgreSQL database, migrate it, and return its URL."""
+    from cli.stack import migrate
+
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    migrate(url)
+    return url
+
+
+def drop_database(name: str) -> None:
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated database private to this test worker."""
+    name = f"cohort_test_{os.getpid()}_{worker_number()}"
+    url = create_database(name)
+    # Processes and code under test read their settings from the environment.
+    os.environ["COHORT_DATABASE_URL"] = url
+    os.environ["COHORT_REDIS_URL"] = f"{REDIS_BASE}/{1 + worker_number()}"
+    os.environ["COHORT_DATA_DIR"] = str(tmp_path_factory.mktemp("data"))
+    from services.bus import get_redis
+    from services.db import get_engine, get_sessionmaker
+    from services.settings import get_settings
+
+    get_settings.cache_clear()
+    get_engine.cache_clear()
+    get_sessionmaker.cache_clear()
+    get_redis.cache_clear()
+    yield url
+    get_engine().dispose()
+    drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def engine(pg_url: str) -> Engine:
+    from services.db import get_engine
+
+    return get_engine()
+
+
+@pytest.fixture
+def session(engine: Engine) -> Iterator[Session]:
+    """A session inside a transaction that is rolled back after the test.
+
+    Commits made by the code under test become savepoints of that transaction.
+    """
+    connection = engine.connect()
+    outer = connection.begin()
+    db = Session(bind=connection, join_transaction_mode="create_savepoint",
+                 expire_on_commit=False)
+    try:
+        yield db
+    finally:
+        db.close()
+        outer.rollback()
+        connection.close()

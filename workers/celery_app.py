@@ -1,0 +1,34 @@
+"""The Celery application: broker from settings, short idempotent tasks on per-node queues."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from services.settings import get_settings
+
+
+def make_celery(broker_url: str | None = None) -> Celery:
+    """Build the Celery app for the configured Redis."""
+    app = Celery("workers", include=["workers.tasks"])
+    app.conf.update(
+        broker_url=broker_url or get_settings().redis_url,
+        task_ignore_result=True,
+        result_backend=None,
+        task_serializer="json",
+        accept_content=["json"],
+        # Acknowledge after the task ran: a start message is redelivered if the
+        # agent dies mid-task, and the agent ignores a start it already acted on.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": 3600},
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+        task_default_queue="cohort.default",
+        task_create_missing_queues=True,
+    )
+    return app
+
+
+app = make_celery()

@@ -1,0 +1,34 @@
+"""Send the scheduler's messages to node queues through Celery."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Celery
+
+from services.bus import node_queue
+from services.dispatch import Message, StartReplica, StopReplica
+
+log = logging.getLogger(__name__)
+
+
+class CeleryDispatcher:
+    """services.dispatch.Dispatcher over Celery: each message to its node's own queue."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+    def send(self, messages: list[Message]) -> None:
+        for message in messages:
+            try:
+                if isinstance(message, StartReplica):
+                    self.app.send_task("workers.tasks.start_replica", args=[message.payload],
+                                       queue=node_queue(message.node_id))
+                elif isinstance(message, StopReplica):
+                    self.app.send_task(
+                        "workers.tasks.stop_replica",
+                        args=[message.job_id, message.attempt, message.index,
+                              message.grace_seconds],
+                        queue=node_queue(message.node_id))
+            except Exception:  # the scheduler re-sends from SQL on a later pass
+                log.exception("could not send %s", message)

@@ -1,0 +1,216 @@
+"""The scheduler process: the single active placer and reconciler, and the metrics ingester.
+
+Leadership is a Redis lock; only the holder runs passes, so one placement pass
+runs at a time however many scheduler processes are started. The loop blocks
+on the events stream, so a submission (the api appends a `wake` event) or a
+replica exit is acted on within milliseconds, and runs a full pass at least
+every SCHEDULER_INTERVAL seconds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import time
+
+import redis
+from redis.exceptions import ResponseError
+
+from services import gangs, metrics, scheduling
+from services.bus import EVENTS_STREAM, METRICS_STREAM, NODES_HASH, SCHEDULER_LOCK, get_redis
+from services.db import session_scope
+from services.dispatch import Dispatcher, Message
+from services.models import Job
+from services.nodes import Heartbeat
+from services.settings import Settings, get_settings
+
+log = logging.getLogger("cohort.scheduler")
+
+GROUP = "cohort-scheduler"
+CONSUMER = "leader"  # fixed: a new leader re-reads what the last one left unacknowledged
+LOCK_TTL = 10.0
+
+
+def ensure_group(client: redis.Redis, stream: str, group: str) -> None:
+    """Create a consumer group (and the stream) if missing."""
+    try:
+        client.xgroup_create(stream, group, id="0", mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+def _ts(value: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(float(value), dt.UTC)
+
+
+def read_heartbeats(client: redis.Redis) -> list[Heartbeat]:
+    """The last heartbeat of every agent."""
+    beats = []
+    for raw in client.hgetall(NODES_HASH).values():
+        try:
+            data = json.loads(raw)
+            beats.append(Heartbeat(node_id=str(data["node_id"])[:64],
+                                   address=str(data["address"])[:128],
+                                   slots=int(data["slots"]), gpus=int(data.get("gpus", 0)),
+                                   at=_ts(data["ts"])))
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignoring malformed heartbeat %r", raw[:200])
+    return beats
+
+
+def apply_event(kind: str, data: dict[str, object]) -> list[Message]:
+    """Apply one agent event in its own transaction; returns the messages it calls for."""
+    if kind not in ("replica_started", "replica_exited"):
+        return []  # `wake` and unknown kinds only trigger a pass
+    job_id, attempt, index = int(data["job_id"]), int(data["attempt"]), int(data["index"])
+    at = _ts(data.get("ts", time.time()))
+    with session_scope() as session:
+        if kind == "replica_started":
+            replica = gangs.record_replica_started(session=session, job_id=job_id,
+                                                   attempt=attempt, index=index,
+                                                   pid=int(data["pid"]), at=at)
+        else:
+            replica = gangs.record_replica_exited(session=session, job_id=job_id,
+                                                  attempt=attempt, index=index,
+                                                  exit_code=int(data["exit_code"]),
+                                                  log_tail=str(data.get("log_tail", "")), at=at)
+        if replica is None:
+            return []
+        job = session.get(Job, job_id)
+        return gangs.settle_job(session=session, job=job) if job else []
+
+
+class Scheduler:
+    def __init__(self, settings: Settings, client: redis.Redis, dispatcher: Dispatcher) -> None:
+        self.settings = settings
+        self.redis = client
+        self.dispatcher = dispatcher
+        self.stopping = threading.Event()
+        self.lock = client.lock(SCHEDULER_LOCK, timeout=LOCK_TTL, thread_local=False)
+        self.leading = threading.Event()
+
+    def run_pass(self) -> None:
+        heartbeats = read_heartbeats(self.redis)
+        with session_scope() as session:
+            result = scheduling.run_pass(session=session, settings=self.settings,
+                                         heartbeats=heartbeats)
+        # Committed above; only now may the agents hear about it.
+        self.dispatcher.send(result.messages)
+        if result.placed:
+            log.info("placed jobs %s", result.placed)
+        if result.lost_nodes:
+            log.warning("nodes lost: %s", result.lost_nodes)
+
+    def handle_events(self, block_ms: int) -> int:
+        """Read and apply agent events; returns how many were read."""
+        ensure_group(self.redis, EVENTS_STREAM, GROUP)
+        # Our own unacknowledged entries first (a crash mid-batch), then new ones.
+        handled = 0
+        for start in ("0", ">"):
+            reply = self.redis.xreadgroup(GROUP, CONSUMER, {EVENTS_STREAM: start}, count=200,
+                                          block=None if start == "0" else block_ms)
+            for _stream, entries in reply or []:
+                for entry_id, fields in entries:
+                    try:
+                        messages = apply_event(fields.get("kind", ""),
+                                               json.loads(fields.get("data", "{}")))
+                        self.dispatcher.send(messages)
+                    except Exception:
+                        log.exception("event %s %r could not be applied", entry_id, fields)
+                    self.redis.xack(EVENTS_STREAM, GROUP, entry_id)
+                    handled += 1
+        return handled
+
+    def lead(self) -> None:
+        """Run passes while holding the lock; return when it is lost or we stop."""
+        # The leader alone ingests metrics too: one consumer, no duplicate reads.
+        self.leading.set()
+        ingester = threading.Thread(target=ingest_metrics_while, args=(self.redis, self.leading),
+                                    daemon=True, name="ingest")
+        ingester.start()
+        try:
+            self._lead_loop()
+        finally:
+            self.leading.clear()
+            ingester.join(timeout=5)
+
+    def _lead_loop(self) -> None:
+        last_pass = 0.0
+        while not self.stopping.is_set():
+            if not self.lock.extend(LOCK_TTL, replace_ttl=True):
+                log.warning("lost the scheduler lock")
+                return
+            handled = self.handle_events(block_ms=int(self.settings.SCHEDULER_INTERVAL * 1000))
+            now = time.monotonic()
+            if handled or now - last_pass >= self.settings.SCHEDULER_INTERVAL:
+                self.run_pass()
+                last_pass = now
+
+    def run(self) -> None:
+        """Wait for leadership, lead, repeat until stopped."""
+        while not self.stopping.is_set():
+            try:
+                if self.lock.acquire(blocking=True, blocking_timeout=LOCK_TTL):
+                    log.info("scheduler is the leader")
+                    try:
+                        self.lead()
+                    finally:
+                        try:
+                            self.lock.release()
+                        except Exception:  # expired or taken: nothing to release
+                            pass
+            except redis.RedisError as exc:
+                log.warning("redis unavailable (%s); retrying", exc)
+                self.stopping.wait(1.0)
+
+
+def ingest_metrics_once(client: redis.Redis, block_ms: int = 1000, count: int = 1000) -> int:
+    """Store one read of metric batches in SQL, then acknowledge them; returns rows stored."""
+    ensure_group(client, METRICS_STREAM, GROUP)
+    stored = 0
+    for start in ("0", ">"):
+        reply = client.xreadgroup(GROUP, CONSUMER, {METRICS_STREAM: start}, count=count,
+                                  block=None if start == "0" else block_ms)
+        for _stream, entries in reply or []:
+            if not entries:
+                continue
+            rows = []
+            for _entry_id, fields in entries:
+                try:
+                    rows.extend(metrics.parse_batch(fields.get("data", "{}")))
+                except (ValueError, KeyError, TypeError):
+                    log.warning("dropping malformed metric batch %r", fields)
+            with session_scope() as session:
+                stored += metrics.store_points(session=session, rows=rows)
+            # Acknowledged only after the commit: a crash in between re-reads the
+            # entries, and the unique key stores each point once.
+            client.xack(METRICS_STREAM, GROUP, *[entry_id for entry_id, _ in entries])
+    return stored
+
+
+def ingest_metrics_while(client: redis.Redis, leading: threading.Event) -> None:
+    """Ingest until `leading` is cleared."""
+    while leading.is_set():
+        try:
+            ingest_metrics_once(client, block_ms=500)
+        except Exception:
+            log.exception("metric ingest failed; retrying")
+            time.sleep(1.0)
+
+
+def run_scheduler(settings: Settings | None = None) -> None:
+    """Run a scheduler process until interrupted."""
+    from workers.celery_app import app
+    from workers.dispatch import CeleryDispatcher
+
+    settings = settings or get_settings()
+    scheduler = Scheduler(settings, get_redis(), CeleryDispatcher(app))
+    try:
+        scheduler.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        scheduler.stopping.set()
