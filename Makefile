@@ -27,14 +27,15 @@ migrate: $(STAMP)
 # the end-to-end tests start real TensorFlow gangs and run one at a time, since
 # two cores are all a gang gets.
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api
-	$(PY) -m pytest -q tests/e2e
+	$(PY) -m pytest -q tests/workers tests/e2e
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api
 
 test-e2e: $(STAMP)
-	$(PY) -m pytest -q tests/e2e
+	$(PY) -m pytest -q tests/workers tests/e2e
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py

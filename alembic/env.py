@@ -5,7 +5,6 @@ from __future__ import annotations
 from logging.config import fileConfig
 
 from alembic import context
-
 from services.db import make_engine
 from services.models import Base
 from services.settings import get_settings

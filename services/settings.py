@@ -9,10 +9,6 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# The port `cohort up` gives its embedded redis-server, and where every process
-# looks for Redis when COHORT_REDIS_URL is unset.
-EMBEDDED_REDIS_PORT = 6389
-
 
 class Settings(BaseSettings):
     """Configuration shared by the api, the scheduler, agents and the CLI."""
@@ -22,6 +18,9 @@ class Settings(BaseSettings):
     DATA_DIR: Path = Path("var")
     DATABASE_URL: str = ""  # empty = SQLite file in DATA_DIR
     REDIS_URL: str = ""  # empty = the embedded Redis that `cohort up` starts
+    # The port `cohort up` gives its embedded redis-server, and where every
+    # process looks for Redis when REDIS_URL is unset.
+    EMBEDDED_REDIS_PORT: int = 6389
 
     API_HOST: str = "127.0.0.1"
     API_PORT: int = 8000
@@ -67,7 +66,7 @@ class Settings(BaseSettings):
     @property
     def redis_url(self) -> str:
         """The Redis URL; unset means the embedded Redis on its fixed local port."""
-        return self.REDIS_URL or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
+        return self.REDIS_URL or f"redis://127.0.0.1:{self.EMBEDDED_REDIS_PORT}/0"
 
     @property
     def node_id(self) -> str:

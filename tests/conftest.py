@@ -68,7 +68,7 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def engine(pg_url: str) -> Engine:
+def engine(pg_url: str) -> Engine:  # noqa: ARG001 - pg_url points the engine at the test DB
     from services.db import get_engine
 
     return get_engine()

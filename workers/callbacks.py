@@ -101,7 +101,9 @@ class MetricReporter:
         """Number of points not yet written to Redis."""
         return len(self._buffer)
 
-    def add(self, step: int, epoch: int | None, name: str, value: Any, ts: float | None = None) -> None:
+    def add(
+        self, step: int, epoch: int | None, name: str, value: Any, ts: float | None = None
+    ) -> None:
         """Buffer one observation (non-numeric and non-finite values are skipped)."""
         try:
             number = float(value)
@@ -121,7 +123,9 @@ class MetricReporter:
                 excess = len(self._buffer) - self._max_buffer + self._max_buffer // 10
                 del self._buffer[:excess]
                 self.dropped += excess
-                warn(f"metrics buffer full; dropped {excess} oldest points ({self.dropped} in total)")
+                warn(
+                    f"metrics buffer full; dropped {excess} oldest points ({self.dropped} in total)"
+                )
         if step > self.last_step:
             self.last_step = int(step)
 
@@ -130,25 +134,36 @@ class MetricReporter:
         now = time.monotonic()
         if now < self._paused_until:
             return False
-        return len(self._buffer) >= self._flush_points or now - self._last_flush >= self._flush_interval
+        return (
+            len(self._buffer) >= self._flush_points
+            or now - self._last_flush >= self._flush_interval
+        )
 
     def maybe_flush(self, *, force: bool = False) -> None:
         """Flush if due (or `force`), unless paused by recent failures; cheap per step."""
         if (force and time.monotonic() >= self._paused_until) or self.due():
             self.flush()
 
-    def flush(self, *, wait: float = 0.0) -> bool:
+    def flush(self, *, wait: float = 0.0, lock_timeout: float = -1) -> bool:
         """Send all buffered points; on failure keep them, and keep retrying up to `wait` s."""
         deadline = time.monotonic() + wait
-        with self._lock:
+        # lock_timeout lets a last-resort flush from another thread give up
+        # rather than hang behind a flush stuck in the main thread.
+        if not self._lock.acquire(timeout=lock_timeout):
+            return False
+        try:
             while True:
                 if self._send_buffer():
                     return True
                 if time.monotonic() >= deadline:
                     return False
                 time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        finally:
+            self._lock.release()
 
-    def report_final(self, metrics: Mapping[str, Any], step: int | None = None, *, wait: float = 10.0) -> bool:
+    def report_final(
+        self, metrics: Mapping[str, Any], step: int | None = None, *, wait: float = 5.0
+    ) -> bool:
         """Report the trainer's final metrics at the final step and flush them."""
         final_step = self.last_step if step is None else step
         ts = time.time()
@@ -176,7 +191,7 @@ class MetricReporter:
                 self._paused_until = time.monotonic() + min(MAX_PAUSE, 0.25 * 2**self._failures)
                 if self._failures == 1 or self._failures % 10 == 0:
                     warn(
-                        f"could not write metrics to Redis ({error!r}); "
+                        f"could not write metrics to Redis ({type(error).__name__}: {error}); "
                         f"{len(self._buffer)} points kept for the next flush"
                     )
                 return False
@@ -189,13 +204,17 @@ class MetricReporter:
         return True
 
     def _send(self, points: list[Point]) -> Exception | None:
-        payload = json.dumps({**self._header, "points": points}, allow_nan=False, separators=(",", ":"))
+        payload = json.dumps(
+            {**self._header, "points": points}, allow_nan=False, separators=(",", ":")
+        )
         error: Exception | None = None
         for attempt in range(SEND_ATTEMPTS):
             if attempt:
                 time.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
             try:
-                self._client.xadd(STREAM_KEY, {"data": payload}, maxlen=STREAM_MAXLEN, approximate=True)
+                self._client.xadd(
+                    STREAM_KEY, {"data": payload}, maxlen=STREAM_MAXLEN, approximate=True
+                )
                 return None
             except redis.RedisError as exc:
                 error = exc

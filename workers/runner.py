@@ -110,6 +110,11 @@ def parse_config(raw: str | None) -> ReplicaConfig:
     )
 
 
+def _config_error(error: Exception) -> int:
+    print(f"cohort: bad replica configuration: {error}", file=sys.stderr, flush=True)  # noqa: T201
+    return EXIT_CONFIG
+
+
 def build_strategy(name: str) -> Any:
     """The tf.distribute strategy called `name` (TF_CONFIG must already be in the env)."""
     import tensorflow as tf
@@ -124,8 +129,15 @@ def build_strategy(name: str) -> Any:
     raise ConfigError(f"unknown strategy {name!r}")
 
 
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+# Set as soon as SIGTERM arrives. The SystemExit raised by the handler may reach
+# `main` disguised: raised while TensorFlow builds an exception, pybind11 turns it
+# into a RuntimeError. The exit code must still say "terminated".
+_terminated = threading.Event()
+
+
+def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
     # Unwind the main thread like any exception, so `main` can flush metrics.
+    _terminated.set()
     raise SystemExit(EXIT_TERMINATED)
 
 
@@ -135,7 +147,7 @@ def handle_sigterm() -> None:
 
 
 def _install_termination(reporter_box: list[MetricReporter]) -> None:
-    """Handle SIGTERM: SystemExit(143) in the main thread, plus a watchdog for when it cannot run."""
+    """Handle SIGTERM: SystemExit(143) in the main thread, and a watchdog for when it can't."""
     handle_sigterm()
     # A Python handler only runs once the main thread is back in the interpreter.
     # The C-level handler also writes the signal number to this pipe, which a
@@ -148,10 +160,11 @@ def _install_termination(reporter_box: list[MetricReporter]) -> None:
     def watchdog() -> None:
         while os.read(read_fd, 1)[0] != signal.SIGTERM:
             pass
+        _terminated.set()
         threading.Event().wait(TERMINATION_GRACE)
         warn(f"still running {TERMINATION_GRACE:.0f}s after SIGTERM; exiting")
         if reporter_box:
-            reporter_box[0].flush()
+            reporter_box[0].flush(lock_timeout=1.0)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(EXIT_TERMINATED)
@@ -170,8 +183,7 @@ def run(config: ReplicaConfig, reporter: MetricReporter) -> int:
     try:
         trainer = load_trainer(config.trainer)
     except UnknownTrainerError as exc:
-        warn(str(exc))
-        return EXIT_CONFIG
+        return _config_error(exc)
 
     config.job_dir.mkdir(parents=True, exist_ok=True)
     ctx = TrainerContext(
@@ -186,7 +198,9 @@ def run(config: ReplicaConfig, reporter: MetricReporter) -> int:
     )
     result = trainer(ctx)
     if result is not None and not isinstance(result, Mapping):
-        raise TypeError(f"trainer {config.trainer!r} returned {type(result).__name__}, expected a dict")
+        raise TypeError(
+            f"trainer {config.trainer!r} returned {type(result).__name__}, expected a dict"
+        )
     if not reporter.report_final(result or {}):
         warn(f"final metrics could not be written to Redis ({reporter.pending} points lost)")
     return EXIT_OK
@@ -204,8 +218,7 @@ def main() -> int:
         if not redis_url:
             raise ConfigError("COHORT_REDIS_URL is not set")
     except (ConfigError, UnknownTrainerError) as exc:
-        print(f"cohort: bad replica configuration: {exc}", file=sys.stderr, flush=True)  # noqa: T201
-        return EXIT_CONFIG
+        return _config_error(exc)
 
     announce(
         f"replica job={config.job_id} attempt={config.attempt} index={config.index} "
@@ -228,10 +241,10 @@ def main() -> int:
             reporter.flush()
         except Exception:  # noqa: BLE001 - the trainer's error is the one that matters
             pass
-        return EXIT_FAILED
+        return EXIT_TERMINATED if _terminated.is_set() else EXIT_FAILED
     finally:
         reporter.close()
 
 
 if __name__ == "__main__":
-    _rc = main(); import time as _t; print("DEBUG main returned", _t.time(), file=sys.stderr, flush=True); sys.exit(_rc)
+    sys.exit(main())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -48,7 +49,7 @@ def pg_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
     """The stack on PostgreSQL and the machine's Redis (a db of its own, flushed)."""
     name = f"cohort_e2e_{free_port()}"
     url = create_database(name)
-    redis_url = f"{REDIS_BASE}/9"
+    redis_url = f"{REDIS_BASE}/{os.environ.get('COHORT_TEST_E2E_REDIS_DB', '9')}"
     redis.Redis.from_url(redis_url).flushdb()
     stack = Stack({"COHORT_DATABASE_URL": url, "COHORT_REDIS_URL": redis_url,
                    "COHORT_DATA_DIR": str(tmp_path / "data"),
@@ -67,6 +68,7 @@ def embedded_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
     """The stack on the embedded defaults: SQLite under DATA_DIR and an embedded Redis."""
     stack = Stack({"COHORT_DATABASE_URL": "", "COHORT_REDIS_URL": "",
                    "COHORT_DATA_DIR": str(tmp_path / "var"),
+                   "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
                    "COHORT_API_PORT": str(free_port())}, quiet=True)
     stack.start()
     try:

@@ -4,7 +4,7 @@ A trainer is a function `train(ctx: TrainerContext) -> dict[str, float]` that
 builds its model inside `ctx.strategy.scope()`, passes `ctx.callbacks()` to
 `model.fit` and returns its final metrics. Built-ins are named here; anything
 else is addressed as "module:function". This module imports neither TensorFlow
-nor Redis, so the control plane may read `BUILTIN_TRAINERS` cheaply.
+nor Redis; the built-in names live in services.trainers.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+# One registry for the control plane (which checks job specs) and the replicas.
+from services.trainers import BUILTIN_TRAINERS
+
 if TYPE_CHECKING:
     from workers.callbacks import MetricReporter
-
-BUILTIN_TRAINERS: dict[str, str] = {
-    "mlp_digits": "workers.trainers.mlp_digits:train",
-}
 
 # Per-replica batch size when the job does not set `batch_size`.
 DEFAULT_BATCH_SIZE = 32
@@ -72,7 +71,8 @@ def parse_trainer_name(name: str) -> tuple[str, str]:
     if not sep or not _DOTTED_NAME.match(module_name) or not _DOTTED_NAME.match(attribute):
         builtins = ", ".join(sorted(BUILTIN_TRAINERS))
         raise UnknownTrainerError(
-            f"unknown trainer {name!r}: not a built-in ({builtins}) and not of the form 'module:function'"
+            f"unknown trainer {name!r}: not a built-in ({builtins}) "
+            "and not of the form 'module:function'"
         )
     return module_name, attribute
 
@@ -86,13 +86,19 @@ def load_trainer(name: str) -> Trainer:
         # Only a missing trainer module is "unknown"; a trainer whose own imports
         # fail is broken and the error must surface as it is.
         if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise UnknownTrainerError(f"unknown trainer {name!r}: no module {module_name!r}") from exc
+            raise UnknownTrainerError(
+                f"unknown trainer {name!r}: no module {module_name!r}"
+            ) from exc
         raise
     target: Any = module
     for part in attribute.split("."):
         target = getattr(target, part, None)
         if target is None:
-            raise UnknownTrainerError(f"unknown trainer {name!r}: {module_name!r} has no {attribute!r}")
+            raise UnknownTrainerError(
+                f"unknown trainer {name!r}: {module_name!r} has no {attribute!r}"
+            )
     if not callable(target):
-        raise UnknownTrainerError(f"unknown trainer {name!r}: {module_name}:{attribute} is not callable")
+        raise UnknownTrainerError(
+            f"unknown trainer {name!r}: {module_name}:{attribute} is not callable"
+        )
     return target

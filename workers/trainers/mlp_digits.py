@@ -6,6 +6,7 @@ accuracy, which makes it the smoke test and benchmark workload of Cohort.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from typing import Any
 
@@ -132,5 +133,7 @@ def train(ctx: TrainerContext) -> dict[str, float]:
         scratch = ctx.job_dir / "tmp" / f"worker-{ctx.index}"
         model.save(str(scratch))
         shutil.rmtree(scratch, ignore_errors=True)
+        with contextlib.suppress(OSError):  # other workers may still be using it
+            scratch.parent.rmdir()
 
     return {"eval_loss": float(results["loss"]), "eval_accuracy": float(results["accuracy"])}

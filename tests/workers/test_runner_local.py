@@ -1,0 +1,357 @@
+"""The replica runner for real: `python -m workers.runner` processes against a real Redis.
+
+Covers a 2-worker MultiWorkerMirroredStrategy gang on loopback ports, a 1-replica
+OneDeviceStrategy run, configuration errors (exit code 2), and the metric
+reporter's batching and failure handling (with a fake Redis client).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from workers.callbacks import STREAM_KEY, MetricReporter
+
+ROOT = Path(__file__).resolve().parents[2]
+REDIS_BASE = os.environ.get("COHORT_TEST_REDIS", "redis://127.0.0.1:6379")
+# A db of its own (one per pytest-xdist worker), away from the 1 + n dbs of tests/conftest.py.
+REDIS_URL = f"{REDIS_BASE}/{11 + int(os.environ.get('PYTEST_XDIST_WORKER', 'gw0')[2:] or 0) % 5}"
+GANG_TIMEOUT = 120.0
+
+
+@pytest.fixture
+def stream() -> Iterator[redis.Redis]:
+    """The metrics stream of the test db, emptied first."""
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    client.delete(STREAM_KEY)
+    yield client
+    client.close()
+
+
+def free_ports(count: int) -> list[int]:
+    """Loopback ports that were free a moment ago (all held at once, so distinct)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def replica_env(
+    spec: dict[str, Any] | None, tf_config: dict[str, Any] | None = None
+) -> dict[str, str]:
+    """The environment the node agent gives a replica."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "COHORT_REPLICA")}
+    env.update(
+        TF_USE_LEGACY_KERAS="1",
+        COHORT_REDIS_URL=REDIS_URL,
+        CUDA_VISIBLE_DEVICES="",
+        TF_CPP_MIN_LOG_LEVEL="2",  # keeps the logs attached to a failure readable
+    )
+    if spec is not None:
+        env["COHORT_REPLICA"] = json.dumps(spec)
+    if tf_config is not None:
+        env["TF_CONFIG"] = json.dumps(tf_config)
+    return env
+
+
+def spec(job_id: int, directory: Path, **overrides: Any) -> dict[str, Any]:
+    """A COHORT_REPLICA for a 1-replica mlp_digits job, with overrides."""
+    return {
+        "job_id": job_id,
+        "attempt": 1,
+        "index": 0,
+        "replicas": 1,
+        "trainer": "mlp_digits",
+        "strategy": "one_device",
+        "hyperparameters": {},
+        "job_dir": str(directory),
+        **overrides,
+    }
+
+
+def start_replicas(envs: list[dict[str, str]], logs: Path) -> list[subprocess.Popen[bytes]]:
+    """Start one runner per env, its stdout and stderr in files under `logs`."""
+    logs.mkdir(parents=True, exist_ok=True)
+    processes = []
+    for index, env in enumerate(envs):
+        with (
+            open(logs / f"replica-{index}.out", "wb") as out,
+            open(logs / f"replica-{index}.err", "wb") as err,
+        ):
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "workers.runner"],
+                    env=env,
+                    cwd=ROOT,
+                    stdout=out,
+                    stderr=err,
+                )
+            )
+    return processes
+
+
+def wait_replicas(
+    processes: list[subprocess.Popen[bytes]], logs: Path, timeout: float = GANG_TIMEOUT
+) -> list[int]:
+    """Exit codes of all processes; kills them all and fails if one outlives `timeout`."""
+    deadline = time.monotonic() + timeout
+    try:
+        return [p.wait(timeout=max(0.1, deadline - time.monotonic())) for p in processes]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"replicas still running after {timeout:.0f}s\n{logs_of(logs)}")
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def run_replicas(
+    envs: list[dict[str, str]], logs: Path, timeout: float = GANG_TIMEOUT
+) -> list[int]:
+    """Start one runner per env and wait for all; returns their exit codes."""
+    return wait_replicas(start_replicas(envs, logs), logs, timeout)
+
+
+def logs_of(logs: Path) -> str:
+    """All replica output, for assertion messages."""
+    return "\n".join(
+        f"--- {path.name}\n{path.read_text()[-3000:]}" for path in sorted(logs.iterdir())
+    )
+
+
+def read_points(
+    client: redis.Redis, job_id: int
+) -> list[tuple[int, int, int | None, str, float, float]]:
+    """(replica, step, epoch, name, value, ts) of every point of `job_id` in the stream."""
+    points = []
+    for _entry_id, fields in client.xrange(STREAM_KEY):
+        assert set(fields) == {"data"}
+        batch = json.loads(fields["data"])
+        assert set(batch) == {"job_id", "attempt", "replica", "points"}
+        if batch["job_id"] != job_id:
+            continue
+        assert batch["attempt"] == 1
+        for step, epoch, name, value, ts in batch["points"]:
+            assert isinstance(step, int) and isinstance(name, str) and isinstance(value, float)
+            points.append((batch["replica"], step, epoch, name, value, ts))
+    return points
+
+
+def gang_envs(job_id: int, job_dir: Path, hyperparameters: dict[str, Any]) -> list[dict[str, str]]:
+    """Environments of a 2-worker multi_worker_mirrored gang on free loopback ports."""
+    cluster = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    return [
+        replica_env(
+            spec(
+                job_id,
+                job_dir,
+                index=index,
+                replicas=2,
+                strategy="multi_worker_mirrored",
+                hyperparameters=hyperparameters,
+            ),
+            {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}},
+        )
+        for index in range(2)
+    ]
+
+
+def test_two_worker_gang_trains_reports_and_saves(stream: redis.Redis, tmp_path: Path) -> None:
+    job_id, job_dir = 101, tmp_path / "job"
+    envs = gang_envs(job_id, job_dir, {})
+    started = time.monotonic()
+    codes = run_replicas(envs, tmp_path / "logs")
+    elapsed = time.monotonic() - started
+    assert codes == [0, 0], logs_of(tmp_path / "logs")
+    print(f"2-replica gang finished in {elapsed:.1f}s")  # noqa: T201 - visible with -s
+
+    out = (tmp_path / "logs" / "replica-1.out").read_text()
+    assert f"cohort: replica job={job_id} attempt=1 index=1 TF_CONFIG={envs[1]['TF_CONFIG']}" in out
+    assert "cohort: strategy=multi_worker_mirrored num_replicas_in_sync=2" in out
+    assert "cohort: first_step ts=" in out
+
+    points = read_points(stream, job_id)
+    assert {replica for replica, *_ in points} == {0, 1}
+    keys = collections.Counter((replica, step, name) for replica, step, _, name, _, _ in points)
+    assert [key for key, count in keys.items() if count > 1] == []
+
+    for replica in (0, 1):
+        mine = [p for p in points if p[0] == replica]
+        loss = sorted((step, value) for _, step, _, name, value, _ in mine if name == "loss")
+        assert [step for step, _ in loss] == list(range(1, 101))  # 5 epochs x 20 steps
+        first, last = (sum(v for _, v in part) / 5 for part in (loss[:5], loss[-5:]))
+        assert last < first, (first, last)
+        names = {name for _, _, _, name, _, _ in mine}
+        assert {
+            "accuracy",
+            "step_time",
+            "examples_per_sec",
+            "epoch_loss",
+            "epoch_accuracy",
+        } <= names
+        final = {
+            name: (step, epoch, value)
+            for _, step, epoch, name, value, _ in mine
+            if name.startswith("eval_")
+        }
+        assert final["eval_accuracy"][:2] == (100, None)
+        assert final["eval_accuracy"][2] >= 0.85, final
+        assert final["eval_loss"][2] > 0
+
+    # Both workers evaluated the same full held-out split.
+    evals = {(p[0], p[3]): p[4] for p in points if p[3].startswith("eval_")}
+    assert evals[(0, "eval_accuracy")] == pytest.approx(evals[(1, "eval_accuracy")])
+    assert (job_dir / "model" / "saved_model.pb").is_file()
+    assert not (job_dir / "tmp" / "worker-1").exists()
+
+
+def test_sigterm_stops_a_training_gang_with_143(stream: redis.Redis, tmp_path: Path) -> None:
+    # TensorFlow's coordination service replaces the SIGTERM handler of a
+    # multi-worker process with one that does not exit; the runner must win.
+    job_id, logs = 104, tmp_path / "logs"
+    envs = gang_envs(job_id, tmp_path / "job", {"epochs": 1, "steps_per_epoch": 100_000})
+    processes = start_replicas(envs, logs)
+    deadline = time.monotonic() + GANG_TIMEOUT
+    while not all("first_step" in (logs / f"replica-{i}.out").read_text() for i in range(2)):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
+            for process in processes:
+                process.kill()
+                process.wait()
+            pytest.fail(f"the gang did not start training\n{logs_of(logs)}")
+        time.sleep(0.1)
+    time.sleep(0.5)
+    for process in processes:
+        process.terminate()
+    assert wait_replicas(processes, logs, timeout=20) == [143, 143], logs_of(logs)
+    # Both reported while training (the reporter does not wait for the end).
+    assert {replica for replica, *_ in read_points(stream, job_id)} == {0, 1}
+
+
+def test_one_device_without_tf_config(stream: redis.Redis, tmp_path: Path) -> None:
+    job_id, job_dir = 102, tmp_path / "job"
+    hp = {"epochs": 1, "steps_per_epoch": 5}
+    codes = run_replicas(
+        [replica_env(spec(job_id, job_dir, hyperparameters=hp))], tmp_path / "logs"
+    )
+    assert codes == [0], logs_of(tmp_path / "logs")
+    assert "TF_CONFIG=none" in (tmp_path / "logs" / "replica-0.out").read_text()
+    names = {(step, name) for _, step, _, name, _, _ in read_points(stream, job_id)}
+    assert (5, "loss") in names and (5, "eval_accuracy") in names
+    assert (job_dir / "model").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"trainer": "no_such_trainer"}, "no_such_trainer"),
+        ({"trainer": "no_such_module_xyz:train"}, "no_such_module_xyz:train"),
+        ({"strategy": "parameter_server"}, "strategy"),
+        ({"index": 2, "replicas": 2}, "index"),
+        ({"job_dir": "relative/dir"}, "job_dir"),
+    ],
+)
+def test_bad_replica_config_exits_2(
+    tmp_path: Path, overrides: dict[str, Any], expected: str
+) -> None:
+    env = replica_env(spec(103, tmp_path / "job", **overrides))
+    codes = run_replicas([env], tmp_path / "logs", timeout=60)
+    err = (tmp_path / "logs" / "replica-0.err").read_text()
+    assert codes == [2], logs_of(tmp_path / "logs")
+    assert expected in err
+
+
+@pytest.mark.parametrize("raw", [None, "", "{not json", "[]", '{"job_id": 1}'])
+def test_missing_or_malformed_cohort_replica_exits_2(tmp_path: Path, raw: str | None) -> None:
+    env = replica_env(None)
+    if raw is not None:
+        env["COHORT_REPLICA"] = raw
+    codes = run_replicas([env], tmp_path / "logs", timeout=30)
+    assert codes == [2]
+    assert "cohort: bad replica configuration" in (tmp_path / "logs" / "replica-0.err").read_text()
+
+
+class FakeRedis:
+    """Records XADDs; the first `failures` calls raise ConnectionError."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.entries: list[dict[str, Any]] = []
+        self.calls = 0
+
+    def xadd(self, name: str, fields: dict[str, str], *, maxlen: int, approximate: bool) -> str:
+        self.calls += 1
+        if self.failures:
+            self.failures -= 1
+            raise redis.ConnectionError("down")
+        assert (name, maxlen, approximate) == (STREAM_KEY, 1_000_000, True)
+        self.entries.append(json.loads(fields["data"]))
+        return "0-1"
+
+
+def points_of(client: FakeRedis) -> list[list[Any]]:
+    return [point for entry in client.entries for point in entry["points"]]
+
+
+def test_reporter_batches_by_size_and_time() -> None:
+    client = FakeRedis()
+    reporter = MetricReporter(
+        client, job_id=7, attempt=2, replica=1, flush_interval=3600, flush_points=10
+    )
+    for step in range(1, 10):
+        reporter.add(step, 0, "loss", 1.0 / step, ts=1000.0 + step)
+        reporter.maybe_flush()
+    assert client.calls == 0  # 9 points: neither size nor time says flush
+    reporter.add(10, 0, "loss", 0.1)
+    reporter.maybe_flush()
+    assert client.calls == 1
+    assert client.entries[0]["job_id"] == 7 and client.entries[0]["attempt"] == 2
+    assert client.entries[0]["replica"] == 1
+    assert client.entries[0]["points"][0] == [1, 0, "loss", 1.0, 1001.0]
+
+    timed = MetricReporter(FakeRedis(), job_id=7, attempt=1, replica=0, flush_interval=0.0)
+    timed.add(1, 0, "loss", 1.0)
+    assert timed.due()
+
+
+def test_reporter_keeps_points_while_redis_is_down() -> None:
+    client = FakeRedis(failures=3)  # one whole flush (3 attempts) fails
+    reporter = MetricReporter(client, job_id=7, attempt=1, replica=0)
+    reporter.add(1, 0, "loss", 2.0)
+    reporter.add(1, 0, "accuracy", float("nan"))  # not JSON; skipped with a warning
+    assert reporter.flush() is False
+    assert reporter.pending == 1
+    assert not reporter.due()  # time-triggered flushes back off after a failure
+    reporter.add(2, 0, "loss", 1.0)
+    assert reporter.report_final({"eval_accuracy": 0.9}) is True
+    assert [p[:4] for p in points_of(client)] == [
+        [1, 0, "loss", 2.0],
+        [2, 0, "loss", 1.0],
+        [2, None, "eval_accuracy", 0.9],
+    ]
+    assert reporter.pending == 0
+
+
+def test_reporter_caps_its_buffer() -> None:
+    reporter = MetricReporter(
+        FakeRedis(failures=10**6), job_id=7, attempt=1, replica=0, max_buffer=100
+    )
+    for step in range(1, 251):
+        reporter.add(step, 0, "loss", 1.0)
+    assert reporter.pending <= 100
+    assert reporter.dropped == 250 - reporter.pending
