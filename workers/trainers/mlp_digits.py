@@ -70,6 +70,11 @@ def build_model(hidden_units: int, learning_rate: float) -> keras.Model:
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )
+    # tf-keras's "auto" reduction *sums* the logged loss and metrics over the
+    # replicas of a non-TPU strategy, so a 2-worker gang would report twice the
+    # loss and an accuracy above 1. "first" reports the (already all-reduced)
+    # value once.
+    model.distribute_reduction_method = "first"
     return model
 
 
