@@ -33,7 +33,8 @@ def migrate(database_url: str | None = None) -> None:
     config.attributes["configure_logger"] = False
     if database_url:
         config.attributes["database_url"] = database_url
-    command.upgrade(config, "head")
+    # "heads": parallel branches of migrations are all applied until they are merged.
+    command.upgrade(config, "heads")
 
 
 def redis_server_binary() -> str | None:

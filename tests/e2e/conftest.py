@@ -16,6 +16,8 @@ from cli.stack import Stack
 from tests.conftest import REDIS_BASE, create_database, drop_database
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
+# Where replica ports start; give concurrent test runs on one machine distinct bases.
+PORT_BASE = os.environ.get("COHORT_TEST_PORT_BASE", "29500")
 
 
 def free_port() -> int:
@@ -54,6 +56,7 @@ def pg_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
     stack = Stack({"COHORT_DATABASE_URL": url, "COHORT_REDIS_URL": redis_url,
                    "COHORT_DATA_DIR": str(tmp_path / "data"),
                    "COHORT_API_PORT": str(free_port()), "COHORT_NODE_ID": "e2e-node",
+                   "COHORT_PORT_RANGE_START": PORT_BASE,
                    "COHORT_BOOTSTRAP_TOKEN": "e2e-token"}, quiet=True)
     stack.start()
     try:
@@ -69,6 +72,7 @@ def embedded_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
     stack = Stack({"COHORT_DATABASE_URL": "", "COHORT_REDIS_URL": "",
                    "COHORT_DATA_DIR": str(tmp_path / "var"),
                    "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
+                   "COHORT_PORT_RANGE_START": PORT_BASE,
                    "COHORT_API_PORT": str(free_port())}, quiet=True)
     stack.start()
     try:
