@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install demo up test test-fast test-e2e lint migrate bench clean
+.PHONY: install demo up test test-fast test-e2e lint migrate bench clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ migrate: $(STAMP)
 # Fast tests (pure units, services and API against PostgreSQL) run two at a time;
 # the end-to-end tests start real TensorFlow gangs and run one at a time, since
 # two cores are all a gang gets.
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api
 	$(PY) -m pytest -q tests/workers tests/e2e
@@ -34,11 +34,16 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api
 
-test-e2e: $(STAMP)
+test-e2e: $(STAMP) chromium
 	$(PY) -m pytest -q tests/workers tests/e2e
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py
+	$(PY) bench/placement.py
+
+# The dashboard's browser tests drive Debian's Chromium (never `playwright install`).
+chromium:
+	test -x /usr/bin/chromium || apt-get install -y chromium
 
 clean:
 	rm -rf var test-artifacts .pytest_cache

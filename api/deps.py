@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Annotated
 
 import redis
-from fastapi import Depends, Header
+from fastapi import Cookie, Depends, Header
 from sqlalchemy.orm import Session
 
 from services import auth, jobs
@@ -43,14 +43,20 @@ RedisDep = Annotated[redis.Redis, Depends(get_bus)]
 
 
 def get_token(
-    session: SessionDep, authorization: Annotated[str | None, Header()] = None
+    session: SessionDep, authorization: Annotated[str | None, Header()] = None,
+    cohort_token: Annotated[str | None, Cookie()] = None,
 ) -> ApiToken:
-    """The caller's token, from `Authorization: Bearer <token>` (401 otherwise)."""
+    """The caller's token, from `Authorization: Bearer <token>` or the dashboard's
+    `cohort_token` cookie (401 otherwise)."""
     token = None
     if authorization:
         scheme, _, value = authorization.partition(" ")
         if scheme.lower() == "bearer":
             token = value.strip()
+    # The dashboard's login cookie (HttpOnly, SameSite=Strict, so a cross-site
+    # page cannot make the browser send it).
+    if not token and cohort_token:
+        token = cohort_token
     return auth.authenticate(session=session, token=token)
 
 

@@ -11,6 +11,7 @@ from services.exceptions import (
     InvalidJobSpec,
     InvalidTransition,
     NotFound,
+    ScheduleConflict,
     Unauthorized,
 )
 
@@ -69,6 +70,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(IdempotencyConflict)
     async def _idempotency(_: Request, exc: IdempotencyConflict) -> JSONResponse:
         return _error(409, "idempotency_conflict", str(exc))
+
+    @app.exception_handler(ScheduleConflict)
+    async def _schedule_conflict(_: Request, exc: ScheduleConflict) -> JSONResponse:
+        return _error(409, "conflict", str(exc),
+                      fields=[{"field": exc.field, "message": exc.message}])
 
     @app.exception_handler(Unauthorized)
     async def _unauthorized(_: Request, exc: Unauthorized) -> JSONResponse:

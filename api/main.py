@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.errors import install_error_handlers
-from api.routes import health, jobs, metrics, nodes
+from api.routes import dashboard, health, jobs, metrics, nodes, schedules
 from services import auth
 from services.db import session_scope
 from services.settings import get_settings
@@ -34,8 +34,15 @@ def create_app() -> FastAPI:
                   description="Distributed TensorFlow training jobs as a service.")
     install_error_handlers(app)
     app.include_router(health.router)
+    from api.routes import logs, prometheus, streams  # live metrics and logs (issue 5)
+
+    app.include_router(prometheus.router)  # GET /metrics
+    for stream_module in (logs, streams):
+        app.include_router(stream_module.router, prefix="/api/v1")
     for module in (jobs, metrics, nodes):
         app.include_router(module.router, prefix="/api/v1")
+    app.include_router(schedules.router, prefix="/api/v1")
+    dashboard.install(app)  # the web dashboard at `/`, its assets at `/static`
     return app
 
 

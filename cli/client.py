@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from cli.sse import Event, parse_lines
 from services.settings import get_settings
 
 
@@ -78,6 +80,28 @@ class CohortClient:
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._check(self.http.get("/api/v1/nodes"))
+
+    def logs(self, job_id: int, **params: Any) -> list[dict[str, Any]]:
+        return self._check(self.http.get(f"/api/v1/jobs/{job_id}/logs",
+                                         params=params))["items"]
+
+    def stream(self, job_id: int, *, kinds: tuple[str, ...] = ("status", "metric", "log"),
+               last_event_id: str | None = None) -> Iterator[Event]:
+        """Events of a job's SSE stream; reconnects with Last-Event-ID if it drops."""
+        while True:
+            headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
+            try:
+                with self.http.stream("GET", f"/api/v1/jobs/{job_id}/stream",
+                                      params={"kinds": list(kinds)}, headers=headers,
+                                      timeout=httpx.Timeout(10.0, read=60.0)) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        self._check(response)
+                    for event in parse_lines(response.iter_lines()):
+                        last_event_id = event.id or last_event_id
+                        yield event
+            except (httpx.TransportError, httpx.RemoteProtocolError):
+                time.sleep(1.0)  # dropped: resume exactly where we were
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Wait until /readyz says the API, SQL and Redis are up."""

@@ -1,4 +1,5 @@
-"""Follow a job in the terminal: a Rich progress bar with epoch, step, loss and accuracy."""
+"""Follow a job in the terminal from its SSE stream: a progress bar per replica with
+epoch, step, live loss and accuracy; plain progress lines when output is not a terminal."""
 
 from __future__ import annotations
 
@@ -6,44 +7,104 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from cli.client import CohortClient
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
+LINE_EVERY = 2.0  # seconds between plain progress lines per replica
 
 
-def follow_job(client: CohortClient, job_id: int, console: Console,
-               poll_seconds: float = 0.5) -> dict[str, Any]:
+class _View:
+    """What the follower shows: one bar (or line) per replica of the current attempt."""
+
+    def __init__(self, job: dict[str, Any], console: Console, progress: Progress | None) -> None:
+        hp = job["hyperparameters"]
+        self.epochs, self.steps_per_epoch = int(hp["epochs"]), int(hp["steps_per_epoch"])
+        self.total = self.epochs * self.steps_per_epoch
+        self.console, self.progress = console, progress
+        self.job = job
+        self.attempt = job["attempt"]
+        self.state: dict[int, dict[str, Any]] = {}
+        self.tasks: dict[int, TaskID] = {}
+        self.printed: dict[int, float] = {}
+
+    def replica(self, index: int) -> dict[str, Any]:
+        if index not in self.state:
+            self.state[index] = {"step": 0, "loss": None, "accuracy": None}
+            if self.progress is not None:
+                self.tasks[index] = self.progress.add_task(
+                    f"job {self.job['id']} replica {index}", total=self.total,
+                    status=self.job["status"], epoch=f"0/{self.epochs}", loss="-", acc="-")
+        return self.state[index]
+
+    def epoch_of(self, step: int) -> int:
+        return min(self.epochs, (step - 1) // self.steps_per_epoch + 1) if step else 0
+
+    def on_status(self, job: dict[str, Any]) -> None:
+        self.job = job
+        if job["attempt"] != self.attempt:  # a restarted gang starts its bars again
+            self.attempt = job["attempt"]
+            for index in list(self.state):
+                self.state[index].update(step=0, loss=None, accuracy=None)
+        for index in range(job["replicas"]):
+            self.replica(index)
+        if self.progress is None:
+            self.console.print(f"job {job['id']} {job['status']}"
+                               + (f": {job['reason']}" if job.get("reason") else ""))
+        self.render(force=True)
+
+    def on_metric(self, point: dict[str, Any]) -> None:
+        if point["attempt"] != self.attempt:
+            return
+        state = self.replica(point["replica"])
+        if point["name"] in ("loss", "accuracy"):
+            state[point["name"]] = point["value"]
+        if point["epoch"] is not None:  # per-step points (final metrics have no epoch)
+            state["step"] = max(state["step"], min(point["step"], self.total))
+        self.render()
+
+    def render(self, force: bool = False) -> None:
+        for index, state in sorted(self.state.items()):
+            loss = f"{state['loss']:.4f}" if state["loss"] is not None else "-"
+            acc = f"{state['accuracy']:.3f}" if state["accuracy"] is not None else "-"
+            epoch = f"{self.epoch_of(state['step'])}/{self.epochs}"
+            if self.progress is not None:
+                self.progress.update(self.tasks[index], completed=state["step"], loss=loss,
+                                     acc=acc, epoch=epoch, status=self.job["status"])
+                continue
+            now = time.monotonic()
+            if state["step"] and (force or now - self.printed.get(index, 0) >= LINE_EVERY):
+                self.printed[index] = now
+                self.console.print(f"replica {index} epoch {epoch} step {state['step']}/"
+                                   f"{self.total} loss {loss} acc {acc}")
+
+
+def follow_job(client: CohortClient, job_id: int, console: Console) -> dict[str, Any]:
     """Show a job's progress until it finishes; returns the final job."""
     job = client.job(job_id)
-    hp = job["hyperparameters"]
-    epochs, steps_per_epoch = int(hp["epochs"]), int(hp["steps_per_epoch"])
-    total = epochs * steps_per_epoch
-    last_step = 0
-    latest: dict[str, float] = {}
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(),
-               TextColumn("{task.fields[status]}"), TextColumn("epoch {task.fields[epoch]}"),
-               TextColumn("step {task.completed:.0f}/{task.total:.0f}"),
-               TextColumn("loss {task.fields[loss]}"), TextColumn("acc {task.fields[acc]}"),
-               TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task(f"job {job_id} {job['name']}", total=total, status=job["status"],
-                                 epoch=f"0/{epochs}", loss="-", acc="-")
-        while True:
-            job = client.job(job_id)
-            points = client.metrics(job_id, since_step=last_step, replica=0,
-                                    attempt=job["attempt"], name=["loss", "accuracy"])
-            for point in points:
-                latest[point["name"]] = point["value"]
-                last_step = max(last_step, point["step"])
-            progress.update(
-                task, completed=min(last_step, total), status=job["status"],
-                epoch=f"{min(epochs, last_step // steps_per_epoch + 1) if last_step else 0}"
-                      f"/{epochs}",
-                loss=f"{latest['loss']:.4f}" if "loss" in latest else "-",
-                acc=f"{latest['accuracy']:.3f}" if "accuracy" in latest else "-",
-            )
-            if job["status"] in TERMINAL:
-                return job
-            time.sleep(poll_seconds)
+    progress = None
+    if console.is_terminal:
+        progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                            TextColumn("{task.fields[status]}"),
+                            TextColumn("epoch {task.fields[epoch]}"),
+                            TextColumn("step {task.completed:.0f}/{task.total:.0f}"),
+                            TextColumn("loss {task.fields[loss]}"),
+                            TextColumn("acc {task.fields[acc]}"), TimeElapsedColumn(),
+                            console=console, transient=False)
+    view = _View(job, console, progress)
+    if progress is not None:
+        progress.start()
+    try:
+        for event in client.stream(job_id, kinds=("status", "metric")):
+            if event.event == "status":
+                view.on_status(event.data)
+                if event.data["status"] in TERMINAL:
+                    break
+            elif event.event == "metric":
+                view.on_metric(event.data)
+        view.render(force=True)
+    finally:
+        if progress is not None:
+            progress.stop()
+    return client.job(job_id)

@@ -14,6 +14,8 @@ import typer
 import yaml
 from rich.console import Console
 
+from cli.commands import register as register_job_commands
+from cli.schedules import app as schedules_app
 from services.settings import get_settings
 
 app = typer.Typer(help="Cohort: distributed TensorFlow training jobs as a service.",
@@ -165,9 +167,12 @@ def submit(
     if as_json and not follow:
         console.print_json(json.dumps(job))
         return
-    console.print(f"submitted job {job['id']} ({job['status']})")
+    (err if as_json else console).print(f"submitted job {job['id']} ({job['status']})")
     if follow:
-        job = follow_job(client, job["id"], console)
+        job = follow_job(client, job["id"], err if as_json else console)
+        if as_json:  # the final job on stdout, the exit code says how it ended
+            console.print_json(json.dumps(job))
+            raise typer.Exit(0 if job["status"] == "succeeded" else 1)
         raise typer.Exit(_report(client, job))
 
 
@@ -180,6 +185,12 @@ def create_token(project: str = "default", name: str = "cli") -> None:
     with session_scope() as session:
         token = auth.create_token(session=session, project_name=project, name=name)
     console.print(token)
+
+
+app.add_typer(schedules_app, name="schedules")
+
+
+register_job_commands(app)  # jobs, get, logs, metrics, cancel, nodes
 
 
 if __name__ == "__main__":

@@ -61,16 +61,20 @@ class Stack:
             if key.startswith("COHORT_")})
         self.quiet = quiet
         self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.argv: dict[str, tuple[list[str], dict[str, str]]] = {}  # for restart()
         self.log_dir = self.settings.data_dir / "logs"
         self.token = ""
 
     # -- parts ---------------------------------------------------------------
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, argv: list[str],
+               extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        self.argv[name] = (argv, extra_env or {})
+        env = {**self.env, **(extra_env or {})}
         out: IO[bytes] | None = None
         if self.quiet:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by child
-        process = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT
+        process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT
                                    if out else None, stdin=subprocess.DEVNULL,
                                    start_new_session=True)
         if out:
@@ -151,6 +155,34 @@ class Stack:
                 return
             time.sleep(0.1)
         raise TimeoutError("the local agent did not register; see var/logs/agent.log")
+
+    def add_agent(self, node_id: str, slots: int, **settings: str) -> subprocess.Popen[bytes]:
+        """Start one more node agent (tests and benchmarks of several nodes)."""
+        env = {"COHORT_NODE_ID": node_id, "COHORT_NODE_SLOTS": str(slots),
+               **{f"COHORT_{k.upper()}": v for k, v in settings.items()}}
+        return self._spawn(f"agent-{node_id}", [sys.executable, "-m", "cli", "agent"], env)
+
+    def child(self, name: str) -> subprocess.Popen[bytes]:
+        """The running child process called `name` (api, scheduler, agent, redis...)."""
+        for child_name, process in reversed(self.children):
+            if child_name == name:
+                return process
+        raise KeyError(name)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send `sig` to a child's whole process group and reap it (fault tests)."""
+        process = self.child(name)
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            pass
+        process.wait()
+        self.children = [(n, p) for n, p in self.children if p is not process]
+
+    def restart(self, name: str) -> subprocess.Popen[bytes]:
+        """Start a child again with the argv and environment it had."""
+        argv, extra_env = self.argv[name]
+        return self._spawn(name, argv, extra_env)
 
     @property
     def url(self) -> str:

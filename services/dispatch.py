@@ -25,7 +25,15 @@ class StopReplica:
     grace_seconds: float = 10.0
 
 
-Message = StartReplica | StopReplica
+@dataclass(frozen=True)
+class CleanupJob:
+    """Remove a finished job's scratch files (checkpoints, temp) on one node."""
+
+    node_id: str
+    job_id: int
+
+
+Message = StartReplica | StopReplica | CleanupJob
 
 
 class Dispatcher(Protocol):

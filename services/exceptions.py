@@ -46,3 +46,26 @@ class IdempotencyConflict(CohortError):
 
 class Unauthorized(CohortError):
     """No token, or a token that does not exist."""
+
+
+class ScheduleNotFound(NotFound):
+    def __init__(self, schedule_id: int | str) -> None:
+        super().__init__("schedule", schedule_id)
+
+
+class ScheduleConflict(CohortError):
+    """A schedule request that clashes with stored state (a duplicate name)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class NoPromotedModel(NotFound):
+    """A schedule whose runs have not promoted a model yet."""
+
+    def __init__(self, schedule_id: int) -> None:
+        super().__init__("promoted model of schedule", schedule_id)
+        self.args = (f"schedule {schedule_id} has no promoted model yet: it needs `promote` set "
+                     "and a run that succeeded with the chosen metric",)

@@ -12,8 +12,10 @@ import datetime as dt
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from services import exit_codes
 from services.dispatch import Message, StopReplica
 from services.models import Job, Replica, utcnow
+from services.settings import get_settings
 from services.statuses import (
     ACTIVE_STATUSES,
     TERMINAL_REPLICA_STATUSES,
@@ -68,32 +70,58 @@ def record_replica_exited(
     return replica
 
 
+def record_replica_failure(*, replica: Replica, failure: str, lost: bool,
+                           at: dt.datetime) -> None:
+    """Cohort itself ends a replica that cannot report (lost node, no progress)."""
+    replica.status = ReplicaStatus.LOST if lost else ReplicaStatus.FAILED
+    replica.failure = failure
+    replica.finished_at = at
+
+
 def _stop_live(replicas: list[Replica], now: dt.datetime) -> list[Message]:
     """Stop messages for replicas still alive (re-sent if the last one is old)."""
+    grace = get_settings().STOP_GRACE
     messages: list[Message] = []
     for replica in replicas:
         if replica.status in TERMINAL_REPLICA_STATUSES:
-            continue
-        if replica.stop_requested_at is not None and \
+            # Declared failed or lost by Cohort, not by its own exit: the process
+            # may still be there (frozen, or on a node that comes back). Stop once.
+            declared = replica.exit_code is None and replica.failure
+            if not declared or replica.stop_requested_at is not None:
+                continue
+        elif replica.stop_requested_at is not None and \
                 (now - replica.stop_requested_at).total_seconds() < STOP_RESEND_SECONDS:
             continue
         replica.stop_requested_at = now
         messages.append(StopReplica(replica.node_id, replica.job_id, replica.attempt,
-                                    replica.index))
+                                    replica.index, grace))
     return messages
 
 
 def _failure_reason(replica: Replica) -> str:
-    if replica.status is ReplicaStatus.LOST:
-        return f"replica {replica.index} lost: node {replica.node_id} stopped answering"
+    if replica.failure:
+        return f"replica {replica.index} on {replica.node_id} {replica.failure}"
     tail = [line for line in replica.log_tail.strip().splitlines() if line.strip()][-3:]
     detail = (": " + " | ".join(tail)) if tail else ""
-    return f"replica {replica.index} on {replica.node_id} exited with code " \
-           f"{replica.exit_code}{detail}"
+    return f"replica {replica.index} on {replica.node_id} exited with " \
+           f"{exit_codes.describe(replica.exit_code)}{detail}"
 
 
-def _may_restart(job: Job) -> bool:
-    return job.restart_policy == "on_failure" and job.attempt <= job.max_restarts
+def _may_restart(job: Job, broken: Replica) -> tuple[bool, str]:
+    """Whether the policy and the budget allow another attempt, and if not, why."""
+    if job.restart_policy == "never":
+        return False, "restart_policy is never"
+    if job.attempt > job.max_restarts:
+        return False, f"restart budget spent ({job.max_restarts} restarts)"
+    if job.restart_policy == "exit_code" and not exit_codes.is_retryable(broken.exit_code):
+        return False, "the exit code is not retryable"
+    return True, ""
+
+
+def restart_backoff(attempt: int) -> float:
+    """Seconds before attempt `attempt + 1` may be placed: doubling from RESTART_BACKOFF."""
+    settings = get_settings()
+    return min(settings.RESTART_BACKOFF * 2 ** (attempt - 1), settings.RESTART_BACKOFF_MAX)
 
 
 def settle_job(*, session: Session, job: Job, now: dt.datetime | None = None) -> list[Message]:
@@ -118,12 +146,16 @@ def settle_job(*, session: Session, job: Job, now: dt.datetime | None = None) ->
     broken = [r for r in current if r.status in (ReplicaStatus.FAILED, ReplicaStatus.LOST)]
     if broken:
         reason = _failure_reason(broken[0])
-        if _may_restart(job):
+        restart, why_not = _may_restart(job, broken[0])
+        if restart:
+            delay = restart_backoff(job.attempt)
+            job.not_before = now + dt.timedelta(seconds=delay)
             transition_job(session=session, job_id=job.id, target=JobStatus.RESTARTING,
-                           reason=f"restarting after failure: {reason}")
+                           reason=f"restarting (attempt {job.attempt + 1} of at most "
+                                  f"{job.max_restarts + 1}, in {delay:.0f}s) after: {reason}")
         else:
             transition_job(session=session, job_id=job.id, target=JobStatus.FAILED,
-                           reason=reason)
+                           reason=f"{reason}; not restarted: {why_not}")
         return messages + _stop_live(current, now)
     if job.status is JobStatus.SCHEDULED and all(
         r.status in (ReplicaStatus.RUNNING, ReplicaStatus.SUCCEEDED) for r in current

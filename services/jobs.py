@@ -69,6 +69,9 @@ def create_job(
         restart_policy=job_in.restart_policy,
         max_restarts=job_in.max_restarts,
         priority=job_in.priority,
+        placement=job_in.placement,
+        active_deadline_seconds=job_in.active_deadline_seconds,
+        ttl_seconds_after_finished=job_in.ttl_seconds_after_finished,
         idempotency_key=idempotency_key,
         spec_hash=spec_hash,
         status=JobStatus.QUEUED,
@@ -152,6 +155,7 @@ def decode_cursor(cursor: str) -> int:
 def list_jobs(
     *, session: Session, project_id: int, status: JobStatus | None = None,
     name: str | None = None, before: int | None = None, limit: int = 50,
+    schedule_id: int | None = None,
 ) -> tuple[list[Job], int | None]:
     """Newest first; returns the page and the id to continue below (or None)."""
     query = sa.select(Job).where(Job.project_id == project_id)
@@ -159,6 +163,8 @@ def list_jobs(
         query = query.where(Job.status == status)
     if name:
         query = query.where(Job.name.contains(name, autoescape=True))
+    if schedule_id is not None:
+        query = query.where(Job.schedule_id == schedule_id)
     if before is not None:
         query = query.where(Job.id < before)
     rows = list(session.execute(query.order_by(Job.id.desc()).limit(limit + 1)).scalars())
@@ -167,7 +173,7 @@ def list_jobs(
     return rows, (rows[-1].id if more and rows else None)
 
 
-def request_cancel(*, session: Session, job: Job) -> Job:
+def request_cancel(*, session: Session, job: Job, reason: str = "cancelled by user") -> Job:
     """Cancel a job; its replicas are stopped by the scheduler's next pass.
 
     Raises:
@@ -176,4 +182,4 @@ def request_cancel(*, session: Session, job: Job) -> Job:
     if job.status in TERMINAL_STATUSES:
         raise InvalidTransition(job.id, job.status, JobStatus.CANCELLED)
     return transition_job(session=session, job_id=job.id, target=JobStatus.CANCELLED,
-                          reason="cancelled by user")
+                          reason=reason)

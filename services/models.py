@@ -73,6 +73,8 @@ class Job(Base):
         sa.UniqueConstraint("project_id", "idempotency_key", name="uq_jobs_project_idempotency"),
         sa.Index("ix_jobs_status_priority", "status", "priority", "id"),
         sa.Index("ix_jobs_project_id_id", "project_id", "id"),
+        # Exactly once per fire time of a schedule, however many schedulers race.
+        sa.UniqueConstraint("schedule_id", "scheduled_for", name="uq_jobs_schedule_fire"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -86,6 +88,15 @@ class Job(Base):
     restart_policy: Mapped[str] = mapped_column(sa.String(16), default="never")
     max_restarts: Mapped[int] = mapped_column(default=0)
     priority: Mapped[int] = mapped_column(default=0)
+    # "pack" or "spread" (services/placement.py); NULL: the cluster's default.
+    placement: Mapped[str | None] = mapped_column(sa.String(16))
+    # Failure handling (see services/gangs.py): the job fails once this many
+    # seconds have passed since submission; its scratch files go this long after
+    # it finished; a restarted gang is not placed again before `not_before`.
+    active_deadline_seconds: Mapped[int | None]
+    ttl_seconds_after_finished: Mapped[int | None]
+    not_before: Mapped[dt.datetime | None]
+    cleaned_at: Mapped[dt.datetime | None]
     idempotency_key: Mapped[str | None] = mapped_column(sa.String(128))
     spec_hash: Mapped[str] = mapped_column(sa.String(64))
 
@@ -98,6 +109,10 @@ class Job(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     started_at: Mapped[dt.datetime | None]
     finished_at: Mapped[dt.datetime | None]
+    # Set on jobs a schedule fired (services/schedules.py); NULL for submitted jobs.
+    schedule_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("schedules.id", ondelete="SET NULL"), index=True)
+    scheduled_for: Mapped[dt.datetime | None]
 
     project: Mapped[Project] = relationship(lazy="joined")
     replica_rows: Mapped[list[Replica]] = relationship(
@@ -128,6 +143,9 @@ class Replica(Base):
     pid: Mapped[int | None]
     exit_code: Mapped[int | None]
     log_tail: Mapped[str] = mapped_column(sa.Text, default="")
+    # Why Cohort ended it when no exit code tells (lost node, no progress).
+    failure: Mapped[str] = mapped_column(sa.Text, default="")
+    progress_at: Mapped[dt.datetime | None]  # last progress heartbeat seen
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     dispatched_at: Mapped[dt.datetime | None]  # last start message sent
     stop_requested_at: Mapped[dt.datetime | None]  # last stop message sent
@@ -157,6 +175,7 @@ class MetricPoint(Base):
     __tablename__ = "metric_points"
     __table_args__ = (
         sa.UniqueConstraint("job_id", "attempt", "replica", "step", "name", name="uq_metric_point"),
+        sa.Index("ix_metric_points_job_id_id", "job_id", "id"),  # live streams follow by id
     )
 
     id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
@@ -171,6 +190,25 @@ class MetricPoint(Base):
     ts: Mapped[float] = mapped_column(sa.Float)  # unix time the replica observed it
 
 
+class LogLine(Base):
+    """One line a replica printed (stdout and stderr); `(job, attempt, replica, seq)` once."""
+
+    __tablename__ = "log_lines"
+    __table_args__ = (
+        sa.UniqueConstraint("job_id", "attempt", "replica", "seq", name="uq_log_line"),
+        sa.Index("ix_log_lines_job_id_id", "job_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+                                    primary_key=True)
+    job_id: Mapped[int] = mapped_column(sa.ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int]
+    replica: Mapped[int]
+    seq: Mapped[int]  # line number in the replica's log file, from 1
+    ts: Mapped[float] = mapped_column(sa.Float)  # unix time the agent read the line
+    line: Mapped[str] = mapped_column(sa.Text)
+
+
 class Node(Base):
     """A machine running a node agent."""
 
@@ -183,3 +221,68 @@ class Node(Base):
     status: Mapped[NodeStatus] = mapped_column(_enum(NodeStatus), default=NodeStatus.READY)
     last_heartbeat: Mapped[dt.datetime] = mapped_column(default=utcnow)
     registered_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # The GPU ids the agent found ("0,1"), and ports of its range that other
+    # processes hold ("29500,29511"): placement hands out neither twice.
+    gpu_ids: Mapped[str] = mapped_column(sa.String(256), default="")
+    busy_ports: Mapped[str] = mapped_column(sa.Text, default="")
+    # Agents that share one network stack (one host, one namespace) share its ports.
+    port_space: Mapped[str] = mapped_column(sa.String(128), default="")
+
+
+class Schedule(Base):
+    """A retraining schedule: a job template fired on a cron expression or an interval."""
+
+    __tablename__ = "schedules"
+    __table_args__ = (
+        sa.UniqueConstraint("project_id", "name", name="uq_schedules_project_name"),
+        sa.Index("ix_schedules_due", "paused", "next_fire_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(sa.ForeignKey("projects.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(sa.String(64))
+    job_template: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    cron: Mapped[str | None] = mapped_column(sa.String(128))
+    interval_seconds: Mapped[int | None]
+    timezone: Mapped[str] = mapped_column(sa.String(64), default="UTC")
+    concurrency_policy: Mapped[str] = mapped_column(sa.String(16), default="allow")
+    starting_deadline_seconds: Mapped[int | None]
+    successful_jobs_history_limit: Mapped[int | None]
+    failed_jobs_history_limit: Mapped[int | None]
+    paused: Mapped[bool] = mapped_column(default=False)
+    next_fire_at: Mapped[dt.datetime | None]
+    last_fired_at: Mapped[dt.datetime | None]
+    last_outcome: Mapped[str] = mapped_column(sa.String(32), default="")
+    promote_metric: Mapped[str | None] = mapped_column(sa.String(64))
+    promote_mode: Mapped[str] = mapped_column(sa.String(8), default="max")
+    promoted_job_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("jobs.id", ondelete="SET NULL", use_alter=True,
+                      name="fk_schedules_promoted_job"))
+    promoted_value: Mapped[float | None] = mapped_column(sa.Float)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    project: Mapped[Project] = relationship(lazy="joined")
+
+
+class ScheduleRun(Base):
+    """The record of one fire time of a schedule: what happened, and the promotion decision."""
+
+    __tablename__ = "schedule_runs"
+    __table_args__ = (
+        sa.UniqueConstraint("schedule_id", "scheduled_for", name="uq_schedule_runs_fire"),
+        sa.Index("ix_schedule_runs_pending", "decision"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    schedule_id: Mapped[int] = mapped_column(sa.ForeignKey("schedules.id", ondelete="CASCADE"))
+    scheduled_for: Mapped[dt.datetime]
+    job_id: Mapped[int | None] = mapped_column(sa.ForeignKey("jobs.id", ondelete="SET NULL"))
+    outcome: Mapped[str] = mapped_column(sa.String(32))  # fired, triggered, skipped, missed
+    reason: Mapped[str] = mapped_column(sa.Text, default="")
+    # Promotion: pending until the job ends; then promoted, kept, no_metric or not_eligible.
+    decision: Mapped[str | None] = mapped_column(sa.String(16))
+    metric_value: Mapped[float | None] = mapped_column(sa.Float)
+    decision_reason: Mapped[str] = mapped_column(sa.Text, default="")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    decided_at: Mapped[dt.datetime | None]

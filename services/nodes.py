@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.models import Node, Replica
+from services.models import Job, Node, Replica
 from services.placement import NodeCapacity
 from services.statuses import TERMINAL_REPLICA_STATUSES, NodeStatus
 
@@ -20,6 +21,28 @@ class Heartbeat:
     slots: int
     gpus: int
     at: dt.datetime
+    # What the agent itself says it runs, and the exit codes of what it ran
+    # lately: lets the scheduler settle replicas whose events Redis lost.
+    running: frozenset[tuple[int, int, int]] = frozenset()
+    exited: dict[tuple[int, int, int], int] = field(default_factory=dict, hash=False)
+    # The ids of the GPUs the agent found (workers/gpus.py), and the ports of its
+    # replica range that other processes hold (workers/ports.py).
+    gpu_ids: tuple[int, ...] = ()
+    busy_ports: frozenset[int] = frozenset()
+    port_space: str = ""  # the agent's network stack (workers/ports.py): shared ports
+
+
+def _join(values: Iterable[int]) -> str:
+    return ",".join(str(v) for v in sorted(values))
+
+
+def split_ids(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip().isdigit()]
+
+
+def node_gpu_ids(node: Node) -> list[int]:
+    """The GPU ids a node offers: the ones its agent found, else 0..gpus-1."""
+    return split_ids(node.gpu_ids)[:node.gpus] if node.gpu_ids else list(range(node.gpus))
 
 
 def record_heartbeat(*, session: Session, beat: Heartbeat) -> Node:
@@ -27,11 +50,15 @@ def record_heartbeat(*, session: Session, beat: Heartbeat) -> Node:
     node = session.get(Node, beat.node_id)
     if node is None:
         node = Node(id=beat.node_id, address=beat.address, slots=beat.slots, gpus=beat.gpus,
-                    last_heartbeat=beat.at, registered_at=beat.at)
+                    last_heartbeat=beat.at, registered_at=beat.at,
+                    gpu_ids=_join(beat.gpu_ids), busy_ports=_join(beat.busy_ports),
+                    port_space=beat.port_space)
         session.add(node)
     elif beat.at > node.last_heartbeat:  # only a new beat counts (the hash keeps the last one)
         node.address, node.slots, node.gpus = beat.address, beat.slots, beat.gpus
         node.last_heartbeat = beat.at
+        node.gpu_ids, node.busy_ports = _join(beat.gpu_ids), _join(beat.busy_ports)
+        node.port_space = beat.port_space
         node.status = NodeStatus.READY
     session.flush()
     return node
@@ -70,20 +97,53 @@ def read_capacity(*, session: Session) -> tuple[list[NodeCapacity], dict[str, se
     used_gpus: dict[str, set[int]] = {}
     used_ports: dict[str, set[int]] = {}
     for replica in _live_replicas(session):
-        used_slots[replica.node_id] = used_slots.get(replica.node_id, 0) + 1
         used_ports.setdefault(replica.node_id, set()).add(replica.port)
+        if not replica.gpu_ids:  # a GPU replica holds GPUs, not a CPU slot (placement.py)
+            used_slots[replica.node_id] = used_slots.get(replica.node_id, 0) + 1
         if replica.gpu_ids:
             used_gpus.setdefault(replica.node_id, set()).update(
                 int(g) for g in replica.gpu_ids.split(","))
-    nodes = session.execute(
+    nodes = list(session.execute(
         sa.select(Node).where(Node.status == NodeStatus.READY).order_by(Node.id)
-    ).scalars()
+    ).scalars())
     capacity = [
         NodeCapacity(
             id=node.id, address=node.address, slots=node.slots,
             free_slots=max(0, node.slots - used_slots.get(node.id, 0)), gpus=node.gpus,
-            free_gpus=tuple(g for g in range(node.gpus) if g not in used_gpus.get(node.id, set())),
+            free_gpus=tuple(g for g in node_gpu_ids(node)
+                            if g not in used_gpus.get(node.id, set())),
         )
         for node in nodes
     ]
+    # Nodes on one network stack (several agents on one host) draw from one set of
+    # ports: the same set object, so a port chosen for one is taken for all of them.
+    spaces: dict[str, set[int]] = {}
+    for node in nodes:
+        shared = spaces.setdefault(node.port_space or f"address:{node.address}", set())
+        shared.update(used_ports.get(node.id, set()))
+        shared.update(split_ids(node.busy_ports))  # held by processes outside Cohort
+        used_ports[node.id] = shared
     return capacity, used_ports
+
+
+def read_node_details(*, session: Session, project_id: int
+                      ) -> list[tuple[Node, list[Replica], list[str]]]:
+    """Every node with all its live replicas, and the names of those of `project_id`.
+
+    The names ('job/attempt/index') are the caller's own only: other projects'
+    jobs are not theirs to see, only counted.
+    """
+    by_node: dict[str, list[Replica]] = {}
+    mine: dict[str, list[str]] = {}
+    rows = session.execute(
+        sa.select(Replica, Job.project_id).join(Job, Job.id == Replica.job_id)
+        .where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
+        .order_by(Replica.job_id, Replica.attempt, Replica.index)
+    ).all()
+    for replica, owner in rows:
+        by_node.setdefault(replica.node_id, []).append(replica)
+        if owner == project_id:
+            mine.setdefault(replica.node_id, []).append(
+                f"{replica.job_id}/{replica.attempt}/{replica.index}")
+    nodes = session.execute(sa.select(Node).order_by(Node.id)).scalars()
+    return [(node, by_node.get(node.id, []), mine.get(node.id, [])) for node in nodes]

@@ -1,22 +1,48 @@
 """Gang placement: a pure function from (queue, nodes) to all-or-nothing assignments.
 
-No I/O here, so the rule is tested and benchmarked on its own. The rule:
+No I/O here, so the rule is tested (property tests) and benchmarked on its own.
+
+The rule:
 
 * Jobs are considered in priority order (high first), then submission order.
-* A job is placed whole or not at all: every replica gets a slot (or its GPUs)
-  in the same pass, or none does. Two jobs never hold parts of the pool.
+* A job is placed whole or not at all: every replica gets its CPU slot (or its
+  GPUs) in the same pass, or none does. Two jobs never hold parts of the pool
+  while waiting for each other.
 * A job that cannot fit even on an empty cluster is *unschedulable*: it waits
-  with that reason and does not block the jobs behind it.
-* Otherwise the first job that does not fit now stops the pass (strict
-  head-of-line order, no backfill): nothing smaller may take the slots the head
-  job is waiting for, so the head is never starved.
-* `pack` fills the nodes with the most free capacity first (fewest nodes).
+  with that reason and blocks nobody.
+* Backfill, "reserve what the blocked job can use": a job that does not fit now
+  holds every node that could ever host one of its replicas, for its kind of
+  capacity (a CPU job: every node's CPU slots; a job of g GPUs per replica: the
+  GPUs of every node with at least g GPUs). Jobs behind it may start only on
+  what no blocked job ahead of them can use: CPU slots while a GPU job waits,
+  GPUs while a CPU job waits, or GPUs on nodes too small for the waiting job's
+  replicas. Why this rule: Cohort knows no run times, so EASY backfill's "ends
+  before the head's reserved start" cannot be computed; this is the part of it
+  that needs no estimate. Anything a waiting job could use might be exactly what
+  it needs next, so giving it away could delay it, perhaps forever (a stream of
+  small jobs starving a big one). Capacity it can never use delays it by nothing.
+* Policy per job: `pack` (default) puts the whole gang on the smallest node that
+  holds it, else fills the fullest nodes first: the fewest nodes, and big holes
+  stay whole for big jobs. `spread` puts one replica per node on as many nodes
+  as possible, the emptiest first.
+
+Cost: one sort of the queue, then per job a walk over at most one bucket per
+distinct free count (see placement_pool.py); a job behind a blocked one is
+usually answered in O(1) because the capacity it could use has been withdrawn.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
+
+from services.placement_pool import Pool
+
+PACK, SPREAD = "pack", "spread"
+POLICIES = (PACK, SPREAD)
+CPU, GPU = "cpu", "gpu"
 
 
 @dataclass(frozen=True)
@@ -40,6 +66,16 @@ class GangRequest:
     gpus_per_replica: int = 0
     priority: int = 0
     seq: int = 0  # submission order (the job id does)
+    policy: str = PACK
+
+    @property
+    def kind(self) -> str:
+        return GPU if self.gpus_per_replica else CPU
+
+    @property
+    def per(self) -> int:
+        """Units of its kind one replica takes."""
+        return self.gpus_per_replica or 1
 
     def describe_need(self) -> str:
         if self.gpus_per_replica:
@@ -59,85 +95,137 @@ class ReplicaPlacement:
 class PlacementResult:
     assignments: dict[int, list[ReplicaPlacement]] = field(default_factory=dict)
     waiting: dict[int, str] = field(default_factory=dict)  # job id -> reason
+    positions: dict[int, int] = field(default_factory=dict)  # job id -> place among waiting, 1..
 
 
-def _fits_on_empty(request: GangRequest, nodes: Sequence[NodeCapacity]) -> bool:
-    if request.gpus_per_replica:
-        per_node = [n.gpus // request.gpus_per_replica for n in nodes]
-    else:
-        per_node = [n.slots for n in nodes]
-    return sum(per_node) >= request.replicas
+def _unit(kind: str) -> str:
+    return "GPUs" if kind == GPU else "CPU slots"
 
 
-def _try_place(
-    request: GangRequest, free_slots: dict[str, int], free_gpus: dict[str, list[int]],
-    nodes: Sequence[NodeCapacity],
-) -> list[ReplicaPlacement] | None:
-    """Place every replica or none (`pack`); mutates the free maps only on success.
+class _Cluster:
+    """The pass's mutable view of the nodes: one pool per kind, reservations."""
 
-    Best fit first: the smallest node that holds the whole gang, so big holes stay
-    whole for big jobs. Failing that, fill the nodes with the most room first,
-    which spans the fewest nodes.
-    """
-    per = request.gpus_per_replica
+    def __init__(self, nodes: Sequence[NodeCapacity]) -> None:
+        self.nodes = {n.id: n for n in nodes}
+        self.totals = {CPU: {n.id: max(0, n.slots) for n in nodes},
+                       GPU: {n.id: max(0, n.gpus) for n in nodes}}
+        self.pools = {CPU: Pool({n.id: max(0, min(n.free_slots, n.slots)) for n in nodes}),
+                      GPU: Pool({n.id: len(n.free_gpus) for n in nodes})}
+        self.free_gpus = {n.id: sorted(n.free_gpus) for n in nodes if n.free_gpus}
+        self.free_units = {kind: pool.units for kind, pool in self.pools.items()}
+        self.total_units = {kind: sum(t.values()) for kind, t in self.totals.items()}
+        self.largest = {kind: max(t.values(), default=0) for kind, t in self.totals.items()}
+        self._empty: dict[tuple[str, int], list[int]] = {}
+        # Reservations: nodes by total capacity, largest first; every node whose
+        # total is >= the smallest per-replica need of a blocked job is held.
+        self._by_total = {kind: sorted(t, key=lambda i, t=t: -t[i])
+                          for kind, t in self.totals.items()}
+        self._held_upto = {CPU: 0, GPU: 0}
 
-    def room(node: NodeCapacity) -> int:  # how many replicas of this job fit on the node
-        return len(free_gpus[node.id]) // per if per else free_slots[node.id]
+    def empty_rooms(self, kind: str, per: int) -> list[int]:
+        """Prefix sums of replicas-that-fit per node on an empty cluster, largest first."""
+        key = (kind, per)
+        if key not in self._empty:
+            rooms = sorted((t // per for t in self.totals[kind].values()), reverse=True)
+            self._empty[key] = list(accumulate(r for r in rooms if r))
+        return self._empty[key]
 
-    fits_whole = [n for n in nodes if room(n) >= request.replicas]
-    if fits_whole:
-        order = [min(fits_whole, key=lambda n: (room(n), n.id))]
-    else:
-        order = sorted((n for n in nodes if room(n) > 0), key=lambda n: (-room(n), n.id))
-    if sum(room(n) for n in order) < request.replicas:
+    def reserve(self, request: GangRequest) -> None:
+        """Withhold from later jobs every node that could host one of `request`'s replicas."""
+        order, totals, pool = self._by_total[request.kind], self.totals[request.kind], \
+            self.pools[request.kind]
+        i = self._held_upto[request.kind]
+        while i < len(order) and totals[order[i]] >= request.per:
+            pool.remove(order[i])
+            i += 1
+        self._held_upto[request.kind] = i
+
+    def commit(self, request: GangRequest, chosen: list[tuple[str, int]]
+               ) -> list[ReplicaPlacement]:
+        pool, per = self.pools[request.kind], request.per
+        placed: list[ReplicaPlacement] = []
+        for node_id, count in chosen:
+            pool.take(node_id, count * per)
+            address = self.nodes[node_id].address
+            for _ in range(count):
+                gpu_ids: tuple[int, ...] = ()
+                if request.gpus_per_replica:
+                    ids = self.free_gpus[node_id]
+                    gpu_ids = tuple(ids[:per])
+                    del ids[:per]
+                placed.append(ReplicaPlacement(node_id, address, gpu_ids))
+        self.free_units[request.kind] -= request.replicas * per
+        return placed
+
+
+def _choose(pool: Pool, request: GangRequest) -> list[tuple[str, int]] | None:
+    """(node, replicas there) for the whole gang, or None; reads the pool only."""
+    per, left = request.per, request.replicas
+    if pool.room(per) < left:
         return None
-    placed: list[ReplicaPlacement] = []
-    for node in order:
-        take = min(room(node), request.replicas - len(placed))
-        for _ in range(take):
-            gpu_ids: tuple[int, ...] = ()
-            if per:
-                gpu_ids = tuple(free_gpus[node.id][:per])
-                del free_gpus[node.id][:per]
-            else:
-                free_slots[node.id] -= 1
-            placed.append(ReplicaPlacement(node.id, node.address, gpu_ids))
-        if len(placed) == request.replicas:
+    chosen: list[tuple[str, int]] = []
+    if request.policy == SPREAD:
+        names: list[str] = []
+        rooms: list[int] = []
+        for node_id, units in pool.descending(per):
+            names.append(node_id)
+            rooms.append(units // per)
+            if len(names) == left:
+                break
+        taken = [0] * len(names)
+        while left:  # round robin over the emptiest nodes until every replica has one
+            for i, room in enumerate(rooms):
+                if left and taken[i] < room:
+                    taken[i] += 1
+                    left -= 1
+        return [(name, count) for name, count in zip(names, taken, strict=True) if count]
+    best = pool.best_fit(per * left)
+    if best is not None:
+        return [(best, left)]
+    for node_id, units in pool.descending(per):
+        take = min(units // per, left)
+        chosen.append((node_id, take))
+        left -= take
+        if not left:
             break
-    return placed
+    return chosen
 
 
 def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity]) -> PlacementResult:
-    """Assign whole gangs to nodes, in priority then submission order."""
+    """Assign whole gangs to nodes, in priority then submission order (see the module rule)."""
     result = PlacementResult()
-    free_slots = {n.id: n.free_slots for n in nodes}
-    free_gpus = {n.id: sorted(n.free_gpus) for n in nodes}
-    ordered = sorted(queue, key=lambda r: (-r.priority, r.seq))
-    blocked_by: GangRequest | None = None
-    for request in ordered:
-        if not _fits_on_empty(request, nodes):
-            total = sum(n.gpus for n in nodes) if request.gpus_per_replica else \
-                sum(n.slots for n in nodes)
-            unit = "GPUs" if request.gpus_per_replica else "CPU slots"
-            result.waiting[request.job_id] = (
-                f"unschedulable: needs {request.describe_need()}, "
-                f"the registered nodes have {total} {unit} in all"
-            )
+    cluster = _Cluster(nodes)
+    first_blocked: dict[str, int] = {}  # kind -> job id of the first job of it that waits
+    position = 0
+    for request in sorted(queue, key=lambda r: (-r.priority, r.seq)):
+        kind, unit = request.kind, _unit(request.kind)
+        rooms = cluster.empty_rooms(kind, request.per)
+        if not rooms or rooms[-1] < request.replicas:
+            position += 1
+            result.positions[request.job_id] = position
+            total, per_node = cluster.total_units[kind], cluster.largest[kind]
+            detail = f"the cluster has {total} {unit}"
+            if request.gpus_per_replica and total >= request.replicas * request.per:
+                detail += f", at most {per_node} on one node"
+            result.waiting[request.job_id] = \
+                f"unschedulable: needs {request.describe_need()}, {detail}"
             continue
-        if blocked_by is not None:
-            result.waiting[request.job_id] = f"waiting behind job {blocked_by.job_id}"
+        chosen = _choose(cluster.pools[kind], request)
+        if chosen is None:
+            position += 1
+            result.positions[request.job_id] = position
+            min_nodes = bisect_left(rooms, request.replicas) + 1
+            reason = (f"needs {request.describe_need()} on ≥{min_nodes} "
+                      f"node{'s' if min_nodes > 1 else ''}; "
+                      f"{cluster.free_units[kind]} {unit} free")
+            if kind in first_blocked:
+                reason += f", held for job {first_blocked[kind]} ahead in the queue"
+            else:
+                first_blocked[kind] = request.job_id
+            result.waiting[request.job_id] = reason
+            cluster.reserve(request)
             continue
-        placed = _try_place(request, free_slots, free_gpus, nodes)
-        if placed is None:
-            free = sum(len(v) for v in free_gpus.values()) if request.gpus_per_replica else \
-                sum(free_slots.values())
-            unit = "GPUs" if request.gpus_per_replica else "CPU slots"
-            result.waiting[request.job_id] = (
-                f"waiting for capacity: needs {request.describe_need()}; {free} {unit} free"
-            )
-            blocked_by = request
-            continue
-        result.assignments[request.job_id] = placed
+        result.assignments[request.job_id] = cluster.commit(request, chosen)
     return result
 
 

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services import gangs, nodes, tf_config
+from services import gangs, nodes, promotion, schedule_firing, tf_config, watchdog
 from services.dispatch import Message, StartReplica
 from services.models import Job, Node, Replica, utcnow
+from services.pass_lock import lock_pass
 from services.placement import GangRequest, pick_ports, place
 from services.settings import Settings
-from services.statuses import TERMINAL_REPLICA_STATUSES, JobStatus, NodeStatus, ReplicaStatus
+from services.statuses import JobStatus, NodeStatus, ReplicaStatus
 from services.transitions import transition_job
 
 START_RESEND_SECONDS = 20.0
@@ -46,19 +47,6 @@ def start_payload(job: Job, replica: Replica) -> dict[str, object]:
     }
 
 
-def _reap_lost_nodes(session: Session, settings: Settings, now: dt.datetime) -> list[str]:
-    lost = nodes.mark_lost_nodes(session=session, now=now, timeout=settings.NODE_TIMEOUT)
-    if lost:
-        for replica in session.execute(
-            sa.select(Replica).where(Replica.node_id.in_(lost),
-                                     Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
-        ).scalars():
-            replica.status = ReplicaStatus.LOST
-            replica.finished_at = now
-        session.flush()
-    return lost
-
-
 def _resend_stale_starts(session: Session, now: dt.datetime) -> list[Message]:
     # A start message lost between commit and send (crash, Redis restart) is
     # sent again; the agent ignores a start it has already acted on.
@@ -82,10 +70,17 @@ def _place_queue(session: Session, settings: Settings, now: dt.datetime) -> tupl
     queued = list(session.execute(
         sa.select(Job).where(Job.status == JobStatus.QUEUED).order_by(Job.id)
     ).scalars())
+    # A restarted gang waits out its backoff before it may be placed again.
+    for job in queued:
+        if job.not_before is not None and job.not_before > now:
+            job.reason = f"restart backoff: placed again in " \
+                         f"{(job.not_before - now).total_seconds():.0f}s"
+    queued = [job for job in queued if job.not_before is None or job.not_before <= now]
     if not queued:
         return [], []
     capacity, used_ports = nodes.read_capacity(session=session)
-    requests = [GangRequest(job.id, job.replicas, job.gpus_per_replica, job.priority, job.id)
+    requests = [GangRequest(job.id, job.replicas, job.gpus_per_replica, job.priority, job.id,
+                            policy=job.placement or settings.PLACEMENT_POLICY)
                 for job in queued]
     result = place(requests, capacity)
     by_id = {job.id: job for job in queued}
@@ -125,17 +120,33 @@ def _place_queue(session: Session, settings: Settings, now: dt.datetime) -> tupl
 
 def run_pass(
     *, session: Session, settings: Settings, heartbeats: list[nodes.Heartbeat],
+    progress: dict[tuple[int, int, int], float] | None = None,
     now: dt.datetime | None = None,
 ) -> PassResult:
-    """One full pass; the caller commits, then sends `result.messages`."""
+    """One full pass; the caller commits, then sends `result.messages`.
+
+    Args:
+        heartbeats: the last heartbeat of every agent.
+        progress: the last progress heartbeat (unix time) of each running replica,
+            keyed by (job, attempt, index).
+    """
+    lock_pass(session=session)  # before reading anything the pass decides on
     now = now or utcnow()
     result = PassResult()
     for beat in heartbeats:
         nodes.record_heartbeat(session=session, beat=beat)
-    result.lost_nodes = _reap_lost_nodes(session, settings, now)
+    result.lost_nodes = watchdog.reap_lost_nodes(session=session, settings=settings, now=now)
+    watchdog.reconcile_heartbeats(session=session, heartbeats=heartbeats)
+    watchdog.note_progress(session=session, progress=progress or {})
+    watchdog.find_hung(session=session, settings=settings, now=now)
+    watchdog.enforce_deadlines(session=session, now=now)
+    # Cron schedules fire before settling, so a `replace` cancel is acted on in this pass.
+    schedule_firing.fire_due_schedules(session=session, settings=settings, now=now)
+    promotion.decide_pending(session=session, now=now)
     for job in gangs.jobs_to_settle(session=session):
         result.messages.extend(gangs.settle_job(session=session, job=job, now=now))
     result.messages.extend(_resend_stale_starts(session, now))
+    result.messages.extend(watchdog.clean_up_finished(session=session, now=now))
     placed_messages, result.placed = _place_queue(session, settings, now)
     result.messages.extend(placed_messages)
     return result

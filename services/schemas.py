@@ -18,7 +18,8 @@ from pydantic import (
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
 
 Strategy = Literal["multi_worker_mirrored", "mirrored", "one_device"]
-RestartPolicy = Literal["never", "on_failure"]
+RestartPolicy = Literal["never", "on_failure", "exit_code"]
+Placement = Literal["pack", "spread"]
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _NAME = re.compile(r"^[\w.\- ]+$")
@@ -64,6 +65,11 @@ class JobCreate(BaseModel):
     restart_policy: RestartPolicy = "never"
     max_restarts: StrictInt = Field(0, ge=0, le=100)
     priority: StrictInt = Field(0, ge=-1000, le=1000)
+    placement: Placement | None = Field(
+        None, description="pack: fewest nodes; spread: one replica per node where it can; "
+        "unset: the cluster's default")
+    active_deadline_seconds: StrictInt | None = Field(None, ge=1, le=90 * 86400)
+    ttl_seconds_after_finished: StrictInt | None = Field(None, ge=0, le=365 * 86400)
 
     @field_validator("name")
     @classmethod
@@ -92,9 +98,22 @@ class ReplicaRead(BaseModel):
     status: ReplicaStatus
     pid: int | None
     exit_code: int | None
+    failure: str = ""
     tf_config: dict[str, Any] | None
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
+
+
+class JobProgress(BaseModel):
+    """Where a job is, from its chief's stored steps."""
+
+    step: int
+    total_steps: int
+    epoch: int
+    epochs: int
+    percent: float
+    steps_per_second: float | None
+    eta_seconds: float | None
 
 
 class JobRead(BaseModel):
@@ -111,6 +130,13 @@ class JobRead(BaseModel):
     restart_policy: str
     max_restarts: int
     priority: int
+    placement: str | None = None
+    queue_position: int | None = Field(
+        None, description="while queued: 1 for the next job to be placed, 2 behind it, ...")
+    active_deadline_seconds: int | None = None
+    ttl_seconds_after_finished: int | None = None
+    schedule_id: int | None = Field(None, description="the schedule that fired this job")
+    scheduled_for: dt.datetime | None = Field(None, description="the fire time it was made for")
     status: JobStatus
     attempt: int
     reason: str
@@ -124,6 +150,9 @@ class JobRead(BaseModel):
 
     replica_list: list[ReplicaRead] = Field(
         default_factory=list, description="the replicas of the current attempt"
+    )
+    progress: JobProgress | None = Field(
+        None, description="current step/epoch of the total, percent and ETA (one job only)"
     )
 
 
@@ -156,6 +185,19 @@ class MetricList(BaseModel):
     items: list[MetricPointRead]
 
 
+class LogLineRead(BaseModel):
+    id: int  # for resuming the stream after it: `Last-Event-ID: 0.<id>.0`
+    attempt: int
+    replica: int
+    seq: int
+    ts: float
+    line: str
+
+
+class LogList(BaseModel):
+    items: list[LogLineRead]
+
+
 class NodeRead(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -167,4 +209,8 @@ class NodeRead(BaseModel):
     running_replicas: int
     status: NodeStatus
     last_heartbeat: dt.datetime
+    gpu_ids: list[int] = Field(default_factory=list)
+    free_gpus: int = 0
+    replicas: list[str] = Field(default_factory=list,
+                                description="live replicas here: 'job/attempt/index'")
 

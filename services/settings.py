@@ -5,8 +5,9 @@ from __future__ import annotations
 import secrets
 from functools import cached_property, lru_cache
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -37,11 +38,32 @@ class Settings(BaseSettings):
     NODE_GPUS: int = 0
     PORT_RANGE_START: int = 29500
     PORT_RANGE_END: int = 29999
+    # Where a job sets no placement policy: "pack" (fewest nodes) or "spread".
+    PLACEMENT_POLICY: Literal["pack", "spread"] = "pack"
 
     # Scheduler timing (seconds)
     SCHEDULER_INTERVAL: float = 1.0
     HEARTBEAT_INTERVAL: float = 2.0
-    NODE_TIMEOUT: float = 15.0
+    NODE_TIMEOUT: float = 15.0  # a node whose heartbeat is older is lost
+    # An agent that could not heartbeat for this long stops its own replicas: it
+    # must be shorter than NODE_TIMEOUT, so they are gone before the gang is
+    # placed again elsewhere (no two copies of one replica).
+    AGENT_LEASE: float = 10.0
+
+    # Failure handling (seconds)
+    STOP_GRACE: float = 8.0  # SIGTERM, then SIGKILL after this
+    STARTUP_TIMEOUT: float = 180.0  # from spawn to the first training step
+    PROGRESS_TIMEOUT: float = 120.0  # between two progress heartbeats of a replica
+    RESTART_BACKOFF: float = 2.0  # first restart waits this, then doubles...
+    RESTART_BACKOFF_MAX: float = 60.0  # ...up to this
+
+    @model_validator(mode="after")
+    def _port_range_follows_its_start(self) -> Settings:
+        # PORT_RANGE_START moved above the default end (as tests do with their own
+        # port bases) without an end: keep the default width rather than an empty range.
+        if self.PORT_RANGE_END < self.PORT_RANGE_START:
+            self.PORT_RANGE_END = self.PORT_RANGE_START + 499
+        return self
 
     @field_validator("ALLOWED_ENTRYPOINTS", mode="before")
     @classmethod

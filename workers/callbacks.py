@@ -26,6 +26,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from services.bus import PROGRESS_HASH, progress_field
+
 STREAM_KEY = "cohort:metrics"
 STREAM_MAXLEN = 1_000_000
 
@@ -62,6 +64,11 @@ def connect(redis_url: str) -> redis.Redis:
     )
 
 
+# Seconds between two progress heartbeats of one replica.
+BEAT_INTERVAL = 1.0
+# After training, how long the replica may go without a beat (evaluation, saving).
+FINISH_GRACE = 300.0
+
 class MetricReporter:
     """Buffers one replica's metric points and appends them to the metrics stream in batches."""
 
@@ -90,6 +97,28 @@ class MetricReporter:
         self._skipped: set[str] = set()
         self.dropped = 0
         self.last_step = 0
+        self._progress_field = progress_field(job_id, attempt, replica)
+        self._last_beat = 0.0
+        self._beat_floor = 0.0
+
+    def beat(self, extend: float = 0.0) -> None:
+        """Progress heartbeat (at most one a second): this replica is still stepping.
+
+        Sent from the training loop itself, never from a thread, so a replica stuck
+        in a collective, a frozen input pipeline or a stopped process goes quiet and
+        the scheduler's watchdog sees it. A beat says "alive through this time";
+        `extend` dates it ahead for a phase with no steps to beat from (saving).
+        """
+        now = time.monotonic()
+        if now - self._last_beat < BEAT_INTERVAL and not extend:
+            return
+        self._last_beat = now
+        # Never date a beat earlier than an extension already granted.
+        self._beat_floor = max(self._beat_floor, time.time() + extend)
+        try:
+            self._client.hset(PROGRESS_HASH, self._progress_field, repr(self._beat_floor))
+        except Exception:  # noqa: BLE001 - a missed beat is retried next second
+            pass
 
     @classmethod
     def from_url(cls, redis_url: str, **kwargs: Any) -> MetricReporter:
@@ -274,7 +303,11 @@ def _callback_class() -> type:
             if not self._announced:
                 self._announced = True
                 announce(f"first_step ts={ts}")
+            self._reporter.beat()
             self._reporter.maybe_flush()
+
+        def on_test_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+            self._reporter.beat()  # evaluation is progress too
 
         def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
             ts = time.time()
@@ -283,6 +316,8 @@ def _callback_class() -> type:
             self._reporter.maybe_flush(force=True)
 
         def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
+            # Evaluation beats again; saving the model does not, so give it time.
+            self._reporter.beat(extend=FINISH_GRACE)
             self._reporter.flush()
 
     return MetricsCallback

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
+import redis
 from celery import Celery
 
-from services.bus import node_queue
-from services.dispatch import Message, StartReplica, StopReplica
+from services.bus import attempt_key, node_queue
+from services.dispatch import CleanupJob, Message, StartReplica, StopReplica
 
 log = logging.getLogger(__name__)
 
@@ -15,14 +16,22 @@ log = logging.getLogger(__name__)
 class CeleryDispatcher:
     """services.dispatch.Dispatcher over Celery: each message to its node's own queue."""
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, client: redis.Redis) -> None:
         self.app = app
+        self.redis = client
 
     def send(self, messages: list[Message]) -> None:
         for message in messages:
             try:
                 if isinstance(message, StartReplica):
+                    # Published before the start, so an agent that gets an older
+                    # attempt's message late can tell it is stale.
+                    self.redis.set(attempt_key(int(message.payload["job_id"])),
+                                   int(message.payload["attempt"]), ex=30 * 86400)
                     self.app.send_task("workers.tasks.start_replica", args=[message.payload],
+                                       queue=node_queue(message.node_id))
+                elif isinstance(message, CleanupJob):
+                    self.app.send_task("workers.tasks.cleanup_job", args=[message.job_id],
                                        queue=node_queue(message.node_id))
                 elif isinstance(message, StopReplica):
                     self.app.send_task(

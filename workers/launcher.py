@@ -75,6 +75,8 @@ def replica_env(payload: dict[str, Any], redis_url: str, directory: Path) -> dic
         "TF_USE_LEGACY_KERAS": "1",
         "CUDA_VISIBLE_DEVICES": str(payload.get("gpu_ids") or ""),
         "PYTHONUNBUFFERED": "1",
+        # The replica stops itself when this process dies (see workers/runner.py).
+        "COHORT_AGENT_PID": str(os.getpid()),
     })
     if payload.get("tf_config"):
         env["TF_CONFIG"] = tf_config.dumps(payload["tf_config"])

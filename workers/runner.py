@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from workers.callbacks import MetricReporter, announce, warn
+from workers.resources import ResourceSampler
 from workers.trainers import (
     TrainerContext,
     UnknownTrainerError,
@@ -172,6 +173,25 @@ def _install_termination(reporter_box: list[MetricReporter]) -> None:
     threading.Thread(target=watchdog, name="cohort-sigterm-watchdog", daemon=True).start()
 
 
+def _watch_parent() -> None:
+    """Terminate this replica if the agent that started it dies.
+
+    The replica runs in its own session, so it outlives a killed agent; left alone
+    it would keep training next to the gang the scheduler places again elsewhere.
+    """
+    agent_pid = os.environ.get("COHORT_AGENT_PID")
+    if not agent_pid or not agent_pid.isdigit():
+        return  # started by hand, not by an agent
+
+    def watch() -> None:
+        while os.getppid() == int(agent_pid):
+            threading.Event().wait(1.0)
+        warn(f"agent {agent_pid} is gone; stopping")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="cohort-parent-watch", daemon=True).start()
+
+
 def run(config: ReplicaConfig, reporter: MetricReporter) -> int:
     """Build the strategy, run the trainer and report its final metrics."""
     strategy = build_strategy(config.strategy)
@@ -210,6 +230,7 @@ def main() -> int:
     """Run one replica from the environment; returns the process exit code."""
     reporter_box: list[MetricReporter] = []
     _install_termination(reporter_box)
+    _watch_parent()
     try:
         config = parse_config(os.environ.get("COHORT_REPLICA"))
         # Catch a malformed trainer name before the (slow) TensorFlow start-up.
@@ -228,6 +249,8 @@ def main() -> int:
         redis_url, job_id=config.job_id, attempt=config.attempt, replica=config.index
     )
     reporter_box.append(reporter)
+    sampler = ResourceSampler(reporter)
+    sampler.start()
     try:
         return run(config, reporter)
     except SystemExit as exc:
@@ -243,6 +266,7 @@ def main() -> int:
             pass
         return EXIT_TERMINATED if _terminated.is_set() else EXIT_FAILED
     finally:
+        sampler.stop()
         reporter.close()
 
 

@@ -19,12 +19,20 @@ import redis
 from redis.exceptions import ResponseError
 
 from services import gangs, metrics, scheduling
-from services.bus import EVENTS_STREAM, METRICS_STREAM, NODES_HASH, SCHEDULER_LOCK, get_redis
+from services.bus import (
+    EVENTS_STREAM,
+    METRICS_STREAM,
+    NODES_HASH,
+    PROGRESS_HASH,
+    SCHEDULER_LOCK,
+    get_redis,
+)
 from services.db import session_scope
 from services.dispatch import Dispatcher, Message
 from services.models import Job
 from services.nodes import Heartbeat
 from services.settings import Settings, get_settings
+from workers.ingest import ingest_logs_while, publish_live
 
 log = logging.getLogger("cohort.scheduler")
 
@@ -52,13 +60,35 @@ def read_heartbeats(client: redis.Redis) -> list[Heartbeat]:
     for raw in client.hgetall(NODES_HASH).values():
         try:
             data = json.loads(raw)
+            running = frozenset(_key(k) for k in data.get("replicas", []))
+            exited = {_key(k): int(code) for *k, code in data.get("exited", [])}
             beats.append(Heartbeat(node_id=str(data["node_id"])[:64],
                                    address=str(data["address"])[:128],
                                    slots=int(data["slots"]), gpus=int(data.get("gpus", 0)),
-                                   at=_ts(data["ts"])))
+                                   at=_ts(data["ts"]), running=running, exited=exited,
+                                   gpu_ids=tuple(int(g) for g in data.get("gpu_ids", [])[:64]),
+                                   busy_ports=frozenset(
+                                       int(p) for p in data.get("busy_ports", [])[:2000]),
+                                   port_space=str(data.get("port_space", ""))[:128]))
         except (ValueError, KeyError, TypeError):
             log.warning("ignoring malformed heartbeat %r", raw[:200])
     return beats
+
+
+def _key(parts: list[object]) -> tuple[int, int, int]:
+    job_id, attempt, index = (int(p) for p in parts)  # type: ignore[call-overload]
+    return job_id, attempt, index
+
+
+def read_progress(client: redis.Redis) -> dict[tuple[int, int, int], float]:
+    """The last progress heartbeat of every replica that sent one."""
+    progress = {}
+    for field, value in client.hgetall(PROGRESS_HASH).items():
+        try:
+            progress[_key(field.split(":"))] = float(value)
+        except (ValueError, TypeError):
+            continue
+    return progress
 
 
 def apply_event(kind: str, data: dict[str, object]) -> list[Message]:
@@ -94,9 +124,10 @@ class Scheduler:
 
     def run_pass(self) -> None:
         heartbeats = read_heartbeats(self.redis)
+        progress = read_progress(self.redis)
         with session_scope() as session:
             result = scheduling.run_pass(session=session, settings=self.settings,
-                                         heartbeats=heartbeats)
+                                         heartbeats=heartbeats, progress=progress)
         # Committed above; only now may the agents hear about it.
         self.dispatcher.send(result.messages)
         if result.placed:
@@ -131,11 +162,16 @@ class Scheduler:
         ingester = threading.Thread(target=ingest_metrics_while, args=(self.redis, self.leading),
                                     daemon=True, name="ingest")
         ingester.start()
+        log_ingester = threading.Thread(target=ingest_logs_while,
+                                        args=(self.redis, self.leading), daemon=True,
+                                        name="ingest-logs")
+        log_ingester.start()
         try:
             self._lead_loop()
         finally:
             self.leading.clear()
             ingester.join(timeout=5)
+            log_ingester.join(timeout=5)
 
     def _lead_loop(self) -> None:
         last_pass = 0.0
@@ -143,11 +179,20 @@ class Scheduler:
             if not self.lock.extend(LOCK_TTL, replace_ttl=True):
                 log.warning("lost the scheduler lock")
                 return
-            handled = self.handle_events(block_ms=int(self.settings.SCHEDULER_INTERVAL * 1000))
-            now = time.monotonic()
-            if handled or now - last_pass >= self.settings.SCHEDULER_INTERVAL:
-                self.run_pass()
-                last_pass = now
+            try:
+                handled = self.handle_events(
+                    block_ms=int(self.settings.SCHEDULER_INTERVAL * 1000))
+                now = time.monotonic()
+                if handled or now - last_pass >= self.settings.SCHEDULER_INTERVAL:
+                    self.run_pass()
+                    last_pass = now
+            except redis.RedisError:
+                raise  # the lock may be gone with Redis: back to acquiring it
+            except Exception:
+                # A database hiccup must not end the leader: SQL holds the truth,
+                # and the next pass starts from it again.
+                log.exception("scheduling pass failed; retrying")
+                self.stopping.wait(1.0)
 
     def run(self) -> None:
         """Wait for leadership, lead, repeat until stopped."""
@@ -184,7 +229,10 @@ def ingest_metrics_once(client: redis.Redis, block_ms: int = 1000, count: int = 
                 except (ValueError, KeyError, TypeError):
                     log.warning("dropping malformed metric batch %r", fields)
             with session_scope() as session:
-                stored += metrics.store_points(session=session, rows=rows)
+                new_rows = metrics.insert_points(session=session, rows=rows)
+            stored += len(new_rows)
+            # After the commit, so a live viewer never sees a row SQL could still lose.
+            publish_live(client, "metric", new_rows)
             # Acknowledged only after the commit: a crash in between re-reads the
             # entries, and the unique key stores each point once.
             client.xack(METRICS_STREAM, GROUP, *[entry_id for entry_id, _ in entries])
@@ -207,7 +255,7 @@ def run_scheduler(settings: Settings | None = None) -> None:
     from workers.dispatch import CeleryDispatcher
 
     settings = settings or get_settings()
-    scheduler = Scheduler(settings, get_redis(), CeleryDispatcher(app))
+    scheduler = Scheduler(settings, get_redis(), CeleryDispatcher(app, get_redis()))
     try:
         scheduler.run()
     except KeyboardInterrupt:

@@ -22,3 +22,9 @@ def start_replica(payload: dict[str, Any]) -> None:
 def stop_replica(job_id: int, attempt: int, index: int, grace_seconds: float = 10.0) -> None:
     """Stop replica (job, attempt, index): SIGTERM to its process group, SIGKILL after grace."""
     current_agent().stop_replica(int(job_id), int(attempt), int(index), float(grace_seconds))
+
+
+@app.task(name="workers.tasks.cleanup_job")
+def cleanup_job(job_id: int) -> None:
+    """Remove a finished job's scratch files on this node (checkpoints, temp)."""
+    current_agent().cleanup_job(int(job_id))

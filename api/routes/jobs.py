@@ -8,7 +8,7 @@ from fastapi import APIRouter, BackgroundTasks, Header, Query, Response, status
 from sqlalchemy.orm import Session
 
 from api.deps import CurrentJob, RedisDep, SessionDep, SettingsDep, TokenDep
-from services import jobs
+from services import jobs, progress, queue
 from services.bus import wake_scheduler
 from services.models import Job
 from services.schemas import JobCreate, JobEventRead, JobList, JobRead, ReplicaRead
@@ -22,6 +22,7 @@ def to_read(session: Session, job: Job) -> JobRead:
     replicas = jobs.read_replicas(session=session, job=job)
     read = JobRead.model_validate(job)
     read.replica_list = [ReplicaRead.model_validate(r) for r in replicas]
+    read.queue_position = queue.queue_position(session=session, job=job)
     return read
 
 
@@ -50,6 +51,7 @@ def read_jobs(
     name: Annotated[str | None, Query(max_length=128)] = None,
     cursor: str | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    schedule_id: Annotated[int | None, Query(description="jobs fired by this schedule")] = None,
 ) -> JobList:
     """List the project's jobs, newest first; pass `next_cursor` back as `cursor`."""
     before = None
@@ -65,15 +67,17 @@ def read_jobs(
             ) from exc
     rows, next_before = jobs.list_jobs(session=session, project_id=token.project_id,
                                        status=status_filter, name=name, before=before,
-                                       limit=limit)
+                                       limit=limit, schedule_id=schedule_id)
     return JobList(items=[to_read(session, job) for job in rows],
                    next_cursor=jobs.encode_cursor(next_before) if next_before else None)
 
 
 @router.get("/{job_id}")
 def read_job(job: CurrentJob, session: SessionDep) -> JobRead:
-    """A job: status, attempt, reason, and where each replica runs."""
-    return to_read(session, job)
+    """A job: status, attempt, reason, where each replica runs, and its progress."""
+    read = to_read(session, job)
+    read.progress = progress.read_progress(session=session, job=job)
+    return read
 
 
 @router.post("/{job_id}/cancel")

@@ -21,8 +21,15 @@ def read_job_metrics(
     attempt: Annotated[int | None, Query(ge=1)] = None,
     since_step: Annotated[int | None, Query(ge=0)] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
+    max_points: Annotated[int | None, Query(ge=10, le=100_000)] = None,
 ) -> MetricList:
-    """Stored metric points, by attempt then step; filter by name, replica, attempt, step."""
+    """Stored metric points, by attempt then step; filter by name, replica, attempt, step.
+    `max_points` downsamples long runs: each series keeps its share as bucket means."""
+    if max_points is not None:
+        points = metrics.read_metrics_downsampled(
+            session=session, job_id=job.id, max_points=max_points, names=name,
+            replica=replica, attempt=attempt, since_step=since_step)
+        return MetricList(items=[MetricPointRead(**p) for p in points])
     rows = metrics.read_metrics(session=session, job_id=job.id, names=name, replica=replica,
                                 attempt=attempt, since_step=since_step, limit=limit)
     return MetricList(items=[

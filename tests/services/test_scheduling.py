@@ -90,8 +90,9 @@ def test_one_failure_tears_the_gang_down(session: Session) -> None:
                                 at=utcnow())
     messages = gangs.settle_job(session=session, job=job)
     assert job.status is JobStatus.FAILED
-    assert job.reason == "replica 1 on n1 exited with code 1: Traceback | ValueError: boom"
-    assert messages == [StopReplica("n1", job.id, 1, 0)]
+    assert job.reason == ("replica 1 on n1 exited with code 1 (permanent): Traceback | "
+                          "ValueError: boom; not restarted: restart_policy is never")
+    assert messages == [StopReplica("n1", job.id, 1, 0, get_settings().STOP_GRACE)]
 
 
 def test_on_failure_restarts_with_next_attempt(session: Session) -> None:
@@ -111,7 +112,8 @@ def test_on_failure_restarts_with_next_attempt(session: Session) -> None:
                                 exit_code=143, log_tail="", at=utcnow())
     survivor = jobs.read_replicas(session=session, job=job, attempt=1)[1]
     assert survivor.status is ReplicaStatus.STOPPED
-    result = run(session, beat("n1"))
+    assert job.not_before is not None
+    result = run(session, beat("n1"), now=job.not_before)
     assert job.attempt == 2
     assert job.status is JobStatus.SCHEDULED
     assert {m.payload["attempt"] for m in result.messages if isinstance(m, StartReplica)} == {2}

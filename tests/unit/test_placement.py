@@ -20,8 +20,8 @@ def test_gang_spans_nodes_when_needed() -> None:
 def test_never_a_partial_gang() -> None:
     result = place([GangRequest(1, 3)], [node("n1", 1, slots=2), node("n2", 1, slots=2)])
     assert 1 not in result.assignments
-    assert "waiting for capacity" in result.waiting[1]
-    assert "2 CPU slots free" in result.waiting[1]
+    assert result.waiting[1] == "needs 3 CPU slots on ≥2 nodes; 2 CPU slots free"
+    assert result.positions[1] == 1
 
 
 def test_priority_then_submission_order() -> None:
@@ -35,7 +35,9 @@ def test_head_of_line_blocks_smaller_jobs_behind_it() -> None:
     queue = [GangRequest(1, 4, seq=1), GangRequest(2, 1, seq=2)]
     result = place(queue, [node("n1", 3, slots=4)])
     assert result.assignments == {}
-    assert result.waiting[2] == "waiting behind job 1"
+    assert result.waiting[2] == "needs 1 CPU slots on ≥1 node; 3 CPU slots free, " \
+        "held for job 1 ahead in the queue"
+    assert result.positions == {1: 1, 2: 2}
 
 
 def test_unschedulable_job_does_not_block_the_queue() -> None:
@@ -43,7 +45,7 @@ def test_unschedulable_job_does_not_block_the_queue() -> None:
     result = place(queue, [node("n1", 2), node("n2", 2)])
     assert list(result.assignments) == [2]
     assert result.waiting[1].startswith("unschedulable: needs 16 CPU slots")
-    assert "4 CPU slots in all" in result.waiting[1]
+    assert result.waiting[1].endswith("the cluster has 4 CPU slots")
 
 
 def test_gpus_are_disjoint() -> None:
@@ -65,3 +67,68 @@ def test_no_nodes() -> None:
 
 def test_pick_ports_skips_used() -> None:
     assert pick_ports({29500, 29502}, 3, 29500, 29510) == [29501, 29503, 29504]
+
+
+def gpu_node(id: str, gpus: int, free: tuple[int, ...] | None = None, slots: int = 0
+             ) -> NodeCapacity:
+    ids = tuple(range(gpus)) if free is None else free
+    return NodeCapacity(id=id, address=f"10.0.1.{id[-1]}", slots=slots, free_slots=slots,
+                        gpus=gpus, free_gpus=ids)
+
+
+def test_pack_prefers_the_smallest_node_that_holds_the_gang() -> None:
+    nodes = [node("n1", 4), node("n2", 2), node("n3", 3)]
+    result = place([GangRequest(1, 2)], nodes)
+    assert [p.node_id for p in result.assignments[1]] == ["n2", "n2"]
+
+
+def test_pack_fills_the_fullest_nodes_first_when_it_must_span() -> None:
+    nodes = [node("n1", 2), node("n2", 4), node("n3", 3)]
+    result = place([GangRequest(1, 6)], nodes)
+    assert sorted({p.node_id for p in result.assignments[1]}) == ["n2", "n3"]
+
+
+def test_spread_puts_one_replica_per_node() -> None:
+    nodes = [node("n1", 4), node("n2", 2), node("n3", 3)]
+    result = place([GangRequest(1, 3, policy="spread")], nodes)
+    assert sorted(p.node_id for p in result.assignments[1]) == ["n1", "n2", "n3"]
+
+
+def test_spread_doubles_up_only_when_nodes_run_out() -> None:
+    result = place([GangRequest(1, 3, policy="spread")], [node("n1", 2), node("n2", 2)])
+    assert sorted(p.node_id for p in result.assignments[1]) == ["n1", "n1", "n2"]
+
+
+def test_cpu_job_backfills_while_a_gpu_job_waits() -> None:
+    nodes = [gpu_node("n1", 2, free=(1,), slots=2)]
+    queue = [GangRequest(1, 1, gpus_per_replica=2, seq=1), GangRequest(2, 2, seq=2)]
+    result = place(queue, nodes)
+    assert list(result.assignments) == [2]
+    assert result.waiting[1] == "needs 2 GPUs (2 per replica × 1) on ≥1 node; 1 GPUs free"
+
+
+def test_small_gpu_job_backfills_only_on_nodes_the_head_cannot_use() -> None:
+    # Job 1 needs 4 GPUs per replica; n1 (4 GPUs) is busy, n2 (2 GPUs) can never host it.
+    nodes = [gpu_node("n1", 4, free=(3,)), gpu_node("n2", 2)]
+    queue = [GangRequest(1, 1, gpus_per_replica=4, seq=1),
+             GangRequest(2, 1, gpus_per_replica=1, seq=2),
+             GangRequest(3, 1, gpus_per_replica=1, seq=3),
+             GangRequest(4, 1, gpus_per_replica=1, seq=4)]
+    result = place(queue, nodes)
+    assert sorted(result.assignments) == [2, 3]
+    assert {p.node_id for j in (2, 3) for p in result.assignments[j]} == {"n2"}
+    assert result.waiting[4].endswith("held for job 1 ahead in the queue")
+
+
+def test_gpu_job_bigger_than_any_node_is_unschedulable() -> None:
+    nodes = [gpu_node("n1", 4), gpu_node("n2", 4)]
+    result = place([GangRequest(1, 1, gpus_per_replica=8)], nodes)
+    assert result.waiting[1] == ("unschedulable: needs 8 GPUs (8 per replica × 1), "
+                                 "the cluster has 8 GPUs, at most 4 on one node")
+
+
+def test_unschedulable_counts_the_whole_cluster() -> None:
+    nodes = [gpu_node("n1", 4), gpu_node("n2", 4)]
+    result = place([GangRequest(1, 16, gpus_per_replica=1)], nodes)
+    assert result.waiting[1] == ("unschedulable: needs 16 GPUs (1 per replica × 16), "
+                                 "the cluster has 8 GPUs")

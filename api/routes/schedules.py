@@ -1,0 +1,109 @@
+"""Routes for retraining schedules: CRUD, pause/resume, run now, and the promoted model."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, BackgroundTasks, Depends, Query, Response, status
+from sqlalchemy.orm import Session
+
+from api.deps import RedisDep, SessionDep, SettingsDep, TokenDep
+from services import schedule_firing, schedules
+from services.bus import wake_scheduler
+from services.models import Schedule
+from services.schedule_schemas import (
+    PromotedModel,
+    ScheduleCreate,
+    ScheduleList,
+    ScheduleRead,
+    ScheduleRunRead,
+    ScheduleUpdate,
+)
+
+router = APIRouter(prefix="/schedules", tags=["schedules"])
+
+
+def get_schedule(schedule_id: int, session: SessionDep, token: TokenDep) -> Schedule:
+    """The schedule in the path, locked for the request, if the caller's project owns it."""
+    # Locked so an update, a trigger and the scheduler's firing of the same
+    # schedule do not interleave.
+    return schedules.read_schedule(session=session, project_id=token.project_id,
+                                   schedule_id=schedule_id, lock=True)
+
+
+CurrentSchedule = Annotated[Schedule, Depends(get_schedule)]
+
+
+def _read(session: Session, schedule: Schedule, runs: int = 20) -> ScheduleRead:
+    return schedules.to_read(session=session, schedule=schedule, runs=runs)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+def create_schedule(schedule_in: ScheduleCreate, session: SessionDep, settings: SettingsDep,
+                    token: TokenDep) -> ScheduleRead:
+    """Create a schedule: a job template fired on a cron expression or a fixed interval."""
+    schedule = schedules.create_schedule(session=session, project_id=token.project_id,
+                                         schedule_in=schedule_in, settings=settings)
+    return _read(session, schedule)
+
+
+@router.get("")
+def read_schedules(session: SessionDep, token: TokenDep) -> ScheduleList:
+    """List the project's schedules, by name, each with its last few runs."""
+    return ScheduleList(items=[
+        _read(session, s, runs=3)
+        for s in schedules.list_schedules(session=session, project_id=token.project_id)])
+
+
+@router.get("/{schedule_id}")
+def read_schedule(schedule: CurrentSchedule, session: SessionDep,
+                  runs: Annotated[int, Query(ge=0, le=500)] = 20) -> ScheduleRead:
+    """A schedule: next fire time, last outcome, and its recent runs with their decisions."""
+    return _read(session, schedule, runs)
+
+
+@router.patch("/{schedule_id}")
+def update_schedule(schedule: CurrentSchedule, schedule_in: ScheduleUpdate,
+                    session: SessionDep, settings: SettingsDep) -> ScheduleRead:
+    """Change a schedule; the fields given replace the stored ones."""
+    schedules.update_schedule(session=session, schedule=schedule, schedule_in=schedule_in,
+                              settings=settings)
+    return _read(session, schedule)
+
+
+@router.post("/{schedule_id}/pause")
+def pause_schedule(schedule: CurrentSchedule, session: SessionDep) -> ScheduleRead:
+    """Stop firing until resumed; runs due meanwhile are not made up."""
+    schedules.pause_schedule(session=session, schedule=schedule)
+    return _read(session, schedule)
+
+
+@router.post("/{schedule_id}/resume")
+def resume_schedule(schedule: CurrentSchedule, session: SessionDep) -> ScheduleRead:
+    """Fire again from the next fire time after now."""
+    schedules.resume_schedule(session=session, schedule=schedule)
+    return _read(session, schedule)
+
+
+@router.delete("/{schedule_id}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_schedule(schedule: CurrentSchedule, session: SessionDep) -> Response:
+    """Delete a schedule and its run records; the jobs it fired stay."""
+    schedules.delete_schedule(session=session, schedule=schedule)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/{schedule_id}/trigger", status_code=status.HTTP_201_CREATED)
+def trigger_schedule(schedule: CurrentSchedule, session: SessionDep, settings: SettingsDep,
+                     bus: RedisDep, background: BackgroundTasks) -> ScheduleRunRead:
+    """Run the schedule now, under its concurrency policy; the run says what happened."""
+    run = schedule_firing.trigger_schedule(session=session, settings=settings,
+                                           schedule=schedule)
+    assert run is not None  # a fresh fire time: nothing else can have recorded it
+    background.add_task(wake_scheduler, bus)  # after the commit
+    return ScheduleRunRead.model_validate(run)
+
+
+@router.get("/{schedule_id}/model")
+def read_promoted_model(schedule: CurrentSchedule, session: SessionDep) -> PromotedModel:
+    """The promoted model: its job, metric value, and the chief's node and model path."""
+    return schedules.read_promoted_model(session=session, schedule=schedule)

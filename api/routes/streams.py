@@ -1,0 +1,254 @@
+"""Live streams (Server-Sent Events): one job's status, metrics and logs; the project's jobs.
+
+`GET /jobs/{id}/stream` sends `status` (data: JobRead), `metric` and `log` events. Every
+event's id is the cursor after it, `<metric id>.<log id>.<job event id>` (SQL ids), so a
+client that reconnects with `Last-Event-ID` gets exactly what it missed. Each client reads
+SQL history after its cursor, then follows the job's live feed in Redis (services/live.py)
+with its own XREAD cursor: a slow client holds up nobody, neither other clients nor the
+ingest. The feed position is taken *before* the history is read, and rows are filtered by
+id, so nothing committed in between is lost or sent twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+import anyio
+import redis.asyncio as aredis
+from fastapi import APIRouter, Depends, Header, Query
+from fastapi.exceptions import RequestValidationError
+from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent, format_sse_event
+
+from api.deps import CurrentJob, TokenDep
+from services import live, logs, metrics
+from services.db import session_scope
+from services.settings import get_settings
+from services.stream_state import job_snapshot, project_changes
+
+router = APIRouter(tags=["streams"])
+
+PAGE = 5000  # history rows per SQL read
+STATUS_POLL = 1.0  # seconds between status checks (statuses change rarely)
+KINDS = ("status", "metric", "log")
+KEEPALIVE = 15.0  # seconds of silence before a comment line
+T = TypeVar("T")
+
+
+@dataclass
+class Cursor:
+    """What a client has seen: the last metric, log line and job event ids."""
+
+    metric: int = 0
+    log: int = 0
+    event: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.metric}.{self.log}.{self.event}"
+
+    @classmethod
+    def parse(cls, raw: str, field: str) -> Cursor:
+        parts = raw.strip().split(".")
+        if len(parts) != 3 or not all(p.isdigit() and len(p) < 19 for p in parts):
+            raise RequestValidationError([{
+                "loc": ("header", field), "type": "value_error",
+                "msg": f"{raw[:40]!r} is not an event id of this stream (three numbers "
+                       "joined by dots); omit it to start from the beginning"}])
+        return cls(*(int(p) for p in parts))
+
+
+async def _sql(fn: Callable[..., T], *args: Any) -> T:
+    # Sync SQLAlchemy off the event loop; short reads only.
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
+def _metric_data(row: list[Any]) -> dict[str, Any]:
+    _id, attempt, replica, step, epoch, name, value, ts = row
+    return {"attempt": attempt, "replica": replica, "step": step, "epoch": epoch,
+            "name": name, "value": value, "ts": ts}
+
+
+def _log_data(row: list[Any]) -> dict[str, Any]:
+    _id, attempt, replica, ts, line = row
+    return {"attempt": attempt, "replica": replica, "ts": ts, "line": line}
+
+
+def _history_page(kind: str, job_id: int, after: int) -> list[list[Any]]:
+    with session_scope() as session:
+        if kind == "metric":
+            return [[p.id, p.attempt, p.replica, p.step, p.epoch, p.name, p.value, p.ts]
+                    for p in metrics.read_points_after(session=session, job_id=job_id,
+                                                       after_id=after, limit=PAGE)]
+        return [[r.id, r.attempt, r.replica, r.ts, r.line]
+                for r in logs.read_lines_after(session=session, job_id=job_id,
+                                               after_id=after, limit=PAGE)]
+
+
+def _frame(kind: str, cursor: Cursor, data: Any) -> bytes:
+    return format_sse_event(data_str=json.dumps(data, separators=(",", ":")), event=kind,
+                            id=str(cursor))
+
+
+def _rows_frames(kind: str, rows: list[list[Any]], cursor: Cursor) -> list[bytes]:
+    """Encoded events for rows the client has not had yet (ids at or below its cursor
+    were sent already: from history, or from an overlapping feed entry)."""
+    frames = []
+    for row in rows:
+        if kind == "metric":
+            if row[0] <= cursor.metric:
+                continue
+            cursor.metric = row[0]
+            frames.append(_frame("metric", cursor, _metric_data(row)))
+        else:
+            if row[0] <= cursor.log:
+                continue
+            cursor.log = row[0]
+            frames.append(_frame("log", cursor, _log_data(row)))
+    return frames
+
+
+_snapshots: dict[int, tuple[float, tuple[dict[str, Any], int, tuple[Any, ...]]]] = {}
+
+
+async def _snapshot(job_id: int) -> tuple[dict[str, Any], int, tuple[Any, ...]]:
+    """The job's snapshot, shared by every client of this process for up to STATUS_POLL s:
+    100 clients of one job cost one status read a second, not 100."""
+    now = time.monotonic()
+    hit = _snapshots.get(job_id)
+    if hit is not None and now - hit[0] < STATUS_POLL:
+        return hit[1]
+    value = await _sql(job_snapshot, job_id)
+    if len(_snapshots) > 10_000:
+        _snapshots.clear()
+    _snapshots[job_id] = (now, value)
+    return value
+
+
+def chosen_kinds(
+    kinds: Annotated[list[str] | None, Query(max_length=8)] = None,
+) -> set[str]:
+    """The `kinds` query: some of status, metric, log (all when absent)."""
+    chosen = set(kinds or KINDS)
+    unknown = chosen - set(KINDS)
+    if unknown:
+        raise RequestValidationError([{
+            "loc": ("query", "kinds"), "type": "value_error",
+            "msg": f"unknown kind {sorted(unknown)[0]!r}; use status, metric or log"}])
+    return chosen
+
+
+def resume_point(
+    last_event_id: Annotated[str | None, Header(max_length=64)] = None,
+    resume: Annotated[str | None, Query(alias="last_event_id", max_length=64)] = None,
+) -> Cursor | None:
+    """Where a reconnecting client left off: `Last-Event-ID`, or `?last_event_id=`."""
+    # A dependency, so a bad id is a 422 before the stream starts.
+    if last_event_id:
+        return Cursor.parse(last_event_id, "last-event-id")
+    if resume:
+        return Cursor.parse(resume, "last_event_id")
+    return None
+
+
+def project_resume_point(
+    last_event_id: Annotated[str | None, Header(max_length=32)] = None,
+    resume: Annotated[str | None, Query(alias="last_event_id", max_length=32)] = None,
+) -> int | None:
+    """Where a project stream client left off: a job-event id."""
+    raw = last_event_id or resume
+    if raw is not None and not (raw.strip().isdigit() and len(raw.strip()) < 19):
+        raise RequestValidationError([{
+            "loc": ("header", "last-event-id"), "type": "value_error",
+            "msg": f"{raw[:40]!r} is not an event id of this stream (a number); omit it"}])
+    return int(raw) if raw is not None else None
+
+
+@router.get("/jobs/{job_id}/stream",
+            responses={200: {"content": {"text/event-stream": {}},
+                             "description": "`status`, `metric` and `log` events"}})
+async def stream_job(
+    job: CurrentJob,
+    start: Annotated[Cursor | None, Depends(resume_point)],
+    chosen: Annotated[set[str], Depends(chosen_kinds)],
+) -> EventSourceResponse:
+    """Live `status`, `metric` and `log` events of a job: history first, then live.
+    Reconnect with `Last-Event-ID` (or `?last_event_id=`) to get exactly what you missed;
+    `kinds` picks some of the three (e.g. `kinds=log` to follow logs)."""
+    cursor = Cursor(start.metric, start.log, start.event) if start else Cursor()
+    # Events are encoded with FastAPI's own SSE encoder but written a batch at a time
+    # (one feed entry, one history page): one write per event would cap a process at a
+    # few thousand events a second across all clients.
+    return EventSourceResponse(_job_events(job.id, cursor, resumed=start is not None,
+                                           chosen=chosen),
+                               headers={"Cache-Control": "no-cache",
+                                        "X-Accel-Buffering": "no"})
+
+
+async def _job_events(job_id: int, cursor: Cursor, *, resumed: bool,
+                      chosen: set[str]) -> AsyncIterator[bytes]:
+    client = aredis.Redis.from_url(get_settings().redis_url, decode_responses=True)
+    try:
+        key = live.live_key(job_id)
+        # Taken before the history is read: whatever commits after that read is on the
+        # feed after this position.
+        newest = await client.xrevrange(key, count=1)
+        feed_position = newest[0][0] if newest else "0-0"
+        snapshot, event_id, fingerprint = await _snapshot(job_id)
+        if "status" in chosen and (not resumed or event_id > cursor.event):
+            cursor.event = max(cursor.event, event_id)
+            yield _frame("status", cursor, snapshot)
+        cursor.event = max(cursor.event, event_id)
+        for kind in ("metric", "log"):
+            while kind in chosen:
+                page = await _sql(_history_page, kind, job_id,
+                                  cursor.metric if kind == "metric" else cursor.log)
+                frames = _rows_frames(kind, page, cursor)
+                if frames:
+                    yield b"".join(frames)
+                if len(page) < PAGE:
+                    break
+        next_status = time.monotonic() + STATUS_POLL
+        idle_since = time.monotonic()
+        while True:
+            reply = await client.xread({key: feed_position}, count=200,
+                                       block=int(STATUS_POLL * 1000))
+            frames = []
+            for _key, entries in reply or []:
+                for entry_id, fields in entries:
+                    feed_position = entry_id
+                    kind = fields.get("kind")
+                    if kind in chosen:
+                        frames += _rows_frames(kind, json.loads(fields.get("rows", "[]")),
+                                               cursor)
+            if "status" in chosen and time.monotonic() >= next_status:
+                next_status = time.monotonic() + STATUS_POLL
+                snapshot, event_id, new_fingerprint = await _snapshot(job_id)
+                if new_fingerprint != fingerprint:
+                    fingerprint = new_fingerprint
+                    cursor.event = max(cursor.event, event_id)
+                    frames.append(_frame("status", cursor, snapshot))
+            if frames:
+                idle_since = time.monotonic()
+                yield b"".join(frames)
+            elif time.monotonic() - idle_since >= KEEPALIVE:
+                idle_since = time.monotonic()
+                yield KEEPALIVE_COMMENT  # keeps proxies from closing a quiet stream
+    finally:
+        await client.aclose()
+
+
+@router.get("/stream", response_class=EventSourceResponse)
+async def stream_jobs(
+    token: TokenDep, after: Annotated[int | None, Depends(project_resume_point)],
+) -> AsyncIterator[ServerSentEvent]:
+    """`status` events (data: JobRead) of the project's jobs as their statuses change.
+    Without `Last-Event-ID`, the 50 newest jobs come first."""
+    project_id, cursor = token.project_id, after
+    while True:
+        changed, cursor = await _sql(project_changes, project_id, cursor)
+        for snapshot in changed:
+            yield ServerSentEvent(event="status", id=str(cursor), data=snapshot)
+        await anyio.sleep(STATUS_POLL)

@@ -1,0 +1,224 @@
+"""Benchmark the metrics path: ingest throughput, and emit-to-screen latency over SSE.
+
+1. Ingest: metric batches of 200 points (what a replica's reporter sends) are put on the
+   `cohort:metrics` stream, then the scheduler leader's `ingest_metrics_once` stores them;
+   points stored per second, on PostgreSQL and on SQLite, with every point new.
+2. Latency: the api (uvicorn) and the scheduler run as their own processes; a replica's
+   `MetricReporter` emits (XADD) 20 points every 100 ms, stamped with the emit time, and
+   1 or 100 SSE clients follow the job's stream. Latency = arrival at the client minus the
+   emit time (one machine, one clock); p50/p99 over every (point, client).
+
+    .venv/bin/python bench/metrics.py --redis redis://127.0.0.1:6379/15
+
+Needs PostgreSQL on 127.0.0.1:5432 (user postgres, trust) and a Redis it may flush.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import redis
+import sqlalchemy as sa
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cli.sse import aparse_lines  # noqa: E402
+from cli.stack import migrate  # noqa: E402
+
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+def use(database_url: str, redis_url: str, data_dir: str) -> None:
+    """Point this process's settings, engine and Redis client at a database."""
+    os.environ.update(COHORT_DATABASE_URL=database_url, COHORT_REDIS_URL=redis_url,
+                      COHORT_DATA_DIR=data_dir)
+    from services.bus import get_redis
+    from services.db import get_engine, get_sessionmaker
+    from services.settings import get_settings
+
+    for cached in (get_settings, get_engine, get_sessionmaker, get_redis):
+        cached.cache_clear()
+
+
+def make_job(name: str) -> tuple[int, str]:
+    """A committed job and a token of its project."""
+    from services import auth, jobs
+    from services.db import session_scope
+    from services.schemas import JobCreate
+    from services.settings import get_settings
+
+    token = "bench_" + os.urandom(8).hex()
+    with session_scope() as session:
+        row = auth.ensure_token(session=session, token=token, project_name="bench",
+                                name="bench", is_admin=False)
+        job, _ = jobs.create_job(session=session, project_id=row.project_id,
+                                 job_in=JobCreate(name=name, replicas=2,
+                                                  hyperparameters={"epochs": 10_000,
+                                                                   "steps_per_epoch": 1000}),
+                                 settings=get_settings())
+        return job.id, token
+
+
+def pg_database(name: str) -> str:
+    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    migrate(url)
+    return url
+
+
+def drop_pg(name: str) -> None:
+    from services.db import get_engine
+
+    get_engine().dispose()
+    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def bench_ingest(label: str, client: redis.Redis, batches: int, per_batch: int) -> float:
+    """Points stored per second by the leader's ingest, every point new."""
+    from workers.scheduler import ingest_metrics_once
+
+    job_id, _ = make_job(f"ingest-{label}")
+    client.delete("cohort:metrics")
+    pipe = client.pipeline(transaction=False)
+    for b in range(batches):
+        replica, first = b % 2, (b // 2) * per_batch // 4
+        points = [[first + i // 4 + 1, 0, ("loss", "accuracy", "step_time", "x")[i % 4],
+                   0.5, time.time()] for i in range(per_batch)]
+        pipe.xadd("cohort:metrics", {"data": json.dumps(
+            {"job_id": job_id, "attempt": 1, "replica": replica, "points": points})})
+    pipe.execute()
+    total, stored = batches * per_batch, 0
+    started = time.perf_counter()
+    while stored < total:
+        stored += ingest_metrics_once(client, block_ms=100)
+    elapsed = time.perf_counter() - started
+    rate = stored / elapsed
+    print(f"ingest {label}: {stored} points in {elapsed:.2f}s = {rate:,.0f} points/s")
+    return rate
+
+
+async def _client(url: str, headers: dict[str, str], latencies: list[float],
+                  ready: asyncio.Event, counter: list[int], stop: asyncio.Event) -> None:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=60)) as http, \
+            http.stream("GET", url, headers=headers, params={"kinds": "metric"}) as response:
+        counter[0] += 1
+        if counter[0] == counter[1]:
+            ready.set()
+        async for event in aparse_lines(response.aiter_lines()):
+            if event.event == "metric":
+                latencies.append(time.time() - event.data["ts"])
+            if stop.is_set():
+                return
+
+
+def _emit(redis_url: str, job_id: int, seconds: float, rate: int) -> int:
+    from workers.callbacks import MetricReporter
+
+    reporter = MetricReporter.from_url(redis_url, job_id=job_id, attempt=1, replica=0)
+    step, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for _ in range(max(1, rate // 20)):  # 10 emits a second of 2 points per step
+            step += 1
+            ts = time.time()
+            reporter.add(step, 0, "loss", 0.5, ts)
+            reporter.add(step, 0, "accuracy", 0.9, ts)
+        reporter.flush()  # the emit: one XADD, as the callback's flush does
+        time.sleep(0.1)
+    reporter.close()
+    return step * 2
+
+
+async def bench_latency(base: str, redis_url: str, clients: int, seconds: float,
+                        rate: int) -> dict:
+    job_id, token = make_job(f"latency-{clients}")
+    url, headers = f"{base}/api/v1/jobs/{job_id}/stream", {"Authorization": f"Bearer {token}"}
+    latencies: list[float] = []
+    ready, stop, counter = asyncio.Event(), asyncio.Event(), [0, clients]
+    tasks = [asyncio.create_task(_client(url, headers, latencies, ready, counter, stop))
+             for _ in range(clients)]
+    await asyncio.wait_for(ready.wait(), 60)
+    await asyncio.sleep(1.0)  # every client is past its (empty) history
+    emitted = await asyncio.to_thread(_emit, redis_url, job_id, seconds, rate)
+    deadline = time.monotonic() + 10
+    while len(latencies) < emitted * clients and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    stop.set()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    ms = sorted(x * 1000 for x in latencies)
+    result = {"clients": clients, "rate": rate, "points": emitted, "received": len(ms),
+              "p50_ms": statistics.median(ms), "p99_ms": ms[int(len(ms) * 0.99) - 1]}
+    print(f"latency, {clients} client(s): {result}")
+    return result
+
+
+def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "cli", *args], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/15")
+    parser.add_argument("--batches", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rate", type=int, default=100, help="points emitted per second")
+    parser.add_argument("--skip-ingest", action="store_true")
+    args = parser.parse_args()
+    client = redis.Redis.from_url(args.redis, decode_responses=True)
+    client.flushdb()
+    machine = platform.processor() or platform.machine()
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {machine}, "
+          f"{os.cpu_count()} cores, Python {platform.python_version()}")
+    name = f"cohort_bench_{os.getpid()}"
+    with tempfile.TemporaryDirectory() as tmp:
+        sqlite_url = f"sqlite:///{tmp}/bench.db"
+        migrate(sqlite_url)
+        use(sqlite_url, args.redis, tmp)
+        if not args.skip_ingest:
+            bench_ingest("sqlite", client, args.batches, 200)
+        pg_url = pg_database(name)
+        use(pg_url, args.redis, tmp)
+        try:
+            if not args.skip_ingest:
+                bench_ingest("postgresql", client, args.batches, 200)
+            port = 18000 + os.getpid() % 1000
+            env = {**os.environ, "COHORT_API_PORT": str(port), "COHORT_NODE_ID": "bench"}
+            procs = [start(["api"], env), start(["scheduler"], env)]
+            try:
+                from cli.client import CohortClient
+
+                CohortClient(f"http://127.0.0.1:{port}").wait_ready(60)
+                for clients in (1, 100):
+                    asyncio.run(bench_latency(f"http://127.0.0.1:{port}", args.redis,
+                                              clients, args.seconds, args.rate))
+            finally:
+                for proc in procs:
+                    proc.terminate()
+                    proc.wait(10)
+        finally:
+            drop_pg(name)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""`cohort schedules ...`: list, show, create, update, pause, resume, delete, trigger, model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from cli.client import ApiError, CohortClient, resolve_token
+
+app = typer.Typer(help="Retraining schedules: cron or interval, concurrency rules, promotion.",
+                  no_args_is_help=True)
+console = Console()
+err = Console(stderr=True)
+
+TokenOpt = Annotated[str | None, typer.Option(envvar="COHORT_TOKEN")]
+UrlOpt = Annotated[str | None, typer.Option(envvar="COHORT_URL")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the API's JSON")]
+
+
+def _call(url: str | None, token: str | None, method: str, path: str,
+          body: dict[str, Any] | None = None) -> Any:
+    client = CohortClient(url, resolve_token(token))
+    try:
+        response = client.http.request(method, f"/api/v1/schedules{path}", json=body)
+        return None if response.status_code == 204 else client._check(response)
+    except ApiError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from exc
+
+
+def _load(spec_file: Path) -> dict[str, Any]:
+    data = yaml.safe_load(spec_file.read_text())
+    if not isinstance(data, dict):
+        err.print(f"[red]{spec_file} must hold a mapping (a schedule spec)[/]")
+        raise typer.Exit(2)
+    return data
+
+
+def _when(schedule: dict[str, Any]) -> str:
+    if schedule["cron"]:
+        return f"cron {schedule['cron']} ({schedule['timezone']})"
+    return f"every {schedule['interval_seconds']}s"
+
+
+def _show(schedule: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        console.print_json(json.dumps(schedule))
+        return
+    state = "paused" if schedule["paused"] else f"next {schedule['next_fire_at']}"
+    console.print(f"schedule {schedule['id']} [bold]{schedule['name']}[/]: {_when(schedule)}, "
+                  f"{schedule['concurrency_policy']}, {state}")
+    if schedule["promote"]:
+        promote = schedule["promote"]
+        console.print(f"  promote on {promote['metric']} ({promote['mode']}): job "
+                      f"{schedule['promoted_job_id']} = {schedule['promoted_value']}")
+    table = Table("fire time", "outcome", "job", "decision", "reason")
+    for run in schedule["recent_runs"]:
+        table.add_row(run["scheduled_for"], run["outcome"], str(run["job_id"] or "-"),
+                      run["decision"] or "-", run["decision_reason"] or run["reason"])
+    console.print(table)
+
+
+@app.command("list")
+def list_schedules(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+    """List the project's schedules."""
+    items = _call(url, token, "GET", "")["items"]
+    if as_json:
+        console.print_json(json.dumps(items))
+        return
+    table = Table("id", "name", "when", "policy", "next fire", "last outcome", "promoted job")
+    for s in items:
+        table.add_row(str(s["id"]), s["name"], _when(s), s["concurrency_policy"],
+                      "paused" if s["paused"] else str(s["next_fire_at"]), s["last_outcome"],
+                      str(s["promoted_job_id"] or "-"))
+    console.print(table)
+
+
+@app.command("get")
+def get_schedule(schedule_id: int, runs: int = 20, token: TokenOpt = None, url: UrlOpt = None,
+                 as_json: JsonOpt = False) -> None:
+    """Show a schedule with its recent runs and promotion decisions."""
+    _show(_call(url, token, "GET", f"/{schedule_id}?runs={runs}"), as_json)
+
+
+@app.command("create")
+def create_schedule(spec_file: Annotated[Path, typer.Argument(help="schedule spec (YAML/JSON)")],
+                    token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+    """Create a schedule from a spec file (name, job, cron or interval_seconds, ...)."""
+    _show(_call(url, token, "POST", "", _load(spec_file)), as_json)
+
+
+@app.command("update")
+def update_schedule(schedule_id: int,
+                    spec_file: Annotated[Path, typer.Argument(help="fields to change")],
+                    token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+    """Change a schedule: the fields in the file replace the stored ones."""
+    _show(_call(url, token, "PATCH", f"/{schedule_id}", _load(spec_file)), as_json)
+
+
+@app.command("pause")
+def pause_schedule(schedule_id: int, token: TokenOpt = None, url: UrlOpt = None,
+                   as_json: JsonOpt = False) -> None:
+    """Stop firing until resumed."""
+    _show(_call(url, token, "POST", f"/{schedule_id}/pause"), as_json)
+
+
+@app.command("resume")
+def resume_schedule(schedule_id: int, token: TokenOpt = None, url: UrlOpt = None,
+                    as_json: JsonOpt = False) -> None:
+    """Fire again from the next fire time."""
+    _show(_call(url, token, "POST", f"/{schedule_id}/resume"), as_json)
+
+
+@app.command("delete")
+def delete_schedule(schedule_id: int, token: TokenOpt = None, url: UrlOpt = None) -> None:
+    """Delete a schedule (its jobs stay)."""
+    _call(url, token, "DELETE", f"/{schedule_id}")
+    console.print(f"deleted schedule {schedule_id}")
+
+
+@app.command("trigger")
+def trigger_schedule(schedule_id: int, token: TokenOpt = None, url: UrlOpt = None,
+                     as_json: JsonOpt = False) -> None:
+    """Run a schedule now, under its concurrency policy."""
+    run = _call(url, token, "POST", f"/{schedule_id}/trigger")
+    if as_json:
+        console.print_json(json.dumps(run))
+    else:
+        console.print(f"{run['outcome']}: {run['reason']}")
+
+
+@app.command("model")
+def promoted_model(schedule_id: int, token: TokenOpt = None, url: UrlOpt = None,
+                   as_json: JsonOpt = False) -> None:
+    """Where the schedule's promoted model is."""
+    model = _call(url, token, "GET", f"/{schedule_id}/model")
+    if as_json:
+        console.print_json(json.dumps(model))
+    else:
+        console.print(f"job {model['job_id']}: {model['metric']}={model['value']} — "
+                      f"{model['path']} on node {model['node_id']}")

@@ -1,0 +1,60 @@
+"""A small Server-Sent Events reader over httpx, for the CLI, the tests and the benchmark."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Event:
+    event: str
+    id: str | None
+    data: Any  # the JSON-decoded `data:` field
+
+
+class _Parser:
+    """Turns SSE lines into events (comments and keep-alive pings are skipped)."""
+
+    def __init__(self) -> None:
+        self.event, self.id, self.data = "message", None, []  # type: ignore[var-annotated]
+
+    def feed(self, line: str) -> Event | None:
+        if line == "":
+            if not self.data:
+                self.event = "message"
+                return None
+            out = Event(self.event, self.id, json.loads("\n".join(self.data)))
+            self.event, self.data = "message", []
+            return out
+        if line.startswith(":"):
+            return None
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            self.event = value
+        elif field == "data":
+            self.data.append(value)
+        elif field == "id":
+            self.id = value
+        return None
+
+
+def parse_lines(lines: Iterable[str]) -> Iterator[Event]:
+    """Events from the lines of an event stream."""
+    parser = _Parser()
+    for line in lines:
+        event = parser.feed(line.rstrip("\r"))
+        if event is not None:
+            yield event
+
+
+async def aparse_lines(lines: AsyncIterator[str]) -> AsyncIterator[Event]:
+    """Events from the lines of an event stream (async)."""
+    parser = _Parser()
+    async for line in lines:
+        event = parser.feed(line.rstrip("\r"))
+        if event is not None:
+            yield event

@@ -1,0 +1,61 @@
+"""Live feeds: what the ingester publishes after each commit, for SSE clients to follow.
+
+After the scheduler leader commits a batch of metric points or log lines it appends
+the new rows, with their SQL ids, to the job's own Redis stream `cohort:live:<job>`.
+Each SSE client reads that stream with its own cursor (XREAD), so a slow client never
+holds up the ingester or another client; SQL stays the source of truth and the ids
+let a client merge history and live feed without gaps or duplicates. Ingest counters
+go to one Redis hash, for the api's Prometheus `/metrics`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+import redis
+
+LOGS_STREAM = "cohort:logs"  # agents -> ingester: replica log lines
+STATS_HASH = "cohort:stats"  # ingester -> api /metrics: counters
+LIVE_MAXLEN = 20_000  # entries per job kept for live readers; older ones are read from SQL
+LIVE_TTL = 3600  # seconds a job's feed outlives its last entry
+
+
+def live_key(job_id: int) -> str:
+    """The Redis stream with job `job_id`'s newly stored rows."""
+    return f"cohort:live:{int(job_id)}"
+
+
+def metric_row(row: dict[str, Any]) -> list[Any]:
+    """A stored metric point as it travels on a live feed."""
+    return [row["id"], row["attempt"], row["replica"], row["step"], row["epoch"], row["name"],
+            row["value"], row["ts"]]
+
+
+def log_row(row: dict[str, Any]) -> list[Any]:
+    """A stored log line as it travels on a live feed."""
+    return [row["id"], row["attempt"], row["replica"], row["ts"], row["line"]]
+
+
+def publish(client: redis.Redis, kind: str, rows: list[dict[str, Any]]) -> None:
+    """Append newly committed `metric` or `log` rows to their jobs' feeds; count them."""
+    if not rows:
+        return
+    encode = metric_row if kind == "metric" else log_row
+    by_job: dict[int, list[list[Any]]] = defaultdict(list)
+    for row in rows:
+        by_job[row["job_id"]].append(encode(row))
+    pipe = client.pipeline(transaction=False)
+    for job_id, items in by_job.items():
+        key = live_key(job_id)
+        pipe.xadd(key, {"kind": kind, "rows": json.dumps(items, separators=(",", ":"))},
+                  maxlen=LIVE_MAXLEN, approximate=True)
+        pipe.expire(key, LIVE_TTL)
+    pipe.hincrby(STATS_HASH, f"{kind}_rows", len(rows))
+    pipe.execute()
+
+
+def read_stats(client: redis.Redis) -> dict[str, int]:
+    """The ingest counters (rows stored since Redis started)."""
+    return {k: int(v) for k, v in client.hgetall(STATS_HASH).items()}

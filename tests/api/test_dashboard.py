@@ -1,0 +1,138 @@
+"""The dashboard's server side: login cookie, redirects, project isolation, fragments,
+bundled assets. The browser behaviour is tested in tests/e2e/test_dashboard.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from services.models import MetricPoint
+from tests.factories import create_job, create_token
+
+API = Path(__file__).resolve().parents[2] / "api"
+
+
+def login(client: TestClient, token: str) -> None:
+    response = client.post("/login", data={"token": token, "next": "/"}, follow_redirects=False)
+    assert response.status_code == 303, response.text
+
+
+@pytest.mark.parametrize("path", ["/", "/jobs/1", "/cluster", "/schedules"])
+def test_pages_redirect_to_login_without_a_valid_cookie(client: TestClient, path: str) -> None:
+    response = client.get(path, follow_redirects=False)
+    assert response.status_code == 303
+    assert response.headers["location"].startswith("/login?next=/")
+    client.cookies.set("cohort_token", "not-a-token")
+    assert client.get(path, follow_redirects=False).status_code == 303
+
+
+def test_login_sets_an_httponly_strict_cookie_and_logout_clears_it(
+        client: TestClient, token: str) -> None:
+    response = client.post("/login", data={"token": token, "next": "/cluster"},
+                           follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == "/cluster"
+    cookie = response.headers["set-cookie"]
+    assert cookie.startswith(f"cohort_token={token};")
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    assert client.get("/cluster").status_code == 200
+    response = client.post("/logout", follow_redirects=False)
+    assert response.headers["location"] == "/login"
+    assert 'cohort_token=""' in response.headers["set-cookie"]
+    client.cookies.clear()
+    assert client.get("/", follow_redirects=False).status_code == 303
+
+
+def test_a_wrong_token_is_refused_with_the_message_next_to_the_field(
+        client: TestClient) -> None:
+    response = client.post("/login", data={"token": "nope"}, follow_redirects=False)
+    assert response.status_code == 401
+    assert "set-cookie" not in response.headers
+    assert 'id="token-error"' in response.text and "unknown token" in response.text
+    assert 'aria-describedby="token-error"' in response.text
+
+
+@pytest.mark.parametrize("target", ["//evil.example/x", "https://evil.example/", "/\\evil"])
+def test_login_never_redirects_off_site(client: TestClient, token: str, target: str) -> None:
+    response = client.post("/login", data={"token": token, "next": target},
+                           follow_redirects=False)
+    assert response.headers["location"] == "/"
+
+
+def test_the_rest_api_accepts_the_login_cookie(client: TestClient, token: str) -> None:
+    assert client.get("/api/v1/jobs").status_code == 401
+    login(client, token)
+    response = client.post("/api/v1/jobs", json={"name": "from-cookie", "replicas": 1,
+                                                 "strategy": "one_device"})
+    assert response.status_code == 201
+    assert client.get("/api/v1/jobs").json()["items"][0]["name"] == "from-cookie"
+
+
+def test_jobs_page_lists_own_project_only_with_last_metrics(
+        client: TestClient, session: Session) -> None:
+    token, row = create_token(session, "alpha")
+    _, other = create_token(session, "beta")
+    mine = create_job(session, row.project_id, name="mine-job")
+    theirs = create_job(session, other.project_id, name="their-job")
+    session.add_all([
+        MetricPoint(job_id=mine.id, attempt=1, replica=r, step=s, epoch=0, name="loss",
+                    value=v, ts=0.0)
+        for r, s, v in [(0, 1, 9.0), (0, 2, 0.5), (1, 2, 0.25)]])
+    # Another attempt's points are not the current attempt's last loss.
+    session.add(MetricPoint(job_id=mine.id, attempt=2, replica=0, step=9, epoch=0,
+                            name="loss", value=7.0, ts=0.0))
+    session.flush()
+    login(client, token)
+    page = client.get("/").text
+    assert "mine-job" in page and "their-job" not in page
+    assert "0.3750" in page and "7.0000" not in page  # mean of both replicas, last step
+    assert client.get(f"/jobs/{theirs.id}").status_code == 404
+    assert client.get(f"/partials/jobs/{theirs.id}").status_code == 404
+    job_page = client.get(f"/jobs/{mine.id}")
+    assert job_page.status_code == 200 and "mine-job" in job_page.text
+    assert 'id="cancel-btn"' in job_page.text
+
+
+def test_filters_and_cursor_pagination(client: TestClient, session: Session) -> None:
+    token, row = create_token(session, "paged")
+    ids = [create_job(session, row.project_id, name=f"p{i}").id for i in range(27)]
+    login(client, token)
+    first = client.get("/partials/jobs").text
+    assert f"#{ids[-1]} p26" in first and f"#{ids[1]} p1<" not in first
+    cursor = re.search(r'cursor=([^"]+)"', first)
+    assert cursor, "no link to older jobs"
+    older = client.get("/partials/jobs?cursor=" + cursor.group(1).replace("&amp;", "&")).text
+    assert f"#{ids[0]} p0<" in older and f"#{ids[-1]} p26" not in older
+    assert f"#{ids[3]} p3<" in client.get("/?q=p3").text
+    assert "No jobs match" in client.get("/?status=running").text
+    # A bad status is the caller's error, answered as JSON naming the field.
+    bad = client.get("/?status=sleeping")
+    assert bad.status_code == 422 and bad.json()["fields"][0]["field"] == "status"
+
+
+def test_cluster_page_shows_the_queue_with_reasons(client: TestClient,
+                                                   session: Session) -> None:
+    token, row = create_token(session, "queued")
+    job = create_job(session, row.project_id, name="waiting-job")
+    job.reason = "needs 2 free slots; 0 free"
+    session.flush()
+    login(client, token)
+    page = client.get("/cluster").text
+    assert "waiting-job" in page and "needs 2 free slots; 0 free" in page
+    assert "No node agent has registered yet" in page
+
+
+def test_assets_are_bundled_and_nothing_loads_from_the_network(
+        client: TestClient, token: str) -> None:
+    for asset in ("/static/dashboard.js", "/static/job.js", "/static/dashboard.css",
+                  "/static/vendor/uPlot.iife.min.js", "/static/vendor/uPlot.min.css"):
+        assert client.get(asset).status_code == 200, asset
+    login(client, token)
+    html = client.get("/").text + client.get("/cluster").text
+    for source in [html, *(p.read_text() for p in (API / "templates").glob("*.html")),
+                   *(p.read_text() for p in (API / "static").glob("*.*"))]:
+        assert not re.search(r"""(src|href)=["']?(https?:)?//""", source)
+        assert "cdn" not in source.lower()

@@ -1,0 +1,75 @@
+"""Metrics downsampling, progress on GET /jobs/{id}, logs, and Prometheus /metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from services import logs, metrics
+from services.statuses import JobStatus
+from services.transitions import transition_job
+from tests.factories import create_job, create_token
+
+
+def _points(job_id: int, steps: int, names: tuple[str, ...] = ("loss",), replica: int = 0,
+            rate: float = 10.0) -> list[dict[str, Any]]:
+    return [{"job_id": job_id, "attempt": 1, "replica": replica, "step": s, "epoch": 0,
+             "name": n, "value": float(s), "ts": 1000.0 + s / rate}
+            for s in range(1, steps + 1) for n in names]
+
+
+def test_downsampling_keeps_each_series_share(client: TestClient, session: Session) -> None:
+    token, row = create_token(session)
+    job = create_job(session, row.project_id, replicas=2)
+    metrics.store_points(session=session, rows=_points(job.id, 10_000, ("loss", "accuracy")))
+    metrics.store_points(session=session, rows=_points(job.id, 50, replica=1))
+    url, auth = f"/api/v1/jobs/{job.id}/metrics", {"Authorization": f"Bearer {token}"}
+    items = client.get(url, params={"max_points": 300}, headers=auth).json()["items"]
+    by_series: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for p in items:
+        by_series.setdefault((p["replica"], p["name"]), []).append(p)
+    assert len(by_series[(1, "loss")]) == 50  # a short series comes back whole
+    loss = by_series[(0, "loss")]
+    assert 50 <= len(loss) <= 100 and loss[-1]["step"] == 10_000
+    assert [p["step"] for p in loss] == sorted(p["step"] for p in loss)
+    # Each point is its bucket's mean: values stay on the line value == step.
+    assert all(abs(p["value"] - p["step"]) <= 10_000 / len(loss) for p in loss)
+    few = client.get(url, params={"max_points": 300, "name": "loss", "replica": 1},
+                     headers=auth).json()["items"]
+    assert [p["step"] for p in few] == list(range(1, 51))
+    bad = client.get(url, params={"max_points": 1}, headers=auth)
+    assert bad.status_code == 422 and "max_points" in bad.json()["message"]
+
+
+def test_progress_and_eta(client: TestClient, session: Session) -> None:
+    token, row = create_token(session)
+    job = create_job(session, row.project_id,
+                     hyperparameters={"epochs": 4, "steps_per_epoch": 25})
+    auth = {"Authorization": f"Bearer {token}"}
+    empty = client.get(f"/api/v1/jobs/{job.id}", headers=auth).json()["progress"]
+    assert empty["step"] == 0 and empty["percent"] == 0 and empty["eta_seconds"] is None
+    for target in (JobStatus.SCHEDULED, JobStatus.RUNNING):
+        transition_job(session=session, job_id=job.id, target=target)
+    metrics.store_points(session=session, rows=_points(job.id, 30, ("step_time", "loss")))
+    progress = client.get(f"/api/v1/jobs/{job.id}", headers=auth).json()["progress"]
+    assert progress["step"] == 30 and progress["total_steps"] == 100
+    assert progress["epoch"] == 2 and progress["epochs"] == 4 and progress["percent"] == 30.0
+    assert progress["steps_per_second"] == 10.0 and progress["eta_seconds"] == 7.0
+
+
+def test_logs_tail_and_filters(client: TestClient, session: Session) -> None:
+    token, row = create_token(session)
+    job = create_job(session, row.project_id)
+    rows = [{"job_id": job.id, "attempt": a, "replica": r, "seq": i, "ts": 100.0 * a + i,
+             "line": f"a{a} r{r} {i}"} for a in (1, 2) for r in (0, 1) for i in range(1, 6)]
+    assert len(logs.insert_lines(session=session, rows=rows)) == 20
+    assert logs.insert_lines(session=session, rows=rows) == []
+    url, auth = f"/api/v1/jobs/{job.id}/logs", {"Authorization": f"Bearer {token}"}
+    tail = client.get(url, params={"replica": 1, "attempt": 1, "tail": 2}, headers=auth).json()
+    assert [i["line"] for i in tail["items"]] == ["a1 r1 4", "a1 r1 5"]
+    assert len(client.get(url, headers=auth).json()["items"]) == 20
+    assert client.get(url, params={"tail": 0}, headers=auth).status_code == 422
+    other, _ = create_token(session, "elsewhere")
+    assert client.get(url, headers={"Authorization": f"Bearer {other}"}).status_code == 404

@@ -1,0 +1,67 @@
+"""The REST face of placement: the policy field, queue position, and the node list."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from services import scheduling
+from services.models import Job, utcnow
+from services.nodes import Heartbeat, record_heartbeat
+from services.settings import get_settings
+from tests.factories import create_job, create_token
+
+
+def test_placement_policy_is_stored_and_shown(client: TestClient, auth: dict[str, str]) -> None:
+    job = client.post("/api/v1/jobs", json={"replicas": 2, "placement": "spread"},
+                      headers=auth).json()
+    assert job["placement"] == "spread"
+    default = client.post("/api/v1/jobs", json={"replicas": 2}, headers=auth).json()
+    assert default["placement"] is None
+
+
+def test_bad_placement_is_422_naming_the_field(client: TestClient, auth: dict[str, str],
+                                               session: Session) -> None:
+    before = session.execute(sa.select(sa.func.count()).select_from(Job)).scalar_one()
+    response = client.post("/api/v1/jobs", json={"replicas": 2, "placement": "scatter"},
+                           headers=auth)
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert [f["field"] for f in body["fields"]] == ["placement"]
+    assert "'pack' or 'spread'" in body["message"]
+    assert session.execute(sa.select(sa.func.count()).select_from(Job)).scalar_one() == before
+
+
+def test_queued_job_shows_its_place_and_reason(client: TestClient, auth: dict[str, str],
+                                               session: Session) -> None:
+    beats = [Heartbeat("n1", "10.3.0.1", 2, 0, utcnow()),
+             Heartbeat("n2", "10.3.0.2", 2, 0, utcnow())]
+    client.post("/api/v1/jobs", json={"replicas": 2}, headers=auth)
+    scheduling.run_pass(session=session, settings=get_settings(), heartbeats=beats)
+    first = client.post("/api/v1/jobs", json={"replicas": 3}, headers=auth).json()
+    second = client.post("/api/v1/jobs", json={"replicas": 1, "strategy": "one_device"},
+                         headers=auth).json()
+    scheduling.run_pass(session=session, settings=get_settings(), heartbeats=[])
+    one = client.get(f"/api/v1/jobs/{first['id']}", headers=auth).json()
+    two = client.get(f"/api/v1/jobs/{second['id']}", headers=auth).json()
+    assert one["status"] == "queued" and one["queue_position"] == 1
+    assert one["reason"] == "needs 3 CPU slots on ≥2 nodes; 2 CPU slots free"
+    assert two["queue_position"] == 2
+    assert two["reason"].endswith(f"held for job {first['id']} ahead in the queue")
+
+
+def test_nodes_show_gpus_and_only_own_replicas(client: TestClient, auth: dict[str, str],
+                                               session: Session) -> None:
+    _, other = create_token(session, "other-project")
+    theirs = create_job(session, other.project_id, replicas=1, strategy="one_device")
+    mine = client.post("/api/v1/jobs", json={"replicas": 1, "strategy": "one_device",
+                                             "gpus_per_replica": 1}, headers=auth).json()
+    record_heartbeat(session=session, beat=Heartbeat("g9", "10.3.0.9", 2, 2, utcnow(),
+                                                     gpu_ids=(2, 3)))
+    scheduling.run_pass(session=session, settings=get_settings(), heartbeats=[])
+    assert theirs.status.value == "scheduled"
+    node = next(n for n in client.get("/api/v1/nodes", headers=auth).json() if n["id"] == "g9")
+    assert node["gpu_ids"] == [2, 3] and node["free_gpus"] == 1
+    assert node["running_replicas"] == 2 and node["free_slots"] == 1
+    assert node["replicas"] == [f"{mine['id']}/1/0"]

@@ -1,0 +1,77 @@
+"""Helpers for tests with several node agents: start and stop extra `cohort agent` processes,
+and read a finished job's placement history."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cli.client import CohortClient
+from tests.e2e.conftest import wait_for
+
+
+def start_agent(env: dict[str, str], node_id: str, slots: int, data_dir: Path,
+                address: str = "127.0.0.1", prefix: list[str] | None = None,
+                **extra: str) -> subprocess.Popen[bytes]:
+    """One more node agent, in its own process group; `prefix` e.g. `ip netns exec NS`."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    child_env = {**env, "COHORT_NODE_ID": node_id, "COHORT_NODE_SLOTS": str(slots),
+                 "COHORT_NODE_ADDRESS": address, "COHORT_DATA_DIR": str(data_dir), **extra}
+    with open(data_dir / "agent.log", "ab") as log:
+        return subprocess.Popen([*(prefix or []), sys.executable, "-m", "cli", "agent"],
+                                env=child_env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop_agent(process: subprocess.Popen[bytes], grace: float = 20.0) -> None:
+    """SIGTERM the agent's group (it stops its replicas), SIGKILL what outlives `grace`."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+
+def wait_nodes(client: CohortClient, node_ids: set[str], timeout: float = 60) -> None:
+    def ready() -> bool:
+        return node_ids <= {n["id"] for n in client.nodes() if n["status"] == "ready"}
+
+    wait_for(ready, timeout, f"nodes {sorted(node_ids)} to register")
+
+
+def when(text: str) -> float:
+    return dt.datetime.fromisoformat(text).timestamp()
+
+
+def scheduled_events(client: CohortClient, job_id: int) -> list[dict[str, Any]]:
+    return [e for e in client.events(job_id) if e["to_status"] == "scheduled"]
+
+
+def wait_all_terminal(client: CohortClient, job_ids: list[int], timeout: float
+                      ) -> dict[int, dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    done: dict[int, dict[str, Any]] = {}
+    while time.monotonic() < deadline and len(done) < len(job_ids):
+        for job_id in job_ids:
+            if job_id not in done:
+                job = client.job(job_id)
+                if job["status"] in ("succeeded", "failed", "cancelled"):
+                    done[job_id] = job
+        time.sleep(1.0)
+    missing = sorted(set(job_ids) - set(done))
+    assert not missing, f"jobs {missing} did not finish in {timeout:.0f}s"
+    return done

@@ -1,0 +1,195 @@
+"""The web dashboard in a real browser (Debian's Chromium driven by Playwright) against
+the real stack: PostgreSQL, Redis, the api, the scheduler, a Celery agent and
+TensorFlow replicas. Screenshots of every page go to test-artifacts/screenshots/."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from cli.client import CohortClient
+from cli.stack import Stack
+from tests.e2e.conftest import wait_for
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+CHROMIUM = Path("/usr/bin/chromium")
+SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+TERMINAL = ("succeeded", "failed", "cancelled")
+TIMEOUT_MS = 240_000
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not CHROMIUM.exists(),
+                       reason="needs Debian's chromium (make test installs it)"),
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Any, pg_stack: tuple[Stack, CohortClient]) -> Iterator[Any]:
+    stack, _ = pg_stack
+    context = browser.new_context(base_url=stack.url, viewport={"width": 1366, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # Everything the dashboard needs ships with it: no request may leave the stack.
+    outside: list[str] = []
+    page.on("request", lambda r: None if r.url.startswith(stack.url) else outside.append(r.url))
+    yield page
+    context.close()
+    assert not errors, f"JavaScript errors: {errors}"
+    assert not outside, f"requests off the stack: {outside}"
+
+
+def shot(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def log_in(page: Any, token: str) -> None:
+    page.goto("/")
+    page.wait_for_url("**/login?next=/")
+    page.get_by_label("API token").fill(token)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url("**/")
+    page.get_by_role("heading", name="Jobs").wait_for()
+
+
+def job_status(page: Any) -> str:
+    return page.locator("#job-status").inner_text().strip()
+
+
+def test_log_in_submit_a_job_watch_it_train_and_succeed(
+        page: Any, pg_stack: tuple[Stack, CohortClient]) -> None:
+    stack, client = pg_stack
+    # A wrong token: refused, the reason next to the field.
+    page.goto("/")
+    page.wait_for_url("**/login?next=/")
+    page.get_by_label("API token").fill("not-the-token")
+    page.get_by_role("button", name="Log in").click()
+    assert "unknown token" in page.locator("#token-error").inner_text()
+    shot(page, "login")
+    log_in(page, stack.token)
+
+    # A validation error shows next to its field, and nothing is stored.
+    page.get_by_label("Name", exact=True).fill("ui-digits")
+    page.get_by_label("Replicas").fill("0")
+    page.get_by_role("button", name="Submit").click()
+    error = page.locator("#j-replicas-error")
+    error.wait_for()
+    assert "greater than or equal to 1" in error.inner_text()
+    assert page.get_by_label("Replicas").get_attribute("aria-invalid") == "true"
+    assert client.jobs()["items"] == []
+    shot(page, "submit-validation-error")
+
+    # A real 2-replica MultiWorkerMirroredStrategy job, from the form.
+    page.get_by_label("Replicas").fill("2")
+    page.get_by_label("Epochs").fill("3")
+    page.get_by_label("Steps per epoch").fill("100")
+    page.get_by_role("button", name="Submit").click()
+    page.wait_for_url("**/jobs/*")
+    job_id = int(page.url.rsplit("/", 1)[1])
+    assert page.get_by_role("heading", name=f"#{job_id} ui-digits").is_visible()
+
+    # Watch the loss chart gain points while the job runs, until it ends.
+    samples: list[tuple[str, int]] = []
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while time.monotonic() < deadline:
+        status = job_status(page)
+        points = int(page.locator("#chart-loss").get_attribute("data-points") or 0)
+        samples.append((status, points))
+        if status in TERMINAL:
+            break
+        page.wait_for_timeout(250)
+    live = [p for s, p in samples if s not in TERMINAL and p > 0]
+    assert len(set(live)) >= 2 and live == sorted(live), \
+        f"the chart did not grow while the job ran: {sorted(set(samples))[-20:]}"
+    assert "running" in {s for s, _ in samples}, samples
+    assert samples[-1][0] == "succeeded", (samples[-1], client.job(job_id)["reason"])
+
+    wait_for(lambda: page.locator("#chart-loss").get_attribute("data-points") == "300",
+             60, "all 300 steps on the loss chart")
+    replicas = page.locator("#job-live table tbody tr")
+    assert replicas.count() == 2
+    assert [replicas.nth(i).locator("td").nth(4).inner_text() for i in range(2)] == ["0", "0"]
+    assert "all 2 replicas exited 0" in page.locator(".timeline").inner_text()
+    wait_for(lambda: "cohort: replica" in page.locator("#logs").inner_text(), 60, "log lines")
+    page.get_by_label("by epoch").check()
+    assert page.locator("#chart-loss").get_attribute("data-points") == "3"
+    page.get_by_label("by step").check()
+    shot(page, "job")
+
+    # The jobs table, the cluster and the schedules.
+    page.get_by_role("link", name="Jobs", exact=True).click()
+    row = page.locator(f"tr[data-job-id='{job_id}']")
+    assert row.locator(".badge").inner_text() == "succeeded"
+    assert row.locator("td[data-label=Loss]").inner_text() != "—"
+    shot(page, "jobs")
+    page.set_viewport_size({"width": 390, "height": 844})
+    shot(page, "jobs-phone")
+    page.set_viewport_size({"width": 1366, "height": 900})
+    page.get_by_role("link", name="Cluster", exact=True).click()
+    node = page.locator("#cluster-live tbody tr").first
+    assert "e2e-node" in node.inner_text() and "0 used / " in node.inner_text()
+    shot(page, "cluster")
+    # A paused schedule (it must not fire during the test) and its page.
+    made = httpx.post(f"{stack.url}/api/v1/schedules", timeout=30,
+                      headers={"Authorization": f"Bearer {stack.token}"},
+                      json={"name": "nightly-digits", "cron": "0 3 * * *", "paused": True,
+                            "job": {"name": "nightly", "replicas": 2}})
+    page.get_by_role("link", name="Schedules", exact=True).click()
+    page.wait_for_selector("#schedules:not([aria-busy])")
+    schedules = page.locator("#schedules").inner_text()
+    if made.status_code == 404:  # the schedules API is not on this server
+        assert "not available" in schedules
+    else:
+        assert made.status_code == 201, made.text
+        assert "nightly-digits" in schedules and "cron 0 3 * * *" in schedules
+        assert "Not run yet." in schedules
+    shot(page, "schedules")
+
+
+def test_cancel_a_running_job_from_its_page(
+        page: Any, pg_stack: tuple[Stack, CohortClient]) -> None:
+    stack, client = pg_stack
+    job = client.submit({"name": "ui-long", "strategy": "one_device", "replicas": 1,
+                         "hyperparameters": {"epochs": 10_000, "steps_per_epoch": 20}})
+    # This page gets no SSE streams (as on a server without them): it must poll instead.
+    page.route("**/api/v1/**stream*", lambda route: route.fulfill(status=404, body="{}"))
+    log_in(page, stack.token)
+    page.get_by_role("link", name=f"#{job['id']} ui-long").click()
+    page.wait_for_url(f"**/jobs/{job['id']}")
+    wait_for(lambda: job_status(page) == "running", TIMEOUT_MS / 1000, "the job to run")
+    wait_for(lambda: int(page.locator("#chart-loss").get_attribute("data-points") or 0) > 0,
+             60, "the first points")
+
+    assert page.locator("#live-state").inner_text() == "polling"
+    cancel = page.get_by_role("button", name="Cancel job")
+    cancel.click()  # arms it
+    assert client.job(job["id"])["status"] == "running"
+    page.get_by_role("button", name="Click again to cancel").click()
+    wait_for(lambda: job_status(page) == "cancelled", 60, "the page to show cancelled")
+    assert not cancel.is_visible()
+    assert "cancelled by user" in page.locator(".timeline").inner_text()
+    wait_for(lambda: all(r["status"] == "stopped"
+                         for r in client.job(job["id"])["replica_list"]),
+             120, "the replica to stop")
+    # The page follows the replica to its end without a reload.
+    wait_for(lambda: page.locator("#job-live tbody .badge").inner_text() == "stopped",
+             30, "the page to show the replica stopped")
+    shot(page, "job-cancelled")

@@ -1,0 +1,96 @@
+"""Multi-host, for real: two node agents in two network namespaces, each with its own
+address, and one 2-replica job spread across both. Its TF_CONFIG lists the two
+namespace addresses, and the gang trains over the link between them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+import redis
+
+from cli.client import CohortClient
+from cli.stack import Stack
+from tests.conftest import create_database, drop_database
+from tests.e2e.conftest import PORT_BASE, free_port, wait_terminal
+from tests.e2e.multinode import start_agent, stop_agent, wait_nodes
+from tests.e2e.netns import Machine, NamespacesUnavailable, two_machines
+
+pytestmark = pytest.mark.e2e
+
+
+def start_redis(port: int, binds: list[str], directory: Path) -> subprocess.Popen[bytes]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("no redis-server to serve the namespaced agents")
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", *binds, "--protected-mode", "no",
+         "--save", "", "--appendonly", "no", "--dir", str(directory)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    client = redis.Redis(port=port, socket_connect_timeout=0.5)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            client.ping()
+            return process
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    process.kill()
+    raise AssertionError("redis-server for the namespaced agents did not start")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[CohortClient, list[Machine]]]:
+    """api + scheduler (+ a 0-slot agent) on the host, one 1-slot agent per namespace."""
+    with ExitStack() as cleanup:  # undone in reverse: agents, stack, db, redis, namespaces
+        try:
+            hosts, machines = cleanup.enter_context(two_machines())
+        except NamespacesUnavailable as exc:
+            pytest.skip(f"multi-host test needs network namespaces: {exc}")
+        port = free_port()
+        server = start_redis(port, ["127.0.0.1", *hosts], tmp_path)
+        cleanup.callback(server.wait, 10)
+        cleanup.callback(server.terminate)
+        name = f"cohort_e2e_{free_port()}"
+        url = create_database(name)
+        cleanup.callback(drop_database, name)
+        stack = Stack({"COHORT_DATABASE_URL": url,
+                       "COHORT_REDIS_URL": f"redis://127.0.0.1:{port}/0",
+                       "COHORT_DATA_DIR": str(tmp_path / "host"),
+                       "COHORT_API_PORT": str(free_port()), "COHORT_NODE_ID": "e2e-host",
+                       "COHORT_NODE_SLOTS": "0", "COHORT_PORT_RANGE_START": PORT_BASE,
+                       "COHORT_BOOTSTRAP_TOKEN": "e2e-token"}, quiet=True)
+        stack.start()
+        cleanup.callback(stack.stop)
+        client = CohortClient(stack.url, stack.token)
+        # Agents hold no SQL credentials; they reach Redis over their own link.
+        env = {k: v for k, v in stack.env.items() if k != "COHORT_DATABASE_URL"}
+        for machine, host in zip(machines, hosts, strict=True):
+            agent = start_agent(env, machine.netns, 1, tmp_path / machine.netns,
+                                address=machine.address, prefix=machine.prefix,
+                                COHORT_REDIS_URL=f"redis://{host}:{port}/0")
+            cleanup.callback(stop_agent, agent)
+        wait_nodes(client, {m.netns for m in machines})
+        yield client, machines
+
+
+def test_one_gang_across_two_namespaces(cluster: tuple[CohortClient, list[Machine]]) -> None:
+    client, machines = cluster
+    job = client.submit({"name": "two-hosts", "replicas": 2, "placement": "spread",
+                         "hyperparameters": {"epochs": 1, "steps_per_epoch": 5}})
+    done = wait_terminal(client, job["id"], timeout=300)
+    assert done["status"] == "succeeded", (done["reason"], done["replica_list"])
+    replicas = done["replica_list"]
+    assert sorted(r["node_id"] for r in replicas) == sorted(m.netns for m in machines)
+    workers = replicas[0]["tf_config"]["cluster"]["worker"]
+    assert sorted(w.rsplit(":", 1)[0] for w in workers) == sorted(m.address for m in machines)
+    by_node = {m.netns: m.address for m in machines}
+    for r in replicas:  # each replica listens on its own machine's address
+        assert r["address"].rsplit(":", 1)[0] == by_node[r["node_id"]]
+        assert r["tf_config"]["cluster"]["worker"] == workers
+    assert replicas[0]["tf_config"]["task"] == {"type": "worker", "index": 0}  # the chief

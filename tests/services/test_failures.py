@@ -1,0 +1,201 @@
+"""Failure rules against PostgreSQL: restart policies and budgets, backoff, hung replicas,
+deadlines, TTL cleanup, exits known only from a heartbeat. The clock is passed in."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from sqlalchemy.orm import Session
+
+from services import gangs, jobs, scheduling
+from services.dispatch import CleanupJob, StartReplica
+from services.models import Job, utcnow
+from services.nodes import Heartbeat
+from services.settings import get_settings
+from services.statuses import JobStatus, ReplicaStatus
+from tests.factories import create_job, create_token
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def beat(at: dt.datetime, running: frozenset[tuple[int, int, int]] = frozenset(),
+         exited: dict[tuple[int, int, int], int] | None = None) -> Heartbeat:
+    return Heartbeat("n1", "10.1.0.1", 4, 0, at, running=running, exited=exited or {})
+
+
+def run(session: Session, now: dt.datetime, *beats: Heartbeat,
+        progress: dict[tuple[int, int, int], float] | None = None) -> scheduling.PassResult:
+    return scheduling.run_pass(session=session, settings=get_settings(),
+                               heartbeats=list(beats) or [beat(now)], progress=progress,
+                               now=now)
+
+
+def start_gang(session: Session, job: Job, now: dt.datetime) -> None:
+    run(session, now)
+    assert job.status is JobStatus.SCHEDULED
+    for replica in jobs.read_replicas(session=session, job=job):
+        gangs.record_replica_started(session=session, job_id=job.id, attempt=job.attempt,
+                                     index=replica.index, pid=1, at=now)
+    gangs.settle_job(session=session, job=job, now=now)
+    assert job.status is JobStatus.RUNNING
+
+
+def fail_replica(session: Session, job: Job, index: int, code: int, now: dt.datetime) -> None:
+    gangs.record_replica_exited(session=session, job_id=job.id, attempt=job.attempt,
+                                index=index, exit_code=code, log_tail="", at=now)
+    gangs.settle_job(session=session, job=job, now=now)
+
+
+def finish_teardown(session: Session, job: Job, now: dt.datetime) -> None:
+    for replica in jobs.read_replicas(session=session, job=job):
+        gangs.record_replica_exited(session=session, job_id=job.id, attempt=replica.attempt,
+                                    index=replica.index, exit_code=143, log_tail="", at=now)
+    gangs.settle_job(session=session, job=job, now=now)
+
+
+@pytest.mark.parametrize(("code", "restarts"), [
+    (137, True), (143, True), (130, True), (138, True), (134, True),
+    (1, False), (2, False), (126, False), (127, False), (139, False),
+])
+def test_exit_code_policy_restarts_only_retryable(session: Session, code: int,
+                                                  restarts: bool) -> None:
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2, restart_policy="exit_code",
+                     max_restarts=3)
+    start_gang(session, job, T0)
+    fail_replica(session, job, 0, code, T0)
+    expected = JobStatus.RESTARTING if restarts else JobStatus.FAILED
+    assert job.status is expected, job.reason
+    if not restarts:
+        assert "not restarted: the exit code is not retryable" in job.reason
+
+
+@pytest.mark.parametrize("policy", ["on_failure", "exit_code"])
+def test_budget_holds_for_every_policy(session: Session, policy: str) -> None:
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2, restart_policy=policy,
+                     max_restarts=2)
+    now = T0
+    for attempt in (1, 2, 3):
+        start_gang(session, job, now)
+        assert job.attempt == attempt
+        fail_replica(session, job, 1, 137, now)
+        if attempt < 3:
+            assert job.status is JobStatus.RESTARTING
+            finish_teardown(session, job, now)
+            assert job.status is JobStatus.QUEUED
+            now = job.not_before or now
+    assert job.status is JobStatus.FAILED
+    assert "restart budget spent (2 restarts)" in job.reason
+
+
+def test_backoff_doubles_and_holds_placement(session: Session) -> None:
+    settings = get_settings()
+    assert gangs.restart_backoff(1) == settings.RESTART_BACKOFF
+    assert gangs.restart_backoff(2) == 2 * settings.RESTART_BACKOFF
+    assert gangs.restart_backoff(50) == settings.RESTART_BACKOFF_MAX
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2, restart_policy="on_failure",
+                     max_restarts=1)
+    start_gang(session, job, T0)
+    fail_replica(session, job, 0, 137, T0)
+    finish_teardown(session, job, T0)
+    assert job.status is JobStatus.QUEUED and job.attempt == 2
+    early = run(session, T0 + dt.timedelta(seconds=settings.RESTART_BACKOFF / 2))
+    assert not [m for m in early.messages if isinstance(m, StartReplica)]
+    assert job.reason.startswith("restart backoff")
+    late = run(session, T0 + dt.timedelta(seconds=settings.RESTART_BACKOFF))
+    assert len([m for m in late.messages if isinstance(m, StartReplica)]) == 2
+
+
+def test_no_progress_fails_the_replica_and_restarts(session: Session) -> None:
+    settings = get_settings()
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2, restart_policy="exit_code",
+                     max_restarts=1)
+    start_gang(session, job, T0)
+    running = frozenset({(job.id, 1, 0), (job.id, 1, 1)})
+    t1 = T0 + dt.timedelta(seconds=5)
+    progress = {(job.id, 1, 0): t1.timestamp(), (job.id, 1, 1): t1.timestamp()}
+    run(session, t1, beat(t1, running), progress=progress)
+    assert job.status is JobStatus.RUNNING
+    # replica 1 freezes: replica 0 keeps beating, replica 1 does not
+    t2 = t1 + dt.timedelta(seconds=settings.PROGRESS_TIMEOUT + 1)
+    progress[(job.id, 1, 0)] = t2.timestamp()
+    run(session, t2, beat(t2, running), progress=progress)
+    assert job.status is JobStatus.RESTARTING
+    assert f"replica 1 on n1 hung: no progress for {settings.PROGRESS_TIMEOUT:.0f}s" \
+        in job.reason
+    frozen = jobs.read_replicas(session=session, job=job, attempt=1)[1]
+    assert frozen.status is ReplicaStatus.FAILED and frozen.exit_code is None
+
+
+def test_gang_that_never_steps_is_hung(session: Session) -> None:
+    settings = get_settings()
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2)
+    start_gang(session, job, T0)
+    running = frozenset({(job.id, 1, 0), (job.id, 1, 1)})
+    later = T0 + dt.timedelta(seconds=settings.STARTUP_TIMEOUT + 1)
+    run(session, later, beat(later, running))
+    assert job.status is JobStatus.FAILED
+    assert "no training step within" in job.reason
+
+
+def test_exit_known_only_from_heartbeat(session: Session) -> None:
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2)
+    start_gang(session, job, T0)
+    later = T0 + dt.timedelta(seconds=10)
+    exited = {(job.id, 1, 0): 0, (job.id, 1, 1): 0}
+    run(session, later, beat(later, exited=exited),
+        progress={(job.id, 1, i): later.timestamp() for i in (0, 1)})
+    assert job.status is JobStatus.SUCCEEDED
+
+
+def test_replica_missing_from_heartbeat_is_lost(session: Session) -> None:
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2, restart_policy="on_failure",
+                     max_restarts=1)
+    start_gang(session, job, T0)
+    later = T0 + dt.timedelta(seconds=10)
+    run(session, later, beat(later, running=frozenset({(job.id, 1, 0)})),
+        progress={(job.id, 1, i): later.timestamp() for i in (0, 1)})
+    assert job.status is JobStatus.RESTARTING
+    assert "its agent no longer runs it" in job.reason
+
+
+def test_deadline_fails_the_job(session: Session) -> None:
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2, active_deadline_seconds=30)
+    job.created_at = T0
+    start_gang(session, job, T0)
+    result = run(session, T0 + dt.timedelta(seconds=31),
+                 beat(T0 + dt.timedelta(seconds=31), frozenset({(job.id, 1, 0), (job.id, 1, 1)})),
+                 progress={(job.id, 1, i): (T0 + dt.timedelta(seconds=31)).timestamp()
+                           for i in (0, 1)})
+    assert job.status is JobStatus.FAILED
+    assert job.reason == "exceeded active_deadline_seconds (30s since submission)"
+    assert sorted(m.index for m in result.messages if hasattr(m, "index")) == [0, 1]
+
+
+def test_ttl_cleans_scratch_once(session: Session) -> None:
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2, ttl_seconds_after_finished=60)
+    start_gang(session, job, T0)
+    for index in (0, 1):
+        fail_replica(session, job, index, 0, T0)
+    assert job.status is JobStatus.SUCCEEDED
+    job.finished_at = T0
+    assert not [m for m in run(session, T0 + dt.timedelta(seconds=30)).messages
+                if isinstance(m, CleanupJob)]
+    due = run(session, T0 + dt.timedelta(seconds=61)).messages
+    assert [m for m in due if isinstance(m, CleanupJob)] == [CleanupJob("n1", job.id)]
+    assert job.cleaned_at is not None
+    assert not [m for m in run(session, T0 + dt.timedelta(seconds=62)).messages
+                if isinstance(m, CleanupJob)]
+
+
+def test_now_is_aware() -> None:
+    assert utcnow().tzinfo is not None

@@ -1,0 +1,69 @@
+"""Fixtures for the live-stream tests: a real api server (uvicorn in a thread) on the
+test database, committed test data, and the ingest run by hand."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+import uvicorn
+
+from tests.e2e.conftest import free_port, wait_for
+from tests.factories import create_job, create_token
+
+
+@pytest.fixture
+def bus(pg_url: str) -> redis.Redis:  # noqa: ARG001 - pg_url points settings at test Redis
+    from services.bus import get_redis
+
+    client = get_redis()
+    client.flushdb()
+    return client
+
+
+@pytest.fixture
+def committed() -> Callable[..., tuple[str, int]]:
+    """Make a token and a job in a committed transaction: (token, job id)."""
+    from services.db import session_scope
+
+    def make(project: str = "default", **spec: Any) -> tuple[str, int]:
+        with session_scope() as session:
+            token, row = create_token(session, project)
+            job = create_job(session, row.project_id, **{"name": "live", "replicas": 2, **spec})
+            return token, job.id
+
+    return make
+
+
+@pytest.fixture
+def live_api(pg_url: str) -> Iterator[str]:  # noqa: ARG001
+    """The api served by uvicorn on a free port, against the test database and Redis."""
+    from api.main import create_app
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="off",
+                                           timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, 30, "the api to start")
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def ingest_until(client: redis.Redis, expected: int, kind: str = "metric",
+                 timeout: float = 30) -> int:
+    """Run the leader's ingest by hand until `expected` new rows are stored."""
+    from workers.ingest import ingest_logs_once
+    from workers.scheduler import ingest_metrics_once
+
+    once = ingest_metrics_once if kind == "metric" else ingest_logs_once
+    stored, deadline = 0, time.monotonic() + timeout
+    while stored < expected and time.monotonic() < deadline:
+        stored += once(client, block_ms=100)
+    return stored

@@ -1,0 +1,75 @@
+"""The leader's ingest on real Redis and PostgreSQL: exactly-once storage, the live feed,
+and replica logs shipped by the agent's LogShipper."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import redis
+import sqlalchemy as sa
+
+from tests.streams.conftest import ingest_until
+
+
+def test_thousand_batches_delivered_twice_are_stored_once(bus: redis.Redis,
+                                                          committed: Any) -> None:
+    from services import live
+    from services.db import session_scope
+    from services.models import MetricPoint
+
+    _, job_id = committed()
+    batches = [json.dumps({"job_id": job_id, "attempt": 1, "replica": i % 2,
+                           "points": [[i // 2 + 1, 0, name, float(i), 1.0 + i]
+                                      for name in ("loss", "accuracy", "step_time")]})
+               for i in range(1000)]
+    pipe = bus.pipeline()
+    for raw in batches + batches:  # every batch delivered twice
+        pipe.xadd("cohort:metrics", {"data": raw})
+    pipe.execute()
+    assert ingest_until(bus, 3000) == 3000
+    assert ingest_until(bus, 1, timeout=1) == 0  # the second copies added nothing
+    with session_scope() as session:
+        stored = session.execute(sa.select(sa.func.count()).select_from(MetricPoint)
+                                 .where(MetricPoint.job_id == job_id)).scalar_one()
+        distinct = session.execute(sa.select(sa.func.count()).select_from(
+            sa.select(MetricPoint.replica, MetricPoint.step, MetricPoint.name)
+            .where(MetricPoint.job_id == job_id).distinct().subquery())).scalar_one()
+    assert stored == distinct == 3000
+    # The live feed carries each stored row once, with increasing ids.
+    ids = [row[0] for _, fields in bus.xrange(live.live_key(job_id))
+           for row in json.loads(fields["rows"])]
+    assert len(ids) == 3000 and ids == sorted(set(ids))
+    assert live.read_stats(bus)["metric_rows"] == 3000
+    assert bus.xpending("cohort:metrics", "cohort-scheduler")["pending"] == 0
+
+
+def test_log_shipper_lines_match_the_file(bus: redis.Redis, committed: Any,
+                                          tmp_path: Path) -> None:
+    from services import logs
+    from services.db import session_scope
+    from workers.launcher import ReplicaKey
+    from workers.logship import LogShipper
+
+    _, job_id = committed()
+    path = tmp_path / "replica-0.log"
+    printed = [f"line {i} ünïcode" for i in range(1200)] + ["", "no newline at the end"]
+    path.write_text("\n".join(printed[:600]) + "\n")
+    shipper = LogShipper(bus, ReplicaKey(job_id, 1, 0), path, poll_seconds=0.05)
+    shipper.start()
+    with open(path, "a") as handle:
+        handle.write("\n".join(printed[600:]))
+    shipper.finish()
+    assert shipper.seq == len(printed)
+    assert ingest_until(bus, len(printed), kind="log") == len(printed)
+    with session_scope() as session:
+        tail = logs.read_logs(session=session, job_id=job_id, replica=0, tail=5)
+        everything = logs.read_logs(session=session, job_id=job_id, attempt=1)
+    assert [r.line for r in tail] == printed[-5:]
+    assert [r.line for r in everything] == printed
+    assert [r.seq for r in everything] == list(range(1, len(printed) + 1))
+    # A redelivered batch stores nothing new.
+    bus.xadd("cohort:logs", {"data": json.dumps({"job_id": job_id, "attempt": 1, "replica": 0,
+                                                 "lines": [[1, 0.0, "again"]]})})
+    assert ingest_until(bus, 1, kind="log", timeout=1) == 0

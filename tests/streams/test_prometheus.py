@@ -1,0 +1,22 @@
+"""Prometheus `/metrics`: the service's own figures, from SQL at scrape time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+
+def test_prometheus_metrics(pg_url: str, committed: Any) -> None:  # noqa: ARG001
+    from api.main import create_app
+
+    committed(project="prom")
+    body = TestClient(create_app()).get("/metrics")
+    assert body.status_code == 200 and body.headers["content-type"].startswith("text/plain")
+    text = body.text
+    queued = next(line for line in text.splitlines()
+                  if line.startswith('cohort_jobs{status="queued"}'))
+    assert float(queued.split()[-1]) >= 1
+    for name in ("cohort_queue_depth", "cohort_job_wait_seconds_bucket",
+                 'cohort_ingested_rows_total{kind="metric"}'):
+        assert name in text

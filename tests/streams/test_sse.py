@@ -1,0 +1,122 @@
+"""The SSE stream of a job against a real api server, real Redis and PostgreSQL:
+history then live, and an exact resume with Last-Event-ID after a dropped connection."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import redis
+
+from cli.sse import Event, parse_lines
+from tests.streams.conftest import ingest_until
+
+
+def emit(client: redis.Redis, job_id: int, steps: range, replica: int = 0) -> list[tuple]:
+    """Append one metric batch as a replica would; returns the points' keys."""
+    points = [[s, 0, name, s / 10, 1000.0 + s] for s in steps for name in ("loss", "accuracy")]
+    client.xadd("cohort:metrics", {"data": json.dumps(
+        {"job_id": job_id, "attempt": 1, "replica": replica, "points": points})})
+    return [(replica, s, name) for s, _, name, _, _ in points]
+
+
+def emit_logs(client: redis.Redis, job_id: int, lines: list[str], first_seq: int) -> None:
+    client.xadd("cohort:logs", {"data": json.dumps(
+        {"job_id": job_id, "attempt": 1, "replica": 0,
+         "lines": [[first_seq + i, 2000.0 + i, line] for i, line in enumerate(lines)]})})
+
+
+def take(events: Iterator[Event], n: int) -> list[Event]:
+    return [next(events) for _ in range(n)]
+
+
+def keys(events: list[Event]) -> list[tuple[Any, ...]]:
+    return [(e.data["replica"], e.data["step"], e.data["name"]) for e in events
+            if e.event == "metric"]
+
+
+def test_history_then_live_then_exact_resume(live_api: str, bus: redis.Redis,
+                                             committed: Any) -> None:
+    token, job_id = committed()
+    headers = {"Authorization": f"Bearer {token}"}
+    url = f"{live_api}/api/v1/jobs/{job_id}/stream"
+    history = emit(bus, job_id, range(1, 11)) + emit(bus, job_id, range(1, 6), replica=1)
+    assert ingest_until(bus, 30) == 30
+
+    with httpx.Client(timeout=15) as http, http.stream("GET", url, headers=headers) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = parse_lines(response.iter_lines())
+        first = take(events, 31)
+        assert first[0].event == "status" and first[0].data["id"] == job_id
+        assert first[0].data["status"] == "queued" and "progress" in first[0].data
+        assert sorted(keys(first)) == sorted(history)  # a late client gets history first
+        assert first[1].data == {"attempt": 1, "replica": 0, "step": 1, "epoch": 0,
+                                 "name": "loss", "value": 0.1, "ts": 1001.0}
+        live = emit(bus, job_id, range(11, 14))
+        assert ingest_until(bus, 6) == 6
+        seen = take(events, 6)  # then live events
+        assert keys(seen) == live
+        last_id = seen[-1].id
+    # The connection dropped; meanwhile more is stored, some of it a redelivery.
+    missed = emit(bus, job_id, range(14, 20))
+    emit(bus, job_id, range(11, 14))  # duplicates: stored once, never streamed twice
+    emit_logs(bus, job_id, ["epoch 1", "epoch 2"], first_seq=1)
+    assert ingest_until(bus, 12) == 12
+    assert ingest_until(bus, 2, kind="log") == 2
+
+    resume = {**headers, "Last-Event-ID": last_id}
+    with httpx.Client(timeout=15) as http, http.stream("GET", url, headers=resume) as response:
+        events = parse_lines(response.iter_lines())
+        got = take(events, 14)
+        assert keys(got) == missed  # exactly what was missed, in order, no status repeat
+        assert [(e.event, e.data["line"]) for e in got[12:]] == [("log", "epoch 1"),
+                                                                 ("log", "epoch 2")]
+        assert len({e.id for e in got}) == 14
+        after = emit(bus, job_id, range(20, 21))
+        assert ingest_until(bus, 2) == 2
+        assert keys(take(events, 2)) == after  # and the stream goes on live
+
+
+def test_logs_only_and_bad_resume_ids(live_api: str, bus: redis.Redis, committed: Any) -> None:
+    token, job_id = committed()
+    headers = {"Authorization": f"Bearer {token}"}
+    emit(bus, job_id, range(1, 3))
+    emit_logs(bus, job_id, ["hello", "world"], first_seq=1)
+    ingest_until(bus, 4)
+    ingest_until(bus, 2, kind="log")
+    url = f"{live_api}/api/v1/jobs/{job_id}/stream"
+    with httpx.Client(timeout=15) as http:
+        with http.stream("GET", url, params={"kinds": "log"}, headers=headers) as response:
+            got = take(parse_lines(response.iter_lines()), 2)
+            assert [(e.event, e.data["line"]) for e in got] == [("log", "hello"),
+                                                                ("log", "world")]
+        bad = http.get(url, headers={**headers, "Last-Event-ID": "nope"})
+        assert bad.status_code == 422 and "last-event-id" in bad.json()["message"]
+        assert http.get(url, params={"kinds": "video"}, headers=headers).status_code == 422
+        other_token, _ = committed(project="other")
+        assert http.get(url, headers={"Authorization": f"Bearer {other_token}"}
+                        ).status_code == 404
+        assert http.get(url).status_code == 401
+
+
+def test_project_stream_sends_status_changes(live_api: str, committed: Any) -> None:
+    from services.db import session_scope
+    from services.statuses import JobStatus
+    from services.transitions import transition_job
+
+    token, job_id = committed(project="proj-stream")
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(timeout=15) as http, http.stream(
+            "GET", f"{live_api}/api/v1/stream", headers=headers) as response:
+        events = parse_lines(response.iter_lines())
+        first = next(events)
+        assert first.event == "status" and first.data["id"] == job_id
+        with session_scope() as session:
+            transition_job(session=session, job_id=job_id, target=JobStatus.CANCELLED,
+                           reason="test")
+        changed = next(events)
+        assert changed.data["id"] == job_id and changed.data["status"] == "cancelled"
+        assert int(changed.id) > int(first.id)
