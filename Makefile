@@ -28,18 +28,20 @@ migrate: $(STAMP)
 # two cores are all a gang gets.
 test: $(STAMP) chromium
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api
-	$(PY) -m pytest -q tests/workers tests/e2e
+	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api tests/streams
+	$(PY) -m pytest -q tests/workers tests/e2e tests/faults
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api
+	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api tests/streams
 
 test-e2e: $(STAMP) chromium
-	$(PY) -m pytest -q tests/workers tests/e2e
+	$(PY) -m pytest -q tests/workers tests/e2e tests/faults
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py
 	$(PY) bench/placement.py
+	$(PY) bench/metrics.py
+	$(PY) bench/schedules.py
 
 # The dashboard's browser tests drive Debian's Chromium (never `playwright install`).
 chromium:

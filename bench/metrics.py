@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis
@@ -34,7 +35,6 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cli.sse import aparse_lines  # noqa: E402
 from cli.stack import migrate  # noqa: E402
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -116,16 +116,67 @@ def bench_ingest(label: str, client: redis.Redis, batches: int, per_batch: int) 
     return rate
 
 
-async def _client(url: str, headers: dict[str, str], latencies: list[float],
-                  ready: asyncio.Event, counter: list[int], stop: asyncio.Event) -> None:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=60)) as http, \
-            http.stream("GET", url, headers=headers, params={"kinds": "metric"}) as response:
+def skeleton_store(session: Any, rows: list[dict[str, Any]]) -> int:
+    """The walking skeleton's store: a multi-row INSERT ... ON CONFLICT ... RETURNING id."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    from services.models import MetricPoint
+
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = insert(MetricPoint).on_conflict_do_nothing(
+        index_elements=["job_id", "attempt", "replica", "step", "name"]).returning(MetricPoint.id)
+    connection, stored = session.connection(), 0
+    for start in range(0, len(rows), 5000):
+        stored += len(connection.execute(statement, rows[start:start + 5000]).all())
+    return stored
+
+
+def bench_store(label: str, rounds: int, points: int) -> tuple[float, float]:
+    """Skeleton store vs. this one on the same fresh rows, interleaved; points/s each."""
+    from services import metrics
+    from services.db import session_scope
+
+    job_id, _ = make_job(f"store-{label}")
+    rates: dict[str, list[float]] = {"skeleton": [], "now": []}
+    for r in range(rounds):
+        for way in ("skeleton", "now"):
+            attempt = 2 * r + (way == "now") + 1
+            rows = [{"job_id": job_id, "attempt": attempt, "replica": i % 2,
+                     "step": i // 8 + 1, "epoch": 0, "name": f"m{(i // 2) % 4}",
+                     "value": 0.5, "ts": 1.0} for i in range(points)]
+            started = time.perf_counter()
+            with session_scope() as session:
+                if way == "skeleton":
+                    stored = skeleton_store(session, rows)
+                else:
+                    stored = len(metrics.insert_points(session=session, rows=rows))
+            assert stored == points
+            rates[way].append(points / (time.perf_counter() - started))
+    old, new = statistics.median(rates["skeleton"]), statistics.median(rates["now"])
+    print(f"store {label} (median of {rounds}, {points} points each): skeleton "
+          f"{old:,.0f}/s, now {new:,.0f}/s, ratio {new / old:.2f}")
+    return old, new
+
+
+async def _client(http: httpx.AsyncClient, url: str, headers: dict[str, str],
+                  latencies: list[float], ready: asyncio.Event, counter: list[int],
+                  stop: asyncio.Event) -> None:
+    async with http.stream("GET", url, headers=headers, params={"kinds": "metric"}) as response:
         counter[0] += 1
         if counter[0] == counter[1]:
             ready.set()
-        async for event in aparse_lines(response.aiter_lines()):
-            if event.event == "metric":
-                latencies.append(time.time() - event.data["ts"])
+        # Arrival is stamped per network chunk and only the `data:` lines are decoded:
+        # with 100 clients in one Python process, a full parser would measure itself.
+        buffer = b""
+        async for chunk in response.aiter_bytes():
+            now = time.time()
+            buffer += chunk
+            *events, buffer = buffer.split(b"\n\n")
+            for event in events:
+                if event.startswith(b"event: metric\n"):
+                    data = event[event.index(b"data: ") + 6:event.index(b"\nid: ")]
+                    latencies.append(now - json.loads(data)["ts"])
             if stop.is_set():
                 return
 
@@ -153,9 +204,15 @@ async def bench_latency(base: str, redis_url: str, clients: int, seconds: float,
     url, headers = f"{base}/api/v1/jobs/{job_id}/stream", {"Authorization": f"Bearer {token}"}
     latencies: list[float] = []
     ready, stop, counter = asyncio.Event(), asyncio.Event(), [0, clients]
-    tasks = [asyncio.create_task(_client(url, headers, latencies, ready, counter, stop))
+    # One httpx client (its own connection per stream): creating 100 clients would
+    # measure 100 TLS-context set-ups, not the server.
+    http = httpx.AsyncClient(timeout=httpx.Timeout(10, read=60),
+                             limits=httpx.Limits(max_connections=clients + 10))
+    tasks = [asyncio.create_task(_client(http, url, headers, latencies, ready, counter, stop))
              for _ in range(clients)]
-    await asyncio.wait_for(ready.wait(), 60)
+    connecting = time.perf_counter()
+    await asyncio.wait_for(ready.wait(), 300)
+    print(f"{clients} client(s) connected in {time.perf_counter() - connecting:.1f}s")
     await asyncio.sleep(1.0)  # every client is past its (empty) history
     emitted = await asyncio.to_thread(_emit, redis_url, job_id, seconds, rate)
     deadline = time.monotonic() + 10
@@ -165,6 +222,7 @@ async def bench_latency(base: str, redis_url: str, clients: int, seconds: float,
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    await http.aclose()
     ms = sorted(x * 1000 for x in latencies)
     result = {"clients": clients, "rate": rate, "points": emitted, "received": len(ms),
               "p50_ms": statistics.median(ms), "p99_ms": ms[int(len(ms) * 0.99) - 1]}
@@ -196,11 +254,13 @@ def main() -> None:
         migrate(sqlite_url)
         use(sqlite_url, args.redis, tmp)
         if not args.skip_ingest:
+            bench_store("sqlite", 3, 50_000)
             bench_ingest("sqlite", client, args.batches, 200)
         pg_url = pg_database(name)
         use(pg_url, args.redis, tmp)
         try:
             if not args.skip_ingest:
+                bench_store("postgresql", 3, 50_000)
                 bench_ingest("postgresql", client, args.batches, 200)
             port = 18000 + os.getpid() % 1000
             env = {**os.environ, "COHORT_API_PORT": str(port), "COHORT_NODE_ID": "bench"}

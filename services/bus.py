@@ -11,6 +11,8 @@ from functools import lru_cache
 from typing import Any
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from services.settings import get_settings
 
@@ -45,9 +47,12 @@ def node_queue(node_id: str) -> str:
 @lru_cache(maxsize=4)
 def get_redis(url: str | None = None) -> redis.Redis:
     """A client for the configured Redis (decoded strings)."""
+    # Bounded retries: a caller (the agent's lease, the scheduler's lock) must learn
+    # within seconds that Redis is gone, not after redis-py's default retry budget.
     return redis.Redis.from_url(url or get_settings().redis_url, decode_responses=True,
                                 health_check_interval=30, socket_timeout=10,
-                                socket_connect_timeout=5)
+                                socket_connect_timeout=2,
+                                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2))
 
 
 def publish_event(client: redis.Redis, kind: str, **fields: Any) -> None:

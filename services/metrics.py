@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 
 from services.models import Job, MetricPoint
@@ -93,16 +92,22 @@ def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[d
 
 def _insert_sqlite(session: Session, values: list[dict[str, Any]]) -> list[dict[str, Any]]:
     # SQLite has one writer at a time and the leader's ingest is the only writer of
-    # metric points, so the new rows are exactly those above the largest id before;
-    # a plain executemany of INSERT OR IGNORE is much faster than one with RETURNING.
-    connection = session.connection()
-    before = connection.execute(sa.select(sa.func.coalesce(sa.func.max(MetricPoint.id), 0))
-                                ).scalar_one()
-    connection.execute(sqlite.insert(MetricPoint.__table__).on_conflict_do_nothing(
-        index_elements=["job_id", "attempt", "replica", "step", "name"]), values)
-    table = MetricPoint.__table__
-    rows = connection.execute(sa.select(*table.c).where(table.c.id > before)).mappings()
-    return [dict(row) for row in rows]
+    # metric points, so the new rows are exactly those above the largest id before. A
+    # DB-API executemany of INSERT OR IGNORE runs in C: several times faster than
+    # SQLAlchemy's multi-row INSERT ... RETURNING.
+    columns = ", ".join(_COLUMNS)
+    cursor = session.connection().connection.driver_connection.cursor()
+    try:
+        cursor.execute("SELECT coalesce(max(id), 0) FROM metric_points")
+        before = cursor.fetchone()[0]
+        cursor.executemany(
+            f"INSERT OR IGNORE INTO metric_points ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [tuple(row[c] for c in _COLUMNS) for row in values])
+        cursor.execute(f"SELECT id, {columns} FROM metric_points WHERE id > ?", (before,))
+        names = ("id", *_COLUMNS)
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    finally:
+        cursor.close()
 
 
 def read_metrics(

@@ -98,10 +98,6 @@ class PlacementResult:
     positions: dict[int, int] = field(default_factory=dict)  # job id -> place among waiting, 1..
 
 
-def _unit(kind: str) -> str:
-    return "GPUs" if kind == GPU else "CPU slots"
-
-
 class _Cluster:
     """The pass's mutable view of the nodes: one pool per kind, reservations."""
 
@@ -130,19 +126,18 @@ class _Cluster:
             self._empty[key] = list(accumulate(r for r in rooms if r))
         return self._empty[key]
 
-    def reserve(self, request: GangRequest) -> None:
-        """Withhold from later jobs every node that could host one of `request`'s replicas."""
-        order, totals, pool = self._by_total[request.kind], self.totals[request.kind], \
-            self.pools[request.kind]
-        i = self._held_upto[request.kind]
-        while i < len(order) and totals[order[i]] >= request.per:
+    def reserve(self, kind: str, per: int) -> None:
+        """Withhold from later jobs every node that could host a replica of `per` units."""
+        order, totals, pool = self._by_total[kind], self.totals[kind], self.pools[kind]
+        i = self._held_upto[kind]
+        while i < len(order) and totals[order[i]] >= per:
             pool.remove(order[i])
             i += 1
-        self._held_upto[request.kind] = i
+        self._held_upto[kind] = i
 
-    def commit(self, request: GangRequest, chosen: list[tuple[str, int]]
-               ) -> list[ReplicaPlacement]:
-        pool, per = self.pools[request.kind], request.per
+    def commit(self, request: GangRequest, kind: str, per: int,
+               chosen: list[tuple[str, int]]) -> list[ReplicaPlacement]:
+        pool = self.pools[kind]
         placed: list[ReplicaPlacement] = []
         for node_id, count in chosen:
             pool.take(node_id, count * per)
@@ -154,14 +149,14 @@ class _Cluster:
                     gpu_ids = tuple(ids[:per])
                     del ids[:per]
                 placed.append(ReplicaPlacement(node_id, address, gpu_ids))
-        self.free_units[request.kind] -= request.replicas * per
+        self.free_units[kind] -= request.replicas * per
         return placed
 
 
-def _choose(pool: Pool, request: GangRequest) -> list[tuple[str, int]] | None:
+def _choose(pool: Pool, request: GangRequest, per: int) -> list[tuple[str, int]] | None:
     """(node, replicas there) for the whole gang, or None; reads the pool only."""
-    per, left = request.per, request.replicas
-    if pool.room(per) < left:
+    left = request.replicas
+    if pool.units < left * per or pool.room(per) < left:
         return None
     chosen: list[tuple[str, int]] = []
     if request.policy == SPREAD:
@@ -198,19 +193,22 @@ def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity]) -> Placem
     first_blocked: dict[str, int] = {}  # kind -> job id of the first job of it that waits
     position = 0
     for request in sorted(queue, key=lambda r: (-r.priority, r.seq)):
-        kind, unit = request.kind, _unit(request.kind)
-        rooms = cluster.empty_rooms(kind, request.per)
+        # Locals, not properties: this loop runs once per queued job.
+        per = request.gpus_per_replica or 1
+        kind = GPU if request.gpus_per_replica else CPU
+        unit = "GPUs" if request.gpus_per_replica else "CPU slots"
+        rooms = cluster.empty_rooms(kind, per)
         if not rooms or rooms[-1] < request.replicas:
             position += 1
             result.positions[request.job_id] = position
             total, per_node = cluster.total_units[kind], cluster.largest[kind]
             detail = f"the cluster has {total} {unit}"
-            if request.gpus_per_replica and total >= request.replicas * request.per:
+            if request.gpus_per_replica and total >= request.replicas * per:
                 detail += f", at most {per_node} on one node"
             result.waiting[request.job_id] = \
                 f"unschedulable: needs {request.describe_need()}, {detail}"
             continue
-        chosen = _choose(cluster.pools[kind], request)
+        chosen = _choose(cluster.pools[kind], request, per)
         if chosen is None:
             position += 1
             result.positions[request.job_id] = position
@@ -223,9 +221,9 @@ def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity]) -> Placem
             else:
                 first_blocked[kind] = request.job_id
             result.waiting[request.job_id] = reason
-            cluster.reserve(request)
+            cluster.reserve(kind, per)
             continue
-        result.assignments[request.job_id] = cluster.commit(request, chosen)
+        result.assignments[request.job_id] = cluster.commit(request, kind, per, chosen)
     return result
 
 

@@ -80,6 +80,11 @@ def decide_pending(*, session: Session, now: dt.datetime | None = None) -> list[
         .order_by(Job.finished_at, Job.id)
     ).all()
     decided = []
+    # A job deleted before its decision (a TTL, a history limit) leaves nothing to judge.
+    for run in session.execute(sa.select(ScheduleRun).where(
+            ScheduleRun.decision == "pending", ScheduleRun.job_id.is_(None))).scalars():
+        run.decision, run.decision_reason, run.decided_at = "not_eligible", "job deleted", now
+        decided.append(run)
     for run, job in rows:
         # Lock the schedule: two decisions of one schedule compare against one value.
         schedule = session.execute(

@@ -139,8 +139,8 @@ def fire_schedule(*, session: Session, settings: Settings, schedule: Schedule,
         older = due[-2]
         run = _record(session, schedule, older, "missed",
                       f"{total - 1} fire time(s) from {_stamp(schedule.next_fire_at)} to "
-                      f"{_stamp(older)} passed while no scheduler ran; only the latest one "
-                      "may still run")
+                      f"{_stamp(older)} passed before a scheduler could fire them; only the latest "
+                      "one may still run")
         result.runs += [run] if run else []
     late = (now - latest).total_seconds()
     deadline = schedule.starting_deadline_seconds

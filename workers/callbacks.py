@@ -13,6 +13,7 @@ finite float and `ts` the unix time at which the value was observed.
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import math
@@ -66,6 +67,9 @@ def connect(redis_url: str) -> redis.Redis:
 
 # Seconds between two progress heartbeats of one replica.
 BEAT_INTERVAL = 1.0
+# Seconds of sent points kept for a replay after a Redis restart: the ingester
+# stores points within a second, so this covers what a dying Redis could lose.
+REPLAY_WINDOW = 30.0
 # After training, how long the replica may go without a beat (evaluation, saving).
 FINISH_GRACE = 300.0
 
@@ -100,6 +104,9 @@ class MetricReporter:
         self._progress_field = progress_field(job_id, attempt, replica)
         self._last_beat = 0.0
         self._beat_floor = 0.0
+        # (sent at, points) of the last REPLAY_WINDOW seconds, and the Redis they went to.
+        self._recent: collections.deque[tuple[float, list[Point]]] = collections.deque()
+        self._run_id: str | None = None
 
     def beat(self, extend: float = 0.0) -> None:
         """Progress heartbeat (at most one a second): this replica is still stepping.
@@ -225,12 +232,30 @@ class MetricReporter:
                     )
                 return False
             del self._buffer[: len(chunk)]
+            self._remember(chunk)
         if self._failures:
             warn(f"metrics reach Redis again after {self._failures} failed flushes")
         self._failures = 0
         self._paused_until = 0.0
         self._last_flush = time.monotonic()
         return True
+
+    def _remember(self, chunk: list[Point]) -> None:
+        """Keep what was sent lately: if Redis restarts and loses it before the
+        control plane stored it, it is sent again (stored once: the key is unique)."""
+        now = time.monotonic()
+        self._recent.append((now, chunk))
+        while self._recent and now - self._recent[0][0] > REPLAY_WINDOW:
+            self._recent.popleft()
+        try:
+            run_id = self._client.info("server").get("run_id")
+        except redis.RedisError:
+            return
+        if self._run_id is not None and run_id != self._run_id:
+            warn("Redis restarted: sending the last points again")
+            for _, old in list(self._recent):
+                self._send(old)
+        self._run_id = run_id
 
     def _send(self, points: list[Point]) -> Exception | None:
         payload = json.dumps(

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, FastAPI, Form, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -117,12 +118,17 @@ def logout() -> RedirectResponse:
     return response
 
 
-def _jobs_context(session: SessionDep, viewer: ApiToken, status: JobStatus | None,
+def _jobs_context(session: SessionDep, viewer: ApiToken, status: JobStatus | str | None,
                   q: str | None, cursor: str | None) -> dict[str, Any]:
     try:
         before = jobs.decode_cursor(cursor) if cursor else None
     except ValueError:
         before = None  # a stale or hand-edited link: start again from the newest
+    if status and status not in JobStatus.__members__.values():
+        raise RequestValidationError([{
+            "loc": ("query", "status"), "type": "value_error",
+            "msg": f"use one of {', '.join(JobStatus)}, or leave it empty for any"}])
+    status = JobStatus(status) if status else None
     rows, next_before = jobs.list_jobs(session=session, project_id=viewer.project_id,
                                        status=status, name=q or None, before=before,
                                        limit=PAGE_SIZE)
@@ -133,7 +139,8 @@ def _jobs_context(session: SessionDep, viewer: ApiToken, status: JobStatus | Non
             "job_nodes": dashboard.read_job_nodes(session=session, jobs=rows)}
 
 
-StatusQuery = Annotated[JobStatus | None, Query(alias="status")]
+# The filter form sends `status=` for "any": an empty value is no filter, not an error.
+StatusQuery = Annotated[str | None, Query(alias="status", max_length=32)]
 TextQuery = Annotated[str | None, Query(max_length=128)]
 CursorQuery = Annotated[str | None, Query(max_length=256)]
 
@@ -185,7 +192,9 @@ def job_page(request: Request, session: SessionDep, job_id: int) -> Response:
     job = _job_or_none(session, viewer, job_id)
     if job is None:
         return _render(request, "not_found.html", viewer, code=404, job_id=job_id)
-    spec = {key: getattr(job, key) for key in JobCreate.model_fields}
+    # Resubmit sends this back as a JobCreate; a field the job row lacks keeps its default.
+    spec = {key: getattr(job, key) for key in JobCreate.model_fields
+            if getattr(job, key, None) is not None}
     return _render(request, "job.html", viewer, spec=spec, **_job_context(session, job))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -23,7 +24,7 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent, format_sse_event
 
-from api.deps import CurrentJob, TokenDep
+from api.deps import CurrentJob, SessionDep, TokenDep
 from services import live, logs, metrics
 from services.db import session_scope
 from services.settings import get_settings
@@ -110,6 +111,34 @@ def _rows_frames(kind: str, rows: list[list[Any]], cursor: Cursor) -> list[bytes
     return frames
 
 
+# Encoded feed entries, shared by the clients of this process: clients that are caught up
+# have the same cursor, so one encoding serves them all (key: entry, kind, and the other
+# two cursor parts; valid for a client whose cursor is below the entry's first row).
+_encoded: OrderedDict[tuple[str, str, int, int], tuple[int, int, bytes]] = OrderedDict()
+ENCODED_ENTRIES = 4096
+
+
+def _entry_frames(entry_id: str, kind: str, raw: str, cursor: Cursor) -> bytes:
+    """The encoded events of one live-feed entry for this client."""
+    other = cursor.log if kind == "metric" else cursor.metric
+    key = (entry_id, kind, other, cursor.event)
+    mine = cursor.metric if kind == "metric" else cursor.log
+    hit = _encoded.get(key)
+    if hit is not None and mine < hit[0]:
+        if kind == "metric":
+            cursor.metric = hit[1]
+        else:
+            cursor.log = hit[1]
+        return hit[2]
+    rows = json.loads(raw)
+    encoded = b"".join(_rows_frames(kind, rows, cursor))
+    if rows and mine < rows[0][0]:  # the whole entry was new to this client: shareable
+        _encoded[key] = (rows[0][0], rows[-1][0], encoded)
+        if len(_encoded) > ENCODED_ENTRIES:
+            _encoded.popitem(last=False)
+    return encoded
+
+
 _snapshots: dict[int, tuple[float, tuple[dict[str, Any], int, tuple[Any, ...]]]] = {}
 
 
@@ -170,7 +199,7 @@ def project_resume_point(
             responses={200: {"content": {"text/event-stream": {}},
                              "description": "`status`, `metric` and `log` events"}})
 async def stream_job(
-    job: CurrentJob,
+    job: CurrentJob, session: SessionDep,
     start: Annotated[Cursor | None, Depends(resume_point)],
     chosen: Annotated[set[str], Depends(chosen_kinds)],
 ) -> EventSourceResponse:
@@ -178,10 +207,14 @@ async def stream_job(
     Reconnect with `Last-Event-ID` (or `?last_event_id=`) to get exactly what you missed;
     `kinds` picks some of the three (e.g. `kinds=log` to follow logs)."""
     cursor = Cursor(start.metric, start.log, start.event) if start else Cursor()
+    job_id = job.id
+    # The request's session would otherwise keep its pooled connection for as long as the
+    # stream lasts (hours): 30 watchers would exhaust the pool.
+    await anyio.to_thread.run_sync(session.close)
     # Events are encoded with FastAPI's own SSE encoder but written a batch at a time
     # (one feed entry, one history page): one write per event would cap a process at a
     # few thousand events a second across all clients.
-    return EventSourceResponse(_job_events(job.id, cursor, resumed=start is not None,
+    return EventSourceResponse(_job_events(job_id, cursor, resumed=start is not None,
                                            chosen=chosen),
                                headers={"Cache-Control": "no-cache",
                                         "X-Accel-Buffering": "no"})
@@ -221,8 +254,8 @@ async def _job_events(job_id: int, cursor: Cursor, *, resumed: bool,
                     feed_position = entry_id
                     kind = fields.get("kind")
                     if kind in chosen:
-                        frames += _rows_frames(kind, json.loads(fields.get("rows", "[]")),
-                                               cursor)
+                        frames.append(_entry_frames(entry_id, kind, fields.get("rows", "[]"),
+                                                    cursor))
             if "status" in chosen and time.monotonic() >= next_status:
                 next_status = time.monotonic() + STATUS_POLL
                 snapshot, event_id, new_fingerprint = await _snapshot(job_id)
@@ -230,7 +263,7 @@ async def _job_events(job_id: int, cursor: Cursor, *, resumed: bool,
                     fingerprint = new_fingerprint
                     cursor.event = max(cursor.event, event_id)
                     frames.append(_frame("status", cursor, snapshot))
-            if frames:
+            if any(frames):
                 idle_since = time.monotonic()
                 yield b"".join(frames)
             elif time.monotonic() - idle_since >= KEEPALIVE:
@@ -242,11 +275,13 @@ async def _job_events(job_id: int, cursor: Cursor, *, resumed: bool,
 
 @router.get("/stream", response_class=EventSourceResponse)
 async def stream_jobs(
-    token: TokenDep, after: Annotated[int | None, Depends(project_resume_point)],
+    token: TokenDep, session: SessionDep,
+    after: Annotated[int | None, Depends(project_resume_point)],
 ) -> AsyncIterator[ServerSentEvent]:
     """`status` events (data: JobRead) of the project's jobs as their statuses change.
     Without `Last-Event-ID`, the 50 newest jobs come first."""
     project_id, cursor = token.project_id, after
+    await anyio.to_thread.run_sync(session.close)  # free its connection (see stream_job)
     while True:
         changed, cursor = await _sql(project_changes, project_id, cursor)
         for snapshot in changed:

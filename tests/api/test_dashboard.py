@@ -3,6 +3,7 @@ bundled assets. The browser behaviour is tested in tests/e2e/test_dashboard.py."
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -107,6 +108,9 @@ def test_filters_and_cursor_pagination(client: TestClient, session: Session) -> 
     older = client.get("/partials/jobs?cursor=" + cursor.group(1).replace("&amp;", "&")).text
     assert f"#{ids[0]} p0<" in older and f"#{ids[-1]} p26" not in older
     assert f"#{ids[3]} p3<" in client.get("/?q=p3").text
+    # What the filter form and the live refresh send for "any status", "no text".
+    assert f"#{ids[-1]} p26" in client.get("/partials/jobs?status=&q=&cursor=").text
+    assert f"#{ids[-1]} p26" in client.get("/?status=&q=").text
     assert "No jobs match" in client.get("/?status=running").text
     # A bad status is the caller's error, answered as JSON naming the field.
     bad = client.get("/?status=sleeping")
@@ -136,3 +140,17 @@ def test_assets_are_bundled_and_nothing_loads_from_the_network(
                    *(p.read_text() for p in (API / "static").glob("*.*"))]:
         assert not re.search(r"""(src|href)=["']?(https?:)?//""", source)
         assert "cdn" not in source.lower()
+
+
+def test_the_job_page_carries_a_spec_that_resubmits_as_is(client: TestClient,
+                                                          session: Session) -> None:
+    token, row = create_token(session, "again")
+    job = create_job(session, row.project_id, name="again", replicas=1, strategy="one_device",
+                     hyperparameters={"epochs": 2, "hidden_units": 8})
+    login(client, token)
+    page = client.get(f"/jobs/{job.id}").text
+    spec = json.loads(re.search(r'id="job-spec">(.*?)</script>', page, re.S).group(1))
+    response = client.post("/api/v1/jobs", json=spec)
+    assert response.status_code == 201, response.text
+    assert response.json()["hyperparameters"]["hidden_units"] == 8
+    assert response.json()["id"] != job.id

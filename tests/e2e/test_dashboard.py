@@ -163,15 +163,35 @@ def test_log_in_submit_a_job_watch_it_train_and_succeed(
         assert "Not run yet." in schedules
     shot(page, "schedules")
 
+    # Resubmit: the same spec as a new job, and its page.
+    page.goto(f"/jobs/{job_id}")
+    page.get_by_role("button", name="Resubmit").click()
+    page.wait_for_url(lambda url: not url.endswith(f"/jobs/{job_id}"))
+    again = client.job(int(page.url.rsplit("/", 1)[1]))
+    first = client.job(job_id)
+    assert again["id"] != job_id and again["name"] == "ui-digits"
+    assert again["replicas"] == 2 and again["hyperparameters"] == first["hyperparameters"]
+    # The jobs table follows the project's stream: a cancel shows without a reload.
+    page.get_by_role("link", name="Jobs", exact=True).click()
+    assert page.locator("#live-state").inner_text() == "live"
+    client.cancel(again["id"])
+    wait_for(lambda: page.locator(f"tr[data-job-id='{again['id']}'] .badge").inner_text()
+             == "cancelled", 60, "the jobs table to show the cancel")
+
 
 def test_cancel_a_running_job_from_its_page(
         page: Any, pg_stack: tuple[Stack, CohortClient]) -> None:
     stack, client = pg_stack
-    job = client.submit({"name": "ui-long", "strategy": "one_device", "replicas": 1,
-                         "hyperparameters": {"epochs": 10_000, "steps_per_epoch": 20}})
     # This page gets no SSE streams (as on a server without them): it must poll instead.
     page.route("**/api/v1/**stream*", lambda route: route.fulfill(status=404, body="{}"))
     log_in(page, stack.token)
+    job = client.submit({"name": "ui-long", "strategy": "one_device", "replicas": 1,
+                         "hyperparameters": {"epochs": 10_000, "steps_per_epoch": 20}})
+    # The jobs table shows the new job, then its start, without a reload.
+    row = page.locator(f"tr[data-job-id='{job['id']}'] .badge")
+    wait_for(lambda: row.count() and row.inner_text() == "running", TIMEOUT_MS / 1000,
+             "the jobs table to show the job running")
+    assert page.locator("#live-state").inner_text() == "polling"
     page.get_by_role("link", name=f"#{job['id']} ui-long").click()
     page.wait_for_url(f"**/jobs/{job['id']}")
     wait_for(lambda: job_status(page) == "running", TIMEOUT_MS / 1000, "the job to run")

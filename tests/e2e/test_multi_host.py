@@ -79,7 +79,8 @@ def cluster(tmp_path: Path) -> Iterator[tuple[CohortClient, list[Machine]]]:
         yield client, machines
 
 
-def test_one_gang_across_two_namespaces(cluster: tuple[CohortClient, list[Machine]]) -> None:
+def test_one_gang_across_two_namespaces(cluster: tuple[CohortClient, list[Machine]],
+                                        tmp_path: Path) -> None:
     client, machines = cluster
     job = client.submit({"name": "two-hosts", "replicas": 2, "placement": "spread",
                          "hyperparameters": {"epochs": 1, "steps_per_epoch": 5}})
@@ -94,3 +95,7 @@ def test_one_gang_across_two_namespaces(cluster: tuple[CohortClient, list[Machin
         assert r["address"].rsplit(":", 1)[0] == by_node[r["node_id"]]
         assert r["tf_config"]["cluster"]["worker"] == workers
     assert replicas[0]["tf_config"]["task"] == {"type": "worker", "index": 0}  # the chief
+    for r in replicas:  # each trained in a gang of two, from its own machine's data dir
+        log = (tmp_path / r["node_id"] / "jobs" / str(done["id"]) / "logs" / "attempt-1" /
+               f"replica-{r['index']}.log").read_text()
+        assert "num_replicas_in_sync=2" in log

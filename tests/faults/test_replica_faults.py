@@ -43,9 +43,10 @@ def test_kill_9_replica_resumes_from_checkpoint(make_stack) -> None:  # type: ig
     first_step_2 = min(p["ts"] for p in client.metrics(job["id"], attempt=2, name=["loss"],
                                                        replica=0) if p["step"] == min(second))
     assert not any(alive(r["pid"]) for r in final["replica_list"])
+    redone = max(steps_seen(client, job["id"], 1)) - (min(second) - 1)
     record("replica killed (SIGKILL) mid-epoch", "gang torn down, restarted, resumed from the "
-           f"epoch-{min(second) // 100} checkpoint", restarted - killed_at,
-           first_step_2 - killed_at, f"{min(second) - 1 - 200} steps of epoch 2 redone")
+           f"checkpoint at step {min(second) - 1}", restarted - killed_at,
+           first_step_2 - killed_at, f"{redone} steps redone (since the last epoch end)")
 
 
 def test_frozen_replica_is_detected_and_restarted(make_stack) -> None:  # type: ignore[no-untyped-def]
@@ -71,6 +72,10 @@ def test_frozen_replica_is_detected_and_restarted(make_stack) -> None:  # type: 
     assert detect < 8 + 5, detect
     assert not alive(victim)
     second = steps_seen(client, job["id"], 2)
-    record("replica frozen (SIGSTOP)", "no progress heartbeat: gang torn down (SIGKILL for "
-           "the frozen one), restarted from checkpoint", detect,
-           None if not second else None, "steps since the last epoch checkpoint")
+    assert min(second) > 100  # resumed from a checkpoint, not from step 1
+    first_step_2 = min(p["ts"] for p in client.metrics(job["id"], attempt=2, name=["loss"],
+                                                       replica=0) if p["step"] == min(second))
+    redone = max(steps_seen(client, job["id"], 1)) - (min(second) - 1)
+    record("replica frozen (SIGSTOP)", "no progress heartbeat for 8 s: gang torn down "
+           "(SIGKILL for the frozen one), restarted from checkpoint", detect,
+           first_step_2 - frozen_at, f"{redone} steps redone (since the last epoch end)")

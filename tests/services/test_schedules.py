@@ -201,3 +201,13 @@ def test_a_template_that_no_longer_validates_is_recorded_as_failed(session: Sess
     (run,) = runs(session, schedule.id)
     assert run.outcome == "failed" and "update the schedule's job" in run.reason
     assert schedule.next_fire_at == T0 + dt.timedelta(seconds=20)  # it does not retry in a loop
+
+
+def test_a_run_whose_job_was_deleted_is_not_left_pending(session: Session) -> None:
+    schedule = make(session, promote={"metric": "eval_accuracy", "mode": "max"})
+    (job_id,) = fire(session, T0 + dt.timedelta(seconds=10)).jobs
+    session.execute(sa.delete(Job).where(Job.id == job_id))
+    session.expire_all()
+    promotion.decide_pending(session=session)
+    (run,) = runs(session, schedule.id)
+    assert (run.decision, run.decision_reason) == ("not_eligible", "job deleted")

@@ -303,6 +303,12 @@ class FakeRedis:
         self.entries.append(json.loads(fields["data"]))
         return "0-1"
 
+    def info(self, section: str) -> dict[str, str]:
+        assert section == "server"
+        return {"run_id": self.run_id}
+
+    run_id = "first"
+
 
 def points_of(client: FakeRedis) -> list[list[Any]]:
     return [point for entry in client.entries for point in entry["points"]]
@@ -355,3 +361,16 @@ def test_reporter_caps_its_buffer() -> None:
         reporter.add(step, 0, "loss", 1.0)
     assert reporter.pending <= 100
     assert reporter.dropped == 250 - reporter.pending
+
+
+def test_reporter_replays_recent_points_after_a_redis_restart() -> None:
+    client = FakeRedis()
+    reporter = MetricReporter(client, job_id=7, attempt=1, replica=0, flush_interval=3600)
+    reporter.add(1, 0, "loss", 1.0, 10.0)
+    assert reporter.flush()
+    client.run_id = "second"  # Redis came back empty: what it had is gone
+    reporter.add(2, 0, "loss", 0.5, 11.0)
+    assert reporter.flush()
+    steps = [point[0] for point in points_of(client)]
+    assert steps.count(1) == 2  # step 1 sent again after the restart
+    assert steps.count(2) >= 1

@@ -26,6 +26,9 @@ DEFAULTS: dict[str, Any] = {
     "learning_rate": 0.01,
     "hidden_units": 64,
     "seed": 0,
+    # 0: checkpoint at each epoch end; N: also every N steps, which bounds the work
+    # a killed or torn-down gang redoes.
+    "checkpoint_every_steps": 0,
 }
 
 
@@ -78,14 +81,15 @@ def build_model(hidden_units: int, learning_rate: float) -> keras.Model:
     return model
 
 
-def _backup_callbacks(ctx: TrainerContext) -> list[keras.callbacks.Callback]:
+def _backup_callbacks(ctx: TrainerContext, every_steps: int) -> list[keras.callbacks.Callback]:
     # BackupAndRestore lets a restarted gang resume from its last finished epoch.
     # tf_keras refuses it under OneDeviceStrategy (NotImplementedError), so such
     # jobs restart from scratch.
     if isinstance(ctx.strategy, tf.distribute.OneDeviceStrategy):
         warn("BackupAndRestore does not support one_device; a restarted attempt starts over")
         return []
-    return [keras.callbacks.BackupAndRestore(backup_dir=str(ctx.job_dir / "backup"))]
+    return [keras.callbacks.BackupAndRestore(backup_dir=str(ctx.job_dir / "backup"),
+                                             save_freq=every_steps or "epoch")]
 
 
 def train(ctx: TrainerContext) -> dict[str, float]:
@@ -122,11 +126,12 @@ def train(ctx: TrainerContext) -> dict[str, float]:
     with ctx.strategy.scope():
         model = build_model(int(hp["hidden_units"]), float(hp["learning_rate"]))
 
+    backups = _backup_callbacks(ctx, int(hp["checkpoint_every_steps"]))
     model.fit(
         train_ds,
         epochs=epochs,
         steps_per_epoch=steps_per_epoch,
-        callbacks=[*ctx.callbacks(global_batch), *_backup_callbacks(ctx)],
+        callbacks=[*ctx.callbacks(global_batch), *backups],
         verbose=2,
     )
     results = model.evaluate(test_ds, verbose=0, return_dict=True)

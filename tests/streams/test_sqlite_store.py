@@ -1,0 +1,36 @@
+"""The embedded default's store: SQLite takes the same points once, and says which were new."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from cli.stack import migrate
+from services import jobs, metrics
+from services.auth import ensure_token
+from services.db import make_engine
+from services.schemas import JobCreate
+from services.settings import Settings
+
+
+def test_sqlite_insert_points_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cohort.db'}"
+    migrate(url)
+    engine = make_engine(url)
+    with Session(engine) as session:
+        token = ensure_token(session=session, token="t" * 20, project_name="p", name="t",
+                             is_admin=False)
+        job, _ = jobs.create_job(session=session, project_id=token.project_id,
+                                 job_in=JobCreate(name="s", replicas=2),
+                                 settings=Settings(DATA_DIR=tmp_path))
+        rows = [{"job_id": job.id, "attempt": 1, "replica": r, "step": s, "epoch": 0,
+                 "name": "loss", "value": float(s), "ts": 1.0} for r in (0, 1) for s in (1, 2)]
+        first = metrics.insert_points(session=session, rows=rows)
+        assert [(p["replica"], p["step"]) for p in first] == [(0, 1), (0, 2), (1, 1), (1, 2)]
+        assert [p["id"] for p in first] == sorted(p["id"] for p in first)
+        more = [*rows, {**rows[0], "step": 3}, {**rows[0], "job_id": job.id + 99}]
+        again = metrics.insert_points(session=session, rows=more)
+        assert [(p["replica"], p["step"], p["value"]) for p in again] == [(0, 3, 1.0)]
+        session.commit()
+    engine.dispose()
