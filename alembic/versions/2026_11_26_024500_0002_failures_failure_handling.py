@@ -7,6 +7,7 @@ Create Date: 2026-11-26 02:45:00
 from collections.abc import Sequence
 
 import sqlalchemy as sa
+
 from alembic import op
 
 revision: str = "0002_failures"

@@ -210,7 +210,9 @@ async def stream_job(
     job_id = job.id
     # The request's session would otherwise keep its pooled connection for as long as the
     # stream lasts (hours): 30 watchers would exhaust the pool.
-    await anyio.to_thread.run_sync(session.close)
+    # Closed here, not in a worker thread: with every thread of the pool waiting for a
+    # connection, a close queued behind them would never run. It is a local rollback.
+    session.close()
     # Events are encoded with FastAPI's own SSE encoder but written a batch at a time
     # (one feed entry, one history page): one write per event would cap a process at a
     # few thousand events a second across all clients.
@@ -281,7 +283,7 @@ async def stream_jobs(
     """`status` events (data: JobRead) of the project's jobs as their statuses change.
     Without `Last-Event-ID`, the 50 newest jobs come first."""
     project_id, cursor = token.project_id, after
-    await anyio.to_thread.run_sync(session.close)  # free its connection (see stream_job)
+    session.close()  # free its connection now (see stream_job)
     while True:
         changed, cursor = await _sql(project_changes, project_id, cursor)
         for snapshot in changed:

@@ -143,3 +143,26 @@ def test_api_restart_under_retried_submissions(make_stack) -> None:  # type: ign
     record("API killed and restarted during 200 retried submissions",
            "clients retry with Idempotency-Key; each key stored once", None,
            back_at - down_at, "nothing: 200 acknowledged, 200 stored, 0 duplicates")
+
+
+def test_scheduler_restart_mid_job(make_stack) -> None:  # type: ignore[no-untyped-def]
+    stack, client = make_stack()
+    job = client.submit({**LONG_JOB, "hyperparameters": {"epochs": 4, "steps_per_epoch": 100}})
+    wait_for(lambda: max(steps_seen(client, job["id"], 1) or [0]) >= 100, 120, "training")
+    down_at = time.time()
+    stack.kill("scheduler")  # SIGKILL: its lock expires, its unacknowledged events wait
+    queued = client.submit({"name": "while-down", "replicas": 64})  # committed, not placed
+    stack.restart("scheduler")
+    # The job submitted while no scheduler ran is seen from SQL and given a reason.
+    waiting = wait_for(lambda: (j := client.job(queued["id"]))["reason"].startswith(
+        "unschedulable") and j, 60, "the scheduler to look at the new job")
+    back_at = time.time()
+    assert waiting["status"] == "queued"
+    final = wait_terminal(client, job["id"], timeout=300)
+    assert final["status"] == "succeeded", final["reason"]
+    assert final["attempt"] == 1  # the gang never noticed
+    assert max(steps_seen(client, job["id"], 1)) == 400
+    record("scheduler killed (SIGKILL) and restarted mid-job",
+           "the new scheduler takes the lock when the old one's expires, re-reads SQL and its "
+           "unacknowledged events; the running gang is untouched",
+           None, back_at - down_at, "nothing")
