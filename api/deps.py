@@ -11,22 +11,15 @@ from sqlalchemy.orm import Session
 
 from services import auth, jobs
 from services.bus import get_redis
-from services.db import get_sessionmaker
+from services.db import session_scope
 from services.models import ApiToken, Job
 from services.settings import Settings, get_settings
 
 
 def get_db() -> Iterator[Session]:
     """One transaction per request: committed before the response is sent."""
-    session = get_sessionmaker()()
-    try:
+    with session_scope() as session:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
 
 
 # scope="function": the commit above runs before the response goes out, so a

@@ -94,7 +94,7 @@ def drop_pg(name: str) -> None:
 
 def bench_ingest(label: str, client: redis.Redis, batches: int, per_batch: int) -> float:
     """Points stored per second by the leader's ingest, every point new."""
-    from workers.scheduler import ingest_metrics_once
+    from workers.ingest import ingest_metrics_once
 
     job_id, _ = make_job(f"ingest-{label}")
     client.delete("cohort:metrics")

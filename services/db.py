@@ -31,7 +31,10 @@ def make_engine(url: str) -> Engine:
         engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # More connections than the api's thread pool (40) has threads: a request's sync
+    # dependencies each take a thread while its session holds a connection, so a
+    # smaller pool lets a burst of requests block every thread waiting on each other.
+    return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=40)
 
 
 @lru_cache(maxsize=1)

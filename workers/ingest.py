@@ -1,9 +1,10 @@
-"""The leader's log ingest, and the live-feed publishing shared with the metric ingest.
+"""The leader's ingest: metric batches and log lines from Redis streams into SQL.
 
-Runs in the scheduler leader next to `ingest_metrics_once`: reads agents' log batches
-from `cohort:logs` through the scheduler's consumer group, stores each line once in
-SQL, acknowledges only after the commit, and then publishes the new rows to the job's
-live feed (services/live.py) for the SSE clients.
+Both feeds work alike: read a batch through the scheduler's consumer group (its own
+unacknowledged entries first, after a crash), store each row once in SQL, commit,
+then publish the new rows to the job's live feed (services/live.py) for SSE clients,
+and only then acknowledge the entries. A crash anywhere re-reads them, and the
+unique keys store each point or line once.
 """
 
 from __future__ import annotations
@@ -11,14 +12,46 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.exceptions import ResponseError
+from sqlalchemy.orm import Session
 
-from services import live, logs
+from services import live, logs, metrics
+from services.bus import METRICS_STREAM
 from services.db import session_scope
 
 log = logging.getLogger("cohort.ingest")
+
+GROUP = "cohort-scheduler"
+CONSUMER = "leader"  # fixed: a new leader re-reads what the last one left unacknowledged
+
+
+def ensure_group(client: redis.Redis, stream: str, group: str = GROUP) -> None:
+    """Create a consumer group (and the stream) if missing (again after a Redis flush)."""
+    try:
+        client.xgroup_create(stream, group, id="0", mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+@dataclass(frozen=True)
+class Feed:
+    """One stream the leader stores: how to parse an entry and how to store rows."""
+
+    stream: str
+    kind: str  # the live-feed event kind
+    parse: Callable[[str], list[dict[str, Any]]]
+    store: Callable[..., list[dict[str, Any]]]  # (session=, rows=) -> the new rows
+    count: int  # entries per read
+
+
+METRICS = Feed(METRICS_STREAM, "metric", metrics.parse_batch, metrics.insert_points, 1000)
+LOGS = Feed(live.LOGS_STREAM, "log", logs.parse_log_batch, logs.insert_lines, 500)
 
 
 def publish_live(client: redis.Redis, kind: str, rows: list[dict[str, Any]]) -> None:
@@ -30,14 +63,18 @@ def publish_live(client: redis.Redis, kind: str, rows: list[dict[str, Any]]) -> 
         log.warning("could not publish %d %s rows to live feeds: %s", len(rows), kind, exc)
 
 
-def ingest_logs_once(client: redis.Redis, block_ms: int = 1000, count: int = 500) -> int:
-    """Store one read of log batches in SQL, then acknowledge them; returns lines stored."""
-    from workers.scheduler import CONSUMER, GROUP, ensure_group
+def _store(feed: Feed, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    session: Session
+    with session_scope() as session:
+        return feed.store(session=session, rows=rows)
 
-    ensure_group(client, live.LOGS_STREAM, GROUP)
+
+def ingest_once(client: redis.Redis, feed: Feed, block_ms: int = 1000) -> int:
+    """Store one read of `feed` in SQL, then acknowledge it; returns the rows stored."""
+    ensure_group(client, feed.stream)
     stored = 0
     for start in ("0", ">"):
-        reply = client.xreadgroup(GROUP, CONSUMER, {live.LOGS_STREAM: start}, count=count,
+        reply = client.xreadgroup(GROUP, CONSUMER, {feed.stream: start}, count=feed.count,
                                   block=None if start == "0" else block_ms)
         for _stream, entries in reply or []:
             if not entries:
@@ -45,22 +82,32 @@ def ingest_logs_once(client: redis.Redis, block_ms: int = 1000, count: int = 500
             rows = []
             for _entry_id, fields in entries:
                 try:
-                    rows.extend(logs.parse_log_batch(fields.get("data", "{}")))
+                    rows.extend(feed.parse(fields.get("data", "{}")))
                 except (ValueError, KeyError, TypeError):
-                    log.warning("dropping malformed log batch %r", str(fields)[:200])
-            with session_scope() as session:
-                new_rows = logs.insert_lines(session=session, rows=rows)
+                    log.warning("dropping malformed %s batch %r", feed.kind, str(fields)[:200])
+            new_rows = _store(feed, rows)
             stored += len(new_rows)
-            publish_live(client, "log", new_rows)
-            client.xack(live.LOGS_STREAM, GROUP, *[entry_id for entry_id, _ in entries])
+            # After the commit, so a live viewer never sees a row SQL could still lose.
+            publish_live(client, feed.kind, new_rows)
+            client.xack(feed.stream, GROUP, *[entry_id for entry_id, _ in entries])
     return stored
 
 
-def ingest_logs_while(client: redis.Redis, leading: threading.Event) -> None:
-    """Ingest log lines until `leading` is cleared."""
+def ingest_metrics_once(client: redis.Redis, block_ms: int = 1000) -> int:
+    """Store one read of metric batches; returns the points stored."""
+    return ingest_once(client, METRICS, block_ms)
+
+
+def ingest_logs_once(client: redis.Redis, block_ms: int = 1000) -> int:
+    """Store one read of log batches; returns the lines stored."""
+    return ingest_once(client, LOGS, block_ms)
+
+
+def ingest_while(client: redis.Redis, feed: Feed, leading: threading.Event) -> None:
+    """Ingest `feed` until `leading` is cleared."""
     while leading.is_set():
         try:
-            ingest_logs_once(client, block_ms=500)
+            ingest_once(client, feed, block_ms=500)
         except Exception:
-            log.exception("log ingest failed; retrying")
+            log.exception("%s ingest failed; retrying", feed.kind)
             time.sleep(1.0)

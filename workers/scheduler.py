@@ -16,12 +16,10 @@ import threading
 import time
 
 import redis
-from redis.exceptions import ResponseError
 
-from services import gangs, metrics, scheduling
+from services import gangs, scheduling
 from services.bus import (
     EVENTS_STREAM,
-    METRICS_STREAM,
     NODES_HASH,
     PROGRESS_HASH,
     SCHEDULER_LOCK,
@@ -32,22 +30,11 @@ from services.dispatch import Dispatcher, Message
 from services.models import Job
 from services.nodes import Heartbeat
 from services.settings import Settings, get_settings
-from workers.ingest import ingest_logs_while, publish_live
+from workers.ingest import CONSUMER, GROUP, LOGS, METRICS, ensure_group, ingest_while
 
 log = logging.getLogger("cohort.scheduler")
 
-GROUP = "cohort-scheduler"
-CONSUMER = "leader"  # fixed: a new leader re-reads what the last one left unacknowledged
 LOCK_TTL = 10.0
-
-
-def ensure_group(client: redis.Redis, stream: str, group: str) -> None:
-    """Create a consumer group (and the stream) if missing."""
-    try:
-        client.xgroup_create(stream, group, id="0", mkstream=True)
-    except ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
 
 
 def _ts(value: float) -> dt.datetime:
@@ -159,19 +146,17 @@ class Scheduler:
         """Run passes while holding the lock; return when it is lost or we stop."""
         # The leader alone ingests metrics too: one consumer, no duplicate reads.
         self.leading.set()
-        ingester = threading.Thread(target=ingest_metrics_while, args=(self.redis, self.leading),
-                                    daemon=True, name="ingest")
-        ingester.start()
-        log_ingester = threading.Thread(target=ingest_logs_while,
-                                        args=(self.redis, self.leading), daemon=True,
-                                        name="ingest-logs")
-        log_ingester.start()
+        ingesters = [threading.Thread(target=ingest_while, args=(self.redis, feed, self.leading),
+                                      daemon=True, name=f"ingest-{feed.kind}")
+                     for feed in (METRICS, LOGS)]
+        for thread in ingesters:
+            thread.start()
         try:
             self._lead_loop()
         finally:
             self.leading.clear()
-            ingester.join(timeout=5)
-            log_ingester.join(timeout=5)
+            for thread in ingesters:
+                thread.join(timeout=5)
 
     def _lead_loop(self) -> None:
         last_pass = 0.0
@@ -210,43 +195,6 @@ class Scheduler:
             except redis.RedisError as exc:
                 log.warning("redis unavailable (%s); retrying", exc)
                 self.stopping.wait(1.0)
-
-
-def ingest_metrics_once(client: redis.Redis, block_ms: int = 1000, count: int = 1000) -> int:
-    """Store one read of metric batches in SQL, then acknowledge them; returns rows stored."""
-    ensure_group(client, METRICS_STREAM, GROUP)
-    stored = 0
-    for start in ("0", ">"):
-        reply = client.xreadgroup(GROUP, CONSUMER, {METRICS_STREAM: start}, count=count,
-                                  block=None if start == "0" else block_ms)
-        for _stream, entries in reply or []:
-            if not entries:
-                continue
-            rows = []
-            for _entry_id, fields in entries:
-                try:
-                    rows.extend(metrics.parse_batch(fields.get("data", "{}")))
-                except (ValueError, KeyError, TypeError):
-                    log.warning("dropping malformed metric batch %r", fields)
-            with session_scope() as session:
-                new_rows = metrics.insert_points(session=session, rows=rows)
-            stored += len(new_rows)
-            # After the commit, so a live viewer never sees a row SQL could still lose.
-            publish_live(client, "metric", new_rows)
-            # Acknowledged only after the commit: a crash in between re-reads the
-            # entries, and the unique key stores each point once.
-            client.xack(METRICS_STREAM, GROUP, *[entry_id for entry_id, _ in entries])
-    return stored
-
-
-def ingest_metrics_while(client: redis.Redis, leading: threading.Event) -> None:
-    """Ingest until `leading` is cleared."""
-    while leading.is_set():
-        try:
-            ingest_metrics_once(client, block_ms=500)
-        except Exception:
-            log.exception("metric ingest failed; retrying")
-            time.sleep(1.0)
 
 
 def run_scheduler(settings: Settings | None = None) -> None:

@@ -20,12 +20,12 @@ from typing import Annotated, Any, TypeVar
 
 import anyio
 import redis.asyncio as aredis
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Cookie, Depends, Header, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent, format_sse_event
 
-from api.deps import CurrentJob, SessionDep, TokenDep
-from services import live, logs, metrics
+from api.deps import get_token
+from services import jobs, live, logs, metrics
 from services.db import session_scope
 from services.settings import get_settings
 from services.stream_state import job_snapshot, project_changes
@@ -195,11 +195,32 @@ def project_resume_point(
     return int(raw) if raw is not None else None
 
 
+def stream_caller(
+    authorization: Annotated[str | None, Header()] = None,
+    cohort_token: Annotated[str | None, Cookie()] = None,
+) -> int:
+    """The caller's project id (401 otherwise), from a session of its own.
+
+    Streams last for hours, so they must not keep a request session's pooled connection;
+    and one short session in one worker thread cannot deadlock the way several sync
+    dependencies can when a burst of clients holds every thread and every connection.
+    """
+    with session_scope() as session:
+        return get_token(session=session, authorization=authorization,
+                         cohort_token=cohort_token).project_id
+
+
+def stream_job_id(job_id: int, project_id: Annotated[int, Depends(stream_caller)]) -> int:
+    """The job in the path if the caller's project owns it (404 otherwise)."""
+    with session_scope() as session:
+        return jobs.read_job(session=session, project_id=project_id, job_id=job_id).id
+
+
 @router.get("/jobs/{job_id}/stream",
             responses={200: {"content": {"text/event-stream": {}},
                              "description": "`status`, `metric` and `log` events"}})
 async def stream_job(
-    job: CurrentJob, session: SessionDep,
+    job_id: Annotated[int, Depends(stream_job_id)],
     start: Annotated[Cursor | None, Depends(resume_point)],
     chosen: Annotated[set[str], Depends(chosen_kinds)],
 ) -> EventSourceResponse:
@@ -207,12 +228,6 @@ async def stream_job(
     Reconnect with `Last-Event-ID` (or `?last_event_id=`) to get exactly what you missed;
     `kinds` picks some of the three (e.g. `kinds=log` to follow logs)."""
     cursor = Cursor(start.metric, start.log, start.event) if start else Cursor()
-    job_id = job.id
-    # The request's session would otherwise keep its pooled connection for as long as the
-    # stream lasts (hours): 30 watchers would exhaust the pool.
-    # Closed here, not in a worker thread: with every thread of the pool waiting for a
-    # connection, a close queued behind them would never run. It is a local rollback.
-    session.close()
     # Events are encoded with FastAPI's own SSE encoder but written a batch at a time
     # (one feed entry, one history page): one write per event would cap a process at a
     # few thousand events a second across all clients.
@@ -277,13 +292,12 @@ async def _job_events(job_id: int, cursor: Cursor, *, resumed: bool,
 
 @router.get("/stream", response_class=EventSourceResponse)
 async def stream_jobs(
-    token: TokenDep, session: SessionDep,
+    project_id: Annotated[int, Depends(stream_caller)],
     after: Annotated[int | None, Depends(project_resume_point)],
 ) -> AsyncIterator[ServerSentEvent]:
     """`status` events (data: JobRead) of the project's jobs as their statuses change.
     Without `Last-Event-ID`, the 50 newest jobs come first."""
-    project_id, cursor = token.project_id, after
-    session.close()  # free its connection now (see stream_job)
+    cursor = after
     while True:
         changed, cursor = await _sql(project_changes, project_id, cursor)
         for snapshot in changed:

@@ -59,8 +59,7 @@ def live_api(pg_url: str) -> Iterator[str]:  # noqa: ARG001
 def ingest_until(client: redis.Redis, expected: int, kind: str = "metric",
                  timeout: float = 30) -> int:
     """Run the leader's ingest by hand until `expected` new rows are stored."""
-    from workers.ingest import ingest_logs_once
-    from workers.scheduler import ingest_metrics_once
+    from workers.ingest import ingest_logs_once, ingest_metrics_once
 
     once = ingest_metrics_once if kind == "metric" else ingest_logs_once
     stored, deadline = 0, time.monotonic() + timeout

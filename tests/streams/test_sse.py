@@ -120,3 +120,34 @@ def test_project_stream_sends_status_changes(live_api: str, committed: Any) -> N
         changed = next(events)
         assert changed.data["id"] == job_id and changed.data["status"] == "cancelled"
         assert int(changed.id) > int(first.id)
+
+
+def test_cli_logs_follow_prints_tail_then_live_lines_until_the_end(
+        live_api: str, bus: redis.Redis, committed: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from services.db import session_scope
+    from services.statuses import JobStatus
+    from services.transitions import transition_job
+
+    token, job_id = committed()
+    emit_logs(bus, job_id, ["one", "two", "three"], first_seq=1)
+    assert ingest_until(bus, 3, kind="log") == 3
+    env = {**os.environ, "COHORT_URL": live_api, "COHORT_TOKEN": token}
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "cli", "logs", str(job_id), "--tail", "2", "-f", "--json"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = [json.loads(follower.stdout.readline())["line"] for _ in range(2)]
+        assert first == ["two", "three"]
+        emit_logs(bus, job_id, ["four"], first_seq=4)
+        assert ingest_until(bus, 1, kind="log") == 1
+        assert json.loads(follower.stdout.readline())["line"] == "four"
+        with session_scope() as session:
+            transition_job(session=session, job_id=job_id, target=JobStatus.CANCELLED)
+        assert follower.wait(timeout=30) == 0  # the job ended: so does the follower
+        assert follower.stdout.read() == ""
+    finally:
+        follower.kill()
