@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import Any
 
 import sqlalchemy as sa
@@ -40,27 +41,29 @@ def store_points(*, session: Session, rows: Iterable[dict[str, Any]]) -> int:
 
 
 def insert_points(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Like `store_points`, but returns the new rows with their ids (for the live streams)."""
+    """Like `store_points`, but returns the new rows with their ids (for the live streams).
+
+    Fenced by attempt: a point of an attempt that is no longer the job's current one
+    (a replica of a torn-down gang still talking) is refused, like every other late
+    report of an old attempt.
+    """
     rows = list(rows)
     if not rows:
         return []
     job_ids = {row["job_id"] for row in rows}
-    known = set(session.execute(sa.select(Job.id).where(Job.id.in_(job_ids))).scalars())
-    # The same key may come twice in one batch too (a redelivered stream entry).
-    unique: dict[tuple[int, int, int, int, str], dict[str, Any]] = {}
-    for row in rows:
-        if row["job_id"] in known:
-            unique.setdefault(
-                (row["job_id"], row["attempt"], row["replica"], row["step"], row["name"]), row)
-    if not unique:
+    current = dict(session.execute(
+        sa.select(Job.id, Job.attempt).where(Job.id.in_(job_ids))).tuples().all())
+    # A key that comes twice (a redelivered stream entry) needs no filtering here:
+    # ON CONFLICT DO NOTHING / INSERT OR IGNORE skip it within one statement too.
+    values = [row for row in rows if current.get(row["job_id"]) == row["attempt"]]
+    if not values:
         return []
-    values = list(unique.values())
     if session.get_bind().dialect.name == "postgresql":
         inserted = _insert_postgresql(session, values)
     else:
         inserted = _insert_sqlite(session, values)
     # Live feeds rely on id order (a reader's cursor is the last id it sent).
-    inserted.sort(key=lambda row: row["id"])
+    inserted.sort(key=itemgetter("id"))
     return inserted
 
 
@@ -80,8 +83,9 @@ def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[d
             "value double precision, ts double precision) ON COMMIT DELETE ROWS")
         cursor.execute("TRUNCATE metric_stage")
         with cursor.copy(f"COPY metric_stage ({columns}) FROM STDIN") as copy:
+            fields = itemgetter(*_COLUMNS)  # C-level: this loop runs once per point
             for row in values:
-                copy.write_row(tuple(row[c] for c in _COLUMNS))
+                copy.write_row(fields(row))
         cursor.execute(
             f"INSERT INTO metric_points ({columns}) SELECT {columns} FROM metric_stage "
             "ON CONFLICT (job_id, attempt, replica, step, name) DO NOTHING "
@@ -102,7 +106,7 @@ def _insert_sqlite(session: Session, values: list[dict[str, Any]]) -> list[dict[
         before = cursor.fetchone()[0]
         cursor.executemany(
             f"INSERT OR IGNORE INTO metric_points ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [tuple(row[c] for c in _COLUMNS) for row in values])
+            list(map(itemgetter(*_COLUMNS), values)))
         cursor.execute(f"SELECT id, {columns} FROM metric_points WHERE id > ?", (before,))
         names = ("id", *_COLUMNS)
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]

@@ -199,3 +199,21 @@ def test_ttl_cleans_scratch_once(session: Session) -> None:
 
 def test_now_is_aware() -> None:
     assert utcnow().tzinfo is not None
+
+
+def test_metric_points_of_an_old_attempt_are_refused(session: Session) -> None:
+    from services import metrics
+
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2, restart_policy="on_failure",
+                     max_restarts=1)
+    start_gang(session, job, T0)
+    fail_replica(session, job, 0, 137, T0)
+    finish_teardown(session, job, T0)
+    assert job.attempt == 2
+    point = {"job_id": job.id, "replica": 1, "step": 7, "epoch": 0, "name": "loss",
+             "value": 0.5, "ts": 1.0}
+    # A replica of the torn-down gang still talking: fenced off.
+    assert metrics.insert_points(session=session, rows=[{**point, "attempt": 1}]) == []
+    stored = metrics.insert_points(session=session, rows=[{**point, "attempt": 2}] * 2)
+    assert [(r["attempt"], r["step"]) for r in stored] == [(2, 7)]  # once, though sent twice
