@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from cli.client import CohortClient
 from cli.stack import Stack
@@ -173,7 +174,8 @@ def test_log_in_submit_a_job_watch_it_train_and_succeed(
     assert again["replicas"] == 2 and again["hyperparameters"] == first["hyperparameters"]
     # The jobs table follows the project's stream: a cancel shows without a reload.
     page.get_by_role("link", name="Jobs", exact=True).click()
-    assert page.locator("#live-state").inner_text() == "live"
+    # The page says "live" once its EventSource is open, a moment after the load.
+    expect(page.locator("#live-state")).to_have_text("live", timeout=TIMEOUT_MS)
     client.cancel(again["id"])
     wait_for(lambda: page.locator(f"tr[data-job-id='{again['id']}'] .badge").inner_text()
              == "cancelled", 60, "the jobs table to show the cancel")
@@ -191,14 +193,14 @@ def test_cancel_a_running_job_from_its_page(
     row = page.locator(f"tr[data-job-id='{job['id']}'] .badge")
     wait_for(lambda: row.count() and row.inner_text() == "running", TIMEOUT_MS / 1000,
              "the jobs table to show the job running")
-    assert page.locator("#live-state").inner_text() == "polling"
+    expect(page.locator("#live-state")).to_have_text("polling", timeout=TIMEOUT_MS)
     page.get_by_role("link", name=f"#{job['id']} ui-long").click()
     page.wait_for_url(f"**/jobs/{job['id']}")
     wait_for(lambda: job_status(page) == "running", TIMEOUT_MS / 1000, "the job to run")
     wait_for(lambda: int(page.locator("#chart-loss").get_attribute("data-points") or 0) > 0,
              60, "the first points")
 
-    assert page.locator("#live-state").inner_text() == "polling"
+    expect(page.locator("#live-state")).to_have_text("polling", timeout=TIMEOUT_MS)
     cancel = page.get_by_role("button", name="Cancel job")
     cancel.click()  # arms it
     assert client.job(job["id"])["status"] == "running"
