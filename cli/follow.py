@@ -28,6 +28,7 @@ class _View:
         self.state: dict[int, dict[str, Any]] = {}
         self.tasks: dict[int, TaskID] = {}
         self.printed: dict[int, float] = {}
+        self.last_line: dict[int, str] = {}  # plain output: never the same line twice
 
     def replica(self, index: int) -> dict[str, Any]:
         if index not in self.state:
@@ -74,10 +75,14 @@ class _View:
                                      acc=acc, epoch=epoch, status=self.job["status"])
                 continue
             now = time.monotonic()
-            if state["step"] and (force or now - self.printed.get(index, 0) >= LINE_EVERY):
+            line = (f"replica {index} epoch {epoch} step {state['step']}/{self.total} "
+                    f"loss {loss} acc {acc}")
+            if not state["step"] or line == self.last_line.get(index):
+                continue  # nothing new to say for this replica
+            if force or now - self.printed.get(index, 0) >= LINE_EVERY:
                 self.printed[index] = now
-                self.console.print(f"replica {index} epoch {epoch} step {state['step']}/"
-                                   f"{self.total} loss {loss} acc {acc}")
+                self.last_line[index] = line
+                self.console.print(line)
 
 
 def follow_job(client: CohortClient, job_id: int, console: Console) -> dict[str, Any]:
