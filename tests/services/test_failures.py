@@ -54,6 +54,18 @@ def finish_teardown(session: Session, job: Job, now: dt.datetime) -> None:
     gangs.settle_job(session=session, job=job, now=now)
 
 
+def restarted_job(session: Session) -> Job:
+    """A 2-replica job whose first gang failed and was torn down: queued for attempt 2."""
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2, restart_policy="on_failure",
+                     max_restarts=1)
+    start_gang(session, job, T0)
+    fail_replica(session, job, 0, 137, T0)
+    finish_teardown(session, job, T0)
+    assert job.status is JobStatus.QUEUED and job.attempt == 2
+    return job
+
+
 @pytest.mark.parametrize(("code", "restarts"), [
     (137, True), (143, True), (130, True), (138, True), (134, True),
     (1, False), (2, False), (126, False), (127, False), (139, False),
@@ -95,13 +107,7 @@ def test_backoff_doubles_and_holds_placement(session: Session) -> None:
     assert gangs.restart_backoff(1) == settings.RESTART_BACKOFF
     assert gangs.restart_backoff(2) == 2 * settings.RESTART_BACKOFF
     assert gangs.restart_backoff(50) == settings.RESTART_BACKOFF_MAX
-    _, token = create_token(session)
-    job = create_job(session, token.project_id, replicas=2, restart_policy="on_failure",
-                     max_restarts=1)
-    start_gang(session, job, T0)
-    fail_replica(session, job, 0, 137, T0)
-    finish_teardown(session, job, T0)
-    assert job.status is JobStatus.QUEUED and job.attempt == 2
+    job = restarted_job(session)
     early = run(session, T0 + dt.timedelta(seconds=settings.RESTART_BACKOFF / 2))
     assert not [m for m in early.messages if isinstance(m, StartReplica)]
     assert job.reason.startswith("restart backoff")
@@ -204,13 +210,7 @@ def test_now_is_aware() -> None:
 def test_metric_points_of_an_old_attempt_are_refused(session: Session) -> None:
     from services import metrics
 
-    _, token = create_token(session)
-    job = create_job(session, token.project_id, replicas=2, restart_policy="on_failure",
-                     max_restarts=1)
-    start_gang(session, job, T0)
-    fail_replica(session, job, 0, 137, T0)
-    finish_teardown(session, job, T0)
-    assert job.attempt == 2
+    job = restarted_job(session)
     point = {"job_id": job.id, "replica": 1, "step": 7, "epoch": 0, "name": "loss",
              "value": 0.5, "ts": 1.0}
     # A replica of the torn-down gang still talking: fenced off.
