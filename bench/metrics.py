@@ -30,14 +30,12 @@ from typing import Any
 
 import httpx
 import redis
-import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cli.stack import migrate  # noqa: E402
-
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+from tests.conftest import create_database, drop_database  # noqa: E402
 
 
 def use(database_url: str, redis_url: str, data_dir: str) -> None:
@@ -72,24 +70,15 @@ def make_job(name: str) -> tuple[int, str]:
 
 
 def pg_database(name: str) -> str:
-    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    migrate(url)
-    return url
+    """A fresh, migrated PostgreSQL database (the test fixtures' helper)."""
+    return create_database(name)
 
 
 def drop_pg(name: str) -> None:
     from services.db import get_engine
 
     get_engine().dispose()
-    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    drop_database(name)
 
 
 def bench_ingest(label: str, client: redis.Redis, batches: int, per_batch: int) -> float:

@@ -21,13 +21,12 @@ class CeleryDispatcher:
         self.redis = client
 
     def send(self, messages: list[Message]) -> None:
+        starts_ok = self._publish_attempts(messages)
         for message in messages:
             try:
                 if isinstance(message, StartReplica):
-                    # Published before the start, so an agent that gets an older
-                    # attempt's message late can tell it is stale.
-                    self.redis.set(attempt_key(int(message.payload["job_id"])),
-                                   int(message.payload["attempt"]), ex=30 * 86400)
+                    if not starts_ok:
+                        continue  # agents would refuse it as stale; re-sent from SQL later
                     self.app.send_task("workers.tasks.start_replica", args=[message.payload],
                                        queue=node_queue(message.node_id))
                 elif isinstance(message, CleanupJob):
@@ -41,3 +40,20 @@ class CeleryDispatcher:
                         queue=node_queue(message.node_id))
             except Exception:  # the scheduler re-sends from SQL on a later pass
                 log.exception("could not send %s", message)
+
+    def _publish_attempts(self, messages: list[Message]) -> bool:
+        # Before any start goes out, so an agent that gets an older attempt's message
+        # late can tell it is stale. One write per job, not per replica.
+        attempts = {int(m.payload["job_id"]): int(m.payload["attempt"])
+                    for m in messages if isinstance(m, StartReplica)}
+        if not attempts:
+            return True
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for job_id, attempt in attempts.items():
+                pipe.set(attempt_key(job_id), attempt, ex=30 * 86400)
+            pipe.execute()
+        except redis.RedisError:
+            log.exception("could not publish current attempts")
+            return False
+        return True

@@ -35,6 +35,7 @@ from workers.ingest import CONSUMER, GROUP, LOGS, METRICS, ensure_group, ingest_
 log = logging.getLogger("cohort.scheduler")
 
 LOCK_TTL = 10.0
+PROGRESS_FORGET = 3600.0  # seconds
 
 
 def _ts(value: float) -> dt.datetime:
@@ -68,13 +69,24 @@ def _key(parts: list[object]) -> tuple[int, int, int]:
 
 
 def read_progress(client: redis.Redis) -> dict[tuple[int, int, int], float]:
-    """The last progress heartbeat of every replica that sent one."""
-    progress = {}
+    """The last progress heartbeat of every replica that sent one.
+
+    A running replica beats every second, so an entry older than PROGRESS_FORGET
+    belongs to a replica long finished: it is removed, or the hash read on every
+    pass would grow with every replica ever run.
+    """
+    progress, stale = {}, []
+    cutoff = time.time() - PROGRESS_FORGET
     for field, value in client.hgetall(PROGRESS_HASH).items():
         try:
             progress[_key(field.split(":"))] = float(value)
         except (ValueError, TypeError):
+            stale.append(field)
             continue
+        if float(value) < cutoff:
+            stale.append(field)
+    if stale:
+        client.hdel(PROGRESS_HASH, *stale)
     return progress
 
 
