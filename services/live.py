@@ -10,10 +10,10 @@ go to one Redis hash, for the api's Prometheus `/metrics`.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from typing import Any
 
+import orjson
 import redis
 
 LOGS_STREAM = "cohort:logs"  # agents -> ingester: replica log lines
@@ -49,7 +49,7 @@ def publish(client: redis.Redis, kind: str, rows: list[dict[str, Any]]) -> None:
     pipe = client.pipeline(transaction=False)
     for job_id, items in by_job.items():
         key = live_key(job_id)
-        pipe.xadd(key, {"kind": kind, "rows": json.dumps(items, separators=(",", ":"))},
+        pipe.xadd(key, {"kind": kind, "rows": orjson.dumps(items)},
                   maxlen=LIVE_MAXLEN, approximate=True)
         pipe.expire(key, LIVE_TTL)
     pipe.hincrby(STATS_HASH, f"{kind}_rows", len(rows))

@@ -18,7 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from services.models import Job, LogLine
+from services.metrics import current_attempts
+from services.models import LogLine
 
 MAX_LINE = 4000  # characters kept of one line; a progress bar without newlines stays bounded
 
@@ -45,8 +46,8 @@ def insert_lines(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[di
     rows = list(rows)
     if not rows:
         return []
-    known = set(session.execute(
-        sa.select(Job.id).where(Job.id.in_({row["job_id"] for row in rows}))).scalars())
+    # Any attempt's lines are kept (a failed attempt's output explains the failure).
+    known = current_attempts(session=session, job_ids={row["job_id"] for row in rows})
     unique: dict[tuple[int, int, int, int], dict[str, Any]] = {}
     for row in rows:
         if row["job_id"] in known:

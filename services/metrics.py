@@ -2,35 +2,51 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from services.models import Job, MetricPoint
 
+# Bounds of the SQL columns: a value outside them would fail the whole batch's COPY, and
+# a batch that always fails would stall the ingest for every job (a poison entry).
+INT_MAX = 2**31 - 1
 
-def parse_batch(raw: str) -> list[dict[str, Any]]:
+
+def _int_in_range(value: Any) -> int:
+    number = int(value)
+    if not 0 <= number <= INT_MAX:
+        raise ValueError(f"{number} is out of range")
+    return number
+
+
+def parse_batch(raw: str | bytes) -> list[dict[str, Any]]:
     """Rows from one stream entry: `{"job_id", "attempt", "replica", "points": [[step,
-    epoch, name, value, ts], ...]}`. Malformed points are dropped, not fatal."""
-    batch = json.loads(raw)
-    head = {"job_id": int(batch["job_id"]), "attempt": int(batch["attempt"]),
-            "replica": int(batch["replica"])}
+    epoch, name, value, ts], ...]}`, strict JSON (the reporter drops non-finite values, so
+    no `NaN` tokens). Malformed points are dropped, not fatal; a malformed entry or head
+    raises ValueError (the caller drops the whole entry)."""
+    batch = orjson.loads(raw)  # several times faster than json on 200-point batches
+    head = {"job_id": _int_in_range(batch["job_id"]), "attempt": _int_in_range(batch["attempt"]),
+            "replica": _int_in_range(batch["replica"])}
     rows = []
     for point in batch.get("points", []):
         try:
             step, epoch, name, value, ts = point
-            value = float(value)
+            step = _int_in_range(step)
+            epoch = None if epoch is None else _int_in_range(epoch)
+            value, ts = float(value), float(ts)
         except (TypeError, ValueError):
             continue
-        if not math.isfinite(value) or not isinstance(name, str) or not name or len(name) > 64:
+        if not (math.isfinite(value) and math.isfinite(ts) and isinstance(name, str)
+                and name and len(name) <= 64 and "\x00" not in name):
             continue
-        rows.append({**head, "step": int(step), "epoch": None if epoch is None else int(epoch),
-                     "name": name, "value": value, "ts": float(ts)})
+        rows.append({**head, "step": step, "epoch": epoch, "name": name, "value": value,
+                     "ts": ts})
     return rows
 
 
@@ -50,9 +66,7 @@ def insert_points(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[d
     rows = list(rows)
     if not rows:
         return []
-    job_ids = {row["job_id"] for row in rows}
-    current = dict(session.execute(
-        sa.select(Job.id, Job.attempt).where(Job.id.in_(job_ids))).tuples().all())
+    current = current_attempts(session=session, job_ids={row["job_id"] for row in rows})
     # A key that comes twice (a redelivered stream entry) needs no filtering here:
     # ON CONFLICT DO NOTHING / INSERT OR IGNORE skip it within one statement too.
     values = [row for row in rows if current.get(row["job_id"]) == row["attempt"]]
@@ -67,7 +81,17 @@ def insert_points(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[d
     return inserted
 
 
+def current_attempts(*, session: Session, job_ids: set[int]) -> dict[int, int]:
+    """Each existing job's current attempt. The job rows stay locked FOR KEY SHARE until
+    the caller commits (a job cannot be deleted under the rows being stored): what a
+    foreign key would check per row, once per job. SQLite ignores the lock."""
+    return dict(session.execute(
+        sa.select(Job.id, Job.attempt).where(Job.id.in_(job_ids))
+        .with_for_update(key_share=True)).tuples().all())
+
+
 _COLUMNS = ("job_id", "attempt", "replica", "step", "epoch", "name", "value", "ts")
+_COPY_TYPES = ("int4", "int4", "int4", "int4", "int4", "varchar", "float8", "float8")
 
 
 def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -82,7 +106,9 @@ def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[d
             "replica integer, step integer, epoch integer, name varchar(64), "
             "value double precision, ts double precision) ON COMMIT DELETE ROWS")
         cursor.execute("TRUNCATE metric_stage")
-        with cursor.copy(f"COPY metric_stage ({columns}) FROM STDIN") as copy:
+        # Binary COPY: the server skips parsing text, the client encodes in C.
+        with cursor.copy(f"COPY metric_stage ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(_COPY_TYPES)
             fields = itemgetter(*_COLUMNS)  # C-level: this loop runs once per point
             for row in values:
                 copy.write_row(fields(row))

@@ -180,7 +180,9 @@ class MetricPoint(Base):
 
     id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
                                     primary_key=True)
-    job_id: Mapped[int] = mapped_column(sa.ForeignKey("jobs.id", ondelete="CASCADE"))
+    # No foreign key: the ingest locks the batch's job rows instead (FOR KEY SHARE, once
+    # per job rather than per row), and services/jobs.delete_jobs deletes a job's series.
+    job_id: Mapped[int]
     attempt: Mapped[int]
     replica: Mapped[int]
     step: Mapped[int]
@@ -201,7 +203,9 @@ class LogLine(Base):
 
     id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
                                     primary_key=True)
-    job_id: Mapped[int] = mapped_column(sa.ForeignKey("jobs.id", ondelete="CASCADE"))
+    # No foreign key: the ingest locks the batch's job rows instead (FOR KEY SHARE, once
+    # per job rather than per row), and services/jobs.delete_jobs deletes a job's series.
+    job_id: Mapped[int]
     attempt: Mapped[int]
     replica: Mapped[int]
     seq: Mapped[int]  # line number in the replica's log file, from 1

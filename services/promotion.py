@@ -13,6 +13,7 @@ import datetime as dt
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from services import jobs
 from services.models import Job, MetricPoint, Schedule, ScheduleRun, utcnow
 from services.statuses import TERMINAL_STATUSES, JobStatus
 
@@ -118,8 +119,5 @@ def prune_history(*, session: Session, schedule: Schedule) -> list[int]:
                                  Job.id.not_in(pending)).order_by(Job.id.desc())
         ).scalars())
         deleted += [job.id for job in ended[limit:] if job.id != schedule.promoted_job_id]
-    if deleted:
-        # A bulk delete: the database cascades to replicas, events and metrics.
-        session.execute(sa.delete(Job).where(Job.id.in_(deleted))
-                        .execution_options(synchronize_session=False))
+    jobs.delete_jobs(session=session, job_ids=deleted)
     return deleted

@@ -184,6 +184,10 @@ def test_history_limits_delete_the_oldest_ended_jobs_but_keep_the_promoted(
     left = {j for (j,) in session.execute(sa.select(Job.id).where(Job.id.in_(ids))).all()}
     assert left == {ids[0], ids[2]}  # the promoted one and the newest one
     assert len(runs(session, schedule.id)) == 4  # every run is still recorded
+    # The pruned job's metric points went with it (they carry no foreign key).
+    kept = set(session.execute(sa.select(MetricPoint.job_id).where(
+        MetricPoint.job_id.in_(ids))).scalars())
+    assert kept == {ids[0], ids[2]}
 
 
 @pytest.mark.parametrize("bad", [{"cron": "* * *"}, {"cron": "*/5 * * * *",

@@ -26,17 +26,25 @@ def bus(pg_url: str) -> redis.Redis:  # noqa: ARG001 - pg_url points settings at
 
 
 @pytest.fixture
-def committed() -> Callable[..., tuple[str, int]]:
-    """Make a token and a job in a committed transaction: (token, job id)."""
+def committed() -> Iterator[Callable[..., tuple[str, int]]]:
+    """Make a token and a job in a committed transaction: (token, job id). The jobs are
+    deleted afterwards: a queued job left behind would take the place of a later test's
+    job on the same worker's database."""
+    from services import jobs
     from services.db import session_scope
+
+    made: list[int] = []
 
     def make(project: str = "default", **spec: Any) -> tuple[str, int]:
         with session_scope() as session:
             token, row = create_token(session, project)
             job = create_job(session, row.project_id, **{"name": "live", "replicas": 2, **spec})
+            made.append(job.id)
             return token, job.id
 
-    return make
+    yield make
+    with session_scope() as session:
+        jobs.delete_jobs(session=session, job_ids=made)
 
 
 @pytest.fixture

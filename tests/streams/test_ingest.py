@@ -45,6 +45,58 @@ def test_thousand_batches_delivered_twice_are_stored_once(bus: redis.Redis,
     assert bus.xpending("cohort:metrics", "cohort-scheduler")["pending"] == 0
 
 
+def test_malformed_batches_do_not_stall_the_ingest(bus: redis.Redis, committed: Any) -> None:
+    from services.db import session_scope
+    from services.models import MetricPoint
+
+    _, job_id = committed()
+    good = {"job_id": job_id, "attempt": 1, "replica": 0}
+    for data in (json.dumps({**good, "points": [[1, 0, "loss", 1.0, 1.0],
+                                                [2**40, 0, "loss", 1.0, 1.0]]}),
+                 json.dumps({**good, "job_id": 2**40, "points": [[1, 0, "loss", 1.0, 1.0]]}),
+                 "{not json",
+                 json.dumps({**good, "points": [[2, 0, "lo\x00ss", 1.0, 1.0],
+                                                [2, 0, "loss", 2.0, 2.0]]})):
+        bus.xadd("cohort:metrics", {"data": data})
+    assert ingest_until(bus, 2) == 2
+    with session_scope() as session:
+        steps = session.execute(sa.select(MetricPoint.step).where(
+            MetricPoint.job_id == job_id).order_by(MetricPoint.step)).scalars().all()
+    assert steps == [1, 2]
+    assert bus.xpending("cohort:metrics", "cohort-scheduler")["pending"] == 0
+
+
+def test_a_job_being_ingested_is_not_deleted_under_its_points(committed: Any) -> None:
+    """The ingest's key-share lock stands in for the foreign key the series tables lack."""
+    from sqlalchemy.exc import OperationalError
+
+    from services import jobs, metrics
+    from services.db import session_scope
+    from services.models import Job, MetricPoint
+
+    _, job_id = committed()
+    with session_scope() as ingest:
+        assert metrics.current_attempts(session=ingest, job_ids={job_id}) == {job_id: 1}
+        with session_scope() as deleter:
+            deleter.execute(sa.text("SET LOCAL lock_timeout = '300ms'"))
+            try:
+                jobs.delete_jobs(session=deleter, job_ids=[job_id])
+            except OperationalError as exc:
+                assert "lock timeout" in str(exc)
+                deleter.rollback()
+            else:
+                raise AssertionError("the job was deleted while its points were being stored")
+        metrics.insert_points(session=ingest, rows=[
+            {"job_id": job_id, "attempt": 1, "replica": 0, "step": 1, "epoch": 0,
+             "name": "loss", "value": 1.0, "ts": 1.0}])
+    with session_scope() as session:
+        jobs.delete_jobs(session=session, job_ids=[job_id])
+    with session_scope() as session:
+        assert session.get(Job, job_id) is None
+        assert session.execute(sa.select(sa.func.count()).select_from(MetricPoint).where(
+            MetricPoint.job_id == job_id)).scalar_one() == 0
+
+
 def test_log_shipper_lines_match_the_file(bus: redis.Redis, committed: Any,
                                           tmp_path: Path) -> None:
     from services import logs
