@@ -10,33 +10,40 @@ the agent read it.
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from services.metrics import current_attempts
+from services.metrics import current_attempts, int_in_range
 from services.models import LogLine
 
 MAX_LINE = 4000  # characters kept of one line; a progress bar without newlines stays bounded
 
 
-def parse_log_batch(raw: str) -> list[dict[str, Any]]:
-    """Rows from one stream entry; malformed lines are dropped, not fatal."""
-    batch = json.loads(raw)
-    head = {"job_id": int(batch["job_id"]), "attempt": int(batch["attempt"]),
-            "replica": int(batch["replica"])}
+def parse_log_batch(raw: str | bytes) -> list[dict[str, Any]]:
+    """Rows from one stream entry; malformed lines are dropped, not fatal; a malformed
+    entry or head raises ValueError (the caller drops the whole entry)."""
+    # Strict JSON and UTF-8 (orjson refuses lone surrogates, which no SQL text can hold),
+    # and integers within the columns: an entry SQL would refuse must be dropped here, or
+    # its retries would stall the ingest for every job.
+    batch = orjson.loads(raw)
+    head = {"job_id": int_in_range(batch["job_id"]), "attempt": int_in_range(batch["attempt"]),
+            "replica": int_in_range(batch["replica"])}
     rows = []
     for item in batch.get("lines", []):
         try:
             seq, ts, line = item
-            rows.append({**head, "seq": int(seq), "ts": float(ts),
-                         "line": str(line)[:MAX_LINE].replace("\x00", "")})
+            row = {**head, "seq": int_in_range(seq), "ts": float(ts),
+                   "line": str(line)[:MAX_LINE].replace("\x00", "")}
         except (TypeError, ValueError):
             continue
+        if math.isfinite(row["ts"]):
+            rows.append(row)
     return rows
 
 

@@ -18,7 +18,8 @@ from services.models import Job, MetricPoint
 INT_MAX = 2**31 - 1
 
 
-def _int_in_range(value: Any) -> int:
+def int_in_range(value: Any) -> int:
+    """`value` as an int that fits an `integer` column and is not negative."""
     number = int(value)
     if not 0 <= number <= INT_MAX:
         raise ValueError(f"{number} is out of range")
@@ -31,14 +32,14 @@ def parse_batch(raw: str | bytes) -> list[dict[str, Any]]:
     no `NaN` tokens). Malformed points are dropped, not fatal; a malformed entry or head
     raises ValueError (the caller drops the whole entry)."""
     batch = orjson.loads(raw)  # several times faster than json on 200-point batches
-    head = {"job_id": _int_in_range(batch["job_id"]), "attempt": _int_in_range(batch["attempt"]),
-            "replica": _int_in_range(batch["replica"])}
+    head = {"job_id": int_in_range(batch["job_id"]), "attempt": int_in_range(batch["attempt"]),
+            "replica": int_in_range(batch["replica"])}
     rows = []
     for point in batch.get("points", []):
         try:
             step, epoch, name, value, ts = point
-            step = _int_in_range(step)
-            epoch = None if epoch is None else _int_in_range(epoch)
+            step = int_in_range(step)
+            epoch = None if epoch is None else int_in_range(epoch)
             value, ts = float(value), float(ts)
         except (TypeError, ValueError):
             continue

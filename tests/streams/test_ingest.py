@@ -66,6 +66,25 @@ def test_malformed_batches_do_not_stall_the_ingest(bus: redis.Redis, committed: 
     assert bus.xpending("cohort:metrics", "cohort-scheduler")["pending"] == 0
 
 
+def test_malformed_log_batches_do_not_stall_the_ingest(bus: redis.Redis,
+                                                       committed: Any) -> None:
+    from services import live, logs
+    from services.db import session_scope
+
+    _, job_id = committed()
+    head = {"job_id": job_id, "attempt": 1, "replica": 0}
+    for data in (json.dumps({**head, "lines": [[2**40, 1.0, "too far"], [1, 1.0, "one"]]}),
+                 # A lone surrogate (JSON-escaped): no SQL text column can hold it.
+                 json.dumps({**head, "lines": [[2, 1.0, "\ud800"]]}),
+                 json.dumps({**head, "lines": [[3, 2.0, "three"]]})):
+        bus.xadd(live.LOGS_STREAM, {"data": data})
+    assert ingest_until(bus, 2, kind="log") == 2
+    with session_scope() as session:
+        assert [line.line for line in logs.read_logs(session=session, job_id=job_id)] == [
+            "one", "three"]
+    assert bus.xpending(live.LOGS_STREAM, "cohort-scheduler")["pending"] == 0
+
+
 def test_a_job_being_ingested_is_not_deleted_under_its_points(committed: Any) -> None:
     """The ingest's key-share lock stands in for the foreign key the series tables lack."""
     from sqlalchemy.exc import OperationalError
