@@ -130,6 +130,21 @@ def read_replicas(*, session: Session, job: Job, attempt: int | None = None) -> 
     ).scalars())
 
 
+def read_current_replicas(*, session: Session, jobs: list[Job]) -> dict[int, list[Replica]]:
+    """The replicas of each job's current attempt, by index: one query for a page of jobs."""
+    if not jobs:
+        return {}
+    found: dict[int, list[Replica]] = {job.id: [] for job in jobs}
+    rows = session.execute(
+        sa.select(Replica)
+        .where(sa.tuple_(Replica.job_id, Replica.attempt).in_([(j.id, j.attempt) for j in jobs]))
+        .order_by(Replica.job_id, Replica.index)
+    ).scalars()
+    for replica in rows:
+        found[replica.job_id].append(replica)
+    return found
+
+
 def read_events(*, session: Session, job: Job) -> list[JobEvent]:
     """The job's status history, oldest first."""
     return list(session.execute(

@@ -9,17 +9,23 @@ from services.models import Job
 from services.statuses import JobStatus
 
 
-def queue_position(*, session: Session, job: Job) -> int | None:
-    """1 for the job the scheduler considers first, 2 for the next...; None unless queued.
+def queue_positions(*, session: Session, jobs: list[Job]) -> dict[int, int]:
+    """Each queued job's place: 1 for the job the scheduler considers first, 2 for the
+    next... (jobs that are not queued are left out). One query for a whole page of jobs.
 
     Counted across every project: the pool, and so the queue, is shared.
     """
-    if job.status != JobStatus.QUEUED:
-        return None
-    ahead = session.execute(
-        sa.select(sa.func.count()).select_from(Job).where(
-            Job.status == JobStatus.QUEUED,
-            sa.or_(Job.priority > job.priority,
-                   sa.and_(Job.priority == job.priority, Job.id < job.id)))
-    ).scalar_one()
-    return int(ahead) + 1
+    wanted = [job.id for job in jobs if job.status == JobStatus.QUEUED]
+    if not wanted:
+        return {}
+    ranked = sa.select(
+        Job.id, sa.func.row_number().over(order_by=(Job.priority.desc(), Job.id)).label("place")
+    ).where(Job.status == JobStatus.QUEUED).subquery()
+    rows = session.execute(sa.select(ranked.c.id, ranked.c.place)
+                           .where(ranked.c.id.in_(wanted))).tuples()
+    return {job_id: int(place) for job_id, place in rows}
+
+
+def queue_position(*, session: Session, job: Job) -> int | None:
+    """One job's place in the queue; None unless queued."""
+    return queue_positions(session=session, jobs=[job]).get(job.id)

@@ -17,13 +17,23 @@ from services.statuses import JobStatus
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
+def to_reads(session: Session, rows: list[Job]) -> list[JobRead]:
+    """Jobs with the replicas of their current attempts and their places in the queue,
+    in two queries whatever the page size."""
+    replicas = jobs.read_current_replicas(session=session, jobs=rows)
+    places = queue.queue_positions(session=session, jobs=rows)
+    reads = []
+    for job in rows:
+        read = JobRead.model_validate(job)
+        read.replica_list = [ReplicaRead.model_validate(r) for r in replicas[job.id]]
+        read.queue_position = places.get(job.id)
+        reads.append(read)
+    return reads
+
+
 def to_read(session: Session, job: Job) -> JobRead:
-    """A job with the replicas of its current attempt."""
-    replicas = jobs.read_replicas(session=session, job=job)
-    read = JobRead.model_validate(job)
-    read.replica_list = [ReplicaRead.model_validate(r) for r in replicas]
-    read.queue_position = queue.queue_position(session=session, job=job)
-    return read
+    """One job, as `to_reads` gives it."""
+    return to_reads(session, [job])[0]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
@@ -68,7 +78,7 @@ def read_jobs(
     rows, next_before = jobs.list_jobs(session=session, project_id=token.project_id,
                                        status=status_filter, name=name, before=before,
                                        limit=limit, schedule_id=schedule_id)
-    return JobList(items=[to_read(session, job) for job in rows],
+    return JobList(items=to_reads(session, rows),
                    next_cursor=jobs.encode_cursor(next_before) if next_before else None)
 
 

@@ -65,3 +65,39 @@ def test_nodes_show_gpus_and_only_own_replicas(client: TestClient, auth: dict[st
     assert node["gpu_ids"] == [2, 3] and node["free_gpus"] == 1
     assert node["running_replicas"] == 2 and node["free_slots"] == 1
     assert node["replicas"] == [f"{mine['id']}/1/0"]
+
+
+def test_a_page_of_jobs_costs_the_same_queries_whatever_its_size(
+        client: TestClient, auth: dict[str, str], session: Session) -> None:
+    """Replicas and queue places are read for the whole page at once (no query per job),
+    and each queued job's place follows the placer's order: priority, then submission."""
+    beats = [Heartbeat("n1", "10.3.1.1", 2, 0, utcnow())]
+    running = client.post("/api/v1/jobs", json={"replicas": 2}, headers=auth).json()
+    scheduling.run_pass(session=session, settings=get_settings(), heartbeats=beats)
+    queued = [client.post("/api/v1/jobs", json={"replicas": 2, "priority": p},
+                          headers=auth).json()["id"] for p in (0, 5, 0, 5, 1, 0, 0, 0)]
+    statements: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    engine = session.get_bind().engine
+    sa.event.listen(engine, "before_cursor_execute", count)
+    try:
+        sizes = {}
+        for limit in (2, 9):
+            statements.clear()
+            page = client.get(f"/api/v1/jobs?limit={limit}", headers=auth).json()["items"]
+            sizes[limit] = len(statements)
+            assert len(page) == limit
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", count)
+    assert sizes[2] == sizes[9]
+    places = {job["id"]: job["queue_position"] for job in page}
+    by_order = sorted(queued, key=lambda i: (-(5 if i in queued[1:4:2] else
+                                               1 if i == queued[4] else 0), i))
+    assert [places[i] for i in by_order] == list(range(1, 9))
+    assert places[running["id"]] is None
+    # Replica rows are made when a gang is placed: the running job's two, none queued.
+    assert {job["id"]: len(job["replica_list"]) for job in page} == {
+        running["id"]: 2, **dict.fromkeys(queued, 0)}
