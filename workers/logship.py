@@ -3,16 +3,18 @@
 The agent starts one `LogShipper` thread per replica it spawns. It follows the
 replica's log file (stdout and stderr), stamps each complete line with its number
 and the time it was read, and appends batches to `cohort:logs` (protocol in
-services/logs.py), where the scheduler leader stores them in SQL. So logs survive the
-job's files and node, and the api never needs the agents' disks.
+services/logs.py), where the scheduler leader stores them in SQL, once per number. So
+logs survive the job's files and node, and the api never needs the agents' disks.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -26,10 +28,27 @@ log = logging.getLogger("cohort.logship")
 POLL_SECONDS = 0.2  # how often the file is checked: the live log lags by about this
 BATCH_LINES = 500  # lines per stream entry
 READ_BYTES = 1 << 20
+MAX_BACKOFF = 5.0  # seconds between tries while Redis is unreachable
+# Seconds of shipped lines sent again after a Redis restart (the restarted Redis may have
+# lost them before the control plane stored them); as the metric reporter does.
+REPLAY_WINDOW = 30.0
+
+
+@dataclass(frozen=True)
+class Line:
+    start: int  # byte offset of the line in the file: where to read again from
+    seq: int
+    ts: float
+    text: str
 
 
 class LogShipper(threading.Thread):
-    """Follows one replica's log file until `finish()`, then ships what is left."""
+    """Follows one replica's log file until `finish()`, then ships what is left.
+
+    Nothing is dropped: the file is the buffer. A batch Redis refuses is read again from
+    the file once Redis answers (each line keeps its number, so SQL stores it once), and
+    after a Redis restart the last REPLAY_WINDOW seconds of lines are shipped again.
+    """
 
     def __init__(self, client: redis.Redis, key: ReplicaKey, path: Path,
                  poll_seconds: float = POLL_SECONDS) -> None:
@@ -38,59 +57,97 @@ class LogShipper(threading.Thread):
         self.key = key
         self.path = path
         self.poll_seconds = poll_seconds
-        self.seq = 0  # lines shipped so far
-        self._offset = 0
-        self._partial = b""
+        self.seq = 0  # the number of the last line read
+        self._offset = 0  # where the next line starts
+        self.failures = 0  # Redis refusals in a row (0: shipping normally)
         self._done = threading.Event()
+        # (shipped at, first line) of each batch of the last REPLAY_WINDOW seconds, and
+        # the Redis that took them.
+        self._recent: collections.deque[tuple[float, Line]] = collections.deque()
+        self._run_id: str | None = None
 
     def run(self) -> None:
-        while not self._done.wait(self.poll_seconds):
-            self._ship(self._read_lines(final=False))
-        while True:  # the rest of the file, however much is left
-            before = self._offset
-            self._ship(self._read_lines(final=False))
-            if self._offset == before:
-                break
-        self._ship(self._read_lines(final=True))
+        while not self._done.wait(self._pause()):
+            self._ship_available(final=False)
+        # The replica exited: the rest of the file, its unterminated last line included,
+        # for as long as Redis takes to answer.
+        while not self._ship_available(final=True):
+            time.sleep(self._pause())
 
     def finish(self, timeout: float = 10.0) -> None:
         """The replica exited: ship the rest of the file (and a last unterminated line)."""
         self._done.set()
         self.join(timeout)
 
-    def _read_lines(self, *, final: bool) -> list[list[object]]:
+    def _pause(self) -> float:
+        return min(MAX_BACKOFF, self.poll_seconds * 2**self.failures)
+
+    def _ship_available(self, *, final: bool) -> bool:
+        """Ship what the file holds now; False if Redis refused (to be tried again)."""
+        while lines := self._read_lines(final=final):
+            if not self._ship(lines):
+                return False
+        return True
+
+    def _read_lines(self, *, final: bool) -> list[Line]:
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self._offset)
                 data = handle.read(READ_BYTES)
         except OSError:
             return []
-        self._offset += len(data)
-        data = self._partial + data
         parts = data.split(b"\n")
-        self._partial = parts.pop()  # an unterminated last line waits for its end
-        if final and self._partial:
-            parts.append(self._partial)
-            self._partial = b""
-        now = time.time()
-        lines = []
+        rest = parts.pop()  # after the last newline: a line still being written
+        if rest and (final or (not parts and len(data) == READ_BYTES)):
+            parts.append(rest)  # the end of the output, or a line longer than a read
+            rest = b""
+        now, lines, offset = time.time(), [], self._offset
         for raw in parts:
             self.seq += 1
-            lines.append([self.seq, now, raw.decode("utf-8", errors="replace").rstrip("\r")])
+            lines.append(Line(offset, self.seq, now,
+                              raw.decode("utf-8", errors="replace").rstrip("\r")))
+            offset += len(raw) + 1
+        self._offset += len(data) - len(rest)
         return lines
 
-    def _ship(self, lines: list[list[object]]) -> None:
+    def _rewind(self, line: Line) -> None:
+        """Read again from `line` on."""
+        self._offset, self.seq = line.start, line.seq - 1
+
+    def _ship(self, lines: list[Line]) -> bool:
         for start in range(0, len(lines), BATCH_LINES):
+            chunk = lines[start:start + BATCH_LINES]
             payload = json.dumps({"job_id": self.key.job_id, "attempt": self.key.attempt,
                                   "replica": self.key.index,
-                                  "lines": lines[start:start + BATCH_LINES]})
-            for attempt in range(5):
-                try:
-                    self.client.xadd(LOGS_STREAM, {"data": payload}, maxlen=STREAM_MAXLEN,
-                                     approximate=True)
-                    break
-                except redis.RedisError as exc:
-                    if attempt == 4:
-                        log.warning("dropping %d log lines of %s: %s",
-                                    len(lines[start:start + BATCH_LINES]), self.key, exc)
-                    time.sleep(0.2 * 2**attempt)
+                                  "lines": [[line.seq, line.ts, line.text] for line in chunk]})
+            try:
+                self.client.xadd(LOGS_STREAM, {"data": payload}, maxlen=STREAM_MAXLEN,
+                                 approximate=True)
+            except redis.RedisError as exc:
+                self._rewind(chunk[0])
+                self.failures += 1
+                if self.failures == 1:
+                    log.warning("could not ship log lines of %s (%s); trying again from "
+                                "line %d", self.key, exc, chunk[0].seq)
+                return False
+            self._recent.append((time.monotonic(), chunk[0]))
+        if self.failures:
+            log.info("log lines of %s reach Redis again", self.key)
+        self.failures = 0
+        self._replay_after_restart()
+        return True
+
+    def _replay_after_restart(self) -> None:
+        now = time.monotonic()
+        while self._recent and now - self._recent[0][0] > REPLAY_WINDOW:
+            self._recent.popleft()
+        try:
+            run_id = self.client.info("server").get("run_id")
+        except redis.RedisError:
+            return
+        if self._run_id is not None and run_id != self._run_id and self._recent:
+            log.warning("Redis restarted: shipping the log lines of %s again from line %d",
+                        self.key, self._recent[0][1].seq)
+            self._rewind(self._recent[0][1])
+            self._recent.clear()
+        self._run_id = run_id

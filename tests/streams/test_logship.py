@@ -1,0 +1,121 @@
+"""The agent's log shipper against a real redis-server that dies and comes back empty."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from cli.stack import redis_server_binary
+from tests.e2e.conftest import free_port, wait_for
+
+
+class Server:
+    """A private redis-server that keeps nothing on disk: killed, it comes back empty."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        binary = redis_server_binary()
+        if binary is None:
+            pytest.skip("no redis-server binary: install redis-server to run this test")
+        self.binary, self.port, self.dir = binary, free_port(), tmp_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.dir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        probe = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        wait_for(lambda: _answers(probe), 10, "redis-server to start")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(10)
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    server = Server(tmp_path)
+    server.start()
+    yield server
+    if server.process is not None and server.process.poll() is None:
+        server.kill()
+
+
+def shipped(client: redis.Redis) -> dict[int, str]:
+    """Line number -> text of every line on the logs stream."""
+    lines: dict[int, str] = {}
+    for _id, fields in client.xrange("cohort:logs"):
+        for seq, _ts, text in json.loads(fields["data"])["lines"]:
+            lines[seq] = text
+    return lines
+
+
+def test_no_log_line_is_lost_to_a_redis_outage_or_restart(server: Server,
+                                                          tmp_path: Path) -> None:
+    from workers.launcher import ReplicaKey
+    from workers.logship import LogShipper
+
+    # As the agent's client: fail fast, no hidden retries.
+    client = redis.Redis(port=server.port, decode_responses=True, socket_connect_timeout=0.5,
+                         socket_timeout=1.0, retry=Retry(NoBackoff(), 0))
+    path = tmp_path / "replica-0.log"
+    path.write_text("".join(f"before {i}\n" for i in range(1, 101)))
+    shipper = LogShipper(client, ReplicaKey(7, 1, 0), path, poll_seconds=0.05)
+    shipper.start()
+    wait_for(lambda: len(shipped(client)) == 100, 10, "the first lines to be shipped")
+
+    server.kill()
+    with open(path, "a") as handle:
+        handle.write("".join(f"during {i}\n" for i in range(101, 201)))
+    wait_for(lambda: shipper.failures >= 1, 10, "the shipper to meet the outage")
+    server.start()  # empty: the first 100 lines are gone with the old Redis
+    with open(path, "a") as handle:
+        handle.write("".join(f"after {i}\n" for i in range(201, 251)) + "unterminated")
+    shipper.finish(timeout=30)
+
+    lines = shipped(client)
+    assert sorted(lines) == list(range(1, 252))  # every line, replayed ones included
+    assert lines[1] == "before 1" and lines[150] == "during 150"
+    assert lines[250] == "after 250" and lines[251] == "unterminated"
+    assert shipper.failures == 0
+
+
+def test_lines_redis_refuses_are_shipped_once_it_takes_writes_again(server: Server,
+                                                                    tmp_path: Path) -> None:
+    """The same Redis throughout (no restart, so no replay): refused lines are read
+    again from the file."""
+    from workers.launcher import ReplicaKey
+    from workers.logship import LogShipper
+
+    client = redis.Redis(port=server.port, decode_responses=True, socket_connect_timeout=0.5,
+                         socket_timeout=1.0, retry=Retry(NoBackoff(), 0))
+    path = tmp_path / "replica-0.log"
+    path.write_text("one\n")
+    shipper = LogShipper(client, ReplicaKey(7, 1, 0), path, poll_seconds=0.05)
+    shipper.start()
+    wait_for(lambda: len(shipped(client)) == 1, 10, "the first line to be shipped")
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", "1")  # every write is refused: OOM
+    with open(path, "a") as handle:
+        handle.write("".join(f"refused {i}\n" for i in range(2, 102)))
+    wait_for(lambda: shipper.failures >= 2, 10, "the shipper to be refused twice")
+    client.config_set("maxmemory", "0")
+    shipper.finish(timeout=30)
+    lines = shipped(client)
+    assert sorted(lines) == list(range(1, 102))
+    assert lines[101] == "refused 101"
