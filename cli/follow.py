@@ -50,10 +50,11 @@ class _View:
                 self.state[index].update(step=0, loss=None, accuracy=None)
         for index in range(job["replicas"]):
             self.replica(index)
+        # The progress so far first, then the news: a final status line comes last.
+        self.render(force=True)
         if self.progress is None:
             self.console.print(f"job {job['id']} {job['status']}"
                                + (f": {job['reason']}" if job.get("reason") else ""))
-        self.render(force=True)
 
     def on_metric(self, point: dict[str, Any]) -> None:
         if point["attempt"] != self.attempt:
@@ -108,7 +109,7 @@ def follow_job(client: CohortClient, job_id: int, console: Console) -> dict[str,
                     break
             elif event.event == "metric":
                 view.on_metric(event.data)
-        view.render(force=True)
+        view.render(force=True)  # a stream that ended early: what was seen (once)
     finally:
         if progress is not None:
             progress.stop()

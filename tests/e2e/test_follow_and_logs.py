@@ -46,6 +46,9 @@ def test_submit_follow_then_logs(pg_stack: tuple[Stack, CohortClient], tmp_path:
                          rf"acc \d\.\d{{3}}", out), out
         assert f"replica {replica} epoch 3/3 step 60/60" in out, out
     assert f"job {job_id} succeeded" in out
+    # The outcome is the last word, after the final progress.
+    assert out.index(f"job {job_id} succeeded") > max(
+        out.index(f"replica {r} epoch 3/3 step 60/60") for r in (0, 1)), out
 
     job = client.job(job_id)
     assert job["progress"]["percent"] == 100.0 and job["progress"]["step"] == 60
