@@ -151,3 +151,36 @@ def test_cli_logs_follow_prints_tail_then_live_lines_until_the_end(
         assert follower.stdout.read() == ""
     finally:
         follower.kill()
+
+
+def test_a_stalled_client_holds_up_neither_the_ingest_nor_a_reading_client(
+        live_api: str, bus: redis.Redis, committed: Any) -> None:
+    import socket
+    from urllib.parse import urlsplit
+
+    token, job_id = committed()
+    headers = {"Authorization": f"Bearer {token}"}
+    path = f"/api/v1/jobs/{job_id}/stream"
+    where = urlsplit(live_api)
+    # A client that subscribes and then reads nothing, with a tiny receive buffer: the
+    # server's writes to it back up almost at once.
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.connect((where.hostname, where.port))
+    stalled.sendall(f"GET {path} HTTP/1.1\r\nHost: {where.netloc}\r\n"
+                    f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n"
+                    .encode())
+    try:
+        with httpx.Client(timeout=15) as http, \
+                http.stream("GET", live_api + path, headers=headers) as response:
+            events = parse_lines(response.iter_lines())
+            assert take(events, 1)[0].event == "status"
+            sent = [key for first in range(1, 20_001, 500)
+                    for key in emit(bus, job_id, range(first, first + 500))]
+            assert ingest_until(bus, len(sent)) == len(sent)  # 20,000 points, all stored
+            assert keys(take(events, len(sent))) == sent  # and all seen by the reader
+        # The stalled client was a real subscriber all along: its stream is there to read.
+        stalled.settimeout(5)
+        assert stalled.recv(4096).startswith(b"HTTP/1.1 200")
+    finally:
+        stalled.close()
