@@ -13,7 +13,6 @@ finite float and `ts` the unix time at which the value was observed.
 
 from __future__ import annotations
 
-import collections
 import functools
 import json
 import math
@@ -28,6 +27,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from services.bus import PROGRESS_HASH, progress_field
+from workers.replay import RecentlySent
 
 STREAM_KEY = "cohort:metrics"
 STREAM_MAXLEN = 1_000_000
@@ -67,9 +67,6 @@ def connect(redis_url: str) -> redis.Redis:
 
 # Seconds between two progress heartbeats of one replica.
 BEAT_INTERVAL = 1.0
-# Seconds of sent points kept for a replay after a Redis restart: the ingester
-# stores points within a second, so this covers what a dying Redis could lose.
-REPLAY_WINDOW = 30.0
 # After training, how long the replica may go without a beat (evaluation, saving).
 FINISH_GRACE = 300.0
 
@@ -104,9 +101,7 @@ class MetricReporter:
         self._progress_field = progress_field(job_id, attempt, replica)
         self._last_beat = 0.0
         self._beat_floor = 0.0
-        # (sent at, points) of the last REPLAY_WINDOW seconds, and the Redis they went to.
-        self._recent: collections.deque[tuple[float, list[Point]]] = collections.deque()
-        self._run_id: str | None = None
+        self._recent: RecentlySent[list[Point]] = RecentlySent()  # for a Redis restart
 
     def beat(self, extend: float = 0.0) -> None:
         """Progress heartbeat (at most one a second): this replica is still stepping.
@@ -243,19 +238,12 @@ class MetricReporter:
     def _remember(self, chunk: list[Point]) -> None:
         """Keep what was sent lately: if Redis restarts and loses it before the
         control plane stored it, it is sent again (stored once: the key is unique)."""
-        now = time.monotonic()
-        self._recent.append((now, chunk))
-        while self._recent and now - self._recent[0][0] > REPLAY_WINDOW:
-            self._recent.popleft()
-        try:
-            run_id = self._client.info("server").get("run_id")
-        except redis.RedisError:
-            return
-        if self._run_id is not None and run_id != self._run_id:
+        self._recent.add(chunk)
+        lost = self._recent.lost_to_restart(self._client)
+        if lost:
             warn("Redis restarted: sending the last points again")
-            for _, old in list(self._recent):
+            for old in lost:
                 self._send(old)
-        self._run_id = run_id
 
     def _send(self, points: list[Point]) -> Exception | None:
         payload = json.dumps(

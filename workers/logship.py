@@ -9,7 +9,6 @@ logs survive the job's files and node, and the api never needs the agents' disks
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import threading
@@ -22,6 +21,7 @@ import redis
 from services.bus import STREAM_MAXLEN
 from services.live import LOGS_STREAM
 from workers.launcher import ReplicaKey
+from workers.replay import RecentlySent
 
 log = logging.getLogger("cohort.logship")
 
@@ -29,9 +29,6 @@ POLL_SECONDS = 0.2  # how often the file is checked: the live log lags by about 
 BATCH_LINES = 500  # lines per stream entry
 READ_BYTES = 1 << 20
 MAX_BACKOFF = 5.0  # seconds between tries while Redis is unreachable
-# Seconds of shipped lines sent again after a Redis restart (the restarted Redis may have
-# lost them before the control plane stored them); as the metric reporter does.
-REPLAY_WINDOW = 30.0
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,7 @@ class LogShipper(threading.Thread):
 
     Nothing is dropped: the file is the buffer. A batch Redis refuses is read again from
     the file once Redis answers (each line keeps its number, so SQL stores it once), and
-    after a Redis restart the last REPLAY_WINDOW seconds of lines are shipped again.
+    after a Redis restart the lines of the last 30 s are shipped again (workers/replay.py).
     """
 
     def __init__(self, client: redis.Redis, key: ReplicaKey, path: Path,
@@ -61,10 +58,7 @@ class LogShipper(threading.Thread):
         self._offset = 0  # where the next line starts
         self.failures = 0  # Redis refusals in a row (0: shipping normally)
         self._done = threading.Event()
-        # (shipped at, first line) of each batch of the last REPLAY_WINDOW seconds, and
-        # the Redis that took them.
-        self._recent: collections.deque[tuple[float, Line]] = collections.deque()
-        self._run_id: str | None = None
+        self._recent: RecentlySent[Line] = RecentlySent()  # each batch's first line
 
     def run(self) -> None:
         while not self._done.wait(self._pause()):
@@ -130,24 +124,13 @@ class LogShipper(threading.Thread):
                     log.warning("could not ship log lines of %s (%s); trying again from "
                                 "line %d", self.key, exc, chunk[0].seq)
                 return False
-            self._recent.append((time.monotonic(), chunk[0]))
+            self._recent.add(chunk[0])
         if self.failures:
             log.info("log lines of %s reach Redis again", self.key)
         self.failures = 0
-        self._replay_after_restart()
-        return True
-
-    def _replay_after_restart(self) -> None:
-        now = time.monotonic()
-        while self._recent and now - self._recent[0][0] > REPLAY_WINDOW:
-            self._recent.popleft()
-        try:
-            run_id = self.client.info("server").get("run_id")
-        except redis.RedisError:
-            return
-        if self._run_id is not None and run_id != self._run_id and self._recent:
+        lost = self._recent.lost_to_restart(self.client)
+        if lost:
             log.warning("Redis restarted: shipping the log lines of %s again from line %d",
-                        self.key, self._recent[0][1].seq)
-            self._rewind(self._recent[0][1])
-            self._recent.clear()
-        self._run_id = run_id
+                        self.key, lost[0].seq)
+            self._rewind(lost[0])
+        return True
