@@ -85,10 +85,11 @@ def insert_points(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[d
 def current_attempts(*, session: Session, job_ids: set[int]) -> dict[int, int]:
     """Each existing job's current attempt. The job rows stay locked FOR KEY SHARE until
     the caller commits (a job cannot be deleted under the rows being stored): what a
-    foreign key would check per row, once per job. SQLite ignores the lock."""
+    foreign key would check per row, once per job. The weakest row lock: status changes
+    (FOR NO KEY UPDATE, services/transitions.py) go on meanwhile. SQLite ignores it."""
     return dict(session.execute(
         sa.select(Job.id, Job.attempt).where(Job.id.in_(job_ids))
-        .with_for_update(key_share=True)).tuples().all())
+        .with_for_update(read=True, key_share=True)).tuples().all())
 
 
 _COLUMNS = ("job_id", "attempt", "replica", "step", "epoch", "name", "value", "ts")

@@ -13,11 +13,13 @@ from services.statuses import TERMINAL_STATUSES, JobStatus, is_allowed
 def lock_job(*, session: Session, job_id: int) -> Job:
     """Re-read a job with its row locked (a no-op lock on SQLite, which serialises writers)."""
     # Lock the row so the api (cancel) and the scheduler (placement, exits)
-    # cannot both decide a job's next status from the same stale read.
+    # cannot both decide a job's next status from the same stale read. NO KEY UPDATE
+    # (what a plain UPDATE takes): the id never changes, and so the metric ingest's
+    # KEY SHARE lock on the job (services/metrics.py) neither waits for it nor blocks it.
     job = session.execute(
-        sa.select(Job).where(Job.id == job_id).with_for_update(of=Job).execution_options(
-            populate_existing=True
-        )
+        sa.select(Job).where(Job.id == job_id)
+        .with_for_update(of=Job, key_share=True)
+        .execution_options(populate_existing=True)
     ).scalar_one_or_none()
     if job is None:
         raise JobNotFound(job_id)

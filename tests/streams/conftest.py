@@ -26,7 +26,7 @@ def bus(pg_url: str) -> redis.Redis:  # noqa: ARG001 - pg_url points settings at
 
 
 @pytest.fixture
-def committed() -> Iterator[Callable[..., tuple[str, int]]]:
+def committed(pg_url: str) -> Iterator[Callable[..., tuple[str, int]]]:  # noqa: ARG001
     """Make a token and a job in a committed transaction: (token, job id). The jobs are
     deleted afterwards: a queued job left behind would take the place of a later test's
     job on the same worker's database."""

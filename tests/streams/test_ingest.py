@@ -86,12 +86,15 @@ def test_malformed_log_batches_do_not_stall_the_ingest(bus: redis.Redis,
 
 
 def test_a_job_being_ingested_is_not_deleted_under_its_points(committed: Any) -> None:
-    """The ingest's key-share lock stands in for the foreign key the series tables lack."""
+    """The ingest's key-share lock stands in for the foreign key the series tables lack,
+    and is no stronger than that."""
     from sqlalchemy.exc import OperationalError
 
     from services import jobs, metrics
     from services.db import session_scope
     from services.models import Job, MetricPoint
+    from services.statuses import JobStatus
+    from services.transitions import transition_job
 
     _, job_id = committed()
     with session_scope() as ingest:
@@ -105,6 +108,11 @@ def test_a_job_being_ingested_is_not_deleted_under_its_points(committed: Any) ->
                 deleter.rollback()
             else:
                 raise AssertionError("the job was deleted while its points were being stored")
+        # ...but it does not hold up the job's status changes.
+        with session_scope() as scheduler:
+            scheduler.execute(sa.text("SET LOCAL lock_timeout = '300ms'"))
+            transition_job(session=scheduler, job_id=job_id, target=JobStatus.CANCELLED,
+                           reason="cancelled by user")
         metrics.insert_points(session=ingest, rows=[
             {"job_id": job_id, "attempt": 1, "replica": 0, "step": 1, "epoch": 0,
              "name": "loss", "value": 1.0, "ts": 1.0}])
