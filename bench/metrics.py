@@ -7,6 +7,8 @@
    `MetricReporter` emits (XADD) 20 points every 100 ms, stamped with the emit time, and
    1 or 100 SSE clients follow the job's stream. Latency = arrival at the client minus the
    emit time (one machine, one clock); p50/p99 over every (point, client).
+3. Downsampling: a 1,000,000-point job's chart (`max_points=2000`) from the rollups, from
+   the points, and every point read.
 
     .venv/bin/python bench/metrics.py --redis redis://127.0.0.1:6379/15
 
@@ -30,6 +32,7 @@ from typing import Any
 
 import httpx
 import redis
+import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -108,6 +111,48 @@ def bench_ingest(label: str, client: redis.Redis, batches: int, per_batch: int,
     print(f"ingest {label} ({rounds} rounds of {batches * per_batch:,} points): median "
           f"{rate:,.0f} points/s (min {min(rates):,.0f}, max {max(rates):,.0f})")
     return rate
+
+
+def bench_downsample(label: str, points: int = 1_000_000, runs: int = 5) -> None:
+    """A long run's chart, `GET .../metrics?max_points=2000` (the service call behind it),
+    on a job of `points` points (2 replicas x 5 metrics): (a) as shipped, from the rollups;
+    (b) the same buckets' means from the points themselves (`since_step=0` takes that
+    path); (c) reading every point. Interleaved, medians."""
+    from services import metrics
+    from services.db import session_scope
+
+    job_id, _ = make_job(f"downsample-{label}")
+    names, chunk = ("loss", "accuracy", "step_time", "examples_per_sec", "cpu_percent"), 200_000
+    for first in range(0, points, chunk):
+        rows = [{"job_id": job_id, "attempt": 1, "replica": i % 2, "step": i // 10 + 1,
+                 "epoch": i // 10 // 1000, "name": names[(i // 2) % 5], "value": 1.0 / (i + 1),
+                 "ts": float(i)} for i in range(first, min(points, first + chunk))]
+        with session_scope() as session:
+            metrics.insert_points(session=session, rows=rows)
+    if label == "postgresql":
+        with session_scope() as session:
+            session.execute(sa.text("ANALYZE"))  # as autovacuum would
+    ways = {
+        "rollups": lambda s: metrics.read_metrics_downsampled(session=s, job_id=job_id,
+                                                              max_points=2000),
+        "points": lambda s: metrics.read_metrics_downsampled(session=s, job_id=job_id,
+                                                             max_points=2000, since_step=0),
+        "everything": lambda s: metrics.read_metrics(session=s, job_id=job_id, limit=points),
+    }
+    times: dict[str, list[float]] = {way: [] for way in ways}
+    sizes: dict[str, int] = {}
+    for _ in range(runs):
+        for way, read in ways.items():
+            started = time.perf_counter()
+            with session_scope() as session:
+                sizes[way] = len(read(session))
+            times[way].append(time.perf_counter() - started)
+    med = {way: statistics.median(got) * 1000 for way, got in times.items()}
+    print(f"downsample {label}, {points:,} points in 10 series, max_points=2000 (median of "
+          f"{runs}): (a) rollups {sizes['rollups']} points in {med['rollups']:.0f} ms; "
+          f"(b) from the points {sizes['points']} in {med['points']:.0f} ms; "
+          f"(c) every point {sizes['everything']:,} in {med['everything']:.0f} ms; "
+          f"b/a {med['points'] / med['rollups']:.1f}, c/a {med['everything'] / med['rollups']:.0f}")
 
 
 def skeleton_store(session: Any, rows: list[dict[str, Any]]) -> int:
@@ -251,12 +296,14 @@ def main() -> None:
         if not args.skip_ingest:
             bench_store("sqlite", 3, 50_000)
             bench_ingest("sqlite", client, args.batches, 200)
+            bench_downsample("sqlite", runs=3)
         pg_url = pg_database(name)
         use(pg_url, args.redis, tmp)
         try:
             if not args.skip_ingest:
                 bench_store("postgresql", 3, 50_000)
                 bench_ingest("postgresql", client, args.batches, 200)
+                bench_downsample("postgresql", runs=3)
             port = 18000 + os.getpid() % 1000
             env = {**os.environ, "COHORT_API_PORT": str(port), "COHORT_NODE_ID": "bench"}
             procs = [start(["api"], env), start(["scheduler"], env)]

@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services.exceptions import IdempotencyConflict, InvalidJobSpec, InvalidTransition, JobNotFound
-from services.models import Job, JobEvent, LogLine, MetricPoint, Replica
+from services.models import Job, JobEvent, LogLine, MetricPoint, MetricRollup, Replica
 from services.schemas import JobCreate
 from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, JobStatus
@@ -202,11 +202,11 @@ def request_cancel(*, session: Session, job: Job, reason: str = "cancelled by us
 
 def delete_jobs(*, session: Session, job_ids: list[int]) -> None:
     """Delete jobs with everything they own. The database cascades to replicas and
-    events; metric points and log lines carry no foreign key (a per-row check would cost
-    the ingest dearly), so they are deleted here, before the jobs."""
+    events; metric points, their rollups and log lines carry no foreign key (a per-row
+    check would cost the ingest dearly), so they are deleted here, before the jobs."""
     if not job_ids:
         return
-    for series in (MetricPoint, LogLine):
+    for series in (MetricPoint, MetricRollup, LogLine):
         session.execute(sa.delete(series).where(series.job_id.in_(job_ids))
                         .execution_options(synchronize_session=False))
     session.execute(sa.delete(Job).where(Job.id.in_(job_ids))

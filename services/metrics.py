@@ -11,7 +11,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.models import Job, MetricPoint
+from services.models import Job, MetricPoint, MetricRollup
 
 # Bounds of the SQL columns: a value outside them would fail the whole batch's COPY, and
 # a batch that always fails would stall the ingest for every job (a poison entry).
@@ -93,6 +93,11 @@ def current_attempts(*, session: Session, job_ids: set[int]) -> dict[int, int]:
 
 
 _COLUMNS = ("job_id", "attempt", "replica", "step", "epoch", "name", "value", "ts")
+# Steps per rollup bucket (alembic 0008 filled the table with this width: changing it
+# needs a migration that rebuilds metric_rollups).
+ROLLUP_STEPS = 100
+_ROLLUP_INSERT = ("INSERT INTO metric_rollups (job_id, attempt, replica, name, bucket, points, "
+                  "total, first_step, last_step, last_epoch, last_ts)")
 _COPY_TYPES = ("int4", "int4", "int4", "int4", "int4", "varchar", "float8", "float8")
 
 
@@ -114,10 +119,23 @@ def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[d
             fields = itemgetter(*_COLUMNS)  # C-level: this loop runs once per point
             for row in values:
                 copy.write_row(fields(row))
+        # One statement stores the new points and adds exactly them to the rollups.
         cursor.execute(
-            f"INSERT INTO metric_points ({columns}) SELECT {columns} FROM metric_stage "
+            f"WITH new AS (INSERT INTO metric_points ({columns}) "
+            f"SELECT {columns} FROM metric_stage "
             "ON CONFLICT (job_id, attempt, replica, step, name) DO NOTHING "
-            f"RETURNING id, {columns}")
+            f"RETURNING id, {columns}), "
+            f"rolled AS ({_ROLLUP_INSERT} SELECT job_id, attempt, replica, name, "
+            f"step / {ROLLUP_STEPS}, count(*), sum(value), min(step), max(step), max(epoch), "
+            f"max(ts) FROM new GROUP BY job_id, attempt, replica, name, step / {ROLLUP_STEPS} "
+            "ON CONFLICT (job_id, attempt, replica, name, bucket) DO UPDATE SET "
+            "points = metric_rollups.points + excluded.points, "
+            "total = metric_rollups.total + excluded.total, "
+            "first_step = least(metric_rollups.first_step, excluded.first_step), "
+            "last_step = greatest(metric_rollups.last_step, excluded.last_step), "
+            "last_epoch = greatest(metric_rollups.last_epoch, excluded.last_epoch), "
+            "last_ts = greatest(metric_rollups.last_ts, excluded.last_ts)) "
+            f"SELECT id, {columns} FROM new")
         names = ("id", *_COLUMNS)
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
@@ -137,9 +155,40 @@ def _insert_sqlite(session: Session, values: list[dict[str, Any]]) -> list[dict[
             list(map(itemgetter(*_COLUMNS), values)))
         cursor.execute(f"SELECT id, {columns} FROM metric_points WHERE id > ?", (before,))
         names = ("id", *_COLUMNS)
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        inserted = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        # SQLite's max() of a NULL is NULL: an absent epoch is -1 for the comparison.
+        cursor.executemany(
+            f"{_ROLLUP_INSERT} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (job_id, attempt, replica, name, bucket) DO UPDATE SET "
+            "points = points + excluded.points, total = total + excluded.total, "
+            "first_step = min(first_step, excluded.first_step), "
+            "last_step = max(last_step, excluded.last_step), "
+            "last_epoch = nullif(max(coalesce(last_epoch, -1), "
+            "coalesce(excluded.last_epoch, -1)), -1), "
+            "last_ts = max(last_ts, excluded.last_ts)", _rollups_of(inserted))
+        return inserted
     finally:
         cursor.close()
+
+
+def _rollups_of(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Rollup rows of newly stored points (what the PostgreSQL statement computes)."""
+    groups: dict[tuple[Any, ...], list[Any]] = {}
+    for row in rows:
+        key = (row["job_id"], row["attempt"], row["replica"], row["name"],
+               row["step"] // ROLLUP_STEPS)
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [1, row["value"], row["step"], row["step"], row["epoch"], row["ts"]]
+            continue
+        group[0] += 1
+        group[1] += row["value"]
+        group[2] = min(group[2], row["step"])
+        group[3] = max(group[3], row["step"])
+        if row["epoch"] is not None:
+            group[4] = row["epoch"] if group[4] is None else max(group[4], row["epoch"])
+        group[5] = max(group[5], row["ts"])
+    return [(*key, *group) for key, group in groups.items()]
 
 
 def read_metrics(
@@ -168,35 +217,51 @@ def read_metrics_downsampled(
 ) -> list[dict[str, Any]]:
     """At most about `max_points` points: each series `(attempt, replica, name)` keeps its
     share, as the mean of equal step buckets (the last step of a bucket stands for it), so a
-    long run draws quickly. Series with few points come back whole."""
-    conditions = [MetricPoint.job_id == job_id]
-    if names:
-        conditions.append(MetricPoint.name.in_(names))
-    if replica is not None:
-        conditions.append(MetricPoint.replica == replica)
-    if attempt is not None:
-        conditions.append(MetricPoint.attempt == attempt)
+    long run draws quickly. Series with few points come back whole.
+
+    A whole series (no `since_step`) is summed from the rollups when its buckets span at
+    least ROLLUP_STEPS steps: the buckets are then whole rollup buckets (their width a
+    multiple of ROLLUP_STEPS, counted from a multiple of it), and the means are exact.
+    """
+    point_filters = _series_filters(MetricPoint, job_id, names, replica, attempt)
     if since_step is not None:
-        conditions.append(MetricPoint.step > since_step)
-    series = session.execute(
-        sa.select(MetricPoint.attempt, MetricPoint.replica, MetricPoint.name, sa.func.count(),
-                  sa.func.min(MetricPoint.step), sa.func.max(MetricPoint.step))
-        .where(*conditions)
-        .group_by(MetricPoint.attempt, MetricPoint.replica, MetricPoint.name)
-        .order_by(MetricPoint.attempt, MetricPoint.replica, MetricPoint.name)
-    ).all()
+        point_filters.append(MetricPoint.step > since_step)
+        series = session.execute(
+            sa.select(MetricPoint.attempt, MetricPoint.replica, MetricPoint.name,
+                      sa.func.count(), sa.func.min(MetricPoint.step),
+                      sa.func.max(MetricPoint.step))
+            .where(*point_filters)
+            .group_by(MetricPoint.attempt, MetricPoint.replica, MetricPoint.name)).all()
+    else:  # the series' sizes from the rollups: about 1/ROLLUP_STEPS of the rows
+        series = session.execute(
+            sa.select(MetricRollup.attempt, MetricRollup.replica, MetricRollup.name,
+                      sa.func.sum(MetricRollup.points), sa.func.min(MetricRollup.first_step),
+                      sa.func.max(MetricRollup.last_step))
+            .where(*_series_filters(MetricRollup, job_id, names, replica, attempt))
+            .group_by(MetricRollup.attempt, MetricRollup.replica, MetricRollup.name)).all()
     budget = max(1, max_points // max(1, len(series)))
     out: list[dict[str, Any]] = []
     for s_attempt, s_replica, s_name, count, low, high in series:
-        where = [*conditions, MetricPoint.attempt == s_attempt,
-                 MetricPoint.replica == s_replica, MetricPoint.name == s_name]
         head = {"attempt": s_attempt, "replica": s_replica, "name": s_name}
+        where = [*point_filters, MetricPoint.attempt == s_attempt,
+                 MetricPoint.replica == s_replica, MetricPoint.name == s_name]
+        width = math.ceil((high - low + 1) / budget)
+        origin = low // ROLLUP_STEPS * ROLLUP_STEPS  # where whole rollup buckets start
+        aligned = math.ceil((high - origin + 1) / budget)
         if count <= budget:
             rows = session.execute(
                 sa.select(MetricPoint.step, MetricPoint.epoch, MetricPoint.value, MetricPoint.ts)
                 .where(*where).order_by(MetricPoint.step)).all()
+        elif since_step is None and aligned >= ROLLUP_STEPS:
+            width = math.ceil(aligned / ROLLUP_STEPS) * ROLLUP_STEPS  # still <= budget buckets
+            bucket = (MetricRollup.bucket * ROLLUP_STEPS - origin) // width
+            rows = session.execute(
+                sa.select(sa.func.max(MetricRollup.last_step), sa.func.max(MetricRollup.last_epoch),
+                          sa.func.sum(MetricRollup.total) / sa.func.sum(MetricRollup.points),
+                          sa.func.max(MetricRollup.last_ts))
+                .where(*_series_filters(MetricRollup, job_id, [s_name], s_replica, s_attempt))
+                .group_by(bucket).order_by(bucket)).all()
         else:
-            width = math.ceil((high - low + 1) / budget)
             bucket = (MetricPoint.step - low) // width  # floor division on both databases
             rows = session.execute(
                 sa.select(sa.func.max(MetricPoint.step), sa.func.max(MetricPoint.epoch),
@@ -206,6 +271,20 @@ def read_metrics_downsampled(
                     "ts": float(ts)} for step, epoch, value, ts in rows)
     out.sort(key=lambda p: (p["attempt"], p["step"], p["replica"], p["name"]))
     return out
+
+
+def _series_filters(table: type[MetricPoint] | type[MetricRollup], job_id: int,
+                    names: list[str] | None, replica: int | None,
+                    attempt: int | None) -> list[Any]:
+    """WHERE clauses picking series, on the points or on their rollups."""
+    filters = [table.job_id == job_id]
+    if names:
+        filters.append(table.name.in_(names))
+    if replica is not None:
+        filters.append(table.replica == replica)
+    if attempt is not None:
+        filters.append(table.attempt == attempt)
+    return filters
 
 
 def read_points_after(

@@ -192,6 +192,26 @@ class MetricPoint(Base):
     ts: Mapped[float] = mapped_column(sa.Float)  # unix time the replica observed it
 
 
+class MetricRollup(Base):
+    """Sums of the points of one series over ROLLUP_STEPS steps (`bucket` = step // it),
+    kept by the ingest alongside the points (services/metrics.py): a long run's chart
+    reads about 1/ROLLUP_STEPS of the rows. Exact: only newly stored points are added."""
+
+    __tablename__ = "metric_rollups"
+
+    job_id: Mapped[int] = mapped_column(primary_key=True)  # no foreign key, as points
+    attempt: Mapped[int] = mapped_column(primary_key=True)
+    replica: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    bucket: Mapped[int] = mapped_column(primary_key=True)
+    points: Mapped[int]
+    total: Mapped[float] = mapped_column(sa.Float)  # sum of the values
+    first_step: Mapped[int]
+    last_step: Mapped[int]
+    last_epoch: Mapped[int | None]
+    last_ts: Mapped[float] = mapped_column(sa.Float)
+
+
 class LogLine(Base):
     """One line a replica printed (stdout and stderr); `(job, attempt, replica, seq)` once."""
 

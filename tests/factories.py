@@ -24,3 +24,35 @@ def create_job(session: Session, project_id: int, **spec: Any) -> Job:
     job, _ = jobs.create_job(session=session, project_id=project_id,
                              job_in=JobCreate.model_validate(spec), settings=get_settings())
     return job
+
+
+def assert_rollups_match_points(session: Session, job_id: int) -> int:
+    """The job's metric rollups are exactly what its stored points sum to; returns how
+    many rollup rows there are."""
+    import sqlalchemy as sa
+
+    from services.metrics import ROLLUP_STEPS
+    from services.models import MetricPoint, MetricRollup
+
+    p = MetricPoint
+    bucket = p.step // ROLLUP_STEPS  # one expression object: one bind parameter
+    expected = {
+        tuple(row[:5]): tuple(row[5:])
+        for row in session.execute(
+            sa.select(p.job_id, p.attempt, p.replica, p.name, bucket,
+                      sa.func.count(), sa.func.sum(p.value), sa.func.min(p.step),
+                      sa.func.max(p.step), sa.func.max(p.epoch), sa.func.max(p.ts))
+            .where(p.job_id == job_id)
+            .group_by(p.job_id, p.attempt, p.replica, p.name, bucket))}
+    r = MetricRollup
+    got = {
+        tuple(row[:5]): tuple(row[5:])
+        for row in session.execute(
+            sa.select(r.job_id, r.attempt, r.replica, r.name, r.bucket, r.points, r.total,
+                      r.first_step, r.last_step, r.last_epoch, r.last_ts)
+            .where(r.job_id == job_id))}
+    assert got.keys() == expected.keys()
+    for key, (n, total, first, last, epoch, ts) in expected.items():
+        assert got[key][0] == n and got[key][2:] == (first, last, epoch, ts), key
+        assert abs(got[key][1] - total) <= 1e-9 * max(1.0, abs(total)), key
+    return len(got)

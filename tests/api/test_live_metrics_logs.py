@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
@@ -36,6 +37,11 @@ def test_downsampling_keeps_each_series_share(client: TestClient, session: Sessi
     assert [p["step"] for p in loss] == sorted(p["step"] for p in loss)
     # Each point is its bucket's mean: values stay on the line value == step.
     assert all(abs(p["value"] - p["step"]) <= 10_000 / len(loss) for p in loss)
+    # Read from the rollups: the budget of 100 buckets over steps 0..10,000 gives a
+    # width of 101, rounded up to whole 100-step rollups: 200; the means are exact.
+    buckets = [range(max(1, b * 200), min(10_000, b * 200 + 199) + 1) for b in range(51)]
+    assert [p["step"] for p in loss] == [b[-1] for b in buckets]
+    assert [p["value"] for p in loss] == pytest.approx([sum(b) / len(b) for b in buckets])
     few = client.get(url, params={"max_points": 300, "name": "loss", "replica": 1},
                      headers=auth).json()["items"]
     assert [p["step"] for p in few] == list(range(1, 51))

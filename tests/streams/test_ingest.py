@@ -10,6 +10,7 @@ from typing import Any
 import redis
 import sqlalchemy as sa
 
+from tests.factories import assert_rollups_match_points
 from tests.streams.conftest import ingest_until
 
 
@@ -37,6 +38,8 @@ def test_thousand_batches_delivered_twice_are_stored_once(bus: redis.Redis,
             sa.select(MetricPoint.replica, MetricPoint.step, MetricPoint.name)
             .where(MetricPoint.job_id == job_id).distinct().subquery())).scalar_one()
     assert stored == distinct == 3000
+    with session_scope() as session:  # each point summed into its rollup once
+        assert assert_rollups_match_points(session, job_id) == 2 * 3 * 6  # replica, name, 100s
     # The live feed carries each stored row once, with increasing ids.
     ids = [row[0] for _, fields in bus.xrange(live.live_key(job_id))
            for row in json.loads(fields["rows"])]

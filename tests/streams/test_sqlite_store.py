@@ -12,6 +12,7 @@ from services.auth import ensure_token
 from services.db import make_engine
 from services.schemas import JobCreate
 from services.settings import Settings
+from tests.factories import assert_rollups_match_points
 
 
 def test_sqlite_insert_points_once(tmp_path: Path) -> None:
@@ -32,5 +33,10 @@ def test_sqlite_insert_points_once(tmp_path: Path) -> None:
         more = [*rows, {**rows[0], "step": 3}, {**rows[0], "job_id": job.id + 99}]
         again = metrics.insert_points(session=session, rows=more)
         assert [(p["replica"], p["step"], p["value"]) for p in again] == [(0, 3, 1.0)]
+        # Rollups take the new points once, an absent epoch included.
+        metrics.insert_points(session=session, rows=[
+            {**rows[0], "step": 4, "epoch": None}, {**rows[0], "step": 250, "epoch": 2},
+            {**rows[0], "step": 4, "epoch": None}])
+        assert assert_rollups_match_points(session, job.id) == 3  # 2 in bucket 0; 1 in 2
         session.commit()
     engine.dispose()
