@@ -287,6 +287,14 @@ def _series_filters(table: type[MetricPoint] | type[MetricRollup], job_id: int,
     return filters
 
 
+def newest_point_id(*, session: Session, job_id: int) -> int:
+    """The id of the job's newest stored point (0 if none): where a live stream of the
+    points stored from now on starts (an index probe on `(job_id, id)`)."""
+    return session.execute(
+        sa.select(sa.func.coalesce(sa.func.max(MetricPoint.id), 0))
+        .where(MetricPoint.job_id == job_id)).scalar_one()
+
+
 def read_points_after(
     *, session: Session, job_id: int, after_id: int, limit: int = 5000,
 ) -> list[MetricPoint]:

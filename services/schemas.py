@@ -183,6 +183,9 @@ class MetricPointRead(BaseModel):
 
 class MetricList(BaseModel):
     items: list[MetricPointRead]
+    last_id: int | None = Field(
+        None, description="with max_points: the newest point's id before the read; open "
+        "the job's stream with last_event_id=<last_id>.0.0 for the points stored since")
 
 
 class LogLineRead(BaseModel):

@@ -24,12 +24,16 @@ def read_job_metrics(
     max_points: Annotated[int | None, Query(ge=10, le=100_000)] = None,
 ) -> MetricList:
     """Stored metric points, by attempt then step; filter by name, replica, attempt, step.
-    `max_points` downsamples long runs: each series keeps its share as bucket means."""
+    `max_points` downsamples long runs: each series keeps its share as bucket means, and
+    `last_id` says where the job's stream goes on from (`last_event_id=<last_id>.0.0`)."""
     if max_points is not None:
+        # Read first: a point stored during the read is then in the stream after last_id
+        # (and perhaps in a bucket too), never in neither.
+        last_id = metrics.newest_point_id(session=session, job_id=job.id)
         points = metrics.read_metrics_downsampled(
             session=session, job_id=job.id, max_points=max_points, names=name,
             replica=replica, attempt=attempt, since_step=since_step)
-        return MetricList(items=[MetricPointRead(**p) for p in points])
+        return MetricList(items=[MetricPointRead(**p) for p in points], last_id=last_id)
     rows = metrics.read_metrics(session=session, job_id=job.id, names=name, replica=replica,
                                 attempt=attempt, since_step=since_step, limit=limit)
     return MetricList(items=[

@@ -10,6 +10,7 @@ window.jobPage = function jobPage() {
   const logs = document.getElementById("logs");
   const follow = document.getElementById("follow");
   const NAMES = ["loss", "accuracy", "examples_per_sec", "epoch_loss", "epoch_accuracy"];
+  const HISTORY_POINTS = 5000;  // across every series of the charts
   const COLORS = ["#0b57d0", "#b3261e", "#146c2e", "#8e24aa", "#e37400", "#00796b", "#5d4037", "#3949ab"];
   const points = new Map();  // "attempt|replica|name" -> Map(step -> [epoch, value])
   const charts = {};
@@ -114,9 +115,23 @@ window.jobPage = function jobPage() {
   }, 300));
   document.querySelectorAll("input[name=xaxis]").forEach((r) => r.addEventListener("change", draw));
 
-  async function loadMetrics(query = "") {
-    const names = NAMES.map((n) => `name=${n}`).join("&");
-    const response = await Cohort.api(`/api/v1/jobs/${jobId}/metrics?${names}&limit=100000${query}`);
+  const NAME_QUERY = NAMES.map((n) => `name=${n}`).join("&");
+
+  /* The charts' history, downsampled on the server (a long run's million points come
+     back as a few thousand bucket means). Returns the id the live stream goes on from. */
+  async function loadHistory() {
+    const response = await Cohort.api(`/api/v1/jobs/${jobId}/metrics?${NAME_QUERY}&max_points=${HISTORY_POINTS}`);
+    if (!response.ok) return 0;
+    const answer = await response.json();
+    for (const p of answer.items) addPoint(p);
+    redraw();
+    return answer.last_id || 0;
+  }
+
+  /* Points after the ones shown (polling without a stream). */
+  async function loadNewPoints() {
+    const query = `attempt=${attemptNow()}&since_step=${maxStep}`;
+    const response = await Cohort.api(`/api/v1/jobs/${jobId}/metrics?${NAME_QUERY}&limit=100000&${query}`);
     if (!response.ok) return;
     for (const p of (await response.json()).items) addPoint(p);
     redraw();
@@ -153,7 +168,7 @@ window.jobPage = function jobPage() {
       const wasTerminal = terminal;
       terminal = isTerminal();
       document.getElementById("cancel-btn").hidden = terminal;
-      if (terminal && !wasTerminal) loadMetrics();  // the final points
+      if (terminal && !wasTerminal && poll) loadNewPoints();  // the final points
       if (terminal) showLogTails();
     }
   }
@@ -162,11 +177,11 @@ window.jobPage = function jobPage() {
   let poll = null;
   function startPolling() {
     if (poll) return;
-    loadMetrics();
+    loadNewPoints();
     loadLogs();
     poll = setInterval(async () => {
       await updateLive();
-      await loadMetrics(`&attempt=${attemptNow()}&since_step=${maxStep}`);
+      await loadNewPoints();
       await loadLogs();
       if (isSettled()) { clearInterval(poll); Cohort.say("finished"); }
     }, 2000);
@@ -174,14 +189,16 @@ window.jobPage = function jobPage() {
 
   if (terminal) {
     // Nothing will change: the stored history is all there is.
-    loadMetrics(); loadLogs();
+    loadHistory(); loadLogs();
   } else {
-    // The job stream sends the history first, then live events.
-    Cohort.stream(`/api/v1/jobs/${jobId}/stream`, {
-      status: statusChanged,
-      metric: (p) => { addPoint(p); redraw(); },
-      log: (l) => appendLog(`[a${l.attempt} r${l.replica}] ${l.line}`),
-    }, startPolling);
+    // The charts' history downsampled, then the stream from there on: the points
+    // stored since, the logs from the start, and the status.
+    loadHistory().then((lastId) => Cohort.stream(
+      `/api/v1/jobs/${jobId}/stream?last_event_id=${lastId}.0.0`, {
+        status: statusChanged,
+        metric: (p) => { addPoint(p); redraw(); },
+        log: (l) => appendLog(`[a${l.attempt} r${l.replica}] ${l.line}`),
+      }, startPolling));
   }
   // Ages and durations move, and replicas stop a little after a cancel: refresh
   // until nothing on the page can change any more.

@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from services import logs, metrics
+from services.models import MetricPoint
 from services.statuses import JobStatus
 from services.transitions import transition_job
 from tests.factories import create_job, create_token
@@ -27,7 +29,13 @@ def test_downsampling_keeps_each_series_share(client: TestClient, session: Sessi
     metrics.store_points(session=session, rows=_points(job.id, 10_000, ("loss", "accuracy")))
     metrics.store_points(session=session, rows=_points(job.id, 50, replica=1))
     url, auth = f"/api/v1/jobs/{job.id}/metrics", {"Authorization": f"Bearer {token}"}
-    items = client.get(url, params={"max_points": 300}, headers=auth).json()["items"]
+    answer = client.get(url, params={"max_points": 300}, headers=auth).json()
+    items = answer["items"]
+    # Where the live stream goes on from: the newest point of the job when it was read.
+    newest = session.execute(sa.select(sa.func.max(MetricPoint.id)).where(
+        MetricPoint.job_id == job.id)).scalar_one()
+    assert answer["last_id"] == newest
+    assert client.get(url, headers=auth).json()["last_id"] is None  # plain reads: none
     by_series: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for p in items:
         by_series.setdefault((p["replica"], p["name"]), []).append(p)
