@@ -95,7 +95,7 @@ def test_a_job_being_ingested_is_not_deleted_under_its_points(committed: Any) ->
 
     from services import jobs, metrics
     from services.db import session_scope
-    from services.models import Job, MetricPoint
+    from services.models import Job, MetricPoint, MetricRollup
     from services.statuses import JobStatus
     from services.transitions import transition_job
 
@@ -123,8 +123,9 @@ def test_a_job_being_ingested_is_not_deleted_under_its_points(committed: Any) ->
         jobs.delete_jobs(session=session, job_ids=[job_id])
     with session_scope() as session:
         assert session.get(Job, job_id) is None
-        assert session.execute(sa.select(sa.func.count()).select_from(MetricPoint).where(
-            MetricPoint.job_id == job_id)).scalar_one() == 0
+        for series in (MetricPoint, MetricRollup):  # its series went with it
+            assert session.execute(sa.select(sa.func.count()).select_from(series).where(
+                series.job_id == job_id)).scalar_one() == 0
 
 
 def test_log_shipper_lines_match_the_file(bus: redis.Redis, committed: Any,
