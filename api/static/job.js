@@ -154,13 +154,16 @@ window.jobPage = function jobPage() {
   }
 
   async function loadLogs() {
-    // Without the stream: the newest lines over REST, replaced as a whole.
+    // The newest lines over REST, replacing what is shown (a long run's log is not
+    // replayed whole); returns the newest line's id, for the stream to go on from.
     const response = await Cohort.api(`/api/v1/jobs/${jobId}/logs?tail=1000`).catch(() => null);
     const answer = response && response.ok ? await response.json().catch(() => null) : null;
     const items = answer ? (Array.isArray(answer) ? answer : answer.items || []) : [];
-    if (!items.length) { showLogTails(); return; }
+    if (!items.length) { showLogTails(); return 0; }
     logs.textContent = items.map((l) => `[a${l.attempt} r${l.replica}] ${l.line}`).join("\n") + "\n";
+    streamedLogs = true;  // lines from the stream are appended after these
     if (follow.checked) logs.scrollTop = logs.scrollHeight;
+    return Math.max(...items.map((l) => l.id));
   }
 
   async function updateLive() {
@@ -191,10 +194,10 @@ window.jobPage = function jobPage() {
     // Nothing will change: the stored history is all there is.
     loadHistory(); loadLogs();
   } else {
-    // The charts' history downsampled, then the stream from there on: the points
-    // stored since, the logs from the start, and the status.
-    loadHistory().then((lastId) => Cohort.stream(
-      `/api/v1/jobs/${jobId}/stream?last_event_id=${lastId}.0.0`, {
+    // The charts' history downsampled and the log's tail, then the stream from there
+    // on: the points and lines stored since, and the status.
+    Promise.all([loadHistory(), loadLogs()]).then(([lastId, lastLogId]) => Cohort.stream(
+      `/api/v1/jobs/${jobId}/stream?last_event_id=${lastId}.${lastLogId}.0`, {
         status: statusChanged,
         metric: (p) => { addPoint(p); redraw(); },
         log: (l) => appendLog(`[a${l.attempt} r${l.replica}] ${l.line}`),

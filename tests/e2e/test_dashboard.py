@@ -75,6 +75,12 @@ def job_status(page: Any) -> str:
     return page.locator("#job-status").inner_text().strip()
 
 
+def stored_log_lines(client: CohortClient, job_id: int) -> list[str]:
+    """The job's stored log lines as the viewer shows them, sorted."""
+    return sorted(f"[a{line['attempt']} r{line['replica']}] {line['line']}"
+                  for line in client.logs(job_id, limit=100_000))
+
+
 def test_log_in_submit_a_job_watch_it_train_and_succeed(
         page: Any, pg_stack: tuple[Stack, CohortClient]) -> None:
     stack, client = pg_stack
@@ -136,6 +142,9 @@ def test_log_in_submit_a_job_watch_it_train_and_succeed(
             page.reload()
         wait_for(lambda: page.locator("#chart-loss").get_attribute("data-points") == "300",
                  60, "all 300 steps on the loss chart")
+        # The log viewer likewise: the tail read at load, then streamed lines, each once.
+        wait_for(lambda: sorted(page.locator("#logs").inner_text().splitlines())
+                 == stored_log_lines(client, job_id), 60, "every log line once in the viewer")
     replicas = page.locator("#job-live table tbody tr")
     assert replicas.count() == 2
     assert [replicas.nth(i).locator("td").nth(4).inner_text() for i in range(2)] == ["0", "0"]
