@@ -38,8 +38,15 @@ def log_row(row: dict[str, Any]) -> list[Any]:
     return [row["id"], row["attempt"], row["replica"], row["ts"], row["line"]]
 
 
-def publish(client: redis.Redis, kind: str, rows: list[dict[str, Any]]) -> None:
-    """Append newly committed `metric` or `log` rows to their jobs' feeds; count them."""
+def publish(client: redis.Redis, kind: str, rows: list[dict[str, Any]],
+            prev: dict[int, int]) -> None:
+    """Append newly committed `metric` or `log` rows to their jobs' feeds; count them.
+
+    `prev[job]` is the id of the job's newest row stored before these. A reader whose
+    cursor is below it has missed rows (an entry lost with a Redis restart, a publish
+    that failed after its commit) and reads them from SQL first: the feed may lose
+    entries, a client never loses rows.
+    """
     if not rows:
         return
     encode = metric_row if kind == "metric" else log_row
@@ -49,7 +56,8 @@ def publish(client: redis.Redis, kind: str, rows: list[dict[str, Any]]) -> None:
     pipe = client.pipeline(transaction=False)
     for job_id, items in by_job.items():
         key = live_key(job_id)
-        pipe.xadd(key, {"kind": kind, "rows": orjson.dumps(items)},
+        pipe.xadd(key, {"kind": kind, "rows": orjson.dumps(items),
+                        "prev": prev.get(job_id, 0)},
                   maxlen=LIVE_MAXLEN, approximate=True)
         pipe.expire(key, LIVE_TTL)
     pipe.hincrby(STATS_HASH, f"{kind}_rows", len(rows))

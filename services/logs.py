@@ -102,3 +102,12 @@ def read_lines_after(
     query = (sa.select(LogLine).where(LogLine.job_id == job_id, LogLine.id > after_id)
              .order_by(LogLine.id).limit(limit))
     return list(session.execute(query).scalars())
+
+
+def newest_line_id(*, session: Session, job_id: int, before: int | None = None) -> int:
+    """The id of the job's newest stored line (below `before`, if given; 0 if none)."""
+    query = sa.select(sa.func.coalesce(sa.func.max(LogLine.id), 0)).where(
+        LogLine.job_id == job_id)
+    if before is not None:
+        query = query.where(LogLine.id < before)
+    return session.execute(query).scalar_one()

@@ -287,12 +287,15 @@ def _series_filters(table: type[MetricPoint] | type[MetricRollup], job_id: int,
     return filters
 
 
-def newest_point_id(*, session: Session, job_id: int) -> int:
-    """The id of the job's newest stored point (0 if none): where a live stream of the
-    points stored from now on starts (an index probe on `(job_id, id)`)."""
-    return session.execute(
-        sa.select(sa.func.coalesce(sa.func.max(MetricPoint.id), 0))
-        .where(MetricPoint.job_id == job_id)).scalar_one()
+def newest_point_id(*, session: Session, job_id: int, before: int | None = None) -> int:
+    """The id of the job's newest stored point (below `before`, if given; 0 if none):
+    where a live stream of the points stored from now on starts (an index probe on
+    `(job_id, id)`)."""
+    query = sa.select(sa.func.coalesce(sa.func.max(MetricPoint.id), 0)).where(
+        MetricPoint.job_id == job_id)
+    if before is not None:
+        query = query.where(MetricPoint.id < before)
+    return session.execute(query).scalar_one()
 
 
 def read_points_after(

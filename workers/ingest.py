@@ -47,26 +47,38 @@ class Feed:
     kind: str  # the live-feed event kind
     parse: Callable[[str], list[dict[str, Any]]]
     store: Callable[..., list[dict[str, Any]]]  # (session=, rows=) -> the new rows
+    newest: Callable[..., int]  # (session=, job_id=, before=) -> the newest id below
     count: int  # entries per read
 
 
-METRICS = Feed(METRICS_STREAM, "metric", metrics.parse_batch, metrics.insert_points, 1000)
-LOGS = Feed(live.LOGS_STREAM, "log", logs.parse_log_batch, logs.insert_lines, 500)
+METRICS = Feed(METRICS_STREAM, "metric", metrics.parse_batch, metrics.insert_points,
+               metrics.newest_point_id, 1000)
+LOGS = Feed(live.LOGS_STREAM, "log", logs.parse_log_batch, logs.insert_lines,
+            logs.newest_line_id, 500)
 
 
-def publish_live(client: redis.Redis, kind: str, rows: list[dict[str, Any]]) -> None:
+def publish_live(client: redis.Redis, kind: str, rows: list[dict[str, Any]],
+                 prev: dict[int, int]) -> None:
     """Publish committed rows to the live feeds; a failure costs live viewers only."""
     try:
-        live.publish(client, kind, rows)
+        live.publish(client, kind, rows, prev)
     except redis.RedisError as exc:
-        # SQL holds the rows: a reconnecting client reads them from there.
+        # SQL holds the rows: readers fetch them from there when the next entry's `prev`
+        # shows they were missed, or when they reconnect.
         log.warning("could not publish %d %s rows to live feeds: %s", len(rows), kind, exc)
 
 
-def _store(feed: Feed, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _store(feed: Feed, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """Store rows; returns the new ones and, per job, the newest id stored before them."""
     session: Session
     with session_scope() as session:
-        return feed.store(session=session, rows=rows)
+        new_rows = feed.store(session=session, rows=rows)
+        first: dict[int, int] = {}
+        for row in new_rows:
+            first[row["job_id"]] = min(first.get(row["job_id"], row["id"]), row["id"])
+        prev = {job_id: feed.newest(session=session, job_id=job_id, before=first_id)
+                for job_id, first_id in first.items()}
+        return new_rows, prev
 
 
 def ingest_once(client: redis.Redis, feed: Feed, block_ms: int = 1000) -> int:
@@ -85,10 +97,10 @@ def ingest_once(client: redis.Redis, feed: Feed, block_ms: int = 1000) -> int:
                     rows.extend(feed.parse(fields.get("data", "{}")))
                 except (ValueError, KeyError, TypeError):
                     log.warning("dropping malformed %s batch %r", feed.kind, str(fields)[:200])
-            new_rows = _store(feed, rows)
+            new_rows, prev = _store(feed, rows)
             stored += len(new_rows)
             # After the commit, so a live viewer never sees a row SQL could still lose.
-            publish_live(client, feed.kind, new_rows)
+            publish_live(client, feed.kind, new_rows, prev)
             client.xack(feed.stream, GROUP, *[entry_id for entry_id, _ in entries])
     return stored
 

@@ -6,7 +6,9 @@ client that reconnects with `Last-Event-ID` gets exactly what it missed. Each cl
 SQL history after its cursor, then follows the job's live feed in Redis (services/live.py)
 with its own XREAD cursor: a slow client holds up nobody, neither other clients nor the
 ingest. The feed position is taken *before* the history is read, and rows are filtered by
-id, so nothing committed in between is lost or sent twice.
+id, so nothing committed in between is lost or sent twice. Each feed entry names the newest
+id stored before its rows (`prev`): a client behind it missed an entry (lost with a Redis
+restart, or a publish that failed) and reads those rows from SQL before the entry's.
 """
 
 from __future__ import annotations
@@ -270,9 +272,19 @@ async def _job_events(job_id: int, cursor: Cursor, *, resumed: bool,
                 for entry_id, fields in entries:
                     feed_position = entry_id
                     kind = fields.get("kind")
-                    if kind in chosen:
-                        frames.append(_entry_frames(entry_id, kind, fields.get("rows", "[]"),
-                                                    cursor))
+                    if kind not in chosen:
+                        continue
+                    # Rows stored before this entry's that the client has not had (the
+                    # feed lost their entry): from SQL first, in id order.
+                    prev = int(fields.get("prev") or 0)
+                    while prev > (cursor.metric if kind == "metric" else cursor.log):
+                        page = await _sql(_history_page, kind, job_id,
+                                          cursor.metric if kind == "metric" else cursor.log)
+                        frames.extend(_rows_frames(kind, page, cursor))
+                        if len(page) < PAGE:
+                            break
+                    frames.append(_entry_frames(entry_id, kind, fields.get("rows", "[]"),
+                                                cursor))
             if "status" in chosen and time.monotonic() >= next_status:
                 next_status = time.monotonic() + STATUS_POLL
                 snapshot, event_id, new_fingerprint = await _snapshot(job_id)

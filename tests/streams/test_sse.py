@@ -184,3 +184,37 @@ def test_a_stalled_client_holds_up_neither_the_ingest_nor_a_reading_client(
         assert stalled.recv(4096).startswith(b"HTTP/1.1 200")
     finally:
         stalled.close()
+
+
+def test_rows_whose_feed_entry_was_lost_still_reach_a_connected_client(
+        live_api: str, bus: redis.Redis, committed: Any) -> None:
+    from services import logs, metrics
+    from services.db import session_scope
+
+    token, job_id = committed()
+    url = f"{live_api}/api/v1/jobs/{job_id}/stream"
+    with httpx.Client(timeout=15) as http, \
+            http.stream("GET", url, headers={"Authorization": f"Bearer {token}"}) as response:
+        events = parse_lines(response.iter_lines())
+        assert take(events, 1)[0].event == "status"
+        first = emit(bus, job_id, range(1, 4))
+        assert ingest_until(bus, 6) == 6
+        assert keys(take(events, 6)) == first
+        # Stored, but their feed entries never published (as when Redis fails between
+        # the commit and the publish, or restarts empty before a reader got them).
+        lost = [{"job_id": job_id, "attempt": 1, "replica": 0, "step": s, "epoch": 0,
+                 "name": name, "value": s / 10, "ts": 1000.0 + s}
+                for s in (4, 5) for name in ("loss", "accuracy")]
+        with session_scope() as session:
+            metrics.insert_points(session=session, rows=lost)
+            logs.insert_lines(session=session, rows=[
+                {"job_id": job_id, "attempt": 1, "replica": 0, "seq": 1, "ts": 1.0,
+                 "line": "lost line"}])
+        then = emit(bus, job_id, range(6, 8))
+        emit_logs(bus, job_id, ["next line"], first_seq=2)
+        assert ingest_until(bus, 4) == 4
+        assert ingest_until(bus, 1, kind="log") == 1
+        got = take(events, 10)
+        assert keys(got) == [(0, p["step"], p["name"]) for p in lost] + then
+        assert [e.data["line"] for e in got if e.event == "log"] == ["lost line", "next line"]
+        assert len({e.id for e in got}) == 10
