@@ -50,11 +50,15 @@ class _View:
                 self.state[index].update(step=0, loss=None, accuracy=None)
         for index in range(job["replicas"]):
             self.replica(index)
-        # The progress so far first, then the news: a final status line comes last.
-        self.render(force=True)
+        # An outcome is the last word, after the final progress; other news comes first.
+        final = job["status"] in TERMINAL
+        if final:
+            self.render(force=True)
         if self.progress is None:
             self.console.print(f"job {job['id']} {job['status']}"
                                + (f": {job['reason']}" if job.get("reason") else ""))
+        if not final:
+            self.render(force=True)
 
     def on_metric(self, point: dict[str, Any]) -> None:
         if point["attempt"] != self.attempt:
