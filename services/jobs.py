@@ -206,6 +206,10 @@ def delete_jobs(*, session: Session, job_ids: list[int]) -> None:
     check would cost the ingest dearly), so they are deleted here, before the jobs."""
     if not job_ids:
         return
+    # The jobs' rows first, FOR UPDATE: an ingest still storing their rows (it holds KEY
+    # SHARE) commits before this goes on, so the deletes below see its rows; a later
+    # ingest waits, then finds no job and stores nothing.
+    session.execute(sa.select(Job.id).where(Job.id.in_(job_ids)).with_for_update())
     for series in (MetricPoint, MetricRollup, LogLine):
         session.execute(sa.delete(series).where(series.job_id.in_(job_ids))
                         .execution_options(synchronize_session=False))

@@ -44,8 +44,8 @@ def publish(client: redis.Redis, kind: str, rows: list[dict[str, Any]],
 
     `prev[job]` is the id of the job's newest row stored before these. A reader whose
     cursor is below it has missed rows (an entry lost with a Redis restart, a publish
-    that failed after its commit) and reads them from SQL first: the feed may lose
-    entries, a client never loses rows.
+    that failed after its commit) and reads them from SQL first; a lost entry with none
+    after it is found when the feed has been quiet a while (api/routes/streams.py).
     """
     if not rows:
         return

@@ -243,8 +243,10 @@ def read_metrics_downsampled(
     out: list[dict[str, Any]] = []
     for s_attempt, s_replica, s_name, count, low, high in series:
         head = {"attempt": s_attempt, "replica": s_replica, "name": s_name}
+        # Bounded by the sizes just read: points stored meanwhile must not add a bucket.
         where = [*point_filters, MetricPoint.attempt == s_attempt,
-                 MetricPoint.replica == s_replica, MetricPoint.name == s_name]
+                 MetricPoint.replica == s_replica, MetricPoint.name == s_name,
+                 MetricPoint.step <= high]
         width = math.ceil((high - low + 1) / budget)
         origin = low // ROLLUP_STEPS * ROLLUP_STEPS  # where whole rollup buckets start
         aligned = math.ceil((high - origin + 1) / budget)
@@ -259,7 +261,8 @@ def read_metrics_downsampled(
                 sa.select(sa.func.max(MetricRollup.last_step), sa.func.max(MetricRollup.last_epoch),
                           sa.func.sum(MetricRollup.total) / sa.func.sum(MetricRollup.points),
                           sa.func.max(MetricRollup.last_ts))
-                .where(*_series_filters(MetricRollup, job_id, [s_name], s_replica, s_attempt))
+                .where(*_series_filters(MetricRollup, job_id, [s_name], s_replica, s_attempt),
+                       MetricRollup.bucket <= high // ROLLUP_STEPS)
                 .group_by(bucket).order_by(bucket)).all()
         else:
             bucket = (MetricPoint.step - low) // width  # floor division on both databases

@@ -184,8 +184,9 @@ class MetricPointRead(BaseModel):
 class MetricList(BaseModel):
     items: list[MetricPointRead]
     last_id: int | None = Field(
-        None, description="with max_points: the newest point's id before the read; open "
-        "the job's stream with last_event_id=<last_id>.0.0 for the points stored since")
+        None, description="with max_points: the newest point's id before the read; the "
+        "job's stream with kinds=metric&last_event_id=<last_id>.0.0 sends the points "
+        "stored since (put a log line's id in the middle to go on from it as well)")
 
 
 class LogLineRead(BaseModel):

@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services import jobs, progress
+from services import jobs, logs, metrics, progress
 from services.db import session_scope
 from services.models import Job, JobEvent, Replica
 from services.schemas import JobRead, ReplicaRead
@@ -43,6 +43,13 @@ def job_snapshot(job_id: int) -> tuple[dict[str, Any], int, tuple[Any, ...]]:
                        tuple(tuple(r) for r in replicas))
         view = read_job_view(session=session, job=job)
         return view.model_dump(mode="json"), int(event_id), fingerprint
+
+
+def newest_ids(job_id: int) -> dict[str, int]:
+    """In its own transaction: the ids of the job's newest stored point and line."""
+    with session_scope() as session:
+        return {"metric": metrics.newest_point_id(session=session, job_id=job_id),
+                "log": logs.newest_line_id(session=session, job_id=job_id)}
 
 
 def project_changes(project_id: int, after: int | None) -> tuple[list[dict[str, Any]], int]:

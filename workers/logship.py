@@ -21,7 +21,7 @@ import redis
 from services.bus import STREAM_MAXLEN
 from services.live import LOGS_STREAM
 from workers.launcher import ReplicaKey
-from workers.replay import RecentlySent
+from workers.replay import REPLAY_WINDOW, RecentlySent
 
 log = logging.getLogger("cohort.logship")
 
@@ -48,7 +48,8 @@ class LogShipper(threading.Thread):
     """
 
     def __init__(self, client: redis.Redis, key: ReplicaKey, path: Path,
-                 poll_seconds: float = POLL_SECONDS) -> None:
+                 poll_seconds: float = POLL_SECONDS,
+                 replay_window: float = REPLAY_WINDOW) -> None:
         super().__init__(daemon=True, name=f"logs-{key.job_id}-{key.attempt}-{key.index}")
         self.client = client
         self.key = key
@@ -58,7 +59,7 @@ class LogShipper(threading.Thread):
         self._offset = 0  # where the next line starts
         self.failures = 0  # Redis refusals in a row (0: shipping normally)
         self._done = threading.Event()
-        self._recent: RecentlySent[Line] = RecentlySent()  # each batch's first line
+        self._recent: RecentlySent[Line] = RecentlySent(replay_window)  # batches' first lines
 
     def run(self) -> None:
         while not self._done.wait(self._pause()):
@@ -74,7 +75,7 @@ class LogShipper(threading.Thread):
         self.join(timeout)
 
     def _pause(self) -> float:
-        return min(MAX_BACKOFF, self.poll_seconds * 2**self.failures)
+        return min(MAX_BACKOFF, self.poll_seconds * 2 ** min(self.failures, 16))
 
     def _ship_available(self, *, final: bool) -> bool:
         """Ship what the file holds now; False if Redis refused (to be tried again)."""
@@ -92,7 +93,8 @@ class LogShipper(threading.Thread):
             return []
         parts = data.split(b"\n")
         rest = parts.pop()  # after the last newline: a line still being written
-        if rest and (final or (not parts and len(data) == READ_BYTES)):
+        at_end = len(data) < READ_BYTES  # this read reached the end of the file
+        if rest and ((final and at_end) or (not parts and not at_end)):
             parts.append(rest)  # the end of the output, or a line longer than a read
             rest = b""
         now, lines, offset = time.time(), [], self._offset

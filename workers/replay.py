@@ -27,20 +27,24 @@ class RecentlySent(Generic[T]):
         self.window = window
         self._items: collections.deque[tuple[float, T]] = collections.deque()
         self._run_id: str | None = None
+        self._seen_at = 0.0  # when that Redis last answered
 
     def add(self, item: T) -> None:
         self._items.append((time.monotonic(), item))
 
     def lost_to_restart(self, client: Any) -> list[T]:
-        """The items of the window if Redis has restarted since the last call, else [].
+        """The items sent in the window before the old Redis last answered, if Redis has
+        restarted since the last call (however long it was away), else [].
         Call it after a successful send (Redis answers, so its `run_id` is readable)."""
-        now = time.monotonic()
-        while self._items and now - self._items[0][0] > self.window:
-            self._items.popleft()
         try:
             run_id = client.info("server").get("run_id")
         except redis.RedisError:
             return []
-        restarted = self._run_id is not None and run_id != self._run_id
-        self._run_id = run_id
-        return [item for _, item in self._items] if restarted else []
+        now = time.monotonic()
+        lost: list[T] = []
+        if self._run_id is not None and run_id != self._run_id:
+            lost = [item for sent, item in self._items if sent >= self._seen_at - self.window]
+        self._run_id, self._seen_at = run_id, now
+        while self._items and now - self._items[0][0] > self.window:
+            self._items.popleft()
+        return lost

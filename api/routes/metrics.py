@@ -25,7 +25,8 @@ def read_job_metrics(
 ) -> MetricList:
     """Stored metric points, by attempt then step; filter by name, replica, attempt, step.
     `max_points` downsamples long runs: each series keeps its share as bucket means, and
-    `last_id` says where the job's stream goes on from (`last_event_id=<last_id>.0.0`)."""
+    `last_id` says where the job's stream goes on from
+    (`kinds=metric&last_event_id=<last_id>.0.0`)."""
     if max_points is not None:
         # Read first: a point stored during the read is then in the stream after last_id
         # (and perhaps in a bucket too), never in neither.

@@ -30,7 +30,7 @@ from api.deps import get_token
 from services import jobs, live, logs, metrics
 from services.db import session_scope
 from services.settings import get_settings
-from services.stream_state import job_snapshot, project_changes
+from services.stream_state import job_snapshot, newest_ids, project_changes
 
 router = APIRouter(tags=["streams"])
 
@@ -139,6 +139,36 @@ def _entry_frames(entry_id: str, kind: str, raw: str, cursor: Cursor) -> bytes:
         if len(_encoded) > ENCODED_ENTRIES:
             _encoded.popitem(last=False)
     return encoded
+
+
+async def _catch_up(kind: str, job_id: int, cursor: Cursor, upto: int) -> list[bytes]:
+    """Events for the job's stored rows of `kind` after the client's cursor, from SQL,
+    if the cursor is below `upto` (rows the live feed did not bring)."""
+    frames: list[bytes] = []
+    while upto > (cursor.metric if kind == "metric" else cursor.log):
+        page = await _sql(_history_page, kind, job_id,
+                          cursor.metric if kind == "metric" else cursor.log)
+        frames.extend(_rows_frames(kind, page, cursor))
+        if len(page) < PAGE:
+            break
+    return frames
+
+
+_newest_cache: dict[int, tuple[float, dict[str, int]]] = {}
+
+
+async def _newest(job_id: int) -> dict[str, int]:
+    """The job's newest point and line ids, shared by the clients of this process for
+    up to STATUS_POLL s."""
+    now = time.monotonic()
+    hit = _newest_cache.get(job_id)
+    if hit is not None and now - hit[0] < STATUS_POLL:
+        return hit[1]
+    value = await _sql(newest_ids, job_id)
+    if len(_newest_cache) > 10_000:
+        _newest_cache.clear()
+    _newest_cache[job_id] = (now, value)
+    return value
 
 
 _snapshots: dict[int, tuple[float, tuple[dict[str, Any], int, tuple[Any, ...]]]] = {}
@@ -262,8 +292,8 @@ async def _job_events(job_id: int, cursor: Cursor, *, resumed: bool,
                     yield b"".join(frames)
                 if len(page) < PAGE:
                     break
-        next_status = time.monotonic() + STATUS_POLL
-        idle_since = time.monotonic()
+        next_status = next_check = time.monotonic() + STATUS_POLL
+        idle_since = fed_at = time.monotonic()
         while True:
             reply = await client.xread({key: feed_position}, count=200,
                                        block=int(STATUS_POLL * 1000))
@@ -274,17 +304,21 @@ async def _job_events(job_id: int, cursor: Cursor, *, resumed: bool,
                     kind = fields.get("kind")
                     if kind not in chosen:
                         continue
+                    fed_at = time.monotonic()
                     # Rows stored before this entry's that the client has not had (the
                     # feed lost their entry): from SQL first, in id order.
-                    prev = int(fields.get("prev") or 0)
-                    while prev > (cursor.metric if kind == "metric" else cursor.log):
-                        page = await _sql(_history_page, kind, job_id,
-                                          cursor.metric if kind == "metric" else cursor.log)
-                        frames.extend(_rows_frames(kind, page, cursor))
-                        if len(page) < PAGE:
-                            break
+                    frames += await _catch_up(kind, job_id, cursor,
+                                              int(fields.get("prev") or 0))
                     frames.append(_entry_frames(entry_id, kind, fields.get("rows", "[]"),
                                                 cursor))
+            if chosen & {"metric", "log"} and time.monotonic() >= next_check:
+                # A lost entry with none after it (a job's last batch): once the feed has
+                # been quiet for a while, SQL says whether anything was stored unsent.
+                next_check = time.monotonic() + STATUS_POLL
+                if time.monotonic() - fed_at >= STATUS_POLL:
+                    newest = await _newest(job_id)
+                    for kind in chosen & {"metric", "log"}:
+                        frames += await _catch_up(kind, job_id, cursor, newest[kind])
             if "status" in chosen and time.monotonic() >= next_status:
                 next_status = time.monotonic() + STATUS_POLL
                 snapshot, event_id, new_fingerprint = await _snapshot(job_id)

@@ -120,9 +120,9 @@ window.jobPage = function jobPage() {
   /* The charts' history, downsampled on the server (a long run's million points come
      back as a few thousand bucket means). Returns the id the live stream goes on from. */
   async function loadHistory() {
-    const response = await Cohort.api(`/api/v1/jobs/${jobId}/metrics?${NAME_QUERY}&max_points=${HISTORY_POINTS}`);
-    if (!response.ok) return 0;
-    const answer = await response.json();
+    const response = await Cohort.api(`/api/v1/jobs/${jobId}/metrics?${NAME_QUERY}&max_points=${HISTORY_POINTS}`).catch(() => null);
+    const answer = response && response.ok ? await response.json().catch(() => null) : null;
+    if (!answer) return null;
     for (const p of answer.items) addPoint(p);
     redraw();
     return answer.last_id || 0;
@@ -158,7 +158,8 @@ window.jobPage = function jobPage() {
     // replayed whole); returns the newest line's id, for the stream to go on from.
     const response = await Cohort.api(`/api/v1/jobs/${jobId}/logs?tail=1000`).catch(() => null);
     const answer = response && response.ok ? await response.json().catch(() => null) : null;
-    const items = answer ? (Array.isArray(answer) ? answer : answer.items || []) : [];
+    if (!answer) { showLogTails(); return null; }
+    const items = Array.isArray(answer) ? answer : answer.items || [];
     if (!items.length) { showLogTails(); return 0; }
     logs.textContent = items.map((l) => `[a${l.attempt} r${l.replica}] ${l.line}`).join("\n") + "\n";
     streamedLogs = true;  // lines from the stream are appended after these
@@ -196,12 +197,15 @@ window.jobPage = function jobPage() {
   } else {
     // The charts' history downsampled and the log's tail, then the stream from there
     // on: the points and lines stored since, and the status.
-    Promise.all([loadHistory(), loadLogs()]).then(([lastId, lastLogId]) => Cohort.stream(
-      `/api/v1/jobs/${jobId}/stream?last_event_id=${lastId}.${lastLogId}.0`, {
+    Promise.all([loadHistory(), loadLogs()]).then(([lastId, lastLogId]) => {
+      // Without the history's ids, poll rather than have the stream replay everything.
+      if (lastId === null || lastLogId === null) { startPolling(); return; }
+      Cohort.stream(`/api/v1/jobs/${jobId}/stream?last_event_id=${lastId}.${lastLogId}.0`, {
         status: statusChanged,
         metric: (p) => { addPoint(p); redraw(); },
         log: (l) => appendLog(`[a${l.attempt} r${l.replica}] ${l.line}`),
-      }, startPolling));
+      }, startPolling);
+    }, startPolling);
   }
   // Ages and durations move, and replicas stop a little after a cancel: refresh
   // until nothing on the page can change any more.

@@ -156,3 +156,43 @@ def test_log_shipper_lines_match_the_file(bus: redis.Redis, committed: Any,
     bus.xadd("cohort:logs", {"data": json.dumps({"job_id": job_id, "attempt": 1, "replica": 0,
                                                  "lines": [[1, 0.0, "again"]]})})
     assert ingest_until(bus, 1, kind="log", timeout=1) == 0
+
+
+def test_a_job_deleted_while_its_points_are_being_stored_leaves_none_behind(
+        committed: Any) -> None:
+    """The delete waits for the ingest's commit, and then deletes what it stored."""
+    import threading
+
+    from services import jobs, metrics
+    from services.db import session_scope
+    from services.models import LogLine, MetricPoint, MetricRollup
+    from tests.e2e.conftest import wait_for
+
+    _, job_id = committed()
+    deleted = threading.Event()
+
+    def delete() -> None:
+        with session_scope() as session:
+            jobs.delete_jobs(session=session, job_ids=[job_id])
+        deleted.set()
+
+    def someone_waits_for_a_lock() -> bool:
+        with session_scope() as session:
+            return bool(session.execute(sa.text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'")).scalar_one())
+
+    deleter = threading.Thread(target=delete)
+    with session_scope() as ingest:
+        metrics.insert_points(session=ingest, rows=[
+            {"job_id": job_id, "attempt": 1, "replica": 0, "step": 1, "epoch": 0,
+             "name": "loss", "value": 1.0, "ts": 1.0}])
+        deleter.start()
+        wait_for(someone_waits_for_a_lock, 10, "the delete to wait for the ingest")
+        assert not deleted.is_set()
+    deleter.join(10)
+    assert deleted.is_set()
+    with session_scope() as session:
+        for series in (MetricPoint, MetricRollup, LogLine):
+            assert session.execute(sa.select(sa.func.count()).select_from(series).where(
+                series.job_id == job_id)).scalar_one() == 0

@@ -119,3 +119,48 @@ def test_lines_redis_refuses_are_shipped_once_it_takes_writes_again(server: Serv
     lines = shipped(client)
     assert sorted(lines) == list(range(1, 102))
     assert lines[101] == "refused 101"
+
+
+def test_lines_sent_just_before_a_long_outage_are_replayed(server: Server,
+                                                           tmp_path: Path) -> None:
+    """Redis away for longer than the replay window: what it held before it died is
+    still sent again (the window counts back from its last answer, not from now)."""
+    from workers.launcher import ReplicaKey
+    from workers.logship import LogShipper
+
+    client = redis.Redis(port=server.port, decode_responses=True, socket_connect_timeout=0.5,
+                         socket_timeout=1.0, retry=Retry(NoBackoff(), 0))
+    path = tmp_path / "replica-0.log"
+    path.write_text("".join(f"before {i}\n" for i in range(1, 11)))
+    shipper = LogShipper(client, ReplicaKey(7, 1, 0), path, poll_seconds=0.05,
+                         replay_window=0.2)
+    shipper.start()
+    wait_for(lambda: len(shipped(client)) == 10, 10, "the first lines to be shipped")
+    server.kill()
+    with open(path, "a") as handle:
+        handle.write("during 11\n")
+    # Four refusals in a row take 0.05 + 0.1 + 0.2 + 0.4 s: longer than the window.
+    wait_for(lambda: shipper.failures >= 4, 20, "an outage longer than the window")
+    server.start()
+    shipper.finish(timeout=30)
+    assert sorted(shipped(client)) == list(range(1, 12))
+
+
+def test_the_last_flush_keeps_lines_that_cross_a_read(server: Server, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Everything left at the replica's exit is read in several reads: a line that a read
+    boundary cuts stays one line."""
+    import workers.logship
+    from workers.launcher import ReplicaKey
+    from workers.logship import LogShipper
+
+    monkeypatch.setattr(workers.logship, "READ_BYTES", 64)
+    client = redis.Redis(port=server.port, decode_responses=True)
+    path = tmp_path / "replica-0.log"
+    printed = [f"line {i:03d}" for i in range(1, 41)]
+    path.write_text("\n".join(printed))  # 9 bytes a line: reads of 64 cut lines; no final newline
+    shipper = LogShipper(client, ReplicaKey(7, 1, 0), path, poll_seconds=3600)
+    shipper.start()  # ships nothing before finish(): the first poll is an hour away
+    shipper.finish(timeout=30)
+    assert [shipped(client)[seq] for seq in range(1, 41)] == printed
+    assert len(shipped(client)) == 40

@@ -218,3 +218,9 @@ def test_rows_whose_feed_entry_was_lost_still_reach_a_connected_client(
         assert keys(got) == [(0, p["step"], p["name"]) for p in lost] + then
         assert [e.data["line"] for e in got if e.event == "log"] == ["lost line", "next line"]
         assert len({e.id for e in got}) == 10
+        # A lost entry with nothing published after it (a job's final batch): the client
+        # gets its rows once the feed has been quiet for a moment.
+        last = [{**lost[0], "step": 8}]
+        with session_scope() as session:
+            metrics.insert_points(session=session, rows=last)
+        assert keys(take(events, 1)) == [(0, 8, "loss")]
