@@ -154,38 +154,28 @@ async def _catch_up(kind: str, job_id: int, cursor: Cursor, upto: int) -> list[b
     return frames
 
 
-_newest_cache: dict[int, tuple[float, dict[str, int]]] = {}
+class _PerJob:
+    """One SQL read per job per STATUS_POLL s, shared by every client of this process:
+    100 clients of one job cost one read a second, not 100."""
+
+    def __init__(self, read: Callable[[int], Any]) -> None:
+        self.read = read
+        self.values: dict[int, tuple[float, Any]] = {}
+
+    async def __call__(self, job_id: int) -> Any:
+        now = time.monotonic()
+        hit = self.values.get(job_id)
+        if hit is not None and now - hit[0] < STATUS_POLL:
+            return hit[1]
+        value = await _sql(self.read, job_id)
+        if len(self.values) > 10_000:
+            self.values.clear()
+        self.values[job_id] = (now, value)
+        return value
 
 
-async def _newest(job_id: int) -> dict[str, int]:
-    """The job's newest point and line ids, shared by the clients of this process for
-    up to STATUS_POLL s."""
-    now = time.monotonic()
-    hit = _newest_cache.get(job_id)
-    if hit is not None and now - hit[0] < STATUS_POLL:
-        return hit[1]
-    value = await _sql(newest_ids, job_id)
-    if len(_newest_cache) > 10_000:
-        _newest_cache.clear()
-    _newest_cache[job_id] = (now, value)
-    return value
-
-
-_snapshots: dict[int, tuple[float, tuple[dict[str, Any], int, tuple[Any, ...]]]] = {}
-
-
-async def _snapshot(job_id: int) -> tuple[dict[str, Any], int, tuple[Any, ...]]:
-    """The job's snapshot, shared by every client of this process for up to STATUS_POLL s:
-    100 clients of one job cost one status read a second, not 100."""
-    now = time.monotonic()
-    hit = _snapshots.get(job_id)
-    if hit is not None and now - hit[0] < STATUS_POLL:
-        return hit[1]
-    value = await _sql(job_snapshot, job_id)
-    if len(_snapshots) > 10_000:
-        _snapshots.clear()
-    _snapshots[job_id] = (now, value)
-    return value
+_snapshot = _PerJob(job_snapshot)  # (the job as JSON, its newest event id, a fingerprint)
+_newest = _PerJob(newest_ids)  # the job's newest point and line ids
 
 
 def chosen_kinds(
