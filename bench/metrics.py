@@ -72,11 +72,6 @@ def make_job(name: str) -> tuple[int, str]:
         return job.id, token
 
 
-def pg_database(name: str) -> str:
-    """A fresh, migrated PostgreSQL database (the test fixtures' helper)."""
-    return create_database(name)
-
-
 def drop_pg(name: str) -> None:
     from services.db import get_engine
 
@@ -297,7 +292,7 @@ def main() -> None:
             bench_store("sqlite", 3, 50_000)
             bench_ingest("sqlite", client, args.batches, 200)
             bench_downsample("sqlite", runs=3)
-        pg_url = pg_database(name)
+        pg_url = create_database(name)  # fresh and migrated, as the tests'
         use(pg_url, args.redis, tmp)
         try:
             if not args.skip_ingest:

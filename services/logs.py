@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from services.metrics import current_attempts, int_in_range
+from services.metrics import current_attempts, int_in_range, newest_id
 from services.models import LogLine
 
 MAX_LINE = 4000  # characters kept of one line; a progress bar without newlines stays bounded
@@ -106,8 +106,4 @@ def read_lines_after(
 
 def newest_line_id(*, session: Session, job_id: int, before: int | None = None) -> int:
     """The id of the job's newest stored line (below `before`, if given; 0 if none)."""
-    query = sa.select(sa.func.coalesce(sa.func.max(LogLine.id), 0)).where(
-        LogLine.job_id == job_id)
-    if before is not None:
-        query = query.where(LogLine.id < before)
-    return session.execute(query).scalar_one()
+    return newest_id(session, LogLine, job_id, before)

@@ -11,7 +11,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.models import Job, MetricPoint, MetricRollup
+from services.models import Job, LogLine, MetricPoint, MetricRollup
 
 # Bounds of the SQL columns: a value outside them would fail the whole batch's COPY, and
 # a batch that always fails would stall the ingest for every job (a poison entry).
@@ -247,7 +247,6 @@ def read_metrics_downsampled(
         where = [*point_filters, MetricPoint.attempt == s_attempt,
                  MetricPoint.replica == s_replica, MetricPoint.name == s_name,
                  MetricPoint.step <= high]
-        width = math.ceil((high - low + 1) / budget)
         origin = low // ROLLUP_STEPS * ROLLUP_STEPS  # where whole rollup buckets start
         aligned = math.ceil((high - origin + 1) / budget)
         if count <= budget:
@@ -265,6 +264,7 @@ def read_metrics_downsampled(
                        MetricRollup.bucket <= high // ROLLUP_STEPS)
                 .group_by(bucket).order_by(bucket)).all()
         else:
+            width = math.ceil((high - low + 1) / budget)
             bucket = (MetricPoint.step - low) // width  # floor division on both databases
             rows = session.execute(
                 sa.select(sa.func.max(MetricPoint.step), sa.func.max(MetricPoint.epoch),
@@ -290,15 +290,20 @@ def _series_filters(table: type[MetricPoint] | type[MetricRollup], job_id: int,
     return filters
 
 
+def newest_id(session: Session, table: type[MetricPoint] | type[LogLine], job_id: int,
+              before: int | None = None) -> int:
+    """The id of the job's newest stored point or line (below `before`, if given; 0 if
+    none): an index probe on `(job_id, id)`."""
+    query = sa.select(sa.func.coalesce(sa.func.max(table.id), 0)).where(table.job_id == job_id)
+    if before is not None:
+        query = query.where(table.id < before)
+    return session.execute(query).scalar_one()
+
+
 def newest_point_id(*, session: Session, job_id: int, before: int | None = None) -> int:
     """The id of the job's newest stored point (below `before`, if given; 0 if none):
-    where a live stream of the points stored from now on starts (an index probe on
-    `(job_id, id)`)."""
-    query = sa.select(sa.func.coalesce(sa.func.max(MetricPoint.id), 0)).where(
-        MetricPoint.job_id == job_id)
-    if before is not None:
-        query = query.where(MetricPoint.id < before)
-    return session.execute(query).scalar_one()
+    where a live stream of the points stored from now on starts."""
+    return newest_id(session, MetricPoint, job_id, before)
 
 
 def read_points_after(

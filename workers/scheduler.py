@@ -79,11 +79,12 @@ def read_progress(client: redis.Redis) -> dict[tuple[int, int, int], float]:
     cutoff = time.time() - PROGRESS_FORGET
     for field, value in client.hgetall(PROGRESS_HASH).items():
         try:
-            progress[_key(field.split(":"))] = float(value)
+            key, beat = _key(field.split(":")), float(value)
         except (ValueError, TypeError):
             stale.append(field)
             continue
-        if float(value) < cutoff:
+        progress[key] = beat
+        if beat < cutoff:
             stale.append(field)
     if stale:
         client.hdel(PROGRESS_HASH, *stale)

@@ -52,6 +52,16 @@ class Cursor:
     def __str__(self) -> str:
         return f"{self.metric}.{self.log}.{self.event}"
 
+    def at(self, kind: str) -> int:
+        """The id of the last `metric` or `log` row sent."""
+        return self.metric if kind == "metric" else self.log
+
+    def move(self, kind: str, row_id: int) -> None:
+        if kind == "metric":
+            self.metric = row_id
+        else:
+            self.log = row_id
+
     @classmethod
     def parse(cls, raw: str, field: str) -> Cursor:
         parts = raw.strip().split(".")
@@ -98,18 +108,13 @@ def _frame(kind: str, cursor: Cursor, data: Any) -> bytes:
 def _rows_frames(kind: str, rows: list[list[Any]], cursor: Cursor) -> list[bytes]:
     """Encoded events for rows the client has not had yet (ids at or below its cursor
     were sent already: from history, or from an overlapping feed entry)."""
+    data = _metric_data if kind == "metric" else _log_data
     frames = []
     for row in rows:
-        if kind == "metric":
-            if row[0] <= cursor.metric:
-                continue
-            cursor.metric = row[0]
-            frames.append(_frame("metric", cursor, _metric_data(row)))
-        else:
-            if row[0] <= cursor.log:
-                continue
-            cursor.log = row[0]
-            frames.append(_frame("log", cursor, _log_data(row)))
+        if row[0] <= cursor.at(kind):
+            continue
+        cursor.move(kind, row[0])
+        frames.append(_frame(kind, cursor, data(row)))
     return frames
 
 
@@ -122,15 +127,12 @@ ENCODED_ENTRIES = 4096
 
 def _entry_frames(entry_id: str, kind: str, raw: str, cursor: Cursor) -> bytes:
     """The encoded events of one live-feed entry for this client."""
-    other = cursor.log if kind == "metric" else cursor.metric
+    other = cursor.at("log" if kind == "metric" else "metric")
     key = (entry_id, kind, other, cursor.event)
-    mine = cursor.metric if kind == "metric" else cursor.log
+    mine = cursor.at(kind)
     hit = _encoded.get(key)
     if hit is not None and mine < hit[0]:
-        if kind == "metric":
-            cursor.metric = hit[1]
-        else:
-            cursor.log = hit[1]
+        cursor.move(kind, hit[1])
         return hit[2]
     rows = json.loads(raw)
     encoded = b"".join(_rows_frames(kind, rows, cursor))
@@ -141,17 +143,16 @@ def _entry_frames(entry_id: str, kind: str, raw: str, cursor: Cursor) -> bytes:
     return encoded
 
 
-async def _catch_up(kind: str, job_id: int, cursor: Cursor, upto: int) -> list[bytes]:
-    """Events for the job's stored rows of `kind` after the client's cursor, from SQL,
-    if the cursor is below `upto` (rows the live feed did not bring)."""
-    frames: list[bytes] = []
-    while upto > (cursor.metric if kind == "metric" else cursor.log):
-        page = await _sql(_history_page, kind, job_id,
-                          cursor.metric if kind == "metric" else cursor.log)
-        frames.extend(_rows_frames(kind, page, cursor))
+async def _stored_after(kind: str, job_id: int, cursor: Cursor,
+                       upto: int | None = None) -> AsyncIterator[list[bytes]]:
+    """Events for the job's stored rows of `kind` after the client's cursor, from SQL, a
+    page at a time, while the cursor is below `upto` (None: up to the newest row). The
+    history a client starts with, and rows the live feed did not bring."""
+    while upto is None or upto > cursor.at(kind):
+        page = await _sql(_history_page, kind, job_id, cursor.at(kind))
+        yield _rows_frames(kind, page, cursor)
         if len(page) < PAGE:
             break
-    return frames
 
 
 class _PerJob:
@@ -274,14 +275,10 @@ async def _job_events(job_id: int, cursor: Cursor, *, resumed: bool,
             yield _frame("status", cursor, snapshot)
         cursor.event = max(cursor.event, event_id)
         for kind in ("metric", "log"):
-            while kind in chosen:
-                page = await _sql(_history_page, kind, job_id,
-                                  cursor.metric if kind == "metric" else cursor.log)
-                frames = _rows_frames(kind, page, cursor)
-                if frames:
-                    yield b"".join(frames)
-                if len(page) < PAGE:
-                    break
+            if kind in chosen:
+                async for frames in _stored_after(kind, job_id, cursor):
+                    if frames:
+                        yield b"".join(frames)
         next_status = next_check = time.monotonic() + STATUS_POLL
         idle_since = fed_at = time.monotonic()
         while True:
@@ -297,8 +294,9 @@ async def _job_events(job_id: int, cursor: Cursor, *, resumed: bool,
                     fed_at = time.monotonic()
                     # Rows stored before this entry's that the client has not had (the
                     # feed lost their entry): from SQL first, in id order.
-                    frames += await _catch_up(kind, job_id, cursor,
-                                              int(fields.get("prev") or 0))
+                    async for missed in _stored_after(kind, job_id, cursor,
+                                                      int(fields.get("prev") or 0)):
+                        frames += missed
                     frames.append(_entry_frames(entry_id, kind, fields.get("rows", "[]"),
                                                 cursor))
             if chosen & {"metric", "log"} and time.monotonic() >= next_check:
@@ -308,7 +306,8 @@ async def _job_events(job_id: int, cursor: Cursor, *, resumed: bool,
                 if time.monotonic() - fed_at >= STATUS_POLL:
                     newest = await _newest(job_id)
                     for kind in chosen & {"metric", "log"}:
-                        frames += await _catch_up(kind, job_id, cursor, newest[kind])
+                        async for missed in _stored_after(kind, job_id, cursor, newest[kind]):
+                            frames += missed
             if "status" in chosen and time.monotonic() >= next_status:
                 next_status = time.monotonic() + STATUS_POLL
                 snapshot, event_id, new_fingerprint = await _snapshot(job_id)

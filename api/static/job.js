@@ -117,24 +117,26 @@ window.jobPage = function jobPage() {
 
   const NAME_QUERY = NAMES.map((n) => `name=${n}`).join("&");
 
-  /* The charts' history, downsampled on the server (a long run's million points come
-     back as a few thousand bucket means). Returns the id the live stream goes on from. */
-  async function loadHistory() {
-    const response = await Cohort.api(`/api/v1/jobs/${jobId}/metrics?${NAME_QUERY}&max_points=${HISTORY_POINTS}`).catch(() => null);
+  /* Points over REST, added to the charts; the answer, or null if there is none. */
+  async function loadPoints(query) {
+    const response = await Cohort.api(`/api/v1/jobs/${jobId}/metrics?${NAME_QUERY}&${query}`).catch(() => null);
     const answer = response && response.ok ? await response.json().catch(() => null) : null;
     if (!answer) return null;
     for (const p of answer.items) addPoint(p);
     redraw();
-    return answer.last_id || 0;
+    return answer;
+  }
+
+  /* The charts' history, downsampled on the server (a long run's million points come
+     back as a few thousand bucket means). Returns the id the live stream goes on from. */
+  async function loadHistory() {
+    const answer = await loadPoints(`max_points=${HISTORY_POINTS}`);
+    return answer ? answer.last_id || 0 : null;
   }
 
   /* Points after the ones shown (polling without a stream). */
-  async function loadNewPoints() {
-    const query = `attempt=${attemptNow()}&since_step=${maxStep}`;
-    const response = await Cohort.api(`/api/v1/jobs/${jobId}/metrics?${NAME_QUERY}&limit=100000&${query}`);
-    if (!response.ok) return;
-    for (const p of (await response.json()).items) addPoint(p);
-    redraw();
+  function loadNewPoints() {
+    return loadPoints(`limit=100000&attempt=${attemptNow()}&since_step=${maxStep}`);
   }
 
   function appendLog(text) {
