@@ -9,11 +9,12 @@ import redis
 from fastapi import Cookie, Depends, Header
 from sqlalchemy.orm import Session
 
-from services import auth, jobs
-from services.bus import get_redis
+from services import auth
 from services.db import session_scope
+from services.jobs import store as jobs
 from services.models import ApiToken, Job
 from services.settings import Settings, get_settings
+from services.wire.bus import get_redis
 
 
 def get_db() -> Iterator[Session]:

@@ -6,13 +6,13 @@ with P metric points each:
 
 (a) `GET /api/v1/jobs?limit=25` (the REST list, no metrics): the floor;
 (b) `GET /partials/jobs` (the live table, with last loss/accuracy per job);
-(c) the last-metrics query alone, as shipped (`services.dashboard.read_last_metrics`);
+(c) the last-metrics query alone, as shipped (`services.telemetry.summaries.read_last_metrics`);
 (d) the first version of that query (a GROUP BY over every point of the 25 jobs), kept
     here for comparison.
 
 Runs are interleaved (a, b, c, d, a, …) so machine noise hits all alike.
 
-    .venv/bin/python bench/dashboard.py [--steps 2000] [--runs 20]
+    .venv/bin/python bench/summaries.py [--steps 2000] [--runs 20]
 """
 
 from __future__ import annotations
@@ -83,8 +83,9 @@ def main() -> None:
         from fastapi.testclient import TestClient
 
         from api.main import create_app
-        from services import dashboard, jobs
         from services.db import session_scope
+        from services.jobs import store as jobs
+        from services.telemetry import summaries
 
         client = TestClient(create_app())
         client.cookies.set("cohort_token", token)
@@ -92,7 +93,7 @@ def main() -> None:
         with session_scope() as session:
             rows = jobs.list_jobs(session=session, project_id=1, limit=25)[0]
             assert len(old_last_metrics(session, rows)) == 50
-            assert len(dashboard.read_last_metrics(session=session, jobs=rows)) == 25
+            assert len(summaries.read_last_metrics(session=session, jobs=rows)) == 25
 
         def rest() -> None:
             assert client.get("/api/v1/jobs?limit=25", headers=auth).status_code == 200
@@ -106,7 +107,7 @@ def main() -> None:
 
         cases = {"(a) REST list": rest, "(b) live table": table,
                  "(c) last metrics, shipped": lambda: query(
-                     lambda s, r: dashboard.read_last_metrics(session=s, jobs=r)),
+                     lambda s, r: summaries.read_last_metrics(session=s, jobs=r)),
                  "(d) last metrics, GROUP BY": lambda: query(old_last_metrics)}
         times: dict[str, list[float]] = {k: [] for k in cases}
         for _ in range(3):

@@ -45,9 +45,9 @@ def use(database_url: str, redis_url: str, data_dir: str) -> None:
     """Point this process's settings, engine and Redis client at a database."""
     os.environ.update(COHORT_DATABASE_URL=database_url, COHORT_REDIS_URL=redis_url,
                       COHORT_DATA_DIR=data_dir)
-    from services.bus import get_redis
     from services.db import get_engine, get_sessionmaker
     from services.settings import get_settings
+    from services.wire.bus import get_redis
 
     for cached in (get_settings, get_engine, get_sessionmaker, get_redis):
         cached.cache_clear()
@@ -55,9 +55,10 @@ def use(database_url: str, redis_url: str, data_dir: str) -> None:
 
 def make_job(name: str) -> tuple[int, str]:
     """A committed job and a token of its project."""
-    from services import auth, jobs
+    from services import auth
     from services.db import session_scope
-    from services.schemas import JobCreate
+    from services.jobs import store as jobs
+    from services.jobs.schemas import JobCreate
     from services.settings import get_settings
 
     token = "bench_" + os.urandom(8).hex()
@@ -83,7 +84,7 @@ def bench_ingest(label: str, client: redis.Redis, batches: int, per_batch: int,
                  rounds: int = 3) -> float:
     """Points stored per second by the leader's ingest, every point new; the median of
     `rounds` (each a fresh job, the table growing as in a long-lived service)."""
-    from workers.ingest import ingest_metrics_once
+    from workers.control.ingest import ingest_metrics_once
 
     rates = []
     for r in range(rounds):
@@ -113,8 +114,8 @@ def bench_downsample(label: str, points: int = 1_000_000, runs: int = 5) -> None
     on a job of `points` points (2 replicas x 5 metrics): (a) as shipped, from the rollups;
     (b) the same buckets' means from the points themselves (`since_step=0` takes that
     path); (c) reading every point. Interleaved, medians."""
-    from services import metrics
     from services.db import session_scope
+    from services.telemetry import metrics
 
     job_id, _ = make_job(f"downsample-{label}")
     names, chunk = ("loss", "accuracy", "step_time", "examples_per_sec", "cpu_percent"), 200_000
@@ -168,8 +169,8 @@ def skeleton_store(session: Any, rows: list[dict[str, Any]]) -> int:
 
 def bench_store(label: str, rounds: int, points: int) -> tuple[float, float]:
     """Skeleton store vs. this one on the same fresh rows, interleaved; points/s each."""
-    from services import metrics
     from services.db import session_scope
+    from services.telemetry import metrics
 
     job_id, _ = make_job(f"store-{label}")
     rates: dict[str, list[float]] = {"skeleton": [], "now": []}
@@ -217,7 +218,7 @@ async def _client(http: httpx.AsyncClient, url: str, headers: dict[str, str],
 
 
 def _emit(redis_url: str, job_id: int, seconds: float, rate: int) -> int:
-    from workers.callbacks import MetricReporter
+    from workers.replica.callbacks import MetricReporter
 
     reporter = MetricReporter.from_url(redis_url, job_id=job_id, attempt=1, replica=0)
     step, deadline = 0, time.monotonic() + seconds

@@ -1,6 +1,6 @@
 """Overhead of Cohort over a hand launch of the same 2-replica MultiWorkerMirroredStrategy job.
 
-(a) by hand: two `python -m workers.runner` processes with TF_CONFIG, started directly;
+(a) by hand: two `python -m workers.replica.runner` processes with TF_CONFIG, started directly;
 (b) through Cohort: POST /api/v1/jobs to a local stack (embedded SQLite + Redis, one agent).
 Runs are interleaved (a, b, a, b, ...) so machine noise hits both alike. Time to first
 step is the wall time from launch (the spawn, or the POST) to the first step's metric,
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from cli.client import CohortClient  # noqa: E402
 from cli.stack import Stack  # noqa: E402
-from services.bus import METRICS_STREAM  # noqa: E402
+from services.wire.bus import METRICS_STREAM  # noqa: E402
 
 HP = {"epochs": 3, "steps_per_epoch": 20, "batch_size": 32, "learning_rate": 0.01}
 
@@ -59,7 +59,7 @@ def hand_launch(run: int, workdir: Path, redis_url: str) -> tuple[float, float]:
                    "job_id": 1_000_000 + run, "attempt": 1, "index": index, "replicas": 2,
                    "trainer": "mlp_digits", "strategy": "multi_worker_mirrored",
                    "hyperparameters": HP, "job_dir": str(job_dir)})}
-        processes.append(subprocess.Popen([sys.executable, "-m", "workers.runner"], env=env,
+        processes.append(subprocess.Popen([sys.executable, "-m", "workers.replica.runner"], env=env,
                                           cwd=ROOT, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))
     codes = [p.wait() for p in processes]

@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from services.placement import GangRequest, NodeCapacity, place  # noqa: E402
+from services.cluster.placement import GangRequest, NodeCapacity, place  # noqa: E402
 
 JOBS = (1_000, 10_000, 100_000)
 NODES = (100, 1_000, 10_000)
@@ -56,7 +56,7 @@ def make_queue(count: int, rng: random.Random) -> list[GangRequest]:
 
 def old_placer() -> Callable[..., Any]:
     """The skeleton's place() from the first commit that had it."""
-    source = subprocess.run(["git", "show", "43170dd:services/placement.py"], cwd=ROOT,
+    source = subprocess.run(["git", "show", "43170dd:services/cluster/placement.py"], cwd=ROOT,
                             capture_output=True, text=True, check=True).stdout
     module = types.ModuleType("old_placement")
     sys.modules["old_placement"] = module  # dataclasses look their module up

@@ -58,7 +58,7 @@ def api(host: str | None = None, port: int | None = None) -> None:
 @app.command()
 def scheduler() -> None:
     """Run the scheduler: placement, reconciliation, metric ingest (one active at a time)."""
-    from workers.scheduler import run_scheduler
+    from workers.control.scheduler import run_scheduler
 
     _logging()
     _sigterm_as_interrupt()
@@ -68,7 +68,7 @@ def scheduler() -> None:
 @app.command()
 def agent() -> None:
     """Run this machine's node agent (a Celery worker on its own queue)."""
-    from workers.agent import run_agent
+    from workers.node.agent import run_agent
 
     _logging()
     run_agent()

@@ -88,9 +88,9 @@ class Job(Base):
     restart_policy: Mapped[str] = mapped_column(sa.String(16), default="never")
     max_restarts: Mapped[int] = mapped_column(default=0)
     priority: Mapped[int] = mapped_column(default=0)
-    # "pack" or "spread" (services/placement.py); NULL: the cluster's default.
+    # "pack" or "spread" (services/cluster/placement.py); NULL: the cluster's default.
     placement: Mapped[str | None] = mapped_column(sa.String(16))
-    # Failure handling (see services/gangs.py): the job fails once this many
+    # Failure handling (see services/cluster/gangs.py): the job fails once this many
     # seconds have passed since submission; its scratch files go this long after
     # it finished; a restarted gang is not placed again before `not_before`.
     active_deadline_seconds: Mapped[int | None]
@@ -109,7 +109,7 @@ class Job(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     started_at: Mapped[dt.datetime | None]
     finished_at: Mapped[dt.datetime | None]
-    # Set on jobs a schedule fired (services/schedules.py); NULL for submitted jobs.
+    # Set on jobs a schedule fired (services/retraining/schedules.py); NULL for submitted jobs.
     schedule_id: Mapped[int | None] = mapped_column(
         sa.ForeignKey("schedules.id", ondelete="SET NULL"), index=True)
     scheduled_for: Mapped[dt.datetime | None]
@@ -194,7 +194,7 @@ class MetricPoint(Base):
 
 class MetricRollup(Base):
     """Sums of the points of one series over ROLLUP_STEPS steps (`bucket` = step // it),
-    kept by the ingest alongside the points (services/metrics.py): a long run's chart
+    kept by the ingest alongside the points (services/telemetry/metrics.py): a long run's chart
     reads about 1/ROLLUP_STEPS of the rows. Exact: only newly stored points are added."""
 
     __tablename__ = "metric_rollups"

@@ -54,9 +54,9 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     os.environ["COHORT_DATABASE_URL"] = url
     os.environ["COHORT_REDIS_URL"] = f"{REDIS_BASE}/{1 + worker_number()}"
     os.environ["COHORT_DATA_DIR"] = str(tmp_path_factory.mktemp("data"))
-    from services.bus import get_redis
     from services.db import get_engine, get_sessionmaker
     from services.settings import get_settings
+    from services.wire.bus import get_redis
 
     get_settings.cache_clear()
     get_engine.cache_clear()

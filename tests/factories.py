@@ -7,9 +7,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from services import auth, jobs
+from services import auth
+from services.jobs import store as jobs
+from services.jobs.schemas import JobCreate
 from services.models import ApiToken, Job
-from services.schemas import JobCreate
 from services.settings import get_settings
 
 
@@ -31,8 +32,8 @@ def assert_rollups_match_points(session: Session, job_id: int) -> int:
     many rollup rows there are."""
     import sqlalchemy as sa
 
-    from services.metrics import ROLLUP_STEPS
     from services.models import MetricPoint, MetricRollup
+    from services.telemetry.metrics import ROLLUP_STEPS
 
     p = MetricPoint
     bucket = p.step // ROLLUP_STEPS  # one expression object: one bind parameter

@@ -9,7 +9,7 @@ from services.settings import get_settings
 
 def make_celery(broker_url: str | None = None) -> Celery:
     """Build the Celery app for the configured Redis."""
-    app = Celery("workers", include=["workers.tasks"])
+    app = Celery("workers", include=["workers.node.tasks"])
     app.conf.update(
         broker_url=broker_url or get_settings().redis_url,
         task_ignore_result=True,

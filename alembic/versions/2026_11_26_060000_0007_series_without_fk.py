@@ -3,7 +3,7 @@
 The ingest checks every batch's jobs (and their current attempt) itself, holding a
 FOR KEY SHARE lock on those job rows until it commits: the guarantee the foreign key
 gave, taken once per job per batch instead of once per row (about 13 % of PostgreSQL
-ingest time). Deleting jobs deletes their points and lines (services/jobs.py).
+ingest time). Deleting jobs deletes their points and lines (services/jobs/store.py).
 
 Revision ID: 0007_series_without_fk
 Revises: 0006_merge

@@ -15,7 +15,7 @@ down_revision: str | Sequence[str] | None = "0007_series_without_fk"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-ROLLUP_STEPS = 100  # services/metrics.py's, as of this revision
+ROLLUP_STEPS = 100  # services/telemetry/metrics.py's, as of this revision
 
 
 def upgrade() -> None:

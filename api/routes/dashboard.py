@@ -20,12 +20,15 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from api.deps import SessionDep
-from services import auth, dashboard, jobs, nodes
+from services import auth
+from services.cluster import nodes
 from services.exceptions import JobNotFound, Unauthorized
+from services.jobs import store as jobs
+from services.jobs.schemas import JobCreate
+from services.jobs.trainers import BUILTIN_TRAINERS
 from services.models import ApiToken, Job
-from services.schemas import JobCreate
 from services.statuses import TERMINAL_REPLICA_STATUSES, TERMINAL_STATUSES, JobStatus
-from services.trainers import BUILTIN_TRAINERS
+from services.telemetry import summaries
 
 COOKIE = "cohort_token"
 COOKIE_MAX_AGE = 7 * 24 * 3600
@@ -135,8 +138,8 @@ def _jobs_context(session: SessionDep, viewer: ApiToken, status: JobStatus | str
     return {"jobs": rows, "status": status.value if status else "", "q": q or "",
             "cursor": cursor or "",
             "next_cursor": jobs.encode_cursor(next_before) if next_before else None,
-            "last": dashboard.read_last_metrics(session=session, jobs=rows),
-            "job_nodes": dashboard.read_job_nodes(session=session, jobs=rows)}
+            "last": summaries.read_last_metrics(session=session, jobs=rows),
+            "job_nodes": summaries.read_job_nodes(session=session, jobs=rows)}
 
 
 # The filter form sends `status=` for "any": an empty value is no filter, not an error.
@@ -174,7 +177,7 @@ def _job_context(session: SessionDep, job: Job) -> dict[str, Any]:
     return {"job": job, "terminal": job.status in TERMINAL_STATUSES, "settled": settled,
             "replicas": replicas,
             "events": jobs.read_events(session=session, job=job),
-            "last": dashboard.read_last_metrics(session=session, jobs=[job]).get(job.id, {})}
+            "last": summaries.read_last_metrics(session=session, jobs=[job]).get(job.id, {})}
 
 
 def _job_or_none(session: SessionDep, viewer: ApiToken, job_id: int) -> Job | None:
@@ -215,9 +218,9 @@ def cluster_page(request: Request, session: SessionDep) -> Response:
     if viewer is None:
         return _login_redirect(request)
     return _render(request, "cluster.html", viewer, nodes=nodes.read_nodes(session=session),
-                   loads=dashboard.read_node_loads(session=session,
+                   loads=summaries.read_node_loads(session=session,
                                                    project_id=viewer.project_id),
-                   queue=dashboard.read_queue(session=session, project_id=viewer.project_id),
+                   queue=summaries.read_queue(session=session, project_id=viewer.project_id),
                    now=dt.datetime.now(dt.UTC))
 
 

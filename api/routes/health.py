@@ -6,8 +6,8 @@ import sqlalchemy as sa
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from services.bus import get_redis
 from services.db import get_engine
+from services.wire.bus import get_redis
 
 router = APIRouter(tags=["health"])
 

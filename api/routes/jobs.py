@@ -8,11 +8,13 @@ from fastapi import APIRouter, BackgroundTasks, Header, Query, Response, status
 from sqlalchemy.orm import Session
 
 from api.deps import CurrentJob, RedisDep, SessionDep, SettingsDep, TokenDep
-from services import jobs, progress, queue
-from services.bus import wake_scheduler
+from services.cluster import queue
+from services.jobs import store as jobs
+from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead, ReplicaRead
 from services.models import Job
-from services.schemas import JobCreate, JobEventRead, JobList, JobRead, ReplicaRead
 from services.statuses import JobStatus
+from services.telemetry import progress
+from services.wire.bus import wake_scheduler
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 

@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import CurrentJob, SessionDep
-from services import logs
-from services.schemas import LogLineRead, LogList
+from services.jobs.schemas import LogLineRead, LogList
+from services.telemetry import logs
 
 router = APIRouter(prefix="/jobs", tags=["logs"])
 

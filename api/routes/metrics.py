@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import CurrentJob, SessionDep
-from services import metrics
-from services.schemas import MetricList, MetricPointRead
+from services.jobs.schemas import MetricList, MetricPointRead
+from services.telemetry import metrics
 
 router = APIRouter(prefix="/jobs", tags=["metrics"])
 

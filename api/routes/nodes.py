@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.deps import SessionDep, TokenDep
-from services import nodes
-from services.schemas import NodeRead
+from services.cluster import nodes
+from services.jobs.schemas import NodeRead
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from services.bus import get_redis
-from services.service_metrics import ServiceCollector
+from services.telemetry.prometheus import ServiceCollector
+from services.wire.bus import get_redis
 
 router = APIRouter(tags=["health"])
 

@@ -8,10 +8,9 @@ from fastapi import APIRouter, BackgroundTasks, Depends, Query, Response, status
 from sqlalchemy.orm import Session
 
 from api.deps import RedisDep, SessionDep, SettingsDep, TokenDep
-from services import schedule_firing, schedules
-from services.bus import wake_scheduler
 from services.models import Schedule
-from services.schedule_schemas import (
+from services.retraining import firing, schedules
+from services.retraining.schemas import (
     PromotedModel,
     ScheduleCreate,
     ScheduleList,
@@ -19,6 +18,7 @@ from services.schedule_schemas import (
     ScheduleRunRead,
     ScheduleUpdate,
 )
+from services.wire.bus import wake_scheduler
 
 router = APIRouter(prefix="/schedules", tags=["schedules"])
 
@@ -96,7 +96,7 @@ def delete_schedule(schedule: CurrentSchedule, session: SessionDep) -> Response:
 def trigger_schedule(schedule: CurrentSchedule, session: SessionDep, settings: SettingsDep,
                      bus: RedisDep, background: BackgroundTasks) -> ScheduleRunRead:
     """Run the schedule now, under its concurrency policy; the run says what happened."""
-    run = schedule_firing.trigger_schedule(session=session, settings=settings,
+    run = firing.trigger_schedule(session=session, settings=settings,
                                            schedule=schedule)
     assert run is not None  # a fresh fire time: nothing else can have recorded it
     background.add_task(wake_scheduler, bus)  # after the commit

@@ -3,7 +3,7 @@
 `GET /jobs/{id}/stream` sends `status` (data: JobRead), `metric` and `log` events. Every
 event's id is the cursor after it, `<metric id>.<log id>.<job event id>` (SQL ids), so a
 client that reconnects with `Last-Event-ID` gets exactly what it missed. Each client reads
-SQL history after its cursor, then follows the job's live feed in Redis (services/live.py)
+SQL history after its cursor, then follows the job's live feed in Redis (services/telemetry/live.py)
 with its own XREAD cursor: a slow client holds up nobody, neither other clients nor the
 ingest. The feed position is taken *before* the history is read, and rows are filtered by
 id, so nothing committed in between is lost or sent twice. Each feed entry names the newest
@@ -27,10 +27,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent, format_sse_event
 
 from api.deps import get_token
-from services import jobs, live, logs, metrics
 from services.db import session_scope
+from services.jobs import store as jobs
 from services.settings import get_settings
-from services.stream_state import job_snapshot, newest_ids, project_changes
+from services.telemetry import live, logs, metrics
+from services.telemetry.stream_state import job_snapshot, newest_ids, project_changes
 
 router = APIRouter(tags=["streams"])
 

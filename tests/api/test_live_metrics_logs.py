@@ -9,10 +9,10 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from services import logs, metrics
+from services.jobs.transitions import transition_job
 from services.models import MetricPoint
 from services.statuses import JobStatus
-from services.transitions import transition_job
+from services.telemetry import logs, metrics
 from tests.factories import create_job, create_token
 
 

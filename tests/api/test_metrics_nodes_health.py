@@ -3,9 +3,9 @@ import json
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from services import metrics
+from services.cluster.nodes import Heartbeat, record_heartbeat
 from services.models import utcnow
-from services.nodes import Heartbeat, record_heartbeat
+from services.telemetry import metrics
 
 SPEC = {"name": "digits", "replicas": 2}
 

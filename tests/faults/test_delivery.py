@@ -11,7 +11,7 @@ import httpx
 import pytest
 import redis
 
-from services.bus import EVENTS_STREAM
+from services.wire.bus import EVENTS_STREAM
 from tests.e2e.conftest import wait_for, wait_terminal
 from tests.faults.conftest import LONG_JOB, record, steps_seen
 from workers.celery_app import make_celery
@@ -43,7 +43,7 @@ def test_duplicate_and_stale_start_messages_start_nothing(make_stack) -> None:  
     app = make_celery(stack.settings.redis_url)
     # Redelivered twice, and once as a message of an attempt that is not current.
     for message in (payload, payload, {**payload, "attempt": 7}):
-        app.send_task("workers.tasks.start_replica", args=[message], queue="node.node-a")
+        app.send_task("workers.node.tasks.start_replica", args=[message], queue="node.node-a")
     final = wait_terminal(client, job["id"])
     assert final["status"] == "succeeded", final["reason"]
     assert sorted(started_events(stack, job["id"])) == [(1, 0), (1, 1)]

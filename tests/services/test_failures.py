@@ -8,12 +8,13 @@ import datetime as dt
 import pytest
 from sqlalchemy.orm import Session
 
-from services import gangs, jobs, scheduling
-from services.dispatch import CleanupJob, StartReplica
+from services.cluster import gangs, reconcile
+from services.cluster.nodes import Heartbeat
+from services.jobs import store as jobs
 from services.models import Job, utcnow
-from services.nodes import Heartbeat
 from services.settings import get_settings
 from services.statuses import JobStatus, ReplicaStatus
+from services.wire.messages import CleanupJob, StartReplica
 from tests.factories import create_job, create_token
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -25,8 +26,8 @@ def beat(at: dt.datetime, running: frozenset[tuple[int, int, int]] = frozenset()
 
 
 def run(session: Session, now: dt.datetime, *beats: Heartbeat,
-        progress: dict[tuple[int, int, int], float] | None = None) -> scheduling.PassResult:
-    return scheduling.run_pass(session=session, settings=get_settings(),
+        progress: dict[tuple[int, int, int], float] | None = None) -> reconcile.PassResult:
+    return reconcile.run_pass(session=session, settings=get_settings(),
                                heartbeats=list(beats) or [beat(now)], progress=progress,
                                now=now)
 
@@ -208,7 +209,7 @@ def test_now_is_aware() -> None:
 
 
 def test_metric_points_of_an_old_attempt_are_refused(session: Session) -> None:
-    from services import metrics
+    from services.telemetry import metrics
 
     job = restarted_job(session)
     point = {"job_id": job.id, "replica": 1, "step": 7, "epoch": 0, "name": "loss",

@@ -6,10 +6,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from services import jobs, queue, scheduling
+from services.cluster import queue, reconcile
+from services.cluster.nodes import Heartbeat
+from services.cluster.pass_lock import PASS_LOCK_KEY
+from services.jobs import store as jobs
 from services.models import Job, utcnow
-from services.nodes import Heartbeat
-from services.pass_lock import PASS_LOCK_KEY
 from services.settings import Settings, get_settings
 from services.statuses import JobStatus
 from tests.factories import create_job, create_token
@@ -22,8 +23,8 @@ def beat(node_id: str, slots: int = 2, gpu_ids: tuple[int, ...] = (),
 
 
 def run(session: Session, *beats: Heartbeat, settings: Settings | None = None
-        ) -> scheduling.PassResult:
-    return scheduling.run_pass(session=session, settings=settings or get_settings(),
+        ) -> reconcile.PassResult:
+    return reconcile.run_pass(session=session, settings=settings or get_settings(),
                                heartbeats=list(beats))
 
 

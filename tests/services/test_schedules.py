@@ -9,12 +9,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services import promotion, schedule_firing, schedules
+from services.jobs.transitions import transition_job
 from services.models import Job, MetricPoint, ScheduleRun
-from services.schedule_schemas import ScheduleCreate
+from services.retraining import firing, promotion, schedules
+from services.retraining.schemas import ScheduleCreate
 from services.settings import get_settings
 from services.statuses import JobStatus
-from services.transitions import transition_job
 from tests.factories import create_token
 
 T0 = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
@@ -30,8 +30,8 @@ def make(session: Session, **spec: Any):  # noqa: ANN201 - a Schedule
                                      settings=get_settings(), now=T0)
 
 
-def fire(session: Session, now: dt.datetime) -> schedule_firing.FireResult:
-    return schedule_firing.fire_due_schedules(session=session, settings=get_settings(), now=now)
+def fire(session: Session, now: dt.datetime) -> firing.FireResult:
+    return firing.fire_due_schedules(session=session, settings=get_settings(), now=now)
 
 
 def runs(session: Session, schedule_id: int) -> list[ScheduleRun]:

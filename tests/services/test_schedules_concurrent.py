@@ -16,9 +16,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from services import auth, schedule_firing, schedules
+from services import auth
 from services.models import Job, Project, Schedule, ScheduleRun
-from services.schedule_schemas import ScheduleCreate
+from services.retraining import firing, schedules
+from services.retraining.schemas import ScheduleCreate
 from services.settings import get_settings
 
 T0 = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
@@ -73,7 +74,7 @@ def fired(engine: Engine, schedule_id: int) -> list[tuple[dt.datetime, int]]:
 def test_two_passes_at_once_fire_each_due_time_once(engine: Engine, schedule_id: int) -> None:
     for second in (10, 20, 30, 40, 50):
         now = T0 + dt.timedelta(seconds=second, milliseconds=1)
-        assert race(engine, lambda s, now=now: schedule_firing.fire_due_schedules(
+        assert race(engine, lambda s, now=now: firing.fire_due_schedules(
             session=s, settings=get_settings(), now=now)) == []
     times = fired(engine, schedule_id)
     assert times == [(T0 + dt.timedelta(seconds=s), 1) for s in (10, 20, 30, 40, 50)]
@@ -88,7 +89,7 @@ def test_the_unique_key_holds_even_without_the_row_lock(engine: Engine,
     def unlocked_fire(session: Session) -> None:
         schedule = session.get(Schedule, schedule_id)
         assert schedule is not None
-        schedule_firing.fire_schedule(session=session, settings=get_settings(),
+        firing.fire_schedule(session=session, settings=get_settings(),
                                       schedule=schedule, now=now)
 
     assert race(engine, unlocked_fire) == []

@@ -4,12 +4,13 @@ import datetime as dt
 
 from sqlalchemy.orm import Session
 
-from services import gangs, jobs, scheduling
-from services.dispatch import StartReplica, StopReplica
+from services.cluster import gangs, reconcile
+from services.cluster.nodes import Heartbeat
+from services.jobs import store as jobs
 from services.models import Job, utcnow
-from services.nodes import Heartbeat
 from services.settings import get_settings
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
+from services.wire.messages import StartReplica, StopReplica
 from tests.factories import create_job, create_token
 
 
@@ -19,8 +20,8 @@ def beat(node_id: str, slots: int = 2, at: dt.datetime | None = None) -> Heartbe
 
 
 def run(session: Session, *beats: Heartbeat, now: dt.datetime | None = None
-        ) -> scheduling.PassResult:
-    return scheduling.run_pass(session=session, settings=get_settings(), heartbeats=list(beats),
+        ) -> reconcile.PassResult:
+    return reconcile.run_pass(session=session, settings=get_settings(), heartbeats=list(beats),
                                now=now)
 
 

@@ -3,9 +3,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from services.exceptions import InvalidTransition
+from services.jobs.transitions import transition_job
 from services.models import JobEvent
 from services.statuses import JobStatus
-from services.transitions import transition_job
 from tests.factories import create_job, create_token
 
 

@@ -18,7 +18,7 @@ from tests.factories import create_job, create_token
 
 @pytest.fixture
 def bus(pg_url: str) -> redis.Redis:  # noqa: ARG001 - pg_url points settings at test Redis
-    from services.bus import get_redis
+    from services.wire.bus import get_redis
 
     client = get_redis()
     client.flushdb()
@@ -30,8 +30,8 @@ def committed(pg_url: str) -> Iterator[Callable[..., tuple[str, int]]]:  # noqa:
     """Make a token and a job in a committed transaction: (token, job id). The jobs are
     deleted afterwards: a queued job left behind would take the place of a later test's
     job on the same worker's database."""
-    from services import jobs
     from services.db import session_scope
+    from services.jobs import store as jobs
 
     made: list[int] = []
 
@@ -67,7 +67,7 @@ def live_api(pg_url: str) -> Iterator[str]:  # noqa: ARG001
 def ingest_until(client: redis.Redis, expected: int, kind: str = "metric",
                  timeout: float = 30) -> int:
     """Run the leader's ingest by hand until `expected` new rows are stored."""
-    from workers.ingest import ingest_logs_once, ingest_metrics_once
+    from workers.control.ingest import ingest_logs_once, ingest_metrics_once
 
     once = ingest_metrics_once if kind == "metric" else ingest_logs_once
     stored, deadline = 0, time.monotonic() + timeout

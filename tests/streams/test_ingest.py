@@ -16,9 +16,9 @@ from tests.streams.conftest import ingest_until
 
 def test_thousand_batches_delivered_twice_are_stored_once(bus: redis.Redis,
                                                           committed: Any) -> None:
-    from services import live
     from services.db import session_scope
     from services.models import MetricPoint
+    from services.telemetry import live
 
     _, job_id = committed()
     batches = [json.dumps({"job_id": job_id, "attempt": 1, "replica": i % 2,
@@ -71,8 +71,8 @@ def test_malformed_batches_do_not_stall_the_ingest(bus: redis.Redis, committed: 
 
 def test_malformed_log_batches_do_not_stall_the_ingest(bus: redis.Redis,
                                                        committed: Any) -> None:
-    from services import live, logs
     from services.db import session_scope
+    from services.telemetry import live, logs
 
     _, job_id = committed()
     head = {"job_id": job_id, "attempt": 1, "replica": 0}
@@ -93,11 +93,12 @@ def test_a_job_being_ingested_is_not_deleted_under_its_points(committed: Any) ->
     and is no stronger than that."""
     from sqlalchemy.exc import OperationalError
 
-    from services import jobs, metrics
     from services.db import session_scope
+    from services.jobs import store as jobs
+    from services.jobs.transitions import transition_job
     from services.models import Job, MetricPoint, MetricRollup
     from services.statuses import JobStatus
-    from services.transitions import transition_job
+    from services.telemetry import metrics
 
     _, job_id = committed()
     with session_scope() as ingest:
@@ -130,10 +131,10 @@ def test_a_job_being_ingested_is_not_deleted_under_its_points(committed: Any) ->
 
 def test_log_shipper_lines_match_the_file(bus: redis.Redis, committed: Any,
                                           tmp_path: Path) -> None:
-    from services import logs
     from services.db import session_scope
-    from workers.launcher import ReplicaKey
-    from workers.logship import LogShipper
+    from services.telemetry import logs
+    from workers.node.launcher import ReplicaKey
+    from workers.node.logship import LogShipper
 
     _, job_id = committed()
     path = tmp_path / "replica-0.log"
@@ -163,9 +164,10 @@ def test_a_job_deleted_while_its_points_are_being_stored_leaves_none_behind(
     """The delete waits for the ingest's commit, and then deletes what it stored."""
     import threading
 
-    from services import jobs, metrics
     from services.db import session_scope
+    from services.jobs import store as jobs
     from services.models import LogLine, MetricPoint, MetricRollup
+    from services.telemetry import metrics
     from tests.e2e.conftest import wait_for
 
     _, job_id = committed()

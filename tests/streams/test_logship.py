@@ -67,8 +67,8 @@ def shipped(client: redis.Redis) -> dict[int, str]:
 
 def test_no_log_line_is_lost_to_a_redis_outage_or_restart(server: Server,
                                                           tmp_path: Path) -> None:
-    from workers.launcher import ReplicaKey
-    from workers.logship import LogShipper
+    from workers.node.launcher import ReplicaKey
+    from workers.node.logship import LogShipper
 
     # As the agent's client: fail fast, no hidden retries.
     client = redis.Redis(port=server.port, decode_responses=True, socket_connect_timeout=0.5,
@@ -99,8 +99,8 @@ def test_lines_redis_refuses_are_shipped_once_it_takes_writes_again(server: Serv
                                                                     tmp_path: Path) -> None:
     """The same Redis throughout (no restart, so no replay): refused lines are read
     again from the file."""
-    from workers.launcher import ReplicaKey
-    from workers.logship import LogShipper
+    from workers.node.launcher import ReplicaKey
+    from workers.node.logship import LogShipper
 
     client = redis.Redis(port=server.port, decode_responses=True, socket_connect_timeout=0.5,
                          socket_timeout=1.0, retry=Retry(NoBackoff(), 0))
@@ -125,8 +125,8 @@ def test_lines_sent_just_before_a_long_outage_are_replayed(server: Server,
                                                            tmp_path: Path) -> None:
     """Redis away for longer than the replay window: what it held before it died is
     still sent again (the window counts back from its last answer, not from now)."""
-    from workers.launcher import ReplicaKey
-    from workers.logship import LogShipper
+    from workers.node.launcher import ReplicaKey
+    from workers.node.logship import LogShipper
 
     client = redis.Redis(port=server.port, decode_responses=True, socket_connect_timeout=0.5,
                          socket_timeout=1.0, retry=Retry(NoBackoff(), 0))
@@ -150,11 +150,11 @@ def test_the_last_flush_keeps_lines_that_cross_a_read(server: Server, tmp_path: 
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Everything left at the replica's exit is read in several reads: a line that a read
     boundary cuts stays one line."""
-    import workers.logship
-    from workers.launcher import ReplicaKey
-    from workers.logship import LogShipper
+    import workers.node.logship
+    from workers.node.launcher import ReplicaKey
+    from workers.node.logship import LogShipper
 
-    monkeypatch.setattr(workers.logship, "READ_BYTES", 64)
+    monkeypatch.setattr(workers.node.logship, "READ_BYTES", 64)
     client = redis.Redis(port=server.port, decode_responses=True)
     path = tmp_path / "replica-0.log"
     printed = [f"line {i:03d}" for i in range(1, 41)]

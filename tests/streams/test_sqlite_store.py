@@ -7,11 +7,12 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from cli.stack import migrate
-from services import jobs, metrics
 from services.auth import ensure_token
 from services.db import make_engine
-from services.schemas import JobCreate
+from services.jobs import store as jobs
+from services.jobs.schemas import JobCreate
 from services.settings import Settings
+from services.telemetry import metrics
 from tests.factories import assert_rollups_match_points
 
 

@@ -104,8 +104,8 @@ def test_logs_only_and_bad_resume_ids(live_api: str, bus: redis.Redis, committed
 
 def test_project_stream_sends_status_changes(live_api: str, committed: Any) -> None:
     from services.db import session_scope
+    from services.jobs.transitions import transition_job
     from services.statuses import JobStatus
-    from services.transitions import transition_job
 
     token, job_id = committed(project="proj-stream")
     headers = {"Authorization": f"Bearer {token}"}
@@ -129,8 +129,8 @@ def test_cli_logs_follow_prints_tail_then_live_lines_until_the_end(
     import sys
 
     from services.db import session_scope
+    from services.jobs.transitions import transition_job
     from services.statuses import JobStatus
-    from services.transitions import transition_job
 
     token, job_id = committed()
     emit_logs(bus, job_id, ["one", "two", "three"], first_seq=1)
@@ -188,8 +188,8 @@ def test_a_stalled_client_holds_up_neither_the_ingest_nor_a_reading_client(
 
 def test_rows_whose_feed_entry_was_lost_still_reach_a_connected_client(
         live_api: str, bus: redis.Redis, committed: Any) -> None:
-    from services import logs, metrics
     from services.db import session_scope
+    from services.telemetry import logs, metrics
 
     token, job_id = committed()
     url = f"{live_api}/api/v1/jobs/{job_id}/stream"

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from services.cron import InvalidCron, Timing, load_zone, next_cron_fire, parse_cron
+from services.retraining.cron import InvalidCron, Timing, load_zone, next_cron_fire, parse_cron
 
 UTC = dt.UTC
 

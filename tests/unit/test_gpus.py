@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from workers import gpus
-from workers.gpus import Gpu, discover_gpus, node_gpu_ids, parse_nvidia_smi, select_visible
+from workers.node import gpus
+from workers.node.gpus import Gpu, discover_gpus, node_gpu_ids, parse_nvidia_smi, select_visible
 
 FOUR = [Gpu(0, "GPU-aaaa1111"), Gpu(1, "GPU-bbbb2222"), Gpu(2, "GPU-cccc3333"),
         Gpu(3, "GPU-dddd4444")]

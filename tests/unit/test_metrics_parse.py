@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from services.metrics import parse_batch
+from services.telemetry.metrics import parse_batch
 
 
 def test_parse_batch_rows() -> None:

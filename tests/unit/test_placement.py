@@ -1,4 +1,4 @@
-from services.placement import GangRequest, NodeCapacity, pick_ports, place
+from services.cluster.placement import GangRequest, NodeCapacity, pick_ports, place
 
 
 def node(id: str, free: int, slots: int | None = None, gpus: int = 0,

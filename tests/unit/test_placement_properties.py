@@ -7,7 +7,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.placement import GangRequest, NodeCapacity, PlacementResult, pick_ports, place
+from services.cluster.placement import GangRequest, NodeCapacity, PlacementResult, pick_ports, place
 
 
 @st.composite

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from workers.ports import check_range, listening_ports, parse_proc_net_tcp, port_problem
+from workers.node.ports import check_range, listening_ports, parse_proc_net_tcp, port_problem
 
 PROC_NET_TCP = """\
   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from services.tf_config import build_tf_config, dumps, is_distributed
+from services.cluster.tf_config import build_tf_config, dumps, is_distributed
 
 CASES = [
     (["10.0.0.1:29500", "10.0.0.2:29500"], 0,

@@ -12,8 +12,8 @@ import psutil
 import redis
 
 from services.settings import Settings
-from workers.agent import Agent, exit_code_of
-from workers.launcher import ReplicaKey, ReplicaProcess
+from workers.node.agent import Agent, exit_code_of
+from workers.node.launcher import ReplicaKey, ReplicaProcess
 
 
 def sleeper() -> subprocess.Popen[bytes]:

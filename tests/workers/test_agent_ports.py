@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from services.bus import EVENTS_STREAM, NODES_HASH, attempt_key, claim_key
 from services.settings import Settings
+from services.wire.bus import EVENTS_STREAM, NODES_HASH, attempt_key, claim_key
 from tests.conftest import REDIS_BASE
-from workers.agent import PORT_TAKEN_EXIT, Agent
+from workers.node.agent import PORT_TAKEN_EXIT, Agent
 
 JOB = 990_001
 

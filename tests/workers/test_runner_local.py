@@ -1,4 +1,4 @@
-"""The replica runner for real: `python -m workers.runner` processes against a real Redis.
+"""The replica runner for real: `python -m workers.replica.runner` processes against a real Redis.
 
 Covers a 2-worker MultiWorkerMirroredStrategy gang on loopback ports, a 1-replica
 OneDeviceStrategy run, configuration errors (exit code 2), and the metric
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import redis
 
-from workers.callbacks import STREAM_KEY, MetricReporter
+from workers.replica.callbacks import STREAM_KEY, MetricReporter
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_BASE = os.environ.get("COHORT_TEST_REDIS", "redis://127.0.0.1:6379")
@@ -95,7 +95,7 @@ def start_replicas(envs: list[dict[str, str]], logs: Path) -> list[subprocess.Po
         ):
             processes.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "workers.runner"],
+                    [sys.executable, "-m", "workers.replica.runner"],
                     env=env,
                     cwd=ROOT,
                     stdout=out,

@@ -1,0 +1,238 @@
+"""Gang placement: a pure function from (queue, nodes) to all-or-nothing assignments.
+
+No I/O here, so the rule is tested (property tests) and benchmarked on its own.
+
+The rule:
+
+* Jobs are considered in priority order (high first), then submission order.
+* A job is placed whole or not at all: every replica gets its CPU slot (or its
+  GPUs) in the same pass, or none does. Two jobs never hold parts of the pool
+  while waiting for each other.
+* A job that cannot fit even on an empty cluster is *unschedulable*: it waits
+  with that reason and blocks nobody.
+* Backfill, "reserve what the blocked job can use": a job that does not fit now
+  holds every node that could ever host one of its replicas, for its kind of
+  capacity (a CPU job: every node's CPU slots; a job of g GPUs per replica: the
+  GPUs of every node with at least g GPUs). Jobs behind it may start only on
+  what no blocked job ahead of them can use: CPU slots while a GPU job waits,
+  GPUs while a CPU job waits, or GPUs on nodes too small for the waiting job's
+  replicas. Why this rule: Cohort knows no run times, so EASY backfill's "ends
+  before the head's reserved start" cannot be computed; this is the part of it
+  that needs no estimate. Anything a waiting job could use might be exactly what
+  it needs next, so giving it away could delay it, perhaps forever (a stream of
+  small jobs starving a big one). Capacity it can never use delays it by nothing.
+* Policy per job: `pack` (default) puts the whole gang on the smallest node that
+  holds it, else fills the fullest nodes first: the fewest nodes, and big holes
+  stay whole for big jobs. `spread` puts one replica per node on as many nodes
+  as possible, the emptiest first.
+
+Cost: one sort of the queue, then per job a walk over at most one bucket per
+distinct free count (see placement_pool.py); a job behind a blocked one is
+usually answered in O(1) because the capacity it could use has been withdrawn.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate
+
+from services.cluster.placement_pool import Pool
+
+PACK, SPREAD = "pack", "spread"
+POLICIES = (PACK, SPREAD)
+CPU, GPU = "cpu", "gpu"
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    """What a ready node has free right now."""
+
+    id: str
+    address: str
+    slots: int  # CPU slots in total
+    free_slots: int
+    gpus: int = 0  # GPUs in total
+    free_gpus: tuple[int, ...] = ()  # ids of the free GPUs
+
+
+@dataclass(frozen=True)
+class GangRequest:
+    """A queued job as the placer sees it."""
+
+    job_id: int
+    replicas: int
+    gpus_per_replica: int = 0
+    priority: int = 0
+    seq: int = 0  # submission order (the job id does)
+    policy: str = PACK
+
+    @property
+    def kind(self) -> str:
+        return GPU if self.gpus_per_replica else CPU
+
+    @property
+    def per(self) -> int:
+        """Units of its kind one replica takes."""
+        return self.gpus_per_replica or 1
+
+    def describe_need(self) -> str:
+        if self.gpus_per_replica:
+            return f"{self.replicas * self.gpus_per_replica} GPUs " \
+                   f"({self.gpus_per_replica} per replica × {self.replicas})"
+        return f"{self.replicas} CPU slots"
+
+
+@dataclass(frozen=True)
+class ReplicaPlacement:
+    node_id: str
+    address: str
+    gpu_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class PlacementResult:
+    assignments: dict[int, list[ReplicaPlacement]] = field(default_factory=dict)
+    waiting: dict[int, str] = field(default_factory=dict)  # job id -> reason
+    positions: dict[int, int] = field(default_factory=dict)  # job id -> place among waiting, 1..
+
+
+class _Cluster:
+    """The pass's mutable view of the nodes: one pool per kind, reservations."""
+
+    def __init__(self, nodes: Sequence[NodeCapacity]) -> None:
+        self.nodes = {n.id: n for n in nodes}
+        self.totals = {CPU: {n.id: max(0, n.slots) for n in nodes},
+                       GPU: {n.id: max(0, n.gpus) for n in nodes}}
+        self.pools = {CPU: Pool({n.id: max(0, min(n.free_slots, n.slots)) for n in nodes}),
+                      GPU: Pool({n.id: len(n.free_gpus) for n in nodes})}
+        self.free_gpus = {n.id: sorted(n.free_gpus) for n in nodes if n.free_gpus}
+        self.free_units = {kind: pool.units for kind, pool in self.pools.items()}
+        self.total_units = {kind: sum(t.values()) for kind, t in self.totals.items()}
+        self.largest = {kind: max(t.values(), default=0) for kind, t in self.totals.items()}
+        self._empty: dict[tuple[str, int], list[int]] = {}
+        # Reservations: nodes by total capacity, largest first; every node whose
+        # total is >= the smallest per-replica need of a blocked job is held.
+        self._by_total = {kind: sorted(t, key=lambda i, t=t: -t[i])
+                          for kind, t in self.totals.items()}
+        self._held_upto = {CPU: 0, GPU: 0}
+
+    def empty_rooms(self, kind: str, per: int) -> list[int]:
+        """Prefix sums of replicas-that-fit per node on an empty cluster, largest first."""
+        key = (kind, per)
+        if key not in self._empty:
+            rooms = sorted((t // per for t in self.totals[kind].values()), reverse=True)
+            self._empty[key] = list(accumulate(r for r in rooms if r))
+        return self._empty[key]
+
+    def reserve(self, kind: str, per: int) -> None:
+        """Withhold from later jobs every node that could host a replica of `per` units."""
+        order, totals, pool = self._by_total[kind], self.totals[kind], self.pools[kind]
+        i = self._held_upto[kind]
+        while i < len(order) and totals[order[i]] >= per:
+            pool.remove(order[i])
+            i += 1
+        self._held_upto[kind] = i
+
+    def commit(self, request: GangRequest, kind: str, per: int,
+               chosen: list[tuple[str, int]]) -> list[ReplicaPlacement]:
+        pool = self.pools[kind]
+        placed: list[ReplicaPlacement] = []
+        for node_id, count in chosen:
+            pool.take(node_id, count * per)
+            address = self.nodes[node_id].address
+            for _ in range(count):
+                gpu_ids: tuple[int, ...] = ()
+                if request.gpus_per_replica:
+                    ids = self.free_gpus[node_id]
+                    gpu_ids = tuple(ids[:per])
+                    del ids[:per]
+                placed.append(ReplicaPlacement(node_id, address, gpu_ids))
+        self.free_units[kind] -= request.replicas * per
+        return placed
+
+
+def _choose(pool: Pool, request: GangRequest, per: int) -> list[tuple[str, int]] | None:
+    """(node, replicas there) for the whole gang, or None; reads the pool only."""
+    left = request.replicas
+    if pool.units < left * per or pool.room(per) < left:
+        return None
+    chosen: list[tuple[str, int]] = []
+    if request.policy == SPREAD:
+        names: list[str] = []
+        rooms: list[int] = []
+        for node_id, units in pool.descending(per):
+            names.append(node_id)
+            rooms.append(units // per)
+            if len(names) == left:
+                break
+        taken = [0] * len(names)
+        while left:  # round robin over the emptiest nodes until every replica has one
+            for i, room in enumerate(rooms):
+                if left and taken[i] < room:
+                    taken[i] += 1
+                    left -= 1
+        return [(name, count) for name, count in zip(names, taken, strict=True) if count]
+    best = pool.best_fit(per * left)
+    if best is not None:
+        return [(best, left)]
+    for node_id, units in pool.descending(per):
+        take = min(units // per, left)
+        chosen.append((node_id, take))
+        left -= take
+        if not left:
+            break
+    return chosen
+
+
+def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity]) -> PlacementResult:
+    """Assign whole gangs to nodes, in priority then submission order (see the module rule)."""
+    result = PlacementResult()
+    cluster = _Cluster(nodes)
+    first_blocked: dict[str, int] = {}  # kind -> job id of the first job of it that waits
+    position = 0
+    for request in sorted(queue, key=lambda r: (-r.priority, r.seq)):
+        # Locals, not properties: this loop runs once per queued job.
+        per = request.gpus_per_replica or 1
+        kind = GPU if request.gpus_per_replica else CPU
+        unit = "GPUs" if request.gpus_per_replica else "CPU slots"
+        rooms = cluster.empty_rooms(kind, per)
+        if not rooms or rooms[-1] < request.replicas:
+            position += 1
+            result.positions[request.job_id] = position
+            total, per_node = cluster.total_units[kind], cluster.largest[kind]
+            detail = f"the cluster has {total} {unit}"
+            if request.gpus_per_replica and total >= request.replicas * per:
+                detail += f", at most {per_node} on one node"
+            result.waiting[request.job_id] = \
+                f"unschedulable: needs {request.describe_need()}, {detail}"
+            continue
+        chosen = _choose(cluster.pools[kind], request, per)
+        if chosen is None:
+            position += 1
+            result.positions[request.job_id] = position
+            min_nodes = bisect_left(rooms, request.replicas) + 1
+            reason = (f"needs {request.describe_need()} on ≥{min_nodes} "
+                      f"node{'s' if min_nodes > 1 else ''}; "
+                      f"{cluster.free_units[kind]} {unit} free")
+            if kind in first_blocked:
+                reason += f", held for job {first_blocked[kind]} ahead in the queue"
+            else:
+                first_blocked[kind] = request.job_id
+            result.waiting[request.job_id] = reason
+            cluster.reserve(kind, per)
+            continue
+        result.assignments[request.job_id] = cluster.commit(request, kind, per, chosen)
+    return result
+
+
+def pick_ports(used: set[int], count: int, start: int, end: int) -> list[int]:
+    """The lowest `count` ports in [start, end] not in `used` on one node."""
+    ports: list[int] = []
+    for port in range(start, end + 1):
+        if port not in used:
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+    raise ValueError(f"no {count} free ports in {start}-{end}")

@@ -1,0 +1,154 @@
+"""One scheduling pass: register heartbeats, reap lost nodes, settle gangs, place the queue.
+
+The pass only reads and writes SQL and returns the messages to send; the caller
+commits first and sends after (a message must never announce uncommitted state).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from services.cluster import gangs, nodes, tf_config, watchdog
+from services.cluster.pass_lock import lock_pass
+from services.cluster.placement import GangRequest, pick_ports, place
+from services.jobs.transitions import transition_job
+from services.models import Job, Node, Replica, utcnow
+from services.retraining import firing, promotion
+from services.settings import Settings
+from services.statuses import JobStatus, NodeStatus, ReplicaStatus
+from services.wire.messages import Message, StartReplica
+
+START_RESEND_SECONDS = 20.0
+
+
+@dataclass
+class PassResult:
+    messages: list[Message] = field(default_factory=list)
+    placed: list[int] = field(default_factory=list)
+    lost_nodes: list[str] = field(default_factory=list)
+
+
+def start_payload(job: Job, replica: Replica) -> dict[str, object]:
+    """Everything an agent needs to start one replica (agents cannot read SQL)."""
+    return {
+        "job_id": job.id,
+        "attempt": replica.attempt,
+        "index": replica.index,
+        "replicas": job.replicas,
+        "trainer": job.trainer,
+        "strategy": job.strategy,
+        "hyperparameters": job.hyperparameters,
+        "tf_config": replica.tf_config,
+        "port": replica.port,
+        "gpu_ids": replica.gpu_ids,
+    }
+
+
+def _resend_stale_starts(session: Session, now: dt.datetime) -> list[Message]:
+    # A start message lost between commit and send (crash, Redis restart) is
+    # sent again; the agent ignores a start it has already acted on.
+    cutoff = now - dt.timedelta(seconds=START_RESEND_SECONDS)
+    rows = session.execute(
+        sa.select(Replica, Job).join(Job, Job.id == Replica.job_id).join(
+            Node, Node.id == Replica.node_id)
+        .where(Replica.status == ReplicaStatus.PENDING, Replica.attempt == Job.attempt,
+               Job.status == JobStatus.SCHEDULED, Replica.dispatched_at < cutoff,
+               Node.status == NodeStatus.READY)
+    ).all()
+    messages: list[Message] = []
+    for replica, job in rows:
+        replica.dispatched_at = now
+        messages.append(StartReplica(replica.node_id, start_payload(job, replica)))
+    return messages
+
+
+def _place_queue(session: Session, settings: Settings, now: dt.datetime) -> tuple[
+        list[Message], list[int]]:
+    queued = list(session.execute(
+        sa.select(Job).where(Job.status == JobStatus.QUEUED).order_by(Job.id)
+    ).scalars())
+    # A restarted gang waits out its backoff before it may be placed again.
+    for job in queued:
+        if job.not_before is not None and job.not_before > now:
+            job.reason = f"restart backoff: placed again in " \
+                         f"{(job.not_before - now).total_seconds():.0f}s"
+    queued = [job for job in queued if job.not_before is None or job.not_before <= now]
+    if not queued:
+        return [], []
+    capacity, used_ports = nodes.read_capacity(session=session)
+    requests = [GangRequest(job.id, job.replicas, job.gpus_per_replica, job.priority, job.id,
+                            policy=job.placement or settings.PLACEMENT_POLICY)
+                for job in queued]
+    result = place(requests, capacity)
+    by_id = {job.id: job for job in queued}
+    for job_id, reason in result.waiting.items():
+        if not capacity:
+            reason = "waiting for a node agent to register"
+        by_id[job_id].reason = reason
+    messages: list[Message] = []
+    for job_id, placements in result.assignments.items():
+        job = by_id[job_id]
+        ports: dict[int, int] = {}
+        for node_id in {p.node_id for p in placements}:
+            indices = [i for i, p in enumerate(placements) if p.node_id == node_id]
+            chosen = pick_ports(used_ports.setdefault(node_id, set()), len(indices),
+                                settings.PORT_RANGE_START, settings.PORT_RANGE_END)
+            used_ports[node_id].update(chosen)
+            ports.update(zip(indices, chosen, strict=True))
+        addresses = [f"{p.address}:{ports[i]}" for i, p in enumerate(placements)]
+        replicas = []
+        for index, placement in enumerate(placements):
+            replica = Replica(
+                job_id=job.id, attempt=job.attempt, index=index, node_id=placement.node_id,
+                address=addresses[index], port=ports[index],
+                gpu_ids=",".join(str(g) for g in placement.gpu_ids),
+                tf_config=tf_config.build_tf_config(addresses, index),
+                status=ReplicaStatus.PENDING, dispatched_at=now,
+            )
+            session.add(replica)
+            replicas.append(replica)
+        nodes_used = sorted({p.node_id for p in placements})
+        transition_job(session=session, job_id=job.id, target=JobStatus.SCHEDULED,
+                       reason=f"placed {job.replicas} replicas on {', '.join(nodes_used)}")
+        messages.extend(StartReplica(r.node_id, start_payload(job, r)) for r in replicas)
+    session.flush()
+    return messages, list(result.assignments)
+
+
+def run_pass(
+    *, session: Session, settings: Settings, heartbeats: list[nodes.Heartbeat],
+    progress: dict[tuple[int, int, int], float] | None = None,
+    now: dt.datetime | None = None,
+) -> PassResult:
+    """One full pass; the caller commits, then sends `result.messages`.
+
+    Args:
+        heartbeats: the last heartbeat of every agent.
+        progress: the last progress heartbeat (unix time) of each running replica,
+            keyed by (job, attempt, index).
+    """
+    lock_pass(session=session)  # before reading anything the pass decides on
+    now = now or utcnow()
+    result = PassResult()
+    for beat in heartbeats:
+        nodes.record_heartbeat(session=session, beat=beat)
+    result.lost_nodes = watchdog.reap_lost_nodes(session=session, settings=settings, now=now)
+    watchdog.reconcile_heartbeats(session=session, heartbeats=heartbeats)
+    watchdog.note_progress(session=session, progress=progress or {})
+    watchdog.find_hung(session=session, settings=settings, now=now)
+    watchdog.enforce_deadlines(session=session, now=now)
+    # Cron schedules fire before settling, so a `replace` cancel is acted on in this pass.
+    firing.fire_due_schedules(session=session, settings=settings, now=now)
+    promotion.decide_pending(session=session, now=now)
+    for job in gangs.jobs_to_settle(session=session):
+        result.messages.extend(gangs.settle_job(session=session, job=job, now=now))
+    result.messages.extend(_resend_stale_starts(session, now))
+    result.messages.extend(watchdog.clean_up_finished(session=session, now=now))
+    placed_messages, result.placed = _place_queue(session, settings, now)
+    result.messages.extend(placed_messages)
+    return result
+

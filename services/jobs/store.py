@@ -1,0 +1,217 @@
+"""Jobs: create (idempotently), read, list with cursor pagination, cancel."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from services.exceptions import IdempotencyConflict, InvalidJobSpec, InvalidTransition, JobNotFound
+from services.jobs.schemas import JobCreate
+from services.jobs.trainers import check_trainer
+from services.jobs.transitions import transition_job
+from services.models import Job, JobEvent, LogLine, MetricPoint, MetricRollup, Replica
+from services.settings import Settings
+from services.statuses import TERMINAL_STATUSES, JobStatus
+
+SINGLE_REPLICA_STRATEGIES = {"mirrored", "one_device"}
+
+
+def _spec_hash(job_in: JobCreate) -> str:
+    return hashlib.sha256(job_in.model_dump_json().encode()).hexdigest()
+
+
+def check_job_spec(*, job_in: JobCreate, settings: Settings) -> None:
+    """Checks that depend on settings rather than on the schema alone."""
+    check_trainer(job_in.trainer, settings.ALLOWED_ENTRYPOINTS)
+    if job_in.replicas > settings.MAX_REPLICAS:
+        raise InvalidJobSpec(
+            "replicas", f"at most {settings.MAX_REPLICAS} replicas per job; ask for fewer"
+        )
+    if job_in.strategy in SINGLE_REPLICA_STRATEGIES and job_in.replicas != 1:
+        raise InvalidJobSpec(
+            "replicas",
+            f"strategy {job_in.strategy!r} runs one replica; set replicas to 1 or use "
+            "'multi_worker_mirrored'",
+        )
+
+
+def create_job(
+    *, session: Session, project_id: int, job_in: JobCreate, settings: Settings,
+    idempotency_key: str | None = None,
+) -> tuple[Job, bool]:
+    """Store a new queued job, or return the one already stored under `idempotency_key`.
+
+    Returns the job and whether it was created now. The caller commits.
+
+    Raises:
+        InvalidJobSpec: a setting refuses the spec.
+        IdempotencyConflict: the key was used before for a different spec.
+    """
+    check_job_spec(job_in=job_in, settings=settings)
+    spec_hash = _spec_hash(job_in)
+    if idempotency_key is not None:
+        existing = _by_idempotency_key(session, project_id, idempotency_key)
+        if existing is not None:
+            return _replay(existing, spec_hash), False
+    job = Job(
+        project_id=project_id,
+        name=job_in.name,
+        trainer=job_in.trainer,
+        strategy=job_in.strategy,
+        replicas=job_in.replicas,
+        gpus_per_replica=job_in.gpus_per_replica,
+        hyperparameters=job_in.hyperparameters.model_dump(),
+        restart_policy=job_in.restart_policy,
+        max_restarts=job_in.max_restarts,
+        priority=job_in.priority,
+        placement=job_in.placement,
+        active_deadline_seconds=job_in.active_deadline_seconds,
+        ttl_seconds_after_finished=job_in.ttl_seconds_after_finished,
+        idempotency_key=idempotency_key,
+        spec_hash=spec_hash,
+        status=JobStatus.QUEUED,
+        reason="waiting for the scheduler",
+    )
+    try:
+        # A savepoint, so that losing a race on the idempotency key leaves the
+        # outer transaction usable for reading the winner.
+        with session.begin_nested():
+            session.add(job)
+            session.flush()
+            session.add(JobEvent(job_id=job.id, attempt=job.attempt, from_status=None,
+                                 to_status=JobStatus.QUEUED, reason="submitted"))
+            session.flush()
+    except IntegrityError:
+        if idempotency_key is None:
+            raise
+        existing = _by_idempotency_key(session, project_id, idempotency_key)
+        if existing is None:
+            raise
+        return _replay(existing, spec_hash), False
+    return job, True
+
+
+def _by_idempotency_key(session: Session, project_id: int, key: str) -> Job | None:
+    return session.execute(
+        sa.select(Job).where(Job.project_id == project_id, Job.idempotency_key == key)
+    ).scalar_one_or_none()
+
+
+def _replay(existing: Job, spec_hash: str) -> Job:
+    if existing.spec_hash != spec_hash:
+        raise IdempotencyConflict(
+            f"Idempotency-Key already used for job {existing.id} with a different spec; "
+            "use a new key for a new job"
+        )
+    return existing
+
+
+def read_job(*, session: Session, project_id: int, job_id: int) -> Job:
+    """A job of this project (another project's job is 'not found')."""
+    job = session.execute(
+        sa.select(Job).where(Job.id == job_id, Job.project_id == project_id)
+    ).scalar_one_or_none()
+    if job is None:
+        raise JobNotFound(job_id)
+    return job
+
+
+def read_replicas(*, session: Session, job: Job, attempt: int | None = None) -> list[Replica]:
+    """The replicas of one attempt (the current one by default), by index."""
+    return list(session.execute(
+        sa.select(Replica)
+        .where(Replica.job_id == job.id, Replica.attempt == (attempt or job.attempt))
+        .order_by(Replica.index)
+    ).scalars())
+
+
+def read_current_replicas(*, session: Session, jobs: list[Job]) -> dict[int, list[Replica]]:
+    """The replicas of each job's current attempt, by index: one query for a page of jobs."""
+    if not jobs:
+        return {}
+    found: dict[int, list[Replica]] = {job.id: [] for job in jobs}
+    rows = session.execute(
+        sa.select(Replica)
+        .where(sa.tuple_(Replica.job_id, Replica.attempt).in_([(j.id, j.attempt) for j in jobs]))
+        .order_by(Replica.job_id, Replica.index)
+    ).scalars()
+    for replica in rows:
+        found[replica.job_id].append(replica)
+    return found
+
+
+def read_events(*, session: Session, job: Job) -> list[JobEvent]:
+    """The job's status history, oldest first."""
+    return list(session.execute(
+        sa.select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.id)
+    ).scalars())
+
+
+def encode_cursor(job_id: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"before": job_id}).encode()).decode()
+
+
+def decode_cursor(cursor: str) -> int:
+    """The job id a cursor points below; raises ValueError on a malformed cursor."""
+    try:
+        value = json.loads(base64.urlsafe_b64decode(cursor.encode()))["before"]
+    except Exception as exc:  # any garbage is the caller's error, not ours
+        raise ValueError("cursor is not one this API returned") from exc
+    if not isinstance(value, int):
+        raise ValueError("cursor is not one this API returned")
+    return value
+
+
+def list_jobs(
+    *, session: Session, project_id: int, status: JobStatus | None = None,
+    name: str | None = None, before: int | None = None, limit: int = 50,
+    schedule_id: int | None = None,
+) -> tuple[list[Job], int | None]:
+    """Newest first; returns the page and the id to continue below (or None)."""
+    query = sa.select(Job).where(Job.project_id == project_id)
+    if status is not None:
+        query = query.where(Job.status == status)
+    if name:
+        query = query.where(Job.name.contains(name, autoescape=True))
+    if schedule_id is not None:
+        query = query.where(Job.schedule_id == schedule_id)
+    if before is not None:
+        query = query.where(Job.id < before)
+    rows = list(session.execute(query.order_by(Job.id.desc()).limit(limit + 1)).scalars())
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (rows[-1].id if more and rows else None)
+
+
+def request_cancel(*, session: Session, job: Job, reason: str = "cancelled by user") -> Job:
+    """Cancel a job; its replicas are stopped by the scheduler's next pass.
+
+    Raises:
+        InvalidTransition: the job has already finished.
+    """
+    if job.status in TERMINAL_STATUSES:
+        raise InvalidTransition(job.id, job.status, JobStatus.CANCELLED)
+    return transition_job(session=session, job_id=job.id, target=JobStatus.CANCELLED,
+                          reason=reason)
+
+
+def delete_jobs(*, session: Session, job_ids: list[int]) -> None:
+    """Delete jobs with everything they own. The database cascades to replicas and
+    events; metric points, their rollups and log lines carry no foreign key (a per-row
+    check would cost the ingest dearly), so they are deleted here, before the jobs."""
+    if not job_ids:
+        return
+    # The jobs' rows first, FOR UPDATE: an ingest still storing their rows (it holds KEY
+    # SHARE) commits before this goes on, so the deletes below see its rows; a later
+    # ingest waits, then finds no job and stores nothing.
+    session.execute(sa.select(Job.id).where(Job.id.in_(job_ids)).with_for_update())
+    for series in (MetricPoint, MetricRollup, LogLine):
+        session.execute(sa.delete(series).where(series.job_id.in_(job_ids))
+                        .execution_options(synchronize_session=False))
+    session.execute(sa.delete(Job).where(Job.id.in_(job_ids))
+                    .execution_options(synchronize_session=False))

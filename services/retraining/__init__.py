@@ -1,0 +1,1 @@
+"""Retraining: cron schedules, firing them exactly once, promotion of scheduled runs' models."""

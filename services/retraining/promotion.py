@@ -1,0 +1,123 @@
+"""Promotion of scheduled runs' models, and the job history limits of schedules.
+
+When a job a schedule fired has ended, its run record gets a decision: the new
+model is `promoted` only if its metric (replica 0, last value of the current
+attempt) beats the schedule's promoted one (strictly: a tie keeps the old
+model); otherwise `kept`, `no_metric` or `not_eligible` (the job did not succeed).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from services.jobs import store as jobs
+from services.models import Job, MetricPoint, Schedule, ScheduleRun, utcnow
+from services.statuses import TERMINAL_STATUSES, JobStatus
+
+# Metrics reach SQL through a Redis stream, separately from the replica's exit:
+# give a finished job's last points this long to arrive before "no_metric".
+METRIC_GRACE_SECONDS = 60.0
+
+
+def last_metric(*, session: Session, job: Job, name: str) -> float | None:
+    """The last value of metric `name` reported by replica 0 in the job's current attempt."""
+    return session.execute(
+        sa.select(MetricPoint.value).where(
+            MetricPoint.job_id == job.id, MetricPoint.attempt == job.attempt,
+            MetricPoint.replica == 0, MetricPoint.name == name)
+        .order_by(MetricPoint.step.desc(), MetricPoint.id.desc()).limit(1)
+    ).scalar_one_or_none()
+
+
+def is_better(value: float, current: float | None, mode: str) -> bool:
+    """Whether `value` beats the promoted `current` (None: nothing promoted yet)."""
+    if current is None:
+        return True
+    return value > current if mode == "max" else value < current
+
+
+def _decide(session: Session, run: ScheduleRun, job: Job, schedule: Schedule,
+            now: dt.datetime) -> bool:
+    """Record the decision for one ended run; False when it must wait for metrics."""
+    metric = schedule.promote_metric or ""
+    if job.status is not JobStatus.SUCCEEDED:
+        run.decision, run.decision_reason = "not_eligible", f"job {job.status}"
+    else:
+        value = last_metric(session=session, job=job, name=metric)
+        if value is None:
+            finished = job.finished_at or now
+            if (now - finished).total_seconds() < METRIC_GRACE_SECONDS:
+                return False
+            run.decision = "no_metric"
+            run.decision_reason = f"job {job.id} reported no {metric!r} on replica 0"
+        else:
+            run.metric_value = value
+            previous, previous_job = schedule.promoted_value, schedule.promoted_job_id
+            if is_better(value, previous, schedule.promote_mode):
+                schedule.promoted_job_id, schedule.promoted_value = job.id, value
+                run.decision = "promoted"
+                run.decision_reason = (
+                    f"{metric}={value:.6g} is the first promoted value" if previous is None
+                    else f"{metric}={value:.6g} beats job {previous_job}'s {previous:.6g} "
+                         f"({schedule.promote_mode})")
+            else:
+                run.decision = "kept"
+                run.decision_reason = (f"{metric}={value:.6g} does not beat job "
+                                       f"{previous_job}'s {previous:.6g} "
+                                       f"({schedule.promote_mode}); kept job {previous_job}")
+    run.decided_at = now
+    return True
+
+
+def decide_pending(*, session: Session, now: dt.datetime | None = None) -> list[ScheduleRun]:
+    """Decide every pending run whose job has ended; returns the runs decided."""
+    now = now or utcnow()
+    rows = session.execute(
+        sa.select(ScheduleRun, Job).join(Job, Job.id == ScheduleRun.job_id)
+        .where(ScheduleRun.decision == "pending", Job.status.in_(TERMINAL_STATUSES))
+        .order_by(Job.finished_at, Job.id)
+    ).all()
+    decided = []
+    # A job deleted before its decision (a TTL, a history limit) leaves nothing to judge.
+    for run in session.execute(sa.select(ScheduleRun).where(
+            ScheduleRun.decision == "pending", ScheduleRun.job_id.is_(None))).scalars():
+        run.decision, run.decision_reason, run.decided_at = "not_eligible", "job deleted", now
+        decided.append(run)
+    for run, job in rows:
+        # Lock the schedule: two decisions of one schedule compare against one value.
+        schedule = session.execute(
+            sa.select(Schedule).where(Schedule.id == run.schedule_id)
+            .with_for_update(of=Schedule).execution_options(populate_existing=True)
+        ).scalar_one()
+        if not schedule.promote_metric:
+            run.decision, run.decision_reason = None, "promotion was turned off"
+            continue
+        if _decide(session, run, job, schedule, now):
+            decided.append(run)
+    session.flush()
+    return decided
+
+
+def prune_history(*, session: Session, schedule: Schedule) -> list[int]:
+    """Delete the schedule's oldest ended jobs beyond its history limits (Kubernetes
+    CronJob's successful/failed history limits). The promoted job, active jobs and
+    jobs awaiting a promotion decision are kept; run records stay. Returns deleted ids."""
+    limits = ((schedule.successful_jobs_history_limit, [JobStatus.SUCCEEDED]),
+              (schedule.failed_jobs_history_limit, [JobStatus.FAILED, JobStatus.CANCELLED]))
+    pending = sa.select(ScheduleRun.job_id).where(ScheduleRun.schedule_id == schedule.id,
+                                                  ScheduleRun.decision == "pending",
+                                                  ScheduleRun.job_id.is_not(None))
+    deleted: list[int] = []
+    for limit, statuses in limits:
+        if limit is None:
+            continue
+        ended = list(session.execute(
+            sa.select(Job).where(Job.schedule_id == schedule.id, Job.status.in_(statuses),
+                                 Job.id.not_in(pending)).order_by(Job.id.desc())
+        ).scalars())
+        deleted += [job.id for job in ended[limit:] if job.id != schedule.promoted_job_id]
+    jobs.delete_jobs(session=session, job_ids=deleted)
+    return deleted

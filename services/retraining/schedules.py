@@ -1,0 +1,208 @@
+"""Retraining schedules: create, read, list, update, pause/resume, delete, and the promoted model.
+
+Firing lives in services/retraining/firing.py, promotion decisions in
+services/retraining/promotion.py.
+Service functions only add and flush; the caller commits.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from services.exceptions import InvalidJobSpec, NoPromotedModel, ScheduleConflict, ScheduleNotFound
+from services.jobs.schemas import JobCreate
+from services.jobs.store import check_job_spec
+from services.models import Job, Replica, Schedule, ScheduleRun, utcnow
+from services.retraining.cron import Timing
+from services.retraining.schemas import (
+    PromotedModel,
+    Promotion,
+    ScheduleCreate,
+    ScheduleRead,
+    ScheduleRunRead,
+    ScheduleUpdate,
+)
+from services.settings import Settings
+
+
+def _check_template(job_in: JobCreate, settings: Settings) -> None:
+    try:
+        check_job_spec(job_in=job_in, settings=settings)
+    except InvalidJobSpec as exc:
+        raise InvalidJobSpec(f"job.{exc.field}", exc.message) from exc
+
+
+def timing_of(schedule: Schedule) -> Timing:
+    """When `schedule` fires; intervals count from its creation."""
+    return Timing(cron=schedule.cron, interval_seconds=schedule.interval_seconds,
+                  timezone=schedule.timezone, anchor=schedule.created_at)
+
+
+def create_schedule(*, session: Session, project_id: int, schedule_in: ScheduleCreate,
+                    settings: Settings, now: dt.datetime | None = None) -> Schedule:
+    """Store a schedule; its first fire time is the first one after now.
+
+    Raises:
+        InvalidJobSpec: a setting refuses the job template (the same checks as a submit).
+        ScheduleConflict: the project already has a schedule of that name.
+    """
+    now = now or utcnow()
+    _check_template(schedule_in.job, settings)
+    promote = schedule_in.promote
+    schedule = Schedule(
+        project_id=project_id, name=schedule_in.name,
+        job_template=schedule_in.job.model_dump(mode="json"),
+        cron=schedule_in.cron, interval_seconds=schedule_in.interval_seconds,
+        timezone=schedule_in.timezone, concurrency_policy=schedule_in.concurrency_policy,
+        starting_deadline_seconds=schedule_in.starting_deadline_seconds,
+        successful_jobs_history_limit=schedule_in.successful_jobs_history_limit,
+        failed_jobs_history_limit=schedule_in.failed_jobs_history_limit,
+        paused=schedule_in.paused, last_outcome="",
+        promote_metric=promote.metric if promote else None,
+        promote_mode=promote.mode if promote else "max",
+        created_at=now, updated_at=now,
+    )
+    schedule.next_fire_at = timing_of(schedule).next_after(now)
+    try:
+        # A savepoint: a duplicate name must leave the caller's transaction usable.
+        with session.begin_nested():
+            session.add(schedule)
+            session.flush()
+    except IntegrityError as exc:
+        raise ScheduleConflict("name", f"a schedule named {schedule_in.name!r} exists; "
+                               "pick another name or update that one") from exc
+    return schedule
+
+
+def read_schedule(*, session: Session, project_id: int, schedule_id: int,
+                  lock: bool = False) -> Schedule:
+    """A schedule of this project (another project's is 'not found')."""
+    query = sa.select(Schedule).where(Schedule.id == schedule_id,
+                                      Schedule.project_id == project_id)
+    if lock:
+        query = query.with_for_update(of=Schedule).execution_options(populate_existing=True)
+    schedule = session.execute(query).scalar_one_or_none()
+    if schedule is None:
+        raise ScheduleNotFound(schedule_id)
+    return schedule
+
+
+def list_schedules(*, session: Session, project_id: int) -> list[Schedule]:
+    """The project's schedules, by name."""
+    return list(session.execute(
+        sa.select(Schedule).where(Schedule.project_id == project_id).order_by(Schedule.name)
+    ).scalars())
+
+
+def update_schedule(*, session: Session, schedule: Schedule, schedule_in: ScheduleUpdate,
+                    settings: Settings, now: dt.datetime | None = None) -> Schedule:
+    """Replace the fields given; a new timing takes effect from now."""
+    now = now or utcnow()
+    given = schedule_in.model_fields_set
+    if "job" in given and schedule_in.job is not None:
+        _check_template(schedule_in.job, settings)
+        schedule.job_template = schedule_in.job.model_dump(mode="json")
+    if schedule_in.cron is not None:
+        schedule.cron, schedule.interval_seconds = schedule_in.cron, None
+    if schedule_in.interval_seconds is not None:
+        schedule.cron, schedule.interval_seconds = None, schedule_in.interval_seconds
+        schedule.created_at = now  # a new interval counts from now
+    for name in ("timezone", "concurrency_policy"):
+        if getattr(schedule_in, name) is not None:
+            setattr(schedule, name, getattr(schedule_in, name))
+    # These may be set back to "none" with an explicit null.
+    for name in ("starting_deadline_seconds", "successful_jobs_history_limit",
+                 "failed_jobs_history_limit"):
+        if name in given:
+            setattr(schedule, name, getattr(schedule_in, name))
+    if "promote" in given:
+        promote = schedule_in.promote
+        schedule.promote_metric = promote.metric if promote else None
+        schedule.promote_mode = promote.mode if promote else "max"
+    if given & {"cron", "interval_seconds", "timezone"} and not schedule.paused:
+        schedule.next_fire_at = timing_of(schedule).next_after(now)
+    schedule.updated_at = now
+    session.flush()
+    return schedule
+
+
+def pause_schedule(*, session: Session, schedule: Schedule) -> Schedule:
+    """Stop firing; runs due while paused are not made up later."""
+    schedule.paused = True
+    schedule.next_fire_at = None
+    session.flush()
+    return schedule
+
+
+def resume_schedule(*, session: Session, schedule: Schedule,
+                    now: dt.datetime | None = None) -> Schedule:
+    """Fire again from the first fire time after now."""
+    if schedule.paused:
+        schedule.paused = False
+        schedule.next_fire_at = timing_of(schedule).next_after(now or utcnow())
+        session.flush()
+    return schedule
+
+
+def delete_schedule(*, session: Session, schedule: Schedule) -> None:
+    """Delete a schedule and its run records; its jobs stay (their schedule_id becomes null)."""
+    session.delete(schedule)
+    session.flush()
+
+
+def read_runs(*, session: Session, schedule: Schedule, limit: int = 20) -> list[ScheduleRun]:
+    """The schedule's most recent run records, newest first."""
+    return list(session.execute(
+        sa.select(ScheduleRun).where(ScheduleRun.schedule_id == schedule.id)
+        .order_by(ScheduleRun.scheduled_for.desc(), ScheduleRun.id.desc()).limit(limit)
+    ).scalars())
+
+
+def to_read(*, session: Session, schedule: Schedule, runs: int = 20) -> ScheduleRead:
+    """The API view of a schedule, with its recent runs."""
+    promote = (Promotion(metric=schedule.promote_metric, mode=schedule.promote_mode)  # type: ignore[arg-type]
+               if schedule.promote_metric else None)
+    return ScheduleRead(
+        id=schedule.id, project=schedule.project.name, name=schedule.name,
+        job=dict(schedule.job_template), cron=schedule.cron,
+        interval_seconds=schedule.interval_seconds, timezone=schedule.timezone,
+        concurrency_policy=schedule.concurrency_policy,
+        starting_deadline_seconds=schedule.starting_deadline_seconds,
+        successful_jobs_history_limit=schedule.successful_jobs_history_limit,
+        failed_jobs_history_limit=schedule.failed_jobs_history_limit,
+        promote=promote, paused=schedule.paused, next_fire_at=schedule.next_fire_at,
+        last_fired_at=schedule.last_fired_at, last_outcome=schedule.last_outcome,
+        promoted_job_id=schedule.promoted_job_id, promoted_value=schedule.promoted_value,
+        created_at=schedule.created_at,
+        recent_runs=[ScheduleRunRead.model_validate(r)
+                     for r in read_runs(session=session, schedule=schedule, limit=runs)],
+    )
+
+
+def read_promoted_model(*, session: Session, schedule: Schedule) -> PromotedModel:
+    """The promoted model: its job, metric value, and the chief's node and model path.
+
+    Raises:
+        NoPromotedModel: nothing is promoted yet.
+    """
+    job = session.get(Job, schedule.promoted_job_id) if schedule.promoted_job_id else None
+    if job is None or schedule.promoted_value is None:
+        raise NoPromotedModel(schedule.id)
+    chief = session.execute(
+        sa.select(Replica).where(Replica.job_id == job.id, Replica.attempt == job.attempt,
+                                 Replica.index == 0)
+    ).scalar_one_or_none()
+    decided = session.execute(
+        sa.select(ScheduleRun.decided_at).where(ScheduleRun.schedule_id == schedule.id,
+                                                ScheduleRun.job_id == job.id)
+    ).scalar_one_or_none()
+    return PromotedModel(
+        schedule_id=schedule.id, job_id=job.id, metric=schedule.promote_metric or "",
+        mode=schedule.promote_mode, value=schedule.promoted_value,
+        node_id=chief.node_id if chief else "", path=f"jobs/{job.id}/model",
+        promoted_at=decided,
+    )

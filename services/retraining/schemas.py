@@ -1,0 +1,165 @@
+"""Pydantic I/O schemas of retraining schedules: create, update, read, runs, promoted model."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+
+from services.jobs.schemas import JobCreate
+from services.retraining.cron import InvalidCron, load_zone, parse_cron
+
+ConcurrencyPolicy = Literal["allow", "forbid", "replace"]
+_NAME = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
+_METRIC = re.compile(r"^[A-Za-z_][\w./-]{0,63}$")
+MAX_INTERVAL = 366 * 24 * 3600
+
+
+class Promotion(BaseModel):
+    """Promote a run's model only when its metric beats the promoted one's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str = Field("eval_accuracy", description="metric name, replica 0, last value")
+    mode: Literal["max", "min"] = Field("max", description="max: higher is better")
+
+    @field_validator("metric")
+    @classmethod
+    def _metric_name(cls, value: str) -> str:
+        if not _METRIC.fullmatch(value):
+            raise ValueError("use a metric name such as 'eval_accuracy'")
+        return value
+
+
+def _check_cron(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return parse_cron(value).expression
+    except InvalidCron as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def _check_zone(value: str) -> str:
+    try:
+        load_zone(value)
+    except InvalidCron as exc:
+        raise ValueError(str(exc)) from exc
+    return value
+
+
+class _Timing(BaseModel):
+    cron: str | None = Field(None, max_length=128,
+                             description="5 fields, or 6 with seconds first")
+    interval_seconds: StrictInt | None = Field(None, ge=1, le=MAX_INTERVAL)
+    timezone: str | None = Field(None, max_length=64, description="IANA zone, e.g. Europe/Berlin")
+    concurrency_policy: ConcurrencyPolicy | None = None
+    starting_deadline_seconds: StrictInt | None = Field(None, ge=1, le=MAX_INTERVAL)
+    successful_jobs_history_limit: StrictInt | None = Field(None, ge=0, le=10_000)
+    failed_jobs_history_limit: StrictInt | None = Field(None, ge=0, le=10_000)
+    promote: Promotion | None = None
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        return _check_cron(value)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str | None) -> str | None:
+        return None if value is None else _check_zone(value)
+
+
+class ScheduleCreate(_Timing):
+    """`POST /api/v1/schedules`: a job template fired on a cron expression or an interval."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64)
+    job: JobCreate = Field(description="the same spec as POST /api/v1/jobs")
+    timezone: str = Field("UTC", max_length=64, description="IANA zone, e.g. Europe/Berlin")
+    concurrency_policy: ConcurrencyPolicy = "allow"
+    paused: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name_chars(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError("start with a letter or digit; then letters, digits, '.', '_', '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _one_timing(self) -> ScheduleCreate:
+        if (self.cron is None) == (self.interval_seconds is None):
+            raise ValueError("give exactly one of 'cron' and 'interval_seconds'")
+        return self
+
+
+class ScheduleUpdate(_Timing):
+    """`PATCH /api/v1/schedules/{id}`: the fields given replace the stored ones."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job: JobCreate | None = None
+
+    @model_validator(mode="after")
+    def _one_timing(self) -> ScheduleUpdate:
+        if self.cron is not None and self.interval_seconds is not None:
+            raise ValueError("give at most one of 'cron' and 'interval_seconds'")
+        return self
+
+
+class ScheduleRunRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    scheduled_for: dt.datetime
+    job_id: int | None
+    outcome: str
+    reason: str
+    decision: str | None
+    metric_value: float | None
+    decision_reason: str
+    created_at: dt.datetime
+    decided_at: dt.datetime | None
+
+
+class ScheduleRead(BaseModel):
+    id: int
+    project: str
+    name: str
+    job: dict[str, object]
+    cron: str | None
+    interval_seconds: int | None
+    timezone: str
+    concurrency_policy: str
+    starting_deadline_seconds: int | None
+    successful_jobs_history_limit: int | None
+    failed_jobs_history_limit: int | None
+    promote: Promotion | None
+    paused: bool
+    next_fire_at: dt.datetime | None
+    last_fired_at: dt.datetime | None
+    last_outcome: str
+    promoted_job_id: int | None
+    promoted_value: float | None
+    created_at: dt.datetime
+    recent_runs: list[ScheduleRunRead] = Field(default_factory=list)
+
+
+class ScheduleList(BaseModel):
+    items: list[ScheduleRead]
+
+
+class PromotedModel(BaseModel):
+    """Where the promoted model of a schedule is: the chief's node and its path there."""
+
+    schedule_id: int
+    job_id: int
+    metric: str
+    mode: str
+    value: float
+    node_id: str
+    path: str = Field(description="on node_id, under its DATA_DIR: jobs/<id>/model")
+    promoted_at: dt.datetime | None

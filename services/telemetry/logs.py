@@ -1,0 +1,109 @@
+"""Replica logs: the `cohort:logs` stream protocol, storing lines once, reading them back.
+
+Agents tail each replica's log file and append batches to `cohort:logs`; the scheduler
+leader stores them here, so logs outlive the replica's files and node. Protocol: every
+stream entry has one field `data`, a JSON object
+`{"job_id": int, "attempt": int, "replica": int, "lines": [[seq, ts, line], ...]}`
+with `seq` the 1-based line number in that replica's log file and `ts` the unix time
+the agent read it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from services.models import LogLine
+from services.telemetry.metrics import current_attempts, int_in_range, newest_id
+
+MAX_LINE = 4000  # characters kept of one line; a progress bar without newlines stays bounded
+
+
+def parse_log_batch(raw: str | bytes) -> list[dict[str, Any]]:
+    """Rows from one stream entry; malformed lines are dropped, not fatal; a malformed
+    entry or head raises ValueError (the caller drops the whole entry)."""
+    # Strict JSON and UTF-8 (orjson refuses lone surrogates, which no SQL text can hold),
+    # and integers within the columns: an entry SQL would refuse must be dropped here, or
+    # its retries would stall the ingest for every job.
+    batch = orjson.loads(raw)
+    head = {"job_id": int_in_range(batch["job_id"]), "attempt": int_in_range(batch["attempt"]),
+            "replica": int_in_range(batch["replica"])}
+    rows = []
+    for item in batch.get("lines", []):
+        try:
+            seq, ts, line = item
+            row = {**head, "seq": int_in_range(seq), "ts": float(ts),
+                   "line": str(line)[:MAX_LINE].replace("\x00", "")}
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(row["ts"]):
+            rows.append(row)
+    return rows
+
+
+def insert_lines(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Insert log rows once per `(job, attempt, replica, seq)`, skipping unknown jobs.
+    Returns the new rows with their ids."""
+    rows = list(rows)
+    if not rows:
+        return []
+    # Any attempt's lines are kept (a failed attempt's output explains the failure).
+    known = current_attempts(session=session, job_ids={row["job_id"] for row in rows})
+    unique: dict[tuple[int, int, int, int], dict[str, Any]] = {}
+    for row in rows:
+        if row["job_id"] in known:
+            unique.setdefault((row["job_id"], row["attempt"], row["replica"], row["seq"]), row)
+    if not unique:
+        return []
+    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" \
+        else sqlite.insert
+    table = LogLine.__table__
+    statement = insert(table).on_conflict_do_nothing(
+        index_elements=["job_id", "attempt", "replica", "seq"]).returning(*table.c)
+    values = list(unique.values())
+    inserted: list[dict[str, Any]] = []
+    connection = session.connection()
+    for start in range(0, len(values), 2000):
+        inserted.extend(dict(r) for r in
+                        connection.execute(statement, values[start:start + 2000]).mappings())
+    return inserted
+
+
+def read_logs(
+    *, session: Session, job_id: int, replica: int | None = None, attempt: int | None = None,
+    tail: int | None = None, limit: int = 10_000,
+) -> list[LogLine]:
+    """Lines of one job, oldest first; `tail` keeps the last n of them."""
+    query = sa.select(LogLine).where(LogLine.job_id == job_id)
+    if replica is not None:
+        query = query.where(LogLine.replica == replica)
+    if attempt is not None:
+        query = query.where(LogLine.attempt == attempt)
+    # Reading order: per attempt, as the agents read the lines (a replica's own lines
+    # keep their file order: their ts never decreases).
+    order = (LogLine.attempt, LogLine.ts, LogLine.replica, LogLine.seq)
+    if tail is not None:
+        newest = query.order_by(*(c.desc() for c in order)).limit(min(tail, limit))
+        return list(reversed(session.execute(newest).scalars().all()))
+    query = query.order_by(*order)
+    return list(session.execute(query.limit(limit)).scalars())
+
+
+def read_lines_after(
+    *, session: Session, job_id: int, after_id: int, limit: int = 5000,
+) -> list[LogLine]:
+    """Lines of one job stored after id `after_id`, in id order (how live streams page)."""
+    query = (sa.select(LogLine).where(LogLine.job_id == job_id, LogLine.id > after_id)
+             .order_by(LogLine.id).limit(limit))
+    return list(session.execute(query).scalars())
+
+
+def newest_line_id(*, session: Session, job_id: int, before: int | None = None) -> int:
+    """The id of the job's newest stored line (below `before`, if given; 0 if none)."""
+    return newest_id(session, LogLine, job_id, before)

@@ -1,0 +1,78 @@
+"""The service's own Prometheus figures, read from SQL (and Redis counters) at scrape time.
+
+The api may run as several processes and the ingest runs in the scheduler, so nothing
+here counts in process memory: gauges come from SQL when Prometheus scrapes, and the
+ingest counters from the Redis hash the ingester increments (services/telemetry/live.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+import sqlalchemy as sa
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+from prometheus_client.registry import Collector
+
+from services.db import session_scope
+from services.models import Job, Replica
+from services.statuses import TERMINAL_REPLICA_STATUSES, JobStatus
+from services.telemetry import live
+
+WAIT_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
+
+
+def wait_histogram(waits: list[float]) -> tuple[list[tuple[str, float]], float]:
+    """Cumulative Prometheus buckets and the sum for submission-to-running waits."""
+    buckets = [(str(float(b)), float(sum(1 for w in waits if w <= b))) for b in WAIT_BUCKETS]
+    buckets.append(("+Inf", float(len(waits))))
+    return buckets, float(sum(waits))
+
+
+class ServiceCollector(Collector):
+    """Jobs by status, queue depth, time to running, replicas by node, rows ingested."""
+
+    def __init__(self, redis_client: Any) -> None:
+        self.redis_client = redis_client
+
+    def collect(self) -> Iterator[Any]:
+        with session_scope() as session:
+            by_status = dict(session.execute(
+                sa.select(Job.status, sa.func.count()).group_by(Job.status)).all())
+            started = session.execute(sa.select(Job.created_at, Job.started_at)
+                                      .where(Job.started_at.is_not(None))).all()
+            replicas = session.execute(
+                sa.select(Replica.node_id, Replica.status, sa.func.count())
+                .where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
+                .group_by(Replica.node_id, Replica.status)).all()
+        jobs = GaugeMetricFamily("cohort_jobs", "Jobs by status.", labels=["status"])
+        for status in JobStatus:
+            jobs.add_metric([status.value], by_status.get(status, 0))
+        yield jobs
+        yield GaugeMetricFamily("cohort_queue_depth", "Jobs waiting to be placed.",
+                                value=by_status.get(JobStatus.QUEUED, 0)
+                                + by_status.get(JobStatus.RESTARTING, 0))
+        buckets, total = wait_histogram(
+            [(s - c).total_seconds() for c, s in started])
+        yield HistogramMetricFamily("cohort_job_wait_seconds",
+                                    "Time from submission to running, per job.",
+                                    buckets=buckets, sum_value=total)
+        by_node = GaugeMetricFamily("cohort_replicas", "Live replicas by node and status.",
+                                    labels=["node", "status"])
+        for node_id, status, count in replicas:
+            by_node.add_metric([node_id, str(status)], count)
+        yield by_node
+        ingested = CounterMetricFamily("cohort_ingested_rows", "Rows stored by the ingester.",
+                                       labels=["kind"])
+        try:
+            stats = live.read_stats(self.redis_client)
+        except redis.RedisError:
+            stats = {}
+        for kind in ("metric", "log"):
+            ingested.add_metric([kind], stats.get(f"{kind}_rows", 0))
+        yield ingested

@@ -1,0 +1,255 @@
+"""The node agent: heartbeats, starts and stops replica processes, reports their exits.
+
+One agent per machine. It consumes only its own Celery queue (`node.<id>`), with a
+thread pool so that tasks run in this process, next to the processes they start.
+It talks to the control plane through Redis alone (no SQL credentials).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from services.settings import Settings, get_settings
+from services.wire.bus import (
+    NODES_HASH,
+    attempt_key,
+    claim_key,
+    get_redis,
+    node_queue,
+    publish_event,
+)
+from workers.node import gpus, ports
+from workers.node.launcher import ReplicaKey, ReplicaProcess, job_dir, spawn, stop_group, tail
+from workers.node.logship import LogShipper
+
+log = logging.getLogger("cohort.agent")
+
+# How long exit codes stay in the heartbeat (for exits whose event Redis lost).
+EXITED_MEMORY = 600.0
+# A replica refused because another process holds its port: outside the
+# program's control, so worth another attempt (services/exit_codes.py), on
+# which placement skips the ports this node reported busy.
+PORT_TAKEN_EXIT = 138
+
+_agent: Agent | None = None
+
+
+def current_agent() -> Agent:
+    """The agent of this process (set by run_agent before the worker consumes)."""
+    if _agent is None:
+        raise RuntimeError("no agent in this process: start it with `cohort agent`")
+    return _agent
+
+
+def exit_code_of(returncode: int) -> int:
+    """Popen's -N for 'killed by signal N' as the shell's 128+N (137 = SIGKILL)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class Agent:
+    """Supervises the replica processes of one node."""
+
+    def __init__(self, settings: Settings, client: redis.Redis) -> None:
+        self.settings = settings
+        self.redis = client
+        self.node_id = settings.node_id
+        self.data_dir: Path = settings.data_dir
+        self.processes: dict[ReplicaKey, ReplicaProcess] = {}
+        self.started: set[ReplicaKey] = set()  # every key ever started here
+        self.exited: dict[ReplicaKey, tuple[int, float]] = {}  # recent exits: code, when
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.gpu_ids = gpus.node_gpu_ids(settings.NODE_GPUS, gpus.discover_gpus())
+
+    # -- tasks -------------------------------------------------------------
+    def start_replica(self, payload: dict[str, Any]) -> None:
+        """Start a replica once; a redelivered or repeated message is ignored."""
+        key = ReplicaKey.from_payload(payload)
+        with self.lock:
+            if key in self.started or self.stopping.is_set():
+                log.info("ignoring start of %s: already started here", key)
+                return
+            if not self._may_start(key):
+                return
+            self.started.add(key)
+            refused = ports.port_problem(int(payload["port"])) if payload.get("port") else None
+            if refused is None:
+                process = spawn(payload, self.data_dir, self.settings.redis_url)
+                self.processes[key] = process
+        if refused is not None:
+            self._refuse(key, refused)
+            return
+        log.info("started %s as pid %d", key, process.popen.pid)
+        shipper = LogShipper(self.redis, key, process.log_path)
+        shipper.start()
+        publish_event(self.redis, "replica_started", node_id=self.node_id,
+                      job_id=key.job_id, attempt=key.attempt, index=key.index,
+                      pid=process.popen.pid, ts=time.time())
+        threading.Thread(target=self._watch, args=(process, shipper), daemon=True,
+                         name=f"watch-{key.job_id}-{key.attempt}-{key.index}").start()
+
+    def _refuse(self, key: ReplicaKey, why: str) -> None:
+        """Report a replica that could not be started here, with the reason for a person."""
+        log.error("not starting %s: %s", key, why)
+        with self.lock:
+            self.exited[key] = (PORT_TAKEN_EXIT, time.time())
+        publish_event(self.redis, "replica_exited", node_id=self.node_id, job_id=key.job_id,
+                      attempt=key.attempt, index=key.index, exit_code=PORT_TAKEN_EXIT,
+                      log_tail=f"cohort agent on {self.node_id}: {why}; replica not started",
+                      ts=time.time(), never_started=True)
+
+    def _may_start(self, key: ReplicaKey) -> bool:
+        """Fencing for at-least-once delivery: no stale attempt, never two processes."""
+        current = self.redis.get(attempt_key(key.job_id))
+        if current is not None and int(current) != key.attempt:
+            log.info("ignoring start of %s: attempt %s is current", key, current)
+            return False
+        # Compare-and-set on the replica's claim: whichever delivery gets here
+        # first (on any node) starts it; every other copy of the message is ignored.
+        if not self.redis.set(claim_key(key.job_id, key.attempt, key.index), self.node_id,
+                              nx=True, ex=30 * 86400):
+            log.info("ignoring start of %s: already claimed", key)
+            return False
+        return True
+
+    def cleanup_job(self, job_id: int) -> None:
+        """Remove a finished job's scratch files here; its logs and saved model stay."""
+        directory = job_dir(self.data_dir, job_id)
+        for name in ("backup", "tmp"):
+            shutil.rmtree(directory / name, ignore_errors=True)
+        log.info("cleaned up scratch files of job %d", job_id)
+
+    def stop_replica(self, job_id: int, attempt: int, index: int, grace: float) -> None:
+        """Stop a replica if it runs here; stopping an unknown one is not an error."""
+        key = ReplicaKey(job_id, attempt, index)
+        with self.lock:
+            self.started.add(key)  # a late start message must not start it after this
+            process = self.processes.get(key)
+        if process is None:
+            # Nothing runs: say so, so the control plane can settle the replica.
+            publish_event(self.redis, "replica_exited", node_id=self.node_id, job_id=job_id,
+                          attempt=attempt, index=index, exit_code=143, log_tail="",
+                          ts=time.time(), never_started=True)
+            return
+        stop_group(process, grace)
+
+    # -- supervision -------------------------------------------------------
+    def _watch(self, process: ReplicaProcess, shipper: LogShipper | None = None) -> None:
+        returncode = process.popen.wait()
+        if shipper is not None:
+            shipper.finish()  # the last lines go out before the exit is reported
+        code = exit_code_of(returncode)
+        key = process.key
+        with self.lock:
+            self.processes.pop(key, None)
+        log.info("%s exited with %d", key, code)
+        with self.lock:
+            self.exited[key] = (code, time.time())
+        self._publish_until_sent("replica_exited", node_id=self.node_id, job_id=key.job_id,
+                                 attempt=key.attempt, index=key.index, exit_code=code,
+                                 log_tail=tail(process.log_path), ts=time.time())
+
+    def _publish_until_sent(self, kind: str, **fields: Any) -> None:
+        # An exit must reach the scheduler even across a Redis restart; the
+        # heartbeat's `exited` list covers the case where this still fails.
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                publish_event(self.redis, kind, **fields)
+                return
+            except redis.RedisError as exc:
+                if time.monotonic() > deadline:
+                    log.error("could not report %s %s: %s", kind, fields.get("job_id"), exc)
+                    return
+                time.sleep(1.0)
+
+    def heartbeat(self) -> None:
+        """Publish this node's address, capacity and running replicas."""
+        now = time.time()
+        with self.lock:
+            running = [[k.job_id, k.attempt, k.index] for k in self.processes]
+            for key in [k for k, (_, at) in self.exited.items() if now - at > EXITED_MEMORY]:
+                del self.exited[key]
+            exited = [[k.job_id, k.attempt, k.index, code]
+                      for k, (code, _) in self.exited.items()]
+        beat = {"node_id": self.node_id, "address": self.settings.NODE_ADDRESS,
+                "slots": self.settings.NODE_SLOTS, "gpus": len(self.gpu_ids),
+                "ts": now, "replicas": running, "exited": exited, "gpu_ids": self.gpu_ids,
+                "busy_ports": sorted(ports.listening_ports(self.settings.PORT_RANGE_START,
+                                                           self.settings.PORT_RANGE_END)),
+                "port_space": ports.port_space()}
+        self.redis.hset(NODES_HASH, self.node_id, json.dumps(beat))
+
+    def heartbeat_loop(self) -> None:
+        last_ok = time.monotonic()
+        while not self.stopping.is_set():
+            try:
+                self.heartbeat()
+                last_ok = time.monotonic()
+            except redis.RedisError as exc:
+                log.warning("heartbeat failed: %s", exc)
+                if time.monotonic() - last_ok > self.settings.AGENT_LEASE:
+                    self.fence()
+            self.stopping.wait(self.settings.HEARTBEAT_INTERVAL)
+
+    def fence(self) -> None:
+        """Out of touch past the lease: stop every replica before the control plane
+        declares this node lost and places the gang elsewhere (never two copies)."""
+        with self.lock:
+            processes = [p for p in self.processes.values() if not p.stop_requested.is_set()]
+        if processes:
+            log.error("no contact with the control plane for %.0fs: stopping %d replicas",
+                      self.settings.AGENT_LEASE, len(processes))
+        for process in processes:
+            threading.Thread(target=stop_group, args=(process, self.settings.STOP_GRACE),
+                             daemon=True).start()
+
+    def shutdown(self, grace: float = 5.0) -> None:
+        """Stop every replica of this node (the agent is going away)."""
+        self.stopping.set()
+        with self.lock:
+            processes = list(self.processes.values())
+        threads = [threading.Thread(target=stop_group, args=(p, grace)) for p in processes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        try:
+            self.redis.hdel(NODES_HASH, self.node_id)
+        except redis.RedisError:
+            pass
+
+
+def run_agent(settings: Settings | None = None) -> None:
+    """Run this machine's agent until it is told to stop (SIGTERM / Ctrl-C)."""
+    global _agent
+    settings = settings or get_settings()
+    from workers.celery_app import app
+
+    agent = Agent(settings, get_redis())
+    _agent = agent
+    agent.heartbeat()
+    threading.Thread(target=agent.heartbeat_loop, daemon=True, name="heartbeat").start()
+    log.info("agent %s at %s with %d slots, GPUs %s, queue %s", agent.node_id,
+             settings.NODE_ADDRESS, settings.NODE_SLOTS, agent.gpu_ids or "none",
+             node_queue(agent.node_id))
+    overlap = ports.check_range(settings.PORT_RANGE_START, settings.PORT_RANGE_END)
+    if overlap:
+        log.warning("%s", overlap)
+    worker = app.Worker(
+        hostname=f"agent@{agent.node_id}", queues=[node_queue(agent.node_id)],
+        pool="threads", concurrency=4, loglevel="WARNING",
+        without_heartbeat=True, without_mingle=True, without_gossip=True,
+    )
+    try:
+        worker.start()
+    finally:
+        agent.shutdown()

@@ -1,0 +1,274 @@
+"""One training replica: `python -m workers.replica.runner`, spawned by the node agent.
+
+Reads its job from `COHORT_REPLICA` (and `TF_CONFIG` for multi-worker jobs),
+builds the tf.distribute strategy, runs the trainer with a `TrainerContext`
+and reports the trainer's final metrics to the `cohort:metrics` stream.
+
+Exit codes: 0 success, 1 the trainer failed, 2 bad configuration or unknown
+trainer, 143 terminated by SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from workers.replica.callbacks import MetricReporter, announce, warn
+from workers.replica.resources import ResourceSampler
+from workers.replica.trainers import (
+    TrainerContext,
+    UnknownTrainerError,
+    load_trainer,
+    parse_trainer_name,
+)
+
+# Keras 3's model.fit breaks under MultiWorkerMirroredStrategy. Nothing above
+# imports tensorflow (it is imported lazily), so this still comes first.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell would report
+
+STRATEGIES = ("multi_worker_mirrored", "mirrored", "one_device")
+
+# After SIGTERM, how long the main thread gets to unwind before the watchdog
+# flushes what it can and exits (the main thread may be stuck inside a
+# TensorFlow collective waiting for a dead peer, where Python handlers never run).
+TERMINATION_GRACE = 5.0
+
+
+class ConfigError(ValueError):
+    """COHORT_REPLICA or another required variable is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    """The parsed COHORT_REPLICA."""
+
+    job_id: int
+    attempt: int
+    index: int
+    replicas: int
+    trainer: str
+    strategy: str
+    job_dir: Path
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+
+
+def _int(data: Mapping[str, Any], key: str, minimum: int) -> int:
+    value = data.get(key)
+    # bool is an int in Python but never a valid id or count here.
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"{key!r} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def parse_config(raw: str | None) -> ReplicaConfig:
+    """Parse and validate the COHORT_REPLICA JSON."""
+    if not raw:
+        raise ConfigError("COHORT_REPLICA is not set")
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"COHORT_REPLICA is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError("COHORT_REPLICA must be a JSON object")
+    replicas = _int(data, "replicas", 1)
+    index = _int(data, "index", 0)
+    if index >= replicas:
+        raise ConfigError(f"'index' {index} is out of range for {replicas} replicas")
+    trainer, strategy = data.get("trainer"), data.get("strategy")
+    if not isinstance(trainer, str) or not trainer:
+        raise ConfigError(f"'trainer' must be a non-empty string, got {trainer!r}")
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"'strategy' must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    hyperparameters = data.get("hyperparameters") or {}
+    if not isinstance(hyperparameters, dict):
+        raise ConfigError(f"'hyperparameters' must be an object, got {hyperparameters!r}")
+    job_dir = data.get("job_dir")
+    if not isinstance(job_dir, str) or not Path(job_dir).is_absolute():
+        raise ConfigError(f"'job_dir' must be an absolute path, got {job_dir!r}")
+    return ReplicaConfig(
+        job_id=_int(data, "job_id", 0),
+        attempt=_int(data, "attempt", 1),
+        index=index,
+        replicas=replicas,
+        trainer=trainer,
+        strategy=strategy,
+        job_dir=Path(job_dir),
+        hyperparameters=hyperparameters,
+    )
+
+
+def _config_error(error: Exception) -> int:
+    print(f"cohort: bad replica configuration: {error}", file=sys.stderr, flush=True)  # noqa: T201
+    return EXIT_CONFIG
+
+
+def build_strategy(name: str) -> Any:
+    """The tf.distribute strategy called `name` (TF_CONFIG must already be in the env)."""
+    import tensorflow as tf
+
+    if name == "multi_worker_mirrored":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if name == "one_device":
+        device = "/gpu:0" if tf.config.list_physical_devices("GPU") else "/cpu:0"
+        return tf.distribute.OneDeviceStrategy(device)
+    raise ConfigError(f"unknown strategy {name!r}")
+
+
+# Set as soon as SIGTERM arrives. The SystemExit raised by the handler may reach
+# `main` disguised: raised while TensorFlow builds an exception, pybind11 turns it
+# into a RuntimeError. The exit code must still say "terminated".
+_terminated = threading.Event()
+
+
+def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
+    # Unwind the main thread like any exception, so `main` can flush metrics.
+    _terminated.set()
+    raise SystemExit(EXIT_TERMINATED)
+
+
+def handle_sigterm() -> None:
+    """(Re-)install the SIGTERM handler that raises SystemExit(143) in the main thread."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _install_termination(reporter_box: list[MetricReporter]) -> None:
+    """Handle SIGTERM: SystemExit(143) in the main thread, and a watchdog for when it can't."""
+    handle_sigterm()
+    # A Python handler only runs once the main thread is back in the interpreter.
+    # The C-level handler also writes the signal number to this pipe, which a
+    # thread can read at once; it gives the main thread a grace period and then
+    # exits the process itself.
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+
+    def watchdog() -> None:
+        while os.read(read_fd, 1)[0] != signal.SIGTERM:
+            pass
+        _terminated.set()
+        threading.Event().wait(TERMINATION_GRACE)
+        warn(f"still running {TERMINATION_GRACE:.0f}s after SIGTERM; exiting")
+        if reporter_box:
+            reporter_box[0].flush(lock_timeout=1.0)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_TERMINATED)
+
+    threading.Thread(target=watchdog, name="cohort-sigterm-watchdog", daemon=True).start()
+
+
+def _watch_parent() -> None:
+    """Terminate this replica if the agent that started it dies.
+
+    The replica runs in its own session, so it outlives a killed agent; left alone
+    it would keep training next to the gang the scheduler places again elsewhere.
+    """
+    agent_pid = os.environ.get("COHORT_AGENT_PID")
+    if not agent_pid or not agent_pid.isdigit():
+        return  # started by hand, not by an agent
+
+    def watch() -> None:
+        while os.getppid() == int(agent_pid):
+            threading.Event().wait(1.0)
+        warn(f"agent {agent_pid} is gone; stopping")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="cohort-parent-watch", daemon=True).start()
+
+
+def run(config: ReplicaConfig, reporter: MetricReporter) -> int:
+    """Build the strategy, run the trainer and report its final metrics."""
+    strategy = build_strategy(config.strategy)
+    # With a multi-worker TF_CONFIG, TensorFlow's coordination service installs its
+    # own C-level SIGTERM handler (preemption notice) which neither exits nor calls
+    # ours: without this the replica would ignore the agent's SIGTERM.
+    handle_sigterm()
+    announce(f"strategy={config.strategy} num_replicas_in_sync={strategy.num_replicas_in_sync}")
+    try:
+        trainer = load_trainer(config.trainer)
+    except UnknownTrainerError as exc:
+        return _config_error(exc)
+
+    config.job_dir.mkdir(parents=True, exist_ok=True)
+    ctx = TrainerContext(
+        strategy=strategy,
+        job_id=config.job_id,
+        attempt=config.attempt,
+        index=config.index,
+        replicas=config.replicas,
+        hyperparameters=dict(config.hyperparameters),
+        job_dir=config.job_dir,
+        reporter=reporter,
+    )
+    result = trainer(ctx)
+    if result is not None and not isinstance(result, Mapping):
+        raise TypeError(
+            f"trainer {config.trainer!r} returned {type(result).__name__}, expected a dict"
+        )
+    if not reporter.report_final(result or {}):
+        warn(f"final metrics could not be written to Redis ({reporter.pending} points lost)")
+    return EXIT_OK
+
+
+def main() -> int:
+    """Run one replica from the environment; returns the process exit code."""
+    reporter_box: list[MetricReporter] = []
+    _install_termination(reporter_box)
+    _watch_parent()
+    try:
+        config = parse_config(os.environ.get("COHORT_REPLICA"))
+        # Catch a malformed trainer name before the (slow) TensorFlow start-up.
+        parse_trainer_name(config.trainer)
+        redis_url = os.environ.get("COHORT_REDIS_URL")
+        if not redis_url:
+            raise ConfigError("COHORT_REDIS_URL is not set")
+    except (ConfigError, UnknownTrainerError) as exc:
+        return _config_error(exc)
+
+    announce(
+        f"replica job={config.job_id} attempt={config.attempt} index={config.index} "
+        f"TF_CONFIG={os.environ.get('TF_CONFIG') or 'none'}"
+    )
+    reporter = MetricReporter.from_url(
+        redis_url, job_id=config.job_id, attempt=config.attempt, replica=config.index
+    )
+    reporter_box.append(reporter)
+    sampler = ResourceSampler(reporter)
+    sampler.start()
+    try:
+        return run(config, reporter)
+    except SystemExit as exc:
+        # SIGTERM (or a trainer calling sys.exit): keep what was measured.
+        reporter.flush()
+        return exc.code if isinstance(exc.code, int) else EXIT_FAILED
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        try:
+            reporter.flush()
+        except Exception:  # noqa: BLE001 - the trainer's error is the one that matters
+            pass
+        return EXIT_TERMINATED if _terminated.is_set() else EXIT_FAILED
+    finally:
+        sampler.stop()
+        reporter.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Trainer registry and the context a replica hands to its trainer.
+
+A trainer is a function `train(ctx: TrainerContext) -> dict[str, float]` that
+builds its model inside `ctx.strategy.scope()`, passes `ctx.callbacks()` to
+`model.fit` and returns its final metrics. Built-ins are named here; anything
+else is addressed as "module:function". This module imports neither TensorFlow
+nor Redis; the built-in names live in services.jobs.trainers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+# One registry for the control plane (which checks job specs) and the replicas.
+from services.jobs.trainers import BUILTIN_TRAINERS
+
+if TYPE_CHECKING:
+    from workers.replica.callbacks import MetricReporter
+
+# Per-replica batch size when the job does not set `batch_size`.
+DEFAULT_BATCH_SIZE = 32
+
+_DOTTED_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+Trainer = Callable[["TrainerContext"], Mapping[str, Any]]
+
+
+class UnknownTrainerError(LookupError):
+    """The trainer name is neither a built-in nor an importable "module:function"."""
+
+
+@dataclass
+class TrainerContext:
+    """Everything a trainer needs to know about its job and replica."""
+
+    strategy: Any  # tf.distribute.Strategy; typed loosely to keep TensorFlow out of this module
+    job_id: int
+    attempt: int
+    index: int
+    replicas: int
+    hyperparameters: dict[str, Any]
+    job_dir: Path
+    reporter: MetricReporter
+    is_chief: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.is_chief = self.index == 0
+
+    @property
+    def global_batch_size(self) -> int:
+        """Examples per training step across all replicas (`batch_size` per replica)."""
+        per_replica = int(self.hyperparameters.get("batch_size", DEFAULT_BATCH_SIZE))
+        return per_replica * int(self.strategy.num_replicas_in_sync)
+
+    def callbacks(self, global_batch_size: int | None = None) -> list[Any]:
+        """The Keras callbacks every trainer passes to `model.fit` (metrics reporting)."""
+        from workers.replica.callbacks import metrics_callback
+
+        return [metrics_callback(self.reporter, global_batch_size or self.global_batch_size)]
+
+
+def parse_trainer_name(name: str) -> tuple[str, str]:
+    """Split a trainer name into (module, attribute) without importing anything."""
+    target = BUILTIN_TRAINERS.get(name, name)
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not _DOTTED_NAME.match(module_name) or not _DOTTED_NAME.match(attribute):
+        builtins = ", ".join(sorted(BUILTIN_TRAINERS))
+        raise UnknownTrainerError(
+            f"unknown trainer {name!r}: not a built-in ({builtins}) "
+            "and not of the form 'module:function'"
+        )
+    return module_name, attribute
+
+
+def load_trainer(name: str) -> Trainer:
+    """Resolve a built-in name or "module:function" to the trainer function."""
+    module_name, attribute = parse_trainer_name(name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Only a missing trainer module is "unknown"; a trainer whose own imports
+        # fail is broken and the error must surface as it is.
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise UnknownTrainerError(
+                f"unknown trainer {name!r}: no module {module_name!r}"
+            ) from exc
+        raise
+    target: Any = module
+    for part in attribute.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise UnknownTrainerError(
+                f"unknown trainer {name!r}: {module_name!r} has no {attribute!r}"
+            )
+    if not callable(target):
+        raise UnknownTrainerError(
+            f"unknown trainer {name!r}: {module_name}:{attribute} is not callable"
+        )
+    return target
