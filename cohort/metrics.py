@@ -1,0 +1,116 @@
+"""`report()`: one JSON line per call in the file the agent follows ($COHORT_METRICS_FILE).
+
+Each line is `{"step": int, "metrics": {name: float, ...}, "ts": unix time}`. The
+node agent reads the file (workers/node/scalars.py), ships the points as this
+replica's metrics and counts each line as progress for the hang watchdog.
+
+Standard library only: this module is imported inside the user's training process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import os
+import threading
+import time
+import warnings
+from typing import Any
+
+ENV_VAR = "COHORT_METRICS_FILE"
+# The bounds of the columns metrics are stored in (a point outside them is dropped later).
+MAX_NAME = 64
+MAX_STEP = 2**31 - 1
+
+_lock = threading.Lock()  # one open file descriptor per process, opened once
+_fd: int | None = None
+_fd_path: str | None = None
+_warned = False
+
+
+def report(step: int, **metrics: float) -> None:
+    """Record `metrics` at training step `step` for this replica.
+
+    Example: `report(120, loss=0.31, accuracy=0.9)`. Any replica may report; each
+    replica's points are its own. Outside Cohort ($COHORT_METRICS_FILE unset) it
+    does nothing but warn once, so the same script runs anywhere.
+
+    Raises:
+        TypeError: `step` is not an integer, or a value is not a number.
+        ValueError: `step` is negative or too large, a value is NaN or infinite,
+            a name is too long, or no metric is given.
+    """
+    line = _encode(step, metrics)
+    path = os.environ.get(ENV_VAR)
+    if not path:
+        _warn_once()
+        return
+    _append(path, line)
+
+
+def _encode(step: Any, metrics: dict[str, Any]) -> bytes:
+    if isinstance(step, bool):
+        raise TypeError(f"report(): step must be an integer, not {step!r}")
+    try:
+        step = operator.index(step)  # int, numpy integers; never a float like 3.0
+    except TypeError:
+        raise TypeError(
+            f"report(): step must be an integer (the training step), not {type(step).__name__}"
+        ) from None
+    if not 0 <= step <= MAX_STEP:
+        raise ValueError(f"report(): step must be between 0 and {MAX_STEP}, not {step}")
+    if not metrics:
+        raise ValueError("report(): give at least one metric, e.g. report(step, loss=0.5)")
+    values = {name: _number(name, value) for name, value in metrics.items()}
+    record = {"step": step, "metrics": values, "ts": time.time()}
+    return (json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n").encode()
+
+
+def _number(name: str, value: Any) -> float:
+    if len(name) > MAX_NAME:
+        raise ValueError(f"report(): metric name {name[:20]!r}... is longer than {MAX_NAME}")
+    # Strings are refused even when they parse: a "0.5" is a bug at the caller.
+    if isinstance(value, (str, bytes, bool)) or not hasattr(value, "__float__"):
+        raise TypeError(
+            f"report(): metric {name!r} must be a number, not {type(value).__name__} "
+            f"{value!r:.40}; pass float(x) or a scalar tensor"
+        )
+    try:
+        number = float(value)  # also a numpy scalar or a scalar tf tensor
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"report(): metric {name!r} must be a single number ({exc})") from None
+    if not math.isfinite(number):
+        raise ValueError(
+            f"report(): metric {name!r} is {number}; only finite values can be reported"
+        )
+    return number
+
+
+def _append(path: str, line: bytes) -> None:
+    global _fd, _fd_path
+    with _lock:
+        if _fd is None or _fd_path != path:
+            if _fd is not None:
+                os.close(_fd)
+            # O_APPEND: every write lands at the current end, so lines from several
+            # threads or processes of the replica never overwrite each other.
+            _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            _fd_path = path
+        view = memoryview(line)
+        # One write per line (the reader keeps a partial last line for its next read);
+        # the loop only matters if the kernel ever writes less than asked.
+        while view:
+            view = view[os.write(_fd, view):]
+
+
+def _warn_once() -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            f"cohort.report(): ${ENV_VAR} is not set (not running under Cohort); "
+            "metrics are not recorded",
+            RuntimeWarning,
+            stacklevel=3,
+        )

@@ -1,0 +1,192 @@
+"""Metrics and progress of one replica, read from the files its training loop writes.
+
+Whatever the loop (Keras fit, a custom `strategy.run` loop, any script), the agent
+follows, for each replica it runs:
+
+* the JSON lines `cohort.report()` appends to $COHORT_METRICS_FILE;
+* the TensorBoard event files tf.summary writes anywhere under
+  $COHORT_TENSORBOARD_DIR (a file in a subdirectory `train/` names its scalars
+  `train/<tag>`, as TensorBoard shows runs);
+* optionally some directories (checkpoints, the saved model) whose files changing
+  shows the loop is alive.
+
+Every new point is shipped through the replica's own `MetricReporter` (the same
+batches on `cohort:metrics` as the Keras callback's, epoch null), and every sign of
+progress is sent as the replica's progress heartbeat, so the hang watchdog sees a
+loop that imports nothing from Cohort. The replica's log output is NOT progress:
+TensorFlow keeps logging while a gang waits for a peer that never joins.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from services.wire.bus import PROGRESS_HASH, progress_field
+from workers.node.metricsfile import MetricsFileReader
+from workers.node.tfevents import FILE_PREFIX, EventFileReader, Scalar
+from workers.replica.callbacks import BEAT_INTERVAL, MetricReporter
+
+log = logging.getLogger("cohort.scalars")
+
+POLL_SECONDS = 0.5  # how often the files are checked: metrics and beats lag by about this
+MAX_EVENT_FILES = 1000  # followed per replica: a runaway writer cannot exhaust the agent
+MAX_WATCHED_FILES = 10_000  # looked at per watched directory and poll
+
+# HSET only if newer: the replica's own callback may have dated its beat ahead
+# (FINISH_GRACE while saving), and an agent beat must never shorten that.
+_BEAT_IF_NEWER = """
+local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+"""
+
+
+class ReplicaFollower:
+    """Reads one replica's metrics file and TensorBoard directory, calls `on_point` for
+    each new point, and keeps the time of the replica's last sign of progress."""
+
+    def __init__(self, *, on_point: Callable[[Scalar], None],
+                 metrics_file: Path | None = None, tensorboard_dir: Path | None = None,
+                 watch_dirs: Sequence[Path] = ()) -> None:
+        self.on_point = on_point
+        self.metrics = MetricsFileReader(metrics_file) if metrics_file else None
+        self.tensorboard_dir = tensorboard_dir
+        self.event_files: dict[Path, EventFileReader] = {}
+        self.watch_dirs = list(watch_dirs)
+        self._watched = self._watch_signature()  # files there before it ran are no sign
+        self.points = 0  # points read in all
+        self.last_progress: float | None = None  # unix time the last sign was seen
+
+    def poll(self, *, final: bool = False) -> int:
+        """Read what is new; returns the number of new points. `final`: the replica has
+        exited, so a metrics line it left unterminated is read too."""
+        progressed = False
+        new = self.metrics.read(final=final) if self.metrics else []
+        progressed |= bool(new)
+        for reader in self._event_readers():
+            for event in reader.read():
+                scalars = reader.scalars(event)
+                new.extend(scalars)
+                # Any summary is progress (histograms, images), not file headers.
+                progressed |= bool(scalars or event.summary.value)
+        signature = self._watch_signature()
+        if signature != self._watched:
+            self._watched, progressed = signature, True
+        for point in new:
+            self.on_point(point)
+        self.points += len(new)
+        if progressed:
+            self.last_progress = time.time()
+        return len(new)
+
+    def _event_readers(self) -> list[EventFileReader]:
+        if self.tensorboard_dir is not None:
+            for path in _event_files(self.tensorboard_dir):
+                if path not in self.event_files:
+                    if len(self.event_files) >= MAX_EVENT_FILES:
+                        log.warning("%s: more than %d event files; not following %s",
+                                    self.tensorboard_dir, MAX_EVENT_FILES, path)
+                        break
+                    self.event_files[path] = EventFileReader(
+                        path, prefix=_run_prefix(self.tensorboard_dir, path))
+        return list(self.event_files.values())
+
+    def _watch_signature(self) -> tuple[int, int, int]:
+        """(files, newest mtime, total size) under the watched directories."""
+        count = newest = total = 0
+        for entry in _files_under(self.watch_dirs, MAX_WATCHED_FILES):
+            stat = entry.stat(follow_symlinks=False)
+            count, total = count + 1, total + stat.st_size
+            newest = max(newest, stat.st_mtime_ns)
+        return count, newest, total
+
+
+def _files_under(roots: Iterable[Path], limit: int) -> Iterable[os.DirEntry[str]]:
+    """Regular files under `roots`, links not followed (the replica owns these trees)."""
+    seen = 0
+    stack = [str(root) for root in roots]
+    while stack and seen < limit:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False) and seen < limit:
+                        seen += 1
+                        yield entry
+        except OSError:
+            continue  # not there yet, or removed while listed
+
+
+def _event_files(root: Path) -> list[Path]:
+    found = [Path(entry.path) for entry in _files_under([root], MAX_EVENT_FILES * 10)
+             if entry.name.startswith(FILE_PREFIX)]
+    return sorted(found)
+
+
+def _run_prefix(root: Path, path: Path) -> str:
+    """`train/` for root/train/events..., "" for a file directly under root."""
+    run = path.parent.relative_to(root).as_posix()
+    return "" if run == "." else f"{run}/"
+
+
+class ScalarShipper(threading.Thread):
+    """Follows one replica until `finish()`: ships its points through `reporter` and
+    beats its progress (at most once per BEAT_INTERVAL, dated when it was seen)."""
+
+    def __init__(self, reporter: MetricReporter, client: Any, *, job_id: int, attempt: int,
+                 index: int, metrics_file: Path | None = None,
+                 tensorboard_dir: Path | None = None, watch_dirs: Sequence[Path] = (),
+                 poll_seconds: float = POLL_SECONDS) -> None:
+        super().__init__(daemon=True, name=f"scalars-{job_id}-{attempt}-{index}")
+        self.reporter = reporter
+        self.field = progress_field(job_id, attempt, index)
+        self.poll_seconds = poll_seconds
+        self.follower = ReplicaFollower(on_point=self._add, metrics_file=metrics_file,
+                                        tensorboard_dir=tensorboard_dir, watch_dirs=watch_dirs)
+        self.beaten: float | None = None  # the progress time last sent
+        self._beat_at = 0.0  # monotonic time of the last beat sent
+        self._done = threading.Event()
+        self._beat = client.register_script(_BEAT_IF_NEWER)
+
+    def run(self) -> None:
+        while not self._done.wait(self.poll_seconds):
+            self.step()
+        self.step(final=True)
+        self.reporter.flush(wait=5.0)
+
+    def step(self, *, final: bool = False) -> None:
+        """One poll: read, beat if there was progress, flush if a batch is due."""
+        try:
+            self.follower.poll(final=final)
+        except Exception:  # a reader bug must not end the thread: the loop goes on
+            log.exception("reading the metrics of replica %s failed", self.field)
+        self.beat()
+        self.reporter.maybe_flush()
+
+    def beat(self) -> None:
+        """Send the last progress time as the replica's heartbeat, if it is new."""
+        seen = self.follower.last_progress
+        if seen is None or seen == self.beaten:
+            return
+        if time.monotonic() - self._beat_at < BEAT_INTERVAL:
+            return
+        try:
+            self._beat(keys=[PROGRESS_HASH], args=[self.field, repr(seen)])
+        except Exception as exc:  # a missed beat is sent at the next poll
+            log.debug("progress beat of %s failed: %s", self.field, exc)
+            return
+        self.beaten, self._beat_at = seen, time.monotonic()
+
+    def finish(self, timeout: float = 10.0) -> None:
+        """The replica exited: read what is left (an unterminated line too), ship it."""
+        self._done.set()
+        self.join(timeout)
+
+    def _add(self, point: Scalar) -> None:
+        self.reporter.add(point.step, None, point.name, point.value, point.ts)

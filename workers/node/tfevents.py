@@ -1,0 +1,148 @@
+"""Read TensorBoard event files incrementally, without TensorFlow.
+
+tf.summary writes `events.out.tfevents.*` files: TFRecord-framed `Event` protos,
+each record `u64 length | u32 masked crc32c(length) | data | u32 masked crc32c(data)`
+(little-endian). `EventFileReader` follows one such file while it is written: a
+record not yet complete at the end of the file is read again on the next call.
+
+The agent imports this module, never TensorFlow (it forks; see launcher.py): the
+`Event` classes come from the `tensorboard` package, whose protos stand alone, and
+CRCs are checked with `crc32c`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import crc32c
+from google.protobuf.message import DecodeError
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.util import tensor_util
+
+log = logging.getLogger("cohort.tfevents")
+
+HEADER = struct.Struct("<QI")  # length, masked crc of the length
+FOOTER = struct.Struct("<I")  # masked crc of the data
+READ_BYTES = 4 << 20  # per call and file: bounds memory and the time a poll takes
+MAX_RECORD = 256 << 20  # a longer "length" means the framing is corrupt
+SCALARS_PLUGIN = "scalars"
+FILE_PREFIX = "events.out.tfevents."
+
+
+class Scalar(NamedTuple):
+    step: int
+    name: str
+    value: float
+    ts: float  # the event's wall time
+
+
+def masked_crc(data: bytes) -> int:
+    """TFRecord's masked CRC32C of `data`."""
+    crc = crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+@dataclass
+class EventFileReader:
+    """Follows one event file: each `read()` returns the events appended since the last.
+
+    A corrupt length header ends the file (nothing after it can be framed); a record
+    whose data fails its CRC or does not parse is skipped with a warning.
+    """
+
+    path: Path
+    prefix: str = ""  # prepended to tags: the run (subdirectory) the file belongs to
+    offset: int = 0
+    broken: bool = False
+    skipped: int = 0  # records dropped as corrupt
+    _plugins: dict[str, str] = field(default_factory=dict)  # tag -> plugin, first seen
+
+    def read(self) -> list[event_pb2.Event]:
+        """The complete events written since the last call (possibly none)."""
+        if self.broken:
+            return []
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read(READ_BYTES)
+        except OSError:
+            return []  # removed or not readable yet: try again later
+        events, position = [], 0
+        while (record := self._next_record(data, position)) is not None:
+            payload, position = record
+            event = self._parse(payload)
+            if event is not None:
+                events.append(event)
+        self.offset += position
+        return events
+
+    def _next_record(self, data: bytes, start: int) -> tuple[bytes | None, int] | None:
+        """(payload or None if corrupt, end) of the record at `start`; None if incomplete."""
+        if len(data) - start < HEADER.size:
+            return None
+        length, length_crc = HEADER.unpack_from(data, start)
+        header = data[start:start + 8]
+        if masked_crc(header) != length_crc or length > MAX_RECORD:
+            self.broken = True
+            log.warning("%s: corrupt record header at byte %d; not reading it further",
+                        self.path, self.offset + start)
+            return None
+        end = start + HEADER.size + length + FOOTER.size
+        if end > len(data):
+            return None  # still being written (or longer than this read): next time
+        payload = data[start + HEADER.size:end - FOOTER.size]
+        (data_crc,) = FOOTER.unpack_from(data, end - FOOTER.size)
+        if masked_crc(payload) != data_crc:
+            self._skip(f"record at byte {self.offset + start} fails its CRC")
+            return None, end
+        return payload, end
+
+    def _parse(self, payload: bytes | None) -> event_pb2.Event | None:
+        if payload is None:
+            return None
+        try:
+            return event_pb2.Event.FromString(payload)
+        except DecodeError:
+            self._skip(f"a record near byte {self.offset} is not an Event")
+            return None
+
+    def _skip(self, why: str) -> None:
+        self.skipped += 1
+        if self.skipped == 1 or self.skipped % 100 == 0:
+            log.warning("%s: %s; skipped (%d so far)", self.path, why, self.skipped)
+
+    def scalars(self, event: event_pb2.Event) -> list[Scalar]:
+        """The scalar values of one event, named `<prefix><tag>`."""
+        found = []
+        for value in event.summary.value:
+            number = self._scalar_value(value)
+            if number is not None and math.isfinite(number):
+                found.append(Scalar(int(event.step), self.prefix + value.tag, number,
+                                    float(event.wall_time)))
+        return found
+
+    def _scalar_value(self, value: summary_pb2.Summary.Value) -> float | None:
+        kind = value.WhichOneof("value")
+        if kind == "simple_value":  # TF1 tf.summary.scalar, tf.compat.v1 writers
+            return float(value.simple_value)
+        if kind != "tensor":
+            return None
+        # TF2 writes a tensor; its plugin says what it is. Writers may send the
+        # metadata with a tag's first value only, so it is remembered per tag.
+        plugin = value.metadata.plugin_data.plugin_name
+        if plugin:
+            self._plugins.setdefault(value.tag, plugin)
+        if self._plugins.get(value.tag) != SCALARS_PLUGIN:
+            return None
+        try:
+            array = tensor_util.make_ndarray(value.tensor)
+        except (TypeError, ValueError):
+            return None
+        if array.size != 1 or array.dtype.kind not in "fiu":
+            return None
+        return float(array.reshape(()))
