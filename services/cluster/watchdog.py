@@ -5,7 +5,8 @@
   its exit event never arrived (Redis restarted or flushed);
 * hung replicas: no first training step within STARTUP_TIMEOUT of the spawn (a gang
   that never fully joined waits forever in TensorFlow), or no progress heartbeat
-  for PROGRESS_TIMEOUT (a frozen process, a cut network, a stuck input pipeline);
+  for PROGRESS_TIMEOUT or the job's own progress_timeout_seconds (a frozen process,
+  a cut network, a stuck input pipeline; 0 turns this check off for the job);
 * deadlines: a job older than its active_deadline_seconds fails;
 * finished jobs whose ttl_seconds_after_finished has passed get their scratch
   files removed on every node that ran them.
@@ -95,20 +96,47 @@ def note_progress(*, session: Session, progress: dict[Key, float]) -> None:
     session.flush()
 
 
+def hang_limit(job_progress_timeout: int | None, default: float) -> float | None:
+    """Seconds a running replica may go without progress: the job's own
+    `progress_timeout_seconds` if set, else the cluster's `default`; None when the
+    job set 0 (no progress watchdog: the start-up timeout and the deadline still apply).
+    """
+    if job_progress_timeout is None:
+        return default
+    if job_progress_timeout < 0:
+        raise ValueError(f"progress_timeout_seconds must be 0 or more, "
+                         f"not {job_progress_timeout}")
+    return float(job_progress_timeout) if job_progress_timeout else None
+
+
+def _progress_timeouts(
+    session: Session, job_ids: set[int],  # noqa: ARG001 - used once the column lands
+) -> dict[int, int | None]:
+    """Each job's own progress_timeout_seconds (missing or None: the cluster default)."""
+    # ISSUE 12, for the merge: Job.progress_timeout_seconds comes from another
+    # branch. Once it is in services/models.py, this body becomes:
+    #     return dict(session.execute(sa.select(Job.id, Job.progress_timeout_seconds)
+    #                                 .where(Job.id.in_(job_ids))).tuples().all())
+    return {}
+
+
 def find_hung(*, session: Session, settings: Settings, now: dt.datetime) -> list[Replica]:
     """Fail running replicas that stopped making progress (or never started to)."""
     hung = []
-    for replica in _live_replicas(session, Replica.status == ReplicaStatus.RUNNING):
+    running = _live_replicas(session, Replica.status == ReplicaStatus.RUNNING)
+    timeouts = _progress_timeouts(session, {replica.job_id for replica in running})
+    for replica in running:
         if replica.started_at is None:
             continue
+        limit = hang_limit(timeouts.get(replica.job_id), settings.PROGRESS_TIMEOUT)
         if replica.progress_at is None:
             if now - replica.started_at > dt.timedelta(seconds=settings.STARTUP_TIMEOUT):
                 failure = (f"hung: no training step within {settings.STARTUP_TIMEOUT:.0f}s "
                            "of its start (did every replica of the gang join?)")
             else:
                 continue
-        elif now - replica.progress_at > dt.timedelta(seconds=settings.PROGRESS_TIMEOUT):
-            failure = f"hung: no progress for {settings.PROGRESS_TIMEOUT:.0f}s"
+        elif limit is not None and now - replica.progress_at > dt.timedelta(seconds=limit):
+            failure = f"hung: no progress for {limit:.0f}s"
         else:
             continue
         gangs.record_replica_failure(replica=replica, failure=failure, lost=False, at=now)
