@@ -1,8 +1,9 @@
 """`report()`: one JSON line per call in the file the agent follows ($COHORT_METRICS_FILE).
 
-Each line is `{"step": int, "metrics": {name: float, ...}, "ts": unix time}`. The
-node agent reads the file (workers/node/scalars.py), ships the points as this
-replica's metrics and counts each line as progress for the hang watchdog.
+Each line is `{"step": int, "metrics": {name: float, ...}, "ts": unix time}`; this
+module owns the format: `encode_line` for report(), `decode_line` for the node agent
+(workers/node/metricsfile.py), which ships the points as this replica's metrics and
+counts each line as progress for the hang watchdog.
 
 Standard library only: this module is imported inside the user's training process.
 """
@@ -41,7 +42,7 @@ def report(step: int, **metrics: float) -> None:
         ValueError: `step` is negative or too large, a value is NaN or infinite,
             a name is too long, or no metric is given.
     """
-    line = _encode(step, metrics)
+    line = encode_line(step, metrics)
     path = os.environ.get(ENV_VAR)
     if not path:
         _warn_once()
@@ -49,7 +50,8 @@ def report(step: int, **metrics: float) -> None:
     _append(path, line)
 
 
-def _encode(step: Any, metrics: dict[str, Any]) -> bytes:
+def encode_line(step: Any, metrics: dict[str, Any]) -> bytes:
+    """One metrics line; TypeError or ValueError naming what is wrong (see report())."""
     if isinstance(step, bool):
         raise TypeError(f"report(): step must be an integer, not {step!r}")
     try:
@@ -114,3 +116,38 @@ def _warn_once() -> None:
             RuntimeWarning,
             stacklevel=3,
         )
+
+
+def decode_line(raw: bytes) -> list[tuple[int, str, float, float]]:
+    """`(step, name, value, ts)` of each metric of one line, checked as the agent must:
+    the line was written by user code. ValueError saying what is wrong with it."""
+    try:
+        record = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    step, metrics, ts = record.get("step"), record.get("metrics"), record.get("ts", time.time())
+    if not _is_int(step) or not 0 <= step <= MAX_STEP:
+        raise ValueError(f"step must be an integer in 0..{MAX_STEP}, got {step!r:.40}")
+    if not isinstance(metrics, dict) or not metrics:
+        raise ValueError("metrics must be a non-empty object")
+    if not _is_finite(ts):
+        raise ValueError(f"ts must be a finite number, got {ts!r:.40}")
+    points = []
+    for name, value in metrics.items():
+        if not (0 < len(name) <= MAX_NAME and "\x00" not in name):
+            raise ValueError(f"metric name {name[:20]!r} is empty or longer than {MAX_NAME}")
+        if not _is_finite(value):
+            raise ValueError(f"metric {name!r} is not a finite number: {value!r:.40}")
+        points.append((step, name, float(value), float(ts)))
+    return points
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))

@@ -13,13 +13,14 @@ import pytest
 
 from workers.node import metricsfile
 from workers.node.metricsfile import MetricsFileReader
+from workers.node.tfevents import Scalar
 
 
 def line(step: object, **metrics: object) -> bytes:
     return json.dumps({"step": step, "metrics": metrics, "ts": 5.0}).encode() + b"\n"
 
 
-def steps(points: list[metricsfile.Scalar]) -> list[tuple[int, str, float]]:
+def steps(points: list[Scalar]) -> list[tuple[int, str, float]]:
     return [(p.step, p.name, p.value) for p in points]
 
 

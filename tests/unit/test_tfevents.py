@@ -7,12 +7,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.tfsummaries import expected_scalars, write_summaries
 from workers.node.scalars import ReplicaFollower
-from workers.node.tfevents import HEADER, EventFileReader, Scalar
+from workers.node.tfevents import HEADER, READ_BYTES, EventFileReader, Scalar
 
 STEPS = 5
 
@@ -162,3 +163,44 @@ def test_the_agent_side_never_imports_tensorflow() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def write_events(directory: Path, events: list[Any]) -> None:
+    """Frame `events` with the tensorboard package's own writer (not ours)."""
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    writer = EventFileWriter(str(directory))
+    for event in events:
+        writer.add_event(event)
+    writer.close()
+
+
+def scalar_event(step: int, tag: str, value: float) -> Any:
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+
+    return event_pb2.Event(step=step, wall_time=1e9, summary=summary_pb2.Summary(
+        value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)]))
+
+
+def test_a_record_longer_than_a_read_is_passed_over(tmp_path: Path) -> None:
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+
+    image = summary_pb2.Summary.Image(encoded_image_string=b"x" * (READ_BYTES + 100))
+    big = event_pb2.Event(step=1, summary=summary_pb2.Summary(
+        value=[summary_pb2.Summary.Value(tag="picture", image=image)]))
+    write_events(tmp_path, [scalar_event(1, "loss", 1.0), big, scalar_event(2, "loss", 0.5)])
+    follower, points = follow(tmp_path)
+    for _ in range(4):
+        follower.poll()
+    assert triples(points) == {(1, "loss", 1.0), (2, "loss", 0.5)}
+
+
+def test_scalars_the_store_cannot_hold_are_dropped_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    write_events(tmp_path, [scalar_event(1, "x" * 65, 1.0), scalar_event(-1, "loss", 1.0),
+                            scalar_event(2**31, "loss", 1.0), scalar_event(3, "loss", 3.0)])
+    follower, points = follow(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        follower.poll()
+    assert triples(points) == {(3, "loss", 3.0)}
+    assert "not shipped" in caplog.text

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,8 @@ import crc32c
 from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.util import tensor_util
+
+from cohort.metrics import MAX_NAME, MAX_STEP
 
 log = logging.getLogger("cohort.tfevents")
 
@@ -61,17 +64,13 @@ class EventFileReader:
     broken: bool = False
     skipped: int = 0  # records dropped as corrupt
     _plugins: dict[str, str] = field(default_factory=dict)  # tag -> plugin, first seen
+    _refused: set[str] = field(default_factory=set)  # names warned about
 
     def read(self) -> list[event_pb2.Event]:
         """The complete events written since the last call (possibly none)."""
         if self.broken:
             return []
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read(READ_BYTES)
-        except OSError:
-            return []  # removed or not readable yet: try again later
+        data, size = self._read_bytes()
         events, position = [], 0
         while (record := self._next_record(data, position)) is not None:
             payload, position = record
@@ -79,7 +78,33 @@ class EventFileReader:
             if event is not None:
                 events.append(event)
         self.offset += position
+        if position == 0 and not self.broken:
+            self._pass_oversized(data, size)
         return events
+
+    def _read_bytes(self) -> tuple[bytes, int]:
+        """Up to READ_BYTES from the offset on, and the file's size."""
+        try:
+            # O_NOFOLLOW: the replica owns this tree; a link it swapped in for the
+            # file must not make the agent read some other file.
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            return b"", 0  # removed or not readable yet: try again later
+        with os.fdopen(fd, "rb") as handle:
+            handle.seek(self.offset)
+            return handle.read(READ_BYTES), os.fstat(fd).st_size
+
+    def _pass_oversized(self, data: bytes, size: int) -> None:
+        """Step over a whole record longer than a read (an image, a graph: no scalar)
+        rather than hold it in memory, or wait for it forever."""
+        if len(data) < HEADER.size:
+            return
+        (length, _) = HEADER.unpack_from(data)  # its CRC was checked by _next_record
+        total = HEADER.size + length + FOOTER.size
+        if total > READ_BYTES and self.offset + total <= size:
+            log.info("%s: passing over a record of %d bytes at byte %d", self.path,
+                     length, self.offset)
+            self.offset += total
 
     def _next_record(self, data: bytes, start: int) -> tuple[bytes | None, int] | None:
         """(payload or None if corrupt, end) of the record at `start`; None if incomplete."""
@@ -121,10 +146,22 @@ class EventFileReader:
         found = []
         for value in event.summary.value:
             number = self._scalar_value(value)
-            if number is not None and math.isfinite(number):
-                found.append(Scalar(int(event.step), self.prefix + value.tag, number,
-                                    float(event.wall_time)))
+            if number is None or not math.isfinite(number):
+                continue
+            name = self.prefix + value.tag
+            if self._storable(name, event.step):
+                found.append(Scalar(int(event.step), name, number, float(event.wall_time)))
         return found
+
+    def _storable(self, name: str, step: int) -> bool:
+        # The bounds of the SQL columns: the ingest would drop such a point without a word.
+        if 0 < len(name) <= MAX_NAME and 0 <= step <= MAX_STEP:
+            return True
+        if name not in self._refused:
+            self._refused.add(name)
+            log.warning("%s: scalar %r at step %d not shipped: names are 1..%d characters "
+                        "and steps 0..%d", self.path, name[:80], step, MAX_NAME, MAX_STEP)
+        return False
 
     def _scalar_value(self, value: summary_pb2.Summary.Value) -> float | None:
         kind = value.WhichOneof("value")
