@@ -76,7 +76,7 @@ def test_an_agent_beat_never_shortens_one_the_replica_dated_ahead(
     shipper.step()
     assert shipper.follower.last_progress is not None
     assert beat_of(bus, job_id) == saving_until
-    bus.hdel(PROGRESS_HASH, progress_field(job_id, 1, 1))
+    bus.hset(PROGRESS_HASH, progress_field(job_id, 1, 1), "not a time")
     with open(tmp_path / "metrics.jsonl", "a") as handle:
         handle.write(json.dumps({"step": 2, "metrics": {"a": 2}}) + "\n")
     time.sleep(1.0)  # one beat a second at most

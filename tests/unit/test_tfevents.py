@@ -37,7 +37,9 @@ def triples(points: list[Scalar]) -> set[tuple[int, str, float]]:
 
 def follow(directory: Path) -> tuple[ReplicaFollower, list[Scalar]]:
     points: list[Scalar] = []
-    return ReplicaFollower(on_point=points.append, tensorboard_dir=directory), points
+    follower = ReplicaFollower(on_point=points.append, tensorboard_dir=directory,
+                               skip_existing=False)
+    return follower, points
 
 
 def record_ends(data: bytes) -> list[int]:
@@ -204,3 +206,20 @@ def test_scalars_the_store_cannot_hold_are_dropped_with_a_warning(
         follower.poll()
     assert triples(points) == {(3, "loss", 3.0)}
     assert "not shipped" in caplog.text
+
+
+def test_files_of_an_earlier_attempt_are_neither_metrics_nor_progress(
+        written: Path, tmp_path: Path) -> None:
+    shutil.copytree(written, tmp_path / "tb")
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "metrics": {"a": 1}}\n')
+    points: list[Scalar] = []
+    follower = ReplicaFollower(on_point=points.append, tensorboard_dir=tmp_path / "tb",
+                               metrics_file=tmp_path / "metrics.jsonl")
+    follower.poll()
+    assert points == [] and follower.last_progress is None
+    write_events(tmp_path / "tb", [scalar_event(7, "loss", 0.125)])  # the new process
+    with open(tmp_path / "metrics.jsonl", "a") as handle:
+        handle.write('{"step": 8, "metrics": {"a": 2}}\n')
+    follower.poll()
+    assert triples(points) == {(7, "loss", 0.125), (8, "a", 2.0)}
+    assert follower.last_progress is not None

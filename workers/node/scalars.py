@@ -41,7 +41,7 @@ MAX_WATCHED_FILES = 10_000  # looked at per watched directory and poll
 # HSET only if newer: the replica's own callback may have dated its beat ahead
 # (FINISH_GRACE while saving), and an agent beat must never shorten that.
 _BEAT_IF_NEWER = """
-local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or 0
 if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 """
 
@@ -52,7 +52,10 @@ class ReplicaFollower:
 
     def __init__(self, *, on_point: Callable[[Scalar], None],
                  metrics_file: Path | None = None, tensorboard_dir: Path | None = None,
-                 watch_dirs: Sequence[Path] = ()) -> None:
+                 watch_dirs: Sequence[Path] = (), skip_existing: bool = True) -> None:
+        """Create it before the replica starts: with `skip_existing`, what the files
+        hold already (an earlier attempt in the same directory) is neither this
+        replica's metrics nor its progress; only what is written after counts."""
         self.on_point = on_point
         self.metrics = MetricsFileReader(metrics_file) if metrics_file else None
         self.tensorboard_dir = tensorboard_dir
@@ -61,6 +64,15 @@ class ReplicaFollower:
         self._watched = self._watch_signature()  # files there before it ran are no sign
         self.points = 0  # points read in all
         self.last_progress: float | None = None  # unix time the last sign was seen
+        if skip_existing:
+            self._skip_existing()
+
+    def _skip_existing(self) -> None:
+        # TensorFlow never appends to an old event file (each writer makes its own),
+        # so starting at their ends loses nothing the new process writes.
+        for reader in [self.metrics, *self._event_readers()]:
+            if reader is not None:
+                reader.offset = _size(reader.path)
 
     def poll(self, *, final: bool = False) -> int:
         """Read what is new; returns the number of new points. `final`: the replica has
@@ -106,6 +118,13 @@ class ReplicaFollower:
         return count, newest, total
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def _files_under(roots: Iterable[Path], limit: int) -> Iterable[os.DirEntry[str]]:
     """Regular files under `roots`, links not followed (the replica owns these trees)."""
     seen = 0
@@ -142,13 +161,14 @@ class ScalarShipper(threading.Thread):
     def __init__(self, reporter: MetricReporter, client: Any, *, job_id: int, attempt: int,
                  index: int, metrics_file: Path | None = None,
                  tensorboard_dir: Path | None = None, watch_dirs: Sequence[Path] = (),
-                 poll_seconds: float = POLL_SECONDS) -> None:
+                 skip_existing: bool = True, poll_seconds: float = POLL_SECONDS) -> None:
         super().__init__(daemon=True, name=f"scalars-{job_id}-{attempt}-{index}")
         self.reporter = reporter
         self.field = progress_field(job_id, attempt, index)
         self.poll_seconds = poll_seconds
         self.follower = ReplicaFollower(on_point=self._add, metrics_file=metrics_file,
-                                        tensorboard_dir=tensorboard_dir, watch_dirs=watch_dirs)
+                                        tensorboard_dir=tensorboard_dir, watch_dirs=watch_dirs,
+                                        skip_existing=skip_existing)
         self.beaten: float | None = None  # the progress time last sent
         self._beat_at = 0.0  # monotonic time of the last beat sent
         self._done = threading.Event()
