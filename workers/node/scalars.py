@@ -60,6 +60,7 @@ class ReplicaFollower:
         self.metrics = MetricsFileReader(metrics_file) if metrics_file else None
         self.tensorboard_dir = tensorboard_dir
         self.event_files: dict[Path, EventFileReader] = {}
+        self._too_many_files = False
         self.watch_dirs = list(watch_dirs)
         self._watched = self._watch_signature()  # files there before it ran are no sign
         self.points = 0  # points read in all
@@ -101,8 +102,10 @@ class ReplicaFollower:
             for path in _event_files(self.tensorboard_dir):
                 if path not in self.event_files:
                     if len(self.event_files) >= MAX_EVENT_FILES:
-                        log.warning("%s: more than %d event files; not following %s",
-                                    self.tensorboard_dir, MAX_EVENT_FILES, path)
+                        if not self._too_many_files:
+                            self._too_many_files = True
+                            log.warning("%s: more than %d event files; following only "
+                                        "the first", self.tensorboard_dir, MAX_EVENT_FILES)
                         break
                     self.event_files[path] = EventFileReader(
                         path, prefix=_run_prefix(self.tensorboard_dir, path))
@@ -112,7 +115,10 @@ class ReplicaFollower:
         """(files, newest mtime, total size) under the watched directories."""
         count = newest = total = 0
         for entry in _files_under(self.watch_dirs, MAX_WATCHED_FILES):
-            stat = entry.stat(follow_symlinks=False)
+            try:
+                stat = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue  # removed since listed (a checkpoint manager rotating old ones)
             count, total = count + 1, total + stat.st_size
             newest = max(newest, stat.st_mtime_ns)
         return count, newest, total
