@@ -129,18 +129,15 @@ def test_a_corrupt_header_stops_that_file_only(written: Path, tmp_path: Path,
 
 def test_summaries_other_than_scalars_are_progress_and_headers_are_not(
         written: Path, tmp_path: Path) -> None:
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    from tensorboard.compat.proto import event_pb2
 
     histograms = [e for e in EventFileReader(root_file(written)).read()
                   if any(v.tag == "weights" for v in e.summary.value)]
     follower, points = follow(tmp_path)
-    writer = EventFileWriter(str(tmp_path))  # writes the file_version header event
-    writer.flush()
+    write_events(tmp_path, [event_pb2.Event(wall_time=1e9, file_version="brain.Event:2")])
     follower.poll()
     assert follower.last_progress is None
-    for event in histograms:
-        writer.add_event(event)
-    writer.close()
+    write_events(tmp_path, histograms, name="events.out.tfevents.2.histograms")
     follower.poll()
     assert points == [] and follower.last_progress is not None
 
@@ -158,23 +155,30 @@ def test_files_changing_in_a_watched_directory_are_progress(tmp_path: Path) -> N
     assert follower.last_progress is not None
 
 
-def test_the_agent_side_never_imports_tensorflow() -> None:
-    code = ("import sys, workers.node.scalars; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+def test_the_agent_side_never_imports_tensorflow(written: Path) -> None:
+    # tensorboard's own gfile and writers load TensorFlow when it is installed:
+    # reading and decoding real files here must not go near them.
+    code = ("import sys; from pathlib import Path; from workers.node.scalars import "
+            "ReplicaFollower; points = []; ReplicaFollower(on_point=points.append, "
+            "tensorboard_dir=Path(sys.argv[1]), skip_existing=False).poll(); "
+            "print(len(points), sorted(m for m in sys.modules if m.split('.')[0] in "
             "('tensorflow', 'keras', 'tf_keras')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
-    assert out.strip() == "[]"
+    out = subprocess.run([sys.executable, "-c", code, str(written)], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == f"{5 * STEPS} []"
 
 
-def write_events(directory: Path, events: list[Any]) -> None:
-    """Frame `events` with the tensorboard package's own writer (not ours)."""
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+def write_events(directory: Path, events: list[Any],
+                 name: str = "events.out.tfevents.1.written") -> None:
+    """Frame `events` with the tensorboard package's own record writer (not ours)."""
+    from tensorboard.summary.writer.record_writer import RecordWriter
 
-    writer = EventFileWriter(str(directory))
-    for event in events:
-        writer.add_event(event)
-    writer.close()
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / name, "ab") as handle:
+        writer = RecordWriter(handle)
+        for event in events:
+            writer.write(event.SerializeToString())
+        writer.flush()
 
 
 def scalar_event(step: int, tag: str, value: float) -> Any:

@@ -6,8 +6,9 @@ each record `u64 length | u32 masked crc32c(length) | data | u32 masked crc32c(d
 record not yet complete at the end of the file is read again on the next call.
 
 The agent imports this module, never TensorFlow (it forks; see launcher.py): the
-`Event` classes come from the `tensorboard` package, whose protos stand alone, and
-CRCs are checked with `crc32c`.
+`Event` classes come from the `tensorboard` package, whose protos and tensor_util
+stand alone, and CRCs are checked with `crc32c`. Not tensorboard's own loaders,
+gfile or writers: where TensorFlow is installed they load it (tensorboard.compat.tf).
 """
 
 from __future__ import annotations
