@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 from redis.exceptions import ResponseError
@@ -40,7 +41,9 @@ class GroupReader:
             reply = self.client.xreadgroup(GROUP, CONSUMER, {self.stream: start},
                                            count=self.count,
                                            block=None if start == "0" else block_ms)
-            for _stream, entries in reply or []:
+            # redis-py types every protocol's reply shape; ours is RESP2 with decoded
+            # strings (services.wire.bus.get_redis): [[stream, [(id, fields), ...]]].
+            for _stream, entries in cast(list[tuple[str, list[Entry]]], reply or []):
                 if entries:
                     yield entries
 
