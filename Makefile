@@ -26,10 +26,16 @@ migrate: $(STAMP)
 # Fast tests (pure units, services and API against PostgreSQL) run two at a time;
 # the end-to-end tests start real TensorFlow gangs and run one at a time, since
 # two cores are all a gang gets.
-test: $(STAMP) chromium
-	$(VENV)/bin/ruff check .
+test: lint chromium
 	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api tests/streams
 	$(PY) -m pytest -q tests/workers tests/e2e tests/faults
+
+# Style, the import contracts of pyproject.toml (api -> services <- workers; node and
+# replica code holds no SQL) and the types: seconds, so they run before any test.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api tests/streams

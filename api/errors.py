@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from services.exceptions import (
+    FieldError,
     IdempotencyConflict,
     InvalidJobSpec,
     InvalidTransition,
@@ -14,6 +17,7 @@ from services.exceptions import (
     ScheduleConflict,
     Unauthorized,
 )
+from services.statuses import TERMINAL_STATUSES
 
 _HINTS = {
     "greater_than_equal": "use a larger value",
@@ -42,42 +46,54 @@ def _validation_payload(exc: RequestValidationError) -> dict[str, object]:
     return {"error": "invalid_request", "message": summary, "fields": fields}
 
 
-def _error(status: int, code: str, message: str, **extra: object) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": code, "message": message, **extra})
+@dataclass(frozen=True)
+class Answer:
+    """How one domain error is answered: status, error code, any extra headers."""
+
+    status: int
+    code: str
+    headers: dict[str, str] | None = None
+
+
+# Error class -> its HTTP answer (a new mapping is one line); a subclass answers as its
+# nearest listed base.
+# The body is {"error": code, "message": str(exc)}, plus `fields` for a FieldError.
+ANSWERS: dict[type[Exception], Answer] = {
+    InvalidJobSpec: Answer(422, "invalid_request"),
+    NotFound: Answer(404, "not_found"),
+    InvalidTransition: Answer(409, "conflict"),
+    IdempotencyConflict: Answer(409, "idempotency_conflict"),
+    ScheduleConflict: Answer(409, "conflict"),
+    Unauthorized: Answer(401, "unauthorized", {"WWW-Authenticate": "Bearer"}),
+}
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, InvalidTransition) and exc.current in TERMINAL_STATUSES:
+        return f"{exc}: the job has already finished"
+    return str(exc)
+
+
+def answer(exc: Exception) -> JSONResponse:
+    """The JSON answer to a domain error listed in ANSWERS."""
+    spec = next(ANSWERS[cls] for cls in type(exc).__mro__ if cls in ANSWERS)
+    body: dict[str, object] = {"error": spec.code, "message": _message(exc)}
+    if isinstance(exc, FieldError):
+        body["fields"] = [{"field": exc.field, "message": exc.message}]
+    return JSONResponse(status_code=spec.status, content=body, headers=spec.headers)
+
+
+async def _answer(_: Request, exc: Exception) -> JSONResponse:
+    return answer(exc)
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Register one handler per domain error; nothing else turns errors into HTTP."""
+    """Answer validation failures and every domain error in ANSWERS; nothing else turns
+    errors into HTTP."""
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse(status_code=422, content=_validation_payload(exc))
 
-    @app.exception_handler(InvalidJobSpec)
-    async def _spec(_: Request, exc: InvalidJobSpec) -> JSONResponse:
-        return _error(422, "invalid_request", str(exc),
-                      fields=[{"field": exc.field, "message": exc.message}])
-
-    @app.exception_handler(NotFound)
-    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
-        return _error(404, "not_found", str(exc))
-
-    @app.exception_handler(InvalidTransition)
-    async def _transition(_: Request, exc: InvalidTransition) -> JSONResponse:
-        return _error(409, "conflict", f"{exc}: the job has already finished"
-                      if exc.current in ("succeeded", "failed", "cancelled") else str(exc))
-
-    @app.exception_handler(IdempotencyConflict)
-    async def _idempotency(_: Request, exc: IdempotencyConflict) -> JSONResponse:
-        return _error(409, "idempotency_conflict", str(exc))
-
-    @app.exception_handler(ScheduleConflict)
-    async def _schedule_conflict(_: Request, exc: ScheduleConflict) -> JSONResponse:
-        return _error(409, "conflict", str(exc),
-                      fields=[{"field": exc.field, "message": exc.message}])
-
-    @app.exception_handler(Unauthorized)
-    async def _unauthorized(_: Request, exc: Unauthorized) -> JSONResponse:
-        return JSONResponse(status_code=401, content={"error": "unauthorized",
-                                                      "message": str(exc)},
-                            headers={"WWW-Authenticate": "Bearer"})
+    for exc_class in ANSWERS:
+        app.add_exception_handler(exc_class, _answer)

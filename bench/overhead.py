@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from cli.client import CohortClient  # noqa: E402
 from cli.stack import Stack  # noqa: E402
+from services.statuses import TERMINAL_STATUSES  # noqa: E402
 from services.wire.bus import METRICS_STREAM  # noqa: E402
 
 HP = {"epochs": 3, "steps_per_epoch": 20, "batch_size": 32, "learning_rate": 0.01}
@@ -74,7 +75,7 @@ def hand_launch(run: int, workdir: Path, redis_url: str) -> tuple[float, float]:
 def cohort_launch(run: int, client: CohortClient) -> tuple[float, float, dict[str, float]]:
     t0 = time.time()
     job = client.submit({"name": f"bench-{run}", "replicas": 2, "hyperparameters": HP})
-    while job["status"] not in ("succeeded", "failed", "cancelled"):
+    while job["status"] not in TERMINAL_STATUSES:
         time.sleep(0.05)
         job = client.job(job["id"])
     if job["status"] != "succeeded":

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.client import ApiError, CohortClient, resolve_token
+from services.statuses import TERMINAL_STATUSES
 
 console = Console()
 err = Console(stderr=True)
@@ -131,8 +132,7 @@ def register(app: typer.Typer) -> None:
         # Resume the stream after the lines printed; status events say when to stop.
         for event in client.stream(job_id, kinds=("status", "log"),
                                    last_event_id=f"0.{last_log}.0"):
-            if event.event == "status" and event.data["status"] in (
-                    "succeeded", "failed", "cancelled"):
+            if event.event == "status" and event.data["status"] in TERMINAL_STATUSES:
                 break
             if event.event != "log" or (replica is not None
                                         and event.data["replica"] != replica) \

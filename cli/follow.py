@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from cli.client import CohortClient
+from services.statuses import TERMINAL_STATUSES
 
-TERMINAL = {"succeeded", "failed", "cancelled"}
 LINE_EVERY = 2.0  # seconds between plain progress lines per replica
 
 
@@ -51,7 +51,7 @@ class _View:
         for index in range(job["replicas"]):
             self.replica(index)
         # An outcome is the last word, after the final progress; other news comes first.
-        final = job["status"] in TERMINAL
+        final = job["status"] in TERMINAL_STATUSES
         if final:
             self.render(force=True)
         if self.progress is None:
@@ -109,7 +109,7 @@ def follow_job(client: CohortClient, job_id: int, console: Console) -> dict[str,
         for event in client.stream(job_id, kinds=("status", "metric")):
             if event.event == "status":
                 view.on_status(event.data)
-                if event.data["status"] in TERMINAL:
+                if event.data["status"] in TERMINAL_STATUSES:
                     break
             elif event.event == "metric":
                 view.on_metric(event.data)

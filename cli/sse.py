@@ -19,7 +19,9 @@ class _Parser:
     """Turns SSE lines into events (comments and keep-alive pings are skipped)."""
 
     def __init__(self) -> None:
-        self.event, self.id, self.data = "message", None, []  # type: ignore[var-annotated]
+        self.event: str = "message"
+        self.id: str | None = None
+        self.data: list[str] = []
 
     def feed(self, line: str) -> Event | None:
         if line == "":

@@ -31,13 +31,17 @@ class InvalidTransition(CohortError):
         self.target = target
 
 
-class InvalidJobSpec(CohortError):
-    """A job spec that passed schema validation but is refused by a setting."""
+class FieldError(CohortError):
+    """An error about one field of a request: the api names the field and the fix."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class InvalidJobSpec(FieldError):
+    """A job spec that passed schema validation but is refused by a setting."""
 
 
 class IdempotencyConflict(CohortError):
@@ -53,13 +57,8 @@ class ScheduleNotFound(NotFound):
         super().__init__("schedule", schedule_id)
 
 
-class ScheduleConflict(CohortError):
+class ScheduleConflict(FieldError):
     """A schedule request that clashes with stored state (a duplicate name)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 class NoPromotedModel(NotFound):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, FastAPI, Form, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -64,17 +64,28 @@ templates.env.filters["duration"] = _duration
 templates.env.globals["statuses"] = [s.value for s in JobStatus]
 
 
-def _viewer(request: Request, session: SessionDep) -> ApiToken | None:
+class LoginRequired(Exception):
+    """No valid login cookie (answered by `_login_required`)."""
+
+
+def _viewer(request: Request, session: SessionDep) -> ApiToken:
     token = request.cookies.get(COOKIE)
     if not token:
-        return None
+        raise LoginRequired
     try:
         return auth.authenticate(session=session, token=token)
     except Unauthorized:
-        return None
+        raise LoginRequired from None
 
 
-def _login_redirect(request: Request) -> RedirectResponse:
+# The logged-in token; without one a page redirects to /login?next=<this page>, and a
+# fragment (/partials/…) answers 401, on which the page's JavaScript goes to the login form.
+Viewer = Annotated[ApiToken, Depends(_viewer)]
+
+
+async def _login_required(request: Request, _: Exception) -> Response:
+    if request.url.path.startswith("/partials/"):
+        return Response(status_code=401)
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     return RedirectResponse(f"/login?next={quote(_safe_next(target))}", status_code=303)
 
@@ -149,22 +160,16 @@ CursorQuery = Annotated[str | None, Query(max_length=256)]
 
 
 @router.get("/", response_model=None)
-def jobs_page(request: Request, session: SessionDep, status: StatusQuery = None,
+def jobs_page(request: Request, session: SessionDep, viewer: Viewer, status: StatusQuery = None,
               q: TextQuery = None, cursor: CursorQuery = None) -> Response:
-    viewer = _viewer(request, session)
-    if viewer is None:
-        return _login_redirect(request)
     defaults = JobCreate().model_dump()
     return _render(request, "jobs.html", viewer, trainers=sorted(BUILTIN_TRAINERS),
                    defaults=defaults, **_jobs_context(session, viewer, status, q, cursor))
 
 
 @router.get("/partials/jobs", response_model=None)
-def jobs_rows(request: Request, session: SessionDep, status: StatusQuery = None,
+def jobs_rows(request: Request, session: SessionDep, viewer: Viewer, status: StatusQuery = None,
               q: TextQuery = None, cursor: CursorQuery = None) -> Response:
-    viewer = _viewer(request, session)
-    if viewer is None:
-        return Response(status_code=401)
     return _render(request, "_job_rows.html", viewer,
                    **_jobs_context(session, viewer, status, q, cursor))
 
@@ -188,10 +193,7 @@ def _job_or_none(session: SessionDep, viewer: ApiToken, job_id: int) -> Job | No
 
 
 @router.get("/jobs/{job_id}", response_model=None)
-def job_page(request: Request, session: SessionDep, job_id: int) -> Response:
-    viewer = _viewer(request, session)
-    if viewer is None:
-        return _login_redirect(request)
+def job_page(request: Request, session: SessionDep, viewer: Viewer, job_id: int) -> Response:
     job = _job_or_none(session, viewer, job_id)
     if job is None:
         return _render(request, "not_found.html", viewer, code=404, job_id=job_id)
@@ -202,10 +204,7 @@ def job_page(request: Request, session: SessionDep, job_id: int) -> Response:
 
 
 @router.get("/partials/jobs/{job_id}", response_model=None)
-def job_fragment(request: Request, session: SessionDep, job_id: int) -> Response:
-    viewer = _viewer(request, session)
-    if viewer is None:
-        return Response(status_code=401)
+def job_fragment(request: Request, session: SessionDep, viewer: Viewer, job_id: int) -> Response:
     job = _job_or_none(session, viewer, job_id)
     if job is None:
         return Response(status_code=404)
@@ -213,10 +212,7 @@ def job_fragment(request: Request, session: SessionDep, job_id: int) -> Response
 
 
 @router.get("/cluster", response_model=None)
-def cluster_page(request: Request, session: SessionDep) -> Response:
-    viewer = _viewer(request, session)
-    if viewer is None:
-        return _login_redirect(request)
+def cluster_page(request: Request, session: SessionDep, viewer: Viewer) -> Response:
     return _render(request, "cluster.html", viewer, nodes=nodes.read_nodes(session=session),
                    loads=summaries.read_node_loads(session=session,
                                                    project_id=viewer.project_id),
@@ -225,10 +221,7 @@ def cluster_page(request: Request, session: SessionDep) -> Response:
 
 
 @router.get("/schedules", response_model=None)
-def schedules_page(request: Request, session: SessionDep) -> Response:
-    viewer = _viewer(request, session)
-    if viewer is None:
-        return _login_redirect(request)
+def schedules_page(request: Request, viewer: Viewer) -> Response:
     # Rendered in the browser from /api/v1/schedules, which may not exist yet:
     # the page then says so instead of showing anything made up.
     return _render(request, "schedules.html", viewer)
@@ -236,5 +229,6 @@ def schedules_page(request: Request, session: SessionDep) -> Response:
 
 def install(app: FastAPI) -> None:
     """Serve the dashboard at `/` and its assets at `/static`."""
+    app.add_exception_handler(LoginRequired, _login_required)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.include_router(router)

@@ -114,7 +114,8 @@ class _Cluster:
         self._empty: dict[tuple[str, int], list[int]] = {}
         # Reservations: nodes by total capacity, largest first; every node whose
         # total is >= the smallest per-replica need of a blocked job is held.
-        self._by_total = {kind: sorted(t, key=lambda i, t=t: -t[i])
+        # reverse=True keeps equal totals in node order, as a sort by -total does.
+        self._by_total = {kind: sorted(t, key=t.__getitem__, reverse=True)
                           for kind, t in self.totals.items()}
         self._held_upto = {CPU: 0, GPU: 0}
 

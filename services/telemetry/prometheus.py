@@ -58,14 +58,14 @@ class ServiceCollector(Collector):
                                 value=by_status.get(JobStatus.QUEUED, 0)
                                 + by_status.get(JobStatus.RESTARTING, 0))
         buckets, total = wait_histogram(
-            [(s - c).total_seconds() for c, s in started])
+            [(s - c).total_seconds() for c, s in started if s is not None])
         yield HistogramMetricFamily("cohort_job_wait_seconds",
                                     "Time from submission to running, per job.",
                                     buckets=buckets, sum_value=total)
         by_node = GaugeMetricFamily("cohort_replicas", "Live replicas by node and status.",
                                     labels=["node", "status"])
-        for node_id, status, count in replicas:
-            by_node.add_metric([node_id, str(status)], count)
+        for node_id, replica_status, count in replicas:
+            by_node.add_metric([node_id, str(replica_status)], count)
         yield by_node
         ingested = CounterMetricFamily("cohort_ingested_rows", "Rows stored by the ingester.",
                                        labels=["kind"])

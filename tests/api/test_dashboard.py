@@ -31,6 +31,15 @@ def test_pages_redirect_to_login_without_a_valid_cookie(client: TestClient, path
     assert client.get(path, follow_redirects=False).status_code == 303
 
 
+@pytest.mark.parametrize("path", ["/partials/jobs", "/partials/jobs/1"])
+def test_fragments_answer_401_without_a_valid_cookie(client: TestClient, path: str) -> None:
+    # The page's script goes to the login form on a 401; a redirect would be followed
+    # and the login form's HTML pasted into the page.
+    assert client.get(path, follow_redirects=False).status_code == 401
+    client.cookies.set("cohort_token", "not-a-token")
+    assert client.get(path, follow_redirects=False).status_code == 401
+
+
 def test_login_sets_an_httponly_strict_cookie_and_logout_clears_it(
         client: TestClient, token: str) -> None:
     response = client.post("/login", data={"token": token, "next": "/cluster"},

@@ -13,9 +13,9 @@ import redis
 
 from cli.client import CohortClient
 from cli.stack import Stack
+from services.statuses import TERMINAL_STATUSES
 from tests.conftest import REDIS_BASE, create_database, drop_database
 
-TERMINAL = {"succeeded", "failed", "cancelled"}
 # Where replica ports start; give concurrent test runs on one machine distinct bases.
 PORT_BASE = os.environ.get("COHORT_TEST_PORT_BASE", "29500")
 
@@ -41,7 +41,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
 def wait_terminal(client: CohortClient, job_id: int, timeout: float = 180) -> dict[str, Any]:
     def done() -> dict[str, Any] | None:
         job = client.job(job_id)
-        return job if job["status"] in TERMINAL else None
+        return job if job["status"] in TERMINAL_STATUSES else None
 
     return wait_for(done, timeout, f"job {job_id} to finish", interval=0.5)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.client import CohortClient
+from services.statuses import TERMINAL_STATUSES
 from tests.e2e.conftest import wait_for
 
 
@@ -69,7 +70,7 @@ def wait_all_terminal(client: CohortClient, job_ids: list[int], timeout: float
         for job_id in job_ids:
             if job_id not in done:
                 job = client.job(job_id)
-                if job["status"] in ("succeeded", "failed", "cancelled"):
+                if job["status"] in TERMINAL_STATUSES:
                     done[job_id] = job
         time.sleep(1.0)
     missing = sorted(set(job_ids) - set(done))

@@ -15,12 +15,12 @@ from playwright.sync_api import expect
 
 from cli.client import CohortClient
 from cli.stack import Stack
+from services.statuses import TERMINAL_STATUSES
 from tests.e2e.conftest import wait_for
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
-TERMINAL = ("succeeded", "failed", "cancelled")
 TIMEOUT_MS = 240_000
 
 pytestmark = [
@@ -122,9 +122,9 @@ def test_log_in_submit_a_job_watch_it_train_and_succeed(
         status = job_status(page)
         points = int(page.locator("#chart-loss").get_attribute("data-points") or 0)
         samples.append((status, points))
-        if status in TERMINAL:
+        if status in TERMINAL_STATUSES:
             break
-        live = [p for s, p in samples if s not in TERMINAL and p > 0]
+        live = [p for s, p in samples if s not in TERMINAL_STATUSES and p > 0]
         if not grown and len(set(live)) >= 2:
             grown = live
             page.reload()

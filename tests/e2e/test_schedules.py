@@ -18,6 +18,7 @@ import pytest
 
 from cli.client import CohortClient
 from cli.stack import Stack
+from services.statuses import TERMINAL_STATUSES
 from tests.e2e.conftest import wait_for, wait_terminal
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +26,6 @@ pytestmark = pytest.mark.e2e
 TINY = {"trainer": "mlp_digits", "strategy": "one_device", "replicas": 1,
         "hyperparameters": {"epochs": 1, "steps_per_epoch": 5}}
 LONG = {**TINY, "hyperparameters": {"epochs": 1000, "steps_per_epoch": 50}}
-TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
 def api(client: CohortClient, method: str, path: str, **kwargs: Any) -> Any:
@@ -74,11 +74,11 @@ def test_a_schedule_every_10s_spawns_real_jobs(pg_stack: tuple[Stack, CohortClie
     assert "fired" in outcomes
     assert parse(shown["next_fire_at"]) > parse(shown["recent_runs"][0]["scheduled_for"])
     # forbid: fire times that came while a job ran are recorded as skipped, not queued.
-    assert len([j for j in jobs if j["status"] not in TERMINAL]) <= 1
+    assert len([j for j in jobs if j["status"] not in TERMINAL_STATUSES]) <= 1
 
     # Paused: nothing fires for two periods; resumed: it fires again.
     api(client, "POST", f"/{schedule['id']}/pause")
-    wait_for(lambda: all(j["status"] in TERMINAL for j in scheduled_jobs(
+    wait_for(lambda: all(j["status"] in TERMINAL_STATUSES for j in scheduled_jobs(
         client, schedule["id"])), 180, "the last job to end", interval=1.0)
     count = len(scheduled_jobs(client, schedule["id"]))
     deadline = time.monotonic() + 22
@@ -151,7 +151,7 @@ def test_forbid_then_replace_with_a_long_running_job(
     jobs = scheduled_jobs(client, sid)
     assert len(jobs) >= 2 and jobs[1]["id"] > first["id"]
     for job in jobs:
-        if job["status"] not in TERMINAL:
+        if job["status"] not in TERMINAL_STATUSES:
             client.cancel(job["id"])
 
 

@@ -1,10 +1,10 @@
 """The leader's ingest: metric batches and log lines from Redis streams into SQL.
 
 Both feeds work alike: read a batch through the scheduler's consumer group (its own
-unacknowledged entries first, after a crash), store each row once in SQL, commit,
-then publish the new rows to the job's live feed (services/telemetry/live.py) for SSE clients,
-and only then acknowledge the entries. A crash anywhere re-reads them, and the
-unique keys store each point or line once.
+unacknowledged entries first, after a crash: workers/control/streams.py), store each row
+once in SQL, commit, then publish the new rows to the job's live feed
+(services/telemetry/live.py) for SSE clients, and only then acknowledge the entries. A
+crash anywhere re-reads them, and the unique keys store each point or line once.
 """
 
 from __future__ import annotations
@@ -17,27 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from redis.exceptions import ResponseError
 from sqlalchemy.orm import Session
 
 from services.db import session_scope
 from services.telemetry import live, logs, metrics
 from services.wire.bus import METRICS_STREAM
+from workers.control.streams import GroupReader
 
 log = logging.getLogger("cohort.ingest")
-
-GROUP = "cohort-scheduler"
-CONSUMER = "leader"  # fixed: a new leader re-reads what the last one left unacknowledged
-
-
-def ensure_group(client: redis.Redis, stream: str, group: str = GROUP) -> None:
-    """Create a consumer group (and the stream) if missing (again after a Redis flush)."""
-    try:
-        client.xgroup_create(stream, group, id="0", mkstream=True)
-    except ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
-
 
 @dataclass(frozen=True)
 class Feed:
@@ -83,25 +70,20 @@ def _store(feed: Feed, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]]
 
 def ingest_once(client: redis.Redis, feed: Feed, block_ms: int = 1000) -> int:
     """Store one read of `feed` in SQL, then acknowledge it; returns the rows stored."""
-    ensure_group(client, feed.stream)
+    reader = GroupReader(client, feed.stream, feed.count)
     stored = 0
-    for start in ("0", ">"):
-        reply = client.xreadgroup(GROUP, CONSUMER, {feed.stream: start}, count=feed.count,
-                                  block=None if start == "0" else block_ms)
-        for _stream, entries in reply or []:
-            if not entries:
-                continue
-            rows = []
-            for _entry_id, fields in entries:
-                try:
-                    rows.extend(feed.parse(fields.get("data", "{}")))
-                except (ValueError, KeyError, TypeError):
-                    log.warning("dropping malformed %s batch %r", feed.kind, str(fields)[:200])
-            new_rows, prev = _store(feed, rows)
-            stored += len(new_rows)
-            # After the commit, so a live viewer never sees a row SQL could still lose.
-            publish_live(client, feed.kind, new_rows, prev)
-            client.xack(feed.stream, GROUP, *[entry_id for entry_id, _ in entries])
+    for entries in reader.batches(block_ms):
+        rows = []
+        for _entry_id, fields in entries:
+            try:
+                rows.extend(feed.parse(fields.get("data", "{}")))
+            except (ValueError, KeyError, TypeError):
+                log.warning("dropping malformed %s batch %r", feed.kind, str(fields)[:200])
+        new_rows, prev = _store(feed, rows)
+        stored += len(new_rows)
+        # After the commit, so a live viewer never sees a row SQL could still lose.
+        publish_live(client, feed.kind, new_rows, prev)
+        reader.ack(*[entry_id for entry_id, _ in entries])
     return stored
 
 

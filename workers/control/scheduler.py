@@ -30,7 +30,8 @@ from services.wire.bus import (
     get_redis,
 )
 from services.wire.messages import Dispatcher, Message
-from workers.control.ingest import CONSUMER, GROUP, LOGS, METRICS, ensure_group, ingest_while
+from workers.control.ingest import LOGS, METRICS, ingest_while
+from workers.control.streams import GroupReader
 
 log = logging.getLogger("cohort.scheduler")
 
@@ -121,6 +122,7 @@ class Scheduler:
         self.stopping = threading.Event()
         self.lock = client.lock(SCHEDULER_LOCK, timeout=LOCK_TTL, thread_local=False)
         self.leading = threading.Event()
+        self.events = GroupReader(client, EVENTS_STREAM, count=200)
 
     def run_pass(self) -> None:
         heartbeats = read_heartbeats(self.redis)
@@ -137,22 +139,17 @@ class Scheduler:
 
     def handle_events(self, block_ms: int) -> int:
         """Read and apply agent events; returns how many were read."""
-        ensure_group(self.redis, EVENTS_STREAM, GROUP)
-        # Our own unacknowledged entries first (a crash mid-batch), then new ones.
         handled = 0
-        for start in ("0", ">"):
-            reply = self.redis.xreadgroup(GROUP, CONSUMER, {EVENTS_STREAM: start}, count=200,
-                                          block=None if start == "0" else block_ms)
-            for _stream, entries in reply or []:
-                for entry_id, fields in entries:
-                    try:
-                        messages = apply_event(fields.get("kind", ""),
-                                               json.loads(fields.get("data", "{}")))
-                        self.dispatcher.send(messages)
-                    except Exception:
-                        log.exception("event %s %r could not be applied", entry_id, fields)
-                    self.redis.xack(EVENTS_STREAM, GROUP, entry_id)
-                    handled += 1
+        for entries in self.events.batches(block_ms):
+            for entry_id, fields in entries:
+                try:
+                    messages = apply_event(fields.get("kind", ""),
+                                           json.loads(fields.get("data", "{}")))
+                    self.dispatcher.send(messages)
+                except Exception:
+                    log.exception("event %s %r could not be applied", entry_id, fields)
+                self.events.ack(entry_id)
+                handled += 1
         return handled
 
     def lead(self) -> None:
