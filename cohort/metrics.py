@@ -17,7 +17,7 @@ import os
 import threading
 import time
 import warnings
-from typing import Any
+from typing import Any, TypeGuard
 
 ENV_VAR = "COHORT_METRICS_FILE"
 # The bounds of the columns metrics are stored in (a point outside them is dropped later).
@@ -134,7 +134,7 @@ def decode_line(raw: bytes) -> list[tuple[int, str, float, float]]:
         raise ValueError("metrics must be a non-empty object")
     if not _is_finite(ts):
         raise ValueError(f"ts must be a finite number, got {ts!r:.40}")
-    points = []
+    points: list[tuple[int, str, float, float]] = []
     for name, value in metrics.items():
         if not (0 < len(name) <= MAX_NAME and "\x00" not in name):
             raise ValueError(f"metric name {name[:20]!r} is empty or longer than {MAX_NAME}")
@@ -144,7 +144,7 @@ def decode_line(raw: bytes) -> list[tuple[int, str, float, float]]:
     return points
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

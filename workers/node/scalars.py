@@ -10,7 +10,7 @@ follows, for each replica it runs:
 * optionally some directories (checkpoints, the saved model) whose files changing
   shows the loop is alive.
 
-Every new point is shipped through the replica's own `MetricReporter` (the same
+Every new point is shipped through a `MetricReporter` for the replica (the same
 batches on `cohort:metrics` as the Keras callback's, epoch null), and every sign of
 progress is sent as the replica's progress heartbeat, so the hang watchdog sees a
 loop that imports nothing from Cohort. The replica's log output is NOT progress:
@@ -25,16 +25,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from services.wire.bus import PROGRESS_HASH, progress_field
 from workers.node.metricsfile import MetricsFileReader
 from workers.node.tfevents import FILE_PREFIX, EventFileReader, Scalar
-from workers.replica.callbacks import BEAT_INTERVAL, MetricReporter
 
 log = logging.getLogger("cohort.scalars")
 
 POLL_SECONDS = 0.5  # how often the files are checked: metrics and beats lag by about this
+BEAT_INTERVAL = 1.0  # seconds between two beats: the pace of the replica's own beats
 MAX_EVENT_FILES = 1000  # followed per replica: a runaway writer cannot exhaust the agent
 MAX_WATCHED_FILES = 10_000  # looked at per watched directory and poll
 
@@ -44,6 +44,19 @@ _BEAT_IF_NEWER = """
 local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or 0
 if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 """
+
+
+class PointSender(Protocol):
+    """Ships one replica's points: the replica's `MetricReporter` (cohort:metrics
+    batches, retries, replay after a Redis restart). A protocol, not an import, as
+    node code never imports replica code (the import-linter contracts)."""
+
+    def add(self, step: int, epoch: int | None, name: str, value: Any,
+            ts: float | None = None) -> None: ...
+
+    def maybe_flush(self, *, force: bool = False) -> None: ...
+
+    def flush(self, *, wait: float = 0.0, lock_timeout: float = -1) -> bool: ...
 
 
 class ReplicaFollower:
@@ -164,7 +177,7 @@ class ScalarShipper(threading.Thread):
     """Follows one replica until `finish()`: ships its points through `reporter` and
     beats its progress (at most once per BEAT_INTERVAL, dated when it was seen)."""
 
-    def __init__(self, reporter: MetricReporter, client: Any, *, job_id: int, attempt: int,
+    def __init__(self, reporter: PointSender, client: Any, *, job_id: int, attempt: int,
                  index: int, metrics_file: Path | None = None,
                  tensorboard_dir: Path | None = None, watch_dirs: Sequence[Path] = (),
                  skip_existing: bool = True, poll_seconds: float = POLL_SECONDS) -> None:
