@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from cli.client import CohortClient  # noqa: E402
 from cli.stack import Stack  # noqa: E402
-from services.wire.bus import METRICS_STREAM  # noqa: E402
+from services.wire.keys import METRICS_STREAM  # noqa: E402
 
 HP = {"epochs": 3, "steps_per_epoch": 20, "batch_size": 32, "learning_rate": 0.01}
 

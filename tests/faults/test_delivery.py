@@ -11,7 +11,7 @@ import httpx
 import pytest
 import redis
 
-from services.wire.bus import EVENTS_STREAM
+from services.wire.keys import EVENTS_STREAM
 from tests.e2e.conftest import wait_for, wait_terminal
 from tests.faults.conftest import LONG_JOB, record, steps_seen
 from workers.celery_app import make_celery
