@@ -85,7 +85,7 @@ def decode_event(fields: dict[str, Any]) -> Event:
     return cls.decode(fields.get("data") or "{}")
 
 
-ReplicaKey = tuple[Id, Attempt, Id]  # (job, attempt, index)
+Replica = tuple[Id, Attempt, Id]  # (job, attempt, index)
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -99,7 +99,7 @@ class NodeHeartbeat(Contract):
     gpus: Id = 0
     # What the agent runs, and the exit codes of what it ran lately: lets the
     # scheduler settle replicas whose events Redis lost.
-    replicas: tuple[ReplicaKey, ...] = ()
+    replicas: tuple[Replica, ...] = ()
     exited: tuple[tuple[Id, Attempt, Id, Id], ...] = ()  # (job, attempt, index, exit code)
     # The GPUs the agent found (workers/node/gpus.py), the ports of its replica range that
     # other processes hold, and its network stack (workers/node/ports.py).

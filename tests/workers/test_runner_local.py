@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import redis
 
-from services.wire.keys import METRICS_STREAM as STREAM_KEY
+from services.wire.keys import METRICS_STREAM
 from workers.replica.callbacks import MetricReporter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ GANG_TIMEOUT = 120.0
 def stream() -> Iterator[redis.Redis]:
     """The metrics stream of the test db, emptied first."""
     client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    client.delete(STREAM_KEY)
+    client.delete(METRICS_STREAM)
     yield client
     client.close()
 
@@ -163,7 +163,7 @@ def read_points(
 ) -> list[tuple[int, int, int | None, str, float, float]]:
     """(replica, step, epoch, name, value, ts) of every point of `job_id` in the stream."""
     points = []
-    for _entry_id, fields in client.xrange(STREAM_KEY):
+    for _entry_id, fields in client.xrange(METRICS_STREAM):
         assert set(fields) == {"data"}
         batch = json.loads(fields["data"])
         assert set(batch) == {"job_id", "attempt", "replica", "points"}
@@ -322,7 +322,7 @@ class FakeRedis:
         if self.failures:
             self.failures -= 1
             raise redis.ConnectionError("down")
-        assert (name, maxlen, approximate) == (STREAM_KEY, 1_000_000, True)
+        assert (name, maxlen, approximate) == (METRICS_STREAM, 1_000_000, True)
         self.entries.append(json.loads(fields["data"]))
         return "0-1"
 
