@@ -10,11 +10,15 @@ batches decode by hand (services/wire/batches.py): the ingest's hot path.
 from __future__ import annotations
 
 import functools
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 STRICT = ConfigDict(strict=True, extra="ignore")
+
+Id = Annotated[int, Field(ge=0)]  # a job id, a replica index, an exit code
+Attempt = Annotated[int, Field(ge=1)]
+Seconds = Annotated[float, Field(allow_inf_nan=False)]  # unix time
 
 
 class WireError(ValueError):

@@ -12,11 +12,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import AfterValidator, Field
 from pydantic.dataclasses import dataclass
 
-from services.wire.contract import STRICT, Contract, WireError
-
-Id = Annotated[int, Field(ge=0)]
-Attempt = Annotated[int, Field(ge=1)]
-Seconds = Annotated[float, Field(allow_inf_nan=False)]
+from services.wire.contract import STRICT, Attempt, Contract, Id, Seconds, WireError
 
 
 def _clipped(limit: int) -> AfterValidator:

@@ -18,8 +18,7 @@ from typing import Annotated, Any, Literal, Protocol
 from pydantic import AfterValidator, Field, model_validator
 from pydantic.dataclasses import dataclass
 
-from services.wire.contract import STRICT, Contract
-from services.wire.events import Attempt, Id
+from services.wire.contract import STRICT, Attempt, Contract, Id
 
 Strategy = Literal["multi_worker_mirrored", "mirrored", "one_device"]
 
