@@ -14,7 +14,7 @@ from services.db import session_scope
 from services.jobs import store as jobs
 from services.models import ApiToken, Job
 from services.settings import Settings, get_settings
-from services.wire.bus import get_redis
+from services.wire.client import get_redis
 
 
 def get_db() -> Iterator[Session]:

@@ -47,7 +47,7 @@ def use(database_url: str, redis_url: str, data_dir: str) -> None:
                       COHORT_DATA_DIR=data_dir)
     from services.db import get_engine, get_sessionmaker
     from services.settings import get_settings
-    from services.wire.bus import get_redis
+    from services.wire.client import get_redis
 
     for cached in (get_settings, get_engine, get_sessionmaker, get_redis):
         cached.cache_clear()

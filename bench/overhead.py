@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 from cli.client import CohortClient  # noqa: E402
 from cli.stack import Stack  # noqa: E402
 from services.statuses import TERMINAL_STATUSES  # noqa: E402
-from services.wire.bus import METRICS_STREAM  # noqa: E402
+from services.wire.keys import METRICS_STREAM  # noqa: E402
+from services.wire.replica import ReplicaLaunch, ReplicaSpec  # noqa: E402
 
 HP = {"epochs": 3, "steps_per_epoch": 20, "batch_size": 32, "learning_rate": 0.01}
 
@@ -42,6 +43,15 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def spec_file(job_dir: Path, index: int, run: int) -> Path:
+    """The spec file the agent would write for replica `index` of the hand-launched job."""
+    spec = ReplicaSpec(1_000_000 + run, 1, index, 2, "mlp_digits", "multi_worker_mirrored", HP)
+    path = job_dir / f"replica-{index}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(ReplicaLaunch(spec, job_dir.absolute()).encode())
+    return path
 
 
 def hand_launch(run: int, workdir: Path, redis_url: str) -> tuple[float, float]:
@@ -56,10 +66,7 @@ def hand_launch(run: int, workdir: Path, redis_url: str) -> tuple[float, float]:
         env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "COHORT_REDIS_URL": redis_url,
                "TF_CONFIG": json.dumps({"cluster": {"worker": cluster},
                                         "task": {"type": "worker", "index": index}}),
-               "COHORT_REPLICA": json.dumps({
-                   "job_id": 1_000_000 + run, "attempt": 1, "index": index, "replicas": 2,
-                   "trainer": "mlp_digits", "strategy": "multi_worker_mirrored",
-                   "hyperparameters": HP, "job_dir": str(job_dir)})}
+               "COHORT_REPLICA_SPEC": str(spec_file(job_dir, index, run))}
         processes.append(subprocess.Popen([sys.executable, "-m", "workers.replica.runner"], env=env,
                                           cwd=ROOT, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))

@@ -19,6 +19,7 @@ from typing import IO
 import redis
 
 from services.settings import Settings, get_settings
+from workers.node.processes import stop_process_group
 
 
 def migrate(database_url: str | None = None) -> None:
@@ -204,18 +205,5 @@ class Stack:
     def stop(self, grace: float = 15.0) -> None:
         """Stop every child: agent first (it stops its replicas), Redis last."""
         for _name, process in reversed(self.children):
-            if process.poll() is None:
-                try:
-                    os.killpg(process.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + grace
-            while process.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if process.poll() is None:
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                process.wait()
+            stop_process_group(process, grace)
         self.children.clear()

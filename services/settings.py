@@ -38,6 +38,8 @@ class Settings(BaseSettings):
     NODE_GPUS: int = 0
     PORT_RANGE_START: int = 29500
     PORT_RANGE_END: int = 29999
+    # The Python that runs replicas (`-m workers.replica.runner`); empty = the agent's own.
+    REPLICA_PYTHON: str = ""
     # Where a job sets no placement policy: "pack" (fewest nodes) or "spread".
     PLACEMENT_POLICY: Literal["pack", "spread"] = "pack"
 

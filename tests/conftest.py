@@ -56,7 +56,7 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     os.environ["COHORT_DATA_DIR"] = str(tmp_path_factory.mktemp("data"))
     from services.db import get_engine, get_sessionmaker
     from services.settings import get_settings
-    from services.wire.bus import get_redis
+    from services.wire.client import get_redis
 
     get_settings.cache_clear()
     get_engine.cache_clear()

@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from services.db import get_engine
-from services.wire.bus import get_redis
+from services.wire.client import get_redis
 
 router = APIRouter(tags=["health"])
 

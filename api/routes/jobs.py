@@ -14,7 +14,7 @@ from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead, Rep
 from services.models import Job
 from services.statuses import JobStatus
 from services.telemetry import progress
-from services.wire.bus import wake_scheduler
+from services.wire.client import wake_scheduler
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 

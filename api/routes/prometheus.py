@@ -6,7 +6,7 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from services.telemetry.prometheus import ServiceCollector
-from services.wire.bus import get_redis
+from services.wire.client import get_redis
 
 router = APIRouter(tags=["health"])
 

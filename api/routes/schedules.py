@@ -18,7 +18,7 @@ from services.retraining.schemas import (
     ScheduleRunRead,
     ScheduleUpdate,
 )
-from services.wire.bus import wake_scheduler
+from services.wire.client import wake_scheduler
 
 router = APIRouter(prefix="/schedules", tags=["schedules"])
 

@@ -23,7 +23,7 @@ from services.statuses import (
     JobStatus,
     ReplicaStatus,
 )
-from services.wire.messages import Message, StopReplica
+from services.wire.replica import Message, StopReplica
 
 STOP_RESEND_SECONDS = 15.0
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from services.cluster.placement import NodeCapacity
 from services.models import Job, Node, Replica
 from services.statuses import TERMINAL_REPLICA_STATUSES, NodeStatus
+from services.wire.events import NodeHeartbeat
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,17 @@ class Heartbeat:
     gpu_ids: tuple[int, ...] = ()
     busy_ports: frozenset[int] = frozenset()
     port_space: str = ""  # the agent's network stack (workers/node/ports.py): shared ports
+
+
+def heartbeat_of(beat: NodeHeartbeat) -> Heartbeat:
+    """The scheduler's view of a heartbeat an agent sent (decoded and checked)."""
+    return Heartbeat(node_id=beat.node_id, address=beat.address, slots=beat.slots,
+                     gpus=beat.gpus, at=dt.datetime.fromtimestamp(beat.ts, dt.UTC),
+                     running=frozenset(beat.replicas),
+                     exited={(job, attempt, index): code
+                             for job, attempt, index, code in beat.exited},
+                     gpu_ids=beat.gpu_ids, busy_ports=frozenset(beat.busy_ports),
+                     port_space=beat.port_space)
 
 
 def _join(values: Iterable[int]) -> str:

@@ -20,7 +20,7 @@ from services.models import Job, Node, Replica, utcnow
 from services.retraining import firing, promotion
 from services.settings import Settings
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
-from services.wire.messages import Message, StartReplica
+from services.wire.replica import Message, ReplicaSpec, StartReplica
 
 START_RESEND_SECONDS = 20.0
 
@@ -32,20 +32,13 @@ class PassResult:
     lost_nodes: list[str] = field(default_factory=list)
 
 
-def start_payload(job: Job, replica: Replica) -> dict[str, object]:
+def start_message(job: Job, replica: Replica) -> StartReplica:
     """Everything an agent needs to start one replica (agents cannot read SQL)."""
-    return {
-        "job_id": job.id,
-        "attempt": replica.attempt,
-        "index": replica.index,
-        "replicas": job.replicas,
-        "trainer": job.trainer,
-        "strategy": job.strategy,
-        "hyperparameters": job.hyperparameters,
-        "tf_config": replica.tf_config,
-        "port": replica.port,
-        "gpu_ids": replica.gpu_ids,
-    }
+    spec = ReplicaSpec(job_id=job.id, attempt=replica.attempt, index=replica.index,
+                       replicas=job.replicas, trainer=job.trainer, strategy=job.strategy,
+                       hyperparameters=job.hyperparameters)
+    return StartReplica(replica.node_id, spec, tf_config=replica.tf_config, port=replica.port,
+                        gpu_ids=replica.gpu_ids)
 
 
 def _resend_stale_starts(session: Session, now: dt.datetime) -> list[Message]:
@@ -62,7 +55,7 @@ def _resend_stale_starts(session: Session, now: dt.datetime) -> list[Message]:
     messages: list[Message] = []
     for replica, job in rows:
         replica.dispatched_at = now
-        messages.append(StartReplica(replica.node_id, start_payload(job, replica)))
+        messages.append(start_message(job, replica))
     return messages
 
 
@@ -114,7 +107,7 @@ def _place_queue(session: Session, settings: Settings, now: dt.datetime) -> tupl
         nodes_used = sorted({p.node_id for p in placements})
         transition_job(session=session, job_id=job.id, target=JobStatus.SCHEDULED,
                        reason=f"placed {job.replicas} replicas on {', '.join(nodes_used)}")
-        messages.extend(StartReplica(r.node_id, start_payload(job, r)) for r in replicas)
+        messages.extend(start_message(job, r) for r in replicas)
     session.flush()
     return messages, list(result.assignments)
 

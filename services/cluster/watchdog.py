@@ -32,7 +32,7 @@ from services.statuses import (
     JobStatus,
     ReplicaStatus,
 )
-from services.wire.messages import CleanupJob, Message
+from services.wire.replica import CleanupJob, Message
 
 # A heartbeat must be this much newer than a replica's spawn before its absence
 # from the agent's list means the process is gone (the list is read at beat time).

@@ -1,50 +1,31 @@
 """Replica logs: the `cohort:logs` stream protocol, storing lines once, reading them back.
 
 Agents tail each replica's log file and append batches to `cohort:logs`; the scheduler
-leader stores them here, so logs outlive the replica's files and node. Protocol: every
-stream entry has one field `data`, a JSON object
-`{"job_id": int, "attempt": int, "replica": int, "lines": [[seq, ts, line], ...]}`
-with `seq` the 1-based line number in that replica's log file and `ts` the unix time
-the agent read it.
+leader stores them here, so logs outlive the replica's files and node. Every stream entry
+has one field `data`, a `LogBatch` (services/wire/batches.py).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
-import orjson
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from services.models import LogLine
-from services.telemetry.metrics import current_attempts, int_in_range, newest_id
-
-MAX_LINE = 4000  # characters kept of one line; a progress bar without newlines stays bounded
+from services.telemetry.metrics import current_attempts, newest_id
+from services.wire.batches import LogBatch
 
 
 def parse_log_batch(raw: str | bytes) -> list[dict[str, Any]]:
-    """Rows from one stream entry; malformed lines are dropped, not fatal; a malformed
-    entry or head raises ValueError (the caller drops the whole entry)."""
-    # Strict JSON and UTF-8 (orjson refuses lone surrogates, which no SQL text can hold),
-    # and integers within the columns: an entry SQL would refuse must be dropped here, or
-    # its retries would stall the ingest for every job.
-    batch = orjson.loads(raw)
-    head = {"job_id": int_in_range(batch["job_id"]), "attempt": int_in_range(batch["attempt"]),
-            "replica": int_in_range(batch["replica"])}
-    rows = []
-    for item in batch.get("lines", []):
-        try:
-            seq, ts, line = item
-            row = {**head, "seq": int_in_range(seq), "ts": float(ts),
-                   "line": str(line)[:MAX_LINE].replace("\x00", "")}
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(row["ts"]):
-            rows.append(row)
-    return rows
+    """Rows from one logs stream entry (services/wire/batches.py: LogBatch). Malformed
+    lines are dropped; a malformed entry or head raises WireError, a ValueError (the
+    caller drops the whole entry)."""
+    batch = LogBatch.decode(raw)
+    head = {"job_id": batch.job_id, "attempt": batch.attempt, "replica": batch.replica}
+    return [{**head, "seq": seq, "ts": ts, "line": line} for seq, ts, line in batch.lines]
 
 
 def insert_lines(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

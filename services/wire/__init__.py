@@ -1,5 +1,13 @@
-"""What crosses a process boundary: typed contracts (replica spec, messages, events, batches,
-feed rows, heartbeats) with one encoder and one decoder each, and every Redis key and stream name.
+"""What crosses a process boundary: typed contracts with one encoder and one decoder each,
+and every Redis key and stream name.
 
-Imported by every zone (control plane, node, replica): it holds no SQL and no FastAPI or Celery.
+    contract.py  the shared shape: strict pydantic dataclasses, `encode`/`decode`, WireError
+    keys.py      Redis keys, streams, hashes and Celery queue names
+    client.py    the Redis client factory; publishing events, waking the scheduler
+    replica.py   the replica spec, and the messages to node agents (start, stop, clean up)
+    events.py    replica started / exited events, wake-ups, node heartbeats
+    batches.py   metric and log batches, progress beats (hand-decoded: the hot path)
+
+Imported by every zone (control plane, node, replica): it holds no SQL and no FastAPI or
+Celery. The live feeds' rows are services/telemetry/live.py's (and services/wire/feed.py).
 """

@@ -4,8 +4,6 @@ and read a finished job's placement history."""
 from __future__ import annotations
 
 import datetime as dt
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +13,7 @@ from typing import Any
 from cli.client import CohortClient
 from services.statuses import TERMINAL_STATUSES
 from tests.e2e.conftest import wait_for
+from workers.node.processes import stop_process_group
 
 
 def start_agent(env: dict[str, str], node_id: str, slots: int, data_dir: Path,
@@ -32,19 +31,7 @@ def start_agent(env: dict[str, str], node_id: str, slots: int, data_dir: Path,
 
 def stop_agent(process: subprocess.Popen[bytes], grace: float = 20.0) -> None:
     """SIGTERM the agent's group (it stops its replicas), SIGKILL what outlives `grace`."""
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.wait()
+    stop_process_group(process, grace)
 
 
 def wait_nodes(client: CohortClient, node_ids: set[str], timeout: float = 60) -> None:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
-from typing import Any
 
 import httpx
 import pytest
 import redis
 
-from services.wire.bus import EVENTS_STREAM
+from services.wire.keys import EVENTS_STREAM
+from services.wire.replica import START_TASK, ReplicaSpec, StartReplica
 from tests.e2e.conftest import wait_for, wait_terminal
 from tests.faults.conftest import LONG_JOB, record, steps_seen
 from workers.celery_app import make_celery
@@ -35,15 +36,16 @@ def test_duplicate_and_stale_start_messages_start_nothing(make_stack) -> None:  
     running = wait_for(lambda: (j := client.job(job["id"]))["status"] == "running" and j, 120,
                        "the job to run")
     replica = running["replica_list"][0]
-    payload: dict[str, Any] = {
-        "job_id": job["id"], "attempt": 1, "index": 0, "replicas": 2,
-        "trainer": "mlp_digits", "strategy": "multi_worker_mirrored",
-        "hyperparameters": running["hyperparameters"], "tf_config": replica["tf_config"],
-        "port": int(replica["address"].rsplit(":", 1)[1]), "gpu_ids": ""}
+    start = StartReplica("node-a", ReplicaSpec(job["id"], 1, 0, 2, "mlp_digits",
+                                               "multi_worker_mirrored",
+                                               running["hyperparameters"]),
+                         tf_config=replica["tf_config"],
+                         port=int(replica["address"].rsplit(":", 1)[1]))
+    stale = dataclasses.replace(start, spec=dataclasses.replace(start.spec, attempt=7))
     app = make_celery(stack.settings.redis_url)
     # Redelivered twice, and once as a message of an attempt that is not current.
-    for message in (payload, payload, {**payload, "attempt": 7}):
-        app.send_task("workers.node.tasks.start_replica", args=[message], queue="node.node-a")
+    for message in (start, start, stale):
+        app.send_task(START_TASK, args=[message.encode()], queue="node.node-a")
     final = wait_terminal(client, job["id"])
     assert final["status"] == "succeeded", final["reason"]
     assert sorted(started_events(stack, job["id"])) == [(1, 0), (1, 1)]

@@ -14,7 +14,7 @@ from services.jobs import store as jobs
 from services.models import Job, utcnow
 from services.settings import get_settings
 from services.statuses import JobStatus, ReplicaStatus
-from services.wire.messages import CleanupJob, StartReplica
+from services.wire.replica import CleanupJob, StartReplica
 from tests.factories import create_job, create_token
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

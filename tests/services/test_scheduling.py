@@ -10,7 +10,7 @@ from services.jobs import store as jobs
 from services.models import Job, utcnow
 from services.settings import get_settings
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
-from services.wire.messages import StartReplica, StopReplica
+from services.wire.replica import StartReplica, StopReplica
 from tests.factories import create_job, create_token
 
 
@@ -39,7 +39,7 @@ def test_places_gang_with_distinct_ports_and_tf_config(session: Session) -> None
         assert replica.tf_config == {"cluster": {"worker": cluster},
                                      "task": {"type": "worker", "index": replica.index}}
     starts = [m for m in result.messages if isinstance(m, StartReplica)]
-    assert sorted(m.payload["index"] for m in starts) == [0, 1]
+    assert sorted(m.spec.index for m in starts) == [0, 1]
     assert all(m.node_id == "n1" for m in starts)
 
 
@@ -117,7 +117,7 @@ def test_on_failure_restarts_with_next_attempt(session: Session) -> None:
     result = run(session, beat("n1"), now=job.not_before)
     assert job.attempt == 2
     assert job.status is JobStatus.SCHEDULED
-    assert {m.payload["attempt"] for m in result.messages if isinstance(m, StartReplica)} == {2}
+    assert {m.spec.attempt for m in result.messages if isinstance(m, StartReplica)} == {2}
 
 
 def test_cancelled_job_replicas_get_stopped(session: Session) -> None:

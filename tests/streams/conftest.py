@@ -18,7 +18,7 @@ from tests.factories import create_job, create_token
 
 @pytest.fixture
 def bus(pg_url: str) -> redis.Redis:  # noqa: ARG001 - pg_url points settings at test Redis
-    from services.wire.bus import get_redis
+    from services.wire.client import get_redis
 
     client = get_redis()
     client.flushdb()

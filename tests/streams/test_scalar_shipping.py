@@ -13,7 +13,7 @@ import redis
 import sqlalchemy as sa
 
 from services.telemetry.metrics import parse_batch
-from services.wire.bus import METRICS_STREAM, PROGRESS_HASH, progress_field
+from services.wire.keys import METRICS_STREAM, PROGRESS_HASH, progress_field
 from tests.e2e.conftest import wait_for
 from tests.streams.conftest import ingest_until
 from tests.tfsummaries import expected_reports, expected_scalars, start_writer

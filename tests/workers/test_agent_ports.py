@@ -12,7 +12,8 @@ import pytest
 import redis
 
 from services.settings import Settings
-from services.wire.bus import EVENTS_STREAM, NODES_HASH, attempt_key, claim_key
+from services.wire.keys import EVENTS_STREAM, NODES_HASH, attempt_key, claim_key
+from services.wire.replica import ReplicaSpec, StartReplica
 from tests.conftest import REDIS_BASE
 from workers.node.agent import PORT_TAKEN_EXIT, Agent
 
@@ -48,10 +49,8 @@ def test_taken_port_is_reported_and_refused(tmp_path: Path, bus: redis.Redis,
     assert beat["busy_ports"] == [port]
     assert beat["port_space"] and beat["gpu_ids"] == [] and beat["gpus"] == 0
 
-    agent.start_replica({"job_id": JOB, "attempt": 1, "index": 0, "replicas": 1,
-                         "trainer": "mlp_digits", "strategy": "one_device",
-                         "hyperparameters": {}, "tf_config": None, "port": port,
-                         "gpu_ids": ""})
+    agent.start_replica(StartReplica("ports", ReplicaSpec(JOB, 1, 0, 1, "mlp_digits",
+                                                          "one_device"), port=port))
     assert agent.processes == {}  # nothing was spawned
     events = [json.loads(fields["data"]) for _, fields in bus.xrange(EVENTS_STREAM)
               if fields["kind"] == "replica_exited"]

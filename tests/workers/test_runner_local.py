@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,8 @@ from typing import Any
 import pytest
 import redis
 
-from workers.replica.callbacks import STREAM_KEY, MetricReporter
+from services.wire.keys import METRICS_STREAM
+from workers.replica.callbacks import MetricReporter
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_BASE = os.environ.get("COHORT_TEST_REDIS", "redis://127.0.0.1:6379")
@@ -34,7 +36,7 @@ GANG_TIMEOUT = 120.0
 def stream() -> Iterator[redis.Redis]:
     """The metrics stream of the test db, emptied first."""
     client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    client.delete(STREAM_KEY)
+    client.delete(METRICS_STREAM)
     yield client
     client.close()
 
@@ -51,11 +53,31 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+_spec_dir: list[Path] = []  # the running test's tmp_path
+
+
+@pytest.fixture(autouse=True)
+def spec_dir(tmp_path: Path) -> Iterator[None]:
+    """Spec files go in the test's own tmp_path."""
+    _spec_dir.append(tmp_path)
+    yield
+    _spec_dir.pop()
+
+
+def write_spec(raw: str) -> Path:
+    """A spec file as the agent writes one (COHORT_REPLICA_SPEC names it)."""
+    directory = Path(tempfile.mkdtemp(prefix="spec-", dir=_spec_dir[-1]))
+    path = directory / "spec.json"
+    path.write_text(raw)
+    return path
+
+
 def replica_env(
     spec: dict[str, Any] | None, tf_config: dict[str, Any] | None = None
 ) -> dict[str, str]:
     """The environment the node agent gives a replica."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "COHORT_REPLICA")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CONFIG", "COHORT_REPLICA_SPEC")}
     env.update(
         TF_USE_LEGACY_KERAS="1",
         COHORT_REDIS_URL=REDIS_URL,
@@ -63,15 +85,16 @@ def replica_env(
         TF_CPP_MIN_LOG_LEVEL="2",  # keeps the logs attached to a failure readable
     )
     if spec is not None:
-        env["COHORT_REPLICA"] = json.dumps(spec)
+        env["COHORT_REPLICA_SPEC"] = str(write_spec(json.dumps(spec)))
     if tf_config is not None:
         env["TF_CONFIG"] = json.dumps(tf_config)
     return env
 
 
 def spec(job_id: int, directory: Path, **overrides: Any) -> dict[str, Any]:
-    """A COHORT_REPLICA for a 1-replica mlp_digits job, with overrides."""
-    return {
+    """The spec file of a 1-replica mlp_digits job (a ReplicaLaunch), with overrides of
+    the spec's fields or of `job_dir`."""
+    replica = {
         "job_id": job_id,
         "attempt": 1,
         "index": 0,
@@ -79,9 +102,9 @@ def spec(job_id: int, directory: Path, **overrides: Any) -> dict[str, Any]:
         "trainer": "mlp_digits",
         "strategy": "one_device",
         "hyperparameters": {},
-        "job_dir": str(directory),
-        **overrides,
     }
+    job_dir = overrides.pop("job_dir", str(directory))
+    return {"spec": {**replica, **overrides}, "job_dir": job_dir}
 
 
 def start_replicas(envs: list[dict[str, str]], logs: Path) -> list[subprocess.Popen[bytes]]:
@@ -140,7 +163,7 @@ def read_points(
 ) -> list[tuple[int, int, int | None, str, float, float]]:
     """(replica, step, epoch, name, value, ts) of every point of `job_id` in the stream."""
     points = []
-    for _entry_id, fields in client.xrange(STREAM_KEY):
+    for _entry_id, fields in client.xrange(METRICS_STREAM):
         assert set(fields) == {"data"}
         batch = json.loads(fields["data"])
         assert set(batch) == {"job_id", "attempt", "replica", "points"}
@@ -277,10 +300,10 @@ def test_bad_replica_config_exits_2(
 
 
 @pytest.mark.parametrize("raw", [None, "", "{not json", "[]", '{"job_id": 1}'])
-def test_missing_or_malformed_cohort_replica_exits_2(tmp_path: Path, raw: str | None) -> None:
+def test_missing_or_malformed_replica_spec_exits_2(tmp_path: Path, raw: str | None) -> None:
     env = replica_env(None)
     if raw is not None:
-        env["COHORT_REPLICA"] = raw
+        env["COHORT_REPLICA_SPEC"] = str(write_spec(raw))
     codes = run_replicas([env], tmp_path / "logs", timeout=30)
     assert codes == [2]
     assert "cohort: bad replica configuration" in (tmp_path / "logs" / "replica-0.err").read_text()
@@ -299,7 +322,7 @@ class FakeRedis:
         if self.failures:
             self.failures -= 1
             raise redis.ConnectionError("down")
-        assert (name, maxlen, approximate) == (STREAM_KEY, 1_000_000, True)
+        assert (name, maxlen, approximate) == (METRICS_STREAM, 1_000_000, True)
         self.entries.append(json.loads(fields["data"]))
         return "0-1"
 

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from services.db import session_scope
 from services.telemetry import live, logs, metrics
-from services.wire.bus import METRICS_STREAM
+from services.wire.keys import METRICS_STREAM
 from workers.control.streams import GroupReader
 
 log = logging.getLogger("cohort.ingest")

@@ -10,7 +10,6 @@ every SCHEDULER_INTERVAL seconds.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import threading
 import time
@@ -18,18 +17,22 @@ import time
 import redis
 
 from services.cluster import gangs, reconcile
-from services.cluster.nodes import Heartbeat
+from services.cluster.nodes import Heartbeat, heartbeat_of
 from services.db import session_scope
 from services.models import Job
 from services.settings import Settings, get_settings
-from services.wire.bus import (
-    EVENTS_STREAM,
-    NODES_HASH,
-    PROGRESS_HASH,
-    SCHEDULER_LOCK,
-    get_redis,
+from services.wire.batches import ProgressBeat
+from services.wire.client import get_redis
+from services.wire.contract import WireError
+from services.wire.events import (
+    Event,
+    NodeHeartbeat,
+    ReplicaExited,
+    ReplicaStarted,
+    decode_event,
 )
-from services.wire.messages import Dispatcher, Message
+from services.wire.keys import EVENTS_STREAM, NODES_HASH, PROGRESS_HASH, SCHEDULER_LOCK
+from services.wire.replica import Dispatcher, Message
 from workers.control.ingest import LOGS, METRICS, ingest_while
 from workers.control.streams import GroupReader
 
@@ -39,34 +42,16 @@ LOCK_TTL = 10.0
 PROGRESS_FORGET = 3600.0  # seconds
 
 
-def _ts(value: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(float(value), dt.UTC)
-
-
 def read_heartbeats(client: redis.Redis) -> list[Heartbeat]:
     """The last heartbeat of every agent."""
     beats = []
     for raw in client.hgetall(NODES_HASH).values():
         try:
-            data = json.loads(raw)
-            running = frozenset(_key(k) for k in data.get("replicas", []))
-            exited = {_key(k): int(code) for *k, code in data.get("exited", [])}
-            beats.append(Heartbeat(node_id=str(data["node_id"])[:64],
-                                   address=str(data["address"])[:128],
-                                   slots=int(data["slots"]), gpus=int(data.get("gpus", 0)),
-                                   at=_ts(data["ts"]), running=running, exited=exited,
-                                   gpu_ids=tuple(int(g) for g in data.get("gpu_ids", [])[:64]),
-                                   busy_ports=frozenset(
-                                       int(p) for p in data.get("busy_ports", [])[:2000]),
-                                   port_space=str(data.get("port_space", ""))[:128]))
-        except (ValueError, KeyError, TypeError):
-            log.warning("ignoring malformed heartbeat %r", raw[:200])
+            beats.append(heartbeat_of(NodeHeartbeat.decode(raw)))
+        # WireError is a ValueError, as is a `ts` past the year 9999.
+        except (ValueError, OverflowError, OSError) as exc:
+            log.warning("ignoring malformed heartbeat %r: %s", raw[:200], exc)
     return beats
-
-
-def _key(parts: list[object]) -> tuple[int, int, int]:
-    job_id, attempt, index = (int(p) for p in parts)  # type: ignore[call-overload]
-    return job_id, attempt, index
 
 
 def read_progress(client: redis.Redis) -> dict[tuple[int, int, int], float]:
@@ -80,37 +65,36 @@ def read_progress(client: redis.Redis) -> dict[tuple[int, int, int], float]:
     cutoff = time.time() - PROGRESS_FORGET
     for field, value in client.hgetall(PROGRESS_HASH).items():
         try:
-            key, beat = _key(field.split(":")), float(value)
-        except (ValueError, TypeError):
+            beat = ProgressBeat.decode(field, value)
+        except WireError:
             stale.append(field)
             continue
-        progress[key] = beat
-        if beat < cutoff:
+        progress[beat.job_id, beat.attempt, beat.index] = beat.until
+        if beat.until < cutoff:
             stale.append(field)
     if stale:
         client.hdel(PROGRESS_HASH, *stale)
     return progress
 
 
-def apply_event(kind: str, data: dict[str, object]) -> list[Message]:
+def apply_event(event: Event) -> list[Message]:
     """Apply one agent event in its own transaction; returns the messages it calls for."""
-    if kind not in ("replica_started", "replica_exited"):
-        return []  # `wake` and unknown kinds only trigger a pass
-    job_id, attempt, index = int(data["job_id"]), int(data["attempt"]), int(data["index"])
-    at = _ts(data.get("ts", time.time()))
+    if not isinstance(event, ReplicaStarted | ReplicaExited):
+        return []  # a `wake` only triggers a pass
+    at = dt.datetime.fromtimestamp(event.ts, dt.UTC)
     with session_scope() as session:
-        if kind == "replica_started":
-            replica = gangs.record_replica_started(session=session, job_id=job_id,
-                                                   attempt=attempt, index=index,
-                                                   pid=int(data["pid"]), at=at)
+        if isinstance(event, ReplicaStarted):
+            replica = gangs.record_replica_started(session=session, job_id=event.job_id,
+                                                   attempt=event.attempt, index=event.index,
+                                                   pid=event.pid, at=at)
         else:
-            replica = gangs.record_replica_exited(session=session, job_id=job_id,
-                                                  attempt=attempt, index=index,
-                                                  exit_code=int(data["exit_code"]),
-                                                  log_tail=str(data.get("log_tail", "")), at=at)
+            replica = gangs.record_replica_exited(session=session, job_id=event.job_id,
+                                                  attempt=event.attempt, index=event.index,
+                                                  exit_code=event.exit_code,
+                                                  log_tail=event.log_tail, at=at)
         if replica is None:
             return []
-        job = session.get(Job, job_id)
+        job = session.get(Job, event.job_id)
         return gangs.settle_job(session=session, job=job) if job else []
 
 
@@ -143,9 +127,10 @@ class Scheduler:
         for entries in self.events.batches(block_ms):
             for entry_id, fields in entries:
                 try:
-                    messages = apply_event(fields.get("kind", ""),
-                                           json.loads(fields.get("data", "{}")))
+                    messages = apply_event(decode_event(fields))
                     self.dispatcher.send(messages)
+                except WireError as exc:
+                    log.warning("ignoring malformed event %s: %s", entry_id, exc)
                 except Exception:
                     log.exception("event %s %r could not be applied", entry_id, fields)
                 self.events.ack(entry_id)

@@ -42,7 +42,7 @@ class GroupReader:
                                            count=self.count,
                                            block=None if start == "0" else block_ms)
             # redis-py types every protocol's reply shape; ours is RESP2 with decoded
-            # strings (services.wire.bus.get_redis): [[stream, [(id, fields), ...]]].
+            # strings (services.wire.client.get_redis): [[stream, [(id, fields), ...]]].
             for _stream, entries in cast(list[tuple[str, list[Entry]]], reply or []):
                 if entries:
                     yield entries

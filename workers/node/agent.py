@@ -7,37 +7,44 @@ It talks to the control plane through Redis alone (no SQL credentials).
 
 from __future__ import annotations
 
-import json
+import errno
 import logging
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import redis
 
 from services.settings import Settings, get_settings
-from services.wire.bus import (
-    NODES_HASH,
-    attempt_key,
-    claim_key,
-    get_redis,
-    node_queue,
-    publish_event,
-)
+from services.wire.client import get_redis, publish_event
+from services.wire.events import Event, NodeHeartbeat, ReplicaExited, ReplicaStarted
+from services.wire.keys import NODES_HASH, attempt_key, claim_key, node_queue
+from services.wire.replica import CleanupJob, StartReplica, StopReplica
 from workers.node import gpus, ports
-from workers.node.launcher import ReplicaKey, ReplicaProcess, job_dir, spawn, stop_group, tail
+from workers.node.launcher import ReplicaKey, ReplicaProcess, job_dir, spawn, tail
 from workers.node.logship import LogShipper
 
 log = logging.getLogger("cohort.agent")
 
 # How long exit codes stay in the heartbeat (for exits whose event Redis lost).
 EXITED_MEMORY = 600.0
+# Exit codes of replicas this agent could not start, reported as their exits so the
+# job moves on under its restart policy (services/exit_codes.py classifies them).
 # A replica refused because another process holds its port: outside the
-# program's control, so worth another attempt (services/exit_codes.py), on
-# which placement skips the ports this node reported busy.
+# program's control, so worth another attempt, on which placement skips the
+# ports this node reported busy.
 PORT_TAKEN_EXIT = 138
+# A process that could not be started. As a shell reports it: 127, the interpreter
+# (or the job's directory) is not found; 126, found but not executable, or refused for
+# anything else (E2BIG, EACCES, a spec file it cannot write). Both are permanent: the
+# same spec fails the same way. A node out of processes, memory, files or disk says
+# 138 instead: another attempt may well start.
+SPAWN_NOT_FOUND_EXIT = 127
+SPAWN_FAILED_EXIT = 126
+_NODE_EXHAUSTED = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE,
+                             errno.ENOSPC})
 
 _agent: Agent | None = None
 
@@ -52,6 +59,15 @@ def current_agent() -> Agent:
 def exit_code_of(returncode: int) -> int:
     """Popen's -N for 'killed by signal N' as the shell's 128+N (137 = SIGKILL)."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+def spawn_exit_code(error: Exception) -> int:
+    """The exit code reported for a replica whose process could not be started."""
+    if isinstance(error, FileNotFoundError):
+        return SPAWN_NOT_FOUND_EXIT
+    if isinstance(error, OSError) and error.errno in _NODE_EXHAUSTED:
+        return PORT_TAKEN_EXIT
+    return SPAWN_FAILED_EXIT
 
 
 class Agent:
@@ -70,9 +86,10 @@ class Agent:
         self.gpu_ids = gpus.node_gpu_ids(settings.NODE_GPUS, gpus.discover_gpus())
 
     # -- tasks -------------------------------------------------------------
-    def start_replica(self, payload: dict[str, Any]) -> None:
+    def start_replica(self, message: StartReplica) -> None:
         """Start a replica once; a redelivered or repeated message is ignored."""
-        key = ReplicaKey.from_payload(payload)
+        key = ReplicaKey.of(message.spec)
+        failure: tuple[int, str] | None = None
         with self.lock:
             if key in self.started or self.stopping.is_set():
                 log.info("ignoring start of %s: already started here", key)
@@ -80,31 +97,36 @@ class Agent:
             if not self._may_start(key):
                 return
             self.started.add(key)
-            refused = ports.port_problem(int(payload["port"])) if payload.get("port") else None
-            if refused is None:
-                process = spawn(payload, self.data_dir, self.settings.redis_url)
-                self.processes[key] = process
-        if refused is not None:
-            self._refuse(key, refused)
+            refused = ports.port_problem(message.port) if message.port else None
+            if refused is not None:
+                failure = PORT_TAKEN_EXIT, refused
+            else:
+                try:
+                    process = spawn(message, self.data_dir, self.settings.redis_url,
+                                    self.settings.REPLICA_PYTHON or sys.executable)
+                    self.processes[key] = process
+                except Exception as exc:  # noqa: BLE001 - any failure is this replica's exit
+                    failure = spawn_exit_code(exc), f"could not start the process: {exc}"
+        if failure is not None:
+            self._refuse(key, *failure)
             return
         log.info("started %s as pid %d", key, process.popen.pid)
         shipper = LogShipper(self.redis, key, process.log_path)
         shipper.start()
-        publish_event(self.redis, "replica_started", node_id=self.node_id,
-                      job_id=key.job_id, attempt=key.attempt, index=key.index,
-                      pid=process.popen.pid, ts=time.time())
+        publish_event(self.redis, ReplicaStarted(self.node_id, key.job_id, key.attempt,
+                                                 key.index, process.popen.pid, time.time()))
         threading.Thread(target=self._watch, args=(process, shipper), daemon=True,
                          name=f"watch-{key.job_id}-{key.attempt}-{key.index}").start()
 
-    def _refuse(self, key: ReplicaKey, why: str) -> None:
+    def _refuse(self, key: ReplicaKey, code: int, why: str) -> None:
         """Report a replica that could not be started here, with the reason for a person."""
         log.error("not starting %s: %s", key, why)
         with self.lock:
-            self.exited[key] = (PORT_TAKEN_EXIT, time.time())
-        publish_event(self.redis, "replica_exited", node_id=self.node_id, job_id=key.job_id,
-                      attempt=key.attempt, index=key.index, exit_code=PORT_TAKEN_EXIT,
-                      log_tail=f"cohort agent on {self.node_id}: {why}; replica not started",
-                      ts=time.time(), never_started=True)
+            self.exited[key] = (code, time.time())
+        self._publish_until_sent(ReplicaExited(
+            self.node_id, key.job_id, key.attempt, key.index, code, time.time(),
+            log_tail=f"cohort agent on {self.node_id}: {why}; replica not started",
+            never_started=True))
 
     def _may_start(self, key: ReplicaKey) -> bool:
         """Fencing for at-least-once delivery: no stale attempt, never two processes."""
@@ -120,26 +142,26 @@ class Agent:
             return False
         return True
 
-    def cleanup_job(self, job_id: int) -> None:
+    def cleanup_job(self, message: CleanupJob) -> None:
         """Remove a finished job's scratch files here; its logs and saved model stay."""
-        directory = job_dir(self.data_dir, job_id)
+        directory = job_dir(self.data_dir, message.job_id)
         for name in ("backup", "tmp"):
             shutil.rmtree(directory / name, ignore_errors=True)
-        log.info("cleaned up scratch files of job %d", job_id)
+        log.info("cleaned up scratch files of job %d", message.job_id)
 
-    def stop_replica(self, job_id: int, attempt: int, index: int, grace: float) -> None:
+    def stop_replica(self, message: StopReplica) -> None:
         """Stop a replica if it runs here; stopping an unknown one is not an error."""
-        key = ReplicaKey(job_id, attempt, index)
+        key = ReplicaKey(message.job_id, message.attempt, message.index)
         with self.lock:
             self.started.add(key)  # a late start message must not start it after this
             process = self.processes.get(key)
         if process is None:
             # Nothing runs: say so, so the control plane can settle the replica.
-            publish_event(self.redis, "replica_exited", node_id=self.node_id, job_id=job_id,
-                          attempt=attempt, index=index, exit_code=143, log_tail="",
-                          ts=time.time(), never_started=True)
+            publish_event(self.redis, ReplicaExited(
+                self.node_id, key.job_id, key.attempt, key.index, 143, time.time(),
+                never_started=True))
             return
-        stop_group(process, grace)
+        process.stop(message.grace_seconds)
 
     # -- supervision -------------------------------------------------------
     def _watch(self, process: ReplicaProcess, shipper: LogShipper | None = None) -> None:
@@ -153,21 +175,21 @@ class Agent:
         log.info("%s exited with %d", key, code)
         with self.lock:
             self.exited[key] = (code, time.time())
-        self._publish_until_sent("replica_exited", node_id=self.node_id, job_id=key.job_id,
-                                 attempt=key.attempt, index=key.index, exit_code=code,
-                                 log_tail=tail(process.log_path), ts=time.time())
+        self._publish_until_sent(ReplicaExited(self.node_id, key.job_id, key.attempt,
+                                               key.index, code, time.time(),
+                                               log_tail=tail(process.log_path)))
 
-    def _publish_until_sent(self, kind: str, **fields: Any) -> None:
+    def _publish_until_sent(self, event: Event) -> None:
         # An exit must reach the scheduler even across a Redis restart; the
         # heartbeat's `exited` list covers the case where this still fails.
         deadline = time.monotonic() + 300
         while True:
             try:
-                publish_event(self.redis, kind, **fields)
+                publish_event(self.redis, event)
                 return
             except redis.RedisError as exc:
                 if time.monotonic() > deadline:
-                    log.error("could not report %s %s: %s", kind, fields.get("job_id"), exc)
+                    log.error("could not report %s: %s", event, exc)
                     return
                 time.sleep(1.0)
 
@@ -175,18 +197,19 @@ class Agent:
         """Publish this node's address, capacity and running replicas."""
         now = time.time()
         with self.lock:
-            running = [[k.job_id, k.attempt, k.index] for k in self.processes]
+            running = tuple((k.job_id, k.attempt, k.index) for k in self.processes)
             for key in [k for k, (_, at) in self.exited.items() if now - at > EXITED_MEMORY]:
                 del self.exited[key]
-            exited = [[k.job_id, k.attempt, k.index, code]
-                      for k, (code, _) in self.exited.items()]
-        beat = {"node_id": self.node_id, "address": self.settings.NODE_ADDRESS,
-                "slots": self.settings.NODE_SLOTS, "gpus": len(self.gpu_ids),
-                "ts": now, "replicas": running, "exited": exited, "gpu_ids": self.gpu_ids,
-                "busy_ports": sorted(ports.listening_ports(self.settings.PORT_RANGE_START,
-                                                           self.settings.PORT_RANGE_END)),
-                "port_space": ports.port_space()}
-        self.redis.hset(NODES_HASH, self.node_id, json.dumps(beat))
+            exited = tuple((k.job_id, k.attempt, k.index, code)
+                           for k, (code, _) in self.exited.items())
+        beat = NodeHeartbeat(
+            node_id=self.node_id, address=self.settings.NODE_ADDRESS,
+            slots=self.settings.NODE_SLOTS, ts=now, gpus=len(self.gpu_ids), replicas=running,
+            exited=exited, gpu_ids=tuple(self.gpu_ids),
+            busy_ports=tuple(sorted(ports.listening_ports(self.settings.PORT_RANGE_START,
+                                                          self.settings.PORT_RANGE_END))),
+            port_space=ports.port_space())
+        self.redis.hset(NODES_HASH, self.node_id, beat.encode())
 
     def heartbeat_loop(self) -> None:
         last_ok = time.monotonic()
@@ -209,7 +232,7 @@ class Agent:
             log.error("no contact with the control plane for %.0fs: stopping %d replicas",
                       self.settings.AGENT_LEASE, len(processes))
         for process in processes:
-            threading.Thread(target=stop_group, args=(process, self.settings.STOP_GRACE),
+            threading.Thread(target=process.stop, args=(self.settings.STOP_GRACE,),
                              daemon=True).start()
 
     def shutdown(self, grace: float = 5.0) -> None:
@@ -217,7 +240,7 @@ class Agent:
         self.stopping.set()
         with self.lock:
             processes = list(self.processes.values())
-        threads = [threading.Thread(target=stop_group, args=(p, grace)) for p in processes]
+        threads = [threading.Thread(target=p.stop, args=(grace,)) for p in processes]
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -1,4 +1,4 @@
-"""Spawn one replica process (never through a shell), and stop its process group.
+"""Spawn one replica process (never through a shell), and where its files go.
 
 The agent imports this module, never TensorFlow: TF (and CUDA) must not be
 loaded in a process that forks, and each replica gets a fresh interpreter.
@@ -6,18 +6,16 @@ loaded in a process that forks, and each replica gets a fresh interpreter.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from services.cluster import tf_config
+from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
+from workers.node.processes import stop_process_group
 
 # Variables a replica must not inherit: it talks to the control plane through
 # Redis only, never SQL.
@@ -31,8 +29,8 @@ class ReplicaKey:
     index: int
 
     @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> ReplicaKey:
-        return cls(int(payload["job_id"]), int(payload["attempt"]), int(payload["index"]))
+    def of(cls, spec: ReplicaSpec) -> ReplicaKey:
+        return cls(spec.job_id, spec.attempt, spec.index)
 
 
 @dataclass
@@ -42,6 +40,11 @@ class ReplicaProcess:
     log_path: Path
     started_at: float
     stop_requested: threading.Event = field(default_factory=threading.Event)
+
+    def stop(self, grace_seconds: float) -> None:
+        """SIGTERM the replica's process group, SIGKILL it after the grace period."""
+        self.stop_requested.set()
+        stop_process_group(self.popen, grace_seconds)
 
 
 def job_dir(data_dir: Path, job_id: int) -> Path:
@@ -55,44 +58,58 @@ def log_path(data_dir: Path, key: ReplicaKey) -> Path:
         f"replica-{key.index}.log"
 
 
-def replica_env(payload: dict[str, Any], redis_url: str, directory: Path) -> dict[str, str]:
+def spec_path(data_dir: Path, key: ReplicaKey) -> Path:
+    """Where replica `key` reads its spec (the runner's COHORT_REPLICA_SPEC)."""
+    return job_dir(data_dir, key.job_id) / f"attempt-{key.attempt}" / \
+        f"replica-{key.index}" / "spec.json"
+
+
+def write_spec(path: Path, launch: ReplicaLaunch) -> None:
+    """Write a replica's spec readable by this user only, whole or not at all."""
+    # A file, not an environment variable: Linux refuses one variable over 128 KiB
+    # (E2BIG), and big hyperparameters would then keep a placed job from ever starting.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    temporary = path.with_suffix(".tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), 0o600)  # O_CREAT's mode does not apply to an old file
+        handle.write(launch.encode())
+    os.replace(temporary, path)
+
+
+def replica_env(message: StartReplica, redis_url: str, spec_file: Path) -> dict[str, str]:
     """The environment of a replica process."""
     env = {k: v for k, v in os.environ.items() if k not in _WITHHELD}
-    spec = {
-        "job_id": int(payload["job_id"]),
-        "attempt": int(payload["attempt"]),
-        "index": int(payload["index"]),
-        "replicas": int(payload["replicas"]),
-        "trainer": str(payload["trainer"]),
-        "strategy": str(payload["strategy"]),
-        "hyperparameters": dict(payload.get("hyperparameters") or {}),
-        "job_dir": str(directory),
-    }
     env.update({
-        "COHORT_REPLICA": json.dumps(spec),
+        "COHORT_REPLICA_SPEC": str(spec_file),
         "COHORT_REDIS_URL": redis_url,
         # Keras 3's fit() breaks under MultiWorkerMirroredStrategy; tf-keras works.
         "TF_USE_LEGACY_KERAS": "1",
-        "CUDA_VISIBLE_DEVICES": str(payload.get("gpu_ids") or ""),
+        "CUDA_VISIBLE_DEVICES": message.gpu_ids,
         "PYTHONUNBUFFERED": "1",
         # The replica stops itself when this process dies (see workers/replica/runner.py).
         "COHORT_AGENT_PID": str(os.getpid()),
     })
-    if payload.get("tf_config"):
-        env["TF_CONFIG"] = tf_config.dumps(payload["tf_config"])
+    if message.tf_config:
+        env["TF_CONFIG"] = tf_config.dumps(message.tf_config)
     return env
 
 
-def spawn(payload: dict[str, Any], data_dir: Path, redis_url: str) -> ReplicaProcess:
-    """Start `python -m workers.replica.runner` in its own process group, output to its log file."""
-    key = ReplicaKey.from_payload(payload)
+def spawn(message: StartReplica, data_dir: Path, redis_url: str,
+          python: str) -> ReplicaProcess:
+    """Start `<python> -m workers.replica.runner` in its own process group, output to its
+    log file; raises OSError if it cannot be started (or its spec not written)."""
+    key = ReplicaKey.of(message.spec)
     directory = job_dir(data_dir, key.job_id)
+    spec_file = spec_path(data_dir, key)
+    write_spec(spec_file, ReplicaLaunch(message.spec, directory.absolute()))
     path = log_path(data_dir, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as log_file:
         popen = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-            [sys.executable, "-m", "workers.replica.runner"],
-            env=replica_env(payload, redis_url, directory),
+            [python, "-m", "workers.replica.runner"],
+            env=replica_env(message, redis_url, spec_file),
             cwd=directory,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
@@ -100,24 +117,6 @@ def spawn(payload: dict[str, Any], data_dir: Path, redis_url: str) -> ReplicaPro
             start_new_session=True,  # its own process group: one killpg stops it all
         )
     return ReplicaProcess(key=key, popen=popen, log_path=path, started_at=time.time())
-
-
-def stop_group(process: ReplicaProcess, grace_seconds: float) -> None:
-    """SIGTERM the replica's process group, SIGKILL it if it outlives the grace period."""
-    process.stop_requested.set()
-    pgid = process.popen.pid  # start_new_session: the group id is the leader's pid
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        process.popen.wait(timeout=grace_seconds)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(pgid, signal.SIGKILL)  # also reaps children the leader left behind
-    except ProcessLookupError:
-        pass
 
 
 def tail(path: Path, max_bytes: int = 4000) -> str:

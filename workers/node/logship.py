@@ -2,14 +2,13 @@
 
 The agent starts one `LogShipper` thread per replica it spawns. It follows the
 replica's log file (stdout and stderr), stamps each complete line with its number
-and the time it was read, and appends batches to `cohort:logs` (protocol in
-services/telemetry/logs.py), where the scheduler leader stores them in SQL, once per number. So
+and the time it was read, and appends batches to `cohort:logs` (a LogBatch,
+services/wire/batches.py), where the scheduler leader stores them in SQL, once per number. So
 logs survive the job's files and node, and the api never needs the agents' disks.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -19,7 +18,8 @@ from pathlib import Path
 import redis
 
 from services.telemetry.live import LOGS_STREAM
-from services.wire.bus import STREAM_MAXLEN
+from services.wire.batches import LogBatch
+from services.wire.keys import STREAM_MAXLEN
 from workers.node.launcher import ReplicaKey
 from workers.replay import REPLAY_WINDOW, RecentlySent
 
@@ -113,9 +113,8 @@ class LogShipper(threading.Thread):
     def _ship(self, lines: list[Line]) -> bool:
         for start in range(0, len(lines), BATCH_LINES):
             chunk = lines[start:start + BATCH_LINES]
-            payload = json.dumps({"job_id": self.key.job_id, "attempt": self.key.attempt,
-                                  "replica": self.key.index,
-                                  "lines": [[line.seq, line.ts, line.text] for line in chunk]})
+            payload = LogBatch(self.key.job_id, self.key.attempt, self.key.index,
+                               [(line.seq, line.ts, line.text) for line in chunk]).encode()
             try:
                 self.client.xadd(LOGS_STREAM, {"data": payload}, maxlen=STREAM_MAXLEN,
                                  approximate=True)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from services.wire.bus import PROGRESS_HASH, progress_field
+from services.wire.keys import PROGRESS_HASH, progress_field
 from workers.node.metricsfile import MetricsFileReader
 from workers.node.tfevents import FILE_PREFIX, EventFileReader, Scalar
 

@@ -5,16 +5,12 @@ to Redis in batches, and the tf_keras callback that feeds it from `model.fit`.
 TensorFlow is imported only when the callback is first built, so the reporter can
 be used (and tested) without TensorFlow.
 
-Protocol: every stream entry has one field `data`, a JSON object
-`{"job_id": int, "attempt": int, "replica": int, "points": [[step, epoch, name, value, ts], ...]}`
-with `step` the global 1-based training step, `epoch` 0-based (or null), `value` a
-finite float and `ts` the unix time at which the value was observed.
+Every stream entry has one field `data`, a `MetricBatch` (services/wire/batches.py).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import math
 import sys
 import threading
@@ -23,14 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from services.wire.bus import PROGRESS_HASH, progress_field
+from services.wire import client as wire_client
+from services.wire.batches import MetricBatch, Point, ProgressBeat
+from services.wire.keys import METRICS_STREAM, PROGRESS_HASH, STREAM_MAXLEN
 from workers.replay import RecentlySent
-
-STREAM_KEY = "cohort:metrics"
-STREAM_MAXLEN = 1_000_000
 
 FLUSH_INTERVAL = 0.25  # seconds between time-triggered flushes
 FLUSH_POINTS = 200  # a buffer this large is flushed at the next step
@@ -39,8 +32,6 @@ ENTRY_POINTS = 1_000  # points per stream entry, so a backlog never becomes one 
 SEND_ATTEMPTS = 3
 RETRY_BACKOFF = 0.05  # seconds; doubled after each failed attempt
 MAX_PAUSE = 30.0  # longest pause of time-triggered flushes after repeated failures
-
-Point = tuple[int, int | None, str, float, float]
 
 
 def announce(message: str) -> None:
@@ -55,14 +46,10 @@ def warn(message: str) -> None:
 
 def connect(redis_url: str) -> redis.Redis:
     """A Redis client for the metrics stream (lazy: nothing is sent until a flush)."""
-    # redis-py retries 10 times by default; our own retry loop is shorter so a dead
-    # Redis costs training only a few milliseconds per flush.
-    return redis.Redis.from_url(
-        redis_url,
-        socket_connect_timeout=2.0,
-        socket_timeout=5.0,
-        retry=Retry(NoBackoff(), 0),
-    )
+    # No retries in redis-py: our own loop is shorter, so a dead Redis costs training
+    # only a few milliseconds per flush.
+    return wire_client.connect(redis_url, retries=0, socket_timeout=5.0,
+                               decode_responses=False, health_check_interval=0)
 
 
 # Seconds between two progress heartbeats of one replica.
@@ -85,7 +72,7 @@ class MetricReporter:
         max_buffer: int = MAX_BUFFER,
     ) -> None:
         self._client = client
-        self._header = {"job_id": job_id, "attempt": attempt, "replica": replica}
+        self._job_id, self._attempt, self._replica = job_id, attempt, replica
         self._flush_interval = flush_interval
         self._flush_points = flush_points
         self._max_buffer = max_buffer
@@ -98,7 +85,6 @@ class MetricReporter:
         self._skipped: set[str] = set()
         self.dropped = 0
         self.last_step = 0
-        self._progress_field = progress_field(job_id, attempt, replica)
         self._last_beat = 0.0
         self._beat_floor = 0.0
         self._recent: RecentlySent[list[Point]] = RecentlySent()  # for a Redis restart
@@ -118,7 +104,9 @@ class MetricReporter:
         # Never date a beat earlier than an extension already granted.
         self._beat_floor = max(self._beat_floor, time.time() + extend)
         try:
-            self._client.hset(PROGRESS_HASH, self._progress_field, repr(self._beat_floor))
+            field, value = ProgressBeat(self._job_id, self._attempt, self._replica,
+                                        self._beat_floor).encode()
+            self._client.hset(PROGRESS_HASH, field, value)
         except Exception:  # noqa: BLE001 - a missed beat is retried next second
             pass
 
@@ -246,16 +234,14 @@ class MetricReporter:
                 self._send(old)
 
     def _send(self, points: list[Point]) -> Exception | None:
-        payload = json.dumps(
-            {**self._header, "points": points}, allow_nan=False, separators=(",", ":")
-        )
+        payload = MetricBatch(self._job_id, self._attempt, self._replica, points).encode()
         error: Exception | None = None
         for attempt in range(SEND_ATTEMPTS):
             if attempt:
                 time.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
             try:
                 self._client.xadd(
-                    STREAM_KEY, {"data": payload}, maxlen=STREAM_MAXLEN, approximate=True
+                    METRICS_STREAM, {"data": payload}, maxlen=STREAM_MAXLEN, approximate=True
                 )
                 return None
             except redis.RedisError as exc:

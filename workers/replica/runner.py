@@ -1,6 +1,7 @@
 """One training replica: `python -m workers.replica.runner`, spawned by the node agent.
 
-Reads its job from `COHORT_REPLICA` (and `TF_CONFIG` for multi-worker jobs),
+Reads its spec from the file `COHORT_REPLICA_SPEC` names (a ReplicaLaunch,
+services/wire/replica.py; and `TF_CONFIG` for multi-worker jobs),
 builds the tf.distribute strategy, runs the trainer with a `TrainerContext`
 and reports the trainer's final metrics to the `cohort:metrics` stream.
 
@@ -10,18 +11,17 @@ trainer, 143 terminated by SIGTERM.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 import threading
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from services.wire.contract import WireError
+from services.wire.replica import ReplicaLaunch
 from workers.replica.callbacks import MetricReporter, announce, warn
 from workers.replica.resources import ResourceSampler
 from workers.replica.trainers import (
@@ -40,8 +40,6 @@ EXIT_FAILED = 1
 EXIT_CONFIG = 2
 EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell would report
 
-STRATEGIES = ("multi_worker_mirrored", "mirrored", "one_device")
-
 # After SIGTERM, how long the main thread gets to unwind before the watchdog
 # flushes what it can and exits (the main thread may be stuck inside a
 # TensorFlow collective waiting for a dead peer, where Python handlers never run).
@@ -49,66 +47,22 @@ TERMINATION_GRACE = 5.0
 
 
 class ConfigError(ValueError):
-    """COHORT_REPLICA or another required variable is missing or malformed."""
+    """COHORT_REPLICA_SPEC or another required variable is missing or malformed."""
 
 
-@dataclass(frozen=True)
-class ReplicaConfig:
-    """The parsed COHORT_REPLICA."""
-
-    job_id: int
-    attempt: int
-    index: int
-    replicas: int
-    trainer: str
-    strategy: str
-    job_dir: Path
-    hyperparameters: dict[str, Any] = field(default_factory=dict)
-
-
-def _int(data: Mapping[str, Any], key: str, minimum: int) -> int:
-    value = data.get(key)
-    # bool is an int in Python but never a valid id or count here.
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(f"{key!r} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def parse_config(raw: str | None) -> ReplicaConfig:
-    """Parse and validate the COHORT_REPLICA JSON."""
-    if not raw:
-        raise ConfigError("COHORT_REPLICA is not set")
+def read_config(path: str | None) -> ReplicaLaunch:
+    """Read and validate the spec file the agent wrote for this replica."""
+    if not path:
+        raise ConfigError("COHORT_REPLICA_SPEC is not set")
     try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"COHORT_REPLICA is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError("COHORT_REPLICA must be a JSON object")
-    replicas = _int(data, "replicas", 1)
-    index = _int(data, "index", 0)
-    if index >= replicas:
-        raise ConfigError(f"'index' {index} is out of range for {replicas} replicas")
-    trainer, strategy = data.get("trainer"), data.get("strategy")
-    if not isinstance(trainer, str) or not trainer:
-        raise ConfigError(f"'trainer' must be a non-empty string, got {trainer!r}")
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"'strategy' must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-    hyperparameters = data.get("hyperparameters") or {}
-    if not isinstance(hyperparameters, dict):
-        raise ConfigError(f"'hyperparameters' must be an object, got {hyperparameters!r}")
-    job_dir = data.get("job_dir")
-    if not isinstance(job_dir, str) or not Path(job_dir).is_absolute():
-        raise ConfigError(f"'job_dir' must be an absolute path, got {job_dir!r}")
-    return ReplicaConfig(
-        job_id=_int(data, "job_id", 0),
-        attempt=_int(data, "attempt", 1),
-        index=index,
-        replicas=replicas,
-        trainer=trainer,
-        strategy=strategy,
-        job_dir=Path(job_dir),
-        hyperparameters=hyperparameters,
-    )
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the spec file {path}: {exc}") from exc
+    try:
+        return ReplicaLaunch.decode(raw)
+    except WireError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _config_error(error: Exception) -> int:
@@ -192,34 +146,35 @@ def _watch_parent() -> None:
     threading.Thread(target=watch, name="cohort-parent-watch", daemon=True).start()
 
 
-def run(config: ReplicaConfig, reporter: MetricReporter) -> int:
+def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
     """Build the strategy, run the trainer and report its final metrics."""
-    strategy = build_strategy(config.strategy)
+    spec = launch.spec
+    strategy = build_strategy(spec.strategy)
     # With a multi-worker TF_CONFIG, TensorFlow's coordination service installs its
     # own C-level SIGTERM handler (preemption notice) which neither exits nor calls
     # ours: without this the replica would ignore the agent's SIGTERM.
     handle_sigterm()
-    announce(f"strategy={config.strategy} num_replicas_in_sync={strategy.num_replicas_in_sync}")
+    announce(f"strategy={spec.strategy} num_replicas_in_sync={strategy.num_replicas_in_sync}")
     try:
-        trainer = load_trainer(config.trainer)
+        trainer = load_trainer(spec.trainer)
     except UnknownTrainerError as exc:
         return _config_error(exc)
 
-    config.job_dir.mkdir(parents=True, exist_ok=True)
+    launch.job_dir.mkdir(parents=True, exist_ok=True)
     ctx = TrainerContext(
         strategy=strategy,
-        job_id=config.job_id,
-        attempt=config.attempt,
-        index=config.index,
-        replicas=config.replicas,
-        hyperparameters=dict(config.hyperparameters),
-        job_dir=config.job_dir,
+        job_id=spec.job_id,
+        attempt=spec.attempt,
+        index=spec.index,
+        replicas=spec.replicas,
+        hyperparameters=dict(spec.hyperparameters),
+        job_dir=launch.job_dir,
         reporter=reporter,
     )
     result = trainer(ctx)
     if result is not None and not isinstance(result, Mapping):
         raise TypeError(
-            f"trainer {config.trainer!r} returned {type(result).__name__}, expected a dict"
+            f"trainer {spec.trainer!r} returned {type(result).__name__}, expected a dict"
         )
     if not reporter.report_final(result or {}):
         warn(f"final metrics could not be written to Redis ({reporter.pending} points lost)")
@@ -232,9 +187,10 @@ def main() -> int:
     _install_termination(reporter_box)
     _watch_parent()
     try:
-        config = parse_config(os.environ.get("COHORT_REPLICA"))
+        launch = read_config(os.environ.get("COHORT_REPLICA_SPEC"))
+        spec = launch.spec
         # Catch a malformed trainer name before the (slow) TensorFlow start-up.
-        parse_trainer_name(config.trainer)
+        parse_trainer_name(spec.trainer)
         redis_url = os.environ.get("COHORT_REDIS_URL")
         if not redis_url:
             raise ConfigError("COHORT_REDIS_URL is not set")
@@ -242,17 +198,17 @@ def main() -> int:
         return _config_error(exc)
 
     announce(
-        f"replica job={config.job_id} attempt={config.attempt} index={config.index} "
+        f"replica job={spec.job_id} attempt={spec.attempt} index={spec.index} "
         f"TF_CONFIG={os.environ.get('TF_CONFIG') or 'none'}"
     )
     reporter = MetricReporter.from_url(
-        redis_url, job_id=config.job_id, attempt=config.attempt, replica=config.index
+        redis_url, job_id=spec.job_id, attempt=spec.attempt, replica=spec.index
     )
     reporter_box.append(reporter)
     sampler = ResourceSampler(reporter)
     sampler.start()
     try:
-        return run(config, reporter)
+        return run(launch, reporter)
     except SystemExit as exc:
         # SIGTERM (or a trainer calling sys.exit): keep what was measured.
         reporter.flush()

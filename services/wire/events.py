@@ -1,0 +1,104 @@
+"""Agents -> scheduler: replica started / exited events, wake-ups, and node heartbeats.
+
+Events travel on the events stream as entries `{"kind": KIND, "data": <JSON>}`
+(`entry()` makes one, `decode_event` reads one back); a node's heartbeat is the JSON
+value of its field in the nodes hash.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar
+
+from pydantic import AfterValidator, Field
+from pydantic.dataclasses import dataclass
+
+from services.wire.contract import STRICT, Attempt, Contract, Id, Seconds, WireError
+
+
+def _clipped(limit: int) -> AfterValidator:
+    # The scheduler keeps at most this much of what an agent says about itself: a
+    # misbehaving agent cannot grow the pass's memory (nor the nodes table's rows).
+    return AfterValidator(lambda value: value[:limit])
+
+
+class Event(Contract):
+    """An entry of the events stream."""
+
+    __slots__ = ()
+    KIND: ClassVar[str]
+
+    def entry(self) -> dict[str, str]:
+        """The stream entry's fields."""
+        return {"kind": self.KIND, "data": self.encode()}
+
+
+@dataclass(frozen=True, config=STRICT)
+class Wake(Event):
+    """Something changed in SQL (a submission, a cancel): run a pass now."""
+
+    KIND: ClassVar[str] = "wake"
+
+
+@dataclass(frozen=True, config=STRICT)
+class ReplicaStarted(Event):
+    """An agent started the process of replica (job, attempt, index)."""
+
+    KIND: ClassVar[str] = "replica_started"
+    node_id: str
+    job_id: Id
+    attempt: Attempt
+    index: Id
+    pid: Annotated[int, Field(ge=1)]
+    ts: Seconds
+
+
+@dataclass(frozen=True, config=STRICT)
+class ReplicaExited(Event):
+    """A replica's process exited, or was never started (`never_started`, with the
+    reason in `log_tail`): the exit code says what it means for a restart
+    (services/exit_codes.py)."""
+
+    KIND: ClassVar[str] = "replica_exited"
+    node_id: str
+    job_id: Id
+    attempt: Attempt
+    index: Id
+    exit_code: Id
+    ts: Seconds
+    log_tail: str = ""
+    never_started: bool = False
+
+
+_KINDS: dict[str, type[Event]] = {cls.KIND: cls for cls in (Wake, ReplicaStarted, ReplicaExited)}
+
+
+def decode_event(fields: dict[str, Any]) -> Event:
+    """The event in a stream entry; raises WireError for an unknown kind or bad data."""
+    kind = fields.get("kind", "")
+    cls = _KINDS.get(kind)
+    if cls is None:
+        raise WireError("Event", "kind", f"unknown kind {str(kind)[:64]!r}")
+    return cls.decode(fields.get("data") or "{}")
+
+
+Replica = tuple[Id, Attempt, Id]  # (job, attempt, index)
+
+
+@dataclass(frozen=True, config=STRICT)
+class NodeHeartbeat(Contract):
+    """A node agent's address, capacity and replicas, every HEARTBEAT_INTERVAL."""
+
+    node_id: Annotated[str, _clipped(64)]
+    address: Annotated[str, _clipped(128)]
+    slots: Id
+    ts: Seconds
+    gpus: Id = 0
+    # What the agent runs, and the exit codes of what it ran lately: lets the
+    # scheduler settle replicas whose events Redis lost.
+    replicas: tuple[Replica, ...] = ()
+    exited: tuple[tuple[Id, Attempt, Id, Id], ...] = ()  # (job, attempt, index, exit code)
+    # The GPUs the agent found (workers/node/gpus.py), the ports of its replica range that
+    # other processes hold, and its network stack (workers/node/ports.py).
+    gpu_ids: Annotated[tuple[Id, ...], _clipped(64)] = ()
+    busy_ports: Annotated[tuple[Id, ...], _clipped(2000)] = ()
+    port_space: Annotated[str, _clipped(128)] = ""

@@ -1,0 +1,42 @@
+"""Every Redis key, stream and Celery queue name the processes share.
+
+Agents and replicas hold no SQL credentials: they talk to the control plane through
+these names alone (Celery queues `node.<id>` in, the streams and hashes out).
+"""
+
+from __future__ import annotations
+
+METRICS_STREAM = "cohort:metrics"  # replicas -> ingester: metric batches
+EVENTS_STREAM = "cohort:events"  # agents, api -> scheduler: replica started / exited, wake
+NODES_HASH = "cohort:nodes"  # agents -> scheduler: heartbeat per node id
+SCHEDULER_LOCK = "cohort:scheduler:lock"  # one active scheduler at a time
+PROGRESS_HASH = "cohort:progress"  # replicas -> scheduler: "job:attempt:index" -> unix time
+LOGS_STREAM = "cohort:logs"  # agents -> ingester: replica log lines
+STATS_HASH = "cohort:stats"  # ingester -> api /metrics: counters
+
+STREAM_MAXLEN = 1_000_000
+
+
+def attempt_key(job_id: int) -> str:
+    """Holds a job's current attempt, so an agent can refuse a stale start message."""
+    return f"cohort:attempt:{int(job_id)}"
+
+
+def claim_key(job_id: int, attempt: int, index: int) -> str:
+    """Claimed (SET NX) by the one agent that starts this replica: never two processes."""
+    return f"cohort:claim:{int(job_id)}:{int(attempt)}:{int(index)}"
+
+
+def node_queue(node_id: str) -> str:
+    """The Celery queue that only node `node_id`'s agent consumes."""
+    return f"node.{node_id}"
+
+
+def progress_field(job_id: int, attempt: int, index: int) -> str:
+    """The field of PROGRESS_HASH holding replica (job, attempt, index)'s last beat."""
+    return f"{int(job_id)}:{int(attempt)}:{int(index)}"
+
+
+def live_key(job_id: int) -> str:
+    """The Redis stream with job `job_id`'s newly stored rows (its live feed)."""
+    return f"cohort:live:{int(job_id)}"

@@ -1,0 +1,101 @@
+"""Control plane -> agent -> replica: the replica spec, and the messages to node agents.
+
+`ReplicaSpec` is everything a replica process needs from the control plane. The
+scheduler fills it from SQL (services/cluster/reconcile.py), the agent writes it to
+the replica's own directory as a `ReplicaLaunch` (with that directory), and the
+runner decodes it there (workers/replica/runner.py). A new field of the spec is one
+line in `ReplicaSpec`, plus where it is filled and where it is used.
+
+Services decide *what* to send; workers/control/dispatch.py sends it through Celery,
+only after the transaction that decided it has committed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import AfterValidator, Field, model_validator
+from pydantic.dataclasses import dataclass
+
+from services.wire.contract import STRICT, Attempt, Contract, Id
+
+Strategy = Literal["multi_worker_mirrored", "mirrored", "one_device"]
+
+# The agent's Celery tasks (workers/node/tasks.py): each takes one encoded message.
+START_TASK = "workers.node.tasks.start_replica"
+STOP_TASK = "workers.node.tasks.stop_replica"
+CLEANUP_TASK = "workers.node.tasks.cleanup_job"
+
+
+@dataclass(frozen=True, config=STRICT)
+class ReplicaSpec(Contract):
+    """One replica of one attempt of a job, as its process runs it."""
+
+    job_id: Id
+    attempt: Attempt
+    index: Id
+    replicas: Annotated[int, Field(ge=1)]
+    trainer: Annotated[str, Field(min_length=1)]
+    strategy: Strategy
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _index_in_gang(self) -> ReplicaSpec:
+        if self.index >= self.replicas:
+            raise ValueError(f"'index' {self.index} is out of range for "
+                             f"{self.replicas} replicas")
+        return self
+
+
+def _absolute(path: Path) -> Path:
+    if not path.is_absolute():
+        raise ValueError(f"must be an absolute path, got {str(path)!r}")
+    return path
+
+
+@dataclass(frozen=True, config=STRICT)
+class ReplicaLaunch(Contract):
+    """What the agent hands a replica process, in a file only that replica reads."""
+
+    spec: ReplicaSpec
+    job_dir: Annotated[Path, AfterValidator(_absolute)]  # the job's directory on this node
+
+
+@dataclass(frozen=True, config=STRICT)
+class StartReplica(Contract):
+    """Start one replica on node `node_id`, with its place in the gang."""
+
+    node_id: str
+    spec: ReplicaSpec
+    tf_config: dict[str, Any] | None = None  # None: a one-replica job (no TF_CONFIG)
+    port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    gpu_ids: str = ""  # CUDA_VISIBLE_DEVICES: "0,1", or "" for none
+
+
+@dataclass(frozen=True, config=STRICT)
+class StopReplica(Contract):
+    """SIGTERM replica (job, attempt, index) on node `node_id`, SIGKILL after the grace."""
+
+    node_id: str
+    job_id: Id
+    attempt: Attempt
+    index: Id
+    grace_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 10.0
+
+
+@dataclass(frozen=True, config=STRICT)
+class CleanupJob(Contract):
+    """Remove a finished job's scratch files (checkpoints, temp) on one node."""
+
+    node_id: str
+    job_id: Id
+
+
+Message = StartReplica | StopReplica | CleanupJob
+
+
+class Dispatcher(Protocol):
+    def send(self, messages: list[Message]) -> None:
+        """Deliver messages to the agents' queues (best effort; the scheduler re-sends)."""
+        ...

@@ -1,0 +1,87 @@
+"""End to end: the replica spec travels in a file, so big hyperparameters start; a replica
+whose process cannot be started fails its job with the reason, instead of holding its
+slots in `scheduled`."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from cli.client import CohortClient
+from cli.stack import Stack
+from services.wire.replica import ReplicaLaunch
+from tests.conftest import REDIS_BASE, create_database, drop_database
+from tests.e2e.conftest import PORT_BASE, free_port, wait_terminal
+
+# Linux refuses one environment string longer than this (MAX_ARG_STRLEN): E2BIG.
+ENV_STRING_LIMIT = 128 * 1024
+# As many extras as the schema takes: identifier keys, strings of at most 256 characters.
+BIG = {f"pad_{i:04d}": "x" * 256 for i in range(800)}
+
+
+@pytest.fixture
+def missing_python_stack(tmp_path: Path) -> Iterator[tuple[Stack, CohortClient]]:
+    """The stack on PostgreSQL, its agent configured with a Python that does not exist."""
+    name = f"cohort_e2e_{free_port()}"
+    url = create_database(name)
+    redis_url = f"{REDIS_BASE}/{os.environ.get('COHORT_TEST_E2E_REDIS_DB', '9')}"
+    redis.Redis.from_url(redis_url).flushdb()
+    stack = Stack({"COHORT_DATABASE_URL": url, "COHORT_REDIS_URL": redis_url,
+                   "COHORT_DATA_DIR": str(tmp_path / "data"),
+                   "COHORT_API_PORT": str(free_port()), "COHORT_NODE_ID": "e2e-node",
+                   "COHORT_PORT_RANGE_START": PORT_BASE, "COHORT_BOOTSTRAP_TOKEN": "e2e-token",
+                   "COHORT_REPLICA_PYTHON": str(tmp_path / "no-such-python")}, quiet=True)
+    stack.start()
+    try:
+        yield stack, CohortClient(stack.url, stack.token)
+    finally:
+        stack.stop()
+        drop_database(name)
+
+
+@pytest.mark.e2e
+def test_big_hyperparameters_start_and_succeed(pg_stack: tuple[Stack, CohortClient]) -> None:
+    stack, client = pg_stack
+    hyperparameters = {"epochs": 1, "steps_per_epoch": 5, **BIG}
+    assert len(json.dumps(hyperparameters)) > 200_000 > ENV_STRING_LIMIT
+    job = client.submit({"name": "big-hp", "trainer": "mlp_digits", "replicas": 2,
+                         "strategy": "multi_worker_mirrored",
+                         "hyperparameters": hyperparameters})
+    final = wait_terminal(client, job["id"])
+    assert final["status"] == "succeeded", final["reason"]
+
+    # Each replica read its whole spec from a file only this user may read.
+    job_dir = stack.settings.data_dir / "jobs" / str(job["id"])
+    for index in (0, 1):
+        path = job_dir / "attempt-1" / f"replica-{index}" / "spec.json"
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        launch = ReplicaLaunch.decode(path.read_bytes())
+        assert launch.spec.hyperparameters == final["hyperparameters"]  # defaults filled in
+        assert launch.spec.hyperparameters.items() >= hyperparameters.items()
+        assert (launch.spec.index, launch.job_dir) == (index, job_dir)
+
+
+@pytest.mark.e2e
+def test_a_replica_that_cannot_start_fails_its_job_with_the_reason(
+        missing_python_stack: tuple[Stack, CohortClient]) -> None:
+    _, client = missing_python_stack
+    job = client.submit({"name": "no-python", "trainer": "mlp_digits", "replicas": 2,
+                         "strategy": "multi_worker_mirrored", "restart_policy": "exit_code",
+                         "max_restarts": 2, "hyperparameters": {"epochs": 1}})
+    final = wait_terminal(client, job["id"], timeout=60)
+    assert final["status"] == "failed"
+    # 127, as a shell says "command not found": permanent, so not restarted.
+    assert "exited with code 127 (permanent)" in final["reason"], final["reason"]
+    assert "could not start the process" in final["reason"]
+    assert "no-such-python" in final["reason"]
+    assert "not restarted: the exit code is not retryable" in final["reason"]
+    assert final["attempt"] == 1
+    assert {r["exit_code"] for r in final["replica_list"] if r["status"] == "failed"} == {127}
+    assert client.events(job["id"])[-1]["reason"] == final["reason"]

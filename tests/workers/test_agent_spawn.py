@@ -1,0 +1,125 @@
+"""The agent hands a replica its spec in a private file, and reports a replica whose
+process cannot be started as that replica's exit, with the reason (real processes, no
+TensorFlow: the runner stops at the trainer's name, before importing it)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from services.settings import Settings
+from services.wire.keys import EVENTS_STREAM, attempt_key, claim_key
+from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
+from tests.conftest import REDIS_BASE
+from workers.node.agent import (
+    PORT_TAKEN_EXIT,
+    SPAWN_FAILED_EXIT,
+    SPAWN_NOT_FOUND_EXIT,
+    Agent,
+    spawn_exit_code,
+)
+from workers.node.launcher import ReplicaKey, spec_path
+
+JOB = 990_101
+# More than Linux takes in one environment string (128 KiB): this spec could not
+# travel in an environment variable.
+BIG = {f"pad_{i:04d}": "x" * 256 for i in range(800)}
+
+
+@pytest.fixture
+def bus() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(f"{REDIS_BASE}/13", decode_responses=True)
+    client.delete(*(attempt_key(job) for job in range(JOB, JOB + 3)),
+                  *(claim_key(job, 1, 0) for job in range(JOB, JOB + 3)))
+    yield client
+    client.close()
+
+
+def agent(tmp_path: Path, client: redis.Redis, **settings: Any) -> Agent:
+    return Agent(Settings(DATA_DIR=tmp_path, NODE_ID="spawn", **settings), client)
+
+
+def start(job_id: int, trainer: str = "no_such_trainer") -> StartReplica:
+    return StartReplica("spawn", ReplicaSpec(job_id, 1, 0, 1, trainer, "one_device", BIG))
+
+
+def newest_event(client: redis.Redis) -> str:
+    """The id of the events stream's newest entry: the stream is shared with other tests
+    of the agent, so each reads only what came after."""
+    newest = client.xrevrange(EVENTS_STREAM, count=1)
+    return str(newest[0][0]) if newest else "0-0"
+
+
+def exit_event(client: redis.Redis, job_id: int, since: str,
+               timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for _, fields in client.xrange(EVENTS_STREAM, min=f"({since}"):
+            data = json.loads(fields["data"])
+            if fields["kind"] == "replica_exited" and data["job_id"] == job_id:
+                return data
+        time.sleep(0.1)
+    raise AssertionError(f"no exit of job {job_id} within {timeout:.0f}s")
+
+
+def test_the_spec_travels_in_a_file_only_the_replica_reads(tmp_path: Path,
+                                                           bus: redis.Redis) -> None:
+    node = agent(tmp_path, bus)
+    since = newest_event(bus)
+    node.start_replica(start(JOB))
+    event = exit_event(bus, JOB, since)
+    # The runner read the whole spec from the file: it got as far as the trainer's name.
+    assert event["exit_code"] == 2, event
+    assert "unknown trainer 'no_such_trainer'" in event["log_tail"]
+    path = spec_path(node.data_dir, ReplicaKey(JOB, 1, 0))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    launch = ReplicaLaunch.decode(path.read_bytes())
+    assert launch.spec == start(JOB).spec and len(path.read_bytes()) > 128 * 1024
+
+
+def test_a_missing_interpreter_is_the_replicas_exit_127(tmp_path: Path,
+                                                        bus: redis.Redis) -> None:
+    node = agent(tmp_path, bus, REPLICA_PYTHON=str(tmp_path / "no-such-python"))
+    since = newest_event(bus)
+    node.start_replica(start(JOB + 1))
+    event = exit_event(bus, JOB + 1, since)
+    assert event["exit_code"] == SPAWN_NOT_FOUND_EXIT == 127 and event["never_started"]
+    assert "could not start the process" in event["log_tail"]
+    assert "no-such-python" in event["log_tail"]
+    assert node.processes == {}
+    assert node.exited[ReplicaKey(JOB + 1, 1, 0)][0] == 127  # in the heartbeat too
+
+
+def test_a_spec_that_cannot_be_written_is_the_replicas_exit_126(tmp_path: Path,
+                                                                bus: redis.Redis) -> None:
+    node = agent(tmp_path, bus)
+    # A file where the replica's directory goes (root may write anywhere: no chmod trick).
+    blocker = spec_path(node.data_dir, ReplicaKey(JOB + 2, 1, 0)).parent
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("")
+    since = newest_event(bus)
+    node.start_replica(start(JOB + 2))
+    event = exit_event(bus, JOB + 2, since)
+    assert event["exit_code"] == SPAWN_FAILED_EXIT == 126, event
+    assert "could not start the process" in event["log_tail"]
+
+
+@pytest.mark.parametrize(("error", "code"), [
+    (FileNotFoundError(errno.ENOENT, "No such file"), 127),
+    (OSError(errno.E2BIG, "Argument list too long"), 126),
+    (PermissionError(errno.EACCES, "Permission denied"), 126),
+    (OSError(errno.EAGAIN, "Resource temporarily unavailable"), PORT_TAKEN_EXIT),
+    (OSError(errno.ENOSPC, "No space left on device"), PORT_TAKEN_EXIT),
+    (ValueError("embedded null byte"), 126),
+])
+def test_spawn_failures_map_to_exit_codes(error: Exception, code: int) -> None:
+    assert spawn_exit_code(error) == code
