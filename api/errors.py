@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 
 from services.exceptions import (
     IdempotencyConflict,
+    InvalidEventId,
     InvalidJobSpec,
     InvalidTransition,
     NotFound,
@@ -81,3 +82,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(status_code=401, content={"error": "unauthorized",
                                                       "message": str(exc)},
                             headers={"WWW-Authenticate": "Bearer"})
+
+    # Live streams: a resume point the stream never sent, refused before it starts.
+    @app.exception_handler(InvalidEventId)
+    async def _event_id(_: Request, exc: InvalidEventId) -> JSONResponse:
+        return _error(422, "invalid_request", str(exc),
+                      fields=[{"field": exc.field, "message": exc.message}])

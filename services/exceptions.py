@@ -69,3 +69,12 @@ class NoPromotedModel(NotFound):
         super().__init__("promoted model of schedule", schedule_id)
         self.args = (f"schedule {schedule_id} has no promoted model yet: it needs `promote` set "
                      "and a run that succeeded with the chosen metric",)
+
+
+class InvalidEventId(CohortError):
+    """A stream's resume point (`Last-Event-ID`) that is not an event id of that stream."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
