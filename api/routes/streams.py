@@ -9,6 +9,7 @@ routes parse the request and frame what it yields.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import lru_cache
 from typing import Annotated
 
 import orjson
@@ -19,14 +20,8 @@ from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent,
 from api.deps import get_token
 from services.db import session_scope
 from services.jobs import store as jobs
-from services.telemetry.follow import (
-    KINDS,
-    Cursor,
-    Event,
-    follow,
-    follow_project,
-    parse_project_position,
-)
+from services.telemetry.cursor import Cursor, Event, parse_project_position
+from services.telemetry.follow import KINDS, follow, follow_project
 
 router = APIRouter(tags=["streams"])
 
@@ -86,10 +81,15 @@ def stream_job_id(job_id: int, project_id: Annotated[int, Depends(stream_caller)
         return jobs.read_job(session=session, project_id=project_id, job_id=job_id).id
 
 
-def _frame(event: Event) -> bytes:
+def _encode(event: Event) -> bytes:
     data = event.data if event.kind == "status" else event.data.payload()
     return format_sse_event(data_str=orjson.dumps(data).decode(), event=event.kind,
                             id=event.id)
+
+
+# Every caught-up client of a job gets the same event objects from `follow` (`shared`):
+# encoded once for all the clients of this process.
+_encode_shared = lru_cache(maxsize=40_000)(_encode)
 
 
 async def _frames(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:
@@ -97,7 +97,8 @@ async def _frames(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:
     # per event would cap a process at a few thousand events a second across all clients.
     async for events in batches:
         # An empty batch is a quiet spell: a comment keeps proxies from closing the stream.
-        yield b"".join(map(_frame, events)) if events else KEEPALIVE_COMMENT
+        yield b"".join([_encode_shared(e) if e.shared else _encode(e) for e in events]) \
+            if events else KEEPALIVE_COMMENT
 
 
 @router.get("/jobs/{job_id}/stream",

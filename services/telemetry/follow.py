@@ -22,18 +22,17 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import aclosing
-from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import redis.asyncio as aredis
 
 from services.db import session_scope
-from services.exceptions import InvalidEventId
 from services.settings import get_settings
 from services.telemetry import live, logs, metrics
+from services.telemetry.cursor import Cursor, Event, decoded, row_events
 from services.telemetry.stream_state import job_snapshot, newest_ids, project_changes
-from services.wire.feed import ROW_TYPES, FeedEntry, FeedError, LogRow, MetricRow
+from services.wire.feed import ROW_TYPES, FeedError, LogRow, MetricRow
 
 log = logging.getLogger("cohort.follow")
 
@@ -44,69 +43,6 @@ STATUS_POLL = 1.0  # seconds between status checks (statuses change rarely)
 KEEPALIVE = 15.0  # seconds of silence before an empty batch (a transport's keep-alive)
 FEED_READ = 200  # feed entries per XREAD
 T = TypeVar("T")
-
-
-@dataclass
-class Cursor:
-    """What a client has seen: the last metric, log line and job event ids."""
-
-    metric: int = 0
-    log: int = 0
-    event: int = 0
-
-    def __str__(self) -> str:
-        return f"{self.metric}.{self.log}.{self.event}"
-
-    def at(self, kind: str) -> int:
-        """The id of the last `metric` or `log` row sent."""
-        return self.metric if kind == "metric" else self.log
-
-    def move(self, kind: str, row_id: int) -> None:
-        if kind == "metric":
-            self.metric = row_id
-        else:
-            self.log = row_id
-
-    @classmethod
-    def parse(cls, raw: str, field: str) -> Cursor:
-        """A cursor from an event id this stream sent; `field` names where it came from.
-
-        Raises:
-            InvalidEventId: anything else.
-        """
-        parts = raw.strip().split(".")
-        if len(parts) != 3 or not all(_is_id(p) for p in parts):
-            raise InvalidEventId(field, f"{raw[:40]!r} is not an event id of this stream "
-                                 "(three numbers joined by dots); omit it to start from "
-                                 "the beginning")
-        return cls(*(int(p) for p in parts))
-
-
-def _is_id(text: str) -> bool:
-    # ASCII digits only: str.isdigit() also accepts '²', which int() refuses.
-    return text.isascii() and text.isdigit() and len(text) < 19
-
-
-def parse_project_position(raw: str | None, field: str = "last-event-id") -> int | None:
-    """Where a project stream's client left off (a job-event id), or None.
-
-    Raises:
-        InvalidEventId: not an event id of the project stream.
-    """
-    if raw is None:
-        return None
-    if not _is_id(raw.strip()):
-        raise InvalidEventId(field, f"{raw[:40]!r} is not an event id of this stream "
-                             "(a number); omit it")
-    return int(raw)
-
-
-class Event(NamedTuple):
-    """One thing to tell a follower."""
-
-    kind: str  # status | metric | log
-    id: str  # the cursor after this event: where a client that had it resumes
-    data: Any  # status: the job (JobRead as JSON); metric / log: a MetricRow / LogRow
 
 
 async def _sql(fn: Callable[..., T], *args: Any) -> T:
@@ -146,18 +82,6 @@ def _history_page(kind: str, job_id: int, after: int) -> list[MetricRow] | list[
                                         limit=PAGE)]  # type: ignore[return-value]
 
 
-def _row_events(kind: str, rows: Collection[MetricRow | LogRow], cursor: Cursor) -> list[Event]:
-    """Events for rows the client has not had yet (ids at or below its cursor were sent
-    already: from history, or from an overlapping feed entry); moves the cursor."""
-    events = []
-    for row in rows:
-        if row.id <= cursor.at(kind):
-            continue
-        cursor.move(kind, row.id)
-        events.append(Event(kind, str(cursor), row))
-    return events
-
-
 async def _stored_after(kind: str, job_id: int, cursor: Cursor,
                         upto: int | None = None) -> AsyncIterator[list[Event]]:
     """Events for the job's stored rows of `kind` after the cursor, from SQL, a page at a
@@ -165,7 +89,7 @@ async def _stored_after(kind: str, job_id: int, cursor: Cursor,
     client starts with, and rows the live feed did not bring."""
     while upto is None or upto > cursor.at(kind):
         page = await _sql(_history_page, kind, job_id, cursor.at(kind))
-        yield _row_events(kind, page, cursor)
+        yield row_events(kind, page, cursor)
         if len(page) < PAGE:
             break
 
@@ -210,17 +134,17 @@ class _Follower:
                 if fields.get("kind") not in self.row_kinds:
                     continue
                 try:
-                    entry = FeedEntry.decode(fields)
+                    shared = decoded(self.job_id, entry_id, fields)
                 except FeedError as exc:  # as if lost: its rows come from SQL
                     log.warning("job %s: skipping feed entry %s: %s", self.job_id, entry_id, exc)
                     continue
                 self.fed_at = time.monotonic()
                 # Rows stored before this entry's that the client has not had (the feed
                 # lost their entry): from SQL first, in id order.
-                async for missed in _stored_after(entry.kind, self.job_id, self.cursor,
-                                                  entry.prev):
+                async for missed in _stored_after(shared.entry.kind, self.job_id, self.cursor,
+                                                  shared.entry.prev):
                     events += missed
-                events += _row_events(entry.kind, entry.rows, self.cursor)
+                events += shared.events_for(self.cursor)
         return events
 
     async def unfed(self) -> list[Event]:
@@ -251,7 +175,7 @@ class _Follower:
         self.cursor.event = max(self.cursor.event, event_id)
         return [Event("status", str(self.cursor), snapshot)]
 
-    async def run(self, resumed: bool) -> AsyncIterator[list[Event]]:
+    async def run(self, resumed: bool, keepalive: float) -> AsyncIterator[list[Event]]:
         async for events in self.start(resumed):
             yield events
         idle_since = time.monotonic()
@@ -264,15 +188,16 @@ class _Follower:
             if events:
                 idle_since = time.monotonic()
                 yield events
-            elif time.monotonic() - idle_since >= KEEPALIVE:
+            elif time.monotonic() - idle_since >= keepalive:
                 idle_since = time.monotonic()
                 yield []
 
 
 async def follow(job_id: int, cursor: Cursor | None = None, kinds: Collection[str] = KINDS,
-                 *, client: aredis.Redis | None = None) -> AsyncIterator[list[Event]]:
+                 *, keepalive: float = KEEPALIVE, client: aredis.Redis | None = None
+                 ) -> AsyncIterator[list[Event]]:
     """Follow job `job_id` from `cursor` (None: from the start), forever: batches of
-    events in order, each batch what to send at once; an empty batch after KEEPALIVE
+    events in order, each batch what to send at once; an empty batch after `keepalive`
     seconds of silence. `kinds`: some of status, metric, log.
 
     The job's status comes first (unless the cursor has its newest event), then its
@@ -283,8 +208,8 @@ async def follow(job_id: int, cursor: Cursor | None = None, kinds: Collection[st
         client = aredis.Redis.from_url(get_settings().redis_url, decode_responses=True)
     start = dataclasses.replace(cursor) if cursor is not None else Cursor()
     try:
-        async with aclosing(_Follower(job_id, start, kinds, client).run(cursor is not None)
-                            ) as batches:
+        follower = _Follower(job_id, start, kinds, client)
+        async with aclosing(follower.run(cursor is not None, keepalive)) as batches:
             async for events in batches:
                 yield events
     finally:
