@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from services.exceptions import InvalidEventId
-from services.wire.feed import FeedEntry, LogRow, MetricRow
+from services.wire.feed import FeedEntry, Row
 
 
 @dataclass
@@ -83,7 +83,7 @@ class Event(NamedTuple):
     shared: bool = False
 
 
-def row_events(kind: str, rows: Collection[MetricRow | LogRow], cursor: Cursor,
+def row_events(kind: str, rows: Collection[Row], cursor: Cursor,
                shared: bool = False) -> list[Event]:
     """Events for rows the client has not had yet (ids at or below its cursor were sent
     already: from history, or from an overlapping feed entry); moves the cursor."""

@@ -32,7 +32,7 @@ from services.settings import get_settings
 from services.telemetry import live, logs, metrics
 from services.telemetry.cursor import Cursor, Event, decoded, row_events
 from services.telemetry.stream_state import job_snapshot, newest_ids, project_changes
-from services.wire.feed import ROW_TYPES, FeedError, LogRow, MetricRow
+from services.wire.feed import ROW_TYPES, FeedError, Row
 
 log = logging.getLogger("cohort.follow")
 
@@ -74,12 +74,12 @@ _snapshot = _PerJob(job_snapshot)  # (the job as JSON, its newest event id, a fi
 _newest = _PerJob(newest_ids)  # the job's newest point and line ids
 
 
-def _history_page(kind: str, job_id: int, after: int) -> list[MetricRow] | list[LogRow]:
+def _history_page(kind: str, job_id: int, after: int) -> list[Row]:
     read = metrics.read_points_after if kind == "metric" else logs.read_lines_after
     of = ROW_TYPES[kind].of
     with session_scope() as session:
         return [of(row) for row in read(session=session, job_id=job_id, after_id=after,
-                                        limit=PAGE)]  # type: ignore[return-value]
+                                        limit=PAGE)]
 
 
 async def _stored_after(kind: str, job_id: int, cursor: Cursor,

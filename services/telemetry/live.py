@@ -47,9 +47,8 @@ def publish(client: redis.Redis, kind: str, rows: list[dict[str, Any]],
     pipe = client.pipeline(transaction=False)
     for job_id, items in by_job.items():
         key = live_key(job_id)
-        entry = FeedEntry(kind, tuple(items), prev.get(job_id, 0))  # type: ignore[arg-type]
-        pipe.xadd(key, entry.encode(), maxlen=LIVE_MAXLEN,  # type: ignore[arg-type]
-                  approximate=True)
+        entry = FeedEntry(kind, tuple(items), prev.get(job_id, 0))
+        pipe.xadd(key, entry.encode(), maxlen=LIVE_MAXLEN, approximate=True)
         pipe.expire(key, LIVE_TTL)
     pipe.hincrby(STATS_HASH, f"{kind}_rows", len(rows))
     pipe.execute()

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
-
-Kind = Literal["metric", "log"]
 
 
 class FeedError(ValueError):
@@ -83,8 +81,8 @@ ROW_TYPES: dict[str, type[MetricRow] | type[LogRow]] = {"metric": MetricRow, "lo
 class FeedEntry:
     """One entry of a job's live feed: rows of one kind from one commit, in id order."""
 
-    kind: Kind
-    rows: tuple[MetricRow, ...] | tuple[LogRow, ...]
+    kind: str  # metric | log
+    rows: tuple[Row, ...]  # all of the kind's row type
     prev: int = 0  # the job's newest id of this kind stored before these rows
 
     def encode(self) -> dict[str, str | bytes | int]:
@@ -115,4 +113,4 @@ class FeedEntry:
             prev = int(fields.get("prev") or 0)
         except (TypeError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
             raise FeedError(f"malformed {kind} feed entry: {exc}") from exc
-        return cls(kind, rows, prev)  # type: ignore[arg-type]
+        return cls(kind, rows, prev)

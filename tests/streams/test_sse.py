@@ -226,8 +226,7 @@ def test_rows_whose_feed_entry_was_lost_still_reach_a_connected_client(
         assert keys(take(events, 1)) == [(0, 8, "loss")]
 
 
-def test_the_status_event_is_the_job_as_rest_reads_it(live_api: str, bus: redis.Redis,
-                                                      committed: Any) -> None:
+def test_the_status_event_is_the_job_as_rest_reads_it(live_api: str, committed: Any) -> None:
     """One view of a job whichever way it is asked for: its place in the queue and its
     progress in both."""
     token, job_id = committed(hyperparameters={"epochs": 2, "steps_per_epoch": 10})
