@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from services.exceptions import (
     FieldError,
     IdempotencyConflict,
+    InvalidEventId,
     InvalidJobSpec,
     InvalidTransition,
     NotFound,
@@ -65,6 +66,7 @@ ANSWERS: dict[type[Exception], Answer] = {
     IdempotencyConflict: Answer(409, "idempotency_conflict"),
     ScheduleConflict: Answer(409, "conflict"),
     Unauthorized: Answer(401, "unauthorized", {"WWW-Authenticate": "Bearer"}),
+    InvalidEventId: Answer(422, "invalid_request"),  # a Last-Event-ID the stream never sent
 }
 
 

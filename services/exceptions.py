@@ -68,3 +68,7 @@ class NoPromotedModel(NotFound):
         super().__init__("promoted model of schedule", schedule_id)
         self.args = (f"schedule {schedule_id} has no promoted model yet: it needs `promote` set "
                      "and a run that succeeded with the chosen metric",)
+
+
+class InvalidEventId(FieldError):
+    """A stream's resume point (`Last-Event-ID`) that is not an event id of that stream."""

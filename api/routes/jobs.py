@@ -5,37 +5,15 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Header, Query, Response, status
-from sqlalchemy.orm import Session
 
 from api.deps import CurrentJob, RedisDep, SessionDep, SettingsDep, TokenDep
-from services.cluster import queue
 from services.jobs import store as jobs
-from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead, ReplicaRead
-from services.models import Job
+from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead
+from services.jobs.views import read_job_view, read_job_views
 from services.statuses import JobStatus
-from services.telemetry import progress
 from services.wire.client import wake_scheduler
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
-
-
-def to_reads(session: Session, rows: list[Job]) -> list[JobRead]:
-    """Jobs with the replicas of their current attempts and their places in the queue,
-    in two queries whatever the page size."""
-    replicas = jobs.read_current_replicas(session=session, jobs=rows)
-    places = queue.queue_positions(session=session, jobs=rows)
-    reads = []
-    for job in rows:
-        read = JobRead.model_validate(job)
-        read.replica_list = [ReplicaRead.model_validate(r) for r in replicas[job.id]]
-        read.queue_position = places.get(job.id)
-        reads.append(read)
-    return reads
-
-
-def to_read(session: Session, job: Job) -> JobRead:
-    """One job, as `to_reads` gives it."""
-    return to_reads(session, [job])[0]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
@@ -53,7 +31,7 @@ def create_job(
     # Runs after the response, hence after the commit: the scheduler never sees
     # a wake-up for a job it cannot read yet.
     background.add_task(wake_scheduler, bus)
-    return to_read(session, job)
+    return read_job_view(session=session, job=job, with_progress=False)
 
 
 @router.get("")
@@ -80,16 +58,15 @@ def read_jobs(
     rows, next_before = jobs.list_jobs(session=session, project_id=token.project_id,
                                        status=status_filter, name=name, before=before,
                                        limit=limit, schedule_id=schedule_id)
-    return JobList(items=to_reads(session, rows),
+    return JobList(items=read_job_views(session=session, jobs=rows),
                    next_cursor=jobs.encode_cursor(next_before) if next_before else None)
 
 
 @router.get("/{job_id}")
 def read_job(job: CurrentJob, session: SessionDep) -> JobRead:
-    """A job: status, attempt, reason, where each replica runs, and its progress."""
-    read = to_read(session, job)
-    read.progress = progress.read_progress(session=session, job=job)
-    return read
+    """A job: status, attempt, reason, where each replica runs, its place in the queue
+    and its progress (the same view as the job's stream's `status` events)."""
+    return read_job_view(session=session, job=job)
 
 
 @router.post("/{job_id}/cancel")
@@ -98,7 +75,7 @@ def cancel_job(job: CurrentJob, session: SessionDep, bus: RedisDep,
     """Cancel a job; every replica on every node is stopped."""
     jobs.request_cancel(session=session, job=job)
     background.add_task(wake_scheduler, bus)
-    return to_read(session, job)
+    return read_job_view(session=session, job=job, with_progress=False)
 
 
 @router.get("/{job_id}/events")

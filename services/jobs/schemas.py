@@ -152,7 +152,8 @@ class JobRead(BaseModel):
         default_factory=list, description="the replicas of the current attempt"
     )
     progress: JobProgress | None = Field(
-        None, description="current step/epoch of the total, percent and ETA (one job only)"
+        None, description="current step/epoch of the total, percent and ETA (one job: "
+        "`GET /jobs/{id}` and the job stream's `status` events; not in lists)"
     )
 
 

@@ -1,7 +1,8 @@
 """Live feeds: what the ingester publishes after each commit, for SSE clients to follow.
 
 After the scheduler leader commits a batch of metric points or log lines it appends
-the new rows, with their SQL ids, to the job's own Redis stream `cohort:live:<job>`.
+the new rows, with their SQL ids, to the job's own Redis stream `cohort:live:<job>`
+(entries as services/wire/feed.py defines them).
 Each SSE client reads that stream with its own cursor (XREAD), so a slow client never
 holds up the ingester or another client; SQL stays the source of truth and the ids
 let a client merge history and live feed without gaps or duplicates. Ingest counters
@@ -13,8 +14,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-import orjson
 import redis
+
+from services.wire.feed import ROW_TYPES, FeedEntry, Row
 
 LOGS_STREAM = "cohort:logs"  # agents -> ingester: replica log lines
 STATS_HASH = "cohort:stats"  # ingester -> api /metrics: counters
@@ -27,17 +29,6 @@ def live_key(job_id: int) -> str:
     return f"cohort:live:{int(job_id)}"
 
 
-def metric_row(row: dict[str, Any]) -> list[Any]:
-    """A stored metric point as it travels on a live feed."""
-    return [row["id"], row["attempt"], row["replica"], row["step"], row["epoch"], row["name"],
-            row["value"], row["ts"]]
-
-
-def log_row(row: dict[str, Any]) -> list[Any]:
-    """A stored log line as it travels on a live feed."""
-    return [row["id"], row["attempt"], row["replica"], row["ts"], row["line"]]
-
-
 def publish(client: redis.Redis, kind: str, rows: list[dict[str, Any]],
             prev: dict[int, int]) -> None:
     """Append newly committed `metric` or `log` rows to their jobs' feeds; count them.
@@ -45,20 +36,19 @@ def publish(client: redis.Redis, kind: str, rows: list[dict[str, Any]],
     `prev[job]` is the id of the job's newest row stored before these. A reader whose
     cursor is below it has missed rows (an entry lost with a Redis restart, a publish
     that failed after its commit) and reads them from SQL first; a lost entry with none
-    after it is found when the feed has been quiet a while (api/routes/streams.py).
+    after it is found when the feed has been quiet a while (services/telemetry/follow.py).
     """
     if not rows:
         return
-    encode = metric_row if kind == "metric" else log_row
-    by_job: dict[int, list[list[Any]]] = defaultdict(list)
+    of = ROW_TYPES[kind].of
+    by_job: dict[int, list[Row]] = defaultdict(list)
     for row in rows:
-        by_job[row["job_id"]].append(encode(row))
+        by_job[row["job_id"]].append(of(row))
     pipe = client.pipeline(transaction=False)
     for job_id, items in by_job.items():
         key = live_key(job_id)
-        pipe.xadd(key, {"kind": kind, "rows": orjson.dumps(items),
-                        "prev": prev.get(job_id, 0)},
-                  maxlen=LIVE_MAXLEN, approximate=True)
+        entry = FeedEntry(kind, tuple(items), prev.get(job_id, 0))
+        pipe.xadd(key, entry.encode(), maxlen=LIVE_MAXLEN, approximate=True)
         pipe.expire(key, LIVE_TTL)
     pipe.hincrby(STATS_HASH, f"{kind}_rows", len(rows))
     pipe.execute()

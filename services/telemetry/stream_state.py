@@ -1,48 +1,34 @@
-"""What the live streams tell about jobs: a job's snapshot (JobRead with progress) and
-the project's jobs whose status changed after a job-event id."""
+"""What the live streams tell about jobs, each read in its own short transaction: a job's
+snapshot (the JobRead of `GET /jobs/{id}`), its newest stored ids, and the project's jobs
+whose status changed after a job-event id."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
 
 from services.db import session_scope
-from services.jobs import store as jobs
-from services.jobs.schemas import JobRead, ReplicaRead
-from services.models import Job, JobEvent, Replica
-from services.telemetry import logs, metrics, progress
+from services.jobs.views import read_job_view, read_job_views
+from services.models import Job, JobEvent
+from services.telemetry import logs, metrics
 
 NEWEST_FIRST = 50  # jobs a project stream starts with when it has no Last-Event-ID
 
 
-def read_job_view(*, session: Session, job: Job, with_progress: bool = True) -> JobRead:
-    """A job with the replicas of its current attempt (and its progress)."""
-    view = JobRead.model_validate(job)
-    view.replica_list = [ReplicaRead.model_validate(r)
-                         for r in jobs.read_replicas(session=session, job=job)]
-    if with_progress:
-        view.progress = progress.read_progress(session=session, job=job)
-    return view
-
-
 def job_snapshot(job_id: int) -> tuple[dict[str, Any], int, tuple[Any, ...]]:
-    """In its own transaction: the job as JSON, its newest event id, and a fingerprint
-    that changes whenever the job's or a replica's status does."""
+    """In its own transaction: the job as JSON (as `GET /jobs/{id}` sends it), its newest
+    event id, and a fingerprint that changes whenever the job's or a replica's status, or
+    the job's place in the queue, does (progress alone sends no new snapshot)."""
     with session_scope() as session:
         job = session.get(Job, job_id)
         if job is None:  # deleted while streaming
             return {}, 0, ()
         event_id = session.execute(sa.select(sa.func.coalesce(sa.func.max(JobEvent.id), 0))
                                    .where(JobEvent.job_id == job_id)).scalar_one()
-        replicas = session.execute(
-            sa.select(Replica.index, Replica.status, Replica.exit_code)
-            .where(Replica.job_id == job_id, Replica.attempt == job.attempt)
-            .order_by(Replica.index)).all()
-        fingerprint = (job.status, job.attempt, job.reason, event_id,
-                       tuple(tuple(r) for r in replicas))
         view = read_job_view(session=session, job=job)
+        fingerprint = (view.status, view.attempt, view.reason, view.queue_position, event_id,
+                       tuple((r.index, r.status, r.exit_code) for r in view.replica_list))
         return view.model_dump(mode="json"), int(event_id), fingerprint
 
 
@@ -77,6 +63,7 @@ def project_changes(project_id: int, after: int | None) -> tuple[list[dict[str, 
             chosen = [by_id[i] for i, _ in ids if i in by_id]
         else:
             return [], after
-        views = [read_job_view(session=session, job=job, with_progress=False)
-                 .model_dump(mode="json") for job in chosen]
+        # As the list of jobs sends them: replicas and queue places in two queries.
+        views = [view.model_dump(mode="json")
+                 for view in read_job_views(session=session, jobs=chosen)]
         return views, int(newest)

@@ -224,3 +224,17 @@ def test_rows_whose_feed_entry_was_lost_still_reach_a_connected_client(
         with session_scope() as session:
             metrics.insert_points(session=session, rows=last)
         assert keys(take(events, 1)) == [(0, 8, "loss")]
+
+
+def test_the_status_event_is_the_job_as_rest_reads_it(live_api: str, committed: Any) -> None:
+    """One view of a job whichever way it is asked for: its place in the queue and its
+    progress in both."""
+    token, job_id = committed(hyperparameters={"epochs": 2, "steps_per_epoch": 10})
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=live_api, timeout=15) as http:
+        with http.stream("GET", f"/api/v1/jobs/{job_id}/stream", params={"kinds": "status"},
+                         headers=headers) as response:
+            status = next(parse_lines(response.iter_lines()))
+        rest = http.get(f"/api/v1/jobs/{job_id}", headers=headers).json()
+    assert status.event == "status" and status.data == rest
+    assert rest["queue_position"] >= 1 and rest["progress"]["total_steps"] == 20

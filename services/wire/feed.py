@@ -1,0 +1,116 @@
+"""The live feed's contract: what the ingest appends to a job's `cohort:live:<job>` stream
+after each commit, and what the api's followers read back.
+
+One feed entry holds the rows of one kind that one ingest commit stored for one job, and
+`prev`, the id of the job's newest row of that kind stored before them: a reader whose
+cursor is below `prev` missed an entry and reads those rows from SQL first. Rows travel as
+positional JSON arrays (a feed holds up to 20,000 entries per job, and every follower of
+a job decodes each one), in the field order of `MetricRow` / `LogRow`.
+
+Redis fields: `kind` (`metric` | `log`), `rows` (a JSON array of rows), `prev` (an id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import orjson
+
+
+class FeedError(ValueError):
+    """A feed entry that is not one this contract writes (its rows are read from SQL)."""
+
+
+class MetricRow(NamedTuple):
+    """A stored metric point, with its SQL id."""
+
+    id: int
+    attempt: int
+    replica: int
+    step: int
+    epoch: int | None
+    name: str
+    value: float
+    ts: float
+
+    @classmethod
+    def of(cls, stored: Any) -> MetricRow:
+        """From a stored point: the ingest's inserted row (a dict) or a `MetricPoint`."""
+        if isinstance(stored, dict):
+            return cls(stored["id"], stored["attempt"], stored["replica"], stored["step"],
+                       stored["epoch"], stored["name"], stored["value"], stored["ts"])
+        return cls(stored.id, stored.attempt, stored.replica, stored.step, stored.epoch,
+                   stored.name, stored.value, stored.ts)
+
+    def payload(self) -> dict[str, Any]:
+        """What a stream client gets as the event's data (the event id carries the id)."""
+        return {"attempt": self.attempt, "replica": self.replica, "step": self.step,
+                "epoch": self.epoch, "name": self.name, "value": self.value, "ts": self.ts}
+
+
+class LogRow(NamedTuple):
+    """A stored log line, with its SQL id."""
+
+    id: int
+    attempt: int
+    replica: int
+    ts: float
+    line: str
+
+    @classmethod
+    def of(cls, stored: Any) -> LogRow:
+        """From a stored line: the ingest's inserted row (a dict) or a `LogLine`."""
+        if isinstance(stored, dict):
+            return cls(stored["id"], stored["attempt"], stored["replica"], stored["ts"],
+                       stored["line"])
+        return cls(stored.id, stored.attempt, stored.replica, stored.ts, stored.line)
+
+    def payload(self) -> dict[str, Any]:
+        """What a stream client gets as the event's data (the event id carries the id)."""
+        return {"attempt": self.attempt, "replica": self.replica, "ts": self.ts,
+                "line": self.line}
+
+
+Row = MetricRow | LogRow
+ROW_TYPES: dict[str, type[MetricRow] | type[LogRow]] = {"metric": MetricRow, "log": LogRow}
+
+
+@dataclass(frozen=True, slots=True)
+class FeedEntry:
+    """One entry of a job's live feed: rows of one kind from one commit, in id order."""
+
+    kind: str  # metric | log
+    rows: tuple[Row, ...]  # all of the kind's row type
+    prev: int = 0  # the job's newest id of this kind stored before these rows
+
+    def encode(self) -> dict[str, str | bytes | int]:
+        """The entry's Redis stream fields (for XADD)."""
+        # orjson writes tuples, not NamedTuples: `default` hands it each row as one.
+        return {"kind": self.kind, "rows": orjson.dumps(self.rows, default=tuple),
+                "prev": self.prev}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> FeedEntry:
+        """An entry from its stream fields (as XREAD returns them, or as `encode` wrote).
+
+        Raises:
+            FeedError: an unknown kind, or rows or `prev` of another shape.
+        """
+        kind = fields.get("kind")
+        if kind not in ROW_TYPES:
+            raise FeedError(f"unknown feed entry kind {str(kind)[:20]!r}")
+        make = ROW_TYPES[kind]._make
+        try:
+            items = orjson.loads(fields.get("rows", b"[]"))
+            # Ids are compared with readers' cursors: each row must at least be an array
+            # that starts with an integer (`_make` checks the length).
+            if type(items) is not list or not all(type(r) is list and r and type(r[0]) is int
+                                                   for r in items):
+                raise ValueError("rows must be arrays that start with an integer id")
+            rows = tuple(map(make, items))
+            prev = int(fields.get("prev") or 0)
+        except (TypeError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
+            raise FeedError(f"malformed {kind} feed entry: {exc}") from exc
+        return cls(kind, rows, prev)

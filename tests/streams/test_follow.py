@@ -1,0 +1,235 @@
+"""Following a job without HTTP: `follow` against real Redis and PostgreSQL, with the
+leader's ingest run by hand. History then live, an exact resume from a cursor, rows whose
+feed entry was lost or unreadable, events shared by caught-up followers, keep-alives, and
+status events when the job's place in the queue moves."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import aclosing
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from services.exceptions import InvalidEventId
+from services.telemetry.cursor import Cursor, Event, parse_project_position
+from services.telemetry.follow import follow, follow_project
+from services.wire.feed import LogRow, MetricRow
+from tests.streams.conftest import ingest_until
+from tests.streams.test_sse import emit, emit_logs
+
+
+class Follower:
+    """Runs a follow in a task and collects what it yields."""
+
+    def __init__(self, batches: AsyncIterator[list[Event]]) -> None:
+        self.batches: list[list[Event]] = []
+        self.task = asyncio.create_task(self._run(batches))
+
+    async def _run(self, batches: AsyncIterator[list[Event]]) -> None:
+        async with aclosing(batches) as stream:
+            async for batch in stream:
+                self.batches.append(batch)
+
+    @property
+    def events(self) -> list[Event]:
+        return [event for batch in self.batches for event in batch]
+
+    async def wait_for(self, count: int, timeout: float = 15) -> list[Event]:
+        """The first `count` events (fails after `timeout` s)."""
+        async def enough() -> None:
+            while len(self.events) < count:
+                if self.task.done():
+                    self.task.result()  # the follow's own error, if it had one
+                await asyncio.sleep(0.02)
+        await asyncio.wait_for(enough(), timeout)
+        return self.events[:count]
+
+    async def close(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(test())
+
+
+def keys(events: list[Event]) -> list[tuple[Any, ...]]:
+    return [(e.data.replica, e.data.step, e.data.name) for e in events if e.kind == "metric"]
+
+
+async def ingest(bus: redis.Redis, expected: int, kind: str = "metric") -> None:
+    assert await asyncio.to_thread(ingest_until, bus, expected, kind) == expected
+
+
+def test_history_then_live_then_an_exact_resume_from_a_cursor(
+        bus: redis.Redis, committed: Any) -> None:
+    _, job_id = committed()
+    history = emit(bus, job_id, range(1, 6))
+    emit_logs(bus, job_id, ["one", "two"], first_seq=1)
+    assert ingest_until(bus, 10) == 10 and ingest_until(bus, 2, kind="log") == 2
+
+    async def scenario() -> None:
+        follower = Follower(follow(job_id))
+        first = await follower.wait_for(13)
+        assert first[0].kind == "status" and first[0].data["id"] == job_id
+        assert first[0].data["progress"]["step"] == 0 and first[0].data["queue_position"] >= 1
+        assert keys(first) == history  # history: the metric points, then the log lines
+        assert [(e.kind, e.data.line) for e in first[11:]] == [("log", "one"), ("log", "two")]
+        assert all(isinstance(e.data, MetricRow) for e in first[1:11])
+        assert all(isinstance(e.data, LogRow) for e in first[11:])
+        live = emit(bus, job_id, range(6, 8))
+        await ingest(bus, 4)
+        assert keys((await follower.wait_for(17))[13:]) == live
+        ids = [e.id for e in follower.events]
+        assert len(set(ids)) == 17
+        await follower.close()
+
+        missed = emit(bus, job_id, range(8, 10))
+        emit_logs(bus, job_id, ["three"], first_seq=3)
+        await ingest(bus, 4)
+        await ingest(bus, 1, kind="log")
+        resumed = Follower(follow(job_id, Cursor.parse(ids[-1], "last-event-id")))
+        got = await resumed.wait_for(5)
+        assert keys(got) == missed  # no status first: the cursor has the job's newest event
+        assert got[-1].kind == "log" and got[-1].data.line == "three"
+        await asyncio.sleep(0.3)
+        assert len(resumed.events) == 5  # and nothing twice
+        await resumed.close()
+
+    run(scenario)
+
+
+def test_rows_of_a_lost_or_unreadable_feed_entry_still_come(
+        bus: redis.Redis, committed: Any) -> None:
+    from services.db import session_scope
+    from services.telemetry import live, metrics
+
+    _, job_id = committed()
+
+    async def scenario() -> None:
+        follower = Follower(follow(job_id, kinds={"metric"}))
+        await asyncio.sleep(0.5)  # caught up: past its (empty) history
+        # Stored, but published as nothing this contract writes.
+        with session_scope() as session:
+            metrics.insert_points(session=session, rows=[
+                {"job_id": job_id, "attempt": 1, "replica": 0, "step": s, "epoch": 0,
+                 "name": "loss", "value": 0.5, "ts": 1.0} for s in (1, 2)])
+        bus.xadd(live.live_key(job_id), {"kind": "metric", "rows": "[[\"x\"]]", "prev": 0})
+        assert keys(await follower.wait_for(2)) == [(0, 1, "loss"), (0, 2, "loss")]
+        # Stored with no entry at all, then a later entry names them in `prev`.
+        with session_scope() as session:
+            metrics.insert_points(session=session, rows=[
+                {"job_id": job_id, "attempt": 1, "replica": 0, "step": 3, "epoch": 0,
+                 "name": "loss", "value": 0.5, "ts": 1.0}])
+        later = emit(bus, job_id, range(4, 5))
+        await ingest(bus, 2)
+        assert keys((await follower.wait_for(5))[2:]) == [(0, 3, "loss"), *later]
+        await follower.close()
+
+    run(scenario)
+
+
+def test_caught_up_followers_get_the_same_event_objects(
+        bus: redis.Redis, committed: Any) -> None:
+    """What lets a transport encode each live event once for all its clients."""
+    _, job_id = committed()
+
+    async def scenario() -> None:
+        followers = [Follower(follow(job_id, kinds=kinds))
+                     for kinds in ({"metric"}, {"metric", "status"}, {"metric", "log"})]
+        await asyncio.sleep(0.5)
+        emit(bus, job_id, range(1, 4))
+        await ingest(bus, 6)
+        with_status = [0, 1, 0]  # the second one's first event is the job's status
+        got = [[e for e in await f.wait_for(6 + extra) if e.kind == "metric"]
+               for f, extra in zip(followers, with_status, strict=True)]
+        assert all(e.shared for e in got[0])
+        for other in got[1:]:
+            assert all(a is b for a, b in zip(got[0], other, strict=True))
+        for follower in followers:
+            await follower.close()
+
+    run(scenario)
+
+
+def test_a_quiet_follow_yields_an_empty_batch_for_keep_alives(committed: Any) -> None:
+    _, job_id = committed()
+
+    async def scenario() -> None:
+        follower = Follower(follow(job_id, kinds={"log"}, keepalive=0.3))
+        await asyncio.wait_for(_until(lambda: follower.batches), 10)
+        assert follower.batches[0] == []  # no history, nothing live: a keep-alive
+        await follower.close()
+
+    run(scenario)
+
+
+async def _until(condition: Callable[[], Any]) -> None:
+    while not condition():
+        await asyncio.sleep(0.02)
+
+
+def test_a_status_event_when_the_place_in_the_queue_moves(committed: Any) -> None:
+    from services.db import session_scope
+    from services.jobs.transitions import transition_job
+    from services.models import Job
+    from services.statuses import JobStatus
+
+    _, ahead = committed(project="queue-place")
+    _, behind = committed(project="queue-place")
+
+    async def scenario() -> None:
+        job = Follower(follow(behind, kinds={"status"}))
+        with session_scope() as session:
+            project_id = session.get(Job, behind).project_id
+        project = Follower(follow_project(project_id))
+        first = (await job.wait_for(1))[0].data
+        listed = {e.data["id"]: e.data for e in await project.wait_for(2)}
+        assert listed[behind]["queue_position"] == first["queue_position"]
+        assert listed[ahead]["queue_position"] == first["queue_position"] - 1
+        with session_scope() as session:
+            transition_job(session=session, job_id=ahead, target=JobStatus.CANCELLED)
+        moved = (await job.wait_for(2))[1].data
+        assert moved["status"] == "queued"
+        assert moved["queue_position"] == first["queue_position"] - 1
+        changed = (await project.wait_for(3))[2].data
+        assert changed["id"] == ahead and changed["status"] == "cancelled"
+        await job.close()
+        await project.close()
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("raw", ["nope", "1.2", "1.2.3.4", "1.-2.3", "1.2.²", "1.2." + "9" * 19,
+                                 "", " . . "])
+def test_a_cursor_is_three_ids_this_stream_sent(raw: str) -> None:
+    with pytest.raises(InvalidEventId) as refused:
+        Cursor.parse(raw, "last-event-id")
+    assert refused.value.field == "last-event-id" and "omit it" in str(refused.value)
+    assert Cursor.parse(" 12.0.7 ", "x") == Cursor(12, 0, 7)
+
+
+@pytest.mark.parametrize("raw", ["nope", "1.2", "-1", "²", "9" * 19, ""])
+def test_a_project_stream_position_is_one_job_event_id(raw: str) -> None:
+    with pytest.raises(InvalidEventId):
+        parse_project_position(raw)
+    assert parse_project_position(" 42") == 42 and parse_project_position(None) is None
+
+
+def test_a_bad_resume_point_is_a_422_naming_where_it_came_from(
+        live_api: str, committed: Any) -> None:
+    token, job_id = committed()
+    auth = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=live_api, timeout=15) as http:
+        url = f"/api/v1/jobs/{job_id}/stream"
+        bad = http.get(url, params={"last_event_id": "1.2.²"}, headers=auth)
+        assert bad.status_code == 422
+        assert bad.json()["fields"] == [{"field": "last_event_id", "message": (
+            "'1.2.²' is not an event id of this stream (three numbers joined by dots); "
+            "omit it to start from the beginning")}]
+        project = http.get("/api/v1/stream", headers={**auth, "Last-Event-ID": "x"})
+        assert project.status_code == 422 and "last-event-id" in project.json()["message"]
