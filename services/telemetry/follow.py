@@ -29,10 +29,11 @@ import redis.asyncio as aredis
 
 from services.db import session_scope
 from services.settings import get_settings
-from services.telemetry import live, logs, metrics
+from services.telemetry import logs, metrics
 from services.telemetry.cursor import Cursor, Event, decoded, row_events
 from services.telemetry.stream_state import job_snapshot, newest_ids, project_changes
 from services.wire.feed import ROW_TYPES, FeedError, Row
+from services.wire.keys import live_key
 
 log = logging.getLogger("cohort.follow")
 
@@ -102,7 +103,7 @@ class _Follower:
         self.job_id, self.cursor, self.client = job_id, cursor, client
         self.status = "status" in kinds
         self.row_kinds = [kind for kind in ROW_KINDS if kind in kinds]
-        self.key = live.live_key(job_id)
+        self.key = live_key(job_id)
         self.position = "0-0"
         self.fingerprint: tuple[Any, ...] = ()
         self.next_status = self.next_check = self.fed_at = time.monotonic()

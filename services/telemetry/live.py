@@ -17,16 +17,10 @@ from typing import Any
 import redis
 
 from services.wire.feed import ROW_TYPES, FeedEntry, Row
+from services.wire.keys import STATS_HASH, live_key
 
-LOGS_STREAM = "cohort:logs"  # agents -> ingester: replica log lines
-STATS_HASH = "cohort:stats"  # ingester -> api /metrics: counters
 LIVE_MAXLEN = 20_000  # entries per job kept for live readers; older ones are read from SQL
 LIVE_TTL = 3600  # seconds a job's feed outlives its last entry
-
-
-def live_key(job_id: int) -> str:
-    """The Redis stream with job `job_id`'s newly stored rows."""
-    return f"cohort:live:{int(job_id)}"
 
 
 def publish(client: redis.Redis, kind: str, rows: list[dict[str, Any]],

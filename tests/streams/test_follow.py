@@ -18,6 +18,7 @@ from services.exceptions import InvalidEventId
 from services.telemetry.cursor import Cursor, Event, parse_project_position
 from services.telemetry.follow import follow, follow_project
 from services.wire.feed import LogRow, MetricRow
+from services.wire.keys import live_key
 from tests.streams.conftest import ingest_until
 from tests.streams.test_sse import emit, emit_logs
 
@@ -106,7 +107,7 @@ def test_history_then_live_then_an_exact_resume_from_a_cursor(
 def test_rows_of_a_lost_or_unreadable_feed_entry_still_come(
         bus: redis.Redis, committed: Any) -> None:
     from services.db import session_scope
-    from services.telemetry import live, metrics
+    from services.telemetry import metrics
 
     _, job_id = committed()
 
@@ -118,7 +119,7 @@ def test_rows_of_a_lost_or_unreadable_feed_entry_still_come(
             metrics.insert_points(session=session, rows=[
                 {"job_id": job_id, "attempt": 1, "replica": 0, "step": s, "epoch": 0,
                  "name": "loss", "value": 0.5, "ts": 1.0} for s in (1, 2)])
-        bus.xadd(live.live_key(job_id), {"kind": "metric", "rows": "[[\"x\"]]", "prev": 0})
+        bus.xadd(live_key(job_id), {"kind": "metric", "rows": "[[\"x\"]]", "prev": 0})
         assert keys(await follower.wait_for(2)) == [(0, 1, "loss"), (0, 2, "loss")]
         # Stored with no entry at all, then a later entry names them in `prev`.
         with session_scope() as session:

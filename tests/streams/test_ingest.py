@@ -10,6 +10,7 @@ from typing import Any
 import redis
 import sqlalchemy as sa
 
+from services.wire.keys import LOGS_STREAM
 from tests.factories import assert_rollups_match_points
 from tests.streams.conftest import ingest_until
 
@@ -19,6 +20,7 @@ def test_thousand_batches_delivered_twice_are_stored_once(bus: redis.Redis,
     from services.db import session_scope
     from services.models import MetricPoint
     from services.telemetry import live
+    from services.wire import keys
 
     _, job_id = committed()
     batches = [json.dumps({"job_id": job_id, "attempt": 1, "replica": i % 2,
@@ -41,7 +43,7 @@ def test_thousand_batches_delivered_twice_are_stored_once(bus: redis.Redis,
     with session_scope() as session:  # each point summed into its rollup once
         assert assert_rollups_match_points(session, job_id) == 2 * 3 * 6  # replica, name, 100s
     # The live feed carries each stored row once, with increasing ids.
-    ids = [row[0] for _, fields in bus.xrange(live.live_key(job_id))
+    ids = [row[0] for _, fields in bus.xrange(keys.live_key(job_id))
            for row in json.loads(fields["rows"])]
     assert len(ids) == 3000 and ids == sorted(set(ids))
     assert live.read_stats(bus)["metric_rows"] == 3000
@@ -72,7 +74,7 @@ def test_malformed_batches_do_not_stall_the_ingest(bus: redis.Redis, committed: 
 def test_malformed_log_batches_do_not_stall_the_ingest(bus: redis.Redis,
                                                        committed: Any) -> None:
     from services.db import session_scope
-    from services.telemetry import live, logs
+    from services.telemetry import logs
 
     _, job_id = committed()
     head = {"job_id": job_id, "attempt": 1, "replica": 0}
@@ -80,12 +82,12 @@ def test_malformed_log_batches_do_not_stall_the_ingest(bus: redis.Redis,
                  # A lone surrogate (JSON-escaped): no SQL text column can hold it.
                  json.dumps({**head, "lines": [[2, 1.0, "\ud800"]]}),
                  json.dumps({**head, "lines": [[3, 2.0, "three"]]})):
-        bus.xadd(live.LOGS_STREAM, {"data": data})
+        bus.xadd(LOGS_STREAM, {"data": data})
     assert ingest_until(bus, 2, kind="log") == 2
     with session_scope() as session:
         assert [line.line for line in logs.read_logs(session=session, job_id=job_id)] == [
             "one", "three"]
-    assert bus.xpending(live.LOGS_STREAM, "cohort-scheduler")["pending"] == 0
+    assert bus.xpending(LOGS_STREAM, "cohort-scheduler")["pending"] == 0
 
 
 def test_a_job_being_ingested_is_not_deleted_under_its_points(committed: Any) -> None:

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from services.db import session_scope
 from services.telemetry import live, logs, metrics
-from services.wire.keys import METRICS_STREAM
+from services.wire.keys import LOGS_STREAM, METRICS_STREAM
 from workers.control.streams import GroupReader
 
 log = logging.getLogger("cohort.ingest")
@@ -40,7 +40,7 @@ class Feed:
 
 METRICS = Feed(METRICS_STREAM, "metric", metrics.parse_batch, metrics.insert_points,
                metrics.newest_point_id, 1000)
-LOGS = Feed(live.LOGS_STREAM, "log", logs.parse_log_batch, logs.insert_lines,
+LOGS = Feed(LOGS_STREAM, "log", logs.parse_log_batch, logs.insert_lines,
             logs.newest_line_id, 500)
 
 

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import redis
 
-from services.telemetry.live import LOGS_STREAM
 from services.wire.batches import LogBatch
-from services.wire.keys import STREAM_MAXLEN
+from services.wire.keys import LOGS_STREAM, STREAM_MAXLEN
 from workers.node.launcher import ReplicaKey
 from workers.replay import REPLAY_WINDOW, RecentlySent
 
