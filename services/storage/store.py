@@ -64,6 +64,10 @@ class ArtifactStore:
         self.root = root
         self.url = url
         self.is_local = isinstance(fs, LocalFileSystem)
+        # put_tree/get_tree: (local file, key) -> (size, mtime_ns) of the local file when
+        # this store last sent or fetched it. S3 keeps whole seconds, too coarse to tell a
+        # file rewritten in the second it was uploaded from the uploaded one.
+        self._synced: dict[tuple[str, str], tuple[int, int]] = {}
         if self.is_local:
             fs.makedirs(root, exist_ok=True)
 
@@ -192,8 +196,10 @@ class ArtifactStore:
 
     def put_tree(self, prefix: str, local_dir: str | os.PathLike[str], *,
                  mirror: bool = False) -> list[str]:
-        """Upload the regular files under `local_dir` that are new or changed (another size,
-        or written after the stored copy); with `mirror`, delete stored files gone locally.
+        """Upload the regular files under `local_dir` that are new or changed; with `mirror`,
+        delete stored files gone locally. Changed: another size than the stored copy, or
+        written since this store last sent or fetched it (or, the first time, later than the
+        stored copy was).
 
         Returns the keys (relative to `prefix`) uploaded.
         """
@@ -202,9 +208,15 @@ class ArtifactStore:
         uploaded = []
         local = _local_files(Path(local_dir))
         for rel, stat in local.items():
+            key = f"{head}/{rel}" if head else rel
+            path = Path(local_dir) / rel
             info = stored.get(rel)
-            if info is None or int(info["size"]) != stat.st_size or stat.st_mtime > _mtime(info):
-                self.put_file(f"{head}/{rel}" if head else rel, Path(local_dir) / rel)
+            synced = self._synced.get((str(path), key))
+            if info is None or int(info["size"]) != stat.st_size or (
+                    synced != (stat.st_size, stat.st_mtime_ns) if synced
+                    else stat.st_mtime > _mtime(info)):
+                self.put_file(key, path)
+                self._synced[(str(path), key)] = (stat.st_size, stat.st_mtime_ns)
                 uploaded.append(rel)
         if mirror:
             for rel in stored.keys() - local.keys():
@@ -231,8 +243,11 @@ class ArtifactStore:
             stat = local.get(rel)
             mtime = _mtime(info)
             if stat is None or stat.st_size != int(info["size"]) or mtime > stat.st_mtime:
-                self.get_file(f"{head}/{rel}" if head else rel, root / rel)
+                key = f"{head}/{rel}" if head else rel
+                self.get_file(key, root / rel)
                 os.utime(root / rel, (mtime, mtime))
+                self._synced[(str(root / rel), key)] = (int(info["size"]),
+                                                        (root / rel).stat().st_mtime_ns)
                 downloaded.append(rel)
         if mirror:
             for rel in local.keys() - stored.keys():
