@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from api.errors import install_error_handlers
-from api.routes import dashboard, health, jobs, metrics, nodes, schedules
+from api.routes import artifacts, bundles, dashboard, health, jobs, metrics, nodes, schedules
 from services import auth
 from services.db import session_scope
+from services.exceptions import BundleTooLarge, InvalidArtifactPath, InvalidBundle
 from services.settings import get_settings
 
 
@@ -42,8 +44,32 @@ def create_app() -> FastAPI:
     for module in (jobs, metrics, nodes):
         app.include_router(module.router, prefix="/api/v1")
     app.include_router(schedules.router, prefix="/api/v1")
+    for module in (bundles, artifacts):  # code bundles and artifacts (issue 12)
+        app.include_router(module.router, prefix="/api/v1")
+    _install_storage_error_handlers(app)
     dashboard.install(app)  # the web dashboard at `/`, its assets at `/static`
     return app
+
+
+# -- issue 12's domain errors, until api/errors.py maps them with the others ---------------
+
+def _install_storage_error_handlers(app: FastAPI) -> None:
+    def answer(status: int, code: str, message: str, field: str | None) -> JSONResponse:
+        extra = {"fields": [{"field": field, "message": message}]} if field else {}
+        return JSONResponse(status_code=status,
+                            content={"error": code, "message": message, **extra})
+
+    @app.exception_handler(BundleTooLarge)
+    async def _too_large(_: Request, exc: BundleTooLarge) -> JSONResponse:
+        return answer(413, "too_large", str(exc), None)
+
+    @app.exception_handler(InvalidBundle)
+    async def _bundle(_: Request, exc: InvalidBundle) -> JSONResponse:
+        return answer(422, "invalid_request", str(exc), exc.field)
+
+    @app.exception_handler(InvalidArtifactPath)
+    async def _artifact_path(_: Request, exc: InvalidArtifactPath) -> JSONResponse:
+        return answer(422, "invalid_request", str(exc), "path")
 
 
 app = create_app()

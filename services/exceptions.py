@@ -69,3 +69,51 @@ class NoPromotedModel(NotFound):
         super().__init__("promoted model of schedule", schedule_id)
         self.args = (f"schedule {schedule_id} has no promoted model yet: it needs `promote` set "
                      "and a run that succeeded with the chosen metric",)
+
+
+class BundleNotFound(NotFound):
+    """A job naming a code bundle its project has not uploaded (404)."""
+
+    def __init__(self, digest: str) -> None:
+        super().__init__("bundle", digest)
+        self.args = (f"bundle {digest} not found in this project: upload it with "
+                     "`cohort submit JOB.yaml --code DIR` or `cohort bundle push DIR` "
+                     f"(PUT /api/v1/bundles/{digest})",)
+
+
+class BundleTooLarge(CohortError):
+    """An upload past COHORT_MAX_BUNDLE_BYTES (413)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the bundle is over the limit of {limit / 2**20:.0f} MiB "
+                         f"({limit} bytes, COHORT_MAX_BUNDLE_BYTES): add large files to "
+                         ".cohortignore and read data from the artifact store instead")
+        self.limit = limit
+
+
+class InvalidBundle(CohortError):
+    """An upload refused for what it holds: a digest that does not match, a hostile or
+    unreadable archive (422)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class ArtifactNotFound(NotFound):
+    """No artifact at that path of the job (404)."""
+
+    def __init__(self, job_id: int, path: str) -> None:
+        super().__init__("artifact", path)
+        self.args = (f"job {job_id} has no artifact {path!r}; GET "
+                     f"/api/v1/jobs/{job_id}/artifacts lists them",)
+
+
+class InvalidArtifactPath(CohortError):
+    """A download path that is absolute or climbs out of the job's artifacts (422)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"path {path!r}: {message}")
+        self.path = path
+        self.message = message

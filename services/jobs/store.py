@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services.exceptions import IdempotencyConflict, InvalidJobSpec, InvalidTransition, JobNotFound
+from services.jobs.bundles import check_bundle
 from services.jobs.schemas import JobCreate
 from services.jobs.trainers import check_trainer
 from services.jobs.transitions import transition_job
@@ -27,7 +28,17 @@ def _spec_hash(job_in: JobCreate) -> str:
 
 def check_job_spec(*, job_in: JobCreate, settings: Settings) -> None:
     """Checks that depend on settings rather than on the schema alone."""
-    check_trainer(job_in.trainer, settings.ALLOWED_ENTRYPOINTS)
+    if job_in.trainer is not None:
+        # A `module:function` in a bundle is the job's own code, resolved inside the
+        # bundle; the allow-list is for entrypoints installed on the nodes.
+        check_trainer(job_in.trainer, settings.ALLOWED_ENTRYPOINTS,
+                      in_bundle=job_in.bundle is not None)
+    encoded = len(job_in.hyperparameters.model_dump_json().encode())
+    if encoded > settings.MAX_HYPERPARAMETERS_BYTES:
+        raise InvalidJobSpec(
+            "hyperparameters", f"{encoded} bytes encoded, over the limit of "
+            f"{settings.MAX_HYPERPARAMETERS_BYTES} (COHORT_MAX_HYPERPARAMETERS_BYTES): put "
+            "large data in the bundle or the artifact store and pass its path")
     if job_in.replicas > settings.MAX_REPLICAS:
         raise InvalidJobSpec(
             "replicas", f"at most {settings.MAX_REPLICAS} replicas per job; ask for fewer"
@@ -50,9 +61,11 @@ def create_job(
 
     Raises:
         InvalidJobSpec: a setting refuses the spec.
+        BundleNotFound: the spec names a bundle the project has not uploaded.
         IdempotencyConflict: the key was used before for a different spec.
     """
     check_job_spec(job_in=job_in, settings=settings)
+    check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
     spec_hash = _spec_hash(job_in)
     if idempotency_key is not None:
         existing = _by_idempotency_key(session, project_id, idempotency_key)
@@ -62,6 +75,10 @@ def create_job(
         project_id=project_id,
         name=job_in.name,
         trainer=job_in.trainer,
+        command=job_in.command,
+        bundle=job_in.bundle,
+        env=job_in.env,
+        progress_timeout_seconds=job_in.progress_timeout_seconds,
         strategy=job_in.strategy,
         replicas=job_in.replicas,
         gpus_per_replica=job_in.gpus_per_replica,
