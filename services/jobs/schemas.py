@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from services.jobs.code_spec import MAX_COMMAND_ARGS, check_command, check_env
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
 from services.storage.keys import bundle_digest_hex
 
@@ -23,14 +24,6 @@ RestartPolicy = Literal["never", "on_failure", "exit_code"]
 Placement = Literal["pack", "spread"]
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Variables Cohort sets itself, or that change what the interpreter or the loader run.
-_ENV_RESERVED_NAMES = frozenset({"TF_CONFIG"})
-_ENV_RESERVED_PREFIXES = ("LD_", "PYTHON", "COHORT_", "AIP_")
-MAX_ENV_VARIABLES = 128
-MAX_ENV_VALUE = 32_768
-MAX_COMMAND_ARGS = 64
-MAX_COMMAND_ARG = 4096
 _NAME = re.compile(r"^[\w.\- ]+$")
 
 
@@ -118,34 +111,12 @@ class JobCreate(BaseModel):
     @field_validator("command")
     @classmethod
     def _command_argv(cls, value: list[str] | None) -> list[str] | None:
-        if value is None:
-            return value
-        if not value[0].strip():
-            raise ValueError("command[0], the program to run, must not be empty")
-        for index, arg in enumerate(value):
-            if "\x00" in arg:
-                raise ValueError(f"command[{index}] contains a NUL byte")
-            if len(arg) > MAX_COMMAND_ARG:
-                raise ValueError(f"command[{index}] is longer than {MAX_COMMAND_ARG} characters")
-        return value
+        return None if value is None else check_command(value)
 
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        if len(value) > MAX_ENV_VARIABLES:
-            raise ValueError(f"at most {MAX_ENV_VARIABLES} variables")
-        for name, text in value.items():
-            if not _ENV_NAME.fullmatch(name):
-                raise ValueError(f"variable {name!r}: a name is letters, digits and '_', "
-                                 "not starting with a digit")
-            if name in _ENV_RESERVED_NAMES or name.startswith(_ENV_RESERVED_PREFIXES):
-                raise ValueError(f"variable {name!r} is reserved (Cohort sets TF_CONFIG, "
-                                 "COHORT_* and AIP_*; LD_* and PYTHON* change what runs): "
-                                 "use another name")
-            if "\x00" in text or len(text) > MAX_ENV_VALUE:
-                raise ValueError(f"variable {name!r}: the value has a NUL byte or is longer "
-                                 f"than {MAX_ENV_VALUE} characters")
-        return value
+        return check_env(value)
 
     @model_validator(mode="after")
     def _one_of_trainer_or_command(self) -> JobCreate:
