@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,8 @@ from tests.e2e.conftest import free_port
 COHORT = str(Path(sys.executable).parent / "cohort")
 
 
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[tuple[CohortClient, dict[str, str]]]:
+@contextmanager
+def api_process(tmp_path: Path, **server: str) -> Iterator[tuple[CohortClient, dict[str, str]]]:
     """The api process alone (no scheduler, no agent: jobs stay queued), and the
     environment a user's shell would have to reach it."""
     name = f"cohort_cli_{free_port()}"
@@ -36,7 +37,7 @@ def api(tmp_path: Path) -> Iterator[tuple[CohortClient, dict[str, str]]]:
                    "COHORT_DATA_DIR": str(tmp_path / "server"),
                    "COHORT_ARTIFACT_URL": str(tmp_path / "store"),
                    "COHORT_API_PORT": str(free_port()),
-                   "COHORT_BOOTSTRAP_TOKEN": "cli-token"}, quiet=True)
+                   "COHORT_BOOTSTRAP_TOKEN": "cli-token", **server}, quiet=True)
     stack.start(parts=("api",))
     user = {key: value for key, value in os.environ.items() if not key.startswith("COHORT_")}
     user |= {"COHORT_URL": stack.url, "COHORT_TOKEN": stack.token,
@@ -46,6 +47,12 @@ def api(tmp_path: Path) -> Iterator[tuple[CohortClient, dict[str, str]]]:
     finally:
         stack.stop()
         drop_database(name)
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[tuple[CohortClient, dict[str, str]]]:
+    with api_process(tmp_path) as started:
+        yield started
 
 
 def cohort(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -94,6 +101,20 @@ def test_a_bundle_over_the_limit_is_refused_before_uploading(
     assert "bundle is 2.0 MiB, over the limit of 1.0 MiB" in refused.stderr.replace("\n", " ")
     digest = pack(code, tmp_path / "b.tar.gz").digest
     assert not client.has_bundle(digest)
+
+
+def test_the_servers_own_limit_answers_413_while_the_body_is_sent(tmp_path: Path) -> None:
+    """A server whose limit is lower than the client's: refused from its Content-Length
+    (before reading the body), and the CLI says so rather than a broken connection."""
+    code = code_dir(tmp_path / "code")
+    (code / ".cohortignore").unlink()
+    with api_process(tmp_path, COHORT_MAX_BUNDLE_BYTES=str(2**20)) as (client, env):
+        refused = cohort(env, "bundle", "push", str(code))
+        assert refused.returncode == 2, refused.stdout
+        assert "HTTP 413" in refused.stderr and "over the limit of 1 MiB" in refused.stderr
+        assert not client.has_bundle(pack(code, tmp_path / "b.tar.gz").digest)
+        spool = tmp_path / "server" / "uploads"
+        assert not spool.exists() or os.listdir(spool) == []
 
 
 def test_artifacts_and_download_of_a_file_and_a_directory(
