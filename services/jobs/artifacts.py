@@ -4,9 +4,10 @@ Every path is taken relative to the job's prefix (`jobs/<id>/`), normalised, and
 if it is absolute or climbs out: a download never reads another job's files.
 
 sha256: computed by streaming each file the first time it is listed, then kept in a
-small per-process cache keyed by (store, key, size, mtime). Listing is what users do
-after a run, once or twice, while the files no longer change; a rewrite (a checkpoint
-updated in place) changes the mtime, so a cached digest is never one of older bytes.
+small per-process cache keyed by (store, key, size, version): S3's ETag, a local file's
+inode and mtime. Listing is what users do after a run, once or twice, while the files no
+longer change; a rewrite (a checkpoint updated in place) changes the version, so a
+cached digest is never one of older bytes (S3's whole-second times could not tell).
 Storing digests beside the files would need every writer (agents) to keep them.
 """
 
@@ -27,7 +28,7 @@ from services.storage.store import ArtifactStore
 
 CHUNK = 1 << 20
 _CACHE_SIZE = 4096
-_digests: OrderedDict[tuple[str, str, int, float], str] = OrderedDict()
+_digests: OrderedDict[tuple[str, str, int, str], str] = OrderedDict()
 _digests_lock = Lock()
 
 
@@ -49,8 +50,8 @@ class Download:
     size: int | None = None
 
 
-def _sha256(store: ArtifactStore, key: str, size: int, mtime: float) -> str:
-    ident = (store.url, key, size, mtime)
+def _sha256(store: ArtifactStore, key: str, size: int, version: str) -> str:
+    ident = (store.url, key, size, version)
     with _digests_lock:
         if ident in _digests:
             _digests.move_to_end(ident)
@@ -60,7 +61,7 @@ def _sha256(store: ArtifactStore, key: str, size: int, mtime: float) -> str:
         while chunk := handle.read(CHUNK):
             digest.update(chunk)
     value = digest.hexdigest()
-    if mtime:  # a backend without times cannot tell a rewrite: do not cache
+    if version.strip(":"):  # a backend without versions cannot tell a rewrite: no caching
         with _digests_lock:
             _digests[ident] = value
             while len(_digests) > _CACHE_SIZE:
@@ -72,8 +73,8 @@ def list_artifacts(*, store: ArtifactStore, job_id: int) -> list[ArtifactFile]:
     """Every file of the job, by path relative to `jobs/<id>/`, with size and sha256."""
     prefix = keys.job_prefix(job_id)
     return [ArtifactFile(path=key[len(prefix) + 1:], size=size,
-                         sha256=_sha256(store, key, size, mtime))
-            for key, size, mtime in store.list_entries(prefix)]
+                         sha256=_sha256(store, key, size, version))
+            for key, size, version in store.list_versions(prefix)]
 
 
 def normalise_path(path: str) -> str:

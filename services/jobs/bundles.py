@@ -77,6 +77,10 @@ class BundleUpload:
         self._hash.update(chunk)
         self.size += len(chunk)
 
+    def finish(self) -> None:
+        """The body is all in: close the spool file so its bytes can be read back."""
+        self._file.close()
+
     @property
     def digest(self) -> str:
         return f"sha256:{self._hash.hexdigest()}"
@@ -99,7 +103,7 @@ def store_bundle(*, session: Session, project_id: int, upload: BundleUpload,
         InvalidBundle: the body's digest is not the one named, or the archive is refused
             (absolute paths, `..`, links outside, devices, too many files, too large).
     """
-    upload._file.close()
+    upload.finish()
     if upload.digest != upload.expected:
         raise InvalidBundle("digest", f"the body's sha256 is {upload.digest}, not "
                             f"{upload.expected} as the URL names: upload the bundle again")

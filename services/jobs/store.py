@@ -22,8 +22,14 @@ from services.statuses import TERMINAL_STATUSES, JobStatus
 SINGLE_REPLICA_STRATEGIES = {"mirrored", "one_device"}
 
 
+# Fields added after jobs were first stored: left out of the hash while unset, so a retry
+# of a spec stored before they existed still matches its Idempotency-Key.
+_LATER_FIELDS = {"command": None, "bundle": None, "env": {}, "progress_timeout_seconds": None}
+
+
 def _spec_hash(job_in: JobCreate) -> str:
-    return hashlib.sha256(job_in.model_dump_json().encode()).hexdigest()
+    unset = {name for name, empty in _LATER_FIELDS.items() if getattr(job_in, name) == empty}
+    return hashlib.sha256(job_in.model_dump_json(exclude=unset).encode()).hexdigest()
 
 
 def check_job_spec(*, job_in: JobCreate, settings: Settings) -> None:

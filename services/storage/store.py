@@ -56,6 +56,13 @@ def _mtime(info: dict[str, Any]) -> float:
     return 0.0
 
 
+def _version(info: dict[str, Any]) -> str:
+    etag = info.get("ETag") or info.get("etag")
+    if etag:
+        return str(etag).strip('"')
+    return f"{info.get('ino', '')}:{info.get('mtime', '')}"
+
+
 class ArtifactStore:
     """Bytes under relative keys, in a directory or an S3 bucket prefix."""
 
@@ -68,6 +75,8 @@ class ArtifactStore:
         # this store last sent or fetched it. S3 keeps whole seconds, too coarse to tell a
         # file rewritten in the second it was uploaded from the uploaded one.
         self._synced: dict[tuple[str, str], tuple[int, int]] = {}
+        # get_tree: (local file, key) -> (stored version, local mtime_ns) when last fetched.
+        self._fetched: dict[tuple[str, str], tuple[str, int]] = {}
         if self.is_local:
             fs.makedirs(root, exist_ok=True)
 
@@ -179,11 +188,12 @@ class ArtifactStore:
         return sorted((f"{head}/{rel}" if head else rel, int(info["size"]))
                       for rel, info in self._infos(head))
 
-    def list_entries(self, prefix: str = "") -> list[tuple[str, int, float]]:
-        """(key, size, mtime) of every object under `prefix`, sorted by key; mtime is when
-        it was last written (seconds since the epoch; whole seconds on S3)."""
+    def list_versions(self, prefix: str = "") -> list[tuple[str, int, str]]:
+        """(key, size, version) of every object under `prefix`, sorted by key. The version
+        changes whenever the bytes do: S3's ETag; a local file's inode and mtime (every
+        write here is a rename of a new file)."""
         head = check_prefix(prefix)
-        return sorted((f"{head}/{rel}" if head else rel, int(info["size"]), _mtime(info))
+        return sorted((f"{head}/{rel}" if head else rel, int(info["size"]), _version(info))
                       for rel, info in self._infos(head))
 
     def delete_prefix(self, prefix: str) -> None:
@@ -225,10 +235,10 @@ class ArtifactStore:
 
     def get_tree(self, prefix: str, local_dir: str | os.PathLike[str], *,
                  mirror: bool = False) -> list[str]:
-        """Download the objects under `prefix` that are missing or changed locally (another
-        size, or stored after the local copy was); with `mirror`, delete local files that are
-        not stored. A downloaded file takes the stored mtime, so a later put_tree of the same
-        directory skips it.
+        """Download the objects under `prefix` that are missing or changed locally; with
+        `mirror`, delete local files that are not stored. Changed: another size, another
+        version than this store last fetched to that file (or, the first time, stored later
+        than the local copy was written). A downloaded file takes the stored mtime.
 
         Returns the paths (relative to `local_dir`) downloaded.
         """
@@ -240,14 +250,18 @@ class ArtifactStore:
         stored = dict(self._infos(head))
         for rel, info in stored.items():
             check_key(rel)  # a stored name never places a file outside local_dir
-            stat = local.get(rel)
-            mtime = _mtime(info)
-            if stat is None or stat.st_size != int(info["size"]) or mtime > stat.st_mtime:
-                key = f"{head}/{rel}" if head else rel
-                self.get_file(key, root / rel)
-                os.utime(root / rel, (mtime, mtime))
-                self._synced[(str(root / rel), key)] = (int(info["size"]),
-                                                        (root / rel).stat().st_mtime_ns)
+            key = f"{head}/{rel}" if head else rel
+            path, stat, mtime = root / rel, local.get(rel), _mtime(info)
+            fetched = self._fetched.get((str(path), key))
+            if stat is None or stat.st_size != int(info["size"]) or (
+                    fetched != (_version(info), stat.st_mtime_ns) if fetched
+                    else mtime > stat.st_mtime):
+                self.get_file(key, path)
+                os.utime(path, (mtime, mtime))
+                mtime_ns = path.stat().st_mtime_ns
+                self._fetched[(str(path), key)] = (_version(info), mtime_ns)
+                # Sending it back unchanged is no change either.
+                self._synced[(str(path), key)] = (int(info["size"]), mtime_ns)
                 downloaded.append(rel)
         if mirror:
             for rel in local.keys() - stored.keys():

@@ -80,7 +80,8 @@ def test_another_projects_bundle_must_still_be_sent(client: TestClient, auth: di
 
 
 def test_a_digest_that_does_not_match_names_both_and_stores_nothing(
-        client: TestClient, auth: dict[str, str], session: Session) -> None:
+        client: TestClient, auth: dict[str, str], session: Session,
+        artifact_env: str) -> None:  # noqa: ARG001 - an empty store of its own
     data = good()
     claimed = "sha256:" + "0" * 64
     response = client.put(f"/api/v1/bundles/{claimed}", content=data, headers=auth)

@@ -120,3 +120,16 @@ def test_a_schedule_template_names_its_bundle_by_digest(
     assert created.status_code == 201, created.text
     assert created.json()["job"]["bundle"] == schedule["job"]["bundle"]
     assert created.json()["job"]["command"] == COMMAND_JOB["command"]
+
+
+def test_a_spec_without_code_fields_hashes_as_before_they_existed() -> None:
+    """An Idempotency-Key retry of a job stored before these fields matches its spec."""
+    from services.jobs.schemas import JobCreate
+    from services.jobs.store import _spec_hash
+
+    spec = JobCreate.model_validate({"name": "digits", "replicas": 2,
+                                     "hyperparameters": {"epochs": 2}})
+    # sha256 of the spec's JSON as the previous schema encoded it.
+    assert _spec_hash(spec) == "a9d8d1e13d872853041139b5c30af1066b8b8c755f13b90936492c7b28aa51a2"
+    with_code = spec.model_copy(update={"env": {"A": "1"}})
+    assert _spec_hash(with_code) != _spec_hash(spec)

@@ -120,6 +120,18 @@ def test_get_tree_fetches_what_is_missing_or_changed_and_a_round_trip_uploads_no
     assert store.get_tree("jobs/6/checkpoints", restored, mirror=True) == ["sub/data"]
     assert not (restored / "stale").exists()
     assert (restored / "sub" / "data").read_bytes() == b"333"
+    # Rewritten in the same second with the same size: its version tells.
+    store.put_bytes("jobs/6/checkpoints/sub/data", b"444")
+    assert store.get_tree("jobs/6/checkpoints", restored) == ["sub/data"]
+    assert (restored / "sub" / "data").read_bytes() == b"444"
+
+
+def test_versions_change_with_every_write(store: ArtifactStore) -> None:
+    store.put_bytes("jobs/8/model/a", b"one")
+    [(key, size, first)] = store.list_versions("jobs/8")
+    assert (key, size) == ("jobs/8/model/a", 3)
+    store.put_bytes("jobs/8/model/a", b"two")  # same size, same second
+    assert store.list_versions("jobs/8")[0][2] != first
 
 
 def test_default_store_is_a_directory_under_data_dir(
