@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) bench/placement.py
 	$(PY) bench/metrics.py
 	$(PY) bench/schedules.py
+	$(PY) bench/bundles.py
 
 # The dashboard's browser tests drive Debian's Chromium (never `playwright install`).
 chromium:

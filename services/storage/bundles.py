@@ -26,6 +26,9 @@ FIXED_EXCLUDES = [".git/", ".hg/", ".svn/", "__pycache__/", "*.pyc", ".venv/", "
                   ".mypy_cache/", ".pytest_cache/", ".ruff_cache/", ".ipynb_checkpoints/",
                   ".DS_Store"]
 _CHUNK = 1 << 20
+# gzip's own default; Python's 9 packs code a few percent smaller at several times the
+# time (3-4x on data files). Part of the digest: the same tree packs to the same bytes.
+_LEVEL = 6
 
 
 class BundleRejected(ValueError):
@@ -136,7 +139,8 @@ def pack(root: str | os.PathLike[str], dest: str | os.PathLike[str]) -> BundleIn
         raise BundleRejected(f"{root} is not a directory")
     files = 0
     with open(dest, "wb") as raw, \
-            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
+                          compresslevel=_LEVEL) as zipped, \
             tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel in bundle_entries(base):
             info = _tarinfo(base, rel)
