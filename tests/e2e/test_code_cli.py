@@ -1,5 +1,6 @@
 """`cohort submit --code`, `cohort bundle push`, `cohort artifacts` and `cohort download`,
-run as the installed command against a real api process (PostgreSQL, the directory store)."""
+run as the installed command against a real api process (PostgreSQL; a directory store or
+a real S3 server)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,11 +20,13 @@ import yaml
 
 from cli.client import CohortClient
 from cli.stack import Stack
+from services.settings import get_settings
 from services.storage import keys
 from services.storage.bundles import pack
 from services.storage.store import open_store
 from tests.conftest import REDIS_BASE, create_database, drop_database
 from tests.e2e.conftest import free_port
+from tests.s3server import CREDENTIALS
 
 COHORT = str(Path(sys.executable).parent / "cohort")
 
@@ -49,10 +53,23 @@ def api_process(tmp_path: Path, **server: str) -> Iterator[tuple[CohortClient, d
         drop_database(name)
 
 
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[tuple[CohortClient, dict[str, str]]]:
-    with api_process(tmp_path) as started:
+@pytest.fixture(params=["local", "s3"])
+def api(request: pytest.FixtureRequest, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[CohortClient, dict[str, str]]]:
+    """The api on a directory store, or on a real S3 server (moto) by URL and endpoint;
+    this process's environment names the same store, for open_store() in the tests."""
+    server = {}
+    if request.param == "s3":
+        server = {"COHORT_ARTIFACT_URL": f"s3://cohort-test/cli-{uuid.uuid4().hex[:8]}",
+                  "COHORT_ARTIFACT_ENDPOINT_URL": request.getfixturevalue("s3_endpoint"),
+                  **CREDENTIALS}
+    for name, value in {"COHORT_ARTIFACT_URL": str(tmp_path / "store"), **server}.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    with api_process(tmp_path, **server) as started:
         yield started
+    monkeypatch.undo()
+    get_settings.cache_clear()
 
 
 def cohort(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -121,7 +138,7 @@ def test_artifacts_and_download_of_a_file_and_a_directory(
         api: tuple[CohortClient, dict[str, str]], tmp_path: Path) -> None:
     client, env = api
     job = client.submit({"replicas": 1, "strategy": "one_device"})
-    store = open_store(str(tmp_path / "store"))
+    store = open_store()
     model = os.urandom(5000)
     store.put_bytes(f"{keys.model_prefix(job['id'])}/saved_model.pb", model)
     store.put_bytes(f"{keys.model_prefix(job['id'])}/variables/variables.index", b"index")
