@@ -13,12 +13,16 @@ from api.routes import artifacts, bundles, dashboard, health, jobs, metrics, nod
 from services import auth
 from services.db import session_scope
 from services.exceptions import BundleTooLarge, InvalidArtifactPath, InvalidBundle
+from services.jobs.bundles import clear_stale_uploads
 from services.settings import get_settings
 
 
 def bootstrap() -> None:
-    """Register COHORT_BOOTSTRAP_TOKEN as an admin token of project `default`."""
-    token = get_settings().BOOTSTRAP_TOKEN
+    """Register COHORT_BOOTSTRAP_TOKEN as an admin token of project `default`; clear the
+    spool files of uploads an earlier api process did not finish."""
+    settings = get_settings()
+    clear_stale_uploads(settings=settings)
+    token = settings.BOOTSTRAP_TOKEN
     if token:
         with session_scope() as session:
             auth.ensure_token(session=session, token=token)

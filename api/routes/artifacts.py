@@ -33,11 +33,10 @@ def download_artifact(
     """One file as it is, or a directory as a .tar.gz built while it is sent."""
     target = artifacts.resolve_download(store=store, job_id=job.id, path=path)
     disposition = f"attachment; filename*=UTF-8''{quote(target.name)}"
-    if target.key is not None:
-        return StreamingResponse(
-            artifacts.stream_file(store, target.key), media_type="application/octet-stream",
-            headers={"Content-Disposition": disposition, "Content-Length": str(target.size)})
-    assert target.prefix is not None
-    return StreamingResponse(artifacts.stream_tar_gz(store, target.prefix, target.base),
-                             media_type="application/gzip",
-                             headers={"Content-Disposition": disposition})
+    if target.prefix is not None:
+        return StreamingResponse(artifacts.stream_tar_gz(store, target.prefix, target.base),
+                                 media_type="application/gzip",
+                                 headers={"Content-Disposition": disposition})
+    return StreamingResponse(
+        artifacts.stream_file(store, str(target.key)), media_type="application/octet-stream",
+        headers={"Content-Disposition": disposition, "Content-Length": str(target.size)})

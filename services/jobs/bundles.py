@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import time
 from types import TracebackType
 
 import sqlalchemy as sa
@@ -49,6 +50,23 @@ def check_bundle(*, session: Session, project_id: int, digest: str | None) -> No
     if digest is not None and read_bundle(session=session, project_id=project_id,
                                           digest=digest) is None:
         raise BundleNotFound(normalise_digest(digest))
+
+
+def clear_stale_uploads(*, settings: Settings, older_than: float = 3600.0) -> int:
+    """Delete spool files an api process left when it died mid-upload; returns how many.
+    An hour: no live upload of at most COHORT_MAX_BUNDLE_BYTES takes that long."""
+    spool = settings.data_dir / "uploads"
+    cleared = 0
+    if spool.is_dir():
+        cutoff = time.time() - older_than
+        for path in spool.glob("bundle-*.tar.gz"):
+            try:
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    cleared += 1
+            except FileNotFoundError:
+                pass  # another api process cleared it first
+    return cleared
 
 
 class BundleUpload:

@@ -159,3 +159,20 @@ def test_a_job_can_name_only_its_projects_bundles(client: TestClient, auth: dict
     assert created.json()["bundle"] == digest
     other = {"Authorization": f"Bearer {create_token(session, 'other')[0]}"}
     assert client.post("/api/v1/jobs", json=spec, headers=other).status_code == 404
+
+
+def test_spool_files_left_by_a_dead_upload_are_cleared(tmp_path_factory: pytest.TempPathFactory,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.jobs.bundles import clear_stale_uploads
+    from services.settings import Settings
+
+    data = tmp_path_factory.mktemp("data")
+    monkeypatch.setenv("COHORT_DATA_DIR", str(data))
+    settings = Settings()
+    (data / "uploads").mkdir()
+    old, fresh = data / "uploads" / "bundle-old.tar.gz", data / "uploads" / "bundle-new.tar.gz"
+    old.write_bytes(b"x")
+    fresh.write_bytes(b"y")
+    os.utime(old, (0, 0))
+    assert clear_stale_uploads(settings=settings) == 1
+    assert not old.exists() and fresh.exists()
