@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(PY) bench/placement.py
 	$(PY) bench/metrics.py
 	$(PY) bench/schedules.py
+	$(PY) bench/bundles.py
 
 # The dashboard's browser tests drive Debian's Chromium (never `playwright install`).
 chromium:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import Annotated
 
 import redis
@@ -14,6 +15,7 @@ from services.db import session_scope
 from services.jobs import store as jobs
 from services.models import ApiToken, Job
 from services.settings import Settings, get_settings
+from services.storage.store import ArtifactStore, open_store
 from services.wire.client import get_redis
 
 
@@ -27,6 +29,20 @@ def get_db() -> Iterator[Session]:
 # 201 is only ever sent for a job that is already committed.
 SessionDep = Annotated[Session, Depends(get_db, scope="function")]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def get_store(settings: SettingsDep) -> ArtifactStore:
+    """The artifact store the settings name (one per store URL and endpoint)."""
+    return _store(settings.ARTIFACT_URL or str(settings.data_dir / "artifacts"),
+                  settings.ARTIFACT_ENDPOINT_URL)
+
+
+@lru_cache(maxsize=4)
+def _store(url: str, endpoint: str) -> ArtifactStore:  # noqa: ARG001 - part of the cache key
+    return open_store(url)
+
+
+StoreDep = Annotated[ArtifactStore, Depends(get_store)]
 
 
 def get_bus() -> redis.Redis:

@@ -9,8 +9,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from services.exceptions import (
+    BundleTooLarge,
     FieldError,
     IdempotencyConflict,
+    InvalidArtifactPath,
+    InvalidBundle,
     InvalidEventId,
     InvalidJobSpec,
     InvalidTransition,
@@ -67,6 +70,9 @@ ANSWERS: dict[type[Exception], Answer] = {
     ScheduleConflict: Answer(409, "conflict"),
     Unauthorized: Answer(401, "unauthorized", {"WWW-Authenticate": "Bearer"}),
     InvalidEventId: Answer(422, "invalid_request"),  # a Last-Event-ID the stream never sent
+    BundleTooLarge: Answer(413, "too_large"),
+    InvalidBundle: Answer(422, "invalid_request"),
+    InvalidArtifactPath: Answer(422, "invalid_request"),
 }
 
 

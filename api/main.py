@@ -8,15 +8,19 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.errors import install_error_handlers
-from api.routes import dashboard, health, jobs, metrics, nodes, schedules
+from api.routes import artifacts, bundles, dashboard, health, jobs, metrics, nodes, schedules
 from services import auth
 from services.db import session_scope
+from services.jobs.bundles import clear_stale_uploads
 from services.settings import get_settings
 
 
 def bootstrap() -> None:
-    """Register COHORT_BOOTSTRAP_TOKEN as an admin token of project `default`."""
-    token = get_settings().BOOTSTRAP_TOKEN
+    """Register COHORT_BOOTSTRAP_TOKEN as an admin token of project `default`; clear the
+    spool files of uploads an earlier api process did not finish."""
+    settings = get_settings()
+    clear_stale_uploads(settings=settings)
+    token = settings.BOOTSTRAP_TOKEN
     if token:
         with session_scope() as session:
             auth.ensure_token(session=session, token=token)
@@ -42,6 +46,8 @@ def create_app() -> FastAPI:
     for module in (jobs, metrics, nodes):
         app.include_router(module.router, prefix="/api/v1")
     app.include_router(schedules.router, prefix="/api/v1")
+    for module in (bundles, artifacts):  # code bundles and artifacts (issue 12)
+        app.include_router(module.router, prefix="/api/v1")
     dashboard.install(app)  # the web dashboard at `/`, its assets at `/static`
     return app
 

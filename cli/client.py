@@ -103,6 +103,42 @@ class CohortClient:
             except (httpx.TransportError, httpx.RemoteProtocolError):
                 time.sleep(1.0)  # dropped: resume exactly where we were
 
+    def has_bundle(self, digest: str) -> bool:
+        """Whether this project has uploaded the bundle (HEAD: 200 or 404)."""
+        response = self.http.head(f"/api/v1/bundles/{digest}")
+        if response.status_code == 404:
+            return False
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, f"HEAD /api/v1/bundles/{digest} failed")
+        return True
+
+    def upload_bundle(self, digest: str, path: Path) -> dict[str, Any]:
+        """PUT a bundle file, streamed from disk."""
+        with open(path, "rb") as body:
+            return self._check(self.http.put(
+                f"/api/v1/bundles/{digest}", content=body,
+                headers={"Content-Type": "application/gzip",
+                         "Content-Length": str(path.stat().st_size)},
+                timeout=httpx.Timeout(30.0, write=300.0)))
+
+    def artifacts(self, job_id: int) -> list[dict[str, Any]]:
+        return self._check(self.http.get(f"/api/v1/jobs/{job_id}/artifacts",
+                                         timeout=300.0))["items"]
+
+    def download(self, job_id: int, path: str, dest: Path) -> str:
+        """Stream one artifact (a file, or a directory as .tar.gz) into `dest`; returns its
+        Content-Type."""
+        with self.http.stream("GET", f"/api/v1/jobs/{job_id}/artifacts/download",
+                              params={"path": path},
+                              timeout=httpx.Timeout(30.0, read=300.0)) as response:
+            if response.status_code >= 400:
+                response.read()
+                self._check(response)
+            with open(dest, "wb") as out:
+                for chunk in response.iter_bytes(1 << 20):
+                    out.write(chunk)
+            return response.headers.get("content-type", "")
+
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Wait until /readyz says the API, SQL and Redis are up."""
         deadline = time.monotonic() + timeout

@@ -94,7 +94,9 @@ def register(app: typer.Typer) -> None:
         table = Table("id", "name", "status", "attempt", "replicas", "trainer", "created")
         for job in page["items"]:
             table.add_row(str(job["id"]), job["name"], job["status"], str(job["attempt"]),
-                          str(job["replicas"]), job["trainer"], job["created_at"][:19])
+                          str(job["replicas"]),
+                          job["trainer"] or " ".join(job.get("command") or []),
+                          job["created_at"][:19])
         console.print(table)
 
     @app.command("get")

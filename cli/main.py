@@ -14,6 +14,7 @@ import typer
 import yaml
 from rich.console import Console
 
+from cli.code import register as register_code_commands
 from cli.commands import register as register_job_commands
 from cli.schedules import app as schedules_app
 from services.settings import get_settings
@@ -147,18 +148,25 @@ def _report(client: Any, job: dict[str, Any]) -> int:
 @app.command()
 def submit(
     spec_file: Annotated[Path, typer.Argument(help="job spec (YAML or JSON)")],
+    code: Annotated[Path | None, typer.Option(
+        "--code", help="a directory to pack (honouring .cohortignore) and run the job in",
+        exists=True, file_okay=False)] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
     token: Annotated[str | None, typer.Option(envvar="COHORT_TOKEN")] = None,
     url: Annotated[str | None, typer.Option(envvar="COHORT_URL")] = None,
     idempotency_key: str | None = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Submit a job from a spec file; with --follow, show progress and exit with its outcome."""
+    """Submit a job from a spec file; with --code, upload that directory first (once: an
+    unchanged one is not sent again); with --follow, show progress and exit with its outcome."""
     from cli.client import ApiError, CohortClient, resolve_token
+    from cli.code import push_bundle
     from cli.follow import follow_job
 
     spec = yaml.safe_load(spec_file.read_text())
     client = CohortClient(url, resolve_token(token))
+    if code is not None:
+        spec["bundle"] = push_bundle(client, code, err if as_json else console).digest
     try:
         job = client.submit(spec, idempotency_key=idempotency_key)
     except ApiError as exc:
@@ -191,6 +199,7 @@ app.add_typer(schedules_app, name="schedules")
 
 
 register_job_commands(app)  # jobs, get, logs, metrics, cancel, nodes
+register_code_commands(app)  # bundle push, artifacts, download
 
 
 if __name__ == "__main__":

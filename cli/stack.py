@@ -122,8 +122,8 @@ class Stack:
         return token
 
     # -- lifecycle -----------------------------------------------------------
-    def start(self) -> None:
-        """Start everything and wait until the API is ready."""
+    def start(self, parts: tuple[str, ...] = ("api", "scheduler", "agent")) -> None:
+        """Start everything (or only `parts`) and wait until the API is ready."""
         from cli.client import CohortClient
 
         self.env["COHORT_DATA_DIR"] = str(self.settings.data_dir)
@@ -134,13 +134,13 @@ class Stack:
         self.env.setdefault("COHORT_NODE_ID", "local")
         migrate(self.settings.database_url)
         python = [sys.executable, "-m", "cli"]
-        self._spawn("api", [*python, "api"])
-        self._spawn("scheduler", [*python, "scheduler"])
-        self._spawn("agent", [*python, "agent"])
+        for part in parts:
+            self._spawn(part, [*python, part])
         client = CohortClient(self.url, self.token)
         try:
             client.wait_ready(timeout=60)
-            self._wait_for_node(client)
+            if "agent" in parts:
+                self._wait_for_node(client)
         except Exception:
             self.stop()
             raise

@@ -72,3 +72,45 @@ class NoPromotedModel(NotFound):
 
 class InvalidEventId(FieldError):
     """A stream's resume point (`Last-Event-ID`) that is not an event id of that stream."""
+
+
+class BundleNotFound(NotFound):
+    """A job naming a code bundle its project has not uploaded (404)."""
+
+    def __init__(self, digest: str) -> None:
+        super().__init__("bundle", digest)
+        self.args = (f"bundle {digest} not found in this project: upload it with "
+                     "`cohort submit JOB.yaml --code DIR` or `cohort bundle push DIR` "
+                     f"(PUT /api/v1/bundles/{digest})",)
+
+
+class BundleTooLarge(CohortError):
+    """An upload past COHORT_MAX_BUNDLE_BYTES (413)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the bundle is over the limit of {limit / 2**20:.0f} MiB "
+                         f"({limit} bytes, COHORT_MAX_BUNDLE_BYTES): add large files to "
+                         ".cohortignore and read data from the artifact store instead")
+        self.limit = limit
+
+
+class InvalidBundle(FieldError):
+    """An upload refused for what it holds: a digest that does not match, a hostile or
+    unreadable archive (422)."""
+
+
+class ArtifactNotFound(NotFound):
+    """No artifact at that path of the job (404)."""
+
+    def __init__(self, job_id: int, path: str) -> None:
+        super().__init__("artifact", path)
+        self.args = (f"job {job_id} has no artifact {path!r}; GET "
+                     f"/api/v1/jobs/{job_id}/artifacts lists them",)
+
+
+class InvalidArtifactPath(FieldError):
+    """A download path that is absolute or climbs out of the job's artifacts (422)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__("path", f"{path!r}: {message}")
+        self.path = path

@@ -80,7 +80,14 @@ class Job(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     project_id: Mapped[int] = mapped_column(sa.ForeignKey("projects.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(sa.String(128))
-    trainer: Mapped[str] = mapped_column(sa.String(256))
+    # Exactly one of `trainer` (a built-in or `module:function`) and `command` (argv).
+    trainer: Mapped[str | None] = mapped_column(sa.String(256))
+    command: Mapped[list[str] | None] = mapped_column(sa.JSON)
+    # The code bundle ("sha256:<hex>") unpacked into each replica's working directory.
+    bundle: Mapped[str | None] = mapped_column(sa.String(71))
+    env: Mapped[dict[str, Any]] = mapped_column(default=dict)  # NAME -> value, validated
+    # None: the cluster's PROGRESS_TIMEOUT; 0: no progress watchdog.
+    progress_timeout_seconds: Mapped[int | None]
     strategy: Mapped[str] = mapped_column(sa.String(32))
     replicas: Mapped[int]
     gpus_per_replica: Mapped[int] = mapped_column(default=0)
@@ -118,6 +125,23 @@ class Job(Base):
     replica_rows: Mapped[list[Replica]] = relationship(
         back_populates="job", lazy="raise", order_by="(Replica.attempt, Replica.index)"
     )
+
+
+class Bundle(Base):
+    """A code bundle a project uploaded; its bytes are stored once per digest, in the
+    artifact store (services/storage), whichever projects uploaded them."""
+
+    __tablename__ = "bundles"
+    __table_args__ = (
+        sa.UniqueConstraint("project_id", "digest", name="uq_bundles_project_digest"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(sa.ForeignKey("projects.id", ondelete="CASCADE"))
+    digest: Mapped[str] = mapped_column(sa.String(71))  # "sha256:<64 hex>"
+    size: Mapped[int] = mapped_column(sa.BigInteger)
+    files: Mapped[int]
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
 class Replica(Base):

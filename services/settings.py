@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -27,9 +28,22 @@ class Settings(BaseSettings):
     API_PORT: int = 8000
     BOOTSTRAP_TOKEN: str = ""
 
-    # Trainers: built-ins are always allowed; `module:function` only when listed here.
-    ALLOWED_ENTRYPOINTS: list[str] = Field(default_factory=list)
+    # Trainers: built-ins are always allowed; `module:function` only when listed here,
+    # as "a.b:f,c.d:g" or a JSON list. NoDecode: pydantic-settings would otherwise parse
+    # the variable as JSON before the validator below sees it, and refuse the comma form.
+    ALLOWED_ENTRYPOINTS: Annotated[list[str], NoDecode] = Field(default_factory=list)
     MAX_REPLICAS: int = 64
+    # A job's hyperparameters (any JSON) are at most this many bytes, encoded.
+    MAX_HYPERPARAMETERS_BYTES: int = 256 * 1024
+
+    # Artifact store (services/storage): a directory (default <DATA_DIR>/artifacts) or
+    # s3://bucket/prefix; ENDPOINT_URL for MinIO and other S3-compatible servers.
+    ARTIFACT_URL: str = ""
+    ARTIFACT_ENDPOINT_URL: str = ""
+    # Code bundles: compressed bytes, entries, and bytes once unpacked.
+    MAX_BUNDLE_BYTES: int = Field(100 * 1024 * 1024, ge=1)
+    MAX_BUNDLE_FILES: int = Field(10_000, ge=1)
+    MAX_BUNDLE_UNPACKED_BYTES: int = Field(1024 * 1024 * 1024, ge=1)
 
     # Node agent
     NODE_ID: str = ""
@@ -71,7 +85,9 @@ class Settings(BaseSettings):
     @classmethod
     def _split_entrypoints(cls, value: object) -> object:
         # Accept "a.b:f,c.d:g" from the environment as well as a JSON list.
-        if isinstance(value, str) and not value.strip().startswith("["):
+        if isinstance(value, str):
+            if value.strip().startswith("["):
+                return json.loads(value)
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -90,3 +91,40 @@ def session(engine: Engine) -> Iterator[Session]:
         db.close()
         outer.rollback()
         connection.close()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A real S3-compatible server (moto's standalone server) with the bucket `cohort-test`."""
+    from tests.e2e.conftest import free_port
+    from tests.s3server import create_bucket, moto_server
+
+    with moto_server(free_port()) as endpoint:
+        create_bucket(endpoint, "cohort-test")
+        yield endpoint
+
+
+@pytest.fixture(params=["local", "s3"])
+def artifact_env(request: pytest.FixtureRequest, tmp_path: Path,
+                 monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """COHORT_ARTIFACT_URL (and for S3 the endpoint and AWS_* credentials) set in the real
+    environment: a fresh directory, or a fresh prefix of a bucket on a real S3 server.
+    Returns the store's URL; `open_store()` and every process started now find it."""
+    import uuid
+
+    from services.settings import get_settings
+    from tests.s3server import CREDENTIALS
+
+    if request.param == "s3":
+        endpoint = request.getfixturevalue("s3_endpoint")
+        url = f"s3://cohort-test/run-{uuid.uuid4().hex[:12]}"
+        monkeypatch.setenv("COHORT_ARTIFACT_ENDPOINT_URL", endpoint)
+        for name, value in CREDENTIALS.items():
+            monkeypatch.setenv(name, value)
+    else:
+        url = str(tmp_path / "artifacts")
+    monkeypatch.setenv("COHORT_ARTIFACT_URL", url)
+    get_settings.cache_clear()
+    yield url
+    monkeypatch.undo()
+    get_settings.cache_clear()

@@ -15,7 +15,9 @@ from pydantic import (
     model_validator,
 )
 
+from services.jobs.code_spec import MAX_COMMAND_ARGS, check_command, check_env
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
+from services.storage.keys import bundle_digest_hex
 
 Strategy = Literal["multi_worker_mirrored", "mirrored", "one_device"]
 RestartPolicy = Literal["never", "on_failure", "exit_code"]
@@ -26,7 +28,10 @@ _NAME = re.compile(r"^[\w.\- ]+$")
 
 
 class Hyperparameters(BaseModel):
-    """Training knobs every built-in trainer honours, plus trainer-specific extras."""
+    """Training knobs every built-in trainer honours, plus any JSON the job's code reads.
+
+    Extras may be any JSON (numbers, strings, lists, nested objects) under identifier
+    names; their encoded size is bounded by COHORT_MAX_HYPERPARAMETERS_BYTES."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -36,18 +41,11 @@ class Hyperparameters(BaseModel):
     learning_rate: float = Field(0.01, gt=0, le=10, strict=True)
 
     @model_validator(mode="after")
-    def _extras_are_plain(self) -> Hyperparameters:
-        # Trainer-specific extras must be plain numbers, booleans or short strings:
-        # they end up in a child process's environment as JSON.
-        for key, value in (self.model_extra or {}).items():
+    def _extras_are_named(self) -> Hyperparameters:
+        # Top-level names are identifiers: trainers read them as keyword-like keys.
+        for key in self.model_extra or {}:
             if not re.fullmatch(r"[A-Za-z_]\w{0,63}", key):
                 raise ValueError(f"hyperparameter name {key!r} must be an identifier")
-            if not isinstance(value, bool | int | float | str) or (
-                isinstance(value, str) and len(value) > 256
-            ):
-                raise ValueError(
-                    f"hyperparameter {key!r} must be a number, a boolean or a short string"
-                )
         return self
 
 
@@ -57,7 +55,23 @@ class JobCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field("job", min_length=1, max_length=128)
-    trainer: str = Field("mlp_digits", min_length=1, max_length=256)
+    trainer: str | None = Field(
+        "mlp_digits", min_length=1, max_length=256,
+        description="a built-in trainer or `module:function` (in the bundle, or allow-listed); "
+        "give either this or `command`")
+    command: list[str] | None = Field(
+        None, min_length=1, max_length=MAX_COMMAND_ARGS,
+        description="argv of the process each replica runs in its bundle's directory "
+        "(never through a shell), e.g. [\"python\", \"train.py\"]")
+    bundle: str | None = Field(
+        None, description="the code bundle (`sha256:<hex>`) unpacked into each replica's "
+        "working directory; upload it with PUT /api/v1/bundles/{digest}")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="environment variables for the replicas")
+    progress_timeout_seconds: StrictInt | None = Field(
+        None, ge=0, le=7 * 86400,
+        description="longest quiet spell before a running replica counts as hung; unset: "
+        "the cluster's default; 0: no progress watchdog (start-up and deadline still apply)")
     strategy: Strategy = "multi_worker_mirrored"
     replicas: StrictInt = Field(2, ge=1)
     gpus_per_replica: StrictInt = Field(0, ge=0, le=16)
@@ -80,12 +94,43 @@ class JobCreate(BaseModel):
 
     @field_validator("trainer")
     @classmethod
-    def _trainer_shape(cls, value: str) -> str:
+    def _trainer_shape(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         if ":" in value and not _ENTRYPOINT.fullmatch(value):
             raise ValueError("an entrypoint must look like 'package.module:function'")
         if ":" not in value and not re.fullmatch(r"[a-z][a-z0-9_]*", value):
             raise ValueError("use a built-in trainer name such as 'mlp_digits'")
         return value
+
+    @field_validator("bundle")
+    @classmethod
+    def _bundle_digest(cls, value: str | None) -> str | None:
+        return None if value is None else "sha256:" + bundle_digest_hex(value)
+
+    @field_validator("command")
+    @classmethod
+    def _command_argv(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else check_command(value)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_env(value)
+
+    @model_validator(mode="after")
+    def _one_of_trainer_or_command(self) -> JobCreate:
+        # `trainer` keeps its default (mlp_digits) for specs that name neither and carry
+        # no code; with a command, or a bundle, the caller must say what runs.
+        trainer_given = "trainer" in self.model_fields_set and self.trainer is not None
+        if self.command is not None and trainer_given:
+            raise ValueError("give either `trainer` or `command`, not both")
+        if self.command is not None:
+            self.trainer = None
+        elif self.trainer is None or (self.bundle is not None and not trainer_given):
+            raise ValueError("give either `trainer` (module:function in the bundle) or "
+                             "`command` (argv, e.g. [\"python\", \"train.py\"])")
+        return self
 
 
 class ReplicaRead(BaseModel):
@@ -122,7 +167,11 @@ class JobRead(BaseModel):
     id: int
     project: str
     name: str
-    trainer: str
+    trainer: str | None
+    command: list[str] | None = None
+    bundle: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    progress_timeout_seconds: int | None = None
     strategy: str
     replicas: int
     gpus_per_replica: int
@@ -219,3 +268,24 @@ class NodeRead(BaseModel):
     replicas: list[str] = Field(default_factory=list,
                                 description="live replicas here: 'job/attempt/index'")
 
+
+
+class BundleRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    digest: str = Field(description="sha256:<hex> of the .tar.gz; name it as a job's `bundle`")
+    size: int = Field(description="bytes of the .tar.gz")
+    files: int = Field(description="files and links in it")
+    created_at: dt.datetime
+
+
+class ArtifactRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    path: str = Field(description="relative to the job's artifacts, e.g. model/saved_model.pb")
+    size: int
+    sha256: str
+
+
+class ArtifactList(BaseModel):
+    items: list[ArtifactRead]

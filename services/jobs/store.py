@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services.exceptions import IdempotencyConflict, InvalidJobSpec, InvalidTransition, JobNotFound
+from services.jobs.bundles import check_bundle
 from services.jobs.schemas import JobCreate
 from services.jobs.trainers import check_trainer
 from services.jobs.transitions import transition_job
@@ -21,13 +22,29 @@ from services.statuses import TERMINAL_STATUSES, JobStatus
 SINGLE_REPLICA_STRATEGIES = {"mirrored", "one_device"}
 
 
+# Fields added after jobs were first stored: left out of the hash while unset, so a retry
+# of a spec stored before they existed still matches its Idempotency-Key.
+_LATER_FIELDS = {"command": None, "bundle": None, "env": {}, "progress_timeout_seconds": None}
+
+
 def _spec_hash(job_in: JobCreate) -> str:
-    return hashlib.sha256(job_in.model_dump_json().encode()).hexdigest()
+    unset = {name for name, empty in _LATER_FIELDS.items() if getattr(job_in, name) == empty}
+    return hashlib.sha256(job_in.model_dump_json(exclude=unset).encode()).hexdigest()
 
 
 def check_job_spec(*, job_in: JobCreate, settings: Settings) -> None:
     """Checks that depend on settings rather than on the schema alone."""
-    check_trainer(job_in.trainer, settings.ALLOWED_ENTRYPOINTS)
+    if job_in.trainer is not None:
+        # A `module:function` in a bundle is the job's own code, resolved inside the
+        # bundle; the allow-list is for entrypoints installed on the nodes.
+        check_trainer(job_in.trainer, settings.ALLOWED_ENTRYPOINTS,
+                      in_bundle=job_in.bundle is not None)
+    encoded = len(job_in.hyperparameters.model_dump_json().encode())
+    if encoded > settings.MAX_HYPERPARAMETERS_BYTES:
+        raise InvalidJobSpec(
+            "hyperparameters", f"{encoded} bytes encoded, over the limit of "
+            f"{settings.MAX_HYPERPARAMETERS_BYTES} (COHORT_MAX_HYPERPARAMETERS_BYTES): put "
+            "large data in the bundle or the artifact store and pass its path")
     if job_in.replicas > settings.MAX_REPLICAS:
         raise InvalidJobSpec(
             "replicas", f"at most {settings.MAX_REPLICAS} replicas per job; ask for fewer"
@@ -50,9 +67,11 @@ def create_job(
 
     Raises:
         InvalidJobSpec: a setting refuses the spec.
+        BundleNotFound: the spec names a bundle the project has not uploaded.
         IdempotencyConflict: the key was used before for a different spec.
     """
     check_job_spec(job_in=job_in, settings=settings)
+    check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
     spec_hash = _spec_hash(job_in)
     if idempotency_key is not None:
         existing = _by_idempotency_key(session, project_id, idempotency_key)
@@ -62,6 +81,10 @@ def create_job(
         project_id=project_id,
         name=job_in.name,
         trainer=job_in.trainer,
+        command=job_in.command,
+        bundle=job_in.bundle,
+        env=job_in.env,
+        progress_timeout_seconds=job_in.progress_timeout_seconds,
         strategy=job_in.strategy,
         replicas=job_in.replicas,
         gpus_per_replica=job_in.gpus_per_replica,

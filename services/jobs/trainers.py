@@ -10,14 +10,17 @@ BUILTIN_TRAINERS: dict[str, str] = {
 }
 
 
-def check_trainer(trainer: str, allowed_entrypoints: list[str]) -> None:
-    """Refuse a trainer that is neither built in nor on the entrypoint allow-list."""
+def check_trainer(trainer: str, allowed_entrypoints: list[str], *,
+                  in_bundle: bool = False) -> None:
+    """Refuse a trainer that is neither built in, nor on the entrypoint allow-list, nor
+    (`in_bundle`) a `module:function` of the job's own code bundle."""
     if ":" in trainer:
-        if trainer not in allowed_entrypoints:
+        if not in_bundle and trainer not in allowed_entrypoints:
             raise InvalidJobSpec(
                 "trainer",
                 f"entrypoint {trainer!r} is not allowed; an operator must add it to "
-                "COHORT_ALLOWED_ENTRYPOINTS, or use a built-in trainer "
+                "COHORT_ALLOWED_ENTRYPOINTS, ship it in a code bundle (`cohort submit "
+                "--code DIR`), or use a built-in trainer "
                 f"({', '.join(sorted(BUILTIN_TRAINERS))})",
             )
     elif trainer not in BUILTIN_TRAINERS:

@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services.exceptions import InvalidJobSpec, NoPromotedModel, ScheduleConflict, ScheduleNotFound
+from services.jobs.bundles import check_bundle
 from services.jobs.schemas import JobCreate
 from services.jobs.store import check_job_spec
 from services.models import Job, Replica, Schedule, ScheduleRun, utcnow
@@ -27,13 +28,17 @@ from services.retraining.schemas import (
     ScheduleUpdate,
 )
 from services.settings import Settings
+from services.storage import keys
 
 
-def _check_template(job_in: JobCreate, settings: Settings) -> None:
+def _check_template(job_in: JobCreate, settings: Settings, session: Session,
+                    project_id: int) -> None:
     try:
         check_job_spec(job_in=job_in, settings=settings)
     except InvalidJobSpec as exc:
         raise InvalidJobSpec(f"job.{exc.field}", exc.message) from exc
+    # A template names its bundle by digest, so every run reuses one upload.
+    check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
 
 
 def timing_of(schedule: Schedule) -> Timing:
@@ -51,7 +56,7 @@ def create_schedule(*, session: Session, project_id: int, schedule_in: ScheduleC
         ScheduleConflict: the project already has a schedule of that name.
     """
     now = now or utcnow()
-    _check_template(schedule_in.job, settings)
+    _check_template(schedule_in.job, settings, session, project_id)
     promote = schedule_in.promote
     schedule = Schedule(
         project_id=project_id, name=schedule_in.name,
@@ -104,7 +109,7 @@ def update_schedule(*, session: Session, schedule: Schedule, schedule_in: Schedu
     now = now or utcnow()
     given = schedule_in.model_fields_set
     if "job" in given and schedule_in.job is not None:
-        _check_template(schedule_in.job, settings)
+        _check_template(schedule_in.job, settings, session, schedule.project_id)
         schedule.job_template = schedule_in.job.model_dump(mode="json")
     if schedule_in.cron is not None:
         schedule.cron, schedule.interval_seconds = schedule_in.cron, None
@@ -203,6 +208,8 @@ def read_promoted_model(*, session: Session, schedule: Schedule) -> PromotedMode
     return PromotedModel(
         schedule_id=schedule.id, job_id=job.id, metric=schedule.promote_metric or "",
         mode=schedule.promote_mode, value=schedule.promoted_value,
-        node_id=chief.node_id if chief else "", path=f"jobs/{job.id}/model",
+        node_id=chief.node_id if chief else "", path=keys.model_prefix(job.id),
+        artifact=keys.model_prefix(job.id),
+        download_url=f"/api/v1/jobs/{job.id}/artifacts/download?path=model",
         promoted_at=decided,
     )

@@ -162,4 +162,8 @@ class PromotedModel(BaseModel):
     value: float
     node_id: str
     path: str = Field(description="on node_id, under its DATA_DIR: jobs/<id>/model")
+    artifact: str = Field(description="the model's prefix in the artifact store: "
+                          "jobs/<id>/model (GET /api/v1/jobs/<id>/artifacts lists its files)")
+    download_url: str = Field(description="GET it (with the token) for the model as a "
+                              ".tar.gz; `cohort download <job_id> model` does the same")
     promoted_at: dt.datetime | None

@@ -66,7 +66,9 @@ def test_idempotency_key_with_other_spec_conflicts(client: TestClient, auth: dic
     ({"strategy": "one_device", "replicas": 2}, "replicas", "set replicas to 1"),
     ({"hyperparameters": {"epochs": "ten"}}, "hyperparameters.epochs", "valid integer"),
     ({"hyperparameters": {"learning_rate": "fast"}}, "hyperparameters.learning_rate", "number"),
-    ({"hyperparameters": {"dropout": [0.1]}}, "hyperparameters", "must be a number"),
+    ({"hyperparameters": {"bad name": 1}}, "hyperparameters", "must be an identifier"),
+    ({"hyperparameters": {"table": "x" * 300_000}}, "hyperparameters",
+     "COHORT_MAX_HYPERPARAMETERS_BYTES"),
     ({"gpus": 1}, "gpus", "remove this field"),
 ])
 def test_bad_spec_is_422_naming_the_field(client: TestClient, auth: dict[str, str],

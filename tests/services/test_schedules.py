@@ -148,6 +148,8 @@ def test_promotion_keeps_the_better_model(session: Session) -> None:
     assert schedule.promoted_job_id == third.job_id and schedule.promoted_value == 0.93
     model = schedules.read_promoted_model(session=session, schedule=schedule)
     assert model.job_id == third.job_id and model.path == f"jobs/{third.job_id}/model"
+    assert model.artifact == f"jobs/{third.job_id}/model"
+    assert model.download_url == f"/api/v1/jobs/{third.job_id}/artifacts/download?path=model"
 
 
 def test_promotion_min_mode_and_failed_or_silent_runs(session: Session) -> None:

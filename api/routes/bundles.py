@@ -1,0 +1,41 @@
+"""Routes for code bundles: ask whether the project has one, upload one."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response, status
+from starlette.concurrency import run_in_threadpool
+
+from api.deps import SessionDep, SettingsDep, TokenDep
+from services.exceptions import BundleNotFound
+from services.jobs import bundles
+from services.jobs.schemas import BundleRead
+
+router = APIRouter(prefix="/bundles", tags=["bundles"])
+
+
+@router.head("/{digest}")
+def head_bundle(digest: str, session: SessionDep, token: TokenDep) -> Response:
+    """200 if this project has uploaded the bundle, 404 otherwise (then PUT it)."""
+    if bundles.read_bundle(session=session, project_id=token.project_id, digest=digest) is None:
+        raise BundleNotFound(bundles.normalise_digest(digest))
+    return Response(status_code=status.HTTP_200_OK)
+
+
+@router.put("/{digest}", status_code=status.HTTP_201_CREATED, responses={
+    200: {"description": "the project already had this bundle; nothing new was stored"},
+    413: {"description": "over COHORT_MAX_BUNDLE_BYTES"},
+    422: {"description": "the digest does not match the body, or the archive is refused"}})
+async def put_bundle(digest: str, request: Request, response: Response, session: SessionDep,
+                     settings: SettingsDep, token: TokenDep) -> BundleRead:
+    """Upload a bundle: the raw .tar.gz as the body, its sha256 in the path. 201 when
+    stored for this project now."""
+    with bundles.BundleUpload(digest=digest, settings=settings) as upload:
+        upload.check_declared_length(request.headers.get("content-length"))
+        async for chunk in request.stream():  # never the whole body in memory
+            upload.write(chunk)
+        bundle, created = await run_in_threadpool(
+            bundles.store_bundle, session=session, project_id=token.project_id,
+            upload=upload, settings=settings)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return BundleRead.model_validate(bundle)

@@ -1,0 +1,140 @@
+"""A job's artifacts in the store: list them with their sha256, resolve and stream a download.
+
+Every path is taken relative to the job's prefix (`jobs/<id>/`), normalised, and refused
+if it is absolute or climbs out: a download never reads another job's files.
+
+sha256: computed by streaming each file the first time it is listed, then kept in a
+small per-process cache keyed by (store, key, size, version): S3's ETag, a local file's
+inode and mtime. Listing is what users do after a run, once or twice, while the files no
+longer change; a rewrite (a checkpoint updated in place) changes the version, so a
+cached digest is never one of older bytes (S3's whole-second times could not tell).
+Storing digests beside the files would need every writer (agents) to keep them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import tarfile
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from threading import Lock
+
+from services.exceptions import ArtifactNotFound, InvalidArtifactPath
+from services.storage import keys
+from services.storage.store import ArtifactStore
+
+CHUNK = 1 << 20
+_CACHE_SIZE = 4096
+_digests: OrderedDict[tuple[str, str, int, str], str] = OrderedDict()
+_digests_lock = Lock()
+
+
+@dataclass(frozen=True)
+class ArtifactFile:
+    path: str  # relative to jobs/<id>/
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Download:
+    """What a download path names: one file (`key`) or a directory (`prefix`)."""
+
+    name: str  # the file name, or the directory's name with .tar.gz
+    key: str | None = None
+    prefix: str | None = None
+    base: str = ""  # a directory's entries are named relative to this (the job's prefix)
+    size: int | None = None
+
+
+def _sha256(store: ArtifactStore, key: str, size: int, version: str) -> str:
+    ident = (store.url, key, size, version)
+    with _digests_lock:
+        if ident in _digests:
+            _digests.move_to_end(ident)
+            return _digests[ident]
+    digest = hashlib.sha256()
+    with store.open_read(key) as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    value = digest.hexdigest()
+    if version.strip(":"):  # a backend without versions cannot tell a rewrite: no caching
+        with _digests_lock:
+            _digests[ident] = value
+            while len(_digests) > _CACHE_SIZE:
+                _digests.popitem(last=False)
+    return value
+
+
+def list_artifacts(*, store: ArtifactStore, job_id: int) -> list[ArtifactFile]:
+    """Every file of the job, by path relative to `jobs/<id>/`, with size and sha256."""
+    prefix = keys.job_prefix(job_id)
+    return [ArtifactFile(path=key[len(prefix) + 1:], size=size,
+                         sha256=_sha256(store, key, size, version))
+            for key, size, version in store.list_versions(prefix)]
+
+
+def normalise_path(path: str) -> str:
+    """The path relative to the job's prefix ('' for all of it).
+
+    Raises:
+        InvalidArtifactPath: absolute, `..` out of the job, a backslash or a control byte.
+    """
+    if path.startswith("/"):
+        raise InvalidArtifactPath(path, "give a path relative to the job's artifacts, "
+                                  "such as 'model'")
+    if "\\" in path or any(ord(c) < 32 for c in path):
+        raise InvalidArtifactPath(path, "no backslashes or control characters")
+    norm = posixpath.normpath(path) if path else "."
+    if norm == ".." or norm.startswith("../"):
+        raise InvalidArtifactPath(path, "it leaves the job's artifacts")
+    return "" if norm == "." else norm
+
+
+def resolve_download(*, store: ArtifactStore, job_id: int, path: str) -> Download:
+    """What `path` of the job names.
+
+    Raises:
+        InvalidArtifactPath: see normalise_path.
+        ArtifactNotFound: neither a file nor a directory of the job.
+    """
+    rel = normalise_path(path)
+    prefix = keys.job_prefix(job_id)
+    key = f"{prefix}/{rel}" if rel else prefix
+    if rel and store.exists(key):
+        return Download(name=posixpath.basename(rel), key=key, size=store.size(key))
+    if store.list(key):
+        name = posixpath.basename(rel) if rel else f"job-{job_id}"
+        return Download(name=f"{name}.tar.gz", prefix=key, base=prefix)
+    raise ArtifactNotFound(job_id, rel or ".")
+
+
+def stream_file(store: ArtifactStore, key: str) -> Iterator[bytes]:
+    """The object's bytes, a chunk at a time."""
+    with store.open_read(key) as handle:
+        while chunk := handle.read(CHUNK):
+            yield chunk
+
+
+def stream_tar_gz(store: ArtifactStore, prefix: str, base: str) -> Iterator[bytes]:
+    """A .tar.gz of every file under `prefix`, named relative to `base` (the job's prefix:
+    a download of `model` unpacks into `model/`), built while it is sent: one chunk in
+    memory at a time, whatever the files' sizes."""
+    gzip = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
+    for key, size in store.list(prefix):
+        info = tarfile.TarInfo(key[len(base) + 1:])
+        info.size, info.mode, info.mtime = size, 0o644, 0
+        yield gzip.compress(info.tobuf(format=tarfile.PAX_FORMAT))
+        sent = 0
+        with store.open_read(key) as handle:
+            # Exactly the size the header declares, even if the file changed since the
+            # listing (a checkpoint rewritten meanwhile): the archive stays readable.
+            while sent < size and (chunk := handle.read(min(CHUNK, size - sent))):
+                sent += len(chunk)
+                yield gzip.compress(chunk)
+        padding = (size - sent) + (-size % tarfile.BLOCKSIZE)
+        yield gzip.compress(b"\0" * padding)
+    yield gzip.compress(b"\0" * (2 * tarfile.BLOCKSIZE)) + gzip.flush()

@@ -1,0 +1,152 @@
+"""Code bundles on the control plane: which project uploaded which digest, and uploads.
+
+A project sees only the digests it uploaded itself: a bundle stored for another project
+is still uploaded again in full (and then stored nothing new), so no project can learn
+from a HEAD or a job spec that another one holds some code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+from types import TracebackType
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from services.exceptions import BundleNotFound, BundleTooLarge, InvalidBundle
+from services.models import Bundle
+from services.settings import Settings
+from services.storage.bundles import BundleRejected, Limits, check_archive
+from services.storage.keys import bundle_digest_hex, bundle_key
+from services.storage.store import ArtifactStore, open_store
+
+
+def normalise_digest(digest: str) -> str:
+    """`sha256:<hex>` from either accepted form; InvalidBundle names the field otherwise."""
+    try:
+        return "sha256:" + bundle_digest_hex(digest)
+    except ValueError as exc:
+        raise InvalidBundle("digest", str(exc)) from exc
+
+
+def limits_of(settings: Settings) -> Limits:
+    return Limits(max_bytes=settings.MAX_BUNDLE_BYTES, max_files=settings.MAX_BUNDLE_FILES,
+                  max_unpacked_bytes=settings.MAX_BUNDLE_UNPACKED_BYTES)
+
+
+def read_bundle(*, session: Session, project_id: int, digest: str) -> Bundle | None:
+    """The project's record of `digest`, if it uploaded it."""
+    return session.execute(sa.select(Bundle).where(
+        Bundle.project_id == project_id, Bundle.digest == normalise_digest(digest))
+    ).scalar_one_or_none()
+
+
+def check_bundle(*, session: Session, project_id: int, digest: str | None) -> None:
+    """Raise BundleNotFound unless `digest` is None or a bundle this project uploaded."""
+    if digest is not None and read_bundle(session=session, project_id=project_id,
+                                          digest=digest) is None:
+        raise BundleNotFound(normalise_digest(digest))
+
+
+def clear_stale_uploads(*, settings: Settings, older_than: float = 3600.0) -> int:
+    """Delete spool files an api process left when it died mid-upload; returns how many.
+    An hour: no live upload of at most COHORT_MAX_BUNDLE_BYTES takes that long."""
+    spool = settings.data_dir / "uploads"
+    cleared = 0
+    if spool.is_dir():
+        cutoff = time.time() - older_than
+        for path in spool.glob("bundle-*.tar.gz"):
+            try:
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    cleared += 1
+            except FileNotFoundError:
+                pass  # another api process cleared it first
+    return cleared
+
+
+class BundleUpload:
+    """One upload's body on its way in: hashed as it is written to a temporary file under
+    DATA_DIR, refused as soon as it passes the size limit (nothing past it is read)."""
+
+    def __init__(self, *, digest: str, settings: Settings) -> None:
+        self.expected = normalise_digest(digest)
+        self.limit = settings.MAX_BUNDLE_BYTES
+        spool = settings.data_dir / "uploads"
+        spool.mkdir(parents=True, exist_ok=True)
+        handle, self.path = tempfile.mkstemp(dir=spool, prefix="bundle-", suffix=".tar.gz")
+        self._file = os.fdopen(handle, "wb")
+        self._hash = hashlib.sha256()
+        self.size = 0
+
+    def check_declared_length(self, length: str | None) -> None:
+        """Refuse at once a body whose Content-Length is already past the limit."""
+        if length and length.isdigit() and int(length) > self.limit:
+            raise BundleTooLarge(self.limit)
+
+    def write(self, chunk: bytes) -> None:
+        if self.size + len(chunk) > self.limit:
+            raise BundleTooLarge(self.limit)
+        self._file.write(chunk)
+        self._hash.update(chunk)
+        self.size += len(chunk)
+
+    def finish(self) -> None:
+        """The body is all in: close the spool file so its bytes can be read back."""
+        self._file.close()
+
+    @property
+    def digest(self) -> str:
+        return f"sha256:{self._hash.hexdigest()}"
+
+    def __enter__(self) -> BundleUpload:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self._file.close()
+        os.unlink(self.path)  # the store has its own copy by now, or it was refused
+
+
+def store_bundle(*, session: Session, project_id: int, upload: BundleUpload,
+                 settings: Settings, store: ArtifactStore | None = None) -> tuple[Bundle, bool]:
+    """Verify a received upload, store its blob (once per digest) and record it for the
+    project. Returns the record and whether the project gains it now. The caller commits.
+
+    Raises:
+        InvalidBundle: the body's digest is not the one named, or the archive is refused
+            (absolute paths, `..`, links outside, devices, too many files, too large).
+    """
+    upload.finish()
+    if upload.digest != upload.expected:
+        raise InvalidBundle("digest", f"the body's sha256 is {upload.digest}, not "
+                            f"{upload.expected} as the URL names: upload the bundle again")
+    existing = read_bundle(session=session, project_id=project_id, digest=upload.expected)
+    if existing is not None:
+        return existing, False
+    try:
+        files = check_archive(upload.path, limits_of(settings))
+    except BundleRejected as exc:
+        raise InvalidBundle("body", f"the bundle is refused: {exc}") from exc
+    store = store or open_store(settings=settings)
+    key = bundle_key(upload.expected)
+    # Stored before it is recorded: a record never names a blob the store lacks. A blob
+    # left by a failed commit is the same bytes the next upload of that digest stores.
+    if not store.exists(key):
+        store.put_file(key, upload.path)
+    bundle = Bundle(project_id=project_id, digest=upload.expected, size=upload.size,
+                    files=files)
+    try:
+        with session.begin_nested():
+            session.add(bundle)
+            session.flush()
+    except IntegrityError:  # the same project uploading the same digest concurrently
+        existing = read_bundle(session=session, project_id=project_id, digest=upload.expected)
+        if existing is None:
+            raise
+        return existing, False
+    return bundle, True

@@ -1,0 +1,43 @@
+"""List settings from the environment, read by a real process as a user sets them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+PRINT_ENTRYPOINTS = ("import json; from services.settings import Settings; "
+                     "print(json.dumps(Settings().ALLOWED_ENTRYPOINTS))")
+
+
+def entrypoints_seen_by_a_process(value: str) -> list[str]:
+    env = {**os.environ, "COHORT_ALLOWED_ENTRYPOINTS": value}
+    done = subprocess.run([sys.executable, "-c", PRINT_ENTRYPOINTS], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("mypkg.train:main", ["mypkg.train:main"]),
+    ("mypkg.train:main,other.mod:fn", ["mypkg.train:main", "other.mod:fn"]),
+    (" mypkg.train:main , other.mod:fn ,", ["mypkg.train:main", "other.mod:fn"]),
+    ('["mypkg.train:main", "other.mod:fn"]', ["mypkg.train:main", "other.mod:fn"]),
+    ("", []),
+])
+def test_allowed_entrypoints_parse_in_comma_and_json_form(value: str,
+                                                          expected: list[str]) -> None:
+    assert entrypoints_seen_by_a_process(value) == expected
+
+
+def test_the_cli_runs_with_the_comma_form_set(tmp_path: object) -> None:
+    # Before: every process died at start with SettingsError on this variable.
+    env = {**os.environ, "COHORT_ALLOWED_ENTRYPOINTS": "mypkg.train:main",
+           "COHORT_DATA_DIR": str(tmp_path), "COHORT_DATABASE_URL": ""}
+    cohort = os.path.join(os.path.dirname(sys.executable), "cohort")
+    done = subprocess.run([cohort, "migrate"], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
