@@ -9,8 +9,8 @@ from fastapi import APIRouter, BackgroundTasks, Header, Query, Response, status
 from api.deps import CurrentJob, RedisDep, SessionDep, SettingsDep, TokenDep
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead
-from services.jobs.views import read_job_view, read_job_views
 from services.statuses import JobStatus
+from services.telemetry.job_views import read_job_view, read_job_views
 from services.wire.client import wake_scheduler
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])

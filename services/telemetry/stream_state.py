@@ -9,9 +9,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from services.db import session_scope
-from services.jobs.views import read_job_view, read_job_views
 from services.models import Job, JobEvent
 from services.telemetry import logs, metrics
+from services.telemetry.job_views import read_job_view, read_job_views
 
 NEWEST_FIRST = 50  # jobs a project stream starts with when it has no Last-Event-ID
 

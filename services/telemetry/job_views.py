@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from services.cluster import queue
-from services.jobs import store
+from services.jobs import queue, store
 from services.jobs.schemas import JobRead, ReplicaRead
 from services.models import Job
 from services.telemetry import progress
