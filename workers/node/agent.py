@@ -22,7 +22,7 @@ from services.wire.client import get_redis, publish_event
 from services.wire.events import Event, NodeHeartbeat, ReplicaExited, ReplicaStarted
 from services.wire.keys import NODES_HASH, attempt_key, claim_key, node_queue
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
-from workers.node import admission, gpus, ports
+from workers.node import admission, gpus, layout, ports
 from workers.node.bundle_cache import BundleUnavailable
 from workers.node.environment import CommandNotFound
 from workers.node.launcher import ReplicaKey, ReplicaProcess, job_dir, spawn, tail
@@ -193,8 +193,10 @@ class Agent:
     def cleanup_job(self, message: CleanupJob) -> None:
         """Remove a finished job's scratch files here; its logs and saved model stay."""
         directory = job_dir(self.data_dir, message.job_id)
-        for name in ("backup", "tmp"):
-            shutil.rmtree(directory / name, ignore_errors=True)
+        # "backup": where jobs placed before the checkpoint directory kept theirs.
+        for path in (layout.checkpoint_dir(self.data_dir, message.job_id),
+                     directory / "backup", directory / "tmp"):
+            shutil.rmtree(path, ignore_errors=True)
         log.info("cleaned up scratch files of job %d", message.job_id)
 
     def stop_replica(self, message: StopReplica) -> None:
