@@ -50,6 +50,8 @@ SPAWN_FAILED_EXIT = 126
 # message asks (a forged or stale message), or the bundle is missing or corrupt.
 POLICY_REFUSED_EXIT = 126
 BUNDLE_REFUSED_EXIT = 126
+# The store or the disk failed while fetching: the node's trouble, worth another attempt.
+FETCH_FAILED_EXIT = PORT_TAKEN_EXIT
 _NODE_EXHAUSTED = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE,
                              errno.ENOSPC})
 
@@ -100,7 +102,7 @@ class Agent:
         """Start a replica once; a redelivered or repeated message is ignored. A replica
         whose code or inputs must be fetched first starts on a thread of its own."""
         key = ReplicaKey.of(message.spec)
-        failure: tuple[int, str] | None = None
+        process, failure = None, None
         with self.lock:
             if key in self.started or self.stopping.is_set():
                 log.info("ignoring start of %s: already started here", key)
@@ -116,47 +118,52 @@ class Agent:
                 failure = PORT_TAKEN_EXIT, port_taken
             elif self.preparer.needed(message.spec):
                 self.preparing[key] = threading.Event()
-                threading.Thread(target=self._prepare_and_launch, args=(message,),
-                                 daemon=True, name=f"prepare-{key.job_id}-{key.attempt}-"
-                                 f"{key.index}").start()
-                return
+                threading.Thread(target=self._prepare_and_start, args=(message,), daemon=True,
+                                 name=f"prepare-{key.job_id}-{key.attempt}-{key.index}").start()
             else:
-                failure = self._launch(message)
-        if failure is not None:
-            self._refuse(key, *failure)
+                process, failure = self._spawn(message)
+        self._started_or_refused(key, process, failure)
 
-    def _prepare_and_launch(self, message: StartReplica) -> None:
+    def _prepare_and_start(self, message: StartReplica) -> None:
         key = ReplicaKey.of(message.spec)
-        failure: tuple[int, str] | None = None
+        process, failure = None, None
         try:
             self.preparer.prepare(message.spec)
         except BundleUnavailable as exc:
             failure = BUNDLE_REFUSED_EXIT, str(exc)
         except Exception as exc:  # noqa: BLE001 - the store or the disk failed: retryable
-            failure = PORT_TAKEN_EXIT, f"could not fetch the job's code or inputs: {exc}"
+            failure = FETCH_FAILED_EXIT, f"could not fetch the job's code or inputs: {exc}"
         with self.lock:
             cancelled = self.preparing.pop(key).is_set() or self.stopping.is_set()
             if failure is None and not cancelled:
-                failure = self._launch(message)
+                process, failure = self._spawn(message)
         if cancelled and failure is None:
             # Stopped while its code was fetched: nothing was started.
             self._publish_until_sent(ReplicaExited(
                 self.node_id, key.job_id, key.attempt, key.index, 143, time.time(),
                 never_started=True))
-        elif failure is not None:
-            self._refuse(key, *failure)
+        self._started_or_refused(key, process, failure)
 
-    def _launch(self, message: StartReplica) -> tuple[int, str] | None:
-        """Spawn the replica and start supervising it (lock held); its failure, if any."""
-        key = ReplicaKey.of(message.spec)
+    def _spawn(self, message: StartReplica) -> tuple[ReplicaProcess | None,
+                                                       tuple[int, str] | None]:
+        """Spawn the replica (lock held): its process, or its exit code and the reason."""
         try:
             process = spawn(message, self.data_dir, self.settings.redis_url,
                             self.settings.REPLICA_PYTHON or sys.executable)
         except CommandNotFound as exc:
-            return SPAWN_NOT_FOUND_EXIT, str(exc)
+            return None, (SPAWN_NOT_FOUND_EXIT, str(exc))
         except Exception as exc:  # noqa: BLE001 - any failure is this replica's exit
-            return spawn_exit_code(exc), f"could not start the process: {exc}"
-        self.processes[key] = process
+            return None, (spawn_exit_code(exc), f"could not start the process: {exc}")
+        self.processes[process.key] = process
+        return process, None
+
+    def _started_or_refused(self, key: ReplicaKey, process: ReplicaProcess | None,
+                            failure: tuple[int, str] | None) -> None:
+        """Report a start (and supervise the process) or a refusal."""
+        if failure is not None:
+            self._refuse(key, *failure)
+        if process is None:
+            return
         log.info("started %s as pid %d", key, process.popen.pid)
         shipper = LogShipper(self.redis, key, process.log_path)
         shipper.start()
@@ -164,7 +171,6 @@ class Agent:
                                                  key.index, process.popen.pid, time.time()))
         threading.Thread(target=self._watch, args=(process, shipper), daemon=True,
                          name=f"watch-{key.job_id}-{key.attempt}-{key.index}").start()
-        return None
 
     def _refuse(self, key: ReplicaKey, code: int, why: str) -> None:
         """Report a replica that could not be started here, with the reason for a person."""
