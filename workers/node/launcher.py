@@ -86,7 +86,10 @@ def process_argv(message: StartReplica, paths: ReplicaPaths, python: str,
     spec = message.spec
     if spec.command is None:
         cwd = paths.code_dir if spec.bundle else paths.job_dir
-        return [python, "-m", "workers.replica.runner"], cwd
+        # -P: the cwd (the job's code) is not put first on sys.path, so a bundle's own
+        # `workers` or `services` package cannot replace Cohort's runner; the runner puts
+        # the code directory on sys.path itself, once it has imported what it needs.
+        return [python, "-P", "-m", "workers.replica.runner"], cwd
     cwd = paths.code_dir if spec.bundle else paths.work_dir
     return resolve_argv(spec.command, python, env, cwd), cwd
 
