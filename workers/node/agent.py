@@ -288,6 +288,8 @@ class Agent:
         declares this node lost and places the gang elsewhere (never two copies)."""
         with self.lock:
             processes = [p for p in self.processes.values() if not p.stop_requested.is_set()]
+            for cancelled in self.preparing.values():
+                cancelled.set()  # still fetching its code: it will not start
         if processes:
             log.error("no contact with the control plane for %.0fs: stopping %d replicas",
                       self.settings.AGENT_LEASE, len(processes))
