@@ -22,9 +22,12 @@ from services.wire.client import get_redis, publish_event
 from services.wire.events import Event, NodeHeartbeat, ReplicaExited, ReplicaStarted
 from services.wire.keys import NODES_HASH, attempt_key, claim_key, node_queue
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
-from workers.node import gpus, ports
+from workers.node import admission, gpus, layout, ports
+from workers.node.bundle_cache import BundleUnavailable
+from workers.node.environment import CommandNotFound
 from workers.node.launcher import ReplicaKey, ReplicaProcess, job_dir, spawn, tail
 from workers.node.logship import LogShipper
+from workers.node.prepare import Preparer
 
 log = logging.getLogger("cohort.agent")
 
@@ -43,6 +46,12 @@ PORT_TAKEN_EXIT = 138
 # 138 instead: another attempt may well start.
 SPAWN_NOT_FOUND_EXIT = 127
 SPAWN_FAILED_EXIT = 126
+# Refused before anything ran, and permanent: the node's policy forbids what the
+# message asks (a forged or stale message), or the bundle is missing or corrupt.
+POLICY_REFUSED_EXIT = 126
+BUNDLE_REFUSED_EXIT = 126
+# The store or the disk failed while fetching: the node's trouble, worth another attempt.
+FETCH_FAILED_EXIT = PORT_TAKEN_EXIT
 _NODE_EXHAUSTED = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE,
                              errno.ENOSPC})
 
@@ -84,12 +93,16 @@ class Agent:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.gpu_ids = gpus.node_gpu_ids(settings.NODE_GPUS, gpus.discover_gpus())
+        # Replicas whose code or inputs are being fetched; set: stopped meanwhile.
+        self.preparing: dict[ReplicaKey, threading.Event] = {}
+        self.preparer = Preparer(settings)
 
     # -- tasks -------------------------------------------------------------
     def start_replica(self, message: StartReplica) -> None:
-        """Start a replica once; a redelivered or repeated message is ignored."""
+        """Start a replica once; a redelivered or repeated message is ignored. A replica
+        whose code or inputs must be fetched first starts on a thread of its own."""
         key = ReplicaKey.of(message.spec)
-        failure: tuple[int, str] | None = None
+        process, failure = None, None
         with self.lock:
             if key in self.started or self.stopping.is_set():
                 log.info("ignoring start of %s: already started here", key)
@@ -97,18 +110,59 @@ class Agent:
             if not self._may_start(key):
                 return
             self.started.add(key)
-            refused = ports.port_problem(message.port) if message.port else None
+            refused = admission.refusal(message.spec, self.settings.ALLOWED_ENTRYPOINTS)
+            port_taken = ports.port_problem(message.port) if message.port else None
             if refused is not None:
-                failure = PORT_TAKEN_EXIT, refused
+                failure = POLICY_REFUSED_EXIT, refused
+            elif port_taken is not None:
+                failure = PORT_TAKEN_EXIT, port_taken
+            elif self.preparer.needed(message.spec):
+                self.preparing[key] = threading.Event()
+                threading.Thread(target=self._prepare_and_start, args=(message,), daemon=True,
+                                 name=f"prepare-{key.job_id}-{key.attempt}-{key.index}").start()
             else:
-                try:
-                    process = spawn(message, self.data_dir, self.settings.redis_url,
-                                    self.settings.REPLICA_PYTHON or sys.executable)
-                    self.processes[key] = process
-                except Exception as exc:  # noqa: BLE001 - any failure is this replica's exit
-                    failure = spawn_exit_code(exc), f"could not start the process: {exc}"
+                process, failure = self._spawn(message)
+        self._started_or_refused(key, process, failure)
+
+    def _prepare_and_start(self, message: StartReplica) -> None:
+        key = ReplicaKey.of(message.spec)
+        process, failure = None, None
+        try:
+            self.preparer.prepare(message.spec)
+        except BundleUnavailable as exc:
+            failure = BUNDLE_REFUSED_EXIT, str(exc)
+        except Exception as exc:  # noqa: BLE001 - the store or the disk failed: retryable
+            failure = FETCH_FAILED_EXIT, f"could not fetch the job's code or inputs: {exc}"
+        with self.lock:
+            cancelled = self.preparing.pop(key).is_set() or self.stopping.is_set()
+            if failure is None and not cancelled:
+                process, failure = self._spawn(message)
+        if cancelled and failure is None:
+            # Stopped while its code was fetched: nothing was started.
+            self._publish_until_sent(ReplicaExited(
+                self.node_id, key.job_id, key.attempt, key.index, 143, time.time(),
+                never_started=True))
+        self._started_or_refused(key, process, failure)
+
+    def _spawn(self, message: StartReplica) -> tuple[ReplicaProcess | None,
+                                                       tuple[int, str] | None]:
+        """Spawn the replica (lock held): its process, or its exit code and the reason."""
+        try:
+            process = spawn(message, self.data_dir, self.settings.redis_url,
+                            self.settings.REPLICA_PYTHON or sys.executable)
+        except CommandNotFound as exc:
+            return None, (SPAWN_NOT_FOUND_EXIT, str(exc))
+        except Exception as exc:  # noqa: BLE001 - any failure is this replica's exit
+            return None, (spawn_exit_code(exc), f"could not start the process: {exc}")
+        self.processes[process.key] = process
+        return process, None
+
+    def _started_or_refused(self, key: ReplicaKey, process: ReplicaProcess | None,
+                            failure: tuple[int, str] | None) -> None:
+        """Report a start (and supervise the process) or a refusal."""
         if failure is not None:
             self._refuse(key, *failure)
+        if process is None:
             return
         log.info("started %s as pid %d", key, process.popen.pid)
         shipper = LogShipper(self.redis, key, process.log_path)
@@ -145,8 +199,10 @@ class Agent:
     def cleanup_job(self, message: CleanupJob) -> None:
         """Remove a finished job's scratch files here; its logs and saved model stay."""
         directory = job_dir(self.data_dir, message.job_id)
-        for name in ("backup", "tmp"):
-            shutil.rmtree(directory / name, ignore_errors=True)
+        # "backup": where jobs placed before the checkpoint directory kept theirs.
+        for path in (layout.checkpoint_dir(self.data_dir, message.job_id),
+                     directory / "backup", directory / "tmp"):
+            shutil.rmtree(path, ignore_errors=True)
         log.info("cleaned up scratch files of job %d", message.job_id)
 
     def stop_replica(self, message: StopReplica) -> None:
@@ -155,6 +211,10 @@ class Agent:
         with self.lock:
             self.started.add(key)  # a late start message must not start it after this
             process = self.processes.get(key)
+            preparing = self.preparing.get(key)
+            if preparing is not None:
+                preparing.set()  # its fetch thread reports it, and starts nothing
+                return
         if process is None:
             # Nothing runs: say so, so the control plane can settle the replica.
             publish_event(self.redis, ReplicaExited(
@@ -228,6 +288,8 @@ class Agent:
         declares this node lost and places the gang elsewhere (never two copies)."""
         with self.lock:
             processes = [p for p in self.processes.values() if not p.stop_requested.is_set()]
+            for cancelled in self.preparing.values():
+                cancelled.set()  # still fetching its code: it will not start
         if processes:
             log.error("no contact with the control plane for %.0fs: stopping %d replicas",
                       self.settings.AGENT_LEASE, len(processes))
