@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -20,7 +21,7 @@ from services.models import Job, Node, Replica, utcnow
 from services.retraining import firing, promotion
 from services.settings import Settings
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
-from services.wire.replica import Message, ReplicaSpec, StartReplica
+from services.wire.replica import Message, ReplicaSpec, StartReplica, Strategy
 
 START_RESEND_SECONDS = 20.0
 
@@ -35,7 +36,9 @@ class PassResult:
 def start_message(job: Job, replica: Replica) -> StartReplica:
     """Everything an agent needs to start one replica (agents cannot read SQL)."""
     spec = ReplicaSpec(job_id=job.id, attempt=replica.attempt, index=replica.index,
-                       replicas=job.replicas, trainer=job.trainer, strategy=job.strategy,
+                       replicas=job.replicas, trainer=job.trainer,
+                       # Stored from a JobCreate; the spec checks it again as it is built.
+                       strategy=cast(Strategy, job.strategy),
                        hyperparameters=job.hyperparameters, bundle=job.bundle,
                        command=job.command, env=dict(job.env or {}),
                        # TODO(inputs): pass the job's resolved `inputs` once Job.inputs exists.

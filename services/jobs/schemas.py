@@ -18,8 +18,8 @@ from pydantic import (
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
 from services.storage.keys import bundle_digest_hex
 from services.wire.policy import MAX_COMMAND_ARGS, check_command, check_env
+from services.wire.replica import Strategy  # one list of strategies, spec and API
 
-Strategy = Literal["multi_worker_mirrored", "mirrored", "one_device"]
 RestartPolicy = Literal["never", "on_failure", "exit_code"]
 Placement = Literal["pack", "spread"]
 
