@@ -25,6 +25,7 @@ from services.wire.replica import CleanupJob, StartReplica, StopReplica
 from workers.node import gpus, ports
 from workers.node.launcher import ReplicaKey, ReplicaProcess, job_dir, spawn, tail
 from workers.node.logship import LogShipper
+from workers.node.sidecar import ReplicaSidecar, Sidecars
 
 log = logging.getLogger("cohort.agent")
 
@@ -84,12 +85,16 @@ class Agent:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.gpu_ids = gpus.node_gpu_ids(settings.NODE_GPUS, gpus.discover_gpus())
+        self.sidecars = Sidecars(settings, client)  # the store, metrics from files
 
     # -- tasks -------------------------------------------------------------
     def start_replica(self, message: StartReplica) -> None:
         """Start a replica once; a redelivered or repeated message is ignored."""
         key = ReplicaKey.of(message.spec)
         failure: tuple[int, str] | None = None
+        if key not in self.started and not self.stopping.is_set():
+            # Outside the lock (it may download): the claim below still decides.
+            self.sidecars.prepare(key)
         with self.lock:
             if key in self.started or self.stopping.is_set():
                 log.info("ignoring start of %s: already started here", key)
@@ -102,6 +107,7 @@ class Agent:
                 failure = PORT_TAKEN_EXIT, refused
             else:
                 try:
+                    sidecar = self.sidecars.follow(key)  # before the process writes
                     process = spawn(message, self.data_dir, self.settings.redis_url,
                                     self.settings.REPLICA_PYTHON or sys.executable)
                     self.processes[key] = process
@@ -113,9 +119,10 @@ class Agent:
         log.info("started %s as pid %d", key, process.popen.pid)
         shipper = LogShipper(self.redis, key, process.log_path)
         shipper.start()
+        sidecar.start()
         publish_event(self.redis, ReplicaStarted(self.node_id, key.job_id, key.attempt,
                                                  key.index, process.popen.pid, time.time()))
-        threading.Thread(target=self._watch, args=(process, shipper), daemon=True,
+        threading.Thread(target=self._watch, args=(process, shipper, sidecar), daemon=True,
                          name=f"watch-{key.job_id}-{key.attempt}-{key.index}").start()
 
     def _refuse(self, key: ReplicaKey, code: int, why: str) -> None:
@@ -164,10 +171,13 @@ class Agent:
         process.stop(message.grace_seconds)
 
     # -- supervision -------------------------------------------------------
-    def _watch(self, process: ReplicaProcess, shipper: LogShipper | None = None) -> None:
+    def _watch(self, process: ReplicaProcess, shipper: LogShipper | None = None,
+               sidecar: ReplicaSidecar | None = None) -> None:
         returncode = process.popen.wait()
         if shipper is not None:
             shipper.finish()  # the last lines go out before the exit is reported
+        if sidecar is not None:
+            sidecar.finish(process.log_path)  # and the last points, checkpoint, model
         code = exit_code_of(returncode)
         key = process.key
         with self.lock:
