@@ -22,6 +22,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import cast
 
@@ -138,9 +139,25 @@ class CheckpointMirror:
         head = self.prefix + "/"
         return {key[len(head):] for key, _ in self.store.list(self.prefix)}
 
-    def restore(self) -> list[str]:
+    def restore(self, attempts: int = 3) -> list[str]:
         """Make the local directory hold the store's checkpoint if the local one is
-        missing or older; returns the relative paths written here."""
+        missing or older; returns the relative paths written here.
+
+        Raises:
+            FileNotFoundError: files kept vanishing while fetched (a writer still
+                rotating checkpoints), `attempts` times; the local state file is then
+                the one it was, naming files that are here.
+        """
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._restore()
+            except FileNotFoundError:
+                if attempt == attempts:
+                    raise
+                time.sleep(0.2 * attempt)
+        return []
+
+    def _restore(self) -> list[str]:
         with self._lock:
             stored = self._list()
             states = {rel: self._get_bytes(rel) for rel in stored if is_state(rel)}
