@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     MAX_BUNDLE_BYTES: int = Field(100 * 1024 * 1024, ge=1)
     MAX_BUNDLE_FILES: int = Field(10_000, ge=1)
     MAX_BUNDLE_UNPACKED_BYTES: int = Field(1024 * 1024 * 1024, ge=1)
+    # A node's cache of fetched bundles (archives and unpacked trees), least recently
+    # used evicted past this many bytes.
+    BUNDLE_CACHE_BYTES: int = Field(2 * 1024 * 1024 * 1024, ge=0)
 
     # Node agent
     NODE_ID: str = ""

@@ -36,7 +36,11 @@ def start_message(job: Job, replica: Replica) -> StartReplica:
     """Everything an agent needs to start one replica (agents cannot read SQL)."""
     spec = ReplicaSpec(job_id=job.id, attempt=replica.attempt, index=replica.index,
                        replicas=job.replicas, trainer=job.trainer, strategy=job.strategy,
-                       hyperparameters=job.hyperparameters)
+                       hyperparameters=job.hyperparameters, bundle=job.bundle,
+                       command=job.command, env=dict(job.env or {}),
+                       # TODO(inputs): pass the job's resolved `inputs` once Job.inputs exists.
+                       inputs={},
+                       progress_timeout_seconds=job.progress_timeout_seconds)
     return StartReplica(replica.node_id, spec, tf_config=replica.tf_config, port=replica.port,
                         gpu_ids=replica.gpu_ids)
 

@@ -15,9 +15,9 @@ from pydantic import (
     model_validator,
 )
 
-from services.jobs.code_spec import MAX_COMMAND_ARGS, check_command, check_env
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
 from services.storage.keys import bundle_digest_hex
+from services.wire.policy import MAX_COMMAND_ARGS, check_command, check_env
 
 Strategy = Literal["multi_worker_mirrored", "mirrored", "one_device"]
 RestartPolicy = Literal["never", "on_failure", "exit_code"]

@@ -36,15 +36,25 @@ class ReplicaSpec(Contract):
     attempt: Attempt
     index: Id
     replicas: Annotated[int, Field(ge=1)]
-    trainer: Annotated[str, Field(min_length=1)]
+    trainer: Annotated[str, Field(min_length=1)] | None  # None: `command` runs instead
     strategy: Strategy
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    # The job's code bundle (sha256 digest), unpacked into the replica's work_dir/code.
+    bundle: Annotated[str, Field(pattern=r"^(sha256:)?[0-9a-f]{64}$")] | None = None
+    command: list[str] | None = None  # argv, never through a shell
+    env: dict[str, str] = Field(default_factory=dict)  # the job's own variables
+    # Local file name -> full store key, fetched into the job's input directory.
+    inputs: dict[str, str] = Field(default_factory=dict)
+    # None: the cluster's PROGRESS_TIMEOUT; 0: no progress watchdog.
+    progress_timeout_seconds: Annotated[int, Field(ge=0)] | None = None
 
     @model_validator(mode="after")
     def _index_in_gang(self) -> ReplicaSpec:
         if self.index >= self.replicas:
             raise ValueError(f"'index' {self.index} is out of range for "
                              f"{self.replicas} replicas")
+        if (self.trainer is None) == (self.command is None):
+            raise ValueError("exactly one of 'trainer' and 'command' must be set")
         return self
 
 

@@ -92,7 +92,7 @@ def test_a_contract_refuses_a_field_of_the_wrong_type_by_name(
         return
     name = data.draw(st.sampled_from(fields))
     raw = json.loads(message.encode())
-    raw[name] = ["not-this"]  # a value no field takes
+    raw[name] = [["not-this"]]  # a value no field takes (`command` takes a list of str)
     with pytest.raises(WireError) as caught:
         cls.decode(json.dumps(raw))
     assert caught.value.field.split(".")[0] == name, caught.value

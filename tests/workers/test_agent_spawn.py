@@ -32,6 +32,9 @@ JOB = 990_101
 # More than Linux takes in one environment string (128 KiB): this spec could not
 # travel in an environment variable.
 BIG = {f"pad_{i:04d}": "x" * 256 for i in range(800)}
+# Allow-listed here, so the agent's policy lets it through, but not a module name: the
+# runner stops at it before importing TensorFlow.
+UNRUNNABLE = "no-such-module:train"
 
 
 @pytest.fixture
@@ -44,10 +47,11 @@ def bus() -> Iterator[redis.Redis]:
 
 
 def agent(tmp_path: Path, client: redis.Redis, **settings: Any) -> Agent:
-    return Agent(Settings(DATA_DIR=tmp_path, NODE_ID="spawn", **settings), client)
+    return Agent(Settings(DATA_DIR=tmp_path, NODE_ID="spawn", ALLOWED_ENTRYPOINTS=[UNRUNNABLE],
+                          **settings), client)
 
 
-def start(job_id: int, trainer: str = "no_such_trainer") -> StartReplica:
+def start(job_id: int, trainer: str = UNRUNNABLE) -> StartReplica:
     return StartReplica("spawn", ReplicaSpec(job_id, 1, 0, 1, trainer, "one_device", BIG))
 
 
@@ -78,7 +82,7 @@ def test_the_spec_travels_in_a_file_only_the_replica_reads(tmp_path: Path,
     event = exit_event(bus, JOB, since)
     # The runner read the whole spec from the file: it got as far as the trainer's name.
     assert event["exit_code"] == 2, event
-    assert "unknown trainer 'no_such_trainer'" in event["log_tail"]
+    assert f"unknown trainer '{UNRUNNABLE}'" in event["log_tail"]
     path = spec_path(node.data_dir, ReplicaKey(JOB, 1, 0))
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700

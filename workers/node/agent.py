@@ -22,9 +22,12 @@ from services.wire.client import get_redis, publish_event
 from services.wire.events import Event, NodeHeartbeat, ReplicaExited, ReplicaStarted
 from services.wire.keys import NODES_HASH, attempt_key, claim_key, node_queue
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
-from workers.node import gpus, ports
+from workers.node import admission, gpus, ports
+from workers.node.bundle_cache import BundleUnavailable
+from workers.node.environment import CommandNotFound
 from workers.node.launcher import ReplicaKey, ReplicaProcess, job_dir, spawn, tail
 from workers.node.logship import LogShipper
+from workers.node.prepare import Preparer
 from workers.node.sidecar import ReplicaSidecar, Sidecars
 
 log = logging.getLogger("cohort.agent")
@@ -44,6 +47,10 @@ PORT_TAKEN_EXIT = 138
 # 138 instead: another attempt may well start.
 SPAWN_NOT_FOUND_EXIT = 127
 SPAWN_FAILED_EXIT = 126
+# Refused before anything ran, and permanent: the node's policy forbids what the
+# message asks (a forged or stale message), or the bundle is missing or corrupt.
+POLICY_REFUSED_EXIT = 126
+BUNDLE_REFUSED_EXIT = 126
 _NODE_EXHAUSTED = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE,
                              errno.ENOSPC})
 
@@ -85,11 +92,15 @@ class Agent:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.gpu_ids = gpus.node_gpu_ids(settings.NODE_GPUS, gpus.discover_gpus())
-        self.sidecars = Sidecars(settings, client)  # the store, metrics from files
+        # Replicas whose code or inputs are being fetched; set: stopped meanwhile.
+        self.preparing: dict[ReplicaKey, threading.Event] = {}
+        self.preparer = Preparer(settings)
+        self.sidecars = Sidecars(settings, client)  # checkpoints, metrics from files
 
     # -- tasks -------------------------------------------------------------
     def start_replica(self, message: StartReplica) -> None:
-        """Start a replica once; a redelivered or repeated message is ignored."""
+        """Start a replica once; a redelivered or repeated message is ignored. A replica
+        whose code or inputs must be fetched first starts on a thread of its own."""
         key = ReplicaKey.of(message.spec)
         failure: tuple[int, str] | None = None
         if key not in self.started and not self.stopping.is_set():
@@ -102,20 +113,56 @@ class Agent:
             if not self._may_start(key):
                 return
             self.started.add(key)
-            refused = ports.port_problem(message.port) if message.port else None
+            refused = admission.refusal(message.spec, self.settings.ALLOWED_ENTRYPOINTS)
+            port_taken = ports.port_problem(message.port) if message.port else None
             if refused is not None:
-                failure = PORT_TAKEN_EXIT, refused
+                failure = POLICY_REFUSED_EXIT, refused
+            elif port_taken is not None:
+                failure = PORT_TAKEN_EXIT, port_taken
+            elif self.preparer.needed(message.spec):
+                self.preparing[key] = threading.Event()
+                threading.Thread(target=self._prepare_and_launch, args=(message,),
+                                 daemon=True, name=f"prepare-{key.job_id}-{key.attempt}-"
+                                 f"{key.index}").start()
+                return
             else:
-                try:
-                    sidecar = self.sidecars.follow(key)  # before the process writes
-                    process = spawn(message, self.data_dir, self.settings.redis_url,
-                                    self.settings.REPLICA_PYTHON or sys.executable)
-                    self.processes[key] = process
-                except Exception as exc:  # noqa: BLE001 - any failure is this replica's exit
-                    failure = spawn_exit_code(exc), f"could not start the process: {exc}"
+                failure = self._launch(message)
         if failure is not None:
             self._refuse(key, *failure)
-            return
+
+    def _prepare_and_launch(self, message: StartReplica) -> None:
+        key = ReplicaKey.of(message.spec)
+        failure: tuple[int, str] | None = None
+        try:
+            self.preparer.prepare(message.spec)
+        except BundleUnavailable as exc:
+            failure = BUNDLE_REFUSED_EXIT, str(exc)
+        except Exception as exc:  # noqa: BLE001 - the store or the disk failed: retryable
+            failure = PORT_TAKEN_EXIT, f"could not fetch the job's code or inputs: {exc}"
+        with self.lock:
+            cancelled = self.preparing.pop(key).is_set() or self.stopping.is_set()
+            if failure is None and not cancelled:
+                failure = self._launch(message)
+        if cancelled and failure is None:
+            # Stopped while its code was fetched: nothing was started.
+            self._publish_until_sent(ReplicaExited(
+                self.node_id, key.job_id, key.attempt, key.index, 143, time.time(),
+                never_started=True))
+        elif failure is not None:
+            self._refuse(key, *failure)
+
+    def _launch(self, message: StartReplica) -> tuple[int, str] | None:
+        """Spawn the replica and start supervising it (lock held); its failure, if any."""
+        key = ReplicaKey.of(message.spec)
+        try:
+            sidecar = self.sidecars.follow(key)  # before the process writes
+            process = spawn(message, self.data_dir, self.settings.redis_url,
+                            self.settings.REPLICA_PYTHON or sys.executable)
+        except CommandNotFound as exc:
+            return SPAWN_NOT_FOUND_EXIT, str(exc)
+        except Exception as exc:  # noqa: BLE001 - any failure is this replica's exit
+            return spawn_exit_code(exc), f"could not start the process: {exc}"
+        self.processes[key] = process
         log.info("started %s as pid %d", key, process.popen.pid)
         shipper = LogShipper(self.redis, key, process.log_path)
         shipper.start()
@@ -124,6 +171,7 @@ class Agent:
                                                  key.index, process.popen.pid, time.time()))
         threading.Thread(target=self._watch, args=(process, shipper, sidecar), daemon=True,
                          name=f"watch-{key.job_id}-{key.attempt}-{key.index}").start()
+        return None
 
     def _refuse(self, key: ReplicaKey, code: int, why: str) -> None:
         """Report a replica that could not be started here, with the reason for a person."""
@@ -162,6 +210,10 @@ class Agent:
         with self.lock:
             self.started.add(key)  # a late start message must not start it after this
             process = self.processes.get(key)
+            preparing = self.preparing.get(key)
+            if preparing is not None:
+                preparing.set()  # its fetch thread reports it, and starts nothing
+                return
         if process is None:
             # Nothing runs: say so, so the control plane can settle the replica.
             publish_event(self.redis, ReplicaExited(

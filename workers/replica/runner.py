@@ -17,6 +17,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Mapping
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -146,6 +147,22 @@ def _watch_parent() -> None:
     threading.Thread(target=watch, name="cohort-parent-watch", daemon=True).start()
 
 
+def replica_dirs(launch: ReplicaLaunch) -> dict[str, Path]:
+    """The replica's directories, as the agent names them in the environment
+    (workers/node/environment.py); a runner started by hand, without them, keeps
+    everything under the job directory."""
+    defaults = {
+        "work_dir": ("COHORT_WORK_DIR", launch.job_dir),
+        "checkpoint_dir": ("COHORT_CHECKPOINT_DIR", launch.job_dir / "checkpoints"),
+        "model_dir": ("COHORT_MODEL_DIR", launch.job_dir / "model"),
+        "tensorboard_dir": ("COHORT_TENSORBOARD_DIR",
+                            launch.job_dir / "tensorboard" / f"replica-{launch.spec.index}"),
+        "input_dir": ("COHORT_INPUT_DIR", launch.job_dir / "inputs"),
+    }
+    return {name: Path(os.environ.get(variable) or default)
+            for name, (variable, default) in defaults.items()}
+
+
 def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
     """Build the strategy, run the trainer and report its final metrics."""
     spec = launch.spec
@@ -155,12 +172,17 @@ def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
     # ours: without this the replica would ignore the agent's SIGTERM.
     handle_sigterm()
     announce(f"strategy={spec.strategy} num_replicas_in_sync={strategy.num_replicas_in_sync}")
+    dirs = replica_dirs(launch)
+    if spec.bundle is not None:
+        # `module:function` resolves inside the job's own code first.
+        sys.path.insert(0, str(dirs["work_dir"] / "code"))
     try:
-        trainer = load_trainer(spec.trainer)
+        trainer = load_trainer(spec.trainer or "")
     except UnknownTrainerError as exc:
         return _config_error(exc)
 
-    launch.job_dir.mkdir(parents=True, exist_ok=True)
+    for directory in (launch.job_dir, *dirs.values()):
+        directory.mkdir(parents=True, exist_ok=True)
     ctx = TrainerContext(
         strategy=strategy,
         job_id=spec.job_id,
@@ -170,6 +192,7 @@ def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
         hyperparameters=dict(spec.hyperparameters),
         job_dir=launch.job_dir,
         reporter=reporter,
+        **dirs,
     )
     result = trainer(ctx)
     if result is not None and not isinstance(result, Mapping):
@@ -189,6 +212,9 @@ def main() -> int:
     try:
         launch = read_config(os.environ.get("COHORT_REPLICA_SPEC"))
         spec = launch.spec
+        if spec.trainer is None:
+            raise ConfigError("the spec names no trainer (a `command` job runs its own "
+                              "program, not this runner)")
         # Catch a malformed trainer name before the (slow) TensorFlow start-up.
         parse_trainer_name(spec.trainer)
         redis_url = os.environ.get("COHORT_REDIS_URL")

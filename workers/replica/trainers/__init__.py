@@ -44,8 +44,13 @@ class TrainerContext:
     index: int
     replicas: int
     hyperparameters: dict[str, Any]
-    job_dir: Path
+    job_dir: Path  # the job's directory on this node, shared by its replicas here
     reporter: MetricReporter
+    work_dir: Path  # this replica's own directory (its copy of the bundle is work_dir/code)
+    checkpoint_dir: Path  # BackupAndRestore's backup_dir; synced to the store
+    model_dir: Path  # where the chief saves the trained model
+    tensorboard_dir: Path  # this replica's TensorBoard event files
+    input_dir: Path  # the job's input files, fetched from the store
     is_chief: bool = field(init=False)
 
     def __post_init__(self) -> None:

@@ -88,7 +88,7 @@ def _backup_callbacks(ctx: TrainerContext, every_steps: int) -> list[keras.callb
     if isinstance(ctx.strategy, tf.distribute.OneDeviceStrategy):
         warn("BackupAndRestore does not support one_device; a restarted attempt starts over")
         return []
-    return [keras.callbacks.BackupAndRestore(backup_dir=str(ctx.job_dir / "backup"),
+    return [keras.callbacks.BackupAndRestore(backup_dir=str(ctx.checkpoint_dir),
                                              save_freq=every_steps or "epoch")]
 
 
@@ -138,7 +138,7 @@ def train(ctx: TrainerContext) -> dict[str, float]:
 
     # Saving may run collectives, so every worker saves; only the chief's copy is kept.
     if ctx.is_chief:
-        model.save(str(ctx.job_dir / "model"))
+        model.save(str(ctx.model_dir))
     else:
         scratch = ctx.job_dir / "tmp" / f"worker-{ctx.index}"
         model.save(str(scratch))

@@ -1,6 +1,7 @@
 """Checks on the parts of a job spec that reach a replica's process: its argv and its
-environment. Plain functions, so the agent's side can apply the same rules to what it
-is asked to start."""
+environment. Plain functions in the wire room, so the api (services/jobs/schemas.py) and
+the node agent (workers/node/admission.py, on every start message it receives) apply the
+same rules."""
 
 from __future__ import annotations
 

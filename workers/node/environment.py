@@ -1,0 +1,140 @@
+"""The contract between the agent and a replica's process: its directories and variables.
+
+Both ways of running a job get the same directories and variables (README, "What your
+code gets"); a `trainer` additionally gets what the runner needs to report to the control
+plane (COHORT_REDIS_URL, its spec file). A `command` is the user's own program: it gets
+no Redis URL, no store or database credentials, nothing of the control plane's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.cluster import tf_config
+from services.wire.replica import StartReplica
+from workers.node import layout
+
+# Never inherited from the agent's environment: the control plane's settings and
+# secrets (COHORT_*: database, Redis, store, bootstrap token) and the store's
+# credentials (the agent, not the replica, talks to the store).
+_WITHHELD_PREFIXES = ("COHORT_", "AWS_")
+_WITHHELD_NAMES = frozenset({"TF_CONFIG"})
+
+
+@dataclass(frozen=True)
+class ReplicaPaths:
+    """Where one replica's files are on this node (workers/node/layout.py)."""
+
+    job_dir: Path
+    work_dir: Path
+    code_dir: Path
+    checkpoint_dir: Path
+    model_dir: Path
+    tensorboard_dir: Path
+    input_dir: Path
+    metrics_file: Path
+    hyperparameters_file: Path
+    spec_file: Path
+    log_file: Path
+
+    @classmethod
+    def of(cls, data_dir: Path, job_id: int, attempt: int, index: int) -> ReplicaPaths:
+        data_dir = Path(data_dir).absolute()
+        return cls(
+            job_dir=layout.job_dir(data_dir, job_id),
+            work_dir=layout.work_dir(data_dir, job_id, attempt, index),
+            code_dir=layout.code_dir(data_dir, job_id, attempt, index),
+            checkpoint_dir=layout.checkpoint_dir(data_dir, job_id),
+            model_dir=layout.model_dir(data_dir, job_id),
+            tensorboard_dir=layout.tensorboard_dir(data_dir, job_id, index),
+            input_dir=layout.input_dir(data_dir, job_id),
+            metrics_file=layout.metrics_file(data_dir, job_id, attempt, index),
+            hyperparameters_file=layout.hyperparameters_file(data_dir, job_id, attempt, index),
+            spec_file=layout.spec_file(data_dir, job_id, attempt, index),
+            log_file=layout.log_file(data_dir, job_id, attempt, index),
+        )
+
+    def make(self) -> None:
+        """Create the directories a process expects to find (its own work_dir is 0700)."""
+        for directory in (self.checkpoint_dir, self.model_dir, self.tensorboard_dir,
+                          self.input_dir, self.log_file.parent):
+            directory.mkdir(parents=True, exist_ok=True)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.work_dir.chmod(0o700)
+
+
+def contract_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
+    """The variables every replica process gets, whichever way it runs."""
+    spec = message.spec
+    env = {
+        "COHORT_JOB_ID": str(spec.job_id),
+        "COHORT_ATTEMPT": str(spec.attempt),
+        "COHORT_REPLICA_INDEX": str(spec.index),
+        "COHORT_NUM_REPLICAS": str(spec.replicas),
+        "COHORT_JOB_DIR": str(paths.job_dir),
+        "COHORT_WORK_DIR": str(paths.work_dir),
+        "COHORT_CHECKPOINT_DIR": str(paths.checkpoint_dir),
+        "COHORT_MODEL_DIR": str(paths.model_dir),
+        "COHORT_TENSORBOARD_DIR": str(paths.tensorboard_dir),
+        "COHORT_INPUT_DIR": str(paths.input_dir),
+        "COHORT_METRICS_FILE": str(paths.metrics_file),
+        "COHORT_HYPERPARAMETERS": str(paths.hyperparameters_file),
+        # Vertex AI's names for the same directories, which many scripts already read.
+        "AIP_MODEL_DIR": str(paths.model_dir),
+        "AIP_CHECKPOINT_DIR": str(paths.checkpoint_dir),
+        "AIP_TENSORBOARD_LOG_DIR": str(paths.tensorboard_dir),
+    }
+    if message.tf_config:
+        env["TF_CONFIG"] = tf_config.dumps(message.tf_config)
+    return env
+
+
+def replica_env(message: StartReplica, paths: ReplicaPaths, redis_url: str) -> dict[str, str]:
+    """The whole environment of a replica process: what it inherits from the node, the
+    job's own `env`, then Cohort's contract (which the job's names can never shadow)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in _WITHHELD_NAMES and not k.startswith(_WITHHELD_PREFIXES)}
+    # Keras 3's fit() breaks under MultiWorkerMirroredStrategy; tf-keras works. A job
+    # may set it to 0 in its `env` for a Keras 3 script.
+    env["TF_USE_LEGACY_KERAS"] = "1"
+    env.update(message.spec.env)
+    env.update(contract_env(message, paths))
+    env["PYTHONUNBUFFERED"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = message.gpu_ids
+    if message.spec.command is None:
+        # The runner (Cohort's own code) reports metrics and progress through Redis and
+        # stops itself when the agent dies (workers/replica/runner.py).
+        env["COHORT_REPLICA_SPEC"] = str(paths.spec_file)
+        env["COHORT_REDIS_URL"] = redis_url
+        env["COHORT_AGENT_PID"] = str(os.getpid())
+    return env
+
+
+class CommandNotFound(FileNotFoundError):
+    """argv[0] of a job's command is not on this node."""
+
+
+def resolve_argv(command: list[str], python: str, env: dict[str, str], cwd: Path) -> list[str]:
+    """The argv to exec: `python` is the node's replica interpreter (it has TensorFlow);
+    a name with a '/' is a path (relative to the code directory); other names are looked
+    up on the replica's PATH.
+
+    Raises:
+        CommandNotFound: argv[0] names nothing executable.
+    """
+    program = command[0]
+    if program in ("python", "python3"):
+        return [python or sys.executable, *command[1:]]
+    if "/" in program:
+        path = Path(program) if Path(program).is_absolute() else cwd / program
+        if not path.is_file():
+            raise CommandNotFound(f"command not found: {program}")
+        return [str(path), *command[1:]]
+    found = shutil.which(program, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise CommandNotFound(f"command not found: {program}")
+    return [found, *command[1:]]

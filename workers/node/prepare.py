@@ -1,0 +1,71 @@
+"""Before a replica's process starts: its code and its input files, from the store.
+
+Run on a thread of its own, never on a Celery task's (a 100 MB bundle takes a while, and
+a task must stay short); the agent starts the process when this returns.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from services.settings import Settings
+from services.storage.bundles import Limits
+from services.storage.store import ArtifactStore, open_store
+from services.wire.replica import ReplicaSpec
+from workers.node import layout
+from workers.node.bundle_cache import BundleCache, BundleUnavailable
+
+
+class Preparer:
+    """Fetches what replicas need from the artifact store (opened on first use)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._store: ArtifactStore | None = None
+        self._cache: BundleCache | None = None
+
+    @staticmethod
+    def needed(spec: ReplicaSpec) -> bool:
+        """Whether `spec` needs anything fetched before its process starts."""
+        return spec.bundle is not None or bool(spec.inputs)
+
+    def _open(self) -> tuple[ArtifactStore, BundleCache]:
+        with self._lock:
+            if self._store is None or self._cache is None:
+                self._store = open_store(settings=self.settings)
+                limits = Limits(max_bytes=self.settings.MAX_BUNDLE_BYTES,
+                                max_files=self.settings.MAX_BUNDLE_FILES,
+                                max_unpacked_bytes=self.settings.MAX_BUNDLE_UNPACKED_BYTES)
+                self._cache = BundleCache(layout.bundle_cache_dir(self.settings.data_dir),
+                                          self._store, self.settings.BUNDLE_CACHE_BYTES,
+                                          limits)
+            return self._store, self._cache
+
+    def prepare(self, spec: ReplicaSpec) -> None:
+        """Unpack the bundle into the replica's code directory and fetch its inputs.
+
+        Raises:
+            BundleUnavailable: the bundle or an input cannot be had (the message says why).
+        """
+        store, cache = self._open()
+        data_dir = self.settings.data_dir
+        if spec.bundle is not None:
+            cache.checkout(spec.bundle, layout.code_dir(data_dir, spec.job_id, spec.attempt,
+                                                        spec.index))
+        inputs = layout.input_dir(data_dir, spec.job_id)
+        for name, key in sorted(spec.inputs.items()):
+            self._fetch_input(store, key, inputs / name)
+
+    @staticmethod
+    def _fetch_input(store: ArtifactStore, key: str, path: Path) -> None:
+        # Replicas of one job on this node share the input directory: a file already
+        # here at the stored size is the same one (get_file renames into place whole).
+        try:
+            size = store.size(key)
+        except FileNotFoundError:
+            raise BundleUnavailable(f"input {key!r} is not in the artifact store") from None
+        if path.is_file() and path.stat().st_size == size:
+            return
+        store.get_file(key, path)
