@@ -14,6 +14,7 @@ from services.settings import Settings
 from services.storage.store import ArtifactStore, open_store
 from services.telemetry.metrics import parse_batch
 from services.wire.keys import METRICS_STREAM
+from services.wire.replica import ReplicaSpec
 from workers.node import layout
 from workers.node.artifact_sync import CheckpointMirror, is_scratch, named_checkpoints
 from workers.node.launcher import ReplicaKey
@@ -117,6 +118,10 @@ def test_another_node_restores_the_newest_checkpoint(artifact_env: str, tmp_path
     save(node_a, 6)
     assert CheckpointMirror(open_store(artifact_env), JOB, node_a).restore() == []
     assert (node_a / "chief" / "checkpoint").read_bytes() == state("ckpt-6")
+    # Unless the gang spans nodes: then every node takes the store's, the one all see.
+    assert CheckpointMirror(open_store(artifact_env), JOB, node_a).restore(store_wins=True)
+    assert (node_a / "chief" / "checkpoint").read_bytes() == state("ckpt-4")
+    assert not (node_a / "chief" / "ckpt-6.index").exists()
 
     # A fresh node (another DATA_DIR): everything is fetched.
     fresh = tmp_path / "node-c"
@@ -141,7 +146,8 @@ def test_at_exit_a_replicas_files_reach_the_default_store_under_data_dir(
     sidecars = Sidecars(settings, bus)
     for index in (1, 0):  # the worker exits first, then the chief
         key = ReplicaKey(JOB, 1, index)
-        sidecars.prepare(key)
+        sidecars.prepare(ReplicaSpec(job_id=JOB, attempt=1, index=index, replicas=2,
+                                     trainer="mlp_digits", strategy="multi_worker_mirrored"))
         sidecar = sidecars.follow(key)
         sidecar.start()
         save(layout.checkpoint_dir(data, JOB), 1)

@@ -105,7 +105,7 @@ class Agent:
         failure: tuple[int, str] | None = None
         if key not in self.started and not self.stopping.is_set():
             # Outside the lock (it may download): the claim below still decides.
-            self.sidecars.prepare(key)
+            self.sidecars.prepare(message.spec)
         with self.lock:
             if key in self.started or self.stopping.is_set():
                 log.info("ignoring start of %s: already started here", key)

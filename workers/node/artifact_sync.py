@@ -95,6 +95,10 @@ def _newer(stored: bytes, local: bytes | None) -> bool:
     return True  # the store holds the gang's checkpoint; a different one here is older
 
 
+def _differs(stored: bytes, local: bytes | None) -> bool:
+    return stored != local
+
+
 def _local_files(root: Path) -> set[str]:
     found = set()
     for dirpath, _, filenames in os.walk(root):
@@ -139,9 +143,11 @@ class CheckpointMirror:
         head = self.prefix + "/"
         return {key[len(head):] for key, _ in self.store.list(self.prefix)}
 
-    def restore(self, attempts: int = 3) -> list[str]:
+    def restore(self, *, attempts: int = 3, store_wins: bool = False) -> list[str]:
         """Make the local directory hold the store's checkpoint if the local one is
-        missing or older; returns the relative paths written here.
+        missing or older, or with `store_wins` whenever it differs (the replicas of a gang
+        on several nodes must all resume from the same one, and only the store's is seen
+        by all); returns the relative paths written here.
 
         Raises:
             FileNotFoundError: files kept vanishing while fetched (a writer still
@@ -150,14 +156,14 @@ class CheckpointMirror:
         """
         for attempt in range(1, attempts + 1):
             try:
-                return self._restore()
+                return self._restore(store_wins)
             except FileNotFoundError:
                 if attempt == attempts:
                     raise
                 time.sleep(0.2 * attempt)
         return []
 
-    def _restore(self) -> list[str]:
+    def _restore(self, store_wins: bool) -> list[str]:
         with self._lock:
             stored = self._list()
             states = {rel: self._get_bytes(rel) for rel in stored if is_state(rel)}
@@ -166,7 +172,8 @@ class CheckpointMirror:
             self._stored, self._sent_states, self._seen = stored, dict(states), set()
             if not stored:
                 return []
-            if states and not any(_newer(data, _read(self.local_dir / rel))
+            newer = _differs if store_wins else _newer
+            if states and not any(newer(data, _read(self.local_dir / rel))
                                   for rel, data in states.items()):
                 return []
             self._seen = set(stored)

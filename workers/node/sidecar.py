@@ -24,6 +24,7 @@ from typing import Any
 from services.settings import Settings
 from services.storage import keys
 from services.storage.store import ArtifactStore, open_store
+from services.wire.replica import ReplicaSpec
 from workers.node import layout
 from workers.node.artifact_sync import CheckpointMirror, CheckpointSyncer
 from workers.node.launcher import ReplicaKey
@@ -72,9 +73,10 @@ class Sidecars:
                     store, job_id, layout.checkpoint_dir(self.data_dir, job_id))
             return self._mirrors[job_id]
 
-    def prepare(self, key: ReplicaKey) -> None:
+    def prepare(self, spec: ReplicaSpec) -> None:
         """Restore the job's newest checkpoint here before the first replica of this
         attempt starts (the others wait for it); errors are logged, never raised."""
+        key = ReplicaKey.of(spec)
         with self._lock:
             job_lock = self._job_locks.setdefault(key.job_id, threading.Lock())
         with job_lock:
@@ -86,7 +88,7 @@ class Sidecars:
                 return
             started = time.monotonic()
             try:
-                written = mirror.restore()
+                written = mirror.restore(store_wins=spec.replicas > 1)
             except Exception:
                 log.exception("restoring the checkpoint of job %d failed: attempt %d starts "
                               "from what this node holds", key.job_id, key.attempt)
@@ -110,10 +112,10 @@ class ReplicaSidecar:
         self.checkpoint_dir = layout.checkpoint_dir(data_dir, job)
         self.model_dir = layout.model_dir(data_dir, job)
         self.tensorboard_dir = layout.tensorboard_dir(data_dir, job, key.index)
-        reporter = MetricReporter.from_url(node.settings.redis_url, job_id=job,
-                                           attempt=key.attempt, replica=key.index)
+        self.reporter = MetricReporter.from_url(node.settings.redis_url, job_id=job,
+                                                attempt=key.attempt, replica=key.index)
         self.shipper = ScalarShipper(
-            reporter, node.client, job_id=job, attempt=key.attempt, index=key.index,
+            self.reporter, node.client, job_id=job, attempt=key.attempt, index=key.index,
             metrics_file=layout.metrics_file(data_dir, job, key.attempt, key.index),
             tensorboard_dir=self.tensorboard_dir,
             watch_dirs=(self.checkpoint_dir, self.model_dir))
@@ -129,6 +131,8 @@ class ReplicaSidecar:
     def finish(self, log_path: Path, timeout: float = EXIT_UPLOAD_TIMEOUT) -> None:
         """The replica exited: ship the last points, upload its artifacts (bounded)."""
         self.shipper.finish()
+        if not self.shipper.is_alive():  # else still flushing: its connection stays open
+            self.reporter.close()
         started = time.monotonic()
         uploads = threading.Thread(target=self._upload, args=(log_path, timeout), daemon=True,
                                    name=f"uploads-{self.key.job_id}-{self.key.attempt}-"
