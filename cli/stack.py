@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import redis
 
@@ -57,9 +57,11 @@ class Stack:
         """`overrides`: COHORT_* variables for this stack, on top of the environment."""
         overrides = overrides or {}
         self.env = {**os.environ, **overrides}
-        self.settings = get_settings() if not overrides else Settings(**{
-            key.removeprefix("COHORT_"): value for key, value in overrides.items()
-            if key.startswith("COHORT_")})
+        # Settings(**...) (not model_validate) so the environment still fills the rest.
+        fields: dict[str, Any] = {key.removeprefix("COHORT_"): value
+                                  for key, value in overrides.items()
+                                  if key.startswith("COHORT_")}
+        self.settings = get_settings() if not overrides else Settings(**fields)
         self.quiet = quiet
         self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.argv: dict[str, tuple[list[str], dict[str, str]]] = {}  # for restart()

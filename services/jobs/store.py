@@ -24,7 +24,8 @@ SINGLE_REPLICA_STRATEGIES = {"mirrored", "one_device"}
 
 # Fields added after jobs were first stored: left out of the hash while unset, so a retry
 # of a spec stored before they existed still matches its Idempotency-Key.
-_LATER_FIELDS = {"command": None, "bundle": None, "env": {}, "progress_timeout_seconds": None}
+_LATER_FIELDS: dict[str, object] = {"command": None, "bundle": None, "env": {},
+                                     "progress_timeout_seconds": None}
 
 
 def _spec_hash(job_in: JobCreate) -> str:

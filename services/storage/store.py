@@ -9,6 +9,7 @@ servers; credentials from the usual AWS_* variables). Keys are relative and chec
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import os
 import tempfile
@@ -184,13 +185,13 @@ class ArtifactStore:
             if info.get("type") == "file":
                 yield rel, info
 
-    def list(self, prefix: str = "") -> list[tuple[str, int]]:
+    def list(self, prefix: str = "") -> builtins.list[tuple[str, int]]:
         """(key, size) of every object under the directory-like `prefix`, sorted by key."""
         head = check_prefix(prefix)
         return sorted((f"{head}/{rel}" if head else rel, int(info["size"]))
                       for rel, info in self._infos(head))
 
-    def list_versions(self, prefix: str = "") -> list[tuple[str, int, str]]:
+    def list_versions(self, prefix: str = "") -> builtins.list[tuple[str, int, str]]:
         """(key, size, version) of every object under `prefix`, sorted by key. The version
         changes whenever the bytes do: S3's ETag; a local file's inode and mtime (every
         write here is a rename of a new file)."""
@@ -215,7 +216,7 @@ class ArtifactStore:
 
     def put_tree(self, prefix: str, local_dir: str | os.PathLike[str], *,
                  mirror: bool = False, select: Callable[[str], bool] | None = None
-                 ) -> list[str]:
+                 ) -> builtins.list[str]:
         """Upload the regular files under `local_dir` that are new or changed; with `mirror`,
         delete stored files gone locally. Changed: another size than the stored copy, or
         written since this store last sent or fetched it (or, the first time, later than the
@@ -249,7 +250,7 @@ class ArtifactStore:
 
     def get_tree(self, prefix: str, local_dir: str | os.PathLike[str], *,
                  mirror: bool = False, select: Callable[[str], bool] | None = None
-                 ) -> list[str]:
+                 ) -> builtins.list[str]:
         """Download the objects under `prefix` that are missing or changed locally; with
         `mirror`, delete local files that are not stored. Changed: another size, another
         version than this store last fetched to that file (or, the first time, stored later

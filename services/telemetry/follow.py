@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 from contextlib import aclosing
 from typing import Any, TypeVar
 
@@ -113,7 +113,7 @@ class _Follower:
         # Taken before the history is read: whatever commits after that read is on the
         # feed after this position.
         newest = await self.client.xrevrange(self.key, count=1)
-        self.position = newest[0][0] if newest else "0-0"
+        self.position = str(newest[0][0]) if newest else "0-0"
         snapshot, event_id, self.fingerprint = await _snapshot(self.job_id)
         if self.status and (not resumed or event_id > self.cursor.event):
             self.cursor.event = max(self.cursor.event, event_id)
@@ -176,7 +176,7 @@ class _Follower:
         self.cursor.event = max(self.cursor.event, event_id)
         return [Event("status", str(self.cursor), snapshot)]
 
-    async def run(self, resumed: bool, keepalive: float) -> AsyncIterator[list[Event]]:
+    async def run(self, resumed: bool, keepalive: float) -> AsyncGenerator[list[Event]]:
         async for events in self.start(resumed):
             yield events
         idle_since = time.monotonic()

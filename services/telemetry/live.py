@@ -50,4 +50,4 @@ def publish(client: redis.Redis, kind: str, rows: list[dict[str, Any]],
 
 def read_stats(client: redis.Redis) -> dict[str, int]:
     """The ingest counters (rows stored since Redis started)."""
-    return {k: int(v) for k, v in client.hgetall(STATS_HASH).items()}
+    return {str(k): int(v) for k, v in client.hgetall(STATS_HASH).items()}

@@ -8,7 +8,7 @@ has one field `data`, a `LogBatch` (services/wire/batches.py).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -44,7 +44,7 @@ def insert_lines(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[di
         return []
     insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" \
         else sqlite.insert
-    table = LogLine.__table__
+    table = cast(sa.Table, LogLine.__table__)  # a mapped class's table is a Table
     statement = insert(table).on_conflict_do_nothing(
         index_elements=["job_id", "attempt", "replica", "seq"]).returning(*table.c)
     values = list(unique.values())

@@ -75,12 +75,21 @@ _ROLLUP_INSERT = ("INSERT INTO metric_rollups (job_id, attempt, replica, name, b
 _COPY_TYPES = ("int4", "int4", "int4", "int4", "int4", "varchar", "float8", "float8")
 
 
+def _driver_connection(session: Session) -> Any:
+    """The DB-API connection under the session's (psycopg's or sqlite3's), for COPY and
+    executemany."""
+    raw = session.connection().connection.driver_connection
+    if raw is None:  # only a detached pool connection has none
+        raise RuntimeError("the session's connection has no DB-API connection")
+    return raw
+
+
 def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[dict[str, Any]]:
     # COPY into a session-local staging table, then one INSERT ... SELECT: several times
     # faster than a multi-row INSERT ... RETURNING, and still one statement decides
     # what is new (ON CONFLICT DO NOTHING against the unique key).
     columns = ", ".join(_COLUMNS)
-    raw = session.connection().connection.driver_connection
+    raw = _driver_connection(session)
     with raw.cursor() as cursor:
         cursor.execute(
             "CREATE TEMP TABLE IF NOT EXISTS metric_stage (job_id integer, attempt integer, "
@@ -120,7 +129,7 @@ def _insert_sqlite(session: Session, values: list[dict[str, Any]]) -> list[dict[
     # DB-API executemany of INSERT OR IGNORE runs in C: several times faster than
     # SQLAlchemy's multi-row INSERT ... RETURNING.
     columns = ", ".join(_COLUMNS)
-    cursor = session.connection().connection.driver_connection.cursor()
+    cursor = _driver_connection(session).cursor()
     try:
         cursor.execute("SELECT coalesce(max(id), 0) FROM metric_points")
         before = cursor.fetchone()[0]

@@ -11,6 +11,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, Field
 from pydantic.dataclasses import dataclass
+from redis.typing import EncodableT, FieldT
 
 from services.wire.contract import STRICT, Attempt, Contract, Id, Seconds, WireError
 
@@ -27,7 +28,7 @@ class Event(Contract):
     __slots__ = ()
     KIND: ClassVar[str]
 
-    def entry(self) -> dict[str, str]:
+    def entry(self) -> dict[FieldT, EncodableT]:
         """The stream entry's fields."""
         return {"kind": self.KIND, "data": self.encode()}
 

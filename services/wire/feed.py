@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import orjson
+from redis.typing import EncodableT, FieldT
 
 
 class FeedError(ValueError):
@@ -85,7 +86,7 @@ class FeedEntry:
     rows: tuple[Row, ...]  # all of the kind's row type
     prev: int = 0  # the job's newest id of this kind stored before these rows
 
-    def encode(self) -> dict[str, str | bytes | int]:
+    def encode(self) -> dict[FieldT, EncodableT]:
         """The entry's Redis stream fields (for XADD)."""
         # orjson writes tuples, not NamedTuples: `default` hands it each row as one.
         return {"kind": self.kind, "rows": orjson.dumps(self.rows, default=tuple),
@@ -109,7 +110,7 @@ class FeedEntry:
             if type(items) is not list or not all(type(r) is list and r and type(r[0]) is int
                                                    for r in items):
                 raise ValueError("rows must be arrays that start with an integer id")
-            rows = tuple(map(make, items))
+            rows: tuple[Row, ...] = tuple(map(make, items))
             prev = int(fields.get("prev") or 0)
         except (TypeError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
             raise FeedError(f"malformed {kind} feed entry: {exc}") from exc

@@ -6,9 +6,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from services.cluster import reconcile
 from services.cluster.nodes import Heartbeat
 from services.cluster.pass_lock import PASS_LOCK_KEY
-from services.jobs import queue, reconcile
+from services.jobs import queue
 from services.jobs import store as jobs
 from services.models import Job, utcnow
 from services.settings import Settings, get_settings

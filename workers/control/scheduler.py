@@ -65,7 +65,7 @@ def read_progress(client: redis.Redis) -> dict[tuple[int, int, int], float]:
     cutoff = time.time() - PROGRESS_FORGET
     for field, value in client.hgetall(PROGRESS_HASH).items():
         try:
-            beat = ProgressBeat.decode(field, value)
+            beat = ProgressBeat.decode(str(field), str(value))
         except WireError:
             stale.append(field)
             continue

@@ -24,7 +24,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import cast
 
 from services.storage import keys
 from services.storage.store import ArtifactStore
@@ -177,9 +176,7 @@ class CheckpointMirror:
                                   for rel, data in states.items()):
                 return []
             self._seen = set(stored)
-            # (A `list` method on the store hides the builtin from mypy in its annotations.)
-            written = cast("list[str]", self.store.get_tree(self.prefix, self.local_dir,
-                                                               select=is_data))
+            written = self.store.get_tree(self.prefix, self.local_dir, select=is_data)
             for rel, data in states.items():  # the state file last: it names the data
                 _write_atomically(self.local_dir / rel, data)
                 written.append(rel)
@@ -199,8 +196,7 @@ class CheckpointMirror:
                 self._stored = self._list()
             states = {rel: data for rel in _local_files(self.local_dir) if is_state(rel)
                       if (data := _read(self.local_dir / rel)) is not None}
-            sent = cast("list[str]", self.store.put_tree(self.prefix, self.local_dir,
-                                                         select=is_data))
+            sent = self.store.put_tree(self.prefix, self.local_dir, select=is_data)
             local = _local_files(self.local_dir)  # after the upload: what it may have sent
             self._stored |= set(sent)
             self._seen |= local

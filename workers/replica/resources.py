@@ -25,7 +25,7 @@ def _nvml_handles() -> tuple[Any, list[Any]]:
     if not visible:
         return None, []
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
 
         pynvml.nvmlInit()
         return pynvml, [pynvml.nvmlDeviceGetHandleByIndex(int(d)) for d in visible]
