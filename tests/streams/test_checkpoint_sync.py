@@ -148,8 +148,8 @@ def test_at_exit_a_replicas_files_reach_the_default_store_under_data_dir(
         key = ReplicaKey(JOB, 1, index)
         sidecars.prepare(ReplicaSpec(job_id=JOB, attempt=1, index=index, replicas=2,
                                      trainer="mlp_digits", strategy="multi_worker_mirrored"))
-        sidecar = sidecars.follow(key)
-        sidecar.start()
+        sidecars.follow(key)
+        sidecars.start(key)
         save(layout.checkpoint_dir(data, JOB), 1)
         model = layout.model_dir(data, JOB)
         model.mkdir(parents=True, exist_ok=True)
@@ -163,7 +163,7 @@ def test_at_exit_a_replicas_files_reach_the_default_store_under_data_dir(
         log = layout.log_file(data, JOB, 1, index)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"log of replica {index}\n")
-        sidecar.finish(log, timeout=60)
+        sidecars.finish(key, log, timeout=60)
         if index == 1:  # a worker's model and checkpoint are not the job's
             assert not open_store(settings=settings).list(f"jobs/{JOB}/model")
             assert not open_store(settings=settings).list(f"jobs/{JOB}/checkpoints")

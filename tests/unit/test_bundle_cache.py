@@ -142,3 +142,22 @@ def test_the_least_recently_used_bundle_is_evicted(tmp_path: Path,
     cached = {p.name.removesuffix(".tar.gz") for p in (tmp_path / "cache").glob("*.tar.gz")}
     assert cached == {digests[0][7:], digests[2][7:]}
     assert not (tmp_path / "cache" / digests[1][7:]).exists()  # its tree went too
+
+
+def test_a_replicas_inputs_are_fetched_into_the_jobs_input_directory(tmp_path: Path) -> None:
+    from services.wire.replica import ReplicaSpec
+    from workers.node import layout
+    from workers.node.prepare import InputUnavailable, Preparer
+
+    settings = Settings(DATA_DIR=tmp_path / "data", ARTIFACT_URL=str(tmp_path / "store"))
+    open_store(settings=settings).put_bytes("data/3/train.csv", b"x,y\n1,2\n")
+    preparer = Preparer(settings)
+    spec = ReplicaSpec(5, 1, 0, 1, None, "one_device", command=["python", "train.py"],
+                       inputs={"train.csv": "data/3/train.csv"})
+    preparer.prepare(spec)
+    fetched = layout.input_dir(settings.data_dir, 5) / "train.csv"
+    assert fetched.read_bytes() == b"x,y\n1,2\n"
+    missing = ReplicaSpec(6, 1, 0, 1, None, "one_device", command=["true"],
+                          inputs={"a.csv": "data/3/none.csv"})
+    with pytest.raises(InputUnavailable, match="'data/3/none.csv' is not in the artifact"):
+        preparer.prepare(missing)

@@ -45,10 +45,17 @@ json_objects = st.dictionaries(text, json_values, max_size=6)
 @st.composite
 def specs(draw: st.DrawFn) -> ReplicaSpec:
     replicas = draw(st.integers(1, 64))
+    command = draw(st.none() | st.lists(text, min_size=1, max_size=4))
     return ReplicaSpec(draw(ids), draw(attempts), draw(st.integers(0, replicas - 1)), replicas,
-                       draw(text.filter(bool)),
+                       None if command is not None else draw(text.filter(bool)),
                        draw(st.sampled_from(["multi_worker_mirrored", "mirrored", "one_device"])),
-                       draw(json_objects))
+                       draw(json_objects),
+                       bundle=draw(st.none() | st.from_regex(r"(sha256:)?[0-9a-f]{64}",
+                                                             fullmatch=True)),
+                       command=command,
+                       env=draw(st.dictionaries(text, text, max_size=3)),
+                       inputs=draw(st.dictionaries(text, text, max_size=3)),
+                       progress_timeout_seconds=draw(st.none() | st.integers(0, 10**6)))
 
 
 keys = st.tuples(ids, attempts, ids)

@@ -22,13 +22,13 @@ from services.wire.client import get_redis, publish_event
 from services.wire.events import Event, NodeHeartbeat, ReplicaExited, ReplicaStarted
 from services.wire.keys import NODES_HASH, attempt_key, claim_key, node_queue
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
-from workers.node import admission, gpus, ports
+from workers.node import admission, gpus, layout, ports
 from workers.node.bundle_cache import BundleUnavailable
 from workers.node.environment import CommandNotFound
 from workers.node.launcher import ReplicaKey, ReplicaProcess, job_dir, spawn, tail
 from workers.node.logship import LogShipper
 from workers.node.prepare import Preparer
-from workers.node.sidecar import ReplicaSidecar, Sidecars
+from workers.node.sidecar import Sidecars
 
 log = logging.getLogger("cohort.agent")
 
@@ -51,6 +51,8 @@ SPAWN_FAILED_EXIT = 126
 # message asks (a forged or stale message), or the bundle is missing or corrupt.
 POLICY_REFUSED_EXIT = 126
 BUNDLE_REFUSED_EXIT = 126
+# The store or the disk failed while fetching: the node's trouble, worth another attempt.
+FETCH_FAILED_EXIT = PORT_TAKEN_EXIT
 _NODE_EXHAUSTED = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE,
                              errno.ENOSPC})
 
@@ -102,7 +104,7 @@ class Agent:
         """Start a replica once; a redelivered or repeated message is ignored. A replica
         whose code or inputs must be fetched first starts on a thread of its own."""
         key = ReplicaKey.of(message.spec)
-        failure: tuple[int, str] | None = None
+        process, failure = None, None
         if key not in self.started and not self.stopping.is_set():
             # Outside the lock (it may download): the claim below still decides.
             self.sidecars.prepare(message.spec)
@@ -121,57 +123,62 @@ class Agent:
                 failure = PORT_TAKEN_EXIT, port_taken
             elif self.preparer.needed(message.spec):
                 self.preparing[key] = threading.Event()
-                threading.Thread(target=self._prepare_and_launch, args=(message,),
-                                 daemon=True, name=f"prepare-{key.job_id}-{key.attempt}-"
-                                 f"{key.index}").start()
-                return
+                threading.Thread(target=self._prepare_and_start, args=(message,), daemon=True,
+                                 name=f"prepare-{key.job_id}-{key.attempt}-{key.index}").start()
             else:
-                failure = self._launch(message)
-        if failure is not None:
-            self._refuse(key, *failure)
+                process, failure = self._spawn(message)
+        self._started_or_refused(key, process, failure)
 
-    def _prepare_and_launch(self, message: StartReplica) -> None:
+    def _prepare_and_start(self, message: StartReplica) -> None:
         key = ReplicaKey.of(message.spec)
-        failure: tuple[int, str] | None = None
+        process, failure = None, None
         try:
             self.preparer.prepare(message.spec)
         except BundleUnavailable as exc:
             failure = BUNDLE_REFUSED_EXIT, str(exc)
         except Exception as exc:  # noqa: BLE001 - the store or the disk failed: retryable
-            failure = PORT_TAKEN_EXIT, f"could not fetch the job's code or inputs: {exc}"
+            failure = FETCH_FAILED_EXIT, f"could not fetch the job's code or inputs: {exc}"
         with self.lock:
             cancelled = self.preparing.pop(key).is_set() or self.stopping.is_set()
             if failure is None and not cancelled:
-                failure = self._launch(message)
+                process, failure = self._spawn(message)
         if cancelled and failure is None:
             # Stopped while its code was fetched: nothing was started.
             self._publish_until_sent(ReplicaExited(
                 self.node_id, key.job_id, key.attempt, key.index, 143, time.time(),
                 never_started=True))
-        elif failure is not None:
-            self._refuse(key, *failure)
+        self._started_or_refused(key, process, failure)
 
-    def _launch(self, message: StartReplica) -> tuple[int, str] | None:
-        """Spawn the replica and start supervising it (lock held); its failure, if any."""
-        key = ReplicaKey.of(message.spec)
+    def _spawn(self, message: StartReplica) -> tuple[ReplicaProcess | None,
+                                                       tuple[int, str] | None]:
+        """Spawn the replica (lock held): its process, or its exit code and the reason."""
+        self.sidecars.follow(ReplicaKey.of(message.spec))  # before the process writes
         try:
-            sidecar = self.sidecars.follow(key)  # before the process writes
             process = spawn(message, self.data_dir, self.settings.redis_url,
                             self.settings.REPLICA_PYTHON or sys.executable)
         except CommandNotFound as exc:
-            return SPAWN_NOT_FOUND_EXIT, str(exc)
+            return None, (SPAWN_NOT_FOUND_EXIT, str(exc))
         except Exception as exc:  # noqa: BLE001 - any failure is this replica's exit
-            return spawn_exit_code(exc), f"could not start the process: {exc}"
-        self.processes[key] = process
+            return None, (spawn_exit_code(exc), f"could not start the process: {exc}")
+        self.processes[process.key] = process
+        return process, None
+
+    def _started_or_refused(self, key: ReplicaKey, process: ReplicaProcess | None,
+                            failure: tuple[int, str] | None) -> None:
+        """Report a start (and supervise the process) or a refusal."""
+        if failure is not None:
+            self._refuse(key, *failure)
+        if process is None:
+            self.sidecars.discard(key)
+            return
         log.info("started %s as pid %d", key, process.popen.pid)
         shipper = LogShipper(self.redis, key, process.log_path)
         shipper.start()
-        sidecar.start()
+        self.sidecars.start(key)
         publish_event(self.redis, ReplicaStarted(self.node_id, key.job_id, key.attempt,
                                                  key.index, process.popen.pid, time.time()))
-        threading.Thread(target=self._watch, args=(process, shipper, sidecar), daemon=True,
+        threading.Thread(target=self._watch, args=(process, shipper), daemon=True,
                          name=f"watch-{key.job_id}-{key.attempt}-{key.index}").start()
-        return None
 
     def _refuse(self, key: ReplicaKey, code: int, why: str) -> None:
         """Report a replica that could not be started here, with the reason for a person."""
@@ -200,8 +207,10 @@ class Agent:
     def cleanup_job(self, message: CleanupJob) -> None:
         """Remove a finished job's scratch files here; its logs and saved model stay."""
         directory = job_dir(self.data_dir, message.job_id)
-        for name in ("backup", "tmp"):
-            shutil.rmtree(directory / name, ignore_errors=True)
+        # "backup": where jobs placed before the checkpoint directory kept theirs.
+        for path in (layout.checkpoint_dir(self.data_dir, message.job_id),
+                     directory / "backup", directory / "tmp"):
+            shutil.rmtree(path, ignore_errors=True)
         log.info("cleaned up scratch files of job %d", message.job_id)
 
     def stop_replica(self, message: StopReplica) -> None:
@@ -223,13 +232,12 @@ class Agent:
         process.stop(message.grace_seconds)
 
     # -- supervision -------------------------------------------------------
-    def _watch(self, process: ReplicaProcess, shipper: LogShipper | None = None,
-               sidecar: ReplicaSidecar | None = None) -> None:
+    def _watch(self, process: ReplicaProcess, shipper: LogShipper | None = None) -> None:
         returncode = process.popen.wait()
         if shipper is not None:
             shipper.finish()  # the last lines go out before the exit is reported
-        if sidecar is not None:
-            sidecar.finish(process.log_path)  # and the last points, checkpoint, model
+        # So do the last points, checkpoint, model, TensorBoard files and the log.
+        self.sidecars.finish(process.key, process.log_path)
         code = exit_code_of(returncode)
         key = process.key
         with self.lock:
@@ -290,6 +298,8 @@ class Agent:
         declares this node lost and places the gang elsewhere (never two copies)."""
         with self.lock:
             processes = [p for p in self.processes.values() if not p.stop_requested.is_set()]
+            for cancelled in self.preparing.values():
+                cancelled.set()  # still fetching its code: it will not start
         if processes:
             log.error("no contact with the control plane for %.0fs: stopping %d replicas",
                       self.settings.AGENT_LEASE, len(processes))

@@ -86,9 +86,14 @@ def process_argv(message: StartReplica, paths: ReplicaPaths, python: str,
     spec = message.spec
     if spec.command is None:
         cwd = paths.code_dir if spec.bundle else paths.job_dir
-        return [python, "-m", "workers.replica.runner"], cwd
+        # -P: the cwd (the job's code) is not put first on sys.path, so a bundle's own
+        # `workers` or `services` package cannot replace Cohort's runner; the runner puts
+        # the code directory on sys.path itself, once it has imported what it needs.
+        return [python, "-P", "-m", "workers.replica.runner"], cwd
     cwd = paths.code_dir if spec.bundle else paths.work_dir
-    return resolve_argv(spec.command, python, env, cwd), cwd
+    # Under the guard, which stops the program if this agent dies (workers/node/guard.py).
+    guard = [python, "-P", "-m", "workers.node.guard", str(os.getpid()), "--"]
+    return [*guard, *resolve_argv(spec.command, python, env, cwd)], cwd
 
 
 def spawn(message: StartReplica, data_dir: Path, redis_url: str,

@@ -17,6 +17,10 @@ from workers.node import layout
 from workers.node.bundle_cache import BundleCache, BundleUnavailable
 
 
+class InputUnavailable(BundleUnavailable):
+    """An input file the job names is not in the artifact store."""
+
+
 class Preparer:
     """Fetches what replicas need from the artifact store (opened on first use)."""
 
@@ -47,7 +51,8 @@ class Preparer:
         """Unpack the bundle into the replica's code directory and fetch its inputs.
 
         Raises:
-            BundleUnavailable: the bundle or an input cannot be had (the message says why).
+            BundleUnavailable: the bundle cannot be had, or InputUnavailable: an input
+                (the message says why).
         """
         store, cache = self._open()
         data_dir = self.settings.data_dir
@@ -65,7 +70,7 @@ class Preparer:
         try:
             size = store.size(key)
         except FileNotFoundError:
-            raise BundleUnavailable(f"input {key!r} is not in the artifact store") from None
+            raise InputUnavailable(f"input {key!r} is not in the artifact store") from None
         if path.is_file() and path.stat().st_size == size:
             return
         store.get_file(key, path)

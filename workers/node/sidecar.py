@@ -51,6 +51,7 @@ class Sidecars:
         self._mirrors: dict[int, CheckpointMirror] = {}
         self._job_locks: dict[int, threading.Lock] = {}
         self._restored: set[tuple[int, int]] = set()
+        self._followed: dict[ReplicaKey, ReplicaSidecar] = {}
 
     def store(self) -> ArtifactStore | None:
         """The artifact store (opened on first use; None, logged, if it cannot be)."""
@@ -98,9 +99,35 @@ class Sidecars:
                          len(written), key.job_id, key.attempt, time.monotonic() - started)
 
     def follow(self, key: ReplicaKey) -> ReplicaSidecar:
-        """The sidecar of replica `key`: make it before the process starts, so what its
-        files hold already (an earlier attempt here) counts for nothing."""
-        return ReplicaSidecar(self, key)
+        """Make the sidecar of replica `key` before its process starts, so what its files
+        hold already (an earlier attempt here) counts for nothing."""
+        sidecar = ReplicaSidecar(self, key)
+        with self._lock:
+            self._followed[key] = sidecar
+        return sidecar
+
+    def start(self, key: ReplicaKey) -> None:
+        """Its process started: follow it."""
+        with self._lock:
+            sidecar = self._followed.get(key)
+        if sidecar is not None:
+            sidecar.start()
+
+    def discard(self, key: ReplicaKey) -> None:
+        """Its process could not be started."""
+        with self._lock:
+            sidecar = self._followed.pop(key, None)
+        if sidecar is not None:
+            sidecar.reporter.close()
+
+    def finish(self, key: ReplicaKey, log_path: Path,
+               timeout: float = EXIT_UPLOAD_TIMEOUT) -> None:
+        """Its process exited: the last points and the uploads, before the exit is
+        reported (at most `timeout`; errors are logged)."""
+        with self._lock:
+            sidecar = self._followed.pop(key, None)
+        if sidecar is not None:
+            sidecar.finish(log_path, timeout)
 
 
 class ReplicaSidecar:

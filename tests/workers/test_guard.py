@@ -1,0 +1,64 @@
+"""The guard a job's command runs under, for real processes: it passes the program's exit
+status through, and stops the program when the agent that started it dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+GUARD = [sys.executable, "-P", "-m", "workers.node.guard"]
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def guarded(program: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([*GUARD, str(os.getpid()), "--", sys.executable, "-c", program],
+                            start_new_session=True)
+
+
+def test_the_programs_exit_status_is_the_guards() -> None:
+    assert guarded("import sys; sys.exit(3)").wait(30) == 3
+    assert guarded("import os; os.kill(os.getpid(), 9)").wait(30) == 137  # as a shell says
+
+
+def test_sigterm_to_the_group_stops_the_program_and_reports_it(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    guard = guarded(f"import pathlib, time; pathlib.Path({str(ready)!r}).touch(); "
+                    "time.sleep(60)")
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(guard.pid, signal.SIGTERM)  # what the agent's stop does
+    assert guard.wait(30) == 143
+
+
+def test_the_program_stops_when_its_agent_dies(tmp_path: Path) -> None:
+    pid_file = tmp_path / "program.pid"
+    program = (f"import os, pathlib, time; pathlib.Path({str(pid_file)!r}).write_text("
+               "str(os.getpid())); time.sleep(120)")
+    # A stand-in agent: starts the guard as the agent does, then waits to be killed.
+    agent = subprocess.Popen([sys.executable, "-c", (
+        "import os, subprocess, sys, time; "
+        f"subprocess.Popen({[*GUARD]!r} + [str(os.getpid()), '--', sys.executable, '-c', "
+        f"{program!r}], start_new_session=True); time.sleep(120)")])
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
+    assert alive(pid)
+    agent.kill()
+    agent.wait()
+    deadline = time.monotonic() + 15
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pid), "the program outlived its agent"
