@@ -218,7 +218,7 @@ async def _client(http: httpx.AsyncClient, url: str, headers: dict[str, str],
 
 
 def _emit(redis_url: str, job_id: int, seconds: float, rate: int) -> int:
-    from workers.replica.callbacks import MetricReporter
+    from workers.reporter import MetricReporter
 
     reporter = MetricReporter.from_url(redis_url, job_id=job_id, attempt=1, replica=0)
     step, deadline = 0, time.monotonic() + seconds

@@ -6,7 +6,8 @@
 * hung replicas: no first training step within STARTUP_TIMEOUT of the spawn (a gang
   that never fully joined waits forever in TensorFlow), or no progress heartbeat
   for PROGRESS_TIMEOUT or the job's own progress_timeout_seconds (a frozen process,
-  a cut network, a stuck input pipeline; 0 turns this check off for the job);
+  a cut network, a stuck input pipeline). A job's 0 turns the progress check off:
+  its start-up limit then covers only every replica of the gang being started;
 * deadlines: a job older than its active_deadline_seconds fails;
 * finished jobs whose ttl_seconds_after_finished has passed get their scratch
   files removed on every node that ran them.
@@ -109,35 +110,57 @@ def hang_limit(job_progress_timeout: int | None, default: float) -> float | None
     return float(job_progress_timeout) if job_progress_timeout else None
 
 
-def _progress_timeouts(
-    session: Session, job_ids: set[int],  # noqa: ARG001 - used once the column lands
-) -> dict[int, int | None]:
-    """Each job's own progress_timeout_seconds (missing or None: the cluster default)."""
-    # ISSUE 12, for the merge: Job.progress_timeout_seconds comes from another
-    # branch. Once it is in services/models.py, this body becomes:
-    #     return dict(session.execute(sa.select(Job.id, Job.progress_timeout_seconds)
-    #                                 .where(Job.id.in_(job_ids))).tuples().all())
-    return {}
+def _progress_timeouts(session: Session, job_ids: set[int]) -> dict[int, int | None]:
+    """Each job's own progress_timeout_seconds (None: the cluster default)."""
+    if not job_ids:
+        return {}
+    return dict(session.execute(sa.select(Job.id, Job.progress_timeout_seconds)
+                                .where(Job.id.in_(job_ids))).tuples().all())
+
+
+def _gangs_not_started(session: Session, job_ids: set[int]) -> set[tuple[int, int]]:
+    """(job, attempt) of the gangs in which some replica was placed but never started."""
+    if not job_ids:
+        return set()
+    return set(session.execute(
+        sa.select(Replica.job_id, Replica.attempt).distinct()
+        .where(Replica.job_id.in_(job_ids), Replica.status == ReplicaStatus.PENDING)
+    ).tuples().all())
+
+
+def _startup_failure(replica: Replica, limit: float | None, settings: Settings,
+                     not_started: set[tuple[int, int]]) -> str | None:
+    """Why a running replica that has not shown progress yet is hung, if it is."""
+    startup = settings.STARTUP_TIMEOUT
+    if limit is None:
+        # The job turned the progress watchdog off: its loop may never show progress,
+        # so the start-up limit covers only the gang's processes being started.
+        if (replica.job_id, replica.attempt) in not_started:
+            return (f"hung: the gang's processes were not all started within {startup:.0f}s "
+                    "of this one's start")
+        return None
+    return (f"hung: no training step within {startup:.0f}s "
+            "of its start (did every replica of the gang join?)")
 
 
 def find_hung(*, session: Session, settings: Settings, now: dt.datetime) -> list[Replica]:
     """Fail running replicas that stopped making progress (or never started to)."""
     hung = []
     running = _live_replicas(session, Replica.status == ReplicaStatus.RUNNING)
-    timeouts = _progress_timeouts(session, {replica.job_id for replica in running})
+    job_ids = {replica.job_id for replica in running}
+    timeouts = _progress_timeouts(session, job_ids)
+    not_started = _gangs_not_started(session, job_ids)
     for replica in running:
         if replica.started_at is None:
             continue
         limit = hang_limit(timeouts.get(replica.job_id), settings.PROGRESS_TIMEOUT)
+        failure: str | None = None
         if replica.progress_at is None:
             if now - replica.started_at > dt.timedelta(seconds=settings.STARTUP_TIMEOUT):
-                failure = (f"hung: no training step within {settings.STARTUP_TIMEOUT:.0f}s "
-                           "of its start (did every replica of the gang join?)")
-            else:
-                continue
+                failure = _startup_failure(replica, limit, settings, not_started)
         elif limit is not None and now - replica.progress_at > dt.timedelta(seconds=limit):
             failure = f"hung: no progress for {limit:.0f}s"
-        else:
+        if failure is None:
             continue
         gangs.record_replica_failure(replica=replica, failure=failure, lost=False, at=now)
         hung.append(replica)

@@ -14,9 +14,9 @@ import datetime as dt
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -27,6 +27,8 @@ from services.storage.keys import check_key, check_prefix
 # Local writes go here first and are renamed into place, so a reader never sees half
 # a file; list() hides it.
 _PARTIAL = ".partial"
+
+_T = TypeVar("_T")
 
 
 def open_store(url: str | None = None, *, settings: Settings | None = None) -> ArtifactStore:
@@ -197,6 +199,13 @@ class ArtifactStore:
         return sorted((f"{head}/{rel}" if head else rel, int(info["size"]), _version(info))
                       for rel, info in self._infos(head))
 
+    def delete(self, key: str) -> None:
+        """Delete the object at `key` (none there is no error)."""
+        try:
+            self.fs.rm_file(self._path(key))
+        except FileNotFoundError:
+            pass
+
     def delete_prefix(self, prefix: str) -> None:
         """Delete every object under `prefix` (a non-empty prefix: never the whole store)."""
         base = self._dir(prefix)
@@ -206,18 +215,20 @@ class ArtifactStore:
             self.fs.rm(base, recursive=True)
 
     def put_tree(self, prefix: str, local_dir: str | os.PathLike[str], *,
-                 mirror: bool = False) -> builtins.list[str]:
+                 mirror: bool = False, select: Callable[[str], bool] | None = None
+                 ) -> builtins.list[str]:
         """Upload the regular files under `local_dir` that are new or changed; with `mirror`,
         delete stored files gone locally. Changed: another size than the stored copy, or
         written since this store last sent or fetched it (or, the first time, later than the
-        stored copy was).
+        stored copy was). With `select`, only the relative paths it accepts are looked at,
+        here and in the store.
 
         Returns the keys (relative to `prefix`) uploaded.
         """
         head = check_prefix(prefix)
-        stored = dict(self._infos(head))
+        stored = _selected(dict(self._infos(head)), select)
         uploaded = []
-        local = _local_files(Path(local_dir))
+        local = _selected(_local_files(Path(local_dir)), select)
         for rel, stat in local.items():
             key = f"{head}/{rel}" if head else rel
             path = Path(local_dir) / rel
@@ -226,7 +237,10 @@ class ArtifactStore:
             if info is None or int(info["size"]) != stat.st_size or (
                     synced != (stat.st_size, stat.st_mtime_ns) if synced
                     else stat.st_mtime > _mtime(info)):
-                self.put_file(key, path)
+                try:
+                    self.put_file(key, path)
+                except FileNotFoundError:
+                    continue  # removed since listed (a checkpoint rotated out): not sent
                 self._synced[(str(path), key)] = (stat.st_size, stat.st_mtime_ns)
                 uploaded.append(rel)
         if mirror:
@@ -235,20 +249,22 @@ class ArtifactStore:
         return uploaded
 
     def get_tree(self, prefix: str, local_dir: str | os.PathLike[str], *,
-                 mirror: bool = False) -> builtins.list[str]:
+                 mirror: bool = False, select: Callable[[str], bool] | None = None
+                 ) -> builtins.list[str]:
         """Download the objects under `prefix` that are missing or changed locally; with
         `mirror`, delete local files that are not stored. Changed: another size, another
         version than this store last fetched to that file (or, the first time, stored later
-        than the local copy was written). A downloaded file takes the stored mtime.
+        than the local copy was written). A downloaded file takes the stored mtime. With
+        `select`, only the relative paths it accepts are looked at, here and in the store.
 
         Returns the paths (relative to `local_dir`) downloaded.
         """
         head = check_prefix(prefix)
         root = Path(local_dir)
         root.mkdir(parents=True, exist_ok=True)
-        local = _local_files(root)
+        local = _selected(_local_files(root), select)
         downloaded = []
-        stored = dict(self._infos(head))
+        stored = _selected(dict(self._infos(head)), select)
         for rel, info in stored.items():
             check_key(rel)  # a stored name never places a file outside local_dir
             key = f"{head}/{rel}" if head else rel
@@ -268,6 +284,10 @@ class ArtifactStore:
             for rel in local.keys() - stored.keys():
                 (root / rel).unlink()
         return downloaded
+
+
+def _selected(entries: dict[str, _T], select: Callable[[str], bool] | None) -> dict[str, _T]:
+    return entries if select is None else {k: v for k, v in entries.items() if select(k)}
 
 
 def _local_files(root: Path) -> dict[str, os.stat_result]:

@@ -18,7 +18,7 @@ from tests.e2e.conftest import wait_for
 from tests.streams.conftest import ingest_until
 from tests.tfsummaries import expected_reports, expected_scalars, start_writer
 from workers.node.scalars import ScalarShipper
-from workers.replica.callbacks import MetricReporter
+from workers.reporter import MetricReporter
 
 STEPS = 8
 

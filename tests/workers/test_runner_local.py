@@ -23,7 +23,7 @@ import pytest
 import redis
 
 from services.wire.keys import METRICS_STREAM
-from workers.replica.callbacks import MetricReporter
+from workers.reporter import MetricReporter
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_BASE = os.environ.get("COHORT_TEST_REDIS", "redis://127.0.0.1:6379")

@@ -28,6 +28,7 @@ from workers.node.environment import CommandNotFound
 from workers.node.launcher import ReplicaKey, ReplicaProcess, job_dir, spawn, tail
 from workers.node.logship import LogShipper
 from workers.node.prepare import Preparer
+from workers.node.sidecar import Sidecars
 
 log = logging.getLogger("cohort.agent")
 
@@ -96,6 +97,7 @@ class Agent:
         # Replicas whose code or inputs are being fetched; set: stopped meanwhile.
         self.preparing: dict[ReplicaKey, threading.Event] = {}
         self.preparer = Preparer(settings)
+        self.sidecars = Sidecars(settings, client)  # checkpoints, metrics from files
 
     # -- tasks -------------------------------------------------------------
     def start_replica(self, message: StartReplica) -> None:
@@ -103,6 +105,9 @@ class Agent:
         whose code or inputs must be fetched first starts on a thread of its own."""
         key = ReplicaKey.of(message.spec)
         process, failure = None, None
+        if key not in self.started and not self.stopping.is_set():
+            # Outside the lock (it may download): the claim below still decides.
+            self.sidecars.prepare(message.spec)
         with self.lock:
             if key in self.started or self.stopping.is_set():
                 log.info("ignoring start of %s: already started here", key)
@@ -147,6 +152,7 @@ class Agent:
     def _spawn(self, message: StartReplica) -> tuple[ReplicaProcess | None,
                                                        tuple[int, str] | None]:
         """Spawn the replica (lock held): its process, or its exit code and the reason."""
+        self.sidecars.follow(ReplicaKey.of(message.spec))  # before the process writes
         try:
             process = spawn(message, self.data_dir, self.settings.redis_url,
                             self.settings.REPLICA_PYTHON or sys.executable)
@@ -163,10 +169,12 @@ class Agent:
         if failure is not None:
             self._refuse(key, *failure)
         if process is None:
+            self.sidecars.discard(key)
             return
         log.info("started %s as pid %d", key, process.popen.pid)
         shipper = LogShipper(self.redis, key, process.log_path)
         shipper.start()
+        self.sidecars.start(key)
         publish_event(self.redis, ReplicaStarted(self.node_id, key.job_id, key.attempt,
                                                  key.index, process.popen.pid, time.time()))
         threading.Thread(target=self._watch, args=(process, shipper), daemon=True,
@@ -228,6 +236,8 @@ class Agent:
         returncode = process.popen.wait()
         if shipper is not None:
             shipper.finish()  # the last lines go out before the exit is reported
+        # So do the last points, checkpoint, model, TensorBoard files and the log.
+        self.sidecars.finish(process.key, process.log_path)
         code = exit_code_of(returncode)
         key = process.key
         with self.lock:

@@ -1,0 +1,77 @@
+"""Two nodes that share nothing but the artifact store (each agent has its own DATA_DIR):
+the node running a job dies after the job's first checkpoint reached the store, the gang
+restarts on the other node, restores that checkpoint and resumes from it."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import wait_for, wait_terminal
+from tests.faults.conftest import record, steps_seen
+
+pytestmark = pytest.mark.e2e
+
+EVERY = 25  # steps between two checkpoints
+RESUMABLE_JOB: dict[str, Any] = {
+    "name": "resumable", "replicas": 1, "restart_policy": "on_failure", "max_restarts": 2,
+    "hyperparameters": {"epochs": 12, "steps_per_epoch": 100, "hidden_units": 256,
+                        "checkpoint_every_steps": EVERY},
+}
+
+
+def stored_checkpoint(artifacts: Path, job_id: int) -> int | None:
+    """The number of the checkpoint the store's state file names (ckpt-<n>), if any."""
+    state = artifacts / "jobs" / str(job_id) / "checkpoints" / "chief" / "checkpoint"
+    try:
+        match = re.search(r'model_checkpoint_path: "ckpt-(\d+)"', state.read_text())
+    except OSError:
+        return None
+    return int(match.group(1)) if match else None
+
+
+def test_a_gang_restarted_on_another_node_resumes_from_the_stored_checkpoint(
+        make_stack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    artifacts = tmp_path / "shared-artifacts"  # neither node's DATA_DIR
+    stack, client = make_stack(slots=1, COHORT_ARTIFACT_URL=str(artifacts))
+    stack.add_agent("node-b", 1, data_dir=str(tmp_path / "data-node-b"))
+    wait_for(lambda: len([n for n in client.nodes() if n["status"] == "ready"]) == 2, 60,
+             "two ready nodes")
+    job = client.submit(RESUMABLE_JOB)
+    number = wait_for(lambda: stored_checkpoint(artifacts, job["id"]), 180,
+                      "the job's first checkpoint in the store")
+    node = client.job(job["id"])["replica_list"][0]["node_id"]
+    killed_at = time.time()
+    stack.kill("agent" if node == "node-a" else "agent-node-b")
+    first = steps_seen(client, job["id"], 1)
+    assert first and max(first) < 12 * 100, "the job finished before its node died"
+
+    final = wait_terminal(client, job["id"], timeout=240)
+    events = client.events(job["id"])
+    assert final["status"] == "succeeded", [(e["to_status"], e["reason"]) for e in events]
+    assert final["attempt"] == 2
+    other = "node-b" if node == "node-a" else "node-a"
+    assert {r["node_id"] for r in final["replica_list"]} == {other}
+
+    # Attempt 2 began right after a checkpoint at least as new as the one seen stored
+    # before the kill: the other node restored it from the store.
+    second = steps_seen(client, job["id"], 2)
+    resumed_after = min(second) - 1
+    assert resumed_after >= number * EVERY, (number, min(second), max(first))
+    assert resumed_after % EVERY == 0
+    assert max(second) == 12 * 100
+
+    # The job's results are in the store, whichever node made them.
+    listed = {item["path"] for item in client.artifacts(job["id"])}
+    assert "model/saved_model.pb" in listed, sorted(listed)
+    assert "logs/attempt-2/replica-0.log" in listed, sorted(listed)
+    first_step_2 = min(p["ts"] for p in client.metrics(job["id"], attempt=2, name=["loss"],
+                                                       replica=0) if p["step"] == min(second))
+    record("node agent killed (SIGKILL), nodes share only the artifact store",
+           "gang placed on the other node (its own DATA_DIR), which restored the newest "
+           "checkpoint from the store before starting", None, first_step_2 - killed_at,
+           f"{max(first) - resumed_after} steps redone (since the last stored checkpoint)")

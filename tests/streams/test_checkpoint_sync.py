@@ -1,0 +1,185 @@
+"""A job's checkpoint directory mirrored to the artifact store and restored on another node,
+against a directory store and a real S3 server (moto's standalone server): the files
+TensorFlow's CheckpointManager and tf-keras' BackupAndRestore lay out (real TensorFlow
+saving while the mirror syncs: tests/workers/test_checkpoint_restore.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import redis
+
+from services.settings import Settings
+from services.storage.store import ArtifactStore, open_store
+from services.telemetry.metrics import parse_batch
+from services.wire.keys import METRICS_STREAM
+from services.wire.replica import ReplicaSpec
+from workers.node import layout
+from workers.node.artifact_sync import CheckpointMirror, is_scratch, named_checkpoints
+from workers.node.launcher import ReplicaKey
+from workers.node.sidecar import Sidecars
+
+JOB = 41
+
+
+def state(*names: str) -> bytes:
+    """A CheckpointManager state file naming `names`, the newest first."""
+    lines = [f'model_checkpoint_path: "{names[0]}"']
+    lines += [f'all_model_checkpoint_paths: "{name}"' for name in reversed(names)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def save(root: Path, number: int, *, shards: int = 1, state_too: bool = True) -> None:
+    """Checkpoint ckpt-<number> in root/chief as TensorFlow lays it out: data and index
+    first, then the state file naming it."""
+    chief = root / "chief"
+    chief.mkdir(parents=True, exist_ok=True)
+    for shard in range(shards):
+        (chief / f"ckpt-{number}.data-{shard:05d}-of-{shards:05d}").write_bytes(
+            bytes([number]) * 1000)
+    (chief / f"ckpt-{number}.index").write_bytes(b"index %d" % number)
+    if state_too:
+        (chief / "checkpoint").write_bytes(state(f"ckpt-{number}"))
+
+
+def stored(store: ArtifactStore) -> dict[str, bytes]:
+    prefix = f"jobs/{JOB}/checkpoints/"
+    result = {}
+    for key, _ in store.list(prefix):
+        with store.open_read(key) as handle:
+            result[key[len(prefix):]] = handle.read()
+    return result
+
+
+def test_scratch_and_state_files_are_told_apart() -> None:
+    assert is_scratch("workertemp_1/chief/ckpt-1.index")
+    assert is_scratch("chief/ckpt-2_temp/part-00000-of-00001.data-00000-of-00001")
+    assert is_scratch("chief/ckpt-2_temp_0a1b2c/part-00000-of-00001.index")
+    assert is_scratch("chief/checkpoint.tmp" + "a" * 32)
+    assert not is_scratch("chief/ckpt-2.data-00000-of-00001")
+    assert not is_scratch("chief/checkpoint")
+    assert named_checkpoints(state("ckpt-3", "ckpt-2")) == ["ckpt-3", "ckpt-2"]
+    assert named_checkpoints(b'model_checkpoint_path: "/abs/dir/ckpt-7"\n') == ["ckpt-7"]
+
+
+def test_the_chiefs_checkpoint_is_mirrored_and_never_a_partial_one(
+        artifact_env: str, tmp_path: Path) -> None:
+    store = open_store(artifact_env)
+    local = tmp_path / "node-a"
+    mirror = CheckpointMirror(store, JOB, local)
+    save(local, 1)
+    (local / "workertemp_1").mkdir()
+    (local / "workertemp_1" / "ckpt-1.index").write_bytes(b"a worker's scratch")
+    (local / "chief" / "ckpt-2_temp").mkdir()
+    (local / "chief" / "ckpt-2_temp" / "part-00000-of-00001.index").write_bytes(b"half")
+    assert sorted(mirror.sync()) == ["chief/checkpoint", "chief/ckpt-1.data-00000-of-00001",
+                                     "chief/ckpt-1.index"]
+    assert set(stored(store)) == {"chief/checkpoint", "chief/ckpt-1.data-00000-of-00001",
+                                  "chief/ckpt-1.index"}
+    assert mirror.sync() == []  # nothing changed, nothing sent
+
+    # A state file naming a checkpoint whose shards are not all there yet is held back,
+    # and the data the stored state file names is kept although it is gone here.
+    save(local, 2, shards=2)
+    (local / "chief" / "ckpt-2.data-00001-of-00002").unlink()
+    for old in (local / "chief").glob("ckpt-1.*"):
+        old.unlink()
+    mirror.sync()
+    held = stored(store)
+    assert held["chief/checkpoint"] == state("ckpt-1")
+    assert "chief/ckpt-1.data-00000-of-00001" in held and "chief/ckpt-1.index" in held
+
+    # Once it is whole, the state file goes, and the checkpoint it replaced is deleted.
+    (local / "chief" / "ckpt-2.data-00001-of-00002").write_bytes(b"\x02" * 1000)
+    mirror.sync()
+    assert set(stored(store)) == {"chief/checkpoint", "chief/ckpt-2.index",
+                                  "chief/ckpt-2.data-00000-of-00002",
+                                  "chief/ckpt-2.data-00001-of-00002"}
+    assert stored(store)["chief/checkpoint"] == state("ckpt-2")
+
+
+def test_another_node_restores_the_newest_checkpoint(artifact_env: str, tmp_path: Path) -> None:
+    store = open_store(artifact_env)
+    node_a, node_b = tmp_path / "node-a", tmp_path / "node-b"
+    save(node_a, 4)
+    CheckpointMirror(store, JOB, node_a).sync()
+
+    # Node b ran an earlier attempt and holds an older checkpoint: it is replaced.
+    save(node_b, 2)
+    restored = CheckpointMirror(open_store(artifact_env), JOB, node_b).restore()
+    assert restored[-1] == "chief/checkpoint"  # the state file last
+    assert sorted(p.relative_to(node_b).as_posix() for p in node_b.rglob("*") if p.is_file()) \
+        == ["chief/checkpoint", "chief/ckpt-4.data-00000-of-00001", "chief/ckpt-4.index"]
+    assert (node_b / "chief" / "checkpoint").read_bytes() == state("ckpt-4")
+
+    # The same checkpoint here: nothing is fetched. A newer one here: it is kept.
+    assert CheckpointMirror(open_store(artifact_env), JOB, node_b).restore() == []
+    save(node_a, 6)
+    assert CheckpointMirror(open_store(artifact_env), JOB, node_a).restore() == []
+    assert (node_a / "chief" / "checkpoint").read_bytes() == state("ckpt-6")
+    # Unless the gang spans nodes: then every node takes the store's, the one all see.
+    assert CheckpointMirror(open_store(artifact_env), JOB, node_a).restore(store_wins=True)
+    assert (node_a / "chief" / "checkpoint").read_bytes() == state("ckpt-4")
+    assert not (node_a / "chief" / "ckpt-6.index").exists()
+
+    # A fresh node (another DATA_DIR): everything is fetched.
+    fresh = tmp_path / "node-c"
+    assert len(CheckpointMirror(open_store(artifact_env), JOB, fresh).restore()) == 3
+
+
+def test_a_replica_without_the_stored_checkpoint_does_not_delete_it(
+        artifact_env: str, tmp_path: Path) -> None:
+    store = open_store(artifact_env)
+    save(tmp_path / "node-a", 3)
+    CheckpointMirror(store, JOB, tmp_path / "node-a").sync()
+    # Node b's restore failed; its replica starts over and writes nothing yet.
+    empty = CheckpointMirror(open_store(artifact_env), JOB, tmp_path / "node-b")
+    assert empty.sync() == []
+    assert stored(store)["chief/checkpoint"] == state("ckpt-3")
+
+
+def test_at_exit_a_replicas_files_reach_the_default_store_under_data_dir(
+        bus: redis.Redis, tmp_path: Path) -> None:
+    settings = Settings(DATA_DIR=tmp_path / "data", ARTIFACT_URL="", NODE_ID="n1")
+    data = settings.data_dir
+    sidecars = Sidecars(settings, bus)
+    for index in (1, 0):  # the worker exits first, then the chief
+        key = ReplicaKey(JOB, 1, index)
+        sidecars.prepare(ReplicaSpec(job_id=JOB, attempt=1, index=index, replicas=2,
+                                     trainer="mlp_digits", strategy="multi_worker_mirrored"))
+        sidecars.follow(key)
+        sidecars.start(key)
+        save(layout.checkpoint_dir(data, JOB), 1)
+        model = layout.model_dir(data, JOB)
+        model.mkdir(parents=True, exist_ok=True)
+        (model / "saved_model.pb").write_bytes(b"model of replica %d" % index)
+        board = layout.tensorboard_dir(data, JOB, index)
+        board.mkdir(parents=True, exist_ok=True)
+        (board / "notes.txt").write_text(f"replica {index}")
+        metrics = layout.metrics_file(data, JOB, 1, index)
+        metrics.parent.mkdir(parents=True, exist_ok=True)
+        metrics.write_text(json.dumps({"step": 3, "metrics": {"loss": 0.5 + index}}) + "\n")
+        log = layout.log_file(data, JOB, 1, index)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(f"log of replica {index}\n")
+        sidecars.finish(key, log, timeout=60)
+        if index == 1:  # a worker's model and checkpoint are not the job's
+            assert not open_store(settings=settings).list(f"jobs/{JOB}/model")
+            assert not open_store(settings=settings).list(f"jobs/{JOB}/checkpoints")
+
+    store = open_store(settings=settings)
+    assert store.root == str(data / "artifacts")
+    files = {key: store.open_read(key).read() for key, _ in store.list(f"jobs/{JOB}")}
+    assert files[f"jobs/{JOB}/model/saved_model.pb"] == b"model of replica 0"
+    assert files[f"jobs/{JOB}/checkpoints/chief/checkpoint"] == state("ckpt-1")
+    for index in (0, 1):
+        assert files[f"jobs/{JOB}/tensorboard/replica-{index}/notes.txt"] == \
+            f"replica {index}".encode()
+        assert files[f"jobs/{JOB}/logs/attempt-1/replica-{index}.log"] == \
+            f"log of replica {index}\n".encode()
+    # The points of both metrics files went out before finish() returned.
+    rows = [row for _, fields in bus.xrange(METRICS_STREAM)
+            for row in parse_batch(fields["data"])]
+    assert {(r["replica"], r["step"], r["name"], r["value"]) for r in rows
+            if r["job_id"] == JOB} == {(0, 3, "loss", 0.5), (1, 3, "loss", 1.5)}

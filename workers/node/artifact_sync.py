@@ -1,0 +1,268 @@
+"""A job's checkpoints between this node and the artifact store shared by every node.
+
+While the replica that owns the job's real checkpoint runs (replica 0: under
+MultiWorkerMirroredStrategy tf-keras' BackupAndRestore writes the chief's checkpoint to
+`<backup_dir>/chief/` and every other worker to a scratch `workertemp_<task>/` it
+deletes again), the agent mirrors the job's checkpoint directory to
+`jobs/<id>/checkpoints/` as it changes. Before a replica of a new attempt starts on a
+node, the agent restores the newest checkpoint from there when the local one is
+missing or older, so a gang restarted on other nodes (another DATA_DIR) resumes.
+
+A store reader must never see a checkpoint that is half there. TensorFlow writes a
+checkpoint's data and `.index` files first and its state file `checkpoint` (which
+names the newest one) last; so does the mirror: a state file is sent only once every
+file of the checkpoint it names is stored, data a state file still names is never
+deleted, and a restore writes the state file locally after the data it names.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from services.storage import keys
+from services.storage.store import ArtifactStore
+
+log = logging.getLogger("cohort.artifacts")
+
+POLL_SECONDS = 1.0  # how often a running chief's checkpoint directory is looked at
+STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's state file
+# Scratch that is never the real checkpoint: a non-chief worker's copy (tf-keras'
+# distributed_file_utils), TensorFlow's shards before they are merged (`<prefix>_temp/`,
+# `<prefix>_temp_<hex>/`) and its atomic writes in progress (`<name>.tmp<hex>`).
+_SCRATCH_DIR = re.compile(r"workertemp_\d+|.*_temp(_[0-9a-f]+)?")
+_SCRATCH_FILE = re.compile(r".*\.tmp[0-9a-f]{32}|.*\.partial")
+_STATE_PATHS = re.compile(
+    r'^\s*(?:model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"((?:[^"\\]|\\.)*)"',
+    re.MULTILINE)
+_SHARD = re.compile(r"\.data-(\d+)-of-(\d+)")
+_NUMBER = re.compile(r"-(\d+)$")
+
+
+def is_scratch(rel: str) -> bool:
+    """Whether a path under the checkpoint directory is scratch, never mirrored."""
+    *dirs, name = rel.split("/")
+    return any(_SCRATCH_DIR.fullmatch(d) for d in dirs) or bool(_SCRATCH_FILE.fullmatch(name))
+
+
+def is_state(rel: str) -> bool:
+    return rel.rsplit("/", 1)[-1] == STATE_FILE and not is_scratch(rel)
+
+
+def is_data(rel: str) -> bool:
+    return not is_scratch(rel) and not is_state(rel)
+
+
+def named_checkpoints(state: bytes) -> list[str]:
+    """The checkpoint prefixes a state file names, the newest first (its
+    model_checkpoint_path, then all_model_checkpoint_paths), as base names."""
+    text = state.decode("utf-8", errors="replace")
+    names = [os.path.basename(m.replace('\\"', '"')) for m in _STATE_PATHS.findall(text)]
+    return list(dict.fromkeys(name for name in names if name))
+
+
+def checkpoint_files(directory: str, prefix: str, present: set[str]) -> list[str] | None:
+    """Every file of checkpoint `prefix` in `directory` ('' for the top), as relative
+    paths, if `present` holds all of them (its .index and each data shard); else None."""
+    base = f"{directory}/{prefix}" if directory else prefix
+    shards = [rel for rel in present if rel.startswith(f"{base}.data-")]
+    counts = {int(m.group(2)) for rel in shards if (m := _SHARD.search(rel[len(base):]))}
+    if f"{base}.index" not in present or len(counts) != 1:
+        return None
+    total = counts.pop()
+    wanted = [f"{base}.data-{i:05d}-of-{total:05d}" for i in range(total)]
+    if not set(wanted) <= present:
+        return None
+    return [f"{base}.index", *wanted]
+
+
+def _newer(stored: bytes, local: bytes | None) -> bool:
+    """Whether the stored state file names a newer checkpoint than the local one."""
+    if local is None:
+        return True
+    if local == stored:
+        return False
+    numbers = [_NUMBER.search(names[0]) if names else None
+               for names in (named_checkpoints(stored), named_checkpoints(local))]
+    if numbers[0] and numbers[1]:  # CheckpointManager counts on across restores
+        return int(numbers[0].group(1)) > int(numbers[1].group(1))
+    return True  # the store holds the gang's checkpoint; a different one here is older
+
+
+def _differs(stored: bytes, local: bytes | None) -> bool:
+    return stored != local
+
+
+def _local_files(root: Path) -> set[str]:
+    found = set()
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            path = Path(dirpath) / name
+            if not path.is_symlink() and path.is_file():
+                found.add(path.relative_to(root).as_posix())
+    return {rel for rel in found if not is_scratch(rel)}
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(tmp, path)
+
+
+class CheckpointMirror:
+    """One job's checkpoint directory on this node and `jobs/<id>/checkpoints/`."""
+
+    def __init__(self, store: ArtifactStore, job_id: int, local_dir: Path) -> None:
+        self.store = store
+        self.prefix = keys.checkpoints_prefix(job_id)
+        self.local_dir = Path(local_dir)
+        self._lock = threading.Lock()  # a restore and a sync never interleave
+        self._stored: set[str] | None = None  # relative paths stored (None: not listed yet)
+        self._sent_states: dict[str, bytes] = {}  # state files as stored, by relative path
+        self._seen: set[str] = set()  # here at some point: may be deleted from the store
+
+    def _key(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}"
+
+    def _list(self) -> set[str]:
+        head = self.prefix + "/"
+        return {key[len(head):] for key, _ in self.store.list(self.prefix)}
+
+    def restore(self, *, attempts: int = 3, store_wins: bool = False) -> list[str]:
+        """Make the local directory hold the store's checkpoint if the local one is
+        missing or older, or with `store_wins` whenever it differs (the replicas of a gang
+        on several nodes must all resume from the same one, and only the store's is seen
+        by all); returns the relative paths written here.
+
+        Raises:
+            FileNotFoundError: files kept vanishing while fetched (a writer still
+                rotating checkpoints), `attempts` times; the local state file is then
+                the one it was, naming files that are here.
+        """
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._restore(store_wins)
+            except FileNotFoundError:
+                if attempt == attempts:
+                    raise
+                time.sleep(0.2 * attempt)
+        return []
+
+    def _restore(self, store_wins: bool) -> list[str]:
+        with self._lock:
+            stored = self._list()
+            states = {rel: self._get_bytes(rel) for rel in stored if is_state(rel)}
+            # Only what was here may be deleted from the store: a replica that starts
+            # without the stored checkpoint must not delete it before it saves its own.
+            self._stored, self._sent_states, self._seen = stored, dict(states), set()
+            if not stored:
+                return []
+            newer = _differs if store_wins else _newer
+            if states and not any(newer(data, _read(self.local_dir / rel))
+                                  for rel, data in states.items()):
+                return []
+            self._seen = set(stored)
+            written = self.store.get_tree(self.prefix, self.local_dir, select=is_data)
+            for rel, data in states.items():  # the state file last: it names the data
+                _write_atomically(self.local_dir / rel, data)
+                written.append(rel)
+            if states:  # checkpoints of an older attempt here would never be rotated out
+                for rel in _local_files(self.local_dir) - stored:
+                    (self.local_dir / rel).unlink(missing_ok=True)
+            return written
+
+    def _get_bytes(self, rel: str) -> bytes:
+        with self.store.open_read(self._key(rel)) as handle:
+            return handle.read()
+
+    def sync(self) -> list[str]:
+        """Send what changed here; returns the relative paths sent."""
+        with self._lock:
+            if self._stored is None:
+                self._stored = self._list()
+            states = {rel: data for rel in _local_files(self.local_dir) if is_state(rel)
+                      if (data := _read(self.local_dir / rel)) is not None}
+            sent = self.store.put_tree(self.prefix, self.local_dir, select=is_data)
+            local = _local_files(self.local_dir)  # after the upload: what it may have sent
+            self._stored |= set(sent)
+            self._seen |= local
+            for rel, data in states.items():
+                if self._sent_states.get(rel) != data and self._complete(rel, data):
+                    self.store.put_bytes(self._key(rel), data)
+                    self._stored.add(rel)
+                    self._sent_states[rel] = data
+                    sent.append(rel)
+            self._prune(local)
+            return sent
+
+    def _complete(self, state_rel: str, data: bytes) -> bool:
+        names = named_checkpoints(data)
+        directory = state_rel.rpartition("/")[0]
+        assert self._stored is not None
+        return bool(names) and checkpoint_files(directory, names[0], self._stored) is not None
+
+    def _prune(self, local: set[str]) -> None:
+        """Delete from the store what was here and is gone: state files first, then the
+        data no stored state file names any more."""
+        assert self._stored is not None
+        gone = (self._seen & self._stored) - local
+        for rel in sorted(r for r in gone if is_state(r)):
+            self.store.delete(self._key(rel))
+            self._stored.discard(rel)
+            self._sent_states.pop(rel, None)
+        named = set()
+        for state_rel, data in self._sent_states.items():
+            directory = state_rel.rpartition("/")[0]
+            for name in named_checkpoints(data):
+                named.add(f"{directory}/{name}" if directory else name)
+        for rel in sorted(r for r in gone if is_data(r)):
+            if not any(rel.startswith(f"{name}.") for name in named):
+                self.store.delete(self._key(rel))
+                self._stored.discard(rel)
+
+
+class CheckpointSyncer(threading.Thread):
+    """Calls `mirror.sync()` every `poll_seconds` until `finish()`, which syncs once more."""
+
+    def __init__(self, mirror: CheckpointMirror, *, name: str,
+                 poll_seconds: float = POLL_SECONDS) -> None:
+        super().__init__(daemon=True, name=name)
+        self.mirror = mirror
+        self.poll_seconds = poll_seconds
+        self._done = threading.Event()
+        self._failures = 0
+
+    def run(self) -> None:
+        while not self._done.wait(self.poll_seconds):
+            self.sync()
+
+    def sync(self) -> None:
+        try:
+            self.mirror.sync()
+            self._failures = 0
+        except Exception as exc:  # noqa: BLE001 - the next poll tries again
+            self._failures += 1
+            if self._failures == 1 or self._failures % 60 == 0:
+                log.warning("syncing the checkpoints of %s failed (%d in a row): %s",
+                            self.mirror.prefix, self._failures, exc)
+
+    def finish(self, timeout: float) -> None:
+        """The replica exited: stop polling, then send the last checkpoint."""
+        self._done.set()
+        if self.is_alive():
+            self.join(timeout)
+        self.sync()

@@ -1,0 +1,202 @@
+"""What the agent does beside each replica it runs, whatever the replica's loop.
+
+* Before a replica of a new attempt starts here: the job's newest checkpoint is
+  restored from the artifact store (once per node and attempt; workers/node/artifact_sync.py).
+* While it runs: its metrics file and TensorBoard event files are followed and shipped,
+  and any sign of progress is beaten (workers/node/scalars.py); replica 0 (the chief,
+  which owns the real checkpoint) mirrors the checkpoint directory to the store.
+* When it exits, before the exit is reported: the last points, a final checkpoint sync,
+  the chief's saved model, the replica's TensorBoard files and its log file go to the
+  store (jobs/<id>/...), so a job that is `succeeded` has its model downloadable. That
+  takes at most EXIT_UPLOAD_TIMEOUT; past it the exit is reported anyway, the uploads
+  go on in the background, and every failure is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from services.settings import Settings
+from services.storage import keys
+from services.storage.store import ArtifactStore, open_store
+from services.wire.replica import ReplicaSpec
+from workers.node import layout
+from workers.node.artifact_sync import CheckpointMirror, CheckpointSyncer
+from workers.node.launcher import ReplicaKey
+from workers.node.scalars import ScalarShipper
+from workers.reporter import MetricReporter
+
+log = logging.getLogger("cohort.artifacts")
+
+EXIT_UPLOAD_TIMEOUT = 120.0  # seconds the exit report may wait for the uploads
+CHIEF = 0  # the replica whose checkpoint and model are the job's
+
+
+class Sidecars:
+    """The node's side of every replica: the store, each job's checkpoint mirror."""
+
+    def __init__(self, settings: Settings, client: Any,
+                 store_factory: Callable[[], ArtifactStore] | None = None) -> None:
+        self.settings = settings
+        self.client = client
+        self.data_dir = Path(settings.data_dir)
+        self._open_store = store_factory or (lambda: open_store(settings=settings))
+        self._store: ArtifactStore | None = None
+        self._lock = threading.Lock()
+        self._mirrors: dict[int, CheckpointMirror] = {}
+        self._job_locks: dict[int, threading.Lock] = {}
+        self._restored: set[tuple[int, int]] = set()
+        self._followed: dict[ReplicaKey, ReplicaSidecar] = {}
+
+    def store(self) -> ArtifactStore | None:
+        """The artifact store (opened on first use; None, logged, if it cannot be)."""
+        with self._lock:
+            if self._store is None:
+                try:
+                    self._store = self._open_store()
+                except Exception:
+                    log.exception("cannot open the artifact store: checkpoints, models and "
+                                  "logs stay on this node")
+            return self._store
+
+    def mirror(self, job_id: int) -> CheckpointMirror | None:
+        store = self.store()
+        if store is None:
+            return None
+        with self._lock:
+            if job_id not in self._mirrors:
+                self._mirrors[job_id] = CheckpointMirror(
+                    store, job_id, layout.checkpoint_dir(self.data_dir, job_id))
+            return self._mirrors[job_id]
+
+    def prepare(self, spec: ReplicaSpec) -> None:
+        """Restore the job's newest checkpoint here before the first replica of this
+        attempt starts (the others wait for it); errors are logged, never raised."""
+        key = ReplicaKey.of(spec)
+        with self._lock:
+            job_lock = self._job_locks.setdefault(key.job_id, threading.Lock())
+        with job_lock:
+            if (key.job_id, key.attempt) in self._restored:
+                return
+            self._restored.add((key.job_id, key.attempt))
+            mirror = self.mirror(key.job_id)
+            if mirror is None:
+                return
+            started = time.monotonic()
+            try:
+                written = mirror.restore(store_wins=spec.replicas > 1)
+            except Exception:
+                log.exception("restoring the checkpoint of job %d failed: attempt %d starts "
+                              "from what this node holds", key.job_id, key.attempt)
+                return
+            if written:
+                log.info("restored %d checkpoint files of job %d for attempt %d in %.2fs",
+                         len(written), key.job_id, key.attempt, time.monotonic() - started)
+
+    def follow(self, key: ReplicaKey) -> ReplicaSidecar:
+        """Make the sidecar of replica `key` before its process starts, so what its files
+        hold already (an earlier attempt here) counts for nothing."""
+        sidecar = ReplicaSidecar(self, key)
+        with self._lock:
+            self._followed[key] = sidecar
+        return sidecar
+
+    def start(self, key: ReplicaKey) -> None:
+        """Its process started: follow it."""
+        with self._lock:
+            sidecar = self._followed.get(key)
+        if sidecar is not None:
+            sidecar.start()
+
+    def discard(self, key: ReplicaKey) -> None:
+        """Its process could not be started."""
+        with self._lock:
+            sidecar = self._followed.pop(key, None)
+        if sidecar is not None:
+            sidecar.reporter.close()
+
+    def finish(self, key: ReplicaKey, log_path: Path,
+               timeout: float = EXIT_UPLOAD_TIMEOUT) -> None:
+        """Its process exited: the last points and the uploads, before the exit is
+        reported (at most `timeout`; errors are logged)."""
+        with self._lock:
+            sidecar = self._followed.pop(key, None)
+        if sidecar is not None:
+            sidecar.finish(log_path, timeout)
+
+
+class ReplicaSidecar:
+    """Follows one replica from just before its start to its exit."""
+
+    def __init__(self, node: Sidecars, key: ReplicaKey) -> None:
+        self.node, self.key = node, key
+        data_dir, job = node.data_dir, key.job_id
+        self.checkpoint_dir = layout.checkpoint_dir(data_dir, job)
+        self.model_dir = layout.model_dir(data_dir, job)
+        self.tensorboard_dir = layout.tensorboard_dir(data_dir, job, key.index)
+        self.reporter = MetricReporter.from_url(node.settings.redis_url, job_id=job,
+                                                attempt=key.attempt, replica=key.index)
+        self.shipper = ScalarShipper(
+            self.reporter, node.client, job_id=job, attempt=key.attempt, index=key.index,
+            metrics_file=layout.metrics_file(data_dir, job, key.attempt, key.index),
+            tensorboard_dir=self.tensorboard_dir,
+            watch_dirs=(self.checkpoint_dir, self.model_dir))
+        mirror = node.mirror(job) if key.index == CHIEF else None
+        self.syncer = None if mirror is None else CheckpointSyncer(
+            mirror, name=f"checkpoints-{job}-{key.attempt}-{key.index}")
+
+    def start(self) -> None:
+        self.shipper.start()
+        if self.syncer is not None:
+            self.syncer.start()
+
+    def finish(self, log_path: Path, timeout: float = EXIT_UPLOAD_TIMEOUT) -> None:
+        """The replica exited: ship the last points, upload its artifacts (bounded)."""
+        self.shipper.finish()
+        if not self.shipper.is_alive():  # else still flushing: its connection stays open
+            self.reporter.close()
+        started = time.monotonic()
+        uploads = threading.Thread(target=self._upload, args=(log_path, timeout), daemon=True,
+                                   name=f"uploads-{self.key.job_id}-{self.key.attempt}-"
+                                        f"{self.key.index}")
+        uploads.start()
+        uploads.join(timeout)
+        if uploads.is_alive():
+            log.error("the uploads of %s take over %.0fs: its exit is reported now and they "
+                      "go on", self.key, timeout)
+        else:
+            log.info("uploaded the artifacts of %s in %.2fs", self.key,
+                     time.monotonic() - started)
+
+    def _upload(self, log_path: Path, timeout: float) -> None:
+        store = self.node.store()
+        if store is None:
+            return
+        job, index = self.key.job_id, self.key.index
+        steps: list[tuple[str, Callable[[], object]]] = []
+        syncer = self.syncer
+        if syncer is not None:
+            steps.append(("the last checkpoint", lambda: syncer.finish(timeout)))
+            if _has_files(self.model_dir):
+                steps.append(("the model", lambda: store.put_tree(
+                    keys.model_prefix(job), self.model_dir, mirror=True)))
+        if _has_files(self.tensorboard_dir):
+            steps.append(("the TensorBoard files", lambda: store.put_tree(
+                keys.tensorboard_prefix(job, index), self.tensorboard_dir)))
+        if log_path.is_file():
+            steps.append(("the log", lambda: store.put_file(
+                keys.log_key(job, self.key.attempt, index), log_path)))
+        for what, step in steps:
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - one failed upload must not skip the others
+                log.exception("uploading %s of %s failed", what, self.key)
+
+
+def _has_files(directory: Path) -> bool:
+    return directory.is_dir() and any(p.is_file() for p in directory.rglob("*"))
