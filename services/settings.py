@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     MAX_BUNDLE_BYTES: int = Field(100 * 1024 * 1024, ge=1)
     MAX_BUNDLE_FILES: int = Field(10_000, ge=1)
     MAX_BUNDLE_UNPACKED_BYTES: int = Field(1024 * 1024 * 1024, ge=1)
+    # A project's data file (PUT /api/v1/data/{path}): bytes of one upload.
+    MAX_DATA_BYTES: int = Field(1024 * 1024 * 1024, ge=1)
 
     # Node agent
     NODE_ID: str = ""

@@ -1,10 +1,12 @@
-"""Checks on the parts of a job spec that reach a replica's process: its argv and its
-environment. Plain functions, so the agent's side can apply the same rules to what it
+"""Checks on the parts of a job spec that reach a replica's process: its argv, its
+environment and the names of its input files. Plain functions, so the agent's side can apply the same rules to what it
 is asked to start."""
 
 from __future__ import annotations
 
 import re
+
+from services.storage.keys import DATA_PREFIX, InvalidKey, check_data_path
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Variables Cohort sets itself, or that change what the interpreter or the loader run.
@@ -14,6 +16,9 @@ MAX_ENV_VARIABLES = 128
 MAX_ENV_VALUE = 32_768
 MAX_COMMAND_ARGS = 64
 MAX_COMMAND_ARG = 4096
+MAX_INPUTS = 32
+MAX_INPUT_NAME = 100
+_INPUT_NAME_BAD = re.compile(r"[/\\\x00-\x1f\x7f]")
 
 
 def check_command(argv: list[str]) -> list[str]:
@@ -52,3 +57,40 @@ def check_env(env: dict[str, str]) -> dict[str, str]:
             raise ValueError(f"variable {name!r}: the value has a NUL byte or is longer "
                              f"than {MAX_ENV_VALUE} characters")
     return env
+
+
+def check_input_name(name: str) -> str:
+    """Return `name` if it can be a file directly in the replica's input directory.
+
+    Raises:
+        ValueError: empty, too long, with a '/', a backslash or a control character, or
+            starting with '.' (no hidden files, no '.' or '..').
+    """
+    if not name or len(name) > MAX_INPUT_NAME:
+        raise ValueError(f"input name {name!r} must be 1..{MAX_INPUT_NAME} characters")
+    if _INPUT_NAME_BAD.search(name) or name.startswith("."):
+        raise ValueError(f"input name {name!r} must be a plain file name (no '/', no "
+                         "backslash or control characters, not starting with '.'), "
+                         "such as 'train.csv'")
+    return name
+
+
+def check_inputs(inputs: dict[str, str]) -> dict[str, str]:
+    """Return `inputs` ({local file name: "data/<path>"}) if every name and path is valid.
+
+    Raises:
+        ValueError: naming the first entry refused and why.
+    """
+    if len(inputs) > MAX_INPUTS:
+        raise ValueError(f"at most {MAX_INPUTS} inputs")
+    for name, source in inputs.items():
+        check_input_name(name)
+        path = source.removeprefix(f"{DATA_PREFIX}/")
+        if path == source:
+            raise ValueError(f"input {name!r}: {source!r} must name the project's data as "
+                             "'data/<path>' (upload it with `cohort data push FILE PATH`)")
+        try:
+            check_data_path(path)
+        except InvalidKey as exc:
+            raise ValueError(f"input {name!r}: {exc}") from exc
+    return inputs

@@ -166,6 +166,27 @@ class ArtifactStore:
             raise FileNotFoundError(key)
         return int(info["size"])
 
+    def delete(self, key: str) -> None:
+        """Delete the object at `key`.
+
+        Raises:
+            FileNotFoundError: no object at `key`.
+        """
+        if not self.exists(key):
+            raise FileNotFoundError(key)
+        path = self._path(key)
+        self.fs.rm_file(path)
+        if self.is_local:
+            # Empty directories left behind would stop a file taking their name later
+            # (S3 has no directories).
+            parent = os.path.dirname(path)
+            while parent != self.root and parent.startswith(self.root + "/"):
+                try:
+                    os.rmdir(parent)
+                except OSError:
+                    break  # not empty
+                parent = os.path.dirname(parent)
+
     # -- prefixes --------------------------------------------------------------------------
 
     def _infos(self, prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
