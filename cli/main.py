@@ -15,8 +15,8 @@ import yaml
 from rich.console import Console
 
 from cli.code import register as register_code_commands
-from cli.data import register as register_data_commands
 from cli.commands import register as register_job_commands
+from cli.data import register as register_data_commands
 from cli.schedules import app as schedules_app
 from services.settings import get_settings
 

@@ -30,8 +30,8 @@ from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate
 from services.jobs.trainers import BUILTIN_TRAINERS
 from services.models import ApiToken, Job
-from services.storage.store import ArtifactStore
 from services.statuses import TERMINAL_REPLICA_STATUSES, TERMINAL_STATUSES, JobStatus
+from services.storage.store import ArtifactStore
 from services.telemetry import summaries
 
 COOKIE = "cohort_token"
@@ -73,12 +73,12 @@ def _size(size: int) -> str:
     """'512 B', '3.4 KiB', '1.2 GiB'."""
     if size < 1024:
         return f"{size} B"
-    value, unit = float(size), "B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB"):
         value /= 1024
         if value < 1024:
-            break
-    return f"{value:.1f} {unit}"
+            return f"{value:.1f} {unit}"
+    return f"{value / 1024:.1f} TiB"
 
 
 templates.env.filters["age"] = _age

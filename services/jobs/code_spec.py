@@ -1,6 +1,6 @@
 """Checks on the parts of a job spec that reach a replica's process: its argv, its
-environment and the names of its input files. Plain functions, so the agent's side can apply the same rules to what it
-is asked to start."""
+environment and the names of its input files. Plain functions, so the agent's side can
+apply the same rules to what it is asked to start."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ from services.jobs.trainers import check_trainer
 from services.jobs.transitions import transition_job
 from services.models import Job, JobEvent, LogLine, MetricPoint, MetricRollup, Replica
 from services.settings import Settings
-from services.storage.store import ArtifactStore
 from services.statuses import TERMINAL_STATUSES, JobStatus
+from services.storage.store import ArtifactStore
 
 SINGLE_REPLICA_STRATEGIES = {"mirrored", "one_device"}
 

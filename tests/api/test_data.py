@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
@@ -21,7 +21,13 @@ from services.storage import keys
 from services.storage.store import open_store
 from tests.factories import create_token
 
-LOCAL = pytest.mark.parametrize("artifact_env", ["local"], indirect=True)
+T = TypeVar("T")
+
+
+def LOCAL(test: T) -> T:  # noqa: N802 - used as a decorator, like pytest's marks
+    """Run the test against a fresh directory store of its own (COHORT_ARTIFACT_URL)."""
+    test = pytest.mark.usefixtures("artifact_env")(test)
+    return pytest.mark.parametrize("artifact_env", ["local"], indirect=True)(test)
 CSV = b"x,y\n1,2\n3,4\n"
 JOB: dict[str, Any] = {"name": "reader", "command": ["python", "train.py"], "replicas": 1,
                        "strategy": "one_device"}
@@ -71,7 +77,7 @@ def test_push_list_replace_delete(client: TestClient, auth: dict[str, str], sess
 
 @LOCAL
 def test_another_projects_data_is_never_visible(client: TestClient, auth: dict[str, str],
-                                                session: Session, artifact_env: str) -> None:
+                                                session: Session) -> None:
     assert client.put("/api/v1/data/secret.csv", content=CSV, headers=auth).status_code == 201
     other = other_project(session)
     assert client.get("/api/v1/data", headers=other).json() == {"items": []}
@@ -86,14 +92,12 @@ def test_another_projects_data_is_never_visible(client: TestClient, auth: dict[s
 
 
 @LOCAL
-@pytest.mark.parametrize("path", ["%2Fetc%2Fpasswd", "a/../../b", "a//b", "a/./b",
-                                  "a%5Cb", "a%01b", ".."])
+# Dots encoded, so the client sends them as they are rather than resolving them itself.
+@pytest.mark.parametrize("path", ["%2Fetc%2Fpasswd", "a/%2E%2E/%2E%2E/b", "%2E%2E", "a//b",
+                                  "a/%2E/b", "a%5Cb", "a%01b", "a%7Fb"])
 def test_a_path_that_could_leave_the_projects_data_is_422_naming_path(
-        client: TestClient, auth: dict[str, str], artifact_env: str, path: str) -> None:
+        client: TestClient, auth: dict[str, str], path: str) -> None:
     response = client.put(f"/api/v1/data/{path}", content=CSV, headers=auth)
-    if response.status_code == 404:  # the client resolved `..` itself: nothing reached us
-        assert ".." in path
-        return
     assert response.status_code == 422, (path, response.text)
     assert response.json()["fields"][0]["field"] == "path"
     assert "relative path" in response.json()["message"]
@@ -103,8 +107,8 @@ def test_a_path_that_could_leave_the_projects_data_is_422_naming_path(
 
 
 @LOCAL
-def test_a_file_and_a_directory_cannot_share_a_path(client: TestClient, auth: dict[str, str],
-                                                     artifact_env: str) -> None:
+def test_a_file_and_a_directory_cannot_share_a_path(client: TestClient,
+                                                     auth: dict[str, str]) -> None:
     assert client.put("/api/v1/data/a/b.csv", content=CSV, headers=auth).status_code == 201
     over_dir = client.put("/api/v1/data/a", content=CSV, headers=auth)
     assert over_dir.status_code == 409 and "directory" in over_dir.json()["message"]
@@ -125,7 +129,7 @@ def small_data_limit(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @LOCAL
 @pytest.mark.usefixtures("small_data_limit")
 def test_a_body_past_the_data_limit_is_413_declared_or_streamed(
-        client: TestClient, auth: dict[str, str], artifact_env: str) -> None:
+        client: TestClient, auth: dict[str, str]) -> None:
     data = os.urandom(10_000)
     declared = client.put("/api/v1/data/big.bin", content=data, headers=auth)
     assert declared.status_code == 413
@@ -145,7 +149,7 @@ def test_a_body_past_the_data_limit_is_413_declared_or_streamed(
 
 @LOCAL
 def test_a_job_names_its_inputs_and_they_resolve_to_store_keys(
-        client: TestClient, auth: dict[str, str], session: Session, artifact_env: str) -> None:
+        client: TestClient, auth: dict[str, str], session: Session) -> None:
     client.put("/api/v1/data/digits/train.csv", content=CSV, headers=auth)
     spec = {**JOB, "inputs": {"train.csv": "data/digits/train.csv"}}
     response = client.post("/api/v1/jobs", json=spec, headers=auth)
@@ -165,7 +169,7 @@ def test_a_job_names_its_inputs_and_they_resolve_to_store_keys(
 
 @LOCAL
 def test_an_input_naming_missing_data_is_404_naming_it(
-        client: TestClient, auth: dict[str, str], session: Session, artifact_env: str) -> None:
+        client: TestClient, auth: dict[str, str], session: Session) -> None:
     before = count(session, Job)
     response = client.post("/api/v1/jobs", headers=auth,
                            json={**JOB, "inputs": {"train.csv": "data/nowhere/train.csv"}})
@@ -184,7 +188,8 @@ def test_an_input_naming_missing_data_is_404_naming_it(
     ({"x.csv": "x.csv"}, "'data/<path>'"),
     ({"x.csv": "s3://bucket/x.csv"}, "'data/<path>'"),
     ({"x.csv": "data/../x.csv"}, "'..' segment"),
-    ({"x.csv": "data//x.csv"}, "empty"),
+    ({"x.csv": "data//x.csv"}, "relative"),
+    ({"x.csv": "data/a\\b.csv"}, "backslash"),
     ({f"f{i}": "data/x.csv" for i in range(33)}, "at most 32 inputs"),
 ])
 def test_malformed_inputs_are_422_naming_the_field(
@@ -200,7 +205,7 @@ def test_malformed_inputs_are_422_naming_the_field(
 
 @LOCAL
 def test_a_schedules_template_takes_inputs_and_checks_them(
-        client: TestClient, auth: dict[str, str], session: Session, artifact_env: str) -> None:
+        client: TestClient, auth: dict[str, str], session: Session) -> None:
     schedule = {"name": "nightly", "interval_seconds": 3600,
                 "job": {**JOB, "inputs": {"train.csv": "data/train.csv"}}}
     missing = client.post("/api/v1/schedules", json=schedule, headers=auth)
