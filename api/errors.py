@@ -9,16 +9,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from services.exceptions import (
-    BundleTooLarge,
+    DataPathConflict,
     FieldError,
     IdempotencyConflict,
     InvalidArtifactPath,
     InvalidBundle,
+    InvalidDataPath,
     InvalidEventId,
     InvalidJobSpec,
     InvalidTransition,
     NotFound,
     ScheduleConflict,
+    TooLarge,
     Unauthorized,
 )
 from services.statuses import TERMINAL_STATUSES
@@ -70,9 +72,11 @@ ANSWERS: dict[type[Exception], Answer] = {
     ScheduleConflict: Answer(409, "conflict"),
     Unauthorized: Answer(401, "unauthorized", {"WWW-Authenticate": "Bearer"}),
     InvalidEventId: Answer(422, "invalid_request"),  # a Last-Event-ID the stream never sent
-    BundleTooLarge: Answer(413, "too_large"),
+    TooLarge: Answer(413, "too_large"),  # a bundle or a data file past its limit
     InvalidBundle: Answer(422, "invalid_request"),
     InvalidArtifactPath: Answer(422, "invalid_request"),
+    InvalidDataPath: Answer(422, "invalid_request"),
+    DataPathConflict: Answer(409, "conflict"),
 }
 
 

@@ -8,10 +8,20 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.errors import install_error_handlers
-from api.routes import artifacts, bundles, dashboard, health, jobs, metrics, nodes, schedules
+from api.routes import (
+    artifacts,
+    bundles,
+    dashboard,
+    data,
+    health,
+    jobs,
+    metrics,
+    nodes,
+    schedules,
+)
 from services import auth
 from services.db import session_scope
-from services.jobs.bundles import clear_stale_uploads
+from services.jobs.uploads import clear_stale_uploads
 from services.settings import get_settings
 
 
@@ -46,7 +56,7 @@ def create_app() -> FastAPI:
     for module in (jobs, metrics, nodes):
         app.include_router(module.router, prefix="/api/v1")
     app.include_router(schedules.router, prefix="/api/v1")
-    for module in (bundles, artifacts):  # code bundles and artifacts (issue 12)
+    for module in (bundles, artifacts, data):  # code, artifacts and data (issue 12)
         app.include_router(module.router, prefix="/api/v1")
     dashboard.install(app)  # the web dashboard at `/`, its assets at `/static`
     return app

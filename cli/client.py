@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -138,6 +139,23 @@ class CohortClient:
                 for chunk in response.iter_bytes(1 << 20):
                     out.write(chunk)
             return response.headers.get("content-type", "")
+
+    def upload_data(self, path: str, source: Path) -> dict[str, Any]:
+        """PUT a file to `path` of the project's data, streamed from disk."""
+        with open(source, "rb") as body:
+            return self._check(self.http.put(
+                f"/api/v1/data/{quote(path)}", content=body,
+                headers={"Content-Type": "application/octet-stream",
+                         "Content-Length": str(source.stat().st_size)},
+                timeout=httpx.Timeout(30.0, write=3600.0)))
+
+    def data(self) -> list[dict[str, Any]]:
+        return self._check(self.http.get("/api/v1/data", timeout=300.0))["items"]
+
+    def delete_data(self, path: str) -> None:
+        response = self.http.delete(f"/api/v1/data/{quote(path)}")
+        if response.status_code >= 400:
+            self._check(response)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Wait until /readyz says the API, SQL and Redis are up."""

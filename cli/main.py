@@ -16,6 +16,7 @@ from rich.console import Console
 
 from cli.code import register as register_code_commands
 from cli.commands import register as register_job_commands
+from cli.data import register as register_data_commands
 from cli.schedules import app as schedules_app
 from services.settings import get_settings
 
@@ -200,6 +201,7 @@ app.add_typer(schedules_app, name="schedules")
 
 register_job_commands(app)  # jobs, get, logs, metrics, cancel, nodes
 register_code_commands(app)  # bundle push, artifacts, download
+register_data_commands(app)  # data push, ls, rm
 
 
 if __name__ == "__main__":

@@ -84,7 +84,11 @@ class BundleNotFound(NotFound):
                      f"(PUT /api/v1/bundles/{digest})",)
 
 
-class BundleTooLarge(CohortError):
+class TooLarge(CohortError):
+    """An upload past its size limit (413)."""
+
+
+class BundleTooLarge(TooLarge):
     """An upload past COHORT_MAX_BUNDLE_BYTES (413)."""
 
     def __init__(self, limit: int) -> None:
@@ -114,3 +118,31 @@ class InvalidArtifactPath(FieldError):
     def __init__(self, path: str, message: str) -> None:
         super().__init__("path", f"{path!r}: {message}")
         self.path = path
+
+
+class DataNotFound(NotFound):
+    """No file at that path of the project's data (404): named by a job's `inputs`, or
+    asked for by a delete."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__("data", path)
+        self.args = (f"data {path!r} not found in this project: upload it with "
+                     f"`cohort data push FILE {path}` (PUT /api/v1/data/{path}); "
+                     "`cohort data ls` lists what the project has",)
+
+
+class DataTooLarge(TooLarge):
+    """A data upload past COHORT_MAX_DATA_BYTES (413)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the file is over the limit of {limit / 2**20:.0f} MiB ({limit} "
+                         "bytes, COHORT_MAX_DATA_BYTES): split it into several files")
+        self.limit = limit
+
+
+class InvalidDataPath(FieldError):
+    """A data path that could leave the project's data, or no file could have (422)."""
+
+
+class DataPathConflict(FieldError):
+    """A data path that is a directory of other data, or lies under a file (409)."""

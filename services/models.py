@@ -86,6 +86,8 @@ class Job(Base):
     # The code bundle ("sha256:<hex>") unpacked into each replica's working directory.
     bundle: Mapped[str | None] = mapped_column(sa.String(71))
     env: Mapped[dict[str, Any]] = mapped_column(default=dict)  # NAME -> value, validated
+    # Local file name -> "data/<path>" of the project's data, fetched before each start.
+    inputs: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # None: the cluster's PROGRESS_TIMEOUT; 0: no progress watchdog.
     progress_timeout_seconds: Mapped[int | None]
     strategy: Mapped[str] = mapped_column(sa.String(32))

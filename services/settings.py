@@ -47,6 +47,8 @@ class Settings(BaseSettings):
     # A node's cache of fetched bundles (archives and unpacked trees), least recently
     # used evicted past this many bytes.
     BUNDLE_CACHE_BYTES: int = Field(2 * 1024 * 1024 * 1024, ge=0)
+    # A project's data file (PUT /api/v1/data/{path}): bytes of one upload.
+    MAX_DATA_BYTES: int = Field(1024 * 1024 * 1024, ge=1)
 
     # Node agent
     NODE_ID: str = ""

@@ -9,6 +9,8 @@ token's project; anything of another project is a 404 page.
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -19,15 +21,17 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from api.deps import SessionDep
+from api.deps import SessionDep, StoreDep
 from services import auth
 from services.cluster import nodes
 from services.exceptions import JobNotFound, Unauthorized
+from services.jobs import artifacts
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate
 from services.jobs.trainers import BUILTIN_TRAINERS
 from services.models import ApiToken, Job
 from services.statuses import TERMINAL_REPLICA_STATUSES, TERMINAL_STATUSES, JobStatus
+from services.storage.store import ArtifactStore
 from services.telemetry import summaries
 
 COOKIE = "cohort_token"
@@ -36,6 +40,7 @@ PAGE_SIZE = 25
 HERE = Path(__file__).resolve().parent.parent
 templates = Jinja2Templates(directory=HERE / "templates")
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
+log = logging.getLogger(__name__)
 
 
 def _age(value: dt.datetime | None, now: dt.datetime | None = None) -> str:
@@ -59,8 +64,27 @@ def _duration(job: Job) -> str:
     return _age(job.started_at, job.finished_at or dt.datetime.now(dt.UTC))
 
 
+def _runs(job: Job) -> str:
+    """What the job runs: its trainer, or its command as a shell would show it."""
+    return shlex.join(job.command) if job.command else job.trainer or "—"
+
+
+def _size(size: int) -> str:
+    """'512 B', '3.4 KiB', '1.2 GiB'."""
+    if size < 1024:
+        return f"{size} B"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1024:.1f} TiB"
+
+
 templates.env.filters["age"] = _age
 templates.env.filters["duration"] = _duration
+templates.env.filters["runs"] = _runs
+templates.env.filters["size"] = _size
 templates.env.globals["statuses"] = [s.value for s in JobStatus]
 
 
@@ -174,7 +198,17 @@ def jobs_rows(request: Request, session: SessionDep, viewer: Viewer, status: Sta
                    **_jobs_context(session, viewer, status, q, cursor))
 
 
-def _job_context(session: SessionDep, job: Job) -> dict[str, Any]:
+def _artifacts(store: ArtifactStore, job: Job) -> dict[str, list[tuple[str, int]]] | None:
+    """The job's artifacts by group, or None when the store does not answer: the rest of
+    the page is still worth showing."""
+    try:
+        return artifacts.group_artifacts(store=store, job_id=job.id)
+    except Exception:  # s3fs raises botocore's and aiohttp's errors, not only OSError
+        log.warning("listing the artifacts of job %s failed", job.id, exc_info=True)
+        return None
+
+
+def _job_context(session: SessionDep, store: ArtifactStore, job: Job) -> dict[str, Any]:
     replicas = jobs.read_replicas(session=session, job=job)
     # Settled: nothing on this page will change again (replicas outlive a cancel briefly).
     settled = job.status in TERMINAL_STATUSES and all(
@@ -182,6 +216,7 @@ def _job_context(session: SessionDep, job: Job) -> dict[str, Any]:
     return {"job": job, "terminal": job.status in TERMINAL_STATUSES, "settled": settled,
             "replicas": replicas,
             "events": jobs.read_events(session=session, job=job),
+            "artifacts": _artifacts(store, job),
             "last": summaries.read_last_metrics(session=session, jobs=[job]).get(job.id, {})}
 
 
@@ -193,22 +228,24 @@ def _job_or_none(session: SessionDep, viewer: ApiToken, job_id: int) -> Job | No
 
 
 @router.get("/jobs/{job_id}", response_model=None)
-def job_page(request: Request, session: SessionDep, viewer: Viewer, job_id: int) -> Response:
+def job_page(request: Request, session: SessionDep, store: StoreDep, viewer: Viewer,
+             job_id: int) -> Response:
     job = _job_or_none(session, viewer, job_id)
     if job is None:
         return _render(request, "not_found.html", viewer, code=404, job_id=job_id)
     # Resubmit sends this back as a JobCreate; a field the job row lacks keeps its default.
     spec = {key: getattr(job, key) for key in JobCreate.model_fields
             if getattr(job, key, None) is not None}
-    return _render(request, "job.html", viewer, spec=spec, **_job_context(session, job))
+    return _render(request, "job.html", viewer, spec=spec, **_job_context(session, store, job))
 
 
 @router.get("/partials/jobs/{job_id}", response_model=None)
-def job_fragment(request: Request, session: SessionDep, viewer: Viewer, job_id: int) -> Response:
+def job_fragment(request: Request, session: SessionDep, store: StoreDep, viewer: Viewer,
+                 job_id: int) -> Response:
     job = _job_or_none(session, viewer, job_id)
     if job is None:
         return Response(status_code=404)
-    return _render(request, "_job_live.html", viewer, **_job_context(session, job))
+    return _render(request, "_job_live.html", viewer, **_job_context(session, store, job))
 
 
 @router.get("/cluster", response_model=None)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Header, Query, Response, status
 
-from api.deps import CurrentJob, RedisDep, SessionDep, SettingsDep, TokenDep
+from api.deps import CurrentJob, RedisDep, SessionDep, SettingsDep, StoreDep, TokenDep
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead
 from services.statuses import JobStatus
@@ -19,13 +19,14 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 @router.post("", status_code=status.HTTP_201_CREATED)
 def create_job(
     job_in: JobCreate, session: SessionDep, settings: SettingsDep, token: TokenDep,
-    bus: RedisDep, background: BackgroundTasks, response: Response,
+    store: StoreDep, bus: RedisDep, background: BackgroundTasks, response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
 ) -> JobRead:
     """Submit a job; 201 means it is committed. A retried POST with the same
     Idempotency-Key returns the first job."""
     job, created = jobs.create_job(session=session, project_id=token.project_id, job_in=job_in,
-                                   settings=settings, idempotency_key=idempotency_key)
+                                   settings=settings, idempotency_key=idempotency_key,
+                                   store=store)
     if not created:
         response.headers["Idempotent-Replayed"] = "true"
     # Runs after the response, hence after the commit: the scheduler never sees

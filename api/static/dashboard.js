@@ -118,11 +118,43 @@ function showFieldError(form, field, message) {
   return input;
 }
 
+/* Split a command line into argv the way a POSIX shell splits words (like Python's
+   shlex.split): whitespace separates, '…' is literal, "…" keeps \" \\ \$ \`, and a
+   backslash outside quotes escapes the next character. Nothing is expanded or run. */
+function splitArgv(line) {
+  const argv = [];
+  let word = null, quote = null;
+  for (let i = 0; i < line.length; i++) {
+    const c = line[i];
+    if (quote === "'") {
+      if (c === "'") quote = null; else word += c;
+    } else if (quote === '"') {
+      if (c === '"') quote = null;
+      else if (c === "\\" && i + 1 < line.length && '"\\$`'.includes(line[i + 1])) word += line[++i];
+      else word += c;
+    } else if (/\s/.test(c)) {
+      if (word !== null) { argv.push(word); word = null; }
+    } else {
+      word = word ?? "";
+      if (c === "'" || c === '"') quote = c;
+      else if (c === "\\") { if (i + 1 < line.length) word += line[++i]; }
+      else word += c;
+    }
+  }
+  if (quote) throw new Error(`no closing ${quote}`);
+  if (word !== null) argv.push(word);
+  return argv;
+}
+
 function formPayload(form) {
   const body = { hyperparameters: {} }, errors = [];
   for (const input of form.querySelectorAll("input[name], select[name], textarea[name]")) {
     const text = input.value.trim();
-    if (input.name === "hyperparameters") {
+    if (input.hasAttribute("data-optional") && text === "") continue;
+    if (input.hasAttribute("data-argv")) {
+      try { body[input.name] = splitArgv(text); }
+      catch (error) { errors.push([input.name, `${error.message}: close the quote`]); }
+    } else if (input.name === "hyperparameters") {
       if (!text) continue;
       try {
         const extra = JSON.parse(text);
@@ -139,6 +171,10 @@ function formPayload(form) {
       body[input.name] = input.value;
     }
   }
+  // A command runs instead of the trainer: the untouched default trainer is not sent
+  // with it (a trainer the user typed is, and the API says to pick one).
+  const trainer = form.elements.namedItem("trainer");
+  if (body.command && trainer && body.trainer === trainer.dataset.default) delete body.trainer;
   return { body, errors };
 }
 

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from services.cluster import gangs, nodes, tf_config, watchdog
 from services.cluster.pass_lock import lock_pass
 from services.cluster.placement import GangRequest, pick_ports, place
+from services.jobs.inputs import resolve_inputs
 from services.jobs.transitions import transition_job
 from services.models import Job, Node, Replica, utcnow
 from services.retraining import firing, promotion
@@ -41,8 +42,7 @@ def start_message(job: Job, replica: Replica) -> StartReplica:
                        strategy=cast(Strategy, job.strategy),
                        hyperparameters=job.hyperparameters, bundle=job.bundle,
                        command=job.command, env=dict(job.env or {}),
-                       # TODO(inputs): pass the job's resolved `inputs` once Job.inputs exists.
-                       inputs={},
+                       inputs=resolve_inputs(job),
                        progress_timeout_seconds=job.progress_timeout_seconds)
     return StartReplica(replica.node_id, spec, tf_config=replica.tf_config, port=replica.port,
                         gpu_ids=replica.gpu_ids)

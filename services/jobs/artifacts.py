@@ -77,6 +77,22 @@ def list_artifacts(*, store: ArtifactStore, job_id: int) -> list[ArtifactFile]:
             for key, size, version in store.list_versions(prefix)]
 
 
+# What each top directory of a job's artifacts holds, in the order a page shows them.
+GROUPS = ("model", "checkpoints", "tensorboard", "logs")
+
+
+def group_artifacts(*, store: ArtifactStore, job_id: int) -> dict[str, list[tuple[str, int]]]:
+    """(path, size) of the job's files by group (GROUPS, then "other"), without digests:
+    cheap enough for a page that refreshes while the job runs."""
+    prefix = keys.job_prefix(job_id)
+    groups: dict[str, list[tuple[str, int]]] = {}
+    for key, size in store.list(prefix):
+        path = key[len(prefix) + 1:]
+        top = path.split("/", 1)[0]
+        groups.setdefault(top if top in GROUPS else "other", []).append((path, size))
+    return {name: groups[name] for name in (*GROUPS, "other") if name in groups}
+
+
 def normalise_path(path: str) -> str:
     """The path relative to the job's prefix ('' for all of it).
 

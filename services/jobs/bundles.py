@@ -7,17 +7,12 @@ from a HEAD or a job spec that another one holds some code.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import tempfile
-import time
-from types import TracebackType
-
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services.exceptions import BundleNotFound, BundleTooLarge, InvalidBundle
+from services.jobs.uploads import SpooledUpload
 from services.models import Bundle
 from services.settings import Settings
 from services.storage.bundles import BundleRejected, Limits, check_archive
@@ -52,64 +47,15 @@ def check_bundle(*, session: Session, project_id: int, digest: str | None) -> No
         raise BundleNotFound(normalise_digest(digest))
 
 
-def clear_stale_uploads(*, settings: Settings, older_than: float = 3600.0) -> int:
-    """Delete spool files an api process left when it died mid-upload; returns how many.
-    An hour: no live upload of at most COHORT_MAX_BUNDLE_BYTES takes that long."""
-    spool = settings.data_dir / "uploads"
-    cleared = 0
-    if spool.is_dir():
-        cutoff = time.time() - older_than
-        for path in spool.glob("bundle-*.tar.gz"):
-            try:
-                if path.stat().st_mtime < cutoff:
-                    path.unlink()
-                    cleared += 1
-            except FileNotFoundError:
-                pass  # another api process cleared it first
-    return cleared
-
-
-class BundleUpload:
-    """One upload's body on its way in: hashed as it is written to a temporary file under
-    DATA_DIR, refused as soon as it passes the size limit (nothing past it is read)."""
+class BundleUpload(SpooledUpload):
+    """A bundle's body on its way in, with the digest its URL names (checked once it is
+    all in, by store_bundle)."""
 
     def __init__(self, *, digest: str, settings: Settings) -> None:
         self.expected = normalise_digest(digest)
-        self.limit = settings.MAX_BUNDLE_BYTES
-        spool = settings.data_dir / "uploads"
-        spool.mkdir(parents=True, exist_ok=True)
-        handle, self.path = tempfile.mkstemp(dir=spool, prefix="bundle-", suffix=".tar.gz")
-        self._file = os.fdopen(handle, "wb")
-        self._hash = hashlib.sha256()
-        self.size = 0
-
-    def check_declared_length(self, length: str | None) -> None:
-        """Refuse at once a body whose Content-Length is already past the limit."""
-        if length and length.isdigit() and int(length) > self.limit:
-            raise BundleTooLarge(self.limit)
-
-    def write(self, chunk: bytes) -> None:
-        if self.size + len(chunk) > self.limit:
-            raise BundleTooLarge(self.limit)
-        self._file.write(chunk)
-        self._hash.update(chunk)
-        self.size += len(chunk)
-
-    def finish(self) -> None:
-        """The body is all in: close the spool file so its bytes can be read back."""
-        self._file.close()
-
-    @property
-    def digest(self) -> str:
-        return f"sha256:{self._hash.hexdigest()}"
-
-    def __enter__(self) -> BundleUpload:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self._file.close()
-        os.unlink(self.path)  # the store has its own copy by now, or it was refused
+        limit = settings.MAX_BUNDLE_BYTES
+        super().__init__(settings=settings, limit=limit, too_large=lambda: BundleTooLarge(limit),
+                         prefix="bundle-", suffix=".tar.gz")
 
 
 def store_bundle(*, session: Session, project_id: int, upload: BundleUpload,

@@ -17,7 +17,7 @@ from pydantic import (
 
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
 from services.storage.keys import bundle_digest_hex
-from services.wire.policy import MAX_COMMAND_ARGS, check_command, check_env
+from services.wire.policy import MAX_COMMAND_ARGS, check_command, check_env, check_inputs
 from services.wire.replica import Strategy  # one list of strategies, spec and API
 
 RestartPolicy = Literal["never", "on_failure", "exit_code"]
@@ -68,6 +68,10 @@ class JobCreate(BaseModel):
         "working directory; upload it with PUT /api/v1/bundles/{digest}")
     env: dict[str, str] = Field(
         default_factory=dict, description="environment variables for the replicas")
+    inputs: dict[str, str] = Field(
+        default_factory=dict, description="files of the project's data each replica gets in "
+        "COHORT_INPUT_DIR: {local file name: \"data/<path>\"}, e.g. "
+        "{\"train.csv\": \"data/digits/train.csv\"}; upload with PUT /api/v1/data/{path}")
     progress_timeout_seconds: StrictInt | None = Field(
         None, ge=0, le=7 * 86400,
         description="longest quiet spell before a running replica counts as hung; unset: "
@@ -117,6 +121,11 @@ class JobCreate(BaseModel):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         return check_env(value)
+
+    @field_validator("inputs")
+    @classmethod
+    def _input_names(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_inputs(value)
 
     @model_validator(mode="after")
     def _one_of_trainer_or_command(self) -> JobCreate:
@@ -171,6 +180,7 @@ class JobRead(BaseModel):
     command: list[str] | None = None
     bundle: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    inputs: dict[str, str] = Field(default_factory=dict)
     progress_timeout_seconds: int | None = None
     strategy: str
     replicas: int
@@ -289,3 +299,16 @@ class ArtifactRead(BaseModel):
 
 class ArtifactList(BaseModel):
     items: list[ArtifactRead]
+
+
+class DataRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    path: str = Field(description="in the project's data; a job names it as data/<path>")
+    size: int
+    sha256: str | None = Field(None, description="sha256:<hex> of what was uploaded (only "
+                               "in the answer to the upload)")
+
+
+class DataList(BaseModel):
+    items: list[DataRead]

@@ -12,12 +12,14 @@ from sqlalchemy.orm import Session
 
 from services.exceptions import IdempotencyConflict, InvalidJobSpec, InvalidTransition, JobNotFound
 from services.jobs.bundles import check_bundle
+from services.jobs.inputs import check_inputs_exist
 from services.jobs.schemas import JobCreate
 from services.jobs.trainers import check_trainer
 from services.jobs.transitions import transition_job
 from services.models import Job, JobEvent, LogLine, MetricPoint, MetricRollup, Replica
 from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, JobStatus
+from services.storage.store import ArtifactStore
 
 SINGLE_REPLICA_STRATEGIES = {"mirrored", "one_device"}
 
@@ -25,7 +27,7 @@ SINGLE_REPLICA_STRATEGIES = {"mirrored", "one_device"}
 # Fields added after jobs were first stored: left out of the hash while unset, so a retry
 # of a spec stored before they existed still matches its Idempotency-Key.
 _LATER_FIELDS: dict[str, object] = {"command": None, "bundle": None, "env": {},
-                                     "progress_timeout_seconds": None}
+                                     "progress_timeout_seconds": None, "inputs": {}}
 
 
 def _spec_hash(job_in: JobCreate) -> str:
@@ -60,7 +62,7 @@ def check_job_spec(*, job_in: JobCreate, settings: Settings) -> None:
 
 def create_job(
     *, session: Session, project_id: int, job_in: JobCreate, settings: Settings,
-    idempotency_key: str | None = None,
+    idempotency_key: str | None = None, store: ArtifactStore | None = None,
 ) -> tuple[Job, bool]:
     """Store a new queued job, or return the one already stored under `idempotency_key`.
 
@@ -69,10 +71,13 @@ def create_job(
     Raises:
         InvalidJobSpec: a setting refuses the spec.
         BundleNotFound: the spec names a bundle the project has not uploaded.
+        DataNotFound: an input names data the project has not uploaded.
         IdempotencyConflict: the key was used before for a different spec.
     """
     check_job_spec(job_in=job_in, settings=settings)
     check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
+    check_inputs_exist(project_id=project_id, inputs=job_in.inputs, settings=settings,
+                       store=store)
     spec_hash = _spec_hash(job_in)
     if idempotency_key is not None:
         existing = _by_idempotency_key(session, project_id, idempotency_key)
@@ -85,6 +90,7 @@ def create_job(
         command=job_in.command,
         bundle=job_in.bundle,
         env=job_in.env,
+        inputs=job_in.inputs,
         progress_timeout_seconds=job_in.progress_timeout_seconds,
         strategy=job_in.strategy,
         replicas=job_in.replicas,

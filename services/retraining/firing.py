@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from services.exceptions import BundleNotFound, InvalidJobSpec
+from services.exceptions import BundleNotFound, DataNotFound, InvalidJobSpec
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate
 from services.models import Job, Schedule, ScheduleRun, utcnow
@@ -114,7 +114,7 @@ def start_run(*, session: Session, settings: Settings, schedule: Schedule,
             session.flush()
     except IntegrityError:
         return None  # the unique (schedule_id, scheduled_for) keys: already fired
-    except (InvalidJobSpec, BundleNotFound) as exc:
+    except (InvalidJobSpec, BundleNotFound, DataNotFound) as exc:
         return _record(session, schedule, fire_time, "failed",
                        f"the job template is refused: {exc}; update the schedule's job")
     for old in replacing:

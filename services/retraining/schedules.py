@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from services.exceptions import InvalidJobSpec, NoPromotedModel, ScheduleConflict, ScheduleNotFound
 from services.jobs.bundles import check_bundle
+from services.jobs.inputs import check_inputs_exist
 from services.jobs.schemas import JobCreate
 from services.jobs.store import check_job_spec
 from services.models import Job, Replica, Schedule, ScheduleRun, utcnow
@@ -39,6 +40,7 @@ def _check_template(job_in: JobCreate, settings: Settings, session: Session,
         raise InvalidJobSpec(f"job.{exc.field}", exc.message) from exc
     # A template names its bundle by digest, so every run reuses one upload.
     check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
+    check_inputs_exist(project_id=project_id, inputs=job_in.inputs, settings=settings)
 
 
 def timing_of(schedule: Schedule) -> Timing:

@@ -5,6 +5,7 @@
     jobs/<job_id>/model/...                 the saved model
     jobs/<job_id>/tensorboard/replica-<i>/...
     jobs/<job_id>/logs/attempt-<n>/replica-<i>.log
+    data/<project_id>/<path>                a project's data (`cohort data push`)
 """
 
 from __future__ import annotations
@@ -86,3 +87,28 @@ def tensorboard_prefix(job_id: int, replica: int) -> str:
 
 def log_key(job_id: int, attempt: int, replica: int) -> str:
     return f"{job_prefix(job_id)}/logs/attempt-{int(attempt)}/replica-{int(replica)}.log"
+
+
+DATA_PREFIX = "data"  # how a job's `inputs` name data: "data/<path>"
+MAX_DATA_PATH_LENGTH = 900  # room for data/<project_id>/ within MAX_KEY_LENGTH
+
+
+def check_data_path(path: str) -> str:
+    """Return `path` if it can name a file of a project's data: a relative key (no
+    leading '/', no `.`/`..`/empty segment, no backslash or control character).
+
+    Raises:
+        InvalidKey: naming what is wrong.
+    """
+    if len(path) > MAX_DATA_PATH_LENGTH:
+        raise InvalidKey(f"a data path is at most {MAX_DATA_PATH_LENGTH} characters")
+    return check_key(path)
+
+
+def data_prefix(project_id: int) -> str:
+    return f"{DATA_PREFIX}/{int(project_id)}"
+
+
+def data_key(project_id: int, path: str) -> str:
+    """The store key of `path` in a project's data."""
+    return f"{data_prefix(project_id)}/{check_data_path(path)}"

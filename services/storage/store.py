@@ -169,6 +169,34 @@ class ArtifactStore:
             raise FileNotFoundError(key)
         return int(info["size"])
 
+    def delete(self, key: str, *, missing_ok: bool = False) -> None:
+        """Delete the object at `key`.
+
+        Raises:
+            FileNotFoundError: no object at `key` (unless `missing_ok`).
+        """
+        if not self.exists(key):
+            if missing_ok:
+                return
+            raise FileNotFoundError(key)
+        path = self._path(key)
+        try:
+            self.fs.rm_file(path)
+        except FileNotFoundError:
+            if not missing_ok:  # removed in between by another writer
+                raise
+            return
+        if self.is_local:
+            # Empty directories left behind would stop a file taking their name later
+            # (S3 has no directories).
+            parent = os.path.dirname(path)
+            while parent != self.root and parent.startswith(self.root + "/"):
+                try:
+                    os.rmdir(parent)
+                except OSError:
+                    break  # not empty
+                parent = os.path.dirname(parent)
+
     # -- prefixes --------------------------------------------------------------------------
 
     def _infos(self, prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -198,13 +226,6 @@ class ArtifactStore:
         head = check_prefix(prefix)
         return sorted((f"{head}/{rel}" if head else rel, int(info["size"]), _version(info))
                       for rel, info in self._infos(head))
-
-    def delete(self, key: str) -> None:
-        """Delete the object at `key` (none there is no error)."""
-        try:
-            self.fs.rm_file(self._path(key))
-        except FileNotFoundError:
-            pass
 
     def delete_prefix(self, prefix: str) -> None:
         """Delete every object under `prefix` (a non-empty prefix: never the whole store)."""

@@ -1,11 +1,13 @@
-"""Checks on the parts of a job spec that reach a replica's process: its argv and its
-environment. Plain functions in the wire room, so the api (services/jobs/schemas.py) and
-the node agent (workers/node/admission.py, on every start message it receives) apply the
-same rules."""
+"""Checks on the parts of a job spec that reach a replica's process: its argv, its
+environment and the names of its input files. Plain functions in the wire room, so the api
+(services/jobs/schemas.py) and the node agent (workers/node/admission.py, on every start
+message it receives) apply the same rules."""
 
 from __future__ import annotations
 
 import re
+
+from services.storage.keys import DATA_PREFIX, InvalidKey, check_data_path
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Variables Cohort sets itself, or that change what the interpreter or the loader run.
@@ -15,14 +17,20 @@ MAX_ENV_VARIABLES = 128
 MAX_ENV_VALUE = 32_768
 MAX_COMMAND_ARGS = 64
 MAX_COMMAND_ARG = 4096
+MAX_INPUTS = 32
+MAX_INPUT_NAME = 100
+_INPUT_NAME_BAD = re.compile(r"[/\\\x00-\x1f\x7f]")
 
 
 def check_command(argv: list[str]) -> list[str]:
     """Return `argv` if it can be a process's argv (never through a shell).
 
     Raises:
-        ValueError: an empty program, a NUL byte, an argument past MAX_COMMAND_ARG.
+        ValueError: an empty program, a NUL byte, an argument past MAX_COMMAND_ARG, more
+            than MAX_COMMAND_ARGS arguments.
     """
+    if len(argv) > MAX_COMMAND_ARGS:
+        raise ValueError(f"command: at most {MAX_COMMAND_ARGS} arguments")
     if not argv or not argv[0].strip():
         raise ValueError("command[0], the program to run, must not be empty")
     for index, arg in enumerate(argv):
@@ -53,3 +61,40 @@ def check_env(env: dict[str, str]) -> dict[str, str]:
             raise ValueError(f"variable {name!r}: the value has a NUL byte or is longer "
                              f"than {MAX_ENV_VALUE} characters")
     return env
+
+
+def check_input_name(name: str) -> str:
+    """Return `name` if it can be a file directly in the replica's input directory.
+
+    Raises:
+        ValueError: empty, too long, with a '/', a backslash or a control character, or
+            starting with '.' (no hidden files, no '.' or '..').
+    """
+    if not name or len(name) > MAX_INPUT_NAME:
+        raise ValueError(f"input name {name!r} must be 1..{MAX_INPUT_NAME} characters")
+    if _INPUT_NAME_BAD.search(name) or name.startswith("."):
+        raise ValueError(f"input name {name!r} must be a plain file name (no '/', no "
+                         "backslash or control characters, not starting with '.'), "
+                         "such as 'train.csv'")
+    return name
+
+
+def check_inputs(inputs: dict[str, str]) -> dict[str, str]:
+    """Return `inputs` ({local file name: "data/<path>"}) if every name and path is valid.
+
+    Raises:
+        ValueError: naming the first entry refused and why.
+    """
+    if len(inputs) > MAX_INPUTS:
+        raise ValueError(f"at most {MAX_INPUTS} inputs")
+    for name, source in inputs.items():
+        check_input_name(name)
+        path = source.removeprefix(f"{DATA_PREFIX}/")
+        if path == source:
+            raise ValueError(f"input {name!r}: {source!r} must name the project's data as "
+                             "'data/<path>' (upload it with `cohort data push FILE PATH`)")
+        try:
+            check_data_path(path)
+        except InvalidKey as exc:
+            raise ValueError(f"input {name!r}: {exc}") from exc
+    return inputs

@@ -163,7 +163,7 @@ def test_a_job_can_name_only_its_projects_bundles(client: TestClient, auth: dict
 
 def test_spool_files_left_by_a_dead_upload_are_cleared(tmp_path_factory: pytest.TempPathFactory,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from services.jobs.bundles import clear_stale_uploads
+    from services.jobs.uploads import clear_stale_uploads
     from services.settings import Settings
 
     data = tmp_path_factory.mktemp("data")

@@ -11,7 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from services.models import MetricPoint
+from services.models import Bundle, MetricPoint
+from services.storage import keys
+from services.storage.store import open_store
 from tests.factories import create_job, create_token
 
 API = Path(__file__).resolve().parents[2] / "api"
@@ -163,3 +165,65 @@ def test_the_job_page_carries_a_spec_that_resubmits_as_is(client: TestClient,
     assert response.status_code == 201, response.text
     assert response.json()["hyperparameters"]["hidden_units"] == 8
     assert response.json()["id"] != job.id
+
+
+@pytest.mark.usefixtures("artifact_env")
+@pytest.mark.parametrize("artifact_env", ["local"], indirect=True)
+def test_the_job_page_lists_artifacts_by_group_with_download_links(
+        client: TestClient, session: Session) -> None:
+    token, row = create_token(session, "artifacts")
+    job = create_job(session, row.project_id, name="with-files", replicas=1,
+                     strategy="one_device")
+    other = create_job(session, row.project_id, name="no-files", replicas=1,
+                       strategy="one_device")
+    store = open_store()
+    files = {"model/saved_model.pb": b"m" * 2048, "model/variables/v.index": b"i",
+             "checkpoints/ckpt-1.index": b"c", "tensorboard/replica-0/events.out": b"e",
+             "logs/attempt-1/replica-0.log": b"hello\n", "notes/extra.txt": b"x"}
+    for path, data in files.items():
+        store.put_bytes(f"{keys.job_prefix(job.id)}/{path}", data)
+    login(client, token)
+    for page in (client.get(f"/jobs/{job.id}").text,
+                 client.get(f"/partials/jobs/{job.id}").text):
+        groups = re.findall(r'<tbody data-group="(\w+)">', page)
+        assert groups == ["model", "checkpoints", "tensorboard", "logs", "other"]
+        links = re.findall(r'href="(/api/v1/jobs/\d+/artifacts/download\?path=[^"]+)"', page)
+        for path in files:
+            assert f"/api/v1/jobs/{job.id}/artifacts/download?path={path}" in links, path
+        assert "2.0 KiB" in page
+    # The links work with the login cookie alone: a file as it is, a group as a .tar.gz.
+    log = client.get(f"/api/v1/jobs/{job.id}/artifacts/download?path=logs/attempt-1/"
+                     "replica-0.log")
+    assert log.status_code == 200 and log.content == b"hello\n"
+    model = client.get(f"/api/v1/jobs/{job.id}/artifacts/download?path=model")
+    assert model.status_code == 200 and model.headers["content-type"] == "application/gzip"
+    assert "None yet" in client.get(f"/jobs/{other.id}").text
+
+
+@pytest.mark.usefixtures("artifact_env")
+@pytest.mark.parametrize("artifact_env", ["local"], indirect=True)
+def test_a_command_jobs_page_shows_its_command_bundle_env_and_inputs(
+        client: TestClient, session: Session) -> None:
+    token, row = create_token(session, "commands")
+    open_store().put_bytes(keys.data_key(row.project_id, "digits/train.csv"), b"x,y\n")
+    digest = "sha256:" + "ab" * 32
+    session.add(Bundle(project_id=row.project_id, digest=digest, size=1, files=1))
+    session.flush()
+    job = create_job(session, row.project_id, name="scripted", replicas=1,
+                     strategy="one_device", bundle=digest,
+                     command=["python", "train.py", "--note", "two words"],
+                     env={"DATA_URI": "s3://bucket/x.csv"},
+                     inputs={"train.csv": "data/digits/train.csv"})
+    login(client, token)
+    page = client.get(f"/jobs/{job.id}").text
+    assert ">None<" not in page
+    assert "python train.py --note &#39;two words&#39;" in page
+    assert digest[:19] in page and "DATA_URI=s3://bucket/x.csv" in page
+    assert "train.csv</code> ← <code>data/digits/train.csv" in page
+    # Resubmit sends the same command, bundle, env and inputs back.
+    spec = json.loads(re.search(r'id="job-spec">(.*?)</script>', page, re.S).group(1))
+    again = client.post("/api/v1/jobs", json=spec)
+    assert again.status_code == 201, again.text
+    assert {k: again.json()[k] for k in ("command", "bundle", "env", "inputs", "trainer")} == {
+        "command": job.command, "bundle": digest, "env": job.env, "inputs": job.inputs,
+        "trainer": None}

@@ -104,6 +104,27 @@ def test_log_in_submit_a_job_watch_it_train_and_succeed(
     assert client.jobs()["items"] == []
     shot(page, "submit-validation-error")
 
+    # A one-line command goes out as argv, split as a shell splits words (never run by
+    # one), without the untouched default trainer; a bundle not uploaded is refused.
+    page.get_by_label("Replicas").fill("1")
+    command = page.get_by_label("Command (optional, instead of the trainer)")
+    command.fill("python train.py --note 'two words")
+    page.get_by_role("button", name="Submit").click()
+    page.locator("#j-command-error").wait_for()
+    assert "no closing '" in page.locator("#j-command-error").inner_text()
+    command.fill("python train.py --note 'two words' $HOME")
+    page.get_by_label("Code bundle (optional)").fill("sha256:" + "0" * 64)
+    with page.expect_request("**/api/v1/jobs") as sent:
+        page.get_by_role("button", name="Submit").click()
+    body = sent.value.post_data_json
+    assert body["command"] == ["python", "train.py", "--note", "two words", "$HOME"]
+    assert "trainer" not in body and body["bundle"] == "sha256:" + "0" * 64
+    page.locator("#form-error").wait_for()
+    assert "not found" in page.locator("#form-error").inner_text()
+    assert client.jobs()["items"] == []
+    command.fill("")
+    page.get_by_label("Code bundle (optional)").fill("")
+
     # A real 2-replica MultiWorkerMirroredStrategy job, from the form.
     page.get_by_label("Replicas").fill("2")
     page.get_by_label("Epochs").fill("3")

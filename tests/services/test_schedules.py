@@ -15,6 +15,8 @@ from services.retraining import firing, promotion, schedules
 from services.retraining.schemas import ScheduleCreate
 from services.settings import get_settings
 from services.statuses import JobStatus
+from services.storage import keys
+from services.storage.store import open_store
 from tests.factories import create_token
 
 T0 = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
@@ -207,6 +209,21 @@ def test_a_template_that_no_longer_validates_is_recorded_as_failed(session: Sess
     (run,) = runs(session, schedule.id)
     assert run.outcome == "failed" and "update the schedule's job" in run.reason
     assert schedule.next_fire_at == T0 + dt.timedelta(seconds=20)  # it does not retry in a loop
+
+
+@pytest.mark.usefixtures("artifact_env")
+@pytest.mark.parametrize("artifact_env", ["local"], indirect=True)
+def test_a_run_whose_input_data_is_gone_is_recorded_as_failed(session: Session) -> None:
+    _, token = create_token(session)
+    store = open_store()
+    store.put_bytes(keys.data_key(token.project_id, "digits/train.csv"), b"x,y\n")
+    schedule = make(session, job={**JOB, "inputs": {"train.csv": "data/digits/train.csv"}})
+    assert len(fire(session, T0 + dt.timedelta(seconds=10)).jobs) == 1
+    store.delete(keys.data_key(token.project_id, "digits/train.csv"))
+    assert fire(session, T0 + dt.timedelta(seconds=20)).jobs == []
+    assert [r.outcome for r in runs(session, schedule.id)] == ["fired", "failed"]
+    reason = runs(session, schedule.id)[-1].reason
+    assert "'digits/train.csv' not found" in reason and "update the schedule's job" in reason
 
 
 def test_a_run_whose_job_was_deleted_is_not_left_pending(session: Session) -> None:

@@ -158,3 +158,24 @@ def test_layout_keys() -> None:
     assert keys.checkpoints_prefix(7) == "jobs/7/checkpoints"
     assert keys.tensorboard_prefix(7, 1) == "jobs/7/tensorboard/replica-1"
     assert keys.log_key(7, 2, 0) == "jobs/7/logs/attempt-2/replica-0.log"
+
+
+def test_delete_one_object_and_a_file_may_take_an_emptied_directorys_name(
+        store: ArtifactStore) -> None:
+    store.put_bytes("data/1/a/b/c.csv", b"c")
+    store.put_bytes("data/1/keep.csv", b"k")
+    store.delete("data/1/a/b/c.csv")
+    assert store.list("data/1") == [("data/1/keep.csv", 1)]
+    with pytest.raises(FileNotFoundError):
+        store.delete("data/1/a/b/c.csv")
+    with pytest.raises(FileNotFoundError):
+        store.delete("data/1")  # a directory is not an object: nothing under it goes
+    store.put_bytes("data/1/a", b"now a file")  # no empty directory left in its way
+    assert store.list("data/1") == [("data/1/a", 10), ("data/1/keep.csv", 1)]
+
+
+def test_data_keys_stay_under_the_projects_prefix() -> None:
+    assert keys.data_key(3, "digits/train.csv") == "data/3/digits/train.csv"
+    for bad in ("/etc/passwd", "../2/x", "a/../../b", "a//b", "a\\b", "a\x00b", "x" * 901):
+        with pytest.raises(keys.InvalidKey):
+            keys.data_key(3, bad)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from services.exceptions import InvalidJobSpec
 from services.jobs.trainers import check_trainer
 from services.storage.keys import InvalidKey, check_key
-from services.wire.policy import MAX_COMMAND_ARGS, check_command, check_env
+from services.wire.policy import check_command, check_env, check_input_name
 from services.wire.replica import ReplicaSpec
 
 
@@ -21,19 +21,12 @@ def refusal(spec: ReplicaSpec, allowed_entrypoints: list[str]) -> str | None:
             # A `module:function` resolves inside the job's bundle only when it has one.
             check_trainer(spec.trainer, allowed_entrypoints, in_bundle=spec.bundle is not None)
         if spec.command is not None:
-            if len(spec.command) > MAX_COMMAND_ARGS:
-                raise ValueError(f"command: at most {MAX_COMMAND_ARGS} arguments")
             check_command(spec.command)
         check_env(spec.env)
         for name, key in spec.inputs.items():
-            _check_input(name, key)
+            check_input_name(name)  # it becomes a path under the job's input directory
+            check_key(key)  # resolved by the control plane: a full store key
     except (InvalidJobSpec, InvalidKey, ValueError) as exc:
         return f"refused by the node's policy: {exc}"
     return None
 
-
-def _check_input(name: str, key: str) -> None:
-    # A plain file name: it becomes a path under the job's input directory.
-    if not name or "/" in name or "\\" in name or name.startswith(".") or "\x00" in name:
-        raise ValueError(f"inputs: {name!r} must be a plain file name (no '/', no leading '.')")
-    check_key(key)

@@ -221,7 +221,7 @@ class CheckpointMirror:
         assert self._stored is not None
         gone = (self._seen & self._stored) - local
         for rel in sorted(r for r in gone if is_state(r)):
-            self.store.delete(self._key(rel))
+            self.store.delete(self._key(rel), missing_ok=True)
             self._stored.discard(rel)
             self._sent_states.pop(rel, None)
         named = set()
@@ -231,7 +231,7 @@ class CheckpointMirror:
                 named.add(f"{directory}/{name}" if directory else name)
         for rel in sorted(r for r in gone if is_data(r)):
             if not any(rel.startswith(f"{name}.") for name in named):
-                self.store.delete(self._key(rel))
+                self.store.delete(self._key(rel), missing_ok=True)
                 self._stored.discard(rel)
 
 

@@ -1,0 +1,50 @@
+"""Routes for a project's data in the artifact store: upload, list, delete."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response, status
+from starlette.concurrency import run_in_threadpool
+
+from api.deps import SettingsDep, StoreDep, TokenDep
+from services.jobs import data
+from services.jobs.schemas import DataList, DataRead
+
+router = APIRouter(prefix="/data", tags=["data"])
+
+
+@router.get("")
+def read_data(store: StoreDep, token: TokenDep) -> DataList:
+    """The project's data files: path and size. A job names one in `inputs` as
+    `data/<path>`."""
+    return DataList(items=[DataRead.model_validate(f) for f in
+                           data.list_data(store=store, project_id=token.project_id)])
+
+
+@router.put("/{path:path}", status_code=status.HTTP_201_CREATED, responses={
+    200: {"description": "replaced the file that was at this path"},
+    409: {"description": "the path is a directory of other data, or lies under a file"},
+    413: {"description": "over COHORT_MAX_DATA_BYTES"},
+    422: {"description": "the path is absolute, climbs out (`..`) or has control bytes"}})
+async def put_data(path: str, request: Request, response: Response, settings: SettingsDep,
+                   store: StoreDep, token: TokenDep) -> DataRead:
+    """Upload a file (the raw bytes as the body) to `path` of the project's data; 201 when
+    new, 200 when it replaced one."""
+    # Refused before a byte of the body is read.
+    await run_in_threadpool(data.check_free, store, token.project_id, path)
+    with data.DataUpload(settings=settings) as upload:
+        upload.check_declared_length(request.headers.get("content-length"))
+        async for chunk in request.stream():  # never the whole body in memory
+            upload.write(chunk)
+        stored, created = await run_in_threadpool(
+            data.store_data, store=store, project_id=token.project_id, path=path,
+            upload=upload)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return DataRead.model_validate(stored)
+
+
+@router.delete("/{path:path}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_data(path: str, store: StoreDep, token: TokenDep) -> Response:
+    """Delete a file of the project's data."""
+    data.delete_data(store=store, project_id=token.project_id, path=path)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

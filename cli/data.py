@@ -1,0 +1,58 @@
+"""A project's data from the command line: `cohort data push FILE PATH`, `cohort data ls`,
+`cohort data rm PATH`. A job names a file as `data/<PATH>` in its `inputs`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cli.commands import JsonOpt, TokenOpt, UrlOpt, _call, _client, emit_json
+
+console = Console()
+data_app = typer.Typer(help="The project's data in the artifact store (job `inputs`).",
+                       no_args_is_help=True)
+PathArg = Annotated[str, typer.Argument(help="path in the project's data, e.g. digits/train.csv")]
+
+
+@data_app.command("push")
+def push(
+    file: Annotated[Path, typer.Argument(help="the local file", exists=True, dir_okay=False)],
+    path: PathArg, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Upload FILE to PATH of the project's data (replacing what was there)."""
+    stored = _call(lambda: _client(url, token).upload_data(path, file))
+    if as_json:
+        emit_json(stored)
+    else:
+        console.print(f"uploaded {file} to {stored['path']} ({stored['size']} bytes); a job "
+                      f"names it in its inputs as data/{stored['path']}", soft_wrap=True,
+                      markup=False)
+
+
+@data_app.command("ls")
+def list_data(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+    """List the project's data: path and size (a job names a path as data/<path>)."""
+    items = _call(lambda: _client(url, token).data())
+    if as_json:
+        emit_json(items)
+        return
+    table = Table("path", "size")
+    for item in items:
+        table.add_row(item["path"], str(item["size"]))
+    console.print(table)
+
+
+@data_app.command("rm")
+def remove(path: PathArg, token: TokenOpt = None, url: UrlOpt = None) -> None:
+    """Delete PATH of the project's data."""
+    _call(lambda: _client(url, token).delete_data(path))
+    console.print(f"deleted {path}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `data` to the `cohort` app."""
+    app.add_typer(data_app, name="data")
