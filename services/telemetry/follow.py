@@ -17,6 +17,7 @@ No transport here: api/routes/streams.py frames what `follow` yields as Server-S
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -49,6 +50,19 @@ T = TypeVar("T")
 async def _sql(fn: Callable[..., T], *args: Any) -> T:
     # Sync SQLAlchemy off the event loop; short reads only.
     return await anyio.to_thread.run_sync(fn, *args)
+
+
+def _raise_if_cancelled() -> None:
+    """End the follow if its task was asked to stop while Redis answered.
+
+    redis-py's asyncio client can swallow a task's cancellation that lands while it reads
+    the reply of a blocking command (XREAD with BLOCK; redis-py issue #2028): the task
+    then follows on forever. asyncio still counts the request (`Task.cancelling()`), so the
+    loop ends at its next turn instead.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 class _PerJob:
@@ -183,6 +197,7 @@ class _Follower:
         while True:
             reply = await self.client.xread({self.key: self.position}, count=FEED_READ,
                                             block=int(STATUS_POLL * 1000))
+            _raise_if_cancelled()
             events = await self.fed(reply)
             events += await self.unfed()
             events += await self.status_changed()

@@ -169,6 +169,47 @@ def test_a_quiet_follow_yields_an_empty_batch_for_keep_alives(committed: Any) ->
     run(scenario)
 
 
+class SwallowingClient:
+    """The real Redis client, except that a cancellation landing in XREAD is swallowed and
+    XREAD returns nothing, as redis-py's asyncio client sometimes does (its issue #2028)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.swallowed = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    async def xread(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await self.client.xread(*args, **kwargs)
+        except asyncio.CancelledError:
+            self.swallowed += 1
+            return []
+
+
+def test_a_follow_ends_when_its_cancellation_is_swallowed_by_the_redis_client(
+        committed: Any) -> None:
+    import redis.asyncio as aredis
+
+    from services.settings import get_settings
+
+    _, job_id = committed()
+
+    async def scenario() -> None:
+        client = SwallowingClient(aredis.Redis.from_url(get_settings().redis_url,
+                                                        decode_responses=True))
+        follower = Follower(follow(job_id, kinds={"log"}, keepalive=60, client=client))
+        await asyncio.sleep(0.5)  # past the (empty) history: blocked in XREAD
+        follower.task.cancel()
+        done, _ = await asyncio.wait({follower.task}, timeout=5)
+        assert client.swallowed == 1 and done == {follower.task}  # the follow ended anyway
+        assert follower.task.cancelled()
+        await client.client.aclose()
+
+    run(scenario)
+
+
 async def _until(condition: Callable[[], Any]) -> None:
     while not condition():
         await asyncio.sleep(0.02)
