@@ -15,7 +15,6 @@ import textwrap
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
