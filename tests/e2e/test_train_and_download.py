@@ -98,29 +98,37 @@ LOAD = ("import sys, json, tensorflow as tf; model = tf.saved_model.load(sys.arg
         "print(json.dumps(model(tf.ones((1, 4))).numpy().ravel().tolist()))")
 
 
-def lines_until(lines: Iterable[str], deadline: float) -> Iterator[str]:
-    """The stream's lines, keep-alive comments included, until `deadline` (monotonic)."""
-    for line in lines:
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out reading the job's stream")
-        yield line
+class Until:
+    """A deadline (monotonic) that the reader of a stream may bring forward."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+
+    def lines(self, lines: Iterable[str]) -> Iterator[str]:
+        """The stream's lines, keep-alive comments included, until the deadline."""
+        for line in lines:
+            if time.monotonic() > self.at:
+                return
+            yield line
 
 
-def follow_losses(client: CohortClient, job_id: int, timeout: float = 180
+def follow_losses(client: CohortClient, job_id: int, timeout: float = 180, grace: float = 20
                   ) -> tuple[list[str], dict[int, dict[int, float]]]:
-    """Read the job's SSE stream from its start until it has succeeded and every step's
-    `loss` of both replicas has come (or it failed): the statuses seen, and the losses
-    by replica and step."""
+    """Read the job's SSE stream from its start until it has ended and every step's `loss`
+    of both replicas has come, or `grace` seconds after it ended, or `timeout`: the
+    statuses seen, and the losses by replica and step."""
     statuses: list[str] = []
     losses: dict[int, dict[int, float]] = {0: {}, 1: {}}
+    until = Until(timeout)
     with client.http.stream("GET", f"/api/v1/jobs/{job_id}/stream",
                             params={"kinds": ["status", "metric"]},
                             timeout=httpx.Timeout(10.0, read=60.0)) as response:
         assert response.status_code == 200, response.read()
-        deadline = time.monotonic() + timeout
-        for event in parse_lines(lines_until(response.iter_lines(), deadline)):
+        for event in parse_lines(until.lines(response.iter_lines())):
             if event.event == "status":
                 statuses.append(event.data["status"])
+                if statuses[-1] in TERMINAL_STATUSES:  # the last points may still come
+                    until.at = min(until.at, time.monotonic() + grace)
             elif event.data["name"] == "loss":
                 assert event.data["attempt"] == 1, event.data
                 losses[event.data["replica"]][event.data["step"]] = event.data["value"]
@@ -148,7 +156,7 @@ def test_a_custom_loop_from_a_directory_streams_its_scalars_and_its_model_comes_
         "strategy": "multi_worker_mirrored", "restart_policy": "never"}, code)
 
     statuses, losses = follow_losses(client, job_id)
-    assert statuses[-1] == "succeeded", failure_of(client, job_id)
+    assert statuses and statuses[-1] == "succeeded", (statuses, failure_of(client, job_id))
     for replica, by_step in losses.items():  # every step of each replica, in order
         assert sorted(by_step) == list(range(1, STEPS + 1)), (replica, sorted(by_step))
         assert by_step[STEPS] < by_step[1] / 10, (replica, by_step)  # it learned
