@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(PY) bench/metrics.py
 	$(PY) bench/schedules.py
 	$(PY) bench/bundles.py
+	$(PY) bench/bundle_start.py
 
 # The dashboard's browser tests drive Debian's Chromium (never `playwright install`).
 chromium:

@@ -1,11 +1,16 @@
-"""What a code bundle upload costs: pack, HEAD + PUT to a real api process, and a second
-push of the same tree (HEAD only); with the api's peak memory during the upload, which
-stays flat because the body is streamed to disk, never held whole.
+"""What a code bundle costs, from the user's upload to the agent's copy for a replica.
 
-Bundles of random (incompressible) bytes, 10 MB and 100 MB by default; SQLite and the
-directory store under a temporary DATA_DIR (S3: set COHORT_ARTIFACT_URL and friends).
+Upload: pack, HEAD + PUT to a real api process, and a second push of the same tree (HEAD
+only); with the api's peak memory during the upload, which stays flat because the body is
+streamed to disk, never held whole. Agent: what workers/node/bundle_cache.BundleCache
+takes for the bundle the api stored — cold cache (fetch from the store, verify the
+sha256, checked unpack, copy into the replica's code directory; the fetch alone is also
+timed) and warm cache (the copy alone).
 
-    .venv/bin/python bench/bundles.py [--sizes 10,100] [--repeat 3]
+Bundles of random (incompressible) bytes, 10 MB and 100 MB by default; the api on SQLite;
+the store a directory under DATA_DIR, and a real S3 server (moto's standalone server).
+
+    .venv/bin/python bench/bundles.py [--sizes 10,100] [--repeat 3] [--stores local,s3]
 """
 
 from __future__ import annotations
@@ -13,11 +18,15 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -27,8 +36,13 @@ sys.path.insert(0, str(ROOT))
 
 from cli.client import CohortClient  # noqa: E402
 from cli.stack import Stack  # noqa: E402
-from services.storage.bundles import pack  # noqa: E402
+from services.settings import get_settings  # noqa: E402
+from services.storage.bundles import BundleInfo, Limits, pack  # noqa: E402
+from services.storage.keys import bundle_digest_hex, bundle_key  # noqa: E402
+from services.storage.store import ArtifactStore, open_store  # noqa: E402
 from tests.e2e.conftest import free_port  # noqa: E402
+from tests.s3server import CREDENTIALS, create_bucket, moto_server  # noqa: E402
+from workers.node.bundle_cache import BundleCache  # noqa: E402
 
 
 def tree(root: Path, megabytes: int) -> Path:
@@ -59,58 +73,114 @@ class PeakRss(threading.Thread):
             time.sleep(0.02)
 
 
-def one_size(client: CohortClient, api_pid: int, tmp: Path, megabytes: int,
-             repeat: int) -> dict[str, float]:
-    packs, puts, heads, peaks = [], [], [], []
+def packed(tmp: Path, megabytes: int, repeat: int) -> tuple[list[BundleInfo], list[Path], float]:
+    """`repeat` distinct trees of `megabytes` MB packed: their infos, archives, median pack s."""
+    infos, archives, seconds = [], [], []
     for attempt in range(repeat):
         code = tree(tmp / f"code-{megabytes}-{attempt}", megabytes)
         archive = tmp / f"b-{megabytes}-{attempt}.tar.gz"
         started = time.perf_counter()
-        info = pack(code, archive)
-        packs.append(time.perf_counter() - started)
-        watcher = PeakRss(api_pid)
-        before = watcher.rss()
-        watcher.start()
-        started = time.perf_counter()
-        assert not client.has_bundle(info.digest)
-        client.upload_bundle(info.digest, archive)
-        puts.append(time.perf_counter() - started)
-        watcher.running = False
-        watcher.join()
-        peaks.append((watcher.peak - before) / 2**20)
-        started = time.perf_counter()
-        assert client.has_bundle(info.digest)  # the second push: nothing is sent
-        heads.append(time.perf_counter() - started)
-    return {"pack_s": statistics.median(packs), "head_put_s": statistics.median(puts),
-            "again_s": statistics.median(heads), "api_rss_growth_mib": max(peaks)}
+        infos.append(pack(code, archive))
+        seconds.append(time.perf_counter() - started)
+        archives.append(archive)
+        shutil.rmtree(code)
+    return infos, archives, statistics.median(seconds)
+
+
+def upload(client: CohortClient, api_pid: int, info: BundleInfo, archive: Path
+           ) -> tuple[float, float, float]:
+    """Seconds for HEAD + PUT, for the second push (HEAD), and the api's growth in MiB."""
+    watcher = PeakRss(api_pid)
+    before = watcher.rss()
+    watcher.start()
+    started = time.perf_counter()
+    assert not client.has_bundle(info.digest)
+    client.upload_bundle(info.digest, archive)
+    put = time.perf_counter() - started
+    watcher.running = False
+    watcher.join()
+    started = time.perf_counter()
+    assert client.has_bundle(info.digest)  # the second push: nothing is sent
+    return put, time.perf_counter() - started, (watcher.peak - before) / 2**20
+
+
+def agent(store: ArtifactStore, digest: str, tmp: Path) -> tuple[float, float, float]:
+    """Seconds for a cold checkout, the store fetch alone, and a warm checkout."""
+    cache = BundleCache(tmp / f"cache-{uuid.uuid4().hex[:8]}", store, 2**40, Limits())
+    started = time.perf_counter()
+    cache.checkout(digest, tmp / "replica-0" / "code")
+    cold = time.perf_counter() - started
+    started = time.perf_counter()
+    cache.checkout(digest, tmp / "replica-1" / "code")
+    warm = time.perf_counter() - started
+    started = time.perf_counter()
+    store.get_file(bundle_key(bundle_digest_hex(digest)), tmp / "fetched.tar.gz")
+    fetch = time.perf_counter() - started
+    for path in (cache.root, tmp / "replica-0", tmp / "replica-1", tmp / "fetched.tar.gz"):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return cold, fetch, warm
+
+
+@contextmanager
+def store_env(kind: str) -> Iterator[dict[str, str]]:
+    """The environment naming a fresh store: a directory, or a bucket on a moto server."""
+    if kind == "local":
+        yield {}
+        return
+    with moto_server(free_port()) as endpoint:
+        create_bucket(endpoint, "bench")
+        yield {"COHORT_ARTIFACT_URL": f"s3://bench/{uuid.uuid4().hex[:8]}",
+               "COHORT_ARTIFACT_ENDPOINT_URL": endpoint, **CREDENTIALS}
+
+
+def one_store(kind: str, tmp: Path, bundles: dict[int, tuple[list[BundleInfo], list[Path],
+              float]]) -> None:
+    with store_env(kind) as env:
+        os.environ.update(env)  # for open_store() here, as the api and agents read it
+        get_settings.cache_clear()
+        data_dir = tmp / f"data-{kind}"
+        stack = Stack({"COHORT_DATABASE_URL": "", "COHORT_DATA_DIR": str(data_dir),
+                       "COHORT_REDIS_URL": os.environ.get("COHORT_REDIS_URL", ""),
+                       "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
+                       "COHORT_API_PORT": str(free_port()), **env}, quiet=True)
+        stack.start(parts=("api",))
+        try:
+            client = CohortClient(stack.url, stack.token, timeout=300)
+            store = open_store(env.get("COHORT_ARTIFACT_URL") or str(data_dir / "artifacts"))
+            for megabytes, (infos, archives, pack_s) in bundles.items():
+                ups = [upload(client, stack.child("api").pid, info, archive)
+                       for info, archive in zip(infos, archives, strict=True)]
+                agents = [agent(store, info.digest, tmp) for info in infos]
+                med = statistics.median
+                put, again = med(u[0] for u in ups), med(u[1] for u in ups)
+                cold, fetch, warm = (med(a[i] for a in agents) for i in range(3))
+                print(f"| {kind} | {megabytes} MB | {pack_s:.2f} s | {put:.2f} s "
+                      f"({megabytes / put:.0f} MB/s) | {again * 1000:.1f} ms | "
+                      f"{max(u[2] for u in ups):.1f} MiB | {cold:.2f} s | {fetch:.2f} s | "
+                      f"{warm:.2f} s |", flush=True)
+        finally:
+            stack.stop()
+            for name in env:
+                os.environ.pop(name, None)
+            get_settings.cache_clear()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,100", help="bundle sizes in MB")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--stores", default="local,s3", help="local and/or s3 (moto)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cohort-bench-bundles-") as scratch:
         tmp = Path(scratch)
-        stack = Stack({"COHORT_DATABASE_URL": "", "COHORT_DATA_DIR": str(tmp / "data"),
-                       "COHORT_REDIS_URL": os.environ.get("COHORT_REDIS_URL", ""),
-                       "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
-                       "COHORT_API_PORT": str(free_port())}, quiet=True)
-        stack.start(parts=("api",))
-        try:
-            client = CohortClient(stack.url, stack.token, timeout=300)
-            print(f"# {platform.node()} {platform.processor() or platform.machine()}, "
-                  f"{os.cpu_count()} cores; api on SQLite and a directory store; "
-                  f"median of {args.repeat}")
-            print("| bundle | pack | HEAD + PUT | MB/s | push again (HEAD) | api memory growth |")
-            print("|---|---|---|---|---|---|")
-            for megabytes in (int(s) for s in args.sizes.split(",")):
-                r = one_size(client, stack.child("api").pid, tmp, megabytes, args.repeat)
-                print(f"| {megabytes} MB | {r['pack_s']:.2f} s | {r['head_put_s']:.2f} s | "
-                      f"{megabytes / r['head_put_s']:.0f} | {r['again_s'] * 1000:.1f} ms | "
-                      f"{r['api_rss_growth_mib']:.1f} MiB |")
-        finally:
-            stack.stop()
+        bundles = {mb: packed(tmp, mb, args.repeat) for mb in map(int, args.sizes.split(","))}
+        print(f"# {platform.node()} {platform.processor() or platform.machine()}, "
+              f"{os.cpu_count()} cores; api on SQLite; median of {args.repeat}")
+        print("| store | bundle | pack | HEAD + PUT | push again (HEAD) | api memory growth "
+              "| agent, cold cache | of which fetch | agent, warm cache |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for kind in args.stores.split(","):
+            one_store(kind, tmp, bundles)
 
 
 if __name__ == "__main__":

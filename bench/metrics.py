@@ -9,6 +9,8 @@
    emit time (one machine, one clock); p50/p99 over every (point, client).
 3. Downsampling: a 1,000,000-point job's chart (`max_points=2000`) from the rollups, from
    the points, and every point read.
+4. Wire decode (always run, no database): the ingest's `MetricBatch.decode` and
+   `LogBatch.decode` over 1,000 encoded batches of 200 points or lines; per second.
 
     .venv/bin/python bench/metrics.py --redis redis://127.0.0.1:6379/15
 
@@ -167,6 +169,27 @@ def skeleton_store(session: Any, rows: list[dict[str, Any]]) -> int:
     return stored
 
 
+def bench_decode(batches: int = 1000, size: int = 200, rounds: int = 5) -> None:
+    """Points and lines the ingest decodes per second (median of `rounds`)."""
+    from services.wire.batches import LogBatch, MetricBatch
+
+    metric = [MetricBatch(7, 1, 0, [(s, s // 100, "loss", 0.5 + s, 1.8e9 + s)
+                                    for s in range(size)]).encode() for _ in range(batches)]
+    text = "step 120/500 - loss: 0.4123 - accuracy: 0.8817 - 14ms/step"
+    log = [LogBatch(7, 1, 0, [(s, 1.8e9 + s, text) for s in range(size)]).encode()
+           for _ in range(batches)]
+    for label, kind, raws in (("metrics", MetricBatch, metric), ("logs", LogBatch, log)):
+        times = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            for raw in raws:
+                kind.decode(raw)
+            times.append(time.perf_counter() - started)
+        unit = "points" if label == "metrics" else "lines"
+        print(f"decode {label}: {batches * size / statistics.median(times):,.0f} {unit}/s "
+              f"(median of {rounds} x {batches} batches of {size})", flush=True)
+
+
 def bench_store(label: str, rounds: int, points: int) -> tuple[float, float]:
     """Skeleton store vs. this one on the same fresh rows, interleaved; points/s each."""
     from services.db import session_scope
@@ -284,6 +307,7 @@ def main() -> None:
     machine = platform.processor() or platform.machine()
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {machine}, "
           f"{os.cpu_count()} cores, Python {platform.python_version()}")
+    bench_decode()
     name = f"cohort_bench_{os.getpid()}"
     with tempfile.TemporaryDirectory() as tmp:
         sqlite_url = f"sqlite:///{tmp}/bench.db"
