@@ -20,8 +20,13 @@ class _View:
 
     def __init__(self, job: dict[str, Any], console: Console, progress: Progress | None) -> None:
         hp = job["hyperparameters"]
-        self.epochs, self.steps_per_epoch = int(hp["epochs"]), int(hp["steps_per_epoch"])
-        self.total = self.epochs * self.steps_per_epoch
+        # The built-in trainers (and Keras trainers that follow them) name their length;
+        # a command's or another trainer's is unknown: steps are counted without a total.
+        sized = all(isinstance(hp.get(key), int) and hp[key] > 0
+                    for key in ("epochs", "steps_per_epoch"))
+        self.epochs = int(hp["epochs"]) if sized else 0
+        self.steps_per_epoch = int(hp["steps_per_epoch"]) if sized else 0
+        self.total: int | None = self.epochs * self.steps_per_epoch if sized else None
         self.console, self.progress = console, progress
         self.job = job
         self.attempt = job["attempt"]
@@ -36,11 +41,18 @@ class _View:
             if self.progress is not None:
                 self.tasks[index] = self.progress.add_task(
                     f"job {self.job['id']} replica {index}", total=self.total,
-                    status=self.job["status"], epoch=f"0/{self.epochs}", loss="-", acc="-")
+                    status=self.job["status"], epoch=self._epoch(0), loss="-", acc="-",
+                    steps=self._steps(0))
         return self.state[index]
 
-    def epoch_of(self, step: int) -> int:
-        return min(self.epochs, (step - 1) // self.steps_per_epoch + 1) if step else 0
+    def _steps(self, step: int) -> str:
+        return f"{step}/{self.total}" if self.total is not None else str(step)
+
+    def _epoch(self, step: int) -> str:
+        if self.total is None:
+            return "-"
+        epoch = min(self.epochs, (step - 1) // self.steps_per_epoch + 1) if step else 0
+        return f"{epoch}/{self.epochs}"
 
     def on_status(self, job: dict[str, Any]) -> None:
         self.job = job
@@ -66,7 +78,9 @@ class _View:
         state = self.replica(point["replica"])
         if point["name"] in ("loss", "accuracy"):
             state[point["name"]] = point["value"]
-        if point["epoch"] is not None:  # per-step points (final metrics have no epoch)
+        if self.total is None:  # TensorBoard scalars and report() points carry no epoch
+            state["step"] = max(state["step"], point["step"])
+        elif point["epoch"] is not None:  # per-step points (final metrics have no epoch)
             state["step"] = max(state["step"], min(point["step"], self.total))
         self.render()
 
@@ -74,13 +88,14 @@ class _View:
         for index, state in sorted(self.state.items()):
             loss = f"{state['loss']:.4f}" if state["loss"] is not None else "-"
             acc = f"{state['accuracy']:.3f}" if state["accuracy"] is not None else "-"
-            epoch = f"{self.epoch_of(state['step'])}/{self.epochs}"
+            epoch = self._epoch(state["step"])
             if self.progress is not None:
                 self.progress.update(self.tasks[index], completed=state["step"], loss=loss,
-                                     acc=acc, epoch=epoch, status=self.job["status"])
+                                     acc=acc, epoch=epoch, status=self.job["status"],
+                                     steps=self._steps(state["step"]))
                 continue
             now = time.monotonic()
-            line = (f"replica {index} epoch {epoch} step {state['step']}/{self.total} "
+            line = (f"replica {index} epoch {epoch} step {self._steps(state['step'])} "
                     f"loss {loss} acc {acc}")
             if not state["step"] or line == self.last_line.get(index):
                 continue  # nothing new to say for this replica
@@ -98,7 +113,7 @@ def follow_job(client: CohortClient, job_id: int, console: Console) -> dict[str,
         progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                             TextColumn("{task.fields[status]}"),
                             TextColumn("epoch {task.fields[epoch]}"),
-                            TextColumn("step {task.completed:.0f}/{task.total:.0f}"),
+                            TextColumn("step {task.fields[steps]}"),
                             TextColumn("loss {task.fields[loss]}"),
                             TextColumn("acc {task.fields[acc]}"), TimeElapsedColumn(),
                             console=console, transient=False)

@@ -140,9 +140,13 @@ def _report(client: Any, job: dict[str, Any]) -> int:
     for replica in job["replica_list"]:
         console.print(f"  replica {replica['index']} on {replica['node_id']} "
                       f"({replica['address']}): exit {replica['exit_code']}")
-    console.print(f"[green]job {job['id']} succeeded[/]: held-out accuracy "
-                  f"{evals.get('eval_accuracy', float('nan')):.3f}, "
-                  f"loss {evals.get('eval_loss', float('nan')):.4f}")
+    if len(evals) == 2:  # the built-in trainer's held-out evaluation
+        console.print(f"[green]job {job['id']} succeeded[/]: held-out accuracy "
+                      f"{evals['eval_accuracy']:.3f}, loss {evals['eval_loss']:.4f}")
+        return 0
+    losses = client.metrics(job["id"], replica=0, name=["loss"], attempt=job["attempt"])
+    last = f": last loss {losses[-1]['value']:.4f} at step {losses[-1]['step']}" if losses else ""
+    console.print(f"[green]job {job['id']} succeeded[/]{last}")
     return 0
 
 
