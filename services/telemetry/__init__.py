@@ -1,6 +1,7 @@
 """Telemetry: what jobs report, stored once and read back, live or after the fact.
 
     metrics.py       metric points: stored once (idempotent), read back with filters
+    downsample.py    a series thinned for charts (bucket means, from the rollups)
     logs.py          replica log lines: the `cohort:logs` protocol, stored, read back
     progress.py      a job's epoch/step, percent done and ETA
     live.py          the live feeds' writer: what the ingest publishes after each commit
