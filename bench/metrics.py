@@ -117,7 +117,7 @@ def bench_downsample(label: str, points: int = 1_000_000, runs: int = 5) -> None
     (b) the same buckets' means from the points themselves (`since_step=0` takes that
     path); (c) reading every point. Interleaved, medians."""
     from services.db import session_scope
-    from services.telemetry import metrics
+    from services.telemetry import downsample, metrics
 
     job_id, _ = make_job(f"downsample-{label}")
     names, chunk = ("loss", "accuracy", "step_time", "examples_per_sec", "cpu_percent"), 200_000
@@ -131,10 +131,11 @@ def bench_downsample(label: str, points: int = 1_000_000, runs: int = 5) -> None
         with session_scope() as session:
             session.execute(sa.text("ANALYZE"))  # as autovacuum would
     ways = {
-        "rollups": lambda s: metrics.read_metrics_downsampled(session=s, job_id=job_id,
-                                                              max_points=2000),
-        "points": lambda s: metrics.read_metrics_downsampled(session=s, job_id=job_id,
-                                                             max_points=2000, since_step=0),
+        "rollups": lambda s: downsample.read_metrics_downsampled(session=s, job_id=job_id,
+                                                                 max_points=2000),
+        "points": lambda s: downsample.read_metrics_downsampled(session=s, job_id=job_id,
+                                                                max_points=2000,
+                                                                since_step=0),
         "everything": lambda s: metrics.read_metrics(session=s, job_id=job_id, limit=points),
     }
     times: dict[str, list[float]] = {way: [] for way in ways}

@@ -115,12 +115,7 @@ class CohortClient:
 
     def upload_bundle(self, digest: str, path: Path) -> dict[str, Any]:
         """PUT a bundle file, streamed from disk."""
-        with open(path, "rb") as body:
-            return self._check(self.http.put(
-                f"/api/v1/bundles/{digest}", content=body,
-                headers={"Content-Type": "application/gzip",
-                         "Content-Length": str(path.stat().st_size)},
-                timeout=httpx.Timeout(30.0, write=300.0)))
+        return self._put_file(f"/api/v1/bundles/{digest}", path, "application/gzip", 300.0)
 
     def artifacts(self, job_id: int) -> list[dict[str, Any]]:
         return self._check(self.http.get(f"/api/v1/jobs/{job_id}/artifacts",
@@ -142,12 +137,18 @@ class CohortClient:
 
     def upload_data(self, path: str, source: Path) -> dict[str, Any]:
         """PUT a file to `path` of the project's data, streamed from disk."""
+        return self._put_file(f"/api/v1/data/{quote(path)}", source,
+                              "application/octet-stream", 3600.0)
+
+    def _put_file(self, url: str, source: Path, content_type: str,
+                  write_timeout: float) -> dict[str, Any]:
+        """PUT a local file as the body, streamed from disk (not read into memory)."""
         with open(source, "rb") as body:
             return self._check(self.http.put(
-                f"/api/v1/data/{quote(path)}", content=body,
-                headers={"Content-Type": "application/octet-stream",
+                url, content=body,
+                headers={"Content-Type": content_type,
                          "Content-Length": str(source.stat().st_size)},
-                timeout=httpx.Timeout(30.0, write=3600.0)))
+                timeout=httpx.Timeout(30.0, write=write_timeout)))
 
     def data(self) -> list[dict[str, Any]]:
         return self._check(self.http.get("/api/v1/data", timeout=300.0))["items"]

@@ -2,7 +2,7 @@
 
 Each line is `{"step": int, "metrics": {name: float, ...}, "ts": unix time}`; this
 module owns the format: `encode_line` for report(), `decode_line` for the node agent
-(workers/node/metricsfile.py), which ships the points as this replica's metrics and
+(workers/node/report_file.py), which ships the points as this replica's metrics and
 counts each line as progress for the hang watchdog.
 
 Standard library only: this module is imported inside the user's training process.

@@ -10,7 +10,7 @@ from fastapi.responses import StreamingResponse
 
 from api.deps import CurrentJob, StoreDep
 from services.jobs import artifacts
-from services.jobs.schemas import ArtifactList, ArtifactRead
+from services.jobs.file_schemas import ArtifactList, ArtifactRead
 
 router = APIRouter(prefix="/jobs", tags=["artifacts"])
 

@@ -6,9 +6,10 @@ from fastapi import APIRouter, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import SessionDep, SettingsDep, TokenDep
+from api.uploads import receive_body
 from services.exceptions import BundleNotFound
 from services.jobs import bundles
-from services.jobs.schemas import BundleRead
+from services.jobs.file_schemas import BundleRead
 
 router = APIRouter(prefix="/bundles", tags=["bundles"])
 
@@ -30,9 +31,7 @@ async def put_bundle(digest: str, request: Request, response: Response, session:
     """Upload a bundle: the raw .tar.gz as the body, its sha256 in the path. 201 when
     stored for this project now."""
     with bundles.BundleUpload(digest=digest, settings=settings) as upload:
-        upload.check_declared_length(request.headers.get("content-length"))
-        async for chunk in request.stream():  # never the whole body in memory
-            upload.write(chunk)
+        await receive_body(request, upload)
         bundle, created = await run_in_threadpool(
             bundles.store_bundle, session=session, project_id=token.project_id,
             upload=upload, settings=settings)

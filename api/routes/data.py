@@ -6,8 +6,9 @@ from fastapi import APIRouter, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import SettingsDep, StoreDep, TokenDep
+from api.uploads import receive_body
 from services.jobs import data
-from services.jobs.schemas import DataList, DataRead
+from services.jobs.file_schemas import DataList, DataRead
 
 router = APIRouter(prefix="/data", tags=["data"])
 
@@ -32,9 +33,7 @@ async def put_data(path: str, request: Request, response: Response, settings: Se
     # Refused before a byte of the body is read.
     await run_in_threadpool(data.check_free, store, token.project_id, path)
     with data.DataUpload(settings=settings) as upload:
-        upload.check_declared_length(request.headers.get("content-length"))
-        async for chunk in request.stream():  # never the whole body in memory
-            upload.write(chunk)
+        await receive_body(request, upload)
         stored, created = await run_in_threadpool(
             data.store_data, store=store, project_id=token.project_id, path=path,
             upload=upload)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from api.deps import CurrentJob, SessionDep
 from services.jobs.schemas import MetricList, MetricPointRead
-from services.telemetry import metrics
+from services.telemetry import downsample, metrics
 
 router = APIRouter(prefix="/jobs", tags=["metrics"])
 
@@ -31,7 +31,7 @@ def read_job_metrics(
         # Read first: a point stored during the read is then in the stream after last_id
         # (and perhaps in a bucket too), never in neither.
         last_id = metrics.newest_point_id(session=session, job_id=job.id)
-        points = metrics.read_metrics_downsampled(
+        points = downsample.read_metrics_downsampled(
             session=session, job_id=job.id, max_points=max_points, names=name,
             replica=replica, attempt=attempt, since_step=since_step)
         return MetricList(items=[MetricPointRead(**p) for p in points], last_id=last_id)

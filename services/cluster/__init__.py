@@ -1,2 +1,12 @@
-"""The cluster: node registry, gang placement, TF_CONFIG, one reconcile pass of the scheduler,
-gang outcome and the watchdog. SQL-side except the pure modules (placement, tf_config)."""
+"""The cluster: the scheduler's view of nodes and gangs. SQL-side except the pure modules
+(placement, placement_pool, tf_config), which node code may import.
+
+    reconcile.py       one scheduling pass: heartbeats, lost nodes, gangs, the queue
+    pass_lock.py       one pass at a time across scheduler processes (in the database)
+    nodes.py           the node registry: heartbeats in, lost nodes out, free capacity
+    placement.py       gang placement: (queue, nodes) -> all-or-nothing assignments
+    placement_pool.py  free capacity of one kind (CPU slots or GPUs), bucketed
+    gangs.py           replica reports applied to a job's gang, its status settled
+    tf_config.py       what TF_CONFIG each replica is told
+    watchdog.py        what broke without telling anyone, for the pass to act on
+"""

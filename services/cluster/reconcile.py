@@ -7,6 +7,7 @@ commits first and sends after (a message must never announce uncommitted state).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -15,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from services.cluster import gangs, nodes, tf_config, watchdog
 from services.cluster.pass_lock import lock_pass
-from services.cluster.placement import GangRequest, pick_ports, place
+from services.cluster.placement import GangRequest, ReplicaPlacement, pick_ports, place
 from services.jobs.inputs import resolve_inputs
 from services.jobs.transitions import transition_job
 from services.models import Job, Node, Replica, utcnow
@@ -91,32 +92,44 @@ def _place_queue(session: Session, settings: Settings, now: dt.datetime) -> tupl
         by_id[job_id].reason = reason
     messages: list[Message] = []
     for job_id, placements in result.assignments.items():
-        job = by_id[job_id]
-        ports: dict[int, int] = {}
-        for node_id in {p.node_id for p in placements}:
-            indices = [i for i, p in enumerate(placements) if p.node_id == node_id]
-            chosen = pick_ports(used_ports.setdefault(node_id, set()), len(indices),
-                                settings.PORT_RANGE_START, settings.PORT_RANGE_END)
-            used_ports[node_id].update(chosen)
-            ports.update(zip(indices, chosen, strict=True))
-        addresses = [f"{p.address}:{ports[i]}" for i, p in enumerate(placements)]
-        replicas = []
-        for index, placement in enumerate(placements):
-            replica = Replica(
-                job_id=job.id, attempt=job.attempt, index=index, node_id=placement.node_id,
-                address=addresses[index], port=ports[index],
-                gpu_ids=",".join(str(g) for g in placement.gpu_ids),
-                tf_config=tf_config.build_tf_config(addresses, index),
-                status=ReplicaStatus.PENDING, dispatched_at=now,
-            )
-            session.add(replica)
-            replicas.append(replica)
-        nodes_used = sorted({p.node_id for p in placements})
-        transition_job(session=session, job_id=job.id, target=JobStatus.SCHEDULED,
-                       reason=f"placed {job.replicas} replicas on {', '.join(nodes_used)}")
-        messages.extend(start_message(job, r) for r in replicas)
+        ports = _gang_ports(placements, used_ports, settings)
+        messages.extend(_schedule_gang(session, by_id[job_id], placements, ports, now))
     session.flush()
     return messages, list(result.assignments)
+
+
+def _gang_ports(placements: Sequence[ReplicaPlacement], used_ports: dict[str, set[int]],
+                settings: Settings) -> dict[int, int]:
+    """A free port for each replica (by index) on its node; `used_ports` takes them."""
+    ports: dict[int, int] = {}
+    for node_id in {p.node_id for p in placements}:
+        indices = [i for i, p in enumerate(placements) if p.node_id == node_id]
+        chosen = pick_ports(used_ports.setdefault(node_id, set()), len(indices),
+                            settings.PORT_RANGE_START, settings.PORT_RANGE_END)
+        used_ports[node_id].update(chosen)
+        ports.update(zip(indices, chosen, strict=True))
+    return ports
+
+
+def _schedule_gang(session: Session, job: Job, placements: Sequence[ReplicaPlacement],
+                   ports: dict[int, int], now: dt.datetime) -> list[Message]:
+    """Store the placed gang's replicas, move the job to scheduled; their start messages."""
+    addresses = [f"{p.address}:{ports[i]}" for i, p in enumerate(placements)]
+    replicas = []
+    for index, placement in enumerate(placements):
+        replica = Replica(
+            job_id=job.id, attempt=job.attempt, index=index, node_id=placement.node_id,
+            address=addresses[index], port=ports[index],
+            gpu_ids=",".join(str(g) for g in placement.gpu_ids),
+            tf_config=tf_config.build_tf_config(addresses, index),
+            status=ReplicaStatus.PENDING, dispatched_at=now,
+        )
+        session.add(replica)
+        replicas.append(replica)
+    nodes_used = sorted({p.node_id for p in placements})
+    transition_job(session=session, job_id=job.id, target=JobStatus.SCHEDULED,
+                   reason=f"placed {job.replicas} replicas on {', '.join(nodes_used)}")
+    return [start_message(job, r) for r in replicas]
 
 
 def run_pass(

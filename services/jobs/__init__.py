@@ -1,2 +1,15 @@
-"""Jobs: the spec and its I/O schemas, create/read/list/cancel, the status transitions, and which
-trainers a job may name. SQL-side: imported by the api and the control plane only."""
+"""Jobs: what a job is and what belongs to it. SQL-side: imported by the api and the
+control plane only (node code reaches none of it but `trainers`).
+
+    schemas.py      the job spec and the REST/CLI I/O schemas of jobs, metrics, logs, nodes
+    file_schemas.py the I/O schemas of bundles, data and artifacts
+    store.py        create (idempotently), read, list with cursor pagination, cancel
+    transitions.py  transition_job(), the only writer of Job.status
+    trainers.py     which trainers a job may name (built-ins, allow-listed entrypoints)
+    queue.py        a queued job's place in the placer's order
+    bundles.py      code bundles: which project uploaded which digest
+    data.py         a project's data in the store: upload, list, delete, path checks
+    inputs.py       a job's `inputs`: checked at submit, resolved into the replica spec
+    uploads.py      request bodies on their way into the store (spooled, hashed, bounded)
+    artifacts.py    a job's artifacts: listed with their sha256, resolved for download
+"""

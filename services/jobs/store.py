@@ -83,7 +83,30 @@ def create_job(
         existing = _by_idempotency_key(session, project_id, idempotency_key)
         if existing is not None:
             return _replay(existing, spec_hash), False
-    job = Job(
+    job = _new_job(project_id, job_in, idempotency_key, spec_hash)
+    try:
+        # A savepoint, so that losing a race on the idempotency key leaves the
+        # outer transaction usable for reading the winner.
+        with session.begin_nested():
+            session.add(job)
+            session.flush()
+            session.add(JobEvent(job_id=job.id, attempt=job.attempt, from_status=None,
+                                 to_status=JobStatus.QUEUED, reason="submitted"))
+            session.flush()
+    except IntegrityError:
+        if idempotency_key is None:
+            raise
+        existing = _by_idempotency_key(session, project_id, idempotency_key)
+        if existing is None:
+            raise
+        return _replay(existing, spec_hash), False
+    return job, True
+
+
+def _new_job(project_id: int, job_in: JobCreate, idempotency_key: str | None,
+             spec_hash: str) -> Job:
+    """The queued job a checked spec describes (not yet added to the session)."""
+    return Job(
         project_id=project_id,
         name=job_in.name,
         trainer=job_in.trainer,
@@ -107,23 +130,6 @@ def create_job(
         status=JobStatus.QUEUED,
         reason="waiting for the scheduler",
     )
-    try:
-        # A savepoint, so that losing a race on the idempotency key leaves the
-        # outer transaction usable for reading the winner.
-        with session.begin_nested():
-            session.add(job)
-            session.flush()
-            session.add(JobEvent(job_id=job.id, attempt=job.attempt, from_status=None,
-                                 to_status=JobStatus.QUEUED, reason="submitted"))
-            session.flush()
-    except IntegrityError:
-        if idempotency_key is None:
-            raise
-        existing = _by_idempotency_key(session, project_id, idempotency_key)
-        if existing is None:
-            raise
-        return _replay(existing, spec_hash), False
-    return job, True
 
 
 def _by_idempotency_key(session: Session, project_id: int, key: str) -> Job | None:

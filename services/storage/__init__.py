@@ -1,3 +1,8 @@
-"""The artifact store: bundles, checkpoints, models, TensorBoard files and finished logs.
+"""The artifact store: bundles, checkpoints, models, TensorBoard files, data and logs.
+
+    store.py      ArtifactStore: a directory or S3 (fsspec), single objects and prefixes
+    tree_sync.py  a local tree and a store prefix kept in step, sending only changes
+    keys.py       the store's layout: every key Cohort reads or writes, checked
+    bundles.py    code bundles: packed deterministically, checked, unpacked safely
 
 Node-safe: no SQL, no FastAPI, no Celery (agents import it)."""

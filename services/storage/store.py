@@ -10,26 +10,23 @@ servers; credentials from the usual AWS_* variables). Keys are relative and chec
 from __future__ import annotations
 
 import builtins
-import datetime as dt
 import os
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from services.settings import Settings, get_settings
 from services.storage.keys import check_key, check_prefix
+from services.storage.tree_sync import TreeSync, object_version
 
 # Local writes go here first and are renamed into place, so a reader never sees half
 # a file; list() hides it.
 _PARTIAL = ".partial"
-
-_T = TypeVar("_T")
-
 
 def open_store(url: str | None = None, *, settings: Settings | None = None) -> ArtifactStore:
     """The store at `url`, or the one the settings name (COHORT_ARTIFACT_URL)."""
@@ -49,23 +46,6 @@ def open_store(url: str | None = None, *, settings: Settings | None = None) -> A
     return ArtifactStore(fs, root.rstrip("/"), url=url)
 
 
-def _mtime(info: dict[str, Any]) -> float:
-    """Seconds since the epoch a file was last written, from either backend's info."""
-    if "mtime" in info:
-        return float(info["mtime"])
-    last = info.get("LastModified") or info.get("last_modified")
-    if isinstance(last, dt.datetime):
-        return last.timestamp()
-    return 0.0
-
-
-def _version(info: dict[str, Any]) -> str:
-    etag = info.get("ETag") or info.get("etag")
-    if etag:
-        return str(etag).strip('"')
-    return f"{info.get('ino', '')}:{info.get('mtime', '')}"
-
-
 class ArtifactStore:
     """Bytes under relative keys, in a directory or an S3 bucket prefix."""
 
@@ -74,12 +54,7 @@ class ArtifactStore:
         self.root = root
         self.url = url
         self.is_local = isinstance(fs, LocalFileSystem)
-        # put_tree/get_tree: (local file, key) -> (size, mtime_ns) of the local file when
-        # this store last sent or fetched it. S3 keeps whole seconds, too coarse to tell a
-        # file rewritten in the second it was uploaded from the uploaded one.
-        self._synced: dict[tuple[str, str], tuple[int, int]] = {}
-        # get_tree: (local file, key) -> (stored version, local mtime_ns) when last fetched.
-        self._fetched: dict[tuple[str, str], tuple[str, int]] = {}
+        self._trees = TreeSync(self)
         if self.is_local:
             fs.makedirs(root, exist_ok=True)
 
@@ -199,7 +174,7 @@ class ArtifactStore:
 
     # -- prefixes --------------------------------------------------------------------------
 
-    def _infos(self, prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    def infos(self, prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
         """(key relative to `prefix`, info) of every object under `prefix`."""
         base = self._dir(prefix)
         if not self.fs.isdir(base):
@@ -217,15 +192,15 @@ class ArtifactStore:
         """(key, size) of every object under the directory-like `prefix`, sorted by key."""
         head = check_prefix(prefix)
         return sorted((f"{head}/{rel}" if head else rel, int(info["size"]))
-                      for rel, info in self._infos(head))
+                      for rel, info in self.infos(head))
 
     def list_versions(self, prefix: str = "") -> builtins.list[tuple[str, int, str]]:
         """(key, size, version) of every object under `prefix`, sorted by key. The version
         changes whenever the bytes do: S3's ETag; a local file's inode and mtime (every
         write here is a rename of a new file)."""
         head = check_prefix(prefix)
-        return sorted((f"{head}/{rel}" if head else rel, int(info["size"]), _version(info))
-                      for rel, info in self._infos(head))
+        return sorted((f"{head}/{rel}" if head else rel, int(info["size"]), object_version(info))
+                      for rel, info in self.infos(head))
 
     def delete_prefix(self, prefix: str) -> None:
         """Delete every object under `prefix` (a non-empty prefix: never the whole store)."""
@@ -235,92 +210,16 @@ class ArtifactStore:
         if self.fs.exists(base):
             self.fs.rm(base, recursive=True)
 
+    # -- trees (services/storage/tree_sync.py) ---------------------------------------------
+
     def put_tree(self, prefix: str, local_dir: str | os.PathLike[str], *,
                  mirror: bool = False, select: Callable[[str], bool] | None = None
                  ) -> builtins.list[str]:
-        """Upload the regular files under `local_dir` that are new or changed; with `mirror`,
-        delete stored files gone locally. Changed: another size than the stored copy, or
-        written since this store last sent or fetched it (or, the first time, later than the
-        stored copy was). With `select`, only the relative paths it accepts are looked at,
-        here and in the store.
-
-        Returns the keys (relative to `prefix`) uploaded.
-        """
-        head = check_prefix(prefix)
-        stored = _selected(dict(self._infos(head)), select)
-        uploaded = []
-        local = _selected(_local_files(Path(local_dir)), select)
-        for rel, stat in local.items():
-            key = f"{head}/{rel}" if head else rel
-            path = Path(local_dir) / rel
-            info = stored.get(rel)
-            synced = self._synced.get((str(path), key))
-            if info is None or int(info["size"]) != stat.st_size or (
-                    synced != (stat.st_size, stat.st_mtime_ns) if synced
-                    else stat.st_mtime > _mtime(info)):
-                try:
-                    self.put_file(key, path)
-                except FileNotFoundError:
-                    continue  # removed since listed (a checkpoint rotated out): not sent
-                self._synced[(str(path), key)] = (stat.st_size, stat.st_mtime_ns)
-                uploaded.append(rel)
-        if mirror:
-            for rel in stored.keys() - local.keys():
-                self.fs.rm_file(self._path(f"{head}/{rel}" if head else rel))
-        return uploaded
+        """Upload what changed under `local_dir` to `prefix` (TreeSync.put_tree)."""
+        return self._trees.put_tree(prefix, local_dir, mirror=mirror, select=select)
 
     def get_tree(self, prefix: str, local_dir: str | os.PathLike[str], *,
                  mirror: bool = False, select: Callable[[str], bool] | None = None
                  ) -> builtins.list[str]:
-        """Download the objects under `prefix` that are missing or changed locally; with
-        `mirror`, delete local files that are not stored. Changed: another size, another
-        version than this store last fetched to that file (or, the first time, stored later
-        than the local copy was written). A downloaded file takes the stored mtime. With
-        `select`, only the relative paths it accepts are looked at, here and in the store.
-
-        Returns the paths (relative to `local_dir`) downloaded.
-        """
-        head = check_prefix(prefix)
-        root = Path(local_dir)
-        root.mkdir(parents=True, exist_ok=True)
-        local = _selected(_local_files(root), select)
-        downloaded = []
-        stored = _selected(dict(self._infos(head)), select)
-        for rel, info in stored.items():
-            check_key(rel)  # a stored name never places a file outside local_dir
-            key = f"{head}/{rel}" if head else rel
-            path, stat, mtime = root / rel, local.get(rel), _mtime(info)
-            fetched = self._fetched.get((str(path), key))
-            if stat is None or stat.st_size != int(info["size"]) or (
-                    fetched != (_version(info), stat.st_mtime_ns) if fetched
-                    else mtime > stat.st_mtime):
-                self.get_file(key, path)
-                os.utime(path, (mtime, mtime))
-                mtime_ns = path.stat().st_mtime_ns
-                self._fetched[(str(path), key)] = (_version(info), mtime_ns)
-                # Sending it back unchanged is no change either.
-                self._synced[(str(path), key)] = (int(info["size"]), mtime_ns)
-                downloaded.append(rel)
-        if mirror:
-            for rel in local.keys() - stored.keys():
-                (root / rel).unlink()
-        return downloaded
-
-
-def _selected(entries: dict[str, _T], select: Callable[[str], bool] | None) -> dict[str, _T]:
-    return entries if select is None else {k: v for k, v in entries.items() if select(k)}
-
-
-def _local_files(root: Path) -> dict[str, os.stat_result]:
-    """Regular files under `root` by '/'-joined relative path (symlinks are not followed)."""
-    found: dict[str, os.stat_result] = {}
-    if not root.is_dir():
-        return found
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in filenames:
-            path = Path(dirpath) / name
-            if path.is_symlink() or not path.is_file() or name.endswith(".partial"):
-                continue
-            found[path.relative_to(root).as_posix()] = path.stat()
-    return found
+        """Download what changed under `prefix` to `local_dir` (TreeSync.get_tree)."""
+        return self._trees.get_tree(prefix, local_dir, mirror=mirror, select=select)

@@ -1,2 +1,14 @@
-"""Telemetry: metric points and log lines stored once, read back, downsampled; live feeds for
-SSE clients; progress; the Prometheus collector and the dashboard's read-only summaries."""
+"""Telemetry: what jobs report, stored once and read back, live or after the fact.
+
+    metrics.py       metric points: stored once (idempotent), read back with filters
+    downsample.py    a series thinned for charts (bucket means, from the rollups)
+    logs.py          replica log lines: the `cohort:logs` protocol, stored, read back
+    progress.py      a job's epoch/step, percent done and ETA
+    live.py          the live feeds' writer: what the ingest publishes after each commit
+    follow.py        following a job: its status, then its points and lines after a cursor
+    cursor.py        where a follower is, and the events that move it on
+    stream_state.py  what the live streams read about jobs, one short transaction each
+    job_views.py     the job view (`JobRead`) REST answers and the streams send
+    prometheus.py    the service's own Prometheus figures, read at scrape time
+    summaries.py     the dashboard's read-only summaries
+"""

@@ -7,8 +7,9 @@ and every Redis key and stream name.
     replica.py   the replica spec, and the messages to node agents (start, stop, clean up)
     events.py    replica started / exited events, wake-ups, node heartbeats
     batches.py   metric and log batches, progress beats (hand-decoded: the hot path)
+    feed.py      the rows of a job's live feed (`cohort:live:<job>`), written by the ingest
     policy.py    the checks on a job's argv and environment (the api's and the agent's)
 
 Imported by every zone (control plane, node, replica): it holds no SQL and no FastAPI or
-Celery. The live feeds' rows are services/telemetry/live.py's (and services/wire/feed.py).
+Celery.
 """

@@ -24,6 +24,18 @@ class FeedError(ValueError):
     """A feed entry that is not one this contract writes (its rows are read from SQL)."""
 
 
+def _stored_fields(fields: tuple[str, ...], stored: Any) -> list[Any]:
+    """A stored row's values in `fields` order, from a dict or an ORM object."""
+    if isinstance(stored, dict):
+        return [stored[name] for name in fields]
+    return [getattr(stored, name) for name in fields]
+
+
+def _payload(fields: tuple[str, ...], row: tuple[Any, ...]) -> dict[str, Any]:
+    """Every field but the first, the SQL id (a stream event carries it as its id)."""
+    return dict(zip(fields[1:], row[1:], strict=True))
+
+
 class MetricRow(NamedTuple):
     """A stored metric point, with its SQL id."""
 
@@ -39,16 +51,11 @@ class MetricRow(NamedTuple):
     @classmethod
     def of(cls, stored: Any) -> MetricRow:
         """From a stored point: the ingest's inserted row (a dict) or a `MetricPoint`."""
-        if isinstance(stored, dict):
-            return cls(stored["id"], stored["attempt"], stored["replica"], stored["step"],
-                       stored["epoch"], stored["name"], stored["value"], stored["ts"])
-        return cls(stored.id, stored.attempt, stored.replica, stored.step, stored.epoch,
-                   stored.name, stored.value, stored.ts)
+        return cls(*_stored_fields(cls._fields, stored))
 
     def payload(self) -> dict[str, Any]:
         """What a stream client gets as the event's data (the event id carries the id)."""
-        return {"attempt": self.attempt, "replica": self.replica, "step": self.step,
-                "epoch": self.epoch, "name": self.name, "value": self.value, "ts": self.ts}
+        return _payload(self._fields, self)
 
 
 class LogRow(NamedTuple):
@@ -63,15 +70,11 @@ class LogRow(NamedTuple):
     @classmethod
     def of(cls, stored: Any) -> LogRow:
         """From a stored line: the ingest's inserted row (a dict) or a `LogLine`."""
-        if isinstance(stored, dict):
-            return cls(stored["id"], stored["attempt"], stored["replica"], stored["ts"],
-                       stored["line"])
-        return cls(stored.id, stored.attempt, stored.replica, stored.ts, stored.line)
+        return cls(*_stored_fields(cls._fields, stored))
 
     def payload(self) -> dict[str, Any]:
         """What a stream client gets as the event's data (the event id carries the id)."""
-        return {"attempt": self.attempt, "replica": self.replica, "ts": self.ts,
-                "line": self.line}
+        return _payload(self._fields, self)
 
 
 Row = MetricRow | LogRow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -46,9 +47,11 @@ def wait_terminal(client: CohortClient, job_id: int, timeout: float = 180) -> di
     return wait_for(done, timeout, f"job {job_id} to finish", interval=0.5)
 
 
-@pytest.fixture
-def pg_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
-    """The stack on PostgreSQL and the machine's Redis (a db of its own, flushed)."""
+@contextlib.contextmanager
+def pg_stack_with(tmp_path: Any, env: dict[str, str] | None = None
+                  ) -> Iterator[tuple[Stack, CohortClient]]:
+    """The stack on a PostgreSQL database of its own and the machine's Redis (a db of its
+    own, flushed), with `env` added to its settings."""
     name = f"cohort_e2e_{free_port()}"
     url = create_database(name)
     redis_url = f"{REDIS_BASE}/{os.environ.get('COHORT_TEST_E2E_REDIS_DB', '9')}"
@@ -57,13 +60,20 @@ def pg_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
                    "COHORT_DATA_DIR": str(tmp_path / "data"),
                    "COHORT_API_PORT": str(free_port()), "COHORT_NODE_ID": "e2e-node",
                    "COHORT_PORT_RANGE_START": PORT_BASE,
-                   "COHORT_BOOTSTRAP_TOKEN": "e2e-token"}, quiet=True)
+                   "COHORT_BOOTSTRAP_TOKEN": "e2e-token", **(env or {})}, quiet=True)
     stack.start()
     try:
         yield stack, CohortClient(stack.url, stack.token)
     finally:
         stack.stop()
         drop_database(name)
+
+
+@pytest.fixture
+def pg_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
+    """The stack on PostgreSQL and the machine's Redis (a db of its own, flushed)."""
+    with pg_stack_with(tmp_path) as stack:
+        yield stack
 
 
 @pytest.fixture

@@ -5,19 +5,16 @@ slots in `scheduled`."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from cli.client import CohortClient
 from cli.stack import Stack
 from services.wire.replica import ReplicaLaunch
-from tests.conftest import REDIS_BASE, create_database, drop_database
-from tests.e2e.conftest import PORT_BASE, free_port, wait_terminal
+from tests.e2e.conftest import pg_stack_with, wait_terminal
 
 # Linux refuses one environment string longer than this (MAX_ARG_STRLEN): E2BIG.
 ENV_STRING_LIMIT = 128 * 1024
@@ -28,21 +25,9 @@ BIG = {f"pad_{i:04d}": "x" * 256 for i in range(800)}
 @pytest.fixture
 def missing_python_stack(tmp_path: Path) -> Iterator[tuple[Stack, CohortClient]]:
     """The stack on PostgreSQL, its agent configured with a Python that does not exist."""
-    name = f"cohort_e2e_{free_port()}"
-    url = create_database(name)
-    redis_url = f"{REDIS_BASE}/{os.environ.get('COHORT_TEST_E2E_REDIS_DB', '9')}"
-    redis.Redis.from_url(redis_url).flushdb()
-    stack = Stack({"COHORT_DATABASE_URL": url, "COHORT_REDIS_URL": redis_url,
-                   "COHORT_DATA_DIR": str(tmp_path / "data"),
-                   "COHORT_API_PORT": str(free_port()), "COHORT_NODE_ID": "e2e-node",
-                   "COHORT_PORT_RANGE_START": PORT_BASE, "COHORT_BOOTSTRAP_TOKEN": "e2e-token",
-                   "COHORT_REPLICA_PYTHON": str(tmp_path / "no-such-python")}, quiet=True)
-    stack.start()
-    try:
-        yield stack, CohortClient(stack.url, stack.token)
-    finally:
-        stack.stop()
-        drop_database(name)
+    with pg_stack_with(tmp_path, {"COHORT_REPLICA_PYTHON": str(tmp_path / "no-such-python")}
+                       ) as stack:
+        yield stack
 
 
 @pytest.mark.e2e

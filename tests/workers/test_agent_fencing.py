@@ -12,7 +12,8 @@ import psutil
 import redis
 
 from services.settings import Settings
-from workers.node.agent import Agent, exit_code_of
+from workers.node.agent import Agent
+from workers.node.exits import exit_code_of
 from workers.node.launcher import ReplicaKey, ReplicaProcess
 
 

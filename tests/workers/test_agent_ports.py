@@ -15,7 +15,8 @@ from services.settings import Settings
 from services.wire.keys import EVENTS_STREAM, NODES_HASH, attempt_key, claim_key
 from services.wire.replica import ReplicaSpec, StartReplica
 from tests.conftest import REDIS_BASE
-from workers.node.agent import PORT_TAKEN_EXIT, Agent
+from workers.node.agent import Agent
+from workers.node.exits import PORT_TAKEN_EXIT
 
 JOB = 990_001
 

@@ -19,11 +19,11 @@ from services.settings import Settings
 from services.wire.keys import EVENTS_STREAM, attempt_key, claim_key
 from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
 from tests.conftest import REDIS_BASE
-from workers.node.agent import (
+from workers.node.agent import Agent
+from workers.node.exits import (
     PORT_TAKEN_EXIT,
     SPAWN_FAILED_EXIT,
     SPAWN_NOT_FOUND_EXIT,
-    Agent,
     spawn_exit_code,
 )
 from workers.node.launcher import ReplicaKey, spec_path

@@ -1,2 +1,21 @@
-"""Node-side code (the agent; never SQL): Celery tasks, spawning and supervising replica processes,
-ports, GPUs, log shipping."""
+"""Node-side code: the agent and what it does for each replica (never SQL).
+
+    agent.py          the agent: heartbeats, start/stop, supervision, fencing
+    tasks.py          the Celery tasks it consumes from its own queue
+    exits.py          exit codes, and exits/refusals reported until the scheduler has them
+    admission.py      what it agrees to run (the api's policy, checked again)
+    ports.py, gpus.py the host's ports and GPUs
+    prepare.py        a replica's code and inputs fetched before it starts
+    bundle_cache.py   code bundles fetched, verified and unpacked once per digest
+    environment.py    a replica's directories and variables; its command resolved
+    launcher.py       spawning one replica process (never through a shell)
+    guard.py          the wrapper that ends a job's process with the agent
+    processes.py      stopping a process and all it started
+    layout.py         where a job's files go on a node
+    logship.py        a replica's log shipped line by line through Redis
+    sidecar.py        what runs beside each replica, whatever its loop:
+    artifact_sync.py    checkpoints, models and TensorBoard files to and from the store
+    scalars.py          metrics and progress read from the files the loop writes,
+    tfevents.py         from TensorBoard event files
+    report_file.py      and from the JSON-lines file `cohort.report()` appends to
+"""

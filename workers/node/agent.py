@@ -7,7 +7,6 @@ It talks to the control plane through Redis alone (no SQL credentials).
 
 from __future__ import annotations
 
-import errno
 import logging
 import shutil
 import sys
@@ -19,42 +18,28 @@ import redis
 
 from services.settings import Settings, get_settings
 from services.wire.client import get_redis, publish_event
-from services.wire.events import Event, NodeHeartbeat, ReplicaExited, ReplicaStarted
+from services.wire.events import NodeHeartbeat, ReplicaStarted
 from services.wire.keys import NODES_HASH, attempt_key, claim_key, node_queue
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
 from workers.node import admission, gpus, layout, ports
 from workers.node.bundle_cache import BundleUnavailable
 from workers.node.environment import CommandNotFound
+from workers.node.exits import (
+    BUNDLE_REFUSED_EXIT,
+    FETCH_FAILED_EXIT,
+    POLICY_REFUSED_EXIT,
+    PORT_TAKEN_EXIT,
+    SPAWN_NOT_FOUND_EXIT,
+    ExitReports,
+    exit_code_of,
+    spawn_exit_code,
+)
 from workers.node.launcher import ReplicaKey, ReplicaProcess, job_dir, spawn, tail
 from workers.node.logship import LogShipper
 from workers.node.prepare import Preparer
 from workers.node.sidecar import Sidecars
 
 log = logging.getLogger("cohort.agent")
-
-# How long exit codes stay in the heartbeat (for exits whose event Redis lost).
-EXITED_MEMORY = 600.0
-# Exit codes of replicas this agent could not start, reported as their exits so the
-# job moves on under its restart policy (services/exit_codes.py classifies them).
-# A replica refused because another process holds its port: outside the
-# program's control, so worth another attempt, on which placement skips the
-# ports this node reported busy.
-PORT_TAKEN_EXIT = 138
-# A process that could not be started. As a shell reports it: 127, the interpreter
-# (or the job's directory) is not found; 126, found but not executable, or refused for
-# anything else (E2BIG, EACCES, a spec file it cannot write). Both are permanent: the
-# same spec fails the same way. A node out of processes, memory, files or disk says
-# 138 instead: another attempt may well start.
-SPAWN_NOT_FOUND_EXIT = 127
-SPAWN_FAILED_EXIT = 126
-# Refused before anything ran, and permanent: the node's policy forbids what the
-# message asks (a forged or stale message), or the bundle is missing or corrupt.
-POLICY_REFUSED_EXIT = 126
-BUNDLE_REFUSED_EXIT = 126
-# The store or the disk failed while fetching: the node's trouble, worth another attempt.
-FETCH_FAILED_EXIT = PORT_TAKEN_EXIT
-_NODE_EXHAUSTED = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE,
-                             errno.ENOSPC})
 
 _agent: Agent | None = None
 
@@ -64,20 +49,6 @@ def current_agent() -> Agent:
     if _agent is None:
         raise RuntimeError("no agent in this process: start it with `cohort agent`")
     return _agent
-
-
-def exit_code_of(returncode: int) -> int:
-    """Popen's -N for 'killed by signal N' as the shell's 128+N (137 = SIGKILL)."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def spawn_exit_code(error: Exception) -> int:
-    """The exit code reported for a replica whose process could not be started."""
-    if isinstance(error, FileNotFoundError):
-        return SPAWN_NOT_FOUND_EXIT
-    if isinstance(error, OSError) and error.errno in _NODE_EXHAUSTED:
-        return PORT_TAKEN_EXIT
-    return SPAWN_FAILED_EXIT
 
 
 class Agent:
@@ -90,8 +61,9 @@ class Agent:
         self.data_dir: Path = settings.data_dir
         self.processes: dict[ReplicaKey, ReplicaProcess] = {}
         self.started: set[ReplicaKey] = set()  # every key ever started here
-        self.exited: dict[ReplicaKey, tuple[int, float]] = {}  # recent exits: code, when
         self.lock = threading.Lock()
+        self.exits = ExitReports(self.node_id, client, self.lock)
+        self.exited = self.exits.recent  # recent exits: code, when
         self.stopping = threading.Event()
         self.gpu_ids = gpus.node_gpu_ids(settings.NODE_GPUS, gpus.discover_gpus())
         # Replicas whose code or inputs are being fetched; set: stopped meanwhile.
@@ -144,9 +116,7 @@ class Agent:
                 process, failure = self._spawn(message)
         if cancelled and failure is None:
             # Stopped while its code was fetched: nothing was started.
-            self._publish_until_sent(ReplicaExited(
-                self.node_id, key.job_id, key.attempt, key.index, 143, time.time(),
-                never_started=True))
+            self.exits.never_started(key, until_sent=True)
         self._started_or_refused(key, process, failure)
 
     def _spawn(self, message: StartReplica) -> tuple[ReplicaProcess | None,
@@ -167,7 +137,7 @@ class Agent:
                             failure: tuple[int, str] | None) -> None:
         """Report a start (and supervise the process) or a refusal."""
         if failure is not None:
-            self._refuse(key, *failure)
+            self.exits.refused(key, *failure)
         if process is None:
             self.sidecars.discard(key)
             return
@@ -179,16 +149,6 @@ class Agent:
                                                  key.index, process.popen.pid, time.time()))
         threading.Thread(target=self._watch, args=(process, shipper), daemon=True,
                          name=f"watch-{key.job_id}-{key.attempt}-{key.index}").start()
-
-    def _refuse(self, key: ReplicaKey, code: int, why: str) -> None:
-        """Report a replica that could not be started here, with the reason for a person."""
-        log.error("not starting %s: %s", key, why)
-        with self.lock:
-            self.exited[key] = (code, time.time())
-        self._publish_until_sent(ReplicaExited(
-            self.node_id, key.job_id, key.attempt, key.index, code, time.time(),
-            log_tail=f"cohort agent on {self.node_id}: {why}; replica not started",
-            never_started=True))
 
     def _may_start(self, key: ReplicaKey) -> bool:
         """Fencing for at-least-once delivery: no stale attempt, never two processes."""
@@ -225,9 +185,7 @@ class Agent:
                 return
         if process is None:
             # Nothing runs: say so, so the control plane can settle the replica.
-            publish_event(self.redis, ReplicaExited(
-                self.node_id, key.job_id, key.attempt, key.index, 143, time.time(),
-                never_started=True))
+            self.exits.never_started(key, until_sent=False)
             return
         process.stop(message.grace_seconds)
 
@@ -238,40 +196,16 @@ class Agent:
             shipper.finish()  # the last lines go out before the exit is reported
         # So do the last points, checkpoint, model, TensorBoard files and the log.
         self.sidecars.finish(process.key, process.log_path)
-        code = exit_code_of(returncode)
-        key = process.key
         with self.lock:
-            self.processes.pop(key, None)
-        log.info("%s exited with %d", key, code)
-        with self.lock:
-            self.exited[key] = (code, time.time())
-        self._publish_until_sent(ReplicaExited(self.node_id, key.job_id, key.attempt,
-                                               key.index, code, time.time(),
-                                               log_tail=tail(process.log_path)))
-
-    def _publish_until_sent(self, event: Event) -> None:
-        # An exit must reach the scheduler even across a Redis restart; the
-        # heartbeat's `exited` list covers the case where this still fails.
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                publish_event(self.redis, event)
-                return
-            except redis.RedisError as exc:
-                if time.monotonic() > deadline:
-                    log.error("could not report %s: %s", event, exc)
-                    return
-                time.sleep(1.0)
+            self.processes.pop(process.key, None)
+        self.exits.exited(process.key, exit_code_of(returncode), tail(process.log_path))
 
     def heartbeat(self) -> None:
         """Publish this node's address, capacity and running replicas."""
         now = time.time()
         with self.lock:
             running = tuple((k.job_id, k.attempt, k.index) for k in self.processes)
-            for key in [k for k, (_, at) in self.exited.items() if now - at > EXITED_MEMORY]:
-                del self.exited[key]
-            exited = tuple((k.job_id, k.attempt, k.index, code)
-                           for k, (code, _) in self.exited.items())
+            exited = self.exits.recent_codes(now)
         beat = NodeHeartbeat(
             node_id=self.node_id, address=self.settings.NODE_ADDRESS,
             slots=self.settings.NODE_SLOTS, ts=now, gpus=len(self.gpu_ids), replicas=running,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from services.wire.keys import PROGRESS_HASH, progress_field
-from workers.node.metricsfile import MetricsFileReader
+from workers.node.report_file import MetricsFileReader
 from workers.node.tfevents import FILE_PREFIX, EventFileReader, Scalar
 
 log = logging.getLogger("cohort.scalars")

@@ -204,24 +204,35 @@ def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
     return EXIT_OK
 
 
+def _read_launch() -> tuple[ReplicaLaunch, str]:
+    """The replica's launch (its spec and directories) and the Redis URL, from the
+    environment, checked before the (slow) TensorFlow start-up.
+
+    Raises:
+        ConfigError: no readable spec, no trainer named, or no COHORT_REDIS_URL.
+        UnknownTrainerError: a malformed trainer name.
+    """
+    launch = read_config(os.environ.get("COHORT_REPLICA_SPEC"))
+    if launch.spec.trainer is None:
+        raise ConfigError("the spec names no trainer (a `command` job runs its own "
+                          "program, not this runner)")
+    parse_trainer_name(launch.spec.trainer)
+    redis_url = os.environ.get("COHORT_REDIS_URL")
+    if not redis_url:
+        raise ConfigError("COHORT_REDIS_URL is not set")
+    return launch, redis_url
+
+
 def main() -> int:
     """Run one replica from the environment; returns the process exit code."""
     reporter_box: list[MetricReporter] = []
     _install_termination(reporter_box)
     _watch_parent()
     try:
-        launch = read_config(os.environ.get("COHORT_REPLICA_SPEC"))
-        spec = launch.spec
-        if spec.trainer is None:
-            raise ConfigError("the spec names no trainer (a `command` job runs its own "
-                              "program, not this runner)")
-        # Catch a malformed trainer name before the (slow) TensorFlow start-up.
-        parse_trainer_name(spec.trainer)
-        redis_url = os.environ.get("COHORT_REDIS_URL")
-        if not redis_url:
-            raise ConfigError("COHORT_REDIS_URL is not set")
+        launch, redis_url = _read_launch()
     except (ConfigError, UnknownTrainerError) as exc:
         return _config_error(exc)
+    spec = launch.spec
 
     announce(
         f"replica job={spec.job_id} attempt={spec.attempt} index={spec.index} "

@@ -1,4 +1,5 @@
-"""SQLAlchemy 2 ORM models: projects, tokens, jobs, replicas, job events, metrics, nodes."""
+"""Tables of projects and their jobs: projects, API tokens, jobs, code bundles, replicas,
+the job event log, and the nodes replicas run on."""
 
 from __future__ import annotations
 
@@ -6,42 +7,10 @@ import datetime as dt
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from services.models.base import Base, enum_column, utcnow
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
-
-
-def utcnow() -> dt.datetime:
-    """The current time, timezone-aware in UTC."""
-    return dt.datetime.now(dt.UTC)
-
-
-class UTCDateTime(sa.types.TypeDecorator[dt.datetime]):
-    """A timestamp that is always timezone-aware UTC, on PostgreSQL and on SQLite alike."""
-
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
-        if value is not None and value.tzinfo is None:
-            raise ValueError("naive datetime given to a UTC column")
-        return value.astimezone(dt.UTC) if value is not None else None
-
-    def process_result_value(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
-        if value is not None and value.tzinfo is None:  # SQLite drops the zone
-            return value.replace(tzinfo=dt.UTC)
-        return value
-
-
-def _enum(enum_cls: type) -> sa.Enum:
-    # Stored as plain strings (no native PostgreSQL enum), so both databases
-    # share one migration and new values need no ALTER TYPE.
-    return sa.Enum(enum_cls, native_enum=False, length=16,
-                   values_callable=lambda e: [m.value for m in e])
-
-
-class Base(DeclarativeBase):
-    type_annotation_map = {dt.datetime: UTCDateTime, dict[str, Any]: sa.JSON}
 
 
 class Project(Base):
@@ -109,7 +78,7 @@ class Job(Base):
     idempotency_key: Mapped[str | None] = mapped_column(sa.String(128))
     spec_hash: Mapped[str] = mapped_column(sa.String(64))
 
-    status: Mapped[JobStatus] = mapped_column(_enum(JobStatus), default=JobStatus.QUEUED)
+    status: Mapped[JobStatus] = mapped_column(enum_column(JobStatus), default=JobStatus.QUEUED)
     attempt: Mapped[int] = mapped_column(default=1)
     reason: Mapped[str] = mapped_column(sa.Text, default="")
     result: Mapped[dict[str, Any]] = mapped_column(default=dict)
@@ -164,7 +133,7 @@ class Replica(Base):
     port: Mapped[int]
     gpu_ids: Mapped[str] = mapped_column(sa.String(64), default="")
     tf_config: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
-    status: Mapped[ReplicaStatus] = mapped_column(_enum(ReplicaStatus),
+    status: Mapped[ReplicaStatus] = mapped_column(enum_column(ReplicaStatus),
                                                   default=ReplicaStatus.PENDING)
     pid: Mapped[int | None]
     exit_code: Mapped[int | None]
@@ -189,74 +158,10 @@ class JobEvent(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(sa.ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     attempt: Mapped[int]
-    from_status: Mapped[JobStatus | None] = mapped_column(_enum(JobStatus))
-    to_status: Mapped[JobStatus] = mapped_column(_enum(JobStatus))
+    from_status: Mapped[JobStatus | None] = mapped_column(enum_column(JobStatus))
+    to_status: Mapped[JobStatus] = mapped_column(enum_column(JobStatus))
     reason: Mapped[str] = mapped_column(sa.Text, default="")
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
-
-
-class MetricPoint(Base):
-    """One metric value; `(job, attempt, replica, step, name)` is stored once."""
-
-    __tablename__ = "metric_points"
-    __table_args__ = (
-        sa.UniqueConstraint("job_id", "attempt", "replica", "step", "name", name="uq_metric_point"),
-        sa.Index("ix_metric_points_job_id_id", "job_id", "id"),  # live streams follow by id
-    )
-
-    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
-                                    primary_key=True)
-    # No foreign key: the ingest locks the batch's job rows instead (FOR KEY SHARE, once
-    # per job rather than per row), and services/jobs.delete_jobs deletes a job's series.
-    job_id: Mapped[int]
-    attempt: Mapped[int]
-    replica: Mapped[int]
-    step: Mapped[int]
-    epoch: Mapped[int | None]
-    name: Mapped[str] = mapped_column(sa.String(64))
-    value: Mapped[float] = mapped_column(sa.Float)
-    ts: Mapped[float] = mapped_column(sa.Float)  # unix time the replica observed it
-
-
-class MetricRollup(Base):
-    """Sums of the points of one series over ROLLUP_STEPS steps (`bucket` = step // it),
-    kept by the ingest alongside the points (services/telemetry/metrics.py): a long run's chart
-    reads about 1/ROLLUP_STEPS of the rows. Exact: only newly stored points are added."""
-
-    __tablename__ = "metric_rollups"
-
-    job_id: Mapped[int] = mapped_column(primary_key=True)  # no foreign key, as points
-    attempt: Mapped[int] = mapped_column(primary_key=True)
-    replica: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
-    bucket: Mapped[int] = mapped_column(primary_key=True)
-    points: Mapped[int]
-    total: Mapped[float] = mapped_column(sa.Float)  # sum of the values
-    first_step: Mapped[int]
-    last_step: Mapped[int]
-    last_epoch: Mapped[int | None]
-    last_ts: Mapped[float] = mapped_column(sa.Float)
-
-
-class LogLine(Base):
-    """One line a replica printed (stdout and stderr); `(job, attempt, replica, seq)` once."""
-
-    __tablename__ = "log_lines"
-    __table_args__ = (
-        sa.UniqueConstraint("job_id", "attempt", "replica", "seq", name="uq_log_line"),
-        sa.Index("ix_log_lines_job_id_id", "job_id", "id"),
-    )
-
-    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
-                                    primary_key=True)
-    # No foreign key: the ingest locks the batch's job rows instead (FOR KEY SHARE, once
-    # per job rather than per row), and services/jobs.delete_jobs deletes a job's series.
-    job_id: Mapped[int]
-    attempt: Mapped[int]
-    replica: Mapped[int]
-    seq: Mapped[int]  # line number in the replica's log file, from 1
-    ts: Mapped[float] = mapped_column(sa.Float)  # unix time the agent read the line
-    line: Mapped[str] = mapped_column(sa.Text)
 
 
 class Node(Base):
@@ -268,7 +173,7 @@ class Node(Base):
     address: Mapped[str] = mapped_column(sa.String(128))
     slots: Mapped[int]
     gpus: Mapped[int] = mapped_column(default=0)
-    status: Mapped[NodeStatus] = mapped_column(_enum(NodeStatus), default=NodeStatus.READY)
+    status: Mapped[NodeStatus] = mapped_column(enum_column(NodeStatus), default=NodeStatus.READY)
     last_heartbeat: Mapped[dt.datetime] = mapped_column(default=utcnow)
     registered_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     # The GPU ids the agent found ("0,1"), and ports of its range that other
@@ -277,62 +182,3 @@ class Node(Base):
     busy_ports: Mapped[str] = mapped_column(sa.Text, default="")
     # Agents that share one network stack (one host, one namespace) share its ports.
     port_space: Mapped[str] = mapped_column(sa.String(128), default="")
-
-
-class Schedule(Base):
-    """A retraining schedule: a job template fired on a cron expression or an interval."""
-
-    __tablename__ = "schedules"
-    __table_args__ = (
-        sa.UniqueConstraint("project_id", "name", name="uq_schedules_project_name"),
-        sa.Index("ix_schedules_due", "paused", "next_fire_at"),
-    )
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    project_id: Mapped[int] = mapped_column(sa.ForeignKey("projects.id", ondelete="CASCADE"))
-    name: Mapped[str] = mapped_column(sa.String(64))
-    job_template: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    cron: Mapped[str | None] = mapped_column(sa.String(128))
-    interval_seconds: Mapped[int | None]
-    timezone: Mapped[str] = mapped_column(sa.String(64), default="UTC")
-    concurrency_policy: Mapped[str] = mapped_column(sa.String(16), default="allow")
-    starting_deadline_seconds: Mapped[int | None]
-    successful_jobs_history_limit: Mapped[int | None]
-    failed_jobs_history_limit: Mapped[int | None]
-    paused: Mapped[bool] = mapped_column(default=False)
-    next_fire_at: Mapped[dt.datetime | None]
-    last_fired_at: Mapped[dt.datetime | None]
-    last_outcome: Mapped[str] = mapped_column(sa.String(32), default="")
-    promote_metric: Mapped[str | None] = mapped_column(sa.String(64))
-    promote_mode: Mapped[str] = mapped_column(sa.String(8), default="max")
-    promoted_job_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("jobs.id", ondelete="SET NULL", use_alter=True,
-                      name="fk_schedules_promoted_job"))
-    promoted_value: Mapped[float | None] = mapped_column(sa.Float)
-    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
-    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
-
-    project: Mapped[Project] = relationship(lazy="joined")
-
-
-class ScheduleRun(Base):
-    """The record of one fire time of a schedule: what happened, and the promotion decision."""
-
-    __tablename__ = "schedule_runs"
-    __table_args__ = (
-        sa.UniqueConstraint("schedule_id", "scheduled_for", name="uq_schedule_runs_fire"),
-        sa.Index("ix_schedule_runs_pending", "decision"),
-    )
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    schedule_id: Mapped[int] = mapped_column(sa.ForeignKey("schedules.id", ondelete="CASCADE"))
-    scheduled_for: Mapped[dt.datetime]
-    job_id: Mapped[int | None] = mapped_column(sa.ForeignKey("jobs.id", ondelete="SET NULL"))
-    outcome: Mapped[str] = mapped_column(sa.String(32))  # fired, triggered, skipped, missed
-    reason: Mapped[str] = mapped_column(sa.Text, default="")
-    # Promotion: pending until the job ends; then promoted, kept, no_metric or not_eligible.
-    decision: Mapped[str | None] = mapped_column(sa.String(16))
-    metric_value: Mapped[float | None] = mapped_column(sa.Float)
-    decision_reason: Mapped[str] = mapped_column(sa.Text, default="")
-    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
-    decided_at: Mapped[dt.datetime | None]

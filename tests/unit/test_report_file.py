@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.node import metricsfile
-from workers.node.metricsfile import MetricsFileReader
+from workers.node import report_file
+from workers.node.report_file import MetricsFileReader
 from workers.node.tfevents import Scalar
 
 
@@ -74,7 +74,7 @@ def test_bad_lines_are_skipped_with_a_warning_and_never_stall(
 
 def test_a_line_longer_than_a_read_is_dropped_whole(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(metricsfile, "READ_BYTES", 64)
+    monkeypatch.setattr(report_file, "READ_BYTES", 64)
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b"x" * 200 + b"\n" + line(3, a=3))
     reader = MetricsFileReader(path)

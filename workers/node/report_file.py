@@ -15,7 +15,7 @@ from pathlib import Path
 from cohort.metrics import decode_line
 from workers.node.tfevents import Scalar
 
-log = logging.getLogger("cohort.metricsfile")
+log = logging.getLogger("cohort.report_file")
 
 READ_BYTES = 4 << 20  # per read: bounds memory and what one poll ships
 

@@ -1,0 +1,19 @@
+"""SQLAlchemy 2 ORM models, one table a class, grouped by what they record.
+
+    base.py       the declarative base, UTC timestamps, enums stored as strings
+    jobs.py       projects, API tokens, jobs, code bundles, replicas, job events, nodes
+    series.py     metric points, their rollups, log lines
+    schedules.py  retraining schedules and their runs
+
+Every model is imported here, so `Base.metadata` holds every table (Alembic, tests).
+"""
+
+from services.models.base import Base, UTCDateTime, utcnow
+from services.models.jobs import ApiToken, Bundle, Job, JobEvent, Node, Project, Replica
+from services.models.schedules import Schedule, ScheduleRun
+from services.models.series import LogLine, MetricPoint, MetricRollup
+
+__all__ = [
+    "ApiToken", "Base", "Bundle", "Job", "JobEvent", "LogLine", "MetricPoint", "MetricRollup",
+    "Node", "Project", "Replica", "Schedule", "ScheduleRun", "UTCDateTime", "utcnow",
+]

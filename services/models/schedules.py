@@ -1,0 +1,71 @@
+"""Tables of retraining schedules and their runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from services.models.base import Base, utcnow
+from services.models.jobs import Project
+
+
+class Schedule(Base):
+    """A retraining schedule: a job template fired on a cron expression or an interval."""
+
+    __tablename__ = "schedules"
+    __table_args__ = (
+        sa.UniqueConstraint("project_id", "name", name="uq_schedules_project_name"),
+        sa.Index("ix_schedules_due", "paused", "next_fire_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(sa.ForeignKey("projects.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(sa.String(64))
+    job_template: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    cron: Mapped[str | None] = mapped_column(sa.String(128))
+    interval_seconds: Mapped[int | None]
+    timezone: Mapped[str] = mapped_column(sa.String(64), default="UTC")
+    concurrency_policy: Mapped[str] = mapped_column(sa.String(16), default="allow")
+    starting_deadline_seconds: Mapped[int | None]
+    successful_jobs_history_limit: Mapped[int | None]
+    failed_jobs_history_limit: Mapped[int | None]
+    paused: Mapped[bool] = mapped_column(default=False)
+    next_fire_at: Mapped[dt.datetime | None]
+    last_fired_at: Mapped[dt.datetime | None]
+    last_outcome: Mapped[str] = mapped_column(sa.String(32), default="")
+    promote_metric: Mapped[str | None] = mapped_column(sa.String(64))
+    promote_mode: Mapped[str] = mapped_column(sa.String(8), default="max")
+    promoted_job_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("jobs.id", ondelete="SET NULL", use_alter=True,
+                      name="fk_schedules_promoted_job"))
+    promoted_value: Mapped[float | None] = mapped_column(sa.Float)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    project: Mapped[Project] = relationship(lazy="joined")
+
+
+class ScheduleRun(Base):
+    """The record of one fire time of a schedule: what happened, and the promotion decision."""
+
+    __tablename__ = "schedule_runs"
+    __table_args__ = (
+        sa.UniqueConstraint("schedule_id", "scheduled_for", name="uq_schedule_runs_fire"),
+        sa.Index("ix_schedule_runs_pending", "decision"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    schedule_id: Mapped[int] = mapped_column(sa.ForeignKey("schedules.id", ondelete="CASCADE"))
+    scheduled_for: Mapped[dt.datetime]
+    job_id: Mapped[int | None] = mapped_column(sa.ForeignKey("jobs.id", ondelete="SET NULL"))
+    outcome: Mapped[str] = mapped_column(sa.String(32))  # fired, triggered, skipped, missed
+    reason: Mapped[str] = mapped_column(sa.Text, default="")
+    # Promotion: pending until the job ends; then promoted, kept, no_metric or not_eligible.
+    decision: Mapped[str | None] = mapped_column(sa.String(16))
+    metric_value: Mapped[float | None] = mapped_column(sa.Float)
+    decision_reason: Mapped[str] = mapped_column(sa.Text, default="")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    decided_at: Mapped[dt.datetime | None]
