@@ -166,10 +166,13 @@ def test_log_in_submit_a_job_watch_it_train_and_succeed(
         # The log viewer likewise: the tail read at load, then streamed lines, each once.
         wait_for(lambda: sorted(page.locator("#logs").inner_text().splitlines())
                  == stored_log_lines(client, job_id), 60, "every log line once in the viewer")
-    replicas = page.locator("#job-live table tbody tr")
+    replicas = page.locator("#job-live table.replicas tbody tr")
     assert replicas.count() == 2
     assert [replicas.nth(i).locator("td").nth(4).inner_text() for i in range(2)] == ["0", "0"]
     assert "all 2 replicas exited 0" in page.locator(".timeline").inner_text()
+    # The saved model reached the artifact store before the job succeeded: listed, linked.
+    wait_for(lambda: page.locator("table.artifacts a:has-text('model/saved_model.pb')").count(),
+             30, "the saved model among the job's artifacts")
     wait_for(lambda: "cohort: replica" in page.locator("#logs").inner_text(), 60, "log lines")
     page.get_by_label("by epoch").check()
     assert page.locator("#chart-loss").get_attribute("data-points") == "3"
