@@ -53,7 +53,7 @@ bench: $(STAMP)
 
 # The dashboard's browser tests drive Debian's Chromium (never `playwright install`).
 chromium:
-	test -x /usr/bin/chromium || apt-get install -y chromium
+	test -x /usr/bin/chromium || apt-get install -y chromium || (apt-get update && apt-get install -y chromium)
 
 clean:
 	rm -rf var test-artifacts .pytest_cache
