@@ -84,7 +84,7 @@ class TreeSync:
                 uploaded.append(rel)
         if mirror:
             for rel in stored.keys() - local.keys():
-                self.store.fs.rm_file(self.store._path(f"{head}/{rel}" if head else rel))
+                self.store.delete(f"{head}/{rel}" if head else rel, missing_ok=True)
         return uploaded
 
     def get_tree(self, prefix: str, local_dir: str | os.PathLike[str], *,
