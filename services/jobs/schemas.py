@@ -127,6 +127,13 @@ class JobCreate(BaseModel):
     def _input_names(cls, value: dict[str, str]) -> dict[str, str]:
         return check_inputs(value)
 
+    @field_validator("strategy")
+    @classmethod
+    def _strategy_runs(cls, value: Strategy) -> Strategy:
+        if value == "parameter_server":  # on the wire; not placed by the scheduler yet
+            raise ValueError("parameter_server is not available yet")
+        return value
+
     @model_validator(mode="after")
     def _one_of_trainer_or_command(self) -> JobCreate:
         # `trainer` keeps its default (mlp_digits) for specs that name neither and carry

@@ -20,12 +20,48 @@ from pydantic.dataclasses import dataclass
 
 from services.wire.contract import STRICT, Attempt, Contract, Id
 
-Strategy = Literal["multi_worker_mirrored", "mirrored", "one_device"]
+Strategy = Literal["multi_worker_mirrored", "mirrored", "one_device", "parameter_server"]
+# A process's part in its gang. Every strategy but parameter_server runs `worker`s only.
+Role = Literal["chief", "worker", "ps", "evaluator"]
+Communication = Literal["auto", "ring", "nccl"]
+MixedPrecision = Literal["mixed_float16", "mixed_bfloat16"]
+ShardPolicy = Literal["auto", "file", "data", "off"]
 
 # The agent's Celery tasks (workers/node/tasks.py): each takes one encoded message.
 START_TASK = "workers.node.tasks.start_replica"
 STOP_TASK = "workers.node.tasks.stop_replica"
 CLEANUP_TASK = "workers.node.tasks.cleanup_job"
+
+
+@dataclass(frozen=True, config=STRICT)
+class Distribution(Contract):
+    """How a replica's strategy distributes the work (the job's `distribution:` block).
+
+    The API checks which options fit which strategy (a 422 naming the field); the
+    runner applies them before the trainer builds its model."""
+
+    communication: Communication = "auto"  # MWMS CommunicationOptions / Mirrored's ops
+    mixed_precision: MixedPrecision | None = None  # the Keras global policy
+    gradient_accumulation_steps: Annotated[int, Field(ge=1, le=1024)] = 1
+    shard_policy: ShardPolicy = "auto"  # tf.data AutoShardPolicy of the built-ins' datasets
+    # Logical CPU devices to split this process's CPU into (mirrored on CPU, tests).
+    cpu_devices: Annotated[int, Field(ge=1, le=64)] | None = None
+    # Devices one replica spreads its model over (model parallelism), listed in the context.
+    devices_per_replica: Annotated[int, Field(ge=1, le=64)] = 1
+
+
+@dataclass(frozen=True, config=STRICT)
+class Profile(Contract):
+    """Capture a TensorBoard profile of steps first_step..last_step on these replicas."""
+
+    first_step: Annotated[int, Field(ge=1)]
+    last_step: Annotated[int, Field(ge=1)]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Profile:
+        if self.last_step < self.first_step:
+            raise ValueError("'last_step' must not come before 'first_step'")
+        return self
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -47,6 +83,12 @@ class ReplicaSpec(Contract):
     inputs: dict[str, str] = Field(default_factory=dict)
     # None: the cluster's PROGRESS_TIMEOUT; 0: no progress watchdog.
     progress_timeout_seconds: Annotated[int, Field(ge=0)] | None = None
+    # The process's part (parameter_server: chief/worker/ps/evaluator) and its index
+    # among its role's processes; `index` stays its place in the whole gang.
+    role: Role = "worker"
+    role_index: Id = 0
+    distribution: Distribution = Field(default_factory=Distribution)
+    profile: Profile | None = None  # None: no profile on this replica
 
     @model_validator(mode="after")
     def _index_in_gang(self) -> ReplicaSpec:

@@ -130,7 +130,7 @@ def test_a_contract_names_a_missing_field(cls: type[Contract], data: st.DataObje
     ('{"job_id": 3, "attempt": 1, "index": 0, "replicas": 1, "trainer": "", '
      '"strategy": "mirrored"}', "trainer"),
     ('{"job_id": 3, "attempt": 1, "index": 0, "replicas": 1, "trainer": "t", '
-     '"strategy": "parameter_server"}', "strategy"),
+     '"strategy": "data_parallel"}', "strategy"),
 ])
 def test_the_spec_is_strict(raw: str, field: str) -> None:
     with pytest.raises(WireError) as caught:

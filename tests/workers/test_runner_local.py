@@ -284,7 +284,7 @@ def test_one_device_without_tf_config(stream: redis.Redis, tmp_path: Path) -> No
     [
         ({"trainer": "no_such_trainer"}, "no_such_trainer"),
         ({"trainer": "no_such_module_xyz:train"}, "no_such_module_xyz:train"),
-        ({"strategy": "parameter_server"}, "strategy"),
+        ({"strategy": "data_parallel"}, "strategy"),
         ({"index": 2, "replicas": 2}, "index"),
         ({"job_dir": "relative/dir"}, "job_dir"),
     ],
