@@ -23,7 +23,9 @@ from services.wire.contract import STRICT, Attempt, Contract, Id
 Strategy = Literal["multi_worker_mirrored", "mirrored", "one_device", "parameter_server"]
 # A process's part in its gang. Every strategy but parameter_server runs `worker`s only.
 Role = Literal["chief", "worker", "ps", "evaluator"]
-Communication = Literal["auto", "ring", "nccl"]
+# MultiWorkerMirrored: auto|ring|nccl; Mirrored (cross_device_ops): auto|nccl|
+# hierarchical_copy|reduce_to_one. The API checks which fits the job.
+Communication = Literal["auto", "ring", "nccl", "hierarchical_copy", "reduce_to_one"]
 MixedPrecision = Literal["mixed_float16", "mixed_bfloat16"]
 ShardPolicy = Literal["auto", "file", "data", "off"]
 
