@@ -57,7 +57,7 @@ def _require_redis() -> None:
     try:
         check_redis(get_redis(), get_settings().redis_url)
     except RedisUnavailable as exc:
-        err.print(f"cohort: {exc}", markup=False, highlight=False)
+        typer.echo(f"cohort: {exc}", err=True)  # one line, never wrapped
         raise typer.Exit(1) from None
 
 

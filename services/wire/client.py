@@ -43,6 +43,10 @@ _CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL,
               "required": ssl.CERT_REQUIRED}
 
 
+# How a Redis that wants a password (or another one) answers, whichever the protocol.
+_AUTH_ERRORS = ("NOAUTH", "NOPERM", "WRONGPASS", "HELLO must be called")
+
+
 class RedisUnavailable(RuntimeError):
     """Redis could not be reached or refused this process's credentials."""
 
@@ -96,15 +100,17 @@ def check_redis(client: redis.Redis, url: str, wait: float = 30.0) -> None:
         try:
             client.ping()
             return
-        except redis.AuthenticationError as exc:
+        except (redis.AuthenticationError, redis.ResponseError) as exc:
+            refused = isinstance(exc, redis.AuthenticationError) or \
+                str(exc).startswith(_AUTH_ERRORS)
+            if not refused:
+                raise RedisUnavailable(f"Redis at {where} answered an error: {exc}") from exc
+            if urlsplit(url).password is None:
+                raise RedisUnavailable(f"Redis at {where} requires a password: give it in "
+                                       "COHORT_REDIS_URL (redis://:PASSWORD@HOST:PORT/DB)"
+                                       ) from exc
             raise RedisUnavailable(f"Redis at {where} refused the credentials in "
                                    f"COHORT_REDIS_URL: {exc}") from exc
-        except redis.ResponseError as exc:
-            if str(exc).startswith(("NOAUTH", "NOPERM", "WRONGPASS")):
-                raise RedisUnavailable(f"Redis at {where} requires a password: give it "
-                                       "in COHORT_REDIS_URL (redis://:PASSWORD@HOST:PORT/DB)"
-                                       ) from exc
-            raise RedisUnavailable(f"Redis at {where} answered an error: {exc}") from exc
         except redis.RedisError as exc:
             if isinstance(exc.__cause__ or exc.__context__, ssl.SSLError) or "SSL" in str(exc):
                 # A certificate that does not check out will not on the next try either.

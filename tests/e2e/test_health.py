@@ -24,7 +24,7 @@ def health(stack: Stack, service: str, *args: str) -> tuple[int, str]:
 
 def test_health_follows_each_service(tmp_path: Path) -> None:
     with pg_stack_with(tmp_path) as (stack, _client):
-        assert health(stack, "api") == (0, f"healthy: api: ready at {stack.url}")
+        assert health(stack, "api") == (0, f"healthy: api: ready at {stack.url}/readyz")
         code, line = wait_for(lambda: (r := health(stack, "scheduler"))[0] == 0 and r,
                               60, "a scheduling pass")
         assert line.startswith("healthy: scheduler: last pass")

@@ -16,6 +16,7 @@ import pytest
 import trustme
 
 from cli.stack import redis_server_binary
+from services.statuses import TERMINAL_STATUSES
 from tests.e2e.conftest import free_port, pg_stack_with, wait_terminal
 
 PASSWORD = "s3cret-p@ss/word"  # quoted in URLs: '@' and '/' must not end the host part
@@ -57,7 +58,15 @@ def service(url: str, tmp_path: Path, *argv: str) -> subprocess.CompletedProcess
 def run_one_job(tmp_path: Path, url: str) -> None:
     """A stack (api, scheduler, agent) on Redis at `url` runs a job to success."""
     with pg_stack_with(tmp_path, {"COHORT_REDIS_URL": url}) as (stack, client):
-        job = wait_terminal(client, client.submit(JOB)["id"])
+        job_id = client.submit(JOB)["id"]
+        # The api's SSE reader follows the job's live feed in Redis (an asyncio client).
+        statuses: list[str] = []
+        for event in client.stream(job_id, kinds=("status",)):
+            statuses.append(event.data["status"])
+            if statuses[-1] in TERMINAL_STATUSES:
+                break
+        assert len(statuses) >= 2 and statuses[-1] == "succeeded", statuses
+        job = wait_terminal(client, job_id)
         assert job["status"] == "succeeded", job["reason"]
         points = client.metrics(job["id"], name="loss")
         assert points  # the replica's metrics came through Redis too
