@@ -12,8 +12,15 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import HealthCheck, settings
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session
+
+# The machine is shared: how fast Hypothesis generates inputs, or runs one example, says
+# nothing about the code under test, so neither is a failure (the examples still run).
+settings.register_profile("cohort", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("cohort")
 
 PG_ADMIN_URL = os.environ.get("COHORT_TEST_PG_URL",
                               "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
