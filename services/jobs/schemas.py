@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import re
 from typing import Any, Literal
@@ -19,7 +18,14 @@ from pydantic import (
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
 from services.storage.keys import bundle_digest_hex
 from services.wire.policy import MAX_COMMAND_ARGS, check_command, check_env, check_inputs
-from services.wire.replica import Distribution, Strategy  # one list, spec and API
+# One list of each choice for the spec and the API.
+from services.wire.replica import (
+    Communication,
+    Distribution,
+    MixedPrecision,
+    ShardPolicy,
+    Strategy,
+)
 
 RestartPolicy = Literal["never", "on_failure", "exit_code"]
 Placement = Literal["pack", "spread"]
@@ -107,15 +113,26 @@ class ProfileRequest(BaseModel):
         return sorted(set(value))
 
 
-def _known_distribution_fields(value: Any) -> Any:
-    # The wire contract ignores unknown keys (agents one version behind); a user's
-    # typo must be refused instead, naming the key.
-    if isinstance(value, dict):
-        known = {field.name for field in dataclasses.fields(Distribution)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise ValueError(f"unknown option {unknown[0]!r}; use {', '.join(sorted(known))}")
-    return value
+class DistributionOptions(BaseModel):
+    """The job's `distribution:` block: services/wire/replica.Distribution, as users
+    write it (unknown keys refused, each named). Which options fit which strategy:
+    services/jobs/strategies.py."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    communication: Communication = Field(
+        "auto", description="multi_worker_mirrored: auto|ring|nccl; mirrored: auto|nccl|"
+        "hierarchical_copy|reduce_to_one; others: auto")
+    mixed_precision: MixedPrecision | None = None
+    gradient_accumulation_steps: StrictInt = Field(1, ge=1, le=1024)
+    shard_policy: ShardPolicy = "auto"
+    cpu_devices: StrictInt | None = Field(None, ge=1, le=64, description="logical CPU "
+                                          "devices of the process (mirrored, one_device)")
+    devices_per_replica: StrictInt = Field(1, ge=1, le=64, description="model parallelism")
+
+    def wire(self) -> Distribution:
+        """The options as the replica spec carries them."""
+        return Distribution(**self.model_dump())
 
 
 class JobCreate(BaseModel):
@@ -153,8 +170,8 @@ class JobCreate(BaseModel):
         None, description="parameter_server only: {chief: 1, worker: N, ps: M, evaluator: 0|1}")
     role_placement: RolePlacement | None = Field(
         None, description="parameter_server only: {chief: any|separate, ps: any|separate}")
-    distribution: Distribution = Field(
-        default_factory=Distribution, description="how the strategy distributes the work: "
+    distribution: DistributionOptions = Field(
+        default_factory=DistributionOptions, description="how the strategy distributes the work: "
         "communication, mixed_precision, gradient_accumulation_steps, shard_policy, "
         "cpu_devices, devices_per_replica (which fit which strategy: README)")
     profile: ProfileRequest | None = Field(
@@ -206,11 +223,6 @@ class JobCreate(BaseModel):
     @classmethod
     def _input_names(cls, value: dict[str, str]) -> dict[str, str]:
         return check_inputs(value)
-
-    @field_validator("distribution", mode="before")
-    @classmethod
-    def _distribution_keys(cls, value: Any) -> Any:
-        return _known_distribution_fields(value)
 
     @model_validator(mode="after")
     def _replicas_from_roles(self) -> JobCreate:

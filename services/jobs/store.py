@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import json
 
@@ -14,7 +13,7 @@ from sqlalchemy.orm import Session
 from services.exceptions import IdempotencyConflict, InvalidJobSpec, InvalidTransition, JobNotFound
 from services.jobs.bundles import check_bundle
 from services.jobs.inputs import check_inputs_exist
-from services.jobs.schemas import JobCreate
+from services.jobs.schemas import DistributionOptions, JobCreate
 from services.jobs.strategies import check_strategy_options
 from services.jobs.trainers import check_trainer
 from services.jobs.transitions import transition_job
@@ -22,14 +21,13 @@ from services.models import Job, JobEvent, LogLine, MetricPoint, MetricRollup, R
 from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, JobStatus
 from services.storage.store import ArtifactStore
-from services.wire.replica import Distribution
 
 # Fields added after jobs were first stored: left out of the hash while unset, so a retry
 # of a spec stored before they existed still matches its Idempotency-Key.
 _LATER_FIELDS: dict[str, object] = {"command": None, "bundle": None, "env": {},
                                      "progress_timeout_seconds": None, "inputs": {},
                                      "roles": None, "role_placement": None,
-                                     "distribution": Distribution(), "profile": None}
+                                     "distribution": DistributionOptions(), "profile": None}
 
 
 def _spec_hash(job_in: JobCreate) -> str:
@@ -118,7 +116,7 @@ def _new_job(project_id: int, job_in: JobCreate, idempotency_key: str | None,
         roles=None if job_in.roles is None else job_in.roles.model_dump(),
         role_placement=None if job_in.role_placement is None
         else job_in.role_placement.model_dump(),
-        distribution=dataclasses.asdict(job_in.distribution),
+        distribution=job_in.distribution.model_dump(),
         profile=None if job_in.profile is None else job_in.profile.model_dump(mode="json"),
         hyperparameters=job_in.hyperparameters.model_dump(),
         restart_policy=job_in.restart_policy,
