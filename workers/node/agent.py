@@ -61,11 +61,8 @@ class Agent:
         self.data_dir: Path = settings.data_dir
         self.processes: dict[ReplicaKey, ReplicaProcess] = {}
         self.started: set[ReplicaKey] = set()  # every key ever started here
-        # What started each running replica (to start it again: workers/node/respawn.py),
-        # how often it was, and the replicas asked to stop (never started again).
-        self.messages: dict[ReplicaKey, StartReplica] = {}
-        self.restarts: dict[ReplicaKey, int] = {}
-        self.stop_asked: set[ReplicaKey] = set()
+        # Lost parameter_server workers started again in place (workers/node/respawn.py).
+        self.respawns = respawn.Respawns(settings.PS_WORKER_RESTARTS)
         self.lock = threading.Lock()
         self.exits = ExitReports(self.node_id, client, self.lock)
         self.exited = self.exits.recent  # recent exits: code, when
@@ -136,7 +133,7 @@ class Agent:
         except Exception as exc:  # noqa: BLE001 - any failure is this replica's exit
             return None, (spawn_exit_code(exc), f"could not start the process: {exc}")
         self.processes[process.key] = process
-        self.messages[process.key] = message
+        self.respawns.started(process.key, message)
         return process, None
 
     def _started_or_refused(self, key: ReplicaKey, process: ReplicaProcess | None,
@@ -184,7 +181,7 @@ class Agent:
         key = ReplicaKey(message.job_id, message.attempt, message.index)
         with self.lock:
             self.started.add(key)  # a late start message must not start it after this
-            self.stop_asked.add(key)  # nor a restart in place (workers/node/respawn.py)
+            self.respawns.stopping(key)  # nor a restart in place
             process = self.processes.get(key)
             preparing = self.preparing.get(key)
             if preparing is not None:
@@ -203,7 +200,7 @@ class Agent:
             process = again
             returncode = process.popen.wait()
         with self.lock:
-            self.messages.pop(process.key, None)
+            self.respawns.ended(process.key)
         if shipper is not None:
             shipper.finish()  # the last lines go out before the exit is reported
         # So do the last points, checkpoint, model, TensorBoard files and the log.
@@ -215,35 +212,31 @@ class Agent:
     def _respawn(self, process: ReplicaProcess, code: int) -> ReplicaProcess | None:
         """Start an exited replica again in place if workers/node/respawn.py says so."""
         key = process.key
-        budget = self.settings.PS_WORKER_RESTARTS
         with self.lock:
-            message = self.messages.get(key)
-            restarts = self.restarts.get(key, 0)
-            if message is None or not respawn.may_respawn(
-                    message.spec, code, restarts, budget,
-                    stop_asked=process.stop_requested.is_set() or key in self.stop_asked):
-                return None
-        if self.stopping.wait(respawn.RESPAWN_DELAY):
+            due = self.respawns.due(key, code, stop_requested=process.stop_requested.is_set())
+        if due is None or self.stopping.wait(respawn.RESPAWN_DELAY):
             return None
+        message, number = due
         with self.lock:  # the process stays listed meanwhile: the heartbeat still has it
-            if key in self.stop_asked or self.stopping.is_set():
-                return None
+            if self.respawns.due(key, code, stop_requested=False) is None or \
+                    self.stopping.is_set():
+                return None  # asked to stop while it waited
             try:
                 with open(process.log_path, "a", encoding="utf-8") as log_file:
-                    log_file.write(respawn.log_line(code, restarts + 1, budget))
+                    log_file.write(respawn.log_line(code, number, self.respawns.budget))
                 again = spawn(message, self.data_dir, self.settings.redis_url,
                               self.settings.REPLICA_PYTHON or sys.executable)
             except Exception:  # noqa: BLE001 - then its exit is reported as it was
                 log.exception("could not start %s again", key)
                 return None
             self.processes[key] = again
-            self.restarts[key] = restarts + 1
+            self.respawns.done(key, number)
         log.warning("%s exited with %d: started again as pid %d (%d of %d)", key, code,
-                    again.popen.pid, restarts + 1, budget)
+                    again.popen.pid, number, self.respawns.budget)
         try:
             publish_event(self.redis, ReplicaRestarted(
                 self.node_id, key.job_id, key.attempt, key.index, again.popen.pid, code,
-                restarts + 1, time.time()))
+                number, time.time()))
         except redis.RedisError as exc:  # the replica runs on; only the count is late
             log.warning("could not report the restart of %s: %s", key, exc)
         return again
