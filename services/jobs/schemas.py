@@ -18,8 +18,7 @@ from pydantic import (
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
 from services.storage.keys import bundle_digest_hex
 from services.wire.policy import MAX_COMMAND_ARGS, check_command, check_env, check_inputs
-# One list of each choice for the spec and the API.
-from services.wire.replica import (
+from services.wire.replica import (  # one list of each choice for the spec and the API
     Communication,
     Distribution,
     MixedPrecision,

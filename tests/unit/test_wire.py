@@ -258,5 +258,6 @@ def test_the_jobs_distribution_block_is_the_replica_specs() -> None:
     from services.jobs.schemas import DistributionOptions
     from services.wire.replica import Distribution
 
-    assert set(DistributionOptions.model_fields) == {f.name for f in dataclasses.fields(Distribution)}
+    wire_fields = {field.name for field in dataclasses.fields(Distribution)}
+    assert set(DistributionOptions.model_fields) == wire_fields
     assert DistributionOptions().wire() == Distribution()
