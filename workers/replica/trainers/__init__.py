@@ -5,6 +5,10 @@ builds its model inside `ctx.strategy.scope()`, passes `ctx.callbacks()` to
 `model.fit` and returns its final metrics. Built-ins are named here; anything
 else is addressed as "module:function". This module imports neither TensorFlow
 nor Redis; the built-in names live in services.jobs.trainers.
+
+Under `parameter_server` only the chief runs `train`; the runner serves the
+`worker` and `ps` roles itself (workers/replica/roles.py), and an `evaluator`
+runs the trainer module's `evaluate(ctx)` if it has one (see `load_evaluator`).
 """
 
 from __future__ import annotations
@@ -51,10 +55,15 @@ class TrainerContext:
     model_dir: Path  # where the chief saves the trained model
     tensorboard_dir: Path  # this replica's TensorBoard event files
     input_dir: Path  # the job's input files, fetched from the store
+    # The process's part in its gang: `worker` for every strategy but
+    # parameter_server, where the trainer runs as `chief` and a sidecar as `evaluator`.
+    role: str = "worker"
+    role_index: int = 0  # its index among the processes of its role
     is_chief: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        self.is_chief = self.index == 0
+        # A parameter_server gang has a `chief`; in the others worker 0 is the chief.
+        self.is_chief = self.role == "chief" or (self.role == "worker" and self.index == 0)
 
     @property
     def global_batch_size(self) -> int:
@@ -66,7 +75,30 @@ class TrainerContext:
         """The Keras callbacks every trainer passes to `model.fit` (metrics reporting)."""
         from workers.replica.callbacks import metrics_callback
 
-        return [metrics_callback(self.reporter, global_batch_size or self.global_batch_size)]
+        # Only a parameter_server gang has a chief; its steps run on the workers.
+        coordinated = self.role == "chief"
+        callbacks = [metrics_callback(self.reporter, global_batch_size or self.global_batch_size,
+                                      coordinated=coordinated)]
+        if coordinated:
+            from workers.replica.roles import evaluator_checkpoints
+
+            callbacks.append(evaluator_checkpoints(self.evaluation_dir))
+        return callbacks
+
+    @property
+    def evaluation_dir(self) -> Path:
+        """Where the chief of a parameter_server job saves a checkpoint at each epoch
+        end for the evaluator (on the chief's node, which the evaluator shares)."""
+        return self.checkpoint_dir / "evaluator"
+
+    def evaluate_checkpoints(self, model: Any, data: Any, final_step: int,
+                             steps: int | None = None) -> dict[str, float]:
+        """The evaluator's loop: evaluate `model` on `data` for each new checkpoint of
+        the chief, report `eval_*` at the checkpoint's step, and return once the
+        checkpoint of `final_step` is evaluated (workers/replica/roles.py)."""
+        from workers.replica.roles import evaluate_checkpoints
+
+        return evaluate_checkpoints(self, model, data, final_step, steps=steps)
 
 
 def parse_trainer_name(name: str) -> tuple[str, str]:
@@ -107,3 +139,15 @@ def load_trainer(name: str) -> Trainer:
             f"unknown trainer {name!r}: {module_name}:{attribute} is not callable"
         )
     return target
+
+
+Evaluator = Callable[["TrainerContext"], Mapping[str, Any] | None]
+
+
+def load_evaluator(name: str) -> Evaluator | None:
+    """The `evaluate(ctx)` function next to trainer `name` in its module (what a
+    parameter_server evaluator runs), or None if the module has none."""
+    load_trainer(name)  # the same errors for a missing module or function
+    module = importlib.import_module(parse_trainer_name(name)[0])
+    evaluate = getattr(module, "evaluate", None)
+    return evaluate if callable(evaluate) else None

@@ -2,6 +2,9 @@
 
 Needs no download, trains in seconds on a CPU and reaches ~0.95 held-out
 accuracy, which makes it the smoke test and benchmark workload of Cohort.
+
+Under parameter_server, `train` runs on the chief (the workers read their part of
+the data through a DatasetCreator) and `evaluate` on the evaluator.
 """
 
 from __future__ import annotations
@@ -88,6 +91,10 @@ def _backup_callbacks(ctx: TrainerContext, every_steps: int) -> list[keras.callb
     if isinstance(ctx.strategy, tf.distribute.OneDeviceStrategy):
         warn("BackupAndRestore does not support one_device; a restarted attempt starts over")
         return []
+    if ctx.role == "chief" and every_steps:
+        # Under ParameterServerStrategy it saves nothing but at epoch ends.
+        warn("parameter_server backs up at each epoch end; checkpoint_every_steps is ignored")
+        every_steps = 0
     return [keras.callbacks.BackupAndRestore(backup_dir=str(ctx.checkpoint_dir),
                                              save_freq=every_steps or "epoch")]
 
@@ -95,6 +102,8 @@ def _backup_callbacks(ctx: TrainerContext, every_steps: int) -> list[keras.callb
 def train(ctx: TrainerContext) -> dict[str, float]:
     """Train on this replica's shard, evaluate on the full held-out split, save the model."""
     hp = {**DEFAULTS, **ctx.hyperparameters}
+    if ctx.role == "chief":
+        return _train_coordinated(ctx, hp)
     epochs, steps_per_epoch = int(hp["epochs"]), int(hp["steps_per_epoch"])
     batch_size, seed = int(hp["batch_size"]), int(hp["seed"])
     keras.utils.set_random_seed(seed)
@@ -147,3 +156,59 @@ def train(ctx: TrainerContext) -> dict[str, float]:
             scratch.parent.rmdir()
 
     return {"eval_loss": float(results["loss"]), "eval_accuracy": float(results["accuracy"])}
+
+
+def _train_coordinated(ctx: TrainerContext, hp: dict[str, Any]) -> dict[str, float]:
+    """The chief of a parameter_server job: schedule the steps on the workers, then
+    evaluate and save a local copy of the trained model."""
+    epochs, steps_per_epoch = int(hp["epochs"]), int(hp["steps_per_epoch"])
+    batch_size, seed = int(hp["batch_size"]), int(hp["seed"])
+    keras.utils.set_random_seed(seed)
+    x_train, y_train, x_test, y_test = load_splits(seed)
+    global_batch = batch_size * ctx.strategy.num_replicas_in_sync
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        # Built on each worker: one input pipeline per worker, each its own part of
+        # the training split. Every step is one worker's batch.
+        part = slice(context.input_pipeline_id, None, context.num_input_pipelines)
+        x, y = x_train[part], y_train[part]
+        return (tf.data.Dataset.from_tensor_slices((x, y))
+                .shuffle(len(x), seed=seed + context.input_pipeline_id)
+                .repeat()
+                .batch(context.get_per_replica_batch_size(global_batch))
+                .prefetch(2))
+
+    with ctx.strategy.scope():
+        model = build_model(int(hp["hidden_units"]), float(hp["learning_rate"]))
+    model.fit(
+        keras.utils.experimental.DatasetCreator(dataset_fn),
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        callbacks=[*ctx.callbacks(global_batch),
+                   *_backup_callbacks(ctx, int(hp["checkpoint_every_steps"]))],
+        verbose=2,
+    )
+    # The variables live on the ps tasks: evaluate and save a copy held here.
+    local = build_model(int(hp["hidden_units"]), float(hp["learning_rate"]))
+    local.set_weights(model.get_weights())
+    results = local.evaluate(_test_dataset(x_test, y_test, batch_size), verbose=0,
+                             return_dict=True)
+    local.save(str(ctx.model_dir))
+    return {"eval_loss": float(results["loss"]), "eval_accuracy": float(results["accuracy"])}
+
+
+def _test_dataset(x_test: np.ndarray, y_test: np.ndarray, batch_size: int) -> tf.data.Dataset:
+    return tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(batch_size)
+
+
+def evaluate(ctx: TrainerContext) -> dict[str, float]:
+    """The evaluator of a parameter_server job: the held-out split, at each checkpoint
+    the chief saves, until the one of the last step."""
+    hp = {**DEFAULTS, **ctx.hyperparameters}
+    seed = int(hp["seed"])
+    keras.utils.set_random_seed(seed)
+    _, _, x_test, y_test = load_splits(seed)
+    model = build_model(int(hp["hidden_units"]), float(hp["learning_rate"]))
+    final_step = int(hp["epochs"]) * int(hp["steps_per_epoch"])
+    return ctx.evaluate_checkpoints(model, _test_dataset(x_test, y_test, int(hp["batch_size"])),
+                                    final_step)
