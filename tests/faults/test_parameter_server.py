@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,14 +22,13 @@ pytestmark = pytest.mark.e2e
 
 ROLES = {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1}  # c0 w1 w2 p3 e4
 WORKER, PS, EVALUATOR = 1, 3, 4
-EVERY = 20  # steps between two checkpoints
+STEPS = 30  # per epoch: under parameter_server the chief backs up at each epoch end
 
 
 def ps_job(epochs: int, steps: int, **extra: Any) -> dict[str, Any]:
     return {"name": "ps", "strategy": "parameter_server", "roles": ROLES,
             "restart_policy": "on_failure", "max_restarts": 1,
-            "hyperparameters": {"epochs": epochs, "steps_per_epoch": steps,
-                                "checkpoint_every_steps": EVERY}, **extra}
+            "hyperparameters": {"epochs": epochs, "steps_per_epoch": steps}, **extra}
 
 
 def two_nodes(make_stack: Callable[..., tuple[Stack, CohortClient]], tmp_path: Any
@@ -50,8 +50,8 @@ def running_pid(client: CohortClient, job_id: int, index: int, after_step: int) 
     def ready() -> int | None:
         job = client.job(job_id)
         steps = steps_seen(client, job_id, job["attempt"])
-        replica = next(r for r in job["replica_list"] if r["index"] == index)
-        if steps and max(steps) >= after_step and replica["pid"] and \
+        replica = next((r for r in job["replica_list"] if r["index"] == index), None)
+        if steps and max(steps) >= after_step and replica and replica["pid"] and \
                 replica["status"] == "running":
             return int(replica["pid"])
         return None
@@ -60,7 +60,7 @@ def running_pid(client: CohortClient, job_id: int, index: int, after_step: int) 
 
 def test_ps_gang_trains_to_success_with_evaluator_metrics(make_stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
     _stack, client = two_nodes(make_stack, tmp_path)
-    job = client.submit(ps_job(epochs=2, steps=20))
+    job = client.submit(ps_job(epochs=2, steps=STEPS))
     final = wait_terminal(client, job["id"], timeout=420)
     assert final["status"] == "succeeded", explain(client, job["id"])
     assert final["attempt"] == 1
@@ -80,27 +80,30 @@ def test_ps_gang_trains_to_success_with_evaluator_metrics(make_stack, tmp_path) 
 
 def test_a_killed_worker_is_restarted_alone(make_stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
     _stack, client = two_nodes(make_stack, tmp_path)
-    job = client.submit(ps_job(epochs=4, steps=40))
+    job = client.submit(ps_job(epochs=4, steps=STEPS))
     pid = running_pid(client, job["id"], WORKER, after_step=10)
     os.kill(pid, signal.SIGKILL)  # the worker's process, on whichever node
+    killed_at = time.time()
+    assert max(steps_seen(client, job["id"], 1)) < 4 * STEPS, "finished before the kill"
     restarted = wait_for(
         lambda: next((r for r in client.job(job["id"])["replica_list"]
                       if r["index"] == WORKER and r["restarts"] >= 1), None),
         120, "the worker started again")
     assert restarted["pid"] != pid and restarted["status"] == "running"
+    back_at = time.time()
     final = wait_terminal(client, job["id"], timeout=420)
     assert final["status"] == "succeeded", explain(client, job["id"])
     assert final["attempt"] == 1  # no gang restart
     assert [e["to_status"] for e in client.events(job["id"])].count("restarting") == 0
     record("parameter_server worker SIGKILLed mid-run",
            "its agent started it again in place; the coordinator retried its work",
-           None, None, "job succeeded on attempt 1")
+           None, back_at - killed_at, "job succeeded on attempt 1, no gang restart")
 
 
 def test_a_killed_ps_restarts_the_gang_from_its_checkpoint(make_stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
     _stack, client = two_nodes(make_stack, tmp_path)
-    job = client.submit(ps_job(epochs=4, steps=40))
-    pid = running_pid(client, job["id"], PS, after_step=2 * EVERY + 5)
+    job = client.submit(ps_job(epochs=4, steps=STEPS))
+    pid = running_pid(client, job["id"], PS, after_step=STEPS + 5)  # past the first backup
     first = steps_seen(client, job["id"], 1)
     os.kill(pid, signal.SIGKILL)
     final = wait_terminal(client, job["id"], timeout=480)
@@ -109,5 +112,6 @@ def test_a_killed_ps_restarts_the_gang_from_its_checkpoint(make_stack, tmp_path)
     restarting = [e for e in client.events(job["id"]) if e["to_status"] == "restarting"]
     assert len(restarting) == 1 and "replica 3" in restarting[0]["reason"]
     second = steps_seen(client, job["id"], 2)
-    assert second and min(second) > EVERY, (min(second), max(first))  # resumed, not from 0
-    assert max(second) == 4 * 40
+    # Resumed from the backup of a finished epoch, not from step 0.
+    assert second and min(second) > STEPS, (min(second), max(first))
+    assert max(second) == 4 * STEPS
