@@ -132,3 +132,35 @@ def test_options_that_fit_are_accepted(client: TestClient, auth: dict[str, str],
                                        spec: dict[str, Any]) -> None:
     response = client.post("/api/v1/jobs", json=spec, headers=auth)
     assert response.status_code == 201, response.text
+
+
+def test_the_job_page_shows_roles_and_resubmits_a_ps_job_as_is(
+        client: TestClient, session: Session) -> None:
+    import datetime as dt
+    import json
+    import re
+
+    from services.cluster import gangs, reconcile
+    from services.cluster.nodes import Heartbeat
+    from services.settings import get_settings
+    from tests.api.test_dashboard import login
+    from tests.factories import create_job, create_token
+
+    token, row = create_token(session, "ps")
+    job = create_job(session, row.project_id, **PS, distribution={"shard_policy": "data"})
+    now = dt.datetime.now(dt.UTC)
+    reconcile.run_pass(session=session, settings=get_settings(), now=now,
+                       heartbeats=[Heartbeat("n1", "10.9.0.1", 8, 0, now)])
+    gangs.record_replica_started(session=session, job_id=job.id, attempt=1, index=1, pid=7,
+                                 at=now)
+    gangs.record_replica_restarted(session=session, job_id=job.id, attempt=1, index=1,
+                                   pid=8, restarts=2)
+    login(client, token)
+    page = client.get(f"/jobs/{job.id}").text
+    for label in ("chief 0", "worker 0", "worker 1", "ps 0", "evaluator 0", "restarted 2×"):
+        assert label in page, label
+    spec = json.loads(re.search(r'id="job-spec">(.*?)</script>', page, re.S).group(1))
+    again = client.post("/api/v1/jobs", json=spec)
+    assert again.status_code == 201, again.text
+    assert again.json()["roles"] == PS["roles"] | {"chief": 1}
+    assert again.json()["distribution"]["shard_policy"] == "data"
