@@ -116,6 +116,8 @@ class _Cluster:
         self.total_units = {kind: sum(t.values()) for kind, t in self.totals.items()}
         self.largest = {kind: max(t.values(), default=0) for kind, t in self.totals.items()}
         self._empty: dict[tuple[str, int], list[int]] = {}
+        self._fits: dict[tuple[str, int, str, tuple[GangPart, ...]], bool] = {}
+        self._empty_pools: dict[str, Pool] = {}
         # Reservations: nodes by total capacity, largest first; every node whose
         # total is >= the smallest per-replica need of a blocked job is held.
         # reverse=True keeps equal totals in node order, as a sort by -total does.
@@ -140,15 +142,17 @@ class _Cluster:
             i += 1
         self._held_upto[kind] = i
 
-    def fits_empty(self, request: GangRequest, kind: str, per: int) -> bool:
-        """Whether the gang fits the whole cluster, empty (else it is unschedulable)."""
-        rooms = self.empty_rooms(kind, per)
-        if not rooms or rooms[-1] < request.replicas:
-            return False
-        if not request.parts:
-            return True
-        empty = Pool(dict(self.totals[kind]))
-        return choose_parts(empty, request.parts, per, request.policy == SPREAD) is not None
+    def parts_fit_empty(self, request: GangRequest, kind: str, per: int) -> bool:
+        """Whether a gang's parts fit the whole cluster, empty (else it is unschedulable)."""
+        # Gangs of the same shape have the same answer; one pool of the empty cluster
+        # serves every shape (choose_parts gives back what it borrows).
+        key = (kind, per, request.policy, request.parts)
+        if key not in self._fits:
+            if kind not in self._empty_pools:
+                self._empty_pools[kind] = Pool(dict(self.totals[kind]))
+            self._fits[key] = choose_parts(self._empty_pools[kind], request.parts, per,
+                                           request.policy == SPREAD) is not None
+        return self._fits[key]
 
     def commit_parts(self, request: GangRequest, kind: str, per: int,
                      chosen: list[list[tuple[str, int]]]) -> list[ReplicaPlacement]:
@@ -189,7 +193,8 @@ def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity]) -> Placem
         kind = GPU if request.gpus_per_replica else CPU
         unit = "GPUs" if request.gpus_per_replica else "CPU slots"
         rooms = cluster.empty_rooms(kind, per)
-        if not cluster.fits_empty(request, kind, per):
+        if not rooms or rooms[-1] < request.replicas or (
+                request.parts and not cluster.parts_fit_empty(request, kind, per)):
             position += 1
             result.positions[request.job_id] = position
             total, per_node = cluster.total_units[kind], cluster.largest[kind]
@@ -199,11 +204,12 @@ def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity]) -> Placem
             result.waiting[request.job_id] = \
                 f"unschedulable: needs {request.describe_need()}, {detail}"
             continue
-        spread = request.policy == SPREAD
-        parts = choose_parts(cluster.pools[kind], request.parts, per, spread) \
-            if request.parts else None
-        chosen = choose(cluster.pools[kind], request.replicas, per, spread) \
-            if not request.parts else None
+        pool = cluster.pools[kind]
+        parts, chosen = None, None
+        if not request.parts:
+            chosen = choose(pool, request.replicas, per, request.policy == SPREAD)
+        elif pool.units >= request.replicas * per:
+            parts = choose_parts(pool, request.parts, per, request.policy == SPREAD)
         if chosen is None and parts is None:
             position += 1
             result.positions[request.job_id] = position
