@@ -24,7 +24,7 @@ from types import FrameType
 from typing import Any
 
 from services.wire.contract import WireError
-from services.wire.replica import ReplicaLaunch, ReplicaSpec
+from services.wire.replica import Distribution, ReplicaLaunch, ReplicaSpec
 from workers.replica import roles
 from workers.replica.callbacks import MetricReporter, announce, warn
 from workers.replica.resources import ResourceSampler
@@ -88,9 +88,10 @@ def build_strategy(spec: ReplicaSpec) -> Any:
     if name != "parameter_server" and spec.role != "worker":
         raise ConfigError(f"strategy {name!r} runs workers only, not a {spec.role!r}")
     if name == "multi_worker_mirrored":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=_communication_options(spec.distribution.communication))
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
+        return _mirrored_strategy(spec.distribution)
     if name == "one_device":
         device = "/gpu:0" if tf.config.list_physical_devices("GPU") else "/cpu:0"
         return tf.distribute.OneDeviceStrategy(device)
@@ -101,6 +102,62 @@ def build_strategy(spec: ReplicaSpec) -> Any:
             return _parameter_server_strategy(spec)
         raise ConfigError(f"a parameter_server {spec.role!r} serves, it builds no strategy")
     raise ConfigError(f"unknown strategy {name!r}")
+
+
+def _communication_options(communication: str) -> Any:
+    """MultiWorkerMirrored's collective implementation (`auto` lets TensorFlow choose:
+    NCCL on GPUs, ring otherwise)."""
+    import tensorflow as tf
+
+    implementations = tf.distribute.experimental.CommunicationImplementation
+    choices = {"auto": implementations.AUTO, "ring": implementations.RING,
+               "nccl": implementations.NCCL}
+    if communication not in choices:
+        raise ConfigError(f"communication {communication!r} is not one of "
+                          f"multi_worker_mirrored's ({', '.join(choices)})")
+    announce(f"multi_worker_mirrored communication={choices[communication].name}")
+    return tf.distribute.experimental.CommunicationOptions(
+        implementation=choices[communication])
+
+
+def _mirrored_strategy(distribution: Distribution) -> Any:
+    """One process over all of its GPUs, or over `cpu_devices` logical CPU devices."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    devices = None  # TensorFlow's default: every visible GPU
+    if not gpus:
+        devices = [device.name for device in split_cpu(distribution.cpu_devices or 1)]
+    communication = distribution.communication
+    ops = {
+        "nccl": tf.distribute.NcclAllReduce,
+        "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
+        "reduce_to_one": tf.distribute.ReductionToOneDevice,
+    }
+    if communication == "auto":
+        # On GPUs TensorFlow picks NCCL where it can; NCCL needs GPUs, so on CPU
+        # the variables' updates are reduced on one device.
+        cross_device_ops = None if gpus else tf.distribute.ReductionToOneDevice()
+    elif communication in ops:
+        cross_device_ops = ops[communication]()
+    else:
+        raise ConfigError(f"communication {communication!r} is not one of mirrored's "
+                          f"(auto, {', '.join(ops)})")
+    announce(f"mirrored devices={devices or [gpu.name for gpu in gpus]} "
+             f"cross_device_ops={type(cross_device_ops).__name__ if cross_device_ops else 'auto'}")
+    return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
+
+
+def split_cpu(count: int) -> list[Any]:
+    """Split the process's CPU into `count` logical devices (before TensorFlow's
+    runtime starts, i.e. before any op) and return the logical CPU devices."""
+    import tensorflow as tf
+
+    if count > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+    return list(tf.config.list_logical_devices("CPU"))
 
 
 def _parameter_server_strategy(spec: ReplicaSpec) -> Any:
@@ -212,8 +269,8 @@ def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
     # own C-level SIGTERM handler (preemption notice) which neither exits nor calls
     # ours: without this the replica would ignore the agent's SIGTERM.
     handle_sigterm()
-    announce(f"strategy={spec.strategy} role={spec.role} "
-             f"num_replicas_in_sync={strategy.num_replicas_in_sync}")
+    announce(f"strategy={spec.strategy} num_replicas_in_sync={strategy.num_replicas_in_sync} "
+             f"role={spec.role}")
     dirs = replica_dirs(launch)
     if spec.bundle is not None:
         # `module:function` resolves inside the job's own code first.
