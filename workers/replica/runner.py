@@ -23,6 +23,7 @@ from typing import Any
 
 from services.wire.contract import WireError
 from services.wire.replica import ReplicaLaunch
+from workers.replica import distribution
 from workers.replica.callbacks import MetricReporter, announce, warn
 from workers.replica.resources import ResourceSampler
 from workers.replica.trainers import (
@@ -166,7 +167,9 @@ def replica_dirs(launch: ReplicaLaunch) -> dict[str, Path]:
 def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
     """Build the strategy, run the trainer and report its final metrics."""
     spec = launch.spec
+    distribution.configure_devices(spec.distribution)  # before TensorFlow's runtime starts
     strategy = build_strategy(spec.strategy)
+    distribution.apply_precision(spec.distribution)  # before the trainer builds its model
     # With a multi-worker TF_CONFIG, TensorFlow's coordination service installs its
     # own C-level SIGTERM handler (preemption notice) which neither exits nor calls
     # ours: without this the replica would ignore the agent's SIGTERM.
@@ -192,6 +195,8 @@ def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
         hyperparameters=dict(spec.hyperparameters),
         job_dir=launch.job_dir,
         reporter=reporter,
+        distribution=spec.distribution,
+        profile=spec.profile,
         **dirs,
     )
     result = trainer(ctx)
