@@ -179,6 +179,12 @@ def accumulating(model: Any, steps: int) -> Any:
     """
     if steps == 1:
         return model
+    if not getattr(model, "inputs", None):
+        raise TypeError(
+            "gradient accumulation wraps a Sequential or functional model with known "
+            "inputs; a subclassed model can use ctx.gradient_accumulator() in its own "
+            "train_step or loop"
+        )
     return _accumulating_class()(inputs=model.inputs, outputs=model.outputs,
                                  accumulation_steps=steps, name=f"{model.name}_accumulating")
 
