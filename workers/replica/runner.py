@@ -25,7 +25,7 @@ from typing import Any
 
 from services.wire.contract import WireError
 from services.wire.replica import Distribution, ReplicaLaunch, ReplicaSpec
-from workers.replica import roles
+from workers.replica import distribution, roles
 from workers.replica.callbacks import MetricReporter, announce, warn
 from workers.replica.resources import ResourceSampler
 from workers.replica.trainers import (
@@ -120,44 +120,32 @@ def _communication_options(communication: str) -> Any:
         implementation=choices[communication])
 
 
-def _mirrored_strategy(distribution: Distribution) -> Any:
-    """One process over all of its GPUs, or over `cpu_devices` logical CPU devices."""
+def _mirrored_strategy(options: Distribution) -> Any:
+    """One process over all of its GPUs, or over its logical CPU devices (`cpu_devices`,
+    split by distribution.configure_devices before TensorFlow started)."""
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
     devices = None  # TensorFlow's default: every visible GPU
     if not gpus:
-        devices = [device.name for device in split_cpu(distribution.cpu_devices or 1)]
-    communication = distribution.communication
+        devices = [device.name for device in tf.config.list_logical_devices("CPU")]
     ops = {
         "nccl": tf.distribute.NcclAllReduce,
         "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
         "reduce_to_one": tf.distribute.ReductionToOneDevice,
     }
-    if communication == "auto":
+    if options.communication == "auto":
         # On GPUs TensorFlow picks NCCL where it can; NCCL needs GPUs, so on CPU
         # the variables' updates are reduced on one device.
         cross_device_ops = None if gpus else tf.distribute.ReductionToOneDevice()
-    elif communication in ops:
-        cross_device_ops = ops[communication]()
+    elif options.communication in ops:
+        cross_device_ops = ops[options.communication]()
     else:
-        raise ConfigError(f"communication {communication!r} is not one of mirrored's "
-                          f"(auto, {', '.join(ops)})")
+        raise ConfigError(f"communication {options.communication!r} is not one of "
+                          f"mirrored's (auto, {', '.join(ops)})")
     announce(f"mirrored devices={devices or [gpu.name for gpu in gpus]} "
              f"cross_device_ops={type(cross_device_ops).__name__ if cross_device_ops else 'auto'}")
     return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
-
-
-def split_cpu(count: int) -> list[Any]:
-    """Split the process's CPU into `count` logical devices (before TensorFlow's
-    runtime starts, i.e. before any op) and return the logical CPU devices."""
-    import tensorflow as tf
-
-    if count > 1:
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
-    return list(tf.config.list_logical_devices("CPU"))
 
 
 def _parameter_server_strategy(spec: ReplicaSpec) -> Any:
@@ -264,7 +252,9 @@ def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
         handle_sigterm()  # the server, like the coordination service, installs its own
         roles.serve(reporter)  # until SIGTERM
         return EXIT_OK
+    distribution.configure_devices(spec.distribution)  # before TensorFlow's runtime starts
     strategy = build_strategy(spec)
+    distribution.apply_precision(spec.distribution)  # before the trainer builds its model
     # With a multi-worker TF_CONFIG, TensorFlow's coordination service installs its
     # own C-level SIGTERM handler (preemption notice) which neither exits nor calls
     # ours: without this the replica would ignore the agent's SIGTERM.
@@ -292,6 +282,8 @@ def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
         hyperparameters=dict(spec.hyperparameters),
         job_dir=launch.job_dir,
         reporter=reporter,
+        distribution=spec.distribution,
+        profile=spec.profile,
         role=spec.role,
         role_index=spec.role_index,
         **dirs,
