@@ -128,7 +128,7 @@ def test_chief_workers_ps_and_evaluator_train_to_success(
     assert codes == [0, 0, 143, 143, 143], logs_of(logs)
 
     chief_out = (logs / "replica-0.out").read_text()
-    assert "cohort: strategy=parameter_server role=chief" in chief_out
+    assert "cohort: strategy=parameter_server num_replicas_in_sync=1 role=chief" in chief_out
     for index in SERVERS:
         role, role_index = ROLES[index]
         assert f"cohort: server role={role} index={role_index}" in (

@@ -24,8 +24,8 @@ from types import FrameType
 from typing import Any
 
 from services.wire.contract import WireError
-from services.wire.replica import ReplicaLaunch, ReplicaSpec
-from workers.replica import roles
+from services.wire.replica import Distribution, ReplicaLaunch, ReplicaSpec
+from workers.replica import distribution, roles
 from workers.replica.callbacks import MetricReporter, announce, warn
 from workers.replica.resources import ResourceSampler
 from workers.replica.trainers import (
@@ -88,9 +88,10 @@ def build_strategy(spec: ReplicaSpec) -> Any:
     if name != "parameter_server" and spec.role != "worker":
         raise ConfigError(f"strategy {name!r} runs workers only, not a {spec.role!r}")
     if name == "multi_worker_mirrored":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=_communication_options(spec.distribution.communication))
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
+        return _mirrored_strategy(spec.distribution)
     if name == "one_device":
         device = "/gpu:0" if tf.config.list_physical_devices("GPU") else "/cpu:0"
         return tf.distribute.OneDeviceStrategy(device)
@@ -101,6 +102,50 @@ def build_strategy(spec: ReplicaSpec) -> Any:
             return _parameter_server_strategy(spec)
         raise ConfigError(f"a parameter_server {spec.role!r} serves, it builds no strategy")
     raise ConfigError(f"unknown strategy {name!r}")
+
+
+def _communication_options(communication: str) -> Any:
+    """MultiWorkerMirrored's collective implementation (`auto` lets TensorFlow choose:
+    NCCL on GPUs, ring otherwise)."""
+    import tensorflow as tf
+
+    implementations = tf.distribute.experimental.CommunicationImplementation
+    choices = {"auto": implementations.AUTO, "ring": implementations.RING,
+               "nccl": implementations.NCCL}
+    if communication not in choices:
+        raise ConfigError(f"communication {communication!r} is not one of "
+                          f"multi_worker_mirrored's ({', '.join(choices)})")
+    announce(f"multi_worker_mirrored communication={choices[communication].name}")
+    return tf.distribute.experimental.CommunicationOptions(
+        implementation=choices[communication])
+
+
+def _mirrored_strategy(options: Distribution) -> Any:
+    """One process over all of its GPUs, or over its logical CPU devices (`cpu_devices`,
+    split by distribution.configure_devices before TensorFlow started)."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    devices = None  # TensorFlow's default: every visible GPU
+    if not gpus:
+        devices = [device.name for device in tf.config.list_logical_devices("CPU")]
+    ops = {
+        "nccl": tf.distribute.NcclAllReduce,
+        "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
+        "reduce_to_one": tf.distribute.ReductionToOneDevice,
+    }
+    if options.communication == "auto":
+        # On GPUs TensorFlow picks NCCL where it can; NCCL needs GPUs, so on CPU
+        # the variables' updates are reduced on one device.
+        cross_device_ops = None if gpus else tf.distribute.ReductionToOneDevice()
+    elif options.communication in ops:
+        cross_device_ops = ops[options.communication]()
+    else:
+        raise ConfigError(f"communication {options.communication!r} is not one of "
+                          f"mirrored's (auto, {', '.join(ops)})")
+    announce(f"mirrored devices={devices or [gpu.name for gpu in gpus]} "
+             f"cross_device_ops={type(cross_device_ops).__name__ if cross_device_ops else 'auto'}")
+    return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
 
 
 def _parameter_server_strategy(spec: ReplicaSpec) -> Any:
@@ -207,13 +252,15 @@ def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
         handle_sigterm()  # the server, like the coordination service, installs its own
         roles.serve(reporter)  # until SIGTERM
         return EXIT_OK
+    distribution.configure_devices(spec.distribution)  # before TensorFlow's runtime starts
     strategy = build_strategy(spec)
+    distribution.apply_precision(spec.distribution)  # before the trainer builds its model
     # With a multi-worker TF_CONFIG, TensorFlow's coordination service installs its
     # own C-level SIGTERM handler (preemption notice) which neither exits nor calls
     # ours: without this the replica would ignore the agent's SIGTERM.
     handle_sigterm()
-    announce(f"strategy={spec.strategy} role={spec.role} "
-             f"num_replicas_in_sync={strategy.num_replicas_in_sync}")
+    announce(f"strategy={spec.strategy} num_replicas_in_sync={strategy.num_replicas_in_sync} "
+             f"role={spec.role}")
     dirs = replica_dirs(launch)
     if spec.bundle is not None:
         # `module:function` resolves inside the job's own code first.
@@ -235,6 +282,8 @@ def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
         hyperparameters=dict(spec.hyperparameters),
         job_dir=launch.job_dir,
         reporter=reporter,
+        distribution=spec.distribution,
+        profile=spec.profile,
         role=spec.role,
         role_index=spec.role_index,
         **dirs,
