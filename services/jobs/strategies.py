@@ -11,6 +11,8 @@ look at several fields together and refuse with `InvalidJobSpec` naming the fiel
 * `distribution.communication`: MultiWorkerMirrored's CommunicationOptions
   (auto|ring|nccl) or Mirrored's cross_device_ops (auto|nccl|hierarchical_copy|
   reduce_to_one); the other strategies have no choice (auto). `nccl` needs GPUs.
+* `distribution.gradient_accumulation_steps` > 1 does not fit parameter_server: its
+  workers apply each step's gradients on the ps asynchronously, with nothing to sum.
 * `distribution.cpu_devices` splits a process's CPU into logical devices: for the
   one-process strategies (mirrored, one_device: data or model parallelism on CPU),
   and never with GPUs, which are the devices then.
@@ -84,6 +86,10 @@ def _check_distribution(job_in: JobCreate) -> None:
         raise InvalidJobSpec(
             "distribution.communication", "nccl runs on GPUs: set gpus_per_replica, or "
             "use 'auto' or 'ring' on CPUs")
+    if options.gradient_accumulation_steps > 1 and strategy == "parameter_server":
+        raise InvalidJobSpec(
+            "distribution.gradient_accumulation_steps", "parameter_server workers apply "
+            "each step's gradients asynchronously; leave it at 1 or raise batch_size")
     if options.cpu_devices is not None:
         if strategy not in CPU_DEVICE_STRATEGIES:
             raise InvalidJobSpec(

@@ -74,6 +74,8 @@ def test_distribution_is_stored_and_shown(client: TestClient, auth: dict[str, st
     ({"role_placement": {"ps": "elsewhere"}}, "role_placement.ps", "'any' or 'separate'"),
     ({"distribution": {"communication": "ring"}}, "distribution.communication",
      "does not fit parameter_server; use auto"),
+    ({"distribution": {"gradient_accumulation_steps": 4}},
+     "distribution.gradient_accumulation_steps", "asynchronously"),
     ({"profile": {"steps": [5, 8], "replicas": [5]}}, "profile.replicas",
      "replica 5 is not in a gang of 5"),
     ({"profile": {"steps": [8, 5]}}, "profile.steps", "first <= last"),
