@@ -1,7 +1,7 @@
 """parameter_server in the replica, for real: runner processes on loopback ports with
 a hand-made TF_CONFIG per role, as the node agent starts them (no control plane).
 
-chief + 2 workers + 1 ps train the digits MLP while an evaluator outside the training
+chief + 2 workers + 1 ps train the digits MLP (and the CNN) while an evaluator outside the training
 cluster evaluates the chief's checkpoints; a chief killed mid-run resumes from its
 backup; worker, ps and evaluator stop on SIGTERM; a TF_CONFIG naming another task is
 a configuration error.
@@ -44,7 +44,8 @@ SERVERS = [1, 2, 3]
 
 
 def ps_envs(job_id: int, job_dir: Path, hyperparameters: dict[str, Any], *,
-            attempt: int = 1, roles: list[tuple[str, int]] = ROLES) -> list[dict[str, str]]:
+            attempt: int = 1, roles: list[tuple[str, int]] = ROLES,
+            trainer: str = "mlp_digits") -> list[dict[str, str]]:
     """The environments of a parameter_server gang: the training cluster's TF_CONFIG
     for chief, workers and ps; one naming only itself for the evaluator."""
     ports = iter(free_ports(len(roles)))
@@ -62,7 +63,7 @@ def ps_envs(job_id: int, job_dir: Path, hyperparameters: dict[str, Any], *,
         envs.append(replica_env(
             spec(job_id, job_dir, index=index, replicas=len(roles), attempt=attempt,
                  strategy="parameter_server", role=role, role_index=role_index,
-                 hyperparameters=hyperparameters),
+                 hyperparameters=hyperparameters, trainer=trainer),
             tf_config,
         ))
     return envs
@@ -115,12 +116,13 @@ def says(path: Path, text: str) -> Callable[[], bool]:
     return lambda: path.exists() and text in path.read_text()
 
 
+@pytest.mark.parametrize("trainer", ["mlp_digits", "cnn_digits"])
 def test_chief_workers_ps_and_evaluator_train_to_success(
-    stream: redis.Redis, tmp_path: Path
+    stream: redis.Redis, tmp_path: Path, trainer: str
 ) -> None:
     job_id, job_dir, logs = 201, tmp_path / "job", tmp_path / "logs"
     hp = {"epochs": 3, "steps_per_epoch": 20}
-    processes = start_replicas(ps_envs(job_id, job_dir, hp), logs)
+    processes = start_replicas(ps_envs(job_id, job_dir, hp, trainer=trainer), logs)
     # The chief and the evaluator finish by themselves; workers and ps serve on.
     codes = finish(processes, [CHIEF, EVALUATOR], logs)
     assert all(processes[i].poll() is None for i in SERVERS), logs_of(logs)
