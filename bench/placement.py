@@ -7,7 +7,12 @@ jobs ask 1-8 replicas, one in five GPUs (1 or 2 per replica), priorities 0-3, on
 which is what a busy shared pool looks like. `--old` also times the walking skeleton's
 placer (from git, per-replica scans) side by side where it finishes in reasonable time.
 
+`--ps` turns one job in ten into a parameter_server gang placed by parts (chief with its
+evaluator on one node, one in three with `ps: separate`), and times the 10k x 1k cell with
+and without them, and the placer of `--against REV` (default main) on the plain queue.
+
     .venv/bin/python bench/placement.py [--repeat 5] [--old]
+    .venv/bin/python bench/placement.py --ps [--against main]
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from services.cluster.placement import GangRequest, NodeCapacity, place  # noqa: E402
+from services.cluster.placement_roles import ps_parts  # noqa: E402
 
 JOBS = (1_000, 10_000, 100_000)
 NODES = (100, 1_000, 10_000)
@@ -54,14 +60,48 @@ def make_queue(count: int, rng: random.Random) -> list[GangRequest]:
             for i in range(count)]
 
 
-def old_placer() -> Callable[..., Any]:
-    """The skeleton's place() from the first commit that had it."""
-    source = subprocess.run(["git", "show", "43170dd:services/cluster/placement.py"], cwd=ROOT,
+def with_ps_gangs(queue: list[GangRequest], rng: random.Random) -> list[GangRequest]:
+    """One job in ten made a parameter_server gang (CPU), placed by parts."""
+    mixed = []
+    for job in queue:
+        if job.job_id % 10 == 3:
+            roles = {"chief": 1, "worker": rng.randint(1, 4), "ps": rng.randint(1, 2),
+                     "evaluator": rng.randint(0, 1)}
+            apart = {"ps": "separate"} if rng.random() < 1 / 3 else None
+            job = GangRequest(job.job_id, sum(roles.values()), 0, job.priority, job.seq,
+                              job.policy, parts=ps_parts(roles, apart))
+        mixed.append(job)
+    return mixed
+
+
+def old_placer(rev: str = "43170dd") -> Callable[..., Any]:
+    """place() as of git revision `rev` (default: the skeleton's, the first that had it)."""
+    source = subprocess.run(["git", "show", f"{rev}:services/cluster/placement.py"], cwd=ROOT,
                             capture_output=True, text=True, check=True).stdout
-    module = types.ModuleType("old_placement")
-    sys.modules["old_placement"] = module  # dataclasses look their module up
-    exec(compile(source, "old_placement.py", "exec"), module.__dict__)  # noqa: S102
+    name = f"placement_{rev.replace('/', '_')}"
+    module = types.ModuleType(name)
+    sys.modules[name] = module  # dataclasses look their module up
+    exec(compile(source, f"{name}.py", "exec"), module.__dict__)  # noqa: S102
     return module.place  # type: ignore[no-any-return]
+
+
+def ps_cell(repeat: int, against: str) -> None:
+    """The 10k jobs x 1k nodes cell: plain queue (this placer and `against`'s), and
+    the same queue with one job in ten a parameter_server gang."""
+    rng = random.Random(7)
+    nodes = make_nodes(1_000, rng)
+    plain = make_queue(10_000, rng)
+    mixed = with_ps_gangs(plain, rng)
+    baseline = old_placer(against)
+    print(f"{time.strftime('%Y-%m-%d')} {platform.node()} Python {platform.python_version()}")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"{'queue':>26} {'placed':>7} {'wall ms':>9} {'cpu ms':>8}")
+    for label, fn, queue in ((f"plain, placer of {against}", baseline, plain),
+                             ("plain, this placer", place, plain),
+                             ("1 in 10 PS gangs", place, mixed)):
+        wall, cpu = timed(fn, queue, nodes, repeat)
+        placed = len(fn(queue, nodes).assignments)
+        print(f"{label:>26} {placed:>7} {wall * 1e3:>9.1f} {cpu * 1e3:>8.1f}", flush=True)
 
 
 def timed(fn: Callable[..., Any], queue: list[Any], nodes: list[Any], repeat: int
@@ -81,7 +121,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--old", action="store_true", help="time the skeleton's placer too")
+    parser.add_argument("--ps", action="store_true", help="the parameter_server cell only")
+    parser.add_argument("--against", default="main", help="with --ps: the baseline revision")
     args = parser.parse_args()
+    if args.ps:
+        ps_cell(args.repeat, args.against)
+        return
     rng = random.Random(7)
     old = old_placer() if args.old else None
     print(f"{time.strftime('%Y-%m-%d')} {platform.node()} Python {platform.python_version()}")

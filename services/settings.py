@@ -80,6 +80,11 @@ class Settings(BaseSettings):
     PROGRESS_TIMEOUT: float = 120.0  # between two progress heartbeats of a replica
     RESTART_BACKOFF: float = 2.0  # first restart waits this, then doubles...
     RESTART_BACKOFF_MAX: float = 60.0  # ...up to this
+    # parameter_server: times an agent starts a lost worker process again in place
+    # before its exit counts (and the gang restarts); how long the evaluator may go
+    # on after the chief succeeded, to evaluate the last checkpoint.
+    PS_WORKER_RESTARTS: int = Field(3, ge=0, le=100)
+    EVALUATOR_GRACE: float = Field(60.0, ge=0)
 
     @model_validator(mode="after")
     def _port_range_follows_its_start(self) -> Settings:

@@ -1,12 +1,13 @@
 """The cluster: the scheduler's view of nodes and gangs. SQL-side except the pure modules
-(placement, placement_pool, tf_config), which node code may import.
+(placement, placement_pool, placement_roles, tf_config), which node code may import.
 
     reconcile.py       one scheduling pass: heartbeats, lost nodes, gangs, the queue
     pass_lock.py       one pass at a time across scheduler processes (in the database)
     nodes.py           the node registry: heartbeats in, lost nodes out, free capacity
     placement.py       gang placement: (queue, nodes) -> all-or-nothing assignments
     placement_pool.py  free capacity of one kind (CPU slots or GPUs), bucketed
+    placement_roles.py a gang placed by parts: a parameter_server chief with its evaluator
     gangs.py           replica reports applied to a job's gang, its status settled
-    tf_config.py       what TF_CONFIG each replica is told
+    tf_config.py       each replica's role in its gang, and the TF_CONFIG it is told
     watchdog.py        what broke without telling anyone, for the pass to act on
 """

@@ -3,6 +3,17 @@
 `settle_job` is the one place that turns the state of a gang's replicas into a job
 status: all started -> running; all exited 0 -> succeeded; one failed or lost ->
 tear the gang down, then restart it or fail the job.
+
+A parameter_server gang, as TensorFlow intends it:
+* success is the chief's exit 0: its workers and ps (which never exit by themselves)
+  are stopped then, and the evaluator gets EVALUATOR_GRACE to finish evaluating the
+  last checkpoint before it is stopped and the job succeeds;
+* a worker process that dies is started again in place by its agent (the coordinator
+  retries its closures meanwhile; workers/node/respawn.py), up to PS_WORKER_RESTARTS
+  times: only an exit past that budget reaches here, and restarts the gang;
+* a chief or ps that fails, or any training process on a lost node, restarts the gang
+  from its checkpoint (per restart_policy);
+* the evaluator's failure never fails training.
 """
 
 from __future__ import annotations
@@ -70,6 +81,20 @@ def record_replica_exited(
     return replica
 
 
+def record_replica_restarted(
+    *, session: Session, job_id: int, attempt: int, index: int, pid: int, restarts: int,
+) -> Replica | None:
+    """An agent started the process of a running replica again in place (a lost
+    parameter_server worker); the replica stays running."""
+    replica = _replica(session, job_id, attempt, index)
+    if replica is None or replica.status in TERMINAL_REPLICA_STATUSES:
+        return None
+    replica.pid = pid
+    replica.restarts = max(replica.restarts, restarts)
+    session.flush()
+    return replica
+
+
 def record_replica_failure(*, replica: Replica, failure: str, lost: bool,
                            at: dt.datetime) -> None:
     """Cohort itself ends a replica that cannot report (lost node, no progress)."""
@@ -124,6 +149,31 @@ def restart_backoff(attempt: int) -> float:
     return min(settings.RESTART_BACKOFF * 2 ** (attempt - 1), settings.RESTART_BACKOFF_MAX)
 
 
+def _breaks_gang(replica: Replica) -> bool:
+    """A failed or lost replica tears its gang down, unless it is an evaluator."""
+    return replica.status in (ReplicaStatus.FAILED, ReplicaStatus.LOST) and \
+        replica.role != "evaluator"
+
+
+def _success(job: Job, current: list[Replica], now: dt.datetime) -> tuple[
+        str | None, list[Replica]]:
+    """Why the gang has succeeded (None: not yet), and the replicas to stop now."""
+    if job.strategy != "parameter_server":
+        done = all(r.status is ReplicaStatus.SUCCEEDED for r in current)
+        return (f"all {len(current)} replicas exited 0" if done else None), []
+    chief = next((r for r in current if r.role == "chief"), None)
+    if chief is None or chief.status is not ReplicaStatus.SUCCEEDED:
+        return None, []
+    servers = [r for r in current if r.role in ("worker", "ps")]
+    evaluating = [r for r in current
+                  if r.role == "evaluator" and r.status not in TERMINAL_REPLICA_STATUSES]
+    if evaluating and chief.finished_at is not None and (now - chief.finished_at) < \
+            dt.timedelta(seconds=get_settings().EVALUATOR_GRACE):
+        return None, servers  # the evaluator is finishing its last evaluation
+    late = "; the evaluator was stopped after its grace" if evaluating else ""
+    return f"the chief exited 0{late}", servers + evaluating
+
+
 def settle_job(*, session: Session, job: Job, now: dt.datetime | None = None) -> list[Message]:
     """Bring a job's status in line with its replicas; returns the stop messages to send."""
     now = now or utcnow()
@@ -143,7 +193,10 @@ def settle_job(*, session: Session, job: Job, now: dt.datetime | None = None) ->
         return messages + _stop_live(current, now)
     if job.status not in ACTIVE_STATUSES or not current:
         return messages
-    broken = [r for r in current if r.status in (ReplicaStatus.FAILED, ReplicaStatus.LOST)]
+    # Once a parameter_server chief has succeeded, what its servers do no longer matters.
+    chief_done = any(r.role == "chief" and r.status is ReplicaStatus.SUCCEEDED
+                     for r in current) and job.strategy == "parameter_server"
+    broken = [] if chief_done else [r for r in current if _breaks_gang(r)]
     if broken:
         reason = _failure_reason(broken[0])
         restart, why_not = _may_restart(job, broken[0])
@@ -157,17 +210,23 @@ def settle_job(*, session: Session, job: Job, now: dt.datetime | None = None) ->
             transition_job(session=session, job_id=job.id, target=JobStatus.FAILED,
                            reason=f"{reason}; not restarted: {why_not}")
         return messages + _stop_live(current, now)
-    if job.status is JobStatus.SCHEDULED and all(
-        r.status in (ReplicaStatus.RUNNING, ReplicaStatus.SUCCEEDED) for r in current
-    ):
+    succeeded, to_stop = _success(job, current, now)
+    if job.status is JobStatus.SCHEDULED and (succeeded or all(
+        r.status in (ReplicaStatus.RUNNING, ReplicaStatus.SUCCEEDED) or _gone_evaluator(r)
+        for r in current
+    )):
         transition_job(session=session, job_id=job.id, target=JobStatus.RUNNING,
                        reason=f"all {len(current)} replicas started")
-    if job.status is JobStatus.RUNNING and all(
-        r.status is ReplicaStatus.SUCCEEDED for r in current
-    ):
+    messages += _stop_live(to_stop, now)
+    if job.status is JobStatus.RUNNING and succeeded:
         transition_job(session=session, job_id=job.id, target=JobStatus.SUCCEEDED,
-                       reason=f"all {len(current)} replicas exited 0")
+                       reason=succeeded)
     return messages
+
+
+def _gone_evaluator(replica: Replica) -> bool:
+    # An evaluator that already ended (even failed) does not hold its gang back.
+    return replica.role == "evaluator" and replica.status in TERMINAL_REPLICA_STATUSES
 
 
 def jobs_to_settle(*, session: Session) -> list[Job]:

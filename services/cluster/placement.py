@@ -38,7 +38,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from services.cluster.placement_pool import Pool
+from services.cluster.placement_pool import Pool, choose
+from services.cluster.placement_roles import GangPart, choose_parts
 
 PACK, SPREAD = "pack", "spread"
 POLICIES = (PACK, SPREAD)
@@ -67,6 +68,9 @@ class GangRequest:
     priority: int = 0
     seq: int = 0  # submission order (the job id does)
     policy: str = PACK
+    # Parts with constraints (a parameter_server gang: placement_roles.py); empty: the
+    # whole gang is one part of interchangeable replicas.
+    parts: tuple[GangPart, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -112,6 +116,8 @@ class _Cluster:
         self.total_units = {kind: sum(t.values()) for kind, t in self.totals.items()}
         self.largest = {kind: max(t.values(), default=0) for kind, t in self.totals.items()}
         self._empty: dict[tuple[str, int], list[int]] = {}
+        self._fits: dict[tuple[str, int, str, tuple[GangPart, ...]], bool] = {}
+        self._empty_pools: dict[str, Pool] = {}
         # Reservations: nodes by total capacity, largest first; every node whose
         # total is >= the smallest per-replica need of a blocked job is held.
         # reverse=True keeps equal totals in node order, as a sort by -total does.
@@ -136,7 +142,28 @@ class _Cluster:
             i += 1
         self._held_upto[kind] = i
 
-    def commit(self, request: GangRequest, kind: str, per: int,
+    def parts_fit_empty(self, request: GangRequest, kind: str, per: int) -> bool:
+        """Whether a gang's parts fit the whole cluster, empty (else it is unschedulable)."""
+        # Gangs of the same shape have the same answer; one pool of the empty cluster
+        # serves every shape (choose_parts gives back what it borrows).
+        key = (kind, per, request.policy, request.parts)
+        if key not in self._fits:
+            if kind not in self._empty_pools:
+                self._empty_pools[kind] = Pool(dict(self.totals[kind]))
+            self._fits[key] = choose_parts(self._empty_pools[kind], request.parts, per,
+                                           request.policy == SPREAD) is not None
+        return self._fits[key]
+
+    def commit_parts(self, request: GangRequest, kind: str, per: int,
+                     chosen: list[list[tuple[str, int]]]) -> list[ReplicaPlacement]:
+        """Take each part's nodes; the placements in replica index order."""
+        by_index: dict[int, ReplicaPlacement] = {}
+        for part, nodes in zip(request.parts, chosen, strict=True):
+            placed = self.commit(part.count, request.gpus_per_replica, kind, per, nodes)
+            by_index.update(zip(part.indexes, placed, strict=True))
+        return [by_index[i] for i in range(request.replicas)]
+
+    def commit(self, count: int, gpus_per_replica: int, kind: str, per: int,
                chosen: list[tuple[str, int]]) -> list[ReplicaPlacement]:
         pool = self.pools[kind]
         placed: list[ReplicaPlacement] = []
@@ -145,46 +172,13 @@ class _Cluster:
             address = self.nodes[node_id].address
             for _ in range(count):
                 gpu_ids: tuple[int, ...] = ()
-                if request.gpus_per_replica:
+                if gpus_per_replica:
                     ids = self.free_gpus[node_id]
                     gpu_ids = tuple(ids[:per])
                     del ids[:per]
                 placed.append(ReplicaPlacement(node_id, address, gpu_ids))
-        self.free_units[kind] -= request.replicas * per
+        self.free_units[kind] -= count * per
         return placed
-
-
-def _choose(pool: Pool, request: GangRequest, per: int) -> list[tuple[str, int]] | None:
-    """(node, replicas there) for the whole gang, or None; reads the pool only."""
-    left = request.replicas
-    if pool.units < left * per or pool.room(per) < left:
-        return None
-    chosen: list[tuple[str, int]] = []
-    if request.policy == SPREAD:
-        names: list[str] = []
-        rooms: list[int] = []
-        for node_id, units in pool.descending(per):
-            names.append(node_id)
-            rooms.append(units // per)
-            if len(names) == left:
-                break
-        taken = [0] * len(names)
-        while left:  # round robin over the emptiest nodes until every replica has one
-            for i, room in enumerate(rooms):
-                if left and taken[i] < room:
-                    taken[i] += 1
-                    left -= 1
-        return [(name, count) for name, count in zip(names, taken, strict=True) if count]
-    best = pool.best_fit(per * left)
-    if best is not None:
-        return [(best, left)]
-    for node_id, units in pool.descending(per):
-        take = min(units // per, left)
-        chosen.append((node_id, take))
-        left -= take
-        if not left:
-            break
-    return chosen
 
 
 def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity]) -> PlacementResult:
@@ -199,7 +193,8 @@ def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity]) -> Placem
         kind = GPU if request.gpus_per_replica else CPU
         unit = "GPUs" if request.gpus_per_replica else "CPU slots"
         rooms = cluster.empty_rooms(kind, per)
-        if not rooms or rooms[-1] < request.replicas:
+        if not rooms or rooms[-1] < request.replicas or (
+                request.parts and not cluster.parts_fit_empty(request, kind, per)):
             position += 1
             result.positions[request.job_id] = position
             total, per_node = cluster.total_units[kind], cluster.largest[kind]
@@ -209,8 +204,13 @@ def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity]) -> Placem
             result.waiting[request.job_id] = \
                 f"unschedulable: needs {request.describe_need()}, {detail}"
             continue
-        chosen = _choose(cluster.pools[kind], request, per)
-        if chosen is None:
+        pool = cluster.pools[kind]
+        parts, chosen = None, None
+        if not request.parts:
+            chosen = choose(pool, request.replicas, per, request.policy == SPREAD)
+        elif pool.units >= request.replicas * per:
+            parts = choose_parts(pool, request.parts, per, request.policy == SPREAD)
+        if chosen is None and parts is None:
             position += 1
             result.positions[request.job_id] = position
             min_nodes = bisect_left(rooms, request.replicas) + 1
@@ -224,7 +224,12 @@ def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity]) -> Placem
             result.waiting[request.job_id] = reason
             cluster.reserve(kind, per)
             continue
-        result.assignments[request.job_id] = cluster.commit(request, kind, per, chosen)
+        if parts is not None:
+            result.assignments[request.job_id] = cluster.commit_parts(request, kind, per, parts)
+        else:
+            assert chosen is not None
+            result.assignments[request.job_id] = cluster.commit(
+                request.replicas, request.gpus_per_replica, kind, per, chosen)
     return result
 
 

@@ -73,10 +73,62 @@ class Pool:
             del self.free[node_id]
         self._lower_top()
 
-    def remove(self, node_id: str) -> None:
-        """Withdraw a node's capacity from the pool (held for a blocked job)."""
+    def give(self, node_id: str, units: int) -> None:
+        """Hand back `units` taken from (or withdrawn with) a node earlier in this pass."""
+        have = self.free.get(node_id, 0)
+        if have:
+            del self.buckets[have][node_id]
+        now = have + units
+        while len(self.buckets) <= now:
+            self.buckets.append({})
+        self.free[node_id] = now
+        self.buckets[now][node_id] = None
+        self.units += units
+        self.top = max(self.top, now)
+
+    def remove(self, node_id: str) -> int:
+        """Withdraw a node's capacity from the pool (held for a blocked job); how much."""
         have = self.free.pop(node_id, 0)
         if have:
             del self.buckets[have][node_id]
             self.units -= have
             self._lower_top()
+        return have
+
+
+def choose(pool: Pool, count: int, per: int, spread: bool) -> list[tuple[str, int]] | None:
+    """(node, replicas there) for `count` replicas of `per` units each, or None.
+
+    Reads the pool only. Pack (spread=False): the smallest node that holds them all,
+    else the nodes with the most free first. Spread: one replica per node on as many
+    nodes as possible, the emptiest first.
+    """
+    left = count
+    if pool.units < left * per or pool.room(per) < left:
+        return None
+    chosen: list[tuple[str, int]] = []
+    if spread:
+        names: list[str] = []
+        rooms: list[int] = []
+        for node_id, units in pool.descending(per):
+            names.append(node_id)
+            rooms.append(units // per)
+            if len(names) == left:
+                break
+        taken = [0] * len(names)
+        while left:  # round robin over the emptiest nodes until every replica has one
+            for i, room in enumerate(rooms):
+                if left and taken[i] < room:
+                    taken[i] += 1
+                    left -= 1
+        return [(name, count) for name, count in zip(names, taken, strict=True) if count]
+    best = pool.best_fit(per * left)
+    if best is not None:
+        return [(best, left)]
+    for node_id, units in pool.descending(per):
+        take = min(units // per, left)
+        chosen.append((node_id, take))
+        left -= take
+        if not left:
+            break
+    return chosen

@@ -17,13 +17,22 @@ from sqlalchemy.orm import Session
 from services.cluster import gangs, nodes, tf_config, watchdog
 from services.cluster.pass_lock import lock_pass
 from services.cluster.placement import GangRequest, ReplicaPlacement, pick_ports, place
+from services.cluster.placement_roles import ps_parts
 from services.jobs.inputs import resolve_inputs
 from services.jobs.transitions import transition_job
 from services.models import Job, Node, Replica, utcnow
 from services.retraining import firing, promotion
 from services.settings import Settings
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
-from services.wire.replica import Message, ReplicaSpec, StartReplica, Strategy
+from services.wire.replica import (
+    Distribution,
+    Message,
+    Profile,
+    ReplicaSpec,
+    Role,
+    StartReplica,
+    Strategy,
+)
 
 START_RESEND_SECONDS = 20.0
 
@@ -35,6 +44,14 @@ class PassResult:
     lost_nodes: list[str] = field(default_factory=list)
 
 
+def _profile(job: Job, index: int) -> Profile | None:
+    """The job's profile range, on the replicas it names (default: the chief)."""
+    if not job.profile or index not in job.profile.get("replicas", [0]):
+        return None
+    first, last = job.profile["steps"]
+    return Profile(first_step=first, last_step=last)
+
+
 def start_message(job: Job, replica: Replica) -> StartReplica:
     """Everything an agent needs to start one replica (agents cannot read SQL)."""
     spec = ReplicaSpec(job_id=job.id, attempt=replica.attempt, index=replica.index,
@@ -44,7 +61,10 @@ def start_message(job: Job, replica: Replica) -> StartReplica:
                        hyperparameters=job.hyperparameters, bundle=job.bundle,
                        command=job.command, env=dict(job.env or {}),
                        inputs=resolve_inputs(job),
-                       progress_timeout_seconds=job.progress_timeout_seconds)
+                       progress_timeout_seconds=job.progress_timeout_seconds,
+                       role=cast(Role, replica.role), role_index=replica.role_index,
+                       distribution=Distribution(**(job.distribution or {})),
+                       profile=_profile(job, replica.index))
     return StartReplica(replica.node_id, spec, tf_config=replica.tf_config, port=replica.port,
                         gpu_ids=replica.gpu_ids)
 
@@ -82,7 +102,8 @@ def _place_queue(session: Session, settings: Settings, now: dt.datetime) -> tupl
         return [], []
     capacity, used_ports = nodes.read_capacity(session=session)
     requests = [GangRequest(job.id, job.replicas, job.gpus_per_replica, job.priority, job.id,
-                            policy=job.placement or settings.PLACEMENT_POLICY)
+                            policy=job.placement or settings.PLACEMENT_POLICY,
+                            parts=ps_parts(job.roles, job.role_placement) if job.roles else ())
                 for job in queued]
     result = place(requests, capacity)
     by_id = {job.id: job for job in queued}
@@ -115,13 +136,16 @@ def _schedule_gang(session: Session, job: Job, placements: Sequence[ReplicaPlace
                    ports: dict[int, int], now: dt.datetime) -> list[Message]:
     """Store the placed gang's replicas, move the job to scheduled; their start messages."""
     addresses = [f"{p.address}:{ports[i]}" for i, p in enumerate(placements)]
+    slots = tf_config.gang_roles(job.strategy, job.replicas, job.roles)
     replicas = []
     for index, placement in enumerate(placements):
+        role, role_index = slots[index]
         replica = Replica(
             job_id=job.id, attempt=job.attempt, index=index, node_id=placement.node_id,
             address=addresses[index], port=ports[index],
             gpu_ids=",".join(str(g) for g in placement.gpu_ids),
-            tf_config=tf_config.build_tf_config(addresses, index),
+            role=role, role_index=role_index,
+            tf_config=tf_config.compose(job.strategy, slots, addresses, index),
             status=ReplicaStatus.PENDING, dispatched_at=now,
         )
         session.add(replica)

@@ -7,7 +7,10 @@
   that never fully joined waits forever in TensorFlow), or no progress heartbeat
   for PROGRESS_TIMEOUT or the job's own progress_timeout_seconds (a frozen process,
   a cut network, a stuck input pipeline). A job's 0 turns the progress check off:
-  its start-up limit then covers only every replica of the gang being started;
+  its start-up limit then covers only every replica of the gang being started.
+  In a parameter_server gang only the chief runs the training loop, so only the
+  chief is watched: its workers and ps serve (a hung one stalls the chief), and the
+  evaluator waits for checkpoints;
 * deadlines: a job older than its active_deadline_seconds fails;
 * finished jobs whose ttl_seconds_after_finished has passed get their scratch
   files removed on every node that ran them.
@@ -118,6 +121,15 @@ def _progress_timeouts(session: Session, job_ids: set[int]) -> dict[int, int | N
                                 .where(Job.id.in_(job_ids))).tuples().all())
 
 
+def _watched(session: Session, running: list[Replica]) -> list[Replica]:
+    """The running replicas that run a training loop, so beat progress: every replica
+    of the all-worker strategies; of a parameter_server gang, the chief alone."""
+    ps_jobs = {job_id for (job_id,) in session.execute(
+        sa.select(Job.id).where(Job.id.in_({r.job_id for r in running}),
+                                Job.strategy == "parameter_server")).all()} if running else set()
+    return [r for r in running if r.role == "chief" or r.job_id not in ps_jobs]
+
+
 def _gangs_not_started(session: Session, job_ids: set[int]) -> set[tuple[int, int]]:
     """(job, attempt) of the gangs in which some replica was placed but never started."""
     if not job_ids:
@@ -146,7 +158,7 @@ def _startup_failure(replica: Replica, limit: float | None, settings: Settings,
 def find_hung(*, session: Session, settings: Settings, now: dt.datetime) -> list[Replica]:
     """Fail running replicas that stopped making progress (or never started to)."""
     hung = []
-    running = _live_replicas(session, Replica.status == ReplicaStatus.RUNNING)
+    running = _watched(session, _live_replicas(session, Replica.status == ReplicaStatus.RUNNING))
     job_ids = {replica.job_id for replica in running}
     timeouts = _progress_timeouts(session, job_ids)
     not_started = _gangs_not_started(session, job_ids)

@@ -3,6 +3,7 @@ control plane only (node code reaches none of it but `trainers`).
 
     schemas.py      the job spec and the REST/CLI I/O schemas of jobs, metrics, logs, nodes
     file_schemas.py the I/O schemas of bundles, data and artifacts
+    strategies.py   which options (roles, distribution, profile) fit which strategy
     store.py        create (idempotently), read, list with cursor pagination, cancel
     transitions.py  transition_job(), the only writer of Job.status
     trainers.py     which trainers a job may name (built-ins, allow-listed entrypoints)

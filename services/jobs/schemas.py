@@ -18,10 +18,17 @@ from pydantic import (
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
 from services.storage.keys import bundle_digest_hex
 from services.wire.policy import MAX_COMMAND_ARGS, check_command, check_env, check_inputs
-from services.wire.replica import Strategy  # one list of strategies, spec and API
+from services.wire.replica import (  # one list of each choice for the spec and the API
+    Communication,
+    Distribution,
+    MixedPrecision,
+    ShardPolicy,
+    Strategy,
+)
 
 RestartPolicy = Literal["never", "on_failure", "exit_code"]
 Placement = Literal["pack", "spread"]
+RolePlacementChoice = Literal["any", "separate"]
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _NAME = re.compile(r"^[\w.\- ]+$")
@@ -47,6 +54,84 @@ class Hyperparameters(BaseModel):
             if not re.fullmatch(r"[A-Za-z_]\w{0,63}", key):
                 raise ValueError(f"hyperparameter name {key!r} must be an identifier")
         return self
+
+
+class Roles(BaseModel):
+    """The processes of a parameter_server job, by role (TFJob's replica types)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chief: StrictInt = Field(1, ge=1, le=1, description="runs the training loop "
+                             "(ClusterCoordinator); its exit 0 is the job's success")
+    worker: StrictInt = Field(ge=1, le=1024, description="tf.distribute.Server processes "
+                              "running the chief's closures; one lost is restarted alone")
+    ps: StrictInt = Field(ge=1, le=256, description="parameter servers holding the variables")
+    evaluator: StrictInt = Field(0, ge=0, le=1, description="a sidecar evaluating the "
+                                 "chief's checkpoints, on the chief's node")
+
+    @property
+    def total(self) -> int:
+        return self.chief + self.worker + self.ps + self.evaluator
+
+
+class RolePlacement(BaseModel):
+    """Where a parameter_server job's chief and ps go relative to its workers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chief: RolePlacementChoice = Field(
+        "any", description="separate: not on a node that runs one of the job's workers or ps")
+    ps: RolePlacementChoice = Field(
+        "any", description="separate: not on a node that runs the job's chief or a worker")
+
+
+class ProfileRequest(BaseModel):
+    """Capture a TensorBoard profile of a step range on some replicas."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: tuple[StrictInt, StrictInt] = Field(
+        description="[first, last] training step (1-based, inclusive)")
+    replicas: list[StrictInt] = Field(
+        default_factory=lambda: [0], min_length=1, max_length=64,
+        description="replica indexes to profile; default: the chief (replica 0)")
+
+    @field_validator("steps")
+    @classmethod
+    def _ordered(cls, value: tuple[int, int]) -> tuple[int, int]:
+        first, last = value
+        if first < 1 or last < first:
+            raise ValueError("give [first, last] with 1 <= first <= last")
+        return value
+
+    @field_validator("replicas")
+    @classmethod
+    def _indexes(cls, value: list[int]) -> list[int]:
+        if any(index < 0 for index in value):
+            raise ValueError("replica indexes start at 0")
+        return sorted(set(value))
+
+
+class DistributionOptions(BaseModel):
+    """The job's `distribution:` block: services/wire/replica.Distribution, as users
+    write it (unknown keys refused, each named). Which options fit which strategy:
+    services/jobs/strategies.py."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    communication: Communication = Field(
+        "auto", description="multi_worker_mirrored: auto|ring|nccl; mirrored: auto|nccl|"
+        "hierarchical_copy|reduce_to_one; others: auto")
+    mixed_precision: MixedPrecision | None = None
+    gradient_accumulation_steps: StrictInt = Field(1, ge=1, le=1024)
+    shard_policy: ShardPolicy = "auto"
+    cpu_devices: StrictInt | None = Field(None, ge=1, le=64, description="logical CPU "
+                                          "devices of the process (mirrored, one_device)")
+    devices_per_replica: StrictInt = Field(1, ge=1, le=64, description="model parallelism")
+
+    def wire(self) -> Distribution:
+        """The options as the replica spec carries them."""
+        return Distribution(**self.model_dump())
 
 
 class JobCreate(BaseModel):
@@ -77,8 +162,19 @@ class JobCreate(BaseModel):
         description="longest quiet spell before a running replica counts as hung; unset: "
         "the cluster's default; 0: no progress watchdog (start-up and deadline still apply)")
     strategy: Strategy = "multi_worker_mirrored"
-    replicas: StrictInt = Field(2, ge=1)
+    replicas: StrictInt = Field(2, ge=1, description="processes in the gang; with `roles`: "
+                                "their sum (set it only to that)")
     gpus_per_replica: StrictInt = Field(0, ge=0, le=16)
+    roles: Roles | None = Field(
+        None, description="parameter_server only: {chief: 1, worker: N, ps: M, evaluator: 0|1}")
+    role_placement: RolePlacement | None = Field(
+        None, description="parameter_server only: {chief: any|separate, ps: any|separate}")
+    distribution: DistributionOptions = Field(
+        default_factory=DistributionOptions, description="how the strategy distributes the work: "
+        "communication, mixed_precision, gradient_accumulation_steps, shard_policy, "
+        "cpu_devices, devices_per_replica (which fit which strategy: README)")
+    profile: ProfileRequest | None = Field(
+        None, description="{steps: [first, last], replicas: [indexes]} (default: replica 0)")
     hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
     restart_policy: RestartPolicy = "never"
     max_restarts: StrictInt = Field(0, ge=0, le=100)
@@ -127,12 +223,13 @@ class JobCreate(BaseModel):
     def _input_names(cls, value: dict[str, str]) -> dict[str, str]:
         return check_inputs(value)
 
-    @field_validator("strategy")
-    @classmethod
-    def _strategy_runs(cls, value: Strategy) -> Strategy:
-        if value == "parameter_server":  # on the wire; not placed by the scheduler yet
-            raise ValueError("parameter_server is not available yet")
-        return value
+    @model_validator(mode="after")
+    def _replicas_from_roles(self) -> JobCreate:
+        # A parameter_server gang's size is its roles' sum; an explicit `replicas` that
+        # differs is refused by services/jobs/strategies.py, naming the field.
+        if self.roles is not None and "replicas" not in self.model_fields_set:
+            self.replicas = self.roles.total
+        return self
 
     @model_validator(mode="after")
     def _one_of_trainer_or_command(self) -> JobCreate:
@@ -154,6 +251,9 @@ class ReplicaRead(BaseModel):
 
     index: int
     attempt: int
+    role: str = "worker"
+    role_index: int = 0
+    restarts: int = 0
     node_id: str
     address: str
     status: ReplicaStatus
@@ -192,6 +292,10 @@ class JobRead(BaseModel):
     strategy: str
     replicas: int
     gpus_per_replica: int
+    roles: dict[str, int] | None = None
+    role_placement: dict[str, str] | None = None
+    distribution: dict[str, Any] = Field(default_factory=dict)
+    profile: dict[str, Any] | None = None
     hyperparameters: dict[str, Any]
     restart_policy: str
     max_restarts: int

@@ -13,7 +13,8 @@ from sqlalchemy.orm import Session
 from services.exceptions import IdempotencyConflict, InvalidJobSpec, InvalidTransition, JobNotFound
 from services.jobs.bundles import check_bundle
 from services.jobs.inputs import check_inputs_exist
-from services.jobs.schemas import JobCreate
+from services.jobs.schemas import DistributionOptions, JobCreate
+from services.jobs.strategies import check_strategy_options
 from services.jobs.trainers import check_trainer
 from services.jobs.transitions import transition_job
 from services.models import Job, JobEvent, LogLine, MetricPoint, MetricRollup, Replica
@@ -21,13 +22,12 @@ from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, JobStatus
 from services.storage.store import ArtifactStore
 
-SINGLE_REPLICA_STRATEGIES = {"mirrored", "one_device"}
-
-
 # Fields added after jobs were first stored: left out of the hash while unset, so a retry
 # of a spec stored before they existed still matches its Idempotency-Key.
 _LATER_FIELDS: dict[str, object] = {"command": None, "bundle": None, "env": {},
-                                     "progress_timeout_seconds": None, "inputs": {}}
+                                     "progress_timeout_seconds": None, "inputs": {},
+                                     "roles": None, "role_placement": None,
+                                     "distribution": DistributionOptions(), "profile": None}
 
 
 def _spec_hash(job_in: JobCreate) -> str:
@@ -52,12 +52,7 @@ def check_job_spec(*, job_in: JobCreate, settings: Settings) -> None:
         raise InvalidJobSpec(
             "replicas", f"at most {settings.MAX_REPLICAS} replicas per job; ask for fewer"
         )
-    if job_in.strategy in SINGLE_REPLICA_STRATEGIES and job_in.replicas != 1:
-        raise InvalidJobSpec(
-            "replicas",
-            f"strategy {job_in.strategy!r} runs one replica; set replicas to 1 or use "
-            "'multi_worker_mirrored'",
-        )
+    check_strategy_options(job_in)
 
 
 def create_job(
@@ -118,6 +113,11 @@ def _new_job(project_id: int, job_in: JobCreate, idempotency_key: str | None,
         strategy=job_in.strategy,
         replicas=job_in.replicas,
         gpus_per_replica=job_in.gpus_per_replica,
+        roles=None if job_in.roles is None else job_in.roles.model_dump(),
+        role_placement=None if job_in.role_placement is None
+        else job_in.role_placement.model_dump(),
+        distribution=job_in.distribution.model_dump(),
+        profile=None if job_in.profile is None else job_in.profile.model_dump(mode="json"),
         hyperparameters=job_in.hyperparameters.model_dump(),
         restart_policy=job_in.restart_policy,
         max_restarts=job_in.max_restarts,

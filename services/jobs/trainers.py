@@ -7,6 +7,7 @@ from services.exceptions import InvalidJobSpec
 # name -> "module:function" run inside the replica process.
 BUILTIN_TRAINERS: dict[str, str] = {
     "mlp_digits": "workers.replica.trainers.mlp_digits:train",
+    "cnn_digits": "workers.replica.trainers.cnn_digits:train",
 }
 
 

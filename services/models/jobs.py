@@ -62,6 +62,14 @@ class Job(Base):
     strategy: Mapped[str] = mapped_column(sa.String(32))
     replicas: Mapped[int]
     gpus_per_replica: Mapped[int] = mapped_column(default=0)
+    # parameter_server: {"chief": 1, "worker": N, "ps": M, "evaluator": 0|1} and
+    # {"chief"|"ps": "any"|"separate"}; NULL for the other strategies.
+    roles: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+    role_placement: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+    # services/wire/replica.Distribution as a dict; {} for jobs stored before it.
+    distribution: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # {"steps": [first, last], "replicas": [indexes]}, or NULL: no profile.
+    profile: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
     hyperparameters: Mapped[dict[str, Any]] = mapped_column(default=dict)
     restart_policy: Mapped[str] = mapped_column(sa.String(16), default="never")
     max_restarts: Mapped[int] = mapped_column(default=0)
@@ -132,6 +140,11 @@ class Replica(Base):
     address: Mapped[str] = mapped_column(sa.String(128))
     port: Mapped[int]
     gpu_ids: Mapped[str] = mapped_column(sa.String(64), default="")
+    # Its part in the gang (services/cluster/roles.py) and its index among that role's.
+    role: Mapped[str] = mapped_column(sa.String(16), default="worker")
+    role_index: Mapped[int] = mapped_column(default=0)
+    # Times its agent started its process again in place (a parameter_server worker).
+    restarts: Mapped[int] = mapped_column(default=0)
     tf_config: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
     status: Mapped[ReplicaStatus] = mapped_column(enum_column(ReplicaStatus),
                                                   default=ReplicaStatus.PENDING)

@@ -70,7 +70,25 @@ class ReplicaExited(Event):
     never_started: bool = False
 
 
-_KINDS: dict[str, type[Event]] = {cls.KIND: cls for cls in (Wake, ReplicaStarted, ReplicaExited)}
+@dataclass(frozen=True, config=STRICT)
+class ReplicaRestarted(Event):
+    """An agent started a replica's process again in place, under the same (job, attempt,
+    index), after it exited with `exit_code`: a parameter_server worker, which the
+    training tolerates losing (workers/node/respawn.py). `restarts` counts them."""
+
+    KIND: ClassVar[str] = "replica_restarted"
+    node_id: str
+    job_id: Id
+    attempt: Attempt
+    index: Id
+    pid: Annotated[int, Field(ge=1)]
+    exit_code: Id
+    restarts: Annotated[int, Field(ge=1)]
+    ts: Seconds
+
+
+_KINDS: dict[str, type[Event]] = {cls.KIND: cls for cls in (Wake, ReplicaStarted, ReplicaExited,
+                                                             ReplicaRestarted)}
 
 
 def decode_event(fields: dict[str, Any]) -> Event:

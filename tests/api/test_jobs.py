@@ -57,7 +57,7 @@ def test_idempotency_key_with_other_spec_conflicts(client: TestClient, auth: dic
 
 
 @pytest.mark.parametrize(("patch", "field", "words"), [
-    ({"trainer": "resnet_imagenet"}, "trainer", "built-in trainers are: mlp_digits"),
+    ({"trainer": "resnet_imagenet"}, "trainer", "built-in trainers are: cnn_digits, mlp_digits"),
     ({"trainer": "evil.module:run"}, "trainer", "COHORT_ALLOWED_ENTRYPOINTS"),
     ({"trainer": "rm -rf /"}, "trainer", "built-in trainer name"),
     ({"strategy": "horovod"}, "strategy", "'multi_worker_mirrored'"),

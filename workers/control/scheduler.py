@@ -28,6 +28,7 @@ from services.wire.events import (
     Event,
     NodeHeartbeat,
     ReplicaExited,
+    ReplicaRestarted,
     ReplicaStarted,
     decode_event,
 )
@@ -85,6 +86,12 @@ def read_progress(client: redis.Redis) -> dict[tuple[int, int, int], float]:
 
 def apply_event(event: Event) -> list[Message]:
     """Apply one agent event in its own transaction; returns the messages it calls for."""
+    if isinstance(event, ReplicaRestarted):
+        with session_scope() as session:
+            gangs.record_replica_restarted(session=session, job_id=event.job_id,
+                                           attempt=event.attempt, index=event.index,
+                                           pid=event.pid, restarts=event.restarts)
+        return []  # the gang goes on: nothing to settle
     if not isinstance(event, ReplicaStarted | ReplicaExited):
         return []  # a `wake` only triggers a pass
     at = dt.datetime.fromtimestamp(event.ts, dt.UTC)

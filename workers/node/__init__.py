@@ -2,6 +2,7 @@
 
     agent.py          the agent: heartbeats, start/stop, supervision, fencing
     tasks.py          the Celery tasks it consumes from its own queue
+    respawn.py        a lost parameter_server worker started again in place
     exits.py          exit codes, and exits/refusals reported until the scheduler has them
     admission.py      what it agrees to run (the api's policy, checked again)
     ports.py, gpus.py the host's ports and GPUs

@@ -18,10 +18,10 @@ import redis
 
 from services.settings import Settings, get_settings
 from services.wire.client import get_redis, publish_event
-from services.wire.events import NodeHeartbeat, ReplicaStarted
+from services.wire.events import NodeHeartbeat, ReplicaRestarted, ReplicaStarted
 from services.wire.keys import NODES_HASH, attempt_key, claim_key, node_queue
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
-from workers.node import admission, gpus, layout, ports
+from workers.node import admission, gpus, layout, ports, respawn
 from workers.node.bundle_cache import BundleUnavailable
 from workers.node.environment import CommandNotFound
 from workers.node.exits import (
@@ -61,6 +61,8 @@ class Agent:
         self.data_dir: Path = settings.data_dir
         self.processes: dict[ReplicaKey, ReplicaProcess] = {}
         self.started: set[ReplicaKey] = set()  # every key ever started here
+        # Lost parameter_server workers started again in place (workers/node/respawn.py).
+        self.respawns = respawn.Respawns(settings.PS_WORKER_RESTARTS)
         self.lock = threading.Lock()
         self.exits = ExitReports(self.node_id, client, self.lock)
         self.exited = self.exits.recent  # recent exits: code, when
@@ -149,6 +151,7 @@ class Agent:
         except Exception as exc:  # noqa: BLE001 - any failure is this replica's exit
             return None, (spawn_exit_code(exc), f"could not start the process: {exc}")
         self.processes[process.key] = process
+        self.respawns.started(process.key, message)
         return process, None
 
     def _started_or_refused(self, key: ReplicaKey, process: ReplicaProcess | None,
@@ -196,6 +199,7 @@ class Agent:
         key = ReplicaKey(message.job_id, message.attempt, message.index)
         with self.lock:
             self.started.add(key)  # a late start message must not start it after this
+            self.respawns.stopping(key)  # nor a restart in place
             process = self.processes.get(key)
             preparing = self.preparing.get(key)
             if preparing is not None:
@@ -210,6 +214,11 @@ class Agent:
     # -- supervision -------------------------------------------------------
     def _watch(self, process: ReplicaProcess, shipper: LogShipper | None = None) -> None:
         returncode = process.popen.wait()
+        while (again := self._respawn(process, exit_code_of(returncode))) is not None:
+            process = again
+            returncode = process.popen.wait()
+        with self.lock:
+            self.respawns.ended(process.key)
         if shipper is not None:
             shipper.finish()  # the last lines go out before the exit is reported
         # So do the last points, checkpoint, model, TensorBoard files and the log.
@@ -217,6 +226,38 @@ class Agent:
         with self.lock:
             self.processes.pop(process.key, None)
         self.exits.exited(process.key, exit_code_of(returncode), tail(process.log_path))
+
+    def _respawn(self, process: ReplicaProcess, code: int) -> ReplicaProcess | None:
+        """Start an exited replica again in place if workers/node/respawn.py says so."""
+        key = process.key
+        with self.lock:
+            due = self.respawns.due(key, code, stop_requested=process.stop_requested.is_set())
+        if due is None or self.stopping.wait(respawn.RESPAWN_DELAY):
+            return None
+        message, number = due
+        with self.lock:  # the process stays listed meanwhile: the heartbeat still has it
+            if self.respawns.due(key, code, stop_requested=False) is None or \
+                    self.stopping.is_set():
+                return None  # asked to stop while it waited
+            try:
+                with open(process.log_path, "a", encoding="utf-8") as log_file:
+                    log_file.write(respawn.log_line(code, number, self.respawns.budget))
+                again = spawn(message, self.data_dir, self.settings.redis_url,
+                              self.settings.REPLICA_PYTHON or sys.executable)
+            except Exception:  # noqa: BLE001 - then its exit is reported as it was
+                log.exception("could not start %s again", key)
+                return None
+            self.processes[key] = again
+            self.respawns.done(key, number)
+        log.warning("%s exited with %d: started again as pid %d (%d of %d)", key, code,
+                    again.popen.pid, number, self.respawns.budget)
+        try:
+            publish_event(self.redis, ReplicaRestarted(
+                self.node_id, key.job_id, key.attempt, key.index, again.popen.pid, code,
+                number, time.time()))
+        except redis.RedisError as exc:  # the replica runs on; only the count is late
+            log.warning("could not report the restart of %s: %s", key, exc)
+        return again
 
     def heartbeat(self) -> None:
         """Publish this node's address, capacity and running replicas."""

@@ -26,8 +26,18 @@ def announce(message: str) -> None:
 FINISH_GRACE = 300.0
 
 
-def metrics_callback(reporter: MetricReporter, global_batch_size: int) -> Any:
-    """The tf_keras callback reporting per-step, per-epoch and throughput metrics."""
+# Under ParameterServerStrategy, how many steps the chief may have in flight before
+# it waits for the oldest one's figures: enough to keep every worker busy, few enough
+# that step_time measures the workers' pace rather than how fast closures are queued.
+COORDINATED_STEPS_IN_FLIGHT = 16
+
+
+def metrics_callback(reporter: MetricReporter, global_batch_size: int, *,
+                     coordinated: bool = False) -> Any:
+    """The tf_keras callback reporting per-step, per-epoch and throughput metrics;
+    `coordinated` for a ParameterServerStrategy chief, whose steps run on workers."""
+    if coordinated:
+        return _coordinated_callback_class()(reporter, global_batch_size)
     return _callback_class()(reporter, global_batch_size)
 
 
@@ -60,9 +70,12 @@ def _callback_class() -> type:
             self._last_batch_end = time.perf_counter()
 
         def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
-            now, ts = time.perf_counter(), time.time()
+            now = time.perf_counter()
             step_time = now - self._last_batch_end
             self._last_batch_end = now
+            self._report_step(self._step_of(batch), self._epoch, logs, step_time)
+
+        def _step_of(self, batch: int) -> int:
             self._seen += 1
             if self._steps_per_epoch:
                 # Derived from the epoch, not counted, so a run resumed by
@@ -70,7 +83,11 @@ def _callback_class() -> type:
                 self._step = self._epoch * self._steps_per_epoch + batch + 1
             else:
                 self._step = self._seen
-            add, step, epoch = self._reporter.add, self._step, self._epoch
+            return self._step
+
+        def _report_step(self, step: int, epoch: int, logs: Mapping[str, Any] | None,
+                         step_time: float) -> None:
+            add, ts = self._reporter.add, time.time()
             for name, value in (logs or {}).items():
                 add(step, epoch, name, value, ts)
             add(step, epoch, "step_time", step_time, ts)
@@ -97,3 +114,53 @@ def _callback_class() -> type:
             self._reporter.flush()
 
     return MetricsCallback
+
+
+@functools.cache
+def _coordinated_callback_class() -> type:
+    base = _callback_class()
+
+    class CoordinatedMetricsCallback(base):  # type: ignore[misc, valid-type]
+        """The metrics of a ParameterServerStrategy chief.
+
+        Each step is a closure the coordinator schedules on some worker, and its logs
+        are a RemoteValue; fetching it at once would wait for every step in turn.
+        Step n is reported when its figures are fetched, as step n +
+        COORDINATED_STEPS_IN_FLIGHT is scheduled, timed from the step fetched before
+        it (the gang's pace: workers finish steps in parallel); the steps still in
+        flight at the epoch's end share the time since the last one fetched.
+        """
+
+        _last_batch_end: float
+
+        def __init__(self, reporter: MetricReporter, global_batch_size: int) -> None:
+            super().__init__(reporter, global_batch_size)
+            # Keras refuses batch-level callbacks under ParameterServerStrategy
+            # unless they take the logs as they are (RemoteValues).
+            self._supports_tf_logs = True
+            self._in_flight: list[tuple[int, int, Any]] = []
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self._in_flight.append((self._step_of(batch), self._epoch, logs))
+            while len(self._in_flight) > COORDINATED_STEPS_IN_FLIGHT:
+                step, epoch, values = self._fetch(*self._in_flight.pop(0))
+                now = time.perf_counter()
+                step_time = now - self._last_batch_end
+                self._last_batch_end = now
+                self._report_step(step, epoch, values, step_time)
+
+        def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+            done = [self._fetch(*entry) for entry in self._in_flight]
+            self._in_flight.clear()
+            if done:
+                share = (time.perf_counter() - self._last_batch_end) / len(done)
+                for step, step_epoch, values in done:
+                    self._report_step(step, step_epoch, values, share)
+            super().on_epoch_end(epoch, logs)
+
+        @staticmethod
+        def _fetch(step: int, epoch: int, logs: Any) -> tuple[int, int, Any]:
+            fetch = getattr(logs, "fetch", None)
+            return step, epoch, fetch() if fetch is not None else logs
+
+    return CoordinatedMetricsCallback

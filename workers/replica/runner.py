@@ -4,6 +4,8 @@ Reads its spec from the file `COHORT_REPLICA_SPEC` names (a ReplicaLaunch,
 services/wire/replica.py; and `TF_CONFIG` for multi-worker jobs),
 builds the tf.distribute strategy, runs the trainer with a `TrainerContext`
 and reports the trainer's final metrics to the `cohort:metrics` stream.
+Under parameter_server the role decides (workers/replica/roles.py): `worker` and
+`ps` serve the cluster, the `chief` trains, the `evaluator` evaluates checkpoints.
 
 Exit codes: 0 success, 1 the trainer failed, 2 bad configuration or unknown
 trainer, 78 given GPUs that TensorFlow cannot see (devices_check.py), 143
@@ -23,13 +25,16 @@ from types import FrameType
 from typing import Any
 
 from services.wire.contract import WireError
-from services.wire.replica import ReplicaLaunch
+from services.wire.replica import Distribution, ReplicaLaunch, ReplicaSpec
+from workers.replica import distribution, roles
 from workers.replica.callbacks import MetricReporter, announce, warn
 from workers.replica.devices_check import require_given_gpus
 from workers.replica.resources import ResourceSampler
 from workers.replica.trainers import (
+    Evaluator,
     TrainerContext,
     UnknownTrainerError,
+    load_evaluator,
     load_trainer,
     parse_trainer_name,
 )
@@ -73,18 +78,94 @@ def _config_error(error: Exception) -> int:
     return EXIT_CONFIG
 
 
-def build_strategy(name: str) -> Any:
-    """The tf.distribute strategy called `name` (TF_CONFIG must already be in the env)."""
+def build_strategy(spec: ReplicaSpec) -> Any:
+    """The tf.distribute strategy of this replica (TF_CONFIG must already be in the env).
+
+    Under parameter_server only the chief builds one (the coordinator's); the
+    evaluator, outside the training cluster, gets TensorFlow's default strategy.
+    """
     import tensorflow as tf
 
+    name = spec.strategy
+    if name != "parameter_server" and spec.role != "worker":
+        raise ConfigError(f"strategy {name!r} runs workers only, not a {spec.role!r}")
     if name == "multi_worker_mirrored":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=_communication_options(spec.distribution.communication))
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
+        return _mirrored_strategy(spec.distribution)
     if name == "one_device":
         device = "/gpu:0" if tf.config.list_physical_devices("GPU") else "/cpu:0"
         return tf.distribute.OneDeviceStrategy(device)
+    if name == "parameter_server":
+        if spec.role == "evaluator":
+            return tf.distribute.get_strategy()
+        if spec.role == "chief":
+            return _parameter_server_strategy(spec)
+        raise ConfigError(f"a parameter_server {spec.role!r} serves, it builds no strategy")
     raise ConfigError(f"unknown strategy {name!r}")
+
+
+def _communication_options(communication: str) -> Any:
+    """MultiWorkerMirrored's collective implementation (`auto` lets TensorFlow choose:
+    NCCL on GPUs, ring otherwise)."""
+    import tensorflow as tf
+
+    implementations = tf.distribute.experimental.CommunicationImplementation
+    choices = {"auto": implementations.AUTO, "ring": implementations.RING,
+               "nccl": implementations.NCCL}
+    if communication not in choices:
+        raise ConfigError(f"communication {communication!r} is not one of "
+                          f"multi_worker_mirrored's ({', '.join(choices)})")
+    announce(f"multi_worker_mirrored communication={choices[communication].name}")
+    return tf.distribute.experimental.CommunicationOptions(
+        implementation=choices[communication])
+
+
+def _mirrored_strategy(options: Distribution) -> Any:
+    """One process over all of its GPUs, or over its logical CPU devices (`cpu_devices`,
+    split by distribution.configure_devices before TensorFlow started)."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    devices = None  # TensorFlow's default: every visible GPU
+    if not gpus:
+        devices = [device.name for device in tf.config.list_logical_devices("CPU")]
+    ops = {
+        "nccl": tf.distribute.NcclAllReduce,
+        "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
+        "reduce_to_one": tf.distribute.ReductionToOneDevice,
+    }
+    if options.communication == "auto":
+        # On GPUs TensorFlow picks NCCL where it can; NCCL needs GPUs, so on CPU
+        # the variables' updates are reduced on one device.
+        cross_device_ops = None if gpus else tf.distribute.ReductionToOneDevice()
+    elif options.communication in ops:
+        cross_device_ops = ops[options.communication]()
+    else:
+        raise ConfigError(f"communication {options.communication!r} is not one of "
+                          f"mirrored's (auto, {', '.join(ops)})")
+    announce(f"mirrored devices={devices or [gpu.name for gpu in gpus]} "
+             f"cross_device_ops={type(cross_device_ops).__name__ if cross_device_ops else 'auto'}")
+    return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
+
+
+def _parameter_server_strategy(spec: ReplicaSpec) -> Any:
+    """The chief's ParameterServerStrategy over the cluster TF_CONFIG names."""
+    import tensorflow as tf
+
+    roles.check_task(spec)
+    # The coordinator's RPCs fail at once when a worker is gone, so it reschedules the
+    # closure elsewhere instead of waiting (TensorFlow's advice for the coordinator).
+    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    shards = len(resolver.cluster_spec().as_dict().get("ps", []))
+    # Variables of 256 KiB or more are split across the ps tasks (large embeddings);
+    # smaller ones stay whole on one ps each.
+    partitioner = (tf.distribute.experimental.partitioners.MinSizePartitioner(
+        min_shard_bytes=256 << 10, max_shards=shards) if shards > 1 else None)
+    return tf.distribute.experimental.ParameterServerStrategy(
+        resolver, variable_partitioner=partitioner)
 
 
 # Set as soon as SIGTERM arrives. The SystemExit raised by the handler may reach
@@ -166,20 +247,29 @@ def replica_dirs(launch: ReplicaLaunch) -> dict[str, Path]:
 
 
 def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
-    """Build the strategy, run the trainer and report its final metrics."""
+    """Serve, train or evaluate, by the replica's role, and report the final metrics."""
     spec = launch.spec
-    strategy = build_strategy(spec.strategy)
+    if roles.is_server(spec):
+        roles.start_server(spec)
+        handle_sigterm()  # the server, like the coordination service, installs its own
+        roles.serve(reporter)  # until SIGTERM
+        return EXIT_OK
+    distribution.configure_devices(spec.distribution)  # before TensorFlow's runtime starts
+    strategy = build_strategy(spec)
+    distribution.apply_precision(spec.distribution)  # before the trainer builds its model
     # With a multi-worker TF_CONFIG, TensorFlow's coordination service installs its
     # own C-level SIGTERM handler (preemption notice) which neither exits nor calls
     # ours: without this the replica would ignore the agent's SIGTERM.
     handle_sigterm()
-    announce(f"strategy={spec.strategy} num_replicas_in_sync={strategy.num_replicas_in_sync}")
+    announce(f"strategy={spec.strategy} num_replicas_in_sync={strategy.num_replicas_in_sync} "
+             f"role={spec.role}")
     dirs = replica_dirs(launch)
     if spec.bundle is not None:
         # `module:function` resolves inside the job's own code first.
         sys.path.insert(0, str(dirs["work_dir"] / "code"))
     try:
         trainer = load_trainer(spec.trainer or "")
+        evaluate = load_evaluator(spec.trainer or "") if spec.role == "evaluator" else None
     except UnknownTrainerError as exc:
         return _config_error(exc)
 
@@ -194,8 +284,14 @@ def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
         hyperparameters=dict(spec.hyperparameters),
         job_dir=launch.job_dir,
         reporter=reporter,
+        distribution=spec.distribution,
+        profile=spec.profile,
+        role=spec.role,
+        role_index=spec.role_index,
         **dirs,
     )
+    if spec.role == "evaluator":
+        return _evaluate(spec, evaluate, ctx, reporter)
     result = trainer(ctx)
     if result is not None and not isinstance(result, Mapping):
         raise TypeError(
@@ -203,6 +299,21 @@ def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
         )
     if not reporter.report_final(result or {}):
         warn(f"final metrics could not be written to Redis ({reporter.pending} points lost)")
+    return EXIT_OK
+
+
+def _evaluate(spec: ReplicaSpec, evaluate: Evaluator | None, ctx: TrainerContext,
+              reporter: MetricReporter) -> int:
+    """A parameter_server evaluator: the trainer module's `evaluate(ctx)`, which
+    reports as it goes (`ctx.evaluate_checkpoints`); without one there is nothing to do."""
+    if evaluate is None:
+        warn(f"trainer {spec.trainer!r} has no evaluate(ctx) next to it in its module; "
+             "the evaluator has nothing to do")
+        return EXIT_OK
+    result = evaluate(ctx)
+    announce(f"evaluator finished: {dict(result or {})}")
+    if not reporter.flush(wait=5.0):
+        warn(f"evaluation metrics could not be written to Redis ({reporter.pending} points lost)")
     return EXIT_OK
 
 
@@ -249,6 +360,8 @@ def main() -> int:
     try:
         require_given_gpus()  # not a silent CPU run where GPUs were given
         return run(launch, reporter)
+    except (ConfigError, roles.RoleError) as exc:  # found once TensorFlow is up
+        return _config_error(exc)
     except SystemExit as exc:
         # SIGTERM (or a trainer calling sys.exit): keep what was measured.
         reporter.flush()

@@ -5,6 +5,16 @@ builds its model inside `ctx.strategy.scope()`, passes `ctx.callbacks()` to
 `model.fit` and returns its final metrics. Built-ins are named here; anything
 else is addressed as "module:function". This module imports neither TensorFlow
 nor Redis; the built-in names live in services.jobs.trainers.
+
+The job's `distribution:` options reach the trainer here: `dataset_options()` (the
+shard policy), `devices` (model parallelism), `accumulating(model)` and
+`gradient_accumulator(variables)` (gradient accumulation); the mixed-precision policy
+is already set when the trainer runs. A `profile:` range is captured by the callback
+in `callbacks()`, or by `profiler.step(n)` in a custom loop.
+
+Under `parameter_server` only the chief runs `train`; the runner serves the
+`worker` and `ps` roles itself (workers/replica/roles.py), and an `evaluator`
+runs the trainer module's `evaluate(ctx)` if it has one (see `load_evaluator`).
 """
 
 from __future__ import annotations
@@ -18,9 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 # One registry for the control plane (which checks job specs) and the replicas.
 from services.jobs.trainers import BUILTIN_TRAINERS
+from services.wire.replica import Distribution, Profile
 
 if TYPE_CHECKING:
     from workers.replica.callbacks import MetricReporter
+    from workers.replica.distribution import GradientAccumulator
+    from workers.replica.profiling import StepProfiler
 
 # Per-replica batch size when the job does not set `batch_size`.
 DEFAULT_BATCH_SIZE = 32
@@ -51,10 +64,21 @@ class TrainerContext:
     model_dir: Path  # where the chief saves the trained model
     tensorboard_dir: Path  # this replica's TensorBoard event files
     input_dir: Path  # the job's input files, fetched from the store
+    distribution: Distribution = field(default_factory=Distribution)
+    profile: Profile | None = None  # the steps to profile on this replica, if any
+    # The process's part in its gang: `worker` for every strategy but
+    # parameter_server, where the trainer runs as `chief` and a sidecar as `evaluator`.
+    role: str = "worker"
+    role_index: int = 0  # its index among the processes of its role
     is_chief: bool = field(init=False)
+    profiler: StepProfiler = field(init=False)  # `with ctx.profiler.step(n):` in a loop
 
     def __post_init__(self) -> None:
-        self.is_chief = self.index == 0
+        from workers.replica.profiling import StepProfiler
+
+        # A parameter_server gang has a `chief`; in the others worker 0 is the chief.
+        self.is_chief = self.role == "chief" or (self.role == "worker" and self.index == 0)
+        self.profiler = StepProfiler(self.profile, self.tensorboard_dir)
 
     @property
     def global_batch_size(self) -> int:
@@ -62,11 +86,72 @@ class TrainerContext:
         per_replica = int(self.hyperparameters.get("batch_size", DEFAULT_BATCH_SIZE))
         return per_replica * int(self.strategy.num_replicas_in_sync)
 
-    def callbacks(self, global_batch_size: int | None = None) -> list[Any]:
-        """The Keras callbacks every trainer passes to `model.fit` (metrics reporting)."""
-        from workers.replica.callbacks import metrics_callback
+    @property
+    def accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step (`gradient_accumulation_steps`)."""
+        return self.distribution.gradient_accumulation_steps
 
-        return [metrics_callback(self.reporter, global_batch_size or self.global_batch_size)]
+    def callbacks(self, global_batch_size: int | None = None) -> list[Any]:
+        """The Keras callbacks every trainer passes to `model.fit`: metrics reporting,
+        and the profiler when this replica profiles."""
+        from workers.replica.callbacks import metrics_callback
+        from workers.replica.profiling import profiler_callback
+
+        # Only a parameter_server gang has a chief; its steps run on the workers.
+        coordinated = self.role == "chief"
+        callbacks = [metrics_callback(self.reporter, global_batch_size or self.global_batch_size,
+                                      coordinated=coordinated)]
+        if self.profile is not None:
+            callbacks.append(profiler_callback(self.profiler))
+        if coordinated:
+            from workers.replica.roles import evaluator_checkpoints
+
+            callbacks.append(evaluator_checkpoints(self.evaluation_dir))
+        return callbacks
+
+    @property
+    def evaluation_dir(self) -> Path:
+        """Where the chief of a parameter_server job saves a checkpoint at each epoch
+        end for the evaluator (on the chief's node, which the evaluator shares)."""
+        return self.checkpoint_dir / "evaluator"
+
+    def evaluate_checkpoints(self, model: Any, data: Any, final_step: int,
+                             steps: int | None = None) -> dict[str, float]:
+        """The evaluator's loop: evaluate `model` on `data` for each new checkpoint of
+        the chief, report `eval_*` at the checkpoint's step, and return once the
+        checkpoint of `final_step` is evaluated (workers/replica/roles.py)."""
+        from workers.replica.roles import evaluate_checkpoints
+
+        return evaluate_checkpoints(self, model, data, final_step, steps=steps)
+
+    def dataset_options(self) -> Any:
+        """`tf.data.Options` with the job's shard policy: `dataset.with_options(...)`."""
+        from workers.replica.distribution import dataset_options
+
+        return dataset_options(self.distribution)
+
+    @property
+    def devices(self) -> list[str]:
+        """The `devices_per_replica` logical devices this replica may place its model's
+        parts on (`with tf.device(ctx.devices[1]): ...`)."""
+        from workers.replica.distribution import replica_devices
+
+        return replica_devices(self.distribution)
+
+    def accumulating(self, model: Any) -> Any:
+        """`model` (built inside `strategy.scope()`, not compiled) with `fit` applying
+        the mean gradient of every `accumulation_steps` batches; `model` itself when
+        there is no accumulation. Compile and fit the returned model, save `model`."""
+        from workers.replica.distribution import accumulating
+
+        return accumulating(model, self.accumulation_steps)
+
+    def gradient_accumulator(self, variables: Any) -> GradientAccumulator:
+        """A `GradientAccumulator` over `variables` for a custom loop (create it inside
+        `strategy.scope()`)."""
+        from workers.replica.distribution import GradientAccumulator
+
+        return GradientAccumulator(variables, self.accumulation_steps)
 
 
 def parse_trainer_name(name: str) -> tuple[str, str]:
@@ -107,3 +192,15 @@ def load_trainer(name: str) -> Trainer:
             f"unknown trainer {name!r}: {module_name}:{attribute} is not callable"
         )
     return target
+
+
+Evaluator = Callable[["TrainerContext"], Mapping[str, Any] | None]
+
+
+def load_evaluator(name: str) -> Evaluator | None:
+    """The `evaluate(ctx)` function next to trainer `name` in its module (what a
+    parameter_server evaluator runs), or None if the module has none."""
+    load_trainer(name)  # the same errors for a missing module or function
+    module = importlib.import_module(parse_trainer_name(name)[0])
+    evaluate = getattr(module, "evaluate", None)
+    return evaluate if callable(evaluate) else None

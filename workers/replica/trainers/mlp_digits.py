@@ -2,12 +2,16 @@
 
 Needs no download, trains in seconds on a CPU and reaches ~0.95 held-out
 accuracy, which makes it the smoke test and benchmark workload of Cohort.
+
+Under parameter_server, `train` runs on the chief (the workers read their part of
+the data through a DatasetCreator) and `evaluate` on the evaluator.
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,7 +20,7 @@ import tf_keras as keras
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from workers.replica.callbacks import warn
+from workers.replica.callbacks import announce, warn
 from workers.replica.trainers import DEFAULT_BATCH_SIZE, TrainerContext
 
 DEFAULTS: dict[str, Any] = {
@@ -58,16 +62,21 @@ def _sharded_by_data(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset.with_options(options)
 
 
-def build_model(hidden_units: int, learning_rate: float) -> keras.Model:
-    """The compiled MLP; call inside the strategy's scope."""
-    model = keras.Sequential(
+def mlp(hidden_units: int) -> keras.Model:
+    """The MLP, uncompiled; build inside the strategy's scope."""
+    return keras.Sequential(
         [
             keras.layers.Input(shape=(64,)),
             keras.layers.Dense(hidden_units, activation="relu"),
             keras.layers.Dense(max(hidden_units // 2, 1), activation="relu"),
-            keras.layers.Dense(10),
+            # Logits in float32 even under a mixed-precision policy, as Keras advises.
+            keras.layers.Dense(10, dtype="float32"),
         ]
     )
+
+
+def compile_model(model: keras.Model, learning_rate: float) -> keras.Model:
+    """`model` compiled for 10-class logits; call inside the strategy's scope."""
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate=learning_rate),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -81,6 +90,11 @@ def build_model(hidden_units: int, learning_rate: float) -> keras.Model:
     return model
 
 
+def build_model(hidden_units: int, learning_rate: float) -> keras.Model:
+    """The compiled MLP; call inside the strategy's scope."""
+    return compile_model(mlp(hidden_units), learning_rate)
+
+
 def _backup_callbacks(ctx: TrainerContext, every_steps: int) -> list[keras.callbacks.Callback]:
     # BackupAndRestore lets a restarted gang resume from its last finished epoch.
     # tf_keras refuses it under OneDeviceStrategy (NotImplementedError), so such
@@ -88,31 +102,56 @@ def _backup_callbacks(ctx: TrainerContext, every_steps: int) -> list[keras.callb
     if isinstance(ctx.strategy, tf.distribute.OneDeviceStrategy):
         warn("BackupAndRestore does not support one_device; a restarted attempt starts over")
         return []
+    if ctx.role == "chief" and every_steps:
+        # Under ParameterServerStrategy it saves nothing but at epoch ends.
+        warn("parameter_server backs up at each epoch end; checkpoint_every_steps is ignored")
+        every_steps = 0
     return [keras.callbacks.BackupAndRestore(backup_dir=str(ctx.checkpoint_dir),
                                              save_freq=every_steps or "epoch")]
 
 
 def train(ctx: TrainerContext) -> dict[str, float]:
-    """Train on this replica's shard, evaluate on the full held-out split, save the model."""
+    """Train the MLP on this replica's shard, evaluate on the full held-out split,
+    save the model."""
     hp = {**DEFAULTS, **ctx.hyperparameters}
+    return fit(ctx, hp, lambda: mlp(int(hp["hidden_units"])), (64,))
+
+
+def _train_dataset(ctx: TrainerContext, x: np.ndarray, y: np.ndarray,
+                   global_batch: int, seed: int) -> tf.data.Dataset:
+    policy = ctx.distribution.shard_policy
+    if policy == "auto":
+        # Each worker takes its own rows of the in-memory split, so TensorFlow must
+        # not shard a second time (its AUTO would fall back to DATA sharding).
+        x, y = x[ctx.index :: ctx.replicas], y[ctx.index :: ctx.replicas]
+    dataset = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=seed)
+               .repeat().batch(global_batch))
+    dataset = _unsharded(dataset) if policy == "auto" else dataset.with_options(
+        ctx.dataset_options())
+    shard = dataset.options().experimental_distribute.auto_shard_policy
+    announce(f"train dataset shard_policy={policy} auto_shard_policy={shard.name}")
+    return dataset
+
+
+def fit(ctx: TrainerContext, hp: dict[str, Any], network: Callable[[], keras.Model],
+        input_shape: tuple[int, ...]) -> dict[str, float]:
+    """Train `network()` (built in the strategy's scope) on the digits with the job's
+    hyperparameters `hp` and distribution options; evaluate, save, return metrics."""
+    if ctx.role == "chief":
+        return _fit_coordinated(ctx, hp, network, input_shape)
     epochs, steps_per_epoch = int(hp["epochs"]), int(hp["steps_per_epoch"])
     batch_size, seed = int(hp["batch_size"]), int(hp["seed"])
     keras.utils.set_random_seed(seed)
 
     x_train, y_train, x_test, y_test = load_splits(seed)
-    x_shard, y_shard = x_train[ctx.index :: ctx.replicas], y_train[ctx.index :: ctx.replicas]
+    x_train, x_test = x_train.reshape(-1, *input_shape), x_test.reshape(-1, *input_shape)
 
     # tf.distribute treats a dataset's batch as the GLOBAL batch and splits it
     # among all replicas in sync, so batch(batch_size) would hand each worker only
     # batch_size / replicas examples. Batching by the global size gives every
     # replica `batch_size` examples per step, taken in order from its own shard.
     global_batch = batch_size * ctx.strategy.num_replicas_in_sync
-    train_ds = _unsharded(
-        tf.data.Dataset.from_tensor_slices((x_shard, y_shard))
-        .shuffle(len(x_shard), seed=seed)
-        .repeat()
-        .batch(global_batch)
-    )
+    train_ds = _train_dataset(ctx, x_train, y_train, global_batch, seed)
     # Every worker holds the same full held-out split and must take part in
     # evaluation (it runs collectives). It is deliberately NOT unsharded: Keras
     # counts eval steps in global batches, so with sharding OFF each worker would
@@ -124,17 +163,22 @@ def train(ctx: TrainerContext) -> dict[str, float]:
     )
 
     with ctx.strategy.scope():
-        model = build_model(int(hp["hidden_units"]), float(hp["learning_rate"]))
+        model = network()
+        # With gradient accumulation, `trained` applies the mean gradient of every
+        # `accumulation_steps` batches; it shares `model`'s weights.
+        trained = compile_model(ctx.accumulating(model), float(hp["learning_rate"]))
 
     backups = _backup_callbacks(ctx, int(hp["checkpoint_every_steps"]))
-    model.fit(
+    trained.fit(
         train_ds,
         epochs=epochs,
         steps_per_epoch=steps_per_epoch,
         callbacks=[*ctx.callbacks(global_batch), *backups],
         verbose=2,
     )
-    results = model.evaluate(test_ds, verbose=0, return_dict=True)
+    results = trained.evaluate(test_ds, verbose=0, return_dict=True)
+    announce(f"trained optimizer_steps={int(trained.optimizer.iterations.numpy())} "
+             f"compute_dtype={model.layers[0].compute_dtype}")
 
     # Saving may run collectives, so every worker saves; only the chief's copy is kept.
     if ctx.is_chief:
@@ -147,3 +191,74 @@ def train(ctx: TrainerContext) -> dict[str, float]:
             scratch.parent.rmdir()
 
     return {"eval_loss": float(results["loss"]), "eval_accuracy": float(results["accuracy"])}
+
+
+def _fit_coordinated(ctx: TrainerContext, hp: dict[str, Any],
+                     network: Callable[[], keras.Model],
+                     input_shape: tuple[int, ...]) -> dict[str, float]:
+    """The chief of a parameter_server job: schedule the steps on the workers, then
+    evaluate and save a local copy of the trained model."""
+    epochs, steps_per_epoch = int(hp["epochs"]), int(hp["steps_per_epoch"])
+    batch_size, seed = int(hp["batch_size"]), int(hp["seed"])
+    keras.utils.set_random_seed(seed)
+    x_train, y_train, x_test, y_test = load_splits(seed)
+    x_train, x_test = x_train.reshape(-1, *input_shape), x_test.reshape(-1, *input_shape)
+    global_batch = batch_size * ctx.strategy.num_replicas_in_sync
+    if ctx.accumulation_steps > 1:
+        warn("gradient accumulation is not applied under parameter_server: every worker "
+             "step updates the variables")
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        # Built on each worker: one input pipeline per worker, each its own part of
+        # the training split. Every step is one worker's batch.
+        part = slice(context.input_pipeline_id, None, context.num_input_pipelines)
+        x, y = x_train[part], y_train[part]
+        return (tf.data.Dataset.from_tensor_slices((x, y))
+                .shuffle(len(x), seed=seed + context.input_pipeline_id)
+                .repeat()
+                .batch(context.get_per_replica_batch_size(global_batch))
+                .prefetch(2))
+
+    learning_rate = float(hp["learning_rate"])
+    with ctx.strategy.scope():
+        model = compile_model(network(), learning_rate)
+    model.fit(
+        keras.utils.experimental.DatasetCreator(dataset_fn),
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        callbacks=[*ctx.callbacks(global_batch),
+                   *_backup_callbacks(ctx, int(hp["checkpoint_every_steps"]))],
+        verbose=2,
+    )
+    # The variables live on the ps tasks: evaluate and save a copy held here.
+    local = compile_model(network(), learning_rate)
+    local.set_weights(model.get_weights())
+    results = local.evaluate(_test_dataset(x_test, y_test, batch_size), verbose=0,
+                             return_dict=True)
+    local.save(str(ctx.model_dir))
+    return {"eval_loss": float(results["loss"]), "eval_accuracy": float(results["accuracy"])}
+
+
+def _test_dataset(x_test: np.ndarray, y_test: np.ndarray, batch_size: int) -> tf.data.Dataset:
+    return tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(batch_size)
+
+
+def evaluate_network(ctx: TrainerContext, hp: dict[str, Any],
+                     network: Callable[[], keras.Model],
+                     input_shape: tuple[int, ...]) -> dict[str, float]:
+    """The evaluator of a parameter_server job: `network()` on the held-out split, at
+    each checkpoint the chief saves, until the one of the last step."""
+    seed = int(hp["seed"])
+    keras.utils.set_random_seed(seed)
+    _, _, x_test, y_test = load_splits(seed)
+    x_test = x_test.reshape(-1, *input_shape)
+    model = compile_model(network(), float(hp["learning_rate"]))
+    final_step = int(hp["epochs"]) * int(hp["steps_per_epoch"])
+    return ctx.evaluate_checkpoints(
+        model, _test_dataset(x_test, y_test, int(hp["batch_size"])), final_step)
+
+
+def evaluate(ctx: TrainerContext) -> dict[str, float]:
+    """The MLP's evaluator under parameter_server."""
+    hp = {**DEFAULTS, **ctx.hyperparameters}
+    return evaluate_network(ctx, hp, lambda: mlp(int(hp["hidden_units"])), (64,))
