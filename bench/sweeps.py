@@ -149,8 +149,9 @@ def main() -> None:
     print(f"(b) pass, {args.sweeps} running sweeps:       {ms['pb']:8.2f} ms (median)  "
           f"b/a {ms['pb'] / ms['pa']:.2f}  b-a {ms['pb'] - ms['pa']:.2f} ms")
     print(f"    the sweep part of (b) alone:     {ms['sb']:8.2f} ms (median)")
-    print(f"(c) sweep part creating {len(created)} trials: {create * 1000:8.2f} ms  "
-          f"= {create / max(len(created), 1) * 1000:.2f} ms per trial")
+    if created:
+        print(f"(c) sweep part creating {len(created)} trials: {create * 1000:8.2f} ms  "
+              f"= {create / len(created) * 1000:.2f} ms per trial")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """The sweeps' part of a scheduler pass: create trials in turn, stop the ones behind,
 and end the sweeps whose trials have all ended.
 
-Cheap by construction: it reads only running sweeps (an index on status), counts
-their unfinished and running trials in one grouped query, and reads a sweep's spec,
+Cheap by construction: it reads the running sweeps (an index on status) with their
+trial counts in one query (see `_running_sweeps`), and reads a sweep's spec,
 metrics or trials only when there is something to do for it (a trial to create, a
 sweep to end, or, every STOPPING_INTERVAL_SECONDS, running trials to judge).
 
@@ -55,23 +55,27 @@ class SweepsResult:
 
 @dataclass
 class _Counts:
-    unfinished: int = 0  # trials not ended
-    running: int = 0  # of which running
+    unfinished: int = 0  # trials not ended; once all are created, 1 stands for "some"
+    running: bool = False  # some trial is running
 
 
-def _trial_counts(session: Session, sweep_ids: list[int]) -> dict[int, _Counts]:
-    """Per sweep, its unfinished and running trials (one grouped query on the index)."""
-    counts: dict[int, _Counts] = {}
+def _running_sweeps(session: Session) -> list[tuple[Sweep, _Counts]]:
+    """The running sweeps (without their spec) and their trial counts, in one query.
+
+    A sweep still creating trials gets its exact count of unfinished trials (at most
+    max_concurrent rows to count); one with every trial created only needs to know
+    whether some is unfinished (EXISTS: one index probe however many are queued)."""
+    unfinished = sa.and_(Job.sweep_id == Sweep.id, Job.status.not_in(TERMINAL_STATUSES))
+    count = sa.select(sa.func.count()).where(unfinished).scalar_subquery()
+    some = sa.case((sa.exists().where(unfinished), 1), else_=0)
+    running = sa.exists().where(Job.sweep_id == Sweep.id, Job.status == JobStatus.RUNNING)
     rows = session.execute(
-        sa.select(Job.sweep_id, Job.status, sa.func.count())
-        .where(Job.sweep_id.in_(sweep_ids), Job.status.not_in(TERMINAL_STATUSES))
-        .group_by(Job.sweep_id, Job.status)).all()
-    for sweep_id, status, count in rows:
-        if sweep_id is not None:
-            entry = counts.setdefault(sweep_id, _Counts())
-            entry.unfinished += count
-            entry.running += count if status is JobStatus.RUNNING else 0
-    return counts
+        sa.select(Sweep, sa.case((Sweep.trials_created < Sweep.trials_total, count),
+                                 else_=some), running)
+        .where(Sweep.status == SweepStatus.RUNNING).order_by(Sweep.id)
+        # The spec is read only for the sweeps acted on (`_lock` loads it).
+        .options(orm.defer(Sweep.spec), orm.lazyload(Sweep.project))).all()
+    return [(sweep, _Counts(int(n), bool(busy))) for sweep, n, busy in rows]
 
 
 def _waiting_priority(session: Session) -> int | None:
@@ -235,17 +239,9 @@ def advance_sweeps(*, session: Session, settings: Settings,
     """One pass over the running sweeps; the caller commits."""
     now = now or utcnow()
     result = SweepsResult()
-    # The spec is read only for the sweeps acted on (`_lock` loads it).
-    running = list(session.execute(
-        sa.select(Sweep).where(Sweep.status == SweepStatus.RUNNING).order_by(Sweep.id)
-        .options(orm.defer(Sweep.spec), orm.lazyload(Sweep.project))).scalars())
-    if not running:
-        return result
-    counts = _trial_counts(session, [s.id for s in running])
     queue = _Queue(session)
-    for sweep in running:
-        _advance_one(session, settings, sweep, counts.get(sweep.id, _Counts()), queue, now,
-                     result)
+    for sweep, counts in _running_sweeps(session):
+        _advance_one(session, settings, sweep, counts, queue, now, result)
     if result.created or result.stopped or result.ended:
         session.flush()
     return result
