@@ -19,6 +19,7 @@ from cli.commands import register as register_job_commands
 from cli.data import register as register_data_commands
 from cli.health import health
 from cli.schedules import app as schedules_app
+from cli.sweeps import app as sweeps_app
 from services.settings import get_settings
 
 app = typer.Typer(help="Cohort: distributed TensorFlow training jobs as a service.",
@@ -218,6 +219,7 @@ def create_token(project: str = "default", name: str = "cli") -> None:
 
 
 app.add_typer(schedules_app, name="schedules")
+app.add_typer(sweeps_app, name="sweep")
 
 
 register_job_commands(app)  # jobs, get, logs, metrics, cancel, nodes

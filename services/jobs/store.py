@@ -58,10 +58,12 @@ def check_job_spec(*, job_in: JobCreate, settings: Settings) -> None:
 def create_job(
     *, session: Session, project_id: int, job_in: JobCreate, settings: Settings,
     idempotency_key: str | None = None, store: ArtifactStore | None = None,
+    trial_of: tuple[int, int] | None = None,
 ) -> tuple[Job, bool]:
     """Store a new queued job, or return the one already stored under `idempotency_key`.
 
     Returns the job and whether it was created now. The caller commits.
+    `trial_of`: (sweep id, trial index) of a sweep's trial (services/sweeps).
 
     Raises:
         InvalidJobSpec: a setting refuses the spec.
@@ -79,6 +81,8 @@ def create_job(
         if existing is not None:
             return _replay(existing, spec_hash), False
     job = _new_job(project_id, job_in, idempotency_key, spec_hash)
+    if trial_of is not None:
+        job.sweep_id, job.trial_index = trial_of
     try:
         # A savepoint, so that losing a race on the idempotency key leaves the
         # outer transaction usable for reading the winner.
@@ -206,7 +210,7 @@ def decode_cursor(cursor: str) -> int:
 def list_jobs(
     *, session: Session, project_id: int, status: JobStatus | None = None,
     name: str | None = None, before: int | None = None, limit: int = 50,
-    schedule_id: int | None = None,
+    schedule_id: int | None = None, sweep_id: int | None = None,
 ) -> tuple[list[Job], int | None]:
     """Newest first; returns the page and the id to continue below (or None)."""
     query = sa.select(Job).where(Job.project_id == project_id)
@@ -216,6 +220,8 @@ def list_jobs(
         query = query.where(Job.name.contains(name, autoescape=True))
     if schedule_id is not None:
         query = query.where(Job.schedule_id == schedule_id)
+    if sweep_id is not None:
+        query = query.where(Job.sweep_id == sweep_id)
     if before is not None:
         query = query.where(Job.id < before)
     rows = list(session.execute(query.order_by(Job.id.desc()).limit(limit + 1)).scalars())
