@@ -20,6 +20,7 @@ from services.exceptions import (
     InvalidTransition,
     NotFound,
     ScheduleConflict,
+    SweepEnded,
     TooLarge,
     Unauthorized,
 )
@@ -77,6 +78,7 @@ ANSWERS: dict[type[Exception], Answer] = {
     InvalidArtifactPath: Answer(422, "invalid_request"),
     InvalidDataPath: Answer(422, "invalid_request"),
     DataPathConflict: Answer(409, "conflict"),
+    SweepEnded: Answer(409, "conflict"),
 }
 
 

@@ -18,6 +18,7 @@ from api.routes import (
     metrics,
     nodes,
     schedules,
+    sweeps,
 )
 from services import auth
 from services.db import session_scope
@@ -56,6 +57,7 @@ def create_app() -> FastAPI:
     for module in (jobs, metrics, nodes):
         app.include_router(module.router, prefix="/api/v1")
     app.include_router(schedules.router, prefix="/api/v1")
+    app.include_router(sweeps.router, prefix="/api/v1")  # sweeps (issue 17)
     for module in (bundles, artifacts, data):  # code, artifacts and data (issue 12)
         app.include_router(module.router, prefix="/api/v1")
     dashboard.install(app)  # the web dashboard at `/`, its assets at `/static`

@@ -18,6 +18,7 @@ from cli.code import register as register_code_commands
 from cli.commands import register as register_job_commands
 from cli.data import register as register_data_commands
 from cli.schedules import app as schedules_app
+from cli.sweeps import app as sweeps_app
 from services.settings import get_settings
 
 app = typer.Typer(help="Cohort: distributed TensorFlow training jobs as a service.",
@@ -201,6 +202,7 @@ def create_token(project: str = "default", name: str = "cli") -> None:
 
 
 app.add_typer(schedules_app, name="schedules")
+app.add_typer(sweeps_app, name="sweep")
 
 
 register_job_commands(app)  # jobs, get, logs, metrics, cancel, nodes

@@ -146,3 +146,15 @@ class InvalidDataPath(FieldError):
 
 class DataPathConflict(FieldError):
     """A data path that is a directory of other data, or lies under a file (409)."""
+
+
+class SweepNotFound(NotFound):
+    def __init__(self, sweep_id: int) -> None:
+        super().__init__("sweep", sweep_id)
+
+
+class SweepEnded(CohortError):
+    """A change asked of a sweep that has already ended."""
+
+    def __init__(self, sweep_id: int, status: str) -> None:
+        super().__init__(f"sweep {sweep_id} has already ended ({status})")

@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     MAX_REPLICAS: int = 64
     # A job's hyperparameters (any JSON) are at most this many bytes, encoded.
     MAX_HYPERPARAMETERS_BYTES: int = 256 * 1024
+    # A sweep runs at most this many trials (a grid's combinations, a random sweep's draws).
+    MAX_SWEEP_TRIALS: int = Field(1000, ge=1)
 
     # Artifact store (services/storage): a directory (default <DATA_DIR>/artifacts) or
     # s3://bucket/prefix; ENDPOINT_URL for MinIO and other S3-compatible servers.

@@ -59,6 +59,18 @@ TERMINAL_REPLICA_STATUSES: frozenset[ReplicaStatus] = frozenset(
 )
 
 
+class SweepStatus(StrEnum):
+    RUNNING = "running"  # trials still to create or still going
+    SUCCEEDED = "succeeded"  # every trial ended, at least one succeeded
+    FAILED = "failed"  # every trial ended, none succeeded (or no objective value)
+    CANCELLED = "cancelled"
+
+
+TERMINAL_SWEEP_STATUSES: frozenset[SweepStatus] = frozenset(
+    {SweepStatus.SUCCEEDED, SweepStatus.FAILED, SweepStatus.CANCELLED}
+)
+
+
 class NodeStatus(StrEnum):
     READY = "ready"
     LOST = "lost"

@@ -43,6 +43,7 @@ def read_jobs(
     cursor: str | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     schedule_id: Annotated[int | None, Query(description="jobs fired by this schedule")] = None,
+    sweep_id: Annotated[int | None, Query(description="the trials of this sweep")] = None,
 ) -> JobList:
     """List the project's jobs, newest first; pass `next_cursor` back as `cursor`."""
     before = None
@@ -58,7 +59,8 @@ def read_jobs(
             ) from exc
     rows, next_before = jobs.list_jobs(session=session, project_id=token.project_id,
                                        status=status_filter, name=name, before=before,
-                                       limit=limit, schedule_id=schedule_id)
+                                       limit=limit, schedule_id=schedule_id,
+                                       sweep_id=sweep_id)
     return JobList(items=read_job_views(session=session, jobs=rows),
                    next_cursor=jobs.encode_cursor(next_before) if next_before else None)
 

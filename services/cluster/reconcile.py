@@ -23,6 +23,7 @@ from services.models import Job, Node, Replica, utcnow
 from services.retraining import firing, promotion
 from services.settings import Settings
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
+from services.sweeps.advance import advance_sweeps
 from services.wire.replica import Message, ReplicaSpec, StartReplica, Strategy
 
 START_RESEND_SECONDS = 20.0
@@ -159,6 +160,9 @@ def run_pass(
     promotion.decide_pending(session=session, now=now)
     for job in gangs.jobs_to_settle(session=session):
         result.messages.extend(gangs.settle_job(session=session, job=job, now=now))
+    # After settling (a trial that just ended frees its sweep's turn), before placing
+    # (a trial created now is placed in this pass).
+    advance_sweeps(session=session, settings=settings, now=now)
     result.messages.extend(_resend_stale_starts(session, now))
     result.messages.extend(watchdog.clean_up_finished(session=session, now=now))
     placed_messages, result.placed = _place_queue(session, settings, now)

@@ -217,6 +217,8 @@ class JobRead(BaseModel):
     ttl_seconds_after_finished: int | None = None
     schedule_id: int | None = Field(None, description="the schedule that fired this job")
     scheduled_for: dt.datetime | None = Field(None, description="the fire time it was made for")
+    sweep_id: int | None = Field(None, description="the sweep this job is a trial of")
+    trial_index: int | None = Field(None, description="its trial's index in the sweep")
     status: JobStatus
     attempt: int
     reason: str

@@ -206,7 +206,7 @@ def decode_cursor(cursor: str) -> int:
 def list_jobs(
     *, session: Session, project_id: int, status: JobStatus | None = None,
     name: str | None = None, before: int | None = None, limit: int = 50,
-    schedule_id: int | None = None,
+    schedule_id: int | None = None, sweep_id: int | None = None,
 ) -> tuple[list[Job], int | None]:
     """Newest first; returns the page and the id to continue below (or None)."""
     query = sa.select(Job).where(Job.project_id == project_id)
@@ -216,6 +216,8 @@ def list_jobs(
         query = query.where(Job.name.contains(name, autoescape=True))
     if schedule_id is not None:
         query = query.where(Job.schedule_id == schedule_id)
+    if sweep_id is not None:
+        query = query.where(Job.sweep_id == sweep_id)
     if before is not None:
         query = query.where(Job.id < before)
     rows = list(session.execute(query.order_by(Job.id.desc()).limit(limit + 1)).scalars())

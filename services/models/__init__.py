@@ -4,6 +4,7 @@
     jobs.py       projects, API tokens, jobs, code bundles, replicas, job events, nodes
     series.py     metric points, their rollups, log lines
     schedules.py  retraining schedules and their runs
+    sweeps.py     sweeps (their trials are jobs)
 
 Every model is imported here, so `Base.metadata` holds every table (Alembic, tests).
 """
@@ -12,8 +13,9 @@ from services.models.base import Base, UTCDateTime, utcnow
 from services.models.jobs import ApiToken, Bundle, Job, JobEvent, Node, Project, Replica
 from services.models.schedules import Schedule, ScheduleRun
 from services.models.series import LogLine, MetricPoint, MetricRollup
+from services.models.sweeps import Sweep
 
 __all__ = [
     "ApiToken", "Base", "Bundle", "Job", "JobEvent", "LogLine", "MetricPoint", "MetricRollup",
-    "Node", "Project", "Replica", "Schedule", "ScheduleRun", "UTCDateTime", "utcnow",
+    "Node", "Project", "Replica", "Schedule", "ScheduleRun", "Sweep", "UTCDateTime", "utcnow",
 ]

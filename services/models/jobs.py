@@ -44,6 +44,9 @@ class Job(Base):
         sa.Index("ix_jobs_project_id_id", "project_id", "id"),
         # Exactly once per fire time of a schedule, however many schedulers race.
         sa.UniqueConstraint("schedule_id", "scheduled_for", name="uq_jobs_schedule_fire"),
+        # One job per trial of a sweep; the sweep pass counts a sweep's jobs by status.
+        sa.UniqueConstraint("sweep_id", "trial_index", name="uq_jobs_sweep_trial"),
+        sa.Index("ix_jobs_sweep_id_status", "sweep_id", "status"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -91,6 +94,10 @@ class Job(Base):
     schedule_id: Mapped[int | None] = mapped_column(
         sa.ForeignKey("schedules.id", ondelete="SET NULL"), index=True)
     scheduled_for: Mapped[dt.datetime | None]
+    # Set on the trials of a sweep (services/sweeps/); NULL for other jobs.
+    sweep_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("sweeps.id", ondelete="SET NULL", use_alter=True, name="fk_jobs_sweep_id"))
+    trial_index: Mapped[int | None]
 
     project: Mapped[Project] = relationship(lazy="joined")
     replica_rows: Mapped[list[Replica]] = relationship(

@@ -25,6 +25,8 @@ class Schedule(Base):
     project_id: Mapped[int] = mapped_column(sa.ForeignKey("projects.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(sa.String(64))
     job_template: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # A schedule fires either a job (`job_template`) or a sweep (this, a SweepCreate).
+    sweep_template: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
     cron: Mapped[str | None] = mapped_column(sa.String(128))
     interval_seconds: Mapped[int | None]
     timezone: Mapped[str] = mapped_column(sa.String(64), default="UTC")
@@ -61,6 +63,8 @@ class ScheduleRun(Base):
     schedule_id: Mapped[int] = mapped_column(sa.ForeignKey("schedules.id", ondelete="CASCADE"))
     scheduled_for: Mapped[dt.datetime]
     job_id: Mapped[int | None] = mapped_column(sa.ForeignKey("jobs.id", ondelete="SET NULL"))
+    # The sweep this run fired (a sweep schedule); promotion then considers its best trial.
+    sweep_id: Mapped[int | None] = mapped_column(sa.ForeignKey("sweeps.id", ondelete="SET NULL"))
     outcome: Mapped[str] = mapped_column(sa.String(32))  # fired, triggered, skipped, missed
     reason: Mapped[str] = mapped_column(sa.Text, default="")
     # Promotion: pending until the job ends; then promoted, kept, no_metric or not_eligible.

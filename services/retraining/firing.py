@@ -27,11 +27,13 @@ from sqlalchemy.orm import Session
 from services.exceptions import BundleNotFound, DataNotFound, InvalidJobSpec
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate
-from services.models import Job, Schedule, ScheduleRun, utcnow
+from services.models import Job, Schedule, ScheduleRun, Sweep, utcnow
 from services.retraining import promotion
 from services.retraining.schedules import timing_of
 from services.settings import Settings
-from services.statuses import TERMINAL_STATUSES
+from services.statuses import TERMINAL_STATUSES, SweepStatus
+from services.sweeps import store as sweeps
+from services.sweeps.schemas import SweepCreate
 
 MAX_PER_PASS = 100
 
@@ -60,11 +62,12 @@ def _active_jobs(session: Session, schedule: Schedule) -> list[Job]:
 
 
 def _run(schedule: Schedule, fire_time: dt.datetime, outcome: str, reason: str,
-         job: Job | None = None) -> ScheduleRun:
+         job: Job | None = None, sweep: Sweep | None = None) -> ScheduleRun:
+    made = job is not None or sweep is not None
     return ScheduleRun(schedule_id=schedule.id, scheduled_for=fire_time, outcome=outcome,
                        reason=reason, job_id=job.id if job else None,
-                       decision="pending" if job is not None and schedule.promote_metric
-                       else None)
+                       sweep_id=sweep.id if sweep else None,
+                       decision="pending" if made and schedule.promote_metric else None)
 
 
 def _record(session: Session, schedule: Schedule, fire_time: dt.datetime, outcome: str,
@@ -81,12 +84,53 @@ def _record(session: Session, schedule: Schedule, fire_time: dt.datetime, outcom
     return run
 
 
+def _start_sweep(session: Session, settings: Settings, schedule: Schedule,
+                 fire_time: dt.datetime, outcome: str) -> ScheduleRun | None:
+    """`start_run` for a schedule that fires a sweep: the same rules, a sweep for a job."""
+    active = list(session.execute(
+        sa.select(Sweep).where(Sweep.schedule_id == schedule.id,
+                               Sweep.status == SweepStatus.RUNNING).order_by(Sweep.id)
+    ).scalars())
+    if active and schedule.concurrency_policy == "forbid":
+        return _record(session, schedule, fire_time, "skipped",
+                       f"sweep {active[-1].id} of the previous run is still running "
+                       "(concurrency_policy=forbid)")
+    try:
+        sweep_in = SweepCreate.model_validate(
+            {**(schedule.sweep_template or {}), "name": _job_name(schedule, fire_time)[:100]})
+        # One savepoint for the sweep and its run record: both or neither.
+        with session.begin_nested():
+            sweep = sweeps.create_sweep(session=session, project_id=schedule.project_id,
+                                        sweep_in=sweep_in, settings=settings)
+            sweep.schedule_id, sweep.scheduled_for = schedule.id, fire_time
+            run = _run(schedule, fire_time, outcome,
+                       f"sweep {sweep.id} created for {_stamp(fire_time)}", sweep=sweep)
+            session.add(run)
+            session.flush()
+    except IntegrityError:
+        return None  # the unique (schedule_id, scheduled_for) keys: already fired
+    except (ValidationError, InvalidJobSpec, BundleNotFound, DataNotFound) as exc:
+        return _record(session, schedule, fire_time, "failed",
+                       f"the sweep template is refused: {exc}; update the schedule's sweep")
+    if schedule.concurrency_policy == "replace":
+        for old in active:
+            sweeps.cancel_sweep(session=session, sweep=old,
+                                reason=f"replaced by sweep {sweep.id} of schedule "
+                                       f"{schedule.name!r} (concurrency_policy=replace)")
+    schedule.last_outcome = outcome
+    schedule.last_fired_at = fire_time
+    return run
+
+
 def start_run(*, session: Session, settings: Settings, schedule: Schedule,
               fire_time: dt.datetime, outcome: str = "fired") -> ScheduleRun | None:
-    """Create the job of one fire time of a locked schedule, under its concurrency policy.
+    """Create the job (or sweep) of one fire time of a locked schedule, under its
+    concurrency policy.
 
     Returns the run record, or None when this fire time was already handled.
     """
+    if schedule.sweep_template is not None:
+        return _start_sweep(session, settings, schedule, fire_time, outcome)
     active = _active_jobs(session, schedule)
     if active and schedule.concurrency_policy == "forbid":
         return _record(session, schedule, fire_time, "skipped",

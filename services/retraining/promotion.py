@@ -4,6 +4,10 @@ When a job a schedule fired has ended, its run record gets a decision: the new
 model is `promoted` only if its metric (replica 0, last value of the current
 attempt) beats the schedule's promoted one (strictly: a tie keeps the old
 model); otherwise `kept`, `no_metric` or `not_eligible` (the job did not succeed).
+
+A run that fired a sweep waits for the sweep to end; its candidate is then the
+sweep's best trial (by the sweep's objective), judged as above on the schedule's
+metric; a sweep without a best trial is `not_eligible`.
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from services.jobs import store as jobs
-from services.models import Job, MetricPoint, Schedule, ScheduleRun, utcnow
-from services.statuses import TERMINAL_STATUSES, JobStatus
+from services.models import Job, MetricPoint, Schedule, ScheduleRun, Sweep, utcnow
+from services.statuses import TERMINAL_STATUSES, TERMINAL_SWEEP_STATUSES, JobStatus
 
 # Metrics reach SQL through a Redis stream, separately from the replica's exit:
 # give a finished job's last points this long to arrive before "no_metric".
@@ -72,18 +76,40 @@ def _decide(session: Session, run: ScheduleRun, job: Job, schedule: Schedule,
     return True
 
 
+def _pick_sweep_candidates(session: Session, now: dt.datetime) -> list[ScheduleRun]:
+    """A pending run of an ended sweep takes the sweep's best trial as its job (decided
+    then like any job's run); without a best trial it is not eligible."""
+    decided = []
+    rows = session.execute(
+        sa.select(ScheduleRun, Sweep).join(Sweep, Sweep.id == ScheduleRun.sweep_id)
+        .where(ScheduleRun.decision == "pending", ScheduleRun.job_id.is_(None),
+               Sweep.status.in_(TERMINAL_SWEEP_STATUSES))).all()
+    for run, sweep in rows:
+        if sweep.best_job_id is None:
+            run.decision, run.decided_at = "not_eligible", now
+            run.decision_reason = f"sweep {sweep.id} {sweep.status}: {sweep.reason}"
+            decided.append(run)
+        else:
+            run.job_id = sweep.best_job_id
+            run.reason += f"; sweep {sweep.id} {sweep.status}, best trial job {sweep.best_job_id}"
+    session.flush()
+    return decided
+
+
 def decide_pending(*, session: Session, now: dt.datetime | None = None) -> list[ScheduleRun]:
-    """Decide every pending run whose job has ended; returns the runs decided."""
+    """Decide every pending run whose job (or sweep) has ended; returns the runs decided."""
     now = now or utcnow()
+    decided = _pick_sweep_candidates(session, now)
     rows = session.execute(
         sa.select(ScheduleRun, Job).join(Job, Job.id == ScheduleRun.job_id)
         .where(ScheduleRun.decision == "pending", Job.status.in_(TERMINAL_STATUSES))
         .order_by(Job.finished_at, Job.id)
     ).all()
-    decided = []
-    # A job deleted before its decision (a TTL, a history limit) leaves nothing to judge.
+    # A job deleted before its decision (a TTL, a history limit) leaves nothing to judge;
+    # a sweep's run has no job until the sweep ends.
     for run in session.execute(sa.select(ScheduleRun).where(
-            ScheduleRun.decision == "pending", ScheduleRun.job_id.is_(None))).scalars():
+            ScheduleRun.decision == "pending", ScheduleRun.job_id.is_(None),
+            ScheduleRun.sweep_id.is_(None))).scalars():
         run.decision, run.decision_reason, run.decided_at = "not_eligible", "job deleted", now
         decided.append(run)
     for run, job in rows:

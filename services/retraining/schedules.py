@@ -30,6 +30,8 @@ from services.retraining.schemas import (
 )
 from services.settings import Settings
 from services.storage import keys
+from services.sweeps.schemas import SweepCreate
+from services.sweeps.store import check_sweep
 
 
 def _check_template(job_in: JobCreate, settings: Settings, session: Session,
@@ -41,6 +43,23 @@ def _check_template(job_in: JobCreate, settings: Settings, session: Session,
     # A template names its bundle by digest, so every run reuses one upload.
     check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
     check_inputs_exist(project_id=project_id, inputs=job_in.inputs, settings=settings)
+
+
+def _check_sweep_template(sweep_in: SweepCreate, settings: Settings, session: Session,
+                          project_id: int) -> None:
+    try:
+        check_sweep(session=session, project_id=project_id, sweep_in=sweep_in,
+                    settings=settings, seed=sweep_in.space.seed or 0)
+    except InvalidJobSpec as exc:
+        raise InvalidJobSpec(f"sweep.{exc.field}", exc.message) from exc
+
+
+def _set_template(schedule: Schedule, job_in: JobCreate | None,
+                  sweep_in: SweepCreate | None) -> None:
+    """A schedule fires a job or a sweep: set one template, clear the other."""
+    schedule.job_template = job_in.model_dump(mode="json") if job_in else {}
+    schedule.sweep_template = (sweep_in.model_dump(mode="json", exclude_unset=True)
+                               if sweep_in else None)
 
 
 def timing_of(schedule: Schedule) -> Timing:
@@ -58,11 +77,13 @@ def create_schedule(*, session: Session, project_id: int, schedule_in: ScheduleC
         ScheduleConflict: the project already has a schedule of that name.
     """
     now = now or utcnow()
-    _check_template(schedule_in.job, settings, session, project_id)
+    if schedule_in.job is not None:
+        _check_template(schedule_in.job, settings, session, project_id)
+    if schedule_in.sweep is not None:
+        _check_sweep_template(schedule_in.sweep, settings, session, project_id)
     promote = schedule_in.promote
     schedule = Schedule(
         project_id=project_id, name=schedule_in.name,
-        job_template=schedule_in.job.model_dump(mode="json"),
         cron=schedule_in.cron, interval_seconds=schedule_in.interval_seconds,
         timezone=schedule_in.timezone, concurrency_policy=schedule_in.concurrency_policy,
         starting_deadline_seconds=schedule_in.starting_deadline_seconds,
@@ -73,6 +94,7 @@ def create_schedule(*, session: Session, project_id: int, schedule_in: ScheduleC
         promote_mode=promote.mode if promote else "max",
         created_at=now, updated_at=now,
     )
+    _set_template(schedule, schedule_in.job, schedule_in.sweep)
     schedule.next_fire_at = timing_of(schedule).next_after(now)
     try:
         # A savepoint: a duplicate name must leave the caller's transaction usable.
@@ -112,7 +134,10 @@ def update_schedule(*, session: Session, schedule: Schedule, schedule_in: Schedu
     given = schedule_in.model_fields_set
     if "job" in given and schedule_in.job is not None:
         _check_template(schedule_in.job, settings, session, schedule.project_id)
-        schedule.job_template = schedule_in.job.model_dump(mode="json")
+        _set_template(schedule, schedule_in.job, None)
+    if "sweep" in given and schedule_in.sweep is not None:
+        _check_sweep_template(schedule_in.sweep, settings, session, schedule.project_id)
+        _set_template(schedule, None, schedule_in.sweep)
     if schedule_in.cron is not None:
         schedule.cron, schedule.interval_seconds = schedule_in.cron, None
     if schedule_in.interval_seconds is not None:
@@ -175,7 +200,7 @@ def to_read(*, session: Session, schedule: Schedule, runs: int = 20) -> Schedule
                if schedule.promote_metric else None)
     return ScheduleRead(
         id=schedule.id, project=schedule.project.name, name=schedule.name,
-        job=dict(schedule.job_template), cron=schedule.cron,
+        job=dict(schedule.job_template), sweep=schedule.sweep_template, cron=schedule.cron,
         interval_seconds=schedule.interval_seconds, timezone=schedule.timezone,
         concurrency_policy=schedule.concurrency_policy,
         starting_deadline_seconds=schedule.starting_deadline_seconds,

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 
 from services.jobs.schemas import JobCreate
 from services.retraining.cron import InvalidCron, load_zone, parse_cron
+from services.sweeps.schemas import SweepCreate
 
 ConcurrencyPolicy = Literal["allow", "forbid", "replace"]
 _NAME = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
@@ -78,7 +79,10 @@ class ScheduleCreate(_Timing):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=64)
-    job: JobCreate = Field(description="the same spec as POST /api/v1/jobs")
+    job: JobCreate | None = Field(None, description="the same spec as POST /api/v1/jobs")
+    sweep: SweepCreate | None = Field(
+        None, description="fire a sweep instead of a job: the same spec as POST "
+        "/api/v1/sweeps (its name is the run's); promotion considers its best trial")
     timezone: str = Field("UTC", max_length=64, description="IANA zone, e.g. Europe/Berlin")
     concurrency_policy: ConcurrencyPolicy = "allow"
     paused: bool = False
@@ -94,6 +98,8 @@ class ScheduleCreate(_Timing):
     def _one_timing(self) -> ScheduleCreate:
         if (self.cron is None) == (self.interval_seconds is None):
             raise ValueError("give exactly one of 'cron' and 'interval_seconds'")
+        if (self.job is None) == (self.sweep is None):
+            raise ValueError("give exactly one of 'job' and 'sweep'")
         return self
 
 
@@ -103,11 +109,14 @@ class ScheduleUpdate(_Timing):
     model_config = ConfigDict(extra="forbid")
 
     job: JobCreate | None = None
+    sweep: SweepCreate | None = None
 
     @model_validator(mode="after")
     def _one_timing(self) -> ScheduleUpdate:
         if self.cron is not None and self.interval_seconds is not None:
             raise ValueError("give at most one of 'cron' and 'interval_seconds'")
+        if self.job is not None and self.sweep is not None:
+            raise ValueError("give at most one of 'job' and 'sweep'")
         return self
 
 
@@ -116,6 +125,7 @@ class ScheduleRunRead(BaseModel):
 
     scheduled_for: dt.datetime
     job_id: int | None
+    sweep_id: int | None = None
     outcome: str
     reason: str
     decision: str | None
@@ -129,7 +139,8 @@ class ScheduleRead(BaseModel):
     id: int
     project: str
     name: str
-    job: dict[str, object]
+    job: dict[str, object] = Field(description="the job template ({} when it fires a sweep)")
+    sweep: dict[str, object] | None = Field(None, description="the sweep template, if any")
     cron: str | None
     interval_seconds: int | None
     timezone: str

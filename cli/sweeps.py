@@ -1,0 +1,120 @@
+"""`cohort sweep ...`: create from a YAML spec, list, show, cancel."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from cli.client import ApiError, CohortClient, resolve_token
+
+app = typer.Typer(help="Sweeps: many trials of one job over a search space, the best kept.",
+                  no_args_is_help=True)
+console = Console()
+err = Console(stderr=True)
+
+TokenOpt = Annotated[str | None, typer.Option(envvar="COHORT_TOKEN")]
+UrlOpt = Annotated[str | None, typer.Option(envvar="COHORT_URL")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the API's JSON")]
+
+
+def call(url: str | None, token: str | None, method: str, path: str,
+         body: dict[str, Any] | None = None) -> Any:
+    """One request to /api/v1/sweeps; an API error is printed and exits with 2."""
+    client = CohortClient(url, resolve_token(token))
+    try:
+        return client._check(client.http.request(method, f"/api/v1/sweeps{path}", json=body))
+    except ApiError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from exc
+
+
+def _value(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
+
+
+def trials_table(sweep: dict[str, Any]) -> Table:
+    """The trials of a sweep: index, job, status, parameters, objective value."""
+    objective = sweep["objective"]
+    table = Table("trial", "job", "status", "parameters",
+                  f"{objective['metric']} ({objective['mode']})", "reason")
+    for trial in sweep.get("trials") or []:
+        best = "[bold green]*[/] " if trial["job_id"] == sweep["best_job_id"] else ""
+        params = ", ".join(f"{k}={_value(v) if isinstance(v, float) else v}"
+                           for k, v in trial["parameters"].items())
+        table.add_row(str(trial["index"]), str(trial["job_id"]), trial["status"], params,
+                      best + _value(trial["objective_value"]),
+                      trial["reason"] if trial["stopped_early"] or trial["status"] == "failed"
+                      else "")
+    return table
+
+
+def show_sweep(sweep: dict[str, Any]) -> None:
+    """A sweep's header line, its best trial and its trials."""
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(sweep["trial_counts"].items()))
+    console.print(f"sweep {sweep['id']} [bold]{sweep['name']}[/]: {sweep['status']} - "
+                  f"{sweep['reason']}")
+    console.print(f"  {sweep['trials_created']}/{sweep['trials_total']} trials created, at most "
+                  f"{sweep['max_concurrent']} at once; {counts or 'none yet'}")
+    if sweep["best_job_id"] is not None:
+        console.print(f"  best: job {sweep['best_job_id']} = {_value(sweep['best_value'])} "
+                      f"{sweep['best_parameters']}")
+    console.print(trials_table(sweep))
+
+
+@app.command("create")
+def create_sweep(spec_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False)],
+                 token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+    """Create a sweep from a YAML (or JSON) spec; prints its id."""
+    body = yaml.safe_load(spec_file.read_text())
+    if not isinstance(body, dict):
+        err.print(f"[red]{spec_file} must hold a mapping (a sweep spec)[/]")
+        raise typer.Exit(2)
+    sweep = call(url, token, "POST", "", body)
+    if as_json:
+        console.print_json(json.dumps(sweep))
+        return
+    console.print(f"sweep {sweep['id']} created: {sweep['trials_total']} trials, at most "
+                  f"{sweep['max_concurrent']} at once")
+
+
+@app.command("list")
+def list_sweeps(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+    """List the project's sweeps, newest first."""
+    items = call(url, token, "GET", "")["items"]
+    if as_json:
+        console.print_json(json.dumps(items))
+        return
+    table = Table("id", "name", "status", "trials", "best job", "best value", "reason")
+    for s in items:
+        table.add_row(str(s["id"]), s["name"], s["status"],
+                      f"{s['trials_created']}/{s['trials_total']}", str(s["best_job_id"] or "-"),
+                      _value(s["best_value"]), s["reason"])
+    console.print(table)
+
+
+@app.command("show")
+def show(sweep_id: int, token: TokenOpt = None, url: UrlOpt = None,
+         as_json: JsonOpt = False) -> None:
+    """A sweep: its trials with parameters, status and objective value; the best."""
+    sweep = call(url, token, "GET", f"/{sweep_id}")
+    if as_json:
+        console.print_json(json.dumps(sweep))
+        return
+    show_sweep(sweep)
+
+
+@app.command("cancel")
+def cancel(sweep_id: int, token: TokenOpt = None, url: UrlOpt = None,
+           as_json: JsonOpt = False) -> None:
+    """Cancel a sweep and its queued and running trials."""
+    sweep = call(url, token, "POST", f"/{sweep_id}/cancel")
+    if as_json:
+        console.print_json(json.dumps(sweep))
+        return
+    console.print(f"sweep {sweep['id']} {sweep['status']}")

@@ -1,0 +1,197 @@
+"""The sweeps' part of a scheduler pass: create trials in turn, stop the ones behind,
+and end the sweeps whose trials have all ended.
+
+Cheap by construction: it reads only running sweeps (an index on status), counts
+their unfinished trials in one grouped query, and reads a sweep's spec, metrics or
+trials only when there is something to do for it.
+
+Capacity rules:
+- never more than `max_concurrent` trials of a sweep are unfinished (a trial is
+  created only when the count is below it);
+- a sweep creates no new trial while a job of higher priority waits in the queue
+  (trials already queued keep their place: the placer orders by priority, and a
+  blocked job's capacity is held for it, so they never jump ahead of it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from services.exceptions import BundleNotFound, DataNotFound, InvalidJobSpec
+from services.jobs import store as jobs
+from services.models import Job, Sweep, utcnow
+from services.settings import Settings
+from services.statuses import TERMINAL_STATUSES, JobStatus, SweepStatus
+from services.sweeps.schemas import SweepCreate
+from services.sweeps.stopping import find_trials_to_stop
+from services.sweeps.store import STOPPED_EARLY, read_trials, record_best, spec_of, trial_job
+
+# Metrics reach SQL through a Redis stream, apart from the replicas' exits: a sweep
+# picks its best this long after its last trial ended, so the last points are in;
+# when no succeeded trial has the objective metric, it waits up to the grace first.
+METRIC_SETTLE_SECONDS = 3.0
+METRIC_GRACE_SECONDS = 60.0
+
+log = logging.getLogger("cohort.sweeps")
+
+
+@dataclass
+class SweepsResult:
+    created: list[int] = field(default_factory=list)  # trial jobs created
+    stopped: list[int] = field(default_factory=list)  # trial jobs stopped early
+    ended: list[int] = field(default_factory=list)  # sweeps that ended
+
+
+def _unfinished_counts(session: Session, sweep_ids: list[int]) -> dict[int, int]:
+    rows = session.execute(
+        sa.select(Job.sweep_id, sa.func.count())
+        .where(Job.sweep_id.in_(sweep_ids), Job.status.not_in(TERMINAL_STATUSES))
+        .group_by(Job.sweep_id)).all()
+    return {sweep_id: count for sweep_id, count in rows if sweep_id is not None}
+
+
+def _waiting_priority(session: Session) -> int | None:
+    """The highest priority of a queued job the cluster could place (None: none queued)."""
+    # The placer marks a job that fits on no cluster "unschedulable: ..."; it blocks nobody.
+    return session.execute(
+        sa.select(sa.func.max(Job.priority))
+        .where(Job.status == JobStatus.QUEUED, Job.reason.not_like("unschedulable%"))
+    ).scalar_one_or_none()
+
+
+def _stop_behind(session: Session, sweep: Sweep, spec: SweepCreate,
+                 result: SweepsResult) -> int:
+    """Cancel the running trials the median rule stops; how many."""
+    assert spec.early_stopping is not None
+    running = list(session.execute(
+        sa.select(Job).where(Job.sweep_id == sweep.id, Job.status == JobStatus.RUNNING)
+    ).scalars())
+    verdicts = find_trials_to_stop(session=session, sweep=sweep, running=running,
+                                   objective=spec.objective, rule=spec.early_stopping)
+    by_id = {job.id: job for job in running}
+    for verdict in verdicts:
+        metric = spec.objective.metric
+        jobs.request_cancel(
+            session=session, job=by_id[verdict.job_id],
+            reason=f"{STOPPED_EARLY}: median rule at step {verdict.step} (best {metric}="
+                   f"{verdict.best:.6g}, behind the median {verdict.median:.6g} of "
+                   f"{verdict.others} other trials' running averages)")
+        result.stopped.append(verdict.job_id)
+    return len(verdicts)
+
+
+def _create_trials(session: Session, settings: Settings, sweep: Sweep, spec: SweepCreate,
+                   count: int, result: SweepsResult) -> None:
+    for _ in range(count):
+        index = sweep.trials_created
+        job, _created = jobs.create_job(session=session, project_id=sweep.project_id,
+                                        job_in=trial_job(spec, sweep.seed, index),
+                                        settings=settings)
+        job.sweep_id, job.trial_index = sweep.id, index
+        sweep.trials_created = index + 1
+        result.created.append(job.id)
+    session.flush()
+
+
+def _summary(trials: list[Job]) -> str:
+    stopped = sum(1 for j in trials if j.status is JobStatus.CANCELLED
+                  and j.reason.startswith(STOPPED_EARLY))
+    parts = [f"{sum(1 for j in trials if j.status is status)} {status}"
+             for status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)]
+    return ", ".join(parts) + (f" ({stopped} stopped early)" if stopped else "")
+
+
+def _end(sweep: Sweep, status: SweepStatus, reason: str, now: dt.datetime,
+         result: SweepsResult) -> None:
+    sweep.status, sweep.reason, sweep.finished_at = status, reason, now
+    result.ended.append(sweep.id)
+
+
+def _try_to_end(session: Session, sweep: Sweep, spec: SweepCreate, now: dt.datetime,
+                result: SweepsResult) -> None:
+    """End a sweep whose every trial has ended, once their metrics are in."""
+    trials = read_trials(session=session, sweep=sweep)
+    last_end = max((j.finished_at or j.updated_at for j in trials), default=now)
+    quiet = (now - last_end).total_seconds()
+    if quiet < METRIC_SETTLE_SECONDS:
+        return
+    if not any(j.status is JobStatus.SUCCEEDED for j in trials):
+        _end(sweep, SweepStatus.FAILED, f"no trial succeeded: {_summary(trials)}", now, result)
+        return
+    best = record_best(session=session, sweep=sweep, trials=trials)
+    objective = spec.objective
+    if best is None:
+        if quiet < METRIC_GRACE_SECONDS:
+            return
+        _end(sweep, SweepStatus.FAILED,
+             f"no trial reported the objective metric {objective.metric!r} on replica "
+             f"{objective.replica} ({_summary(trials)}): check objective.metric against the "
+             "metrics the trainer reports", now, result)
+        return
+    job_id, value = best
+    index = next(j.trial_index for j in trials if j.id == job_id)
+    _end(sweep, SweepStatus.SUCCEEDED,
+         f"best: trial {index} (job {job_id}), {objective.metric}={value:.6g} "
+         f"({objective.value}, {objective.mode}); {_summary(trials)}", now, result)
+
+
+def _advance_one(session: Session, settings: Settings, sweep: Sweep, unfinished: int,
+                 blocked_by: int | None, now: dt.datetime, result: SweepsResult) -> None:
+    stopping = bool(sweep.spec.get("early_stopping"))
+    to_create = 0
+    if sweep.trials_created < sweep.trials_total:
+        to_create = min(sweep.max_concurrent - unfinished,
+                        sweep.trials_total - sweep.trials_created)
+    ending = sweep.trials_created >= sweep.trials_total and unfinished == 0
+    if not (ending or to_create > 0 or (stopping and unfinished)):
+        return  # the common case: trials running or queued, nothing to decide
+    spec = spec_of(sweep)
+    if stopping and unfinished:
+        unfinished -= _stop_behind(session, sweep, spec, result)
+        to_create = min(sweep.max_concurrent - unfinished,
+                        sweep.trials_total - sweep.trials_created)
+    if to_create > 0 and blocked_by is not None and blocked_by > sweep.priority:
+        note = f"waiting: a job of priority {blocked_by} is queued ahead of new trials"
+        if sweep.reason != note:
+            sweep.reason = note
+        to_create = 0
+    if to_create > 0:
+        try:
+            _create_trials(session, settings, sweep, spec, to_create, result)
+        except (InvalidJobSpec, BundleNotFound, DataNotFound, ValidationError) as exc:
+            # A setting changed or the bundle/data went away since the sweep was checked.
+            _end(sweep, SweepStatus.FAILED,
+                 f"trial {sweep.trials_created} was refused: {exc}", now, result)
+            return
+        sweep.reason = (f"{sweep.trials_created} of {sweep.trials_total} trials created, "
+                        f"at most {sweep.max_concurrent} at once")
+    elif ending:
+        _try_to_end(session, sweep, spec, now, result)
+
+
+def advance_sweeps(*, session: Session, settings: Settings,
+                   now: dt.datetime | None = None) -> SweepsResult:
+    """One pass over the running sweeps; the caller commits."""
+    now = now or utcnow()
+    result = SweepsResult()
+    # Locked: a cancel (which locks the sweep too) and this pass never interleave, so no
+    # trial is created for a sweep being cancelled.
+    running = list(session.execute(
+        sa.select(Sweep).where(Sweep.status == SweepStatus.RUNNING).order_by(Sweep.id)
+        .with_for_update(of=Sweep)).scalars())
+    if not running:
+        return result
+    unfinished = _unfinished_counts(session, [s.id for s in running])
+    blocked_by = _waiting_priority(session)
+    for sweep in running:
+        _advance_one(session, settings, sweep, unfinished.get(sweep.id, 0), blocked_by, now,
+                     result)
+    if result.created or result.stopped or result.ended:
+        session.flush()
+    return result

@@ -1,0 +1,191 @@
+"""Sweeps: create (every trial's job spec checked up front), read, list, cancel.
+
+Trials are created later, by the scheduler pass (services/sweeps/advance.py).
+Service functions only add and flush; the caller commits.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from services.exceptions import InvalidJobSpec, SweepEnded, SweepNotFound
+from services.jobs import store as jobs
+from services.jobs.bundles import check_bundle
+from services.jobs.inputs import check_inputs_exist
+from services.jobs.schemas import JobCreate
+from services.models import Job, Sweep, utcnow
+from services.settings import Settings
+from services.statuses import TERMINAL_STATUSES, TERMINAL_SWEEP_STATUSES, JobStatus, SweepStatus
+from services.sweeps.objective import best_of, objective_values
+from services.sweeps.schemas import SweepCreate
+from services.sweeps.space import draw_seed, grid_size, trial_parameters, trial_spec
+
+STOPPED_EARLY = "stopped early"  # the start of the reason of a trial the rule stopped
+
+
+def spec_of(sweep: Sweep) -> SweepCreate:
+    """The stored spec, validated again (it was stored from a SweepCreate)."""
+    return SweepCreate.model_validate(sweep.spec)
+
+
+def trial_name(sweep_name: str, index: int) -> str:
+    return f"{sweep_name}-t{index}"[:128]
+
+
+def trial_job(spec: SweepCreate, seed: int, index: int) -> JobCreate:
+    """The job of trial `index` (ValidationError when its parameters do not fit a job)."""
+    params = trial_parameters(spec.space, seed, index)
+    return JobCreate.model_validate(
+        trial_spec(spec.template.model_dump(mode="json", exclude_unset=True)
+                   | {"hyperparameters": spec.template.hyperparameters.model_dump(mode="json")},
+                   params, trial_name(spec.name, index)))
+
+
+def _space_field(spec: SweepCreate, loc: tuple[Any, ...]) -> str:
+    """The request field to blame for a trial job refused at `loc`."""
+    kind = "grid" if spec.space.grid else "random"
+    params = spec.space.grid or spec.space.random or {}
+    for part in loc[:2]:
+        if isinstance(part, str) and part in params:
+            return f"space.{kind}.{part}"
+    return "template." + ".".join(str(p) for p in loc) if loc else "space"
+
+
+def _check_trials(spec: SweepCreate, seed: int, total: int, settings: Settings) -> None:
+    for index in range(total):
+        try:
+            job_in = trial_job(spec, seed, index)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = _space_field(spec, tuple(error.get("loc", ())))
+            raise InvalidJobSpec(field, f"trial {index} is not a valid job: "
+                                 f"{str(error['msg']).removeprefix('Value error, ')}") from exc
+        try:
+            jobs.check_job_spec(job_in=job_in, settings=settings)
+        except InvalidJobSpec as exc:
+            raise InvalidJobSpec(_space_field(spec, (exc.field,)),
+                                 f"trial {index}: {exc.message}") from exc
+
+
+def check_sweep(*, session: Session, project_id: int, sweep_in: SweepCreate,
+                settings: Settings, seed: int) -> int:
+    """Every check a sweep must pass before it is stored; returns its number of trials.
+
+    Raises:
+        InvalidJobSpec: naming the field (`space.grid`, `trials`, `template.<field>`, ...).
+    """
+    if sweep_in.space.grid:
+        total = grid_size(sweep_in.space)
+        if total > settings.MAX_SWEEP_TRIALS:
+            raise InvalidJobSpec("space.grid", f"{total} combinations, over the limit of "
+                                 f"{settings.MAX_SWEEP_TRIALS} trials "
+                                 "(COHORT_MAX_SWEEP_TRIALS); try fewer values")
+        if sweep_in.trials is not None and sweep_in.trials != total:
+            raise InvalidJobSpec("trials", f"a grid runs one trial per combination ({total}); "
+                                 "leave `trials` out")
+    else:
+        total = sweep_in.trials or 0
+        if total > settings.MAX_SWEEP_TRIALS:
+            raise InvalidJobSpec("trials", f"{total} trials, over the limit of "
+                                 f"{settings.MAX_SWEEP_TRIALS} (COHORT_MAX_SWEEP_TRIALS)")
+    try:
+        jobs.check_job_spec(job_in=sweep_in.template, settings=settings)
+    except InvalidJobSpec as exc:
+        raise InvalidJobSpec(f"template.{exc.field}", exc.message) from exc
+    check_bundle(session=session, project_id=project_id, digest=sweep_in.template.bundle)
+    check_inputs_exist(project_id=project_id, inputs=sweep_in.template.inputs,
+                       settings=settings)
+    _check_trials(sweep_in, seed, total, settings)
+    return total
+
+
+def create_sweep(*, session: Session, project_id: int, sweep_in: SweepCreate,
+                 settings: Settings, now: dt.datetime | None = None) -> Sweep:
+    """Store a running sweep; the scheduler pass creates its trials.
+
+    Raises:
+        InvalidJobSpec, BundleNotFound, DataNotFound: the spec is refused.
+    """
+    seed = 0
+    if sweep_in.space.random:
+        seed = sweep_in.space.seed if sweep_in.space.seed is not None else draw_seed()
+    total = check_sweep(session=session, project_id=project_id, sweep_in=sweep_in,
+                        settings=settings, seed=seed)
+    now = now or utcnow()
+    sweep = Sweep(project_id=project_id, name=sweep_in.name,
+                  spec=sweep_in.model_dump(mode="json", exclude_unset=True), seed=seed,
+                  trials_total=total, trials_created=0, max_concurrent=sweep_in.max_concurrent,
+                  priority=sweep_in.template.priority, status=SweepStatus.RUNNING,
+                  reason=f"{total} trials, at most {sweep_in.max_concurrent} at once",
+                  created_at=now, updated_at=now)
+    session.add(sweep)
+    session.flush()
+    return sweep
+
+
+def read_sweep(*, session: Session, project_id: int, sweep_id: int,
+               lock: bool = False) -> Sweep:
+    """A sweep of this project (another project's is 'not found')."""
+    query = sa.select(Sweep).where(Sweep.id == sweep_id, Sweep.project_id == project_id)
+    if lock:
+        query = query.with_for_update(of=Sweep).execution_options(populate_existing=True)
+    sweep = session.execute(query).scalar_one_or_none()
+    if sweep is None:
+        raise SweepNotFound(sweep_id)
+    return sweep
+
+
+def list_sweeps(*, session: Session, project_id: int, status: SweepStatus | None = None,
+                before: int | None = None, limit: int = 50) -> tuple[list[Sweep], int | None]:
+    """Newest first; returns the page and the id to continue below (or None)."""
+    query = sa.select(Sweep).where(Sweep.project_id == project_id)
+    if status is not None:
+        query = query.where(Sweep.status == status)
+    if before is not None:
+        query = query.where(Sweep.id < before)
+    rows = list(session.execute(query.order_by(Sweep.id.desc()).limit(limit + 1)).scalars())
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (rows[-1].id if more and rows else None)
+
+
+def read_trials(*, session: Session, sweep: Sweep) -> list[Job]:
+    """The sweep's trial jobs, by trial index."""
+    return list(session.execute(
+        sa.select(Job).where(Job.sweep_id == sweep.id).order_by(Job.trial_index)).scalars())
+
+
+def record_best(*, session: Session, sweep: Sweep, trials: list[Job]) -> tuple[int, float] | None:
+    """Set the sweep's best trial among its succeeded ones (None: none has a value)."""
+    spec = spec_of(sweep)
+    succeeded = [job for job in trials if job.status is JobStatus.SUCCEEDED]
+    values = objective_values(session=session, jobs=succeeded, objective=spec.objective)
+    best = best_of(values, (job.id for job in succeeded), spec.objective.mode)
+    sweep.best_job_id, sweep.best_value = best if best else (None, None)
+    return best
+
+
+def cancel_sweep(*, session: Session, sweep: Sweep, reason: str = "cancelled by user",
+                 now: dt.datetime | None = None) -> Sweep:
+    """Cancel a sweep and every trial not ended; the pass stops their replicas.
+
+    Raises:
+        SweepEnded: the sweep has already ended.
+    """
+    if sweep.status in TERMINAL_SWEEP_STATUSES:
+        raise SweepEnded(sweep.id, sweep.status)
+    trials = read_trials(session=session, sweep=sweep)
+    for job in trials:
+        if job.status not in TERMINAL_STATUSES:
+            jobs.request_cancel(session=session, job=job,
+                                reason=f"sweep {sweep.id} cancelled: {reason}")
+    record_best(session=session, sweep=sweep, trials=trials)
+    sweep.status, sweep.reason = SweepStatus.CANCELLED, reason
+    sweep.finished_at = now or utcnow()
+    session.flush()
+    return sweep
