@@ -2,6 +2,7 @@
 
     metrics.py       metric points: stored once (idempotent), read back with filters
     downsample.py    a series thinned for charts (bucket means, from the rollups)
+    curves.py        one metric's curve for each of many jobs (a sweep's chart)
     logs.py          replica log lines: the `cohort:logs` protocol, stored, read back
     progress.py      a job's epoch/step, percent done and ETA
     scaling.py       a finished job's examples/s and scaling against a 1-replica run
