@@ -1,0 +1,108 @@
+"""End to end: the scaling recipe, a sweep over `replicas: [1, 2]` of real TensorFlow
+trials, followed live by the installed `cohort sweep show ID --follow` (on a terminal and
+piped); the 2-replica trial's scaling report is measured against the 1-replica one."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from cli.client import CohortClient
+from cli.stack import Stack
+from tests.e2e.test_sweeps import sweep_api, wait_ended
+
+pytestmark = pytest.mark.e2e
+
+SWEEP_YAML = """\
+name: scaling
+template:
+  trainer: mlp_digits
+  strategy: multi_worker_mirrored
+  hyperparameters: {epochs: 1, steps_per_epoch: 30}
+space:
+  grid: {replicas: [1, 2]}
+max_concurrent: 1
+objective: {metric: eval_accuracy, mode: max}
+"""
+COHORT = str(Path(sys.executable).parent / "cohort")  # the installed console script
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def cohort_follow(stack: Stack, sweep_id: int, *, terminal: bool
+                  ) -> tuple[subprocess.Popen[bytes], list[bytes]]:
+    """`cohort sweep show ID --follow` as a user runs it: on a pseudo-terminal, or piped.
+    Returns the process and the list its output is collected into."""
+    env = {**os.environ, "COHORT_URL": stack.url, "COHORT_TOKEN": stack.token,
+           "COLUMNS": "160"}
+    command = [COHORT, "sweep", "show", str(sweep_id), "--follow"]
+    chunks: list[bytes] = []
+    if not terminal:
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT)
+        assert process.stdout is not None
+        stream = process.stdout
+        threading.Thread(target=lambda: chunks.extend(stream), daemon=True).start()
+        return process, chunks
+    primary, secondary = os.openpty()
+    process = subprocess.Popen(command, env=env, stdout=secondary, stderr=secondary,
+                               stdin=subprocess.DEVNULL)
+    os.close(secondary)
+
+    def read() -> None:
+        try:
+            while data := os.read(primary, 4096):
+                chunks.append(data)
+        except OSError:  # EIO: the command exited and closed its side
+            pass
+        finally:
+            os.close(primary)
+
+    threading.Thread(target=read, daemon=True).start()
+    return process, chunks
+
+
+def test_a_sweep_over_replicas_yields_a_scaling_report_followed_live(
+        pg_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
+    stack, client = pg_stack
+    spec = tmp_path / "scaling.yaml"
+    spec.write_text(SWEEP_YAML)
+    env = {**os.environ, "COHORT_URL": stack.url, "COHORT_TOKEN": stack.token}
+    created = subprocess.run([COHORT, "sweep", "create", str(spec)], env=env,
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert created.returncode == 0, created.stderr
+    sweep_id = int(re.search(r"sweep (\d+) created", created.stdout).group(1))
+    live, live_out = cohort_follow(stack, sweep_id, terminal=True)
+    piped, piped_out = cohort_follow(stack, sweep_id, terminal=False)
+
+    sweep = wait_ended(client, sweep_id)
+    assert sweep["status"] == "succeeded", sweep["reason"]
+    assert live.wait(timeout=30) == 0 and piped.wait(timeout=30) == 0
+    one, two = sweep["trials"]
+    assert (one["parameters"], two["parameters"]) == ({"replicas": 1}, {"replicas": 2})
+
+    # On a terminal: the table redrawn in place while the trials ran, ending succeeded.
+    screen = ANSI.sub("", b"".join(live_out).decode(errors="replace"))
+    assert screen.count(f"sweep {sweep_id} scaling: ") >= 2, screen
+    assert f"sweep {sweep_id} scaling: running" in screen
+    assert f"sweep {sweep_id} scaling: succeeded" in screen
+    assert "\x1b[" in b"".join(live_out).decode(errors="replace")  # it did draw in place
+    # Piped: a line per change of each trial, then the final table; no cursor codes.
+    text = b"".join(piped_out).decode()
+    assert "\x1b[" not in text
+    for trial in (one, two):
+        assert f"trial {trial['index']} (job {trial['job_id']}): succeeded, eval_accuracy " \
+            in text, text
+    assert text.rstrip().count("succeeded") >= 4  # 2 lines, the header, the table rows
+
+    # The recipe: the 2-replica trial against the 1-replica one of the same sweep.
+    scaling = client.job(two["job_id"])["scaling"]
+    assert scaling["baseline_job_id"] == one["job_id"], scaling
+    assert scaling["total_examples_per_second"] > 0 and scaling["efficiency"] > 0
+    assert client.job(one["job_id"])["scaling"]["efficiency"] is None
+    assert sweep_api(client, "GET", f"/{sweep_id}")["status"] == "succeeded"
