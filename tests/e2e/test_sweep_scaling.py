@@ -9,12 +9,14 @@ import re
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cli.client import CohortClient
 from cli.stack import Stack
+from tests.e2e.conftest import pg_stack_with
 from tests.e2e.test_sweeps import sweep_api, wait_ended
 
 pytestmark = pytest.mark.e2e
@@ -27,7 +29,7 @@ template:
   hyperparameters: {epochs: 1, steps_per_epoch: 30}
 space:
   grid: {replicas: [1, 2]}
-max_concurrent: 1
+max_concurrent: 2
 objective: {metric: eval_accuracy, mode: max}
 """
 COHORT = str(Path(sys.executable).parent / "cohort")  # the installed console script
@@ -67,9 +69,17 @@ def cohort_follow(stack: Stack, sweep_id: int, *, terminal: bool
     return process, chunks
 
 
+@pytest.fixture
+def three_slots(tmp_path: Path) -> Iterator[tuple[Stack, CohortClient]]:
+    """The stack with an agent of 3 slots: both trials at once, to keep the test short
+    (the figures are not what it checks; a real measurement runs one trial at a time)."""
+    with pg_stack_with(tmp_path, {"COHORT_NODE_SLOTS": "3"}) as stack:
+        yield stack
+
+
 def test_a_sweep_over_replicas_yields_a_scaling_report_followed_live(
-        pg_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
-    stack, client = pg_stack
+        three_slots: tuple[Stack, CohortClient], tmp_path: Path) -> None:
+    stack, client = three_slots
     spec = tmp_path / "scaling.yaml"
     spec.write_text(SWEEP_YAML)
     env = {**os.environ, "COHORT_URL": stack.url, "COHORT_TOKEN": stack.token}
