@@ -17,7 +17,7 @@ import pytest
 from cli.client import CohortClient
 from cli.stack import Stack
 from tests.e2e.conftest import pg_stack_with
-from tests.e2e.test_sweeps import sweep_api, wait_ended
+from tests.e2e.test_sweeps import wait_ended
 
 pytestmark = pytest.mark.e2e
 
@@ -33,6 +33,8 @@ max_concurrent: 2
 objective: {metric: eval_accuracy, mode: max}
 """
 COHORT = str(Path(sys.executable).parent / "cohort")  # the installed console script
+CHROMIUM = Path("/usr/bin/chromium")
+SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -115,4 +117,39 @@ def test_a_sweep_over_replicas_yields_a_scaling_report_followed_live(
     assert scaling["baseline_job_id"] == one["job_id"], scaling
     assert scaling["total_examples_per_second"] > 0 and scaling["efficiency"] > 0
     assert client.job(one["job_id"])["scaling"]["efficiency"] is None
-    assert sweep_api(client, "GET", f"/{sweep_id}")["status"] == "succeeded"
+    if CHROMIUM.exists():
+        check_pages_in_a_browser(stack, sweep, two["job_id"])
+
+
+def check_pages_in_a_browser(stack: Stack, sweep: dict[str, object], job_id: int) -> None:
+    """The sweep's page in Chromium: one chart line per trial, sorting by the objective,
+    no script error, nothing fetched off the stack; the 2-replica trial's page shows its
+    scaling report."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(base_url=stack.url, viewport={"width": 1366, "height": 900})
+        errors: list[str] = []
+        outside: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("request", lambda r: None if r.url.startswith(stack.url)
+                else outside.append(r.url))
+        page.goto(f"/login?next=/sweeps/{sweep['id']}")
+        page.get_by_label("API token").fill(stack.token)
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_url(f"**/sweeps/{sweep['id']}")
+        page.locator("#chart-objective canvas").first.wait_for()
+        legend = page.locator("#chart-objective .u-legend").inner_text()
+        assert "trial 0" in legend and "trial 1" in legend and "(best)" in legend, legend
+        page.get_by_role("link", name="eval_accuracy (max)").click()
+        page.wait_for_url("**sort=objective")
+        first = page.locator("table.trials tbody tr").first.get_attribute("data-job-id")
+        assert first == str(sweep["best_job_id"])
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "sweep.png"), full_page=True)
+        page.goto(f"/jobs/{job_id}")
+        assert "efficiency" in page.locator("#scaling").inner_text()
+        browser.close()
+    assert not errors and not outside, (errors, outside)
