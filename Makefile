@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(PY) bench/placement.py
 	$(PY) bench/metrics.py
 	$(PY) bench/schedules.py
+	$(PY) bench/sweeps.py
 	$(PY) bench/bundles.py
 	$(PY) bench/bundle_start.py
 

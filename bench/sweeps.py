@@ -1,6 +1,7 @@
 """What sweeps cost the scheduler's pass.
 
-(a) a scheduling pass on a database without sweeps;
+(a) a scheduling pass on a database without sweeps, with as many queued jobs as (b)
+    has queued trials (the placer's share of the pass is then the same);
 (b) the same pass with S running sweeps of T trials each, every sweep at its
     max_concurrent of queued trials (nothing to create, nothing to end: the steady
     state of a busy cluster): the sweep part alone (`advance_sweeps`) and the whole pass;
@@ -44,8 +45,10 @@ from services.sweeps.schemas import SweepCreate  # noqa: E402
 TEMPLATE = {"strategy": "one_device", "replicas": 1, "gpus_per_replica": 1}  # stays queued
 
 
-def add_sweeps(url: str, sweeps: int, trials: int, queued: int, settings: Settings) -> None:
-    """`sweeps` running sweeps of `trials` random trials, each with `queued` trials queued."""
+def add_sweeps(url: str, sweeps: int, trials: int, queued: int, settings: Settings,
+               as_sweeps: bool = True) -> None:
+    """`sweeps` running sweeps of `trials` random trials, each with `queued` trials queued
+    (`as_sweeps=False`: the same queued jobs, no sweeps)."""
     with Session(make_engine(url)) as session, session.begin():
         token = auth.ensure_token(session=session, token="bench_" + uuid.uuid4().hex,
                                   project_name="bench", name="bench", is_admin=False)
@@ -61,7 +64,8 @@ def add_sweeps(url: str, sweeps: int, trials: int, queued: int, settings: Settin
         for s in range(sweeps):
             sweep = first if s == 0 else Sweep(
                 project_id=first.project_id, name=f"bench-{s}", spec=first.spec, seed=s,
-                trials_total=trials, max_concurrent=queued, priority=0, reason="")
+                trials_total=trials, max_concurrent=queued, priority=0, reason="",
+                stops_early=True)
             session.add(sweep)
             session.flush()
             sweep.trials_created = queued
@@ -75,6 +79,9 @@ def add_sweeps(url: str, sweeps: int, trials: int, queued: int, settings: Settin
                     "status": JobStatus.QUEUED, "reason": "waiting for the scheduler",
                     "sweep_id": sweep.id, "trial_index": index})
         session.execute(sa.insert(Job), rows)
+        if not as_sweeps:
+            session.execute(sa.update(Job).values(sweep_id=None, trial_index=None))
+            session.execute(sa.delete(Sweep))
 
 
 def timed(engine: sa.Engine, settings: Settings, sweeps_only: bool) -> float:
@@ -101,11 +108,12 @@ def main() -> None:
         urls = [fresh_database(args.pg, Path(tmp), name) for name in ("a", "b")]
         for url in urls:
             migrate(url)
+        add_sweeps(urls[0], args.sweeps, args.trials, args.queued, settings, as_sweeps=False)
         add_sweeps(urls[1], args.sweeps, args.trials, args.queued, settings)
         engines = [make_engine(url) for url in urls]
         for engine in engines:
-            with engine.connect() as connection:
-                connection.execute(sa.text("ANALYZE") if args.pg else sa.text("SELECT 1"))
+            with engine.begin() as connection:
+                connection.execute(sa.text("ANALYZE"))
         passes: list[list[float]] = [[], []]
         part: list[list[float]] = [[], []]
         for _ in range(args.passes):
@@ -136,7 +144,7 @@ def main() -> None:
     print(f"{dt.date.today()} {platform.node()} {platform.python_version()} {kind}, "
           f"{args.sweeps} sweeps x {args.trials} trials, {queued} trials queued, "
           f"{args.passes} passes")
-    print(f"(a) pass, no sweeps:                 {ms['pa']:8.2f} ms (median); "
+    print(f"(a) pass, no sweeps, {queued} queued jobs: {ms['pa']:8.2f} ms (median); "
           f"sweep part {ms['sa']:.2f} ms")
     print(f"(b) pass, {args.sweeps} running sweeps:       {ms['pb']:8.2f} ms (median)  "
           f"b/a {ms['pb'] / ms['pa']:.2f}  b-a {ms['pb'] - ms['pa']:.2f} ms")

@@ -33,6 +33,8 @@ def upgrade() -> None:
         sa.Column("reason", sa.Text(), nullable=False),
         sa.Column("best_job_id", sa.Integer(), nullable=True),
         sa.Column("best_value", sa.Float(), nullable=True),
+        sa.Column("stops_early", sa.Boolean(), nullable=False),
+        sa.Column("stopping_checked_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),

@@ -63,10 +63,12 @@ def check_job_spec(*, job_in: JobCreate, settings: Settings) -> None:
 def create_job(
     *, session: Session, project_id: int, job_in: JobCreate, settings: Settings,
     idempotency_key: str | None = None, store: ArtifactStore | None = None,
+    trial_of: tuple[int, int] | None = None,
 ) -> tuple[Job, bool]:
     """Store a new queued job, or return the one already stored under `idempotency_key`.
 
     Returns the job and whether it was created now. The caller commits.
+    `trial_of`: (sweep id, trial index) of a sweep's trial (services/sweeps).
 
     Raises:
         InvalidJobSpec: a setting refuses the spec.
@@ -84,6 +86,8 @@ def create_job(
         if existing is not None:
             return _replay(existing, spec_hash), False
     job = _new_job(project_id, job_in, idempotency_key, spec_hash)
+    if trial_of is not None:
+        job.sweep_id, job.trial_index = trial_of
     try:
         # A savepoint, so that losing a race on the idempotency key leaves the
         # outer transaction usable for reading the winner.

@@ -47,6 +47,9 @@ class Sweep(Base):
         sa.ForeignKey("jobs.id", ondelete="SET NULL", use_alter=True,
                       name="fk_sweeps_best_job"))
     best_value: Mapped[float | None] = mapped_column(sa.Float)
+    stops_early: Mapped[bool] = mapped_column(default=False)  # the spec has early_stopping
+    # When the early-stopping rule last judged its running trials (it runs every few seconds).
+    stopping_checked_at: Mapped[dt.datetime | None]
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     finished_at: Mapped[dt.datetime | None]

@@ -2,8 +2,9 @@
 and end the sweeps whose trials have all ended.
 
 Cheap by construction: it reads only running sweeps (an index on status), counts
-their unfinished trials in one grouped query, and reads a sweep's spec, metrics or
-trials only when there is something to do for it.
+their unfinished and running trials in one grouped query, and reads a sweep's spec,
+metrics or trials only when there is something to do for it (a trial to create, a
+sweep to end, or, every STOPPING_INTERVAL_SECONDS, running trials to judge).
 
 Capacity rules:
 - never more than `max_concurrent` trials of a sweep are unfinished (a trial is
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 from pydantic import ValidationError
+from sqlalchemy import orm
 from sqlalchemy.orm import Session
 
 from services.exceptions import BundleNotFound, DataNotFound, InvalidJobSpec
@@ -37,6 +39,9 @@ from services.sweeps.store import STOPPED_EARLY, read_trials, record_best, spec_
 # when no succeeded trial has the objective metric, it waits up to the grace first.
 METRIC_SETTLE_SECONDS = 3.0
 METRIC_GRACE_SECONDS = 60.0
+# The stopping rule looks at a sweep's running trials at most this often: it reads their
+# metrics, and a trial clearly behind stays behind for a few seconds more.
+STOPPING_INTERVAL_SECONDS = 5.0
 
 log = logging.getLogger("cohort.sweeps")
 
@@ -48,12 +53,25 @@ class SweepsResult:
     ended: list[int] = field(default_factory=list)  # sweeps that ended
 
 
-def _unfinished_counts(session: Session, sweep_ids: list[int]) -> dict[int, int]:
+@dataclass
+class _Counts:
+    unfinished: int = 0  # trials not ended
+    running: int = 0  # of which running
+
+
+def _trial_counts(session: Session, sweep_ids: list[int]) -> dict[int, _Counts]:
+    """Per sweep, its unfinished and running trials (one grouped query on the index)."""
+    counts: dict[int, _Counts] = {}
     rows = session.execute(
-        sa.select(Job.sweep_id, sa.func.count())
+        sa.select(Job.sweep_id, Job.status, sa.func.count())
         .where(Job.sweep_id.in_(sweep_ids), Job.status.not_in(TERMINAL_STATUSES))
-        .group_by(Job.sweep_id)).all()
-    return {sweep_id: count for sweep_id, count in rows if sweep_id is not None}
+        .group_by(Job.sweep_id, Job.status)).all()
+    for sweep_id, status, count in rows:
+        if sweep_id is not None:
+            entry = counts.setdefault(sweep_id, _Counts())
+            entry.unfinished += count
+            entry.running += count if status is JobStatus.RUNNING else 0
+    return counts
 
 
 def _waiting_priority(session: Session) -> int | None:
@@ -88,14 +106,13 @@ def _stop_behind(session: Session, sweep: Sweep, spec: SweepCreate,
 
 def _create_trials(session: Session, settings: Settings, sweep: Sweep, spec: SweepCreate,
                    count: int, result: SweepsResult) -> None:
-    for _ in range(count):
-        index = sweep.trials_created
+    first = sweep.trials_created
+    for index in range(first, first + count):
         job, _created = jobs.create_job(session=session, project_id=sweep.project_id,
                                         job_in=trial_job(spec, sweep.seed, index),
-                                        settings=settings)
-        job.sweep_id, job.trial_index = sweep.id, index
-        sweep.trials_created = index + 1
+                                        settings=settings, trial_of=(sweep.id, index))
         result.created.append(job.id)
+    sweep.trials_created = first + count
     session.flush()
 
 
@@ -141,27 +158,65 @@ def _try_to_end(session: Session, sweep: Sweep, spec: SweepCreate, now: dt.datet
          f"({objective.value}, {objective.mode}); {_summary(trials)}", now, result)
 
 
-def _advance_one(session: Session, settings: Settings, sweep: Sweep, unfinished: int,
-                 blocked_by: int | None, now: dt.datetime, result: SweepsResult) -> None:
-    stopping = bool(sweep.spec.get("early_stopping"))
-    to_create = 0
-    if sweep.trials_created < sweep.trials_total:
-        to_create = min(sweep.max_concurrent - unfinished,
-                        sweep.trials_total - sweep.trials_created)
+def _stopping_due(sweep: Sweep, counts: _Counts, now: dt.datetime) -> bool:
+    if not counts.running or not sweep.stops_early:
+        return False
+    last = sweep.stopping_checked_at
+    return last is None or not last <= now < last + dt.timedelta(
+        seconds=STOPPING_INTERVAL_SECONDS)
+
+
+def _free_turns(sweep: Sweep, unfinished: int) -> int:
+    return max(0, min(sweep.max_concurrent - unfinished,
+                      sweep.trials_total - sweep.trials_created))
+
+
+def _lock(session: Session, sweep: Sweep) -> bool:
+    """Lock a sweep the pass will change; False if it ended meanwhile (a cancel)."""
+    # Only the sweeps acted on are locked (a row lock is a write in PostgreSQL); a cancel
+    # locks the sweep too, so it never interleaves with a trial being created.
+    session.execute(sa.select(Sweep).where(Sweep.id == sweep.id).with_for_update(of=Sweep)
+                    .execution_options(populate_existing=True))
+    return sweep.status is SweepStatus.RUNNING
+
+
+class _Queue:
+    """The highest priority waiting in the queue, read once a pass and only if asked."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.read = False
+        self.value: int | None = None
+
+    def blocks(self, sweep: Sweep) -> int | None:
+        """The priority of a waiting job that keeps `sweep` from adding trials, if any."""
+        if not self.read:
+            self.value, self.read = _waiting_priority(self.session), True
+        return self.value if self.value is not None and self.value > sweep.priority else None
+
+
+def _advance_one(session: Session, settings: Settings, sweep: Sweep, counts: _Counts,
+                 queue: _Queue, now: dt.datetime, result: SweepsResult) -> None:
+    unfinished = counts.unfinished
+    stopping = _stopping_due(sweep, counts, now)
+    to_create = _free_turns(sweep, unfinished)
     ending = sweep.trials_created >= sweep.trials_total and unfinished == 0
-    if not (ending or to_create > 0 or (stopping and unfinished)):
+    blocked_by = queue.blocks(sweep) if to_create else None
+    note = f"waiting: a job of priority {blocked_by} is queued ahead of new trials"
+    if blocked_by is not None and not stopping and sweep.reason == note:
+        return  # still blocked, already said so
+    if not (ending or to_create or stopping):
         return  # the common case: trials running or queued, nothing to decide
+    if not _lock(session, sweep):
+        return
     spec = spec_of(sweep)
-    if stopping and unfinished:
+    if stopping:
+        sweep.stopping_checked_at = now
         unfinished -= _stop_behind(session, sweep, spec, result)
-        to_create = min(sweep.max_concurrent - unfinished,
-                        sweep.trials_total - sweep.trials_created)
-    if to_create > 0 and blocked_by is not None and blocked_by > sweep.priority:
-        note = f"waiting: a job of priority {blocked_by} is queued ahead of new trials"
-        if sweep.reason != note:
-            sweep.reason = note
-        to_create = 0
-    if to_create > 0:
+        to_create = _free_turns(sweep, unfinished)
+    if to_create and blocked_by is not None:
+        sweep.reason = note
+    elif to_create:
         try:
             _create_trials(session, settings, sweep, spec, to_create, result)
         except (InvalidJobSpec, BundleNotFound, DataNotFound, ValidationError) as exc:
@@ -180,17 +235,16 @@ def advance_sweeps(*, session: Session, settings: Settings,
     """One pass over the running sweeps; the caller commits."""
     now = now or utcnow()
     result = SweepsResult()
-    # Locked: a cancel (which locks the sweep too) and this pass never interleave, so no
-    # trial is created for a sweep being cancelled.
+    # The spec is read only for the sweeps acted on (`_lock` loads it).
     running = list(session.execute(
         sa.select(Sweep).where(Sweep.status == SweepStatus.RUNNING).order_by(Sweep.id)
-        .with_for_update(of=Sweep)).scalars())
+        .options(orm.defer(Sweep.spec), orm.lazyload(Sweep.project))).scalars())
     if not running:
         return result
-    unfinished = _unfinished_counts(session, [s.id for s in running])
-    blocked_by = _waiting_priority(session)
+    counts = _trial_counts(session, [s.id for s in running])
+    queue = _Queue(session)
     for sweep in running:
-        _advance_one(session, settings, sweep, unfinished.get(sweep.id, 0), blocked_by, now,
+        _advance_one(session, settings, sweep, counts.get(sweep.id, _Counts()), queue, now,
                      result)
     if result.created or result.stopped or result.ended:
         session.flush()

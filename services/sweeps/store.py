@@ -121,6 +121,7 @@ def create_sweep(*, session: Session, project_id: int, sweep_in: SweepCreate,
                   spec=sweep_in.model_dump(mode="json", exclude_unset=True), seed=seed,
                   trials_total=total, trials_created=0, max_concurrent=sweep_in.max_concurrent,
                   priority=sweep_in.template.priority, status=SweepStatus.RUNNING,
+                  stops_early=sweep_in.early_stopping is not None,
                   reason=f"{total} trials, at most {sweep_in.max_concurrent} at once",
                   created_at=now, updated_at=now)
     session.add(sweep)
