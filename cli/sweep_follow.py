@@ -70,19 +70,20 @@ def follow_sweep(fetch: Fetch, console: Console, poll: float = POLL_SECONDS) -> 
             if _ended(sweep):
                 break
             time.sleep(poll)
-            sweep = _fetch_patiently(fetch)
+            sweep = _fetch_patiently(fetch, poll)
         console.print(sweep_view(sweep))
         return sweep
     with Live(sweep_view(sweep), console=console, auto_refresh=False) as live:
         while not _ended(sweep):
             time.sleep(poll)
-            sweep = _fetch_patiently(fetch)
+            sweep = _fetch_patiently(fetch, poll)
             live.update(sweep_view(sweep), refresh=True)
     return sweep
 
 
-def _fetch_patiently(fetch: Fetch) -> dict[str, Any]:
-    """`fetch()`, retried while the API does not answer (for up to UNREACHABLE_SECONDS)."""
+def _fetch_patiently(fetch: Fetch, poll: float) -> dict[str, Any]:
+    """`fetch()`, retried every `poll` seconds while the API does not answer (for up to
+    UNREACHABLE_SECONDS)."""
     deadline = time.monotonic() + UNREACHABLE_SECONDS
     while True:
         try:
@@ -90,4 +91,4 @@ def _fetch_patiently(fetch: Fetch) -> dict[str, Any]:
         except httpx.TransportError:
             if time.monotonic() > deadline:
                 raise
-            time.sleep(POLL_SECONDS)
+            time.sleep(poll)
