@@ -129,7 +129,7 @@ def test_a_grid_sweep_runs_every_trial_two_at_a_time_and_finds_the_best(
 
 def test_median_rule_stops_a_bad_trial_early(pg_stack: tuple[Stack, CohortClient]) -> None:
     _, client = pg_stack
-    steps = 600
+    steps = 5000  # ~30 s a trial here: far longer than the rule takes to judge
     sweep = sweep_api(client, "POST", json={
         "name": "median",
         "template": {"trainer": "mlp_digits", "strategy": "one_device", "replicas": 1,
@@ -146,8 +146,11 @@ def test_median_rule_stops_a_bad_trial_early(pg_stack: tuple[Stack, CohortClient
     assert good["status"] == also_good["status"] == "succeeded"
     assert bad["status"] == "cancelled" and bad["stopped_early"], bad
     assert bad["reason"].startswith("stopped early: median rule at step"), bad["reason"]
-    last_step = max(p["step"] for p in client.metrics(bad["job_id"], name=["accuracy"]))
-    assert last_step < steps  # it did not run to its end
+    judged_at = int(bad["reason"].split(" at step ")[1].split()[0])
+    assert 20 <= judged_at < steps
+    # It did not run to its end: no final evaluation, and its steps stop short.
+    assert client.metrics(bad["job_id"], name=["eval_accuracy"]) == []
+    assert max(p["step"] for p in client.metrics(bad["job_id"], name=["accuracy"])) < steps
     assert sweep["best_job_id"] in (good["job_id"], also_good["job_id"])
     assert "1 stopped early" in sweep["reason"]
 
