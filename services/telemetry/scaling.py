@@ -44,7 +44,8 @@ def read_scaling(*, session: Session, job: Job) -> JobScaling | None:
     batch = _batch_size(job)
     if job.replicas == 1:
         report.note = (f"1 replica: this run is the baseline of {_runs(job)} at batch {batch} "
-                       "per replica")
+                       "per replica" if job.status == JobStatus.SUCCEEDED
+                       else "1 replica: a baseline only once a run succeeds")
         return report
     baseline = _baseline(session, job)
     if baseline is None:
