@@ -18,6 +18,7 @@ from api.routes import (
     metrics,
     nodes,
     schedules,
+    sweep_pages,
     sweeps,
 )
 from services import auth
@@ -61,6 +62,7 @@ def create_app() -> FastAPI:
     for module in (bundles, artifacts, data):  # code, artifacts and data (issue 12)
         app.include_router(module.router, prefix="/api/v1")
     dashboard.install(app)  # the web dashboard at `/`, its assets at `/static`
+    app.include_router(sweep_pages.router)  # its sweep pages
     return app
 
 

@@ -100,8 +100,19 @@ def list_sweeps(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = F
 
 @app.command("show")
 def show(sweep_id: int, token: TokenOpt = None, url: UrlOpt = None,
-         as_json: JsonOpt = False) -> None:
+         as_json: JsonOpt = False,
+         follow: Annotated[bool, typer.Option(
+             "--follow", "-f", help="a live table of the trials until the sweep ends; exits "
+             "0 if it succeeded, 1 if not")] = False) -> None:
     """A sweep: its trials with parameters, status and objective value; the best."""
+    if follow:
+        from cli.sweep_follow import follow_sweep
+
+        sweep = follow_sweep(lambda: call(url, token, "GET", f"/{sweep_id}"),
+                             err if as_json else console)
+        if as_json:
+            console.print_json(json.dumps(sweep))
+        raise typer.Exit(0 if sweep["status"] == "succeeded" else 1)
     sweep = call(url, token, "GET", f"/{sweep_id}")
     if as_json:
         console.print_json(json.dumps(sweep))

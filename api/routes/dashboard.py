@@ -32,7 +32,7 @@ from services.jobs.trainers import BUILTIN_TRAINERS
 from services.models import ApiToken, Job
 from services.statuses import TERMINAL_REPLICA_STATUSES, TERMINAL_STATUSES, JobStatus
 from services.storage.store import ArtifactStore
-from services.telemetry import summaries
+from services.telemetry import scaling, summaries
 
 COOKIE = "cohort_token"
 COOKIE_MAX_AGE = 7 * 24 * 3600
@@ -218,6 +218,7 @@ def _job_context(session: SessionDep, store: ArtifactStore, job: Job) -> dict[st
             "replicas": replicas,
             "events": jobs.read_events(session=session, job=job),
             "artifacts": _artifacts(store, job),
+            "scaling": scaling.read_scaling(session=session, job=job),
             "last": summaries.read_last_metrics(session=session, jobs=[job]).get(job.id, {})}
 
 

@@ -295,4 +295,5 @@ document.addEventListener("DOMContentLoaded", () => {
   else if (page === "cluster") clusterPage();
   else if (page === "schedules") schedulesPage();
   else if (page === "job" && window.jobPage) window.jobPage();
+  else if (page === "sweep" && window.sweepPage) window.sweepPage();
 });

@@ -277,6 +277,20 @@ class JobProgress(BaseModel):
     eta_seconds: float | None
 
 
+class JobScaling(BaseModel):
+    """A finished job's throughput, and its scaling against a 1-replica run of the same
+    trainer at the same per-replica batch (services/telemetry/scaling.py)."""
+
+    per_replica_examples_per_second: float | None = Field(
+        None, description="mean over the replicas, from their step times")
+    total_examples_per_second: float | None = Field(None, description="sum over the replicas")
+    baseline_job_id: int | None = Field(
+        None, description="the 1-replica run compared with; null when there is none")
+    efficiency: float | None = Field(
+        None, description="total examples/s / (replicas x the baseline's examples/s)")
+    note: str = Field("", description="what was compared, or why something is missing")
+
+
 class JobRead(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -327,6 +341,9 @@ class JobRead(BaseModel):
         None, description="current step/epoch of the total, percent and ETA (one job: "
         "`GET /jobs/{id}` and the job stream's `status` events; not in lists)"
     )
+    scaling: JobScaling | None = Field(
+        None, description="once finished: examples/s per replica and in total, and the "
+        "scaling efficiency against a 1-replica run (one job, as `progress`)")
 
 
 class JobList(BaseModel):

@@ -2,8 +2,10 @@
 
     metrics.py       metric points: stored once (idempotent), read back with filters
     downsample.py    a series thinned for charts (bucket means, from the rollups)
+    curves.py        one metric's curve for each of many jobs (a sweep's chart)
     logs.py          replica log lines: the `cohort:logs` protocol, stored, read back
     progress.py      a job's epoch/step, percent done and ETA
+    scaling.py       a finished job's examples/s and scaling against a 1-replica run
     live.py          the live feeds' writer: what the ingest publishes after each commit
     follow.py        following a job: its status, then its points and lines after a cursor
     cursor.py        where a follower is, and the events that move it on

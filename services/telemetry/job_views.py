@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 from services.jobs import queue, store
 from services.jobs.schemas import JobRead, ReplicaRead
 from services.models import Job
-from services.telemetry import progress
+from services.telemetry import progress, scaling
 
 
 def read_job_views(*, session: Session, jobs: list[Job]) -> list[JobRead]:
@@ -27,8 +27,10 @@ def read_job_views(*, session: Session, jobs: list[Job]) -> list[JobRead]:
 
 def read_job_view(*, session: Session, job: Job, with_progress: bool = True) -> JobRead:
     """One job as `GET /jobs/{id}` and the job's stream send it: replicas, place in the
-    queue and progress (`with_progress=False`: as a list sends it, for submit and cancel)."""
+    queue, progress and, once finished, scaling (`with_progress=False`: as a list sends it,
+    for submit and cancel)."""
     view = read_job_views(session=session, jobs=[job])[0]
     if with_progress:
         view.progress = progress.read_progress(session=session, job=job)
+        view.scaling = scaling.read_scaling(session=session, job=job)
     return view

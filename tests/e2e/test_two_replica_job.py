@@ -68,6 +68,15 @@ def check_two_replica_job(stack: Stack, client: CohortClient) -> None:
     assert not [r["pid"] for r in replicas if psutil.pid_exists(r["pid"])
                 and psutil.Process(r["pid"]).status() != psutil.STATUS_ZOMBIE]
 
+    # Its scaling report, from its own step times; no 1-replica run to compare with
+    # (tests/e2e/test_sweep_scaling.py has one).
+    scaling = job["scaling"]
+    assert scaling["total_examples_per_second"] > 0
+    assert scaling["total_examples_per_second"] == pytest.approx(
+        2 * scaling["per_replica_examples_per_second"], rel=0.01)
+    assert scaling["baseline_job_id"] is None and scaling["efficiency"] is None
+    assert "no succeeded 1-replica run of mlp_digits at batch 32" in scaling["note"]
+
 
 @pytest.mark.e2e
 def test_two_replica_job_on_postgres(pg_stack: tuple[Stack, CohortClient]) -> None:

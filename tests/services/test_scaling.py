@@ -1,0 +1,100 @@
+"""A finished job's scaling report against PostgreSQL, from stored `step_time` points
+(through the ingest's own store, so the rollups the report reads are the real ones)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.orm import Session
+
+from services.jobs.transitions import transition_job
+from services.models import Job
+from services.statuses import JobStatus
+from services.telemetry.metrics import store_points
+from services.telemetry.scaling import read_scaling
+from tests.factories import create_job, create_token
+
+TRACING = 4.0  # the first step traces the graph: seconds, left out of the report
+
+
+def finished(session: Session, project_id: int, replicas: int, step_time: float,
+             steps: int = 150, status: JobStatus = JobStatus.SUCCEEDED,
+             **hyperparameters: object) -> Job:
+    """A job of `replicas` replicas that took `step_time` seconds a step for `steps`
+    steps (after a slow first one), then ended in `status`."""
+    job = create_job(session, project_id, replicas=replicas,
+                     strategy="multi_worker_mirrored" if replicas > 1 else "one_device",
+                     hyperparameters={"epochs": 1, "steps_per_epoch": steps,
+                                      **hyperparameters})
+    rows = [{"job_id": job.id, "attempt": 1, "replica": replica, "step": step, "epoch": 0,
+             "name": "step_time", "value": TRACING if step == 1 else step_time,
+             "ts": 1000.0 + step}
+            for replica in range(replicas) for step in range(1, steps + 1)]
+    store_points(session=session, rows=rows)
+    for target in (JobStatus.SCHEDULED, JobStatus.RUNNING, status):
+        transition_job(session=session, job_id=job.id, target=target)
+    return job
+
+
+@pytest.fixture
+def project_id(session: Session) -> int:
+    return create_token(session)[1].project_id
+
+
+def test_a_two_replica_run_is_set_against_the_one_replica_run_at_the_same_batch(
+        session: Session, project_id: int) -> None:
+    base = finished(session, project_id, 1, step_time=0.1)  # 32 / 0.1 = 320 examples/s
+    job = finished(session, project_id, 2, step_time=0.125)  # 256 per replica
+    report = read_scaling(session=session, job=job)
+    assert report is not None
+    assert report.per_replica_examples_per_second == pytest.approx(256.0)
+    assert report.total_examples_per_second == pytest.approx(512.0)
+    assert report.baseline_job_id == base.id
+    assert report.efficiency == pytest.approx(512 / (2 * 320))
+    assert f"job {base.id}" in report.note and "80% efficiency" in report.note
+
+
+def test_the_per_replica_batch_scales_the_examples(session: Session, project_id: int) -> None:
+    job = finished(session, project_id, 2, step_time=0.1, batch_size=64)
+    report = read_scaling(session=session, job=job)
+    assert report is not None and report.per_replica_examples_per_second == pytest.approx(640)
+
+
+def test_without_a_one_replica_run_at_the_same_batch_the_report_says_so(
+        session: Session, project_id: int) -> None:
+    finished(session, project_id, 1, step_time=0.1, batch_size=64)  # another batch
+    finished(session, project_id, 1, step_time=0.1, status=JobStatus.FAILED)  # not a success
+    other = create_token(session, "elsewhere")[1].project_id
+    finished(session, other, 1, step_time=0.1)  # another project's
+    job = finished(session, project_id, 2, step_time=0.125)
+    report = read_scaling(session=session, job=job)
+    assert report is not None
+    assert report.total_examples_per_second == pytest.approx(512.0)
+    assert report.baseline_job_id is None and report.efficiency is None
+    assert "no succeeded 1-replica run of mlp_digits at batch 32" in report.note
+
+
+def test_a_run_with_the_same_hyperparameters_is_the_preferred_baseline(
+        session: Session, project_id: int) -> None:
+    same = finished(session, project_id, 1, step_time=0.1, learning_rate=0.05)
+    finished(session, project_id, 1, step_time=0.2)  # newer, another learning rate
+    job = finished(session, project_id, 4, step_time=0.2, learning_rate=0.05)
+    report = read_scaling(session=session, job=job)
+    assert report is not None and report.baseline_job_id == same.id
+    assert report.efficiency == pytest.approx(0.5)
+
+
+def test_a_one_replica_run_is_its_own_baseline(session: Session, project_id: int) -> None:
+    job = finished(session, project_id, 1, step_time=0.1)
+    report = read_scaling(session=session, job=job)
+    assert report is not None and report.total_examples_per_second == pytest.approx(320)
+    assert report.efficiency is None and "this run is the baseline" in report.note
+
+
+def test_a_running_job_has_no_report_and_one_without_timings_says_why(
+        session: Session, project_id: int) -> None:
+    running = create_job(session, project_id, replicas=2)
+    assert read_scaling(session=session, job=running) is None
+    quiet = finished(session, project_id, 2, step_time=0.1, steps=1)  # only the first step
+    report = read_scaling(session=session, job=quiet)
+    assert report is not None and report.total_examples_per_second is None
+    assert "no `step_time` points" in report.note
