@@ -12,14 +12,15 @@ import re
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 SELF = re.compile(r"^cohort\[(?P<extras>[^\]]+)\]$")
 
 
-def requirements(project: dict[str, object], extras: list[str]) -> list[str]:
+def requirements(project: dict[str, Any], extras: list[str]) -> list[str]:
     """The base dependencies and every named extra's, in order, without repeats."""
-    found = list(project["dependencies"])  # type: ignore[call-overload]
-    optional: dict[str, list[str]] = project["optional-dependencies"]  # type: ignore[assignment]
+    found: list[str] = list(project["dependencies"])
+    optional: dict[str, list[str]] = project["optional-dependencies"]
     pending = list(extras)
     seen: set[str] = set()
     while pending:

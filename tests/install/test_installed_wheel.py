@@ -34,6 +34,9 @@ SOURCES = ["pyproject.toml", "README.md", "alembic", "api", "services", "workers
            "cohort"]
 ROLE_SCRIPT = ROOT / "deploy" / "postgres" / "10-cohort-role.sh"
 
+# The first test also builds and installs (the module's fixture): minutes on a busy machine.
+pytestmark = pytest.mark.timeout(2400)
+
 # The dependencies are installed from a wheelhouse: every wheel the worker extra resolves
 # to, downloaded once per set of pins and kept in the user's cache. A plain `pip install`
 # of the wheel took 6.5 minutes on the 2-core CI machine (TensorFlow's wheels come from the
@@ -154,7 +157,6 @@ def test_services_are_the_installed_ones(installed: Path, tmp_path: Path) -> Non
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(2400)
 def test_installed_cohort_migrates_starts_and_trains(installed: Path, tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
