@@ -48,7 +48,8 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 FROM base AS runtime
 # The data directory (bundle cache, replica working directories, logs) belongs to the
 # service user; its uid is fixed so volumes keep their owner across image versions.
-RUN useradd --uid 10001 --user-group --no-create-home --home-dir /data cohort \
+RUN groupadd --gid 10001 cohort \
+    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /data cohort \
     && mkdir -p /data && chown 10001:10001 /data
 ENV COHORT_DATA_DIR=/data
 WORKDIR /data
