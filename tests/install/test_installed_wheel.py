@@ -39,10 +39,12 @@ pytestmark = pytest.mark.timeout(2400)
 
 # The dependencies are installed from a wheelhouse: every wheel the worker extra resolves
 # to, downloaded once per set of pins and kept in the user's cache. A plain `pip install`
-# of the wheel took 6.5 minutes on the 2-core CI machine (TensorFlow's wheels come from the
-# index every time: pip keeps no cache of them here); from the wheelhouse, `--no-index`,
-# it resolves the same pins from the same files and takes the time of unpacking them.
-# The wheelhouse is named by the wheel's own requirements, so a new pin makes a new one.
+# of the wheel took 6.5 minutes on the shared 2-core machine (load 8-12): pip keeps no
+# cache of the index's TensorFlow wheels there, so each run fetched 850 MB again. From the
+# wheelhouse, `--no-index`, pip resolves the same pins from the same files, and the build,
+# the virtualenv and the install took 5.7 minutes at load 13-19 (wheelhouse made once:
+# 2.5 minutes more). The wheelhouse is named by the wheel's own requirements, so a new pin
+# makes a new one.
 WHEELHOUSES = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cohort-test"
 
 
