@@ -1,8 +1,9 @@
 """Installed = tested: Cohort's wheel, installed (not editable) with its `worker` extra in a
 fresh virtualenv outside the source tree, migrates a PostgreSQL database as its owner,
-then from another directory runs `cohort up` as the services' restricted role and trains a
-2-replica job to success: what the images do (`pip install` of the wheel, `cohort migrate`,
-then the processes), without a container engine.
+then from another directory runs `cohort up` as the services' restricted role, trains a
+2-replica job to success and passes `cohort health` for each service: what the images do
+(`pip install` of the wheel, `cohort migrate`, then the processes), without a container
+engine.
 """
 
 from __future__ import annotations
@@ -211,6 +212,9 @@ def test_installed_cohort_migrates_starts_and_trains(installed: Path, tmp_path: 
             replica_log = (tmp_path / "data" / "jobs" / str(job["id"]) / "logs" /
                            "attempt-1" / "replica-0.log").read_text()
             assert "num_replicas_in_sync=2" in replica_log
+            # The images' healthchecks, from the installed package with the services' settings.
+            for service in ("api", "scheduler", "agent"):
+                run([cohort, "health", service], cwd=elsewhere, env=env, timeout=60)
         finally:
             if up.poll() is None:
                 up.send_signal(signal.SIGTERM)  # `cohort up` stops its children, then exits

@@ -6,7 +6,8 @@ builds the tf.distribute strategy, runs the trainer with a `TrainerContext`
 and reports the trainer's final metrics to the `cohort:metrics` stream.
 
 Exit codes: 0 success, 1 the trainer failed, 2 bad configuration or unknown
-trainer, 143 terminated by SIGTERM.
+trainer, 78 given GPUs that TensorFlow cannot see (devices_check.py), 143
+terminated by SIGTERM.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from services.wire.contract import WireError
 from services.wire.replica import ReplicaLaunch
 from workers.replica.callbacks import MetricReporter, announce, warn
+from workers.replica.devices_check import require_given_gpus
 from workers.replica.resources import ResourceSampler
 from workers.replica.trainers import (
     TrainerContext,
@@ -245,6 +247,7 @@ def main() -> int:
     sampler = ResourceSampler(reporter)
     sampler.start()
     try:
+        require_given_gpus()  # not a silent CPU run where GPUs were given
         return run(launch, reporter)
     except SystemExit as exc:
         # SIGTERM (or a trainer calling sys.exit): keep what was measured.
