@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -84,13 +85,21 @@ def build_wheel(workdir: Path) -> Path:
     return wheel
 
 
+def installed_extra(requirement: str) -> bool:
+    """Whether a Requires-Dist line is installed with the worker extra (the base, `worker`
+    and the `node` it names), so that a change to `dev` or `gpu` keeps the wheelhouse."""
+    _, _, marker = requirement.partition(";")
+    return "extra ==" not in marker or any(f'extra == "{name}"' in marker
+                                           for name in ("worker", "node"))
+
+
 def wheelhouse_for(wheel: Path, workdir: Path) -> Path:
     """The wheels of the worker extra's dependencies, downloaded once per set of pins."""
     with zipfile.ZipFile(wheel) as archive:
         metadata = next(name for name in archive.namelist()
                         if name.endswith(".dist-info/METADATA"))
         requires = sorted(line for line in archive.read(metadata).decode().splitlines()
-                          if line.startswith("Requires-Dist:"))
+                          if line.startswith("Requires-Dist:") and installed_extra(line))
     key = hashlib.sha256("\n".join(requires).encode()).hexdigest()[:16]
     house = WHEELHOUSES / f"wheelhouse-py{sys.version_info[0]}{sys.version_info[1]}-{key}"
     if not (house / ".complete").exists():
@@ -100,8 +109,16 @@ def wheelhouse_for(wheel: Path, workdir: Path) -> Path:
         for own in partial.glob("cohort-*.whl"):
             own.unlink()  # the wheel under test is always the one just built
         (partial / ".complete").touch()
-        shutil.rmtree(house, ignore_errors=True)
-        partial.rename(house)
+        # Other pins' (a GiB each), once unused for a day: not one another run may be using.
+        for stale in WHEELHOUSES.glob("wheelhouse-*"):
+            if stale != partial and time.time() - stale.stat().st_mtime > 86400:
+                shutil.rmtree(stale, ignore_errors=True)
+        if (house / ".complete").exists():  # another run made it meanwhile
+            shutil.rmtree(partial)
+        else:
+            shutil.rmtree(house, ignore_errors=True)  # an interrupted one's leftovers
+            partial.rename(house)
+    os.utime(house)  # last used now
     return house
 
 
