@@ -43,10 +43,10 @@ pytestmark = pytest.mark.timeout(2400)
 # to, downloaded once per set of pins and kept in the user's cache. A plain `pip install`
 # of the wheel took 6.5 minutes on the shared 2-core machine (load 8-12): pip keeps no
 # cache of the index's TensorFlow wheels there, so each run fetched 850 MB again. From the
-# wheelhouse, `--no-index`, pip resolves the same pins from the same files, and the build,
-# the virtualenv and the install took 5.7 minutes at load 13-19 (wheelhouse made once:
-# 2.5 minutes more). The wheelhouse is named by the wheel's own requirements, so a new pin
-# makes a new one.
+# wheelhouse, `--no-index`, pip resolves the same pins from the same files: the wheel's
+# build, the virtualenv and the install took 3.5 minutes (load 8-15), 4.2 when the
+# wheelhouse was made in the same run; unpacking TensorFlow is most of it. The wheelhouse
+# is named by what the worker extra installs, so a new pin makes a new one.
 WHEELHOUSES = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cohort-test"
 
 
