@@ -1,23 +1,91 @@
-# One image for every Cohort process: api, scheduler, agent (and the replicas it spawns).
-# The agent container gets GPUs from compose; on a CPU host it uses CPU slots.
-FROM python:3.11-slim-bookworm
+# Cohort's images, one target each (docker build --target NAME):
+#   control     api, scheduler and migrate: no TensorFlow            (the default, last)
+#   worker      a node agent and the replicas it spawns: TensorFlow CPU
+#   gpu-worker  the same on tensorflow[and-cuda] (CUDA from wheels; the driver comes from
+#               the host through the NVIDIA container toolkit)
+# Dependencies are installed from pyproject.toml alone, in layers built before any source
+# is copied: a code change rebuilds only the small layer that installs Cohort's own wheel.
+# The base is pinned by tag and by the digest of its multi-architecture index.
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
+FROM ${PYTHON_IMAGE} AS base
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    TF_USE_LEGACY_KERAS=1 \
-    COHORT_DATA_DIR=/data
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/cohort/bin:$PATH
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
-WORKDIR /app
-COPY pyproject.toml README.md alembic.ini ./
+# -- dependencies: one virtualenv per image, from the pins of pyproject.toml ---------------
+FROM base AS deps-control
+WORKDIR /build
+COPY pyproject.toml deploy/requirements.py ./
+RUN python -m venv /opt/cohort \
+    && python requirements.py pyproject.toml > requirements.txt \
+    && pip install --no-cache-dir -r requirements.txt
+
+FROM deps-control AS deps-worker
+RUN python requirements.py pyproject.toml worker > requirements-worker.txt \
+    && pip install --no-cache-dir -r requirements-worker.txt
+
+FROM deps-control AS deps-gpu
+RUN python requirements.py pyproject.toml gpu > requirements-gpu.txt \
+    && pip install --no-cache-dir -r requirements-gpu.txt
+
+# -- Cohort itself, as a wheel (migrations, templates and assets inside) ------------------
+FROM base AS wheel
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY alembic ./alembic
 COPY api ./api
 COPY services ./services
 COPY workers ./workers
 COPY cli ./cli
-COPY alembic ./alembic
-RUN pip install . && useradd --create-home --uid 1000 cohort && mkdir -p /data \
-    && chown cohort /data
-USER cohort
+COPY cohort ./cohort
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+
+# -- the images: a dependency layer, then Cohort's wheel, run as an unprivileged user -----
+FROM base AS runtime
+# The data directory (bundle cache, replica working directories, logs) belongs to the
+# service user; its uid is fixed so volumes keep their owner across image versions.
+RUN groupadd --gid 10001 cohort \
+    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /data cohort \
+    && mkdir -p /data && chown 10001:10001 /data
+ENV COHORT_DATA_DIR=/data
+WORKDIR /data
 VOLUME ["/data"]
+
+FROM runtime AS worker
+ENV TF_USE_LEGACY_KERAS=1
+COPY --from=deps-worker /opt/cohort /opt/cohort
+COPY --from=wheel /dist /dist
+RUN pip install --no-cache-dir --no-deps /dist/cohort-*.whl && rm -rf /dist
+USER 10001:10001
+HEALTHCHECK --interval=15s --timeout=10s --start-period=30s --retries=3 \
+    CMD ["cohort", "health", "agent"]
+CMD ["cohort", "agent"]
+
+FROM runtime AS gpu-worker
+ENV TF_USE_LEGACY_KERAS=1 \
+    CUDA_DEVICE_ORDER=PCI_BUS_ID \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+COPY --from=deps-gpu /opt/cohort /opt/cohort
+COPY --from=wheel /dist /dist
+RUN pip install --no-cache-dir --no-deps /dist/cohort-*.whl && rm -rf /dist
+USER 10001:10001
+HEALTHCHECK --interval=15s --timeout=10s --start-period=30s --retries=3 \
+    CMD ["cohort", "health", "agent"]
+CMD ["cohort", "agent"]
+
+# Last, so a plain `docker build .` makes it. `cohort migrate`, `cohort scheduler` and
+# `cohort api` all run from it; the HEALTHCHECK is the api's (compose sets the others').
+FROM runtime AS control
+COPY --from=deps-control /opt/cohort /opt/cohort
+COPY --from=wheel /dist /dist
+RUN pip install --no-cache-dir --no-deps /dist/cohort-*.whl && rm -rf /dist
+USER 10001:10001
 EXPOSE 8000
-CMD ["cohort", "api", "--host", "0.0.0.0"]
+HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["cohort", "health", "api"]
+CMD ["cohort", "api", "--host", "0.0.0.0", "--port", "8000"]

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install demo up test test-fast test-e2e lint migrate bench clean chromium
+.PHONY: install demo up test test-fast test-e2e test-install lint lint-deploy migrate bench clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,23 +25,35 @@ migrate: $(STAMP)
 
 # Fast tests (pure units, services and API against PostgreSQL) run two at a time;
 # the end-to-end tests start real TensorFlow gangs and run one at a time, since
-# two cores are all a gang gets.
+# two cores are all a gang gets. tests/install builds the wheel and runs it installed
+# (not editable) in a virtualenv of its own, as the images do.
 test: lint chromium
 	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api tests/streams
-	$(PY) -m pytest -q tests/workers tests/e2e tests/faults
+	$(PY) -m pytest -q tests/workers tests/e2e tests/faults tests/install
 
 # Style, the import contracts of pyproject.toml (api -> services <- workers; node and
 # replica code holds no SQL) and the types: seconds, so they run before any test.
-lint: $(STAMP)
+lint: $(STAMP) lint-deploy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+
+# The deployment files, without a container engine: the Dockerfile through hadolint, every
+# compose file against the compose specification's schema (bundled, so offline). Images
+# are not built here: see README, "Running in production".
+COMPOSE_FILES := docker-compose.yml $(wildcard compose.*.yaml)
+lint-deploy: $(STAMP)
+	$(VENV)/bin/hadolint Dockerfile
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec $(COMPOSE_FILES)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api tests/streams
 
 test-e2e: $(STAMP) chromium
 	$(PY) -m pytest -q tests/workers tests/e2e tests/faults
+
+test-install: $(STAMP)
+	$(PY) -m pytest -q tests/install
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py

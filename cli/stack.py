@@ -6,6 +6,7 @@ a shell, each in its own process group, and all of them are stopped on exit.
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 import secrets
 import shutil
@@ -22,15 +23,29 @@ from services.settings import Settings, get_settings
 from workers.node.processes import stop_process_group
 
 
+def migrations_directory() -> Path:
+    """Alembic's script directory (env.py, versions/), shipped inside the `services` package.
+
+    `services/migrations` links to the repository's `alembic/` and is copied into the wheel
+    as files, so one lookup serves a source checkout, an editable and a normal install,
+    from any working directory.
+    """
+    location = importlib.resources.files("services") / "migrations"
+    if not isinstance(location, Path) or not (location / "env.py").is_file():
+        raise RuntimeError(f"Cohort's migrations are not at {location}: install Cohort as "
+                           "files (pip install), not zipped")
+    return location
+
+
 def migrate(database_url: str | None = None) -> None:
     """Bring the database schema to the newest migration."""
     from alembic.config import Config
 
     from alembic import command
 
-    root = Path(__file__).resolve().parent.parent
-    config = Config(str(root / "alembic.ini"))
-    config.set_main_option("script_location", str(root / "alembic"))
+    # No alembic.ini: that file is for developers' `alembic revision` in a checkout.
+    config = Config()
+    config.set_main_option("script_location", str(migrations_directory()))
     config.attributes["configure_logger"] = False
     if database_url:
         config.attributes["database_url"] = database_url

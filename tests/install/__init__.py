@@ -1,0 +1,1 @@
+"""The wheel, installed as the images install it."""
