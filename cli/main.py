@@ -17,6 +17,7 @@ from rich.console import Console
 from cli.code import register as register_code_commands
 from cli.commands import register as register_job_commands
 from cli.data import register as register_data_commands
+from cli.health import health
 from cli.schedules import app as schedules_app
 from services.settings import get_settings
 
@@ -24,6 +25,7 @@ app = typer.Typer(help="Cohort: distributed TensorFlow training jobs as a servic
                   no_args_is_help=True, add_completion=False)
 console = Console()
 err = Console(stderr=True)
+app.command()(health)
 
 DEMO_JOB: dict[str, Any] = {
     "name": "demo-mlp-digits",
@@ -47,11 +49,24 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _require_redis() -> None:
+    """Stop a service at start-up, in one line, if Redis refuses it (a wrong password,
+    a certificate it cannot check) or stays unreachable."""
+    from services.wire.client import RedisUnavailable, check_redis, get_redis
+
+    try:
+        check_redis(get_redis(), get_settings().redis_url)
+    except RedisUnavailable as exc:
+        typer.echo(f"cohort: {exc}", err=True)  # one line, never wrapped
+        raise typer.Exit(1) from None
+
+
 @app.command()
 def api(host: str | None = None, port: int | None = None) -> None:
     """Run the REST API (uvicorn)."""
     import uvicorn
 
+    _require_redis()
     settings = get_settings()
     uvicorn.run("api.main:app", host=host or settings.API_HOST, port=port or settings.API_PORT,
                 log_level="warning", access_log=False)
@@ -63,6 +78,7 @@ def scheduler() -> None:
     from workers.control.scheduler import run_scheduler
 
     _logging()
+    _require_redis()
     _sigterm_as_interrupt()
     run_scheduler()
 
@@ -73,6 +89,7 @@ def agent() -> None:
     from workers.node.agent import run_agent
 
     _logging()
+    _require_redis()
     run_agent()
 
 

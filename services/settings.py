@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     NODE_ADDRESS: str = "127.0.0.1"
     NODE_SLOTS: int = 2
     NODE_GPUS: int = 0
+    # Before offering the GPUs it found, the agent asks the replicas' TensorFlow how many
+    # it sees and offers none if none (workers/node/gpus.py); false trusts NVML alone.
+    NODE_GPU_PROBE: bool = True
     PORT_RANGE_START: int = 29500
     PORT_RANGE_END: int = 29999
     # The Python that runs replicas (`-m workers.replica.runner`); empty = the agent's own.

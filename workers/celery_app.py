@@ -5,13 +5,17 @@ from __future__ import annotations
 from celery import Celery
 
 from services.settings import get_settings
+from services.wire.client import celery_broker
 
 
 def make_celery(broker_url: str | None = None) -> Celery:
     """Build the Celery app for the configured Redis."""
     app = Celery("workers", include=["workers.node.tasks"])
+    # A `rediss://` URL's TLS parameters become broker_use_ssl (kombu reads none itself).
+    url, tls = celery_broker(broker_url or get_settings().redis_url)
     app.conf.update(
-        broker_url=broker_url or get_settings().redis_url,
+        broker_url=url,
+        broker_use_ssl=tls,
         task_ignore_result=True,
         result_backend=None,
         task_serializer="json",

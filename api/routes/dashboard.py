@@ -85,6 +85,7 @@ templates.env.filters["age"] = _age
 templates.env.filters["duration"] = _duration
 templates.env.filters["runs"] = _runs
 templates.env.filters["size"] = _size
+templates.env.filters["gpus"] = nodes.node_gpus
 templates.env.globals["statuses"] = [s.value for s in JobStatus]
 
 

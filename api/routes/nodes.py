@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from api.deps import SessionDep, TokenDep
 from services.cluster import nodes
-from services.jobs.schemas import NodeRead
+from services.jobs.schemas import GpuRead, NodeRead
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
 
@@ -24,5 +24,6 @@ def read_nodes(session: SessionDep, token: TokenDep) -> list[NodeRead]:
                             free_slots=max(0, node.slots - cpu_replicas),
                             running_replicas=len(live), status=node.status,
                             last_heartbeat=node.last_heartbeat, gpu_ids=gpu_ids,
-                            free_gpus=len(set(gpu_ids) - used_gpus), replicas=mine))
+                            free_gpus=len(set(gpu_ids) - used_gpus), replicas=mine,
+                            gpu_devices=[GpuRead(**gpu) for gpu in nodes.node_gpus(node)]))
     return out

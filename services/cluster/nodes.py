@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -31,6 +32,7 @@ class Heartbeat:
     gpu_ids: tuple[int, ...] = ()
     busy_ports: frozenset[int] = frozenset()
     port_space: str = ""  # the agent's network stack (workers/node/ports.py): shared ports
+    gpu_models: tuple[tuple[str, int], ...] = ()  # (model, MiB) per id of gpu_ids
 
 
 def heartbeat_of(beat: NodeHeartbeat) -> Heartbeat:
@@ -41,7 +43,14 @@ def heartbeat_of(beat: NodeHeartbeat) -> Heartbeat:
                      exited={(job, attempt, index): code
                              for job, attempt, index, code in beat.exited},
                      gpu_ids=beat.gpu_ids, busy_ports=frozenset(beat.busy_ports),
-                     port_space=beat.port_space)
+                     port_space=beat.port_space, gpu_models=beat.gpu_models)
+
+
+def gpu_inventory(beat: Heartbeat) -> list[dict[str, Any]]:
+    """What the nodes table keeps of each GPU: its id, model and memory (MiB)."""
+    models = list(beat.gpu_models) + [("", 0)] * (len(beat.gpu_ids) - len(beat.gpu_models))
+    return [{"index": index, "name": name, "memory_mb": memory}
+            for index, (name, memory) in zip(beat.gpu_ids, models, strict=False)]
 
 
 def _join(values: Iterable[int]) -> str:
@@ -57,6 +66,13 @@ def node_gpu_ids(node: Node) -> list[int]:
     return split_ids(node.gpu_ids)[:node.gpus] if node.gpu_ids else list(range(node.gpus))
 
 
+def node_gpus(node: Node) -> list[dict[str, Any]]:
+    """Each GPU a node offers with its model and memory (MiB), in id order."""
+    known = {int(g["index"]): g for g in node.gpu_inventory or [] if "index" in g}
+    return [known.get(index, {"index": index, "name": "", "memory_mb": 0})
+            for index in node_gpu_ids(node)]
+
+
 def record_heartbeat(*, session: Session, beat: Heartbeat) -> Node:
     """Register a node or refresh it; a lost node that beats again is ready again."""
     node = session.get(Node, beat.node_id)
@@ -64,13 +80,14 @@ def record_heartbeat(*, session: Session, beat: Heartbeat) -> Node:
         node = Node(id=beat.node_id, address=beat.address, slots=beat.slots, gpus=beat.gpus,
                     last_heartbeat=beat.at, registered_at=beat.at,
                     gpu_ids=_join(beat.gpu_ids), busy_ports=_join(beat.busy_ports),
-                    port_space=beat.port_space)
+                    port_space=beat.port_space, gpu_inventory=gpu_inventory(beat))
         session.add(node)
     elif beat.at > node.last_heartbeat:  # only a new beat counts (the hash keeps the last one)
         node.address, node.slots, node.gpus = beat.address, beat.slots, beat.gpus
         node.last_heartbeat = beat.at
         node.gpu_ids, node.busy_ports = _join(beat.gpu_ids), _join(beat.busy_ports)
         node.port_space = beat.port_space
+        node.gpu_inventory = gpu_inventory(beat)
         node.status = NodeStatus.READY
     session.flush()
     return node

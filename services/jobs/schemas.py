@@ -269,6 +269,15 @@ class LogList(BaseModel):
     items: list[LogLineRead]
 
 
+class GpuRead(BaseModel):
+    """One GPU a node offers, as its agent found it through NVML."""
+
+    index: int = Field(description="the id replicas get in CUDA_VISIBLE_DEVICES (PCI order)")
+    name: str = Field("", description="the model, e.g. 'NVIDIA A100-SXM4-40GB'; "
+                                      "empty where COHORT_NODE_GPUS named it")
+    memory_mb: int = Field(0, description="total memory, MiB (0: unknown)")
+
+
 class NodeRead(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -282,5 +291,6 @@ class NodeRead(BaseModel):
     last_heartbeat: dt.datetime
     gpu_ids: list[int] = Field(default_factory=list)
     free_gpus: int = 0
+    gpu_devices: list[GpuRead] = Field(default_factory=list)
     replicas: list[str] = Field(default_factory=list,
                                 description="live replicas here: 'job/attempt/index'")

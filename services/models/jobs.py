@@ -182,3 +182,6 @@ class Node(Base):
     busy_ports: Mapped[str] = mapped_column(sa.Text, default="")
     # Agents that share one network stack (one host, one namespace) share its ports.
     port_space: Mapped[str] = mapped_column(sa.String(128), default="")
+    # Per GPU offered, in gpu_ids' order: [{"index", "name", "memory_mb"}] (what the
+    # nodes API and the cluster page show).
+    gpu_inventory: Mapped[list[dict[str, Any]]] = mapped_column(sa.JSON, default=list)

@@ -1,8 +1,18 @@
-"""The Redis client factory, and the two writes every zone makes to the events stream."""
+"""The Redis client factory, and the two writes every zone makes to the events stream.
+
+One URL says how to reach Redis, for every client in every process (redis-py's
+clients, Celery's broker, the api's SSE readers): `redis://[:PASSWORD@]HOST:PORT/DB`,
+or `rediss://` for TLS, with `ssl_ca_certs`, `ssl_cert_reqs`, `ssl_certfile` and
+`ssl_keyfile` as query parameters (docs/redis.md).
+"""
 
 from __future__ import annotations
 
+import ssl
+import time
 from functools import lru_cache
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -25,6 +35,92 @@ def connect(url: str, *, retries: int = 2, socket_timeout: float = 10.0,
                                 health_check_interval=health_check_interval,
                                 socket_timeout=socket_timeout, socket_connect_timeout=2,
                                 retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries))
+
+
+# The TLS parameters a `rediss://` URL may carry (redis-py's names, which kombu shares).
+TLS_PARAMETERS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+_CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL,
+              "required": ssl.CERT_REQUIRED}
+
+
+# How a Redis that wants a password (or another one) answers, whichever the protocol.
+_AUTH_ERRORS = ("NOAUTH", "NOPERM", "WRONGPASS", "HELLO must be called")
+
+
+class RedisUnavailable(RuntimeError):
+    """Redis could not be reached or refused this process's credentials."""
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, fit for a log line or an error message."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def celery_broker(url: str) -> tuple[str, dict[str, Any] | None]:
+    """The broker URL and `broker_use_ssl` for Celery.
+
+    kombu reads no TLS parameters from a `rediss://` URL: without `broker_use_ssl` it
+    would connect without checking the server's certificate. The parameters move from
+    the URL into that dict, and the certificate is required unless the URL says not.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "rediss":
+        return url, None
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    tls: dict[str, Any] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+    for name, value in query:
+        if name == "ssl_cert_reqs":
+            if value.lower() not in _CERT_REQS:
+                raise ValueError(f"ssl_cert_reqs={value!r} in the Redis URL: "
+                                 "use none, optional or required")
+            tls[name] = _CERT_REQS[value.lower()]
+        elif name in TLS_PARAMETERS:
+            tls[name] = value
+    rest = [(name, value) for name, value in query if name not in TLS_PARAMETERS]
+    return urlunsplit(parts._replace(query=urlencode(rest))), tls
+
+
+def check_redis(client: redis.Redis, url: str, wait: float = 30.0) -> None:
+    """Fail a process's start-up with one clear line if Redis refuses its password, or
+    stays unreachable for `wait` seconds, rather than with a traceback later on.
+
+    Raises:
+        RedisUnavailable: saying which URL (password hidden) and why.
+    """
+    where = redacted(url)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            client.ping()
+            return
+        except (redis.AuthenticationError, redis.ResponseError) as exc:
+            refused = isinstance(exc, redis.AuthenticationError) or \
+                str(exc).startswith(_AUTH_ERRORS)
+            if not refused:
+                raise RedisUnavailable(f"Redis at {where} answered an error: {exc}") from exc
+            if urlsplit(url).password is None:
+                raise RedisUnavailable(f"Redis at {where} requires a password: give it in "
+                                       "COHORT_REDIS_URL (redis://:PASSWORD@HOST:PORT/DB)"
+                                       ) from exc
+            raise RedisUnavailable(f"Redis at {where} refused the credentials in "
+                                   f"COHORT_REDIS_URL: {exc}") from exc
+        except redis.RedisError as exc:
+            if isinstance(exc.__cause__ or exc.__context__, ssl.SSLError) or "SSL" in str(exc):
+                # A certificate that does not check out will not on the next try either.
+                raise RedisUnavailable(f"TLS with Redis at {where} failed (the CA in "
+                                       f"ssl_ca_certs, the server's certificate?): {exc}"
+                                       ) from exc
+            # Unreachable: Redis may still be starting.
+            if time.monotonic() >= deadline:
+                raise RedisUnavailable(f"cannot reach Redis at {where}: {exc}") from exc
+            time.sleep(0.5)
 
 
 @lru_cache(maxsize=4)

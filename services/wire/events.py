@@ -103,3 +103,7 @@ class NodeHeartbeat(Contract):
     gpu_ids: Annotated[tuple[Id, ...], _clipped(64)] = ()
     busy_ports: Annotated[tuple[Id, ...], _clipped(2000)] = ()
     port_space: Annotated[str, _clipped(128)] = ""
+    # Each offered GPU's model and total memory in MiB, in the order of `gpu_ids` (NVML's
+    # name and memory; ("", 0) where only COHORT_NODE_GPUS named it).
+    gpu_models: Annotated[tuple[tuple[Annotated[str, _clipped(96)], Id], ...],
+                          _clipped(64)] = ()

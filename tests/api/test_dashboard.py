@@ -11,7 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from services.models import Bundle, MetricPoint
+from services.cluster.nodes import Heartbeat, record_heartbeat
+from services.models import Bundle, MetricPoint, utcnow
 from services.storage import keys
 from services.storage.store import open_store
 from tests.factories import create_job, create_token
@@ -138,6 +139,19 @@ def test_cluster_page_shows_the_queue_with_reasons(client: TestClient,
     page = client.get("/cluster").text
     assert "waiting-job" in page and "needs 2 free slots; 0 free" in page
     assert "No node agent has registered yet" in page
+
+
+def test_cluster_page_shows_each_gpu_model_and_memory(client: TestClient,
+                                                      session: Session) -> None:
+    token, _row = create_token(session, "gpus")
+    record_heartbeat(session=session, beat=Heartbeat(
+        "gpu-node", "10.0.0.9", 2, 2, utcnow(), gpu_ids=(0, 1),
+        gpu_models=(("NVIDIA A100-SXM4-40GB", 40960), ("NVIDIA A100-SXM4-40GB", 40960))))
+    login(client, token)
+    page = client.get("/cluster").text
+    row = page[page.index("gpu-node"):]
+    row = row[:row.index("</tr>")]
+    assert row.count("NVIDIA A100-SXM4-40GB") == 2 and row.count("40.0 GiB") == 2
 
 
 def test_assets_are_bundled_and_nothing_loads_from_the_network(

@@ -39,6 +39,26 @@ def test_nodes(client: TestClient, auth: dict[str, str], session: Session) -> No
     assert client.get("/api/v1/nodes").status_code == 401
 
 
+def test_nodes_show_each_gpu_model_and_memory(client: TestClient, auth: dict[str, str],
+                                              session: Session) -> None:
+    beat = Heartbeat("g7", "10.0.0.8", 2, 3, utcnow(), gpu_ids=(2, 0, 1),
+                     gpu_models=(("NVIDIA A100-SXM4-40GB", 40960), ("Tesla T4", 15360)))
+    record_heartbeat(session=session, beat=beat)
+    node = next(n for n in client.get("/api/v1/nodes", headers=auth).json() if n["id"] == "g7")
+    assert node["gpu_ids"] == [0, 1, 2]
+    assert node["gpu_devices"] == [  # in id order; an older agent's GPU without a model
+        {"index": 0, "name": "Tesla T4", "memory_mb": 15360},
+        {"index": 1, "name": "", "memory_mb": 0},
+        {"index": 2, "name": "NVIDIA A100-SXM4-40GB", "memory_mb": 40960}]
+    # A new beat replaces what the node had.
+    later = Heartbeat("g7", "10.0.0.8", 2, 1, utcnow(), gpu_ids=(0,),
+                      gpu_models=(("NVIDIA H100 80GB HBM3", 81559),))
+    record_heartbeat(session=session, beat=later)
+    node = next(n for n in client.get("/api/v1/nodes", headers=auth).json() if n["id"] == "g7")
+    assert node["gpu_devices"] == [{"index": 0, "name": "NVIDIA H100 80GB HBM3",
+                                    "memory_mb": 81559}]
+
+
 def test_health(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz")

@@ -48,7 +48,8 @@ def paths(tmp_path: Path) -> ReplicaPaths:
 
 
 def test_a_command_gets_the_contract_and_no_control_plane_secret(tmp_path: Path) -> None:
-    env = replica_env(message(env={"MY_FLAG": "on"}), paths(tmp_path), REDIS)
+    env = replica_env(message(env={"MY_FLAG": "on", "CUDA_DEVICE_ORDER": "FASTEST_FIRST"}),
+                      paths(tmp_path), REDIS)
     assert CONTRACT <= env.keys()
     cohort = {name for name in env if name.startswith(("COHORT_", "AIP_"))}
     assert cohort == CONTRACT  # nothing else of Cohort's: no Redis URL, no spec file
@@ -57,6 +58,8 @@ def test_a_command_gets_the_contract_and_no_control_plane_secret(tmp_path: Path)
     assert env["HOME_LIKE_VAR"] == "kept" and env["MY_FLAG"] == "on"
     assert env["TF_USE_LEGACY_KERAS"] == "1" and env["PYTHONUNBUFFERED"] == "1"
     assert env["CUDA_VISIBLE_DEVICES"] == "3"
+    # The ids are NVML's (PCI order): CUDA must number them the same way, whatever the job says.
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert json.loads(env["TF_CONFIG"]) == TF_CONFIG
 
 

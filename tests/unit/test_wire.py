@@ -180,6 +180,18 @@ def test_a_heartbeat_keeps_at_most_what_the_scheduler_reads() -> None:
     assert decoded.node_id == "m" * 64 and len(decoded.busy_ports) == 2000
 
 
+def test_a_heartbeat_carries_each_gpu_model_and_memory_clipped() -> None:
+    beat = NodeHeartbeat("n", "a", 2, 1.0, gpus=2, gpu_ids=(1, 0),
+                         gpu_models=(("NVIDIA A100-SXM4-40GB", 40960), ("x" * 500, 1)))
+    decoded = NodeHeartbeat.decode(beat.encode())
+    assert decoded.gpu_models == (("NVIDIA A100-SXM4-40GB", 40960), ("x" * 96, 1))
+    # An older agent's heartbeat (no models) still decodes.
+    old = {k: v for k, v in json.loads(beat.encode()).items() if k != "gpu_models"}
+    assert NodeHeartbeat.decode(json.dumps(old)).gpu_models == ()
+    with pytest.raises(WireError):  # memory is a count, never negative
+        NodeHeartbeat.decode(json.dumps({**old, "gpu_models": [["T4", -1]]}))
+
+
 # -- batches: hand-decoded ------------------------------------------------------------
 
 names = st.text(min_size=1, max_size=64).filter(lambda name: "\x00" not in name)

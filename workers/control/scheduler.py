@@ -31,7 +31,13 @@ from services.wire.events import (
     ReplicaStarted,
     decode_event,
 )
-from services.wire.keys import EVENTS_STREAM, NODES_HASH, PROGRESS_HASH, SCHEDULER_LOCK
+from services.wire.keys import (
+    EVENTS_STREAM,
+    NODES_HASH,
+    PROGRESS_HASH,
+    SCHEDULER_LOCK,
+    SCHEDULER_PASS,
+)
 from services.wire.replica import Dispatcher, Message
 from workers.control.ingest import LOGS, METRICS, ingest_while
 from workers.control.streams import GroupReader
@@ -116,6 +122,7 @@ class Scheduler:
                                          heartbeats=heartbeats, progress=progress)
         # Committed above; only now may the agents hear about it.
         self.dispatcher.send(result.messages)
+        self.redis.set(SCHEDULER_PASS, repr(time.time()))  # for `cohort health scheduler`
         if result.placed:
             log.info("placed jobs %s", result.placed)
         if result.lost_nodes:

@@ -65,11 +65,29 @@ class Agent:
         self.exits = ExitReports(self.node_id, client, self.lock)
         self.exited = self.exits.recent  # recent exits: code, when
         self.stopping = threading.Event()
-        self.gpu_ids = gpus.node_gpu_ids(settings.NODE_GPUS, gpus.discover_gpus())
+        # The GPUs offered, and each one's model and memory (the nodes API shows them):
+        # none until find_gpus has checked that the replicas' TensorFlow can use them.
+        self.gpu_ids: list[int] = []
+        self.gpu_models: tuple[tuple[str, int], ...] = ()
         # Replicas whose code or inputs are being fetched; set: stopped meanwhile.
         self.preparing: dict[ReplicaKey, threading.Event] = {}
         self.preparer = Preparer(settings)
         self.sidecars = Sidecars(settings, client)  # checkpoints, metrics from files
+
+    def find_gpus(self) -> None:
+        """Offer the GPUs found (NVML, COHORT_NODE_GPUS) that the replicas' TensorFlow
+        sees; asking it takes seconds, so the node offers no GPU until then."""
+        found = {gpu.index: gpu for gpu in gpus.discover()}
+        ids = gpus.usable_gpus(gpus.node_gpu_ids(self.settings.NODE_GPUS, list(found)),
+                               self.settings.REPLICA_PYTHON or sys.executable,
+                               self.settings.NODE_GPU_PROBE)
+        models = tuple((found[i].name, found[i].memory_mb) if i in found else ("", 0)
+                       for i in ids)
+        with self.lock:
+            self.gpu_ids, self.gpu_models = ids, models
+        if ids:
+            log.info("offering GPUs %s: %s", ids,
+                     ", ".join(name or "unnamed" for name, _memory in models))
 
     # -- tasks -------------------------------------------------------------
     def start_replica(self, message: StartReplica) -> None:
@@ -206,10 +224,11 @@ class Agent:
         with self.lock:
             running = tuple((k.job_id, k.attempt, k.index) for k in self.processes)
             exited = self.exits.recent_codes(now)
+            gpu_ids, gpu_models = tuple(self.gpu_ids), self.gpu_models
         beat = NodeHeartbeat(
             node_id=self.node_id, address=self.settings.NODE_ADDRESS,
-            slots=self.settings.NODE_SLOTS, ts=now, gpus=len(self.gpu_ids), replicas=running,
-            exited=exited, gpu_ids=tuple(self.gpu_ids),
+            slots=self.settings.NODE_SLOTS, ts=now, gpus=len(gpu_ids), replicas=running,
+            exited=exited, gpu_ids=gpu_ids, gpu_models=gpu_models,
             busy_ports=tuple(sorted(ports.listening_ports(self.settings.PORT_RANGE_START,
                                                           self.settings.PORT_RANGE_END))),
             port_space=ports.port_space())
@@ -267,9 +286,9 @@ def run_agent(settings: Settings | None = None) -> None:
     _agent = agent
     agent.heartbeat()
     threading.Thread(target=agent.heartbeat_loop, daemon=True, name="heartbeat").start()
-    log.info("agent %s at %s with %d slots, GPUs %s, queue %s", agent.node_id,
-             settings.NODE_ADDRESS, settings.NODE_SLOTS, agent.gpu_ids or "none",
-             node_queue(agent.node_id))
+    threading.Thread(target=agent.find_gpus, daemon=True, name="find-gpus").start()
+    log.info("agent %s at %s with %d slots, queue %s", agent.node_id,
+             settings.NODE_ADDRESS, settings.NODE_SLOTS, node_queue(agent.node_id))
     overlap = ports.check_range(settings.PORT_RANGE_START, settings.PORT_RANGE_END)
     if overlap:
         log.warning("%s", overlap)

@@ -104,6 +104,9 @@ def replica_env(message: StartReplica, paths: ReplicaPaths, redis_url: str) -> d
     env.update(message.spec.env)
     env.update(contract_env(message, paths))
     env["PYTHONUNBUFFERED"] = "1"
+    # The ids are NVML's, which number GPUs in PCI bus order; CUDA numbers them fastest
+    # first unless told otherwise, and would hand the replica another card.
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["CUDA_VISIBLE_DEVICES"] = message.gpu_ids
     if message.spec.command is None:
         # The runner (Cohort's own code) reports metrics and progress through Redis and

@@ -2,23 +2,35 @@
 
 Honours the agent's own CUDA_VISIBLE_DEVICES the way CUDA does: entries are
 indices or (prefixes of) UUIDs, in that order, and the list stops at the first
-entry that names no GPU. The ids reported are the physical indices, since each
-replica gets its own CUDA_VISIBLE_DEVICES built from them (workers/node/launcher.py).
+entry that names no GPU. The ids reported are the physical indices (NVML numbers
+GPUs in PCI bus order), since each replica gets its own CUDA_VISIBLE_DEVICES built
+from them, with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers them the same way
+(workers/node/environment.py).
+
+What NVML sees is not what TensorFlow can use: a TensorFlow without CUDA support, or
+without the CUDA libraries (`cohort[gpu]`), trains on the CPU. So before offering
+GPUs the agent asks the replicas' interpreter's TensorFlow how many it sees
+(`tensorflow_gpu_count`), and offers none if it sees none.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+log = logging.getLogger("cohort.agent")
 
 
 @dataclass(frozen=True)
 class Gpu:
     index: int
     uuid: str
+    name: str = ""  # the model, as NVML names it ("NVIDIA A100-SXM4-40GB")
+    memory_mb: int = 0  # total memory, MiB
 
 
 def from_nvml() -> list[Gpu] | None:
@@ -34,8 +46,10 @@ def from_nvml() -> list[Gpu] | None:
     try:
         found = []
         for index in range(pynvml.nvmlDeviceGetCount()):
-            uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
-            found.append(Gpu(index, uuid.decode() if isinstance(uuid, bytes) else str(uuid)))
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            found.append(Gpu(index, _text(pynvml.nvmlDeviceGetUUID(handle)),
+                             _text(pynvml.nvmlDeviceGetName(handle)),
+                             int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // 2**20))
         return found
     except pynvml.NVMLError:
         return None
@@ -46,13 +60,24 @@ def from_nvml() -> list[Gpu] | None:
             pass
 
 
+def _text(value: bytes | str) -> str:
+    # Older nvidia-ml-py releases return bytes.
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+NVIDIA_SMI_QUERY = ("--query-gpu=index,uuid,memory.total,name", "--format=csv,noheader,nounits")
+
+
 def parse_nvidia_smi(output: str) -> list[Gpu]:
-    """Parse `nvidia-smi --query-gpu=index,uuid --format=csv,noheader`."""
+    """Parse `nvidia-smi --query-gpu=index,uuid,memory.total,name --format=csv,noheader,
+    nounits` (memory in MiB; the name last, since nothing says it has no comma)."""
     found = []
     for line in output.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 2 and parts[0].isdigit():
-            found.append(Gpu(int(parts[0]), parts[1]))
+        parts = [p.strip() for p in line.split(",", 3)]
+        if len(parts) < 2 or not parts[0].isdigit():
+            continue
+        memory = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else 0
+        found.append(Gpu(int(parts[0]), parts[1], parts[3] if len(parts) > 3 else "", memory))
     return found
 
 
@@ -63,7 +88,7 @@ def from_nvidia_smi(run: Callable[..., subprocess.CompletedProcess[str]] = subpr
     if binary is None:
         return None
     try:
-        done = run([binary, "--query-gpu=index,uuid", "--format=csv,noheader"],
+        done = run([binary, *NVIDIA_SMI_QUERY],
                    capture_output=True, text=True, timeout=15, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -91,16 +116,26 @@ def select_visible(found: list[Gpu], cuda_visible_devices: str | None) -> list[i
     return chosen
 
 
+def discover(
+    environ: Mapping[str, str] = os.environ,
+    nvml: Callable[[], list[Gpu] | None] = from_nvml,
+    smi: Callable[[], list[Gpu] | None] = from_nvidia_smi,
+) -> list[Gpu]:
+    """The GPUs this node may use: NVML first, `nvidia-smi` second, none else."""
+    found = nvml()
+    if found is None:
+        found = smi()
+    by_index = {g.index: g for g in found or []}
+    return [by_index[i] for i in select_visible(found or [], environ.get("CUDA_VISIBLE_DEVICES"))]
+
+
 def discover_gpus(
     environ: Mapping[str, str] = os.environ,
     nvml: Callable[[], list[Gpu] | None] = from_nvml,
     smi: Callable[[], list[Gpu] | None] = from_nvidia_smi,
 ) -> list[int]:
     """The GPU ids this node offers: NVML first, `nvidia-smi` second, none else."""
-    found = nvml()
-    if found is None:
-        found = smi()
-    return select_visible(found or [], environ.get("CUDA_VISIBLE_DEVICES"))
+    return [g.index for g in discover(environ, nvml, smi)]
 
 
 def node_gpu_ids(configured: int, discovered: list[int]) -> list[int]:
@@ -108,3 +143,64 @@ def node_gpu_ids(configured: int, discovered: list[int]) -> list[int]:
     if configured <= 0:
         return discovered
     return discovered[:configured] if discovered else list(range(configured))
+
+
+# Run in the replicas' interpreter: how many GPUs its TensorFlow sees (one line).
+_PROBE = ("import tensorflow as tf; "
+          "print(len(tf.config.list_physical_devices('GPU')))")
+PROBE_TIMEOUT = 180.0  # importing TensorFlow takes seconds, more on a busy host
+
+
+def tensorflow_gpu_count(python: str, gpu_ids: Sequence[int],
+                         run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run
+                         ) -> tuple[int | None, str]:
+    """How many of `gpu_ids` the TensorFlow of `python` sees, as a replica given them
+    would; None where it could not be asked (no TensorFlow there), with why.
+
+    In a process of its own: the agent never imports TensorFlow (seconds, and memory
+    on every GPU it touches). The wheel's own build flags cannot answer this:
+    `tensorflow-cpu` for Linux is built with CUDA too, and sees no GPU only for want
+    of the CUDA libraries, which `tensorflow[and-cuda]` installs.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COHORT_")}
+    env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID",
+               CUDA_VISIBLE_DEVICES=",".join(str(i) for i in gpu_ids),
+               TF_CPP_MIN_LOG_LEVEL="2")
+    try:
+        done = run([python, "-c", _PROBE], capture_output=True, text=True, env=env,
+                   timeout=PROBE_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"could not run {python}: {exc}"
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines or not lines[-1].isdigit():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"{python} could not import TensorFlow: {last}"
+    return int(lines[-1]), ""
+
+
+def usable_gpus(gpu_ids: list[int], python: str, probe: bool,
+                count: Callable[[str, Sequence[int]], tuple[int | None, str]]
+                = tensorflow_gpu_count) -> list[int]:
+    """The GPU ids to offer: none if the replicas' TensorFlow sees none of them (a
+    replica given one would train on the CPU without saying so), all of them otherwise.
+
+    `probe` false (COHORT_NODE_GPU_PROBE=false) trusts NVML: for an interpreter whose
+    TensorFlow cannot be asked from here, or `command` jobs that bring their own.
+    """
+    if not gpu_ids or not probe:
+        return gpu_ids
+    seen, why = count(python, gpu_ids)
+    if seen is None:
+        log.warning("cannot tell whether TensorFlow can use GPUs %s (%s): offering them; "
+                    "a replica given GPUs TensorFlow cannot see fails at start-up",
+                    gpu_ids, why)
+        return gpu_ids
+    if seen == 0:
+        log.warning("offering no GPUs: NVML found %s but TensorFlow in %s sees none (a "
+                    "build without CUDA support, or without the CUDA libraries: install "
+                    "cohort[gpu]); set COHORT_NODE_GPU_PROBE=false to offer them anyway",
+                    gpu_ids, python)
+        return []
+    if seen < len(gpu_ids):
+        log.warning("TensorFlow in %s sees %d of GPUs %s", python, seen, gpu_ids)
+    return gpu_ids

@@ -8,7 +8,8 @@ Under parameter_server the role decides (workers/replica/roles.py): `worker` and
 `ps` serve the cluster, the `chief` trains, the `evaluator` evaluates checkpoints.
 
 Exit codes: 0 success, 1 the trainer failed, 2 bad configuration or unknown
-trainer, 143 terminated by SIGTERM.
+trainer, 78 given GPUs that TensorFlow cannot see (devices_check.py), 143
+terminated by SIGTERM.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from services.wire.contract import WireError
 from services.wire.replica import Distribution, ReplicaLaunch, ReplicaSpec
 from workers.replica import distribution, roles
 from workers.replica.callbacks import MetricReporter, announce, warn
+from workers.replica.devices_check import require_given_gpus
 from workers.replica.resources import ResourceSampler
 from workers.replica.trainers import (
     Evaluator,
@@ -356,6 +358,7 @@ def main() -> int:
     sampler = ResourceSampler(reporter)
     sampler.start()
     try:
+        require_given_gpus()  # not a silent CPU run where GPUs were given
         return run(launch, reporter)
     except (ConfigError, roles.RoleError) as exc:  # found once TensorFlow is up
         return _config_error(exc)
