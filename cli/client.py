@@ -59,6 +59,11 @@ class CohortClient:
             raise ApiError(response.status_code, body)
         return body
 
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """Any API request: its JSON body, None for 204; an error status raises ApiError."""
+        response = self.http.request(method, path, json=body)
+        return None if response.status_code == 204 else self._check(response)
+
     def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return self._check(self.http.post("/api/v1/jobs", json=spec, headers=headers))

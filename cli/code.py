@@ -15,12 +15,10 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.client import CohortClient
-from cli.commands import JobArg, JsonOpt, TokenOpt, UrlOpt, _call, _client, emit_json
+from cli.options import JobArg, JsonOpt, TokenOpt, UrlOpt, connect, console, emit_json, err, guarded
 from services.settings import get_settings
 from services.storage.bundles import BundleInfo, BundleRejected, Limits, pack, unpack
 
-console = Console()
-err = Console(stderr=True)
 bundle_app = typer.Typer(help="Code bundles: pack and upload a directory.",
                          no_args_is_help=True)
 # Downloads are the job's own outputs, not code: the same checks on what an archive
@@ -47,11 +45,11 @@ def push_bundle(client: CohortClient, directory: Path, say: Console) -> BundleIn
                       f"{_mib(limit)} MiB[/] (COHORT_MAX_BUNDLE_BYTES): list large files in "
                       f"{directory}/.cohortignore and read data from the artifact store")
             raise typer.Exit(2)
-        if _call(lambda: client.has_bundle(info.digest)):
+        if guarded(lambda: client.has_bundle(info.digest)):
             say.print(f"bundle {info.digest} ({info.files} files, {_mib(info.size)} MiB) "
                       "is already uploaded")
         else:
-            _call(lambda: client.upload_bundle(info.digest, archive))
+            guarded(lambda: client.upload_bundle(info.digest, archive))
             say.print(f"uploaded bundle {info.digest} ({info.files} files, "
                       f"{_mib(info.size)} MiB)")
     return info
@@ -64,7 +62,7 @@ def bundle_push(
     token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Pack and upload a directory; prints its digest (for a job's or schedule's `bundle`)."""
-    info = push_bundle(_client(url, token), directory, err)
+    info = push_bundle(connect(url, token), directory, err)
     if as_json:
         emit_json({"digest": info.digest, "size": info.size, "files": info.files})
     else:
@@ -79,7 +77,7 @@ def register(app: typer.Typer) -> None:
     def list_artifacts(job_id: JobArg, token: TokenOpt = None, url: UrlOpt = None,
                        as_json: JsonOpt = False) -> None:
         """List a job's artifacts: path, size and sha256."""
-        items = _call(lambda: _client(url, token).artifacts(job_id))
+        items = guarded(lambda: connect(url, token).artifacts(job_id))
         if as_json:
             emit_json(items)
             return
@@ -97,7 +95,7 @@ def register(app: typer.Typer) -> None:
         token: TokenOpt = None, url: UrlOpt = None,
     ) -> None:
         """Download an artifact: a file as it is, a directory unpacked (checked) into -o."""
-        written = save_artifact(_client(url, token), job_id, path, output)
+        written = save_artifact(connect(url, token), job_id, path, output)
         console.print(f"wrote {written}")
 
 
@@ -108,7 +106,7 @@ def save_artifact(client: CohortClient, job_id: int, path: str, output: Path) ->
     fd, partial = tempfile.mkstemp(dir=output, prefix=".cohort-download-")
     os.close(fd)
     try:
-        kind = _call(lambda: client.download(job_id, path, Path(partial)))
+        kind = guarded(lambda: client.download(job_id, path, Path(partial)))
         if kind.startswith("application/gzip"):
             try:
                 unpack(partial, output, DOWNLOAD_LIMITS)

@@ -5,45 +5,22 @@ from `--token`, `COHORT_TOKEN` or `~/.config/cohort/token`."""
 from __future__ import annotations
 
 import datetime as dt
-import json
-import sys
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from cli.client import ApiError, CohortClient, resolve_token
+from cli.options import (
+    JobArg,
+    JsonOpt,
+    TokenOpt,
+    UrlOpt,
+    connect,
+    console,
+    emit_json,
+    guarded,
+)
 from services.statuses import TERMINAL_STATUSES
-
-console = Console()
-err = Console(stderr=True)
-
-TokenOpt = Annotated[str | None, typer.Option(envvar="COHORT_TOKEN", help="API token")]
-UrlOpt = Annotated[str | None, typer.Option(envvar="COHORT_URL", help="API address")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print the API's JSON (for scripts)")]
-JobArg = Annotated[int, typer.Argument(help="job id")]
-T = TypeVar("T")
-
-
-def _client(url: str | None, token: str | None) -> CohortClient:
-    return CohortClient(url, resolve_token(token))
-
-
-def _call(fn: Callable[[], T]) -> T:
-    """Run one API call; an API error is printed and exits 2."""
-    try:
-        return fn()
-    except ApiError as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from exc
-
-
-def emit_json(value: Any) -> None:
-    """Machine-readable output: one JSON document on stdout."""
-    sys.stdout.write(json.dumps(value) + "\n")
-    sys.stdout.flush()
 
 
 def _clock(ts: float) -> str:
@@ -87,7 +64,7 @@ def register(app: typer.Typer) -> None:
         """List the project's jobs, newest first."""
         params = {k: v for k, v in {"status": status, "name": name, "limit": limit}.items()
                   if v is not None}
-        page = _call(lambda: _client(url, token).jobs(**params))
+        page = guarded(lambda: connect(url, token).jobs(**params))
         if as_json:
             emit_json(page)
             return
@@ -103,14 +80,14 @@ def register(app: typer.Typer) -> None:
     def get_job(job_id: JobArg, token: TokenOpt = None, url: UrlOpt = None,
                 as_json: JsonOpt = False) -> None:
         """Show one job: status, progress and where its replicas run."""
-        job = _call(lambda: _client(url, token).job(job_id))
+        job = guarded(lambda: connect(url, token).job(job_id))
         emit_json(job) if as_json else print_job(job)
 
     @app.command("cancel")
     def cancel_job(job_id: JobArg, token: TokenOpt = None, url: UrlOpt = None,
                    as_json: JsonOpt = False) -> None:
         """Cancel a job: every replica on every node is stopped."""
-        job = _call(lambda: _client(url, token).cancel(job_id))
+        job = guarded(lambda: connect(url, token).cancel(job_id))
         emit_json(job) if as_json else console.print(f"job {job_id}: {job['status']}")
 
     @app.command("logs")
@@ -122,10 +99,10 @@ def register(app: typer.Typer) -> None:
         token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Print a job's logs (each replica's stdout and stderr); -f follows them live."""
-        client = _client(url, token)
+        client = connect(url, token)
         params = {k: v for k, v in {"replica": replica, "attempt": attempt,
                                     "tail": tail}.items() if v is not None}
-        items = _call(lambda: client.logs(job_id, **params))
+        items = guarded(lambda: client.logs(job_id, **params))
         for item in items:
             emit_json(item) if as_json else print_log_line(item)
         if not follow:
@@ -155,7 +132,7 @@ def register(app: typer.Typer) -> None:
         params: dict[str, Any] = {k: v for k, v in {
             "name": name, "replica": replica, "attempt": attempt, "since_step": since_step,
             "max_points": max_points}.items() if v is not None}
-        points = _call(lambda: _client(url, token).metrics(job_id, **params))
+        points = guarded(lambda: connect(url, token).metrics(job_id, **params))
         if as_json:
             emit_json(points)
             return
@@ -169,7 +146,7 @@ def register(app: typer.Typer) -> None:
     @app.command("nodes")
     def list_nodes(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
         """List the registered nodes with their slots and running replicas."""
-        nodes = _call(lambda: _client(url, token).nodes())
+        nodes = guarded(lambda: connect(url, token).nodes())
         if as_json:
             emit_json(nodes)
             return

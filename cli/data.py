@@ -7,12 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from cli.commands import JsonOpt, TokenOpt, UrlOpt, _call, _client, emit_json
+from cli.options import JsonOpt, TokenOpt, UrlOpt, connect, console, emit_json, guarded
 
-console = Console()
 data_app = typer.Typer(help="The project's data in the artifact store (job `inputs`).",
                        no_args_is_help=True)
 PathArg = Annotated[str, typer.Argument(help="path in the project's data, e.g. digits/train.csv")]
@@ -24,7 +22,7 @@ def push(
     path: PathArg, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Upload FILE to PATH of the project's data (replacing what was there)."""
-    stored = _call(lambda: _client(url, token).upload_data(path, file))
+    stored = guarded(lambda: connect(url, token).upload_data(path, file))
     if as_json:
         emit_json(stored)
     else:
@@ -36,7 +34,7 @@ def push(
 @data_app.command("ls")
 def list_data(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
     """List the project's data: path and size (a job names a path as data/<path>)."""
-    items = _call(lambda: _client(url, token).data())
+    items = guarded(lambda: connect(url, token).data())
     if as_json:
         emit_json(items)
         return
@@ -49,7 +47,7 @@ def list_data(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = Fal
 @data_app.command("rm")
 def remove(path: PathArg, token: TokenOpt = None, url: UrlOpt = None) -> None:
     """Delete PATH of the project's data."""
-    _call(lambda: _client(url, token).delete_data(path))
+    guarded(lambda: connect(url, token).delete_data(path))
     console.print(f"deleted {path}")
 
 

@@ -7,39 +7,21 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
-from rich.console import Console
 from rich.table import Table
 
-from cli.client import ApiError, CohortClient, resolve_token
+from cli.options import JsonOpt, TokenOpt, UrlOpt, api, console, load_spec
 
 app = typer.Typer(help="Retraining schedules: cron or interval, concurrency rules, promotion.",
                   no_args_is_help=True)
-console = Console()
-err = Console(stderr=True)
-
-TokenOpt = Annotated[str | None, typer.Option(envvar="COHORT_TOKEN")]
-UrlOpt = Annotated[str | None, typer.Option(envvar="COHORT_URL")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print the API's JSON")]
 
 
 def _call(url: str | None, token: str | None, method: str, path: str,
           body: dict[str, Any] | None = None) -> Any:
-    client = CohortClient(url, resolve_token(token))
-    try:
-        response = client.http.request(method, f"/api/v1/schedules{path}", json=body)
-        return None if response.status_code == 204 else client._check(response)
-    except ApiError as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from exc
+    return api(url, token, method, f"/api/v1/schedules{path}", body)
 
 
 def _load(spec_file: Path) -> dict[str, Any]:
-    data = yaml.safe_load(spec_file.read_text())
-    if not isinstance(data, dict):
-        err.print(f"[red]{spec_file} must hold a mapping (a schedule spec)[/]")
-        raise typer.Exit(2)
-    return data
+    return load_spec(spec_file, "schedule")
 
 
 def _when(schedule: dict[str, Any]) -> str:

@@ -3,35 +3,21 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
-from rich.console import Console
 from rich.table import Table
 
-from cli.client import ApiError, CohortClient, resolve_token
+from cli.options import JsonOpt, SpecFile, TokenOpt, UrlOpt, api, console, err, load_spec
 
 app = typer.Typer(help="Sweeps: many trials of one job over a search space, the best kept.",
                   no_args_is_help=True)
-console = Console()
-err = Console(stderr=True)
-
-TokenOpt = Annotated[str | None, typer.Option(envvar="COHORT_TOKEN")]
-UrlOpt = Annotated[str | None, typer.Option(envvar="COHORT_URL")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print the API's JSON")]
 
 
 def call(url: str | None, token: str | None, method: str, path: str,
          body: dict[str, Any] | None = None) -> Any:
     """One request to /api/v1/sweeps; an API error is printed and exits with 2."""
-    client = CohortClient(url, resolve_token(token))
-    try:
-        return client._check(client.http.request(method, f"/api/v1/sweeps{path}", json=body))
-    except ApiError as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from exc
+    return api(url, token, method, f"/api/v1/sweeps{path}", body)
 
 
 def _value(value: float | None) -> str:
@@ -68,14 +54,10 @@ def show_sweep(sweep: dict[str, Any]) -> None:
 
 
 @app.command("create")
-def create_sweep(spec_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False)],
+def create_sweep(spec_file: SpecFile,
                  token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
     """Create a sweep from a YAML (or JSON) spec; prints its id."""
-    body = yaml.safe_load(spec_file.read_text())
-    if not isinstance(body, dict):
-        err.print(f"[red]{spec_file} must hold a mapping (a sweep spec)[/]")
-        raise typer.Exit(2)
-    sweep = call(url, token, "POST", "", body)
+    sweep = call(url, token, "POST", "", load_spec(spec_file, "sweep"))
     if as_json:
         console.print_json(json.dumps(sweep))
         return

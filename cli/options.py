@@ -1,0 +1,72 @@
+"""What every API command of the CLI shares: its options, one guarded call, spec files.
+
+A command takes its token from `--token`, `COHORT_TOKEN` or `~/.config/cohort/token` and
+the address from `--url` or `COHORT_URL`; an API error is printed on stderr and exits 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import httpx
+import typer
+import yaml
+from rich.console import Console
+
+from cli.client import ApiError, CohortClient, resolve_token
+
+console = Console()
+err = Console(stderr=True)
+
+TokenOpt = Annotated[str | None, typer.Option(envvar="COHORT_TOKEN", help="API token")]
+UrlOpt = Annotated[str | None, typer.Option(envvar="COHORT_URL", help="API address")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the API's JSON (for scripts)")]
+JobArg = Annotated[int, typer.Argument(help="job id")]
+SpecFile = Annotated[Path, typer.Argument(exists=True, dir_okay=False)]
+T = TypeVar("T")
+
+
+def connect(url: str | None, token: str | None) -> CohortClient:
+    return CohortClient(url, resolve_token(token))
+
+
+def guarded(fn: Callable[[], T]) -> T:
+    """Run one API call; an API error, or an API that cannot be reached, is printed in
+    one line and exits 2."""
+    try:
+        return fn()
+    except ApiError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from exc
+    except httpx.TransportError as exc:
+        try:
+            where = str(exc.request.url.copy_with(path="/", query=None))
+        except RuntimeError:  # raised before a request was made
+            where = "the API"
+        err.print(f"[red]cannot reach {where}: {exc}[/] (is it running? set --url or COHORT_URL)")
+        raise typer.Exit(2) from exc
+
+
+def api(url: str | None, token: str | None, method: str, path: str,
+        body: dict[str, Any] | None = None) -> Any:
+    """One request to `path` under the API; its JSON (None for 204), errors exit 2."""
+    return guarded(lambda: connect(url, token).request(method, path, body))
+
+
+def load_spec(spec_file: Path, what: str) -> dict[str, Any]:
+    """A YAML (or JSON) file holding one mapping, e.g. a schedule or sweep spec."""
+    data = yaml.safe_load(spec_file.read_text())
+    if not isinstance(data, dict):
+        err.print(f"[red]{spec_file} must hold a mapping (a {what} spec)[/]")
+        raise typer.Exit(2)
+    return data
+
+
+def emit_json(value: Any) -> None:
+    """Machine-readable output: one JSON document on stdout."""
+    sys.stdout.write(json.dumps(value) + "\n")
+    sys.stdout.flush()
