@@ -18,7 +18,9 @@ look at several fields together and refuse with `InvalidJobSpec` naming the fiel
   and never with GPUs, which are the devices then.
 * `distribution.devices_per_replica` (model parallelism) must fit the replica's
   devices: its GPUs, else its logical CPUs (1 unless `cpu_devices`).
-* `profile.replicas` must name replicas of the gang.
+* `profile.replicas` must name replicas of the gang. Not under parameter_server: its
+  chief only schedules steps onto the workers (Keras runs no per-step hooks there) and
+  the workers run TensorFlow servers, not a loop Cohort can bracket.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ def check_strategy_options(job_in: JobCreate) -> None:
     """
     _check_gang(job_in)
     _check_distribution(job_in)
+    if job_in.profile is not None and job_in.strategy == "parameter_server":
+        raise InvalidJobSpec(
+            "profile", "parameter_server cannot be profiled by step range (the chief "
+            "schedules steps, the workers run servers); remove `profile`, or profile the "
+            "same model under multi_worker_mirrored")
     if job_in.profile is not None:
         outside = [i for i in job_in.profile.replicas if i >= job_in.replicas]
         if outside:

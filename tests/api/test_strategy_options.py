@@ -31,15 +31,14 @@ def refused(client: TestClient, auth: dict[str, str], session: Session,
 def test_parameter_server_job_derives_replicas_from_roles(
         client: TestClient, auth: dict[str, str]) -> None:
     response = client.post("/api/v1/jobs", json={
-        **PS, "role_placement": {"ps": "separate"},
-        "profile": {"steps": [5, 8], "replicas": [0, 1]}}, headers=auth)
+        **PS, "role_placement": {"ps": "separate"}}, headers=auth)
     assert response.status_code == 201, response.text
     body = response.json()
     assert body["strategy"] == "parameter_server"
     assert body["replicas"] == 5
     assert body["roles"] == {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1}
     assert body["role_placement"] == {"chief": "any", "ps": "separate"}
-    assert body["profile"] == {"steps": [5, 8], "replicas": [0, 1]}
+    assert body["profile"] is None
     assert body["distribution"]["communication"] == "auto"
 
 
@@ -76,8 +75,7 @@ def test_distribution_is_stored_and_shown(client: TestClient, auth: dict[str, st
      "does not fit parameter_server; use auto"),
     ({"distribution": {"gradient_accumulation_steps": 4}},
      "distribution.gradient_accumulation_steps", "asynchronously"),
-    ({"profile": {"steps": [5, 8], "replicas": [5]}}, "profile.replicas",
-     "replica 5 is not in a gang of 5"),
+    ({"profile": {"steps": [5, 8]}}, "profile", "cannot be profiled by step range"),
     ({"profile": {"steps": [8, 5]}}, "profile.steps", "first <= last"),
 ])
 def test_parameter_server_refusals_name_the_field(
@@ -112,6 +110,8 @@ def test_parameter_server_refusals_name_the_field(
     ({"replicas": 2, "distribution": {"communication": "fast"}}, "distribution.communication",
      "Input should be"),
     ({"strategy": "mirrored", "replicas": 2}, "replicas", "runs one replica"),
+    ({"replicas": 2, "profile": {"steps": [5, 8], "replicas": [2]}}, "profile.replicas",
+     "replica 2 is not in a gang of 2"),
 ])
 def test_distribution_refusals_name_the_field(
         client: TestClient, auth: dict[str, str], session: Session,
@@ -129,6 +129,7 @@ def test_distribution_refusals_name_the_field(
      "distribution": {"communication": "nccl", "devices_per_replica": 2}},
     {"strategy": "one_device", "replicas": 1,
      "distribution": {"cpu_devices": 2, "devices_per_replica": 2}},
+    {"replicas": 2, "profile": {"steps": [5, 8], "replicas": [0, 1]}},
 ])
 def test_options_that_fit_are_accepted(client: TestClient, auth: dict[str, str],
                                        spec: dict[str, Any]) -> None:

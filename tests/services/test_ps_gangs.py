@@ -60,8 +60,7 @@ def exit_(session: Session, job: Job, index: int, code: int,
 
 
 def test_ps_gang_is_placed_with_roles_and_tf_config(session: Session) -> None:
-    job = ps_job(session, distribution={"shard_policy": "data"},
-                 profile={"steps": [3, 4], "replicas": [0, 1]})
+    job = ps_job(session, distribution={"shard_policy": "data"})
     result = run(session, T0)
     starts = {m.spec.index: m for m in result.messages if isinstance(m, StartReplica)}
     replicas = jobs.read_replicas(session=session, job=job)
@@ -82,8 +81,18 @@ def test_ps_gang_is_placed_with_roles_and_tf_config(session: Session) -> None:
             replicas[index].role, replicas[index].role_index)
         assert message.spec.distribution.shard_policy == "data"
         assert message.spec.replicas == 5
+        assert message.spec.profile is None
+
+
+def test_a_profile_goes_only_to_the_replicas_it_names(session: Session) -> None:
+    _, token = create_token(session)
+    create_job(session, token.project_id, strategy="multi_worker_mirrored", replicas=3,
+               profile={"steps": [3, 4], "replicas": [0, 2]})
+    starts = [m for m in run(session, T0).messages if isinstance(m, StartReplica)]
+    assert len(starts) == 3
+    for message in starts:
         profiled = message.spec.profile
-        assert (profiled is not None) == (index in (0, 1))
+        assert (profiled is not None) == (message.spec.index in (0, 2))
         assert profiled is None or (profiled.first_step, profiled.last_step) == (3, 4)
 
 
