@@ -34,6 +34,13 @@ _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _NAME = re.compile(r"^[\w.\- ]+$")
 
 
+def check_name(value: str) -> str:
+    """A job's or sweep's display name: letters, digits, spaces, '.', '_' or '-'."""
+    if not _NAME.fullmatch(value):
+        raise ValueError("use letters, digits, spaces, '.', '_' or '-'")
+    return value
+
+
 class Hyperparameters(BaseModel):
     """Training knobs every built-in trainer honours, plus any JSON the job's code reads.
 
@@ -185,12 +192,7 @@ class JobCreate(BaseModel):
     active_deadline_seconds: StrictInt | None = Field(None, ge=1, le=90 * 86400)
     ttl_seconds_after_finished: StrictInt | None = Field(None, ge=0, le=365 * 86400)
 
-    @field_validator("name")
-    @classmethod
-    def _name_chars(cls, value: str) -> str:
-        if not _NAME.fullmatch(value):
-            raise ValueError("use letters, digits, spaces, '.', '_' or '-'")
-        return value
+    _name_chars = field_validator("name")(check_name)
 
     @field_validator("trainer")
     @classmethod

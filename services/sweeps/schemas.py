@@ -36,12 +36,11 @@ from pydantic import (
     model_validator,
 )
 
-from services.jobs.schemas import JobCreate
+from services.jobs.schemas import JobCreate, check_name
 from services.statuses import JobStatus, SweepStatus
 
 _PARAM = re.compile(r"^[A-Za-z_]\w{0,63}$")
 _METRIC = re.compile(r"^[A-Za-z_][\w./-]{0,63}$")
-_NAME = re.compile(r"^[\w.\- ]+$")
 Number = StrictInt | StrictFloat
 MAX_SEED = 2**63 - 1
 
@@ -172,12 +171,7 @@ class SweepCreate(BaseModel):
     objective: Objective
     early_stopping: EarlyStopping | None = None
 
-    @field_validator("name")
-    @classmethod
-    def _name_chars(cls, value: str) -> str:
-        if not _NAME.fullmatch(value):
-            raise ValueError("use letters, digits, spaces, '.', '_' or '-'")
-        return value
+    _name_chars = field_validator("name")(check_name)
 
     @model_validator(mode="after")
     def _trials_for_random(self) -> SweepCreate:
