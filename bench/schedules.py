@@ -51,6 +51,18 @@ def fresh_database(pg: str | None, tmp: Path, name: str) -> str:
     return sa.engine.make_url(pg).set(database=database).render_as_string(hide_password=False)
 
 
+def drop_databases(pg: str | None, urls: list[str]) -> None:
+    """Drop what fresh_database made on PostgreSQL (SQLite files go with the temp dir)."""
+    if not pg:
+        return
+    admin = sa.create_engine(pg, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        for url in urls:
+            name = sa.engine.make_url(url).database
+            connection.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
 def add_schedules(url: str, count: int, settings: Settings) -> None:
     with Session(make_engine(url)) as session, session.begin():
         token = auth.ensure_token(session=session, token="bench_" + uuid.uuid4().hex,
@@ -96,13 +108,7 @@ def main() -> None:
                                   for _ in range(args.passes))
         for engine in engines:
             engine.dispose()
-        if args.pg:
-            admin = sa.create_engine(args.pg, isolation_level="AUTOCOMMIT")
-            with admin.connect() as connection:
-                for url in urls:
-                    name = sa.engine.make_url(url).database
-                    connection.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-            admin.dispose()
+        drop_databases(args.pg, urls)
     a, b = statistics.median(times[0]), statistics.median(times[1])
     kind = "PostgreSQL" if args.pg else "SQLite"
     print(f"{dt.date.today()} {platform.node()} {platform.python_version()} {kind}, "

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.schedules import fresh_database  # noqa: E402
+from bench.schedules import drop_databases, fresh_database  # noqa: E402
 from cli.stack import migrate  # noqa: E402
 from services import auth  # noqa: E402
 from services.cluster import reconcile  # noqa: E402
@@ -130,13 +130,7 @@ def main() -> None:
         create = time.perf_counter() - start
         for engine in engines:
             engine.dispose()
-        if args.pg:
-            admin = sa.create_engine(args.pg, isolation_level="AUTOCOMMIT")
-            with admin.connect() as connection:
-                for url in urls:
-                    name = sa.engine.make_url(url).database
-                    connection.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-            admin.dispose()
+        drop_databases(args.pg, urls)
     ms = {k: statistics.median(v) * 1000 for k, v in
           {"pa": passes[0], "pb": passes[1], "sa": part[0], "sb": part[1]}.items()}
     kind = "PostgreSQL" if args.pg else "SQLite"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -61,3 +61,18 @@ def session_scope() -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+Row = TypeVar("Row")
+
+
+def newest_first_page(session: Session, query: sa.Select[Row], id_column: Any,
+                      before: int | None, limit: int) -> tuple[list[Row], int | None]:
+    """One page of `query` by descending id below `before` (keyset paging); returns the
+    rows and the id to continue below, or None on the last page."""
+    if before is not None:
+        query = query.where(id_column < before)
+    rows = list(session.execute(query.order_by(id_column.desc()).limit(limit + 1)).scalars())
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (getattr(rows[-1], id_column.key) if more and rows else None)

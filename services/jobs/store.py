@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from services.db import newest_first_page
 from services.exceptions import IdempotencyConflict, InvalidJobSpec, InvalidTransition, JobNotFound
 from services.jobs.bundles import check_bundle
 from services.jobs.inputs import check_inputs_exist
@@ -222,12 +223,7 @@ def list_jobs(
         query = query.where(Job.schedule_id == schedule_id)
     if sweep_id is not None:
         query = query.where(Job.sweep_id == sweep_id)
-    if before is not None:
-        query = query.where(Job.id < before)
-    rows = list(session.execute(query.order_by(Job.id.desc()).limit(limit + 1)).scalars())
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return rows, (rows[-1].id if more and rows else None)
+    return newest_first_page(session, query, Job.id, before, limit)
 
 
 def request_cancel(*, session: Session, job: Job, reason: str = "cancelled by user") -> Job:

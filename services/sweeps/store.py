@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from services.db import newest_first_page
 from services.exceptions import InvalidJobSpec, SweepEnded, SweepNotFound
 from services.jobs import store as jobs
 from services.jobs.bundles import check_bundle
@@ -147,12 +148,7 @@ def list_sweeps(*, session: Session, project_id: int, status: SweepStatus | None
     query = sa.select(Sweep).where(Sweep.project_id == project_id)
     if status is not None:
         query = query.where(Sweep.status == status)
-    if before is not None:
-        query = query.where(Sweep.id < before)
-    rows = list(session.execute(query.order_by(Sweep.id.desc()).limit(limit + 1)).scalars())
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return rows, (rows[-1].id if more and rows else None)
+    return newest_first_page(session, query, Sweep.id, before, limit)
 
 
 def read_trials(*, session: Session, sweep: Sweep) -> list[Job]:

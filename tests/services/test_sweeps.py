@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from services.jobs.transitions import transition_job
-from services.models import Job, MetricPoint, Sweep, utcnow
+from services.models import Job, MetricPoint, Schedule, Sweep, utcnow
 from services.settings import get_settings
 from services.statuses import JobStatus, SweepStatus
 from services.sweeps import advance, store
@@ -247,10 +247,9 @@ def test_the_pass_runs_the_sweeps(session: Session) -> None:
                            ).scalar_one() == 2
 
 
-def test_a_scheduled_sweep_promotes_its_best_trial(session: Session) -> None:
-    from services.cluster.reconcile import run_pass
-    from services.models import ScheduleRun
-    from services.retraining import firing, schedules
+def sweep_schedule(session: Session) -> Schedule:
+    """A schedule that fires a sweep over GRID and promotes its best eval_accuracy."""
+    from services.retraining import schedules
     from services.retraining.schemas import ScheduleCreate
 
     _, token = create_token(session)
@@ -258,9 +257,17 @@ def test_a_scheduled_sweep_promotes_its_best_trial(session: Session) -> None:
             "promote": {"metric": "eval_accuracy", "mode": "max"},
             "sweep": {"template": TEMPLATE, "space": GRID, "max_concurrent": 4,
                       "objective": {"metric": "eval_accuracy", "mode": "max"}}}
-    schedule = schedules.create_schedule(session=session, project_id=token.project_id,
-                                         schedule_in=ScheduleCreate.model_validate(body),
-                                         settings=get_settings())
+    return schedules.create_schedule(session=session, project_id=token.project_id,
+                                     schedule_in=ScheduleCreate.model_validate(body),
+                                     settings=get_settings())
+
+
+def test_a_scheduled_sweep_promotes_its_best_trial(session: Session) -> None:
+    from services.cluster.reconcile import run_pass
+    from services.models import ScheduleRun
+    from services.retraining import firing
+
+    schedule = sweep_schedule(session)
     assert schedule.job_template == {} and schedule.sweep_template is not None
     run = firing.trigger_schedule(session=session, settings=get_settings(), schedule=schedule)
     assert run is not None and run.sweep_id is not None and run.decision == "pending"
@@ -289,17 +296,9 @@ def test_a_scheduled_sweep_promotes_its_best_trial(session: Session) -> None:
 
 
 def test_a_scheduled_sweep_without_a_best_trial_is_not_eligible(session: Session) -> None:
-    from services.retraining import firing, promotion, schedules
-    from services.retraining.schemas import ScheduleCreate
+    from services.retraining import firing, promotion
 
-    _, token = create_token(session)
-    body = {"name": "nightly-sweep", "interval_seconds": 3600,
-            "promote": {"metric": "eval_accuracy", "mode": "max"},
-            "sweep": {"template": TEMPLATE, "space": GRID, "max_concurrent": 4,
-                      "objective": {"metric": "eval_accuracy", "mode": "max"}}}
-    schedule = schedules.create_schedule(session=session, project_id=token.project_id,
-                                         schedule_in=ScheduleCreate.model_validate(body),
-                                         settings=get_settings())
+    schedule = sweep_schedule(session)
     run = firing.trigger_schedule(session=session, settings=get_settings(), schedule=schedule)
     assert run is not None
     assert promotion.decide_pending(session=session) == []  # the sweep is still running
