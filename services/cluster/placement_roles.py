@@ -44,7 +44,6 @@ def ps_parts(roles: Mapping[str, int],
     chief_apart = (role_placement or {}).get("chief") == "separate"
     ps_apart = (role_placement or {}).get("ps") == "separate"
     home = of["chief"] + of["evaluator"]
-    parts = []
     rest = of["worker"] + (() if ps_apart else of["ps"])
     if chief_apart:
         parts = [GangPart(home, together=len(home), separate=True), GangPart(rest)]
@@ -59,7 +58,9 @@ def _choose_part(pool: Pool, part: GangPart, per: int,
                  spread: bool) -> list[tuple[str, int]] | None:
     if part.together <= 1:
         return choose(pool, part.count, per, spread) if part.count else []
-    if not spread:
+    # A part that must sit whole on one node has nothing to spread: its best fit, under
+    # either policy (spread's largest node could leave the other parts no room).
+    if not spread or part.together == part.count:
         best = pool.best_fit(per * part.count)
         if best is not None:
             return [(best, part.count)]

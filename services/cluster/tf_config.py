@@ -93,10 +93,7 @@ def compose(strategy: str, slots: Sequence[RoleSlot], addresses: Sequence[str],
     """The TF_CONFIG of replica `index` of a gang of `strategy` (None: no TF_CONFIG)."""
     if strategy == "parameter_server":
         return build_ps_tf_config(slots, addresses, index)
-    if strategy in ("one_device", "mirrored"):
-        if not 0 <= index < len(addresses):
-            raise ValueError(f"index {index} outside a gang of {len(addresses)}")
-        return None
+    # one_device and mirrored run one replica: build_tf_config gives it none.
     return build_tf_config(addresses, index)
 
 

@@ -113,21 +113,20 @@ def hang_limit(job_progress_timeout: int | None, default: float) -> float | None
     return float(job_progress_timeout) if job_progress_timeout else None
 
 
-def _progress_timeouts(session: Session, job_ids: set[int]) -> dict[int, int | None]:
-    """Each job's own progress_timeout_seconds (None: the cluster default)."""
+def _watch_rules(session: Session, job_ids: set[int]) -> dict[int, tuple[str, int | None]]:
+    """Each job's strategy and own progress_timeout_seconds (None: the cluster default),
+    in one query."""
     if not job_ids:
         return {}
-    return dict(session.execute(sa.select(Job.id, Job.progress_timeout_seconds)
-                                .where(Job.id.in_(job_ids))).tuples().all())
+    rows = session.execute(sa.select(Job.id, Job.strategy, Job.progress_timeout_seconds)
+                           .where(Job.id.in_(job_ids))).tuples().all()
+    return {job_id: (strategy, timeout) for job_id, strategy, timeout in rows}
 
 
-def _watched(session: Session, running: list[Replica]) -> list[Replica]:
-    """The running replicas that run a training loop, so beat progress: every replica
+def _watched(replica: Replica, strategy: str) -> bool:
+    """Whether a running replica runs a training loop, so beats progress: every replica
     of the all-worker strategies; of a parameter_server gang, the chief alone."""
-    ps_jobs = {job_id for (job_id,) in session.execute(
-        sa.select(Job.id).where(Job.id.in_({r.job_id for r in running}),
-                                Job.strategy == "parameter_server")).all()} if running else set()
-    return [r for r in running if r.role == "chief" or r.job_id not in ps_jobs]
+    return strategy != "parameter_server" or replica.role == "chief"
 
 
 def _gangs_not_started(session: Session, job_ids: set[int]) -> set[tuple[int, int]]:
@@ -158,14 +157,14 @@ def _startup_failure(replica: Replica, limit: float | None, settings: Settings,
 def find_hung(*, session: Session, settings: Settings, now: dt.datetime) -> list[Replica]:
     """Fail running replicas that stopped making progress (or never started to)."""
     hung = []
-    running = _watched(session, _live_replicas(session, Replica.status == ReplicaStatus.RUNNING))
-    job_ids = {replica.job_id for replica in running}
-    timeouts = _progress_timeouts(session, job_ids)
-    not_started = _gangs_not_started(session, job_ids)
+    running = _live_replicas(session, Replica.status == ReplicaStatus.RUNNING)
+    rules = _watch_rules(session, {replica.job_id for replica in running})
+    running = [r for r in running if r.job_id in rules and _watched(r, rules[r.job_id][0])]
+    not_started = _gangs_not_started(session, {replica.job_id for replica in running})
     for replica in running:
         if replica.started_at is None:
             continue
-        limit = hang_limit(timeouts.get(replica.job_id), settings.PROGRESS_TIMEOUT)
+        limit = hang_limit(rules[replica.job_id][1], settings.PROGRESS_TIMEOUT)
         failure: str | None = None
         if replica.progress_at is None:
             if now - replica.started_at > dt.timedelta(seconds=settings.STARTUP_TIMEOUT):

@@ -35,7 +35,6 @@ COMMUNICATION: dict[str, frozenset[str]] = {
     "one_device": frozenset({"auto"}),
     "parameter_server": frozenset({"auto"}),
 }
-CPU_DEVICE_STRATEGIES = SINGLE_REPLICA_STRATEGIES
 
 
 def check_strategy_options(job_in: JobCreate) -> None:
@@ -98,7 +97,7 @@ def _check_distribution(job_in: JobCreate) -> None:
             "distribution.gradient_accumulation_steps", "parameter_server workers apply "
             "each step's gradients asynchronously; leave it at 1 or raise batch_size")
     if options.cpu_devices is not None:
-        if strategy not in CPU_DEVICE_STRATEGIES:
+        if strategy not in SINGLE_REPLICA_STRATEGIES:
             raise InvalidJobSpec(
                 "distribution.cpu_devices", "logical CPU devices are for mirrored and "
                 f"one_device (one process); {strategy} spreads over replicas instead")

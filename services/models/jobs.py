@@ -147,7 +147,7 @@ class Replica(Base):
     address: Mapped[str] = mapped_column(sa.String(128))
     port: Mapped[int]
     gpu_ids: Mapped[str] = mapped_column(sa.String(64), default="")
-    # Its part in the gang (services/cluster/roles.py) and its index among that role's.
+    # Its part in the gang (services/cluster/tf_config.gang_roles) and its index among that role's.
     role: Mapped[str] = mapped_column(sa.String(16), default="worker")
     role_index: Mapped[int] = mapped_column(default=0)
     # Times its agent started its process again in place (a parameter_server worker).

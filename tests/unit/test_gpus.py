@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from workers.node import gpus
-from workers.node.gpus import Gpu, discover_gpus, node_gpu_ids, parse_nvidia_smi, select_visible
+from workers.node.gpus import Gpu, discover, node_gpu_ids, parse_nvidia_smi, select_visible
 
 FOUR = [Gpu(0, "GPU-aaaa1111"), Gpu(1, "GPU-bbbb2222"), Gpu(2, "GPU-cccc3333"),
         Gpu(3, "GPU-dddd4444")]
@@ -45,9 +45,9 @@ def test_cuda_visible_devices_is_honoured(visible: str | None, expected: list[in
 
 def test_nvml_first_then_nvidia_smi_then_none() -> None:
     env = {"CUDA_VISIBLE_DEVICES": "1,0"}
-    assert discover_gpus(env, nvml=lambda: FOUR, smi=lambda: []) == [1, 0]
-    assert discover_gpus(env, nvml=lambda: None, smi=lambda: FOUR[:2]) == [1, 0]
-    assert discover_gpus({}, nvml=lambda: None, smi=lambda: None) == []
+    assert [g.index for g in discover(env, nvml=lambda: FOUR, smi=lambda: [])] == [1, 0]
+    assert [g.index for g in discover(env, nvml=lambda: None, smi=lambda: FOUR[:2])] == [1, 0]
+    assert discover({}, nvml=lambda: None, smi=lambda: None) == []
 
 
 def test_nvidia_smi_runs_the_query_and_fails_soft(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -92,3 +92,15 @@ def test_a_failed_part_takes_nothing() -> None:
                    [node("n1", 5, slots=8), node("n2", 0, slots=1)])
     assert result.assignments == {}
     assert result.waiting[1].startswith("needs 5 CPU slots")
+
+
+def test_a_separate_chief_under_spread_takes_the_node_that_fits_it() -> None:
+    # The chief and evaluator must share a node apart from the 4 others: under spread
+    # the 2-slot node is theirs, leaving the 8-slot node to the workers and ps.
+    roles = {"chief": 1, "worker": 3, "ps": 1, "evaluator": 1}
+    result = place([ps_request(roles, {"chief": "separate"}, policy="spread")],
+                   [node("a", 8), node("b", 2)])
+    assert 1 in result.assignments, result.waiting
+    where = nodes_of(result.assignments[1])
+    assert where[0] == where[5] == "b"
+    assert set(where[1:5]) == {"a"}

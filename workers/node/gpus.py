@@ -129,14 +129,6 @@ def discover(
     return [by_index[i] for i in select_visible(found or [], environ.get("CUDA_VISIBLE_DEVICES"))]
 
 
-def discover_gpus(
-    environ: Mapping[str, str] = os.environ,
-    nvml: Callable[[], list[Gpu] | None] = from_nvml,
-    smi: Callable[[], list[Gpu] | None] = from_nvidia_smi,
-) -> list[int]:
-    """The GPU ids this node offers: NVML first, `nvidia-smi` second, none else."""
-    return [g.index for g in discover(environ, nvml, smi)]
-
 
 def node_gpu_ids(configured: int, discovered: list[int]) -> list[int]:
     """COHORT_NODE_GPUS > 0 caps what was found (or names 0..n-1 where nothing was)."""

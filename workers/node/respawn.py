@@ -23,11 +23,15 @@ from workers.node.launcher import ReplicaKey
 RESPAWN_DELAY = 1.0
 
 
+def _respawnable(spec: ReplicaSpec) -> bool:
+    return spec.strategy == "parameter_server" and spec.role == "worker"
+
+
 def may_respawn(spec: ReplicaSpec, exit_code: int, restarts: int, budget: int, *,
                 stop_asked: bool) -> bool:
     """Whether a replica whose process exited with `exit_code` is started again here."""
-    return (spec.strategy == "parameter_server" and spec.role == "worker"
-            and exit_code != 0 and not stop_asked and restarts < budget)
+    return (_respawnable(spec) and exit_code != 0 and not stop_asked
+            and restarts < budget)
 
 
 def log_line(exit_code: int, restarts: int, budget: int) -> str:
@@ -48,14 +52,19 @@ class Respawns:
         self.stop_asked: set[ReplicaKey] = set()
 
     def started(self, key: ReplicaKey, message: StartReplica) -> None:
-        self.messages[key] = message
+        if _respawnable(message.spec):  # only these are ever started again
+            self.messages[key] = message
 
     def stopping(self, key: ReplicaKey) -> None:
         """Cohort asked to stop it: never started again after this."""
-        self.stop_asked.add(key)
+        if key in self.messages:
+            self.stop_asked.add(key)
 
     def ended(self, key: ReplicaKey) -> None:
+        """Its process is gone for good: forget it."""
         self.messages.pop(key, None)
+        self.counts.pop(key, None)
+        self.stop_asked.discard(key)
 
     def due(self, key: ReplicaKey, exit_code: int, *, stop_requested: bool
             ) -> tuple[StartReplica, int] | None:
