@@ -85,7 +85,10 @@ COPY --from=deps-control /opt/cohort /opt/cohort
 COPY --from=wheel /dist /dist
 RUN pip install --no-cache-dir --no-deps /dist/cohort-*.whl && rm -rf /dist
 USER 10001:10001
+# The address in settings, not flags: `cohort health api` reads the same settings.
+ENV COHORT_API_HOST=0.0.0.0 \
+    COHORT_API_PORT=8000
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
     CMD ["cohort", "health", "api"]
-CMD ["cohort", "api", "--host", "0.0.0.0", "--port", "8000"]
+CMD ["cohort", "api"]

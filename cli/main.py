@@ -11,21 +11,27 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
-from rich.console import Console
 
 from cli.code import register as register_code_commands
 from cli.commands import register as register_job_commands
 from cli.data import register as register_data_commands
 from cli.health import health
+from cli.options import (
+    JsonOpt,
+    TokenOpt,
+    UrlOpt,
+    connect,
+    console,
+    err,
+    guarded,
+    load_spec,
+)
 from cli.schedules import app as schedules_app
 from cli.sweeps import app as sweeps_app
 from services.settings import get_settings
 
 app = typer.Typer(help="Cohort: distributed TensorFlow training jobs as a service.",
                   no_args_is_help=True, add_completion=False)
-console = Console()
-err = Console(stderr=True)
 app.command()(health)
 
 DEMO_JOB: dict[str, Any] = {
@@ -170,31 +176,28 @@ def _report(client: Any, job: dict[str, Any]) -> int:
 
 @app.command()
 def submit(
-    spec_file: Annotated[Path, typer.Argument(help="job spec (YAML or JSON)")],
+    spec_file: Annotated[Path, typer.Argument(help="job spec (YAML or JSON)", exists=True,
+                                              dir_okay=False)],
     code: Annotated[Path | None, typer.Option(
         "--code", help="a directory to pack (honouring .cohortignore) and run the job in",
         exists=True, file_okay=False)] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
-    token: Annotated[str | None, typer.Option(envvar="COHORT_TOKEN")] = None,
-    url: Annotated[str | None, typer.Option(envvar="COHORT_URL")] = None,
+    token: TokenOpt = None,
+    url: UrlOpt = None,
     idempotency_key: str | None = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Submit a job from a spec file; with --code, upload that directory first (once: an
     unchanged one is not sent again); with --follow, show progress and exit with its outcome."""
-    from cli.client import ApiError, CohortClient, resolve_token
     from cli.code import push_bundle
     from cli.follow import follow_job
 
-    spec = yaml.safe_load(spec_file.read_text())
-    client = CohortClient(url, resolve_token(token))
+    spec = load_spec(spec_file, "job")
+    client = connect(url, token)
     if code is not None:
-        spec["bundle"] = push_bundle(client, code, err if as_json else console).digest
-    try:
-        job = client.submit(spec, idempotency_key=idempotency_key)
-    except ApiError as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from exc
+        spec["bundle"] = guarded(
+            lambda: push_bundle(client, code, err if as_json else console)).digest
+    job = guarded(lambda: client.submit(spec, idempotency_key=idempotency_key))
     if as_json and not follow:
         console.print_json(json.dumps(job))
         return

@@ -8,7 +8,18 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from cli.options import JsonOpt, SpecFile, TokenOpt, UrlOpt, api, console, err, load_spec
+from cli.options import (
+    JsonOpt,
+    SpecFile,
+    TokenOpt,
+    UrlOpt,
+    api,
+    connect,
+    console,
+    err,
+    guarded,
+    load_spec,
+)
 
 app = typer.Typer(help="Sweeps: many trials of one job over a search space, the best kept.",
                   no_args_is_help=True)
@@ -90,8 +101,12 @@ def show(sweep_id: int, token: TokenOpt = None, url: UrlOpt = None,
     if follow:
         from cli.sweep_follow import follow_sweep
 
-        sweep = follow_sweep(lambda: call(url, token, "GET", f"/{sweep_id}"),
-                             err if as_json else console)
+        # One client for the whole follow; its polls raise transport errors to the
+        # follower (which waits out an api restart), and only the last one exits 2.
+        client = connect(url, token)
+        sweep = guarded(lambda: follow_sweep(
+            lambda: client.request("GET", f"/api/v1/sweeps/{sweep_id}"),
+            err if as_json else console))
         if as_json:
             console.print_json(json.dumps(sweep))
         raise typer.Exit(0 if sweep["status"] == "succeeded" else 1)

@@ -180,16 +180,20 @@ def test_median_rule_keeps_a_trial_ahead_and_waits_for_enough_others(
     sweep = make(session, max_concurrent=4, early_stopping={"rule": "median", "min_steps": 2,
                                                             "min_trials": 3})
     step(session)
-    a, b, c, _ = trials(session, sweep)
-    for job in (a, b, c):
+    a, b, c, d = trials(session, sweep)
+    for job in (a, b, c, d):
         start(session, job)
     report(session, a, [0.1, 0.2])
     report(session, b, [0.5, 0.6])
     assert step(session).stopped == []  # a is behind b, but one other trial is not three
     report(session, c, [0.3, 0.9])
-    # Still only two others for a; b and c are ahead of their others' median.
+    # Still only two others for a: not judged yet.
     assert step(session, advance.STOPPING_INTERVAL_SECONDS + 1).stopped == []
-    # Ahead of the median: never stopped (mode max).
+    report(session, d, [0.4, 0.7])
+    # Three others now: a (best 0.2) is behind their median at step 2 and is stopped;
+    # b, c and d are ahead of their others' median (mode max) and run on.
+    assert step(session, 2 * advance.STOPPING_INTERVAL_SECONDS + 2).stopped == [a.id]
+    assert {job.status for job in (b, c, d)} == {JobStatus.RUNNING}
     assert sweep.status is SweepStatus.RUNNING
 
 
