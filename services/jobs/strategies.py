@@ -13,6 +13,9 @@ look at several fields together and refuse with `InvalidJobSpec` naming the fiel
   reduce_to_one); the other strategies have no choice (auto). `nccl` needs GPUs.
 * `distribution.gradient_accumulation_steps` > 1 does not fit parameter_server: its
   workers apply each step's gradients on the ps asynchronously, with nothing to sum.
+* `distribution.shard_policy`: `file` needs a file-based dataset, which the built-in
+  trainers (data in memory) do not have; parameter_server takes only `auto` (its workers
+  are fed by the chief's dataset function).
 * `distribution.cpu_devices` splits a process's CPU into logical devices: for the
   one-process strategies (mirrored, one_device: data or model parallelism on CPU),
   and never with GPUs, which are the devices then.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 from services.exceptions import InvalidJobSpec
 from services.jobs.schemas import JobCreate
+from services.jobs.trainers import BUILTIN_TRAINERS
 
 SINGLE_REPLICA_STRATEGIES = frozenset({"mirrored", "one_device"})
 COMMUNICATION: dict[str, frozenset[str]] = {
@@ -96,6 +100,14 @@ def _check_distribution(job_in: JobCreate) -> None:
         raise InvalidJobSpec(
             "distribution.gradient_accumulation_steps", "parameter_server workers apply "
             "each step's gradients asynchronously; leave it at 1 or raise batch_size")
+    if options.shard_policy != "auto" and strategy == "parameter_server":
+        raise InvalidJobSpec(
+            "distribution.shard_policy", "parameter_server workers take batches from the "
+            "chief's dataset function, not a sharded dataset; leave it at 'auto'")
+    if options.shard_policy == "file" and job_in.trainer in BUILTIN_TRAINERS:
+        raise InvalidJobSpec(
+            "distribution.shard_policy", f"{job_in.trainer} reads its data from memory, "
+            "which cannot be sharded by file; use 'data', 'off' or 'auto'")
     if options.cpu_devices is not None:
         if strategy not in SINGLE_REPLICA_STRATEGIES:
             raise InvalidJobSpec(

@@ -75,6 +75,8 @@ def test_distribution_is_stored_and_shown(client: TestClient, auth: dict[str, st
      "does not fit parameter_server; use auto"),
     ({"distribution": {"gradient_accumulation_steps": 4}},
      "distribution.gradient_accumulation_steps", "asynchronously"),
+    ({"distribution": {"shard_policy": "data"}}, "distribution.shard_policy",
+     "leave it at 'auto'"),
     ({"profile": {"steps": [5, 8]}}, "profile", "cannot be profiled by step range"),
     ({"profile": {"steps": [8, 5]}}, "profile.steps", "first <= last"),
 ])
@@ -110,6 +112,8 @@ def test_parameter_server_refusals_name_the_field(
     ({"replicas": 2, "distribution": {"communication": "fast"}}, "distribution.communication",
      "Input should be"),
     ({"strategy": "mirrored", "replicas": 2}, "replicas", "runs one replica"),
+    ({"replicas": 2, "distribution": {"shard_policy": "file"}}, "distribution.shard_policy",
+     "cannot be sharded by file"),
     ({"replicas": 2, "profile": {"steps": [5, 8], "replicas": [2]}}, "profile.replicas",
      "replica 2 is not in a gang of 2"),
 ])
@@ -150,7 +154,8 @@ def test_the_job_page_shows_roles_and_resubmits_a_ps_job_as_is(
     from tests.factories import create_job, create_token
 
     token, row = create_token(session, "ps")
-    job = create_job(session, row.project_id, **PS, distribution={"shard_policy": "data"})
+    job = create_job(session, row.project_id, **PS,
+                     distribution={"mixed_precision": "mixed_bfloat16"})
     now = dt.datetime.now(dt.UTC)
     reconcile.run_pass(session=session, settings=get_settings(), now=now,
                        heartbeats=[Heartbeat("n1", "10.9.0.1", 8, 0, now)])
@@ -166,4 +171,4 @@ def test_the_job_page_shows_roles_and_resubmits_a_ps_job_as_is(
     again = client.post("/api/v1/jobs", json=spec)
     assert again.status_code == 201, again.text
     assert again.json()["roles"] == PS["roles"] | {"chief": 1}
-    assert again.json()["distribution"]["shard_policy"] == "data"
+    assert again.json()["distribution"]["mixed_precision"] == "mixed_bfloat16"

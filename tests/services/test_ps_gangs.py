@@ -60,7 +60,7 @@ def exit_(session: Session, job: Job, index: int, code: int,
 
 
 def test_ps_gang_is_placed_with_roles_and_tf_config(session: Session) -> None:
-    job = ps_job(session, distribution={"shard_policy": "data"})
+    job = ps_job(session, distribution={"mixed_precision": "mixed_bfloat16"})
     result = run(session, T0)
     starts = {m.spec.index: m for m in result.messages if isinstance(m, StartReplica)}
     replicas = jobs.read_replicas(session=session, job=job)
@@ -79,7 +79,7 @@ def test_ps_gang_is_placed_with_roles_and_tf_config(session: Session) -> None:
     for index, message in starts.items():
         assert (message.spec.role, message.spec.role_index) == (
             replicas[index].role, replicas[index].role_index)
-        assert message.spec.distribution.shard_policy == "data"
+        assert message.spec.distribution.mixed_precision == "mixed_bfloat16"
         assert message.spec.replicas == 5
         assert message.spec.profile is None
 
