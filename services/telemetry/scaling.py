@@ -42,6 +42,11 @@ def read_scaling(*, session: Session, job: Job) -> JobScaling | None:
     report = JobScaling(per_replica_examples_per_second=round(mean, 2),
                         total_examples_per_second=round(total, 2))
     batch = _batch_size(job)
+    if job.strategy == "parameter_server":
+        # Its gang counts a chief, ps and an evaluator that take no batches: replicas
+        # times a 1-replica run would not be the ideal to measure against.
+        report.note = "parameter_server: no scaling efficiency (not every process trains)"
+        return report
     if job.replicas == 1:
         report.note = (f"1 replica: this run is the baseline of {_runs(job)} at batch {batch} "
                        "per replica" if job.status == JobStatus.SUCCEEDED
@@ -120,8 +125,13 @@ def _batch_size(job: Job) -> int:
 
 
 def _devices(job: Job) -> int:
-    """Devices one replica trains on in sync: `batch_size` is per device (mirrored)."""
-    return max(1, job.gpus_per_replica) if job.strategy == "mirrored" else 1
+    """Devices one replica trains on in sync (`batch_size` is per device): all its GPUs
+    under the mirrored strategies, or mirrored's logical CPUs; one under one_device."""
+    if job.strategy == "one_device":
+        return 1
+    cpu_devices = (job.distribution or {}).get("cpu_devices") if job.strategy == "mirrored" \
+        else None
+    return max(1, job.gpus_per_replica or cpu_devices or 1)
 
 
 def _runs(job: Job) -> str:

@@ -18,13 +18,15 @@ TRACING = 4.0  # the first step traces the graph: seconds, left out of the repor
 
 def finished(session: Session, project_id: int, replicas: int, step_time: float,
              steps: int = 150, status: JobStatus = JobStatus.SUCCEEDED,
+             job_fields: dict[str, object] | None = None,
              **hyperparameters: object) -> Job:
     """A job of `replicas` replicas that took `step_time` seconds a step for `steps`
     steps (after a slow first one), then ended in `status`."""
+    fields = {"strategy": "multi_worker_mirrored" if replicas > 1 else "one_device",
+              **(job_fields or {})}
     job = create_job(session, project_id, replicas=replicas,
-                     strategy="multi_worker_mirrored" if replicas > 1 else "one_device",
                      hyperparameters={"epochs": 1, "steps_per_epoch": steps,
-                                      **hyperparameters})
+                                      **hyperparameters}, **fields)
     rows = [{"job_id": job.id, "attempt": 1, "replica": replica, "step": step, "epoch": 0,
              "name": "step_time", "value": TRACING if step == 1 else step_time,
              "ts": 1000.0 + step}
@@ -51,6 +53,25 @@ def test_a_two_replica_run_is_set_against_the_one_replica_run_at_the_same_batch(
     assert report.baseline_job_id == base.id
     assert report.efficiency == pytest.approx(512 / (2 * 320))
     assert f"job {base.id}" in report.note and "80% efficiency" in report.note
+
+
+def test_mirrored_counts_each_logical_device_of_its_one_process(
+        session: Session, project_id: int) -> None:
+    job = finished(session, project_id, 1, step_time=0.1,
+                   job_fields={"strategy": "mirrored", "distribution": {"cpu_devices": 2}})
+    report = read_scaling(session=session, job=job)
+    assert report is not None  # 2 devices x 32 a step / 0.1 s
+    assert report.per_replica_examples_per_second == pytest.approx(640.0)
+
+
+def test_a_parameter_server_gang_gets_no_efficiency(session: Session,
+                                                    project_id: int) -> None:
+    finished(session, project_id, 1, step_time=0.1)
+    job = finished(session, project_id, 4, step_time=0.1, job_fields={
+        "strategy": "parameter_server", "roles": {"chief": 1, "worker": 2, "ps": 1}})
+    report = read_scaling(session=session, job=job)
+    assert report is not None and report.efficiency is None
+    assert report.baseline_job_id is None and "parameter_server" in report.note
 
 
 def test_the_per_replica_batch_scales_the_examples(session: Session, project_id: int) -> None:
