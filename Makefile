@@ -23,13 +23,19 @@ up: $(STAMP)
 migrate: $(STAMP)
 	$(VENV)/bin/cohort migrate
 
-# Fast tests (pure units, services and API against PostgreSQL) run two at a time;
-# the end-to-end tests start real TensorFlow gangs and run one at a time, since
-# two cores are all a gang gets. tests/install builds the wheel and runs it installed
-# (not editable) in a virtualenv of its own, as the images do.
+# Fast tests (pure units, services and API against PostgreSQL) run two at a time. So do
+# the end-to-end tests: most of their time is processes starting and waiting, and each
+# xdist worker gets its own Redis db and replica ports (tests/e2e/conftest.py). The fault
+# tests run one at a time: their short timeouts (tests/faults/conftest.py) must not fire
+# because another test's gang took the cores. tests/install builds the wheel and runs it
+# installed (not editable) in a virtualenv of its own, as the images do. `-ra` lists every
+# skip with its reason; a real-stack test may skip only for a capability this machine
+# lacks (tests/capabilities.py).
+PYTEST := $(PY) -m pytest -q -ra
 test: lint chromium
-	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api tests/streams
-	$(PY) -m pytest -q tests/workers tests/e2e tests/faults tests/install
+	$(PYTEST) -n 2 tests/unit tests/services tests/api tests/streams
+	$(PYTEST) -n 2 tests/workers tests/e2e
+	$(PYTEST) tests/faults tests/install
 
 # Style, the import contracts of pyproject.toml (api -> services <- workers; node and
 # replica code holds no SQL) and the types: seconds, so they run before any test.
@@ -47,13 +53,14 @@ lint-deploy: $(STAMP)
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec $(COMPOSE_FILES)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -n 2 -q tests/unit tests/services tests/api tests/streams
+	$(PYTEST) -n 2 tests/unit tests/services tests/api tests/streams
 
 test-e2e: $(STAMP) chromium
-	$(PY) -m pytest -q tests/workers tests/e2e tests/faults
+	$(PYTEST) -n 2 tests/workers tests/e2e
+	$(PYTEST) tests/faults
 
 test-install: $(STAMP)
-	$(PY) -m pytest -q tests/install
+	$(PYTEST) tests/install
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py

@@ -22,6 +22,23 @@ settings.register_profile("cohort", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("cohort")
 
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
+    """A real-stack test skipped for any reason but a missing capability fails
+    (tests/capabilities.py says why)."""
+    from tests.capabilities import allowed_skip, is_real_stack
+
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.skipped and not hasattr(report, "wasxfail") and is_real_stack(item.path):
+        reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) \
+            else str(report.longrepr)
+        if not allowed_skip(reason):
+            report.outcome = "failed"
+            report.longrepr = (f"a real-stack test was skipped on a machine that can run "
+                               f"it: {reason}")
+
 PG_ADMIN_URL = os.environ.get("COHORT_TEST_PG_URL",
                               "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS_BASE = os.environ.get("COHORT_TEST_REDIS", "redis://127.0.0.1:6379")

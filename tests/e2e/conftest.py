@@ -15,10 +15,14 @@ import redis
 from cli.client import CohortClient
 from cli.stack import Stack
 from services.statuses import TERMINAL_STATUSES
-from tests.conftest import REDIS_BASE, create_database, drop_database
+from tests.conftest import REDIS_BASE, create_database, drop_database, worker_number
 
-# Where replica ports start; give concurrent test runs on one machine distinct bases.
-PORT_BASE = os.environ.get("COHORT_TEST_PORT_BASE", "29500")
+# Where replica ports start: concurrent runs on one machine give distinct bases
+# (COHORT_TEST_PORT_BASE), and each pytest-xdist worker of a run takes its own thousand.
+PORT_BASE = str(int(os.environ.get("COHORT_TEST_PORT_BASE", "29500")) + 1000 * worker_number())
+# The Redis db of the stacks on the machine's Redis: one per xdist worker, above the
+# fast tests' dbs (tests/conftest.py).
+E2E_REDIS_DB = int(os.environ.get("COHORT_TEST_E2E_REDIS_DB", "9")) + worker_number()
 
 
 def free_port() -> int:
@@ -54,7 +58,7 @@ def pg_stack_with(tmp_path: Any, env: dict[str, str] | None = None
     own, flushed), with `env` added to its settings."""
     name = f"cohort_e2e_{free_port()}"
     url = create_database(name)
-    redis_url = f"{REDIS_BASE}/{os.environ.get('COHORT_TEST_E2E_REDIS_DB', '9')}"
+    redis_url = f"{REDIS_BASE}/{E2E_REDIS_DB}"
     redis.Redis.from_url(redis_url).flushdb()
     stack = Stack({"COHORT_DATABASE_URL": url, "COHORT_REDIS_URL": redis_url,
                    "COHORT_DATA_DIR": str(tmp_path / "data"),

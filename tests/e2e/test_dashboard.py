@@ -10,23 +10,23 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import playwright.sync_api as playwright_api
 import pytest
 from playwright.sync_api import expect
 
 from cli.client import CohortClient
 from cli.stack import Stack
 from services.statuses import TERMINAL_STATUSES
+from tests.capabilities import CHROMIUM, LACKS
 from tests.e2e.conftest import wait_for
 
-playwright_api = pytest.importorskip("playwright.sync_api")
-CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 TIMEOUT_MS = 240_000
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(not CHROMIUM.exists(),
-                       reason="needs Debian's chromium (make test installs it)"),
+                       reason=LACKS + "Debian's chromium (make test installs it)"),
 ]
 
 

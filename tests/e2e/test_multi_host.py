@@ -4,7 +4,6 @@ namespace addresses, and the gang trains over the link between them."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,18 +15,17 @@ import redis
 
 from cli.client import CohortClient
 from cli.stack import Stack
+from tests.capabilities import need_namespaces, need_redis_server
 from tests.conftest import create_database, drop_database
 from tests.e2e.conftest import PORT_BASE, free_port, wait_terminal
 from tests.e2e.multinode import start_agent, stop_agent, wait_nodes
-from tests.e2e.netns import Machine, NamespacesUnavailable, two_machines
+from tests.e2e.netns import Machine, two_machines
 
 pytestmark = pytest.mark.e2e
 
 
 def start_redis(port: int, binds: list[str], directory: Path) -> subprocess.Popen[bytes]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("no redis-server to serve the namespaced agents")
+    binary = need_redis_server()
     process = subprocess.Popen(
         [binary, "--port", str(port), "--bind", *binds, "--protected-mode", "no",
          "--save", "", "--appendonly", "no", "--dir", str(directory)],
@@ -48,10 +46,9 @@ def start_redis(port: int, binds: list[str], directory: Path) -> subprocess.Pope
 def cluster(tmp_path: Path) -> Iterator[tuple[CohortClient, list[Machine]]]:
     """api + scheduler (+ a 0-slot agent) on the host, one 1-slot agent per namespace."""
     with ExitStack() as cleanup:  # undone in reverse: agents, stack, db, redis, namespaces
-        try:
-            hosts, machines = cleanup.enter_context(two_machines())
-        except NamespacesUnavailable as exc:
-            pytest.skip(f"multi-host test needs network namespaces: {exc}")
+        # Skipped only where namespaces cannot exist; as root, a failing `ip` fails.
+        need_namespaces()
+        hosts, machines = cleanup.enter_context(two_machines())
         port = free_port()
         server = start_redis(port, ["127.0.0.1", *hosts], tmp_path)
         cleanup.callback(server.wait, 10)

@@ -12,11 +12,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import trustme
 
-from cli.stack import redis_server_binary
 from services.statuses import TERMINAL_STATUSES
+from tests.capabilities import need_redis_server
 from tests.e2e.conftest import free_port, pg_stack_with, wait_terminal
 
 PASSWORD = "s3cret-p@ss/word"  # quoted in URLs: '@' and '/' must not end the host part
@@ -28,9 +27,7 @@ JOB = {"name": "secure-redis", "trainer": "mlp_digits", "strategy": "one_device"
 @contextlib.contextmanager
 def redis_server(tmp_path: Path, *args: str, port: int) -> Iterator[None]:
     """A redis-server of this test's own, listening on `port` (plain or TLS, per args)."""
-    binary = redis_server_binary()
-    if binary is None:
-        pytest.skip("no redis-server")
+    binary = need_redis_server()
     process = subprocess.Popen([binary, "--bind", "127.0.0.1", "--save", "", "--appendonly",
                                 "no", "--dir", str(tmp_path), *args],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

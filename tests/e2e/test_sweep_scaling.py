@@ -16,6 +16,7 @@ import pytest
 
 from cli.client import CohortClient
 from cli.stack import Stack
+from tests.capabilities import CHROMIUM, need_chromium
 from tests.e2e.conftest import pg_stack_with
 from tests.e2e.test_sweeps import wait_ended
 
@@ -33,7 +34,6 @@ max_concurrent: 2
 objective: {metric: eval_accuracy, mode: max}
 """
 COHORT = str(Path(sys.executable).parent / "cohort")  # the installed console script
-CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -117,8 +117,8 @@ def test_a_sweep_over_replicas_yields_a_scaling_report_followed_live(
     assert scaling["baseline_job_id"] == one["job_id"], scaling
     assert scaling["total_examples_per_second"] > 0 and scaling["efficiency"] > 0
     assert client.job(one["job_id"])["scaling"]["efficiency"] is None
-    if CHROMIUM.exists():
-        check_pages_in_a_browser(stack, sweep, two["job_id"])
+    need_chromium()  # the CLI's part has passed; the pages need the browser
+    check_pages_in_a_browser(stack, sweep, two["job_id"])
 
 
 def check_pages_in_a_browser(stack: Stack, sweep: dict[str, object], job_id: int) -> None:

@@ -12,7 +12,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from cli.stack import redis_server_binary
+from tests.capabilities import need_redis_server
 from tests.e2e.conftest import free_port, wait_for
 
 
@@ -20,9 +20,7 @@ class Server:
     """A private redis-server that keeps nothing on disk: killed, it comes back empty."""
 
     def __init__(self, tmp_path: Path) -> None:
-        binary = redis_server_binary()
-        if binary is None:
-            pytest.skip("no redis-server binary: install redis-server to run this test")
+        binary = need_redis_server()
         self.binary, self.port, self.dir = binary, free_port(), tmp_path
         self.process: subprocess.Popen[bytes] | None = None
 
