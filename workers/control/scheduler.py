@@ -37,6 +37,7 @@ from services.wire.keys import (
     NODES_HASH,
     PROGRESS_HASH,
     SCHEDULER_LOCK,
+    SCHEDULER_LOCK_TTL,
     SCHEDULER_PASS,
 )
 from services.wire.replica import Dispatcher, Message
@@ -45,7 +46,7 @@ from workers.control.streams import GroupReader
 
 log = logging.getLogger("cohort.scheduler")
 
-LOCK_TTL = 10.0
+LOCK_TTL = SCHEDULER_LOCK_TTL
 PROGRESS_FORGET = 3600.0  # seconds
 
 

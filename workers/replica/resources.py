@@ -15,13 +15,14 @@ from typing import Any
 import psutil
 
 from workers.replica.callbacks import MetricReporter
+from workers.replica.devices_check import given_gpus
 
 SAMPLE_SECONDS = 2.0
 
 
 def _nvml_handles() -> tuple[Any, list[Any]]:
     """NVML and the handles of this replica's GPUs, or (None, []) without GPUs."""
-    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    visible = given_gpus(os.environ)
     if not visible:
         return None, []
     try:
