@@ -23,19 +23,17 @@ up: $(STAMP)
 migrate: $(STAMP)
 	$(VENV)/bin/cohort migrate
 
-# Fast tests (pure units, services and API against PostgreSQL) run two at a time. So do
-# the end-to-end tests: most of their time is processes starting and waiting, and each
-# xdist worker gets its own Redis db and replica ports (tests/e2e/conftest.py). The fault
-# tests run one at a time: their short timeouts (tests/faults/conftest.py) must not fire
-# because another test's gang took the cores. tests/install builds the wheel and runs it
-# installed (not editable) in a virtualenv of its own, as the images do. `-ra` lists every
-# skip with its reason; a real-stack test may skip only for a capability this machine
-# lacks (tests/capabilities.py).
+# Fast tests (pure units, services and API against PostgreSQL) run two at a time; the
+# real-process tests start TensorFlow gangs and run one at a time, since two cores are all
+# a gang gets and their timeouts must not fire because another test took the cores (each
+# xdist worker would get its own Redis db and replica ports: tests/e2e/conftest.py).
+# tests/install builds the wheel and runs it installed (not editable) in a virtualenv of
+# its own, as the images do. `-ra` lists every skip with its reason; a real-stack test may
+# skip only for a capability this machine lacks (tests/capabilities.py).
 PYTEST := $(PY) -m pytest -q -ra
 test: lint chromium
 	$(PYTEST) -n 2 tests/unit tests/services tests/api tests/streams
-	$(PYTEST) -n 2 tests/workers tests/e2e
-	$(PYTEST) tests/faults tests/install
+	$(PYTEST) tests/workers tests/e2e tests/faults tests/install
 
 # Style, the import contracts of pyproject.toml (api -> services <- workers; node and
 # replica code holds no SQL) and the types: seconds, so they run before any test.
@@ -56,8 +54,7 @@ test-fast: $(STAMP)
 	$(PYTEST) -n 2 tests/unit tests/services tests/api tests/streams
 
 test-e2e: $(STAMP) chromium
-	$(PYTEST) -n 2 tests/workers tests/e2e
-	$(PYTEST) tests/faults
+	$(PYTEST) tests/workers tests/e2e tests/faults
 
 test-install: $(STAMP)
 	$(PYTEST) tests/install
