@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from services import auth
 from services.db import session_scope
+from services.exceptions import Forbidden
 from services.jobs import store as jobs
 from services.models import ApiToken, Job
 from services.settings import Settings, get_settings
@@ -71,6 +72,16 @@ def get_token(
 
 
 TokenDep = Annotated[ApiToken, Depends(get_token)]
+
+
+def require_admin(token: TokenDep) -> ApiToken:
+    """The caller's token, if it is an admin's (403 otherwise)."""
+    if not token.is_admin:
+        raise Forbidden("this needs an admin token; ask an admin of the cluster")
+    return token
+
+
+AdminDep = Annotated[ApiToken, Depends(require_admin)]
 
 
 def get_job(job_id: int, session: SessionDep, token: TokenDep) -> Job:
