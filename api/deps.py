@@ -29,6 +29,18 @@ def get_db() -> Iterator[Session]:
 # scope="function": the commit above runs before the response goes out, so a
 # 201 is only ever sent for a job that is already committed.
 SessionDep = Annotated[Session, Depends(get_db, scope="function")]
+
+
+def commit_admission(session: Session) -> None:
+    """Commit a quota admission (services/jobs/quotas.py) now, in the endpoint's thread.
+
+    Admission holds the project's row lock until the commit. `get_db` commits only after
+    the response is serialized, which needs a thread of the pool; a burst of submissions
+    to one project can fill every thread with requests waiting for that very lock, and
+    the holder would never get one. Committing here releases the lock without another
+    thread. (The response is then read in a new transaction, which `get_db` commits.)
+    """
+    session.commit()
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 

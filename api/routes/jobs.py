@@ -6,7 +6,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Header, Query, Response, status
 
-from api.deps import CurrentJob, RedisDep, SessionDep, SettingsDep, StoreDep, TokenDep
+from api.deps import (
+    CurrentJob,
+    RedisDep,
+    SessionDep,
+    SettingsDep,
+    StoreDep,
+    TokenDep,
+    commit_admission,
+)
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead
 from services.statuses import JobStatus
@@ -23,10 +31,12 @@ def create_job(
     idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
 ) -> JobRead:
     """Submit a job; 201 means it is committed. A retried POST with the same
-    Idempotency-Key returns the first job."""
+    Idempotency-Key returns the first job. Over the project's quota: 429 (queued jobs),
+    403 (a priority above its ceiling, a gang larger than its running limits)."""
     job, created = jobs.create_job(session=session, project_id=token.project_id, job_in=job_in,
                                    settings=settings, idempotency_key=idempotency_key,
                                    store=store)
+    commit_admission(session)
     if not created:
         response.headers["Idempotent-Replayed"] = "true"
     # Runs after the response, hence after the commit: the scheduler never sees
