@@ -100,6 +100,7 @@ def trigger_schedule(schedule: CurrentSchedule, session: SessionDep, settings: S
     run = firing.trigger_schedule(session=session, settings=settings,
                                            schedule=schedule)
     assert run is not None  # a fresh fire time: nothing else can have recorded it
+    commit_admission(session)
     background.add_task(wake_scheduler, bus)  # after the commit
     return ScheduleRunRead.model_validate(run)
 

@@ -142,3 +142,20 @@ def test_queue_position_is_counted_within_the_project_cluster_wide_for_admins(
     assert seen["queue_position"] == 1
     assert seen["cluster_queue_position"] is not None
     assert seen["cluster_queue_position"] > len(ahead)  # the other project's jobs go first
+
+
+def test_a_schedule_run_now_over_the_queued_quota_is_skipped_with_the_reason(
+        client: TestClient, session: Session) -> None:
+    name, headers = fresh_project(session)
+    client.put(f"/api/v1/projects/{name}/quota", json={"max_queued_jobs": 1},
+               headers=admin(session))
+    schedule = client.post("/api/v1/schedules", headers=headers, json={
+        "name": "nightly", "job": JOB, "interval_seconds": 3600}).json()
+    first = client.post(f"/api/v1/schedules/{schedule['id']}/trigger", headers=headers).json()
+    assert first["outcome"] == "triggered" and first["job_id"] is not None
+    second = client.post(f"/api/v1/schedules/{schedule['id']}/trigger", headers=headers)
+    assert second.status_code == 201, second.text
+    assert (second.json()["outcome"], second.json()["job_id"]) == ("skipped", None)
+    assert second.json()["reason"] == \
+        "project quota: 1 of 1 queued jobs; this fire time made no job"
+    assert count(session, Job, name) == 1
