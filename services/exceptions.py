@@ -174,6 +174,11 @@ class SweepEnded(CohortError):
         super().__init__(f"sweep {sweep_id} has already ended ({status})")
 
 
+class ProjectNotFound(NotFound):
+    def __init__(self, name: str) -> None:
+        super().__init__("project", name)
+
+
 class Forbidden(CohortError):
     """The caller's token may not do this (403)."""
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.exceptions import BeyondQuota, NotFound, QuotaExceeded
+from services.exceptions import BeyondQuota, ProjectNotFound, QuotaExceeded
 from services.jobs.quota_schemas import LIMITS, QuotaLimits, QuotaRead, QuotaUpdate, QuotaUsage
 from services.jobs.schemas import JobCreate
 from services.models import Job, Project, ProjectQuota, Replica, Schedule
@@ -31,11 +31,6 @@ from services.settings import Settings
 from services.statuses import TERMINAL_REPLICA_STATUSES, JobStatus
 
 ADMIN_HINT = "an admin can raise it (cohort quota set)"
-
-
-class ProjectNotFound(NotFound):
-    def __init__(self, name: str) -> None:
-        super().__init__("project", name)
 
 
 def default_limits(settings: Settings) -> QuotaLimits:
