@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from services import auth
 from services.db import session_scope
+from services.exceptions import Forbidden
 from services.jobs import store as jobs
 from services.models import ApiToken, Job
 from services.settings import Settings, get_settings
@@ -28,6 +29,18 @@ def get_db() -> Iterator[Session]:
 # scope="function": the commit above runs before the response goes out, so a
 # 201 is only ever sent for a job that is already committed.
 SessionDep = Annotated[Session, Depends(get_db, scope="function")]
+
+
+def commit_admission(session: Session) -> None:
+    """Commit a quota admission (services/jobs/quotas.py) now, in the endpoint's thread.
+
+    Admission holds the project's row lock until the commit. `get_db` commits only after
+    the response is serialized, which needs a thread of the pool; a burst of submissions
+    to one project can fill every thread with requests waiting for that very lock, and
+    the holder would never get one. Committing here releases the lock without another
+    thread. (The response is then read in a new transaction, which `get_db` commits.)
+    """
+    session.commit()
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
@@ -71,6 +84,16 @@ def get_token(
 
 
 TokenDep = Annotated[ApiToken, Depends(get_token)]
+
+
+def require_admin(token: TokenDep) -> ApiToken:
+    """The caller's token, if it is an admin's (403 otherwise)."""
+    if not token.is_admin:
+        raise Forbidden("this needs an admin token; ask an admin of the cluster")
+    return token
+
+
+AdminDep = Annotated[ApiToken, Depends(require_admin)]
 
 
 def get_job(job_id: int, session: SessionDep, token: TokenDep) -> Job:

@@ -9,8 +9,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from services.exceptions import (
+    BeyondQuota,
     DataPathConflict,
     FieldError,
+    Forbidden,
     IdempotencyConflict,
     InvalidArtifactPath,
     InvalidBundle,
@@ -19,6 +21,8 @@ from services.exceptions import (
     InvalidJobSpec,
     InvalidTransition,
     NotFound,
+    QuotaError,
+    QuotaExceeded,
     ScheduleConflict,
     SweepEnded,
     TooLarge,
@@ -79,6 +83,11 @@ ANSWERS: dict[type[Exception], Answer] = {
     InvalidDataPath: Answer(422, "invalid_request"),
     DataPathConflict: Answer(409, "conflict"),
     SweepEnded: Answer(409, "conflict"),
+    Forbidden: Answer(403, "forbidden"),
+    # Quotas (services/jobs/quotas.py): a count reached is worth retrying later (429); a
+    # job its project may never run as it is (priority, gang size) is not (403).
+    QuotaExceeded: Answer(429, "quota_exceeded"),
+    BeyondQuota: Answer(403, "quota_exceeded"),
 }
 
 
@@ -94,6 +103,8 @@ def answer(exc: Exception) -> JSONResponse:
     body: dict[str, object] = {"error": spec.code, "message": _message(exc)}
     if isinstance(exc, FieldError):
         body["fields"] = [{"field": exc.field, "message": exc.message}]
+    if isinstance(exc, QuotaError):
+        body.update(quota=exc.quota, used=exc.used, allowed=exc.allowed)
     return JSONResponse(status_code=spec.status, content=body, headers=spec.headers)
 
 

@@ -17,6 +17,7 @@ from api.routes import (
     jobs,
     metrics,
     nodes,
+    quotas,
     schedules,
     sweep_pages,
     sweeps,
@@ -59,6 +60,7 @@ def create_app() -> FastAPI:
         app.include_router(module.router, prefix="/api/v1")
     app.include_router(schedules.router, prefix="/api/v1")
     app.include_router(sweeps.router, prefix="/api/v1")  # sweeps (issue 17)
+    app.include_router(quotas.router, prefix="/api/v1")  # projects' quotas (issue 14)
     for module in (bundles, artifacts, data):  # code, artifacts and data (issue 12)
         app.include_router(module.router, prefix="/api/v1")
     dashboard.install(app)  # the web dashboard at `/`, its assets at `/static`

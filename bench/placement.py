@@ -11,8 +11,14 @@ placer (from git, per-replica scans) side by side where it finishes in reasonabl
 evaluator on one node, one in three with `ps: separate`), and times the 10k x 1k cell with
 and without them, and the placer of `--against REV` (default main) on the plain queue.
 
+`--fair` times the same cell with the queue spread over 10 and 100 projects of equal
+standing (fair sharing between projects of equal priority, services/cluster/fair_share.py),
+each holding a random share of the cluster, with and without running quotas, against
+the placer of `--against REV` on the one-project queue.
+
     .venv/bin/python bench/placement.py [--repeat 5] [--old]
     .venv/bin/python bench/placement.py --ps [--against main]
+    .venv/bin/python bench/placement.py --fair [--against main]
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from services.cluster.fair_share import ProjectState  # noqa: E402
 from services.cluster.placement import GangRequest, NodeCapacity, place  # noqa: E402
 from services.cluster.placement_roles import ps_parts  # noqa: E402
 
@@ -104,14 +111,53 @@ def ps_cell(repeat: int, against: str) -> None:
         print(f"{label:>26} {placed:>7} {wall * 1e3:>9.1f} {cpu * 1e3:>8.1f}", flush=True)
 
 
-def timed(fn: Callable[..., Any], queue: list[Any], nodes: list[Any], repeat: int
-          ) -> tuple[float, float]:
+def over_projects(queue: list[GangRequest], count: int, rng: random.Random,
+                  quota: int | None = None) -> tuple[list[GangRequest], dict[int, ProjectState]]:
+    """The queue's jobs dealt round robin to `count` projects, each holding some of the
+    cluster already (and, with `quota`, that many running replicas at most)."""
+    spread = [GangRequest(j.job_id, j.replicas, j.gpus_per_replica, j.priority, j.seq,
+                          j.policy, project=j.job_id % count) for j in queue]
+    states = {}
+    for project in range(count):
+        cpu, gpus = rng.randint(0, 40), rng.randint(0, 16)
+        states[project] = ProjectState(replicas=cpu + gpus, cpu_slots=cpu, gpus=gpus,
+                                       max_replicas=None if quota is None
+                                       else max(quota, cpu + gpus))
+    return spread, states
+
+
+def fair_cell(repeat: int, against: str) -> None:
+    """The 10k jobs x 1k nodes cell: the one-project queue (this placer and `against`'s),
+    then the same jobs over 10 and 100 projects, with and without running quotas."""
+    rng = random.Random(7)
+    nodes = make_nodes(1_000, rng)
+    plain = make_queue(10_000, rng)
+    baseline = old_placer(against)
+    print(f"{time.strftime('%Y-%m-%d')} {platform.node()} Python {platform.python_version()}")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"{'queue':>34} {'placed':>7} {'wall ms':>9} {'cpu ms':>8}")
+    cells: list[tuple[str, Callable[..., Any], list[GangRequest], Any]] = [
+        (f"1 project, placer of {against}", baseline, plain, None),
+        ("1 project, this placer", place, plain, None)]
+    for count in (10, 100):
+        cells.append((f"{count} projects", place, *over_projects(plain, count, rng)))
+        cells.append((f"{count} projects, quota 60 replicas", place,
+                      *over_projects(plain, count, rng, quota=60)))
+    for label, fn, queue, projects in cells:
+        args = (projects,) if projects is not None else ()
+        wall, cpu = timed(fn, queue, nodes, repeat, *args)
+        placed = len(fn(queue, nodes, *args).assignments)
+        print(f"{label:>34} {placed:>7} {wall * 1e3:>9.1f} {cpu * 1e3:>8.1f}", flush=True)
+
+
+def timed(fn: Callable[..., Any], queue: list[Any], nodes: list[Any], repeat: int,
+          *args: Any) -> tuple[float, float]:
     """Median wall and CPU seconds of one call. The CPU time is what the pass costs; on
     a shared machine the wall time also counts the time other processes had the core."""
     walls, cpus = [], []
     for _ in range(repeat):
         wall, cpu = time.perf_counter(), time.process_time()
-        fn(queue, nodes)
+        fn(queue, nodes, *args)
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
     return statistics.median(walls), statistics.median(cpus)
@@ -122,10 +168,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--old", action="store_true", help="time the skeleton's placer too")
     parser.add_argument("--ps", action="store_true", help="the parameter_server cell only")
-    parser.add_argument("--against", default="main", help="with --ps: the baseline revision")
+    parser.add_argument("--fair", action="store_true",
+                        help="the fair-sharing cell only: the queue over many projects")
+    parser.add_argument("--against", default="main",
+                        help="with --ps or --fair: the baseline revision")
     args = parser.parse_args()
     if args.ps:
         ps_cell(args.repeat, args.against)
+        return
+    if args.fair:
+        fair_cell(args.repeat, args.against)
         return
     rng = random.Random(7)
     old = old_placer() if args.old else None

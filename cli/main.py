@@ -26,6 +26,7 @@ from cli.options import (
     guarded,
     load_spec,
 )
+from cli.quotas import app as quotas_app
 from cli.schedules import app as schedules_app
 from cli.sweeps import app as sweeps_app
 from services.settings import get_settings
@@ -223,6 +224,7 @@ def create_token(project: str = "default", name: str = "cli") -> None:
 
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(sweeps_app, name="sweep")
+app.add_typer(quotas_app, name="quota")
 
 
 register_job_commands(app)  # jobs, get, logs, metrics, cancel, nodes

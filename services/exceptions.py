@@ -39,6 +39,20 @@ class FieldError(CohortError):
         self.field = field
         self.message = message
 
+    def renamed(self, field: str, message: str | None = None) -> FieldError:
+        """The same error (same class, so the same answer) about another field."""
+        # Not copy.copy: that calls __init__ again with `args`, which subclasses take
+        # otherwise.
+        moved = type(self).__new__(type(self))
+        moved.__dict__.update(self.__dict__)
+        moved.field, moved.message = field, self.message if message is None else message
+        moved.args = (f"{moved.field}: {moved.message}",)
+        return moved
+
+    def under(self, prefix: str) -> FieldError:
+        """The same error about a field nested under `prefix` (e.g. a schedule's `job.`)."""
+        return self.renamed(prefix + self.field)
+
 
 class InvalidJobSpec(FieldError):
     """A job spec that passed schema validation but is refused by a setting."""
@@ -158,3 +172,34 @@ class SweepEnded(CohortError):
 
     def __init__(self, sweep_id: int, status: str) -> None:
         super().__init__(f"sweep {sweep_id} has already ended ({status})")
+
+
+class ProjectNotFound(NotFound):
+    def __init__(self, name: str) -> None:
+        super().__init__("project", name)
+
+
+class Forbidden(CohortError):
+    """The caller's token may not do this (403)."""
+
+
+class QuotaError(FieldError):
+    """A refusal by a project's quota: which limit (`quota`), what the project uses or
+    the request asks (`used`), and what the quota allows (`allowed`)."""
+
+    def __init__(self, field: str, message: str, *, quota: str, used: int,
+                 allowed: int) -> None:
+        super().__init__(field, message)
+        self.quota = quota
+        self.used = used
+        self.allowed = allowed
+
+
+class QuotaExceeded(QuotaError):
+    """A count the project's quota caps is reached: its queued jobs, its schedules (429).
+    Retrying later can succeed, once some of them have gone."""
+
+
+class BeyondQuota(QuotaError, InvalidJobSpec):
+    """A job the project's quota never permits as it is: a priority above the project's
+    ceiling, a gang larger than its running-replica or GPU quota (403)."""

@@ -88,6 +88,26 @@ class Settings(BaseSettings):
     PS_WORKER_RESTARTS: int = Field(3, ge=0, le=100)
     EVALUATOR_GRACE: float = Field(60.0, ge=0)
 
+    # Quotas: the defaults of every project (an admin overrides them per project,
+    # PUT /api/v1/projects/{name}/quota; services/jobs/quotas.py). Unset (or "none"):
+    # no limit. Counts refused at submission (429): queued jobs, schedules; a priority
+    # above the ceiling is refused (403); running replicas and GPUs in use make a job
+    # wait in the queue with the reason.
+    QUOTA_MAX_QUEUED_JOBS: int | None = Field(1000, ge=0)
+    QUOTA_MAX_RUNNING_REPLICAS: int | None = Field(None, ge=0)
+    QUOTA_MAX_GPUS: int | None = Field(None, ge=0)
+    QUOTA_MAX_SCHEDULES: int | None = Field(100, ge=0)
+    QUOTA_MAX_PRIORITY: int | None = Field(10, ge=-1000, le=1000)
+
+    @field_validator("QUOTA_MAX_QUEUED_JOBS", "QUOTA_MAX_RUNNING_REPLICAS", "QUOTA_MAX_GPUS",
+                     "QUOTA_MAX_SCHEDULES", "QUOTA_MAX_PRIORITY", mode="before")
+    @classmethod
+    def _no_limit(cls, value: object) -> object:
+        # An environment variable cannot be null: an empty value or "none" means no limit.
+        if isinstance(value, str) and value.strip().lower() in ("", "none", "unlimited"):
+            return None
+        return value
+
     @model_validator(mode="after")
     def _port_range_follows_its_start(self) -> Settings:
         # PORT_RANGE_START moved above the default end (as tests do with their own

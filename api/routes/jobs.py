@@ -6,7 +6,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Header, Query, Response, status
 
-from api.deps import CurrentJob, RedisDep, SessionDep, SettingsDep, StoreDep, TokenDep
+from api.deps import (
+    CurrentJob,
+    RedisDep,
+    SessionDep,
+    SettingsDep,
+    StoreDep,
+    TokenDep,
+    commit_admission,
+)
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead
 from services.statuses import JobStatus
@@ -23,16 +31,19 @@ def create_job(
     idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
 ) -> JobRead:
     """Submit a job; 201 means it is committed. A retried POST with the same
-    Idempotency-Key returns the first job."""
+    Idempotency-Key returns the first job. Over the project's quota: 429 (queued jobs),
+    403 (a priority above its ceiling, a gang larger than its running limits)."""
     job, created = jobs.create_job(session=session, project_id=token.project_id, job_in=job_in,
                                    settings=settings, idempotency_key=idempotency_key,
                                    store=store)
+    commit_admission(session)
     if not created:
         response.headers["Idempotent-Replayed"] = "true"
     # Runs after the response, hence after the commit: the scheduler never sees
     # a wake-up for a job it cannot read yet.
     background.add_task(wake_scheduler, bus)
-    return read_job_view(session=session, job=job, with_progress=False)
+    return read_job_view(session=session, job=job, with_progress=False,
+                         cluster_wide=token.is_admin)
 
 
 @router.get("")
@@ -61,24 +72,26 @@ def read_jobs(
                                        status=status_filter, name=name, before=before,
                                        limit=limit, schedule_id=schedule_id,
                                        sweep_id=sweep_id)
-    return JobList(items=read_job_views(session=session, jobs=rows),
+    return JobList(items=read_job_views(session=session, jobs=rows,
+                                        cluster_wide=token.is_admin),
                    next_cursor=jobs.encode_cursor(next_before) if next_before else None)
 
 
 @router.get("/{job_id}")
-def read_job(job: CurrentJob, session: SessionDep) -> JobRead:
+def read_job(job: CurrentJob, session: SessionDep, token: TokenDep) -> JobRead:
     """A job: status, attempt, reason, where each replica runs, its place in the queue
     and its progress (the same view as the job's stream's `status` events)."""
-    return read_job_view(session=session, job=job)
+    return read_job_view(session=session, job=job, cluster_wide=token.is_admin)
 
 
 @router.post("/{job_id}/cancel")
-def cancel_job(job: CurrentJob, session: SessionDep, bus: RedisDep,
+def cancel_job(job: CurrentJob, session: SessionDep, bus: RedisDep, token: TokenDep,
                background: BackgroundTasks) -> JobRead:
     """Cancel a job; every replica on every node is stopped."""
     jobs.request_cancel(session=session, job=job)
     background.add_task(wake_scheduler, bus)
-    return read_job_view(session=session, job=job, with_progress=False)
+    return read_job_view(session=session, job=job, with_progress=False,
+                         cluster_wide=token.is_admin)
 
 
 @router.get("/{job_id}/events")

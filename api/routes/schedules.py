@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Depends, Query, Response, status
 from sqlalchemy.orm import Session
 
-from api.deps import RedisDep, SessionDep, SettingsDep, TokenDep
+from api.deps import RedisDep, SessionDep, SettingsDep, TokenDep, commit_admission
 from services.models import Schedule
 from services.retraining import firing, schedules
 from services.retraining.schemas import (
@@ -44,6 +44,7 @@ def create_schedule(schedule_in: ScheduleCreate, session: SessionDep, settings: 
     """Create a schedule: a job template fired on a cron expression or a fixed interval."""
     schedule = schedules.create_schedule(session=session, project_id=token.project_id,
                                          schedule_in=schedule_in, settings=settings)
+    commit_admission(session)
     return _read(session, schedule)
 
 
@@ -99,6 +100,7 @@ def trigger_schedule(schedule: CurrentSchedule, session: SessionDep, settings: S
     run = firing.trigger_schedule(session=session, settings=settings,
                                            schedule=schedule)
     assert run is not None  # a fresh fire time: nothing else can have recorded it
+    commit_admission(session)
     background.add_task(wake_scheduler, bus)  # after the commit
     return ScheduleRunRead.model_validate(run)
 

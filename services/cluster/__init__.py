@@ -1,5 +1,5 @@
 """The cluster: the scheduler's view of nodes and gangs. SQL-side except the pure modules
-(placement, placement_pool, placement_roles, tf_config), which node code may import.
+(placement, placement_pool, placement_roles, fair_share, tf_config), which node code may import.
 
     reconcile.py       one scheduling pass: heartbeats, lost nodes, gangs, the queue
     pass_lock.py       one pass at a time across scheduler processes (in the database)
@@ -7,6 +7,7 @@
     placement.py       gang placement: (queue, nodes) -> all-or-nothing assignments
     placement_pool.py  free capacity of one kind (CPU slots or GPUs), bucketed
     placement_roles.py a gang placed by parts: a parameter_server chief with its evaluator
+    fair_share.py      the queue's order between projects (fair shares) and running quotas
     gangs.py           replica reports applied to a job's gang, its status settled
     tf_config.py       each replica's role in its gang, and the TF_CONFIG it is told
     watchdog.py        what broke without telling anyone, for the pass to act on

@@ -4,7 +4,10 @@ No I/O here, so the rule is tested (property tests) and benchmarked on its own.
 
 The rule:
 
-* Jobs are considered in priority order (high first), then submission order.
+* Jobs are considered in priority order (high first); among jobs of equal priority,
+  projects take turns by their share of the cluster, and each project's jobs go in
+  submission order (fair_share.py). A job its project's running quota cannot take now
+  waits with that reason and holds nothing.
 * A job is placed whole or not at all: every replica gets its CPU slot (or its
   GPUs) in the same pass, or none does. Two jobs never hold parts of the pool
   while waiting for each other.
@@ -26,7 +29,8 @@ The rule:
   stay whole for big jobs. `spread` puts one replica per node on as many nodes
   as possible, the emptiest first.
 
-Cost: one sort of the queue, then per job a walk over at most one bucket per
+Cost: one sort of the queue (per priority and project; where several projects share a
+priority, a heap of them: log P per job), then per job a walk over at most one bucket per
 distinct free count (see placement_pool.py); a job behind a blocked one is
 usually answered in O(1) because the capacity it could use has been withdrawn.
 """
@@ -34,10 +38,11 @@ usually answered in O(1) because the capacity it could use has been withdrawn.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
+from services.cluster.fair_share import FairQueue, ProjectState
 from services.cluster.placement_pool import Pool, choose
 from services.cluster.placement_roles import GangPart, choose_parts
 
@@ -68,6 +73,7 @@ class GangRequest:
     priority: int = 0
     seq: int = 0  # submission order (the job id does)
     policy: str = PACK
+    project: int = 0  # whose job: fair sharing and quotas are per project
     # Parts with constraints (a parameter_server gang: placement_roles.py); empty: the
     # whole gang is one part of interchangeable replicas.
     parts: tuple[GangPart, ...] = ()
@@ -100,6 +106,7 @@ class PlacementResult:
     assignments: dict[int, list[ReplicaPlacement]] = field(default_factory=dict)
     waiting: dict[int, str] = field(default_factory=dict)  # job id -> reason
     positions: dict[int, int] = field(default_factory=dict)  # job id -> place among waiting, 1..
+    order: list[int] = field(default_factory=list)  # job ids in the order considered
 
 
 class _Cluster:
@@ -181,13 +188,21 @@ class _Cluster:
         return placed
 
 
-def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity]) -> PlacementResult:
-    """Assign whole gangs to nodes, in priority then submission order (see the module rule)."""
+def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity],
+          projects: Mapping[int, ProjectState] | None = None) -> PlacementResult:
+    """Assign whole gangs to nodes, in priority then fair order (see the module rule).
+
+    `projects`: what each project holds now and its running quotas (none: no quotas,
+    and every project starts the pass holding nothing).
+    """
     result = PlacementResult()
     cluster = _Cluster(nodes)
-    first_blocked: dict[str, int] = {}  # kind -> job id of the first job of it that waits
+    fair = FairQueue(queue, projects or {}, cluster.total_units[CPU], cluster.total_units[GPU])
+    # kind -> the first job of that kind that waits for capacity (its id and project)
+    first_blocked: dict[str, tuple[int, int]] = {}
     position = 0
-    for request in sorted(queue, key=lambda r: (-r.priority, r.seq)):
+    for request in fair:
+        result.order.append(request.job_id)
         # Locals, not properties: this loop runs once per queued job.
         per = request.gpus_per_replica or 1
         kind = GPU if request.gpus_per_replica else CPU
@@ -204,6 +219,12 @@ def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity]) -> Placem
             result.waiting[request.job_id] = \
                 f"unschedulable: needs {request.describe_need()}, {detail}"
             continue
+        over_quota = fair.quota_wait(request)
+        if over_quota is not None:
+            position += 1
+            result.positions[request.job_id] = position
+            result.waiting[request.job_id] = over_quota
+            continue
         pool = cluster.pools[kind]
         parts, chosen = None, None
         if not request.parts:
@@ -218,9 +239,13 @@ def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity]) -> Placem
                       f"node{'s' if min_nodes > 1 else ''}; "
                       f"{cluster.free_units[kind]} {unit} free")
             if kind in first_blocked:
-                reason += f", held for job {first_blocked[kind]} ahead in the queue"
+                ahead, owner = first_blocked[kind]
+                # Another project's job is not this caller's to know by id.
+                reason += (f", held for job {ahead} ahead in the queue"
+                           if owner == request.project
+                           else ", held for a job of another project ahead in the queue")
             else:
-                first_blocked[kind] = request.job_id
+                first_blocked[kind] = (request.job_id, request.project)
             result.waiting[request.job_id] = reason
             cluster.reserve(kind, per)
             continue
@@ -230,6 +255,7 @@ def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity]) -> Placem
             assert chosen is not None
             result.assignments[request.job_id] = cluster.commit(
                 request.replicas, request.gpus_per_replica, kind, per, chosen)
+        fair.took(request)
     return result
 
 

@@ -15,9 +15,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from services.cluster import gangs, nodes, tf_config, watchdog
+from services.cluster.fair_share import ProjectState
 from services.cluster.pass_lock import lock_pass
 from services.cluster.placement import GangRequest, ReplicaPlacement, pick_ports, place
 from services.cluster.placement_roles import ps_parts
+from services.jobs import quotas
 from services.jobs.inputs import resolve_inputs
 from services.jobs.transitions import transition_job
 from services.models import Job, Node, Replica, utcnow
@@ -104,9 +106,10 @@ def _place_queue(session: Session, settings: Settings, now: dt.datetime) -> tupl
     capacity, used_ports = nodes.read_capacity(session=session)
     requests = [GangRequest(job.id, job.replicas, job.gpus_per_replica, job.priority, job.id,
                             policy=job.placement or settings.PLACEMENT_POLICY,
-                            parts=ps_parts(job.roles, job.role_placement) if job.roles else ())
+                            parts=ps_parts(job.roles, job.role_placement) if job.roles else (),
+                            project=job.project_id)
                 for job in queued]
-    result = place(requests, capacity)
+    result = place(requests, capacity, _project_states(session, settings, queued))
     by_id = {job.id: job for job in queued}
     for job_id, reason in result.waiting.items():
         if not capacity:
@@ -118,6 +121,24 @@ def _place_queue(session: Session, settings: Settings, now: dt.datetime) -> tupl
         messages.extend(_schedule_gang(session, by_id[job_id], placements, ports, now))
     session.flush()
     return messages, list(result.assignments)
+
+
+def _project_states(session: Session, settings: Settings, queued: list[Job]
+                    ) -> dict[int, ProjectState]:
+    """What every project holds now (fair sharing weighs them all), and the running
+    quotas of those with jobs queued."""
+    running = quotas.read_running(session=session)
+    waiting = {job.project_id for job in queued}
+    limits = quotas.read_many_limits(session=session, project_ids=waiting, settings=settings)
+    states: dict[int, ProjectState] = {}
+    for pid in waiting | set(running):
+        held = running.get(pid, quotas.Running())
+        limit = limits.get(pid)
+        states[pid] = ProjectState(
+            replicas=held.replicas, cpu_slots=held.cpu_slots, gpus=held.gpus,
+            max_replicas=limit.max_running_replicas if limit else None,
+            max_gpus=limit.max_gpus if limit else None)
+    return states
 
 
 def _gang_ports(placements: Sequence[ReplicaPlacement], used_ports: dict[str, set[int]],

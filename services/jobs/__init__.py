@@ -7,7 +7,9 @@ control plane only (node code reaches none of it but `trainers`).
     store.py        create (idempotently), read, list with cursor pagination, cancel
     transitions.py  transition_job(), the only writer of Job.status
     trainers.py     which trainers a job may name (built-ins, allow-listed entrypoints)
-    queue.py        a queued job's place in the placer's order
+    queue.py        a queued job's place in the placer's order (within its project)
+    quotas.py       projects' quotas: the limits in force, usage, every admission check
+    quota_schemas.py the I/O schemas of a project's quota
     bundles.py      code bundles: which project uploaded which digest
     data.py         a project's data in the store: upload, list, delete, path checks
     inputs.py       a job's `inputs`: checked at submit, resolved into the replica spec

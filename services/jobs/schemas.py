@@ -318,7 +318,11 @@ class JobRead(BaseModel):
     priority: int
     placement: str | None = None
     queue_position: int | None = Field(
-        None, description="while queued: 1 for the next job to be placed, 2 behind it, ...")
+        None, description="while queued: its place among its project's queued jobs, 1 for "
+        "the project's next job to be placed, 2 behind it, ...")
+    cluster_queue_position: int | None = Field(
+        None, description="while queued, to admin tokens only: its place among every "
+        "project's queued jobs (priority, then submission)")
     active_deadline_seconds: int | None = None
     ttl_seconds_after_finished: int | None = None
     schedule_id: int | None = Field(None, description="the schedule that fired this job")

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from services.db import newest_first_page
 from services.exceptions import IdempotencyConflict, InvalidJobSpec, InvalidTransition, JobNotFound
+from services.jobs import quotas
 from services.jobs.bundles import check_bundle
 from services.jobs.inputs import check_inputs_exist
 from services.jobs.schemas import DistributionOptions, JobCreate
@@ -71,6 +72,8 @@ def create_job(
         BundleNotFound: the spec names a bundle the project has not uploaded.
         DataNotFound: an input names data the project has not uploaded.
         IdempotencyConflict: the key was used before for a different spec.
+        BeyondQuota: the project's quota never permits this job (priority, gang size).
+        QuotaExceeded: the project has as many jobs queued as its quota allows.
     """
     check_job_spec(job_in=job_in, settings=settings)
     check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
@@ -78,6 +81,13 @@ def create_job(
                        store=store)
     spec_hash = _spec_hash(job_in)
     if idempotency_key is not None:
+        existing = _by_idempotency_key(session, project_id, idempotency_key)
+        if existing is not None:
+            return _replay(existing, spec_hash), False
+    quotas.admit_job(session=session, project_id=project_id, job_in=job_in, settings=settings)
+    if idempotency_key is not None:
+        # Admission may have waited for a concurrent submission to commit: if that was a
+        # retry of this very request, answer with its job.
         existing = _by_idempotency_key(session, project_id, idempotency_key)
         if existing is not None:
             return _replay(existing, spec_hash), False

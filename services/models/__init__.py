@@ -5,17 +5,20 @@
     series.py     metric points, their rollups, log lines
     schedules.py  retraining schedules and their runs
     sweeps.py     sweeps (their trials are jobs)
+    quotas.py     projects' quotas over the cluster's defaults
 
 Every model is imported here, so `Base.metadata` holds every table (Alembic, tests).
 """
 
 from services.models.base import Base, UTCDateTime, utcnow
 from services.models.jobs import ApiToken, Bundle, Job, JobEvent, Node, Project, Replica
+from services.models.quotas import ProjectQuota
 from services.models.schedules import Schedule, ScheduleRun
 from services.models.series import LogLine, MetricPoint, MetricRollup
 from services.models.sweeps import Sweep
 
 __all__ = [
     "ApiToken", "Base", "Bundle", "Job", "JobEvent", "LogLine", "MetricPoint", "MetricRollup",
-    "Node", "Project", "Replica", "Schedule", "ScheduleRun", "Sweep", "UTCDateTime", "utcnow",
+    "Node", "Project", "ProjectQuota", "Replica", "Schedule", "ScheduleRun", "Sweep",
+    "UTCDateTime", "utcnow",
 ]

@@ -6,6 +6,10 @@ while it fires, and its `next_fire_at` moves on in the same transaction as the
 job insert. Two schedulers (or an old leader still finishing a pass) that reach
 the same fire time either skip the locked row or lose on the unique key.
 
+Quotas: a fire time whose job the project's queued-jobs quota refuses is recorded
+`skipped` with the reason (the next one may run); a template its quota never permits
+(priority, gang size) is recorded `failed`, as any refused template.
+
 Missed runs (a scheduler down for an hour) follow Kubernetes CronJob: only the
 most recent missed fire time may run; the older ones are recorded as one
 `missed` record, not fired in a burst. The most recent one runs if it is at
@@ -24,7 +28,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from services.exceptions import BundleNotFound, DataNotFound, InvalidJobSpec
+from services.exceptions import BundleNotFound, DataNotFound, InvalidJobSpec, QuotaExceeded
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate
 from services.models import Job, Schedule, ScheduleRun, Sweep, utcnow
@@ -158,6 +162,11 @@ def start_run(*, session: Session, settings: Settings, schedule: Schedule,
             session.flush()
     except IntegrityError:
         return None  # the unique (schedule_id, scheduled_for) keys: already fired
+    except QuotaExceeded as exc:
+        # Not the template's fault: this fire time is skipped, the next one may run.
+        return _record(session, schedule, fire_time, "skipped",
+                       f"project quota: {exc.used} of {exc.allowed} queued jobs; this "
+                       "fire time made no job")
     except (InvalidJobSpec, BundleNotFound, DataNotFound) as exc:
         return _record(session, schedule, fire_time, "failed",
                        f"the job template is refused: {exc}; update the schedule's job")

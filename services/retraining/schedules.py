@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services.exceptions import InvalidJobSpec, NoPromotedModel, ScheduleConflict, ScheduleNotFound
+from services.jobs import quotas
 from services.jobs.bundles import check_bundle
 from services.jobs.inputs import check_inputs_exist
 from services.jobs.schemas import JobCreate
@@ -38,8 +39,10 @@ def _check_template(job_in: JobCreate, settings: Settings, session: Session,
                     project_id: int) -> None:
     try:
         check_job_spec(job_in=job_in, settings=settings)
+        quotas.check_template(session=session, project_id=project_id, job_in=job_in,
+                              settings=settings, field_prefix="")
     except InvalidJobSpec as exc:
-        raise InvalidJobSpec(f"job.{exc.field}", exc.message) from exc
+        raise exc.under("job.") from exc
     # A template names its bundle by digest, so every run reuses one upload.
     check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
     check_inputs_exist(project_id=project_id, inputs=job_in.inputs, settings=settings)
@@ -51,7 +54,7 @@ def _check_sweep_template(sweep_in: SweepCreate, settings: Settings, session: Se
         check_sweep(session=session, project_id=project_id, sweep_in=sweep_in,
                     settings=settings, seed=sweep_in.space.seed or 0)
     except InvalidJobSpec as exc:
-        raise InvalidJobSpec(f"sweep.{exc.field}", exc.message) from exc
+        raise exc.under("sweep.") from exc
 
 
 def _set_template(schedule: Schedule, job_in: JobCreate | None,
@@ -74,6 +77,8 @@ def create_schedule(*, session: Session, project_id: int, schedule_in: ScheduleC
 
     Raises:
         InvalidJobSpec: a setting refuses the job template (the same checks as a submit).
+        BeyondQuota: the project's quota never permits the template's job (a subclass).
+        QuotaExceeded: the project has as many schedules as its quota allows.
         ScheduleConflict: the project already has a schedule of that name.
     """
     now = now or utcnow()
@@ -81,6 +86,7 @@ def create_schedule(*, session: Session, project_id: int, schedule_in: ScheduleC
         _check_template(schedule_in.job, settings, session, project_id)
     if schedule_in.sweep is not None:
         _check_sweep_template(schedule_in.sweep, settings, session, project_id)
+    quotas.admit_schedule(session=session, project_id=project_id, settings=settings)
     promote = schedule_in.promote
     schedule = Schedule(
         project_id=project_id, name=schedule_in.name,

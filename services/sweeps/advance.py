@@ -9,6 +9,9 @@ sweep to end, or, every STOPPING_INTERVAL_SECONDS, running trials to judge).
 Capacity rules:
 - never more than `max_concurrent` trials of a sweep are unfinished (a trial is
   created only when the count is below it);
+- a trial is a job like any other: its project's queued-jobs quota may hold it back
+  (the sweep says so and tries again next pass), and the placer applies the running
+  quotas and fair sharing to it;
 - a sweep creates no new trial while a job of higher priority waits in the queue
   (trials already queued keep their place: the placer orders by priority, and a
   blocked job's capacity is held for it, so they never jump ahead of it).
@@ -25,7 +28,7 @@ from pydantic import ValidationError
 from sqlalchemy import orm
 from sqlalchemy.orm import Session
 
-from services.exceptions import BundleNotFound, DataNotFound, InvalidJobSpec
+from services.exceptions import BundleNotFound, DataNotFound, InvalidJobSpec, QuotaExceeded
 from services.jobs import store as jobs
 from services.models import Job, Sweep, utcnow
 from services.settings import Settings
@@ -119,15 +122,25 @@ def _stop_behind(session: Session, sweep: Sweep, spec: SweepCreate,
 
 
 def _create_trials(session: Session, settings: Settings, sweep: Sweep, spec: SweepCreate,
-                   count: int, result: SweepsResult) -> None:
+                   count: int, result: SweepsResult) -> QuotaExceeded | None:
+    """Create up to `count` trials; the project's queued-jobs quota may stop it early
+    (returned: the trials behind wait for a later pass)."""
     first = sweep.trials_created
+    made = 0
+    full: QuotaExceeded | None = None
     for index in range(first, first + count):
-        job, _created = jobs.create_job(session=session, project_id=sweep.project_id,
-                                        job_in=trial_job(spec, sweep.seed, index),
-                                        settings=settings, trial_of=(sweep.id, index))
+        try:
+            job, _created = jobs.create_job(session=session, project_id=sweep.project_id,
+                                            job_in=trial_job(spec, sweep.seed, index),
+                                            settings=settings, trial_of=(sweep.id, index))
+        except QuotaExceeded as exc:  # refused before anything was written
+            full = exc
+            break
         result.created.append(job.id)
-    sweep.trials_created = first + count
+        made += 1
+    sweep.trials_created = first + made
     session.flush()
+    return full
 
 
 def _summary(trials: list[Job]) -> str:
@@ -232,14 +245,18 @@ def _advance_one(session: Session, settings: Settings, sweep: Sweep, counts: _Co
         sweep.reason = note
     elif to_create:
         try:
-            _create_trials(session, settings, sweep, spec, to_create, result)
+            full = _create_trials(session, settings, sweep, spec, to_create, result)
         except (InvalidJobSpec, BundleNotFound, DataNotFound, ValidationError) as exc:
-            # A setting changed or the bundle/data went away since the sweep was checked.
+            # A setting or a quota changed, or the bundle/data went away, since the
+            # sweep was checked.
             _end(sweep, SweepStatus.FAILED,
                  f"trial {sweep.trials_created} was refused: {exc}", now, result)
             return
         sweep.reason = (f"{sweep.trials_created} of {sweep.trials_total} trials created, "
                         f"at most {sweep.max_concurrent} at once")
+        if full is not None:
+            sweep.reason += (f"; waiting: project quota: {full.used} of {full.allowed} "
+                             "queued jobs")
     elif ending:
         _try_to_end(session, sweep, spec, now, result)
 

@@ -15,9 +15,11 @@ from sqlalchemy.orm import Session
 
 from services.db import newest_first_page
 from services.exceptions import InvalidJobSpec, SweepEnded, SweepNotFound
+from services.jobs import quotas
 from services.jobs import store as jobs
 from services.jobs.bundles import check_bundle
 from services.jobs.inputs import check_inputs_exist
+from services.jobs.quota_schemas import QuotaLimits
 from services.jobs.schemas import JobCreate
 from services.models import Job, Sweep, utcnow
 from services.settings import Settings
@@ -57,7 +59,8 @@ def _space_field(spec: SweepCreate, loc: tuple[Any, ...]) -> str:
     return "template." + ".".join(str(p) for p in loc) if loc else "space"
 
 
-def _check_trials(spec: SweepCreate, seed: int, total: int, settings: Settings) -> None:
+def _check_trials(spec: SweepCreate, seed: int, total: int, settings: Settings,
+                  limits: QuotaLimits) -> None:
     for index in range(total):
         try:
             job_in = trial_job(spec, seed, index)
@@ -68,9 +71,10 @@ def _check_trials(spec: SweepCreate, seed: int, total: int, settings: Settings) 
                                  f"{str(error['msg']).removeprefix('Value error, ')}") from exc
         try:
             jobs.check_job_spec(job_in=job_in, settings=settings)
+            quotas.check_spec(job_in=job_in, limits=limits)
         except InvalidJobSpec as exc:
-            raise InvalidJobSpec(_space_field(spec, (exc.field,)),
-                                 f"trial {index}: {exc.message}") from exc
+            raise exc.renamed(_space_field(spec, (exc.field,)),
+                              f"trial {index}: {exc.message}") from exc
 
 
 def check_sweep(*, session: Session, project_id: int, sweep_in: SweepCreate,
@@ -97,11 +101,15 @@ def check_sweep(*, session: Session, project_id: int, sweep_in: SweepCreate,
     try:
         jobs.check_job_spec(job_in=sweep_in.template, settings=settings)
     except InvalidJobSpec as exc:
-        raise InvalidJobSpec(f"template.{exc.field}", exc.message) from exc
+        raise exc.under("template.") from exc
+    # Trials are jobs of the template's priority and size (or the space's): a sweep its
+    # project's quota could never run is refused now, not trial by trial.
+    limits = quotas.read_limits(session=session, project_id=project_id, settings=settings)
+    quotas.check_spec(job_in=sweep_in.template, limits=limits, field_prefix="template.")
     check_bundle(session=session, project_id=project_id, digest=sweep_in.template.bundle)
     check_inputs_exist(project_id=project_id, inputs=sweep_in.template.inputs,
                        settings=settings)
-    _check_trials(sweep_in, seed, total, settings)
+    _check_trials(sweep_in, seed, total, settings, limits)
     return total
 
 

@@ -1,3 +1,4 @@
+from services.cluster.fair_share import ProjectState
 from services.cluster.placement import GangRequest, NodeCapacity, pick_ports, place
 
 
@@ -132,3 +133,26 @@ def test_unschedulable_counts_the_whole_cluster() -> None:
     result = place([GangRequest(1, 16, gpus_per_replica=1)], nodes)
     assert result.waiting[1] == ("unschedulable: needs 16 GPUs (1 per replica × 16), "
                                  "the cluster has 8 GPUs")
+
+
+def test_another_projects_job_ahead_is_not_named() -> None:
+    queue = [GangRequest(1, 4, seq=1, project=7), GangRequest(2, 1, seq=2, project=8)]
+    result = place(queue, [node("n1", 3, slots=4)])
+    assert result.waiting[2] == "needs 1 CPU slots on ≥1 node; 3 CPU slots free, " \
+        "held for a job of another project ahead in the queue"
+
+
+def test_running_quotas_make_a_job_wait_with_the_reason() -> None:
+    queue = [GangRequest(1, 2, seq=1, project=1), GangRequest(2, 1, seq=2, project=1),
+             GangRequest(3, 1, gpus_per_replica=2, seq=3, project=2),
+             GangRequest(4, 1, seq=4, project=2)]
+    projects = {1: ProjectState(replicas=3, cpu_slots=3, max_replicas=4),
+                2: ProjectState(replicas=1, gpus=2, max_gpus=3)}
+    result = place(queue, [node("n1", 8, gpus=4, free_gpus=(0, 1, 2, 3))], projects)
+    assert result.waiting[1] == "project quota: 3 of 4 running replicas in use"
+    # Behind it, a job that would fit the quota waits too: it would take the room job 1
+    # waits for.
+    assert result.waiting[2] == "project quota: 3 of 4 running replicas in use"
+    assert result.waiting[3] == "project quota: 2 of 3 GPUs in use"
+    assert list(result.assignments) == [4]  # a CPU job is not held by the GPU quota
+    assert result.positions == {1: 1, 2: 2, 3: 3}

@@ -7,6 +7,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.cluster.fair_share import ProjectState
 from services.cluster.placement import GangRequest, NodeCapacity, PlacementResult, pick_ports, place
 
 
@@ -28,12 +29,24 @@ def queues(draw: st.DrawFn) -> list[GangRequest]:
     return [GangRequest(job_id=i, replicas=draw(st.integers(1, 5)),
                         gpus_per_replica=draw(st.sampled_from([0, 0, 1, 2, 3])),
                         priority=draw(st.integers(-1, 1)), seq=draw(st.integers(0, 50)),
-                        policy=draw(st.sampled_from(["pack", "spread"])))
+                        policy=draw(st.sampled_from(["pack", "spread"])),
+                        project=draw(st.integers(0, 2)))
             for i in range(draw(st.integers(0, 12)))]
 
 
-def run(queue: list[GangRequest], nodes: list[NodeCapacity]) -> PlacementResult:
-    return place(queue, nodes)
+@st.composite
+def holdings(draw: st.DrawFn) -> dict[int, ProjectState]:
+    """What projects 0..2 hold when the pass starts (no quotas)."""
+    states = {}
+    for project in range(3):
+        cpu, gpus = draw(st.integers(0, 6)), draw(st.integers(0, 6))
+        states[project] = ProjectState(replicas=cpu + gpus, cpu_slots=cpu, gpus=gpus)
+    return states
+
+
+def run(queue: list[GangRequest], nodes: list[NodeCapacity],
+        projects: dict[int, ProjectState] | None = None) -> PlacementResult:
+    return place(queue, nodes, projects)
 
 
 @settings(max_examples=400, deadline=None)
@@ -83,16 +96,34 @@ def test_never_over_commits_a_slot_a_gpu_or_a_port(nodes: list[NodeCapacity],
         assert set(ids) <= set(by_id[node_id].free_gpus)
 
 
-def _order(queue: list[GangRequest]) -> list[GangRequest]:
-    return sorted(queue, key=lambda r: (-r.priority, r.seq))
+def _order(queue: list[GangRequest], result: PlacementResult) -> list[GangRequest]:
+    """The queue in the order the placer considered it (checked by the next test)."""
+    by_id = {r.job_id: r for r in queue}
+    return [by_id[job_id] for job_id in result.order]
 
 
 @settings(max_examples=400, deadline=None)
-@given(clusters(), queues())
+@given(clusters(), queues(), holdings())
+def test_priority_first_then_each_projects_submission_order(
+        nodes: list[NodeCapacity], queue: list[GangRequest],
+        projects: dict[int, ProjectState]) -> None:
+    result = run(queue, nodes, projects)
+    ordered = _order(queue, result)
+    assert sorted(result.order) == sorted(r.job_id for r in queue)  # each once
+    assert [r.priority for r in ordered] == sorted((r.priority for r in queue), reverse=True)
+    for project in {r.project for r in queue}:
+        for priority in {r.priority for r in queue}:
+            mine = [r.seq for r in ordered if r.project == project and r.priority == priority]
+            assert mine == sorted(mine)
+
+
+@settings(max_examples=400, deadline=None)
+@given(clusters(), queues(), holdings())
 def test_a_waiting_job_is_never_overtaken_on_capacity_it_could_use(
-        nodes: list[NodeCapacity], queue: list[GangRequest]) -> None:
-    result = run(queue, nodes)
-    ordered = _order(queue)
+        nodes: list[NodeCapacity], queue: list[GangRequest],
+        projects: dict[int, ProjectState]) -> None:
+    result = run(queue, nodes, projects)
+    ordered = _order(queue, result)
     total = {n.id: n for n in nodes}
     for i, blocked in enumerate(ordered):
         reason = result.waiting.get(blocked.job_id, "")
@@ -110,11 +141,11 @@ def test_a_waiting_job_is_never_overtaken_on_capacity_it_could_use(
 
 
 @settings(max_examples=400, deadline=None)
-@given(clusters(), queues())
-def test_the_head_starts_whenever_it_fits(nodes: list[NodeCapacity],
-                                          queue: list[GangRequest]) -> None:
-    result = run(queue, nodes)
-    for head in _order(queue):
+@given(clusters(), queues(), holdings())
+def test_the_head_starts_whenever_it_fits(nodes: list[NodeCapacity], queue: list[GangRequest],
+                                          projects: dict[int, ProjectState]) -> None:
+    result = run(queue, nodes, projects)
+    for head in _order(queue, result):
         if result.waiting.get(head.job_id, "").startswith("unschedulable"):
             continue
         if head.gpus_per_replica:

@@ -41,3 +41,22 @@ def test_the_cli_runs_with_the_comma_form_set(tmp_path: object) -> None:
     done = subprocess.run([cohort, "migrate"], env=env, capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(("value", "expected"), [("8", 8), ("", None), ("none", None),
+                                                 ("unlimited", None)])
+def test_quota_defaults_take_a_number_or_no_limit(value: str, expected: int | None) -> None:
+    env = {**os.environ, "COHORT_QUOTA_MAX_GPUS": value}
+    done = subprocess.run([sys.executable, "-c", "from services.settings import Settings; "
+                           "print(Settings().QUOTA_MAX_GPUS)"], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(expected)
+
+
+def test_a_negative_quota_stops_the_process_naming_the_variable() -> None:
+    env = {**os.environ, "COHORT_QUOTA_MAX_QUEUED_JOBS": "-1"}
+    done = subprocess.run([sys.executable, "-c", "from services.settings import Settings; "
+                           "Settings()"], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode != 0 and "QUOTA_MAX_QUEUED_JOBS" in done.stderr
