@@ -17,6 +17,7 @@ from pathlib import Path
 import redis
 
 from services.settings import Settings, get_settings
+from services.wire import acl
 from services.wire.client import get_redis, publish_node_event
 from services.wire.events import NodeHeartbeat, ReplicaRestarted, ReplicaStarted
 from services.wire.keys import NODES_HASH, attempt_key, claim_key, node_queue
@@ -339,6 +340,12 @@ def run_agent(settings: Settings | None = None) -> None:
     overlap = ports.check_range(settings.PORT_RANGE_START, settings.PORT_RANGE_END)
     if overlap:
         log.warning("%s", overlap)
+    # This node's own unacknowledged-message keys, not the ones every consumer shares, and
+    # no remote control (a fanout every agent would read): what the agent's Redis user
+    # may touch is its own (services/wire/acl.py).
+    app.conf.broker_transport_options = {**app.conf.broker_transport_options,
+                                         **acl.unacked_keys(agent.node_id)}
+    app.conf.worker_enable_remote_control = False
     worker = app.Worker(
         hostname=f"agent@{agent.node_id}", queues=[node_queue(agent.node_id)],
         pool="threads", concurrency=4, loglevel="WARNING",
