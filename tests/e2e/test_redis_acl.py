@@ -85,7 +85,7 @@ def test_an_agent_as_its_own_acl_user_runs_a_job_and_reads_nothing_else(tmp_path
             # CLIENT SETINFO on connect, which it does without: services/wire/acl.py).
             denied = [entry for entry in admin.acl_log()
                       if entry.get("object") != "client|setinfo"]
-            assert denied == [], [(e["username"], e["object"], str(e["client-info"])[:300]) for e in denied]
+            assert denied == [], [(e["username"], e["object"]) for e in denied]
             health = subprocess.run(
                 [sys.executable, "-m", "cli", "health", "agent"], capture_output=True,
                 text=True, timeout=60, check=False,

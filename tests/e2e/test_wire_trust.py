@@ -91,7 +91,7 @@ def test_start_messages_without_the_nodes_valid_seal_start_nothing(
         990_004: seal_message(own, start(990_004), now=time.time() - max_age - 30),
     }
     app = make_celery(stack.settings.redis_url)
-    for job_id, raw in sealed.items():
+    for raw in sealed.values():
         app.send_task(START_TASK, args=[raw], queue=f"node.{NODE}")
 
     def all_refused() -> bool:
