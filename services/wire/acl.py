@@ -97,11 +97,13 @@ def replica_rule(password: str) -> str:
             f"+xadd +hset %W~{METRICS_STREAM} %W~{LOGS_STREAM} %W~{PROGRESS_HASH}")
 
 
-def acl_file(*, control_password: str, replica_password: str,
+def acl_file(*, control_password: str, replica_password: str | None,
              agents: dict[str, str]) -> str:
-    """An `aclfile` with every role's user: `agents` maps node ids to their passwords."""
-    lines = [f"user {control_rule(control_password)}",
-             f"user {replica_rule(replica_password)}"]
+    """An `aclfile` with every role's user: `agents` maps node ids to their passwords; no
+    `replica` user without its password."""
+    lines = [f"user {control_rule(control_password)}"]
+    if replica_password:
+        lines.append(f"user {replica_rule(replica_password)}")
     lines += [f"user {agent_rule(node_id, password)}"
               for node_id, password in sorted(agents.items())]
     return "\n".join(lines) + "\n"

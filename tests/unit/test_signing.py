@@ -164,3 +164,15 @@ def test_an_event_verifies_only_with_the_key_of_the_node_it_names() -> None:
     with pytest.raises(Refused):
         verify_event(key_a, "node-a", {**{k: str(v) for k, v in started.items()},
                                        "sig": signed["sig"]})
+
+
+def test_openssl_derives_the_same_node_key_as_the_compose_file_says() -> None:
+    # docker-compose.yml tells operators to derive COHORT_NODE_KEY with openssl.
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is not installed: the compose file's recipe cannot be checked")
+    done = subprocess.run(["openssl", "dgst", "-sha256", "-hmac", SIGNING_KEY, "-r"],
+                          input=b"node:agent-1", capture_output=True, check=True)
+    assert done.stdout.split()[0].decode() == node_key(SIGNING_KEY, "agent-1")
