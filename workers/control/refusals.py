@@ -29,7 +29,8 @@ class Refusals:
         self.last_heartbeat: dict[str, str] = {}  # node id -> the refused value last counted
 
     def note(self, reason: str, source: str, detail: str) -> None:
-        """Log (now and then) and count one refused message from `source`."""
+        """Log (at most once a minute per `source` and `reason`) and count one refused
+        message; `source` names a kind of message, `detail` this one."""
         now = time.monotonic()
         if now - self.logged.get((source, reason), -LOG_EVERY) >= LOG_EVERY:
             self.logged[source, reason] = now

@@ -192,9 +192,9 @@ class Scheduler:
                 try:
                     messages = apply_event(trusted_event(fields, self.keyring))
                     self.dispatcher.send(messages)
-                except Refused as exc:
-                    self.refusals.note(exc.reason, f"event {entry_id} ({fields.get('kind')!r})",
-                                       str(exc))
+                except Refused as exc:  # logged once a minute per kind and reason
+                    self.refusals.note(exc.reason, f"a {str(fields.get('kind'))[:64]!r} event",
+                                       f"{entry_id}: {exc}")
                 except WireError as exc:
                     log.warning("ignoring malformed event %s: %s", entry_id, exc)
                 except Exception:
