@@ -326,7 +326,9 @@ def main() -> None:
                 bench_ingest("postgresql", client, args.batches, 200)
                 bench_downsample("postgresql", runs=3)
             port = 18000 + os.getpid() % 1000
-            env = {**os.environ, "COHORT_API_PORT": str(port), "COHORT_NODE_ID": "bench"}
+            env = {**os.environ, "COHORT_API_PORT": str(port), "COHORT_NODE_ID": "bench",
+                   # The scheduler signs what it sends agents; none runs here.
+                   "COHORT_SIGNING_KEY": os.environ.get("COHORT_SIGNING_KEY") or "b" * 64}
             procs = [start(["api"], env), start(["scheduler"], env)]
             try:
                 from cli.client import CohortClient

@@ -26,6 +26,7 @@ from services.settings import Settings, get_settings
 from services.wire.client import connect, redacted
 from services.wire.events import NodeHeartbeat
 from services.wire.keys import NODES_HASH, SCHEDULER_LOCK_TTL, SCHEDULER_PASS
+from services.wire.signing import Sealed
 
 # A healthcheck must answer within the container engine's timeout (compose: 30 s).
 TIMEOUT = 5.0
@@ -91,7 +92,8 @@ def check_agent(settings: Settings, client: redis.Redis, now: float) -> str:
     if raw is None:
         raise Unhealthy(f"agent: no heartbeat from node {node_id!r} in Redis")
     try:
-        beat = NodeHeartbeat.decode(raw)
+        # Its own agent's beat: the scheduler checks the signature, this only its age.
+        beat = NodeHeartbeat.decode(Sealed.decode(raw).body)
     except ValueError as exc:  # a WireError, or a malformed payload
         raise Unhealthy(f"agent: unreadable heartbeat of node {node_id!r}: {exc}") from exc
     age = now - beat.ts

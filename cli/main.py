@@ -16,6 +16,8 @@ from cli.code import register as register_code_commands
 from cli.commands import register as register_job_commands
 from cli.data import register as register_data_commands
 from cli.health import health
+from cli.keys import register as register_key_commands
+from cli.keys import require_node_key, require_signing_key
 from cli.options import (
     JsonOpt,
     TokenOpt,
@@ -85,6 +87,7 @@ def scheduler() -> None:
     """Run the scheduler: placement, reconciliation, metric ingest (one active at a time)."""
     from workers.control.scheduler import run_scheduler
 
+    require_signing_key()
     _logging()
     _require_redis()
     _sigterm_as_interrupt()
@@ -96,6 +99,7 @@ def agent() -> None:
     """Run this machine's node agent (a Celery worker on its own queue)."""
     from workers.node.agent import run_agent
 
+    require_node_key()
     _logging()
     _require_redis()
     run_agent()
@@ -222,6 +226,7 @@ def create_token(project: str = "default", name: str = "cli") -> None:
     console.print(token)
 
 
+register_key_commands(app)
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(sweeps_app, name="sweep")
 app.add_typer(quotas_app, name="quota")

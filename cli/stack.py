@@ -1,5 +1,9 @@
 """Run the whole stack on one machine: embedded Redis, migrations, api, scheduler, one agent.
 
+The scheduler signs what it sends the agents (services/wire/signing.py): the stack makes a
+signing key on first use (DATA_DIR/signing-key) unless COHORT_SIGNING_KEY is set, and
+gives each agent only its own node's key.
+
 Used by `cohort up` (foreground) and `cohort demo`. Children are started without
 a shell, each in its own process group, and all of them are stopped on exit.
 """
@@ -20,6 +24,7 @@ from typing import IO, Any
 import redis
 
 from services.settings import Settings, get_settings
+from services.wire.signing import node_key
 from workers.node.processes import stop_process_group
 
 
@@ -88,6 +93,8 @@ class Stack:
                extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         self.argv[name] = (argv, extra_env or {})
         env = {**self.env, **(extra_env or {})}
+        if "COHORT_NODE_KEY" in env:  # an agent: it holds its node's key, never the signing key
+            env.pop("COHORT_SIGNING_KEY", None)
         out: IO[bytes] | None = None
         if self.quiet:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -138,6 +145,25 @@ class Stack:
         path.chmod(0o600)
         return token
 
+    def _signing_key(self) -> str:
+        """The control plane's signing key: COHORT_SIGNING_KEY, else one made on first use
+        and kept in DATA_DIR/signing-key (mode 0600), as the bootstrap token is."""
+        if self.settings.SIGNING_KEY:
+            return self.settings.SIGNING_KEY
+        path = self.settings.data_dir / "signing-key"
+        if path.is_file() and path.read_text().strip():
+            return path.read_text().strip()
+        key = secrets.token_hex(32)
+        path.touch(mode=0o600)
+        path.write_text(key + "\n")
+        return key
+
+    def agent_env(self, node_id: str) -> dict[str, str]:
+        """What an agent of node `node_id` gets on top of the stack's environment: its id
+        and its node key (and, in `_spawn`, not the signing key)."""
+        return {"COHORT_NODE_ID": node_id,
+                "COHORT_NODE_KEY": node_key(self.env["COHORT_SIGNING_KEY"], node_id)}
+
     # -- lifecycle -----------------------------------------------------------
     def start(self, parts: tuple[str, ...] = ("api", "scheduler", "agent")) -> None:
         """Start everything (or only `parts`) and wait until the API is ready."""
@@ -148,11 +174,13 @@ class Stack:
             self._start_redis()
         self.token = self._token()
         self.env["COHORT_BOOTSTRAP_TOKEN"] = self.token
+        self.env["COHORT_SIGNING_KEY"] = self._signing_key()
         self.env.setdefault("COHORT_NODE_ID", "local")
         migrate(self.settings.database_url)
         python = [sys.executable, "-m", "cli"]
         for part in parts:
-            self._spawn(part, [*python, part])
+            extra = self.agent_env(self.env["COHORT_NODE_ID"]) if part == "agent" else None
+            self._spawn(part, [*python, part], extra)
         client = CohortClient(self.url, self.token)
         try:
             client.wait_ready(timeout=60)
@@ -176,7 +204,7 @@ class Stack:
 
     def add_agent(self, node_id: str, slots: int, **settings: str) -> subprocess.Popen[bytes]:
         """Start one more node agent (tests and benchmarks of several nodes)."""
-        env = {"COHORT_NODE_ID": node_id, "COHORT_NODE_SLOTS": str(slots),
+        env = {**self.agent_env(node_id), "COHORT_NODE_SLOTS": str(slots),
                **{f"COHORT_{k.upper()}": v for k, v in settings.items()}}
         return self._spawn(f"agent-{node_id}", [sys.executable, "-m", "cli", "agent"], env)
 

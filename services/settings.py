@@ -28,6 +28,15 @@ class Settings(BaseSettings):
     API_PORT: int = 8000
     BOOTSTRAP_TOKEN: str = ""
 
+    # Messages between the control plane and the agents are signed (services/wire/signing.py):
+    # the scheduler holds SIGNING_KEY; each agent holds only its own NODE_KEY, which
+    # `cohort node-key NODE_ID` derives from it. An agent refuses a message to it older than
+    # MESSAGE_MAX_AGE seconds (the scheduler re-sends what is still due every 15-20 s), so
+    # the hosts' clocks must agree to well within that.
+    SIGNING_KEY: str = ""
+    NODE_KEY: str = ""
+    MESSAGE_MAX_AGE: float = Field(120.0, gt=0)
+
     # Trainers: built-ins are always allowed; `module:function` only when listed here,
     # as "a.b:f,c.d:g" or a JSON list. NoDecode: pydantic-settings would otherwise parse
     # the variable as JSON before the validator below sees it, and refuse the comma form.

@@ -26,7 +26,9 @@ def make_celery(broker_url: str | None = None) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": 3600},
+        # One queue key per node (no priority sub-queues): an agent's Redis user may
+        # read exactly that key (services/wire/acl.py).
+        broker_transport_options={"visibility_timeout": 3600, "priority_steps": [0]},
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
         task_default_queue="cohort.default",

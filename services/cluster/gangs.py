@@ -46,6 +46,12 @@ def _replica(session: Session, job_id: int, attempt: int, index: int) -> Replica
     ).scalar_one_or_none()
 
 
+def replica_node(*, session: Session, job_id: int, attempt: int, index: int) -> str | None:
+    """The node replica (job, attempt, index) was placed on; None for no such replica."""
+    replica = _replica(session, job_id, attempt, index)
+    return replica.node_id if replica is not None else None
+
+
 def record_replica_started(
     *, session: Session, job_id: int, attempt: int, index: int, pid: int, at: dt.datetime,
 ) -> Replica | None:

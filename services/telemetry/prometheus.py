@@ -76,3 +76,12 @@ class ServiceCollector(Collector):
         for kind in ("metric", "log"):
             ingested.add_metric([kind], stats.get(f"{kind}_rows", 0))
         yield ingested
+        # Events and heartbeats the scheduler ignored: unsigned, badly signed, about a
+        # replica another node runs (workers/control/refusals.py writes them).
+        refused = CounterMetricFamily("cohort_refused_messages",
+                                      "Messages from nodes the scheduler ignored.",
+                                      labels=["reason"])
+        for field, count in sorted(stats.items()):
+            if field.startswith("refused:"):
+                refused.add_metric([field.removeprefix("refused:")], count)
+        yield refused

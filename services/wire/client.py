@@ -1,4 +1,4 @@
-"""The Redis client factory, and the two writes every zone makes to the events stream.
+"""The Redis client factory, and the writes every zone makes to the events stream.
 
 One URL says how to reach Redis, for every client in every process (redis-py's
 clients, Celery's broker, the api's SSE readers): `redis://[:PASSWORD@]HOST:PORT/DB`,
@@ -19,8 +19,9 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from services.settings import get_settings
-from services.wire.events import Event, Wake
+from services.wire.events import Event, NodeEvent, Wake
 from services.wire.keys import EVENTS_STREAM, STREAM_MAXLEN
+from services.wire.signing import sign_event
 
 
 def connect(url: str, *, retries: int = 2, socket_timeout: float = 10.0,
@@ -130,8 +131,15 @@ def get_redis(url: str | None = None) -> redis.Redis:
 
 
 def publish_event(client: redis.Redis, event: Event) -> None:
-    """Append one event to the events stream."""
+    """Append one event to the events stream (unsigned: a `wake` only)."""
     client.xadd(EVENTS_STREAM, event.entry(), maxlen=STREAM_MAXLEN, approximate=True)
+
+
+def publish_node_event(client: redis.Redis, event: NodeEvent, node_key: str) -> None:
+    """Append one of a node's events, signed with its key, to the events stream."""
+    entry = event.entry()
+    entry["sig"] = sign_event(node_key, event.node_id, event.KIND, str(entry["data"]))
+    client.xadd(EVENTS_STREAM, entry, maxlen=STREAM_MAXLEN, approximate=True)
 
 
 def wake_scheduler(client: redis.Redis) -> None:

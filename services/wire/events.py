@@ -1,8 +1,9 @@
 """Agents -> scheduler: replica started / exited events, wake-ups, and node heartbeats.
 
 Events travel on the events stream as entries `{"kind": KIND, "data": <JSON>}`
-(`entry()` makes one, `decode_event` reads one back); a node's heartbeat is the JSON
-value of its field in the nodes hash.
+(`entry()` makes one, `decode_event` reads one back), plus `sig` for a node's events
+(services/wire/signing.py); a node's heartbeat is the sealed value of its field in the
+nodes hash.
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ class ReplicaRestarted(Event):
     restarts: Annotated[int, Field(ge=1)]
     ts: Seconds
 
+
+# What a node reports: signed with its key (services/wire/signing.py), and applied only to
+# replicas that node runs (workers/control/scheduler.py). A `wake` carries nothing to trust.
+NodeEvent = ReplicaStarted | ReplicaExited | ReplicaRestarted
 
 _KINDS: dict[str, type[Event]] = {cls.KIND: cls for cls in (Wake, ReplicaStarted, ReplicaExited,
                                                              ReplicaRestarted)}

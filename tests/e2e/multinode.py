@@ -12,6 +12,7 @@ from typing import Any
 
 from cli.client import CohortClient
 from services.statuses import TERMINAL_STATUSES
+from services.wire.signing import node_key
 from tests.e2e.conftest import wait_for
 from workers.node.processes import stop_process_group
 
@@ -21,8 +22,12 @@ def start_agent(env: dict[str, str], node_id: str, slots: int, data_dir: Path,
                 **extra: str) -> subprocess.Popen[bytes]:
     """One more node agent, in its own process group; `prefix` e.g. `ip netns exec NS`."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    child_env = {**env, "COHORT_NODE_ID": node_id, "COHORT_NODE_SLOTS": str(slots),
-                 "COHORT_NODE_ADDRESS": address, "COHORT_DATA_DIR": str(data_dir), **extra}
+    # An agent holds its own node's key, never the control plane's signing key.
+    child_env = {k: v for k, v in env.items() if k != "COHORT_SIGNING_KEY"}
+    child_env = {**child_env, "COHORT_NODE_ID": node_id,
+                 "COHORT_NODE_KEY": node_key(env["COHORT_SIGNING_KEY"], node_id),
+                 "COHORT_NODE_SLOTS": str(slots), "COHORT_NODE_ADDRESS": address,
+                 "COHORT_DATA_DIR": str(data_dir), **extra}
     with open(data_dir / "agent.log", "ab") as log:
         return subprocess.Popen([*(prefix or []), sys.executable, "-m", "cli", "agent"],
                                 env=child_env, stdout=log, stderr=subprocess.STDOUT,

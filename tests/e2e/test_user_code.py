@@ -22,6 +22,7 @@ from cli.client import CohortClient
 from cli.stack import Stack
 from services.wire.keys import EVENTS_STREAM
 from services.wire.replica import START_TASK, ReplicaSpec, StartReplica
+from services.wire.signing import node_key, seal_message
 from tests.e2e.conftest import wait_for, wait_terminal
 from workers.celery_app import make_celery
 from workers.node import layout
@@ -99,14 +100,17 @@ def test_a_command_not_found_fails_the_job_with_127_and_the_reason(
     assert [r["exit_code"] for r in final["replica_list"]] == [127]
 
 
-def test_a_forged_start_naming_an_unlisted_trainer_is_refused(
+def test_a_signed_start_naming_an_unlisted_trainer_is_refused_by_the_nodes_policy(
         pg_stack: tuple[Stack, CohortClient]) -> None:
+    # Sealed with the node's key, as the scheduler would: the agent's own policy check
+    # still refuses it (tests/e2e/test_wire_trust.py: messages not signed so).
     stack, _client = pg_stack
     bus = redis.Redis.from_url(stack.settings.redis_url, decode_responses=True)
     job_id = 990_777  # no such job: only the agent's answer matters
     forged = StartReplica("e2e-node", ReplicaSpec(job_id, 1, 0, 1, "os:system", "one_device",
                                                   {"cmd": "touch /tmp/pwned"}))
-    make_celery(stack.settings.redis_url).send_task(START_TASK, args=[forged.encode()],
+    key = node_key(stack.env["COHORT_SIGNING_KEY"], "e2e-node")
+    make_celery(stack.settings.redis_url).send_task(START_TASK, args=[seal_message(key, forged)],
                                                     queue="node.e2e-node")
 
     def answer() -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ import redis
 
 from services.wire.keys import EVENTS_STREAM
 from services.wire.replica import START_TASK, ReplicaSpec, StartReplica
+from services.wire.signing import node_key, seal_message
 from tests.e2e.conftest import wait_for, wait_terminal
 from tests.faults.conftest import LONG_JOB, record, steps_seen
 from workers.celery_app import make_celery
@@ -43,9 +44,11 @@ def test_duplicate_and_stale_start_messages_start_nothing(make_stack) -> None:  
                          port=int(replica["address"].rsplit(":", 1)[1]))
     stale = dataclasses.replace(start, spec=dataclasses.replace(start.spec, attempt=7))
     app = make_celery(stack.settings.redis_url)
-    # Redelivered twice, and once as a message of an attempt that is not current.
+    key = node_key(stack.env["COHORT_SIGNING_KEY"], "node-a")
+    # Redelivered twice, and once as a message of an attempt that is not current (each
+    # signed as the scheduler signs them: the fencing, not the signature, is under test).
     for message in (start, start, stale):
-        app.send_task(START_TASK, args=[message.encode()], queue="node.node-a")
+        app.send_task(START_TASK, args=[seal_message(key, message)], queue="node.node-a")
     final = wait_terminal(client, job["id"])
     assert final["status"] == "succeeded", final["reason"]
     assert sorted(started_events(stack, job["id"])) == [(1, 0), (1, 1)]

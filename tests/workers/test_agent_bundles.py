@@ -69,7 +69,7 @@ _since: list[str] = ["0-0"]
 @pytest.fixture
 def node(tmp_path: Path, bus: redis.Redis) -> Iterator[Agent]:
     agent = Agent(Settings(DATA_DIR=tmp_path / "data", NODE_ID="bundles",
-                           ARTIFACT_URL=str(tmp_path / "store")), bus)
+                           NODE_KEY="ab" * 32, ARTIFACT_URL=str(tmp_path / "store")), bus)
     yield agent
     agent.shutdown(grace=2)
 

@@ -24,7 +24,7 @@ def sleeper() -> subprocess.Popen[bytes]:
 
 def test_agent_out_of_touch_past_its_lease_stops_its_replicas(tmp_path: Path) -> None:
     settings = Settings(DATA_DIR=tmp_path, NODE_ID="fenced", HEARTBEAT_INTERVAL=0.2,
-                        AGENT_LEASE=1.0, STOP_GRACE=1.0)
+                        NODE_KEY="ab" * 32, AGENT_LEASE=1.0, STOP_GRACE=1.0)
     unreachable = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.1)
     agent = Agent(settings, unreachable)
     process = sleeper()
@@ -47,7 +47,7 @@ def test_agent_in_touch_keeps_its_replicas(tmp_path: Path) -> None:
     from tests.conftest import REDIS_BASE
 
     settings = Settings(DATA_DIR=tmp_path, NODE_ID="healthy", HEARTBEAT_INTERVAL=0.2,
-                        AGENT_LEASE=1.0)
+                        NODE_KEY="ab" * 32, AGENT_LEASE=1.0)
     agent = Agent(settings, redis.Redis.from_url(f"{REDIS_BASE}/12"))
     process = sleeper()
     key = ReplicaKey(1, 1, 0)

@@ -42,11 +42,11 @@ def test_taken_port_is_reported_and_refused(tmp_path: Path, bus: redis.Redis,
                                             foreign_listener: int) -> None:
     port = foreign_listener
     settings = Settings(DATA_DIR=tmp_path, NODE_ID="ports", NODE_SLOTS=1,
-                        PORT_RANGE_START=port, PORT_RANGE_END=port)
+                        NODE_KEY="ab" * 32, PORT_RANGE_START=port, PORT_RANGE_END=port)
     agent = Agent(settings, bus)
 
     agent.heartbeat()
-    beat = json.loads(bus.hget(NODES_HASH, "ports") or "{}")
+    beat = json.loads(json.loads(bus.hget(NODES_HASH, "ports") or "{}")["body"])
     assert beat["busy_ports"] == [port]
     assert beat["port_space"] and beat["gpu_ids"] == [] and beat["gpus"] == 0
 

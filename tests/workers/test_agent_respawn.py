@@ -38,7 +38,7 @@ def bus() -> Iterator[redis.Redis]:
 @pytest.fixture
 def node(tmp_path: Path, bus: redis.Redis) -> Iterator[Agent]:
     agent = Agent(Settings(DATA_DIR=tmp_path, NODE_ID="respawn", PS_WORKER_RESTARTS=1,
-                           STOP_GRACE=1.0), bus)
+                           NODE_KEY="ab" * 32, STOP_GRACE=1.0), bus)
     yield agent
     agent.shutdown(grace=1.0)
 

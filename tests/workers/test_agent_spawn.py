@@ -48,7 +48,7 @@ def bus() -> Iterator[redis.Redis]:
 
 def agent(tmp_path: Path, client: redis.Redis, **settings: Any) -> Agent:
     return Agent(Settings(DATA_DIR=tmp_path, NODE_ID="spawn", ALLOWED_ENTRYPOINTS=[UNRUNNABLE],
-                          **settings), client)
+                          NODE_KEY="ab" * 32, **settings), client)
 
 
 def start(job_id: int, trainer: str = UNRUNNABLE) -> StartReplica:

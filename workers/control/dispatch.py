@@ -8,29 +8,21 @@ import redis
 from celery import Celery
 
 from services.wire.keys import attempt_key, node_queue
-from services.wire.replica import (
-    CLEANUP_TASK,
-    START_TASK,
-    STOP_TASK,
-    CleanupJob,
-    Message,
-    StartReplica,
-    StopReplica,
-)
+from services.wire.replica import Message, StartReplica
+from services.wire.signing import PURPOSES, Keyring, seal_message
 
 log = logging.getLogger(__name__)
-
-_TASKS: dict[type, str] = {StartReplica: START_TASK, StopReplica: STOP_TASK,
-                           CleanupJob: CLEANUP_TASK}
 
 
 class CeleryDispatcher:
     """services.wire.replica.Dispatcher over Celery: each message to its node's own queue,
-    as the one argument of its task (the message's own encoding)."""
+    as the one argument of its task, sealed with that node's key (its agent refuses
+    anything else: services/wire/signing.py)."""
 
-    def __init__(self, app: Celery, client: redis.Redis) -> None:
+    def __init__(self, app: Celery, client: redis.Redis, keyring: Keyring) -> None:
         self.app = app
         self.redis = client
+        self.keyring = keyring
 
     def send(self, messages: list[Message]) -> None:
         starts_ok = self._publish_attempts(messages)
@@ -38,7 +30,8 @@ class CeleryDispatcher:
             if isinstance(message, StartReplica) and not starts_ok:
                 continue  # agents would refuse it as stale; re-sent from SQL later
             try:
-                self.app.send_task(_TASKS[type(message)], args=[message.encode()],
+                sealed = seal_message(self.keyring.node(message.node_id), message)
+                self.app.send_task(PURPOSES[type(message)], args=[sealed],
                                    queue=node_queue(message.node_id))
             except Exception:  # the scheduler re-sends from SQL on a later pass
                 log.exception("could not send %s", message)

@@ -15,6 +15,7 @@ import threading
 import time
 
 import redis
+from sqlalchemy.orm import Session
 
 from services.cluster import gangs, reconcile
 from services.cluster.nodes import Heartbeat, heartbeat_of
@@ -30,6 +31,7 @@ from services.wire.events import (
     ReplicaExited,
     ReplicaRestarted,
     ReplicaStarted,
+    Wake,
     decode_event,
 )
 from services.wire.keys import (
@@ -41,7 +43,9 @@ from services.wire.keys import (
     SCHEDULER_PASS,
 )
 from services.wire.replica import Dispatcher, Message
+from services.wire.signing import HEARTBEAT, Keyring, Refused, unseal, verify_event
 from workers.control.ingest import LOGS, METRICS, ingest_while
+from workers.control.refusals import Refusals
 from workers.control.streams import GroupReader
 
 log = logging.getLogger("cohort.scheduler")
@@ -50,16 +54,40 @@ LOCK_TTL = SCHEDULER_LOCK_TTL
 PROGRESS_FORGET = 3600.0  # seconds
 
 
-def read_heartbeats(client: redis.Redis) -> list[Heartbeat]:
-    """The last heartbeat of every agent."""
+def read_heartbeats(client: redis.Redis, keyring: Keyring, refusals: Refusals
+                    ) -> list[Heartbeat]:
+    """The last heartbeat of every agent, each signed with its node's key: a node without
+    its credential is not registered (nor kept alive)."""
     beats = []
-    for raw in client.hgetall(NODES_HASH).values():
+    for field, value in client.hgetall(NODES_HASH).items():
+        node_id, raw = str(field), str(value)  # a decoding client (get_redis)
         try:
-            beats.append(heartbeat_of(NodeHeartbeat.decode(raw)))
+            sealed = unseal(raw, keyring.node(node_id), purpose=HEARTBEAT, node_id=node_id)
+            beat = NodeHeartbeat.decode(sealed.body)
+            if beat.node_id != node_id:
+                raise Refused("another node", f"it names node {beat.node_id!r}")
+            beats.append(heartbeat_of(beat))
+        except Refused as exc:
+            refusals.heartbeat(node_id, raw, exc.reason, str(exc))
         # WireError is a ValueError, as is a `ts` past the year 9999.
         except (ValueError, OverflowError, OSError) as exc:
             log.warning("ignoring malformed heartbeat %r: %s", raw[:200], exc)
     return beats
+
+
+def trusted_event(fields: dict[str, str], keyring: Keyring) -> Event:
+    """The event in a stream entry, if the node it names signed it (a `wake` needs no
+    signature: it only asks for a pass).
+
+    Raises:
+        WireError: malformed.
+        Refused: a node's event without its node's signature.
+    """
+    event = decode_event(fields)
+    if not isinstance(event, Wake):  # every other kind, present or future: a node's
+        node_id = str(getattr(event, "node_id", ""))
+        verify_event(keyring.node(node_id), node_id, fields)
+    return event
 
 
 def read_progress(client: redis.Redis) -> dict[tuple[int, int, int], float]:
@@ -85,10 +113,27 @@ def read_progress(client: redis.Redis) -> dict[tuple[int, int, int], float]:
     return progress
 
 
+def _from_its_node(session: Session, event: ReplicaStarted | ReplicaExited | ReplicaRestarted
+                   ) -> None:
+    """Refuse a report about a replica from any node but the one SQL placed it on (a
+    node's key proves who sent it, not that the replica is its own)."""
+    runs_on = gangs.replica_node(session=session, job_id=event.job_id,
+                                 attempt=event.attempt, index=event.index)
+    if runs_on is not None and runs_on != event.node_id:
+        raise Refused("another node", f"{event.KIND} of replica {event.job_id}/"
+                      f"{event.attempt}/{event.index} from node {event.node_id!r}, "
+                      f"which runs on {runs_on!r}")
+
+
 def apply_event(event: Event) -> list[Message]:
-    """Apply one agent event in its own transaction; returns the messages it calls for."""
+    """Apply one agent event in its own transaction; returns the messages it calls for.
+
+    Raises:
+        Refused: the event is about a replica that another node runs.
+    """
     if isinstance(event, ReplicaRestarted):
         with session_scope() as session:
+            _from_its_node(session, event)
             gangs.record_replica_restarted(session=session, job_id=event.job_id,
                                            attempt=event.attempt, index=event.index,
                                            pid=event.pid, restarts=event.restarts)
@@ -97,6 +142,7 @@ def apply_event(event: Event) -> list[Message]:
         return []  # a `wake` only triggers a pass
     at = dt.datetime.fromtimestamp(event.ts, dt.UTC)
     with session_scope() as session:
+        _from_its_node(session, event)
         if isinstance(event, ReplicaStarted):
             replica = gangs.record_replica_started(session=session, job_id=event.job_id,
                                                    attempt=event.attempt, index=event.index,
@@ -113,17 +159,20 @@ def apply_event(event: Event) -> list[Message]:
 
 
 class Scheduler:
-    def __init__(self, settings: Settings, client: redis.Redis, dispatcher: Dispatcher) -> None:
+    def __init__(self, settings: Settings, client: redis.Redis, dispatcher: Dispatcher,
+                 keyring: Keyring) -> None:
         self.settings = settings
         self.redis = client
         self.dispatcher = dispatcher
+        self.keyring = keyring  # every node's key, to check what nodes send
+        self.refusals = Refusals(client)
         self.stopping = threading.Event()
         self.lock = client.lock(SCHEDULER_LOCK, timeout=LOCK_TTL, thread_local=False)
         self.leading = threading.Event()
         self.events = GroupReader(client, EVENTS_STREAM, count=200)
 
     def run_pass(self) -> None:
-        heartbeats = read_heartbeats(self.redis)
+        heartbeats = read_heartbeats(self.redis, self.keyring, self.refusals)
         progress = read_progress(self.redis)
         with session_scope() as session:
             result = reconcile.run_pass(session=session, settings=self.settings,
@@ -142,8 +191,11 @@ class Scheduler:
         for entries in self.events.batches(block_ms):
             for entry_id, fields in entries:
                 try:
-                    messages = apply_event(decode_event(fields))
+                    messages = apply_event(trusted_event(fields, self.keyring))
                     self.dispatcher.send(messages)
+                except Refused as exc:  # logged once a minute per kind and reason
+                    self.refusals.note(exc.reason, f"a {str(fields.get('kind'))[:64]!r} event",
+                                       f"{entry_id}: {exc}")
                 except WireError as exc:
                     log.warning("ignoring malformed event %s: %s", entry_id, exc)
                 except Exception:
@@ -213,7 +265,9 @@ def run_scheduler(settings: Settings | None = None) -> None:
     from workers.control.dispatch import CeleryDispatcher
 
     settings = settings or get_settings()
-    scheduler = Scheduler(settings, get_redis(), CeleryDispatcher(app, get_redis()))
+    keyring = Keyring(settings.SIGNING_KEY)  # MissingKey: the CLI says so in one line
+    scheduler = Scheduler(settings, get_redis(), CeleryDispatcher(app, get_redis(), keyring),
+                          keyring)
     try:
         scheduler.run()
     except KeyboardInterrupt:

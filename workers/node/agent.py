@@ -17,10 +17,12 @@ from pathlib import Path
 import redis
 
 from services.settings import Settings, get_settings
-from services.wire.client import get_redis, publish_event
+from services.wire import acl
+from services.wire.client import get_redis, publish_node_event
 from services.wire.events import NodeHeartbeat, ReplicaRestarted, ReplicaStarted
 from services.wire.keys import NODES_HASH, attempt_key, claim_key, node_queue
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
+from services.wire.signing import HEARTBEAT, check_node_key, seal
 from workers.node import admission, gpus, layout, ports, respawn
 from workers.node.bundle_cache import BundleUnavailable
 from workers.node.environment import CommandNotFound
@@ -58,13 +60,16 @@ class Agent:
         self.settings = settings
         self.redis = client
         self.node_id = settings.node_id
+        # Signs this node's events and heartbeats, opens the messages sent to it
+        # (workers/node/inbox.py); no agent runs without it (signing.MissingKey).
+        self.node_key = check_node_key(settings.NODE_KEY, self.node_id)
         self.data_dir: Path = settings.data_dir
         self.processes: dict[ReplicaKey, ReplicaProcess] = {}
         self.started: set[ReplicaKey] = set()  # every key ever started here
         # Lost parameter_server workers started again in place (workers/node/respawn.py).
         self.respawns = respawn.Respawns(settings.PS_WORKER_RESTARTS)
         self.lock = threading.Lock()
-        self.exits = ExitReports(self.node_id, client, self.lock)
+        self.exits = ExitReports(self.node_id, self.node_key, client, self.lock)
         self.exited = self.exits.recent  # recent exits: code, when
         self.stopping = threading.Event()
         # The GPUs offered, and each one's model and memory (the nodes API shows them):
@@ -166,8 +171,9 @@ class Agent:
         shipper = LogShipper(self.redis, key, process.log_path)
         shipper.start()
         self.sidecars.start(key)
-        publish_event(self.redis, ReplicaStarted(self.node_id, key.job_id, key.attempt,
-                                                 key.index, process.popen.pid, time.time()))
+        publish_node_event(self.redis, ReplicaStarted(
+            self.node_id, key.job_id, key.attempt, key.index, process.popen.pid, time.time()),
+            self.node_key)
         threading.Thread(target=self._watch, args=(process, shipper), daemon=True,
                          name=f"watch-{key.job_id}-{key.attempt}-{key.index}").start()
 
@@ -252,9 +258,9 @@ class Agent:
         log.warning("%s exited with %d: started again as pid %d (%d of %d)", key, code,
                     again.popen.pid, number, self.respawns.budget)
         try:
-            publish_event(self.redis, ReplicaRestarted(
+            publish_node_event(self.redis, ReplicaRestarted(
                 self.node_id, key.job_id, key.attempt, key.index, again.popen.pid, code,
-                number, time.time()))
+                number, time.time()), self.node_key)
         except redis.RedisError as exc:  # the replica runs on; only the count is late
             log.warning("could not report the restart of %s: %s", key, exc)
         return again
@@ -273,7 +279,8 @@ class Agent:
             busy_ports=tuple(sorted(ports.listening_ports(self.settings.PORT_RANGE_START,
                                                           self.settings.PORT_RANGE_END))),
             port_space=ports.port_space())
-        self.redis.hset(NODES_HASH, self.node_id, beat.encode())
+        self.redis.hset(NODES_HASH, self.node_id, seal(
+            self.node_key, purpose=HEARTBEAT, node_id=self.node_id, body=beat.encode(), now=now))
 
     def heartbeat_loop(self) -> None:
         last_ok = time.monotonic()
@@ -333,6 +340,12 @@ def run_agent(settings: Settings | None = None) -> None:
     overlap = ports.check_range(settings.PORT_RANGE_START, settings.PORT_RANGE_END)
     if overlap:
         log.warning("%s", overlap)
+    # This node's own unacknowledged-message keys, not the ones every consumer shares, and
+    # no remote control (a fanout every agent would read): what the agent's Redis user
+    # may touch is its own (services/wire/acl.py).
+    app.conf.broker_transport_options = {**app.conf.broker_transport_options,
+                                         **acl.unacked_keys(agent.node_id)}
+    app.conf.worker_enable_remote_control = False
     worker = app.Worker(
         hostname=f"agent@{agent.node_id}", queues=[node_queue(agent.node_id)],
         pool="threads", concurrency=4, loglevel="WARNING",

@@ -16,8 +16,8 @@ import time
 
 import redis
 
-from services.wire.client import publish_event
-from services.wire.events import Event, ReplicaExited
+from services.wire.client import publish_node_event
+from services.wire.events import ReplicaExited
 from workers.node.launcher import ReplicaKey
 
 log = logging.getLogger("cohort.agent")
@@ -66,8 +66,10 @@ def spawn_exit_code(error: Exception) -> int:
 class ExitReports:
     """The exits of one node's replicas: published as events, remembered for the heartbeat."""
 
-    def __init__(self, node_id: str, client: redis.Redis, lock: threading.Lock) -> None:
+    def __init__(self, node_id: str, node_key: str, client: redis.Redis,
+                 lock: threading.Lock) -> None:
         self.node_id = node_id
+        self.node_key = node_key  # signs each report (services/wire/signing.py)
         self.redis = client
         self.lock = lock  # the agent's: `recent` is read under it by the heartbeat
         self.recent: dict[ReplicaKey, tuple[int, float]] = {}  # code, when
@@ -96,7 +98,7 @@ class ExitReports:
         if until_sent:
             self.publish_until_sent(event)
         else:
-            publish_event(self.redis, event)
+            publish_node_event(self.redis, event, self.node_key)
 
     def recent_codes(self, now: float) -> tuple[tuple[int, int, int, int], ...]:
         """(job, attempt, index, code) of the exits still remembered (lock held)."""
@@ -109,13 +111,13 @@ class ExitReports:
         with self.lock:
             self.recent[key] = (code, time.time())
 
-    def publish_until_sent(self, event: Event) -> None:
+    def publish_until_sent(self, event: ReplicaExited) -> None:
         # An exit must reach the scheduler even across a Redis restart; the
         # heartbeat's `exited` list covers the case where this still fails.
         deadline = time.monotonic() + 300
         while True:
             try:
-                publish_event(self.redis, event)
+                publish_node_event(self.redis, event, self.node_key)
                 return
             except redis.RedisError as exc:
                 if time.monotonic() > deadline:

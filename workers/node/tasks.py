@@ -2,7 +2,8 @@
 
 The replica's process is supervised by the agent, not by the task, so no task
 ever lasts as long as a training run (a Redis broker would redeliver it). Each task
-takes one message encoded by services/wire/replica.py and decodes it here.
+takes one message encoded by services/wire/replica.py and sealed by the control plane
+(services/wire/signing.py); workers/node/inbox.py opens it, or refuses it.
 """
 
 from __future__ import annotations
@@ -16,22 +17,35 @@ from services.wire.replica import (
     StopReplica,
 )
 from workers.celery_app import app
-from workers.node.agent import current_agent
+from workers.node.agent import Agent, current_agent
+from workers.node.inbox import M, open_message
+
+
+def _opened(raw: str, kind: type[M]) -> tuple[Agent, M | None]:
+    agent = current_agent()
+    return agent, open_message(raw, kind, node_id=agent.node_id, node_key=agent.node_key,
+                               max_age=agent.settings.MESSAGE_MAX_AGE)
 
 
 @app.task(name=START_TASK)
 def start_replica(message: str) -> None:
     """Start replica (job, attempt, index) on this node, unless it was started already."""
-    current_agent().start_replica(StartReplica.decode(message))
+    agent, start = _opened(message, StartReplica)
+    if start is not None:
+        agent.start_replica(start)
 
 
 @app.task(name=STOP_TASK)
 def stop_replica(message: str) -> None:
     """Stop replica (job, attempt, index): SIGTERM to its process group, SIGKILL after grace."""
-    current_agent().stop_replica(StopReplica.decode(message))
+    agent, stop = _opened(message, StopReplica)
+    if stop is not None:
+        agent.stop_replica(stop)
 
 
 @app.task(name=CLEANUP_TASK)
 def cleanup_job(message: str) -> None:
     """Remove a finished job's scratch files on this node (checkpoints, temp)."""
-    current_agent().cleanup_job(CleanupJob.decode(message))
+    agent, cleanup = _opened(message, CleanupJob)
+    if cleanup is not None:
+        agent.cleanup_job(cleanup)
