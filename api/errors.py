@@ -11,12 +11,14 @@ from fastapi.responses import JSONResponse
 from services.exceptions import (
     DataPathConflict,
     FieldError,
+    Forbidden,
     IdempotencyConflict,
     InvalidArtifactPath,
     InvalidBundle,
     InvalidDataPath,
     InvalidEventId,
     InvalidJobSpec,
+    InvalidTokenSpec,
     InvalidTransition,
     NotFound,
     ScheduleConflict,
@@ -72,6 +74,8 @@ ANSWERS: dict[type[Exception], Answer] = {
     IdempotencyConflict: Answer(409, "idempotency_conflict"),
     ScheduleConflict: Answer(409, "conflict"),
     Unauthorized: Answer(401, "unauthorized", {"WWW-Authenticate": "Bearer"}),
+    Forbidden: Answer(403, "forbidden"),  # the message names the missing scope
+    InvalidTokenSpec: Answer(422, "invalid_request"),
     InvalidEventId: Answer(422, "invalid_request"),  # a Last-Event-ID the stream never sent
     TooLarge: Answer(413, "too_large"),  # a bundle or a data file past its limit
     InvalidBundle: Answer(422, "invalid_request"),

@@ -26,7 +26,11 @@ class Settings(BaseSettings):
 
     API_HOST: str = "127.0.0.1"
     API_PORT: int = 8000
+    # An admin token of project `default`, registered at the api's start (at least 32
+    # characters); a new value revokes the previous one (services/auth/tokens.py).
     BOOTSTRAP_TOKEN: str = ""
+    # A dashboard login lasts this many seconds (never past its token's expiry).
+    SESSION_LIFETIME: int = Field(12 * 3600, ge=60, le=90 * 24 * 3600)
 
     # Trainers: built-ins are always allowed; `module:function` only when listed here,
     # as "a.b:f,c.d:g" or a JSON list. NoDecode: pydantic-settings would otherwise parse

@@ -5,13 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import SessionDep, SettingsDep, TokenDep
+from api.deps import SessionDep, SettingsDep, TokenDep, scoped
 from api.uploads import receive_body
+from services.auth.scopes import Scope
 from services.exceptions import BundleNotFound
 from services.jobs import bundles
 from services.jobs.file_schemas import BundleRead
 
-router = APIRouter(prefix="/bundles", tags=["bundles"])
+router = APIRouter(prefix="/bundles", tags=["bundles"], dependencies=scoped(write=Scope.SUBMIT))
 
 
 @router.head("/{digest}")

@@ -6,14 +6,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Header, Query, Response, status
 
-from api.deps import CurrentJob, RedisDep, SessionDep, SettingsDep, StoreDep, TokenDep
+from api.deps import CurrentJob, RedisDep, SessionDep, SettingsDep, StoreDep, TokenDep, scoped
+from services.auth.scopes import Scope
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead
 from services.statuses import JobStatus
 from services.telemetry.job_views import read_job_view, read_job_views
 from services.wire.client import wake_scheduler
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=scoped(write=Scope.SUBMIT))
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)

@@ -60,7 +60,7 @@ def pg_stack_with(tmp_path: Any, env: dict[str, str] | None = None
                    "COHORT_DATA_DIR": str(tmp_path / "data"),
                    "COHORT_API_PORT": str(free_port()), "COHORT_NODE_ID": "e2e-node",
                    "COHORT_PORT_RANGE_START": PORT_BASE,
-                   "COHORT_BOOTSTRAP_TOKEN": "e2e-token", **(env or {})}, quiet=True)
+                   "COHORT_BOOTSTRAP_TOKEN": "e2e-bootstrap-token-for-tests-only", **(env or {})}, quiet=True)
     stack.start()
     try:
         yield stack, CohortClient(stack.url, stack.token)

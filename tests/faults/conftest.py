@@ -45,7 +45,7 @@ def make_stack(tmp_path: Path) -> Iterator[Callable[..., tuple[Stack, CohortClie
                        "COHORT_DATA_DIR": str(tmp_path / f"data-{len(made)}"),
                        "COHORT_API_PORT": str(free_port()), "COHORT_NODE_ID": "node-a",
                        "COHORT_NODE_SLOTS": str(slots), "COHORT_PORT_RANGE_START": PORT_BASE,
-                       "COHORT_BOOTSTRAP_TOKEN": "fault-token", **env}, quiet=True)
+                       "COHORT_BOOTSTRAP_TOKEN": "fault-bootstrap-token-for-tests-only", **env}, quiet=True)
         made.append((stack, name))
         stack.start()
         return stack, CohortClient(stack.url, stack.token)
