@@ -14,7 +14,6 @@ from services.jobs.schemas import JobCreate
 from services.models import ApiToken, Job
 from services.settings import get_settings
 
-
 # What a user's token may do: all but admin.
 USER_SCOPES = (Scope.READ, Scope.SUBMIT, Scope.SCHEDULES)
 
