@@ -125,7 +125,11 @@ def _safe_next(target: str | None) -> str:
 def _render(request: Request, name: str, viewer: ApiToken | None, code: int = 200,
             **context: Any) -> HTMLResponse:
     context.update(viewer=viewer, project=viewer.project.name if viewer else None,
-                   page=name.removesuffix(".html"))
+                   page=name.removesuffix(".html"),
+                   # A token without `submit` sees the submit and cancel controls disabled
+                   # (REST would refuse them anyway).
+                   submit_off="" if viewer and holds(viewer.scopes, Scope.SUBMIT)
+                   else "disabled")
     return templates.TemplateResponse(request, name, context, status_code=code)
 
 

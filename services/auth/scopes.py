@@ -23,8 +23,8 @@ GRANTS: dict[Scope, str] = {
                 "schedules and the nodes, and use the dashboard",
     Scope.SUBMIT: "submit and cancel jobs and sweeps and upload code bundles and data",
     Scope.SCHEDULES: "create, change, pause, trigger and delete retraining schedules",
-    Scope.ADMIN: "everything the other scopes allow, in every project, and manage tokens, "
-                 "quotas and nodes",
+    Scope.ADMIN: "do everything the other scopes allow in its own project, and manage "
+                 "every project's tokens, quotas and nodes",
 }
 
 

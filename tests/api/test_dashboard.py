@@ -113,6 +113,7 @@ def test_jobs_page_lists_own_project_only_with_last_metrics(
     job_page = client.get(f"/jobs/{mine.id}")
     assert job_page.status_code == 200 and "mine-job" in job_page.text
     assert 'id="cancel-btn"' in job_page.text
+    assert not re.search(r'id="cancel-btn"[^>]*disabled', job_page.text)
 
 
 def test_filters_and_cursor_pagination(client: TestClient, session: Session) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
@@ -177,7 +178,14 @@ def test_the_dashboard_needs_read_and_its_actions_their_own_scope(
     reader, row = create_token(session, "default", (Scope.READ,))
     job = create_job(session, row.project_id, **JOB)
     assert login(client, reader).status_code == 303
-    assert client.get(f"/jobs/{job.id}").status_code == 200
+    page = client.get(f"/jobs/{job.id}")
+    assert page.status_code == 200
+    # What it may not do is shown disabled, not offered.
+    assert re.search(r'id="cancel-btn"[^>]*disabled', page.text)
+    assert re.search(r'id="resubmit-btn"[^>]*disabled', page.text)
+    jobs_page = client.get("/").text
+    assert "lacks the <code>submit</code> scope" in jobs_page
+    assert '<fieldset class="plain" disabled>' in jobs_page
     assert client.get("/partials/jobs").status_code == 200
     # The page's cancel and submit buttons call REST v1 with the cookie: same check.
     assert_forbidden(client.post(f"/api/v1/jobs/{job.id}/cancel"), "submit")
