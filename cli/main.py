@@ -123,6 +123,7 @@ def migrate() -> None:
 def up() -> None:
     """Run the whole stack in the foreground (Ctrl-C stops all of it)."""
     from cli.stack import Stack
+    from services.exceptions import WeakBootstrapToken
 
     _sigterm_as_interrupt()
     stack = Stack()
@@ -133,6 +134,9 @@ def up() -> None:
         stack.wait()
     except KeyboardInterrupt:
         console.print("stopping…")
+    except WeakBootstrapToken as exc:
+        typer.echo(f"cohort: {exc}", err=True)
+        raise typer.Exit(1) from None
     finally:
         stack.stop()
 

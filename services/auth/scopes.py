@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from services.exceptions import Forbidden
-from services.models import ApiToken
+
+if TYPE_CHECKING:  # the CLI imports the scopes without SQLAlchemy's models
+    from services.models import ApiToken
 
 
 class Scope(StrEnum):
