@@ -20,6 +20,11 @@ def create_session(*, session: Session, token: ApiToken, lifetime: dt.timedelta,
     """Open a session for `token`, ending after `lifetime` or when the token expires,
     whichever is first; returns the only copy of its id, and its row."""
     now = now or utcnow()
+    # The token's ended sessions go now: nothing reads them again, and the table stays
+    # the size of the live logins.
+    session.execute(sa.delete(DashboardSession).where(
+        DashboardSession.token_id == token.id,
+        sa.or_(DashboardSession.expires_at <= now, DashboardSession.revoked_at.is_not(None))))
     expires_at = now + lifetime
     if token.expires_at is not None:
         expires_at = min(expires_at, token.expires_at)

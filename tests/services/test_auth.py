@@ -6,12 +6,14 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from services.auth import sessions, tokens
 from services.auth.schemas import TokenCreate
 from services.auth.scopes import Scope, holds
 from services.exceptions import Unauthorized, WeakBootstrapToken
+from services.models import DashboardSession
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)
@@ -87,6 +89,18 @@ def test_a_session_ends_at_its_lifetime_logout_or_its_tokens_end(session: Sessio
     tokens.revoke_token(session=session, token_id=row.id, now=T0)
     with pytest.raises(Unauthorized):
         sessions.authenticate_session(session=session, session_id=sid, now=T0)
+
+
+def test_a_login_clears_the_tokens_ended_sessions(session: Session) -> None:
+    row = tokens.authenticate(session=session, token=issue(session), now=T0)
+    ended, _ = sessions.create_session(session=session, token=row, lifetime=HOUR, now=T0)
+    sessions.end_session(session=session, session_id=ended, now=T0)
+    sessions.create_session(session=session, token=row, lifetime=HOUR, now=T0)  # expires
+    live, _ = sessions.create_session(session=session, token=row, lifetime=3 * HOUR, now=T0)
+    sessions.create_session(session=session, token=row, lifetime=HOUR, now=T0 + 2 * HOUR)
+    kept = session.execute(sa.select(DashboardSession.id_hash)
+                           .where(DashboardSession.token_id == row.id)).scalars().all()
+    assert len(kept) == 2 and tokens.hash_token(live) in kept
 
 
 def test_a_new_bootstrap_token_revokes_the_previous_one(session: Session) -> None:
