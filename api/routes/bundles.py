@@ -12,7 +12,10 @@ from services.exceptions import BundleNotFound
 from services.jobs import bundles
 from services.jobs.file_schemas import BundleRead
 
-router = APIRouter(prefix="/bundles", tags=["bundles"], dependencies=scoped(write=Scope.SUBMIT))
+# HEAD is part of uploading (`cohort submit --code` asks before it sends), so both need
+# `submit`: a CI token that only submits can still ship its code.
+router = APIRouter(prefix="/bundles", tags=["bundles"],
+                   dependencies=scoped(read=Scope.SUBMIT, write=Scope.SUBMIT))
 
 
 @router.head("/{digest}")

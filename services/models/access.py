@@ -35,11 +35,6 @@ class ApiToken(Base):
 
     project: Mapped[Project] = relationship(lazy="joined")
 
-    @property
-    def is_admin(self) -> bool:
-        """Whether the token holds the `admin` scope (every scope)."""
-        return "admin" in self.scopes
-
 
 class DashboardSession(Base):
     """A dashboard login: the cookie holds a random id whose SHA-256 is `id_hash`; it

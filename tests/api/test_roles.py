@@ -70,7 +70,7 @@ def test_the_rule_takes_read_for_get_and_head_and_the_routers_scope_otherwise() 
     assert needs[("GET", "/api/v1/jobs")] == {Scope.READ}
     assert needs[("POST", "/api/v1/jobs")] == {Scope.SUBMIT}
     assert needs[("POST", "/api/v1/jobs/{job_id}/cancel")] == {Scope.SUBMIT}
-    assert needs[("HEAD", "/api/v1/bundles/{digest}")] == {Scope.READ}
+    assert needs[("HEAD", "/api/v1/bundles/{digest}")] == {Scope.SUBMIT}  # uploading
     assert needs[("PUT", "/api/v1/bundles/{digest}")] == {Scope.SUBMIT}
     assert needs[("PUT", "/api/v1/data/{path:path}")] == {Scope.SUBMIT}
     assert needs[("POST", "/api/v1/sweeps")] == {Scope.SUBMIT}
@@ -124,6 +124,9 @@ def test_a_submit_token_submits_and_cancels_but_reads_nothing_else(
     assert created.status_code == 201
     job_id = created.json()["id"]
     assert client.post(f"/api/v1/jobs/{job_id}/cancel", headers=submit).status_code == 200
+    # `cohort submit --code` asks whether the bundle is there before uploading it.
+    assert client.head("/api/v1/bundles/sha256:" + "0" * 64, headers=submit).status_code \
+        == 404
     assert_forbidden(client.get("/api/v1/jobs", headers=submit), "read")
     assert_forbidden(client.get(f"/api/v1/jobs/{job_id}", headers=submit), "read")
     # Streams: tests/streams/test_stream_scopes.py (they read committed tokens only).
