@@ -1,18 +1,20 @@
-"""Request dependencies: the SQL session, the settings, the caller's token, the current job."""
+"""Request dependencies: the SQL session, the settings, the caller's token (bearer or
+dashboard session) and the scope check every route goes through, the current job."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import lru_cache
-from typing import Annotated
+from typing import Annotated, Any
 
 import redis
-from fastapi import Cookie, Depends, Header
+from fastapi import Cookie, Depends, Header, Request
 from sqlalchemy.orm import Session
 
-from services import auth
+from services.auth import sessions, tokens
+from services.auth.scopes import Scope, check_scope, holds
 from services.db import session_scope
-from services.exceptions import Forbidden
+from services.exceptions import Unauthorized
 from services.jobs import store as jobs
 from services.models import ApiToken, Job
 from services.settings import Settings, get_settings
@@ -65,35 +67,121 @@ def get_bus() -> redis.Redis:
 RedisDep = Annotated[redis.Redis, Depends(get_bus)]
 
 
-def get_token(
-    session: SessionDep, authorization: Annotated[str | None, Header()] = None,
-    cohort_token: Annotated[str | None, Cookie()] = None,
-) -> ApiToken:
-    """The caller's token, from `Authorization: Bearer <token>` or the dashboard's
-    `cohort_token` cookie (401 otherwise)."""
-    token = None
+SESSION_COOKIE = "cohort_session"  # the dashboard's login: a session id, never a token
+
+
+def _caller(session: Session, authorization: str | None, session_id: str | None) -> ApiToken:
+    """The token of `Authorization: Bearer <token>`, else of the dashboard session whose
+    id the cookie holds (Unauthorized otherwise)."""
     if authorization:
         scheme, _, value = authorization.partition(" ")
-        if scheme.lower() == "bearer":
-            token = value.strip()
-    # The dashboard's login cookie (HttpOnly, SameSite=Strict, so a cross-site
-    # page cannot make the browser send it).
-    if not token and cohort_token:
-        token = cohort_token
-    return auth.authenticate(session=session, token=token)
+        if scheme.lower() == "bearer" and value.strip():
+            return tokens.authenticate(session=session, token=value.strip())
+    # The cookie is HttpOnly and SameSite=Strict, so a cross-site page cannot make the
+    # browser send it.
+    if session_id:
+        return sessions.authenticate_session(session=session, session_id=session_id)
+    return tokens.authenticate(session=session, token=None)
+
+
+AuthorizationHeader = Annotated[str | None, Header(alias="Authorization")]
+SessionCookie = Annotated[str | None, Cookie(alias=SESSION_COOKIE)]
+
+
+def get_token(session: SessionDep, authorization: AuthorizationHeader = None,
+              session_id: SessionCookie = None) -> ApiToken:
+    """The caller's token, from `Authorization: Bearer <token>` or the dashboard's session
+    cookie (401 otherwise)."""
+    return _caller(session, authorization, session_id)
+
+
+def get_stream_token(authorization: AuthorizationHeader = None,
+                     session_id: SessionCookie = None) -> ApiToken:
+    """The caller's token, read in a short session of its own.
+
+    Streams last for hours, so they must not keep a request session's pooled connection;
+    and one short session in one worker thread cannot deadlock the way several sync
+    dependencies can when a burst of clients holds every thread and every connection.
+    """
+    with session_scope() as session:
+        return _caller(session, authorization, session_id)
+
+
+class LoginRequired(Exception):
+    """A dashboard page without a live login session (the dashboard redirects to /login)."""
+
+
+def get_viewer(session: SessionDep, session_id: SessionCookie = None) -> ApiToken:
+    """The dashboard's logged-in token, from its session cookie alone."""
+    if not session_id:
+        raise LoginRequired
+    try:
+        return sessions.authenticate_session(session=session, session_id=session_id)
+    except Unauthorized:
+        raise LoginRequired from None
 
 
 TokenDep = Annotated[ApiToken, Depends(get_token)]
+StreamTokenDep = Annotated[ApiToken, Depends(get_stream_token)]
+Viewer = Annotated[ApiToken, Depends(get_viewer)]
 
 
-def require_admin(token: TokenDep) -> ApiToken:
-    """The caller's token, if it is an admin's (403 otherwise)."""
-    if not token.is_admin:
-        raise Forbidden("this needs an admin token; ask an admin of the cluster")
-    return token
+# -- scopes: every route is checked here -----------------------------------------------
+# A router is given its rule in one line, `APIRouter(..., dependencies=scoped(write=...))`:
+# its GET and HEAD routes then need `read` and every other method the router's write
+# scope, so a route added later cannot be left unchecked (tests/api/test_roles.py walks
+# every route of the app). `require(scope)` on one route adds a stricter check.
+READ_METHODS = frozenset({"GET", "HEAD"})
 
 
-AdminDep = Annotated[ApiToken, Depends(require_admin)]
+class ScopeRule:
+    """Dependency: the caller's token, if it holds the scope the request's method needs
+    (403 naming the scope otherwise)."""
+
+    def __init__(self, *, read: Scope, write: Scope) -> None:
+        self.read = read
+        self.write = write
+
+    def needed(self, method: str) -> Scope:
+        return self.read if method.upper() in READ_METHODS else self.write
+
+    def check(self, request: Request, token: ApiToken) -> ApiToken:
+        check_scope(token, self.needed(request.method))
+        return token
+
+    def __call__(self, request: Request, token: TokenDep) -> ApiToken:
+        return self.check(request, token)
+
+
+class StreamScopeRule(ScopeRule):
+    """A ScopeRule for SSE streams: the token is read in a short session of its own."""
+
+    def __call__(self, request: Request, token: StreamTokenDep) -> ApiToken:
+        return self.check(request, token)
+
+
+class PageScopeRule(ScopeRule):
+    """A ScopeRule for dashboard pages: the login session's token, or a redirect to /login."""
+
+    def __call__(self, request: Request, token: Viewer) -> ApiToken:
+        return self.check(request, token)
+
+
+def scoped(*, write: Scope, read: Scope = Scope.READ,
+           rule: type[ScopeRule] = ScopeRule) -> list[Any]:
+    """A router's `dependencies`: reads need `read`, every other method `write`."""
+    return [Depends(rule(read=read, write=write))]
+
+
+def require(scope: Scope) -> Any:
+    """One route's extra requirement: `@router.get(..., dependencies=[require(ADMIN)])`."""
+    return Depends(ScopeRule(read=scope, write=scope))
+
+
+def is_admin(token: ApiToken) -> bool:
+    """Whether the caller may see cluster-wide figures (e.g. a job's place in the whole
+    queue), beyond its own project's."""
+    return holds(token.scopes, Scope.ADMIN)
 
 
 def get_job(job_id: int, session: SessionDep, token: TokenDep) -> Job:

@@ -19,6 +19,7 @@ from services.exceptions import (
     InvalidDataPath,
     InvalidEventId,
     InvalidJobSpec,
+    InvalidTokenSpec,
     InvalidTransition,
     NotFound,
     QuotaError,
@@ -76,6 +77,8 @@ ANSWERS: dict[type[Exception], Answer] = {
     IdempotencyConflict: Answer(409, "idempotency_conflict"),
     ScheduleConflict: Answer(409, "conflict"),
     Unauthorized: Answer(401, "unauthorized", {"WWW-Authenticate": "Bearer"}),
+    Forbidden: Answer(403, "forbidden"),  # the message names the missing scope
+    InvalidTokenSpec: Answer(422, "invalid_request"),
     InvalidEventId: Answer(422, "invalid_request"),  # a Last-Event-ID the stream never sent
     TooLarge: Answer(413, "too_large"),  # a bundle or a data file past its limit
     InvalidBundle: Answer(422, "invalid_request"),
@@ -83,7 +86,6 @@ ANSWERS: dict[type[Exception], Answer] = {
     InvalidDataPath: Answer(422, "invalid_request"),
     DataPathConflict: Answer(409, "conflict"),
     SweepEnded: Answer(409, "conflict"),
-    Forbidden: Answer(403, "forbidden"),
     # Quotas (services/jobs/quotas.py): a count reached is worth retrying later (429); a
     # job its project may never run as it is (priority, gang size) is not (403).
     QuotaExceeded: Answer(429, "quota_exceeded"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -21,22 +22,29 @@ from api.routes import (
     schedules,
     sweep_pages,
     sweeps,
+    tokens,
 )
-from services import auth
+from services.auth.tokens import register_bootstrap
 from services.db import session_scope
 from services.jobs.uploads import clear_stale_uploads
 from services.settings import get_settings
 
+log = logging.getLogger(__name__)
+
 
 def bootstrap() -> None:
-    """Register COHORT_BOOTSTRAP_TOKEN as an admin token of project `default`; clear the
-    spool files of uploads an earlier api process did not finish."""
+    """Register COHORT_BOOTSTRAP_TOKEN as an admin token of project `default` (revoking
+    the one it replaces; refused under 32 characters); clear the spool files of uploads
+    an earlier api process did not finish."""
     settings = get_settings()
     clear_stale_uploads(settings=settings)
     token = settings.BOOTSTRAP_TOKEN
     if token:
         with session_scope() as session:
-            auth.ensure_token(session=session, token=token)
+            row = register_bootstrap(session=session, token=token)
+            if row.revoked_at is not None:
+                log.warning("COHORT_BOOTSTRAP_TOKEN was revoked at %s and stays revoked: "
+                            "set a new value to have an admin token", row.revoked_at)
 
 
 @asynccontextmanager
@@ -63,6 +71,7 @@ def create_app() -> FastAPI:
     app.include_router(quotas.router, prefix="/api/v1")  # projects' quotas (issue 14)
     for module in (bundles, artifacts, data):  # code, artifacts and data (issue 12)
         app.include_router(module.router, prefix="/api/v1")
+    app.include_router(tokens.router, prefix="/api/v1")  # admins: tokens (issue 14)
     dashboard.install(app)  # the web dashboard at `/`, its assets at `/static`
     app.include_router(sweep_pages.router)  # its sweep pages
     return app

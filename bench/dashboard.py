@@ -53,14 +53,13 @@ def old_last_metrics(session: sa.orm.Session, jobs: list) -> dict:
 
 def fill(url: str, jobs: int, steps: int) -> str:
     os.environ["COHORT_DATABASE_URL"] = url
-    from services import auth
     from services.db import session_scope
     from services.models import MetricPoint
-    from tests.factories import create_job
+    from tests.factories import create_job, create_token
 
     with session_scope() as session:
-        token = auth.create_token(session=session, project_name="bench", name="bench")
-        project_id = auth.authenticate(session=session, token=token).project_id
+        token, row = create_token(session, "bench")
+        project_id = row.project_id
         for _ in range(jobs):
             job = create_job(session, project_id, name="bench", replicas=2)
             session.flush()
@@ -88,7 +87,8 @@ def main() -> None:
         from services.telemetry import summaries
 
         client = TestClient(create_app())
-        client.cookies.set("cohort_token", token)
+        assert client.post("/login", data={"token": token},
+                           follow_redirects=False).status_code == 303
         auth = {"Authorization": f"Bearer {token}"}
         with session_scope() as session:
             rows = jobs.list_jobs(session=session, project_id=1, limit=25)[0]

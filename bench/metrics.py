@@ -57,7 +57,7 @@ def use(database_url: str, redis_url: str, data_dir: str) -> None:
 
 def make_job(name: str) -> tuple[int, str]:
     """A committed job and a token of its project."""
-    from services import auth
+    from services.auth import tokens
     from services.db import session_scope
     from services.jobs import store as jobs
     from services.jobs.schemas import JobCreate
@@ -65,8 +65,8 @@ def make_job(name: str) -> tuple[int, str]:
 
     token = "bench_" + os.urandom(8).hex()
     with session_scope() as session:
-        row = auth.ensure_token(session=session, token=token, project_name="bench",
-                                name="bench", is_admin=False)
+        row = tokens.ensure_token(session=session, token=token, project_name="bench",
+                                  name="bench", scopes=["read", "submit", "schedules"])
         job, _ = jobs.create_job(session=session, project_id=row.project_id,
                                  job_in=JobCreate(name=name, replicas=2,
                                                   hyperparameters={"epochs": 10_000,

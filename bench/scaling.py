@@ -71,15 +71,15 @@ def from_points(session: sa.orm.Session, job_id: int) -> list[tuple[int, float, 
 
 
 def bench(label: str, steps: int, runs: int) -> None:
-    from services import auth
+    from services.auth import tokens
     from services.db import session_scope
     from services.models import Job
     from services.telemetry.scaling import read_scaling
 
     with session_scope() as session:
-        project_id = auth.ensure_token(session=session, token="bench_" + os.urandom(8).hex(),
-                                       project_name="bench", name="bench",
-                                       is_admin=False).project_id
+        project_id = tokens.ensure_token(
+            session=session, token="bench_" + os.urandom(8).hex(), project_name="bench",
+            name="bench", scopes=["read", "submit", "schedules"]).project_id
     base_id = finished_job(project_id, 1, steps)
     job_id = finished_job(project_id, 2, steps)
     if label == "postgresql":

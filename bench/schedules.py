@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cli.stack import migrate  # noqa: E402
-from services import auth  # noqa: E402
+from services.auth import tokens  # noqa: E402
 from services.cluster import reconcile  # noqa: E402
 from services.db import make_engine  # noqa: E402
 from services.retraining import schedules  # noqa: E402
@@ -65,8 +65,9 @@ def drop_databases(pg: str | None, urls: list[str]) -> None:
 
 def add_schedules(url: str, count: int, settings: Settings) -> None:
     with Session(make_engine(url)) as session, session.begin():
-        token = auth.ensure_token(session=session, token="bench_" + uuid.uuid4().hex,
-                                  project_name="bench", name="bench", is_admin=False)
+        token = tokens.ensure_token(session=session, token="bench_" + uuid.uuid4().hex,
+                                    project_name="bench", name="bench",
+                                    scopes=["read", "submit", "schedules"])
         for i in range(count):
             schedules.create_schedule(
                 session=session, project_id=token.project_id, settings=settings, now=T0,

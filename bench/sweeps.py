@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.schedules import drop_databases, fresh_database  # noqa: E402
 from cli.stack import migrate  # noqa: E402
-from services import auth  # noqa: E402
+from services.auth import tokens  # noqa: E402
 from services.cluster import reconcile  # noqa: E402
 from services.db import make_engine  # noqa: E402
 from services.models import Job, Sweep  # noqa: E402
@@ -50,8 +50,9 @@ def add_sweeps(url: str, sweeps: int, trials: int, queued: int, settings: Settin
     """`sweeps` running sweeps of `trials` random trials, each with `queued` trials queued
     (`as_sweeps=False`: the same queued jobs, no sweeps)."""
     with Session(make_engine(url)) as session, session.begin():
-        token = auth.ensure_token(session=session, token="bench_" + uuid.uuid4().hex,
-                                  project_name="bench", name="bench", is_admin=False)
+        token = tokens.ensure_token(session=session, token="bench_" + uuid.uuid4().hex,
+                                    project_name="bench", name="bench",
+                                    scopes=["read", "submit", "schedules"])
         spec = SweepCreate.model_validate({
             "name": "bench", "template": TEMPLATE, "trials": trials, "max_concurrent": queued,
             "space": {"random": {"learning_rate": {"distribution": "log_uniform",

@@ -31,6 +31,8 @@ from cli.options import (
 from cli.quotas import app as quotas_app
 from cli.schedules import app as schedules_app
 from cli.sweeps import app as sweeps_app
+from cli.tokens import register as register_token_commands
+from services.auth.scopes import Scope
 from services.settings import get_settings
 
 app = typer.Typer(help="Cohort: distributed TensorFlow training jobs as a service.",
@@ -76,8 +78,16 @@ def api(host: str | None = None, port: int | None = None) -> None:
     """Run the REST API (uvicorn)."""
     import uvicorn
 
-    _require_redis()
+    from services.auth.tokens import check_bootstrap_token
+    from services.exceptions import WeakBootstrapToken
+
     settings = get_settings()
+    try:
+        check_bootstrap_token(settings.BOOTSTRAP_TOKEN)
+    except WeakBootstrapToken as exc:
+        typer.echo(f"cohort: {exc}", err=True)  # one line, never wrapped
+        raise typer.Exit(1) from None
+    _require_redis()
     uvicorn.run("api.main:app", host=host or settings.API_HOST, port=port or settings.API_PORT,
                 log_level="warning", access_log=False)
 
@@ -118,6 +128,7 @@ def migrate() -> None:
 def up() -> None:
     """Run the whole stack in the foreground (Ctrl-C stops all of it)."""
     from cli.stack import Stack
+    from services.exceptions import WeakBootstrapToken
 
     _sigterm_as_interrupt()
     stack = Stack()
@@ -128,6 +139,9 @@ def up() -> None:
         stack.wait()
     except KeyboardInterrupt:
         console.print("stopping…")
+    except WeakBootstrapToken as exc:
+        typer.echo(f"cohort: {exc}", err=True)
+        raise typer.Exit(1) from None
     finally:
         stack.stop()
 
@@ -216,14 +230,21 @@ def submit(
 
 
 @app.command("create-token")
-def create_token(project: str = "default", name: str = "cli") -> None:
-    """Issue a new API token for a project (needs database access)."""
-    from services import auth
+def create_token(
+    project: str = "default", name: str = "cli",
+    scope: Annotated[list[Scope], typer.Option(help="repeat for several")] = [  # noqa: B006
+        Scope.READ, Scope.SUBMIT],
+) -> None:
+    """Issue a token straight in the database (needs its credentials; with an admin token,
+    `cohort tokens create` does it over the API)."""
+    from services.auth import tokens
+    from services.auth.schemas import TokenCreate
     from services.db import session_scope
 
+    token_in = TokenCreate(project=project, name=name, scopes=scope)
     with session_scope() as session:
-        token = auth.create_token(session=session, project_name=project, name=name)
-    console.print(token)
+        created = tokens.create_token(session=session, token_in=token_in)
+    console.print(created.token)
 
 
 register_key_commands(app)
@@ -235,6 +256,7 @@ app.add_typer(quotas_app, name="quota")
 register_job_commands(app)  # jobs, get, logs, metrics, cancel, nodes
 register_code_commands(app)  # bundle push, artifacts, download
 register_data_commands(app)  # data push, ls, rm
+register_token_commands(app)  # tokens list, create, revoke
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 import redis
 
+from services.auth.tokens import check_bootstrap_token
 from services.settings import Settings, get_settings
 from services.wire.signing import node_key
 from workers.node.processes import stop_process_group
@@ -170,10 +171,11 @@ class Stack:
         from cli.client import CohortClient
 
         self.env["COHORT_DATA_DIR"] = str(self.settings.data_dir)
+        self.token = self._token()
+        check_bootstrap_token(self.token)  # before anything starts: the api would refuse it
+        self.env["COHORT_BOOTSTRAP_TOKEN"] = self.token
         if not self.settings.REDIS_URL:
             self._start_redis()
-        self.token = self._token()
-        self.env["COHORT_BOOTSTRAP_TOKEN"] = self.token
         self.env["COHORT_SIGNING_KEY"] = self._signing_key()
         self.env.setdefault("COHORT_NODE_ID", "local")
         migrate(self.settings.database_url)

@@ -63,7 +63,28 @@ class IdempotencyConflict(CohortError):
 
 
 class Unauthorized(CohortError):
-    """No token, or a token that does not exist."""
+    """No token, or one that does not exist, has expired or was revoked (401)."""
+
+
+class Forbidden(CohortError):
+    """A token without the scope the request needs (403)."""
+
+    def __init__(self, message: str, scope: str) -> None:
+        super().__init__(message)
+        self.scope = scope
+
+
+class TokenNotFound(NotFound):
+    def __init__(self, token_id: int) -> None:
+        super().__init__("token", token_id)
+
+
+class InvalidTokenSpec(FieldError):
+    """A token request that passed schema validation but cannot be issued (422)."""
+
+
+class WeakBootstrapToken(CohortError):
+    """A COHORT_BOOTSTRAP_TOKEN too short to be an admin's secret (the api refuses to start)."""
 
 
 class ScheduleNotFound(NotFound):
@@ -177,10 +198,6 @@ class SweepEnded(CohortError):
 class ProjectNotFound(NotFound):
     def __init__(self, name: str) -> None:
         super().__init__("project", name)
-
-
-class Forbidden(CohortError):
-    """The caller's token may not do this (403)."""
 
 
 class QuotaError(FieldError):

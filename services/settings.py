@@ -26,7 +26,11 @@ class Settings(BaseSettings):
 
     API_HOST: str = "127.0.0.1"
     API_PORT: int = 8000
+    # An admin token of project `default`, registered at the api's start (at least 32
+    # characters); a new value revokes the previous one (services/auth/tokens.py).
     BOOTSTRAP_TOKEN: str = ""
+    # A dashboard login lasts this many seconds (never past its token's expiry).
+    SESSION_LIFETIME: int = Field(12 * 3600, ge=60, le=90 * 24 * 3600)
 
     # Messages between the control plane and the agents are signed (services/wire/signing.py):
     # the scheduler holds SIGNING_KEY; each agent holds only its own NODE_KEY, which

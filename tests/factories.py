@@ -7,17 +7,22 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from services import auth
+from services.auth import tokens
+from services.auth.scopes import Scope
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate
 from services.models import ApiToken, Job
 from services.settings import get_settings
 
+# What a user's token may do: all but admin.
+USER_SCOPES = (Scope.READ, Scope.SUBMIT, Scope.SCHEDULES)
 
-def create_token(session: Session, project: str = "default") -> tuple[str, ApiToken]:
+
+def create_token(session: Session, project: str = "default",
+                 scopes: tuple[Scope, ...] = USER_SCOPES) -> tuple[str, ApiToken]:
     token = "test_" + secrets.token_hex(8)
-    row = auth.ensure_token(session=session, token=token, project_name=project,
-                            name="test", is_admin=False)
+    row = tokens.ensure_token(session=session, token=token, project_name=project,
+                              name="test", scopes=scopes)
     return token, row
 
 

@@ -8,11 +8,13 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
-from api.deps import CurrentJob, StoreDep
+from api.deps import CurrentJob, StoreDep, scoped
+from services.auth.scopes import Scope
 from services.jobs import artifacts
 from services.jobs.file_schemas import ArtifactList, ArtifactRead
 
-router = APIRouter(prefix="/jobs", tags=["artifacts"])
+router = APIRouter(prefix="/jobs", tags=["artifacts"],
+                   dependencies=scoped(write=Scope.SUBMIT))
 
 
 @router.get("/{job_id}/artifacts")

@@ -5,13 +5,17 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import SessionDep, SettingsDep, TokenDep
+from api.deps import SessionDep, SettingsDep, TokenDep, scoped
 from api.uploads import receive_body
+from services.auth.scopes import Scope
 from services.exceptions import BundleNotFound
 from services.jobs import bundles
 from services.jobs.file_schemas import BundleRead
 
-router = APIRouter(prefix="/bundles", tags=["bundles"])
+# HEAD is part of uploading (`cohort submit --code` asks before it sends), so both need
+# `submit`: a CI token that only submits can still ship its code.
+router = APIRouter(prefix="/bundles", tags=["bundles"],
+                   dependencies=scoped(read=Scope.SUBMIT, write=Scope.SUBMIT))
 
 
 @router.head("/{digest}")

@@ -1,6 +1,7 @@
 """The web dashboard: server-rendered pages (Jinja2, api/templates/), the HTML
-fragments the pages' JavaScript refreshes live, login/logout with the
-`cohort_token` cookie, and the bundled static assets (api/static/, no network).
+fragments the pages' JavaScript refreshes live, login/logout (a server-side session
+whose id the `cohort_session` cookie holds), and the bundled static assets
+(api/static/, no network).
 
 Pages read through the same services as REST v1 and show only the logged-in
 token's project; anything of another project is a 404 page.
@@ -15,14 +16,25 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
+from fastapi import APIRouter, FastAPI, Form, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from api.deps import SessionDep, StoreDep
-from services import auth
+from api.deps import (
+    SESSION_COOKIE,
+    LoginRequired,
+    PageScopeRule,
+    SessionCookie,
+    SessionDep,
+    SettingsDep,
+    StoreDep,
+    Viewer,
+    scoped,
+)
+from services.auth import sessions, tokens
+from services.auth.scopes import Scope, holds
 from services.cluster import nodes
 from services.exceptions import JobNotFound, Unauthorized
 from services.jobs import artifacts
@@ -34,12 +46,14 @@ from services.statuses import TERMINAL_REPLICA_STATUSES, TERMINAL_STATUSES, JobS
 from services.storage.store import ArtifactStore
 from services.telemetry import scaling, summaries
 
-COOKIE = "cohort_token"
-COOKIE_MAX_AGE = 7 * 24 * 3600
 PAGE_SIZE = 25
 HERE = Path(__file__).resolve().parent.parent
 templates = Jinja2Templates(directory=HERE / "templates")
-router = APIRouter(tags=["dashboard"], include_in_schema=False)
+# Pages need the `read` scope (every action on them goes through REST v1, which checks
+# its own); logging in and out needs none.
+router = APIRouter(tags=["dashboard"], include_in_schema=False,
+                   dependencies=scoped(write=Scope.SUBMIT, rule=PageScopeRule))
+login_router = APIRouter(tags=["dashboard"], include_in_schema=False)
 log = logging.getLogger(__name__)
 
 
@@ -89,23 +103,9 @@ templates.env.filters["gpus"] = nodes.node_gpus
 templates.env.globals["statuses"] = [s.value for s in JobStatus]
 
 
-class LoginRequired(Exception):
-    """No valid login cookie (answered by `_login_required`)."""
-
-
-def _viewer(request: Request, session: SessionDep) -> ApiToken:
-    token = request.cookies.get(COOKIE)
-    if not token:
-        raise LoginRequired
-    try:
-        return auth.authenticate(session=session, token=token)
-    except Unauthorized:
-        raise LoginRequired from None
-
-
-# The logged-in token; without one a page redirects to /login?next=<this page>, and a
-# fragment (/partials/…) answers 401, on which the page's JavaScript goes to the login form.
-Viewer = Annotated[ApiToken, Depends(_viewer)]
+# Viewer (api/deps.py) is the logged-in token; without one a page redirects to
+# /login?next=<this page>, and a fragment (/partials/…) answers 401, on which the page's
+# JavaScript goes to the login form.
 
 
 async def _login_required(request: Request, _: Exception) -> Response:
@@ -125,35 +125,55 @@ def _safe_next(target: str | None) -> str:
 def _render(request: Request, name: str, viewer: ApiToken | None, code: int = 200,
             **context: Any) -> HTMLResponse:
     context.update(viewer=viewer, project=viewer.project.name if viewer else None,
-                   page=name.removesuffix(".html"))
+                   page=name.removesuffix(".html"),
+                   # A token without `submit` sees the submit and cancel controls disabled
+                   # (REST would refuse them anyway).
+                   submit_off="" if viewer and holds(viewer.scopes, Scope.SUBMIT)
+                   else "disabled")
     return templates.TemplateResponse(request, name, context, status_code=code)
 
 
-@router.get("/login")
+@login_router.get("/login")
 def login_page(request: Request, next: str = "/") -> HTMLResponse:
     return _render(request, "login.html", None, next=_safe_next(next), error=None)
 
 
-@router.post("/login", response_model=None)
-def login(request: Request, session: SessionDep, token: Annotated[str, Form(max_length=512)] = "",
+def _login_error(request: Request, next: str, code: int, message: str) -> HTMLResponse:
+    return _render(request, "login.html", None, code=code, next=_safe_next(next),
+                   error=message.replace("COHORT_TOKEN", "the token"))
+
+
+@login_router.post("/login", response_model=None)
+def login(request: Request, session: SessionDep, settings: SettingsDep,
+          token: Annotated[str, Form(max_length=512)] = "",
           next: Annotated[str, Form(max_length=2048)] = "/") -> Response:
-    """Check the token; keep it in an HttpOnly, SameSite=Strict cookie."""
-    token = token.strip()
+    """Check the token and open a session: the HttpOnly, SameSite=Strict cookie holds the
+    session's id, never the token."""
     try:
-        auth.authenticate(session=session, token=token)
+        row = tokens.authenticate(session=session, token=token.strip())
     except Unauthorized as exc:
-        return _render(request, "login.html", None, code=401, next=_safe_next(next),
-                       error=str(exc).replace("COHORT_TOKEN", "the token"))
+        return _login_error(request, next, 401, str(exc))
+    if not holds(row.scopes, Scope.READ):
+        return _login_error(request, next, 403, "this token lacks the 'read' scope the "
+                                                "dashboard needs: log in with one that has it")
+    lifetime = dt.timedelta(seconds=settings.SESSION_LIFETIME)
+    session_id, opened = sessions.create_session(session=session, token=row, lifetime=lifetime)
+    max_age = int((opened.expires_at - opened.created_at).total_seconds())
     response = RedirectResponse(_safe_next(next), status_code=303)
-    response.set_cookie(COOKIE, token, max_age=COOKIE_MAX_AGE, httponly=True,
+    # Secure whenever the request came over HTTPS: behind a proxy uvicorn takes the scheme
+    # from X-Forwarded-Proto, if the proxy's address is in FORWARDED_ALLOW_IPS.
+    response.set_cookie(SESSION_COOKIE, session_id, max_age=max_age, httponly=True,
                         samesite="strict", secure=request.url.scheme == "https", path="/")
     return response
 
 
-@router.post("/logout")
-def logout() -> RedirectResponse:
+@login_router.post("/logout")
+def logout(session: SessionDep, session_id: SessionCookie = None) -> RedirectResponse:
+    """End the session (the cookie's id is worthless from now on) and clear the cookie."""
+    if session_id:
+        sessions.end_session(session=session, session_id=session_id)
     response = RedirectResponse("/login", status_code=303)
-    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
     return response
 
 
@@ -270,4 +290,5 @@ def install(app: FastAPI) -> None:
     """Serve the dashboard at `/` and its assets at `/static`."""
     app.add_exception_handler(LoginRequired, _login_required)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    app.include_router(login_router)
     app.include_router(router)

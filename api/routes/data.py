@@ -5,12 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import SettingsDep, StoreDep, TokenDep
+from api.deps import SettingsDep, StoreDep, TokenDep, scoped
 from api.uploads import receive_body
+from services.auth.scopes import Scope
 from services.jobs import data
 from services.jobs.file_schemas import DataList, DataRead
 
-router = APIRouter(prefix="/data", tags=["data"])
+router = APIRouter(prefix="/data", tags=["data"], dependencies=scoped(write=Scope.SUBMIT))
 
 
 @router.get("")

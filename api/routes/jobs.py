@@ -14,14 +14,17 @@ from api.deps import (
     StoreDep,
     TokenDep,
     commit_admission,
+    is_admin,
+    scoped,
 )
+from services.auth.scopes import Scope
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead
 from services.statuses import JobStatus
 from services.telemetry.job_views import read_job_view, read_job_views
 from services.wire.client import wake_scheduler
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=scoped(write=Scope.SUBMIT))
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
@@ -43,7 +46,7 @@ def create_job(
     # a wake-up for a job it cannot read yet.
     background.add_task(wake_scheduler, bus)
     return read_job_view(session=session, job=job, with_progress=False,
-                         cluster_wide=token.is_admin)
+                         cluster_wide=is_admin(token))
 
 
 @router.get("")
@@ -73,7 +76,7 @@ def read_jobs(
                                        limit=limit, schedule_id=schedule_id,
                                        sweep_id=sweep_id)
     return JobList(items=read_job_views(session=session, jobs=rows,
-                                        cluster_wide=token.is_admin),
+                                        cluster_wide=is_admin(token)),
                    next_cursor=jobs.encode_cursor(next_before) if next_before else None)
 
 
@@ -81,7 +84,7 @@ def read_jobs(
 def read_job(job: CurrentJob, session: SessionDep, token: TokenDep) -> JobRead:
     """A job: status, attempt, reason, where each replica runs, its place in the queue
     and its progress (the same view as the job's stream's `status` events)."""
-    return read_job_view(session=session, job=job, cluster_wide=token.is_admin)
+    return read_job_view(session=session, job=job, cluster_wide=is_admin(token))
 
 
 @router.post("/{job_id}/cancel")
@@ -91,7 +94,7 @@ def cancel_job(job: CurrentJob, session: SessionDep, bus: RedisDep, token: Token
     jobs.request_cancel(session=session, job=job)
     background.add_task(wake_scheduler, bus)
     return read_job_view(session=session, job=job, with_progress=False,
-                         cluster_wide=token.is_admin)
+                         cluster_wide=is_admin(token))
 
 
 @router.get("/{job_id}/events")

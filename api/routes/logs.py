@@ -6,11 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.deps import CurrentJob, SessionDep
+from api.deps import CurrentJob, SessionDep, scoped
+from services.auth.scopes import Scope
 from services.jobs.schemas import LogLineRead, LogList
 from services.telemetry import logs
 
-router = APIRouter(prefix="/jobs", tags=["logs"])
+router = APIRouter(prefix="/jobs", tags=["logs"], dependencies=scoped(write=Scope.SUBMIT))
 
 
 @router.get("/{job_id}/logs")

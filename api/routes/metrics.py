@@ -6,11 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.deps import CurrentJob, SessionDep
+from api.deps import CurrentJob, SessionDep, scoped
+from services.auth.scopes import Scope
 from services.jobs.schemas import MetricList, MetricPointRead
 from services.telemetry import downsample, metrics
 
-router = APIRouter(prefix="/jobs", tags=["metrics"])
+router = APIRouter(prefix="/jobs", tags=["metrics"], dependencies=scoped(write=Scope.SUBMIT))
 
 
 @router.get("/{job_id}/metrics")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.deps import SessionDep, TokenDep
+from api.deps import SessionDep, TokenDep, scoped
+from services.auth.scopes import Scope
 from services.cluster import nodes
 from services.jobs.schemas import GpuRead, NodeRead
 
-router = APIRouter(prefix="/nodes", tags=["nodes"])
+router = APIRouter(prefix="/nodes", tags=["nodes"], dependencies=scoped(write=Scope.ADMIN))
 
 
 @router.get("")

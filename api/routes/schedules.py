@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Depends, Query, Response, status
 from sqlalchemy.orm import Session
 
-from api.deps import RedisDep, SessionDep, SettingsDep, TokenDep, commit_admission
+from api.deps import RedisDep, SessionDep, SettingsDep, TokenDep, commit_admission, scoped
+from services.auth.scopes import Scope
 from services.models import Schedule
 from services.retraining import firing, schedules
 from services.retraining.schemas import (
@@ -20,7 +21,8 @@ from services.retraining.schemas import (
 )
 from services.wire.client import wake_scheduler
 
-router = APIRouter(prefix="/schedules", tags=["schedules"])
+router = APIRouter(prefix="/schedules", tags=["schedules"],
+                   dependencies=scoped(write=Scope.SCHEDULES))
 
 
 def get_schedule(schedule_id: int, session: SessionDep, token: TokenDep) -> Schedule:

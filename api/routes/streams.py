@@ -13,17 +13,20 @@ from functools import lru_cache
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Cookie, Depends, Header, Query
+from fastapi import APIRouter, Depends, Header, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent, format_sse_event
 
-from api.deps import get_token
+from api.deps import StreamScopeRule, StreamTokenDep, scoped
+from services.auth.scopes import Scope
 from services.db import session_scope
 from services.jobs import store as jobs
 from services.telemetry.cursor import Cursor, Event, parse_project_position
 from services.telemetry.follow import KINDS, follow, follow_project
 
-router = APIRouter(tags=["streams"])
+# Streams read the token in a short session of their own (api/deps.get_stream_token).
+router = APIRouter(tags=["streams"],
+                   dependencies=scoped(write=Scope.SUBMIT, rule=StreamScopeRule))
 
 
 def chosen_kinds(
@@ -60,25 +63,10 @@ def project_resume_point(
     return parse_project_position(last_event_id or resume)
 
 
-def stream_caller(
-    authorization: Annotated[str | None, Header()] = None,
-    cohort_token: Annotated[str | None, Cookie()] = None,
-) -> int:
-    """The caller's project id (401 otherwise), from a session of its own.
-
-    Streams last for hours, so they must not keep a request session's pooled connection;
-    and one short session in one worker thread cannot deadlock the way several sync
-    dependencies can when a burst of clients holds every thread and every connection.
-    """
-    with session_scope() as session:
-        return get_token(session=session, authorization=authorization,
-                         cohort_token=cohort_token).project_id
-
-
-def stream_job_id(job_id: int, project_id: Annotated[int, Depends(stream_caller)]) -> int:
+def stream_job_id(job_id: int, token: StreamTokenDep) -> int:
     """The job in the path if the caller's project owns it (404 otherwise)."""
     with session_scope() as session:
-        return jobs.read_job(session=session, project_id=project_id, job_id=job_id).id
+        return jobs.read_job(session=session, project_id=token.project_id, job_id=job_id).id
 
 
 def _encode(event: Event) -> bytes:
@@ -119,11 +107,11 @@ async def stream_job(
 
 @router.get("/stream", response_class=EventSourceResponse)
 async def stream_jobs(
-    project_id: Annotated[int, Depends(stream_caller)],
+    token: StreamTokenDep,
     after: Annotated[int | None, Depends(project_resume_point)],
 ) -> AsyncIterator[ServerSentEvent]:
     """`status` events (data: JobRead) of the project's jobs as their statuses change.
     Without `Last-Event-ID`, the 50 newest jobs come first."""
-    async for events in follow_project(project_id, after):
+    async for events in follow_project(token.project_id, after):
         for event in events:
             yield ServerSentEvent(event=event.kind, id=event.id, data=event.data)

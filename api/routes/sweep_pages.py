@@ -11,8 +11,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from api.deps import SessionDep
-from api.routes.dashboard import PAGE_SIZE, Viewer, _render
+from api.deps import PageScopeRule, SessionDep, Viewer, scoped
+from api.routes.dashboard import PAGE_SIZE, _render
+from services.auth.scopes import Scope
 from services.exceptions import SweepNotFound
 from services.jobs.store import decode_cursor, encode_cursor
 from services.models import ApiToken, Sweep
@@ -23,7 +24,8 @@ from services.sweeps.store import read_trials
 from services.sweeps.views import to_list_read, to_read
 from services.telemetry.curves import read_curves
 
-router = APIRouter(tags=["dashboard"], include_in_schema=False)
+router = APIRouter(tags=["dashboard"], include_in_schema=False,
+                   dependencies=scoped(write=Scope.SUBMIT, rule=PageScopeRule))
 
 # A chart of more lines than this is a blur: past it, the best trials' curves are drawn.
 MAX_CURVES = 50

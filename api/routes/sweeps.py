@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Depends, Query, status
 from fastapi.exceptions import RequestValidationError
 
-from api.deps import RedisDep, SessionDep, SettingsDep, TokenDep
+from api.deps import RedisDep, SessionDep, SettingsDep, TokenDep, scoped
+from services.auth.scopes import Scope
 from services.jobs.store import decode_cursor, encode_cursor
 from services.models import Sweep
 from services.statuses import SweepStatus
@@ -16,7 +17,7 @@ from services.sweeps.schemas import SweepCreate, SweepList, SweepRead
 from services.sweeps.views import to_list_read, to_read
 from services.wire.client import wake_scheduler
 
-router = APIRouter(prefix="/sweeps", tags=["sweeps"])
+router = APIRouter(prefix="/sweeps", tags=["sweeps"], dependencies=scoped(write=Scope.SUBMIT))
 
 
 def get_sweep(sweep_id: int, session: SessionDep, token: TokenDep) -> Sweep:

@@ -1,7 +1,8 @@
 """SQLAlchemy 2 ORM models, one table a class, grouped by what they record.
 
     base.py       the declarative base, UTC timestamps, enums stored as strings
-    jobs.py       projects, API tokens, jobs, code bundles, replicas, job events, nodes
+    jobs.py       projects, jobs, code bundles, replicas, job events, nodes
+    access.py     API tokens (scopes, expiry, revocation) and dashboard sessions
     series.py     metric points, their rollups, log lines
     schedules.py  retraining schedules and their runs
     sweeps.py     sweeps (their trials are jobs)
@@ -10,15 +11,16 @@
 Every model is imported here, so `Base.metadata` holds every table (Alembic, tests).
 """
 
+from services.models.access import ApiToken, DashboardSession
 from services.models.base import Base, UTCDateTime, utcnow
-from services.models.jobs import ApiToken, Bundle, Job, JobEvent, Node, Project, Replica
+from services.models.jobs import Bundle, Job, JobEvent, Node, Project, Replica
 from services.models.quotas import ProjectQuota
 from services.models.schedules import Schedule, ScheduleRun
 from services.models.series import LogLine, MetricPoint, MetricRollup
 from services.models.sweeps import Sweep
 
 __all__ = [
-    "ApiToken", "Base", "Bundle", "Job", "JobEvent", "LogLine", "MetricPoint", "MetricRollup",
-    "Node", "Project", "ProjectQuota", "Replica", "Schedule", "ScheduleRun", "Sweep",
-    "UTCDateTime", "utcnow",
+    "ApiToken", "Base", "Bundle", "DashboardSession", "Job", "JobEvent", "LogLine",
+    "MetricPoint", "MetricRollup", "Node", "Project", "ProjectQuota", "Replica", "Schedule",
+    "ScheduleRun", "Sweep", "UTCDateTime", "utcnow",
 ]

@@ -1,5 +1,5 @@
-"""Tables of projects and their jobs: projects, API tokens, jobs, code bundles, replicas,
-the job event log, and the nodes replicas run on."""
+"""Tables of projects and their jobs: projects, jobs, code bundles, replicas, the job
+event log, and the nodes replicas run on."""
 
 from __future__ import annotations
 
@@ -19,21 +19,6 @@ class Project(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(sa.String(64), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
-
-
-class ApiToken(Base):
-    """An API token; only its SHA-256 is stored."""
-
-    __tablename__ = "api_tokens"
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    project_id: Mapped[int] = mapped_column(sa.ForeignKey("projects.id", ondelete="CASCADE"))
-    name: Mapped[str] = mapped_column(sa.String(64))
-    token_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
-    is_admin: Mapped[bool] = mapped_column(default=False)
-    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
-
-    project: Mapped[Project] = relationship(lazy="joined")
 
 
 class Job(Base):

@@ -21,7 +21,7 @@ from tests.factories import create_job, create_token
 def stored(artifact_env: str, session: Session, token: str) -> tuple[int, ArtifactStore]:  # noqa: ARG001 - artifact_env points the store
     """A job of the caller's project with a model, a TensorBoard file and a log stored,
     and another job (id + 10 in the key space) whose files must never show."""
-    from services.auth import authenticate
+    from services.auth.tokens import authenticate
 
     job = create_job(session, authenticate(session=session, token=token).project_id,
                      replicas=2)
@@ -112,7 +112,7 @@ def test_another_projects_job_is_404(client: TestClient, session: Session,
 def test_a_job_without_artifacts_lists_none(client: TestClient, auth: dict[str, str],
                                             session: Session, token: str,
                                             artifact_env: str) -> None:  # noqa: ARG001
-    from services.auth import authenticate
+    from services.auth.tokens import authenticate
 
     job = create_job(session, authenticate(session=session, token=token).project_id)
     response = client.get(f"/api/v1/jobs/{job.id}/artifacts", headers=auth)

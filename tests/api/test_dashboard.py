@@ -30,7 +30,7 @@ def test_pages_redirect_to_login_without_a_valid_cookie(client: TestClient, path
     response = client.get(path, follow_redirects=False)
     assert response.status_code == 303
     assert response.headers["location"].startswith("/login?next=/")
-    client.cookies.set("cohort_token", "not-a-token")
+    client.cookies.set("cohort_session", "not-a-session")
     assert client.get(path, follow_redirects=False).status_code == 303
 
 
@@ -39,24 +39,30 @@ def test_fragments_answer_401_without_a_valid_cookie(client: TestClient, path: s
     # The page's script goes to the login form on a 401; a redirect would be followed
     # and the login form's HTML pasted into the page.
     assert client.get(path, follow_redirects=False).status_code == 401
-    client.cookies.set("cohort_token", "not-a-token")
+    client.cookies.set("cohort_session", "not-a-session")
     assert client.get(path, follow_redirects=False).status_code == 401
 
 
-def test_login_sets_an_httponly_strict_cookie_and_logout_clears_it(
+def test_login_sets_an_httponly_strict_session_cookie_and_logout_ends_it(
         client: TestClient, token: str) -> None:
     response = client.post("/login", data={"token": token, "next": "/cluster"},
                            follow_redirects=False)
     assert response.status_code == 303 and response.headers["location"] == "/cluster"
     cookie = response.headers["set-cookie"]
-    assert cookie.startswith(f"cohort_token={token};")
+    session_id = cookie.split(";")[0].removeprefix("cohort_session=")
+    assert cookie.startswith("cohort_session=") and token not in cookie
+    assert len(session_id) >= 40
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    assert "Max-Age=43200" in cookie  # COHORT_SESSION_LIFETIME's default, 12 h
     assert client.get("/cluster").status_code == 200
     response = client.post("/logout", follow_redirects=False)
     assert response.headers["location"] == "/login"
-    assert 'cohort_token=""' in response.headers["set-cookie"]
-    client.cookies.clear()
+    assert 'cohort_session=""' in response.headers["set-cookie"]
     assert client.get("/", follow_redirects=False).status_code == 303
+    # The id is worthless once logged out, even to a client that kept it.
+    client.cookies.set("cohort_session", session_id)
+    assert client.get("/", follow_redirects=False).status_code == 303
+    assert client.get("/api/v1/jobs").status_code == 401
 
 
 def test_a_wrong_token_is_refused_with_the_message_next_to_the_field(
@@ -107,6 +113,7 @@ def test_jobs_page_lists_own_project_only_with_last_metrics(
     job_page = client.get(f"/jobs/{mine.id}")
     assert job_page.status_code == 200 and "mine-job" in job_page.text
     assert 'id="cancel-btn"' in job_page.text
+    assert not re.search(r'id="cancel-btn"[^>]*disabled', job_page.text)
 
 
 def test_filters_and_cursor_pagination(client: TestClient, session: Session) -> None:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from services.auth import authenticate
+from services.auth.tokens import authenticate
 from services.jobs.inputs import resolve_inputs
 from services.models import Job, Schedule
 from services.settings import get_settings

@@ -21,7 +21,7 @@ JOB = {"strategy": "one_device", "replicas": 1}
 def admin(session: Session, project: str = "default") -> dict[str, str]:
     token = "adm_" + secrets.token_hex(8)
     tokens.ensure_token(session=session, token=token, project_name=project, name="admin",
-                        is_admin=True)
+                        scopes=["admin"])
     return {"Authorization": f"Bearer {token}"}
 
 

@@ -17,6 +17,9 @@ from cli.stack import Stack
 from services.statuses import TERMINAL_STATUSES
 from tests.conftest import REDIS_BASE, create_database, drop_database, worker_number
 
+# COHORT_BOOTSTRAP_TOKEN: an admin token needs at least 32 characters.
+E2E_TOKEN = "e2e-bootstrap-token-for-tests-only"
+
 # Where replica ports start: concurrent runs on one machine give distinct bases
 # (COHORT_TEST_PORT_BASE), and each pytest-xdist worker of a run takes its own thousand.
 PORT_BASE = str(int(os.environ.get("COHORT_TEST_PORT_BASE", "29500")) + 1000 * worker_number())
@@ -65,7 +68,7 @@ def pg_stack_with(tmp_path: Any, env: dict[str, str] | None = None,
                    "COHORT_DATA_DIR": str(tmp_path / "data"),
                    "COHORT_API_PORT": str(free_port()), "COHORT_NODE_ID": "e2e-node",
                    "COHORT_PORT_RANGE_START": PORT_BASE,
-                   "COHORT_BOOTSTRAP_TOKEN": "e2e-token", **(env or {})}, quiet=True)
+                   "COHORT_BOOTSTRAP_TOKEN": E2E_TOKEN, **(env or {})}, quiet=True)
     stack.start(parts)
     try:
         yield stack, CohortClient(stack.url, stack.token)

@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e.conftest import free_port, wait_for
 
-TOKEN = "proxy-test-token"
+TOKEN = "proxy-bootstrap-token-for-tests-only"
 
 
 def start_api(pg_url: str, tmp_path: Path, allowed: str) -> tuple[subprocess.Popen[bytes], str]:

@@ -28,6 +28,9 @@ from tests.conftest import REDIS_BASE, create_database, drop_database
 from tests.e2e.conftest import free_port
 from tests.s3server import CREDENTIALS
 
+# COHORT_BOOTSTRAP_TOKEN: an admin token needs at least 32 characters.
+CLI_TOKEN = "cli-bootstrap-token-for-tests-only"
+
 COHORT = str(Path(sys.executable).parent / "cohort")
 
 
@@ -41,7 +44,7 @@ def api_process(tmp_path: Path, **server: str) -> Iterator[tuple[CohortClient, d
                    "COHORT_DATA_DIR": str(tmp_path / "server"),
                    "COHORT_ARTIFACT_URL": str(tmp_path / "store"),
                    "COHORT_API_PORT": str(free_port()),
-                   "COHORT_BOOTSTRAP_TOKEN": "cli-token", **server}, quiet=True)
+                   "COHORT_BOOTSTRAP_TOKEN": CLI_TOKEN, **server}, quiet=True)
     stack.start(parts=("api",))
     user = {key: value for key, value in os.environ.items() if not key.startswith("COHORT_")}
     user |= {"COHORT_URL": stack.url, "COHORT_TOKEN": stack.token,

@@ -61,7 +61,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[CohortClient, list[Machine]]]:
                        "COHORT_DATA_DIR": str(tmp_path / "host"),
                        "COHORT_API_PORT": str(free_port()), "COHORT_NODE_ID": "e2e-host",
                        "COHORT_NODE_SLOTS": "0", "COHORT_PORT_RANGE_START": PORT_BASE,
-                       "COHORT_BOOTSTRAP_TOKEN": "e2e-token"}, quiet=True)
+                       "COHORT_BOOTSTRAP_TOKEN": "e2e-bootstrap-token-for-tests-only"}, quiet=True)
         stack.start()
         cleanup.callback(stack.stop)
         client = CohortClient(stack.url, stack.token)

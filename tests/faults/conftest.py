@@ -17,6 +17,9 @@ from cli.stack import Stack
 from tests.conftest import create_database, drop_database
 from tests.e2e.conftest import PORT_BASE, free_port
 
+# COHORT_BOOTSTRAP_TOKEN: an admin token needs at least 32 characters.
+FAULT_TOKEN = "fault-bootstrap-token-for-tests-only"
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 # Short enough to keep the tests quick, long enough not to fire on a busy 2-core box.
@@ -45,7 +48,7 @@ def make_stack(tmp_path: Path) -> Iterator[Callable[..., tuple[Stack, CohortClie
                        "COHORT_DATA_DIR": str(tmp_path / f"data-{len(made)}"),
                        "COHORT_API_PORT": str(free_port()), "COHORT_NODE_ID": "node-a",
                        "COHORT_NODE_SLOTS": str(slots), "COHORT_PORT_RANGE_START": PORT_BASE,
-                       "COHORT_BOOTSTRAP_TOKEN": "fault-token", **env}, quiet=True)
+                       "COHORT_BOOTSTRAP_TOKEN": FAULT_TOKEN, **env}, quiet=True)
         made.append((stack, name))
         stack.start()
         return stack, CohortClient(stack.url, stack.token)

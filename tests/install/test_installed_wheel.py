@@ -30,6 +30,9 @@ from cli.client import CohortClient
 from tests.conftest import PG_ADMIN_URL, REDIS_BASE, drop_database
 from tests.e2e.conftest import PORT_BASE, free_port, wait_for, wait_terminal
 
+# COHORT_BOOTSTRAP_TOKEN: an admin token needs at least 32 characters.
+INSTALL_TOKEN = "install-bootstrap-token-for-tests-only"
+
 ROOT = Path(__file__).resolve().parents[2]
 # What the Dockerfile's wheel stage copies: the wheel is built from these alone.
 SOURCES = ["pyproject.toml", "README.md", "alembic", "api", "services", "workers", "cli",
@@ -201,7 +204,8 @@ def test_installed_cohort_migrates_starts_and_trains(installed: Path, tmp_path: 
         port = free_port()
         env = clean_env(COHORT_DATABASE_URL=service_url, COHORT_REDIS_URL=redis_url,
                         COHORT_DATA_DIR=str(tmp_path / "data"), COHORT_API_PORT=str(port),
-                        COHORT_BOOTSTRAP_TOKEN="install-token", COHORT_NODE_ID="installed",
+                        COHORT_BOOTSTRAP_TOKEN=INSTALL_TOKEN,
+                        COHORT_NODE_ID="installed",
                         COHORT_PORT_RANGE_START=PORT_BASE)
         log = tmp_path / "cohort-up.log"
         with open(log, "wb") as out_file:
@@ -209,7 +213,7 @@ def test_installed_cohort_migrates_starts_and_trains(installed: Path, tmp_path: 
                                   stdout=out_file, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, start_new_session=True)
         try:
-            client = CohortClient(f"http://127.0.0.1:{port}", "install-token")
+            client = CohortClient(f"http://127.0.0.1:{port}", INSTALL_TOKEN)
 
             def node_ready() -> bool:
                 assert up.poll() is None, log.read_text()

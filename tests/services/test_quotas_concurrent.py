@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from services import auth
+from services.auth import tokens
 from services.exceptions import QuotaExceeded
 from services.jobs import quotas
 from services.jobs.quota_schemas import QuotaUpdate
@@ -32,8 +32,9 @@ def racing(engine: Engine) -> Iterator[tuple[Engine, int]]:
     flight at once, the rest queue for a connection) and a fresh project with the quota."""
     name = f"race-{uuid.uuid4().hex[:8]}"
     with Session(engine) as session, session.begin():
-        token = auth.ensure_token(session=session, token="race_" + uuid.uuid4().hex,
-                                  project_name=name, name="t", is_admin=False)
+        token = tokens.ensure_token(session=session, token="race_" + uuid.uuid4().hex,
+                                    project_name=name, name="t",
+                                    scopes=["read", "submit", "schedules"])
         quotas.set_quota(session=session, project_name=name, settings=get_settings(),
                          quota_in=QuotaUpdate(max_queued_jobs=QUOTA))
         project_id = token.project_id

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from services import auth
+from services.auth import tokens
 from services.models import Job, Project, Schedule, ScheduleRun
 from services.retraining import firing, schedules
 from services.retraining.schemas import ScheduleCreate
@@ -30,8 +30,8 @@ JOB = {"strategy": "one_device", "replicas": 1}
 def schedule_id(engine: Engine) -> Iterator[int]:
     project = f"race-{uuid.uuid4().hex[:8]}"
     with Session(engine) as session, session.begin():
-        token = auth.ensure_token(session=session, token="race_" + uuid.uuid4().hex,
-                                  project_name=project, name="t", is_admin=False)
+        token = tokens.ensure_token(session=session, token="race_" + uuid.uuid4().hex,
+                                    project_name=project, name="t", scopes=["schedules"])
         schedule = schedules.create_schedule(
             session=session, project_id=token.project_id, settings=get_settings(), now=T0,
             schedule_in=ScheduleCreate.model_validate(

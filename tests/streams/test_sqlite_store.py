@@ -7,7 +7,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from cli.stack import migrate
-from services.auth import ensure_token
+from services.auth.tokens import ensure_token
 from services.db import make_engine
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate
@@ -22,7 +22,7 @@ def test_sqlite_insert_points_once(tmp_path: Path) -> None:
     engine = make_engine(url)
     with Session(engine) as session:
         token = ensure_token(session=session, token="t" * 20, project_name="p", name="t",
-                             is_admin=False)
+                             scopes=["read", "submit"])
         job, _ = jobs.create_job(session=session, project_id=token.project_id,
                                  job_in=JobCreate(name="s", replicas=2),
                                  settings=Settings(DATA_DIR=tmp_path))
