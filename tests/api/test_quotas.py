@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from services import auth as tokens
+from services.auth import tokens
 from services.models import Job, Project, Schedule
 from services.settings import get_settings
 from tests.factories import create_job, create_token
