@@ -10,6 +10,7 @@ import redis
 from fastapi import Cookie, Depends, Header
 from sqlalchemy.orm import Session
 
+from api.params import DbId
 from services import auth
 from services.db import session_scope
 from services.jobs import store as jobs
@@ -73,7 +74,7 @@ def get_token(
 TokenDep = Annotated[ApiToken, Depends(get_token)]
 
 
-def get_job(job_id: int, session: SessionDep, token: TokenDep) -> Job:
+def get_job(job_id: DbId, session: SessionDep, token: TokenDep) -> Job:
     """The job in the path, if the caller's project owns it (404 otherwise)."""
     return jobs.read_job(session=session, project_id=token.project_id, job_id=job_id)
 

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.errors import install_error_handlers
+from api.openapi import install_openapi
 from api.routes import (
     artifacts,
     bundles,
@@ -46,8 +47,11 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
 
 def create_app() -> FastAPI:
     """Build the application."""
+    # Every request body is bounded (413 before it is read whole, chunked or not); the
+    # upload routes raise their own route's bound (api/uploads.py).
     app = FastAPI(title="Cohort", version="0.1.0", lifespan=lifespan,
-                  description="Distributed TensorFlow training jobs as a service.")
+                  description="Distributed TensorFlow training jobs as a service.",
+                  max_body_size=get_settings().MAX_REQUEST_BYTES)
     install_error_handlers(app)
     app.include_router(health.router)
     from api.routes import logs, prometheus, streams  # live metrics and logs (issue 5)
@@ -63,6 +67,7 @@ def create_app() -> FastAPI:
         app.include_router(module.router, prefix="/api/v1")
     dashboard.install(app)  # the web dashboard at `/`, its assets at `/static`
     app.include_router(sweep_pages.router)  # its sweep pages
+    install_openapi(app)  # last: it documents the routes included above
     return app
 
 

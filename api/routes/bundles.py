@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import SessionDep, SettingsDep, TokenDep
-from api.uploads import receive_body
+from api.uploads import UPLOAD_BODY_SIZE, receive_body
 from services.exceptions import BundleNotFound
 from services.jobs import bundles
 from services.jobs.file_schemas import BundleRead
@@ -22,7 +22,8 @@ def head_bundle(digest: str, session: SessionDep, token: TokenDep) -> Response:
     return Response(status_code=status.HTTP_200_OK)
 
 
-@router.put("/{digest}", status_code=status.HTTP_201_CREATED, responses={
+@router.put("/{digest}", status_code=status.HTTP_201_CREATED, max_body_size=UPLOAD_BODY_SIZE,
+            responses={
     200: {"description": "the project already had this bundle; nothing new was stored"},
     413: {"description": "over COHORT_MAX_BUNDLE_BYTES"},
     422: {"description": "the digest does not match the body, or the archive is refused"}})

@@ -22,6 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from api.deps import SessionDep, StoreDep
+from api.params import DbId
 from services import auth
 from services.cluster import nodes
 from services.exceptions import JobNotFound, Unauthorized
@@ -231,7 +232,7 @@ def _job_or_none(session: SessionDep, viewer: ApiToken, job_id: int) -> Job | No
 
 @router.get("/jobs/{job_id}", response_model=None)
 def job_page(request: Request, session: SessionDep, store: StoreDep, viewer: Viewer,
-             job_id: int) -> Response:
+             job_id: DbId) -> Response:
     job = _job_or_none(session, viewer, job_id)
     if job is None:
         return _render(request, "not_found.html", viewer, code=404, job_id=job_id)
@@ -243,7 +244,7 @@ def job_page(request: Request, session: SessionDep, store: StoreDep, viewer: Vie
 
 @router.get("/partials/jobs/{job_id}", response_model=None)
 def job_fragment(request: Request, session: SessionDep, store: StoreDep, viewer: Viewer,
-                 job_id: int) -> Response:
+                 job_id: DbId) -> Response:
     job = _job_or_none(session, viewer, job_id)
     if job is None:
         return Response(status_code=404)

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import SettingsDep, StoreDep, TokenDep
-from api.uploads import receive_body
+from api.uploads import UPLOAD_BODY_SIZE, receive_body
 from services.jobs import data
 from services.jobs.file_schemas import DataList, DataRead
 
@@ -21,7 +21,8 @@ def read_data(store: StoreDep, token: TokenDep) -> DataList:
                            data.list_data(store=store, project_id=token.project_id)])
 
 
-@router.put("/{path:path}", status_code=status.HTTP_201_CREATED, responses={
+@router.put("/{path:path}", status_code=status.HTTP_201_CREATED, max_body_size=UPLOAD_BODY_SIZE,
+            responses={
     200: {"description": "replaced the file that was at this path"},
     409: {"description": "the path is a directory of other data, or lies under a file"},
     413: {"description": "over COHORT_MAX_DATA_BYTES"},

@@ -7,16 +7,19 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Header, Query, Response, status
 
 from api.deps import CurrentJob, RedisDep, SessionDep, SettingsDep, StoreDep, TokenDep
+from api.json_body import CohortRoute
+from api.openapi import errors
+from api.params import OptionalId
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead
 from services.statuses import JobStatus
 from services.telemetry.job_views import read_job_view, read_job_views
 from services.wire.client import wake_scheduler
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=CohortRoute)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, responses=errors(404, 409, 429))
 def create_job(
     job_in: JobCreate, session: SessionDep, settings: SettingsDep, token: TokenDep,
     store: StoreDep, bus: RedisDep, background: BackgroundTasks, response: Response,
@@ -40,10 +43,10 @@ def read_jobs(
     session: SessionDep, token: TokenDep,
     status_filter: Annotated[JobStatus | None, Query(alias="status")] = None,
     name: Annotated[str | None, Query(max_length=128)] = None,
-    cursor: str | None = None,
+    cursor: Annotated[str | None, Query(max_length=256)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    schedule_id: Annotated[int | None, Query(description="jobs fired by this schedule")] = None,
-    sweep_id: Annotated[int | None, Query(description="the trials of this sweep")] = None,
+    schedule_id: Annotated[OptionalId, Query(description="jobs fired by this schedule")] = None,
+    sweep_id: Annotated[OptionalId, Query(description="the trials of this sweep")] = None,
 ) -> JobList:
     """List the project's jobs, newest first; pass `next_cursor` back as `cursor`."""
     before = None
@@ -72,7 +75,7 @@ def read_job(job: CurrentJob, session: SessionDep) -> JobRead:
     return read_job_view(session=session, job=job)
 
 
-@router.post("/{job_id}/cancel")
+@router.post("/{job_id}/cancel", responses=errors(409))
 def cancel_job(job: CurrentJob, session: SessionDep, bus: RedisDep,
                background: BackgroundTasks) -> JobRead:
     """Cancel a job; every replica on every node is stopped."""

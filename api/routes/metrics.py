@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import CurrentJob, SessionDep
+from api.params import AttemptNumber, ReplicaIndex, Step
 from services.jobs.schemas import MetricList, MetricPointRead
 from services.telemetry import downsample, metrics
 
@@ -17,9 +18,9 @@ router = APIRouter(prefix="/jobs", tags=["metrics"])
 def read_job_metrics(
     job: CurrentJob, session: SessionDep,
     name: Annotated[list[str] | None, Query(max_length=64)] = None,
-    replica: Annotated[int | None, Query(ge=0)] = None,
-    attempt: Annotated[int | None, Query(ge=1)] = None,
-    since_step: Annotated[int | None, Query(ge=0)] = None,
+    replica: ReplicaIndex = None,
+    attempt: AttemptNumber = None,
+    since_step: Step = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
     max_points: Annotated[int | None, Query(ge=10, le=100_000)] = None,
 ) -> MetricList:

@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent, format_sse_event
 
 from api.deps import get_token
+from api.params import DbId
 from services.db import session_scope
 from services.jobs import store as jobs
 from services.telemetry.cursor import Cursor, Event, parse_project_position
@@ -75,7 +76,7 @@ def stream_caller(
                          cohort_token=cohort_token).project_id
 
 
-def stream_job_id(job_id: int, project_id: Annotated[int, Depends(stream_caller)]) -> int:
+def stream_job_id(job_id: DbId, project_id: Annotated[int, Depends(stream_caller)]) -> int:
     """The job in the path if the caller's project owns it (404 otherwise)."""
     with session_scope() as session:
         return jobs.read_job(session=session, project_id=project_id, job_id=job_id).id

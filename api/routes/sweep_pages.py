@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from api.deps import SessionDep
+from api.params import DbId
 from api.routes.dashboard import PAGE_SIZE, Viewer, _render
 from services.exceptions import SweepNotFound
 from services.jobs.store import decode_cursor, encode_cursor
@@ -85,7 +86,7 @@ def sweeps_page(request: Request, session: SessionDep, viewer: Viewer,
 
 
 @router.get("/sweeps/{sweep_id}", response_model=None)
-def sweep_page(request: Request, session: SessionDep, viewer: Viewer, sweep_id: int,
+def sweep_page(request: Request, session: SessionDep, viewer: Viewer, sweep_id: DbId,
                sort: Sort = "trial") -> Response:
     sweep = _sweep_or_none(session, viewer, sweep_id)
     if sweep is None:
@@ -95,7 +96,7 @@ def sweep_page(request: Request, session: SessionDep, viewer: Viewer, sweep_id: 
 
 
 @router.get("/partials/sweeps/{sweep_id}", response_model=None)
-def sweep_fragment(request: Request, session: SessionDep, viewer: Viewer, sweep_id: int,
+def sweep_fragment(request: Request, session: SessionDep, viewer: Viewer, sweep_id: DbId,
                    sort: Sort = "trial") -> Response:
     sweep = _sweep_or_none(session, viewer, sweep_id)
     if sweep is None:

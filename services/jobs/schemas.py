@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -97,9 +97,10 @@ class ProfileRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: tuple[StrictInt, StrictInt] = Field(
+    steps: tuple[Annotated[StrictInt, Field(le=2**31 - 1)],
+                 Annotated[StrictInt, Field(le=2**31 - 1)]] = Field(
         description="[first, last] training step (1-based, inclusive)")
-    replicas: list[StrictInt] = Field(
+    replicas: list[Annotated[StrictInt, Field(ge=0, le=100_000)]] = Field(
         default_factory=lambda: [0], min_length=1, max_length=64,
         description="replica indexes to profile; default: the chief (replica 0)")
 
@@ -169,7 +170,7 @@ class JobCreate(BaseModel):
         description="longest quiet spell before a running replica counts as hung; unset: "
         "the cluster's default; 0: no progress watchdog (start-up and deadline still apply)")
     strategy: Strategy = "multi_worker_mirrored"
-    replicas: StrictInt = Field(2, ge=1, description="processes in the gang; with `roles`: "
+    replicas: StrictInt = Field(2, ge=1, le=100_000, description="processes in the gang; with `roles`: "
                                 "their sum (set it only to that)")
     gpus_per_replica: StrictInt = Field(0, ge=0, le=16)
     roles: Roles | None = Field(

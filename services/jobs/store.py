@@ -10,9 +10,10 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from services.db import newest_first_page
+from services.db import MAX_SQL_INT, newest_first_page
 from services.exceptions import IdempotencyConflict, InvalidJobSpec, InvalidTransition, JobNotFound
 from services.jobs.bundles import check_bundle
+from services.jobs.hyperparameters import check_hyperparameters
 from services.jobs.inputs import check_inputs_exist
 from services.jobs.schemas import DistributionOptions, JobCreate
 from services.jobs.strategies import check_strategy_options
@@ -43,12 +44,9 @@ def check_job_spec(*, job_in: JobCreate, settings: Settings) -> None:
         # bundle; the allow-list is for entrypoints installed on the nodes.
         check_trainer(job_in.trainer, settings.ALLOWED_ENTRYPOINTS,
                       in_bundle=job_in.bundle is not None)
-    encoded = len(job_in.hyperparameters.model_dump_json().encode())
-    if encoded > settings.MAX_HYPERPARAMETERS_BYTES:
-        raise InvalidJobSpec(
-            "hyperparameters", f"{encoded} bytes encoded, over the limit of "
-            f"{settings.MAX_HYPERPARAMETERS_BYTES} (COHORT_MAX_HYPERPARAMETERS_BYTES): put "
-            "large data in the bundle or the artifact store and pass its path")
+    check_hyperparameters(hyperparameters=job_in.hyperparameters.model_dump(mode="json"),
+                          encoded=len(job_in.hyperparameters.model_dump_json().encode()),
+                          trainer=job_in.trainer, settings=settings)
     if job_in.replicas > settings.MAX_REPLICAS:
         raise InvalidJobSpec(
             "replicas", f"at most {settings.MAX_REPLICAS} replicas per job; ask for fewer"
@@ -203,7 +201,8 @@ def decode_cursor(cursor: str) -> int:
         value = json.loads(base64.urlsafe_b64decode(cursor.encode()))["before"]
     except Exception as exc:  # any garbage is the caller's error, not ours
         raise ValueError("cursor is not one this API returned") from exc
-    if not isinstance(value, int):
+    # A page continues below an id this API returned (bool is an int too).
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SQL_INT:
         raise ValueError("cursor is not one this API returned")
     return value
 
