@@ -9,8 +9,8 @@ import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException
-from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 from starlette.routing import Match
 
 from services.exceptions import (
@@ -40,6 +40,7 @@ _HINTS = {
     "literal_error": "use one of the listed values",
     "missing": "add this field",
     "json_invalid": "send a JSON document (numbers finite: no NaN or Infinity)",
+    "string_pattern_mismatch": "see the parameter's description in GET /docs",
 }
 
 # How long a client should wait before retrying when the database or Redis is down.
@@ -124,24 +125,26 @@ def _allowed_methods(request: Request) -> str:
     """Every method some route takes at this path (Starlette's 405 names only the first
     route that matched the path)."""
     methods: set[str] = set()
-    for route in request.app.router.routes:
+    for route in iter_route_contexts(request.app.routes):  # the included routers' too
         match, _ = route.matches(request.scope)
         if match != Match.NONE:
-            methods |= getattr(route, "methods", None) or set()
+            methods |= route.methods or set()
     return ", ".join(sorted(methods))
 
 
 def _http_message(request: Request, exc: HTTPException) -> str:
-    if exc.status_code == 413:
-        limit = request.scope.get(MAX_BODY_SIZE_SCOPE_KEY)
-        return (f"the request body is over the limit of {limit} bytes "
-                "(COHORT_MAX_REQUEST_BYTES): put large data in the artifact store "
-                "(PUT /api/v1/data/{path}) or the code bundle and name it in the spec")
     if exc.status_code == 404 and exc.detail == "Not Found":
         return f"no such path: {request.url.path} (see GET /docs for the API)"
     if exc.status_code == 405:
         return f"{request.method} is not allowed here; use {_allowed_methods(request)}"
     return str(exc.detail)
+
+
+def error_response(status: int, message: str,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """Cohort's error body for an HTTP status that no domain error stands behind."""
+    return JSONResponse(status_code=status, headers=headers or None,
+                        content={"error": CODES.get(status, "error"), "message": message})
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -150,8 +153,7 @@ async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
         headers["Allow"] = _allowed_methods(request)
-    body = {"error": CODES.get(exc.status_code, "error"), "message": _http_message(request, exc)}
-    return JSONResponse(status_code=exc.status_code, content=body, headers=headers or None)
+    return error_response(exc.status_code, _http_message(request, exc), headers)
 
 
 def _unavailable(what: str) -> JSONResponse:

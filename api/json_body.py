@@ -20,16 +20,18 @@ from fastapi.routing import APIRoute
 
 
 class JsonBodyRequest(Request):
-    """A request whose JSON body nested past the parser's recursion limit is a decode
-    error (422), not an internal one."""
+    """A request whose JSON body nested past the parser's recursion limit, or not UTF-8,
+    is a decode error (422), not an internal one (400)."""
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             body = await self.body()
             try:
                 self._json = json.loads(body)
-            except RecursionError:
-                raise json.JSONDecodeError("nested too deeply", body.decode("utf-8", "replace"),
+            except (RecursionError, UnicodeDecodeError) as exc:
+                reason = "nested too deeply" if isinstance(exc, RecursionError) \
+                    else "not UTF-8"
+                raise json.JSONDecodeError(reason, body.decode("utf-8", "replace"),
                                            0) from None
         return self._json
 

@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from api.body_limit import BodyLimit
 from api.errors import install_error_handlers
 from api.openapi import install_openapi
 from api.routes import (
@@ -22,6 +23,7 @@ from api.routes import (
     sweep_pages,
     sweeps,
 )
+from api.uploads import takes_upload
 from services import auth
 from services.db import session_scope
 from services.jobs.uploads import clear_stale_uploads
@@ -47,12 +49,13 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
 
 def create_app() -> FastAPI:
     """Build the application."""
-    # Every request body is bounded (413 before it is read whole, chunked or not); the
-    # upload routes raise their own route's bound (api/uploads.py).
     app = FastAPI(title="Cohort", version="0.1.0", lifespan=lifespan,
-                  description="Distributed TensorFlow training jobs as a service.",
-                  max_body_size=get_settings().MAX_REQUEST_BYTES)
+                  description="Distributed TensorFlow training jobs as a service.")
     install_error_handlers(app)
+    # Every request body is bounded (413 before it is read whole, chunked or not), but
+    # uploads, which bound their own.
+    app.add_middleware(BodyLimit, max_bytes=get_settings().MAX_REQUEST_BYTES,
+                       exempt=takes_upload)
     app.include_router(health.router)
     from api.routes import logs, prometheus, streams  # live metrics and logs (issue 5)
 

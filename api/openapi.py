@@ -125,6 +125,7 @@ def _document_errors(path: str, operation: dict[str, Any]) -> None:
                                   "description": description
                                   or ERRORS.get(status, {}).get("description", "error"),
                                   "content": _ERROR_CONTENT}
+    operation["responses"] = dict(sorted(responses.items()))
 
 
 def _bearer_scheme(schema: dict[str, Any]) -> str:
@@ -170,11 +171,12 @@ def install_openapi(app: FastAPI) -> None:
     """Serve `document(...)` of the app's schema at /openapi.json (and so in /docs)."""
     generate = app.openapi
 
+    documented: list[dict[str, Any]] = []  # computed at the first request, then kept
+
     def openapi() -> dict[str, Any]:
-        if not getattr(app, "_cohort_documented", False):
-            app.openapi_schema = None  # FastAPI's, computed afresh and then documented
-            app.openapi_schema = document(generate())
-            app._cohort_documented = True  # type: ignore[attr-defined]
-        return app.openapi_schema
+        if not documented:
+            documented.append(document(generate()))
+        app.openapi_schema = documented[0]
+        return documented[0]
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -6,10 +6,11 @@ from fastapi import Request
 
 from services.jobs.uploads import SpooledUpload
 
-# The `max_body_size` of a route that takes an upload: past the api's request bound
-# (COHORT_MAX_REQUEST_BYTES), as the upload enforces its own (COHORT_MAX_BUNDLE_BYTES,
-# COHORT_MAX_DATA_BYTES), read from the settings of each request.
-UPLOAD_BODY_SIZE = 2**62
+
+def takes_upload(method: str, path: str) -> bool:
+    """Whether the request is an upload, whose body `receive_body` bounds by its own limit
+    (COHORT_MAX_BUNDLE_BYTES, COHORT_MAX_DATA_BYTES) rather than COHORT_MAX_REQUEST_BYTES."""
+    return method == "PUT" and path.startswith(("/api/v1/bundles/", "/api/v1/data/"))
 
 
 async def receive_body(request: Request, upload: SpooledUpload) -> None:

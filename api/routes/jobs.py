@@ -9,7 +9,7 @@ from fastapi import APIRouter, BackgroundTasks, Header, Query, Response, status
 from api.deps import CurrentJob, RedisDep, SessionDep, SettingsDep, StoreDep, TokenDep
 from api.json_body import CohortRoute
 from api.openapi import errors
-from api.params import OptionalId
+from api.params import OptionalId, PageCursor
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead
 from services.statuses import JobStatus
@@ -43,14 +43,14 @@ def read_jobs(
     session: SessionDep, token: TokenDep,
     status_filter: Annotated[JobStatus | None, Query(alias="status")] = None,
     name: Annotated[str | None, Query(max_length=128)] = None,
-    cursor: Annotated[str | None, Query(max_length=256)] = None,
+    cursor: PageCursor = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     schedule_id: Annotated[OptionalId, Query(description="jobs fired by this schedule")] = None,
     sweep_id: Annotated[OptionalId, Query(description="the trials of this sweep")] = None,
 ) -> JobList:
     """List the project's jobs, newest first; pass `next_cursor` back as `cursor`."""
     before = None
-    if cursor:
+    if cursor is not None:  # an empty one too: no page returns it
         try:
             before = jobs.decode_cursor(cursor)
         except ValueError as exc:

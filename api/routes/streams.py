@@ -18,13 +18,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent, format_sse_event
 
 from api.deps import get_token
-from api.params import DbId
+from api.params import DbId, shown
 from services.db import session_scope
 from services.jobs import store as jobs
 from services.telemetry.cursor import Cursor, Event, parse_project_position
 from services.telemetry.follow import KINDS, follow, follow_project
 
 router = APIRouter(tags=["streams"])
+
+# The ids the streams send (services/telemetry/cursor.py): `<metric>.<log>.<event>`, and a
+# job-event id for the project's stream.
+JOB_EVENT_ID = r"^[0-9]{1,18}\.[0-9]{1,18}\.[0-9]{1,18}$"
+PROJECT_EVENT_ID = r"^[0-9]{1,18}$"
 
 
 def chosen_kinds(
@@ -41,8 +46,9 @@ def chosen_kinds(
 
 
 def resume_point(
-    last_event_id: Annotated[str | None, Header(max_length=64)] = None,
-    resume: Annotated[str | None, Query(alias="last_event_id", max_length=64)] = None,
+    last_event_id: Annotated[str | None, Header(json_schema_extra=shown(JOB_EVENT_ID))] = None,
+    resume: Annotated[str | None, Query(alias="last_event_id",
+                                        json_schema_extra=shown(JOB_EVENT_ID))] = None,
 ) -> Cursor | None:
     """Where a reconnecting client left off: `Last-Event-ID`, or `?last_event_id=`."""
     # A dependency, so a bad id is a 422 before the stream starts.
@@ -54,8 +60,10 @@ def resume_point(
 
 
 def project_resume_point(
-    last_event_id: Annotated[str | None, Header(max_length=32)] = None,
-    resume: Annotated[str | None, Query(alias="last_event_id", max_length=32)] = None,
+    last_event_id: Annotated[str | None, Header(json_schema_extra=shown(PROJECT_EVENT_ID))] = None,
+    resume: Annotated[str | None, Query(alias="last_event_id",
+                                             json_schema_extra=shown(PROJECT_EVENT_ID))]
+    = None,
 ) -> int | None:
     """Where a project stream client left off: a job-event id."""
     return parse_project_position(last_event_id or resume)

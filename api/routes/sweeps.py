@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from api.deps import RedisDep, SessionDep, SettingsDep, TokenDep
 from api.json_body import CohortRoute
 from api.openapi import errors
-from api.params import DbId
+from api.params import DbId, PageCursor
 from services.jobs.store import decode_cursor, encode_cursor
 from services.models import Sweep
 from services.statuses import SweepStatus
@@ -45,13 +45,13 @@ def create_sweep(sweep_in: SweepCreate, session: SessionDep, settings: SettingsD
 def read_sweeps(
     session: SessionDep, token: TokenDep,
     status_filter: Annotated[SweepStatus | None, Query(alias="status")] = None,
-    cursor: Annotated[str | None, Query(max_length=256)] = None,
+    cursor: PageCursor = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> SweepList:
     """List the project's sweeps, newest first (without their trials); pass
     `next_cursor` back as `cursor`."""
     before = None
-    if cursor:
+    if cursor is not None:  # an empty one too: no page returns it
         try:
             before = decode_cursor(cursor)
         except ValueError as exc:

@@ -170,8 +170,9 @@ class JobCreate(BaseModel):
         description="longest quiet spell before a running replica counts as hung; unset: "
         "the cluster's default; 0: no progress watchdog (start-up and deadline still apply)")
     strategy: Strategy = "multi_worker_mirrored"
-    replicas: StrictInt = Field(2, ge=1, le=100_000, description="processes in the gang; with `roles`: "
-                                "their sum (set it only to that)")
+    replicas: StrictInt = Field(2, ge=1, le=100_000, description="processes in the gang "
+                                "(at most COHORT_MAX_REPLICAS); with `roles`: their sum "
+                                "(set it only to that)")
     gpus_per_replica: StrictInt = Field(0, ge=0, le=16)
     roles: Roles | None = Field(
         None, description="parameter_server only: {chief: 1, worker: N, ps: M, evaluator: 0|1}")

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -192,19 +190,22 @@ def read_events(*, session: Session, job: Job) -> list[JobEvent]:
 
 
 def encode_cursor(job_id: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"before": job_id}).encode()).decode()
+    """The cursor of the page after the one that ended at `job_id` (jobs and sweeps)."""
+    return str(job_id)
 
 
-def decode_cursor(cursor: str) -> int:
-    """The job id a cursor points below; raises ValueError on a malformed cursor."""
-    try:
-        value = json.loads(base64.urlsafe_b64decode(cursor.encode()))["before"]
-    except Exception as exc:  # any garbage is the caller's error, not ours
-        raise ValueError("cursor is not one this API returned") from exc
-    # A page continues below an id this API returned (bool is an int too).
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SQL_INT:
+def decode_cursor(cursor: str) -> int | None:
+    """The id a page continues below, or None when the cursor lies past every id.
+
+    Raises:
+        ValueError: not a cursor (a decimal number) this API could return.
+    """
+    if not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 19):
         raise ValueError("cursor is not one this API returned")
-    return value
+    value = int(cursor)
+    # Past the largest id an SQL INTEGER holds, every id is below it: no bound, rather
+    # than a number the database refuses.
+    return value if value <= MAX_SQL_INT else None
 
 
 def list_jobs(

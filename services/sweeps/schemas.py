@@ -133,7 +133,8 @@ class Objective(BaseModel):
 
     metric: str = Field(description="a metric the trainer reports, e.g. eval_accuracy")
     mode: Literal["min", "max"] = Field(description="max: higher is better")
-    replica: StrictInt = Field(0, ge=0, le=MAX_STEP, description="whose reports count; 0 is the chief")
+    replica: StrictInt = Field(0, ge=0, le=MAX_STEP,
+                               description="whose reports count; 0 is the chief")
     value: Literal["last", "best"] = Field(
         "last", description="last: the value at the trial's last step; best: its best value")
 
@@ -151,7 +152,8 @@ class EarlyStopping(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     rule: Literal["median"] = "median"
-    min_steps: StrictInt = Field(1, ge=0, le=MAX_STEP, description="judge a trial only from this step on")
+    min_steps: StrictInt = Field(1, ge=0, le=MAX_STEP,
+                                 description="judge a trial only from this step on")
     min_trials: StrictInt = Field(
         2, ge=1, le=1_000_000, description="how many other trials must have reached the step")
 
@@ -165,8 +167,8 @@ class SweepCreate(BaseModel):
     template: JobCreate = Field(description="the same spec as POST /api/v1/jobs")
     space: SearchSpace
     trials: StrictInt | None = Field(
-        None, ge=1, le=1_000_000, description="random: how many trials (at most COHORT_MAX_SWEEP_TRIALS); "
-        "a grid runs one per combination")
+        None, ge=1, le=1_000_000, description="random: how many trials (at most "
+        "COHORT_MAX_SWEEP_TRIALS); a grid runs one per combination")
     max_concurrent: StrictInt = Field(1, ge=1, le=10_000,
                                       description="at most this many trials not ended at once")
     objective: Objective

@@ -69,7 +69,7 @@ def _check_trials(spec: SweepCreate, seed: int, total: int, settings: Settings) 
         try:
             jobs.check_job_spec(job_in=job_in, settings=settings)
         except InvalidJobSpec as exc:
-            raise InvalidJobSpec(_space_field(spec, (exc.field,)),
+            raise InvalidJobSpec(_space_field(spec, tuple(exc.field.split("."))),
                                  f"trial {index}: {exc.message}") from exc
 
 

@@ -48,10 +48,11 @@ def wait_terminal(client: CohortClient, job_id: int, timeout: float = 180) -> di
 
 
 @contextlib.contextmanager
-def pg_stack_with(tmp_path: Any, env: dict[str, str] | None = None
+def pg_stack_with(tmp_path: Any, env: dict[str, str] | None = None,
+                  parts: tuple[str, ...] = ("api", "scheduler", "agent"),
                   ) -> Iterator[tuple[Stack, CohortClient]]:
-    """The stack on a PostgreSQL database of its own and the machine's Redis (a db of its
-    own, flushed), with `env` added to its settings."""
+    """The stack (or only `parts` of it) on a PostgreSQL database of its own and the
+    machine's Redis (a db of its own, flushed), with `env` added to its settings."""
     name = f"cohort_e2e_{free_port()}"
     url = create_database(name)
     redis_url = f"{REDIS_BASE}/{os.environ.get('COHORT_TEST_E2E_REDIS_DB', '9')}"
@@ -61,7 +62,7 @@ def pg_stack_with(tmp_path: Any, env: dict[str, str] | None = None
                    "COHORT_API_PORT": str(free_port()), "COHORT_NODE_ID": "e2e-node",
                    "COHORT_PORT_RANGE_START": PORT_BASE,
                    "COHORT_BOOTSTRAP_TOKEN": "e2e-token", **(env or {})}, quiet=True)
-    stack.start()
+    stack.start(parts)
     try:
         yield stack, CohortClient(stack.url, stack.token)
     finally:
