@@ -259,3 +259,18 @@ def test_a_database_that_does_not_answer_is_503_with_retry_after(
         get_engine().dispose()
         for cached in (get_settings, get_engine, get_sessionmaker):
             cached.cache_clear()
+
+
+def test_every_api_route_with_a_json_body_refuses_non_finite_numbers() -> None:
+    """A new router with a JSON body needs `route_class=CohortRoute` (api/json_body.py)."""
+    from fastapi.routing import iter_route_contexts
+
+    from api.json_body import CohortRoute
+    from api.main import create_app
+
+    with_bodies = [route for route in iter_route_contexts(create_app().routes)
+                   if getattr(route, "body_field", None) is not None
+                   and str(route.path).startswith("/api/")]
+    assert len(with_bodies) >= 4  # jobs, schedules (create, update), sweeps
+    for route in with_bodies:
+        assert isinstance(route.original_route, CohortRoute), route.path
