@@ -40,7 +40,8 @@ _HINTS = {
     "literal_error": "use one of the listed values",
     "missing": "add this field",
     "json_invalid": "send a JSON document (numbers finite: no NaN or Infinity)",
-    "string_pattern_mismatch": "see the parameter's description in GET /docs",
+    "string_pattern_mismatch": "see its description in GET /docs (NUL characters, for one, "
+                               "are refused)",
 }
 
 # How long a client should wait before retrying when the database or Redis is down.

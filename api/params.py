@@ -43,6 +43,8 @@ DataPath = Annotated[str, Path(
     json_schema_extra=shown(rf"^{_SEGMENT}(?:/{_SEGMENT})*$"), description=(
     "relative, segments neither empty nor `.`/`..` and at most 255 bytes, no backslash or "
     "control character"))]
+# Text a query matches against SQL: PostgreSQL holds no NUL character in a string.
+NO_NUL = r"^[^\x00]*$"
 PageCursor = Annotated[str | None, Query(
     json_schema_extra=shown(r"^[0-9]{1,19}$"), description="the previous page's `next_cursor`; "
     "absent: start from the newest", examples=["120"])]

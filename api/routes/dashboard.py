@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from api.deps import SessionDep, StoreDep
-from api.params import DbId
+from api.params import NO_NUL, DbId
 from services import auth
 from services.cluster import nodes
 from services.exceptions import JobNotFound, Unauthorized
@@ -181,7 +181,7 @@ def _jobs_context(session: SessionDep, viewer: ApiToken, status: JobStatus | str
 
 # The filter form sends `status=` for "any": an empty value is no filter, not an error.
 StatusQuery = Annotated[str | None, Query(alias="status", max_length=32)]
-TextQuery = Annotated[str | None, Query(max_length=128)]
+TextQuery = Annotated[str | None, Query(max_length=128, pattern=NO_NUL)]
 CursorQuery = Annotated[str | None, Query(max_length=256)]
 
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, BackgroundTasks, Header, Query, Response, status
 from api.deps import CurrentJob, RedisDep, SessionDep, SettingsDep, StoreDep, TokenDep
 from api.json_body import CohortRoute
 from api.openapi import errors
-from api.params import OptionalId, PageCursor
+from api.params import NO_NUL, OptionalId, PageCursor
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead
 from services.statuses import JobStatus
@@ -42,7 +42,7 @@ def create_job(
 def read_jobs(
     session: SessionDep, token: TokenDep,
     status_filter: Annotated[JobStatus | None, Query(alias="status")] = None,
-    name: Annotated[str | None, Query(max_length=128)] = None,
+    name: Annotated[str | None, Query(max_length=128, pattern=NO_NUL)] = None,
     cursor: PageCursor = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     schedule_id: Annotated[OptionalId, Query(description="jobs fired by this schedule")] = None,

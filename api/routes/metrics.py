@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from pydantic import Field
 
 from api.deps import CurrentJob, SessionDep
-from api.params import AttemptNumber, ReplicaIndex, Step
+from api.params import NO_NUL, AttemptNumber, ReplicaIndex, Step
 from services.jobs.schemas import MetricList, MetricPointRead
 from services.telemetry import downsample, metrics
 
@@ -17,7 +18,8 @@ router = APIRouter(prefix="/jobs", tags=["metrics"])
 @router.get("/{job_id}/metrics")
 def read_job_metrics(
     job: CurrentJob, session: SessionDep,
-    name: Annotated[list[str] | None, Query(max_length=64)] = None,
+    name: Annotated[list[Annotated[str, Field(max_length=256, pattern=NO_NUL)]] | None,
+                    Query(max_length=64)] = None,
     replica: ReplicaIndex = None,
     attempt: AttemptNumber = None,
     since_step: Step = None,

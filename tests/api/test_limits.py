@@ -274,3 +274,12 @@ def test_every_api_route_with_a_json_body_refuses_non_finite_numbers() -> None:
     assert len(with_bodies) >= 4  # jobs, schedules (create, update), sweeps
     for route in with_bodies:
         assert isinstance(route.original_route, CohortRoute), route.path
+
+
+def test_a_nul_character_in_text_matched_against_sql_is_422(
+        client: TestClient, auth: dict[str, str]) -> None:
+    job_id = client.post("/api/v1/jobs", json=SPEC, headers=auth).json()["id"]
+    refusal(client.get("/api/v1/jobs", params={"name": "a\x00b"}, headers=auth), 422, "name")
+    response = client.get(f"/api/v1/jobs/{job_id}/metrics", params={"name": ["loss", "x\x00"]},
+                          headers=auth)
+    refusal(response, 422, "name.1")
