@@ -11,6 +11,7 @@ import redis
 from fastapi import Cookie, Depends, Header, Request
 from sqlalchemy.orm import Session
 
+from api.params import DbId
 from services.auth import sessions, tokens
 from services.auth.scopes import Scope, check_scope, holds
 from services.db import session_scope
@@ -184,7 +185,7 @@ def is_admin(token: ApiToken) -> bool:
     return holds(token.scopes, Scope.ADMIN)
 
 
-def get_job(job_id: int, session: SessionDep, token: TokenDep) -> Job:
+def get_job(job_id: DbId, session: SessionDep, token: TokenDep) -> Job:
     """The job in the path, if the caller's project owns it (404 otherwise)."""
     return jobs.read_job(session=session, project_id=token.project_id, job_id=job_id)
 

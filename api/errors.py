@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import redis
+import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from services.exceptions import (
     BeyondQuota,
@@ -39,10 +44,24 @@ _HINTS = {
     "float_type": "give a number",
     "literal_error": "use one of the listed values",
     "missing": "add this field",
+    "json_invalid": "send a JSON document (numbers finite: no NaN or Infinity)",
+    "string_pattern_mismatch": "see its description in GET /docs (NUL characters, for one, "
+                               "are refused)",
 }
 
+# How long a client should wait before retrying when the database or Redis is down.
+RETRY_AFTER_SECONDS = 5
 
-def _field(loc: tuple[object, ...]) -> str:
+# The error code of each HTTP status Cohort answers with (the `error` of the body).
+CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+         405: "method_not_allowed", 409: "conflict", 413: "too_large",
+         415: "unsupported_media_type", 422: "invalid_request", 429: "too_many_requests",
+         503: "unavailable"}
+
+
+def _field(loc: tuple[object, ...], kind: object = None) -> str:
+    if kind == "json_invalid":  # loc is ("body", <character offset>)
+        return "body"
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     return ".".join(parts) or "body"
 
@@ -51,8 +70,10 @@ def _validation_payload(exc: RequestValidationError) -> dict[str, object]:
     fields = []
     for error in exc.errors():
         message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        if error.get("type") == "json_invalid":
+            message += f" ({error.get('ctx', {}).get('error', 'invalid')})"
         hint = _HINTS.get(str(error.get("type")))
-        fields.append({"field": _field(tuple(error.get("loc", ()))),
+        fields.append({"field": _field(tuple(error.get("loc", ())), error.get("type")),
                        "message": message + (f" ({hint})" if hint else "")})
     summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
     return {"error": "invalid_request", "message": summary, "fields": fields}
@@ -114,13 +135,71 @@ async def _answer(_: Request, exc: Exception) -> JSONResponse:
     return answer(exc)
 
 
+def _allowed_methods(request: Request) -> str:
+    """Every method some route takes at this path (Starlette's 405 names only the first
+    route that matched the path)."""
+    methods: set[str] = set()
+    for route in iter_route_contexts(request.app.routes):  # the included routers' too
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
+
+
+def _http_message(request: Request, exc: HTTPException) -> str:
+    if exc.status_code == 404 and exc.detail == "Not Found":
+        return f"no such path: {request.url.path} (see GET /docs for the API)"
+    if exc.status_code == 405:
+        return f"{request.method} is not allowed here; use {_allowed_methods(request)}"
+    return str(exc.detail)
+
+
+def error_response(status: int, message: str,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """Cohort's error body for an HTTP status that no domain error stands behind."""
+    return JSONResponse(status_code=status, headers=headers or None,
+                        content={"error": CODES.get(status, "error"), "message": message})
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    """Starlette's and FastAPI's own errors (no route, wrong method, body too large) in
+    Cohort's body."""
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
+    return error_response(exc.status_code, _http_message(request, exc), headers)
+
+
+def _unavailable(what: str) -> JSONResponse:
+    return JSONResponse(
+        status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        content={"error": "unavailable",
+                 "message": f"{what} is not answering; retry in {RETRY_AFTER_SECONDS} s"})
+
+
+async def _database_down(_: Request, __: Exception) -> JSONResponse:
+    # A refused or lost connection, a locked SQLite file, no pooled connection free in
+    # time: worth a retry. Any other database error is a bug (a 500).
+    return _unavailable("the database")
+
+
+async def _redis_down(_: Request, __: Exception) -> JSONResponse:
+    return _unavailable("Redis")
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Answer validation failures and every domain error in ANSWERS; nothing else turns
-    errors into HTTP."""
+    """Answer validation failures, HTTP errors, an unreachable database or Redis, and
+    every domain error in ANSWERS; nothing else turns errors into HTTP."""
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse(status_code=422, content=_validation_payload(exc))
+
+    app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(sqlalchemy.exc.OperationalError, _database_down)
+    app.add_exception_handler(sqlalchemy.exc.TimeoutError, _database_down)
+    app.add_exception_handler(redis.ConnectionError, _redis_down)
+    app.add_exception_handler(redis.TimeoutError, _redis_down)
 
     for exc_class in ANSWERS:
         app.add_exception_handler(exc_class, _answer)

@@ -8,7 +8,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from api.body_limit import BodyLimit
 from api.errors import install_error_handlers
+from api.openapi import install_openapi
 from api.routes import (
     artifacts,
     bundles,
@@ -24,6 +26,7 @@ from api.routes import (
     sweeps,
     tokens,
 )
+from api.uploads import takes_upload
 from services.auth.tokens import register_bootstrap
 from services.db import session_scope
 from services.jobs.uploads import clear_stale_uploads
@@ -58,6 +61,10 @@ def create_app() -> FastAPI:
     app = FastAPI(title="Cohort", version="0.1.0", lifespan=lifespan,
                   description="Distributed TensorFlow training jobs as a service.")
     install_error_handlers(app)
+    # Every request body is bounded (413 before it is read whole, chunked or not), but
+    # uploads, which bound their own.
+    app.add_middleware(BodyLimit, max_bytes=get_settings().MAX_REQUEST_BYTES,
+                       exempt=takes_upload)
     app.include_router(health.router)
     from api.routes import logs, prometheus, streams  # live metrics and logs (issue 5)
 
@@ -74,6 +81,7 @@ def create_app() -> FastAPI:
     app.include_router(tokens.router, prefix="/api/v1")  # admins: tokens (issue 14)
     dashboard.install(app)  # the web dashboard at `/`, its assets at `/static`
     app.include_router(sweep_pages.router)  # its sweep pages
+    install_openapi(app)  # last: it documents the routes included above
     return app
 
 

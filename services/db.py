@@ -65,6 +65,10 @@ def session_scope() -> Iterator[Session]:
 
 Row = TypeVar("Row")
 
+# The largest id of a job, schedule or sweep (SQL INTEGER keys, PostgreSQL's int4): the
+# bound of every id a request names, and of the keyset cursors.
+MAX_SQL_INT = 2**31 - 1
+
 
 def newest_first_page(session: Session, query: sa.Select[Row], id_column: Any,
                       before: int | None, limit: int) -> tuple[list[Row], int | None]:

@@ -46,8 +46,15 @@ class Settings(BaseSettings):
     # the variable as JSON before the validator below sees it, and refuse the comma form.
     ALLOWED_ENTRYPOINTS: Annotated[list[str], NoDecode] = Field(default_factory=list)
     MAX_REPLICAS: int = 64
-    # A job's hyperparameters (any JSON) are at most this many bytes, encoded.
+    # A job's hyperparameters (any JSON) are at most this many bytes, encoded; at most
+    # this many keys (objects' members at every depth) and this deep (objects and lists).
     MAX_HYPERPARAMETERS_BYTES: int = 256 * 1024
+    MAX_HYPERPARAMETERS_KEYS: int = Field(1000, ge=1)
+    MAX_HYPERPARAMETERS_DEPTH: int = Field(8, ge=1, le=100)
+    # A request body (a job, schedule or sweep spec, a form) is refused with 413 past this
+    # many bytes, before it is read whole; code bundles and data uploads have their own
+    # bounds (MAX_BUNDLE_BYTES, MAX_DATA_BYTES).
+    MAX_REQUEST_BYTES: int = Field(1024 * 1024, ge=1024)
     # A sweep runs at most this many trials (a grid's combinations, a random sweep's draws).
     MAX_SWEEP_TRIALS: int = Field(1000, ge=1)
 

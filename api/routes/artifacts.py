@@ -29,7 +29,9 @@ def read_artifacts(job: CurrentJob, store: StoreDep) -> ArtifactList:
           "description": "the file as stored, or the directory as a .tar.gz"}})
 def download_artifact(
     job: CurrentJob, store: StoreDep,
-    path: Annotated[str, Query(max_length=1024, description="e.g. model; empty: everything")]
+    path: Annotated[str, Query(
+        max_length=900, description="relative to the job, e.g. model (no `..` out of the "
+        "job, no backslash or control character); empty: everything")]
     = "",
 ) -> StreamingResponse:
     """One file as it is, or a directory as a .tar.gz built while it is sent."""

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import SessionDep, SettingsDep, TokenDep, scoped
+from api.params import Digest
 from api.uploads import receive_body
 from services.auth.scopes import Scope
 from services.exceptions import BundleNotFound
@@ -19,7 +20,7 @@ router = APIRouter(prefix="/bundles", tags=["bundles"],
 
 
 @router.head("/{digest}")
-def head_bundle(digest: str, session: SessionDep, token: TokenDep) -> Response:
+def head_bundle(digest: Digest, session: SessionDep, token: TokenDep) -> Response:
     """200 if this project has uploaded the bundle, 404 otherwise (then PUT it)."""
     if bundles.read_bundle(session=session, project_id=token.project_id, digest=digest) is None:
         raise BundleNotFound(bundles.normalise_digest(digest))
@@ -30,7 +31,7 @@ def head_bundle(digest: str, session: SessionDep, token: TokenDep) -> Response:
     200: {"description": "the project already had this bundle; nothing new was stored"},
     413: {"description": "over COHORT_MAX_BUNDLE_BYTES"},
     422: {"description": "the digest does not match the body, or the archive is refused"}})
-async def put_bundle(digest: str, request: Request, response: Response, session: SessionDep,
+async def put_bundle(digest: Digest, request: Request, response: Response, session: SessionDep,
                      settings: SettingsDep, token: TokenDep) -> BundleRead:
     """Upload a bundle: the raw .tar.gz as the body, its sha256 in the path. 201 when
     stored for this project now."""

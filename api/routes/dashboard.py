@@ -33,6 +33,7 @@ from api.deps import (
     Viewer,
     scoped,
 )
+from api.params import NO_NUL, DbId
 from services.auth import sessions, tokens
 from services.auth.scopes import Scope, holds
 from services.cluster import nodes
@@ -200,7 +201,7 @@ def _jobs_context(session: SessionDep, viewer: ApiToken, status: JobStatus | str
 
 # The filter form sends `status=` for "any": an empty value is no filter, not an error.
 StatusQuery = Annotated[str | None, Query(alias="status", max_length=32)]
-TextQuery = Annotated[str | None, Query(max_length=128)]
+TextQuery = Annotated[str | None, Query(max_length=128, pattern=NO_NUL)]
 CursorQuery = Annotated[str | None, Query(max_length=256)]
 
 
@@ -251,7 +252,7 @@ def _job_or_none(session: SessionDep, viewer: ApiToken, job_id: int) -> Job | No
 
 @router.get("/jobs/{job_id}", response_model=None)
 def job_page(request: Request, session: SessionDep, store: StoreDep, viewer: Viewer,
-             job_id: int) -> Response:
+             job_id: DbId) -> Response:
     job = _job_or_none(session, viewer, job_id)
     if job is None:
         return _render(request, "not_found.html", viewer, code=404, job_id=job_id)
@@ -263,7 +264,7 @@ def job_page(request: Request, session: SessionDep, store: StoreDep, viewer: Vie
 
 @router.get("/partials/jobs/{job_id}", response_model=None)
 def job_fragment(request: Request, session: SessionDep, store: StoreDep, viewer: Viewer,
-                 job_id: int) -> Response:
+                 job_id: DbId) -> Response:
     job = _job_or_none(session, viewer, job_id)
     if job is None:
         return Response(status_code=404)

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import SettingsDep, StoreDep, TokenDep, scoped
+from api.params import DataPath
 from api.uploads import receive_body
 from services.auth.scopes import Scope
 from services.jobs import data
@@ -27,7 +28,7 @@ def read_data(store: StoreDep, token: TokenDep) -> DataList:
     409: {"description": "the path is a directory of other data, or lies under a file"},
     413: {"description": "over COHORT_MAX_DATA_BYTES"},
     422: {"description": "the path is absolute, climbs out (`..`) or has control bytes"}})
-async def put_data(path: str, request: Request, response: Response, settings: SettingsDep,
+async def put_data(path: DataPath, request: Request, response: Response, settings: SettingsDep,
                    store: StoreDep, token: TokenDep) -> DataRead:
     """Upload a file (the raw bytes as the body) to `path` of the project's data; 201 when
     new, 200 when it replaced one."""
@@ -44,7 +45,7 @@ async def put_data(path: str, request: Request, response: Response, settings: Se
 
 
 @router.delete("/{path:path}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_data(path: str, store: StoreDep, token: TokenDep) -> Response:
+def delete_data(path: DataPath, store: StoreDep, token: TokenDep) -> Response:
     """Delete a file of the project's data."""
     data.delete_data(store=store, project_id=token.project_id, path=path)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

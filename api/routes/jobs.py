@@ -17,6 +17,9 @@ from api.deps import (
     is_admin,
     scoped,
 )
+from api.json_body import CohortRoute
+from api.openapi import errors
+from api.params import NO_NUL, OptionalId, PageCursor
 from services.auth.scopes import Scope
 from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead
@@ -24,10 +27,11 @@ from services.statuses import JobStatus
 from services.telemetry.job_views import read_job_view, read_job_views
 from services.wire.client import wake_scheduler
 
-router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=scoped(write=Scope.SUBMIT))
+router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=CohortRoute,
+                   dependencies=scoped(write=Scope.SUBMIT))
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, responses=errors(404, 409, 429))
 def create_job(
     job_in: JobCreate, session: SessionDep, settings: SettingsDep, token: TokenDep,
     store: StoreDep, bus: RedisDep, background: BackgroundTasks, response: Response,
@@ -53,15 +57,15 @@ def create_job(
 def read_jobs(
     session: SessionDep, token: TokenDep,
     status_filter: Annotated[JobStatus | None, Query(alias="status")] = None,
-    name: Annotated[str | None, Query(max_length=128)] = None,
-    cursor: str | None = None,
+    name: Annotated[str | None, Query(max_length=128, pattern=NO_NUL)] = None,
+    cursor: PageCursor = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    schedule_id: Annotated[int | None, Query(description="jobs fired by this schedule")] = None,
-    sweep_id: Annotated[int | None, Query(description="the trials of this sweep")] = None,
+    schedule_id: Annotated[OptionalId, Query(description="jobs fired by this schedule")] = None,
+    sweep_id: Annotated[OptionalId, Query(description="the trials of this sweep")] = None,
 ) -> JobList:
     """List the project's jobs, newest first; pass `next_cursor` back as `cursor`."""
     before = None
-    if cursor:
+    if cursor is not None:  # an empty one too: no page returns it
         try:
             before = jobs.decode_cursor(cursor)
         except ValueError as exc:
@@ -87,7 +91,7 @@ def read_job(job: CurrentJob, session: SessionDep, token: TokenDep) -> JobRead:
     return read_job_view(session=session, job=job, cluster_wide=is_admin(token))
 
 
-@router.post("/{job_id}/cancel")
+@router.post("/{job_id}/cancel", responses=errors(409))
 def cancel_job(job: CurrentJob, session: SessionDep, bus: RedisDep, token: TokenDep,
                background: BackgroundTasks) -> JobRead:
     """Cancel a job; every replica on every node is stopped."""

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import CurrentJob, SessionDep, scoped
+from api.params import AttemptNumber, ReplicaIndex
 from services.auth.scopes import Scope
 from services.jobs.schemas import LogLineRead, LogList
 from services.telemetry import logs
@@ -17,8 +18,8 @@ router = APIRouter(prefix="/jobs", tags=["logs"], dependencies=scoped(write=Scop
 @router.get("/{job_id}/logs")
 def read_job_logs(
     job: CurrentJob, session: SessionDep,
-    replica: Annotated[int | None, Query(ge=0)] = None,
-    attempt: Annotated[int | None, Query(ge=1)] = None,
+    replica: ReplicaIndex = None,
+    attempt: AttemptNumber = None,
     tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
 ) -> LogList:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from pydantic import Field
 
 from api.deps import CurrentJob, SessionDep, scoped
+from api.params import NO_NUL, AttemptNumber, ReplicaIndex, Step
 from services.auth.scopes import Scope
 from services.jobs.schemas import MetricList, MetricPointRead
 from services.telemetry import downsample, metrics
@@ -17,10 +19,11 @@ router = APIRouter(prefix="/jobs", tags=["metrics"], dependencies=scoped(write=S
 @router.get("/{job_id}/metrics")
 def read_job_metrics(
     job: CurrentJob, session: SessionDep,
-    name: Annotated[list[str] | None, Query(max_length=64)] = None,
-    replica: Annotated[int | None, Query(ge=0)] = None,
-    attempt: Annotated[int | None, Query(ge=1)] = None,
-    since_step: Annotated[int | None, Query(ge=0)] = None,
+    name: Annotated[list[Annotated[str, Field(max_length=256, pattern=NO_NUL)]] | None,
+                    Query(max_length=64)] = None,
+    replica: ReplicaIndex = None,
+    attempt: AttemptNumber = None,
+    since_step: Step = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
     max_points: Annotated[int | None, Query(ge=10, le=100_000)] = None,
 ) -> MetricList:

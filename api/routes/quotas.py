@@ -7,11 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from api.deps import SessionDep, SettingsDep, scoped
+from api.json_body import CohortRoute
 from services.auth.scopes import Scope
 from services.jobs import quotas
 from services.jobs.quota_schemas import QuotaRead, QuotaUpdate
 
-router = APIRouter(prefix="/projects", tags=["quotas"],
+router = APIRouter(prefix="/projects", tags=["quotas"], route_class=CohortRoute,
                    dependencies=scoped(read=Scope.ADMIN, write=Scope.ADMIN))
 
 ProjectName = Annotated[str, Path(min_length=1, max_length=64, description="the project")]

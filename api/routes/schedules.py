@@ -8,6 +8,9 @@ from fastapi import APIRouter, BackgroundTasks, Depends, Query, Response, status
 from sqlalchemy.orm import Session
 
 from api.deps import RedisDep, SessionDep, SettingsDep, TokenDep, commit_admission, scoped
+from api.json_body import CohortRoute
+from api.openapi import errors
+from api.params import DbId
 from services.auth.scopes import Scope
 from services.models import Schedule
 from services.retraining import firing, schedules
@@ -21,11 +24,11 @@ from services.retraining.schemas import (
 )
 from services.wire.client import wake_scheduler
 
-router = APIRouter(prefix="/schedules", tags=["schedules"],
+router = APIRouter(prefix="/schedules", tags=["schedules"], route_class=CohortRoute,
                    dependencies=scoped(write=Scope.SCHEDULES))
 
 
-def get_schedule(schedule_id: int, session: SessionDep, token: TokenDep) -> Schedule:
+def get_schedule(schedule_id: DbId, session: SessionDep, token: TokenDep) -> Schedule:
     """The schedule in the path, locked for the request, if the caller's project owns it."""
     # Locked so an update, a trigger and the scheduler's firing of the same
     # schedule do not interleave.
@@ -40,7 +43,7 @@ def _read(session: Session, schedule: Schedule, runs: int = 20) -> ScheduleRead:
     return schedules.to_read(session=session, schedule=schedule, runs=runs)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, responses=errors(404, 409, 429))
 def create_schedule(schedule_in: ScheduleCreate, session: SessionDep, settings: SettingsDep,
                     token: TokenDep) -> ScheduleRead:
     """Create a schedule: a job template fired on a cron expression or a fixed interval."""
@@ -65,7 +68,7 @@ def read_schedule(schedule: CurrentSchedule, session: SessionDep,
     return _read(session, schedule, runs)
 
 
-@router.patch("/{schedule_id}")
+@router.patch("/{schedule_id}", responses=errors(409))
 def update_schedule(schedule: CurrentSchedule, schedule_in: ScheduleUpdate,
                     session: SessionDep, settings: SettingsDep) -> ScheduleRead:
     """Change a schedule; the fields given replace the stored ones."""
@@ -95,7 +98,8 @@ def delete_schedule(schedule: CurrentSchedule, session: SessionDep) -> Response:
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.post("/{schedule_id}/trigger", status_code=status.HTTP_201_CREATED)
+@router.post("/{schedule_id}/trigger", status_code=status.HTTP_201_CREATED,
+             responses=errors(409, 429))
 def trigger_schedule(schedule: CurrentSchedule, session: SessionDep, settings: SettingsDep,
                      bus: RedisDep, background: BackgroundTasks) -> ScheduleRunRead:
     """Run the schedule now, under its concurrency policy; the run says what happened."""

@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent, format_sse_event
 
 from api.deps import StreamScopeRule, StreamTokenDep, scoped
+from api.params import DbId, shown
 from services.auth.scopes import Scope
 from services.db import session_scope
 from services.jobs import store as jobs
@@ -27,6 +28,11 @@ from services.telemetry.follow import KINDS, follow, follow_project
 # Streams read the token in a short session of their own (api/deps.get_stream_token).
 router = APIRouter(tags=["streams"],
                    dependencies=scoped(write=Scope.SUBMIT, rule=StreamScopeRule))
+
+# The ids the streams send (services/telemetry/cursor.py): `<metric>.<log>.<event>`, and a
+# job-event id for the project's stream.
+JOB_EVENT_ID = r"^[0-9]{1,18}\.[0-9]{1,18}\.[0-9]{1,18}$"
+PROJECT_EVENT_ID = r"^[0-9]{1,18}$"
 
 
 def chosen_kinds(
@@ -43,8 +49,9 @@ def chosen_kinds(
 
 
 def resume_point(
-    last_event_id: Annotated[str | None, Header(max_length=64)] = None,
-    resume: Annotated[str | None, Query(alias="last_event_id", max_length=64)] = None,
+    last_event_id: Annotated[str | None, Header(json_schema_extra=shown(JOB_EVENT_ID))] = None,
+    resume: Annotated[str | None, Query(alias="last_event_id",
+                                        json_schema_extra=shown(JOB_EVENT_ID))] = None,
 ) -> Cursor | None:
     """Where a reconnecting client left off: `Last-Event-ID`, or `?last_event_id=`."""
     # A dependency, so a bad id is a 422 before the stream starts.
@@ -56,14 +63,16 @@ def resume_point(
 
 
 def project_resume_point(
-    last_event_id: Annotated[str | None, Header(max_length=32)] = None,
-    resume: Annotated[str | None, Query(alias="last_event_id", max_length=32)] = None,
+    last_event_id: Annotated[str | None, Header(json_schema_extra=shown(PROJECT_EVENT_ID))] = None,
+    resume: Annotated[str | None, Query(alias="last_event_id",
+                                             json_schema_extra=shown(PROJECT_EVENT_ID))]
+    = None,
 ) -> int | None:
     """Where a project stream client left off: a job-event id."""
     return parse_project_position(last_event_id or resume)
 
 
-def stream_job_id(job_id: int, token: StreamTokenDep) -> int:
+def stream_job_id(job_id: DbId, token: StreamTokenDep) -> int:
     """The job in the path if the caller's project owns it (404 otherwise)."""
     with session_scope() as session:
         return jobs.read_job(session=session, project_id=token.project_id, job_id=job_id).id

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from api.deps import PageScopeRule, SessionDep, Viewer, scoped
+from api.params import DbId
 from api.routes.dashboard import PAGE_SIZE, _render
 from services.auth.scopes import Scope
 from services.exceptions import SweepNotFound
@@ -87,7 +88,7 @@ def sweeps_page(request: Request, session: SessionDep, viewer: Viewer,
 
 
 @router.get("/sweeps/{sweep_id}", response_model=None)
-def sweep_page(request: Request, session: SessionDep, viewer: Viewer, sweep_id: int,
+def sweep_page(request: Request, session: SessionDep, viewer: Viewer, sweep_id: DbId,
                sort: Sort = "trial") -> Response:
     sweep = _sweep_or_none(session, viewer, sweep_id)
     if sweep is None:
@@ -97,7 +98,7 @@ def sweep_page(request: Request, session: SessionDep, viewer: Viewer, sweep_id: 
 
 
 @router.get("/partials/sweeps/{sweep_id}", response_model=None)
-def sweep_fragment(request: Request, session: SessionDep, viewer: Viewer, sweep_id: int,
+def sweep_fragment(request: Request, session: SessionDep, viewer: Viewer, sweep_id: DbId,
                    sort: Sort = "trial") -> Response:
     sweep = _sweep_or_none(session, viewer, sweep_id)
     if sweep is None:

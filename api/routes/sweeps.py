@@ -8,6 +8,9 @@ from fastapi import APIRouter, BackgroundTasks, Depends, Query, status
 from fastapi.exceptions import RequestValidationError
 
 from api.deps import RedisDep, SessionDep, SettingsDep, TokenDep, scoped
+from api.json_body import CohortRoute
+from api.openapi import errors
+from api.params import DbId, PageCursor
 from services.auth.scopes import Scope
 from services.jobs.store import decode_cursor, encode_cursor
 from services.models import Sweep
@@ -17,10 +20,11 @@ from services.sweeps.schemas import SweepCreate, SweepList, SweepRead
 from services.sweeps.views import to_list_read, to_read
 from services.wire.client import wake_scheduler
 
-router = APIRouter(prefix="/sweeps", tags=["sweeps"], dependencies=scoped(write=Scope.SUBMIT))
+router = APIRouter(prefix="/sweeps", tags=["sweeps"], route_class=CohortRoute,
+                   dependencies=scoped(write=Scope.SUBMIT))
 
 
-def get_sweep(sweep_id: int, session: SessionDep, token: TokenDep) -> Sweep:
+def get_sweep(sweep_id: DbId, session: SessionDep, token: TokenDep) -> Sweep:
     """The sweep in the path, if the caller's project owns it."""
     return sweeps.read_sweep(session=session, project_id=token.project_id, sweep_id=sweep_id)
 
@@ -28,7 +32,7 @@ def get_sweep(sweep_id: int, session: SessionDep, token: TokenDep) -> Sweep:
 CurrentSweep = Annotated[Sweep, Depends(get_sweep)]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, responses=errors(404, 429))
 def create_sweep(sweep_in: SweepCreate, session: SessionDep, settings: SettingsDep,
                  token: TokenDep, bus: RedisDep, background: BackgroundTasks) -> SweepRead:
     """Create a sweep: trials of a job template over a search space, at most
@@ -43,13 +47,13 @@ def create_sweep(sweep_in: SweepCreate, session: SessionDep, settings: SettingsD
 def read_sweeps(
     session: SessionDep, token: TokenDep,
     status_filter: Annotated[SweepStatus | None, Query(alias="status")] = None,
-    cursor: str | None = None,
+    cursor: PageCursor = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> SweepList:
     """List the project's sweeps, newest first (without their trials); pass
     `next_cursor` back as `cursor`."""
     before = None
-    if cursor:
+    if cursor is not None:  # an empty one too: no page returns it
         try:
             before = decode_cursor(cursor)
         except ValueError as exc:
@@ -68,8 +72,8 @@ def read_sweep(sweep: CurrentSweep, session: SessionDep) -> SweepRead:
     return to_read(session=session, sweep=sweep)
 
 
-@router.post("/{sweep_id}/cancel")
-def cancel_sweep(sweep_id: int, session: SessionDep, token: TokenDep, bus: RedisDep,
+@router.post("/{sweep_id}/cancel", responses=errors(409))
+def cancel_sweep(sweep_id: DbId, session: SessionDep, token: TokenDep, bus: RedisDep,
                  background: BackgroundTasks) -> SweepRead:
     """Cancel a sweep: its queued and running trials are cancelled, no new one starts."""
     # Locked: the scheduler pass must not create a trial of a sweep being cancelled.

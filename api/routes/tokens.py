@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Query, status
 
 from api.deps import SessionDep, scoped
+from api.json_body import CohortRoute
+from api.params import DbId
 from services.auth import tokens
 from services.auth.schemas import NAME_PATTERN, TokenCreate, TokenCreated, TokenList, TokenRead
 from services.auth.scopes import Scope
 from services.models import utcnow
 
-router = APIRouter(prefix="/tokens", tags=["tokens"],
+router = APIRouter(prefix="/tokens", tags=["tokens"], route_class=CohortRoute,
                    dependencies=scoped(read=Scope.ADMIN, write=Scope.ADMIN))
 
 
@@ -36,7 +38,7 @@ def read_tokens(
 
 
 @router.delete("/{token_id}")
-def revoke_token(token_id: Annotated[int, Path(ge=1, le=2**31 - 1)],
+def revoke_token(token_id: DbId,
                  session: SessionDep) -> TokenRead:
     """Revoke a token and end its dashboard sessions; refused from the next request on.
     Revoking a revoked token changes nothing."""

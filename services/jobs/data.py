@@ -76,7 +76,14 @@ def store_data(*, store: ArtifactStore, project_id: int, path: str,
     upload.finish()
     key = check_free(store, project_id, path)
     existed = store.exists(key)
-    store.put_file(key, upload.path)
+    try:
+        store.put_file(key, upload.path)
+    except (IsADirectoryError, NotADirectoryError) as exc:
+        # A concurrent upload made `path` a directory (or a parent a file) after the
+        # check: the same conflict, found later.
+        raise DataPathConflict("path", f"{path!r} became a directory of other data, or a "
+                               "parent of it a file, while it was uploaded: pick another "
+                               "path") from exc
     return DataFile(path=path, size=upload.size, sha256=upload.digest), not existed
 
 

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from services.db import newest_first_page
+from services.db import MAX_SQL_INT, newest_first_page
 from services.exceptions import IdempotencyConflict, InvalidJobSpec, InvalidTransition, JobNotFound
 from services.jobs import quotas
 from services.jobs.bundles import check_bundle
+from services.jobs.hyperparameters import check_hyperparameters
 from services.jobs.inputs import check_inputs_exist
 from services.jobs.schemas import DistributionOptions, JobCreate
 from services.jobs.strategies import check_strategy_options
@@ -44,12 +43,9 @@ def check_job_spec(*, job_in: JobCreate, settings: Settings) -> None:
         # bundle; the allow-list is for entrypoints installed on the nodes.
         check_trainer(job_in.trainer, settings.ALLOWED_ENTRYPOINTS,
                       in_bundle=job_in.bundle is not None)
-    encoded = len(job_in.hyperparameters.model_dump_json().encode())
-    if encoded > settings.MAX_HYPERPARAMETERS_BYTES:
-        raise InvalidJobSpec(
-            "hyperparameters", f"{encoded} bytes encoded, over the limit of "
-            f"{settings.MAX_HYPERPARAMETERS_BYTES} (COHORT_MAX_HYPERPARAMETERS_BYTES): put "
-            "large data in the bundle or the artifact store and pass its path")
+    check_hyperparameters(hyperparameters=job_in.hyperparameters.model_dump(mode="json"),
+                          encoded=len(job_in.hyperparameters.model_dump_json().encode()),
+                          trainer=job_in.trainer, settings=settings)
     if job_in.replicas > settings.MAX_REPLICAS:
         raise InvalidJobSpec(
             "replicas", f"at most {settings.MAX_REPLICAS} replicas per job; ask for fewer"
@@ -204,18 +200,22 @@ def read_events(*, session: Session, job: Job) -> list[JobEvent]:
 
 
 def encode_cursor(job_id: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"before": job_id}).encode()).decode()
+    """The cursor of the page after the one that ended at `job_id` (jobs and sweeps)."""
+    return str(job_id)
 
 
-def decode_cursor(cursor: str) -> int:
-    """The job id a cursor points below; raises ValueError on a malformed cursor."""
-    try:
-        value = json.loads(base64.urlsafe_b64decode(cursor.encode()))["before"]
-    except Exception as exc:  # any garbage is the caller's error, not ours
-        raise ValueError("cursor is not one this API returned") from exc
-    if not isinstance(value, int):
+def decode_cursor(cursor: str) -> int | None:
+    """The id a page continues below, or None when the cursor lies past every id.
+
+    Raises:
+        ValueError: not a cursor (a decimal number) this API could return.
+    """
+    if not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 19):
         raise ValueError("cursor is not one this API returned")
-    return value
+    value = int(cursor)
+    # Past the largest id an SQL INTEGER holds, every id is below it: no bound, rather
+    # than a number the database refuses.
+    return value if value <= MAX_SQL_INT else None
 
 
 def list_jobs(

@@ -91,6 +91,7 @@ def log_key(job_id: int, attempt: int, replica: int) -> str:
 
 DATA_PREFIX = "data"  # how a job's `inputs` name data: "data/<path>"
 MAX_DATA_PATH_LENGTH = 900  # room for data/<project_id>/ within MAX_KEY_LENGTH
+MAX_SEGMENT_BYTES = 255
 
 
 def check_data_path(path: str) -> str:
@@ -102,6 +103,10 @@ def check_data_path(path: str) -> str:
     """
     if len(path) > MAX_DATA_PATH_LENGTH:
         raise InvalidKey(f"a data path is at most {MAX_DATA_PATH_LENGTH} characters")
+    # A local store keeps each segment as a file name: at most 255 bytes on every file
+    # system (past it, writing fails with ENAMETOOLONG).
+    if any(len(segment.encode()) > MAX_SEGMENT_BYTES for segment in path.split("/")):
+        raise InvalidKey(f"a segment of {path[:60]!r} is over {MAX_SEGMENT_BYTES} bytes")
     return check_key(path)
 
 

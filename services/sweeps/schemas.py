@@ -43,6 +43,7 @@ _PARAM = re.compile(r"^[A-Za-z_]\w{0,63}$")
 _METRIC = re.compile(r"^[A-Za-z_][\w./-]{0,63}$")
 Number = StrictInt | StrictFloat
 MAX_SEED = 2**63 - 1
+MAX_STEP = 2**31 - 1  # steps and replica indexes are SQL INTEGER columns
 
 
 class _Range(BaseModel):
@@ -132,7 +133,8 @@ class Objective(BaseModel):
 
     metric: str = Field(description="a metric the trainer reports, e.g. eval_accuracy")
     mode: Literal["min", "max"] = Field(description="max: higher is better")
-    replica: StrictInt = Field(0, ge=0, description="whose reports count; 0 is the chief")
+    replica: StrictInt = Field(0, ge=0, le=MAX_STEP,
+                               description="whose reports count; 0 is the chief")
     value: Literal["last", "best"] = Field(
         "last", description="last: the value at the trial's last step; best: its best value")
 
@@ -150,9 +152,10 @@ class EarlyStopping(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     rule: Literal["median"] = "median"
-    min_steps: StrictInt = Field(1, ge=0, description="judge a trial only from this step on")
+    min_steps: StrictInt = Field(1, ge=0, le=MAX_STEP,
+                                 description="judge a trial only from this step on")
     min_trials: StrictInt = Field(
-        2, ge=1, description="how many other trials must have reached the step")
+        2, ge=1, le=1_000_000, description="how many other trials must have reached the step")
 
 
 class SweepCreate(BaseModel):
@@ -164,8 +167,8 @@ class SweepCreate(BaseModel):
     template: JobCreate = Field(description="the same spec as POST /api/v1/jobs")
     space: SearchSpace
     trials: StrictInt | None = Field(
-        None, ge=1, description="random: how many trials (at most COHORT_MAX_SWEEP_TRIALS); "
-        "a grid runs one per combination")
+        None, ge=1, le=1_000_000, description="random: how many trials (at most "
+        "COHORT_MAX_SWEEP_TRIALS); a grid runs one per combination")
     max_concurrent: StrictInt = Field(1, ge=1, le=10_000,
                                       description="at most this many trials not ended at once")
     objective: Objective

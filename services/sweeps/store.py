@@ -73,7 +73,7 @@ def _check_trials(spec: SweepCreate, seed: int, total: int, settings: Settings,
             jobs.check_job_spec(job_in=job_in, settings=settings)
             quotas.check_spec(job_in=job_in, limits=limits)
         except InvalidJobSpec as exc:
-            raise exc.renamed(_space_field(spec, (exc.field,)),
+            raise exc.renamed(_space_field(spec, tuple(exc.field.split("."))),
                               f"trial {index}: {exc.message}") from exc
 
 
