@@ -21,7 +21,7 @@ from services.wire.client import get_redis, publish_event
 from services.wire.events import NodeHeartbeat, ReplicaRestarted, ReplicaStarted
 from services.wire.keys import NODES_HASH, attempt_key, claim_key, node_queue
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
-from workers.node import admission, gpus, layout, ports, respawn
+from workers.node import admission, gpus, isolation, layout, ports, respawn
 from workers.node.bundle_cache import BundleUnavailable
 from workers.node.environment import CommandNotFound
 from workers.node.exits import (
@@ -76,6 +76,15 @@ class Agent:
         self.preparer = Preparer(settings)
         self.sidecars = Sidecars(settings, client)  # checkpoints, metrics from files
 
+    @property
+    def python(self) -> str:
+        """The interpreter that runs replicas."""
+        return self.settings.REPLICA_PYTHON or sys.executable
+
+    def replica_user(self, job_id: int) -> isolation.ReplicaUser | None:
+        """Who job `job_id`'s replicas run as here (None: as this agent's user)."""
+        return isolation.replica_user(self.settings, job_id)
+
     def find_gpus(self) -> None:
         """Offer the GPUs found (NVML, COHORT_NODE_GPUS) that the replicas' TensorFlow
         sees; asking it takes seconds, so the node offers no GPU until then."""
@@ -98,6 +107,9 @@ class Agent:
         key = ReplicaKey.of(message.spec)
         process, failure = None, None
         if key not in self.started and not self.stopping.is_set():
+            # Its directories, with their owners, before anything is fetched into them.
+            isolation.lay_out(self.data_dir, key.job_id, key.attempt, key.index,
+                              self.replica_user(key.job_id))
             # Outside the lock (it may download): the claim below still decides.
             self.sidecars.prepare(message.spec)
         with self.lock:
@@ -144,8 +156,8 @@ class Agent:
         """Spawn the replica (lock held): its process, or its exit code and the reason."""
         self.sidecars.follow(ReplicaKey.of(message.spec))  # before the process writes
         try:
-            process = spawn(message, self.data_dir, self.settings.redis_url,
-                            self.settings.REPLICA_PYTHON or sys.executable)
+            process = spawn(message, self.data_dir, self.python,
+                            self.replica_user(message.spec.job_id))
         except CommandNotFound as exc:
             return None, (SPAWN_NOT_FOUND_EXIT, str(exc))
         except Exception as exc:  # noqa: BLE001 - any failure is this replica's exit
@@ -190,7 +202,7 @@ class Agent:
         directory = job_dir(self.data_dir, message.job_id)
         # "backup": where jobs placed before the checkpoint directory kept theirs.
         for path in (layout.checkpoint_dir(self.data_dir, message.job_id),
-                     directory / "backup", directory / "tmp"):
+                     directory / "backup", layout.tmp_dir(self.data_dir, message.job_id)):
             shutil.rmtree(path, ignore_errors=True)
         log.info("cleaned up scratch files of job %d", message.job_id)
 
@@ -225,6 +237,12 @@ class Agent:
         self.sidecars.finish(process.key, process.log_path)
         with self.lock:
             self.processes.pop(process.key, None)
+            job = process.key.job_id
+            last_here = not any(k.job_id == job for k in (*self.processes, *self.preparing))
+        if last_here:
+            # Nothing of the job runs here any more: whatever its code left running
+            # under its uid (a daemon outside the process group) goes too.
+            isolation.reap(self.replica_user(job))
         self.exits.exited(process.key, exit_code_of(returncode), tail(process.log_path))
 
     def _respawn(self, process: ReplicaProcess, code: int) -> ReplicaProcess | None:
@@ -242,8 +260,8 @@ class Agent:
             try:
                 with open(process.log_path, "a", encoding="utf-8") as log_file:
                     log_file.write(respawn.log_line(code, number, self.respawns.budget))
-                again = spawn(message, self.data_dir, self.settings.redis_url,
-                              self.settings.REPLICA_PYTHON or sys.executable)
+                again = spawn(message, self.data_dir, self.python,
+                              self.replica_user(key.job_id))
             except Exception:  # noqa: BLE001 - then its exit is reported as it was
                 log.exception("could not start %s again", key)
                 return None
@@ -323,6 +341,9 @@ def run_agent(settings: Settings | None = None) -> None:
     settings = settings or get_settings()
     from workers.celery_app import app
 
+    # Before consuming: a node whose replicas could not run as their own users (a uid
+    # its user namespace does not map, an interpreter they cannot reach) says so now.
+    isolation.check_node(settings, settings.REPLICA_PYTHON or sys.executable)
     agent = Agent(settings, get_redis())
     _agent = agent
     agent.heartbeat()
