@@ -7,6 +7,8 @@ its own Redis db number, so tests run in parallel without seeing each other.
 from __future__ import annotations
 
 import os
+import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +55,29 @@ def drop_database(name: str) -> None:
     admin.dispose()
 
 
+def reachable_by_replicas(path: Path) -> Path:
+    """Let other users pass through `path` and the temporary directories above it (mode
+    o+x: they can reach a name, never list one). pytest makes its directories 0700, and
+    tests run as root, where an agent runs each job's replicas as the job's own uid
+    (workers/node/isolation.py): they must reach their DATA_DIR, as on a real node."""
+    if os.geteuid() != 0:
+        return path
+    top = Path(tempfile.gettempdir()).resolve()
+    for directory in [path.resolve(), *path.resolve().parents]:
+        if directory == top or top not in directory.parents:
+            break
+        mode = directory.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            directory.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+    return path
+
+
+@pytest.fixture
+def tmp_path(tmp_path: Path) -> Path:
+    """pytest's tmp_path, reachable by replicas (reachable_by_replicas)."""
+    return reachable_by_replicas(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A migrated database private to this test worker."""
@@ -61,7 +86,7 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     # Processes and code under test read their settings from the environment.
     os.environ["COHORT_DATABASE_URL"] = url
     os.environ["COHORT_REDIS_URL"] = f"{REDIS_BASE}/{1 + worker_number()}"
-    os.environ["COHORT_DATA_DIR"] = str(tmp_path_factory.mktemp("data"))
+    os.environ["COHORT_DATA_DIR"] = str(reachable_by_replicas(tmp_path_factory.mktemp("data")))
     from services.db import get_engine, get_sessionmaker
     from services.settings import get_settings
     from services.wire.client import get_redis

@@ -108,8 +108,11 @@ class Agent:
         process, failure = None, None
         if key not in self.started and not self.stopping.is_set():
             # Its directories, with their owners, before anything is fetched into them.
-            isolation.lay_out(self.data_dir, key.job_id, key.attempt, key.index,
-                              self.replica_user(key.job_id))
+            try:
+                isolation.lay_out(self.data_dir, key.job_id, key.attempt, key.index,
+                                  self.replica_user(key.job_id))
+            except OSError as exc:  # the spawn tries again, and reports it as the exit
+                log.warning("cannot lay out the directories of %s: %s", key, exc)
             # Outside the lock (it may download): the claim below still decides.
             self.sidecars.prepare(message.spec)
         with self.lock:
