@@ -3,7 +3,7 @@
 Each line is `{"step": int, "metrics": {name: float, ...}, "ts": unix time}` (plus
 `"epoch": int` when Cohort's own runner writes it), or `{"beat": unix time}`: "this
 replica is alive through then" (the runner's progress heartbeat, dated ahead while it
-saves). This module owns the format: `encode_line` for report(), `encode_points` and
+saves). This module owns the format: `encode_line` for report(), `points_record` and
 `encode_beat` for the runner (workers/replica/report_channel.py), `decode_line` for the
 node agent (workers/node/report_file.py), which ships the points as this replica's
 metrics and counts each line as progress for the hang watchdog. Replicas hold no Redis
@@ -73,12 +73,14 @@ def encode_line(step: Any, metrics: dict[str, Any]) -> bytes:
     return (json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n").encode()
 
 
-def encode_points(step: int, epoch: int | None, metrics: dict[str, float], ts: float) -> bytes:
-    """One line of points the runner has already checked (finite floats, short names)."""
+def points_record(step: int, epoch: int | None, metrics: dict[str, float],
+                  ts: float) -> dict[str, Any]:
+    """The object of one line of points already checked (finite floats, short names);
+    the runner serialises it with orjson, the same JSON, several times faster."""
     record: dict[str, Any] = {"step": step, "metrics": metrics, "ts": ts}
     if epoch is not None:
         record["epoch"] = epoch
-    return (json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n").encode()
+    return record
 
 
 def encode_beat(alive_until: float) -> bytes:

@@ -25,8 +25,12 @@ from workers.node import layout
 # network). Everything else the agent holds (COHORT_* settings and secrets, the store's
 # AWS_* keys, a proxy's credentials, whatever its service manager gave it) stays with it:
 # an allow-list, so a secret added to the agent's environment tomorrow is not leaked.
+# TensorFlow's own TF_* settings by their families, never all of TF_*: Terraform's
+# TF_TOKEN_* and TF_VAR_* hold credentials.
 INHERITED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH"})
-INHERITED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TF_", "NCCL_", "XLA_")
+INHERITED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "XLA_", "TF_CPP_", "TF_ENABLE_",
+                      "TF_FORCE_", "TF_GPU_", "TF_XLA_", "TF_NUM_", "TF_DETERMINISTIC_",
+                      "TF_CUDNN_", "TF_USE_")
 _NEVER_INHERITED = frozenset({"TF_CONFIG"})  # the replica's own is the contract's
 
 

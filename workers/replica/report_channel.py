@@ -15,7 +15,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cohort.metrics import encode_beat, encode_points
+import orjson
+
+from cohort.metrics import encode_beat, points_record
 from services.wire.batches import Point
 from workers.reporting import PointBuffer
 
@@ -31,12 +33,12 @@ def encode_chunk(points: list[Point]) -> bytes:
     for step, epoch, name, value, ts in points:
         if (step, epoch, ts) != head or name in metrics:
             if head is not None:
-                lines.append(encode_points(head[0], head[1], metrics, head[2]))
+                lines.append(orjson.dumps(points_record(head[0], head[1], metrics, head[2])))
             head, metrics = (step, epoch, ts), {}
         metrics[name] = value
     if head is not None:
-        lines.append(encode_points(head[0], head[1], metrics, head[2]))
-    return b"".join(lines)
+        lines.append(orjson.dumps(points_record(head[0], head[1], metrics, head[2])))
+    return b"\n".join(lines) + b"\n" if lines else b""
 
 
 class ReplicaReporter(PointBuffer):
