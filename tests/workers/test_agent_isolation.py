@@ -170,10 +170,10 @@ def test_a_replica_inherits_none_of_the_agents_secrets(node: Agent, bus: redis.R
     assert env["COHORT_CHECKPOINT_DIR"] == str(layout.checkpoint_dir(node.data_dir, JOB + 2))
 
 
-def test_the_agent_ships_cleans_up_and_ends_what_a_job_left(node: Agent, bus: redis.Redis,
-                                                            tmp_path: Path) -> None:
+def test_the_agent_ships_cleans_up_and_ends_what_a_job_left(node: Agent,
+                                                            bus: redis.Redis) -> None:
     job = JOB + 3
-    node.start_replica(command_job(job, WRITER + LEAVER))
+    node.start_replica(command_job(job, WRITER + LEAVER + "print('to the log', flush=True)"))
     assert exit_of(bus, job)["exit_code"] == 0
     daemon = int((layout.work_dir(node.data_dir, job, 1, 0) / "daemon.pid").read_text())
     # The daemon outlived the replica's process group: the agent ended it by its uid.
@@ -185,9 +185,13 @@ def test_the_agent_ships_cleans_up_and_ends_what_a_job_left(node: Agent, bus: re
     # (A zombie runs nothing: it waits for whoever adopted it to collect its status.)
     assert not [p for p in psutil.process_iter(["uids", "status"])
                 if p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE]
-    # The agent read the replica's files as they are (owned by the job's uid) and shipped them.
+    # The agent read the replica's files as they are (owned by the job's uid, 0600) and
+    # shipped them: the checkpoint and the log.
     store = open_store(settings=node.settings)
-    assert store.size(keys.log_key(job, 1, 0)) >= 0
+    with store.open_read(f"{keys.checkpoints_prefix(job)}/secret.ckpt") as handle:
+        assert handle.read() == b"job A's weights"
+    with store.open_read(keys.log_key(job, 1, 0)) as handle:
+        assert b"to the log" in handle.read()
     # And removes the job's scratch, though its replicas own it.
     checkpoint = layout.checkpoint_dir(node.data_dir, job)
     assert (checkpoint / "secret.ckpt").is_file()
