@@ -106,8 +106,10 @@ class Agent:
         whose code or inputs must be fetched first starts on a thread of its own."""
         key = ReplicaKey.of(message.spec)
         process, failure = None, None
-        if key not in self.started and not self.stopping.is_set():
-            # Its directories, with their owners, before anything is fetched into them.
+        if key not in self.started and not self.stopping.is_set() and \
+                admission.refusal(message.spec, self.settings.ALLOWED_ENTRYPOINTS) is None:
+            # Its directories, with their owners, before anything is fetched into them
+            # (nothing for a message the policy refuses: it is answered below).
             try:
                 isolation.lay_out(self.data_dir, key.job_id, key.attempt, key.index,
                                   self.replica_user(key.job_id))
