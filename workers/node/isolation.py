@@ -32,7 +32,6 @@ import logging
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -205,9 +204,3 @@ def check_node(settings: Settings, python: str) -> None:
                 "interpreter they can run")
     finally:
         shutil.rmtree(probe, ignore_errors=True)
-
-
-def mode_of(path: Path) -> str:
-    """`owner:group mode` of `path`, for messages and tests."""
-    info = os.lstat(path)
-    return f"{info.st_uid}:{info.st_gid} {stat.S_IMODE(info.st_mode):04o}"
