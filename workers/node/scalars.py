@@ -40,8 +40,8 @@ BEAT_INTERVAL = 1.0  # seconds between two beats: the pace of the replica's own 
 MAX_EVENT_FILES = 1000  # followed per replica: a runaway writer cannot exhaust the agent
 MAX_WATCHED_FILES = 10_000  # looked at per watched directory and poll
 
-# HSET only if newer: the replica's own callback may have dated its beat ahead
-# (FINISH_GRACE while saving), and an agent beat must never shorten that.
+# HSET only if newer: the runner may have dated a beat ahead (FINISH_GRACE while
+# saving, a `{"beat": ...}` line in its metrics file), and no later beat may shorten that.
 _BEAT_IF_NEWER = """
 local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or 0
 if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
