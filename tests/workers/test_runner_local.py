@@ -149,21 +149,43 @@ def logs_of(logs: Path) -> str:
     )
 
 
+class Reports:
+    """What the runners a test started reported: the metrics file beside each spec file
+    under `root` (what their agent would ship), read as the agent reads it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def points(self, job_id: int) -> list[tuple[int, int, int, int | None, str, float, float]]:
+        """(attempt, replica, step, epoch, name, value, ts) of every point of `job_id`."""
+        points = []
+        for spec_file in sorted(self.root.glob("spec-*/spec.json")):
+            try:
+                replica = json.loads(spec_file.read_text())["spec"]
+            except (ValueError, KeyError, TypeError):
+                continue  # a malformed spec a test wrote on purpose
+            path = spec_file.parent / "metrics.jsonl"
+            if replica.get("job_id") != job_id or not path.exists():
+                continue
+            for raw in path.read_bytes().splitlines():
+                for step, name, value, ts, epoch in decode_line(raw).points:
+                    assert isinstance(step, int) and isinstance(value, float)
+                    points.append((replica["attempt"], replica["index"], step, epoch, name,
+                                   value, ts))
+        return points
+
+
+@pytest.fixture
+def reports(tmp_path: Path) -> Reports:
+    """The reports of the runners this test starts (their spec files go in tmp_path)."""
+    return Reports(tmp_path)
+
+
 def read_points(
-    envs: list[dict[str, str]], job_id: int
+    reports: Reports, job_id: int
 ) -> list[tuple[int, int, int | None, str, float, float]]:
-    """(replica, step, epoch, name, value, ts) of every point the replicas of `envs` wrote
-    in their metrics files, read as the agent reads them (cohort.metrics.decode_line)."""
-    points = []
-    for env in envs:
-        spec = json.loads(Path(env["COHORT_REPLICA_SPEC"]).read_text())["spec"]
-        assert spec["job_id"] == job_id
-        path = Path(env["COHORT_METRICS_FILE"])
-        for raw in path.read_bytes().splitlines() if path.exists() else []:
-            for step, name, value, ts, epoch in decode_line(raw).points:
-                assert isinstance(step, int) and isinstance(value, float)
-                points.append((spec["index"], step, epoch, name, value, ts))
-    return points
+    """(replica, step, epoch, name, value, ts) of every point of `job_id`, attempt 1."""
+    return [point[1:] for point in reports.points(job_id) if point[0] == 1]
 
 
 def gang_envs(job_id: int, job_dir: Path, hyperparameters: dict[str, Any]) -> list[dict[str, str]]:
@@ -185,7 +207,7 @@ def gang_envs(job_id: int, job_dir: Path, hyperparameters: dict[str, Any]) -> li
     ]
 
 
-def test_two_worker_gang_trains_reports_and_saves(tmp_path: Path) -> None:
+def test_two_worker_gang_trains_reports_and_saves(reports: Reports, tmp_path: Path) -> None:
     job_id, job_dir = 101, tmp_path / "job"
     envs = gang_envs(job_id, job_dir, {})
     started = time.monotonic()
@@ -199,7 +221,7 @@ def test_two_worker_gang_trains_reports_and_saves(tmp_path: Path) -> None:
     assert "cohort: strategy=multi_worker_mirrored num_replicas_in_sync=2" in out
     assert "cohort: first_step ts=" in out
 
-    points = read_points(envs, job_id)
+    points = read_points(reports, job_id)
     assert {replica for replica, *_ in points} == {0, 1}
     # Epochs travel too: the per-step points carry theirs (0..4), the final ones none.
     assert {epoch for _, _, epoch, name, _, _ in points if name == "loss"} == set(range(5))
@@ -236,7 +258,7 @@ def test_two_worker_gang_trains_reports_and_saves(tmp_path: Path) -> None:
     assert not (job_dir / "tmp" / "worker-1").exists()
 
 
-def test_sigterm_stops_a_training_gang_with_143(tmp_path: Path) -> None:
+def test_sigterm_stops_a_training_gang_with_143(reports: Reports, tmp_path: Path) -> None:
     # TensorFlow's coordination service replaces the SIGTERM handler of a
     # multi-worker process with one that does not exit; the runner must win.
     job_id, logs = 104, tmp_path / "logs"
@@ -255,10 +277,10 @@ def test_sigterm_stops_a_training_gang_with_143(tmp_path: Path) -> None:
         process.terminate()
     assert wait_replicas(processes, logs, timeout=20) == [143, 143], logs_of(logs)
     # Both reported while training (the reporter does not wait for the end).
-    assert {replica for replica, *_ in read_points(envs, job_id)} == {0, 1}
+    assert {replica for replica, *_ in read_points(reports, job_id)} == {0, 1}
 
 
-def test_one_device_without_tf_config(tmp_path: Path) -> None:
+def test_one_device_without_tf_config(reports: Reports, tmp_path: Path) -> None:
     job_id, job_dir = 102, tmp_path / "job"
     hp = {"epochs": 1, "steps_per_epoch": 5}
     envs = [replica_env(spec(job_id, job_dir, hyperparameters=hp))]
@@ -269,7 +291,7 @@ def test_one_device_without_tf_config(tmp_path: Path) -> None:
     beats = [decode_line(raw).beat for raw in
              Path(envs[0]["COHORT_METRICS_FILE"]).read_bytes().splitlines()]
     assert [beat for beat in beats if beat is not None], "no progress beat written"
-    names = {(step, name) for _, step, _, name, _, _ in read_points(envs, job_id)}
+    names = {(step, name) for _, step, _, name, _, _ in read_points(reports, job_id)}
     assert (5, "loss") in names and (5, "eval_accuracy") in names
     assert (job_dir / "model").is_dir()
 
