@@ -197,3 +197,6 @@ def test_the_agent_ships_cleans_up_and_ends_what_a_job_left(node: Agent,
     assert (checkpoint / "secret.ckpt").is_file()
     node.cleanup_job(CleanupJob("isolation", job))
     assert not checkpoint.exists()
+    # What stays (its log, here) is the agent's alone now: a later job with this uid
+    # (a multiple of the uid range away) reads nothing of it.
+    assert owner_and_mode(layout.job_dir(node.data_dir, job)) == (0, 0, 0o700)

@@ -209,6 +209,7 @@ class Agent:
         for path in (layout.checkpoint_dir(self.data_dir, message.job_id),
                      directory / "backup", layout.tmp_dir(self.data_dir, message.job_id)):
             shutil.rmtree(path, ignore_errors=True)
+        isolation.retire(directory)
         log.info("cleaned up scratch files of job %d", message.job_id)
 
     def stop_replica(self, message: StopReplica) -> None:
@@ -240,14 +241,16 @@ class Agent:
             shipper.finish()  # the last lines go out before the exit is reported
         # So do the last points, checkpoint, model, TensorBoard files and the log.
         self.sidecars.finish(process.key, process.log_path)
+        user = self.replica_user(process.key.job_id)
         with self.lock:
             self.processes.pop(process.key, None)
-            job = process.key.job_id
-            last_here = not any(k.job_id == job for k in (*self.processes, *self.preparing))
+            # By uid, not job: two jobs a multiple of REPLICA_UID_RANGE apart share one.
+            last_here = user is not None and not any(
+                self.replica_user(k.job_id) == user for k in (*self.processes, *self.preparing))
         if last_here:
             # Nothing of the job runs here any more: whatever its code left running
             # under its uid (a daemon outside the process group) goes too.
-            isolation.reap(self.replica_user(job))
+            isolation.reap(user)
         self.exits.exited(process.key, exit_code_of(returncode), tail(process.log_path))
 
     def _respawn(self, process: ReplicaProcess, code: int) -> ReplicaProcess | None:

@@ -116,6 +116,13 @@ def lay_out(data_dir: Path, job_id: int, attempt: int, index: int,
     _directory(work, u, g, 0o700)
 
 
+def retire(job_dir: Path) -> None:
+    """A finished job's directory becomes the agent's alone (its saved model and logs
+    stay for downloads): no later job that shares its uid can read it."""
+    if job_dir.is_dir():
+        _directory(job_dir, os.geteuid(), os.getegid(), 0o700)
+
+
 def hand_over(root: Path, user: ReplicaUser | None) -> None:
     """Give everything under the directory `root` to `user` (what the agent wrote there:
     the code, the spec, a restored checkpoint). Walks directory descriptors and never
