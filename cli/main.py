@@ -108,11 +108,16 @@ def scheduler() -> None:
 def agent() -> None:
     """Run this machine's node agent (a Celery worker on its own queue)."""
     from workers.node.agent import run_agent
+    from workers.node.isolation import IsolationUnavailable
 
     require_node_key()
     _logging()
     _require_redis()
-    run_agent()
+    try:
+        run_agent()
+    except IsolationUnavailable as exc:
+        typer.echo(f"cohort: {exc}", err=True)  # one line: what to fix
+        raise typer.Exit(1) from None
 
 
 @app.command()

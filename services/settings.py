@@ -84,6 +84,12 @@ class Settings(BaseSettings):
     PORT_RANGE_END: int = 29999
     # The Python that runs replicas (`-m workers.replica.runner`); empty = the agent's own.
     REPLICA_PYTHON: str = ""
+    # An agent running as root runs each job's replicas as uid = gid = REPLICA_UID_BASE +
+    # job id % REPLICA_UID_RANGE (workers/node/isolation.py, docs/security.md): a uid per
+    # job, no /etc/passwd entry needed. The default span is one systemd leaves unused
+    # (0x70000000 up); the agent checks at start that it can hand files to it.
+    REPLICA_UID_BASE: int = Field(0x7000_0000, ge=1000, le=2**31 - 2)
+    REPLICA_UID_RANGE: int = Field(1 << 24, ge=1)
     # Where a job sets no placement policy: "pack" (fewest nodes) or "spread".
     PLACEMENT_POLICY: Literal["pack", "spread"] = "pack"
 
@@ -134,6 +140,16 @@ class Settings(BaseSettings):
         # port bases) without an end: keep the default width rather than an empty range.
         if self.PORT_RANGE_END < self.PORT_RANGE_START:
             self.PORT_RANGE_END = self.PORT_RANGE_START + 499
+        return self
+
+    @model_validator(mode="after")
+    def _replica_uids_fit(self) -> Settings:
+        # Past 2**31 - 1 some tools (and 32-bit signed APIs) misread a uid.
+        if self.REPLICA_UID_BASE + self.REPLICA_UID_RANGE - 1 > 2**31 - 1:
+            raise ValueError(
+                f"COHORT_REPLICA_UID_BASE + COHORT_REPLICA_UID_RANGE - 1 is "
+                f"{self.REPLICA_UID_BASE + self.REPLICA_UID_RANGE - 1}, past 2147483647: "
+                "lower the base or the range")
         return self
 
     @field_validator("ALLOWED_ENTRYPOINTS", mode="before")

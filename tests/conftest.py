@@ -7,6 +7,9 @@ its own Redis db number, so tests run in parallel without seeing each other.
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,14 +74,39 @@ def drop_database(name: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def replicas_tmp_root() -> Iterator[Path]:
+    """A temporary directory for this session that other users can pass through (0711).
+
+    Tests run as root, where an agent runs each job's replicas as the job's own uid
+    (workers/node/isolation.py): they must reach their DATA_DIR, as on a real node.
+    pytest's own directories cannot serve: every pytest session that starts on the
+    machine resets /tmp/pytest-of-<user> to 0700, cutting off running replicas."""
+    root = Path(tempfile.mkdtemp(prefix="cohort-tests-"))
+    root.chmod(0o711)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def tmp_path(request: pytest.FixtureRequest, replicas_tmp_root: Path) -> Path:
+    """A fresh directory per test, under `replicas_tmp_root` (reachable by replicas)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:40]
+    path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=replicas_tmp_root))
+    path.chmod(0o711)
+    return path
+
+
+@pytest.fixture(scope="session")
+def pg_url(replicas_tmp_root: Path) -> Iterator[str]:
     """A migrated database private to this test worker."""
     name = f"cohort_test_{os.getpid()}_{worker_number()}"
     url = create_database(name)
     # Processes and code under test read their settings from the environment.
     os.environ["COHORT_DATABASE_URL"] = url
     os.environ["COHORT_REDIS_URL"] = f"{REDIS_BASE}/{1 + worker_number()}"
-    os.environ["COHORT_DATA_DIR"] = str(tmp_path_factory.mktemp("data"))
+    data = Path(tempfile.mkdtemp(prefix="data-", dir=replicas_tmp_root))
+    data.chmod(0o711)
+    os.environ["COHORT_DATA_DIR"] = str(data)
     from services.db import get_engine, get_sessionmaker
     from services.settings import get_settings
     from services.wire.client import get_redis

@@ -126,9 +126,11 @@ def wheelhouse_for(wheel: Path, workdir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtualenv with Cohort's wheel and its worker extra; returns its bin directory."""
-    workdir = tmp_path_factory.mktemp("install")
+def installed(replicas_tmp_root: Path) -> Path:
+    """A virtualenv with Cohort's wheel and its worker extra; returns its bin directory
+    (where the replicas it starts, as their job's uid, can run it)."""
+    workdir = replicas_tmp_root / "install"
+    workdir.mkdir(mode=0o711)
     assert not workdir.resolve().is_relative_to(ROOT)
     wheel = build_wheel(workdir)
     house = wheelhouse_for(wheel, workdir)

@@ -1,10 +1,12 @@
 """The replica's side of the contract: the variables and directories its process gets,
-what a `command` never gets (trust zones), how argv[0] is found, and what the agent's
-policy refuses before anything runs."""
+what a replica never gets (trust zones: it inherits an allow-list of the agent's
+environment), how argv[0] is found, and what the agent's policy refuses before anything
+runs."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +15,13 @@ import pytest
 from services.wire.replica import ReplicaSpec, StartReplica
 from workers.node import layout
 from workers.node.admission import refusal
-from workers.node.environment import CommandNotFound, ReplicaPaths, replica_env, resolve_argv
+from workers.node.environment import (
+    CommandNotFound,
+    ReplicaPaths,
+    inherited_env,
+    replica_env,
+    resolve_argv,
+)
 
 REDIS = "redis://secret-host:6379/0"
 CONTRACT = {
@@ -35,11 +43,19 @@ def message(**fields: object) -> StartReplica:
 
 @pytest.fixture(autouse=True)
 def agent_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What an agent's own environment holds that no user program may see."""
+    """What an agent's own environment holds that no user program may see (and nothing
+    else: the machine's own variables would blur what is inherited)."""
+    for name in list(os.environ):
+        monkeypatch.delenv(name)
     for name, value in {"COHORT_REDIS_URL": REDIS, "COHORT_DATABASE_URL": "postgresql://x",
                         "COHORT_BOOTSTRAP_TOKEN": "t0k", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
                         "AWS_ACCESS_KEY_ID": "AK", "COHORT_ARTIFACT_URL": "s3://b/p",
-                        "TF_CONFIG": "{}", "HOME_LIKE_VAR": "kept"}.items():
+                        "TF_CONFIG": "{}", "AGENT_ONLY_SECRET": "hunter2",
+                        "HTTPS_PROXY": "http://user:pw@proxy:3128", "HOME": "/root",
+                        "PATH": "/usr/local/bin:/usr/bin", "LANG": "C.UTF-8",
+                        "LC_ALL": "C.UTF-8", "TZ": "UTC", "NVIDIA_VISIBLE_DEVICES": "all",
+                        "TF_CPP_MIN_LOG_LEVEL": "2", "NCCL_SOCKET_IFNAME": "eth0",
+                        "LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}.items():
         monkeypatch.setenv(name, value)
 
 
@@ -49,13 +65,14 @@ def paths(tmp_path: Path) -> ReplicaPaths:
 
 def test_a_command_gets_the_contract_and_no_control_plane_secret(tmp_path: Path) -> None:
     env = replica_env(message(env={"MY_FLAG": "on", "CUDA_DEVICE_ORDER": "FASTEST_FIRST"}),
-                      paths(tmp_path), REDIS)
+                      paths(tmp_path))
     assert CONTRACT <= env.keys()
     cohort = {name for name in env if name.startswith(("COHORT_", "AIP_"))}
     assert cohort == CONTRACT  # nothing else of Cohort's: no Redis URL, no spec file
     assert REDIS not in env.values() and "s3cr3t" not in env.values()
     assert not any(name.startswith("AWS_") for name in env)
-    assert env["HOME_LIKE_VAR"] == "kept" and env["MY_FLAG"] == "on"
+    assert "AGENT_ONLY_SECRET" not in env and "HTTPS_PROXY" not in env
+    assert env["MY_FLAG"] == "on"
     assert env["TF_USE_LEGACY_KERAS"] == "1" and env["PYTHONUNBUFFERED"] == "1"
     assert env["CUDA_VISIBLE_DEVICES"] == "3"
     # The ids are NVML's (PCI order): CUDA must number them the same way, whatever the job says.
@@ -64,7 +81,7 @@ def test_a_command_gets_the_contract_and_no_control_plane_secret(tmp_path: Path)
 
 
 def test_the_contract_names_the_node_layout(tmp_path: Path) -> None:
-    env = replica_env(message(), paths(tmp_path), REDIS)
+    env = replica_env(message(), paths(tmp_path))
     job = layout.job_dir(tmp_path, 7)
     work = job / "attempt-2" / "replica-1"
     assert (env["COHORT_JOB_ID"], env["COHORT_ATTEMPT"], env["COHORT_REPLICA_INDEX"],
@@ -80,9 +97,10 @@ def test_the_contract_names_the_node_layout(tmp_path: Path) -> None:
     assert env["COHORT_HYPERPARAMETERS"] == str(work / "hyperparameters.json")
 
 
-def test_a_trainer_gets_what_the_runner_needs(tmp_path: Path) -> None:
-    env = replica_env(message(command=None, trainer="mlp_digits"), paths(tmp_path), REDIS)
-    assert env["COHORT_REDIS_URL"] == REDIS
+def test_a_trainer_gets_what_the_runner_needs_and_no_redis(tmp_path: Path) -> None:
+    env = replica_env(message(command=None, trainer="mlp_digits"), paths(tmp_path))
+    # It reports in its metrics file, which the agent ships: no Redis credentials.
+    assert "COHORT_REDIS_URL" not in env and REDIS not in env.values()
     assert env["COHORT_REPLICA_SPEC"] == str(paths(tmp_path).spec_file)
     assert CONTRACT <= env.keys()
     assert "COHORT_DATABASE_URL" not in env and "COHORT_BOOTSTRAP_TOKEN" not in env
@@ -91,7 +109,34 @@ def test_a_trainer_gets_what_the_runner_needs(tmp_path: Path) -> None:
 
 def test_a_one_replica_job_has_no_tf_config(tmp_path: Path) -> None:
     one = StartReplica("n1", ReplicaSpec(7, 1, 0, 1, None, "one_device", command=["true"]))
-    assert "TF_CONFIG" not in replica_env(one, paths(tmp_path), REDIS)
+    assert "TF_CONFIG" not in replica_env(one, paths(tmp_path))
+
+
+def test_a_replica_inherits_only_the_allow_listed_variables(tmp_path: Path) -> None:
+    env = replica_env(message(), paths(tmp_path))
+    inherited = {name for name in env if name not in CONTRACT}
+    assert inherited == {
+        # the allow-list: programs, libraries, locale, time zone, the node's GPU stack
+        "PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES",
+        "TF_CPP_MIN_LOG_LEVEL", "NCCL_SOCKET_IFNAME",
+        # set by the agent
+        "HOME", "TMPDIR", "TF_CONFIG", "TF_USE_LEGACY_KERAS", "PYTHONUNBUFFERED",
+        "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES",
+    }
+    # HOME is its own work dir, never the agent's; its scratch is the job's.
+    assert env["HOME"] == str(paths(tmp_path).work_dir)
+    assert env["TMPDIR"] == str(layout.tmp_dir(tmp_path, 7))
+    assert env["TF_CONFIG"] != "{}"  # the contract's, never the agent's
+
+
+def test_a_variable_is_inherited_by_name_or_prefix_only() -> None:
+    agent = {"PATH": "/bin", "LC_CTYPE": "C", "CUDA_HOME": "/cuda", "XLA_FLAGS": "--x",
+             "SECRET": "s", "PATHEXT": "x", "MY_TF_THING": "x", "TF_CONFIG": "{}",
+             "TF_TOKEN_app_terraform_io": "t", "TF_VAR_password": "p",
+             "TF_CPP_MIN_LOG_LEVEL": "2",
+             "REDIS_PASSWORD": "p", "COHORT_SIGNING_KEY": "k"}
+    assert inherited_env(agent) == {"PATH": "/bin", "LC_CTYPE": "C", "CUDA_HOME": "/cuda",
+                                    "XLA_FLAGS": "--x", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def test_python_is_the_replica_interpreter_and_other_names_come_from_path(

@@ -16,18 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from tests.workers.test_runner_local import (  # noqa: F401 - fixtures used by name
     ROOT,
+    Reports,
     free_ports,
     logs_of,
     read_points,
     replica_env,
+    reports,
     run_replicas,
     spec,
     spec_dir,
-    stream,
 )
 
 SHORT = {"epochs": 1, "steps_per_epoch": 8}
@@ -46,10 +46,10 @@ def gang(job_id: int, job_dir: Path, **overrides: Any) -> list[dict[str, str]]:
     ]
 
 
-def finals(client: redis.Redis, job_id: int) -> dict[int, dict[str, float]]:
+def finals(reports: Reports, job_id: int) -> dict[int, dict[str, float]]:  # noqa: F811
     """Each replica's final (eval_*) metrics."""
     out: dict[int, dict[str, float]] = {}
-    for replica, _, _, name, value, _ in read_points(client, job_id):
+    for replica, _, _, name, value, _ in read_points(reports, job_id):
         if name.startswith("eval_"):
             out.setdefault(replica, {})[name] = value
     return out
@@ -83,7 +83,7 @@ def test_accumulated_micro_steps_equal_one_large_step(strategy: str, tmp_path: P
 
 
 def test_mlp_digits_gang_accumulates_and_shards_by_data(
-    stream: redis.Redis, tmp_path: Path  # noqa: F811
+    reports: Reports, tmp_path: Path  # noqa: F811
 ) -> None:
     job_id, logs = 161, tmp_path / "logs"
     distribution = {"gradient_accumulation_steps": 4, "shard_policy": "data"}
@@ -97,20 +97,20 @@ def test_mlp_digits_gang_accumulates_and_shards_by_data(
         assert "trained optimizer_steps=6 " in out, out[-2000:]
     # 6 steps of a 256-example batch learn something (chance is 0.1; ~0.44 here), and
     # both workers hold the same weights.
-    results = finals(stream, job_id)
+    results = finals(reports, job_id)
     assert set(results) == {0, 1}
     assert all(f["eval_accuracy"] > 0.25 for f in results.values()), results
     assert results[0]["eval_loss"] == pytest.approx(results[1]["eval_loss"])
 
 
-def test_mixed_bfloat16_gang_trains(stream: redis.Redis, tmp_path: Path) -> None:  # noqa: F811
+def test_mixed_bfloat16_gang_trains(reports: Reports, tmp_path: Path) -> None:  # noqa: F811
     job_id, logs = 162, tmp_path / "logs"
     envs = gang(job_id, tmp_path / "job", distribution={"mixed_precision": "mixed_bfloat16"},
                 hyperparameters={"epochs": 3})
     assert run_replicas(envs, logs) == [0, 0], logs_of(logs)
     assert "cohort: mixed_precision=mixed_bfloat16" in output(logs)
     assert "compute_dtype=bfloat16" in output(logs)
-    results = finals(stream, job_id)
+    results = finals(reports, job_id)
     assert set(results) == {0, 1}
     assert all(f["eval_accuracy"] >= 0.8 for f in results.values()), results
 
@@ -127,7 +127,7 @@ def test_profile_of_a_step_range(tmp_path: Path) -> None:
 
 
 def test_model_parallel_example_uses_two_logical_devices(
-    stream: redis.Redis, tmp_path: Path  # noqa: F811
+    reports: Reports, tmp_path: Path  # noqa: F811
 ) -> None:
     job_id, logs = 164, tmp_path / "logs"
     env = replica_env(spec(
@@ -138,22 +138,22 @@ def test_model_parallel_example_uses_two_logical_devices(
     placed = [line for line in output(logs).splitlines() if line.startswith("placed ")]
     assert any(line.endswith("device:CPU:0") for line in placed), placed
     assert any(line.endswith("device:CPU:1") for line in placed), placed
-    assert finals(stream, job_id)[0]["eval_accuracy"] >= 0.8
+    assert finals(reports, job_id)[0]["eval_accuracy"] >= 0.8
 
 
-def test_cnn_digits_one_device(stream: redis.Redis, tmp_path: Path) -> None:  # noqa: F811
+def test_cnn_digits_one_device(reports: Reports, tmp_path: Path) -> None:  # noqa: F811
     job_id, logs = 165, tmp_path / "logs"
     env = replica_env(spec(job_id, tmp_path / "job", trainer="cnn_digits"))
     assert run_replicas([env], logs) == [0], logs_of(logs)
-    assert finals(stream, job_id)[0]["eval_accuracy"] >= 0.85
+    assert finals(reports, job_id)[0]["eval_accuracy"] >= 0.85
     assert (tmp_path / "job" / "model" / "saved_model.pb").is_file()
 
 
-def test_cnn_digits_two_replica_gang(stream: redis.Redis, tmp_path: Path) -> None:  # noqa: F811
+def test_cnn_digits_two_replica_gang(reports: Reports, tmp_path: Path) -> None:  # noqa: F811
     job_id, logs = 166, tmp_path / "logs"
     envs = gang(job_id, tmp_path / "job", trainer="cnn_digits")
     assert run_replicas(envs, logs) == [0, 0], logs_of(logs)
-    results = finals(stream, job_id)
+    results = finals(reports, job_id)
     assert set(results) == {0, 1}
     assert all(f["eval_accuracy"] >= 0.85 for f in results.values()), results
     assert results[0]["eval_accuracy"] == pytest.approx(results[1]["eval_accuracy"])

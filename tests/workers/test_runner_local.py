@@ -1,7 +1,8 @@
-"""The replica runner for real: `python -m workers.replica.runner` processes against a real Redis.
+"""The replica runner for real: `python -m workers.replica.runner` processes, reporting in
+their metrics files (a replica holds no Redis credentials; its agent ships the file).
 
 Covers a 2-worker MultiWorkerMirroredStrategy gang on loopback ports, a 1-replica
-OneDeviceStrategy run, configuration errors (exit code 2), and the metric
+OneDeviceStrategy run, configuration errors (exit code 2), and the agent's metric
 reporter's batching and failure handling (with a fake Redis client).
 """
 
@@ -22,23 +23,12 @@ from typing import Any
 import pytest
 import redis
 
+from cohort.metrics import decode_line
 from services.wire.keys import METRICS_STREAM
 from workers.reporter import MetricReporter
 
 ROOT = Path(__file__).resolve().parents[2]
-REDIS_BASE = os.environ.get("COHORT_TEST_REDIS", "redis://127.0.0.1:6379")
-# A db of its own (one per pytest-xdist worker), away from the 1 + n dbs of tests/conftest.py.
-REDIS_URL = f"{REDIS_BASE}/{11 + int(os.environ.get('PYTEST_XDIST_WORKER', 'gw0')[2:] or 0) % 5}"
 GANG_TIMEOUT = 120.0
-
-
-@pytest.fixture
-def stream() -> Iterator[redis.Redis]:
-    """The metrics stream of the test db, emptied first."""
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    client.delete(METRICS_STREAM)
-    yield client
-    client.close()
 
 
 def free_ports(count: int) -> list[int]:
@@ -75,17 +65,18 @@ def write_spec(raw: str) -> Path:
 def replica_env(
     spec: dict[str, Any] | None, tf_config: dict[str, Any] | None = None
 ) -> dict[str, str]:
-    """The environment the node agent gives a replica."""
+    """The environment the node agent gives a replica (its metrics file next to its spec)."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("TF_CONFIG", "COHORT_REPLICA_SPEC")}
+           if k not in ("TF_CONFIG", "COHORT_REPLICA_SPEC") and not k.startswith("COHORT_")}
     env.update(
         TF_USE_LEGACY_KERAS="1",
-        COHORT_REDIS_URL=REDIS_URL,
         CUDA_VISIBLE_DEVICES="",
         TF_CPP_MIN_LOG_LEVEL="2",  # keeps the logs attached to a failure readable
     )
     if spec is not None:
-        env["COHORT_REPLICA_SPEC"] = str(write_spec(json.dumps(spec)))
+        spec_file = write_spec(json.dumps(spec))
+        env["COHORT_REPLICA_SPEC"] = str(spec_file)
+        env["COHORT_METRICS_FILE"] = str(spec_file.parent / "metrics.jsonl")
     if tf_config is not None:
         env["TF_CONFIG"] = json.dumps(tf_config)
     return env
@@ -158,22 +149,43 @@ def logs_of(logs: Path) -> str:
     )
 
 
+class Reports:
+    """What the runners a test started reported: the metrics file beside each spec file
+    under `root` (what their agent would ship), read as the agent reads it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def points(self, job_id: int) -> list[tuple[int, int, int, int | None, str, float, float]]:
+        """(attempt, replica, step, epoch, name, value, ts) of every point of `job_id`."""
+        points = []
+        for spec_file in sorted(self.root.glob("spec-*/spec.json")):
+            try:
+                replica = json.loads(spec_file.read_text())["spec"]
+            except (ValueError, KeyError, TypeError):
+                continue  # a malformed spec a test wrote on purpose
+            path = spec_file.parent / "metrics.jsonl"
+            if replica.get("job_id") != job_id or not path.exists():
+                continue
+            for raw in path.read_bytes().splitlines():
+                for step, name, value, ts, epoch in decode_line(raw).points:
+                    assert isinstance(step, int) and isinstance(value, float)
+                    points.append((replica["attempt"], replica["index"], step, epoch, name,
+                                   value, ts))
+        return points
+
+
+@pytest.fixture
+def reports(tmp_path: Path) -> Reports:
+    """The reports of the runners this test starts (their spec files go in tmp_path)."""
+    return Reports(tmp_path)
+
+
 def read_points(
-    client: redis.Redis, job_id: int
+    reports: Reports, job_id: int
 ) -> list[tuple[int, int, int | None, str, float, float]]:
-    """(replica, step, epoch, name, value, ts) of every point of `job_id` in the stream."""
-    points = []
-    for _entry_id, fields in client.xrange(METRICS_STREAM):
-        assert set(fields) == {"data"}
-        batch = json.loads(fields["data"])
-        assert set(batch) == {"job_id", "attempt", "replica", "points"}
-        if batch["job_id"] != job_id:
-            continue
-        assert batch["attempt"] == 1
-        for step, epoch, name, value, ts in batch["points"]:
-            assert isinstance(step, int) and isinstance(name, str) and isinstance(value, float)
-            points.append((batch["replica"], step, epoch, name, value, ts))
-    return points
+    """(replica, step, epoch, name, value, ts) of every point of `job_id`, attempt 1."""
+    return [point[1:] for point in reports.points(job_id) if point[0] == 1]
 
 
 def gang_envs(job_id: int, job_dir: Path, hyperparameters: dict[str, Any]) -> list[dict[str, str]]:
@@ -195,7 +207,7 @@ def gang_envs(job_id: int, job_dir: Path, hyperparameters: dict[str, Any]) -> li
     ]
 
 
-def test_two_worker_gang_trains_reports_and_saves(stream: redis.Redis, tmp_path: Path) -> None:
+def test_two_worker_gang_trains_reports_and_saves(reports: Reports, tmp_path: Path) -> None:
     job_id, job_dir = 101, tmp_path / "job"
     envs = gang_envs(job_id, job_dir, {})
     started = time.monotonic()
@@ -209,8 +221,10 @@ def test_two_worker_gang_trains_reports_and_saves(stream: redis.Redis, tmp_path:
     assert "cohort: strategy=multi_worker_mirrored num_replicas_in_sync=2" in out
     assert "cohort: first_step ts=" in out
 
-    points = read_points(stream, job_id)
+    points = read_points(reports, job_id)
     assert {replica for replica, *_ in points} == {0, 1}
+    # Epochs travel too: the per-step points carry theirs (0..4), the final ones none.
+    assert {epoch for _, _, epoch, name, _, _ in points if name == "loss"} == set(range(5))
     keys = collections.Counter((replica, step, name) for replica, step, _, name, _, _ in points)
     assert [key for key, count in keys.items() if count > 1] == []
 
@@ -244,7 +258,7 @@ def test_two_worker_gang_trains_reports_and_saves(stream: redis.Redis, tmp_path:
     assert not (job_dir / "tmp" / "worker-1").exists()
 
 
-def test_sigterm_stops_a_training_gang_with_143(stream: redis.Redis, tmp_path: Path) -> None:
+def test_sigterm_stops_a_training_gang_with_143(reports: Reports, tmp_path: Path) -> None:
     # TensorFlow's coordination service replaces the SIGTERM handler of a
     # multi-worker process with one that does not exit; the runner must win.
     job_id, logs = 104, tmp_path / "logs"
@@ -263,18 +277,21 @@ def test_sigterm_stops_a_training_gang_with_143(stream: redis.Redis, tmp_path: P
         process.terminate()
     assert wait_replicas(processes, logs, timeout=20) == [143, 143], logs_of(logs)
     # Both reported while training (the reporter does not wait for the end).
-    assert {replica for replica, *_ in read_points(stream, job_id)} == {0, 1}
+    assert {replica for replica, *_ in read_points(reports, job_id)} == {0, 1}
 
 
-def test_one_device_without_tf_config(stream: redis.Redis, tmp_path: Path) -> None:
+def test_one_device_without_tf_config(reports: Reports, tmp_path: Path) -> None:
     job_id, job_dir = 102, tmp_path / "job"
     hp = {"epochs": 1, "steps_per_epoch": 5}
-    codes = run_replicas(
-        [replica_env(spec(job_id, job_dir, hyperparameters=hp))], tmp_path / "logs"
-    )
+    envs = [replica_env(spec(job_id, job_dir, hyperparameters=hp))]
+    codes = run_replicas(envs, tmp_path / "logs")
     assert codes == [0], logs_of(tmp_path / "logs")
     assert "TF_CONFIG=none" in (tmp_path / "logs" / "replica-0.out").read_text()
-    names = {(step, name) for _, step, _, name, _, _ in read_points(stream, job_id)}
+    # The runner beat its progress in the file too (no Redis: the agent ships both).
+    beats = [decode_line(raw).beat for raw in
+             Path(envs[0]["COHORT_METRICS_FILE"]).read_bytes().splitlines()]
+    assert [beat for beat in beats if beat is not None], "no progress beat written"
+    names = {(step, name) for _, step, _, name, _, _ in read_points(reports, job_id)}
     assert (5, "loss") in names and (5, "eval_accuracy") in names
     assert (job_dir / "model").is_dir()
 
@@ -307,6 +324,14 @@ def test_missing_or_malformed_replica_spec_exits_2(tmp_path: Path, raw: str | No
     codes = run_replicas([env], tmp_path / "logs", timeout=30)
     assert codes == [2]
     assert "cohort: bad replica configuration" in (tmp_path / "logs" / "replica-0.err").read_text()
+
+
+def test_a_runner_without_its_metrics_file_exits_2(tmp_path: Path) -> None:
+    env = replica_env(spec(105, tmp_path / "job"))
+    del env["COHORT_METRICS_FILE"]
+    codes = run_replicas([env], tmp_path / "logs", timeout=30)
+    assert codes == [2]
+    assert "COHORT_METRICS_FILE is not set" in (tmp_path / "logs" / "replica-0.err").read_text()
 
 
 class FakeRedis:

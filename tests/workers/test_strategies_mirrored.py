@@ -10,10 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from tests.workers import test_runner_local as local
 from tests.workers.test_runner_local import (
+    Reports,
     free_ports,
     logs_of,
     read_points,
@@ -22,8 +21,8 @@ from tests.workers.test_runner_local import (
     spec,
 )
 
-# The runner tests' fixtures: the emptied metrics stream, spec files in tmp_path.
-stream = local.stream
+# The runner tests' fixtures: what the runners reported, spec files in tmp_path.
+reports = local.reports
 spec_dir = local.spec_dir
 
 # Both ways see the whole training split at a global batch of 64 for 100 steps.
@@ -46,26 +45,26 @@ def gang_envs(job_id: int, job_dir: Path, communication: str) -> list[dict[str, 
     ]
 
 
-def eval_accuracy(client: redis.Redis, job_id: int) -> float:
+def eval_accuracy(reports: Reports, job_id: int) -> float:
     """The chief's held-out accuracy at the final step."""
     final = {(replica, step): value for replica, step, _, name, value, _ in
-             read_points(client, job_id) if name == "eval_accuracy"}
+             read_points(reports, job_id) if name == "eval_accuracy"}
     assert final[(0, 100)] > 0, final
     return final[(0, 100)]
 
 
-def run_gang(client: redis.Redis, tmp_path: Path, job_id: int, communication: str) -> float:
+def run_gang(reports: Reports, tmp_path: Path, job_id: int, communication: str) -> float:
     logs = tmp_path / f"logs-{communication}"
     assert run_replicas(gang_envs(job_id, tmp_path / f"job-{job_id}", communication),
                         logs) == [0, 0], logs_of(logs)
     for index in (0, 1):
         assert (f"cohort: multi_worker_mirrored communication={communication.upper()}"
                 in (logs / f"replica-{index}.out").read_text())
-    return eval_accuracy(client, job_id)
+    return eval_accuracy(reports, job_id)
 
 
 def test_mirrored_over_two_cpu_devices_matches_a_two_worker_gang(
-    stream: redis.Redis, tmp_path: Path
+    reports: Reports, tmp_path: Path
 ) -> None:
     logs = tmp_path / "logs-mirrored"
     env = mirrored_env(301, tmp_path / "job-301", {"cpu_devices": 2})
@@ -74,15 +73,15 @@ def test_mirrored_over_two_cpu_devices_matches_a_two_worker_gang(
     assert "cohort: mirrored devices=['/device:CPU:0', '/device:CPU:1'] " \
            "cross_device_ops=ReductionToOneDevice" in out, out
     assert "cohort: strategy=mirrored num_replicas_in_sync=2 role=worker" in out
-    mirrored = eval_accuracy(stream, 301)
+    mirrored = eval_accuracy(reports, 301)
 
-    gang = run_gang(stream, tmp_path, 302, "auto")
+    gang = run_gang(reports, tmp_path, 302, "auto")
     assert mirrored >= 0.85 and gang >= 0.85, (mirrored, gang)
     assert abs(mirrored - gang) <= BAND, (mirrored, gang)
 
 
-def test_a_ring_gang_trains_like_the_others(stream: redis.Redis, tmp_path: Path) -> None:
-    assert run_gang(stream, tmp_path, 303, "ring") >= 0.85
+def test_a_ring_gang_trains_like_the_others(reports: Reports, tmp_path: Path) -> None:
+    assert run_gang(reports, tmp_path, 303, "ring") >= 0.85
 
 
 def test_ring_under_mirrored_is_a_configuration_error(tmp_path: Path) -> None:

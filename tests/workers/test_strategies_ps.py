@@ -9,7 +9,6 @@ a configuration error.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from collections.abc import Callable
@@ -17,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
-from services.wire.keys import METRICS_STREAM
 from tests.workers import test_runner_local as local
 from tests.workers.test_runner_local import (
     GANG_TIMEOUT,
+    Reports,
     free_ports,
     logs_of,
     replica_env,
@@ -31,8 +29,8 @@ from tests.workers.test_runner_local import (
     wait_replicas,
 )
 
-# The runner tests' fixtures: the emptied metrics stream, spec files in tmp_path.
-stream = local.stream
+# The runner tests' fixtures: what the runners reported, spec files in tmp_path.
+reports = local.reports
 spec_dir = local.spec_dir
 
 # Five TensorFlow processes on a shared two-core machine start slowly.
@@ -69,15 +67,10 @@ def ps_envs(job_id: int, job_dir: Path, hyperparameters: dict[str, Any], *,
     return envs
 
 
-def points_of(client: redis.Redis, job_id: int) -> list[tuple[int, int, int, str, float]]:
-    """(attempt, replica, step, name, value) of every point of `job_id` in the stream."""
-    points = []
-    for _entry_id, fields in client.xrange(METRICS_STREAM):
-        batch = json.loads(fields["data"])
-        if batch["job_id"] == job_id:
-            points.extend((batch["attempt"], batch["replica"], step, name, value)
-                          for step, _epoch, name, value, _ts in batch["points"])
-    return points
+def points_of(reports: Reports, job_id: int) -> list[tuple[int, int, int, str, float]]:
+    """(attempt, replica, step, name, value) of every point of `job_id` the runners wrote."""
+    return [(attempt, replica, step, name, value)
+            for attempt, replica, step, _epoch, name, value, _ts in reports.points(job_id)]
 
 
 def finish(processes: list[subprocess.Popen[bytes]], indexes: list[int],
@@ -118,7 +111,7 @@ def says(path: Path, text: str) -> Callable[[], bool]:
 
 @pytest.mark.parametrize("trainer", ["mlp_digits", "cnn_digits"])
 def test_chief_workers_ps_and_evaluator_train_to_success(
-    stream: redis.Redis, tmp_path: Path, trainer: str
+    reports: Reports, tmp_path: Path, trainer: str
 ) -> None:
     job_id, job_dir, logs = 201, tmp_path / "job", tmp_path / "logs"
     hp = {"epochs": 3, "steps_per_epoch": 20}
@@ -136,7 +129,7 @@ def test_chief_workers_ps_and_evaluator_train_to_success(
         assert f"cohort: server role={role} index={role_index}" in (
             logs / f"replica-{index}.out").read_text()
 
-    points = points_of(stream, job_id)
+    points = points_of(reports, job_id)
     # The chief reports every step (its workers ran them) and its final evaluation.
     chief = [(step, name, value) for _, replica, step, name, value in points
              if replica == CHIEF]
@@ -160,7 +153,7 @@ def test_chief_workers_ps_and_evaluator_train_to_success(
 
 
 def test_a_restarted_gang_resumes_from_the_chiefs_backup(
-    stream: redis.Redis, tmp_path: Path
+    reports: Reports, tmp_path: Path
 ) -> None:
     # The chief dies after its first epoch's backup; the gang started again (attempt
     # 2, as the control plane restarts it) resumes after that epoch.
@@ -180,7 +173,7 @@ def test_a_restarted_gang_resumes_from_the_chiefs_backup(
     processes = start_replicas(ps_envs(job_id, job_dir, hp, attempt=2, roles=roles), logs)
     codes = finish(processes, [CHIEF], logs) + stop(processes, SERVERS, logs)
     assert codes == [0, 143, 143, 143], logs_of(logs)
-    resumed = sorted(step for attempt, replica, step, name, _ in points_of(stream, job_id)
+    resumed = sorted(step for attempt, replica, step, name, _ in points_of(reports, job_id)
                      if attempt == 2 and replica == CHIEF and name == "loss")
     assert resumed[0] > 20 and resumed[-1] == 60, resumed
     # The evaluator's checkpoints continue the epoch numbering of the first attempt.

@@ -23,7 +23,7 @@ from services.wire.events import NodeHeartbeat, ReplicaRestarted, ReplicaStarted
 from services.wire.keys import NODES_HASH, attempt_key, claim_key, node_queue
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
 from services.wire.signing import HEARTBEAT, check_node_key, seal
-from workers.node import admission, gpus, layout, ports, respawn
+from workers.node import admission, gpus, isolation, layout, ports, respawn
 from workers.node.bundle_cache import BundleUnavailable
 from workers.node.environment import CommandNotFound
 from workers.node.exits import (
@@ -81,6 +81,15 @@ class Agent:
         self.preparer = Preparer(settings)
         self.sidecars = Sidecars(settings, client)  # checkpoints, metrics from files
 
+    @property
+    def python(self) -> str:
+        """The interpreter that runs replicas."""
+        return self.settings.REPLICA_PYTHON or sys.executable
+
+    def replica_user(self, job_id: int) -> isolation.ReplicaUser | None:
+        """Who job `job_id`'s replicas run as here (None: as this agent's user)."""
+        return isolation.replica_user(self.settings, job_id)
+
     def find_gpus(self) -> None:
         """Offer the GPUs found (NVML, COHORT_NODE_GPUS) that the replicas' TensorFlow
         sees; asking it takes seconds, so the node offers no GPU until then."""
@@ -102,7 +111,15 @@ class Agent:
         whose code or inputs must be fetched first starts on a thread of its own."""
         key = ReplicaKey.of(message.spec)
         process, failure = None, None
-        if key not in self.started and not self.stopping.is_set():
+        if key not in self.started and not self.stopping.is_set() and \
+                admission.refusal(message.spec, self.settings.ALLOWED_ENTRYPOINTS) is None:
+            # Its directories, with their owners, before anything is fetched into them
+            # (nothing for a message the policy refuses: it is answered below).
+            try:
+                isolation.lay_out(self.data_dir, key.job_id, key.attempt, key.index,
+                                  self.replica_user(key.job_id))
+            except OSError as exc:  # the spawn tries again, and reports it as the exit
+                log.warning("cannot lay out the directories of %s: %s", key, exc)
             # Outside the lock (it may download): the claim below still decides.
             self.sidecars.prepare(message.spec)
         with self.lock:
@@ -149,8 +166,8 @@ class Agent:
         """Spawn the replica (lock held): its process, or its exit code and the reason."""
         self.sidecars.follow(ReplicaKey.of(message.spec))  # before the process writes
         try:
-            process = spawn(message, self.data_dir, self.settings.redis_url,
-                            self.settings.REPLICA_PYTHON or sys.executable)
+            process = spawn(message, self.data_dir, self.python,
+                            self.replica_user(message.spec.job_id))
         except CommandNotFound as exc:
             return None, (SPAWN_NOT_FOUND_EXIT, str(exc))
         except Exception as exc:  # noqa: BLE001 - any failure is this replica's exit
@@ -196,8 +213,9 @@ class Agent:
         directory = job_dir(self.data_dir, message.job_id)
         # "backup": where jobs placed before the checkpoint directory kept theirs.
         for path in (layout.checkpoint_dir(self.data_dir, message.job_id),
-                     directory / "backup", directory / "tmp"):
+                     directory / "backup", layout.tmp_dir(self.data_dir, message.job_id)):
             shutil.rmtree(path, ignore_errors=True)
+        isolation.retire(directory)
         log.info("cleaned up scratch files of job %d", message.job_id)
 
     def stop_replica(self, message: StopReplica) -> None:
@@ -229,8 +247,16 @@ class Agent:
             shipper.finish()  # the last lines go out before the exit is reported
         # So do the last points, checkpoint, model, TensorBoard files and the log.
         self.sidecars.finish(process.key, process.log_path)
+        user = self.replica_user(process.key.job_id)
         with self.lock:
             self.processes.pop(process.key, None)
+            # By uid, not job: two jobs a multiple of REPLICA_UID_RANGE apart share one.
+            last_here = user is not None and not any(
+                self.replica_user(k.job_id) == user for k in (*self.processes, *self.preparing))
+        if last_here:
+            # Nothing of the job runs here any more: whatever its code left running
+            # under its uid (a daemon outside the process group) goes too.
+            isolation.reap(user)
         self.exits.exited(process.key, exit_code_of(returncode), tail(process.log_path))
 
     def _respawn(self, process: ReplicaProcess, code: int) -> ReplicaProcess | None:
@@ -248,8 +274,8 @@ class Agent:
             try:
                 with open(process.log_path, "a", encoding="utf-8") as log_file:
                     log_file.write(respawn.log_line(code, number, self.respawns.budget))
-                again = spawn(message, self.data_dir, self.settings.redis_url,
-                              self.settings.REPLICA_PYTHON or sys.executable)
+                again = spawn(message, self.data_dir, self.python,
+                              self.replica_user(key.job_id))
             except Exception:  # noqa: BLE001 - then its exit is reported as it was
                 log.exception("could not start %s again", key)
                 return None
@@ -330,6 +356,9 @@ def run_agent(settings: Settings | None = None) -> None:
     settings = settings or get_settings()
     from workers.celery_app import app
 
+    # Before consuming: a node whose replicas could not run as their own users (a uid
+    # its user namespace does not map, an interpreter they cannot reach) says so now.
+    isolation.check_node(settings, settings.REPLICA_PYTHON or sys.executable)
     agent = Agent(settings, get_redis())
     _agent = agent
     agent.heartbeat()

@@ -1,9 +1,10 @@
 """The contract between the agent and a replica's process: its directories and variables.
 
 Both ways of running a job get the same directories and variables (README, "What your
-code gets"); a `trainer` additionally gets what the runner needs to report to the control
-plane (COHORT_REDIS_URL, its spec file). A `command` is the user's own program: it gets
-no Redis URL, no store or database credentials, nothing of the control plane's.
+code gets"); a `trainer` additionally gets what Cohort's runner needs (its spec file,
+the agent's pid). Neither gets a Redis URL, store or database credentials or anything
+else of the agent's: a replica inherits only the variables named below, and reports
+through its metrics file, which the agent ships (docs/security.md).
 """
 
 from __future__ import annotations
@@ -18,11 +19,26 @@ from services.cluster import tf_config
 from services.wire.replica import StartReplica
 from workers.node import layout
 
-# Never inherited from the agent's environment: the control plane's settings and
-# secrets (COHORT_*: database, Redis, store, bootstrap token) and the store's
-# credentials (the agent, not the replica, talks to the store).
-_WITHHELD_PREFIXES = ("COHORT_", "AWS_")
-_WITHHELD_NAMES = frozenset({"TF_CONFIG"})
+# The only variables a replica inherits from the agent: finding programs and libraries,
+# the locale and time zone, and the node's CUDA / NVIDIA / TensorFlow / NCCL / XLA
+# settings (a GPU image sets LD_LIBRARY_PATH and NVIDIA_*; NCCL_SOCKET_IFNAME picks the
+# network). Everything else the agent holds (COHORT_* settings and secrets, the store's
+# AWS_* keys, a proxy's credentials, whatever its service manager gave it) stays with it:
+# an allow-list, so a secret added to the agent's environment tomorrow is not leaked.
+# TensorFlow's own TF_* settings by their families, never all of TF_*: Terraform's
+# TF_TOKEN_* and TF_VAR_* hold credentials.
+INHERITED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH"})
+INHERITED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "XLA_", "TF_CPP_", "TF_ENABLE_",
+                      "TF_FORCE_", "TF_GPU_", "TF_XLA_", "TF_NUM_", "TF_DETERMINISTIC_",
+                      "TF_CUDNN_", "TF_USE_")
+_NEVER_INHERITED = frozenset({"TF_CONFIG"})  # the replica's own is the contract's
+
+
+def inherited_env(agent_env: dict[str, str]) -> dict[str, str]:
+    """The part of the agent's environment a replica inherits."""
+    return {name: value for name, value in agent_env.items()
+            if (name in INHERITED_NAMES or name.startswith(INHERITED_PREFIXES))
+            and name not in _NEVER_INHERITED}
 
 
 @dataclass(frozen=True)
@@ -36,6 +52,7 @@ class ReplicaPaths:
     model_dir: Path
     tensorboard_dir: Path
     input_dir: Path
+    tmp_dir: Path
     metrics_file: Path
     hyperparameters_file: Path
     spec_file: Path
@@ -52,19 +69,12 @@ class ReplicaPaths:
             model_dir=layout.model_dir(data_dir, job_id),
             tensorboard_dir=layout.tensorboard_dir(data_dir, job_id, index),
             input_dir=layout.input_dir(data_dir, job_id),
+            tmp_dir=layout.tmp_dir(data_dir, job_id),
             metrics_file=layout.metrics_file(data_dir, job_id, attempt, index),
             hyperparameters_file=layout.hyperparameters_file(data_dir, job_id, attempt, index),
             spec_file=layout.spec_file(data_dir, job_id, attempt, index),
             log_file=layout.log_file(data_dir, job_id, attempt, index),
         )
-
-    def make(self) -> None:
-        """Create the directories a process expects to find (its own work_dir is 0700)."""
-        for directory in (self.checkpoint_dir, self.model_dir, self.tensorboard_dir,
-                          self.input_dir, self.log_file.parent):
-            directory.mkdir(parents=True, exist_ok=True)
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.work_dir.chmod(0o700)
 
 
 def contract_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
@@ -93,11 +103,15 @@ def contract_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
     return env
 
 
-def replica_env(message: StartReplica, paths: ReplicaPaths, redis_url: str) -> dict[str, str]:
+def replica_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
     """The whole environment of a replica process: what it inherits from the node, the
     job's own `env`, then Cohort's contract (which the job's names can never shadow)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in _WITHHELD_NAMES and not k.startswith(_WITHHELD_PREFIXES)}
+    env = inherited_env(dict(os.environ))
+    env.setdefault("PATH", os.defpath)
+    # Its own directory as HOME (caches such as ~/.keras land there, not in the agent's
+    # home) and the job's scratch as TMPDIR (never a /tmp other jobs share).
+    env["HOME"] = str(paths.work_dir)
+    env["TMPDIR"] = str(paths.tmp_dir)
     # Keras 3's fit() breaks under MultiWorkerMirroredStrategy; tf-keras works. A job
     # may set it to 0 in its `env` for a Keras 3 script.
     env["TF_USE_LEGACY_KERAS"] = "1"
@@ -109,10 +123,9 @@ def replica_env(message: StartReplica, paths: ReplicaPaths, redis_url: str) -> d
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["CUDA_VISIBLE_DEVICES"] = message.gpu_ids
     if message.spec.command is None:
-        # The runner (Cohort's own code) reports metrics and progress through Redis and
-        # stops itself when the agent dies (workers/replica/runner.py).
+        # The runner (Cohort's own code) reports in the metrics file, like any command,
+        # and stops itself when the agent dies (workers/replica/runner.py).
         env["COHORT_REPLICA_SPEC"] = str(paths.spec_file)
-        env["COHORT_REDIS_URL"] = redis_url
         env["COHORT_AGENT_PID"] = str(os.getpid())
     return env
 

@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
-from workers.node import layout
+from workers.node import isolation, layout
 from workers.node.environment import ReplicaPaths, replica_env, resolve_argv
+from workers.node.isolation import ReplicaUser
 from workers.node.processes import stop_process_group
 
 
@@ -61,15 +63,20 @@ def spec_path(data_dir: Path, key: ReplicaKey) -> Path:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write a file readable by this user only, whole or not at all."""
+    """Write a file readable by this user only, whole or not at all.
+
+    The directory may be a replica's (a replica started again in place): the temporary
+    file gets a fresh name, created exclusively (never through a link the replica put
+    there), and replaces `path` by rename, which replaces a link rather than follows it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.parent.chmod(0o700)
-    temporary = path.with_suffix(".tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        os.fchmod(handle.fileno(), 0o600)  # O_CREAT's mode does not apply to an old file
-        handle.write(text)
-    os.replace(temporary, path)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def write_spec(path: Path, launch: ReplicaLaunch) -> None:
@@ -96,20 +103,27 @@ def process_argv(message: StartReplica, paths: ReplicaPaths, python: str,
     return [*guard, *resolve_argv(spec.command, python, env, cwd)], cwd
 
 
-def spawn(message: StartReplica, data_dir: Path, redis_url: str,
-          python: str) -> ReplicaProcess:
-    """Start the replica's process in its own process group, output to its log file;
-    raises OSError if it cannot be started (CommandNotFound: the job's command is not
-    on this node), or its spec not written."""
+def spawn(message: StartReplica, data_dir: Path, python: str,
+          user: ReplicaUser | None) -> ReplicaProcess:
+    """Start the replica's process in its own process group, as `user` (None: as the
+    agent), output to its log file; raises OSError if it cannot be started
+    (CommandNotFound: the job's command is not on this node), or its spec not written."""
     key = ReplicaKey.of(message.spec)
     paths = ReplicaPaths.of(data_dir, key.job_id, key.attempt, key.index)
-    paths.make()
+    isolation.lay_out(data_dir, key.job_id, key.attempt, key.index, user)
     write_spec(paths.spec_file, ReplicaLaunch(message.spec, paths.job_dir))
     write_private(paths.hyperparameters_file, json.dumps(message.spec.hyperparameters))
-    env = replica_env(message, paths, redis_url)
+    env = replica_env(message, paths)
     argv, cwd = process_argv(message, paths, python, env)
     cwd.mkdir(parents=True, exist_ok=True)
-    with open(paths.log_file, "ab") as log_file:
+    # What the agent wrote for it (spec, code, a restored checkpoint) becomes its own.
+    for tree in (paths.work_dir, paths.checkpoint_dir, paths.model_dir,
+                 paths.tensorboard_dir, paths.tmp_dir):
+        isolation.hand_over(tree, user)
+    # O_NOFOLLOW: the logs directory is the agent's alone, but never write through a link.
+    log_fd = os.open(paths.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                     0o600)
+    with open(log_fd, "ab") as log_file:
         popen = subprocess.Popen(  # noqa: S603 - an argv, never a shell
             argv,
             env=env,
@@ -118,6 +132,7 @@ def spawn(message: StartReplica, data_dir: Path, redis_url: str,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: one killpg stops it all
+            **isolation.popen_options(user),
         )
     return ReplicaProcess(key=key, popen=popen, log_path=paths.log_file,
                           started_at=time.time())

@@ -5,6 +5,7 @@
         model/                                     COHORT_MODEL_DIR
         tensorboard/replica-<i>/                   COHORT_TENSORBOARD_DIR
         inputs/                                    COHORT_INPUT_DIR (the job's data files)
+        tmp/                                       TMPDIR: scratch shared by the job's replicas
         logs/attempt-<n>/replica-<i>.log           the replica's stdout and stderr
         attempt-<n>/replica-<i>/                   work_dir (0700): one replica of one attempt
             spec.json                              COHORT_REPLICA_SPEC
@@ -13,7 +14,8 @@
             code/                                  the unpacked bundle: cwd, first on sys.path
     DATA_DIR/cache/bundles/                        fetched bundles, bounded, least recently used
 
-Standard library only, and pure: nothing here creates a directory. Node code and the
+Standard library only, and pure: nothing here creates a directory (workers/node/
+isolation.py creates them, with their owners and modes). Node code and the
 tests import it, so a path is spelled once; the replica process gets these paths from
 its spec file and environment (replica code never imports workers/node).
 """
@@ -78,6 +80,11 @@ def tensorboard_dir(data_dir: Path, job_id: int, index: int) -> Path:
 def input_dir(data_dir: Path, job_id: int) -> Path:
     """The job's input files fetched from the store (COHORT_INPUT_DIR)."""
     return job_dir(data_dir, job_id) / "inputs"
+
+
+def tmp_dir(data_dir: Path, job_id: int) -> Path:
+    """Scratch shared by the job's replicas here (their TMPDIR); removed at cleanup."""
+    return job_dir(data_dir, job_id) / "tmp"
 
 
 def bundle_cache_dir(data_dir: Path) -> Path:

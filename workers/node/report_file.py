@@ -1,15 +1,17 @@
 """Follow the JSON-lines file `cohort.report()` appends to ($COHORT_METRICS_FILE).
 
 Each complete line is `{"step": int, "metrics": {name: number, ...}, "ts": unix time}`
-(cohort/metrics.py owns the format, its encoder and decoder). User code writes the
-file, a lower trust zone: every line is checked, a bad one is skipped with a warning
-and never stalls the lines after it, and a partial last line waits for the next read.
+or a beat `{"beat": unix time}` (cohort/metrics.py owns the format, its encoder and
+decoder). User code writes the file, a lower trust zone: every line is checked, a bad
+one is skipped with a warning and never stalls the lines after it, a partial last line
+waits for the next read, and a beat dated ahead counts for at most MAX_BEAT_AHEAD.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 from cohort.metrics import decode_line
@@ -18,6 +20,9 @@ from workers.node.tfevents import Scalar
 log = logging.getLogger("cohort.report_file")
 
 READ_BYTES = 4 << 20  # per read: bounds memory and what one poll ships
+# How far ahead a beat may say the replica is alive (the runner dates its last beat
+# FINISH_GRACE = 300 s ahead while it saves): a script cannot blind the hang watchdog.
+MAX_BEAT_AHEAD = 600.0
 
 
 class MetricsFileReader:
@@ -27,6 +32,8 @@ class MetricsFileReader:
         self.path = path
         self.offset = 0  # where the next unread line starts
         self.bad_lines = 0
+        self.beats = 0  # beat lines read
+        self.alive_until = 0.0  # the latest beat read, bounded by MAX_BEAT_AHEAD
         self._discarding = False  # inside a line longer than READ_BYTES: skip to its end
 
     def read(self, *, final: bool = False) -> list[Scalar]:
@@ -67,10 +74,15 @@ class MetricsFileReader:
 
     def _parse(self, raw: bytes) -> list[Scalar]:
         try:
-            return [Scalar(*point) for point in decode_line(raw)]
+            decoded = decode_line(raw)
         except ValueError as exc:
             self._bad(str(exc))
             return []
+        if decoded.beat is not None:
+            self.beats += 1
+            self.alive_until = max(self.alive_until,
+                                   min(decoded.beat, time.time() + MAX_BEAT_AHEAD))
+        return [Scalar(*point) for point in decoded.points]
 
     def _bad(self, why: str) -> None:
         self.bad_lines += 1

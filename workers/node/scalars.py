@@ -3,7 +3,9 @@
 Whatever the loop (Keras fit, a custom `strategy.run` loop, any script), the agent
 follows, for each replica it runs:
 
-* the JSON lines `cohort.report()` appends to $COHORT_METRICS_FILE;
+* the JSON lines `cohort.report()` (and Cohort's own runner: every `trainer` job's
+  metrics and progress beats, workers/replica/report_channel.py) append to
+  $COHORT_METRICS_FILE;
 * the TensorBoard event files tf.summary writes anywhere under
   $COHORT_TENSORBOARD_DIR (a file in a subdirectory `train/` names its scalars
   `train/<tag>`, as TensorBoard shows runs);
@@ -38,8 +40,8 @@ BEAT_INTERVAL = 1.0  # seconds between two beats: the pace of the replica's own 
 MAX_EVENT_FILES = 1000  # followed per replica: a runaway writer cannot exhaust the agent
 MAX_WATCHED_FILES = 10_000  # looked at per watched directory and poll
 
-# HSET only if newer: the replica's own callback may have dated its beat ahead
-# (FINISH_GRACE while saving), and an agent beat must never shorten that.
+# HSET only if newer: the runner may have dated a beat ahead (FINISH_GRACE while
+# saving, a `{"beat": ...}` line in its metrics file), and no later beat may shorten that.
 _BEAT_IF_NEWER = """
 local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or 0
 if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
@@ -92,8 +94,9 @@ class ReplicaFollower:
         """Read what is new; returns the number of new points. `final`: the replica has
         exited, so a metrics line it left unterminated is read too."""
         progressed = False
+        beats = self.metrics.beats if self.metrics else 0
         new = self.metrics.read(final=final) if self.metrics else []
-        progressed |= bool(new)
+        progressed |= bool(new) or (self.metrics is not None and self.metrics.beats > beats)
         for reader in self._event_readers():
             for event in reader.read():
                 scalars = reader.scalars(event)
@@ -107,7 +110,9 @@ class ReplicaFollower:
             self.on_point(point)
         self.points += len(new)
         if progressed:
-            self.last_progress = time.time()
+            # A beat may date the progress ahead (the runner's, while it saves).
+            ahead = self.metrics.alive_until if self.metrics else 0.0
+            self.last_progress = max(time.time(), ahead)
         return len(new)
 
     def _event_readers(self) -> list[EventFileReader]:
@@ -228,4 +233,4 @@ class ScalarShipper(threading.Thread):
         self.join(timeout)
 
     def _add(self, point: Scalar) -> None:
-        self.reporter.add(point.step, None, point.name, point.value, point.ts)
+        self.reporter.add(point.step, point.epoch, point.name, point.value, point.ts)

@@ -43,6 +43,7 @@ class Scalar(NamedTuple):
     name: str
     value: float
     ts: float  # the event's wall time
+    epoch: int | None = None  # only Cohort's runner says (in its metrics file)
 
 
 def masked_crc(data: bytes) -> int:

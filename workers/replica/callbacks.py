@@ -1,5 +1,6 @@
 """Replica-side training metrics: the tf_keras callback that feeds the replica's
-`MetricReporter` (workers/reporter.py) from `model.fit`, and the replica's status lines.
+`ReplicaReporter` (workers/replica/report_channel.py) from `model.fit`, and the replica's
+status lines.
 TensorFlow is imported only when the callback is first built, so this module can be
 imported (and tested) without TensorFlow.
 """
@@ -11,10 +12,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-# The reporter is shared with the node agent; replica code keeps importing it from here.
-from workers.reporter import MetricReporter, warn
+# Replica code imports the reporter from here.
+from workers.replica.report_channel import ReplicaReporter
+from workers.reporting import warn
 
-__all__ = ["FINISH_GRACE", "MetricReporter", "announce", "metrics_callback", "warn"]
+__all__ = ["FINISH_GRACE", "ReplicaReporter", "announce", "metrics_callback", "warn"]
 
 
 def announce(message: str) -> None:
@@ -32,7 +34,7 @@ FINISH_GRACE = 300.0
 COORDINATED_STEPS_IN_FLIGHT = 16
 
 
-def metrics_callback(reporter: MetricReporter, global_batch_size: int, *,
+def metrics_callback(reporter: ReplicaReporter, global_batch_size: int, *,
                      coordinated: bool = False) -> Any:
     """The tf_keras callback reporting per-step, per-epoch and throughput metrics;
     `coordinated` for a ParameterServerStrategy chief, whose steps run on workers."""
@@ -47,9 +49,9 @@ def _callback_class() -> type:
     import tf_keras as keras
 
     class MetricsCallback(keras.callbacks.Callback):
-        """Feeds Keras logs plus step_time and examples_per_sec to a MetricReporter."""
+        """Feeds Keras logs plus step_time and examples_per_sec to a ReplicaReporter."""
 
-        def __init__(self, reporter: MetricReporter, global_batch_size: int) -> None:
+        def __init__(self, reporter: ReplicaReporter, global_batch_size: int) -> None:
             super().__init__()
             self._reporter = reporter
             self._global_batch_size = global_batch_size
@@ -133,7 +135,7 @@ def _coordinated_callback_class() -> type:
 
         _last_batch_end: float
 
-        def __init__(self, reporter: MetricReporter, global_batch_size: int) -> None:
+        def __init__(self, reporter: ReplicaReporter, global_batch_size: int) -> None:
             super().__init__(reporter, global_batch_size)
             # Keras refuses batch-level callbacks under ParameterServerStrategy
             # unless they take the logs as they are (RemoteValues).

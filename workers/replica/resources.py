@@ -1,7 +1,7 @@
 """Per-replica resource figures: CPU %, memory, and GPU use through NVML when there is one.
 
 A daemon thread in the replica samples every few seconds and adds the figures to the
-replica's `MetricReporter` at the current training step, so they travel in the same
+replica's `ReplicaReporter` at the current training step, so they travel in the same
 batches as the training metrics. A sample costs well under a millisecond; NVML is
 used only when `pynvml` (nvidia-ml-py) is importable and a GPU was given to the replica.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from workers.replica.callbacks import MetricReporter
+from workers.replica.callbacks import ReplicaReporter
 from workers.replica.devices_check import given_gpus
 
 SAMPLE_SECONDS = 2.0
@@ -37,7 +37,7 @@ def _nvml_handles() -> tuple[Any, list[Any]]:
 class ResourceSampler(threading.Thread):
     """Adds cpu_percent, memory_mb (and gpu_utilization, gpu_memory_mb) every few seconds."""
 
-    def __init__(self, reporter: MetricReporter, interval: float = SAMPLE_SECONDS) -> None:
+    def __init__(self, reporter: ReplicaReporter, interval: float = SAMPLE_SECONDS) -> None:
         super().__init__(daemon=True, name="cohort-resources")
         self.reporter = reporter
         self.interval = interval

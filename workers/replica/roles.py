@@ -23,7 +23,7 @@ from services.wire.replica import ReplicaSpec
 from workers.replica.callbacks import announce, warn
 
 if TYPE_CHECKING:
-    from workers.replica.callbacks import MetricReporter
+    from workers.replica.callbacks import ReplicaReporter
     from workers.replica.trainers import TrainerContext
 
 # Roles the runner serves itself: the trainer never runs in them.
@@ -78,7 +78,7 @@ def start_server(spec: ReplicaSpec) -> Any:
     return server
 
 
-def serve(reporter: MetricReporter) -> None:
+def serve(reporter: ReplicaReporter) -> None:
     """Keep the server up until SIGTERM (the control plane stops a worker or ps when the
     job ends). Waits in Python rather than in `server.join()`, where the runner's
     SIGTERM handler could never run; beats meanwhile, since the process has no

@@ -3,7 +3,9 @@
 Reads its spec from the file `COHORT_REPLICA_SPEC` names (a ReplicaLaunch,
 services/wire/replica.py; and `TF_CONFIG` for multi-worker jobs),
 builds the tf.distribute strategy, runs the trainer with a `TrainerContext`
-and reports the trainer's final metrics to the `cohort:metrics` stream.
+and reports its metrics, progress and final metrics in the replica's metrics file
+(COHORT_METRICS_FILE), which the agent follows and ships: a replica holds no Redis
+credentials.
 Under parameter_server the role decides (workers/replica/roles.py): `worker` and
 `ps` serve the cluster, the `chief` trains, the `evaluator` evaluates checkpoints.
 
@@ -27,7 +29,7 @@ from typing import Any
 from services.wire.contract import WireError
 from services.wire.replica import Distribution, ReplicaLaunch, ReplicaSpec
 from workers.replica import distribution, roles
-from workers.replica.callbacks import MetricReporter, announce, warn
+from workers.replica.callbacks import ReplicaReporter, announce, warn
 from workers.replica.devices_check import require_given_gpus
 from workers.replica.resources import ResourceSampler
 from workers.replica.trainers import (
@@ -185,7 +187,7 @@ def handle_sigterm() -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
 
 
-def _install_termination(reporter_box: list[MetricReporter]) -> None:
+def _install_termination(reporter_box: list[ReplicaReporter]) -> None:
     """Handle SIGTERM: SystemExit(143) in the main thread, and a watchdog for when it can't."""
     handle_sigterm()
     # A Python handler only runs once the main thread is back in the interpreter.
@@ -246,7 +248,7 @@ def replica_dirs(launch: ReplicaLaunch) -> dict[str, Path]:
             for name, (variable, default) in defaults.items()}
 
 
-def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
+def run(launch: ReplicaLaunch, reporter: ReplicaReporter) -> int:
     """Serve, train or evaluate, by the replica's role, and report the final metrics."""
     spec = launch.spec
     if roles.is_server(spec):
@@ -298,12 +300,12 @@ def run(launch: ReplicaLaunch, reporter: MetricReporter) -> int:
             f"trainer {spec.trainer!r} returned {type(result).__name__}, expected a dict"
         )
     if not reporter.report_final(result or {}):
-        warn(f"final metrics could not be written to Redis ({reporter.pending} points lost)")
+        warn(f"final metrics could not be written ({reporter.pending} points lost)")
     return EXIT_OK
 
 
 def _evaluate(spec: ReplicaSpec, evaluate: Evaluator | None, ctx: TrainerContext,
-              reporter: MetricReporter) -> int:
+              reporter: ReplicaReporter) -> int:
     """A parameter_server evaluator: the trainer module's `evaluate(ctx)`, which
     reports as it goes (`ctx.evaluate_checkpoints`); without one there is nothing to do."""
     if evaluate is None:
@@ -313,16 +315,16 @@ def _evaluate(spec: ReplicaSpec, evaluate: Evaluator | None, ctx: TrainerContext
     result = evaluate(ctx)
     announce(f"evaluator finished: {dict(result or {})}")
     if not reporter.flush(wait=5.0):
-        warn(f"evaluation metrics could not be written to Redis ({reporter.pending} points lost)")
+        warn(f"evaluation metrics could not be written ({reporter.pending} points lost)")
     return EXIT_OK
 
 
-def _read_launch() -> tuple[ReplicaLaunch, str]:
-    """The replica's launch (its spec and directories) and the Redis URL, from the
+def _read_launch() -> tuple[ReplicaLaunch, Path]:
+    """The replica's launch (its spec and directories) and its metrics file, from the
     environment, checked before the (slow) TensorFlow start-up.
 
     Raises:
-        ConfigError: no readable spec, no trainer named, or no COHORT_REDIS_URL.
+        ConfigError: no readable spec, no trainer named, or no COHORT_METRICS_FILE.
         UnknownTrainerError: a malformed trainer name.
     """
     launch = read_config(os.environ.get("COHORT_REPLICA_SPEC"))
@@ -330,19 +332,19 @@ def _read_launch() -> tuple[ReplicaLaunch, str]:
         raise ConfigError("the spec names no trainer (a `command` job runs its own "
                           "program, not this runner)")
     parse_trainer_name(launch.spec.trainer)
-    redis_url = os.environ.get("COHORT_REDIS_URL")
-    if not redis_url:
-        raise ConfigError("COHORT_REDIS_URL is not set")
-    return launch, redis_url
+    metrics_file = os.environ.get("COHORT_METRICS_FILE")
+    if not metrics_file:
+        raise ConfigError("COHORT_METRICS_FILE is not set")
+    return launch, Path(metrics_file)
 
 
 def main() -> int:
     """Run one replica from the environment; returns the process exit code."""
-    reporter_box: list[MetricReporter] = []
+    reporter_box: list[ReplicaReporter] = []
     _install_termination(reporter_box)
     _watch_parent()
     try:
-        launch, redis_url = _read_launch()
+        launch, metrics_file = _read_launch()
     except (ConfigError, UnknownTrainerError) as exc:
         return _config_error(exc)
     spec = launch.spec
@@ -351,8 +353,8 @@ def main() -> int:
         f"replica job={spec.job_id} attempt={spec.attempt} index={spec.index} "
         f"TF_CONFIG={os.environ.get('TF_CONFIG') or 'none'}"
     )
-    reporter = MetricReporter.from_url(
-        redis_url, job_id=spec.job_id, attempt=spec.attempt, replica=spec.index
+    reporter = ReplicaReporter(
+        metrics_file, job_id=spec.job_id, attempt=spec.attempt, replica=spec.index
     )
     reporter_box.append(reporter)
     sampler = ResourceSampler(reporter)

@@ -31,7 +31,7 @@ from services.jobs.trainers import BUILTIN_TRAINERS
 from services.wire.replica import Distribution, Profile
 
 if TYPE_CHECKING:
-    from workers.replica.callbacks import MetricReporter
+    from workers.replica.callbacks import ReplicaReporter
     from workers.replica.distribution import GradientAccumulator
     from workers.replica.profiling import StepProfiler
 
@@ -58,7 +58,7 @@ class TrainerContext:
     replicas: int
     hyperparameters: dict[str, Any]
     job_dir: Path  # the job's directory on this node, shared by its replicas here
-    reporter: MetricReporter
+    reporter: ReplicaReporter
     work_dir: Path  # this replica's own directory (its copy of the bundle is work_dir/code)
     checkpoint_dir: Path  # BackupAndRestore's backup_dir; synced to the store
     model_dir: Path  # where the chief saves the trained model

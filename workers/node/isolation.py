@@ -1,0 +1,213 @@
+"""Who a replica runs as on this node, and who owns each of its job's files.
+
+An agent running as root runs each job's replicas as a uid and gid of the job's own,
+REPLICA_UID_BASE + job id % REPLICA_UID_RANGE (no /etc/passwd entry needed): never
+root, no supplementary groups, umask 077. A uid per job, rather than one replica user
+for all, is what keeps one job's replicas out of another's files on a shared node, and
+lets the agent end every process a job left behind (`reap`) by its uid alone. An agent
+that is not root cannot change user: its replicas run as its own user (docs/security.md
+says what that leaves open).
+
+The job's directory (workers/node/layout.py) with the job's uid and gid U:
+
+    jobs/                         agent        0711  replicas pass through, list nothing
+    jobs/<job>/                   agent:U      0750  the job's replicas only
+        checkpoints/ model/ tmp/  U:U          0700  written by the replicas (tmp: TMPDIR)
+        tensorboard/              agent:U      0750
+            replica-<i>/          U:U          0700
+        inputs/                   agent:U      0750  fetched by the agent, read-only
+        logs/                     agent        0700  the replica writes its log through
+                                                     the descriptor it is given
+        attempt-<n>/              agent:U      0750
+            replica-<i>/          U:U          0700  work dir and HOME: spec, code, metrics
+
+Every directory a replica can write is a leaf in a directory only the agent can write,
+so a replica can never swap a directory the agent writes into for a link; the agent
+hands a tree over (`hand_over`) through directory descriptors that follow no link.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from services.settings import Settings
+from workers.node import layout
+
+log = logging.getLogger("cohort.isolation")
+
+REPLICA_UMASK = 0o077  # what a replica creates is its job's alone
+
+
+@dataclass(frozen=True)
+class ReplicaUser:
+    """The uid and gid a job's replicas run as on this node."""
+
+    uid: int
+    gid: int
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def replica_user(settings: Settings, job_id: int) -> ReplicaUser | None:
+    """Job `job_id`'s replica user, or None when the agent is not root (its replicas
+    then run as the agent's own user)."""
+    if not is_root():
+        return None
+    uid = settings.REPLICA_UID_BASE + int(job_id) % settings.REPLICA_UID_RANGE
+    return ReplicaUser(uid, uid)
+
+
+def popen_options(user: ReplicaUser | None) -> dict[str, Any]:
+    """subprocess.Popen's arguments that make a child run as `user`."""
+    if user is None:
+        return {"umask": REPLICA_UMASK}
+    return {"user": user.uid, "group": user.gid, "extra_groups": [],
+            "umask": REPLICA_UMASK}
+
+
+def _directory(path: Path, owner: int, group: int, mode: int) -> None:
+    """Make `path` a directory owned by owner:group with `mode` (never through a link)."""
+    path.mkdir(exist_ok=True)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        if is_root():
+            os.fchown(fd, owner, group)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def lay_out(data_dir: Path, job_id: int, attempt: int, index: int,
+            user: ReplicaUser | None) -> None:
+    """Create (or fix) the directories of replica `index` of `attempt` with the owners
+    and modes above; without a replica user, the agent's own, the job's tree 0700."""
+    agent = os.geteuid(), os.getegid()
+    u, g = (user.uid, user.gid) if user else agent
+    shared = 0o750 if user else 0o700
+    jobs = layout.job_dir(data_dir, job_id).parent
+    jobs.mkdir(parents=True, exist_ok=True)
+    _directory(jobs, *agent, 0o711)
+    job = layout.job_dir(data_dir, job_id)
+    _directory(job, agent[0], g, shared)
+    for private in (layout.checkpoint_dir(data_dir, job_id),
+                    layout.model_dir(data_dir, job_id), layout.tmp_dir(data_dir, job_id)):
+        _directory(private, u, g, 0o700)
+    tensorboard = layout.tensorboard_dir(data_dir, job_id, index)
+    _directory(tensorboard.parent, agent[0], g, shared)
+    _directory(tensorboard, u, g, 0o700)
+    _directory(layout.input_dir(data_dir, job_id), agent[0], g, shared)
+    logs = layout.log_file(data_dir, job_id, attempt, index).parent
+    _directory(logs.parent, *agent, 0o700)
+    _directory(logs, *agent, 0o700)
+    work = layout.work_dir(data_dir, job_id, attempt, index)
+    _directory(work.parent, agent[0], g, shared)
+    _directory(work, u, g, 0o700)
+
+
+def retire(job_dir: Path) -> None:
+    """A finished job's directory becomes the agent's alone (its saved model and logs
+    stay for downloads): no later job that shares its uid can read it."""
+    if job_dir.is_dir():
+        _directory(job_dir, os.geteuid(), os.getegid(), 0o700)
+
+
+def hand_over(root: Path, user: ReplicaUser | None) -> None:
+    """Give everything under the directory `root` to `user` (what the agent wrote there:
+    the code, the spec, a restored checkpoint). Walks directory descriptors and never
+    follows a link, so a replica of the job that swaps a directory for a link meanwhile
+    cannot make the agent change any file outside `root`."""
+    if user is None or not root.is_dir():
+        return
+    for _dirpath, dirnames, filenames, dir_fd in os.fwalk(root, follow_symlinks=False):
+        for name in (*dirnames, *filenames):
+            try:
+                os.chown(name, user.uid, user.gid, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # removed meanwhile (a checkpoint rotated out)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchown(fd, user.uid, user.gid)
+    finally:
+        os.close(fd)
+
+
+def reap(user: ReplicaUser | None) -> int:
+    """SIGKILL every process still running as `user` (what a job's replicas left behind
+    on this node: a daemon outside their process group); returns how many."""
+    if user is None:
+        return 0
+    killed = 0
+    for process in psutil.process_iter(["uids"]):
+        uids = process.info.get("uids")
+        if uids is not None and user.uid in (uids.real, uids.effective):
+            try:
+                process.send_signal(signal.SIGKILL)
+                killed += 1
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+    if killed:
+        log.warning("killed %d processes left behind by uid %d", killed, user.uid)
+    return killed
+
+
+class IsolationUnavailable(RuntimeError):
+    """This node cannot run replicas as their own users; the message says what to fix."""
+
+
+def check_node(settings: Settings, python: str) -> None:
+    """As root: check that a replica's uid can run the replica interpreter and Cohort's
+    code and write under DATA_DIR/jobs (user namespaces map only some uids; a DATA_DIR
+    or an interpreter under a 0700 home is unreachable), so a misconfigured node fails at
+    start with the fix rather than failing every replica.
+
+    Raises:
+        IsolationUnavailable: saying which check failed and what to set.
+    """
+    if not is_root():
+        return
+    jobs = layout.job_dir(settings.data_dir, 0).parent.absolute()
+    jobs.mkdir(parents=True, exist_ok=True)
+    _directory(jobs, os.geteuid(), os.getegid(), 0o711)
+    last = settings.REPLICA_UID_BASE + settings.REPLICA_UID_RANGE - 1
+    probe = Path(tempfile.mkdtemp(prefix=".probe-", dir=jobs))
+    try:
+        for uid in (settings.REPLICA_UID_BASE, last):
+            try:
+                os.chown(probe, uid, uid)
+            except OSError as exc:
+                raise IsolationUnavailable(
+                    f"cannot give files to uid {uid} ({exc}): this node's user namespace "
+                    "does not map it; set COHORT_REPLICA_UID_BASE and COHORT_REPLICA_UID_RANGE "
+                    "to a span it maps") from None
+        script = ("import sys, workers.replica.runner; "
+                  "open(sys.argv[1] + '/written', 'w').close()")
+        try:
+            done = subprocess.run(  # noqa: S603 - an argv, never a shell
+                [python, "-P", "-c", script, str(probe)], cwd="/", capture_output=True,
+                env={"PATH": os.defpath, "HOME": str(probe)}, timeout=120,
+                **popen_options(ReplicaUser(last, last)))
+        except (OSError, subprocess.SubprocessError) as exc:
+            done = None
+            why = str(exc)
+        if done is None or done.returncode != 0 or not (probe / "written").is_file():
+            if done is not None:
+                why = done.stderr.decode(errors="replace").strip()[-600:]
+            raise IsolationUnavailable(
+                f"a replica running as uid {last} cannot run {python} with Cohort's code "
+                f"and write in {jobs} ({why}): every directory above them must be "
+                "searchable by other users (mode o+x), or set COHORT_REPLICA_PYTHON to an "
+                "interpreter they can run")
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
