@@ -22,6 +22,7 @@ from services.exceptions import (
     ScheduleConflict,
     SweepEnded,
     TooLarge,
+    TooManyRequests,
     Unauthorized,
 )
 from services.statuses import TERMINAL_STATUSES
@@ -79,6 +80,7 @@ ANSWERS: dict[type[Exception], Answer] = {
     InvalidDataPath: Answer(422, "invalid_request"),
     DataPathConflict: Answer(409, "conflict"),
     SweepEnded: Answer(409, "conflict"),
+    TooManyRequests: Answer(429, "too_many_requests"),  # with Retry-After (below)
 }
 
 
@@ -94,7 +96,10 @@ def answer(exc: Exception) -> JSONResponse:
     body: dict[str, object] = {"error": spec.code, "message": _message(exc)}
     if isinstance(exc, FieldError):
         body["fields"] = [{"field": exc.field, "message": exc.message}]
-    return JSONResponse(status_code=spec.status, content=body, headers=spec.headers)
+    headers = dict(spec.headers or {})
+    if isinstance(exc, TooManyRequests):
+        headers["Retry-After"] = str(exc.retry_after)
+    return JSONResponse(status_code=spec.status, content=body, headers=headers or None)
 
 
 async def _answer(_: Request, exc: Exception) -> JSONResponse:

@@ -7,6 +7,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from api import docs
+from api.csrf import SameOriginOnly
 from api.errors import install_error_handlers
 from api.routes import (
     artifacts,
@@ -21,6 +23,7 @@ from api.routes import (
     sweep_pages,
     sweeps,
 )
+from api.security_headers import SecurityHeaders
 from services import auth
 from services.db import session_scope
 from services.jobs.uploads import clear_stale_uploads
@@ -47,8 +50,13 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
 def create_app() -> FastAPI:
     """Build the application."""
     app = FastAPI(title="Cohort", version="0.1.0", lifespan=lifespan,
-                  description="Distributed TensorFlow training jobs as a service.")
+                  description="Distributed TensorFlow training jobs as a service.",
+                  docs_url=None, redoc_url=None)  # /docs from vendored assets (api/docs.py)
     install_error_handlers(app)
+    # Outermost last: the headers go on every answer, the CSRF refusal's too.
+    app.add_middleware(SameOriginOnly)
+    app.add_middleware(SecurityHeaders)
+    docs.install(app)
     app.include_router(health.router)
     from api.routes import logs, prometheus, streams  # live metrics and logs (issue 5)
 

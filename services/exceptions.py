@@ -158,3 +158,11 @@ class SweepEnded(CohortError):
 
     def __init__(self, sweep_id: int, status: str) -> None:
         super().__init__(f"sweep {sweep_id} has already ended ({status})")
+
+
+class TooManyRequests(CohortError):
+    """A caller over a rate or concurrency limit (429); `retry_after`: seconds to wait."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

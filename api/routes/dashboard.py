@@ -21,7 +21,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from api.deps import SessionDep, StoreDep
+from api.deps import RedisDep, SessionDep, SettingsDep, StoreDep
+from api.login_throttle import LoginThrottled, check_login_allowed, record_failed_login
 from services import auth
 from services.cluster import nodes
 from services.exceptions import JobNotFound, Unauthorized
@@ -135,13 +136,23 @@ def login_page(request: Request, next: str = "/") -> HTMLResponse:
 
 
 @router.post("/login", response_model=None)
-def login(request: Request, session: SessionDep, token: Annotated[str, Form(max_length=512)] = "",
+def login(request: Request, session: SessionDep, settings: SettingsDep, bus: RedisDep,
+          token: Annotated[str, Form(max_length=512)] = "",
           next: Annotated[str, Form(max_length=2048)] = "/") -> Response:
-    """Check the token; keep it in an HttpOnly, SameSite=Strict cookie."""
+    """Check the token; keep it in an HttpOnly, SameSite=Strict cookie. Too many failures
+    from one address: 429 until its window ends (api/login_throttle.py)."""
     token = token.strip()
+    address = request.client.host if request.client else "unknown"
     try:
+        check_login_allowed(bus, settings, address)
         auth.authenticate(session=session, token=token)
+    except LoginThrottled as exc:
+        page = _render(request, "login.html", None, code=429, next=_safe_next(next),
+                       error=str(exc))
+        page.headers["Retry-After"] = str(exc.retry_after)
+        return page
     except Unauthorized as exc:
+        record_failed_login(bus, settings, address)
         return _render(request, "login.html", None, code=401, next=_safe_next(next),
                        error=str(exc).replace("COHORT_TOKEN", "the token"))
     response = RedirectResponse(_safe_next(next), status_code=303)

@@ -17,7 +17,8 @@ from fastapi import APIRouter, Cookie, Depends, Header, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent, format_sse_event
 
-from api.deps import get_token
+from api.deps import SettingsDep, get_token
+from api.stream_limits import SLOTS, StreamCaller
 from services.db import session_scope
 from services.jobs import store as jobs
 from services.telemetry.cursor import Cursor, Event, parse_project_position
@@ -63,22 +64,37 @@ def project_resume_point(
 def stream_caller(
     authorization: Annotated[str | None, Header()] = None,
     cohort_token: Annotated[str | None, Cookie()] = None,
-) -> int:
-    """The caller's project id (401 otherwise), from a session of its own.
+) -> StreamCaller:
+    """The caller's token and project (401 otherwise), from a session of its own.
 
     Streams last for hours, so they must not keep a request session's pooled connection;
     and one short session in one worker thread cannot deadlock the way several sync
     dependencies can when a burst of clients holds every thread and every connection.
     """
     with session_scope() as session:
-        return get_token(session=session, authorization=authorization,
-                         cohort_token=cohort_token).project_id
+        token = get_token(session=session, authorization=authorization,
+                          cohort_token=cohort_token)
+        return StreamCaller(token_id=token.id, project_id=token.project_id)
 
 
-def stream_job_id(job_id: int, project_id: Annotated[int, Depends(stream_caller)]) -> int:
+Caller = Annotated[StreamCaller, Depends(stream_caller)]
+
+
+async def stream_slot(caller: Caller, settings: SettingsDep) -> AsyncIterator[None]:
+    """One of the token's open streams, for as long as the response lasts (429 past
+    COHORT_MAX_STREAMS_PER_TOKEN)."""
+    async for _ in SLOTS.held(caller.token_id, settings.MAX_STREAMS_PER_TOKEN):
+        yield
+
+
+def stream_job_id(job_id: int, caller: Caller) -> int:
     """The job in the path if the caller's project owns it (404 otherwise)."""
     with session_scope() as session:
-        return jobs.read_job(session=session, project_id=project_id, job_id=job_id).id
+        return jobs.read_job(session=session, project_id=caller.project_id, job_id=job_id).id
+
+
+TOO_MANY = {429: {"description": "The token holds COHORT_MAX_STREAMS_PER_TOKEN open streams "
+                                 "already (`Retry-After` says when to try again)"}}
 
 
 def _encode(event: Event) -> bytes:
@@ -101,9 +117,10 @@ async def _frames(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:
             if events else KEEPALIVE_COMMENT
 
 
-@router.get("/jobs/{job_id}/stream",
+@router.get("/jobs/{job_id}/stream", dependencies=[Depends(stream_slot)],
             responses={200: {"content": {"text/event-stream": {}},
-                             "description": "`status`, `metric` and `log` events"}})
+                             "description": "`status`, `metric` and `log` events"},
+                       **TOO_MANY})
 async def stream_job(
     job_id: Annotated[int, Depends(stream_job_id)],
     start: Annotated[Cursor | None, Depends(resume_point)],
@@ -117,13 +134,13 @@ async def stream_job(
                                         "X-Accel-Buffering": "no"})
 
 
-@router.get("/stream", response_class=EventSourceResponse)
+@router.get("/stream", response_class=EventSourceResponse,
+            dependencies=[Depends(stream_slot)], responses=TOO_MANY)
 async def stream_jobs(
-    project_id: Annotated[int, Depends(stream_caller)],
-    after: Annotated[int | None, Depends(project_resume_point)],
+    caller: Caller, after: Annotated[int | None, Depends(project_resume_point)],
 ) -> AsyncIterator[ServerSentEvent]:
     """`status` events (data: JobRead) of the project's jobs as their statuses change.
     Without `Last-Event-ID`, the 50 newest jobs come first."""
-    async for events in follow_project(project_id, after):
+    async for events in follow_project(caller.project_id, after):
         for event in events:
             yield ServerSentEvent(event=event.kind, id=event.id, data=event.data)
