@@ -31,6 +31,7 @@ from services.settings import get_settings
 
 log = logging.getLogger("cohort.follow")
 
+READER_NAME = "cohort-feed-reader"  # its connections' name in Redis's CLIENT LIST
 POOL_SIZE = 4  # connections per process: the reader's XREAD plus short reads
 BLOCK_MS = 500  # how long the XREAD waits: also how soon a new feed is read
 QUEUE_LIMIT = 500  # entries a follower may be behind before it reads them back itself
@@ -119,8 +120,9 @@ class FeedHub:
         the history those entries would follow."""
         if self.client is None:
             pool = BlockingConnectionPool.from_url(self.url, max_connections=POOL_SIZE,
+                                                   client_name=READER_NAME,
                                                    decode_responses=True)
-            self.client = aredis.Redis(connection_pool=pool)
+            self.client = aredis.Redis.from_pool(pool)  # closing it closes the pool
         client = self.client
         newest = await client.xrevrange(key, count=1)
         position = str(newest[0][0]) if newest else "0-0"
