@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from functools import lru_cache
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Cookie, Depends, Header, Query
@@ -93,8 +93,9 @@ def stream_job_id(job_id: int, caller: Caller) -> int:
         return jobs.read_job(session=session, project_id=caller.project_id, job_id=job_id).id
 
 
-TOO_MANY = {429: {"description": "The token holds COHORT_MAX_STREAMS_PER_TOKEN open streams "
-                                 "already (`Retry-After` says when to try again)"}}
+TOO_MANY: dict[int | str, dict[str, Any]] = {429: {
+    "description": "The token holds COHORT_MAX_STREAMS_PER_TOKEN open streams already "
+                   "(`Retry-After` says when to try again)"}}
 
 
 def _encode(event: Event) -> bytes:

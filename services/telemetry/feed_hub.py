@@ -49,8 +49,8 @@ def entry_order(entry_id: str) -> tuple[int, int]:
 class Subscription:
     """One follower's view of one feed: the entries after its position, in order."""
 
-    def __init__(self, hub: FeedHub, key: str, position: str) -> None:
-        self.hub, self.key, self.client = hub, key, hub.client
+    def __init__(self, hub: FeedHub, client: aredis.Redis, key: str, position: str) -> None:
+        self.hub, self.client, self.key = hub, client, key
         self.position = position
         self.queue: deque[Entry] = deque()
         self.arrived = asyncio.Event()
@@ -75,7 +75,7 @@ class Subscription:
         if self.behind:
             drops = self.drops
             try:
-                entries: list[Entry] = await self.client.xrange(
+                entries: list[Entry] = await self.client.xrange(  # type: ignore[assignment]
                     self.key, min=f"({self.position}", max="+", count=count)
             except RedisError:
                 # As for the reader: the follower carries on from SQL meanwhile.
@@ -128,7 +128,7 @@ class FeedHub:
         position = str(newest[0][0]) if newest else "0-0"
         if self.client is not client:  # the reader closed it meanwhile: start anew
             return await self.subscribe(key)
-        subscription = Subscription(self, key, position)
+        subscription = Subscription(self, client, key, position)
         self.followers.setdefault(key, set()).add(subscription)
         # A feed new to the reader is read from here; one it reads already, from where
         # it is (a subscription behind that reads the gap back itself).
@@ -149,9 +149,9 @@ class FeedHub:
         """Read every followed feed until none is; then close the connections."""
         try:
             while self.followers:
-                streams = dict(self.positions)
+                streams: dict[Any, Any] = dict(self.positions)
                 try:
-                    reply = await client.xread(streams, count=200, block=BLOCK_MS)
+                    reply: Any = await client.xread(streams, count=200, block=BLOCK_MS)
                 except RedisError:
                     # The followers carry on from SQL (their status and missed-rows
                     # checks) and get the feed's entries once Redis answers again.

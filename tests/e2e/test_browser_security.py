@@ -127,7 +127,7 @@ class AttackerPage(SimpleHTTPRequestHandler):
 
 
 @pytest.fixture
-def attacker_site(tmp_path: Path, api: str) -> Iterator[tuple[str, Path]]:
+def attacker_site(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """Another origin on the same host (so the same site): a page with a form that posts
     to the api."""
     port = free_port()
