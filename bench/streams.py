@@ -204,7 +204,9 @@ def main() -> None:
         feeder = threading.Thread(target=feed, args=(args.redis, job_ids, stop), daemon=True)
         feeder.start()
         time.sleep(3)  # past every stream's history, into the live feed
+        cpu_before, wall_before = sum(api.cpu_times()[:2]), time.monotonic()
         busy = time_healthz(url, args.duration)
+        cpu_busy = (sum(api.cpu_times()[:2]) - cpu_before) / (time.monotonic() - wall_before)
         rss_busy = api.memory_info().rss
         clients_busy = redis_clients(api, port)
         stop.set()
@@ -219,7 +221,8 @@ def main() -> None:
         print(f"/healthz, no stream:      {summary(idle)}")
         print(f"/healthz, streams open:   {summary(busy)}")
         print(f"api RSS: {rss_idle / 2**20:.0f} MiB idle, {rss_busy / 2**20:.0f} MiB "
-              "with the streams")
+              f"with the streams; api CPU with the streams: {cpu_busy:.0%} of a core; "
+              f"load average {os.getloadavg()[0]:.1f}")
         print(f"the api's Redis connections: {clients_idle} idle, {clients_busy} with "
               "the streams")
     finally:

@@ -16,8 +16,10 @@ log = logging.getLogger(__name__)
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     """The process is up."""
+    # On the event loop, not in the thread pool: the probe must answer while every
+    # worker thread is busy with SQL (a burst of streams starting reads their history).
     return {"status": "ok"}
 
 

@@ -5,12 +5,13 @@ that job's feed (`cohort:live:<job>`, services/telemetry/live.py) after its own 
 Were each to block in its own XREAD, each would hold a Redis connection for as long as it
 follows: 1000 open streams, 1000 connections. Here one task per process (per event loop)
 reads every followed feed with one XREAD on one connection and hands the entries to each
-follower's own queue; the few short reads of a follower's start (XREVRANGE, XRANGE) share
-a small pool. A process then holds at most POOL_SIZE connections however many follow.
+follower's own queue; a feed's first follower in the process asks for its newest entry
+(XREVRANGE), later ones start from where the reader is, and these short reads share a
+small pool. A process then holds at most POOL_SIZE connections however many follow.
 
 A follower never waits for another: its queue is its own, and one that falls more than
 QUEUE_LIMIT entries behind (a client that reads slowly) drops its queue and reads the
-entries back from Redis with XRANGE from its own position, as it does when it starts.
+entries back from Redis with XRANGE from its own position.
 Entries are handed over in feed order and filtered by id, so an entry read both ways is
 given once.
 """
@@ -35,6 +36,7 @@ READER_NAME = "cohort-feed-reader"  # its connections' name in Redis's CLIENT LI
 POOL_SIZE = 4  # connections per process: the reader's XREAD plus short reads
 BLOCK_MS = 500  # how long the XREAD waits: also how soon a new feed is read
 QUEUE_LIMIT = 500  # entries a follower may be behind before it reads them back itself
+POOL_WAIT = 60.0  # seconds a short read may wait for a connection (a burst of new streams)
 RETRY_AFTER_ERROR = 1.0  # seconds before the reader tries Redis again
 
 Entry = tuple[str, dict[str, Any]]  # (entry id, fields)
@@ -54,9 +56,10 @@ class Subscription:
         self.position = position
         self.queue: deque[Entry] = deque()
         self.arrived = asyncio.Event()
-        # Read back from Redis (XRANGE) until caught up: at the start, and after the
-        # queue overflowed. `drops` tells a read-back that raced an overflow.
-        self.behind = True
+        # Read back from Redis (XRANGE) until caught up: after the queue overflowed (or
+        # from the start, see FeedHub.subscribe). `drops` tells a read-back that raced
+        # an overflow.
+        self.behind = False
         self.drops = 0
 
     def deliver(self, entries: list[Entry]) -> None:
@@ -115,24 +118,30 @@ class FeedHub:
         self.positions: dict[str, str] = {}  # per feed: the last entry the reader read
 
     async def subscribe(self, key: str) -> Subscription:
-        """Follow feed `key` from its newest entry now (exclusive): what is appended from
-        here on comes through the subscription, so a follower takes it *before* reading
-        the history those entries would follow."""
+        """Follow feed `key` from now on: every entry appended after this call comes
+        through the subscription, so a follower subscribes *before* it reads the history
+        those entries follow. Only a feed new to this process costs a Redis call."""
         if self.client is None:
-            pool = BlockingConnectionPool.from_url(self.url, max_connections=POOL_SIZE,
-                                                   client_name=READER_NAME,
-                                                   decode_responses=True)
+            pool = BlockingConnectionPool.from_url(
+                self.url, max_connections=POOL_SIZE, timeout=POOL_WAIT,
+                client_name=READER_NAME, decode_responses=True)
             self.client = aredis.Redis.from_pool(pool)  # closing it closes the pool
         client = self.client
-        newest = await client.xrevrange(key, count=1)
-        position = str(newest[0][0]) if newest else "0-0"
-        if self.client is not client:  # the reader closed it meanwhile: start anew
-            return await self.subscribe(key)
+        if key in self.positions:
+            # Everything up to where the reader is was committed to SQL before it was
+            # appended, so the history read next has it; the reader brings what follows.
+            position = self.positions[key]
+        else:
+            newest = await client.xrevrange(key, count=1)
+            position = str(newest[0][0]) if newest else "0-0"
+            if self.client is not client:  # the reader closed it meanwhile: start anew
+                return await self.subscribe(key)
         subscription = Subscription(self, client, key, position)
+        # A feed the reader already reads past `position` (it read on while XREVRANGE
+        # was answered): the subscription reads that gap back itself.
+        known = self.positions.setdefault(key, position)
+        subscription.behind = entry_order(known) > entry_order(position)
         self.followers.setdefault(key, set()).add(subscription)
-        # A feed new to the reader is read from here; one it reads already, from where
-        # it is (a subscription behind that reads the gap back itself).
-        self.positions.setdefault(key, position)
         if self.task is None:
             self.task = asyncio.get_running_loop().create_task(self._run(client))
         return subscription
