@@ -136,7 +136,9 @@ class Streams:
             tasks.append(asyncio.create_task(self._one(path)))
             await asyncio.sleep(0.002)
         await self.stop.wait()
-        await asyncio.wait(tasks, timeout=10)
+        for task in tasks:  # each waits for its next bytes: up to a keep-alive away
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def start(self) -> None:
         self.thread.start()
