@@ -10,7 +10,6 @@ lives in one process, and the count is right the moment a stream ends, however i
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from services.exceptions import TooManyRequests
@@ -49,15 +48,6 @@ class StreamSlots:
         self.open[token_id] -= 1
         if self.open[token_id] <= 0:
             del self.open[token_id]
-
-    async def held(self, token_id: int, limit: int) -> AsyncIterator[None]:
-        """A slot for the length of one stream (a FastAPI dependency's body: it is given
-        back when the response has ended, whether the client left or the server stopped)."""
-        self.take(token_id, limit)
-        try:
-            yield
-        finally:
-            self.give_back(token_id)
 
 
 SLOTS = StreamSlots()

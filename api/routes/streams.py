@@ -83,8 +83,13 @@ Caller = Annotated[StreamCaller, Depends(stream_caller)]
 async def stream_slot(caller: Caller, settings: SettingsDep) -> AsyncIterator[None]:
     """One of the token's open streams, for as long as the response lasts (429 past
     COHORT_MAX_STREAMS_PER_TOKEN)."""
-    async for _ in SLOTS.held(caller.token_id, settings.MAX_STREAMS_PER_TOKEN):
+    # A dependency with yield: what follows it runs once the response has ended, whether
+    # its client left or the server stopped.
+    SLOTS.take(caller.token_id, settings.MAX_STREAMS_PER_TOKEN)
+    try:
         yield
+    finally:
+        SLOTS.give_back(caller.token_id)
 
 
 def stream_job_id(job_id: int, caller: Caller) -> int:
