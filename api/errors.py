@@ -32,6 +32,7 @@ from services.exceptions import (
     ScheduleConflict,
     SweepEnded,
     TooLarge,
+    TooManyRequests,
     Unauthorized,
 )
 from services.statuses import TERMINAL_STATUSES
@@ -111,6 +112,7 @@ ANSWERS: dict[type[Exception], Answer] = {
     # job its project may never run as it is (priority, gang size) is not (403).
     QuotaExceeded: Answer(429, "quota_exceeded"),
     BeyondQuota: Answer(403, "quota_exceeded"),
+    TooManyRequests: Answer(429, "too_many_requests"),  # with Retry-After (below)
 }
 
 
@@ -126,9 +128,12 @@ def answer(exc: Exception) -> JSONResponse:
     body: dict[str, object] = {"error": spec.code, "message": _message(exc)}
     if isinstance(exc, FieldError):
         body["fields"] = [{"field": exc.field, "message": exc.message}]
+    headers = dict(spec.headers or {})
     if isinstance(exc, QuotaError):
         body.update(quota=exc.quota, used=exc.used, allowed=exc.allowed)
-    return JSONResponse(status_code=spec.status, content=body, headers=spec.headers)
+    if isinstance(exc, TooManyRequests):
+        headers["Retry-After"] = str(exc.retry_after)
+    return JSONResponse(status_code=spec.status, content=body, headers=headers or None)
 
 
 async def _answer(_: Request, exc: Exception) -> JSONResponse:

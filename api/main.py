@@ -8,7 +8,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from api import docs
 from api.body_limit import BodyLimit
+from api.csrf import SameOriginOnly
 from api.errors import install_error_handlers
 from api.openapi import install_openapi
 from api.routes import (
@@ -26,6 +28,7 @@ from api.routes import (
     sweeps,
     tokens,
 )
+from api.security_headers import SecurityHeaders
 from api.uploads import takes_upload
 from services.auth.tokens import register_bootstrap
 from services.db import session_scope
@@ -59,12 +62,17 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
 def create_app() -> FastAPI:
     """Build the application."""
     app = FastAPI(title="Cohort", version="0.1.0", lifespan=lifespan,
-                  description="Distributed TensorFlow training jobs as a service.")
+                  description="Distributed TensorFlow training jobs as a service.",
+                  docs_url=None, redoc_url=None)  # /docs from vendored assets (api/docs.py)
     install_error_handlers(app)
     # Every request body is bounded (413 before it is read whole, chunked or not), but
     # uploads, which bound their own.
     app.add_middleware(BodyLimit, max_bytes=get_settings().MAX_REQUEST_BYTES,
                        exempt=takes_upload)
+    # Outermost last: the headers go on every answer, the CSRF refusal's and the 413's too.
+    app.add_middleware(SameOriginOnly)
+    app.add_middleware(SecurityHeaders)
+    docs.install(app)
     app.include_router(health.router)
     from api.routes import logs, prometheus, streams  # live metrics and logs (issue 5)
 

@@ -15,6 +15,8 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
+from api.deps import SESSION_COOKIE
+
 
 class FieldProblem(BaseModel):
     """One refused field and how to put it right."""
@@ -67,7 +69,7 @@ ERRORS: dict[int, dict[str, Any]] = {
 BEARER = "bearer"
 # Parameters the bearer scheme stands for: clients send the header it describes, and
 # the dashboard's login cookie is for browsers.
-_AUTH_PARAMS = {("header", "authorization"), ("cookie", "cohort_token")}
+_AUTH_PARAMS = {("header", "authorization"), ("cookie", SESSION_COOKIE)}
 # Routes that answer without the database or Redis.
 _NEVER_UNAVAILABLE = {"/healthz"}
 

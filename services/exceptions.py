@@ -220,3 +220,11 @@ class QuotaExceeded(QuotaError):
 class BeyondQuota(QuotaError, InvalidJobSpec):
     """A job the project's quota never permits as it is: a priority above the project's
     ceiling, a gang larger than its running-replica or GPU quota (403)."""
+
+
+class TooManyRequests(CohortError):
+    """A caller over a rate or concurrency limit (429); `retry_after`: seconds to wait."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

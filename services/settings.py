@@ -93,6 +93,16 @@ class Settings(BaseSettings):
     # Where a job sets no placement policy: "pack" (fewest nodes) or "spread".
     PLACEMENT_POLICY: Literal["pack", "spread"] = "pack"
 
+    # The api under abuse (docs/security.md, "Browser and HTTP hardening").
+    # `GET /metrics` wants `Authorization: Bearer <METRICS_TOKEN>`; unset, it is off (404).
+    METRICS_TOKEN: str = ""
+    # Live streams (SSE) one token may hold open in one api process; one more gets 429.
+    MAX_STREAMS_PER_TOKEN: int = Field(20, ge=1)
+    # Failed `POST /login`s from one client address within the window (seconds) before
+    # the next ones get 429 until the window ends.
+    LOGIN_MAX_FAILURES: int = Field(10, ge=1)
+    LOGIN_FAILURE_WINDOW: int = Field(300, ge=1)
+
     # Scheduler timing (seconds)
     SCHEDULER_INTERVAL: float = 1.0
     HEARTBEAT_INTERVAL: float = 2.0

@@ -26,6 +26,7 @@ from api.deps import (
     SESSION_COOKIE,
     LoginRequired,
     PageScopeRule,
+    RedisDep,
     SessionCookie,
     SessionDep,
     SettingsDep,
@@ -33,6 +34,7 @@ from api.deps import (
     Viewer,
     scoped,
 )
+from api.login_throttle import LoginThrottled, check_login_allowed, record_failed_login
 from api.params import NO_NUL, DbId
 from services.auth import sessions, tokens
 from services.auth.scopes import Scope, holds
@@ -145,14 +147,22 @@ def _login_error(request: Request, next: str, code: int, message: str) -> HTMLRe
 
 
 @login_router.post("/login", response_model=None)
-def login(request: Request, session: SessionDep, settings: SettingsDep,
+def login(request: Request, session: SessionDep, settings: SettingsDep, bus: RedisDep,
           token: Annotated[str, Form(max_length=512)] = "",
           next: Annotated[str, Form(max_length=2048)] = "/") -> Response:
     """Check the token and open a session: the HttpOnly, SameSite=Strict cookie holds the
-    session's id, never the token."""
+    session's id, never the token. Too many failures from one address: 429 until its
+    window ends (api/login_throttle.py)."""
+    address = request.client.host if request.client else "unknown"
     try:
+        check_login_allowed(bus, settings, address)
         row = tokens.authenticate(session=session, token=token.strip())
+    except LoginThrottled as exc:
+        page = _login_error(request, next, 429, str(exc))
+        page.headers["Retry-After"] = str(exc.retry_after)
+        return page
     except Unauthorized as exc:
+        record_failed_login(bus, settings, address)
         return _login_error(request, next, 401, str(exc))
     if not holds(row.scopes, Scope.READ):
         return _login_error(request, next, 403, "this token lacks the 'read' scope the "

@@ -17,8 +17,10 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent, format_sse_event
 
-from api.deps import StreamScopeRule, StreamTokenDep, scoped
+from api.deps import SettingsDep, StreamScopeRule, StreamTokenDep, scoped
+from api.openapi import errors
 from api.params import DbId, shown
+from api.stream_limits import SLOTS
 from services.auth.scopes import Scope
 from services.db import session_scope
 from services.jobs import store as jobs
@@ -72,10 +74,27 @@ def project_resume_point(
     return parse_project_position(last_event_id or resume)
 
 
+async def stream_slot(token: StreamTokenDep, settings: SettingsDep) -> AsyncIterator[None]:
+    """One of the token's open streams, for as long as the response lasts (429 past
+    COHORT_MAX_STREAMS_PER_TOKEN)."""
+    # A dependency with yield: what follows it runs once the response has ended, whether
+    # its client left or the server stopped.
+    SLOTS.take(token.id, settings.MAX_STREAMS_PER_TOKEN)
+    try:
+        yield
+    finally:
+        SLOTS.give_back(token.id)
+
+
 def stream_job_id(job_id: DbId, token: StreamTokenDep) -> int:
     """The job in the path if the caller's project owns it (404 otherwise)."""
     with session_scope() as session:
         return jobs.read_job(session=session, project_id=token.project_id, job_id=job_id).id
+
+
+# The token holds COHORT_MAX_STREAMS_PER_TOKEN open streams already (Retry-After says when
+# to try again).
+TOO_MANY = errors(429)
 
 
 def _encode(event: Event) -> bytes:
@@ -98,9 +117,10 @@ async def _frames(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:
             if events else KEEPALIVE_COMMENT
 
 
-@router.get("/jobs/{job_id}/stream",
+@router.get("/jobs/{job_id}/stream", dependencies=[Depends(stream_slot)],
             responses={200: {"content": {"text/event-stream": {}},
-                             "description": "`status`, `metric` and `log` events"}})
+                             "description": "`status`, `metric` and `log` events"},
+                       **TOO_MANY})
 async def stream_job(
     job_id: Annotated[int, Depends(stream_job_id)],
     start: Annotated[Cursor | None, Depends(resume_point)],
@@ -114,7 +134,8 @@ async def stream_job(
                                         "X-Accel-Buffering": "no"})
 
 
-@router.get("/stream", response_class=EventSourceResponse)
+@router.get("/stream", response_class=EventSourceResponse,
+            dependencies=[Depends(stream_slot)], responses=TOO_MANY)
 async def stream_jobs(
     token: StreamTokenDep,
     after: Annotated[int | None, Depends(project_resume_point)],

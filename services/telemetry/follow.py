@@ -4,8 +4,9 @@ cursor, then its live feed, with no gap and nothing twice; and a project's statu
 Every event carries the cursor after it, `<metric id>.<log id>.<job event id>` (SQL ids),
 so a client that comes back with it gets exactly what it missed. A follower reads SQL
 history after its cursor, then the job's live feed in Redis (services/telemetry/live.py,
-entries as services/wire/feed.py defines them) with its own XREAD position: a slow
-follower holds up nobody, neither other followers nor the ingest. The feed position is
+entries as services/wire/feed.py defines them) from its own position, through the one
+reader its process shares (services/telemetry/feed_hub.py): a slow follower holds up
+nobody, neither other followers nor the ingest. The feed position is
 taken *before* the history is read, and rows are filtered by id, so nothing committed in
 between is lost or sent twice. Each feed entry names the newest id stored before its rows
 (`prev`): a follower behind it missed an entry (lost with a Redis restart, or a publish
@@ -26,12 +27,11 @@ from contextlib import aclosing
 from typing import Any, TypeVar
 
 import anyio
-import redis.asyncio as aredis
 
 from services.db import session_scope
-from services.settings import get_settings
 from services.telemetry import logs, metrics
 from services.telemetry.cursor import Cursor, Event, decoded, row_events
+from services.telemetry.feed_hub import Entry, Subscription, feed_hub
 from services.telemetry.stream_state import job_snapshot, newest_ids, project_changes
 from services.wire.feed import ROW_TYPES, FeedError, Row
 from services.wire.keys import live_key
@@ -56,9 +56,8 @@ def _raise_if_cancelled() -> None:
     """End the follow if its task was asked to stop while Redis answered.
 
     redis-py's asyncio client can swallow a task's cancellation that lands while it reads
-    the reply of a blocking command (XREAD with BLOCK; redis-py issue #2028): the task
-    then follows on forever. asyncio still counts the request (`Task.cancelling()`), so the
-    loop ends at its next turn instead.
+    a reply (redis-py issue #2028): the task then follows on forever. asyncio still counts
+    the request (`Task.cancelling()`), so the loop ends at its next turn instead.
     """
     task = asyncio.current_task()
     if task is not None and task.cancelling():
@@ -112,13 +111,13 @@ async def _stored_after(kind: str, job_id: int, cursor: Cursor,
 class _Follower:
     """One client's follow of one job: its cursor, feed position and timers."""
 
-    def __init__(self, job_id: int, cursor: Cursor, kinds: Collection[str],
-                 client: aredis.Redis) -> None:
-        self.job_id, self.cursor, self.client = job_id, cursor, client
+    def __init__(self, job_id: int, cursor: Cursor, kinds: Collection[str]) -> None:
+        self.job_id, self.cursor = job_id, cursor
         self.status = "status" in kinds
         self.row_kinds = [kind for kind in ROW_KINDS if kind in kinds]
         self.key = live_key(job_id)
-        self.position = "0-0"
+        # The job's feed from now on; None for a follower of statuses alone.
+        self.feed: Subscription | None = None
         self.fingerprint: tuple[Any, ...] = ()
         self.next_status = self.next_check = self.fed_at = time.monotonic()
 
@@ -126,8 +125,8 @@ class _Follower:
         """The job's status (unless a resuming client has it), then the stored rows."""
         # Taken before the history is read: whatever commits after that read is on the
         # feed after this position.
-        newest = await self.client.xrevrange(self.key, count=1)
-        self.position = str(newest[0][0]) if newest else "0-0"
+        if self.row_kinds:
+            self.feed = await feed_hub().subscribe(self.key)
         snapshot, event_id, self.fingerprint = await _snapshot(self.job_id)
         if self.status and (not resumed or event_id > self.cursor.event):
             self.cursor.event = max(self.cursor.event, event_id)
@@ -140,27 +139,32 @@ class _Follower:
         self.next_status = self.next_check = time.monotonic() + STATUS_POLL
         self.fed_at = time.monotonic()
 
-    async def fed(self, reply: Any) -> list[Event]:
-        """Events of the feed entries of one XREAD reply."""
+    async def fed(self, entries: list[Entry]) -> list[Event]:
+        """Events of feed entries."""
         events: list[Event] = []
-        for _key, entries in reply or []:
-            for entry_id, fields in entries:
-                self.position = entry_id
-                if fields.get("kind") not in self.row_kinds:
-                    continue
-                try:
-                    shared = decoded(self.job_id, entry_id, fields)
-                except FeedError as exc:  # as if lost: its rows come from SQL
-                    log.warning("job %s: skipping feed entry %s: %s", self.job_id, entry_id, exc)
-                    continue
-                self.fed_at = time.monotonic()
-                # Rows stored before this entry's that the client has not had (the feed
-                # lost their entry): from SQL first, in id order.
-                async for missed in _stored_after(shared.entry.kind, self.job_id, self.cursor,
-                                                  shared.entry.prev):
-                    events += missed
-                events += shared.events_for(self.cursor)
+        for entry_id, fields in entries:
+            if fields.get("kind") not in self.row_kinds:
+                continue
+            try:
+                shared = decoded(self.job_id, entry_id, fields)
+            except FeedError as exc:  # as if lost: its rows come from SQL
+                log.warning("job %s: skipping feed entry %s: %s", self.job_id, entry_id, exc)
+                continue
+            self.fed_at = time.monotonic()
+            # Rows stored before this entry's that the client has not had (the feed
+            # lost their entry): from SQL first, in id order.
+            async for missed in _stored_after(shared.entry.kind, self.job_id, self.cursor,
+                                              shared.entry.prev):
+                events += missed
+            events += shared.events_for(self.cursor)
         return events
+
+    async def next_entries(self) -> list[Entry]:
+        """The feed's next entries, waiting up to STATUS_POLL s for some."""
+        if self.feed is None:  # statuses only: nothing to wait for but the next check
+            await anyio.sleep(STATUS_POLL)
+            return []
+        return await self.feed.read(FEED_READ, STATUS_POLL)
 
     async def unfed(self) -> list[Event]:
         """A lost entry with none after it (a job's last batch): once the feed has been
@@ -195,10 +199,9 @@ class _Follower:
             yield events
         idle_since = time.monotonic()
         while True:
-            reply = await self.client.xread({self.key: self.position}, count=FEED_READ,
-                                            block=int(STATUS_POLL * 1000))
+            entries = await self.next_entries()
             _raise_if_cancelled()
-            events = await self.fed(reply)
+            events = await self.fed(entries)
             events += await self.unfed()
             events += await self.status_changed()
             if events:
@@ -210,8 +213,7 @@ class _Follower:
 
 
 async def follow(job_id: int, cursor: Cursor | None = None, kinds: Collection[str] = KINDS,
-                 *, keepalive: float = KEEPALIVE, client: aredis.Redis | None = None
-                 ) -> AsyncIterator[list[Event]]:
+                 *, keepalive: float = KEEPALIVE) -> AsyncIterator[list[Event]]:
     """Follow job `job_id` from `cursor` (None: from the start), forever: batches of
     events in order, each batch what to send at once; an empty batch after `keepalive`
     seconds of silence. `kinds`: some of status, metric, log.
@@ -219,18 +221,15 @@ async def follow(job_id: int, cursor: Cursor | None = None, kinds: Collection[st
     The job's status comes first (unless the cursor has its newest event), then its
     stored rows of each kind after the cursor, then what is stored from now on.
     """
-    own = client is None
-    if client is None:
-        client = aredis.Redis.from_url(get_settings().redis_url, decode_responses=True)
     start = dataclasses.replace(cursor) if cursor is not None else Cursor()
+    follower = _Follower(job_id, start, kinds)
     try:
-        follower = _Follower(job_id, start, kinds, client)
         async with aclosing(follower.run(cursor is not None, keepalive)) as batches:
             async for events in batches:
                 yield events
     finally:
-        if own:
-            await client.aclose()
+        if follower.feed is not None:
+            follower.feed.close()
 
 
 async def follow_project(project_id: int, after: int | None = None

@@ -42,3 +42,8 @@ def progress_field(job_id: int, attempt: int, index: int) -> str:
 def live_key(job_id: int) -> str:
     """The Redis stream with job `job_id`'s newly stored rows (its live feed)."""
     return f"cohort:live:{int(job_id)}"
+
+
+def login_failures_key(address: str) -> str:
+    """The count of failed dashboard logins from client `address` in the current window."""
+    return f"cohort:login-failures:{address}"

@@ -1,3 +1,4 @@
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -20,7 +21,11 @@ def client(session: Session) -> Iterator[TestClient]:
         session.commit()  # a savepoint release: the test's transaction still rolls back
 
     app.dependency_overrides[get_db] = override
-    yield TestClient(app)  # no lifespan: the bootstrap token would commit for real
+    # No lifespan: the bootstrap token would commit for real. Origin: as a browser sends
+    # it on every POST (the dashboard's cookie requests are refused without it, api/csrf.py);
+    # an address of its own: failed logins are counted per address (api/login_throttle.py).
+    yield TestClient(app, headers={"Origin": "http://testserver"},
+                     client=(f"testclient-{uuid.uuid4().hex[:8]}", 50000))
 
 
 @pytest.fixture

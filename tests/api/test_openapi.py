@@ -35,7 +35,7 @@ def test_authenticated_routes_carry_the_bearer_scheme(document: dict[str, Any]) 
     for path, method, op in operations(document):
         names = {(p["in"], p["name"].lower()) for p in op.get("parameters", [])}
         assert ("header", "authorization") not in names, (path, method)
-        assert ("cookie", "cohort_token") not in names, (path, method)
+        assert ("cookie", "cohort_session") not in names, (path, method)
         if (path, method) in OPEN:
             assert "security" not in op, (path, method)
         else:

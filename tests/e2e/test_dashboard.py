@@ -48,12 +48,15 @@ def page(browser: Any, pg_stack: tuple[Stack, CohortClient]) -> Iterator[Any]:
     page.set_default_timeout(30_000)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # Every page runs under the api's Content Security Policy: nothing it blocks.
+    page.on("console", lambda m: errors.append(m.text)
+            if "Content Security Policy" in m.text else None)
     # Everything the dashboard needs ships with it: no request may leave the stack.
     outside: list[str] = []
     page.on("request", lambda r: None if r.url.startswith(stack.url) else outside.append(r.url))
     yield page
     context.close()
-    assert not errors, f"JavaScript errors: {errors}"
+    assert not errors, f"JavaScript errors or CSP violations: {errors}"
     assert not outside, f"requests off the stack: {outside}"
 
 

@@ -123,8 +123,8 @@ def test_a_sweep_over_replicas_yields_a_scaling_report_followed_live(
 
 def check_pages_in_a_browser(stack: Stack, sweep: dict[str, object], job_id: int) -> None:
     """The sweep's page in Chromium: one chart line per trial, sorting by the objective,
-    no script error, nothing fetched off the stack; the 2-replica trial's page shows its
-    scaling report."""
+    no script error or CSP violation, nothing fetched off the stack; the 2-replica trial's
+    page shows its scaling report."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -134,6 +134,8 @@ def check_pages_in_a_browser(stack: Stack, sweep: dict[str, object], job_id: int
         errors: list[str] = []
         outside: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("console", lambda m: errors.append(m.text)  # a CSP violation
+                if "Content Security Policy" in m.text else None)
         page.on("request", lambda r: None if r.url.startswith(stack.url)
                 else outside.append(r.url))
         page.goto(f"/login?next=/sweeps/{sweep['id']}")

@@ -16,6 +16,7 @@ import redis
 
 from services.exceptions import InvalidEventId
 from services.telemetry.cursor import Cursor, Event, parse_project_position
+from services.telemetry.feed_hub import POOL_SIZE, READER_NAME
 from services.telemetry.follow import follow, follow_project
 from services.wire.feed import LogRow, MetricRow
 from services.wire.keys import live_key
@@ -169,43 +170,55 @@ def test_a_quiet_follow_yields_an_empty_batch_for_keep_alives(committed: Any) ->
     run(scenario)
 
 
-class SwallowingClient:
-    """The real Redis client, except that a cancellation landing in XREAD is swallowed and
-    XREAD returns nothing, as redis-py's asyncio client sometimes does (its issue #2028)."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.swallowed = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.client, name)
-
-    async def xread(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await self.client.xread(*args, **kwargs)
-        except asyncio.CancelledError:
-            self.swallowed += 1
-            return []
+def feed_reader_connections(bus: redis.Redis) -> int:
+    """This test worker's connections to Redis from feed readers (by their client name)."""
+    db = bus.connection_pool.connection_kwargs.get("db", 0)
+    return sum(1 for c in bus.client_list()
+               if c.get("name") == READER_NAME and int(c.get("db", -1)) == db)
 
 
-def test_a_follow_ends_when_its_cancellation_is_swallowed_by_the_redis_client(
-        committed: Any) -> None:
-    import redis.asyncio as aredis
+def test_the_followers_of_a_process_share_a_few_redis_connections(
+        bus: redis.Redis, committed: Any) -> None:
+    job_ids = [committed()[1] for _ in range(3)]
 
-    from services.settings import get_settings
+    async def scenario() -> None:
+        followers = [Follower(follow(job_id, kinds={"metric"}))
+                     for job_id in job_ids for _ in range(10)]
+        await asyncio.sleep(0.8)  # all caught up, the reader in XREAD on the three feeds
+        assert 1 <= feed_reader_connections(bus) <= POOL_SIZE  # 30 followers
+        emit(bus, job_ids[0], range(1, 3))
+        emit(bus, job_ids[2], range(1, 2))
+        await ingest(bus, 6)
+        for index, follower in enumerate(followers):
+            expected = {0: [(0, 1, "loss"), (0, 1, "accuracy"), (0, 2, "loss"),
+                            (0, 2, "accuracy")], 1: [], 2: [(0, 1, "loss"),
+                                                         (0, 1, "accuracy")]}[index // 10]
+            await follower.wait_for(len(expected))
+            assert keys(follower.events) == expected
+        for follower in followers:
+            await follower.close()
+        # The last follower gone, the reader stops and closes its connections.
+        await asyncio.wait_for(_until(lambda: feed_reader_connections(bus) == 0), 10)
 
+    run(scenario)
+
+
+def test_a_follow_ends_at_once_when_cancelled_while_waiting_for_its_feed(
+        bus: redis.Redis, committed: Any) -> None:
     _, job_id = committed()
 
     async def scenario() -> None:
-        client = SwallowingClient(aredis.Redis.from_url(get_settings().redis_url,
-                                                        decode_responses=True))
-        follower = Follower(follow(job_id, kinds={"log"}, keepalive=60, client=client))
-        await asyncio.sleep(0.5)  # past the (empty) history: blocked in XREAD
+        follower = Follower(follow(job_id, kinds={"log"}, keepalive=60))
+        other = Follower(follow(job_id, kinds={"log"}, keepalive=60))
+        await asyncio.sleep(0.5)  # past the (empty) history: waiting for the feed
         follower.task.cancel()
-        done, _ = await asyncio.wait({follower.task}, timeout=5)
-        assert client.swallowed == 1 and done == {follower.task}  # the follow ended anyway
-        assert follower.task.cancelled()
-        await client.client.aclose()
+        done, _ = await asyncio.wait({follower.task}, timeout=1)
+        assert done == {follower.task} and follower.task.cancelled()
+        # The other follower of the feed still gets its lines.
+        emit_logs(bus, job_id, ["still here"], first_seq=1)
+        await ingest(bus, 1, kind="log")
+        assert [e.data.line for e in await other.wait_for(1)] == ["still here"]
+        await other.close()
 
     run(scenario)
 

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 
-def test_prometheus_metrics(pg_url: str, committed: Any) -> None:  # noqa: ARG001
+def test_prometheus_metrics(pg_url: str, committed: Any,  # noqa: ARG001
+                            monkeypatch: pytest.MonkeyPatch) -> None:
     from api.main import create_app
+    from services.settings import get_settings
 
     committed(project="prom")
-    body = TestClient(create_app()).get("/metrics")
+    monkeypatch.setenv("COHORT_METRICS_TOKEN", "prometheus-scrape-token")
+    get_settings.cache_clear()
+    try:
+        body = TestClient(create_app()).get(
+            "/metrics", headers={"Authorization": "Bearer prometheus-scrape-token"})
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
     assert body.status_code == 200 and body.headers["content-type"].startswith("text/plain")
     text = body.text
     queued = next(line for line in text.splitlines()
