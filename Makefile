@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install demo up test test-fast test-e2e test-install lint lint-deploy migrate bench clean chromium
+.PHONY: install replica-access demo up test test-fast test-e2e test-install lint lint-deploy migrate bench clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,11 +14,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) replica-access
 	$(VENV)/bin/cohort demo
 
-up: $(STAMP)
+up: $(STAMP) replica-access
 	$(VENV)/bin/cohort up
+
+# Run as root, agents start replicas as each job's own uid, which must reach the
+# interpreter and this checkout (deploy/replica_access.py; nothing when not root).
+replica-access: $(STAMP)
+	$(PY) deploy/replica_access.py
 
 migrate: $(STAMP)
 	$(VENV)/bin/cohort migrate
@@ -31,7 +36,7 @@ migrate: $(STAMP)
 # its own, as the images do. `-ra` lists every skip with its reason; a real-stack test may
 # skip only for a capability this machine lacks (tests/capabilities.py).
 PYTEST := $(PY) -m pytest -q -ra
-test: lint chromium
+test: lint chromium replica-access
 	$(PYTEST) -n 2 tests/unit tests/services tests/api tests/streams
 	$(PYTEST) tests/workers tests/e2e tests/faults tests/install
 
@@ -53,10 +58,10 @@ lint-deploy: $(STAMP)
 test-fast: $(STAMP)
 	$(PYTEST) -n 2 tests/unit tests/services tests/api tests/streams
 
-test-e2e: $(STAMP) chromium
+test-e2e: $(STAMP) chromium replica-access
 	$(PYTEST) tests/workers tests/e2e tests/faults
 
-test-install: $(STAMP)
+test-install: $(STAMP) replica-access
 	$(PYTEST) tests/install
 
 bench: $(STAMP)

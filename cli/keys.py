@@ -64,12 +64,11 @@ def redis_acl_command(
         "--output", "-o", help="write the file here (mode 0644: it holds only password "
                                "hashes) instead of printing it")] = None,
 ) -> None:
-    """Print a Redis ACL file: the control plane as `default` (REDIS_PASSWORD), `replica`
-    if REDIS_REPLICA_PASSWORD is set, and `agent-NODE_ID` per node
-    (REDIS_AGENT_PASSWORD_<NODE_ID>, upper case, other characters as _)."""
+    """Print a Redis ACL file: the control plane as `default` (REDIS_PASSWORD) and
+    `agent-NODE_ID` per node (REDIS_AGENT_PASSWORD_<NODE_ID>, upper case, other characters
+    as _). Replicas get no user: they report through their agent."""
     try:
         text = acl_file(control_password=_password("REDIS_PASSWORD"),
-                        replica_password=os.environ.get("REDIS_REPLICA_PASSWORD"),
                         agents={node: _password(agent_password_variable(node))
                                 for node in node_ids})
     except ValueError as exc:

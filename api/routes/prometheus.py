@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Header, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from api.deps import SettingsDep
+from api.openapi import errors
 from services.exceptions import CohortError, NotFound, Unauthorized
 from services.telemetry.prometheus import ServiceCollector
 from services.wire.client import get_redis
@@ -40,7 +41,7 @@ def scraper(settings: SettingsDep,
 
 
 @router.get("/metrics", response_class=Response, dependencies=[Depends(scraper)],
-            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, **errors(401, 404)})
 def read_service_metrics() -> Response:
     """Jobs by status, queue depth, submission-to-running time, replicas by node, ingest
     counters. Needs `Authorization: Bearer <COHORT_METRICS_TOKEN>`; off when it is unset."""

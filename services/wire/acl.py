@@ -7,8 +7,9 @@
   writes its work needs (events, its heartbeat, metrics, logs, progress, the replica
   claims), and reads of the current attempts and of the nodes and progress hashes; no
   other queue, no stream read (XREAD, XRANGE), no other key;
-* `replica`: appends to the metrics and logs streams and writes the progress hash; reads
-  nothing.
+
+Replicas get no Redis user: they report through their agent (docs/security.md, "Replicas
+on a node"), which alone could not keep them to their own job's keys.
 
 What Celery (kombu's Redis transport) needs of the agent was found with a real agent and
 job (tests/e2e/test_redis_acl.py): BRPOP on the queue, SADD of the queue's binding, and
@@ -91,19 +92,9 @@ def agent_rule(node_id: str, password: str) -> str:
             f"-@all {_AGENT_COMMANDS} {' '.join(keys)}")
 
 
-def replica_rule(password: str) -> str:
-    """Replicas: append metric and log batches, write progress beats; read nothing."""
-    return (f"replica on {_password(password)} resetkeys resetchannels -@all {_CONNECTION} "
-            f"+xadd +hset %W~{METRICS_STREAM} %W~{LOGS_STREAM} %W~{PROGRESS_HASH}")
-
-
-def acl_file(*, control_password: str, replica_password: str | None,
-             agents: dict[str, str]) -> str:
-    """An `aclfile` with every role's user: `agents` maps node ids to their passwords; no
-    `replica` user without its password."""
+def acl_file(*, control_password: str, agents: dict[str, str]) -> str:
+    """An `aclfile` with every role's user: `agents` maps node ids to their passwords."""
     lines = [f"user {control_rule(control_password)}"]
-    if replica_password:
-        lines.append(f"user {replica_rule(replica_password)}")
     lines += [f"user {agent_rule(node_id, password)}"
               for node_id, password in sorted(agents.items())]
     return "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 """Redis ACL users per role (services/wire/acl.py, `cohort redis-acl`) on a real Redis 7:
 an agent logged in as its own user runs a real job through Celery with nothing refused
 (Redis's ACL LOG stays empty), yet cannot read a stream, another node's queue, a job's
-live feed or any other key; the replicas' user may only append and beat."""
+live feed or any other key."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from services.wire.keys import (
     LOGS_STREAM,
     METRICS_STREAM,
     NODES_HASH,
-    PROGRESS_HASH,
     SCHEDULER_LOCK,
     attempt_key,
     live_key,
@@ -36,7 +35,7 @@ from tests.e2e.test_redis_security import redis_server
 pytestmark = pytest.mark.e2e
 
 ADMIN = "admin-password-0123456789"
-CONTROL, REPLICA = "control-password-0123456789", "replica-password-0123456789"
+CONTROL = "control-password-0123456789"
 AGENTS = {"acl-node": "agent-password-0123456789", "other-node": "other-password-0123456789"}
 JOB = {"name": "acl", "trainer": "mlp_digits", "strategy": "one_device", "replicas": 1,
        "hyperparameters": {"epochs": 1, "steps_per_epoch": 10}}
@@ -54,7 +53,7 @@ def test_an_agent_as_its_own_acl_user_runs_a_job_and_reads_nothing_else(tmp_path
                                                                        ) -> None:
     port = free_port()
     users = tmp_path / "users.acl"
-    users.write_text(acl_file(control_password=CONTROL, replica_password=REPLICA,
+    users.write_text(acl_file(control_password=CONTROL,
                               agents=AGENTS)
                      # The test's own eyes: ACL LOG is an @admin command, the control
                      # plane's user may not run it.
@@ -111,17 +110,6 @@ def test_an_agent_as_its_own_acl_user_runs_a_job_and_reads_nothing_else(tmp_path
             assert agent.hget(NODES_HASH, "acl-node")
             assert agent.xadd(EVENTS_STREAM, {"kind": "wake", "data": "{}"})
 
-            replica = redis.Redis.from_url(
-                f"redis://replica:{REPLICA}@127.0.0.1:{port}/0", decode_responses=True)
-            assert replica.xadd(METRICS_STREAM, {"data": "[]"})
-            assert replica.hset(PROGRESS_HASH, "999:1:0", "1.0") == 1
-            for probe in (lambda: replica.xrange(METRICS_STREAM),
-                          lambda: replica.hget(PROGRESS_HASH, "999:1:0"),
-                          lambda: replica.xadd(EVENTS_STREAM, {"kind": "wake", "data": "{}"}),
-                          lambda: replica.hset(NODES_HASH, "x", "y"),
-                          lambda: replica.lpush("node.acl-node", "x"),
-                          lambda: replica.get(attempt_key(job_id))):
-                assert refused(probe)
             # And nobody gets in without a user's password.
             with pytest.raises(redis.exceptions.AuthenticationError):
                 redis.Redis(port=port).ping()

@@ -17,17 +17,16 @@ PASSWORD = "p" * 20
 
 
 def test_every_role_has_a_user_and_passwords_appear_only_hashed() -> None:
-    text = acl_file(control_password="c" * 20, replica_password="r" * 20,
-                    agents={"b": "b" * 20, "a": "a" * 20})
+    text = acl_file(control_password="c" * 20, agents={"b": "b" * 20, "a": "a" * 20})
     lines = text.splitlines()
-    assert [line.split()[1] for line in lines] == ["default", "replica", "agent-a", "agent-b"]
-    for secret in ("c" * 20, "r" * 20, "a" * 20, "b" * 20):
+    assert [line.split()[1] for line in lines] == ["default", "agent-a", "agent-b"]
+    for secret in ("c" * 20, "a" * 20, "b" * 20):
         assert secret not in text
         assert "#" + hashlib.sha256(secret.encode()).hexdigest() in text
 
 
-def test_without_a_replica_password_there_is_no_replica_user() -> None:
-    text = acl_file(control_password=PASSWORD, replica_password=None, agents={})
+def test_replicas_have_no_user_they_report_through_their_agent() -> None:
+    text = acl_file(control_password=PASSWORD, agents={})
     assert [line.split()[1] for line in text.splitlines()] == ["default"]
 
 
@@ -50,7 +49,7 @@ def test_a_node_id_that_is_no_safe_key_pattern_is_refused(node_id: str) -> None:
 
 def test_a_short_password_is_refused() -> None:
     with pytest.raises(ValueError, match="16 characters"):
-        acl_file(control_password="short", replica_password=None, agents={})
+        acl_file(control_password="short", agents={})
 
 
 def test_the_command_reads_each_agents_password_from_its_variable() -> None:
@@ -59,7 +58,7 @@ def test_the_command_reads_each_agents_password_from_its_variable() -> None:
     done = subprocess.run([sys.executable, "-m", "cli", "redis-acl", "gpu-box-2"], env=env,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == acl_file(control_password="c" * 20, replica_password=None,
+    assert done.stdout == acl_file(control_password="c" * 20,
                                    agents={"gpu-box-2": "g" * 20})
     del env["REDIS_AGENT_PASSWORD_GPU_BOX_2"]
     missing = subprocess.run([sys.executable, "-m", "cli", "redis-acl", "gpu-box-2"], env=env,
