@@ -15,6 +15,7 @@ import redis
 from cli.client import CohortClient
 from cli.stack import Stack
 from services.statuses import TERMINAL_STATUSES
+from tests.capabilities import need_chromium
 from tests.conftest import REDIS_BASE, create_database, drop_database, worker_number
 
 # COHORT_BOOTSTRAP_TOKEN: an admin token needs at least 32 characters.
@@ -97,3 +98,17 @@ def embedded_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
         yield stack, CohortClient(stack.url, stack.token)
     finally:
         stack.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium (Debian's, never a downloaded one) for a module's tests."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = need_chromium()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(chromium), headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        yield browser
+        browser.close()

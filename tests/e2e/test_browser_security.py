@@ -16,11 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.capabilities import CHROMIUM, LACKS
 from tests.e2e.conftest import free_port
 from tests.e2e.test_behind_proxy import TOKEN, start_api
 
-playwright_api = pytest.importorskip("playwright.sync_api")
-CHROMIUM = Path("/usr/bin/chromium")
 SWEEP = {"name": "csp", "template": {"trainer": "mlp_digits", "strategy": "one_device",
                                      "replicas": 1},
          "space": {"grid": {"learning_rate": [0.1, 0.01]}},
@@ -29,7 +28,7 @@ SWEEP = {"name": "csp", "template": {"trainer": "mlp_digits", "strategy": "one_d
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(not CHROMIUM.exists(),
-                       reason="needs Debian's chromium (make test installs it)"),
+                       reason=LACKS + "Debian's chromium (make test installs it)"),
 ]
 
 
@@ -69,16 +68,6 @@ class Watched:
         assert not self.violations, f"CSP violations: {self.violations}"
         assert not self.errors, f"JavaScript errors: {self.errors}"
         assert not self.outside, f"requests off the site: {self.outside}"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        yield browser
-        browser.close()
 
 
 def log_in(page: Any) -> None:

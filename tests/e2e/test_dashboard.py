@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import playwright.sync_api as playwright_api
 import pytest
 from playwright.sync_api import expect
 
@@ -28,16 +27,6 @@ pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(),
                        reason=LACKS + "Debian's chromium (make test installs it)"),
 ]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        yield browser
-        browser.close()
 
 
 @pytest.fixture
