@@ -30,6 +30,7 @@ from services.exceptions import (
     QuotaError,
     QuotaExceeded,
     ScheduleConflict,
+    SelfRevocation,
     SweepEnded,
     TooLarge,
     TooManyRequests,
@@ -108,6 +109,7 @@ ANSWERS: dict[type[Exception], Answer] = {
     InvalidDataPath: Answer(422, "invalid_request"),
     DataPathConflict: Answer(409, "conflict"),
     SweepEnded: Answer(409, "conflict"),
+    SelfRevocation: Answer(409, "conflict"),
     # Quotas (services/jobs/quotas.py): a count reached is worth retrying later (429); a
     # job its project may never run as it is (priority, gang size) is not (403).
     QuotaExceeded: Answer(429, "quota_exceeded"),

@@ -79,6 +79,10 @@ class TokenNotFound(NotFound):
         super().__init__("token", token_id)
 
 
+class SelfRevocation(CohortError):
+    """A token asked to revoke itself (409): another admin token must do it."""
+
+
 class InvalidTokenSpec(FieldError):
     """A token request that passed schema validation but cannot be issued (422)."""
 

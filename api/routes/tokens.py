@@ -7,8 +7,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from api.deps import SessionDep, scoped
+from api.deps import SessionDep, TokenDep, scoped
 from api.json_body import CohortRoute
+from api.openapi import errors
 from api.params import DbId
 from services.auth import tokens
 from services.auth.schemas import NAME_PATTERN, TokenCreate, TokenCreated, TokenList, TokenRead
@@ -37,9 +38,9 @@ def read_tokens(
                             tokens.list_tokens(session=session, project=project)])
 
 
-@router.delete("/{token_id}")
-def revoke_token(token_id: DbId,
-                 session: SessionDep) -> TokenRead:
+@router.delete("/{token_id}", responses=errors(409))
+def revoke_token(token_id: DbId, session: SessionDep, caller: TokenDep) -> TokenRead:
     """Revoke a token and end its dashboard sessions; refused from the next request on.
-    Revoking a revoked token changes nothing."""
-    return tokens.to_read(tokens.revoke_token(session=session, token_id=token_id))
+    Revoking a revoked token changes nothing; a token cannot revoke itself (409)."""
+    return tokens.to_read(tokens.revoke_token(session=session, token_id=token_id,
+                                              caller_id=caller.id))

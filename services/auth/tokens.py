@@ -17,6 +17,7 @@ from services.auth.schemas import TokenCreate, TokenCreated, TokenRead, TokenSta
 from services.auth.scopes import Scope
 from services.exceptions import (
     InvalidTokenSpec,
+    SelfRevocation,
     TokenNotFound,
     Unauthorized,
     WeakBootstrapToken,
@@ -186,17 +187,23 @@ def list_tokens(*, session: Session, project: str | None = None) -> list[ApiToke
     return list(session.execute(query).scalars())
 
 
-def revoke_token(*, session: Session, token_id: int,
+def revoke_token(*, session: Session, token_id: int, caller_id: int | None = None,
                  now: dt.datetime | None = None) -> ApiToken:
     """Revoke a token and every dashboard session of it, from the next request on; a token
-    already revoked keeps its first revocation time.
+    already revoked keeps its first revocation time. `caller_id`: the token asking, which
+    may not revoke itself (an admin would lock itself out; another admin token can).
 
     Raises:
         TokenNotFound: no token has that id.
+        SelfRevocation: the caller's own token.
     """
     row = session.get(ApiToken, token_id)
     if row is None:
         raise TokenNotFound(token_id)
+    if token_id == caller_id:
+        raise SelfRevocation(
+            f"token {token_id} is the one making this request: revoke it with another "
+            "admin token (cohort tokens create --scope admin), so that one admin remains")
     _revoke(session=session, token_id=token_id, now=now or utcnow())
     session.refresh(row)
     return row

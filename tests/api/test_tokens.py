@@ -61,6 +61,20 @@ def test_revoking_refuses_the_token_on_its_next_request(
     assert again.json()["revoked_at"] == revoked.json()["revoked_at"]
 
 
+def test_a_token_cannot_revoke_itself_another_admin_can(
+        client: TestClient, admin: dict[str, str]) -> None:
+    second = client.post("/api/v1/tokens", headers=admin,
+                         json={"name": "second-admin", "scopes": ["admin"]}).json()
+    theirs = {"Authorization": f"Bearer {second['token']}"}
+    refused = client.delete(f"/api/v1/tokens/{second['id']}", headers=theirs)
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["error"] == "conflict"
+    assert "another admin token" in refused.json()["message"]
+    assert client.get("/api/v1/jobs", headers=theirs).status_code == 200  # still valid
+    assert client.delete(f"/api/v1/tokens/{second['id']}", headers=admin).status_code == 200
+    assert client.get("/api/v1/jobs", headers=theirs).status_code == 401
+
+
 def test_revoking_a_token_ends_its_dashboard_sessions(
         client: TestClient, admin: dict[str, str]) -> None:
     created = client.post("/api/v1/tokens", headers=admin,

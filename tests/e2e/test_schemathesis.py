@@ -25,8 +25,10 @@ MAX_EXAMPLES = 10
 
 def test_schemathesis_finds_no_failure_in_any_operation(
         tmp_path: Path, record_property: Any) -> None:
-    with pg_stack_with(tmp_path, {"COHORT_BOOTSTRAP_TOKEN": TOKEN}, parts=("api",)) as (stack,
-                                                                                    _):
+    # /metrics on, as a deployment with Prometheus has it (its own bearer: schemathesis'
+    # admin token gets 401 there, the answer the document gives).
+    env = {"COHORT_BOOTSTRAP_TOKEN": TOKEN, "COHORT_METRICS_TOKEN": "metrics-" + "0" * 32}
+    with pg_stack_with(tmp_path, env, parts=("api",)) as (stack, _):
         st = Path(sys.executable).with_name("st")
         result = subprocess.run(
             [str(st), "--no-color", "--config-file", str(CONFIG), "run",

@@ -95,7 +95,7 @@ def node(tmp_path: Path, bus: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> I
     monkeypatch.setenv("LC_MESSAGES", "C")
     monkeypatch.setenv("COHORT_REPLICA_UID_BASE", str(UID_BASE))
     monkeypatch.setenv("COHORT_REPLICA_UID_RANGE", str(UID_RANGE))
-    agent = Agent(Settings(DATA_DIR=tmp_path / "data", NODE_ID="isolation",
+    agent = Agent(Settings(DATA_DIR=tmp_path / "data", NODE_ID="isolation", NODE_KEY="ab" * 32,
                            ARTIFACT_URL=str(tmp_path / "store")), bus)
     yield agent
     agent.shutdown(grace=2)
