@@ -28,7 +28,7 @@ from services.wire.keys import (
     live_key,
 )
 from tests.conftest import create_database, drop_database
-from tests.e2e.conftest import PORT_BASE, free_port, wait_terminal
+from tests.e2e.conftest import E2E_TOKEN, PORT_BASE, free_port, wait_terminal
 from tests.e2e.multinode import wait_nodes
 from tests.e2e.test_redis_security import redis_server
 
@@ -69,7 +69,7 @@ def test_an_agent_as_its_own_acl_user_runs_a_job_and_reads_nothing_else(tmp_path
                        "COHORT_DATA_DIR": str(tmp_path / "data"),
                        "COHORT_API_PORT": str(free_port()),
                        "COHORT_PORT_RANGE_START": PORT_BASE,
-                       "COHORT_BOOTSTRAP_TOKEN": "acl-token"}, quiet=True)
+                       "COHORT_BOOTSTRAP_TOKEN": E2E_TOKEN}, quiet=True)
         try:
             stack.start(parts=("api", "scheduler"))
             stack.add_agent("acl-node", 1, redis_url=agent_url)

@@ -101,7 +101,8 @@ def test_rotating_the_bootstrap_token_revokes_the_old_one_and_its_sessions(
     old, new = new_bootstrap(), new_bootstrap()
     with running_api(pg_url, tmp_path, old) as url:
         assert status(url, old).status_code == 200
-        login = httpx.post(f"{url}/login", data={"token": old}, timeout=10)
+        login = httpx.post(f"{url}/login", data={"token": old}, headers={"Origin": url},
+                           timeout=10)
         session_id = login.history[0].cookies["cohort_session"] if login.history else \
             login.cookies["cohort_session"]
         assert httpx.get(f"{url}/api/v1/jobs", cookies={"cohort_session": session_id},
