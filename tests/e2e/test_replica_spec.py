@@ -5,6 +5,7 @@ slots in `scheduled`."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from cli.client import CohortClient
 from cli.stack import Stack
 from services.wire.replica import ReplicaLaunch
+from tests.capabilities import LACKS
 from tests.e2e.conftest import pg_stack_with, wait_terminal
 
 # Linux refuses one environment string longer than this (MAX_ARG_STRLEN): E2BIG.
@@ -22,12 +24,26 @@ ENV_STRING_LIMIT = 128 * 1024
 BIG = {f"pad_{i:04d}": "x" * 256 for i in range(800)}
 
 
+MISSING_PYTHON = {"COHORT_REPLICA_PYTHON": "/nonexistent/no-such-python"}
+
+
 @pytest.fixture
 def missing_python_stack(tmp_path: Path) -> Iterator[tuple[Stack, CohortClient]]:
     """The stack on PostgreSQL, its agent configured with a Python that does not exist."""
-    with pg_stack_with(tmp_path, {"COHORT_REPLICA_PYTHON": str(tmp_path / "no-such-python")}
-                       ) as stack:
+    with pg_stack_with(tmp_path, MISSING_PYTHON) as stack:
         yield stack
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(os.geteuid() != 0, reason=LACKS + "root (replicas run as the agent)")
+def test_an_agent_whose_replicas_cannot_run_its_python_does_not_start(tmp_path: Path) -> None:
+    # As root, replicas run as their job's uid: the agent checks at start that such a uid
+    # can run the interpreter, and stops with the reason rather than fail every job.
+    with pytest.raises(RuntimeError, match="agent exited"), \
+            pg_stack_with(tmp_path, MISSING_PYTHON):
+        pass
+    log = (tmp_path / "data" / "logs" / "agent.log").read_text()
+    assert "cannot run /nonexistent/no-such-python" in log, log[-2000:]
 
 
 @pytest.mark.e2e
@@ -54,6 +70,8 @@ def test_big_hyperparameters_start_and_succeed(pg_stack: tuple[Stack, CohortClie
 
 
 @pytest.mark.e2e
+@pytest.mark.skipif(os.geteuid() == 0, reason=LACKS + "a non-root user (as root the agent "
+                    "refuses an interpreter its replicas cannot run: the test above)")
 def test_a_replica_that_cannot_start_fails_its_job_with_the_reason(
         missing_python_stack: tuple[Stack, CohortClient]) -> None:
     _, client = missing_python_stack
