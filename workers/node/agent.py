@@ -256,7 +256,7 @@ class Agent:
         if last_here:
             # Nothing of the job runs here any more: whatever its code left running
             # under its uid (a daemon outside the process group) goes too.
-            isolation.reap(user)
+            isolation.reap(user, self.node_id)
         self.exits.exited(process.key, exit_code_of(returncode), tail(process.log_path))
 
     def _respawn(self, process: ReplicaProcess, code: int) -> ReplicaProcess | None:

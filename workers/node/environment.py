@@ -82,6 +82,7 @@ def contract_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
     spec = message.spec
     env = {
         "COHORT_JOB_ID": str(spec.job_id),
+        "COHORT_NODE_ID": message.node_id,
         "COHORT_ATTEMPT": str(spec.attempt),
         "COHORT_REPLICA_INDEX": str(spec.index),
         "COHORT_NUM_REPLICAS": str(spec.replicas),

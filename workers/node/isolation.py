@@ -143,20 +143,30 @@ def hand_over(root: Path, user: ReplicaUser | None) -> None:
         os.close(fd)
 
 
-def reap(user: ReplicaUser | None) -> int:
-    """SIGKILL every process still running as `user` (what a job's replicas left behind
-    on this node: a daemon outside their process group); returns how many."""
+def reap(user: ReplicaUser | None, node_id: str) -> int:
+    """SIGKILL every process still running as `user` that this node's replicas started
+    (what a job's replicas left behind: a daemon outside their process group); returns
+    how many.
+
+    Only processes whose environment names this node (COHORT_NODE_ID, which every replica
+    gets and its children inherit): another agent on the same host (a second node, a test
+    stack) may run a job whose uid is the same number, and its replicas are not ours to
+    end. A process that empties its own environment escapes this (docs/security.md).
+    """
     if user is None:
         return 0
     killed = 0
     for process in psutil.process_iter(["uids"]):
         uids = process.info.get("uids")
-        if uids is not None and user.uid in (uids.real, uids.effective):
-            try:
-                process.send_signal(signal.SIGKILL)
-                killed += 1
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
+        if uids is None or user.uid not in (uids.real, uids.effective):
+            continue
+        try:
+            if process.environ().get("COHORT_NODE_ID") != node_id:
                 continue
+            process.send_signal(signal.SIGKILL)
+            killed += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
     if killed:
         log.warning("killed %d processes left behind by uid %d", killed, user.uid)
     return killed
