@@ -46,12 +46,12 @@ TOKEN = "bench-streams-token-0123456789abcdef"
 
 def make_jobs(url: str, count: int) -> list[int]:
     os.environ["COHORT_DATABASE_URL"] = url
-    from services import auth
+    from services.auth import tokens
     from services.db import session_scope
     from tests.factories import create_job
 
     with session_scope() as session:
-        row = auth.ensure_token(session=session, token=TOKEN)
+        row = tokens.ensure_token(session=session, token=TOKEN, scopes=["read"])
         return [create_job(session, row.project_id, name=f"s{i}", replicas=1).id
                 for i in range(count)]
 
