@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install replica-access demo up test test-fast test-e2e test-install lint lint-deploy migrate bench clean chromium
+.PHONY: install replica-access demo up test test-fast test-e2e test-install lint lint-deploy migrate bench clean chromium reliability-report
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,17 +28,21 @@ replica-access: $(STAMP)
 migrate: $(STAMP)
 	$(VENV)/bin/cohort migrate
 
-# Fast tests (pure units, services and API against PostgreSQL) run two at a time; the
-# real-process tests start TensorFlow gangs and run one at a time, since two cores are all
-# a gang gets and their timeouts must not fire because another test took the cores (each
-# xdist worker would get its own Redis db and replica ports: tests/e2e/conftest.py).
+# Fast tests (pure units, services and API against PostgreSQL) run two at a time; so do the
+# real-process tests, a file per worker (--dist loadfile: a module's browser or installed
+# wheel is made once), the slowest files first (--no-loadscope-reorder keeps the order of
+# tests/conftest.py, which puts modules marked slow ahead). Each test's stack has a database, Redis db or server, DATA_DIR and
+# ports of its own (tests/e2e/conftest.py: each xdist worker takes its own Redis db and
+# replica ports), and an agent ends only processes that carry its own marks (node id and
+# DATA_DIR), so two stacks on one host never touch each other's replicas.
 # tests/install builds the wheel and runs it installed (not editable) in a virtualenv of
-# its own, as the images do. `-ra` lists every skip with its reason; a real-stack test may
+# its own, as the images do (its dependencies: a layer installed once per set of pins).
+# `-ra` lists every skip with its reason; a real-stack test may
 # skip only for a capability this machine lacks (tests/capabilities.py).
 PYTEST := $(PY) -m pytest -q -ra
 test: lint chromium replica-access
 	$(PYTEST) -n 2 tests/unit tests/services tests/api tests/streams
-	$(PYTEST) tests/workers tests/e2e tests/faults tests/install
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder --durations=25 tests/workers tests/e2e tests/faults tests/chaos tests/install
 
 # Style, the import contracts of pyproject.toml (api -> services <- workers; node and
 # replica code holds no SQL) and the types: seconds, so they run before any test.
@@ -59,13 +63,43 @@ test-fast: $(STAMP)
 	$(PYTEST) -n 2 tests/unit tests/services tests/api tests/streams
 
 test-e2e: $(STAMP) chromium replica-access
-	$(PYTEST) tests/workers tests/e2e tests/faults
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder tests/workers tests/e2e tests/faults
+
+# docs/reliability.md's table, from a run of every fault test (bench/reliability_report.py).
+reliability-report: $(STAMP) replica-access
+	rm -f test-artifacts/reliability.jsonl
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder tests/faults
+	$(PY) bench/reliability_report.py --write
+
+# The chaos soak (tests/chaos/soak.py): JOBS small jobs on three agents while replicas,
+# agents, the api and the scheduler are killed, replicas frozen, Redis and PostgreSQL
+# restarted at random; then every invariant is checked from SQL and the processes. It
+# prints its table (violations must be 0) and appends its record for docs/reliability.md
+# (bench/reliability_report.py --write). CHAOS_SEED repeats a run's choices (each run
+# prints its seed). `make test` runs it at a small size (tests/chaos/test_soak.py).
+JOBS ?= 200
+CHAOS_SEED ?=
+.PHONY: chaos
+chaos: $(STAMP) replica-access
+	JOBS=$(JOBS) CHAOS_SEED=$(CHAOS_SEED) $(PY) -m tests.chaos.soak
 
 test-install: $(STAMP) replica-access
 	$(PYTEST) tests/install
 
-bench: $(STAMP)
-	$(PY) bench/overhead.py
+# Each benchmark prints its table; docs/benchmarks.md records the figures with the date and
+# the command. The PostgreSQL ones make (and drop) databases of their own on 127.0.0.1:5432;
+# BENCH_REDIS is the machine's Redis (each benchmark takes a db of its own and empties it).
+BENCH_REDIS ?= redis://127.0.0.1:6379
+bench: $(STAMP) replica-access
+	$(PY) bench/overhead.py --runs 3 --pool 0
+	$(PY) bench/overhead.py --runs 3 --pool 2
+	$(PY) bench/replica_pool.py --rounds 3 --redis $(BENCH_REDIS)/12
+	$(PY) bench/replica_reporting.py --batches 10000 --rounds 5 --steps 20000
+	$(PY) bench/telemetry_load.py --quick --redis $(BENCH_REDIS)/13
+	$(PY) bench/job_page.py --quick --redis $(BENCH_REDIS)/13
+	$(PY) bench/scheduling_pass.py --passes 5 --redis $(BENCH_REDIS)/11
+	$(PY) bench/placement.py --placed --repeat 11
+	$(PY) bench/api_throughput.py --duration 20 --rounds 2 --redis $(BENCH_REDIS)/14
 	$(PY) bench/placement.py
 	$(PY) bench/metrics.py
 	$(PY) bench/schedules.py

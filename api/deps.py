@@ -17,6 +17,7 @@ from services.auth.scopes import Scope, check_scope, holds
 from services.db import session_scope
 from services.exceptions import Unauthorized
 from services.jobs import store as jobs
+from services.jobs.submission_batcher import SubmissionBatcher, process_batcher
 from services.models import ApiToken, Job
 from services.settings import Settings, get_settings
 from services.storage.store import ArtifactStore, open_store
@@ -44,7 +45,22 @@ def commit_admission(session: Session) -> None:
     thread. (The response is then read in a new transaction, which `get_db` commits.)
     """
     session.commit()
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+async def current_settings() -> Settings:
+    """The settings. Async, as the other dependencies that wait for nothing: FastAPI runs a
+    sync dependency in a pool thread, and a request's hops between the event loop and that
+    pool cost more CPU than such a dependency's own work."""
+    return get_settings()
+
+
+SettingsDep = Annotated[Settings, Depends(current_settings)]
+
+
+async def get_submitter() -> SubmissionBatcher:
+    """Admits job submissions in grouped transactions (services/jobs/submission_batcher.py)."""
+    return process_batcher()
+
+
+SubmitterDep = Annotated[SubmissionBatcher, Depends(get_submitter)]
 
 
 def get_store(settings: SettingsDep) -> ArtifactStore:
@@ -61,8 +77,8 @@ def _store(url: str, endpoint: str) -> ArtifactStore:  # noqa: ARG001 - part of 
 StoreDep = Annotated[ArtifactStore, Depends(get_store)]
 
 
-def get_bus() -> redis.Redis:
-    return get_redis()
+async def get_bus() -> redis.Redis:
+    return get_redis()  # a client; it connects on first use, in the thread that uses it
 
 
 RedisDep = Annotated[redis.Redis, Depends(get_bus)]
@@ -150,21 +166,21 @@ class ScopeRule:
         check_scope(token, self.needed(request.method))
         return token
 
-    def __call__(self, request: Request, token: TokenDep) -> ApiToken:
-        return self.check(request, token)
+    async def __call__(self, request: Request, token: TokenDep) -> ApiToken:
+        return self.check(request, token)  # no I/O: on the event loop (`current_settings`)
 
 
 class StreamScopeRule(ScopeRule):
     """A ScopeRule for SSE streams: the token is read in a short session of its own."""
 
-    def __call__(self, request: Request, token: StreamTokenDep) -> ApiToken:
+    async def __call__(self, request: Request, token: StreamTokenDep) -> ApiToken:
         return self.check(request, token)
 
 
 class PageScopeRule(ScopeRule):
     """A ScopeRule for dashboard pages: the login session's token, or a redirect to /login."""
 
-    def __call__(self, request: Request, token: Viewer) -> ApiToken:
+    async def __call__(self, request: Request, token: Viewer) -> ApiToken:
         return self.check(request, token)
 
 

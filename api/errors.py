@@ -13,6 +13,7 @@ from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
+from services.db import database_unreachable
 from services.exceptions import (
     BeyondQuota,
     DataPathConflict,
@@ -184,10 +185,12 @@ def _unavailable(what: str) -> JSONResponse:
                  "message": f"{what} is not answering; retry in {RETRY_AFTER_SECONDS} s"})
 
 
-async def _database_down(_: Request, __: Exception) -> JSONResponse:
-    # A refused or lost connection, a locked SQLite file, no pooled connection free in
-    # time: worth a retry. Any other database error is a bug (a 500).
-    return _unavailable("the database")
+async def _database_error(_: Request, exc: Exception) -> JSONResponse:
+    # A database that cannot be reached (services.db.database_unreachable) is worth a
+    # retry: 503. Any other database error is a bug: re-raised, a 500 with its traceback.
+    if database_unreachable(exc):
+        return _unavailable("the database")
+    raise exc
 
 
 async def _redis_down(_: Request, __: Exception) -> JSONResponse:
@@ -203,8 +206,10 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(status_code=422, content=_validation_payload(exc))
 
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
-    app.add_exception_handler(sqlalchemy.exc.OperationalError, _database_down)
-    app.add_exception_handler(sqlalchemy.exc.TimeoutError, _database_down)
+    # DBAPIError: every error the driver raised (OperationalError, InterfaceError, a
+    # statement cut off by a restart); TimeoutError: the pool's, not the driver's.
+    app.add_exception_handler(sqlalchemy.exc.DBAPIError, _database_error)
+    app.add_exception_handler(sqlalchemy.exc.TimeoutError, _database_error)
     app.add_exception_handler(redis.ConnectionError, _redis_down)
     app.add_exception_handler(redis.TimeoutError, _redis_down)
 

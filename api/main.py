@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
+import sqlalchemy as sa
 from fastapi import FastAPI
 
 from api import docs
@@ -38,13 +42,19 @@ from services.settings import get_settings
 log = logging.getLogger(__name__)
 
 
-def bootstrap() -> None:
+# Seconds between two tries at registering the bootstrap token while the database is
+# unreachable (an api started before PostgreSQL, or during its restart).
+BOOTSTRAP_RETRY = 1.0
+
+
+def register_bootstrap_token() -> None:
     """Register COHORT_BOOTSTRAP_TOKEN as an admin token of project `default` (revoking
-    the one it replaces; refused under 32 characters); clear the spool files of uploads
-    an earlier api process did not finish."""
-    settings = get_settings()
-    clear_stale_uploads(settings=settings)
-    token = settings.BOOTSTRAP_TOKEN
+    the one it replaces; refused under 32 characters).
+
+    Raises:
+        sqlalchemy.exc.OperationalError: the database is unreachable.
+    """
+    token = get_settings().BOOTSTRAP_TOKEN
     if token:
         with session_scope() as session:
             row = register_bootstrap(session=session, token=token)
@@ -53,10 +63,44 @@ def bootstrap() -> None:
                             "set a new value to have an admin token", row.revoked_at)
 
 
+async def register_when_reachable() -> None:
+    """Try the bootstrap token's registration again until the database answers."""
+    while True:
+        await asyncio.sleep(BOOTSTRAP_RETRY)
+        try:
+            await anyio.to_thread.run_sync(register_bootstrap_token)
+        except sa.exc.OperationalError:
+            continue
+        log.info("the database answers: COHORT_BOOTSTRAP_TOKEN registered")
+        return
+
+
+# How long a thread holding the GIL keeps it while another wants it (Python's default is
+# 5 ms). The api's threads mostly wait on PostgreSQL; under a burst each wakes from a reply
+# to find the GIL held by a thread parsing or serializing, and waited up to 5 ms per SQL
+# round trip, which made the admission of grouped submissions (a dozen round trips in a
+# row) slower than the work itself.
+GIL_SWITCH_INTERVAL = 0.0005  # seconds
+
+
 @asynccontextmanager
 async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-    bootstrap()
+    """Before serving: clear the spool files of uploads an earlier api process did not
+    finish, and register the bootstrap token. An api started while the database is
+    unreachable serves anyway (/healthz answers; /readyz, and every route that needs SQL,
+    503 with Retry-After, as during an outage) and registers the token once it answers."""
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL)
+    clear_stale_uploads(settings=get_settings())
+    retrying: asyncio.Task[None] | None = None
+    try:
+        register_bootstrap_token()
+    except sa.exc.OperationalError as exc:
+        log.warning("the database is unreachable (%s): serving anyway; COHORT_BOOTSTRAP_TOKEN "
+                    "is registered once it answers", exc.orig or exc)
+        retrying = asyncio.create_task(register_when_reachable())
     yield
+    if retrying is not None:
+        retrying.cancel()
 
 
 def create_app() -> FastAPI:

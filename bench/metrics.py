@@ -1,7 +1,7 @@
 """Benchmark the metrics path: ingest throughput, and emit-to-screen latency over SSE.
 
 1. Ingest: metric batches of 200 points (what a replica's reporter sends) are put on the
-   `cohort:metrics` stream, then the scheduler leader's `ingest_metrics_once` stores them;
+   `cohort:metrics` stream, then the scheduler leader's `ingest_once` stores them;
    points stored per second, on PostgreSQL and on SQLite, with every point new.
 2. Latency: the api (uvicorn) and the scheduler run as their own processes; a replica's
    `MetricReporter` emits (XADD) 20 points every 100 ms, stamped with the emit time, and
@@ -86,7 +86,8 @@ def bench_ingest(label: str, client: redis.Redis, batches: int, per_batch: int,
                  rounds: int = 3) -> float:
     """Points stored per second by the leader's ingest, every point new; the median of
     `rounds` (each a fresh job, the table growing as in a long-lived service)."""
-    from workers.control.ingest import ingest_metrics_once
+    from services.db import session_scope
+    from workers.control.ingest import METRICS, ingest_once
 
     rates = []
     for r in range(rounds):
@@ -103,7 +104,7 @@ def bench_ingest(label: str, client: redis.Redis, batches: int, per_batch: int,
         total, stored = batches * per_batch, 0
         started = time.perf_counter()
         while stored < total:
-            stored += ingest_metrics_once(client, block_ms=100)
+            stored += ingest_once(client, METRICS, sessions=session_scope, block_ms=100)
         rates.append(stored / (time.perf_counter() - started))
     rate = statistics.median(rates)
     print(f"ingest {label} ({rounds} rounds of {batches * per_batch:,} points): median "

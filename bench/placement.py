@@ -19,6 +19,14 @@ the placer of `--against REV` on the one-project queue.
     .venv/bin/python bench/placement.py [--repeat 5] [--old]
     .venv/bin/python bench/placement.py --ps [--against main]
     .venv/bin/python bench/placement.py --fair [--against main]
+
+`--placed` times a workload where most jobs *are* placed: 10k jobs of 1-4 replicas (one
+in five 1-2 GPUs a replica, one in ten `spread`, over 4 projects) on 1k nodes of 32 CPU
+slots (20-32 of them free), every other one with 16 GPUs (8-16 free). The placer
+before issue 18's placed-workload work (bench/placement_reference.py) and this one are
+run interleaved, and their assignments and waiting reasons checked equal.
+
+    .venv/bin/python bench/placement.py --placed [--repeat 15]
 """
 
 from __future__ import annotations
@@ -150,6 +158,65 @@ def fair_cell(repeat: int, against: str) -> None:
         print(f"{label:>34} {placed:>7} {wall * 1e3:>9.1f} {cpu * 1e3:>8.1f}", flush=True)
 
 
+def placed_workload(rng: random.Random, jobs: int = 10_000, nodes: int = 1_000
+                    ) -> tuple[list[GangRequest], list[NodeCapacity]]:
+    """A queue the cluster can hold almost whole: what a pass after a quiet spell, or a
+    cluster sized for its work, places."""
+    cluster = [NodeCapacity(id=f"node-{i:05d}", address=f"10.0.{i // 256}.{i % 256}",
+                            slots=32, free_slots=rng.randint(20, 32),
+                            gpus=16 if i % 2 == 0 else 0,
+                            free_gpus=tuple(range(rng.randint(8, 16))) if i % 2 == 0 else ())
+               for i in range(nodes)]
+    queue = [GangRequest(job_id=i, replicas=rng.randint(1, 4),
+                         gpus_per_replica=rng.choice((1, 2)) if rng.random() < 0.2 else 0,
+                         priority=rng.randint(0, 3), seq=i,
+                         policy="spread" if rng.random() < 0.1 else "pack", project=i % 4)
+             for i in range(jobs)]
+    return queue, cluster
+
+
+def same_outcome(a: Any, b: Any) -> bool:
+    """Whether two placers' results agree: every assignment (node, address, GPUs per
+    replica), every waiting reason, and the order considered."""
+    def shape(result: Any) -> Any:
+        return ({job: [tuple(p) if isinstance(p, tuple) else (p.node_id, p.address, p.gpu_ids)
+                       for p in placements] for job, placements in result.assignments.items()},
+                result.waiting, result.order)
+    return bool(shape(a) == shape(b))
+
+
+def placed_cell(repeat: int) -> None:
+    """Old (bench/placement_reference.py) and new placer, interleaved on a queue the
+    cluster can mostly hold; their assignments checked equal on every pass."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from placement_reference import place as reference_place
+
+    queue, cluster = placed_workload(random.Random(7))
+    print(f"{time.strftime('%Y-%m-%d')} {platform.node()} Python {platform.python_version()}")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    walls: dict[str, list[float]] = {"old": [], "new": []}
+    cpus: dict[str, list[float]] = {"old": [], "new": []}
+    placed = 0
+    for _ in range(repeat):
+        results = {}
+        for label, fn in (("old", reference_place), ("new", place)):
+            wall, cpu = time.perf_counter(), time.process_time()
+            results[label] = fn(queue, cluster)
+            walls[label].append(time.perf_counter() - wall)
+            cpus[label].append(time.process_time() - cpu)
+        if not same_outcome(results["old"], results["new"]):
+            raise SystemExit("the two placers disagree: not the same assignments")
+        placed = len(results["new"].assignments)
+    print(f"{len(queue)} jobs x {len(cluster)} nodes: {placed} placed by both, the same "
+          f"assignments on all {repeat} passes")
+    print(f"{'placer':>8} {'wall ms':>9} {'cpu ms':>8} {'cpu vs old':>10}")
+    old_cpu = statistics.median(cpus["old"])
+    for label in ("old", "new"):
+        cpu = statistics.median(cpus[label])
+        print(f"{label:>8} {statistics.median(walls[label]) * 1e3:>9.1f} {cpu * 1e3:>8.1f} "
+              f"{cpu / old_cpu:>10.2f}", flush=True)
+
+
 def timed(fn: Callable[..., Any], queue: list[Any], nodes: list[Any], repeat: int,
           *args: Any) -> tuple[float, float]:
     """Median wall and CPU seconds of one call. The CPU time is what the pass costs; on
@@ -170,6 +237,8 @@ def main() -> None:
     parser.add_argument("--ps", action="store_true", help="the parameter_server cell only")
     parser.add_argument("--fair", action="store_true",
                         help="the fair-sharing cell only: the queue over many projects")
+    parser.add_argument("--placed", action="store_true",
+                        help="a queue that is mostly placed: old and new placer, interleaved")
     parser.add_argument("--against", default="main",
                         help="with --ps or --fair: the baseline revision")
     args = parser.parse_args()
@@ -178,6 +247,9 @@ def main() -> None:
         return
     if args.fair:
         fair_cell(args.repeat, args.against)
+        return
+    if args.placed:
+        placed_cell(args.repeat)
         return
     rng = random.Random(7)
     old = old_placer() if args.old else None

@@ -38,8 +38,8 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import processes  # noqa: E402
 from tests.conftest import create_database, drop_database  # noqa: E402
-from tests.e2e.conftest import free_port  # noqa: E402
 
 TOKEN = "bench-streams-token-0123456789abcdef"
 
@@ -58,23 +58,10 @@ def make_jobs(url: str, count: int) -> list[int]:
 
 def start_api(tree: Path, db_url: str, redis_url: str, data: Path, streams: int
               ) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = {**os.environ, "COHORT_DATABASE_URL": db_url, "COHORT_REDIS_URL": redis_url,
-           "COHORT_BOOTSTRAP_TOKEN": TOKEN, "COHORT_DATA_DIR": str(data),
-           "COHORT_MAX_STREAMS_PER_TOKEN": str(streams + 10)}
-    process = subprocess.Popen([sys.executable, "-m", "cli", "api", "--port", str(port)],
-                               cwd=tree, env=env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        assert process.poll() is None, "the api exited"
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return process, url
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "the api did not start"
-        time.sleep(0.2)
+    return processes.start_api(
+        {**os.environ, "COHORT_DATABASE_URL": db_url, "COHORT_REDIS_URL": redis_url,
+         "COHORT_BOOTSTRAP_TOKEN": TOKEN, "COHORT_DATA_DIR": str(data),
+         "COHORT_MAX_STREAMS_PER_TOKEN": str(streams + 10)}, cwd=tree)
 
 
 def time_healthz(url: str, duration: float) -> list[float]:
@@ -112,12 +99,8 @@ class Streams:
                                        args=(self._run(),), daemon=True)
 
     async def _one(self, path: str) -> None:
-        reader, writer = await asyncio.open_connection(self.host, int(self.port))
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-                     f"Authorization: Bearer {TOKEN}\r\nAccept: text/event-stream\r\n\r\n"
-                     .encode())
-        await writer.drain()
-        status = await reader.readline()
+        reader, writer, status = await processes.open_sse(self.host, int(self.port), path,
+                                                          TOKEN)
         if b" 200 " not in status:
             self.refused += 1
             writer.close()
@@ -150,7 +133,8 @@ class Streams:
 
 def feed(redis_url: str, job_ids: list[int], stop: threading.Event) -> None:
     """A metric batch every 0.1 s for the jobs in turn, stored by the real ingest."""
-    from workers.control.ingest import ingest_metrics_once
+    from services.db import session_scope
+    from workers.control.ingest import METRICS, ingest_once
 
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     step = 0
@@ -160,7 +144,7 @@ def feed(redis_url: str, job_ids: list[int], stop: threading.Event) -> None:
         points = [[step, 0, name, 0.5, time.time()] for name in ("loss", "accuracy")]
         client.xadd("cohort:metrics", {"data": json.dumps(
             {"job_id": job_id, "attempt": 1, "replica": 0, "points": points})})
-        ingest_metrics_once(client, block_ms=50)
+        ingest_once(client, METRICS, sessions=session_scope, block_ms=50)
         time.sleep(0.1)
 
 
@@ -228,12 +212,7 @@ def main() -> None:
         print(f"the api's Redis connections: {clients_idle} idle, {clients_busy} with "
               "the streams")
     finally:
-        if process is not None:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        processes.stop(process)
         drop_database(name)
 
 

@@ -13,6 +13,7 @@ import httpx
 
 from cli.sse import Event, parse_lines
 from services.settings import get_settings
+from services.statuses import TERMINAL_STATUSES
 
 
 class ApiError(RuntimeError):
@@ -93,19 +94,25 @@ class CohortClient:
 
     def stream(self, job_id: int, *, kinds: tuple[str, ...] = ("status", "metric", "log"),
                last_event_id: str | None = None) -> Iterator[Event]:
-        """Events of a job's SSE stream; reconnects with Last-Event-ID if it drops."""
+        """Events of a job's SSE stream, to its terminal status; reconnects with
+        Last-Event-ID if it drops."""
         while True:
             headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
             try:
                 with self.http.stream("GET", f"/api/v1/jobs/{job_id}/stream",
                                       params={"kinds": list(kinds)}, headers=headers,
                                       timeout=httpx.Timeout(10.0, read=60.0)) as response:
+                    if response.status_code == 204:  # had the terminal status: over
+                        return
                     if response.status_code >= 400:
                         response.read()
                         self._check(response)
                     for event in parse_lines(response.iter_lines()):
                         last_event_id = event.id or last_event_id
                         yield event
+                        if event.event == "status" and \
+                                event.data.get("status") in TERMINAL_STATUSES:
+                            return  # the stream's last event
             except (httpx.TransportError, httpx.RemoteProtocolError):
                 time.sleep(1.0)  # dropped: resume exactly where we were
 

@@ -25,7 +25,7 @@ import typer
 from services.settings import Settings, get_settings
 from services.wire.client import connect, redacted
 from services.wire.events import NodeHeartbeat
-from services.wire.keys import NODES_HASH, SCHEDULER_LOCK_TTL, SCHEDULER_PASS
+from services.wire.keys import NODES_HASH, SCHEDULER_PASS
 from services.wire.signing import Sealed
 
 # A healthcheck must answer within the container engine's timeout (compose: 30 s).
@@ -45,7 +45,7 @@ class Unhealthy(Exception):
 def scheduler_max_age(settings: Settings) -> float:
     """How old the last pass may be: a pass runs at least every SCHEDULER_INTERVAL, and a
     new leader takes over within the lock's TTL of the old one dying."""
-    return max(3 * SCHEDULER_LOCK_TTL, 5 * settings.SCHEDULER_INTERVAL)
+    return max(3 * settings.SCHEDULER_LOCK_TTL, 5 * settings.SCHEDULER_INTERVAL)
 
 
 def api_url(settings: Settings) -> str:

@@ -89,7 +89,7 @@ def api(host: str | None = None, port: int | None = None) -> None:
         raise typer.Exit(1) from None
     _require_redis()
     uvicorn.run("api.main:app", host=host or settings.API_HOST, port=port or settings.API_PORT,
-                log_level="warning", access_log=False)
+                log_level="warning", access_log=False, workers=settings.API_WORKERS)
 
 
 @app.command()

@@ -126,7 +126,19 @@ class Stack:
         directory.mkdir(parents=True, exist_ok=True)
         self._spawn("redis", [binary, "--port", str(port), "--bind", "127.0.0.1",
                               "--save", "", "--appendonly", "no", "--dir", str(directory)])
-        deadline = time.monotonic() + 10
+        self._wait_for_redis(client, timeout=10)
+
+    def restart_redis(self, timeout: float = 30.0) -> None:
+        """Start the embedded Redis again (empty: it keeps nothing on disk), and return
+        once it answers (the fault tests' Redis restarts)."""
+        self.restart("redis")
+        port = self.settings.EMBEDDED_REDIS_PORT
+        self._wait_for_redis(redis.Redis.from_url(f"redis://127.0.0.1:{port}/0",
+                                                  socket_connect_timeout=0.5), timeout)
+
+    @staticmethod
+    def _wait_for_redis(client: redis.Redis, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 client.ping()
@@ -204,11 +216,17 @@ class Stack:
             time.sleep(0.1)
         raise TimeoutError("the local agent did not register; see var/logs/agent.log")
 
-    def add_agent(self, node_id: str, slots: int, **settings: str) -> subprocess.Popen[bytes]:
-        """Start one more node agent (tests and benchmarks of several nodes)."""
-        env = {**self.agent_env(node_id), "COHORT_NODE_SLOTS": str(slots),
+    def add_agent(self, node_id: str, slots: int, env: dict[str, str] | None = None,
+                  **settings: str) -> subprocess.Popen[bytes]:
+        """Start one more node agent (tests and benchmarks of several nodes): `settings`
+        are COHORT_* settings, `env` other variables of its process (and its replicas')."""
+        env = {**(env or {}), **self.agent_env(node_id), "COHORT_NODE_SLOTS": str(slots),
                **{f"COHORT_{k.upper()}": v for k, v in settings.items()}}
         return self._spawn(f"agent-{node_id}", [sys.executable, "-m", "cli", "agent"], env)
+
+    def add_scheduler(self, name: str) -> subprocess.Popen[bytes]:
+        """Start one more scheduler (a standby while another leads), logging to `name`."""
+        return self._spawn(name, [sys.executable, "-m", "cli", "scheduler"])
 
     def child(self, name: str) -> subprocess.Popen[bytes]:
         """The running child process called `name` (api, scheduler, agent, redis...)."""
@@ -227,10 +245,11 @@ class Stack:
         process.wait()
         self.children = [(n, p) for n, p in self.children if p is not process]
 
-    def restart(self, name: str) -> subprocess.Popen[bytes]:
-        """Start a child again with the argv and environment it had."""
+    def restart(self, name: str, env: dict[str, str] | None = None
+                ) -> subprocess.Popen[bytes]:
+        """Start a child again with the argv and environment it had (`env` on top)."""
         argv, extra_env = self.argv[name]
-        return self._spawn(name, argv, extra_env)
+        return self._spawn(name, argv, {**extra_env, **(env or {})})
 
     @property
     def url(self) -> str:

@@ -26,6 +26,9 @@ class Settings(BaseSettings):
 
     API_HOST: str = "127.0.0.1"
     API_PORT: int = 8000
+    # uvicorn worker processes of `cohort api` (each with its own thread pool and
+    # connection pool): one process's Python holds one core at most.
+    API_WORKERS: int = Field(1, ge=1, le=64)
     # An admin token of project `default`, registered at the api's start (at least 32
     # characters); a new value revokes the previous one (services/auth/tokens.py).
     BOOTSTRAP_TOKEN: str = ""
@@ -35,8 +38,9 @@ class Settings(BaseSettings):
     # Messages between the control plane and the agents are signed (services/wire/signing.py):
     # the scheduler holds SIGNING_KEY; each agent holds only its own NODE_KEY, which
     # `cohort node-key NODE_ID` derives from it. An agent refuses a message to it older than
-    # MESSAGE_MAX_AGE seconds (the scheduler re-sends what is still due every 15-20 s), so
-    # the hosts' clocks must agree to well within that.
+    # MESSAGE_MAX_AGE seconds (the scheduler re-sends what is still due every 15-20 s), its
+    # age read on Redis's clock at both ends (services/wire/clock.py): a host's own clock
+    # may be off by any amount.
     SIGNING_KEY: str = ""
     NODE_KEY: str = ""
     MESSAGE_MAX_AGE: float = Field(120.0, gt=0)
@@ -84,6 +88,11 @@ class Settings(BaseSettings):
     PORT_RANGE_END: int = 29999
     # The Python that runs replicas (`-m workers.replica.runner`); empty = the agent's own.
     REPLICA_PYTHON: str = ""
+    # Warm replica processes an agent keeps (workers/node/pool.py): Python started and
+    # TensorFlow imported, each handed one `trainer` replica, so it reaches its first step
+    # seconds sooner. Each holds ~250 MiB of its own while idle and takes ~5 CPU-seconds
+    # to start. 0: off.
+    REPLICA_POOL_SIZE: int = Field(0, ge=0, le=64)
     # An agent running as root runs each job's replicas as uid = gid = REPLICA_UID_BASE +
     # job id % REPLICA_UID_RANGE (workers/node/isolation.py, docs/security.md): a uid per
     # job, no /etc/passwd entry needed. The default span is one systemd leaves unused
@@ -105,15 +114,26 @@ class Settings(BaseSettings):
 
     # Scheduler timing (seconds)
     SCHEDULER_INTERVAL: float = 1.0
+    # The leader's Redis lock lasts this long unless renewed (every pass): a leader that
+    # dies or freezes is replaced this long after its last renewal, and a transaction it
+    # leaves open is ended by PostgreSQL after this long idle (services/cluster/fencing.py).
+    SCHEDULER_LOCK_TTL: float = Field(10.0, gt=0)
     HEARTBEAT_INTERVAL: float = 2.0
     NODE_TIMEOUT: float = 15.0  # a node whose heartbeat is older is lost
-    # An agent that could not heartbeat for this long stops its own replicas: it
-    # must be shorter than NODE_TIMEOUT, so they are gone before the gang is
-    # placed again elsewhere (no two copies of one replica).
+    # An agent whose heartbeats Redis has not taken for this long stops its own
+    # replicas: shorter than NODE_TIMEOUT, so they are gone before the gang is placed
+    # again elsewhere (no two copies of one replica; workers/node/lease.py), and longer
+    # than HEARTBEAT_INTERVAL, so a healthy agent's lease never lapses between beats.
     AGENT_LEASE: float = 10.0
 
     # Failure handling (seconds)
     STOP_GRACE: float = 8.0  # SIGTERM, then SIGKILL after this
+    # A start message whose replica is still pending after this long, or a stop whose
+    # replica still runs, is sent again from SQL (lost between commit and send, or with
+    # a Redis restart). A copy is harmless (an agent acts on a start once: its claim;
+    # on a stop of a gone replica, not at all), so these bound what a lost message costs.
+    START_RESEND_AFTER: float = Field(20.0, gt=0)
+    STOP_RESEND_AFTER: float = Field(15.0, gt=0)
     STARTUP_TIMEOUT: float = 180.0  # from spawn to the first training step
     PROGRESS_TIMEOUT: float = 120.0  # between two progress heartbeats of a replica
     RESTART_BACKOFF: float = 2.0  # first restart waits this, then doubles...
@@ -150,6 +170,29 @@ class Settings(BaseSettings):
         # port bases) without an end: keep the default width rather than an empty range.
         if self.PORT_RANGE_END < self.PORT_RANGE_START:
             self.PORT_RANGE_END = self.PORT_RANGE_START + 499
+        return self
+
+    @model_validator(mode="after")
+    def _lock_outlasts_a_pass(self) -> Settings:
+        # The leader renews its lock once a pass, and waits up to SCHEDULER_INTERVAL for
+        # events between passes: a shorter lock would lapse under a healthy leader.
+        if self.SCHEDULER_LOCK_TTL < 2 * self.SCHEDULER_INTERVAL:
+            raise ValueError(
+                f"COHORT_SCHEDULER_LOCK_TTL ({self.SCHEDULER_LOCK_TTL:g}) must be at least "
+                f"twice COHORT_SCHEDULER_INTERVAL ({self.SCHEDULER_INTERVAL:g}): raise the "
+                "lock's TTL or shorten the interval")
+        return self
+
+    @model_validator(mode="after")
+    def _lease_between_beat_and_timeout(self) -> Settings:
+        # workers/node/lease.py: an agent cut off stops its replicas when its lease
+        # lapses; the control plane places them elsewhere NODE_TIMEOUT after the last
+        # beat. A lease as long would let two gangs of one job run at once.
+        if not self.HEARTBEAT_INTERVAL < self.AGENT_LEASE < self.NODE_TIMEOUT:
+            raise ValueError(
+                f"COHORT_AGENT_LEASE ({self.AGENT_LEASE:g}) must be longer than "
+                f"COHORT_HEARTBEAT_INTERVAL ({self.HEARTBEAT_INTERVAL:g}) and shorter than "
+                f"COHORT_NODE_TIMEOUT ({self.NODE_TIMEOUT:g})")
         return self
 
     @model_validator(mode="after")

@@ -1,7 +1,9 @@
 """What this machine can do for the real-stack tests, decided in one place.
 
 A test of the real stack may skip only because the machine lacks something it needs: root
-and iproute2 (network namespaces), Debian's Chromium, a redis-server binary. Those skips
+and iproute2 (network namespaces), Debian's Chromium, a redis-server binary, PostgreSQL's
+server programs and an account to run them (a server of a test's own), libfaketime (a
+process's clock set off). Those skips
 go through the functions here, whose reasons start with `LACKS`. Any other skip of a test
 under tests/e2e, tests/faults, tests/workers or tests/install is turned into a failure by
 tests/conftest.py: on a machine that has what a test needs, a broken setup (an `ip`
@@ -11,6 +13,7 @@ hiding in the skip count. `make test` prints every skip with its reason (`-ra`).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -19,6 +22,12 @@ import pytest
 
 LACKS = "this machine lacks "
 CHROMIUM = Path("/usr/bin/chromium")
+# LD_PRELOAD it with FAKETIME="+300" and a process's clock (and its children's) is off.
+# The one the PyPI package `libfaketime` ships (a dev dependency), not Debian's 0.9.10:
+# there, with FAKETIME_DONT_FAKE_MONOTONIC=1 Python 3.11's time.sleep fails with EINVAL
+# (libfaketime issue 426), and without it every timed thread wait hangs.
+LIBFAKETIME_PACKAGE = "libfaketime"
+LIBFAKETIME_SO = Path("vendor", "libfaketime", "src", "libfaketime.so.1")
 REAL_STACK_DIRS = frozenset({"e2e", "faults", "workers", "install"})
 
 
@@ -37,6 +46,24 @@ def need_chromium() -> Path:
     if not CHROMIUM.exists():
         pytest.skip(LACKS + f"{CHROMIUM} (make test installs it with apt-get)")
     return CHROMIUM
+
+
+def libfaketime() -> Path | None:
+    """The libfaketime shared object the `libfaketime` package ships, if installed."""
+    spec = importlib.util.find_spec(LIBFAKETIME_PACKAGE)
+    if spec is None or spec.origin is None:
+        return None
+    library = Path(spec.origin).parent / LIBFAKETIME_SO
+    return library if library.is_file() else None
+
+
+def need_libfaketime() -> Path:
+    """libfaketime (`make install` installs it with the dev dependencies), or skip."""
+    library = libfaketime()
+    if library is None:
+        pytest.skip(LACKS + "libfaketime (pip install the `libfaketime` package: the dev "
+                            "dependencies)")
+    return library
 
 
 def need_redis_server() -> str:
@@ -58,3 +85,36 @@ def is_real_stack(path: Path) -> bool:
 def allowed_skip(reason: str) -> bool:
     """A skip that says the machine lacks something (see the module's docstring)."""
     return LACKS in reason
+
+
+def need_postgres_server() -> None:
+    """PostgreSQL's server programs (initdb, pg_ctl) and an account to run them as
+    (PostgreSQL refuses root: as root, the `postgres` user through `runuser`), or skip."""
+    from tests.pgserver import binary, server_user
+
+    if binary("initdb") is None or binary("pg_ctl") is None:
+        pytest.skip(LACKS + "PostgreSQL's initdb and pg_ctl (apt-get install postgresql)")
+    if server_user() is None:
+        pytest.skip(LACKS + "a `postgres` account and `runuser` to run PostgreSQL as non-root")
+
+
+CAP_SYS_ADMIN = 21  # the capability mount(2) needs (linux/capability.h)
+
+
+def has_mount() -> bool:
+    """Root with CAP_SYS_ADMIN (a container may have root without it) and `mount`."""
+    if os.geteuid() != 0 or shutil.which("mount") is None or shutil.which("umount") is None:
+        return False
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return False
+    effective = next((line.split()[1] for line in status.splitlines()
+                      if line.startswith("CapEff:")), "0")
+    return bool(int(effective, 16) >> CAP_SYS_ADMIN & 1)
+
+
+def need_mount() -> None:
+    """Skip unless this process may mount a filesystem of its own (a small tmpfs)."""
+    if not has_mount():
+        pytest.skip(LACKS + "root with CAP_SYS_ADMIN and `mount` (a small tmpfs of its own)")

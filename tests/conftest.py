@@ -6,11 +6,13 @@ its own Redis db number, so tests run in parallel without seeing each other.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,21 @@ def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
             report.longrepr = (f"a real-stack test was skipped on a machine that can run "
                                f"it: {reason}")
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest modules first, the rest in their order. The real-process suite runs a
+    whole file per xdist worker (`--dist loadfile --no-loadscope-reorder`), handed out in
+    this order: a long file left for last keeps one worker busy while the other idles
+    (the chaos soak, one test of three minutes, used to end the run alone). A module says
+    how long it takes with `pytest.mark.slow(seconds)`: its time on the 2-core machine,
+    roughly (`--durations`), only to order by."""
+    def seconds(item: pytest.Item) -> float:
+        marker = item.get_closest_marker("slow")
+        return float(marker.args[0]) if marker and marker.args else 0.0
+
+    items.sort(key=lambda item: -seconds(item))  # stable: the unmarked keep their order
+
+
 PG_ADMIN_URL = os.environ.get("COHORT_TEST_PG_URL",
                               "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS_BASE = os.environ.get("COHORT_TEST_REDIS", "redis://127.0.0.1:6379")
@@ -52,18 +69,75 @@ def worker_number() -> int:
     return int(worker.removeprefix("gw") or 0)
 
 
-def create_database(name: str) -> str:
-    """Create (anew) a PostgreSQL database, migrate it, and return its URL."""
-    from cli.stack import migrate
+# The Redis dbs of the tests on the machine's Redis (COHORT_TEST_REDIS), shared out in
+# this one place: each xdist worker owns one db per use, so tests running at the same time
+# on two workers never share (nor flush) one. A worker runs one test file at a time
+# (--dist loadfile), so the files of one use on one worker take turns.
+_REDIS_USES = ("fast", "stack", "install", "code", "agent", "fencing", "wipe")
+_REDIS_WORKERS = 2  # 1 + 2 * 7 dbs of Redis' 16
 
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+
+def redis_url(use: str) -> str:
+    """The URL of this xdist worker's Redis db for `use` (one of _REDIS_USES)."""
+    worker = worker_number()
+    if worker >= _REDIS_WORKERS:
+        raise RuntimeError(f"tests share Redis' 16 dbs among {_REDIS_WORKERS} xdist workers "
+                           f"at most; run with -n {_REDIS_WORKERS} or fewer")
+    return f"{REDIS_BASE}/{1 + worker * len(_REDIS_USES) + _REDIS_USES.index(use)}"
+
+
+def _database_url(name: str) -> str:
+    return make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+
+
+def _migrated_template(admin: Engine) -> str:
+    """The name of a database migrated to the newest schema, made once per migration
+    tree (its name carries a digest of the migration files, so an edited migration makes
+    a new one) by whichever test process comes first; older ones are dropped."""
+    from cli.stack import migrate, migrations_directory
+
+    digest = hashlib.sha1()
+    for path in sorted(Path(migrations_directory()).rglob("*.py")):
+        digest.update(path.read_bytes())
+    name = f"cohort_template_{digest.hexdigest()[:12]}"
     with admin.connect() as connection:
-        connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    migrate(url)
-    return url
+        # One process makes it; the others wait here, then find it made.
+        connection.execute(sa.select(sa.func.pg_advisory_lock(_TEMPLATE_LOCK)))
+        try:
+            found = set(connection.execute(sa.text(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'cohort\\_template\\_%'"
+            )).scalars())
+            if name not in found:
+                for old in found:
+                    connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)'))
+                connection.execute(sa.text(f'CREATE DATABASE "{name}.new"'))
+                migrate(_database_url(f"{name}.new"))
+                # Renamed only once migrated: a half-made template is never copied.
+                connection.execute(sa.text(f'ALTER DATABASE "{name}.new" RENAME TO "{name}"'))
+        finally:
+            connection.execute(sa.select(sa.func.pg_advisory_unlock(_TEMPLATE_LOCK)))
+    return name
+
+
+_TEMPLATE_LOCK = 0x436F686F7254  # "CohorT": tests' template database
+
+
+def create_database(name: str) -> str:
+    """Create (anew) a PostgreSQL database at the newest migration and return its URL.
+
+    A copy of a template migrated once (`CREATE DATABASE ... TEMPLATE`: a file copy, well
+    under a second) instead of running every migration again for each test's database.
+    The migrations themselves run for the template, and `cohort migrate` runs on a new
+    database in tests/install."""
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        template = _migrated_template(admin)
+        with admin.connect() as connection:
+            connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            connection.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+    finally:
+        admin.dispose()
+    return _database_url(name)
 
 
 def drop_database(name: str) -> None:
@@ -71,6 +145,34 @@ def drop_database(name: str) -> None:
     with admin.connect() as connection:
         connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+# Port 9 (discard) on this machine: nothing listens, a connection is refused at once.
+REFUSING_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:9/x"
+
+
+@contextmanager
+def database_refused() -> Iterator[None]:
+    """Within the block, this process's engine points at a port where no database
+    answers (as during a restart of PostgreSQL); afterwards at the one before."""
+    from services.db import get_engine, get_sessionmaker
+    from services.settings import get_settings
+
+    caches = (get_settings, get_engine, get_sessionmaker)
+    before = os.environ.get("COHORT_DATABASE_URL")
+    os.environ["COHORT_DATABASE_URL"] = REFUSING_DATABASE_URL
+    for cached in caches:
+        cached.cache_clear()
+    try:
+        yield
+    finally:
+        get_engine().dispose()
+        if before is None:
+            os.environ.pop("COHORT_DATABASE_URL")
+        else:
+            os.environ["COHORT_DATABASE_URL"] = before
+        for cached in caches:
+            cached.cache_clear()
 
 
 @pytest.fixture(scope="session")
@@ -103,7 +205,7 @@ def pg_url(replicas_tmp_root: Path) -> Iterator[str]:
     url = create_database(name)
     # Processes and code under test read their settings from the environment.
     os.environ["COHORT_DATABASE_URL"] = url
-    os.environ["COHORT_REDIS_URL"] = f"{REDIS_BASE}/{1 + worker_number()}"
+    os.environ["COHORT_REDIS_URL"] = redis_url("fast")
     data = Path(tempfile.mkdtemp(prefix="data-", dir=replicas_tmp_root))
     data.chmod(0o711)
     os.environ["COHORT_DATA_DIR"] = str(data)

@@ -1,19 +1,29 @@
-"""What a sender keeps to send again after a Redis restart.
+"""What a sender keeps to send again after Redis lost its data.
 
 Metric points (the replica's reporter) and log lines (the agent's shipper) sit in a
 Redis stream until the scheduler leader stores them, within about a second. A Redis
-that restarts without persistence comes back empty, and what it held is gone: so each
-sender remembers what it sent in the last REPLAY_WINDOW seconds, notices the restart
-by Redis' `run_id`, and sends that again. SQL's unique keys store it once.
+that restarts without persistence comes back empty, as does one flushed (`FLUSHALL`) or
+replaced by an empty server, and what it held is gone: so each sender remembers what it
+sent in the last REPLAY_WINDOW seconds, notices the wipe by the generation marker
+(services/wire/generation.py: not by `run_id`, which a flush keeps), and sends that
+again. SQL's unique keys store it once. The senders of a replica outlive it by that
+window (`AfterEnd`): a wipe just after its end must not erase its last points and lines.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
+import threading
 import time
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import redis
+
+from services.wire.generation import Generation
+
+log = logging.getLogger("cohort.replay")
 
 REPLAY_WINDOW = 30.0  # seconds: far longer than the ingest takes to store a batch
 
@@ -26,25 +36,77 @@ class RecentlySent(Generic[T]):
     def __init__(self, window: float = REPLAY_WINDOW) -> None:
         self.window = window
         self._items: collections.deque[tuple[float, T]] = collections.deque()
-        self._run_id: str | None = None
+        self._generation = Generation()
         self._seen_at = 0.0  # when that Redis last answered
 
     def add(self, item: T) -> None:
         self._items.append((time.monotonic(), item))
 
+    def __bool__(self) -> bool:
+        """Whether anything sent lately could still be lost to a wipe."""
+        return bool(self._items)
+
     def lost_to_restart(self, client: Any) -> list[T]:
-        """The items sent in the window before the old Redis last answered, if Redis has
-        restarted since the last call (however long it was away), else [].
-        Call it after a successful send (Redis answers, so its `run_id` is readable)."""
+        """The items sent in the window before the old data last answered, if Redis has
+        lost its data since the last call (restarted, flushed, replaced; however long it
+        was away), else []. Call it after a successful send (Redis answers)."""
         try:
-            run_id = client.info("server").get("run_id")
+            wiped = self._generation.check(client)
         except redis.RedisError:
             return []
         now = time.monotonic()
         lost: list[T] = []
-        if self._run_id is not None and run_id != self._run_id:
+        if wiped:
             lost = [item for sent, item in self._items if sent >= self._seen_at - self.window]
-        self._run_id, self._seen_at = run_id, now
+        self._seen_at = now
         while self._items and now - self._items[0][0] > self.window:
             self._items.popleft()
         return lost
+
+
+class AfterEnd:
+    """The senders of replicas that have ended, each kept for `window` seconds after.
+
+    A replica's last points and log lines are sent just before its exit is reported, and
+    the leader stores them a moment later. A wipe in that moment erases them, and the
+    threads that would send them again (they look for a wipe at their next send) ended
+    with the replica: the job can succeed with its last points never stored. So the
+    agent keeps each ended replica's senders here and calls `tick()` with every
+    heartbeat: each sends what it still holds unsent and, if Redis lost its data, what
+    it sent in its last REPLAY_WINDOW seconds (SQL's unique keys store it once). After
+    `window` seconds a sender is closed and forgotten: by then the leader has long
+    stored what it sent.
+    """
+
+    def __init__(self, window: float = REPLAY_WINDOW) -> None:
+        self.window = window
+        self._held: list[tuple[float, Callable[[], object], Callable[[], object] | None]] = []
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def keep(self, send_again: Callable[[], object],
+             close: Callable[[], object] | None = None) -> None:
+        """Hold a sender whose replica ended: `send_again` ships what it holds unsent and
+        replays what a wipe erased; `close` releases it when its time is up."""
+        with self._lock:
+            self._held.append((time.monotonic() + self.window, send_again, close))
+
+    def tick(self) -> None:
+        """Give every held sender its chance; close and drop those past their window.
+        A sender's failure (Redis away again) waits for the next tick."""
+        now = time.monotonic()
+        with self._lock:
+            held = list(self._held)
+            self._held = [entry for entry in held if entry[0] > now]
+        for until, send_again, close in held:
+            try:
+                send_again()
+            except Exception as exc:  # noqa: BLE001 - tried again at the next tick
+                log.debug("sending again after a replica's end failed: %s", exc)
+            if until <= now and close is not None:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - releasing is best effort
+                    pass

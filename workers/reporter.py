@@ -61,8 +61,8 @@ class MetricReporter(PointBuffer):
         return cls(connect(redis_url), **kwargs)
 
     def _send_beat(self, alive_until: float) -> None:
-        field, value = ProgressBeat(self._job_id, self._attempt, self._replica,
-                                    alive_until).encode()
+        field, value = ProgressBeat(self._job_id, self._attempt, self._replica, alive_until,
+                                    ahead=max(0.0, alive_until - time.time())).encode()
         self._client.hset(PROGRESS_HASH, field, value)
 
     def close(self) -> None:
@@ -78,11 +78,33 @@ class MetricReporter(PointBuffer):
         """Keep what was sent lately: if Redis restarts and loses it before the
         control plane stored it, it is sent again (stored once: the key is unique)."""
         self._recent.add(points)
+        self._replay_lost()
+
+    def _replay_lost(self) -> None:
+        """Send again what a wipe of Redis erased, if Redis lost its data since the last
+        look (the lock held). What cannot be sent now goes back to the buffer."""
         lost = self._recent.lost_to_restart(self._client)
         if lost:
             warn("Redis restarted: sending the last points again")
             for old in lost:
-                self._send(old)
+                if self._send(old) is not None:
+                    self._buffer[:0] = old
+                else:
+                    self._recent.add(old)  # erased again, it is sent again
+
+    def send_again(self) -> None:
+        """After the replica ended (workers/replay.py AfterEnd): send what is still
+        buffered, and again what a wipe erased since the last send."""
+        if not self._lock.acquire(timeout=1.0):
+            return  # the last flush is still under way: the next tick
+        try:
+            self._drain()
+            if self._buffer:
+                self._send_buffer()  # replays what a wipe erased on the way
+            else:
+                self._replay_lost()
+        finally:
+            self._lock.release()
 
     def _send(self, points: list[Point]) -> Exception | None:
         payload = MetricBatch(self._job_id, self._attempt, self._replica, points).encode()

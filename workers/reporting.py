@@ -5,6 +5,14 @@ Two senders share it: the agent's `MetricReporter` (workers/reporter.py), which 
 batches to Redis, and the replica's `ReplicaReporter` (workers/replica/report_channel.py),
 which appends lines to the replica's metrics file for its agent to ship. Replicas hold no
 Redis credentials, so this module imports nothing that dials Redis.
+
+A training loop reports its steps through `step_recorder()`: per step it appends one
+`StepRecord` (the logs as Keras gave them, unconverted) to a deque, and nothing else. A
+sender thread turns the records into points (float conversion, non-finite checks),
+encodes and ships them every flush interval; any flush does the same first, so points
+always leave in the order they were recorded. The training thread takes no lock per step:
+`deque.append` and `deque.popleft` are atomic in CPython, and only one thread at a time
+(the one holding the lock) pops.
 """
 
 from __future__ import annotations
@@ -13,8 +21,9 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, TextIO
 
 from services.wire.batches import Point
 
@@ -25,11 +34,43 @@ ENTRY_POINTS = 1_000  # points per send, so a backlog never becomes one huge ent
 MAX_PAUSE = 30.0  # longest pause of time-triggered flushes after repeated failures
 # Seconds between two progress heartbeats of one replica.
 BEAT_INTERVAL = 1.0
+# Step records kept while the sender cannot keep up (its write stuck): beyond this the
+# oldest are dropped, as MAX_BUFFER drops the oldest points.
+MAX_RECORDS = 50_000
+
+
+class StepRecord(NamedTuple):
+    """One step (or epoch end) as the training thread hands it over, converted later.
+
+    `logs` is the mapping Keras passed (numpy values, or tensors when the callback takes
+    tf logs), never copied: Keras builds a new one per step and mutates none it passed.
+    `clock` is `time.perf_counter()` at the step's end (the point's ts is derived from
+    it when converted); `step_time` None for records with no timing (epoch ends);
+    `examples` the global batch, for examples_per_sec.
+    """
+
+    step: int
+    epoch: int | None
+    logs: Mapping[str, Any] | None
+    prefix: str  # put before every log name: "" for a step, "epoch_" for an epoch end
+    clock: float
+    step_time: float | None
+    examples: int
+
+
+def status_line(line: str, stream: TextIO) -> None:
+    """Write one status line to `stream` and flush it. A replica's output goes to its
+    log on DATA_DIR: when that disk is full the line is lost, never the replica (a
+    warning that raised would end the metrics sender, or training on a `cohort:` line)."""
+    try:
+        print(line, file=stream, flush=True)  # noqa: T201 - the agent's log is the audience
+    except OSError:
+        pass
 
 
 def warn(message: str) -> None:
     """Write one `cohort: warning:` line to stderr."""
-    print(f"cohort: warning: {message}", file=sys.stderr, flush=True)  # noqa: T201
+    status_line(f"cohort: warning: {message}", sys.stderr)
 
 
 class PointBuffer:
@@ -59,9 +100,13 @@ class PointBuffer:
         self._failures = 0
         self._skipped: set[str] = set()
         self.dropped = 0
-        self.last_step = 0
+        self._last_step = 0  # of the points buffered so far; see last_step
         self._last_beat = 0.0
         self._beat_floor = 0.0
+        self._records: deque[StepRecord] = deque(maxlen=MAX_RECORDS)
+        self._sender: threading.Thread | None = None
+        self._wake = threading.Event()  # ends the sender's wait early (epoch end, stop)
+        self._stopping = False
 
     # -- what a subclass provides -------------------------------------------
     def _send(self, points: list[Point]) -> Exception | None:
@@ -82,10 +127,13 @@ class PointBuffer:
     def beat(self, extend: float = 0.0) -> None:
         """Progress heartbeat (at most one a second): this replica is still stepping.
 
-        Sent from the training loop itself, never from a thread, so a replica stuck
-        in a collective, a frozen input pipeline or a stopped process goes quiet and
-        the scheduler's watchdog sees it. A beat says "alive through this time";
-        `extend` dates it ahead for a phase with no steps to beat from (saving).
+        Sent from the training loop itself, never from a timer thread, so a replica
+        stuck in a collective, a frozen input pipeline or a stopped process goes quiet
+        and the scheduler's watchdog sees it. While steps are recorded the lines of
+        points the sender writes for them are progress too (the agent counts every
+        line), so a loop beats only where it makes no steps (evaluation, serving). A
+        beat says "alive through this time"; `extend` dates it ahead for a phase with
+        no steps to beat from (saving).
         """
         now = time.monotonic()
         if now - self._last_beat < BEAT_INTERVAL and not extend:
@@ -100,16 +148,90 @@ class PointBuffer:
 
     @property
     def pending(self) -> int:
-        """Number of points not yet shipped."""
-        return len(self._buffer)
+        """Number of points (and step records) not yet shipped."""
+        return len(self._buffer) + len(self._records)
 
-    def add(
-        self, step: int, epoch: int | None, name: str, value: Any, ts: float | None = None
-    ) -> None:
-        """Buffer one observation (non-numeric and non-finite values are skipped)."""
+    @property
+    def last_step(self) -> int:
+        """The latest step seen, recorded steps not yet converted included (the
+        resource sampler samples once per step at this step)."""
+        try:
+            return max(self._last_step, self._records[-1].step)
+        except IndexError:  # no records (or the sender just took the last)
+            return self._last_step
+
+    # -- steps, recorded by the training thread --------------------------------
+    def step_recorder(self) -> Callable[[StepRecord], None]:
+        """The function a training loop calls once per step with a `StepRecord`: an
+        append to a deque, nothing more (no lock, no conversion, no I/O). Starts the
+        sender thread that ships the records every flush interval."""
+        if self._sender is None:
+            self._sender = threading.Thread(target=self._send_loop, daemon=True,
+                                            name="cohort-metrics-sender")
+            self._sender.start()
+        return self._records.append
+
+    def wake_sender(self) -> None:
+        """Ship what was recorded now rather than at the next interval (epoch ends)."""
+        self._wake.set()
+
+    def stop_sender(self, timeout: float = 5.0) -> None:
+        """End the sender thread (after its current flush); records left are shipped
+        by the next `flush()`."""
+        sender = self._sender
+        if sender is None:
+            return
+        self._stopping = True
+        self._wake.set()
+        sender.join(timeout)
+
+    def _send_loop(self) -> None:
+        # No beats from here: a line of points is progress to the agent, and records
+        # arrive only while the training thread steps, so a hung loop goes quiet.
+        while not self._stopping:
+            self._wake.wait(self._flush_interval)
+            self._wake.clear()
+            if self._stopping or not (self._records or self._buffer):
+                continue
+            try:
+                with self._lock:
+                    # Converted even while sends are paused, so MAX_BUFFER bounds a
+                    # long outage with its count of dropped points.
+                    self._drain()
+                    if self._buffer and time.monotonic() >= self._paused_until:
+                        self._send_buffer()
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive a bad flush
+                warn(f"shipping metrics failed ({type(exc).__name__}: {exc}); retrying")
+
+    def _drain(self) -> None:
+        """Turn the step records into points (with the lock held, so one thread pops
+        at a time and points keep the records' order)."""
+        records = self._records
+        if not records:
+            return
+        if len(records) == records.maxlen:
+            warn(f"{records.maxlen} step records waiting to be shipped; older ones "
+                 "may have been dropped")
+        # One offset per drain: the wall clock a perf_counter reading corresponds to.
+        offset = time.time() - time.perf_counter()
+        append = self._append_point
+        while records:
+            step, epoch, logs, prefix, clock, step_time, examples = records.popleft()
+            ts = offset + clock
+            if logs:
+                for name, value in logs.items():
+                    append(step, epoch, f"{prefix}{name}", value, ts)
+            if step_time is not None:
+                append(step, epoch, "step_time", step_time, ts)
+                if step_time > 0:
+                    append(step, epoch, "examples_per_sec", examples / step_time, ts)
+
+    def _append_point(self, step: int, epoch: int | None, name: str, value: Any,
+                      ts: float) -> None:
+        """Check and buffer one point (the lock held)."""
         try:
             number = float(value)
-        except (TypeError, ValueError):
+        except Exception:  # noqa: BLE001 - e.g. a tensor that is not a scalar: skipped
             number = math.nan
         if not math.isfinite(number):
             # JSON has no NaN/Infinity and the protocol promises a float: skip, say so once.
@@ -117,19 +239,27 @@ class PointBuffer:
                 self._skipped.add(name)
                 warn(f"metric {name!r} has non-finite or non-numeric value {value!r}; not reported")
             return
-        point = (int(step), epoch, name, number, time.time() if ts is None else ts)
+        step = int(step)
+        buffer = self._buffer
+        buffer.append((step, epoch, name, number, ts))
+        if len(buffer) > self._max_buffer:
+            # Drop a tenth at once so a long outage does not make every add O(n).
+            excess = len(buffer) - self._max_buffer + self._max_buffer // 10
+            del buffer[:excess]
+            self.dropped += excess
+            warn(f"metrics buffer full; dropped {excess} oldest points ({self.dropped} in total)")
+        if step > self._last_step:
+            self._last_step = step
+
+    # -- single points -----------------------------------------------------------
+    def add(
+        self, step: int, epoch: int | None, name: str, value: Any, ts: float | None = None
+    ) -> None:
+        """Buffer one observation (non-numeric and non-finite values are skipped),
+        after the steps recorded before it."""
         with self._lock:
-            self._buffer.append(point)
-            if len(self._buffer) > self._max_buffer:
-                # Drop a tenth at once so a long outage does not make every add O(n).
-                excess = len(self._buffer) - self._max_buffer + self._max_buffer // 10
-                del self._buffer[:excess]
-                self.dropped += excess
-                warn(
-                    f"metrics buffer full; dropped {excess} oldest points ({self.dropped} in total)"
-                )
-        if step > self.last_step:
-            self.last_step = int(step)
+            self._drain()
+            self._append_point(step, epoch, name, value, time.time() if ts is None else ts)
 
     def due(self) -> bool:
         """Whether a time- or size-triggered flush should happen now."""
@@ -137,7 +267,7 @@ class PointBuffer:
         if now < self._paused_until:
             return False
         return (
-            len(self._buffer) >= self._flush_points
+            len(self._buffer) + len(self._records) >= self._flush_points
             or now - self._last_flush >= self._flush_interval
         )
 
@@ -154,6 +284,7 @@ class PointBuffer:
         if not self._lock.acquire(timeout=lock_timeout):
             return False
         try:
+            self._drain()
             while True:
                 if self._send_buffer():
                     return True
@@ -167,10 +298,12 @@ class PointBuffer:
         self, metrics: Mapping[str, Any], step: int | None = None, *, wait: float = 5.0
     ) -> bool:
         """Report the trainer's final metrics at the final step and flush them."""
-        final_step = self.last_step if step is None else step
-        ts = time.time()
-        for name, value in metrics.items():
-            self.add(final_step, None, str(name), value, ts)
+        with self._lock:
+            self._drain()  # the steps recorded so far set last_step
+            final_step = self.last_step if step is None else step
+            ts = time.time()
+            for name, value in metrics.items():
+                self._append_point(final_step, None, str(name), value, ts)
         return self.flush(wait=wait)
 
     def _send_buffer(self) -> bool:

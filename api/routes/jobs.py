@@ -12,8 +12,8 @@ from api.deps import (
     SessionDep,
     SettingsDep,
     StoreDep,
+    SubmitterDep,
     TokenDep,
-    commit_admission,
     is_admin,
     scoped,
 )
@@ -34,23 +34,38 @@ router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=CohortRoute,
 @router.post("", status_code=status.HTTP_201_CREATED, responses=errors(404, 409, 429))
 def create_job(
     job_in: JobCreate, session: SessionDep, settings: SettingsDep, token: TokenDep,
-    store: StoreDep, bus: RedisDep, background: BackgroundTasks, response: Response,
+    store: StoreDep, bus: RedisDep, submitter: SubmitterDep, background: BackgroundTasks,
+    response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
 ) -> JobRead:
     """Submit a job; 201 means it is committed. A retried POST with the same
     Idempotency-Key returns the first job. Over the project's quota: 429 (queued jobs),
     403 (a priority above its ceiling, a gang larger than its running limits)."""
-    job, created = jobs.create_job(session=session, project_id=token.project_id, job_in=job_in,
-                                   settings=settings, idempotency_key=idempotency_key,
-                                   store=store)
-    commit_admission(session)
-    if not created:
+    jobs.check_submission(session=session, project_id=token.project_id, job_in=job_in,
+                          settings=settings, store=store)
+    # The request's transaction holds nothing the admission needs (the token's last use
+    # at most): it ends here, and its connection goes back to the pool while this
+    # request waits for the batcher's commit.
+    session.commit()
+    admitted = submitter.submit(jobs.Submission(token.project_id, job_in, idempotency_key),
+                                settings)
+    if not admitted.created:
         response.headers["Idempotent-Replayed"] = "true"
     # Runs after the response, hence after the commit: the scheduler never sees
     # a wake-up for a job it cannot read yet.
     background.add_task(wake_scheduler, bus)
-    return read_job_view(session=session, job=job, with_progress=False,
+    if admitted.created and not is_admin(token):
+        return submitted_view(admitted)
+    return read_job_view(session=session, job=admitted.job, with_progress=False,
                          cluster_wide=is_admin(token))
+
+
+def submitted_view(admitted: jobs.Admitted) -> JobRead:
+    """A job just created, as `read_job_view` shows it, without reading it back: it has
+    no replicas yet, and its place in its project's queue was counted at admission."""
+    view = JobRead.model_validate(admitted.job)
+    view.queue_position = admitted.queue_position
+    return view
 
 
 @router.get("")

@@ -1,9 +1,11 @@
 """Live streams (Server-Sent Events): one job's status, metrics and logs; the project's jobs.
 
-`GET /jobs/{id}/stream` sends `status` (data: JobRead), `metric` and `log` events, each
-with the cursor after it as its id: a client that reconnects with `Last-Event-ID` gets
-exactly what it missed. What to send, and when, is services/telemetry/follow.py's; these
-routes parse the request and frame what it yields.
+`GET /jobs/{id}/stream` sends `status` (data: JobRead with the change), `metric` and `log`
+events in the one order they were stored, each with the cursor after it as its id: a
+client that reconnects with `Last-Event-ID` gets exactly the events after it, in that
+order. The terminal status is the last event; the response ends after it. `job` events
+(no id) say the job's place in the queue or its replicas changed. What to send, and when,
+is services/telemetry/follow.py's; these routes parse the request and frame what it yields.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from collections.abc import AsyncIterator
 from functools import lru_cache
 from typing import Annotated
 
+import anyio
 import orjson
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent, format_sse_event
 
@@ -25,7 +28,7 @@ from services.auth.scopes import Scope
 from services.db import session_scope
 from services.jobs import store as jobs
 from services.telemetry.cursor import Cursor, Event, parse_project_position
-from services.telemetry.follow import KINDS, follow, follow_project
+from services.telemetry.follow import KINDS, follow, follow_project, stream_over
 
 # Streams read the token in a short session of their own (api/deps.get_stream_token).
 router = APIRouter(tags=["streams"],
@@ -98,7 +101,7 @@ TOO_MANY = errors(429)
 
 
 def _encode(event: Event) -> bytes:
-    data = event.data if event.kind == "status" else event.data.payload()
+    data = event.data if isinstance(event.data, dict) else event.data.payload()
     return format_sse_event(data_str=orjson.dumps(data).decode(), event=event.kind,
                             id=event.id)
 
@@ -120,15 +123,22 @@ async def _frames(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:
 @router.get("/jobs/{job_id}/stream", dependencies=[Depends(stream_slot)],
             responses={200: {"content": {"text/event-stream": {}},
                              "description": "`status`, `metric` and `log` events"},
+                       204: {"description": "`Last-Event-ID` is the job's terminal status: "
+                                            "the stream is over (SSE clients stop "
+                                            "reconnecting on a 204)"},
                        **TOO_MANY})
 async def stream_job(
     job_id: Annotated[int, Depends(stream_job_id)],
     start: Annotated[Cursor | None, Depends(resume_point)],
     chosen: Annotated[set[str], Depends(chosen_kinds)],
-) -> EventSourceResponse:
-    """Live `status`, `metric` and `log` events of a job: history first, then live.
-    Reconnect with `Last-Event-ID` (or `?last_event_id=`) to get exactly what you missed;
-    `kinds` picks some of the three (e.g. `kinds=log` to follow logs)."""
+) -> Response:
+    """A job's `status`, `metric` and `log` events in the order they were stored, history
+    then live; the terminal status comes last, after every point and line, and ends the
+    response. Reconnect with `Last-Event-ID` (or `?last_event_id=`) to get exactly the
+    events after it; `kinds` picks some of the three (e.g. `kinds=log` to follow logs)."""
+    if start is not None and "status" in chosen and \
+            await anyio.to_thread.run_sync(stream_over, job_id, start):
+        return Response(status_code=204)
     return EventSourceResponse(_frames(follow(job_id, start, chosen)),
                                headers={"Cache-Control": "no-cache",
                                         "X-Accel-Buffering": "no"})

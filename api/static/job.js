@@ -179,6 +179,7 @@ window.jobPage = function jobPage() {
     }
   }
   const statusChanged = Cohort.throttle(updateLive, 500);
+  const FINAL = ["succeeded", "failed", "cancelled"];
 
   let poll = null;
   function startPolling() {
@@ -202,8 +203,10 @@ window.jobPage = function jobPage() {
     Promise.all([loadHistory(), loadLogs()]).then(([lastId, lastLogId]) => {
       // Without the history's ids, poll rather than have the stream replay everything.
       if (lastId === null || lastLogId === null) { startPolling(); return; }
-      Cohort.stream(`/api/v1/jobs/${jobId}/stream?last_event_id=${lastId}.${lastLogId}.0`, {
-        status: statusChanged,
+      const source = Cohort.stream(`/api/v1/jobs/${jobId}/stream?last_event_id=${lastId}.${lastLogId}.0`, {
+        // The terminal status is the stream's last event: close rather than reconnect.
+        status: (s) => { statusChanged(); if (FINAL.includes(s.status) && source) source.close(); },
+        job: statusChanged,  // its place in the queue or its replicas changed
         metric: (p) => { addPoint(p); redraw(); },
         log: (l) => appendLog(`[a${l.attempt} r${l.replica}] ${l.line}`),
       }, startPolling);

@@ -4,6 +4,7 @@
     reconcile.py       one scheduling pass: heartbeats, lost nodes, gangs, the queue
     pass_lock.py       one pass at a time across scheduler processes (in the database)
     nodes.py           the node registry: heartbeats in, lost nodes out, free capacity
+    arrivals.py        when the control plane last heard from each node and replica
     placement.py       gang placement: (queue, nodes) -> all-or-nothing assignments
     placement_pool.py  free capacity of one kind (CPU slots or GPUs), bucketed
     placement_roles.py a gang placed by parts: a parameter_server chief with its evaluator

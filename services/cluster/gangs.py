@@ -36,7 +36,10 @@ from services.statuses import (
 )
 from services.wire.replica import Message, StopReplica
 
-STOP_RESEND_SECONDS = 15.0
+# How long a stop message may take to reach its agent and be acted on (a scheduling
+# pass, the broker, a busy agent): the margin on STOP_GRACE before a hung replica's
+# process is taken to be gone.
+STOP_DELIVERY_SECONDS = 3.0
 
 
 def _replica(session: Session, job_id: int, attempt: int, index: int) -> Replica | None:
@@ -44,6 +47,14 @@ def _replica(session: Session, job_id: int, attempt: int, index: int) -> Replica
         sa.select(Replica).where(Replica.job_id == job_id, Replica.attempt == attempt,
                                  Replica.index == index)
     ).scalar_one_or_none()
+
+
+def current_attempts(*, session: Session) -> dict[int, int]:
+    """The attempt of every job whose gang is placed or running (what agents check a
+    start message against), by job id."""
+    return dict(session.execute(
+        sa.select(Job.id, Job.attempt)
+        .where(Job.status.in_((JobStatus.SCHEDULED, JobStatus.RUNNING)))).tuples().all())
 
 
 def replica_node(*, session: Session, job_id: int, attempt: int, index: int) -> str | None:
@@ -109,19 +120,38 @@ def record_replica_failure(*, replica: Replica, failure: str, lost: bool,
     replica.finished_at = at
 
 
-def _stop_live(replicas: list[Replica], now: dt.datetime) -> list[Message]:
+# (job, attempt, index) of replicas declared hung or lost whose agent still lists them as
+# running (watchdog.declared_but_running); None: not known (an agent's event, not a pass).
+Held = frozenset[tuple[int, int, int]] | None
+
+
+def _key(replica: Replica) -> tuple[int, int, int]:
+    return replica.job_id, replica.attempt, replica.index
+
+
+def _declared(replica: Replica) -> bool:
+    """Settled by Cohort (hung, lost), not by an exit of its own: its process may remain."""
+    return replica.exit_code is None and bool(replica.failure)
+
+
+def _stop_live(replicas: list[Replica], now: dt.datetime, held: Held = None
+               ) -> list[Message]:
     """Stop messages for replicas still alive (re-sent if the last one is old)."""
-    grace = get_settings().STOP_GRACE
+    settings = get_settings()
+    grace = settings.STOP_GRACE
     messages: list[Message] = []
     for replica in replicas:
+        resend_due = replica.stop_requested_at is not None and \
+            (now - replica.stop_requested_at).total_seconds() >= settings.STOP_RESEND_AFTER
         if replica.status in TERMINAL_REPLICA_STATUSES:
             # Declared failed or lost by Cohort, not by its own exit: the process
-            # may still be there (frozen, or on a node that comes back). Stop once.
-            declared = replica.exit_code is None and replica.failure
-            if not declared or replica.stop_requested_at is not None:
+            # may still be there (frozen, or on a node that comes back). Stopped once,
+            # and again while its agent says it still runs (a lost message).
+            listed = held is not None and _key(replica) in held
+            if not _declared(replica) or (replica.stop_requested_at is not None
+                                          and not (resend_due and listed)):
                 continue
-        elif replica.stop_requested_at is not None and \
-                (now - replica.stop_requested_at).total_seconds() < STOP_RESEND_SECONDS:
+        elif replica.stop_requested_at is not None and not resend_due:
             continue
         replica.stop_requested_at = now
         messages.append(StopReplica(replica.node_id, replica.job_id, replica.attempt,
@@ -155,6 +185,25 @@ def restart_backoff(attempt: int) -> float:
     return min(settings.RESTART_BACKOFF * 2 ** (attempt - 1), settings.RESTART_BACKOFF_MAX)
 
 
+def _declared_hung(replica: Replica) -> bool:
+    """Declared failed by Cohort on a node that still answers (the watchdog's hang
+    finding: lost replicas are LOST), with no exit of its own: its process may be there,
+    frozen, until its agent's SIGKILL after STOP_GRACE."""
+    return replica.status is ReplicaStatus.FAILED and replica.exit_code is None and \
+        bool(replica.failure)
+
+
+def restart_delay(job: Job, current: list[Replica]) -> float:
+    """Seconds before the next attempt of a gang torn down now may be placed: the backoff,
+    and never less than the stop of a hung replica takes (its SIGTERM, SIGKILL after
+    STOP_GRACE, and the stop message's way there), so that no process of this attempt
+    still runs when the next one starts (the chaos soak found two alive at once)."""
+    delay = restart_backoff(job.attempt)
+    if any(_declared_hung(r) for r in current):
+        delay = max(delay, get_settings().STOP_GRACE + STOP_DELIVERY_SECONDS)
+    return delay
+
+
 def _breaks_gang(replica: Replica) -> bool:
     """A failed or lost replica tears its gang down, unless it is an evaluator."""
     return replica.status in (ReplicaStatus.FAILED, ReplicaStatus.LOST) and \
@@ -180,23 +229,29 @@ def _success(job: Job, current: list[Replica], now: dt.datetime) -> tuple[
     return f"the chief exited 0{late}", servers + evaluating
 
 
-def settle_job(*, session: Session, job: Job, now: dt.datetime | None = None) -> list[Message]:
-    """Bring a job's status in line with its replicas; returns the stop messages to send."""
+def settle_job(*, session: Session, job: Job, now: dt.datetime | None = None,
+               replicas: list[Replica] | None = None, held: Held = None) -> list[Message]:
+    """Bring a job's status in line with its replicas; returns the stop messages to send.
+
+    `replicas`: every replica of the job by (attempt, index), when the caller read them
+    for many jobs at once (replicas_of); else they are read here. `held`: a pass's
+    watchdog.declared_but_running (None from an agent's event: not known).
+    """
     now = now or utcnow()
-    replicas = list(session.execute(
-        sa.select(Replica).where(Replica.job_id == job.id).order_by(Replica.attempt,
-                                                                    Replica.index)
-    ).scalars())
+    if replicas is None:
+        replicas = replicas_of(session=session, job_ids=[job.id]).get(job.id, [])
     if job.status in TERMINAL_STATUSES:
-        return _stop_live(replicas, now)  # cancelled or finished: nothing may keep running
+        # cancelled or finished: nothing may keep running
+        return _stop_live(replicas, now, held)
     old = [r for r in replicas if r.attempt < job.attempt]
-    messages = _stop_live(old, now)
+    messages = _stop_live(old, now, held)
     current = [r for r in replicas if r.attempt == job.attempt]
     if job.status is JobStatus.RESTARTING:
-        if all(r.status in TERMINAL_REPLICA_STATUSES for r in current):
+        if all(r.status in TERMINAL_REPLICA_STATUSES for r in current) and \
+                not _still_running(current, held, now):
             transition_job(session=session, job_id=job.id, target=JobStatus.QUEUED,
                            reason=f"gang torn down; restart {job.attempt} of {job.max_restarts}")
-        return messages + _stop_live(current, now)
+        return messages + _stop_live(current, now, held)
     if job.status not in ACTIVE_STATUSES or not current:
         return messages
     # Once a parameter_server chief has succeeded, what its servers do no longer matters.
@@ -207,7 +262,7 @@ def settle_job(*, session: Session, job: Job, now: dt.datetime | None = None) ->
         reason = _failure_reason(broken[0])
         restart, why_not = _may_restart(job, broken[0])
         if restart:
-            delay = restart_backoff(job.attempt)
+            delay = restart_delay(job, current)
             job.not_before = now + dt.timedelta(seconds=delay)
             transition_job(session=session, job_id=job.id, target=JobStatus.RESTARTING,
                            reason=f"restarting (attempt {job.attempt + 1} of at most "
@@ -230,16 +285,72 @@ def settle_job(*, session: Session, job: Job, now: dt.datetime | None = None) ->
     return messages
 
 
+# How many stops, each re-sent STOP_RESEND_AFTER after the last, a replica declared hung
+# or lost that its agent still lists may hold its gang back for (with their grace): past
+# that the gang goes on, so that an agent whose list never lets go cannot stall the job.
+HOLD_STOPS = 4
+
+
+def _still_running(current: list[Replica], held: Held, now: dt.datetime) -> bool:
+    """Whether a replica of the gang that Cohort declared hung or lost may still run: its
+    agent lists it (`held`), or, from an agent's event, it is not known (the next pass
+    decides). A gang is placed again only once none does: two attempts of a job never run
+    side by side, even when the stop of a declared replica was lost (the 200-job chaos
+    soak saw a replica outlive the restart delay by 16 s). A replica declared lost on a
+    lost node holds nothing back (watchdog.declared_but_running): its lease stopped it."""
+    settings = get_settings()
+    limit = settings.STOP_GRACE + HOLD_STOPS * settings.STOP_RESEND_AFTER
+    declared = [r for r in current if _declared(r) and (
+        r.finished_at is None or (now - r.finished_at).total_seconds() < limit)]
+    if not declared:
+        return False
+    return held is None or any(_key(r) in held for r in declared)
+
+
 def _gone_evaluator(replica: Replica) -> bool:
     # An evaluator that already ended (even failed) does not hold its gang back.
     return replica.role == "evaluator" and replica.status in TERMINAL_REPLICA_STATUSES
 
 
-def jobs_to_settle(*, session: Session) -> list[Job]:
-    """Jobs whose status may need to follow their replicas."""
+def replicas_of(*, session: Session, job_ids: list[int]) -> dict[int, list[Replica]]:
+    """Every replica of each job, by (attempt, index), in one query (a pass settles
+    thousands of jobs: one query each would be most of its time)."""
+    by_job: dict[int, list[Replica]] = {}
+    if not job_ids:
+        return by_job
+    # Chunked: one IN list per few thousand jobs keeps the statement's size bounded.
+    for start in range(0, len(job_ids), 5000):
+        chunk = job_ids[start:start + 5000]
+        for replica in session.execute(
+            sa.select(Replica).where(Replica.job_id.in_(chunk))
+            .order_by(Replica.job_id, Replica.attempt, Replica.index)
+        ).scalars():
+            by_job.setdefault(replica.job_id, []).append(replica)
+    return by_job
+
+
+def jobs_to_settle(*, session: Session, held: Held = None) -> list[Job]:
+    """Jobs whose status may need to follow their replicas, and those with a replica in
+    `held` (a stop to send again).
+
+    Not the jobs settle_job would leave as they are, which on a busy cluster are most
+    of them, read on every pass: a running job whose current gang is running, every
+    replica of it, with nothing of an older attempt still alive or never told to stop.
+    (settle_job then finds nothing broken, nothing succeeded, nothing to stop.)
+    """
+    mine = Replica.job_id == Job.id
+    current_changed = sa.exists().where(mine, Replica.attempt == Job.attempt,
+                                        Replica.status != ReplicaStatus.RUNNING)
+    older_to_stop = sa.exists().where(
+        mine, Replica.attempt != Job.attempt,
+        sa.or_(Replica.status.not_in(TERMINAL_REPLICA_STATUSES),
+               sa.and_(Replica.exit_code.is_(None), Replica.failure != "",
+                       Replica.stop_requested_at.is_(None))))
+    steady = sa.and_(Job.status == JobStatus.RUNNING, ~current_changed, ~older_to_stop)
     live = sa.select(Replica.job_id).where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
-    return list(session.execute(
-        sa.select(Job).where(
-            sa.or_(Job.status.in_([*ACTIVE_STATUSES, JobStatus.RESTARTING]), Job.id.in_(live))
-        ).order_by(Job.id)
-    ).scalars())
+    unsettled = sa.and_(
+        sa.or_(Job.status.in_([*ACTIVE_STATUSES, JobStatus.RESTARTING]), Job.id.in_(live)),
+        ~steady)
+    if held:
+        unsettled = sa.or_(unsettled, Job.id.in_({key[0] for key in held}))
+    return list(session.execute(sa.select(Job).where(unsettled).order_by(Job.id)).scalars())

@@ -5,12 +5,16 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.util import identity_key
 
+from services.cluster.arrivals import Heard
 from services.cluster.placement import NodeCapacity
+from services.db import read_rows
 from services.models import Job, Node, Replica
 from services.statuses import TERMINAL_REPLICA_STATUSES, NodeStatus
 from services.wire.events import NodeHeartbeat
@@ -22,7 +26,7 @@ class Heartbeat:
     address: str
     slots: int
     gpus: int
-    at: dt.datetime
+    at: dt.datetime  # when the control plane first saw this beat, on its clock (arrivals.py)
     # What the agent itself says it runs, and the exit codes of what it ran
     # lately: lets the scheduler settle replicas whose events Redis lost.
     running: frozenset[tuple[int, int, int]] = frozenset()
@@ -33,12 +37,26 @@ class Heartbeat:
     busy_ports: frozenset[int] = frozenset()
     port_space: str = ""  # the agent's network stack (workers/node/ports.py): shared ports
     gpu_models: tuple[tuple[str, int], ...] = ()  # (model, MiB) per id of gpu_ids
+    # The beat was written after this time (the control plane's read before the one that
+    # saw it); None when its age is unknown (there at a leader's first read): no news.
+    after: dt.datetime | None = None
+
+    @property
+    def news(self) -> bool:
+        """Whether the beat was written while the control plane was watching."""
+        return self.after is not None
 
 
-def heartbeat_of(beat: NodeHeartbeat) -> Heartbeat:
-    """The scheduler's view of a heartbeat an agent sent (decoded and checked)."""
+def _utc(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC)
+
+
+def heartbeat_of(beat: NodeHeartbeat, heard: Heard) -> Heartbeat:
+    """The scheduler's view of a heartbeat an agent sent (decoded and checked), timed by
+    when the control plane saw it: `beat.ts` is the agent's clock, never compared."""
     return Heartbeat(node_id=beat.node_id, address=beat.address, slots=beat.slots,
-                     gpus=beat.gpus, at=dt.datetime.fromtimestamp(beat.ts, dt.UTC),
+                     gpus=beat.gpus, at=_utc(heard.at),
+                     after=None if heard.after is None else _utc(heard.after),
                      running=frozenset(beat.replicas),
                      exited={(job, attempt, index): code
                              for job, attempt, index, code in beat.exited},
@@ -63,7 +81,11 @@ def split_ids(text: str) -> list[int]:
 
 def node_gpu_ids(node: Node) -> list[int]:
     """The GPU ids a node offers: the ones its agent found, else 0..gpus-1."""
-    return split_ids(node.gpu_ids)[:node.gpus] if node.gpu_ids else list(range(node.gpus))
+    return _offered_gpus(node.gpu_ids, node.gpus)
+
+
+def _offered_gpus(gpu_ids: str, gpus: int) -> list[int]:
+    return split_ids(gpu_ids)[:gpus] if gpu_ids else list(range(gpus))
 
 
 def node_gpus(node: Node) -> list[dict[str, Any]]:
@@ -74,23 +96,101 @@ def node_gpus(node: Node) -> list[dict[str, Any]]:
 
 
 def record_heartbeat(*, session: Session, beat: Heartbeat) -> Node:
-    """Register a node or refresh it; a lost node that beats again is ready again."""
+    """Register a node or refresh it (record_heartbeats for one beat)."""
+    record_heartbeats(session=session, beats=[beat])
     node = session.get(Node, beat.node_id)
-    if node is None:
-        node = Node(id=beat.node_id, address=beat.address, slots=beat.slots, gpus=beat.gpus,
-                    last_heartbeat=beat.at, registered_at=beat.at,
-                    gpu_ids=_join(beat.gpu_ids), busy_ports=_join(beat.busy_ports),
-                    port_space=beat.port_space, gpu_inventory=gpu_inventory(beat))
-        session.add(node)
-    elif beat.at > node.last_heartbeat:  # only a new beat counts (the hash keeps the last one)
-        node.address, node.slots, node.gpus = beat.address, beat.slots, beat.gpus
-        node.last_heartbeat = beat.at
-        node.gpu_ids, node.busy_ports = _join(beat.gpu_ids), _join(beat.busy_ports)
-        node.port_space = beat.port_space
-        node.gpu_inventory = gpu_inventory(beat)
-        node.status = NodeStatus.READY
-    session.flush()
+    assert node is not None  # registered just above
     return node
+
+
+# What a heartbeat sets on its node's row (`_changes`), read as columns on every pass.
+_BEAT_FIELDS = ("address", "slots", "gpus", "last_heartbeat", "gpu_ids", "busy_ports",
+                "port_space", "gpu_inventory", "status")
+
+
+# A node's beat columns as a pass left them: {node id: {field of _BEAT_FIELDS: value}}.
+NodeRows = dict[str, dict[str, Any]]
+
+
+def record_heartbeats(*, session: Session, beats: list[Heartbeat],
+                      known: NodeRows | None = None) -> NodeRows:
+    """Register a node or refresh it, for every agent's last beat; a lost node that beats
+    again (news) is ready again. One batch of updates per set of changed columns (mostly
+    the time alone): no ORM object per node. Returns the beating nodes' beat columns as
+    they now stand.
+
+    `known`: what the leader's last committed pass returned (then adjusted for the nodes
+    it marked lost: `mark_rows_lost`). Only the leader's passes write these columns, so
+    it is the rows as they stand, and only nodes missing from it are read (as columns):
+    reading 1,000 nodes' rows again was a tenth of a full pass. None: read them all."""
+    if not beats:
+        return {}
+    table = cast(sa.Table, Node.__table__)  # a mapped class's table is a Table
+    known = known or {}
+    stored = {beat.node_id: dict(known[beat.node_id]) for beat in beats
+              if beat.node_id in known}
+    unknown = {beat.node_id for beat in beats} - stored.keys()
+    if unknown:
+        stored.update({row[0]: dict(zip(_BEAT_FIELDS, row[1:], strict=True))
+                       for row in read_rows(session, sa.select(
+                           table.c.id, *(table.c[name] for name in _BEAT_FIELDS))
+                           .where(table.c.id.in_(unknown)))})
+    batches: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for beat in beats:
+        current = stored.get(beat.node_id)
+        if current is None:
+            new = _new_node(beat)
+            session.add(new)
+            stored[beat.node_id] = {name: getattr(new, name) for name in _BEAT_FIELDS}
+            continue
+        changes = _changes(current, beat)
+        if changes:
+            current.update(changes)
+            batches.setdefault(tuple(sorted(changes)), []).append(
+                {"node_id": beat.node_id, **{f"new_{k}": v for k, v in changes.items()}})
+    session.flush()  # the new nodes, before any update of them
+    for names, rows in batches.items():
+        session.execute(sa.update(table).where(table.c.id == sa.bindparam("node_id"))
+                        .values({name: sa.bindparam(f"new_{name}") for name in names}), rows)
+        # Nodes this session already holds (a caller's) show the new values too.
+        for row in rows:
+            held = session.identity_map.get(identity_key(Node, row["node_id"]))
+            if isinstance(held, Node):
+                for name in names:
+                    set_committed_value(held, name, row[f"new_{name}"])
+    return stored
+
+
+def mark_rows_lost(rows: NodeRows, lost: Iterable[str]) -> None:
+    """What `mark_lost_nodes` wrote, in a pass's NodeRows."""
+    for node_id in lost:
+        if node_id in rows:
+            rows[node_id]["status"] = NodeStatus.LOST
+
+
+def _new_node(beat: Heartbeat) -> Node:
+    return Node(id=beat.node_id, address=beat.address, slots=beat.slots, gpus=beat.gpus,
+                last_heartbeat=beat.at, registered_at=beat.at, status=NodeStatus.READY,
+                gpu_ids=_join(beat.gpu_ids), busy_ports=_join(beat.busy_ports),
+                port_space=beat.port_space, gpu_inventory=gpu_inventory(beat))
+
+
+def _changes(current: dict[str, Any], beat: Heartbeat) -> dict[str, Any]:
+    """What `beat` changes on a node whose row holds `current`: nothing unless the beat
+    is newer than the last one recorded (the hash keeps an agent's last beat)."""
+    if beat.at <= current["last_heartbeat"]:
+        return {}
+    fresh: dict[str, Any] = {
+        "address": beat.address, "slots": beat.slots, "gpus": beat.gpus,
+        "last_heartbeat": beat.at, "gpu_ids": _join(beat.gpu_ids),
+        "busy_ports": _join(beat.busy_ports), "port_space": beat.port_space,
+        "gpu_inventory": gpu_inventory(beat)}
+    # A beat of unknown age (a new leader's first read) gives a ready node one more
+    # NODE_TIMEOUT; only a beat written while the control plane watched revives a
+    # lost one (the dead node's last beat stays in the hash).
+    if beat.news:
+        fresh["status"] = NodeStatus.READY
+    return {name: value for name, value in fresh.items() if current[name] != value}
 
 
 def mark_lost_nodes(*, session: Session, now: dt.datetime, timeout: float) -> list[str]:
@@ -125,33 +225,35 @@ def read_capacity(*, session: Session) -> tuple[list[NodeCapacity], dict[str, se
     used_slots: dict[str, int] = {}
     used_gpus: dict[str, set[int]] = {}
     used_ports: dict[str, set[int]] = {}
-    for replica in _live_replicas(session):
-        used_ports.setdefault(replica.node_id, set()).add(replica.port)
-        if not replica.gpu_ids:  # a GPU replica holds GPUs, not a CPU slot (placement.py)
-            used_slots[replica.node_id] = used_slots.get(replica.node_id, 0) + 1
-        if replica.gpu_ids:
-            used_gpus.setdefault(replica.node_id, set()).update(
-                int(g) for g in replica.gpu_ids.split(","))
-    nodes = list(session.execute(
-        sa.select(Node).where(Node.status == NodeStatus.READY).order_by(Node.id)
-    ).scalars())
-    capacity = [
-        NodeCapacity(
-            id=node.id, address=node.address, slots=node.slots,
-            free_slots=max(0, node.slots - used_slots.get(node.id, 0)), gpus=node.gpus,
-            free_gpus=tuple(g for g in node_gpu_ids(node)
-                            if g not in used_gpus.get(node.id, set())),
-        )
-        for node in nodes
-    ]
+    # Three columns of each live replica, not whole rows: read on every pass.
+    for node_id, port, gpu_ids in read_rows(session, sa.select(
+            Replica.node_id, Replica.port, Replica.gpu_ids,
+    ).where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))):
+        used_ports.setdefault(node_id, set()).add(port)
+        if not gpu_ids:  # a GPU replica holds GPUs, not a CPU slot (placement.py)
+            used_slots[node_id] = used_slots.get(node_id, 0) + 1
+        else:
+            used_gpus.setdefault(node_id, set()).update(int(g) for g in gpu_ids.split(","))
+    # The columns placement needs of each ready node, not whole rows: read on every pass.
+    nodes = read_rows(session, sa.select(
+        Node.id, Node.address, Node.slots, Node.gpus, Node.gpu_ids, Node.port_space,
+        Node.busy_ports,
+    ).where(Node.status == NodeStatus.READY).order_by(Node.id))
+    capacity = []
     # Nodes on one network stack (several agents on one host) draw from one set of
     # ports: the same set object, so a port chosen for one is taken for all of them.
     spaces: dict[str, set[int]] = {}
-    for node in nodes:
-        shared = spaces.setdefault(node.port_space or f"address:{node.address}", set())
-        shared.update(used_ports.get(node.id, set()))
-        shared.update(split_ids(node.busy_ports))  # held by processes outside Cohort
-        used_ports[node.id] = shared
+    for node_id, address, slots, gpus, gpu_ids, port_space, busy_ports in nodes:
+        held = used_gpus.get(node_id, ())
+        capacity.append(NodeCapacity(
+            id=node_id, address=address, slots=slots,
+            free_slots=max(0, slots - used_slots.get(node_id, 0)), gpus=gpus,
+            free_gpus=tuple(g for g in _offered_gpus(gpu_ids, gpus) if g not in held)))
+        shared = spaces.setdefault(port_space or f"address:{address}", set())
+        shared.update(used_ports.get(node_id, ()))
+        if busy_ports:
+            shared.update(split_ids(busy_ports))  # held by processes outside Cohort
+        used_ports[node_id] = shared
     return capacity, used_ports
 
 

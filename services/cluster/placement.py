@@ -41,6 +41,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
+from typing import NamedTuple
 
 from services.cluster.fair_share import FairQueue, ProjectState
 from services.cluster.placement_pool import Pool, choose
@@ -63,9 +64,9 @@ class NodeCapacity:
     free_gpus: tuple[int, ...] = ()  # ids of the free GPUs
 
 
-@dataclass(frozen=True)
-class GangRequest:
-    """A queued job as the placer sees it."""
+class GangRequest(NamedTuple):
+    """A queued job as the placer sees it. (A tuple: a pass makes one per queued job,
+    and a frozen dataclass's __init__ costs several times a tuple's.)"""
 
     job_id: int
     replicas: int
@@ -94,8 +95,11 @@ class GangRequest:
         return f"{self.replicas} CPU slots"
 
 
-@dataclass(frozen=True)
-class ReplicaPlacement:
+class ReplicaPlacement(NamedTuple):
+    """Where one replica goes. A tuple, not a frozen dataclass: a pass makes one per
+    placed replica, tens of thousands, and a frozen dataclass's __init__ costs several
+    times a tuple's."""
+
     node_id: str
     address: str
     gpu_ids: tuple[int, ...] = ()
@@ -177,13 +181,13 @@ class _Cluster:
         for node_id, count in chosen:
             pool.take(node_id, count * per)
             address = self.nodes[node_id].address
+            if not gpus_per_replica:  # immutable and alike: one for the node's replicas
+                placed.extend([ReplicaPlacement(node_id, address)] * count)
+                continue
+            ids = self.free_gpus[node_id]
             for _ in range(count):
-                gpu_ids: tuple[int, ...] = ()
-                if gpus_per_replica:
-                    ids = self.free_gpus[node_id]
-                    gpu_ids = tuple(ids[:per])
-                    del ids[:per]
-                placed.append(ReplicaPlacement(node_id, address, gpu_ids))
+                placed.append(ReplicaPlacement(node_id, address, tuple(ids[:per])))
+                del ids[:per]
         self.free_units[kind] -= count * per
         return placed
 

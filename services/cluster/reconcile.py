@@ -9,19 +9,23 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.util import identity_key
 
-from services.cluster import gangs, nodes, tf_config, watchdog
+from services.cluster import gangs, nodes, placement_digest, tf_config, watchdog
 from services.cluster.fair_share import ProjectState
 from services.cluster.pass_lock import lock_pass
 from services.cluster.placement import GangRequest, ReplicaPlacement, pick_ports, place
+from services.cluster.placement_digest import PlacementMemo
 from services.cluster.placement_roles import ps_parts
+from services.db import read_rows
 from services.jobs import quotas
 from services.jobs.inputs import resolve_inputs
-from services.jobs.transitions import transition_job
+from services.jobs.transitions import lock_jobs, transition_locked
 from services.models import Job, Node, Replica, utcnow
 from services.retraining import firing, promotion
 from services.settings import Settings
@@ -37,14 +41,15 @@ from services.wire.replica import (
     Strategy,
 )
 
-START_RESEND_SECONDS = 20.0
-
 
 @dataclass
 class PassResult:
     messages: list[Message] = field(default_factory=list)
     placed: list[int] = field(default_factory=list)
     lost_nodes: list[str] = field(default_factory=list)
+    # The beating nodes' beat columns as this pass leaves them: the next pass's `known`
+    # once this one has committed (nodes.record_heartbeats).
+    node_rows: nodes.NodeRows = field(default_factory=dict)
 
 
 def _profile(job: Job, index: int) -> Profile | None:
@@ -55,7 +60,31 @@ def _profile(job: Job, index: int) -> Profile | None:
     return Profile(first_step=first, last_step=last)
 
 
-def start_message(job: Job, replica: Replica) -> StartReplica:
+@dataclass(slots=True)
+class PlacedReplica:
+    """A replica this pass places, as its row is inserted and its start message built:
+    the gangs of a pass are stored in one batch, not as ORM objects one by one."""
+
+    job_id: int
+    attempt: int
+    index: int
+    node_id: str
+    address: str
+    port: int
+    gpu_ids: str
+    role: str
+    role_index: int
+    tf_config: dict[str, Any] | None
+
+    def row(self, **more: Any) -> dict[str, Any]:
+        """Its values as a row of `replicas`, with `more`."""
+        return {"job_id": self.job_id, "attempt": self.attempt, "index": self.index,
+                "node_id": self.node_id, "address": self.address, "port": self.port,
+                "gpu_ids": self.gpu_ids, "role": self.role, "role_index": self.role_index,
+                "tf_config": self.tf_config, **more}
+
+
+def start_message(job: Job, replica: Replica | PlacedReplica) -> StartReplica:
     """Everything an agent needs to start one replica (agents cannot read SQL)."""
     spec = ReplicaSpec(job_id=job.id, attempt=replica.attempt, index=replica.index,
                        replicas=job.replicas, trainer=job.trainer,
@@ -72,10 +101,11 @@ def start_message(job: Job, replica: Replica) -> StartReplica:
                         gpu_ids=replica.gpu_ids)
 
 
-def _resend_stale_starts(session: Session, now: dt.datetime) -> list[Message]:
+def _resend_stale_starts(session: Session, settings: Settings, now: dt.datetime
+                         ) -> list[Message]:
     # A start message lost between commit and send (crash, Redis restart) is
     # sent again; the agent ignores a start it has already acted on.
-    cutoff = now - dt.timedelta(seconds=START_RESEND_SECONDS)
+    cutoff = now - dt.timedelta(seconds=settings.START_RESEND_AFTER)
     rows = session.execute(
         sa.select(Replica, Job).join(Job, Job.id == Replica.job_id).join(
             Node, Node.id == Replica.node_id)
@@ -90,45 +120,95 @@ def _resend_stale_starts(session: Session, now: dt.datetime) -> list[Message]:
     return messages
 
 
-def _place_queue(session: Session, settings: Settings, now: dt.datetime) -> tuple[
-        list[Message], list[int]]:
-    queued = list(session.execute(
-        sa.select(Job).where(Job.status == JobStatus.QUEUED).order_by(Job.id)
-    ).scalars())
-    # A restarted gang waits out its backoff before it may be placed again.
-    for job in queued:
-        if job.not_before is not None and job.not_before > now:
-            job.reason = f"restart backoff: placed again in " \
-                         f"{(job.not_before - now).total_seconds():.0f}s"
-    queued = [job for job in queued if job.not_before is None or job.not_before <= now]
-    if not queued:
+# What placement reads of each queued job: its shape, its place in the order, and the
+# reason it shows (rewritten only when it changes). Not the whole row: the queue may be
+# tens of thousands of jobs, read on every pass.
+_QUEUE_COLUMNS = (Job.id, Job.replicas, Job.gpus_per_replica, Job.priority, Job.placement,
+                  Job.roles, Job.role_placement, Job.project_id, Job.not_before, Job.reason)
+
+
+def _place_queue(session: Session, settings: Settings, now: dt.datetime,
+                 memo: PlacementMemo | None) -> tuple[list[Message], list[int]]:
+    """Place what fits of the queue, and store why the rest waits; the start messages
+    and the jobs placed. With `memo`, a pass whose inputs are those the last committed
+    pass left when it placed nothing does neither (placement_digest.py)."""
+    digest = placement_digest.read_digest(session=session, now=now) if memo else None
+    if memo is not None and digest is not None and digest == memo.idle:
+        memo.pending = digest
         return [], []
-    capacity, used_ports = nodes.read_capacity(session=session)
-    requests = [GangRequest(job.id, job.replicas, job.gpus_per_replica, job.priority, job.id,
-                            policy=job.placement or settings.PLACEMENT_POLICY,
-                            parts=ps_parts(job.roles, job.role_placement) if job.roles else (),
-                            project=job.project_id)
-                for job in queued]
-    result = place(requests, capacity, _project_states(session, settings, queued))
-    by_id = {job.id: job for job in queued}
-    for job_id, reason in result.waiting.items():
-        if not capacity:
-            reason = "waiting for a node agent to register"
-        by_id[job_id].reason = reason
+    messages, placed, rewritten = _place_all(session, settings, now)
+    if memo is not None and digest is not None and not placed \
+            and not placement_digest.in_backoff(digest):
+        # The reasons just written changed what the next pass will read.
+        memo.pending = placement_digest.read_digest(session=session, now=now) \
+            if rewritten else digest
+    return messages, placed
+
+
+def _place_all(session: Session, settings: Settings, now: dt.datetime) -> tuple[
+        list[Message], list[int], bool]:
+    """The queue read and placed: the start messages, the jobs placed, and whether any
+    waiting job's reason was rewritten."""
+    queued = read_rows(session, sa.select(*_QUEUE_COLUMNS)
+                       .where(Job.status == JobStatus.QUEUED).order_by(Job.id))
+    reasons: dict[int, str] = {}
+    ready = []
+    for job in queued:
+        # A restarted gang waits out its backoff before it may be placed again.
+        if job.not_before is not None and job.not_before > now:
+            reasons[job.id] = f"restart backoff: placed again in " \
+                              f"{(job.not_before - now).total_seconds():.0f}s"
+        else:
+            ready.append(job)
     messages: list[Message] = []
-    for job_id, placements in result.assignments.items():
-        ports = _gang_ports(placements, used_ports, settings)
-        messages.extend(_schedule_gang(session, by_id[job_id], placements, ports, now))
-    session.flush()
-    return messages, list(result.assignments)
+    placed: list[int] = []
+    if ready:
+        capacity, used_ports = nodes.read_capacity(session=session)
+        requests = [GangRequest(job.id, job.replicas, job.gpus_per_replica, job.priority,
+                                job.id, policy=job.placement or settings.PLACEMENT_POLICY,
+                                parts=ps_parts(job.roles, job.role_placement)
+                                if job.roles else (),
+                                project=job.project_id)
+                    for job in ready]
+        projects = _project_states(session, settings, {job.project_id for job in ready})
+        result = place(requests, capacity, projects)
+        for job_id, reason in result.waiting.items():
+            reasons[job_id] = "waiting for a node agent to register" if not capacity else reason
+        messages, placed = _schedule_gangs(session, settings, result.assignments, used_ports,
+                                           now)
+    before = {job.id: job.reason for job in queued}
+    changed = {job_id: reason for job_id, reason in reasons.items()
+               if before[job_id] != reason}
+    _store_reasons(session, changed)
+    return messages, placed, bool(changed)
 
 
-def _project_states(session: Session, settings: Settings, queued: list[Job]
+def _store_reasons(session: Session, reasons: dict[int, str]) -> None:
+    """Write the waiting jobs' new reasons in one batch (only those that changed).
+
+    A job the api cancelled since the queue was read keeps its own reason: the update
+    applies to jobs still queued only.
+    """
+    if not reasons:
+        return
+    table = cast(sa.Table, Job.__table__)  # a mapped class's table is a Table
+    session.execute(
+        sa.update(table).where(table.c.id == sa.bindparam("job_id"),
+                               table.c.status == JobStatus.QUEUED)
+        .values(reason=sa.bindparam("new_reason")),
+        [{"job_id": job_id, "new_reason": reason} for job_id, reason in reasons.items()])
+    # Jobs this session already holds (a caller's, or settled in this pass) show it too.
+    for job_id, reason in reasons.items():
+        job = session.identity_map.get(identity_key(Job, job_id))
+        if isinstance(job, Job) and job.status is JobStatus.QUEUED:
+            set_committed_value(job, "reason", reason)
+
+
+def _project_states(session: Session, settings: Settings, waiting: set[int]
                     ) -> dict[int, ProjectState]:
     """What every project holds now (fair sharing weighs them all), and the running
-    quotas of those with jobs queued."""
+    quotas of those with jobs queued (`waiting`)."""
     running = quotas.read_running(session=session)
-    waiting = {job.project_id for job in queued}
     limits = quotas.read_many_limits(session=session, project_ids=waiting, settings=settings)
     states: dict[int, ProjectState] = {}
     for pid in waiting | set(running):
@@ -154,34 +234,51 @@ def _gang_ports(placements: Sequence[ReplicaPlacement], used_ports: dict[str, se
     return ports
 
 
-def _schedule_gang(session: Session, job: Job, placements: Sequence[ReplicaPlacement],
-                   ports: dict[int, int], now: dt.datetime) -> list[Message]:
-    """Store the placed gang's replicas, move the job to scheduled; their start messages."""
-    addresses = [f"{p.address}:{ports[i]}" for i, p in enumerate(placements)]
-    slots = tf_config.gang_roles(job.strategy, job.replicas, job.roles)
-    replicas = []
-    for index, placement in enumerate(placements):
-        role, role_index = slots[index]
-        replica = Replica(
-            job_id=job.id, attempt=job.attempt, index=index, node_id=placement.node_id,
-            address=addresses[index], port=ports[index],
-            gpu_ids=",".join(str(g) for g in placement.gpu_ids),
-            role=role, role_index=role_index,
-            tf_config=tf_config.compose(job.strategy, slots, addresses, index),
-            status=ReplicaStatus.PENDING, dispatched_at=now,
-        )
-        session.add(replica)
-        replicas.append(replica)
-    nodes_used = sorted({p.node_id for p in placements})
-    transition_job(session=session, job_id=job.id, target=JobStatus.SCHEDULED,
-                   reason=f"placed {job.replicas} replicas on {', '.join(nodes_used)}")
-    return [start_message(job, r) for r in replicas]
+def _schedule_gangs(session: Session, settings: Settings,
+                    assignments: dict[int, list[ReplicaPlacement]],
+                    used_ports: dict[str, set[int]], now: dt.datetime
+                    ) -> tuple[list[Message], list[int]]:
+    """Store the placed gangs' replicas and move their jobs to scheduled, all in one
+    batch; their start messages, and the jobs placed."""
+    # Locked and read whole (their start messages need every field) in one statement.
+    # A job the api cancelled since the queue was read is left out: the capacity the
+    # placer gave it stays free until the next pass.
+    locked = lock_jobs(session=session, job_ids=list(assignments))
+    jobs = [locked[job_id] for job_id in assignments
+            if job_id in locked and locked[job_id].status is JobStatus.QUEUED]
+    messages: list[Message] = []
+    reasons: dict[int, str] = {}
+    rows: list[dict[str, Any]] = []
+    for job in jobs:
+        placements = assignments[job.id]
+        ports = _gang_ports(placements, used_ports, settings)
+        addresses = [f"{p.address}:{ports[i]}" for i, p in enumerate(placements)]
+        slots = tf_config.gang_roles(job.strategy, job.replicas, job.roles)
+        for index, placement in enumerate(placements):
+            role, role_index = slots[index]
+            replica = PlacedReplica(
+                job_id=job.id, attempt=job.attempt, index=index, node_id=placement.node_id,
+                address=addresses[index], port=ports[index],
+                gpu_ids=",".join(str(g) for g in placement.gpu_ids),
+                role=role, role_index=role_index,
+                tf_config=tf_config.compose(job.strategy, slots, addresses, index))
+            rows.append(replica.row(status=ReplicaStatus.PENDING, dispatched_at=now))
+            messages.append(start_message(job, replica))
+        nodes_used = sorted({p.node_id for p in placements})
+        reasons[job.id] = f"placed {job.replicas} replicas on {', '.join(nodes_used)}"
+    if rows:
+        # One executemany of plain rows: ORM objects flushed as one multi-row INSERT
+        # ... RETURNING cost the client more than the rest of the pass's writes.
+        session.execute(sa.insert(Replica), rows)
+    transition_locked(session=session, jobs=jobs, target=JobStatus.SCHEDULED, reasons=reasons)
+    return messages, [job.id for job in jobs]
 
 
 def run_pass(
     *, session: Session, settings: Settings, heartbeats: list[nodes.Heartbeat],
     progress: dict[tuple[int, int, int], float] | None = None,
-    now: dt.datetime | None = None,
+    now: dt.datetime | None = None, memo: PlacementMemo | None = None,
+    known_nodes: nodes.NodeRows | None = None,
 ) -> PassResult:
     """One full pass; the caller commits, then sends `result.messages`.
 
@@ -189,28 +286,46 @@ def run_pass(
         heartbeats: the last heartbeat of every agent.
         progress: the last progress heartbeat (unix time) of each running replica,
             keyed by (job, attempt, index).
+        memo: the leader's memory of its last idle pass (placement_digest.py); the
+            caller calls `memo.committed()` once this pass's transaction has committed.
+        known_nodes: the `node_rows` of the leader's last committed pass (None: none,
+            or the nodes' rows were written outside passes since, as `excuse_silence`).
     """
+    if memo is not None:
+        memo.begin()
     lock_pass(session=session)  # before reading anything the pass decides on
+    if session.get_bind().dialect.name == "postgresql":
+        # Its queries are many and short, over tables of every job and replica: the
+        # planner's cost estimate calls for JIT compilation, whose set-up (~150 ms a
+        # query on the 10k-job benchmark) is longer than the queries themselves.
+        session.execute(sa.text("SET LOCAL jit = off"))
     now = now or utcnow()
     result = PassResult()
-    for beat in heartbeats:
-        nodes.record_heartbeat(session=session, beat=beat)
+    result.node_rows = nodes.record_heartbeats(session=session, beats=heartbeats,
+                                               known=known_nodes)
     result.lost_nodes = watchdog.reap_lost_nodes(session=session, settings=settings, now=now)
-    watchdog.reconcile_heartbeats(session=session, heartbeats=heartbeats)
-    watchdog.note_progress(session=session, progress=progress or {})
-    watchdog.find_hung(session=session, settings=settings, now=now)
+    nodes.mark_rows_lost(result.node_rows, result.lost_nodes)
+    checked = watchdog.check_running(session=session, settings=settings,
+                                     heartbeats=heartbeats, progress=progress or {}, now=now)
+    ready = {node_id for node_id, row in result.node_rows.items()
+             if row["status"] == NodeStatus.READY}
+    held = watchdog.declared_but_running(session=session, heartbeats=heartbeats,
+                                         running=checked.running, ready=ready)
     watchdog.enforce_deadlines(session=session, now=now)
     # Cron schedules fire before settling, so a `replace` cancel is acted on in this pass.
     firing.fire_due_schedules(session=session, settings=settings, now=now)
     promotion.decide_pending(session=session, now=now)
-    for job in gangs.jobs_to_settle(session=session):
-        result.messages.extend(gangs.settle_job(session=session, job=job, now=now))
+    to_settle = gangs.jobs_to_settle(session=session, held=held)
+    replicas = gangs.replicas_of(session=session, job_ids=[job.id for job in to_settle])
+    for job in to_settle:
+        result.messages.extend(gangs.settle_job(session=session, job=job, now=now, held=held,
+                                                replicas=replicas.get(job.id, [])))
     # After settling (a trial that just ended frees its sweep's turn), before placing
     # (a trial created now is placed in this pass).
     advance_sweeps(session=session, settings=settings, now=now)
-    result.messages.extend(_resend_stale_starts(session, now))
+    result.messages.extend(_resend_stale_starts(session, settings, now))
     result.messages.extend(watchdog.clean_up_finished(session=session, now=now))
-    placed_messages, result.placed = _place_queue(session, settings, now)
+    placed_messages, result.placed = _place_queue(session, settings, now, memo)
     result.messages.extend(placed_messages)
     return result
 

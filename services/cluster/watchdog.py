@@ -1,6 +1,7 @@
 """Finds what broke without telling anyone, for the scheduling pass to act on.
 
-* lost nodes: a heartbeat older than NODE_TIMEOUT; their live replicas are lost;
+* lost nodes: no heartbeat heard for NODE_TIMEOUT; their live replicas are lost (every
+  time here is the control plane's clock: services/cluster/arrivals.py);
 * lost exits: an agent's heartbeat says a replica exited (or no longer runs) but
   its exit event never arrived (Redis restarted or flushed);
 * hung replicas: no first training step within STARTUP_TIMEOUT of the spawn (a gang
@@ -22,18 +23,23 @@ then tears the gang down and restarts or fails the job in one place.
 from __future__ import annotations
 
 import datetime as dt
+from typing import NamedTuple, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.util import identity_key
 
 from services.cluster import gangs, nodes
+from services.db import read_rows
 from services.jobs.transitions import transition_job
-from services.models import Job, Replica
+from services.models import Job, Node, Replica
 from services.settings import Settings
 from services.statuses import (
     TERMINAL_REPLICA_STATUSES,
     TERMINAL_STATUSES,
     JobStatus,
+    NodeStatus,
     ReplicaStatus,
 )
 from services.wire.replica import CleanupJob, Message
@@ -43,6 +49,12 @@ from services.wire.replica import CleanupJob, Message
 _SPAWN_SLACK = dt.timedelta(seconds=3)
 
 Key = tuple[int, int, int]
+
+# How far SQL's copy of a running replica's progress may lag the beats the pass reads
+# (the pass judges by the newer of the two). It is there for the next leader, whose
+# first pass excuses the silence anyway (excuse_silence): a row is rewritten at most
+# every this often, not on every beat of every replica.
+PROGRESS_STORE_EVERY = dt.timedelta(seconds=30)
 
 
 def _live_replicas(session: Session, *where: sa.ColumnElement[bool]) -> list[Replica]:
@@ -64,40 +76,21 @@ def reap_lost_nodes(*, session: Session, settings: Settings, now: dt.datetime) -
     return lost
 
 
-def reconcile_heartbeats(*, session: Session, heartbeats: list[nodes.Heartbeat]) -> int:
-    """Settle running replicas whose exit the agent reports only in its heartbeat."""
-    settled = 0
-    by_node = {beat.node_id: beat for beat in heartbeats}
-    for replica in _live_replicas(session, Replica.status == ReplicaStatus.RUNNING):
-        beat = by_node.get(replica.node_id)
-        if beat is None or replica.started_at is None:
-            continue
-        key = (replica.job_id, replica.attempt, replica.index)
-        if key in beat.exited:
-            gangs.record_replica_exited(session=session, job_id=key[0], attempt=key[1],
-                                        index=key[2], exit_code=beat.exited[key],
-                                        log_tail="", at=beat.at)
-            settled += 1
-        elif key not in beat.running and beat.at > replica.started_at + _SPAWN_SLACK:
-            gangs.record_replica_failure(
-                replica=replica, lost=True, at=beat.at,
-                failure="lost: its agent no longer runs it (the agent restarted?)")
-            settled += 1
-    session.flush()
-    return settled
-
-
-def note_progress(*, session: Session, progress: dict[Key, float]) -> None:
-    """Keep the newest progress heartbeat of each running replica in SQL."""
-    for replica in _live_replicas(session, Replica.status == ReplicaStatus.RUNNING):
-        seen = progress.get((replica.job_id, replica.attempt, replica.index))
-        if seen is None:
-            continue
-        at = dt.datetime.fromtimestamp(seen, dt.UTC)
-        # Coarse on purpose: one row update per replica every few seconds at most.
-        if replica.progress_at is None or at - replica.progress_at > dt.timedelta(seconds=2):
-            replica.progress_at = at
-    session.flush()
+def excuse_silence(*, session: Session, now: dt.datetime) -> None:
+    """Redis lost its data (services/wire/generation.py), or may have while this
+    scheduler was not leading (a new term): the heartbeats and progress beats it held are
+    gone, and the senders' next ones are still on their way. The silence was the control
+    plane's, not theirs: every ready node and every running replica that has shown
+    progress counts as heard `now`, so none is declared lost or hung for it; one that
+    stays silent is, one timeout from now. (A new leader loses nothing by it: it times
+    the beats it finds in Redis by their arrival, its first read, anyway.)"""
+    session.execute(sa.update(Node).where(Node.status == NodeStatus.READY,
+                                          Node.last_heartbeat < now)
+                    .values(last_heartbeat=now))
+    session.execute(sa.update(Replica).where(Replica.status == ReplicaStatus.RUNNING,
+                                             Replica.progress_at < now)
+                    .values(progress_at=now))
+    session.expire_all()  # rows this session holds read the new times
 
 
 def hang_limit(job_progress_timeout: int | None, default: float) -> float | None:
@@ -113,40 +106,30 @@ def hang_limit(job_progress_timeout: int | None, default: float) -> float | None
     return float(job_progress_timeout) if job_progress_timeout else None
 
 
-def _watch_rules(session: Session, job_ids: set[int]) -> dict[int, tuple[str, int | None]]:
-    """Each job's strategy and own progress_timeout_seconds (None: the cluster default),
-    in one query."""
-    if not job_ids:
-        return {}
-    rows = session.execute(sa.select(Job.id, Job.strategy, Job.progress_timeout_seconds)
-                           .where(Job.id.in_(job_ids))).tuples().all()
-    return {job_id: (strategy, timeout) for job_id, strategy, timeout in rows}
-
-
-def _watched(replica: Replica, strategy: str) -> bool:
+def _watched(role: str, strategy: str) -> bool:
     """Whether a running replica runs a training loop, so beats progress: every replica
     of the all-worker strategies; of a parameter_server gang, the chief alone."""
-    return strategy != "parameter_server" or replica.role == "chief"
+    return strategy != "parameter_server" or role == "chief"
 
 
-def _gangs_not_started(session: Session, job_ids: set[int]) -> set[tuple[int, int]]:
-    """(job, attempt) of the gangs in which some replica was placed but never started."""
-    if not job_ids:
-        return set()
+def _gangs_not_started(session: Session) -> set[tuple[int, int]]:
+    """(job, attempt) of the gangs in which some replica was placed but never started,
+    among the gangs with a replica running."""
+    running = sa.select(Replica.job_id).where(Replica.status == ReplicaStatus.RUNNING)
     return set(session.execute(
         sa.select(Replica.job_id, Replica.attempt).distinct()
-        .where(Replica.job_id.in_(job_ids), Replica.status == ReplicaStatus.PENDING)
+        .where(Replica.job_id.in_(running), Replica.status == ReplicaStatus.PENDING)
     ).tuples().all())
 
 
-def _startup_failure(replica: Replica, limit: float | None, settings: Settings,
+def _startup_failure(job_id: int, attempt: int, limit: float | None, settings: Settings,
                      not_started: set[tuple[int, int]]) -> str | None:
     """Why a running replica that has not shown progress yet is hung, if it is."""
     startup = settings.STARTUP_TIMEOUT
     if limit is None:
         # The job turned the progress watchdog off: its loop may never show progress,
         # so the start-up limit covers only the gang's processes being started.
-        if (replica.job_id, replica.attempt) in not_started:
+        if (job_id, attempt) in not_started:
             return (f"hung: the gang's processes were not all started within {startup:.0f}s "
                     "of this one's start")
         return None
@@ -154,29 +137,140 @@ def _startup_failure(replica: Replica, limit: float | None, settings: Settings,
             "of its start (did every replica of the gang join?)")
 
 
-def find_hung(*, session: Session, settings: Settings, now: dt.datetime) -> list[Replica]:
-    """Fail running replicas that stopped making progress (or never started to)."""
-    hung = []
-    running = _live_replicas(session, Replica.status == ReplicaStatus.RUNNING)
-    rules = _watch_rules(session, {replica.job_id for replica in running})
-    running = [r for r in running if r.job_id in rules and _watched(r, rules[r.job_id][0])]
-    not_started = _gangs_not_started(session, {replica.job_id for replica in running})
-    for replica in running:
-        if replica.started_at is None:
+class Checked(NamedTuple):
+    hung: list[Replica]  # declared hung in this check
+    running: set[Key]  # every replica running in SQL when it was read
+
+
+def check_running(*, session: Session, settings: Settings, heartbeats: list[nodes.Heartbeat],
+                  progress: dict[Key, float], now: dt.datetime) -> Checked:
+    """Every running replica, read once as a few columns (a busy cluster runs thousands;
+    rows are loaded only for what changes), checked in turn against:
+
+    * its agent's heartbeat: an exit the agent reports only there is recorded; a replica
+      the agent no longer runs is lost;
+    * its progress: `progress` gives the time (the control plane's clock, arrivals.py)
+      each replica is alive through; SQL keeps it coarsely (PROGRESS_STORE_EVERY);
+    * its limits: a replica without progress for its limit, or without a first step
+      within STARTUP_TIMEOUT, is hung and fails.
+
+    Returns the hung replicas, and the keys of every replica read as running.
+    """
+    by_node = {beat.node_id: beat for beat in heartbeats}
+    hung: list[Replica] = []
+    running: set[Key] = set()
+    stored: dict[int, float] = {}
+    not_started: set[tuple[int, int]] | None = None  # read when first needed
+    # Times as unix seconds in the loop: a datetime and a timedelta per row per
+    # comparison were most of its cost.
+    now_s = now.timestamp()
+    store_every = PROGRESS_STORE_EVERY.total_seconds()
+    limits: dict[int | None, float | None] = {}
+    rows = read_rows(session, sa.select(
+        Replica.id, Replica.job_id, Replica.attempt, Replica.index, Replica.node_id,
+        Replica.role, Replica.started_at, Replica.progress_at, Job.strategy,
+        Job.progress_timeout_seconds,
+    ).join(Job, Job.id == Replica.job_id).where(Replica.status == ReplicaStatus.RUNNING))
+    for (rid, job_id, attempt, index, node_id, role, started_at, progress_at, strategy,
+         job_timeout) in rows:
+        key = (job_id, attempt, index)
+        running.add(key)
+        beat = by_node.get(node_id)
+        # (Most replicas are in their agent's list and not among its exits.)
+        if beat is not None and started_at is not None \
+                and (key in beat.exited or key not in beat.running) \
+                and _settled_by_beat(session, rid, key, started_at, beat):
             continue
-        limit = hang_limit(rules[replica.job_id][1], settings.PROGRESS_TIMEOUT)
+        alive = None if progress_at is None else progress_at.timestamp()
+        seen = progress.get(key)
+        if seen is not None:
+            if alive is None or seen - alive > store_every:
+                stored[rid] = seen
+            if alive is None or seen > alive:
+                alive = seen  # judged by the newest beat, stored or not
+        if started_at is None or not _watched(role, strategy):
+            continue
+        if job_timeout not in limits:  # a few distinct values among thousands of rows
+            limits[job_timeout] = hang_limit(job_timeout, settings.PROGRESS_TIMEOUT)
+        limit = limits[job_timeout]
         failure: str | None = None
-        if replica.progress_at is None:
-            if now - replica.started_at > dt.timedelta(seconds=settings.STARTUP_TIMEOUT):
-                failure = _startup_failure(replica, limit, settings, not_started)
-        elif limit is not None and now - replica.progress_at > dt.timedelta(seconds=limit):
+        if alive is None:
+            if now_s - started_at.timestamp() > settings.STARTUP_TIMEOUT:
+                if not_started is None and limit is None:
+                    not_started = _gangs_not_started(session)
+                failure = _startup_failure(job_id, attempt, limit, settings,
+                                           not_started or set())
+        elif limit is not None and now_s - alive > limit:
             failure = f"hung: no progress for {limit:.0f}s"
         if failure is None:
             continue
+        replica = session.get(Replica, rid)
+        assert replica is not None  # read in this transaction
         gangs.record_replica_failure(replica=replica, failure=failure, lost=False, at=now)
         hung.append(replica)
+    _store_progress(session, {rid: dt.datetime.fromtimestamp(seen, dt.UTC)
+                              for rid, seen in stored.items()})
     session.flush()
-    return hung
+    return Checked(hung, running)
+
+
+def declared_but_running(*, session: Session, heartbeats: list[nodes.Heartbeat],
+                         running: set[Key], ready: set[str]) -> frozenset[Key]:
+    """Replicas Cohort settled without an exit of theirs (declared hung, or lost) that
+    their own node's agent still lists as running, the node being `ready` (a lost node's
+    last beat stays in Redis for good, and says nothing of now): their process is still
+    there. Its stop may have been lost (a Redis that restarted empty loses the queued
+    message), or not have taken effect yet; either way the gang must not be placed again
+    meanwhile (gangs.settle_job) and the stop is sent again (gangs._stop_live).
+    `running`: the replicas running in SQL (check_running's), which a beat lists as a
+    matter of course: only the rest are looked up, usually none."""
+    listed = {key: beat.node_id for beat in heartbeats if beat.node_id in ready
+              for key in beat.running if key not in running}
+    if not listed:
+        return frozenset()
+    rows = session.execute(
+        sa.select(Replica.job_id, Replica.attempt, Replica.index, Replica.node_id).where(
+            sa.tuple_(Replica.job_id, Replica.attempt, Replica.index).in_(list(listed)),
+            Replica.status.in_(TERMINAL_REPLICA_STATUSES), Replica.exit_code.is_(None)))
+    return frozenset((job_id, attempt, index) for job_id, attempt, index, node_id in rows
+                     if listed[(job_id, attempt, index)] == node_id)
+
+
+def _settled_by_beat(session: Session, rid: int, key: Key, started_at: dt.datetime,
+                     beat: nodes.Heartbeat) -> bool:
+    """Settle a running replica whose exit its agent reports only in its heartbeat (or
+    that the agent no longer runs); whether it did."""
+    if key in beat.exited:
+        gangs.record_replica_exited(session=session, job_id=key[0], attempt=key[1],
+                                    index=key[2], exit_code=beat.exited[key],
+                                    log_tail="", at=beat.at)
+        return True
+    # Only a beat written well after the spawn says the process is gone: `after`
+    # bounds when it was written from below (None: unknown, so no conclusion).
+    if key not in beat.running and beat.after is not None \
+            and beat.after > started_at + _SPAWN_SLACK:
+        replica = session.get(Replica, rid)
+        assert replica is not None  # read in this transaction
+        gangs.record_replica_failure(
+            replica=replica, lost=True, at=beat.at,
+            failure="lost: its agent no longer runs it (the agent restarted?)")
+        return True
+    return False
+
+
+def _store_progress(session: Session, stored: dict[int, dt.datetime]) -> None:
+    """Write the new progress times in one batch of updates, not an ORM flush of every
+    row; rows this session holds are told the new value too."""
+    if not stored:
+        return
+    table = cast(sa.Table, Replica.__table__)  # a mapped class's table is a Table
+    session.execute(sa.update(table).where(table.c.id == sa.bindparam("replica_id"))
+                    .values(progress_at=sa.bindparam("seen_at")),
+                    [{"replica_id": rid, "seen_at": at} for rid, at in stored.items()])
+    for rid, at in stored.items():
+        held = session.identity_map.get(identity_key(Replica, rid))
+        if isinstance(held, Replica):
+            set_committed_value(held, "progress_at", at)
 
 
 def enforce_deadlines(*, session: Session, now: dt.datetime) -> list[int]:

@@ -102,12 +102,15 @@ def normalise_path(path: str) -> str:
     if path.startswith("/"):
         raise InvalidArtifactPath(path, "give a path relative to the job's artifacts, "
                                   "such as 'model'")
-    if "\\" in path or any(ord(c) < 32 for c in path):
-        raise InvalidArtifactPath(path, "no backslashes or control characters")
     norm = posixpath.normpath(path) if path else "."
     if norm == ".." or norm.startswith("../"):
         raise InvalidArtifactPath(path, "it leaves the job's artifacts")
-    return "" if norm == "." else norm
+    rel = "" if norm == "." else norm
+    try:  # the store's own rule for a key (DEL is a control character too)
+        keys.check_key(rel, allow_empty=True)
+    except keys.InvalidKey:
+        raise InvalidArtifactPath(path, "no backslashes or control characters") from None
+    return rel
 
 
 def resolve_download(*, store: ArtifactStore, job_id: int, path: str) -> Download:

@@ -117,24 +117,30 @@ def check_template(*, session: Session, project_id: int, job_in: JobCreate,
                limits=read_limits(session=session, project_id=project_id, settings=settings))
 
 
-def admit_job(*, session: Session, project_id: int, job_in: JobCreate,
-              settings: Settings) -> None:
-    """Every quota check before a new job is queued; the caller inserts it in the same
-    transaction (the project's row stays locked until it commits).
+def queued_by_priority(*, session: Session, project_id: int,
+                       limits: QuotaLimits) -> dict[int, int]:
+    """The project's queued jobs, counted by priority, in one query: their sum is what
+    `max_queued_jobs` counts, and a new job's place in the project's queue follows from
+    them. With a `max_queued_jobs` limit, the project's row is locked first: the caller
+    admits and inserts in the same transaction, and the next admission counts only
+    after it commits."""
+    if limits.max_queued_jobs is not None:
+        _lock_project(session, project_id)
+    rows = session.execute(
+        sa.select(Job.priority, sa.func.count()).where(
+            Job.project_id == project_id, Job.status == JobStatus.QUEUED)
+        .group_by(Job.priority)).tuples()
+    return {priority: int(count) for priority, count in rows}
+
+
+def check_room(*, limits: QuotaLimits, used: int) -> None:
+    """Whether one more job may be queued, `used` being queued already.
 
     Raises:
-        BeyondQuota: see `check_spec`.
         QuotaExceeded: the project has `max_queued_jobs` jobs queued already.
     """
-    limits = read_limits(session=session, project_id=project_id, settings=settings)
-    check_spec(job_in=job_in, limits=limits)
     allowed = limits.max_queued_jobs
-    if allowed is None:
-        return
-    _lock_project(session, project_id)
-    used = session.execute(sa.select(sa.func.count()).select_from(Job).where(
-        Job.project_id == project_id, Job.status == JobStatus.QUEUED)).scalar_one()
-    if used >= allowed:
+    if allowed is not None and used >= allowed:
         raise QuotaExceeded(
             "max_queued_jobs",
             f"project quota: {used} of {allowed} queued jobs; submit again once some have "

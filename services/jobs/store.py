@@ -3,22 +3,38 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services.db import MAX_SQL_INT, newest_first_page
-from services.exceptions import IdempotencyConflict, InvalidJobSpec, InvalidTransition, JobNotFound
+from services.exceptions import (
+    CohortError,
+    IdempotencyConflict,
+    InvalidJobSpec,
+    InvalidTransition,
+    JobNotFound,
+)
 from services.jobs import quotas
 from services.jobs.bundles import check_bundle
 from services.jobs.hyperparameters import check_hyperparameters
 from services.jobs.inputs import check_inputs_exist
+from services.jobs.quota_schemas import QuotaLimits
 from services.jobs.schemas import DistributionOptions, JobCreate
 from services.jobs.strategies import check_strategy_options
 from services.jobs.trainers import check_trainer
 from services.jobs.transitions import transition_job
-from services.models import Job, JobEvent, LogLine, MetricPoint, MetricRollup, Replica
+from services.models import (
+    Job,
+    JobEvent,
+    LogLine,
+    MetricPoint,
+    MetricRollup,
+    Project,
+    Replica,
+)
 from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, JobStatus
 from services.storage.store import ArtifactStore
@@ -53,6 +69,22 @@ def check_job_spec(*, job_in: JobCreate, settings: Settings) -> None:
     check_strategy_options(job_in)
 
 
+def check_submission(*, session: Session, project_id: int, job_in: JobCreate,
+                     settings: Settings, store: ArtifactStore | None = None) -> None:
+    """What a submission is checked for before admission: the spec against the settings,
+    its bundle and its inputs (nothing is locked; nothing is written).
+
+    Raises:
+        InvalidJobSpec: a setting refuses the spec.
+        BundleNotFound: the spec names a bundle the project has not uploaded.
+        DataNotFound: an input names data the project has not uploaded.
+    """
+    check_job_spec(job_in=job_in, settings=settings)
+    check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
+    check_inputs_exist(project_id=project_id, inputs=job_in.inputs, settings=settings,
+                       store=store)
+
+
 def create_job(
     *, session: Session, project_id: int, job_in: JobCreate, settings: Settings,
     idempotency_key: str | None = None, store: ArtifactStore | None = None,
@@ -64,49 +96,167 @@ def create_job(
     `trial_of`: (sweep id, trial index) of a sweep's trial (services/sweeps).
 
     Raises:
-        InvalidJobSpec: a setting refuses the spec.
-        BundleNotFound: the spec names a bundle the project has not uploaded.
-        DataNotFound: an input names data the project has not uploaded.
+        InvalidJobSpec, BundleNotFound, DataNotFound: see `check_submission`.
         IdempotencyConflict: the key was used before for a different spec.
         BeyondQuota: the project's quota never permits this job (priority, gang size).
         QuotaExceeded: the project has as many jobs queued as its quota allows.
     """
-    check_job_spec(job_in=job_in, settings=settings)
-    check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
-    check_inputs_exist(project_id=project_id, inputs=job_in.inputs, settings=settings,
-                       store=store)
-    spec_hash = _spec_hash(job_in)
-    if idempotency_key is not None:
-        existing = _by_idempotency_key(session, project_id, idempotency_key)
-        if existing is not None:
-            return _replay(existing, spec_hash), False
-    quotas.admit_job(session=session, project_id=project_id, job_in=job_in, settings=settings)
-    if idempotency_key is not None:
-        # Admission may have waited for a concurrent submission to commit: if that was a
-        # retry of this very request, answer with its job.
-        existing = _by_idempotency_key(session, project_id, idempotency_key)
-        if existing is not None:
-            return _replay(existing, spec_hash), False
-    job = _new_job(project_id, job_in, idempotency_key, spec_hash)
-    if trial_of is not None:
-        job.sweep_id, job.trial_index = trial_of
+    check_submission(session=session, project_id=project_id, job_in=job_in,
+                     settings=settings, store=store)
+    outcome = admit_submissions(session=session, settings=settings, submissions=[
+        Submission(project_id, job_in, idempotency_key, trial_of)])[0]
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome.job, outcome.created
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A checked spec (`check_submission`) waiting for admission."""
+
+    project_id: int
+    job_in: JobCreate
+    idempotency_key: str | None = None
+    trial_of: tuple[int, int] | None = None  # (sweep id, trial index)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A submission's job: created now, or the one its Idempotency-Key already named."""
+
+    job: Job
+    created: bool
+    # A created job's place in its project's queue when it was admitted (None otherwise):
+    # the place `queue.queue_positions` would give it then, without reading the queue again.
+    queue_position: int | None = None
+
+
+def admit_submissions(*, session: Session, settings: Settings,
+                      submissions: list[Submission]) -> list[Admitted | Exception]:
+    """Admit and insert many checked submissions in the session's transaction; the caller
+    commits. Each gets its own outcome, in order: its job, or the error that refused it
+    (an IdempotencyConflict, a QuotaError, the IntegrityError of its own insert), and
+    one submission's error leaves the others' jobs stored.
+
+    Per project, in submission order: one lock and one count of the queued jobs serve
+    the whole group, and the quota is counted as if each had been admitted alone, one
+    after the other (a group never admits more than `max_queued_jobs` allows).
+    """
+    outcomes: list[Admitted | Exception | None] = [None] * len(submissions)
+    by_project: dict[int, list[int]] = {}
+    for index, submission in enumerate(submissions):
+        by_project.setdefault(submission.project_id, []).append(index)
+    # Projects in the order of their ids: two groups locking the rows of the same
+    # projects lock them in the same order, and never wait for each other in a cycle.
+    for project_id, indexes in sorted(by_project.items()):
+        limits = quotas.read_limits(session=session, project_id=project_id, settings=settings)
+        project = session.get(Project, project_id)  # the jobs' views name it
+        queued = quotas.queued_by_priority(session=session, project_id=project_id,
+                                           limits=limits)
+        pending = [(index, submissions[index]) for index in indexes]
+        while pending:  # a key repeated within the group waits for the next round
+            pending = _admission_round(session, project, limits, queued, pending, outcomes)
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+_Pending = list[tuple[int, Submission]]
+
+
+def _admission_round(session: Session, project: Project | None, limits: QuotaLimits,
+                     queued: dict[int, int], pending: _Pending,
+                     outcomes: list[Admitted | Exception | None],
+                     one_by_one: bool = False) -> _Pending:
+    """Admit what it can of `pending` (one project's) and insert it, all in one
+    savepoint unless `one_by_one`; returns the submissions that repeat a key admitted in
+    this round, whose replay can only be read once that job is inserted."""
+    accepted: list[tuple[int, Submission, Job, int]] = []
+    later: _Pending = []
+    keys: set[str] = set()
+    for index, submission in pending:
+        job_in, key = submission.job_in, submission.idempotency_key
+        spec_hash = _spec_hash(job_in)
+        try:
+            if key is not None:
+                if key in keys:
+                    later.append((index, submission))
+                    continue
+                existing = _by_idempotency_key(session, submission.project_id, key)
+                if existing is not None:
+                    outcomes[index] = Admitted(_replay(existing, spec_hash), False)
+                    continue
+            quotas.check_spec(job_in=job_in, limits=limits)
+            quotas.check_room(limits=limits, used=sum(queued.values()))
+        except CohortError as exc:
+            outcomes[index] = exc
+            continue
+        job = _new_job(submission.project_id, job_in, key, spec_hash)
+        if submission.trial_of is not None:
+            job.sweep_id, job.trial_index = submission.trial_of
+        if project is not None:
+            job.project = project
+        place = 1 + sum(n for priority, n in queued.items() if priority >= job_in.priority)
+        if one_by_one:
+            outcome = _insert_one(session, submission, job, spec_hash, place)
+            outcomes[index] = outcome
+            if isinstance(outcome, Admitted) and outcome.created:
+                queued[job_in.priority] = queued.get(job_in.priority, 0) + 1
+            continue
+        accepted.append((index, submission, job, place))
+        queued[job_in.priority] = queued.get(job_in.priority, 0) + 1
+        if key is not None:
+            keys.add(key)
+    if not accepted:
+        return later
+    try:
+        # One savepoint for the round: a failing insert (a key that another process has
+        # just used) undoes only the round, which is then retried one insert at a time.
+        with session.begin_nested():
+            # One INSERT per row, of one SQL text: a multi-row INSERT of jobs' 38
+            # columns is text that psycopg parses anew for each group size (it caches
+            # statements of at most 50 parameters), which cost more CPU than the round
+            # trips it saves.
+            session.connection().execution_options(insertmanyvalues_page_size=1)
+            session.add_all([job for _, _, job, _ in accepted])
+            session.flush()
+            session.add_all([_submitted_event(job) for _, _, job, _ in accepted])
+            session.flush()
+    except IntegrityError:
+        for _, submission, _, _ in accepted:
+            queued[submission.job_in.priority] -= 1
+        _admission_round(session, project, limits, queued,
+                         [(i, s) for i, s, _, _ in accepted], outcomes, one_by_one=True)
+        return later
+    for index, _, job, place in accepted:
+        outcomes[index] = Admitted(job, True, place)
+    return later
+
+
+def _insert_one(session: Session, submission: Submission, job: Job, spec_hash: str,
+                place: int) -> Admitted | Exception:
     try:
         # A savepoint, so that losing a race on the idempotency key leaves the
         # outer transaction usable for reading the winner.
         with session.begin_nested():
             session.add(job)
             session.flush()
-            session.add(JobEvent(job_id=job.id, attempt=job.attempt, from_status=None,
-                                 to_status=JobStatus.QUEUED, reason="submitted"))
+            session.add(_submitted_event(job))
             session.flush()
-    except IntegrityError:
-        if idempotency_key is None:
-            raise
-        existing = _by_idempotency_key(session, project_id, idempotency_key)
+    except IntegrityError as exc:
+        key = submission.idempotency_key
+        existing = None if key is None else \
+            _by_idempotency_key(session, submission.project_id, key)
         if existing is None:
-            raise
-        return _replay(existing, spec_hash), False
-    return job, True
+            return exc
+        try:
+            return Admitted(_replay(existing, spec_hash), False)
+        except IdempotencyConflict as conflict:
+            return conflict
+    return Admitted(job, True, place)
+
+
+def _submitted_event(job: Job) -> JobEvent:
+    return JobEvent(job_id=job.id, attempt=job.attempt or 1, from_status=None,
+                    to_status=JobStatus.QUEUED, reason="submitted")
 
 
 def _new_job(project_id: int, job_in: JobCreate, idempotency_key: str | None,
@@ -254,7 +404,7 @@ def delete_jobs(*, session: Session, job_ids: list[int]) -> None:
     check would cost the ingest dearly), so they are deleted here, before the jobs."""
     if not job_ids:
         return
-    # The jobs' rows first, FOR UPDATE: an ingest still storing their rows (it holds KEY
+    # The jobs' rows first, FOR UPDATE: an ingest still storing their rows (it holds
     # SHARE) commits before this goes on, so the deletes below see its rows; a later
     # ingest waits, then finds no job and stores nothing.
     session.execute(sa.select(Job.id).where(Job.id.in_(job_ids)).with_for_update())

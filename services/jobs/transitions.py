@@ -2,25 +2,43 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from services.exceptions import InvalidTransition, JobNotFound
+from services.jobs.stream_marks import stream_marks
 from services.models import Job, JobEvent, utcnow
 from services.statuses import TERMINAL_STATUSES, JobStatus, is_allowed
 
 
-def lock_job(*, session: Session, job_id: int) -> Job:
-    """Re-read a job with its row locked (a no-op lock on SQLite, which serialises writers)."""
+def lock_jobs(*, session: Session, job_ids: Sequence[int]) -> dict[int, Job]:
+    """Re-read jobs with their rows locked (a no-op lock on SQLite, which serialises
+    writers), in id order (two transactions locking overlapping sets cannot deadlock).
+    Jobs that no longer exist are left out."""
     # Lock the row so the api (cancel) and the scheduler (placement, exits)
     # cannot both decide a job's next status from the same stale read. NO KEY UPDATE
-    # (what a plain UPDATE takes): the id never changes, and so the metric ingest's
-    # KEY SHARE lock on the job (services/telemetry/metrics.py) neither waits for it nor blocks it.
-    job = session.execute(
-        sa.select(Job).where(Job.id == job_id)
-        .with_for_update(of=Job, key_share=True)
-        .execution_options(populate_existing=True)
-    ).scalar_one_or_none()
+    # (what a plain UPDATE takes): the id never changes. The ingest's FOR SHARE lock on
+    # the job (services/telemetry/metrics.py current_attempts) conflicts with it: rows of
+    # the job are stored either wholly before a status change or wholly after it, which
+    # its marks record (services/jobs/stream_marks.py).
+    jobs: dict[int, Job] = {}
+    ordered = sorted(set(job_ids))
+    for start in range(0, len(ordered), 5000):  # a bounded IN list per statement
+        jobs.update((job.id, job) for job in session.execute(
+            sa.select(Job).where(Job.id.in_(ordered[start:start + 5000])).order_by(Job.id)
+            .with_for_update(of=Job, key_share=True)
+            .execution_options(populate_existing=True)
+        ).scalars())
+    return jobs
+
+
+def lock_job(*, session: Session, job_id: int) -> Job:
+    """Re-read a job with its row locked (lock_jobs for one)."""
+    job = lock_jobs(session=session, job_ids=[job_id]).get(job_id)
     if job is None:
         raise JobNotFound(job_id)
     return job
@@ -44,10 +62,44 @@ def transition_job(
     if attempt is not None and attempt != job.attempt:
         raise InvalidTransition(job_id, f"{job.status} (attempt {job.attempt})",
                                 f"{target} (attempt {attempt})")
-    if not is_allowed(job.status, target):
-        raise InvalidTransition(job_id, job.status, target)
-    previous = job.status
+    session.add(JobEvent(**_move(job, target, reason, utcnow(),
+                                 stream_marks(session, [job.id])[job.id])))
+    session.flush()
+    return job
+
+
+def transition_locked(*, session: Session, jobs: Sequence[Job], target: JobStatus,
+                      reasons: Mapping[int, str]) -> None:
+    """transition_job for many jobs the caller has locked with lock_jobs in this
+    transaction (a scheduling pass places hundreds of gangs: one lock and one flush for
+    all of them). Checked and recorded as transition_job does; flushed once.
+
+    Raises:
+        InvalidTransition: an edge is not in the table (nothing is flushed).
+    """
+    for job in jobs:
+        if not is_allowed(job.status, target):
+            raise InvalidTransition(job.id, job.status, target)
+    if not jobs:
+        return
     now = utcnow()
+    marks = stream_marks(session, [job.id for job in jobs])
+    events = [_move(job, target, reasons.get(job.id, ""), now, marks[job.id]) for job in jobs]
+    # The events as one executemany of plain rows (no ORM objects); the jobs' own
+    # changes in the flush below, one batch of updates.
+    session.execute(sa.insert(JobEvent), events)
+    session.flush()
+
+
+def _move(job: Job, target: JobStatus, reason: str, now: dt.datetime,
+          marks: tuple[int, int]) -> dict[str, Any]:
+    """The change itself, on a locked job whose edge is allowed: the one writer of
+    Job.status; returns the event that records it (its row's values, for the caller to
+    store) with its place in the job's stream (`marks`: the job's newest point and line,
+    read under the job's lock)."""
+    if not is_allowed(job.status, target):
+        raise InvalidTransition(job.id, job.status, target)
+    previous = job.status
     if previous is JobStatus.RESTARTING and target is JobStatus.QUEUED:
         job.attempt += 1  # a new gang: every later report must carry this attempt
     if target is JobStatus.RUNNING and job.started_at is None:
@@ -56,9 +108,6 @@ def transition_job(
         job.finished_at = now
     job.status = target
     job.reason = reason
-    session.add(
-        JobEvent(job_id=job.id, attempt=job.attempt, from_status=previous, to_status=target,
-                 reason=reason, created_at=now)
-    )
-    session.flush()
-    return job
+    return {"job_id": job.id, "attempt": job.attempt, "from_status": previous,
+            "to_status": target, "reason": reason, "created_at": now,
+            "metric_mark": marks[0], "log_mark": marks[1]}

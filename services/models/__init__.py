@@ -7,6 +7,7 @@
     schedules.py  retraining schedules and their runs
     sweeps.py     sweeps (their trials are jobs)
     quotas.py     projects' quotas over the cluster's defaults
+    leadership.py the scheduler's fencing token
 
 Every model is imported here, so `Base.metadata` holds every table (Alembic, tests).
 """
@@ -14,6 +15,7 @@ Every model is imported here, so `Base.metadata` holds every table (Alembic, tes
 from services.models.access import ApiToken, DashboardSession
 from services.models.base import Base, UTCDateTime, utcnow
 from services.models.jobs import Bundle, Job, JobEvent, Node, Project, Replica
+from services.models.leadership import SchedulerFence
 from services.models.quotas import ProjectQuota
 from services.models.schedules import Schedule, ScheduleRun
 from services.models.series import LogLine, MetricPoint, MetricRollup
@@ -22,5 +24,5 @@ from services.models.sweeps import Sweep
 __all__ = [
     "ApiToken", "Base", "Bundle", "DashboardSession", "Job", "JobEvent", "LogLine",
     "MetricPoint", "MetricRollup", "Node", "Project", "ProjectQuota", "Replica", "Schedule",
-    "ScheduleRun", "Sweep", "UTCDateTime", "utcnow",
+    "ScheduleRun", "SchedulerFence", "Sweep", "UTCDateTime", "utcnow",
 ]

@@ -167,6 +167,11 @@ class JobEvent(Base):
     to_status: Mapped[JobStatus] = mapped_column(enum_column(JobStatus))
     reason: Mapped[str] = mapped_column(sa.Text, default="")
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # The job's newest metric point and log line when this change was stored: the job's
+    # stream sends the rows up to them before this event and the rest after it
+    # (services/telemetry/stream_order.py). None on events stored before they existed.
+    metric_mark: Mapped[int | None] = mapped_column(sa.BigInteger)
+    log_mark: Mapped[int | None] = mapped_column(sa.BigInteger)
 
 
 class Node(Base):

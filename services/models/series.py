@@ -19,7 +19,7 @@ class MetricPoint(Base):
 
     id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
                                     primary_key=True)
-    # No foreign key: the ingest locks the batch's job rows instead (FOR KEY SHARE, once
+    # No foreign key: the ingest locks the batch's job rows instead (FOR SHARE, once
     # per job rather than per row), and services/jobs.delete_jobs deletes a job's series.
     job_id: Mapped[int]
     attempt: Mapped[int]
@@ -62,7 +62,7 @@ class LogLine(Base):
 
     id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
                                     primary_key=True)
-    # No foreign key: the ingest locks the batch's job rows instead (FOR KEY SHARE, once
+    # No foreign key: the ingest locks the batch's job rows instead (FOR SHARE, once
     # per job rather than per row), and services/jobs.delete_jobs deletes a job's series.
     job_id: Mapped[int]
     attempt: Mapped[int]
@@ -70,3 +70,6 @@ class LogLine(Base):
     seq: Mapped[int]  # line number in the replica's log file, from 1
     ts: Mapped[float] = mapped_column(sa.Float)  # unix time the agent read the line
     line: Mapped[str] = mapped_column(sa.Text)
+    # The job's newest metric point when this line was stored: the job's stream sends the
+    # points up to it before this line (services/telemetry/stream_order.py).
+    metric_mark: Mapped[int | None] = mapped_column(sa.BigInteger)

@@ -75,8 +75,8 @@ def parse_project_position(raw: str | None, field: str = "last-event-id") -> int
 class Event(NamedTuple):
     """One thing to tell a follower."""
 
-    kind: str  # status | metric | log
-    id: str  # the cursor after this event: where a client that had it resumes
+    kind: str  # status | metric | log | job
+    id: str | None  # the cursor after this event (None: a `job` event, outside the order)
     data: Any  # status: the job (JobRead as JSON); metric / log: a MetricRow / LogRow
     # The same object goes to every follower of the job in this process that is caught
     # up: a transport may encode it once for all of them (by identity).

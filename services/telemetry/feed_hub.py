@@ -132,7 +132,15 @@ class FeedHub:
             # appended, so the history read next has it; the reader brings what follows.
             position = self.positions[key]
         else:
-            newest = await client.xrevrange(key, count=1)
+            try:
+                newest = await client.xrevrange(key, count=1)
+            except Exception:
+                # The reader closed the pool under this call (its last follower left just
+                # now; redis-py then fails in more ways than RedisError): start anew on a
+                # new one.
+                if self.client is not client:
+                    return await self.subscribe(key)
+                raise
             position = str(newest[0][0]) if newest else "0-0"
             if self.client is not client:  # the reader closed it meanwhile: start anew
                 return await self.subscribe(key)

@@ -1,17 +1,26 @@
-"""Following a job: its status, its stored metric points and log lines after a client's
-cursor, then its live feed, with no gap and nothing twice; and a project's status changes.
+"""Following a job: its status changes, metric points and log lines in the one order they
+were stored (services/telemetry/stream_order.py), history and live alike, ending with its
+terminal status; and a project's status changes.
 
 Every event carries the cursor after it, `<metric id>.<log id>.<job event id>` (SQL ids),
-so a client that comes back with it gets exactly what it missed. A follower reads SQL
-history after its cursor, then the job's live feed in Redis (services/telemetry/live.py,
-entries as services/wire/feed.py defines them) from its own position, through the one
-reader its process shares (services/telemetry/feed_hub.py): a slow follower holds up
-nobody, neither other followers nor the ingest. The feed position is
-taken *before* the history is read, and rows are filtered by id, so nothing committed in
-between is lost or sent twice. Each feed entry names the newest id stored before its rows
-(`prev`): a follower behind it missed an entry (lost with a Redis restart, or a publish
-that failed) and reads those rows from SQL before the entry's; a lost entry with none
-after it is found once the feed has been quiet a while.
+so a client that comes back with it gets exactly the events after it, in the same order. A
+follower reads SQL after its cursor, then the job's live feed in Redis
+(services/telemetry/live.py, entries as services/wire/feed.py defines them) from its own
+position, through the one reader its process shares (services/telemetry/feed_hub.py): a
+slow follower holds up nobody, neither other followers nor the ingest. The feed position
+is taken *before* the history is read, and items are filtered by id, so nothing committed
+in between is lost or sent twice. Each feed entry says where its rows stand (the job's
+newest rows of each kind and status change before them): a follower that has had exactly
+those sends the rows as they are; one that has not (an entry lost with a Redis restart, a
+status change not sent yet) reads what comes before them from SQL first. Status changes
+are found by a shared poll of the job (once per STATUS_POLL s per process), and read from
+SQL with the rows around them. A lost entry with none after it is found once the feed has
+been quiet a while.
+
+The terminal status is held until the job is settled (services/telemetry/settling.py: its
+replicas are done and the ingest has stored what they shipped), then sent after the last
+rows; the follow ends there. Other changes of the job (its place in the queue, its
+replicas) come as `job` events without an id: they are not part of the order.
 
 No transport here: api/routes/streams.py frames what `follow` yields as Server-Sent Events.
 """
@@ -20,28 +29,48 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 from contextlib import aclosing
 from typing import Any, TypeVar
 
 import anyio
+import redis
 
-from services.db import session_scope
-from services.telemetry import logs, metrics
-from services.telemetry.cursor import Cursor, Event, decoded, row_events
+from services.settings import get_settings
+from services.statuses import TERMINAL_STATUSES, JobStatus
+from services.telemetry.cursor import Cursor, Event, decoded
 from services.telemetry.feed_hub import Entry, Subscription, feed_hub
-from services.telemetry.stream_state import job_snapshot, newest_ids, project_changes
-from services.wire.feed import ROW_TYPES, FeedError, Row
+from services.telemetry.settling import Settling
+from services.telemetry.stream_order import (
+    Item,
+    StatusChange,
+    in_order,
+    read_segment,
+    terminal_change,
+)
+from services.telemetry.stream_state import (
+    job_fingerprints,
+    job_snapshot,
+    newest_ids,
+    project_changes,
+)
+from services.wire.client import get_redis
+from services.wire.feed import FeedEntry, FeedError
 from services.wire.keys import live_key
 
 log = logging.getLogger("cohort.follow")
 
 KINDS = ("status", "metric", "log")
 ROW_KINDS = ("metric", "log")
-PAGE = 5000  # history rows per SQL read
 STATUS_POLL = 1.0  # seconds between status checks (statuses change rarely)
+# Seconds a finished job's stream waits for it to settle (its replicas' exits, the ingest)
+# before it sends the terminal status after what SQL has: a node that never answers
+# again must not hold a stream open for ever.
+SETTLE_LIMIT = 60.0
 KEEPALIVE = 15.0  # seconds of silence before an empty batch (a transport's keep-alive)
 FEED_READ = 200  # feed entries per XREAD
 T = TypeVar("T")
@@ -88,24 +117,68 @@ _snapshot = _PerJob(job_snapshot)  # (the job as JSON, its newest event id, a fi
 _newest = _PerJob(newest_ids)  # the job's newest point and line ids
 
 
-def _history_page(kind: str, job_id: int, after: int) -> list[Row]:
-    read = metrics.read_points_after if kind == "metric" else logs.read_lines_after
-    of = ROW_TYPES[kind].of
-    with session_scope() as session:
-        return [of(row) for row in read(session=session, job_id=job_id, after_id=after,
-                                        limit=PAGE)]
+class _EveryJob:
+    """One SQL read per STATUS_POLL s for every job followed in this process (`read`
+    takes the jobs' ids and answers for each): 100 jobs followed cost one read a second,
+    not 100. A job is read while it was asked for in the last two periods."""
+
+    def __init__(self, read: Callable[[list[int]], dict[int, Any]]) -> None:
+        self.read = read
+        self.values: dict[int, Any] = {}
+        self.asked: dict[int, float] = {}
+        self.read_at = float("-inf")
+        self.reading: asyncio.Task[None] | None = None
+
+    async def __call__(self, job_id: int) -> Any:
+        self.asked[job_id] = time.monotonic()
+        while job_id not in self.values or time.monotonic() - self.read_at >= STATUS_POLL:
+            if self.reading is None:
+                self.reading = asyncio.get_running_loop().create_task(self._read())
+            # Shielded: a follower that leaves does not cancel the others' read.
+            await asyncio.shield(self.reading)
+        return self.values[job_id]
+
+    async def _read(self) -> None:
+        try:
+            started = time.monotonic()
+            self.asked = {job: at for job, at in self.asked.items()
+                          if at >= started - 2 * STATUS_POLL}
+            self.values = await _sql(self.read, list(self.asked))
+            self.read_at = started
+        finally:
+            self.reading = None
 
 
-async def _stored_after(kind: str, job_id: int, cursor: Cursor,
-                        upto: int | None = None) -> AsyncIterator[list[Event]]:
-    """Events for the job's stored rows of `kind` after the cursor, from SQL, a page at a
-    time, while the cursor is below `upto` (None: up to the newest row). The history a
-    client starts with, and rows the live feed did not bring."""
-    while upto is None or upto > cursor.at(kind):
-        page = await _sql(_history_page, kind, job_id, cursor.at(kind))
-        yield row_events(kind, page, cursor)
-        if len(page) < PAGE:
-            break
+# Per event loop: a read in flight is a task of the loop that started it.
+_every_job: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _EveryJob] = \
+    weakref.WeakKeyDictionary()
+
+
+async def _fingerprint(job_id: int) -> Any:
+    """The job's fingerprint (stream_state.job_snapshot's), read for all followed jobs."""
+    loop = asyncio.get_running_loop()
+    every = _every_job.get(loop)
+    if every is None:
+        every = _every_job[loop] = _EveryJob(job_fingerprints)
+    return await every(job_id)
+
+
+@functools.lru_cache(maxsize=4)
+def _redis(url: str) -> redis.Redis:
+    """The process's client for the settle checks (blocking calls, run in threads)."""
+    return get_redis(url)
+
+
+def _place_bound(entry: FeedEntry) -> Cursor | None:
+    """The stream position after an entry's rows: its rows, and what was stored before
+    them (None: an entry of a writer that did not say)."""
+    place = entry.place
+    if place.other < 0 or place.event < 0:
+        return None
+    bound = Cursor(event=place.event)
+    bound.move(entry.kind, entry.rows[-1].id)
+    bound.move("log" if entry.kind == "metric" else "metric", place.other)
+    return bound
 
 
 class _Follower:
@@ -113,29 +186,54 @@ class _Follower:
 
     def __init__(self, job_id: int, cursor: Cursor, kinds: Collection[str]) -> None:
         self.job_id, self.cursor = job_id, cursor
+        self.kinds = frozenset(kinds)
         self.status = "status" in kinds
         self.row_kinds = [kind for kind in ROW_KINDS if kind in kinds]
         self.key = live_key(job_id)
         # The job's feed from now on; None for a follower of statuses alone.
         self.feed: Subscription | None = None
         self.fingerprint: tuple[Any, ...] = ()
+        self.terminal: StatusChange | None = None  # held until the job settles
+        self.settling: Settling | None = None
+        self.settle_by = 0.0
         self.next_status = self.next_check = self.fed_at = time.monotonic()
 
-    async def start(self, resumed: bool) -> AsyncIterator[list[Event]]:
-        """The job's status (unless a resuming client has it), then the stored rows."""
+    async def _events(self, items: list[Item]) -> list[Event]:
+        """Stream events of merged items; a status change's data is the job's view
+        (read once for the batch) with the change."""
+        snapshot: dict[str, Any] = {}
+        if any(kind == "status" for kind, _, _ in items):
+            snapshot = (await _snapshot(self.job_id))[0]
+        return [Event(kind, event_id, _status_data(snapshot, item) if kind == "status"
+                      else item) for kind, item, event_id in items]
+
+    async def from_sql(self, bound: Cursor | None = None) -> list[Event]:
+        """What SQL holds after the cursor (up to `bound`), in stream order."""
+        items: list[Item] = []
+        while True:
+            segment = await _sql(read_segment, self.job_id, self.cursor, self.kinds, bound)
+            got = in_order(segment, self.cursor, self.kinds)
+            items += got
+            if not got or all(segment.complete.values()):
+                break
+        return await self._events(items)
+
+    async def start(self) -> AsyncIterator[list[Event]]:
+        """What SQL holds after the cursor; nothing if the client has the terminal status."""
         # Taken before the history is read: whatever commits after that read is on the
         # feed after this position.
         if self.row_kinds:
             self.feed = await feed_hub().subscribe(self.key)
-        snapshot, event_id, self.fingerprint = await _snapshot(self.job_id)
-        if self.status and (not resumed or event_id > self.cursor.event):
-            self.cursor.event = max(self.cursor.event, event_id)
-            yield [Event("status", str(self.cursor), snapshot)]
-        self.cursor.event = max(self.cursor.event, event_id)
-        for kind in self.row_kinds:
-            async for events in _stored_after(kind, self.job_id, self.cursor):
-                if events:
-                    yield events
+        _, _, self.fingerprint = await _snapshot(self.job_id)
+        self.terminal = await _sql(terminal_change, self.job_id)
+        # (Only a follower of statuses has had the terminal status: for the others the
+        # event part of an id is where the rows stand, which can be past it.)
+        if self.terminal is not None and self.status and self.cursor.event >= self.terminal.id:
+            self.settle_by = -1.0  # had it all: the follow ends at once
+            return
+        events = await self.from_sql()
+        if events:
+            yield events
         self.next_status = self.next_check = time.monotonic() + STATUS_POLL
         self.fed_at = time.monotonic()
 
@@ -151,13 +249,35 @@ class _Follower:
                 log.warning("job %s: skipping feed entry %s: %s", self.job_id, entry_id, exc)
                 continue
             self.fed_at = time.monotonic()
-            # Rows stored before this entry's that the client has not had (the feed
-            # lost their entry): from SQL first, in id order.
-            async for missed in _stored_after(shared.entry.kind, self.job_id, self.cursor,
-                                              shared.entry.prev):
-                events += missed
-            events += shared.events_for(self.cursor)
+            if not shared.entry.rows:
+                continue
+            if self._caught_up(shared.entry):
+                self._align(shared.entry)
+                events += shared.events_for(self.cursor)
+            else:
+                # Something stored before these rows has not been sent (a lost entry, a
+                # status change): SQL, in order, up to and with these rows.
+                events += await self.from_sql(_place_bound(shared.entry))
         return events
+
+    def _caught_up(self, entry: FeedEntry) -> bool:
+        """Whether the follower has had everything stored before the entry's rows."""
+        bound = _place_bound(entry)
+        if bound is None or self.cursor.at(entry.kind) < entry.place.prev:
+            return False
+        other = "log" if entry.kind == "metric" else "metric"
+        return (other not in self.kinds or self.cursor.at(other) >= bound.at(other)) and \
+            (not self.status or self.cursor.event >= bound.event)
+
+    def _align(self, entry: FeedEntry) -> None:
+        """Take the entry's place for the kinds this follower does not follow: its ids are
+        then the stream's positions, the same for every caught-up follower of the job (who
+        share the entry's events), whatever kinds each follows."""
+        other = "log" if entry.kind == "metric" else "metric"
+        if other not in self.kinds:
+            self.cursor.move(other, max(self.cursor.at(other), entry.place.other))
+        if not self.status:
+            self.cursor.event = max(self.cursor.event, entry.place.event)
 
     async def next_entries(self) -> list[Entry]:
         """The feed's next entries, waiting up to STATUS_POLL s for some."""
@@ -176,27 +296,70 @@ class _Follower:
         if now - self.fed_at < STATUS_POLL:
             return []
         newest = await _newest(self.job_id)
-        events: list[Event] = []
-        for kind in self.row_kinds:
-            async for missed in _stored_after(kind, self.job_id, self.cursor, newest[kind]):
-                events += missed
-        return events
+        if any(newest[kind] > self.cursor.at(kind) for kind in self.row_kinds):
+            return await self.from_sql()
+        return []
 
     async def status_changed(self) -> list[Event]:
-        """A `status` event when the job's snapshot has changed (checked every STATUS_POLL s)."""
-        if not self.status or time.monotonic() < self.next_status:
+        """Status changes stored since the last check (from SQL, in order with the rows
+        around them), or a `job` event when only the job's place in the queue or its
+        replicas changed. Checked every STATUS_POLL s."""
+        if time.monotonic() < self.next_status:
             return []
         self.next_status = time.monotonic() + STATUS_POLL
-        snapshot, event_id, fingerprint = await _snapshot(self.job_id)
-        if fingerprint == self.fingerprint:
+        # The fingerprints of every followed job in one read; the snapshot (a dozen
+        # queries and the view) only of a job that changed.
+        fingerprint = await _fingerprint(self.job_id)
+        changed, self.fingerprint = fingerprint != self.fingerprint, fingerprint
+        if not fingerprint:  # the job was deleted: nothing more will come
+            self.settle_by = -1.0
             return []
-        self.fingerprint = fingerprint
-        self.cursor.event = max(self.cursor.event, event_id)
-        return [Event("status", str(self.cursor), snapshot)]
+        if self.terminal is None and JobStatus(fingerprint[0]) in TERMINAL_STATUSES:
+            self.terminal = await _sql(terminal_change, self.job_id)
+        events: list[Event] = []
+        # A status change not sent yet, also when the job looks as at the last check: a
+        # change can wait in SQL for rows stored just before it (stream_order.in_order).
+        # The held terminal status is sent by `settle`, with what comes before it.
+        unsent = fingerprint[4] > self.cursor.event and (
+            self.terminal is None or fingerprint[4] != self.terminal.id or changed)
+        if self.status and unsent:
+            events = await self.from_sql()
+        # Not once the job is terminal: its status is told by the last event alone.
+        if self.status and changed and self.terminal is None and not events:
+            snapshot = (await _snapshot(self.job_id))[0]
+            events.append(Event("job", None, snapshot))
+        return events
 
-    async def run(self, resumed: bool, keepalive: float) -> AsyncGenerator[list[Event]]:
-        async for events in self.start(resumed):
+    async def settle(self) -> tuple[list[Event], bool]:
+        """Once the job is terminal: whether it has settled; then its last rows and the
+        terminal status (the follow ends after them)."""
+        if self.terminal is None:
+            return [], False
+        if self.settling is None:
+            self.settling, self.settle_by = Settling(), time.monotonic() + SETTLE_LIMIT
+        if self.settle_by >= 0 and time.monotonic() < self.settle_by:
+            client = _redis(get_settings().redis_url)
+            try:
+                done = await _sql(self.settling.settled, self.job_id, client)
+            except redis.RedisError:
+                log.warning("job %s: cannot see the ingest; waiting", self.job_id)
+                done = False
+            if not done:
+                return [], False
+        else:
+            log.warning("job %s: not settled after %.0fs; ending its stream with what SQL "
+                        "has", self.job_id, SETTLE_LIMIT)
+        events = await self.from_sql()
+        # Whatever the kinds followed: the terminal status says the stream is over.
+        self.cursor.event = self.terminal.id
+        events += await self._events([("status", self.terminal, str(self.cursor))])
+        return events, True
+
+    async def run(self, keepalive: float) -> AsyncGenerator[list[Event]]:
+        async for events in self.start():
             yield events
+        if self.settle_by < 0:
+            return
         idle_since = time.monotonic()
         while True:
             entries = await self.next_entries()
@@ -204,27 +367,42 @@ class _Follower:
             events = await self.fed(entries)
             events += await self.unfed()
             events += await self.status_changed()
+            last, done = await self.settle() if self.settle_by >= 0 else ([], True)
+            events += last
             if events:
                 idle_since = time.monotonic()
                 yield events
             elif time.monotonic() - idle_since >= keepalive:
                 idle_since = time.monotonic()
                 yield []
+            if done:
+                return
+
+
+def _status_data(snapshot: dict[str, Any], change: StatusChange) -> dict[str, Any]:
+    """A status event's data: the job as `GET /jobs/{id}` sends it now, with the status
+    and attempt of the change, and the change itself (`change`: its id, statuses, attempt,
+    reason and time). The newest change's event is the job as REST reads it."""
+    return {**snapshot, "status": change.to_status, "attempt": change.attempt,
+            "change": change.payload()}
+
+
+def stream_over(job_id: int, cursor: Cursor) -> bool:
+    """Whether a follower of statuses at `cursor` has had the job's terminal status: its
+    stream is over (blocking: one short SQL read)."""
+    terminal = terminal_change(job_id)
+    return terminal is not None and cursor.event >= terminal.id
 
 
 async def follow(job_id: int, cursor: Cursor | None = None, kinds: Collection[str] = KINDS,
                  *, keepalive: float = KEEPALIVE) -> AsyncIterator[list[Event]]:
-    """Follow job `job_id` from `cursor` (None: from the start), forever: batches of
-    events in order, each batch what to send at once; an empty batch after `keepalive`
-    seconds of silence. `kinds`: some of status, metric, log.
-
-    The job's status comes first (unless the cursor has its newest event), then its
-    stored rows of each kind after the cursor, then what is stored from now on.
-    """
+    """Follow job `job_id` from `cursor` (None: from the start) until its terminal status:
+    batches of events in stream order, each batch what to send at once; an empty batch
+    after `keepalive` seconds of silence. `kinds`: some of status, metric, log."""
     start = dataclasses.replace(cursor) if cursor is not None else Cursor()
     follower = _Follower(job_id, start, kinds)
     try:
-        async with aclosing(follower.run(cursor is not None, keepalive)) as batches:
+        async with aclosing(follower.run(keepalive)) as batches:
             async for events in batches:
                 yield events
     finally:

@@ -16,33 +16,37 @@ from typing import Any
 
 import redis
 
-from services.wire.feed import ROW_TYPES, FeedEntry, Row
+from services.wire.feed import ROW_TYPES, UNPLACED, Place, encode_entry
 from services.wire.keys import STATS_HASH, live_key
 
 LIVE_MAXLEN = 20_000  # entries per job kept for live readers; older ones are read from SQL
 LIVE_TTL = 3600  # seconds a job's feed outlives its last entry
 
 
-def publish(client: redis.Redis, kind: str, rows: list[dict[str, Any]],
-            prev: dict[int, int]) -> None:
+def publish(client: redis.Redis, kind: str, rows: list[tuple[Any, ...]],
+            places: dict[int, Place]) -> None:
     """Append newly committed `metric` or `log` rows to their jobs' feeds; count them.
+    `rows`: in id order, each the job's id then the row's fields in its row type's order
+    (services/telemetry/metrics.py and logs.py: STORED), one pipeline for all jobs.
 
-    `prev[job]` is the id of the job's newest row stored before these. A reader whose
-    cursor is below it has missed rows (an entry lost with a Redis restart, a publish
-    that failed after its commit) and reads them from SQL first; a lost entry with none
-    after it is found when the feed has been quiet a while (services/telemetry/follow.py).
+    `places[job]` says where the job's rows stand in its stream (its newest rows of each
+    kind and status change stored before these). A reader that has not had all of those
+    has missed something (an entry lost with a Redis restart, a publish that failed after
+    its commit) and reads it from SQL first; a lost entry with none after it is found when
+    the feed has been quiet a while (services/telemetry/follow.py).
     """
     if not rows:
         return
-    of = ROW_TYPES[kind].of
-    by_job: dict[int, list[Row]] = defaultdict(list)
+    if kind not in ROW_TYPES:
+        raise ValueError(f"unknown feed kind {kind!r}")
+    by_job: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     for row in rows:
-        by_job[row["job_id"]].append(of(row))
+        by_job[row[0]].append(row[1:])
     pipe = client.pipeline(transaction=False)
     for job_id, items in by_job.items():
         key = live_key(job_id)
-        entry = FeedEntry(kind, tuple(items), prev.get(job_id, 0))
-        pipe.xadd(key, entry.encode(), maxlen=LIVE_MAXLEN, approximate=True)
+        fields = encode_entry(kind, items, places.get(job_id, UNPLACED))
+        pipe.xadd(key, fields, maxlen=LIVE_MAXLEN, approximate=True)
         pipe.expire(key, LIVE_TTL)
     pipe.hincrby(STATS_HASH, f"{kind}_rows", len(rows))
     pipe.execute()

@@ -14,8 +14,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from services.models import LogLine
-from services.telemetry.metrics import current_attempts, newest_id
+from services.jobs.stream_marks import newest_id, newest_ids, newest_ids_before
+from services.models import LogLine, MetricPoint
+from services.telemetry.metrics import current_attempts
 from services.wire.batches import LogBatch
 
 
@@ -42,6 +43,12 @@ def insert_lines(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[di
             unique.setdefault((row["job_id"], row["attempt"], row["replica"], row["seq"]), row)
     if not unique:
         return []
+    # Where each line stands among the job's points (services/jobs/stream_marks.py): the
+    # job's newest point now. The ingest stores points and lines one commit at a time
+    # (workers/control/ingest.py), so none is stored between this read and the commit.
+    marks = newest_ids(session, MetricPoint, {row["job_id"] for row in unique.values()})
+    for row in unique.values():
+        row["metric_mark"] = marks[row["job_id"]]
     insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" \
         else sqlite.insert
     table = cast(sa.Table, LogLine.__table__)  # a mapped class's table is a Table
@@ -54,6 +61,16 @@ def insert_lines(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[di
         inserted.extend(dict(r) for r in
                         connection.execute(statement, values[start:start + 2000]).mappings())
     return inserted
+
+
+# The new lines as the ingest gets them: the job, then the live feed's row (LogRow).
+STORED = ("job_id", "id", "attempt", "replica", "ts", "line")
+
+
+def insert_line_rows(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """`insert_lines` as tuples in STORED order, in id order (what the ingest publishes)."""
+    stored = sorted(insert_lines(session=session, rows=rows), key=lambda row: row["id"])
+    return [tuple(row[name] for name in STORED) for row in stored]
 
 
 def read_logs(
@@ -83,6 +100,11 @@ def read_lines_after(
     query = (sa.select(LogLine).where(LogLine.job_id == job_id, LogLine.id > after_id)
              .order_by(LogLine.id).limit(limit))
     return list(session.execute(query).scalars())
+
+
+def newest_line_ids(*, session: Session, firsts: dict[int, int]) -> dict[int, int]:
+    """Per job, the id of its newest line below the given id (the ingest's `prev`)."""
+    return newest_ids_before(session, LogLine, firsts)
 
 
 def newest_line_id(*, session: Session, job_id: int, before: int | None = None) -> int:

@@ -9,7 +9,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.models import Job, LogLine, MetricPoint
+from services.jobs.stream_marks import newest_id, newest_ids_before
+from services.models import Job, MetricPoint
 from services.wire.batches import MetricBatch
 
 
@@ -31,7 +32,19 @@ def store_points(*, session: Session, rows: Iterable[dict[str, Any]]) -> int:
 
 
 def insert_points(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Like `store_points`, but returns the new rows with their ids (for the live streams).
+    """Like `store_points`, but returns the new rows with their ids (for the live streams),
+    in id order: `insert_point_rows` as dicts."""
+    return [dict(zip(STORED, row, strict=True))
+            for row in insert_point_rows(session=session, rows=rows)]
+
+
+# The new rows as the ingest gets them: the job, then the live feed's row (MetricRow).
+STORED = ("job_id", "id", "attempt", "replica", "step", "epoch", "name", "value", "ts")
+
+
+def insert_point_rows(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Store metric rows once; returns the new ones as tuples in STORED order, in id
+    order (the ingest's hot path: no dict per stored point).
 
     Fenced by attempt: a point of an attempt that is no longer the job's current one
     (a replica of a torn-down gang still talking) is refused, like every other late
@@ -47,22 +60,21 @@ def insert_points(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[d
     if not values:
         return []
     if session.get_bind().dialect.name == "postgresql":
-        inserted = _insert_postgresql(session, values)
-    else:
-        inserted = _insert_sqlite(session, values)
-    # Live feeds rely on id order (a reader's cursor is the last id it sent).
-    inserted.sort(key=itemgetter("id"))
-    return inserted
+        return _insert_postgresql(session, values)
+    return _insert_sqlite(session, values)
 
 
 def current_attempts(*, session: Session, job_ids: set[int]) -> dict[int, int]:
-    """Each existing job's current attempt. The job rows stay locked FOR KEY SHARE until
-    the caller commits (a job cannot be deleted under the rows being stored): what a
-    foreign key would check per row, once per job. The weakest row lock: status changes
-    (FOR NO KEY UPDATE, services/jobs/transitions.py) go on meanwhile. SQLite ignores it."""
+    """Each existing job's current attempt. The job rows stay locked FOR SHARE until the
+    caller commits (a job cannot be deleted under the rows being stored): what a foreign
+    key would check per row, once per job. FOR SHARE, not the weaker KEY SHARE: a status
+    change of one of these jobs (FOR NO KEY UPDATE, services/jobs/transitions.py) waits for
+    this commit, and this waits for it, so the change's marks (the job's newest point and
+    line, services/jobs/stream_marks.py) say exactly which rows were stored before it. In
+    id order, as status changes lock: the two cannot deadlock. SQLite ignores it."""
     return dict(session.execute(
-        sa.select(Job.id, Job.attempt).where(Job.id.in_(job_ids))
-        .with_for_update(read=True, key_share=True)).tuples().all())
+        sa.select(Job.id, Job.attempt).where(Job.id.in_(job_ids)).order_by(Job.id)
+        .with_for_update(read=True)).tuples().all())
 
 
 _COLUMNS = ("job_id", "attempt", "replica", "step", "epoch", "name", "value", "ts")
@@ -83,18 +95,19 @@ def _driver_connection(session: Session) -> Any:
     return raw
 
 
-def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     # COPY into a session-local staging table, then one INSERT ... SELECT: several times
     # faster than a multi-row INSERT ... RETURNING, and still one statement decides
     # what is new (ON CONFLICT DO NOTHING against the unique key).
     columns = ", ".join(_COLUMNS)
     raw = _driver_connection(session)
     with raw.cursor() as cursor:
+        # Two statements, one round trip (no parameters: the simple query protocol).
         cursor.execute(
             "CREATE TEMP TABLE IF NOT EXISTS metric_stage (job_id integer, attempt integer, "
             "replica integer, step integer, epoch integer, name varchar(64), "
-            "value double precision, ts double precision) ON COMMIT DELETE ROWS")
-        cursor.execute("TRUNCATE metric_stage")
+            "value double precision, ts double precision) ON COMMIT DELETE ROWS; "
+            "TRUNCATE metric_stage")
         # Binary COPY: the server skips parsing text, the client encodes in C.
         with cursor.copy(f"COPY metric_stage ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(_COPY_TYPES)
@@ -117,12 +130,11 @@ def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[d
             "last_step = greatest(metric_rollups.last_step, excluded.last_step), "
             "last_epoch = greatest(metric_rollups.last_epoch, excluded.last_epoch), "
             "last_ts = greatest(metric_rollups.last_ts, excluded.last_ts)) "
-            f"SELECT id, {columns} FROM new")
-        names = ("id", *_COLUMNS)
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+            f"SELECT {', '.join(STORED)} FROM new ORDER BY id")
+        return cursor.fetchall()
 
 
-def _insert_sqlite(session: Session, values: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _insert_sqlite(session: Session, values: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     # SQLite has one writer at a time and the leader's ingest is the only writer of
     # metric points, so the new rows are exactly those above the largest id before. A
     # DB-API executemany of INSERT OR IGNORE runs in C: several times faster than
@@ -135,9 +147,9 @@ def _insert_sqlite(session: Session, values: list[dict[str, Any]]) -> list[dict[
         cursor.executemany(
             f"INSERT OR IGNORE INTO metric_points ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             list(map(itemgetter(*_COLUMNS), values)))
-        cursor.execute(f"SELECT id, {columns} FROM metric_points WHERE id > ?", (before,))
-        names = ("id", *_COLUMNS)
-        inserted = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        cursor.execute(f"SELECT {', '.join(STORED)} FROM metric_points WHERE id > ? "
+                       "ORDER BY id", (before,))
+        inserted = cursor.fetchall()
         # SQLite's max() of a NULL is NULL: an absent epoch is -1 for the comparison.
         cursor.executemany(
             f"{_ROLLUP_INSERT} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -153,10 +165,10 @@ def _insert_sqlite(session: Session, values: list[dict[str, Any]]) -> list[dict[
         cursor.close()
 
 
-def _rollups_of(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+def _rollups_of(stored: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """Rollup rows of newly stored points (what the PostgreSQL statement computes)."""
     groups: dict[tuple[Any, ...], list[Any]] = {}
-    for row in rows:
+    for row in (dict(zip(STORED, r, strict=True)) for r in stored):
         key = (row["job_id"], row["attempt"], row["replica"], row["name"],
                row["step"] // ROLLUP_STEPS)
         group = groups.get(key)
@@ -193,14 +205,9 @@ def read_metrics(
     return list(session.execute(query).scalars())
 
 
-def newest_id(session: Session, table: type[MetricPoint] | type[LogLine], job_id: int,
-              before: int | None = None) -> int:
-    """The id of the job's newest stored point or line (below `before`, if given; 0 if
-    none): an index probe on `(job_id, id)`."""
-    query = sa.select(sa.func.coalesce(sa.func.max(table.id), 0)).where(table.job_id == job_id)
-    if before is not None:
-        query = query.where(table.id < before)
-    return session.execute(query).scalar_one()
+def newest_point_ids(*, session: Session, firsts: dict[int, int]) -> dict[int, int]:
+    """Per job, the id of its newest point below the given id (the ingest's `prev`)."""
+    return newest_ids_before(session, MetricPoint, firsts)
 
 
 def newest_point_id(*, session: Session, job_id: int, before: int | None = None) -> int:

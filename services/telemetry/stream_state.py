@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from services.db import session_scope
+from services.jobs import queue, store
 from services.models import Job, JobEvent
 from services.telemetry import logs, metrics
 from services.telemetry.job_views import read_job_view, read_job_views
@@ -24,12 +26,39 @@ def job_snapshot(job_id: int) -> tuple[dict[str, Any], int, tuple[Any, ...]]:
         job = session.get(Job, job_id)
         if job is None:  # deleted while streaming
             return {}, 0, ()
-        event_id = session.execute(sa.select(sa.func.coalesce(sa.func.max(JobEvent.id), 0))
-                                   .where(JobEvent.job_id == job_id)).scalar_one()
+        event_id, fingerprint = _fingerprints(session, [job])[job_id]
         view = read_job_view(session=session, job=job)
-        fingerprint = (view.status, view.attempt, view.reason, view.queue_position, event_id,
-                       tuple((r.index, r.status, r.exit_code) for r in view.replica_list))
-        return view.model_dump(mode="json"), int(event_id), fingerprint
+        return view.model_dump(mode="json"), event_id, fingerprint
+
+
+def job_fingerprints(job_ids: list[int]) -> dict[int, tuple[Any, ...]]:
+    """In its own transaction: the fingerprint `job_snapshot` gives of each job (() for
+    a job that is gone), for any number of jobs in four queries: how the followers of a
+    process learn which jobs' snapshots to read again."""
+    with session_scope() as session:
+        jobs = list(session.execute(sa.select(Job).where(Job.id.in_(job_ids))).scalars())
+        found = _fingerprints(session, jobs)
+    return {job_id: found[job_id][1] if job_id in found else () for job_id in job_ids}
+
+
+def _fingerprints(session: Session, jobs: list[Job]) -> dict[int, tuple[int, tuple[Any, ...]]]:
+    """Each job's newest event id, and a fingerprint that changes whenever the job's or a
+    replica's status, or the job's place in the queue, does."""
+    if not jobs:
+        return {}
+    ids = [job.id for job in jobs]
+    events = dict(session.execute(
+        sa.select(JobEvent.job_id, sa.func.max(JobEvent.id))
+        .where(JobEvent.job_id.in_(ids)).group_by(JobEvent.job_id)).tuples().all())
+    replicas = store.read_current_replicas(session=session, jobs=jobs)
+    places = queue.queue_positions(session=session, jobs=jobs)
+    found = {}
+    for job in jobs:
+        event_id = int(events.get(job.id) or 0)
+        found[job.id] = (event_id, (
+            str(job.status), job.attempt, job.reason, places.get(job.id), event_id,
+            tuple((r.index, str(r.status), r.exit_code) for r in replicas[job.id])))
+    return found
 
 
 def newest_ids(job_id: int) -> dict[str, int]:

@@ -5,8 +5,9 @@
   and command but the @dangerous ones (FLUSHALL, KEYS, CONFIG, DEBUG, ...);
 * `agent-<node>`, one per node: its own Celery queue and Celery's bookkeeping of it, the
   writes its work needs (events, its heartbeat, metrics, logs, progress, the replica
-  claims), and reads of the current attempts and of the nodes and progress hashes; no
-  other queue, no stream read (XREAD, XRANGE), no other key;
+  claims, the data-generation marker), and reads of the current attempts and of the
+  nodes and progress hashes; no other queue, no stream read (XREAD, XRANGE), no other
+  key;
 
 Replicas get no Redis user: they report through their agent (docs/security.md, "Replicas
 on a node"), which alone could not keep them to their own job's keys.
@@ -25,6 +26,7 @@ import re
 
 from services.wire.keys import (
     EVENTS_STREAM,
+    GENERATION_KEY,
     LOGS_STREAM,
     METRICS_STREAM,
     NODES_HASH,
@@ -40,9 +42,8 @@ UNACKED_PREFIX = "cohort:unacked:"
 
 # Connection housekeeping. Not CLIENT SETINFO, which redis-py sends on connect: Redis
 # before 7.2 does not know it (the file would not load), and redis-py ignores its refusal.
-# INFO: senders read the server's run_id to notice a restart that lost what they had sent
-# (workers/replay.py); it shows server statistics, no key or value.
-_CONNECTION = "+ping +client|setname +select +info"
+# TIME: messages are judged by Redis's clock, not the node's (services/wire/clock.py).
+_CONNECTION = "+ping +client|setname +select +time"
 # kombu's consumer: BRPOP the queue; declare (SADD) its binding; keep unacknowledged
 # messages in a hash and a sorted set under a mutex (SET NX, WATCH/MULTI/EXEC), and put
 # them back on the queue (LPUSH) when not acknowledged in time.
@@ -87,7 +88,10 @@ def agent_rule(node_id: str, password: str) -> str:
             f"~{unacked}", f"~{unacked}:*",
             "%R~cohort:attempt:*", "%W~cohort:claim:*", f"%W~{EVENTS_STREAM}",
             f"%RW~{NODES_HASH}", f"%W~{METRICS_STREAM}", f"%W~{LOGS_STREAM}",
-            f"%RW~{PROGRESS_HASH}"]
+            f"%RW~{PROGRESS_HASH}",
+            # Read, and written again when missing: how an agent notices that Redis lost
+            # its data (services/wire/generation.py).
+            f"%RW~{GENERATION_KEY}"]
     return (f"{agent_user(node_id)} on {_password(password)} resetkeys resetchannels "
             f"-@all {_AGENT_COMMANDS} {' '.join(keys)}")
 

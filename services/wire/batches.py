@@ -9,6 +9,7 @@ whole entry (WireError), so one bad value can never stall the ingest for every j
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -22,6 +23,9 @@ from services.wire.keys import progress_field
 INT_MAX = 2**31 - 1
 MAX_NAME = 64  # characters of a metric name (the column's width)
 MAX_LINE = 4000  # characters kept of a log line; a progress bar without newlines stays bounded
+# How far ahead a beat may say the replica is alive (the runner dates its last beat
+# FINISH_GRACE = 300 s ahead while it saves): a script cannot blind the hang watchdog.
+MAX_BEAT_AHEAD = 600.0
 
 # (step, epoch, name, value, ts): `step` the global 1-based training step, `epoch`
 # 0-based or None, `value` a finite float, `ts` the unix time it was observed.
@@ -139,13 +143,21 @@ class LogBatch:
 
 @dataclass(frozen=True, slots=True)
 class ProgressBeat:
-    """A replica is alive (still stepping) through unix time `until`: the value of field
-    "job:attempt:index" of the progress hash."""
+    """A replica is alive (still stepping): the value of field "job:attempt:index" of the
+    progress hash is "until ahead".
+
+    `until` is the sender's clock (the agent's): it only orders one replica's beats and
+    changes with each, and the control plane never compares it with its own clock
+    (services/cluster/arrivals.py). `ahead` is how many seconds past its sending the beat
+    vouches for (a replica saving its model dates its last beat ahead): a duration, the
+    same on every clock, at most MAX_BEAT_AHEAD.
+    """
 
     job_id: int
     attempt: int
     index: int
     until: float
+    ahead: float = 0.0
 
     @property
     def field(self) -> str:
@@ -153,20 +165,43 @@ class ProgressBeat:
 
     def encode(self) -> tuple[str, str]:
         """The hash field and its value."""
-        return self.field, repr(float(self.until))
+        return self.field, f"{float(self.until)!r} {float(self.ahead)!r}"
 
     @classmethod
     def decode(cls, field: str, value: str) -> Self:
-        """The beat in one field of the progress hash."""
+        """The beat in one field of the progress hash (a value of `until` alone, as
+        agents before `ahead` wrote, is a beat with nothing ahead)."""
+        (job_id, attempt, index), until, ahead = cls.parse(field, value)
+        return cls(job_id, attempt, index, until, ahead)
+
+    @staticmethod
+    def parse(field: str, value: str) -> tuple[tuple[int, int, int], float, float]:
+        """decode's checks and values, as plain ((job, attempt, index), until, ahead): the
+        scheduler reads every running replica's beat on every pass.
+
+        Raises:
+            WireError: not a beat.
+        """
         parts = field.split(":")
-        if len(parts) != 3 or not all(part.isdigit() for part in parts):
+        if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()
+                                   and parts[2].isdigit()):
             raise WireError("ProgressBeat", "field", f"must be job:attempt:index, "
                                                      f"got {field[:64]!r}")
-        try:
-            until = float(value)
-        except (TypeError, ValueError):
-            raise WireError("ProgressBeat", "until", f"must be a number, "
-                                                     f"got {str(value)[:32]!r}") from None
-        if until != until or until in (float("inf"), float("-inf")):
-            raise WireError("ProgressBeat", "until", "must be finite")
-        return cls(int(parts[0]), int(parts[1]), int(parts[2]), until)
+        numbers = str(value).split(" ")
+        until = _finite("until", numbers[0])
+        ahead = _finite("ahead", numbers[1]) if len(numbers) > 1 else 0.0
+        if len(numbers) > 2 or ahead < 0:
+            raise WireError("ProgressBeat", "ahead", f"must be one number of seconds, 0 or "
+                                                     f"more, got {str(value)[:64]!r}")
+        return (int(parts[0]), int(parts[1]), int(parts[2])), until, min(ahead, MAX_BEAT_AHEAD)
+
+
+def _finite(name: str, text: str) -> float:
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        raise WireError("ProgressBeat", name, f"must be a number, "
+                                              f"got {str(text)[:32]!r}") from None
+    if not math.isfinite(number):
+        raise WireError("ProgressBeat", name, "must be finite")
+    return number

@@ -9,6 +9,7 @@ or `rediss://` for TLS, with `ssl_ca_certs`, `ssl_cert_reqs`, `ssl_certfile` and
 from __future__ import annotations
 
 import ssl
+import threading
 import time
 from functools import lru_cache
 from typing import Any
@@ -142,10 +143,58 @@ def publish_node_event(client: redis.Redis, event: NodeEvent, node_key: str) -> 
     client.xadd(EVENTS_STREAM, entry, maxlen=STREAM_MAXLEN, approximate=True)
 
 
-def wake_scheduler(client: redis.Redis) -> None:
-    """Ask the scheduler for a pass now rather than at its next tick (best effort)."""
+# A burst of submissions asks for a pass per job; one pass reads the whole queue, so the
+# wakes a process sends are coalesced: at most one per window, the first at once.
+WAKE_WINDOW = 0.05  # seconds
+
+
+class _WakeCoalescer:
+    """Sends `wake` at most once per WAKE_WINDOW per process, never dropping one.
+
+    A wake asked for within the window of the last one sent is deferred to the window's
+    end (one timer, shared by every request that arrives meanwhile), so each request is
+    followed by a wake sent after it: its change, committed before it asked, is in SQL
+    when the scheduler reads. A `wake` carries nothing, so one stands for many.
+    """
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.lock = threading.Lock()
+        self.last_sent = -float("inf")
+        self.timer: threading.Timer | None = None
+
+    def request(self, client: redis.Redis) -> None:
+        with self.lock:
+            if self.timer is not None:
+                return  # the pending wake, sent later than this request, covers it
+            wait = self.last_sent + self.window - time.monotonic()
+            if wait > 0:
+                self.timer = threading.Timer(wait, self._deferred, args=(client,))
+                self.timer.daemon = True
+                self.timer.start()
+                return
+            self.last_sent = time.monotonic()
+        _send_wake(client)
+
+    def _deferred(self, client: redis.Redis) -> None:
+        with self.lock:
+            self.timer = None
+            self.last_sent = time.monotonic()
+        _send_wake(client)
+
+
+def _send_wake(client: redis.Redis) -> None:
     # The scheduler blocks reading the events stream, so an event wakes it at once.
     try:
         publish_event(client, Wake())
     except redis.RedisError:
         pass  # the scheduler's timer will get there; SQL already holds the change
+
+
+_wakes = _WakeCoalescer(WAKE_WINDOW)
+
+
+def wake_scheduler(client: redis.Redis) -> None:
+    """Ask the scheduler for a pass soon rather than at its next tick (best effort): at
+    once, or at the end of the current coalescing window if a wake was just sent."""
+    _wakes.request(client)

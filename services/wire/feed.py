@@ -2,17 +2,21 @@
 after each commit, and what the api's followers read back.
 
 One feed entry holds the rows of one kind that one ingest commit stored for one job, and
-`prev`, the id of the job's newest row of that kind stored before them: a reader whose
-cursor is below `prev` missed an entry and reads those rows from SQL first. Rows travel as
+where they stand in the job's stream (services/telemetry/stream_order.py): `prev`, the id
+of the job's newest row of that kind stored before them, `other`, the job's newest row of
+the other kind, and `event`, its newest status change, when they were stored. A reader
+that has had exactly those is caught up and sends the rows; one that has not missed
+something (an entry lost with a Redis restart) and reads it from SQL first. Rows travel as
 positional JSON arrays (a feed holds up to 20,000 entries per job, and every follower of
 a job decodes each one), in the field order of `MetricRow` / `LogRow`.
 
-Redis fields: `kind` (`metric` | `log`), `rows` (a JSON array of rows), `prev` (an id).
+Redis fields: `kind` (`metric` | `log`), `rows` (a JSON array of rows), `prev`, `other`,
+`event` (ids; an entry without `other` or `event` is read as one whose place is unknown).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -78,6 +82,28 @@ class LogRow(NamedTuple):
 
 
 Row = MetricRow | LogRow
+
+
+class Place(NamedTuple):
+    """Where one commit's rows of one kind stand in their job's stream: the ids of the
+    job's newest row of that kind (`prev`), of the other kind (`other`) and of its newest
+    status change (`event`) when they were stored. -1: unknown."""
+
+    prev: int = 0
+    other: int = -1
+    event: int = -1
+
+
+UNPLACED = Place()  # an entry that does not say where its rows stand
+
+
+def encode_entry(kind: str, rows: Sequence[Sequence[Any]], place: Place = UNPLACED
+                 ) -> dict[FieldT, EncodableT]:
+    """A feed entry's Redis stream fields: `rows` in their row type's field order, as
+    Rows or as plain tuples (the ingest's, which need no Row made per point)."""
+    # orjson writes tuples, not NamedTuples: `default` hands it each Row as one.
+    return {"kind": kind, "rows": orjson.dumps(rows, default=tuple), "prev": place.prev,
+            "other": place.other, "event": place.event}
 ROW_TYPES: dict[str, type[MetricRow] | type[LogRow]] = {"metric": MetricRow, "log": LogRow}
 
 
@@ -87,13 +113,11 @@ class FeedEntry:
 
     kind: str  # metric | log
     rows: tuple[Row, ...]  # all of the kind's row type
-    prev: int = 0  # the job's newest id of this kind stored before these rows
+    place: Place = UNPLACED  # where they stand in the job's stream
 
     def encode(self) -> dict[FieldT, EncodableT]:
         """The entry's Redis stream fields (for XADD)."""
-        # orjson writes tuples, not NamedTuples: `default` hands it each row as one.
-        return {"kind": self.kind, "rows": orjson.dumps(self.rows, default=tuple),
-                "prev": self.prev}
+        return encode_entry(self.kind, self.rows, self.place)
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> FeedEntry:
@@ -114,7 +138,8 @@ class FeedEntry:
                                                    for r in items):
                 raise ValueError("rows must be arrays that start with an integer id")
             rows: tuple[Row, ...] = tuple(map(make, items))
-            prev = int(fields.get("prev") or 0)
+            place = Place(int(fields.get("prev") or 0), int(fields.get("other", -1)),
+                          int(fields.get("event", -1)))
         except (TypeError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
             raise FeedError(f"malformed {kind} feed entry: {exc}") from exc
-        return cls(kind, rows, prev)
+        return cls(kind, rows, place)

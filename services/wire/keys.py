@@ -10,11 +10,14 @@ METRICS_STREAM = "cohort:metrics"  # replicas -> ingester: metric batches
 EVENTS_STREAM = "cohort:events"  # agents, api -> scheduler: replica started / exited, wake
 NODES_HASH = "cohort:nodes"  # agents -> scheduler: heartbeat per node id
 SCHEDULER_LOCK = "cohort:scheduler:lock"  # one active scheduler at a time
-SCHEDULER_LOCK_TTL = 10.0  # seconds a dead leader keeps the lock before another takes it
 SCHEDULER_PASS = "cohort:scheduler:pass"  # the leader's last pass, unix time (`cohort health`)
 PROGRESS_HASH = "cohort:progress"  # replicas -> scheduler: "job:attempt:index" -> unix time
 LOGS_STREAM = "cohort:logs"  # agents -> ingester: replica log lines
 STATS_HASH = "cohort:stats"  # ingester -> api /metrics: counters
+# The leader's consumer group on the streams it reads (ingest, events): the api's job
+# streams ask it how far the ingest has stored (services/telemetry/settling.py).
+LEADER_GROUP = "cohort-scheduler"
+GENERATION_KEY = "cohort:generation"  # missing or changed: Redis lost its data (generation.py)
 
 STREAM_MAXLEN = 1_000_000
 

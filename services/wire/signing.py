@@ -8,8 +8,9 @@ receive gang traffic. So:
 * the control plane alone holds COHORT_SIGNING_KEY;
 * node N's key is HMAC-SHA256(signing key, "node:" + N), given to N's agent as
   COHORT_NODE_KEY (`cohort node-key N` prints it);
-* messages to N (start, stop, cleanup) are sealed with N's key, stamped with the time and
-  N's id, and refused by N's agent when unsigned, badly signed, for another node or older
+* messages to N (start, stop, cleanup) are sealed with N's key, stamped with the time
+  (Redis's clock at both ends: services/wire/clock.py) and N's id, and refused by N's
+  agent when unsigned, badly signed, for another node or older
   than MESSAGE_MAX_AGE (the claim and attempt fencing of workers/node/agent.py still
   stop a replay inside that window from starting anything twice);
 * N's events and heartbeats are signed with N's key: the scheduler derives it from the
@@ -159,8 +160,7 @@ def unseal(raw: str | bytes, key: str, *, purpose: str, node_id: str,
         if age > max_age:
             raise Refused("stale", f"sent {age:.0f}s ago (more than {max_age:.0f}s)")
         if age < -max_age:
-            raise Refused("from the future", f"stamped {-age:.0f}s ahead: do the hosts' "
-                                              "clocks agree (NTP)?")
+            raise Refused("from the future", f"stamped {-age:.0f}s in the future")
     return sealed
 
 

@@ -1,31 +1,55 @@
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from services.jobs.submission_batcher import SubmissionBatcher
 from tests.factories import create_token
 
 
-@pytest.fixture
-def client(session: Session) -> Iterator[TestClient]:
-    """The app with every request's session inside the test's rolled-back transaction."""
-    from api.deps import get_db
-    from api.main import create_app
-
-    app = create_app()
+@contextmanager
+def in_test_transaction(app: FastAPI, session: Session) -> Iterator[None]:
+    """Every request of `app` in the test's rolled-back transaction: its session, and the
+    admission of its job submissions (a batcher of this test's own, whose commits are
+    savepoints; the request's thread waits meanwhile, so the session is never used by two
+    threads at once)."""
+    from api.deps import get_db, get_submitter
 
     def override() -> Iterator[Session]:
         yield session
         session.commit()  # a savepoint release: the test's transaction still rolls back
 
+    @contextmanager
+    def savepoint() -> Iterator[Session]:
+        with session.begin_nested():
+            yield session
+
+    batcher = SubmissionBatcher(sessions=savepoint, threads=1)
     app.dependency_overrides[get_db] = override
-    # No lifespan: the bootstrap token would commit for real. Origin: as a browser sends
-    # it on every POST (the dashboard's cookie requests are refused without it, api/csrf.py);
-    # an address of its own: failed logins are counted per address (api/login_throttle.py).
-    yield TestClient(app, headers={"Origin": "http://testserver"},
-                     client=(f"testclient-{uuid.uuid4().hex[:8]}", 50000))
+    app.dependency_overrides[get_submitter] = lambda: batcher
+    try:
+        yield
+    finally:
+        batcher.close()
+
+
+@pytest.fixture
+def client(session: Session) -> Iterator[TestClient]:
+    """The app with every request's session inside the test's rolled-back transaction."""
+    from api.main import create_app
+
+    app = create_app()
+    with in_test_transaction(app, session):
+        # No lifespan: the bootstrap token would commit for real. Origin: as a browser
+        # sends it on every POST (the dashboard's cookie requests are refused without it,
+        # api/csrf.py); an address of its own: failed logins are counted per address
+        # (api/login_throttle.py).
+        yield TestClient(app, headers={"Origin": "http://testserver"},
+                         client=(f"testclient-{uuid.uuid4().hex[:8]}", 50000))
 
 
 @pytest.fixture

@@ -14,7 +14,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from services.models import Job
+from tests.api.conftest import in_test_transaction
 from tests.api.test_dashboard import login
+from tests.conftest import database_refused
 
 SPEC: dict[str, Any] = {"name": "digits", "trainer": "mlp_digits", "replicas": 2,
                         "hyperparameters": {"epochs": 2, "steps_per_epoch": 5}}
@@ -38,20 +40,14 @@ def refusal(response: Any, status: int, field: str | None = None) -> dict[str, A
 @pytest.fixture
 def small_bodies(session: Session, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     """The app with COHORT_MAX_REQUEST_BYTES=4096 in its environment."""
-    from api.deps import get_db
     from api.main import create_app
     from services.settings import get_settings
 
     monkeypatch.setenv("COHORT_MAX_REQUEST_BYTES", "4096")
     get_settings.cache_clear()
     app = create_app()
-
-    def override() -> Iterator[Session]:
-        yield session
-        session.commit()
-
-    app.dependency_overrides[get_db] = override
-    yield TestClient(app)
+    with in_test_transaction(app, session):
+        yield TestClient(app)
     monkeypatch.undo()
     get_settings.cache_clear()
 
@@ -240,26 +236,67 @@ def test_a_method_a_path_does_not_take_is_405_listing_every_one_it_does(
 
 
 def test_a_database_that_does_not_answer_is_503_with_retry_after(
-        pg_url: str, token: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ARG001
+        pg_url: str, token: str) -> None:  # noqa: ARG001 - pg_url: the database put back after
     from api.main import create_app
-    from services.db import get_engine, get_sessionmaker
-    from services.settings import get_settings
 
-    # Port 9 (discard) on this machine: nothing listens, the connection is refused.
-    monkeypatch.setenv("COHORT_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:9/x")
-    for cached in (get_settings, get_engine, get_sessionmaker):
-        cached.cache_clear()
-    try:
+    with database_refused():
         response = TestClient(create_app()).get(
             "/api/v1/jobs", headers={"Authorization": f"Bearer {token}"})
-        assert refusal(response, 503)["error"] == "unavailable"
-        assert response.headers["retry-after"] == "5"
-        assert "database" in response.json()["message"]
-    finally:
-        monkeypatch.undo()
-        get_engine().dispose()
-        for cached in (get_settings, get_engine, get_sessionmaker):
-            cached.cache_clear()
+    assert refusal(response, 503)["error"] == "unavailable"
+    assert response.headers["retry-after"] == "5"
+    assert "database" in response.json()["message"]
+
+
+def test_readyz_is_503_while_the_database_does_not_answer(
+        pg_url: str) -> None:  # noqa: ARG001 - pg_url: the database put back after
+    from api.main import create_app
+
+    with database_refused():
+        response = TestClient(create_app()).get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["database"] == "database unreachable"
+
+
+def _raising_app(exc: Exception) -> TestClient:
+    """An app with Cohort's error handlers and one route that raises `exc` (as a query
+    does when the server goes away under it)."""
+    from fastapi import FastAPI
+
+    from api.errors import install_error_handlers
+
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.get("/query")
+    def query() -> None:
+        raise exc
+
+    return TestClient(app, raise_server_exceptions=False)
+
+
+def _driver_error(cls: type[sa.exc.DBAPIError], invalidated: bool = False
+                  ) -> sa.exc.DBAPIError:
+    return cls("SELECT 1", {}, Exception("server closed the connection unexpectedly"),
+               connection_invalidated=invalidated)
+
+
+@pytest.mark.parametrize("exc", [
+    _driver_error(sa.exc.OperationalError),  # refused, reset, the server shutting down
+    _driver_error(sa.exc.InterfaceError),  # a connection psycopg already knows is closed
+    _driver_error(sa.exc.DatabaseError, invalidated=True),  # SQLAlchemy saw the disconnect
+    sa.exc.TimeoutError("QueuePool limit reached"),  # no pooled connection in time
+], ids=["operational", "interface", "invalidated", "pool-timeout"])
+def test_a_connection_lost_mid_request_is_503_with_retry_after(exc: Exception) -> None:
+    response = _raising_app(exc).get("/query")
+    assert refusal(response, 503)["error"] == "unavailable"
+    assert response.headers["retry-after"] == "5"
+    assert "database" in response.json()["message"]
+
+
+def test_any_other_database_error_stays_a_500() -> None:
+    """A constraint broken or bad SQL is a bug: a retry would fail the same way."""
+    for exc in (_driver_error(sa.exc.IntegrityError), _driver_error(sa.exc.ProgrammingError)):
+        assert _raising_app(exc).get("/query").status_code == 500
 
 
 def test_every_api_route_with_a_json_body_refuses_non_finite_numbers() -> None:

@@ -57,6 +57,27 @@ def test_downsampling_keeps_each_series_share(client: TestClient, session: Sessi
     assert bad.status_code == 422 and "max_points" in bad.json()["message"]
 
 
+def test_a_sparse_series_among_dense_ones_comes_back_whole(
+        client: TestClient, session: Session) -> None:
+    """An epoch metric (a point every 1,000 steps, and twice in one bucket) beside a
+    per-step one: returned whole, every point exact, nothing of the dense series mixed in."""
+    token, row = create_token(session)
+    job = create_job(session, row.project_id, replicas=2)
+    metrics.store_points(session=session, rows=_points(job.id, 20_000, ("loss", "acc")))
+    sparse = [*range(1000, 20_001, 1000), 5010, 5020]
+    metrics.store_points(session=session, rows=[
+        {"job_id": job.id, "attempt": 1, "replica": 0, "step": s, "epoch": s // 1000,
+         "name": "epoch_loss", "value": s / 7, "ts": 2000.0 + s} for s in sparse])
+    url, auth = f"/api/v1/jobs/{job.id}/metrics", {"Authorization": f"Bearer {token}"}
+    items = client.get(url, params={"max_points": 1000, "name": ["loss", "epoch_loss"]},
+                       headers=auth).json()["items"]
+    epoch = [p for p in items if p["name"] == "epoch_loss"]
+    assert [(p["step"], p["value"], p["epoch"]) for p in epoch] == \
+        [(s, s / 7, s // 1000) for s in sorted(sparse)]
+    assert {p["name"] for p in items} == {"loss", "epoch_loss"}
+    assert 200 <= sum(p["name"] == "loss" for p in items) <= 500
+
+
 def test_progress_and_eta(client: TestClient, session: Session) -> None:
     token, row = create_token(session)
     job = create_job(session, row.project_id,

@@ -16,7 +16,7 @@ from cli.client import CohortClient
 from cli.stack import Stack
 from services.statuses import TERMINAL_STATUSES
 from tests.capabilities import need_chromium
-from tests.conftest import REDIS_BASE, create_database, drop_database, worker_number
+from tests.conftest import create_database, drop_database, redis_url, worker_number
 
 # COHORT_BOOTSTRAP_TOKEN: an admin token needs at least 32 characters.
 E2E_TOKEN = "e2e-bootstrap-token-for-tests-only"
@@ -24,9 +24,6 @@ E2E_TOKEN = "e2e-bootstrap-token-for-tests-only"
 # Where replica ports start: concurrent runs on one machine give distinct bases
 # (COHORT_TEST_PORT_BASE), and each pytest-xdist worker of a run takes its own thousand.
 PORT_BASE = str(int(os.environ.get("COHORT_TEST_PORT_BASE", "29500")) + 1000 * worker_number())
-# The Redis db of the stacks on the machine's Redis: one per xdist worker, above the
-# fast tests' dbs (tests/conftest.py).
-E2E_REDIS_DB = int(os.environ.get("COHORT_TEST_E2E_REDIS_DB", "9")) + worker_number()
 
 
 def free_port() -> int:
@@ -36,15 +33,30 @@ def free_port() -> int:
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
-             interval: float = 0.2) -> Any:
-    """Poll `predicate` until it returns something truthy; fail with `what` on timeout."""
+             interval: float = 0.2, explain: Callable[[], str] | None = None) -> Any:
+    """Poll `predicate` until it returns something truthy; fail with `what` on timeout,
+    and with what `explain()` then says (the state that tells why it never came)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+    message = f"timed out after {timeout:.0f}s waiting for {what}"
+    if explain is not None:
+        message += f"\n{explain()}"
+    raise AssertionError(message)
+
+
+def job_story(client: CohortClient, job_id: int) -> str:
+    """A job's state for a failure message: its status and reason, its replicas and the
+    path of its events. A replica reads (index, node, status, exit code, restarts)."""
+    job = client.job(job_id)
+    replicas = [(r["index"], r["node_id"], r["status"], r["exit_code"], r["restarts"])
+                for r in job["replica_list"]]
+    events = [(e["to_status"], e["attempt"], e["reason"]) for e in client.events(job_id)]
+    return (f"job {job_id}: {job['status']} ({job['reason']}), attempt {job['attempt']}, "
+            f"replicas {replicas}, events {events}")
 
 
 def wait_terminal(client: CohortClient, job_id: int, timeout: float = 180) -> dict[str, Any]:
@@ -63,9 +75,9 @@ def pg_stack_with(tmp_path: Any, env: dict[str, str] | None = None,
     machine's Redis (a db of its own, flushed), with `env` added to its settings."""
     name = f"cohort_e2e_{free_port()}"
     url = create_database(name)
-    redis_url = f"{REDIS_BASE}/{E2E_REDIS_DB}"
-    redis.Redis.from_url(redis_url).flushdb()
-    stack = Stack({"COHORT_DATABASE_URL": url, "COHORT_REDIS_URL": redis_url,
+    stack_redis = redis_url("stack")
+    redis.Redis.from_url(stack_redis).flushdb()
+    stack = Stack({"COHORT_DATABASE_URL": url, "COHORT_REDIS_URL": stack_redis,
                    "COHORT_DATA_DIR": str(tmp_path / "data"),
                    "COHORT_API_PORT": str(free_port()), "COHORT_NODE_ID": "e2e-node",
                    "COHORT_PORT_RANGE_START": PORT_BASE,

@@ -1,5 +1,6 @@
-"""Helpers for tests with several node agents: start and stop extra `cohort agent` processes,
-and read a finished job's placement history."""
+"""Helpers for tests with several node agents: start and stop extra `cohort agent` processes
+(and a Redis they reach from their own network namespaces), and read a finished job's
+placement history."""
 
 from __future__ import annotations
 
@@ -7,14 +8,54 @@ import datetime as dt
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+import redis
 
 from cli.client import CohortClient
 from services.statuses import TERMINAL_STATUSES
 from services.wire.signing import node_key
-from tests.e2e.conftest import wait_for
+from tests.capabilities import need_redis_server
+from tests.conftest import create_database, drop_database
+from tests.e2e.conftest import free_port, wait_for
 from workers.node.processes import stop_process_group
+
+
+def redis_and_database(cleanup: ExitStack, hosts: list[str], directory: Path,
+                       prefix: str) -> tuple[int, str]:
+    """A redis-server of the test's own, listening on the host's loopback and on each of
+    `hosts` (agents in other network namespaces reach it there), and a migrated database
+    named `prefix_<port>`; both undone by `cleanup`. Returns (redis port, database URL)."""
+    port = free_port()
+    server = start_redis(port, ["127.0.0.1", *hosts], directory)
+    cleanup.callback(server.wait, 10)
+    cleanup.callback(server.terminate)
+    name = f"{prefix}_{free_port()}"
+    url = create_database(name)
+    cleanup.callback(drop_database, name)
+    return port, url
+
+
+def start_redis(port: int, binds: list[str], directory: Path) -> subprocess.Popen[bytes]:
+    """A redis-server of the test's own listening on `binds` (the host's ends of the
+    namespaces' control links too), in its own process group."""
+    binary = need_redis_server()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", *binds, "--protected-mode", "no",
+         "--save", "", "--appendonly", "no", "--dir", str(directory)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    client = redis.Redis(port=port, socket_connect_timeout=0.5)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            client.ping()
+            return process
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    process.kill()
+    raise AssertionError("redis-server for the namespaced agents did not start")
 
 
 def start_agent(env: dict[str, str], node_id: str, slots: int, data_dir: Path,

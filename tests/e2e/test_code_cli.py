@@ -24,7 +24,7 @@ from services.settings import get_settings
 from services.storage import keys
 from services.storage.bundles import pack
 from services.storage.store import open_store
-from tests.conftest import REDIS_BASE, create_database, drop_database
+from tests.conftest import create_database, drop_database, redis_url
 from tests.e2e.conftest import free_port
 from tests.s3server import CREDENTIALS
 
@@ -40,7 +40,7 @@ def api_process(tmp_path: Path, **server: str) -> Iterator[tuple[CohortClient, d
     environment a user's shell would have to reach it."""
     name = f"cohort_cli_{free_port()}"
     url = create_database(name)
-    stack = Stack({"COHORT_DATABASE_URL": url, "COHORT_REDIS_URL": f"{REDIS_BASE}/11",
+    stack = Stack({"COHORT_DATABASE_URL": url, "COHORT_REDIS_URL": redis_url("code"),
                    "COHORT_DATA_DIR": str(tmp_path / "server"),
                    "COHORT_ARTIFACT_URL": str(tmp_path / "store"),
                    "COHORT_API_PORT": str(free_port()),

@@ -4,42 +4,20 @@ namespace addresses, and the gang trains over the link between them."""
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-import redis
 
 from cli.client import CohortClient
 from cli.stack import Stack
-from tests.capabilities import need_namespaces, need_redis_server
-from tests.conftest import create_database, drop_database
+from tests.capabilities import need_namespaces
 from tests.e2e.conftest import PORT_BASE, free_port, wait_terminal
-from tests.e2e.multinode import start_agent, stop_agent, wait_nodes
+from tests.e2e.multinode import redis_and_database, start_agent, stop_agent, wait_nodes
 from tests.e2e.netns import Machine, two_machines
 
 pytestmark = pytest.mark.e2e
-
-
-def start_redis(port: int, binds: list[str], directory: Path) -> subprocess.Popen[bytes]:
-    binary = need_redis_server()
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", *binds, "--protected-mode", "no",
-         "--save", "", "--appendonly", "no", "--dir", str(directory)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    client = redis.Redis(port=port, socket_connect_timeout=0.5)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            client.ping()
-            return process
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    process.kill()
-    raise AssertionError("redis-server for the namespaced agents did not start")
 
 
 @pytest.fixture
@@ -49,13 +27,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[CohortClient, list[Machine]]]:
         # Skipped only where namespaces cannot exist; as root, a failing `ip` fails.
         need_namespaces()
         hosts, machines = cleanup.enter_context(two_machines())
-        port = free_port()
-        server = start_redis(port, ["127.0.0.1", *hosts], tmp_path)
-        cleanup.callback(server.wait, 10)
-        cleanup.callback(server.terminate)
-        name = f"cohort_e2e_{free_port()}"
-        url = create_database(name)
-        cleanup.callback(drop_database, name)
+        port, url = redis_and_database(cleanup, hosts, tmp_path, "cohort_e2e")
         stack = Stack({"COHORT_DATABASE_URL": url,
                        "COHORT_REDIS_URL": f"redis://127.0.0.1:{port}/0",
                        "COHORT_DATA_DIR": str(tmp_path / "host"),

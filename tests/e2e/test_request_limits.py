@@ -18,6 +18,25 @@ TOKEN = "limits-admin-token-" + "0" * 24
 LIMIT = 64 * 1024
 
 
+def read_response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """The response's head and its whole body (Content-Length), however the server's
+    writes were split into segments: the head and the body may arrive apart."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection closed before the response's head: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")[1:]
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head, body
+
+
 def test_bodies_numbers_and_ids_are_bounded_on_a_real_server(tmp_path: Path) -> None:
     env = {"COHORT_BOOTSTRAP_TOKEN": TOKEN, "COHORT_MAX_REQUEST_BYTES": str(LIMIT)}
     with pg_stack_with(tmp_path, env, parts=("api",)) as (stack, _):
@@ -28,7 +47,7 @@ def test_bodies_numbers_and_ids_are_bounded_on_a_real_server(tmp_path: Path) -> 
             sock.sendall(f"POST /api/v1/jobs HTTP/1.1\r\nHost: {url.netloc}\r\n"
                          f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
                          f"Content-Length: {100 * LIMIT}\r\n\r\n".encode())
-            head, _, body = sock.recv(65536).partition(b"\r\n\r\n")
+            head, body = read_response(sock)
         assert head.startswith(b"HTTP/1.1 413"), head
         assert b'"too_large"' in body and b"COHORT_MAX_REQUEST_BYTES" in body
 

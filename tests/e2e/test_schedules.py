@@ -20,12 +20,14 @@ from cli.client import CohortClient
 from cli.stack import Stack
 from services.statuses import TERMINAL_STATUSES
 from tests.e2e.conftest import wait_for, wait_terminal
+from tests.e2e.stepper import stepping_job
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow(95)]
 
 TINY = {"trainer": "mlp_digits", "strategy": "one_device", "replicas": 1,
         "hyperparameters": {"epochs": 1, "steps_per_epoch": 5}}
-LONG = {**TINY, "hyperparameters": {"epochs": 1000, "steps_per_epoch": 50}}
+# Until it is replaced: a stepper (tests/e2e/stepper.py), which waits without a core's load.
+LONG = stepping_job(1_000_000, 0.01, strategy="one_device", replicas=1)
 
 
 def api(client: CohortClient, method: str, path: str, **kwargs: Any) -> Any:

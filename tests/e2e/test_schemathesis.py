@@ -14,7 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.e2e.conftest import pg_stack_with
+
+pytestmark = pytest.mark.slow(80)
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 TOKEN = "schemathesis-admin-token-" + "0" * 24  # the bootstrap token: an admin's

@@ -99,7 +99,7 @@ LOAD = ("import sys, json, tensorflow as tf; model = tf.saved_model.load(sys.arg
 
 
 class Until:
-    """A deadline (monotonic) that the reader of a stream may bring forward."""
+    """A deadline (monotonic) for the reader of a stream."""
 
     def __init__(self, seconds: float) -> None:
         self.at = time.monotonic() + seconds
@@ -112,11 +112,11 @@ class Until:
             yield line
 
 
-def follow_losses(client: CohortClient, job_id: int, timeout: float = 180, grace: float = 20
+def follow_losses(client: CohortClient, job_id: int, timeout: float = 180
                   ) -> tuple[list[str], dict[int, dict[int, float]]]:
-    """Read the job's SSE stream from its start until it has ended and every step's `loss`
-    of both replicas has come, or `grace` seconds after it ended, or `timeout`: the
-    statuses seen, and the losses by replica and step."""
+    """Read the job's SSE stream from its start to its terminal status, which is its last
+    event (after every point the job will have: README, the job stream), or `timeout`:
+    the statuses seen, and the losses by replica and step."""
     statuses: list[str] = []
     losses: dict[int, dict[int, float]] = {0: {}, 1: {}}
     until = Until(timeout)
@@ -127,14 +127,11 @@ def follow_losses(client: CohortClient, job_id: int, timeout: float = 180, grace
         for event in parse_lines(until.lines(response.iter_lines())):
             if event.event == "status":
                 statuses.append(event.data["status"])
-                if statuses[-1] in TERMINAL_STATUSES:  # the last points may still come
-                    until.at = min(until.at, time.monotonic() + grace)
+                if statuses[-1] in TERMINAL_STATUSES:
+                    break  # no point may follow it: the test asserts they all came
             elif event.data["name"] == "loss":
                 assert event.data["attempt"] == 1, event.data
                 losses[event.data["replica"]][event.data["step"]] = event.data["value"]
-            if statuses and statuses[-1] in TERMINAL_STATUSES and (
-                    statuses[-1] != "succeeded" or all(len(s) == STEPS for s in losses.values())):
-                break
     return statuses, losses
 
 

@@ -4,6 +4,8 @@ kill and restart) and short timeouts, plus helpers that record what each fault c
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +17,10 @@ import pytest
 from cli.client import CohortClient
 from cli.stack import Stack
 from tests.conftest import create_database, drop_database
-from tests.e2e.conftest import PORT_BASE, free_port
+from tests.e2e.conftest import PORT_BASE, free_port, job_story, wait_for
+from tests.faults.processes import attempt_processes
+from workers.node import layout
+from workers.node.artifact_sync import named_checkpoints
 
 # COHORT_BOOTSTRAP_TOKEN: an admin token needs at least 32 characters.
 FAULT_TOKEN = "fault-bootstrap-token-for-tests-only"
@@ -29,20 +34,28 @@ FAST = {
     "COHORT_RESTART_BACKOFF": "1", "COHORT_STOP_GRACE": "5", "COHORT_SCHEDULER_INTERVAL": "0.5",
 }
 
+# The fault tests' gang: 2 replicas, restarted on failure up to twice. LONG_JOB trains
+# mlp_digits; a control-plane test runs `stepping_job(steps, seconds, **GANG)` instead
+# (tests/e2e/stepper.py).
+GANG: dict[str, Any] = {"replicas": 2, "restart_policy": "on_failure", "max_restarts": 2}
 LONG_JOB: dict[str, Any] = {
-    "name": "long", "replicas": 2, "restart_policy": "on_failure", "max_restarts": 2,
-    "hyperparameters": {"epochs": 6, "steps_per_epoch": 100},
+    "name": "long", **GANG, "hyperparameters": {"epochs": 4, "steps_per_epoch": 100},
 }
+LONG_JOB_STEPS = (LONG_JOB["hyperparameters"]["epochs"]
+                  * LONG_JOB["hyperparameters"]["steps_per_epoch"])
 
 
 @pytest.fixture
 def make_stack(tmp_path: Path) -> Iterator[Callable[..., tuple[Stack, CohortClient]]]:
-    """Start a stack: `make_stack(slots=2)`; stopped and its database dropped after."""
-    made: list[tuple[Stack, str]] = []
+    """Start a stack: `make_stack(slots=2)`; stopped and its database dropped after.
+    `database_url`: a migrated database of the test's own instead of one on the shared
+    server (a test that restarts PostgreSQL: tests/pgserver.py)."""
+    made: list[tuple[Stack, str | None]] = []
 
-    def make(slots: int = 2, **env: str) -> tuple[Stack, CohortClient]:
-        name = f"cohort_fault_{free_port()}"
-        url = create_database(name)
+    def make(slots: int = 2, database_url: str | None = None, **env: str
+             ) -> tuple[Stack, CohortClient]:
+        name = None if database_url else f"cohort_fault_{free_port()}"
+        url = database_url or create_database(str(name))
         stack = Stack({**FAST, "COHORT_DATABASE_URL": url, "COHORT_REDIS_URL": "",
                        "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
                        "COHORT_DATA_DIR": str(tmp_path / f"data-{len(made)}"),
@@ -56,7 +69,8 @@ def make_stack(tmp_path: Path) -> Iterator[Callable[..., tuple[Stack, CohortClie
     yield make
     for stack, name in made:
         stack.stop()
-        drop_database(name)
+        if name:
+            drop_database(name)
 
 
 def alive(pid: int) -> bool:
@@ -82,11 +96,75 @@ def event_time(client: CohortClient, job_id: int, status: str, attempt: int | No
     return None
 
 
+# Between a gang's `restarting` event and its processes' stop: the stop messages' way
+# through Redis to the agents and a poll, on a busy machine.
+DELIVERY_SLACK = 5.0
+
+
+def old_attempt_gone(stack: Stack, client: CohortClient, job_id: int, attempt: int,
+                     timeout: float = 120) -> float:
+    """Wait until no process of attempt `attempt` is left (processes.attempt_processes:
+    the replicas and whatever they started), and assert that it was within the stop
+    grace of the job's `restarting` event: a torn-down gang's processes get SIGTERM,
+    and SIGKILL once STOP_GRACE has passed. Returns when (unix time)."""
+    wait_for(lambda: not attempt_processes(stack, job_id, attempt), timeout,
+             f"every process of attempt {attempt} to be gone", interval=0.25)
+    gone_at = time.time()
+    restarted = event_time(client, job_id, "restarting", attempt=attempt)
+    assert restarted is not None, "gone before the gang was restarted"
+    bound = stack.settings.STOP_GRACE + DELIVERY_SLACK
+    assert gone_at - restarted <= bound, \
+        f"attempt {attempt}'s processes went {gone_at - restarted:.1f}s after the restart"
+    return gone_at
+
+
+def saved_checkpoint(chief_dir: Path) -> int | None:
+    """n of the newest checkpoint (`ckpt-<n>`) the state file in `chief_dir` names (Keras'
+    BackupAndRestore writes the chief's there), if any: the n-th save since the job
+    began, as the save counter is restored with the checkpoint."""
+    try:
+        names = named_checkpoints((chief_dir / "checkpoint").read_bytes())
+    except OSError:
+        return None
+    match = re.fullmatch(r"ckpt-(\d+)", names[0]) if names else None
+    return int(match.group(1)) if match else None
+
+
+def chief_checkpoints(stack: Stack, job_id: int) -> Path:
+    """Where the chief's checkpoints of job `job_id` are on the stack's own node."""
+    return layout.checkpoint_dir(stack.settings.data_dir, job_id) / "chief"
+
+
+def past_first_checkpoint(stack: Stack, client: CohortClient, spec: dict[str, Any]
+                          ) -> dict[str, Any]:
+    """Submit `spec` and return the job once its first checkpoint is on the stack's own
+    node's disk: the moment to break it, whatever the metrics' way to SQL lags (on a busy
+    machine, a hundred steps and more)."""
+    job = client.submit(spec)
+    wait_for(lambda: saved_checkpoint(chief_checkpoints(stack, job["id"])), 180,
+             f"job {job['id']}'s first checkpoint", interval=0.1,
+             explain=lambda: job_story(client, job["id"]))
+    return client.job(job["id"])
+
+
+def steps_redone(last_seen: int, resumed_after: int, since: str) -> str:
+    """What a restart cost, for the table: the steps the next attempt trained again, from
+    the step it resumed after (`since` says which checkpoint) to the last step the stopped
+    attempt stored. When the stopped attempt trained past its last stored point (its last
+    points died with it: a killed agent, a full disk), nothing was trained twice and the
+    table says which points never arrived."""
+    if last_seen >= resumed_after:
+        return f"{last_seen - resumed_after} steps redone (since {since})"
+    return (f"0 steps redone: resumed after step {resumed_after} ({since}); the stopped "
+            f"attempt's points of steps {last_seen + 1}-{resumed_after} were never stored")
+
+
 def record(fault: str, action: str, detect_s: float | None, recover_s: float | None,
            lost: str) -> None:
     """Append one measured row for docs/reliability.md."""
     ARTIFACTS.mkdir(exist_ok=True)
     row = {"fault": fault, "action": action, "detect_s": detect_s, "recover_s": recover_s,
-           "lost": lost, "at": time.strftime("%Y-%m-%d %H:%M:%S")}
+           "lost": lost, "at": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "load": round(os.getloadavg()[0], 1)}  # times on a busy machine are longer
     with open(ARTIFACTS / "reliability.jsonl", "a") as handle:
         handle.write(json.dumps(row) + "\n")

@@ -3,67 +3,127 @@
 from __future__ import annotations
 
 import dataclasses
-import json
+import datetime as dt
 import threading
 import time
 
 import httpx
 import pytest
-import redis
 
-from services.wire.keys import EVENTS_STREAM
 from services.wire.replica import START_TASK, ReplicaSpec, StartReplica
-from services.wire.signing import node_key, seal_message
-from tests.e2e.conftest import wait_for, wait_terminal
-from tests.faults.conftest import LONG_JOB, record, steps_seen
-from workers.celery_app import make_celery
+from tests.e2e.conftest import free_port, wait_for, wait_terminal
+from tests.e2e.stepper import stepping_job
+from tests.faults.conftest import (
+    GANG,
+    LONG_JOB,
+    LONG_JOB_STEPS,
+    event_time,
+    past_first_checkpoint,
+    record,
+    steps_seen,
+)
+from tests.faults.lost_messages import (
+    agent_name,
+    agents_not_consuming,
+    claimed,
+    drop_messages,
+    log_of,
+    send_start,
+    started_events,
+)
+from tests.faults.nothing_lost import agent_data_dirs, assert_nothing_lost
+from tests.faults.processes import attempt_processes
+from workers.node import layout
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow(100)]
 
 
-def started_events(stack, job_id: int) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
-    client = redis.Redis.from_url(stack.settings.redis_url, decode_responses=True)
-    found = []
-    for _id, fields in client.xrange(EVENTS_STREAM):
-        data = json.loads(fields["data"])
-        if fields["kind"] == "replica_started" and data["job_id"] == job_id:
-            found.append((data["attempt"], data["index"]))
-    return found
-
-
-def test_duplicate_and_stale_start_messages_start_nothing(make_stack) -> None:  # type: ignore[no-untyped-def]
+def test_lost_repeated_and_stale_start_messages_start_each_replica_once(
+        make_stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
     stack, client = make_stack()
-    job = client.submit({**LONG_JOB, "hyperparameters": {"epochs": 3, "steps_per_epoch": 100}})
+    # Steppers (tests/e2e/stepper.py) for 10 s: what is tested is who starts them.
+    spec = stepping_job(200, 0.05, name="delivered", **GANG)
+
+    # Lost: the gang's start messages taken out of node-a's queue before its agent took
+    # them.
+    with agents_not_consuming(stack, "agent") as bus:
+        submitted_at = time.time()
+        job = client.submit(spec)
+        drop_messages(bus, ["node-a"], START_TASK, job["id"], count=2)
+    # A second node, with a DATA_DIR of its own, to be sent a copy of a start message;
+    # it starts while the scheduler waits to send the lost messages again.
+    stack.add_agent("node-b", 1, data_dir=str(tmp_path / "data-node-b"))
     running = wait_for(lambda: (j := client.job(job["id"]))["status"] == "running" and j, 120,
                        "the job to run")
-    replica = running["replica_list"][0]
-    start = StartReplica("node-a", ReplicaSpec(job["id"], 1, 0, 2, "mlp_digits",
-                                               "multi_worker_mirrored",
-                                               running["hyperparameters"]),
+    running_at = time.time()
+    scheduled = event_time(client, job["id"], "scheduled")
+    assert scheduled is not None
+    # Only the scheduler's re-sends, from SQL, can have started them.
+    started = [dt.datetime.fromisoformat(r["started_at"]).timestamp()
+               for r in running["replica_list"]]
+    resend = stack.settings.START_RESEND_AFTER
+    assert min(started) - scheduled >= resend - 1, (started, scheduled)
+    record("start messages lost on their way to the agent",
+           f"re-sent from SQL to the replicas still pending after {resend:g} s"
+           " (COHORT_START_RESEND_AFTER); the gang started then and succeeded", None,
+           running_at - submitted_at, f"nothing: {resend:g} s of waiting")
+
+    # Repeated: twice more to the node that runs replica 0 (its agent's own record stops
+    # them), once to the other node (only the claim can), and once as a message of an
+    # attempt that is not current.
+    replica = next(r for r in running["replica_list"] if r["index"] == 0)
+    node = replica["node_id"]
+    other = "node-b" if node == "node-a" else "node-a"
+    start = StartReplica(node, ReplicaSpec(job["id"], 1, 0, 2, None, "multi_worker_mirrored",
+                                           command=spec["command"]),
                          tf_config=replica["tf_config"],
                          port=int(replica["address"].rsplit(":", 1)[1]))
     stale = dataclasses.replace(start, spec=dataclasses.replace(start.spec, attempt=7))
-    app = make_celery(stack.settings.redis_url)
-    key = node_key(stack.env["COHORT_SIGNING_KEY"], "node-a")
-    # Redelivered twice, and once as a message of an attempt that is not current (each
-    # signed as the scheduler signs them: the fencing, not the signature, is under test).
-    for message in (start, start, stale):
-        app.send_task(START_TASK, args=[seal_message(key, message)], queue="node.node-a")
+    wait_for(lambda: len([n for n in client.nodes() if n["status"] == "ready"]) == 2, 60,
+             "two ready nodes")
+    for message in (start, start, stale, dataclasses.replace(start, node_id=other,
+                                                             port=free_port())):
+        send_start(stack, message)
+    wait_for(lambda: claimed(stack, other, job["id"]), 60,
+             "the other node to refuse the copy for its claim",
+             explain=lambda: log_of(stack, agent_name(other))[-3000:])
     final = wait_terminal(client, job["id"])
     assert final["status"] == "succeeded", final["reason"]
-    assert sorted(started_events(stack, job["id"])) == [(1, 0), (1, 1)]
-    record("start message delivered twice, and one of a stale attempt",
-           "claim (SET NX) per (job, attempt, replica) and current-attempt check: ignored",
-           0.0, 0.0, "nothing")
+
+    assert not claimed(stack, node, job["id"])  # its agent knew it had started them
+
+    # Repeated to its agent restarted, which remembers nothing it started: the claim
+    # holds (a message redelivered after an agent's crash is this case).
+    since = len(log_of(stack, agent_name(node)))
+    restarted_at = time.time()
+    stack.kill(agent_name(node))
+    stack.restart(agent_name(node))
+    wait_for(lambda: any(n["id"] == node and n["status"] == "ready" and
+                         dt.datetime.fromisoformat(n["last_heartbeat"]).timestamp() > restarted_at
+                         for n in client.nodes()), 60, "the restarted agent's heartbeat")
+    send_start(stack, start)
+    wait_for(lambda: claimed(stack, node, job["id"], since), 60,
+             "the restarted agent to refuse the copy for its claim")
+
+    # One process per replica: one start each, and nothing of it left running.
+    assert sorted(started_events(stack, job["id"])) == [(1, 0), (1, 1)], \
+        [(e["to_status"], e["reason"]) for e in client.events(job["id"])]
+    assert not attempt_processes(stack, job["id"], 1)
+    assert not layout.log_file(agent_data_dirs(stack)[other], job["id"], 1, 0).exists()
+    assert_nothing_lost(stack, job["id"])
+    record("start message delivered again: twice to its node, to a second node, to its agent "
+           "restarted; and one of a stale attempt",
+           "the agent's record of what it started, the claim (SET NX) per (job, attempt, "
+           "replica) on the second node and after the restart, the current-attempt check: "
+           "ignored", 0.0, 0.0, "nothing: one process per replica")
 
 
 def test_redis_restart_mid_job(make_stack) -> None:  # type: ignore[no-untyped-def]
     stack, client = make_stack()
-    job = client.submit(LONG_JOB)
-    wait_for(lambda: max(steps_seen(client, job["id"], 1) or [0]) >= 100, 120, "training")
+    job = past_first_checkpoint(stack, client, LONG_JOB)
     down_at = time.time()
     stack.kill("redis")  # SIGKILL; it keeps nothing on disk, so it comes back empty
-    stack.restart("redis")
+    stack.restart_redis()
     before = len(client.metrics(job["id"], limit=100_000))
 
     def recovered() -> bool:
@@ -80,18 +140,17 @@ def test_redis_restart_mid_job(make_stack) -> None:  # type: ignore[no-untyped-d
     final = wait_terminal(client, job["id"], timeout=300)
     events = client.events(job["id"])
     assert final["status"] == "succeeded", [(e["to_status"], e["reason"]) for e in events]
-    # The replicas kept training through the outage; their metric points waited in
-    # their buffers and reached SQL afterwards.
+    # The replicas kept training through the outage; their metric points and log lines
+    # waited in their files and reached SQL afterwards, each once.
     steps = steps_seen(client, job["id"], final["attempt"])
-    assert max(steps) == 600
-    lost = 600 - len(set(steps)) if final["attempt"] == 1 else None
+    assert max(steps) == LONG_JOB_STEPS
+    assert_nothing_lost(stack, job["id"])
     record("Redis killed and restarted empty mid-job",
-           "agents re-register, the scheduler re-takes its lock and re-reads SQL, replicas "
-           f"flush buffered metrics; job finished in attempt {final['attempt']}",
+           "agents re-register, the scheduler re-takes its lock and re-reads SQL, agents "
+           f"ship what their replicas wrote meanwhile; job finished in attempt {final['attempt']}",
            None, recovered_at - down_at,
-           f"{lost} metric steps" if lost is not None else "a restart")
-    if final["attempt"] == 1:
-        assert lost == 0
+           "nothing: every point of the finishing attempt and every log line stored once"
+           + ("; a gang restart" if final["attempt"] > 1 else ""))
 
 
 def test_api_restart_under_retried_submissions(make_stack) -> None:  # type: ignore[no-untyped-def]
@@ -152,7 +211,8 @@ def test_api_restart_under_retried_submissions(make_stack) -> None:  # type: ign
 
 def test_scheduler_restart_mid_job(make_stack) -> None:  # type: ignore[no-untyped-def]
     stack, client = make_stack()
-    job = client.submit({**LONG_JOB, "hyperparameters": {"epochs": 4, "steps_per_epoch": 100}})
+    steps = 400  # 12 s of a stepper's steps (tests/e2e/stepper.py)
+    job = client.submit(stepping_job(steps, 0.03, name="long", **GANG))
     wait_for(lambda: max(steps_seen(client, job["id"], 1) or [0]) >= 100, 120, "training")
     down_at = time.time()
     stack.kill("scheduler")  # SIGKILL: its lock expires, its unacknowledged events wait
@@ -166,7 +226,8 @@ def test_scheduler_restart_mid_job(make_stack) -> None:  # type: ignore[no-untyp
     final = wait_terminal(client, job["id"], timeout=300)
     assert final["status"] == "succeeded", final["reason"]
     assert final["attempt"] == 1  # the gang never noticed
-    assert max(steps_seen(client, job["id"], 1)) == 400
+    assert max(steps_seen(client, job["id"], 1)) == steps
+    assert_nothing_lost(stack, job["id"])
     record("scheduler killed (SIGKILL) and restarted mid-job",
            "the new scheduler takes the lock when the old one's expires, re-reads SQL and its "
            "unacknowledged events; the running gang is untouched",

@@ -15,10 +15,12 @@ import pytest
 
 from cli.client import CohortClient
 from cli.stack import Stack
-from tests.e2e.conftest import wait_for, wait_terminal
-from tests.faults.conftest import record, steps_seen
+from tests.e2e.conftest import job_story, wait_for, wait_terminal
+from tests.faults.conftest import old_attempt_gone, record, saved_checkpoint, steps_seen
+from tests.faults.nothing_lost import agent_data_dirs, assert_nothing_lost, written_points
+from workers.node import layout
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow(100)]
 
 ROLES = {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1}  # c0 w1 w2 p3 e4
 WORKER, PS, EVALUATOR = 1, 3, 4
@@ -41,28 +43,36 @@ def two_nodes(make_stack: Callable[..., tuple[Stack, CohortClient]], tmp_path: A
     return stack, client
 
 
-def explain(client: CohortClient, job_id: int) -> list[tuple[str, str]]:
-    return [(e["to_status"], e["reason"]) for e in client.events(job_id)]
+def chief_step(stack: Stack, job: dict[str, Any]) -> int:
+    """The chief's last step as it wrote it, read from its metrics file on its node: what
+    the API shows lags it by up to a second of steps, enough on a loaded machine for a
+    kill timed by it to land at an epoch's end instead of mid-epoch."""
+    chief = next((r for r in job["replica_list"] if r["index"] == 0), None)
+    if chief is None or not chief["node_id"]:
+        return 0
+    path = layout.metrics_file(agent_data_dirs(stack)[chief["node_id"]], job["id"],
+                               job["attempt"], 0)
+    return max((step for step, name in written_points(path) if name == "loss"), default=0)
 
 
-def running_pid(client: CohortClient, job_id: int, index: int, after_step: int) -> int:
+def running_pid(stack: Stack, client: CohortClient, job_id: int, index: int,
+                after_step: int) -> int:
     """The pid of replica `index` once the chief has trained past `after_step`."""
     def ready() -> int | None:
         job = client.job(job_id)
-        steps = steps_seen(client, job_id, job["attempt"])
         replica = next((r for r in job["replica_list"] if r["index"] == index), None)
-        if steps and max(steps) >= after_step and replica and replica["pid"] and \
-                replica["status"] == "running":
+        if replica and replica["pid"] and replica["status"] == "running" and \
+                chief_step(stack, job) >= after_step:
             return int(replica["pid"])
         return None
-    return wait_for(ready, 240, f"the chief past step {after_step}", interval=0.5)
+    return wait_for(ready, 240, f"the chief past step {after_step}", interval=0.1)
 
 
 def test_ps_gang_trains_to_success_with_evaluator_metrics(make_stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    _stack, client = two_nodes(make_stack, tmp_path)
+    stack, client = two_nodes(make_stack, tmp_path)
     job = client.submit(ps_job(epochs=2, steps=STEPS))
     final = wait_terminal(client, job["id"], timeout=420)
-    assert final["status"] == "succeeded", explain(client, job["id"])
+    assert final["status"] == "succeeded", job_story(client, job["id"])
     assert final["attempt"] == 1
     assert final["reason"].startswith("the chief exited 0")
     replicas = sorted(final["replica_list"], key=lambda r: r["index"])
@@ -76,42 +86,63 @@ def test_ps_gang_trains_to_success_with_evaluator_metrics(make_stack, tmp_path) 
     evaluated = [p for p in client.metrics(job["id"], replica=EVALUATOR, limit=10_000)
                  if p["name"].startswith("eval_")]
     assert evaluated, "no eval_* metric from the evaluator"
+    assert_nothing_lost(stack, job["id"])
 
 
 def test_a_killed_worker_is_restarted_alone(make_stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    _stack, client = two_nodes(make_stack, tmp_path)
-    job = client.submit(ps_job(epochs=4, steps=STEPS))
-    pid = running_pid(client, job["id"], WORKER, after_step=10)
+    stack, client = two_nodes(make_stack, tmp_path)
+    # Epochs twice as long as elsewhere, and the kill timed by the chief's own file: it
+    # lands mid-epoch (a worker lost at an epoch's end, while the chief backs up and makes
+    # the next epoch's datasets, is another case than this test's; TensorFlow's
+    # coordinator fails the chief there: the CI run of 2026-11-27 15:35 saw it).
+    job = client.submit(ps_job(epochs=2, steps=2 * STEPS))
+    pid = running_pid(stack, client, job["id"], WORKER, after_step=10)
+    # Read before the kill, from the chief's file as the kill was timed (the API may show
+    # no step yet): after it, the chief goes on with the other worker and may finish
+    # before the worker is back.
+    assert chief_step(stack, client.job(job["id"])) < 4 * STEPS, "finished before the kill"
     os.kill(pid, signal.SIGKILL)  # the worker's process, on whichever node
     killed_at = time.time()
-    assert max(steps_seen(client, job["id"], 1)) < 4 * STEPS, "finished before the kill"
     restarted = wait_for(
         lambda: next((r for r in client.job(job["id"])["replica_list"]
                       if r["index"] == WORKER and r["restarts"] >= 1), None),
-        120, "the worker started again")
-    assert restarted["pid"] != pid and restarted["status"] == "running"
+        120, "the worker started again", explain=lambda: job_story(client, job["id"]))
+    # Running again, or already stopped by a chief that finished with the other worker
+    # meanwhile (kills late in the run): either way this replica, not its gang, restarted.
+    assert restarted["pid"] != pid, job_story(client, job["id"])
+    assert restarted["status"] in ("running", "stopped"), job_story(client, job["id"])
     back_at = time.time()
     final = wait_terminal(client, job["id"], timeout=420)
-    assert final["status"] == "succeeded", explain(client, job["id"])
-    assert final["attempt"] == 1  # no gang restart
+    assert final["status"] == "succeeded", job_story(client, job["id"])
+    assert final["attempt"] == 1, job_story(client, job["id"])  # no gang restart
     assert [e["to_status"] for e in client.events(job["id"])].count("restarting") == 0
+    # Both processes of the worker wrote to its one log, shipped as one.
+    assert_nothing_lost(stack, job["id"])
     record("parameter_server worker SIGKILLed mid-run",
            "its agent started it again in place; the coordinator retried its work",
            None, back_at - killed_at, "job succeeded on attempt 1, no gang restart")
 
 
 def test_a_killed_ps_restarts_the_gang_from_its_checkpoint(make_stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    _stack, client = two_nodes(make_stack, tmp_path)
+    stack, client = two_nodes(make_stack, tmp_path)
     job = client.submit(ps_job(epochs=4, steps=STEPS))
-    pid = running_pid(client, job["id"], PS, after_step=STEPS + 5)  # past the first backup
+    pid = running_pid(stack, client, job["id"], PS, after_step=STEPS + 5)  # past the first backup
+    chief_node = next(r["node_id"] for r in client.job(job["id"])["replica_list"]
+                      if r["index"] == 0)
     first = steps_seen(client, job["id"], 1)
     os.kill(pid, signal.SIGKILL)
+    # Every process of the gang goes: the chief, the workers, the evaluator too.
+    old_attempt_gone(stack, client, job["id"], 1)
+    saved = saved_checkpoint(layout.checkpoint_dir(agent_data_dirs(stack)[chief_node],
+                                                    job["id"]) / "chief")
+    assert saved is not None, "no checkpoint saved"
     final = wait_terminal(client, job["id"], timeout=480)
-    assert final["status"] == "succeeded", explain(client, job["id"])
+    assert final["status"] == "succeeded", job_story(client, job["id"])
     assert final["attempt"] == 2
     restarting = [e for e in client.events(job["id"]) if e["to_status"] == "restarting"]
     assert len(restarting) == 1 and "replica 3" in restarting[0]["reason"]
     second = steps_seen(client, job["id"], 2)
-    # Resumed from the backup of a finished epoch, not from step 0.
-    assert second and min(second) > STEPS, (min(second), max(first))
+    # Resumed right after the chief's last backup (one at each epoch end), on its node.
+    assert second and min(second) == saved * STEPS + 1, (min(second), saved, max(first))
     assert max(second) == 4 * STEPS
+    assert_nothing_lost(stack, job["id"])

@@ -13,12 +13,13 @@ import hashlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
 import uuid
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from cli.client import CohortClient
-from tests.conftest import PG_ADMIN_URL, REDIS_BASE, drop_database
+from tests.conftest import PG_ADMIN_URL, drop_database, redis_url
 from tests.e2e.conftest import PORT_BASE, free_port, wait_for, wait_terminal
 
 # COHORT_BOOTSTRAP_TOKEN: an admin token needs at least 32 characters.
@@ -105,42 +106,99 @@ def wheelhouse_for(wheel: Path, workdir: Path) -> Path:
                           if line.startswith("Requires-Dist:") and installed_extra(line))
     key = hashlib.sha256("\n".join(requires).encode()).hexdigest()[:16]
     house = WHEELHOUSES / f"wheelhouse-py{sys.version_info[0]}{sys.version_info[1]}-{key}"
-    if not (house / ".complete").exists():
-        partial = house.with_name(house.name + f".partial-{os.getpid()}")
+
+    def download(partial: Path) -> None:
         run([sys.executable, "-m", "pip", "wheel", "--wheel-dir", partial,
              f"{wheel}[worker]"], cwd=workdir, timeout=1800)
         for own in partial.glob("cohort-*.whl"):
             own.unlink()  # the wheel under test is always the one just built
-        (partial / ".complete").touch()
         # Other pins' (a GiB each), once unused for a day: not one another run may be using.
-        for stale in WHEELHOUSES.glob("wheelhouse-*"):
+        for stale in [*WHEELHOUSES.glob("wheelhouse-*"), *WHEELHOUSES.glob("dependencies-*")]:
             if stale != partial and time.time() - stale.stat().st_mtime > 86400:
                 shutil.rmtree(stale, ignore_errors=True)
-        if (house / ".complete").exists():  # another run made it meanwhile
+
+    return cached(house, download)
+
+
+def cached(path: Path, make: Callable[[Path], None]) -> Path:
+    """`path`, made by `make` into a directory of its own first if no run completed it
+    (renamed into place whole: a run interrupted midway leaves nothing that looks done)."""
+    if not (path / ".complete").exists():
+        partial = path.with_name(path.name + f".partial-{os.getpid()}")
+        make(partial)
+        (partial / ".complete").touch()
+        if (path / ".complete").exists():  # another run made it meanwhile
             shutil.rmtree(partial)
         else:
-            shutil.rmtree(house, ignore_errors=True)  # an interrupted one's leftovers
-            partial.rename(house)
-    os.utime(house)  # last used now
-    return house
+            shutil.rmtree(path, ignore_errors=True)  # an interrupted one's leftovers
+            partial.rename(path)
+    os.utime(path)  # last used now
+    return path
+
+
+def site_packages(venv: Path) -> Path:
+    return venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+
+
+def pip_install(venv: Path, wheel: Path, house: Path, workdir: Path) -> str:
+    # --no-compile: TensorFlow's thousands of modules are not byte-compiled ahead, as the
+    # images' install does; Python compiles what it imports, so what runs is the same.
+    return run([venv / "bin" / "python", "-m", "pip", "install", "--no-compile", "--no-index",
+                "--find-links", house, f"{wheel}[worker]"], cwd=workdir, env=clean_env(),
+               timeout=1200)
+
+
+def dependencies_for(wheel: Path, house: Path, workdir: Path) -> Path:
+    """The worker extra's dependencies installed from `house` (without Cohort), once per
+    wheelhouse: their site-packages. Unpacking TensorFlow was most of every run's install
+    (70-100 s of the module's 3 minutes); what is under test is Cohort's own wheel, which
+    every run installs afresh beside this layer."""
+    layer = house.with_name(house.name.replace("wheelhouse-", "dependencies-", 1))
+
+    def install(partial: Path) -> None:
+        run([sys.executable, "-m", "venv", partial], cwd=workdir)
+        pip_install(partial, wheel, house, workdir)
+        run([partial / "bin" / "python", "-m", "pip", "uninstall", "--yes", "cohort"],
+            cwd=workdir, env=clean_env())
+
+    return site_packages(cached(layer, install))
+
+
+def reachable_by_replicas(path: Path) -> None:
+    """o+x (enter, not list) on `path`'s directories, as deploy/replica_access.py gives the
+    interpreter's: as root, the replicas run as their job's own uid."""
+    if os.geteuid() != 0:
+        return
+    for directory in [path, *path.parents]:
+        mode = directory.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            directory.chmod(mode | stat.S_IXOTH)
 
 
 @pytest.fixture(scope="module")
 def installed(replicas_tmp_root: Path) -> Path:
     """A virtualenv with Cohort's wheel and its worker extra; returns its bin directory
-    (where the replicas it starts, as their job's uid, can run it)."""
+    (where the replicas it starts, as their job's uid, can run it).
+
+    The dependencies come from a layer made once per set of pins (`dependencies_for`), on
+    the new virtualenv's path through a `.pth` file; pip resolves the wheel's whole
+    `[worker]` requirement against it (a dependency the layer lacks would be installed
+    here from the wheelhouse, or fail the install) and installs Cohort itself, not
+    editable, into the new virtualenv alone."""
     workdir = replicas_tmp_root / "install"
     workdir.mkdir(mode=0o711)
     assert not workdir.resolve().is_relative_to(ROOT)
     wheel = build_wheel(workdir)
     house = wheelhouse_for(wheel, workdir)
+    dependencies = dependencies_for(wheel, house, workdir)
+    reachable_by_replicas(dependencies)
     venv = workdir / "venv"
     run([sys.executable, "-m", "venv", venv], cwd=workdir)
-    # --no-compile: TensorFlow's thousands of modules are not byte-compiled ahead, as the
-    # images' install does; Python compiles what it imports, so what runs is the same.
-    run([venv / "bin" / "python", "-m", "pip", "install", "--no-compile", "--no-index",
-         "--find-links", house, f"{wheel}[worker]"], cwd=workdir, env=clean_env(),
-        timeout=1200)
+    # A site directory of the new environment's, its own .pth files read as at install.
+    (site_packages(venv) / "cohort-test-dependencies.pth").write_text(
+        f"import site; site.addsitedir({str(dependencies)!r})\n")
+    output = pip_install(venv, wheel, house, workdir)
+    assert "Successfully installed cohort-" in output, output
     return venv / "bin"
 
 
@@ -201,10 +259,10 @@ def test_installed_cohort_migrates_starts_and_trains(installed: Path, tmp_path: 
                 connection.execute(sa.text("CREATE TABLE intruder (id integer)"))
         service.dispose()
 
-        redis_url = f"{REDIS_BASE}/{os.environ.get('COHORT_TEST_INSTALL_REDIS_DB', '10')}"
-        redis.Redis.from_url(redis_url).flushdb()
+        bus_url = redis_url("install")
+        redis.Redis.from_url(bus_url).flushdb()
         port = free_port()
-        env = clean_env(COHORT_DATABASE_URL=service_url, COHORT_REDIS_URL=redis_url,
+        env = clean_env(COHORT_DATABASE_URL=service_url, COHORT_REDIS_URL=bus_url,
                         COHORT_DATA_DIR=str(tmp_path / "data"), COHORT_API_PORT=str(port),
                         COHORT_BOOTSTRAP_TOKEN=INSTALL_TOKEN,
                         COHORT_NODE_ID="installed",

@@ -14,7 +14,7 @@ from services.jobs import store as jobs
 from services.models import Job, utcnow
 from services.settings import get_settings
 from services.statuses import JobStatus, ReplicaStatus
-from services.wire.replica import CleanupJob, StartReplica
+from services.wire.replica import CleanupJob, StartReplica, StopReplica
 from tests.factories import create_job, create_token
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -22,7 +22,7 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 def beat(at: dt.datetime, running: frozenset[tuple[int, int, int]] = frozenset(),
          exited: dict[tuple[int, int, int], int] | None = None) -> Heartbeat:
-    return Heartbeat("n1", "10.1.0.1", 4, 0, at, running=running, exited=exited or {})
+    return Heartbeat("n1", "10.1.0.1", 4, 0, at, running=running, exited=exited or {}, after=at)
 
 
 def run(session: Session, now: dt.datetime, *beats: Heartbeat,
@@ -116,7 +116,9 @@ def test_backoff_doubles_and_holds_placement(session: Session) -> None:
     assert len([m for m in late.messages if isinstance(m, StartReplica)]) == 2
 
 
-def test_no_progress_fails_the_replica_and_restarts(session: Session) -> None:
+def hung_gang(session: Session) -> tuple[Job, dt.datetime]:
+    """A 2-replica gang whose replica 1 froze (replica 0 kept making progress), declared
+    hung at the time returned: the job is restarting, replica 1 failed with no exit."""
     settings = get_settings()
     _, token = create_token(session)
     job = create_job(session, token.project_id, replicas=2, restart_policy="exit_code",
@@ -127,15 +129,103 @@ def test_no_progress_fails_the_replica_and_restarts(session: Session) -> None:
     progress = {(job.id, 1, 0): t1.timestamp(), (job.id, 1, 1): t1.timestamp()}
     run(session, t1, beat(t1, running), progress=progress)
     assert job.status is JobStatus.RUNNING
-    # replica 1 freezes: replica 0 keeps beating, replica 1 does not
     t2 = t1 + dt.timedelta(seconds=settings.PROGRESS_TIMEOUT + 1)
     progress[(job.id, 1, 0)] = t2.timestamp()
     run(session, t2, beat(t2, running), progress=progress)
     assert job.status is JobStatus.RESTARTING
+    return job, t2
+
+
+def test_no_progress_fails_the_replica_and_restarts(session: Session) -> None:
+    settings = get_settings()
+    job, t2 = hung_gang(session)
     assert f"replica 1 on n1 hung: no progress for {settings.PROGRESS_TIMEOUT:.0f}s" \
         in job.reason
     frozen = jobs.read_replicas(session=session, job=job, attempt=1)[1]
     assert frozen.status is ReplicaStatus.FAILED and frozen.exit_code is None
+    # Its process may live until its agent's SIGKILL after STOP_GRACE: the next attempt
+    # is not placed before then, whatever the backoff.
+    assert job.not_before == t2 + dt.timedelta(
+        seconds=max(gangs.restart_backoff(1),
+                    settings.STOP_GRACE + gangs.STOP_DELIVERY_SECONDS))
+    finish_teardown(session, job, t2)
+    # An agent's event does not say whether the frozen process is gone: a pass decides,
+    # on what its agent lists as running.
+    assert job.status is JobStatus.RESTARTING
+    frozen_key = frozenset({(job.id, 1, 1)})
+    t3 = t2 + dt.timedelta(seconds=settings.STOP_GRACE)
+    held = run(session, t3, beat(t3, frozen_key))
+    assert job.status is JobStatus.RESTARTING  # listed: the gang is not placed again
+    assert not [m for m in held.messages if isinstance(m, StartReplica | StopReplica)]
+    # Still listed once a stop would be re-sent: its stop was lost. Sent again.
+    t4 = t2 + dt.timedelta(seconds=settings.STOP_RESEND_AFTER)
+    again = run(session, t4, beat(t4, frozen_key))
+    assert job.status is JobStatus.RESTARTING
+    assert [(m.job_id, m.attempt, m.index) for m in again.messages
+            if isinstance(m, StopReplica)] == [(job.id, 1, 1)]
+    assert not [m for m in again.messages if isinstance(m, StartReplica)]
+    # Gone from its agent's list: the gang is queued and placed in the same pass.
+    t5 = t4 + dt.timedelta(seconds=1)
+    placed = run(session, t5, beat(t5))
+    assert job.status is JobStatus.SCHEDULED and job.attempt == 2
+    assert len([m for m in placed.messages if isinstance(m, StartReplica)]) == 2
+
+
+def test_a_replica_its_agent_lists_for_ever_holds_its_gang_back_for_a_bounded_time(
+        session: Session) -> None:
+    settings = get_settings()
+    job, t2 = hung_gang(session)
+    finish_teardown(session, job, t2)
+    listed = frozenset({(job.id, 1, 1)})
+    limit = settings.STOP_GRACE + gangs.HOLD_STOPS * settings.STOP_RESEND_AFTER
+    before = t2 + dt.timedelta(seconds=limit - 1)
+    run(session, before, beat(before, listed))
+    assert job.status is JobStatus.RESTARTING
+    after = t2 + dt.timedelta(seconds=limit + 1)
+    run(session, after, beat(after, listed))
+    assert job.status is JobStatus.SCHEDULED and job.attempt == 2  # the job goes on
+
+
+def test_a_lost_nodes_last_beat_holds_no_gang_back(session: Session) -> None:
+    """Its last beat stays in Redis, listing what ran there: it says nothing of now."""
+    settings = get_settings()
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2, restart_policy="on_failure",
+                     max_restarts=1)
+    start_gang(session, job, T0)
+    last = beat(T0 + dt.timedelta(seconds=1), frozenset({(job.id, 1, 0), (job.id, 1, 1)}))
+    run(session, last.at, last)
+    late = last.at + dt.timedelta(seconds=settings.NODE_TIMEOUT + 1)
+    result = run(session, late, last)
+    assert result.lost_nodes == ["n1"] and job.status is JobStatus.RESTARTING
+    later = late + dt.timedelta(seconds=1)
+    run(session, later, last)  # the next pass: the beat still lists both replicas
+    assert job.status is JobStatus.QUEUED and job.attempt == 2, job.reason
+
+
+def test_a_frozen_replica_left_alone_by_its_agent_holds_back_no_restart(
+        session: Session) -> None:
+    """The same hang, its process gone by the next pass: the gang is placed again at
+    its restart delay, as before."""
+    job, t2 = hung_gang(session)
+    finish_teardown(session, job, t2)
+    early = t2 + dt.timedelta(seconds=1)
+    held = run(session, early, beat(early))
+    assert job.status is JobStatus.QUEUED  # nothing of it listed: queued
+    assert not [m for m in held.messages if isinstance(m, StartReplica)]  # not before
+    placed = run(session, job.not_before, beat(job.not_before))
+    assert len([m for m in placed.messages if isinstance(m, StartReplica)]) == 2
+
+
+def test_a_replica_that_exited_holds_the_restart_for_the_backoff_only(
+        session: Session) -> None:
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2, restart_policy="on_failure",
+                     max_restarts=1)
+    start_gang(session, job, T0)
+    fail_replica(session, job, 0, 137, T0)  # its own exit: nothing of it is left
+    assert job.status is JobStatus.RESTARTING
+    assert job.not_before == T0 + dt.timedelta(seconds=gangs.restart_backoff(1))
 
 
 def test_gang_that_never_steps_is_hung(session: Session) -> None:

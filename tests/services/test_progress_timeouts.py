@@ -9,7 +9,7 @@ import datetime as dt
 import pytest
 from sqlalchemy.orm import Session
 
-from services.cluster import gangs
+from services.cluster import gangs, reconcile, watchdog
 from services.jobs import store as jobs
 from services.models import Job
 from services.settings import get_settings
@@ -115,3 +115,33 @@ def test_a_gang_that_never_steps_is_still_hung_without_zero(session: Session) ->
     run(session, later, beat(later, gang_of(job)))
     assert job.status is JobStatus.FAILED
     assert "no training step within" in job.reason
+
+
+def silent_pass(session: Session, now: dt.datetime) -> None:
+    """A pass that reads no heartbeat and no progress beat at all (Redis lost them)."""
+    reconcile.run_pass(session=session, settings=get_settings(), heartbeats=[],
+                       progress=None, now=now)
+
+
+@pytest.mark.parametrize("excused", [True, False])
+def test_a_redis_wipe_excuses_the_silence_it_caused_once(session: Session,
+                                                        excused: bool) -> None:
+    settings = get_settings()
+    timeout = dt.timedelta(seconds=max(settings.PROGRESS_TIMEOUT, settings.NODE_TIMEOUT) + 1)
+    job = job_with(session)
+    start_gang(session, job, T0)
+    t1 = T0 + dt.timedelta(seconds=1)
+    beating(session, job, t1, t1)
+    wiped_at = t1 + timeout  # nothing heard since t1: the beats were in the wiped Redis
+    if excused:
+        watchdog.excuse_silence(session=session, now=wiped_at)
+    silent_pass(session, wiped_at)
+    if not excused:  # the control: the same silence, not excused, ends the gang
+        assert job.status is not JobStatus.RUNNING, job.reason
+        return
+    assert job.status is JobStatus.RUNNING, job.reason
+    assert all(r.status is ReplicaStatus.RUNNING for r in jobs.read_replicas(session=session,
+                                                                              job=job))
+    # Excused once: still silent a timeout after the wipe, the gang is lost after all.
+    silent_pass(session, wiped_at + timeout)
+    assert job.status is not JobStatus.RUNNING

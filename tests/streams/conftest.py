@@ -3,15 +3,18 @@ test database, committed test data, and the ingest run by hand."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 import uvicorn
 
+from tests.capabilities import need_redis_server
 from tests.e2e.conftest import free_port, wait_for
 from tests.factories import create_job, create_token
 
@@ -67,10 +70,50 @@ def live_api(pg_url: str) -> Iterator[str]:  # noqa: ARG001
 def ingest_until(client: redis.Redis, expected: int, kind: str = "metric",
                  timeout: float = 30) -> int:
     """Run the leader's ingest by hand until `expected` new rows are stored."""
-    from workers.control.ingest import ingest_logs_once, ingest_metrics_once
+    from services.db import session_scope
+    from workers.control.ingest import LOGS, METRICS, ingest_once
 
-    once = ingest_metrics_once if kind == "metric" else ingest_logs_once
+    feed = METRICS if kind == "metric" else LOGS
     stored, deadline = 0, time.monotonic() + timeout
     while stored < expected and time.monotonic() < deadline:
-        stored += once(client, block_ms=100)
+        stored += ingest_once(client, feed, sessions=session_scope, block_ms=100)
     return stored
+
+
+class Server:
+    """A private redis-server that keeps nothing on disk: killed, it comes back empty."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        binary = need_redis_server()
+        self.binary, self.port, self.dir = binary, free_port(), tmp_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.dir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        probe = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        wait_for(lambda: _answers(probe), 10, "redis-server to start")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(10)
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    """A private redis-server of the test's own, killed after it if still running."""
+    server = Server(tmp_path)
+    server.start()
+    yield server
+    if server.process is not None and server.process.poll() is None:
+        server.kill()

@@ -5,9 +5,11 @@ saving while the mirror syncs: tests/workers/test_checkpoint_restore.py)."""
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
+import pytest
 import redis
 
 from services.settings import Settings
@@ -15,6 +17,7 @@ from services.storage.store import ArtifactStore, open_store
 from services.telemetry.metrics import parse_batch
 from services.wire.keys import METRICS_STREAM
 from services.wire.replica import ReplicaSpec
+from tests.tmpfs import small_tmpfs
 from workers.node import layout
 from workers.node.artifact_sync import CheckpointMirror, is_scratch, named_checkpoints
 from workers.node.launcher import ReplicaKey
@@ -183,3 +186,34 @@ def test_at_exit_a_replicas_files_reach_the_default_store_under_data_dir(
             for row in parse_batch(fields["data"])]
     assert {(r["replica"], r["step"], r["name"], r["value"]) for r in rows
             if r["job_id"] == JOB} == {(0, 3, "loss", 0.5), (1, 3, "loss", 1.5)}
+
+
+def test_a_restore_cut_off_by_a_full_disk_leaves_no_mixed_checkpoint(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "store"))
+    # Another node's ckpt-3 (a save of its own under the same number) is in the store,
+    # its index larger than what is left on this node's disk.
+    other = tmp_path / "node-a" / "chief"
+    other.mkdir(parents=True)
+    (other / "ckpt-3.data-00000-of-00001").write_bytes(b"\xaa" * 2000)
+    (other / "ckpt-3.index").write_bytes(b"\xbb" * 200_000)
+    (other / "checkpoint").write_bytes(state("ckpt-3"))
+    CheckpointMirror(store, JOB, other.parent).sync()
+    before = stored(store)
+
+    with small_tmpfs(tmp_path / "node-b", 128 * 1024) as local:
+        # This node's own ckpt-3 (and the ckpt-2 before it), which its state file names.
+        save(local, 2)
+        save(local, 3)
+        (local / "chief" / "checkpoint").write_bytes(state("ckpt-3", "ckpt-2"))
+        mirror = CheckpointMirror(open_store(str(tmp_path / "store")), JOB, local)
+        # A gang over several nodes takes the store's: the data file is replaced, then
+        # the index does not fit.
+        with pytest.raises(OSError) as cut_off:
+            mirror.restore(store_wins=True)
+        assert cut_off.value.errno == errno.ENOSPC
+        left = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+        # No state file naming a checkpoint half from each save, and no scratch.
+        assert left == [], left
+        # Nothing of it goes back over the store's checkpoint, which stays whole.
+        assert mirror.sync() == []
+        assert stored(store) == before

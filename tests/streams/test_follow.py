@@ -6,6 +6,7 @@ status events when the job's place in the queue moves."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import aclosing
 from typing import Any
@@ -17,7 +18,7 @@ import redis
 from services.exceptions import InvalidEventId
 from services.telemetry.cursor import Cursor, Event, parse_project_position
 from services.telemetry.feed_hub import POOL_SIZE, READER_NAME
-from services.telemetry.follow import follow, follow_project
+from services.telemetry.follow import STATUS_POLL, follow, follow_project
 from services.wire.feed import LogRow, MetricRow
 from services.wire.keys import live_key
 from tests.streams.conftest import ingest_until
@@ -228,7 +229,8 @@ async def _until(condition: Callable[[], Any]) -> None:
         await asyncio.sleep(0.02)
 
 
-def test_a_status_event_when_the_place_in_the_queue_moves(committed: Any) -> None:
+def test_a_job_event_when_the_place_in_the_queue_moves(committed: Any) -> None:
+    """Not a status change: a `job` event (outside the stream's order, without an id)."""
     from services.db import session_scope
     from services.jobs.transitions import transition_job
     from services.models import Job
@@ -248,7 +250,9 @@ def test_a_status_event_when_the_place_in_the_queue_moves(committed: Any) -> Non
         assert listed[ahead]["queue_position"] == first["queue_position"] - 1
         with session_scope() as session:
             transition_job(session=session, job_id=ahead, target=JobStatus.CANCELLED)
-        moved = (await job.wait_for(2))[1].data
+        moved_event = (await job.wait_for(2))[1]
+        assert moved_event.kind == "job" and moved_event.id is None
+        moved = moved_event.data
         assert moved["status"] == "queued"
         assert moved["queue_position"] == first["queue_position"] - 1
         changed = (await project.wait_for(3))[2].data
@@ -257,6 +261,56 @@ def test_a_status_event_when_the_place_in_the_queue_moves(committed: Any) -> Non
         await project.close()
 
     run(scenario)
+
+
+def test_followers_of_many_jobs_share_one_status_read_a_period(
+        committed: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The status checks of every job followed in a process are one SQL read per period
+    (not one per job), and a job that changes still gets its status event."""
+    from services.db import session_scope
+    from services.jobs.transitions import transition_job
+    from services.statuses import JobStatus
+    from services.telemetry import follow as follow_module
+    from services.telemetry.stream_state import job_fingerprints, job_snapshot
+
+    # Projects of their own: a cancel moves no other job's place in a queue.
+    job_ids = [committed(project=f"many-{i}")[1] for i in range(4)]
+    reads: list[list[int]] = []
+
+    def counted(ids: list[int]) -> dict[int, Any]:
+        reads.append(sorted(ids))
+        return job_fingerprints(ids)
+
+    monkeypatch.setattr(follow_module, "job_fingerprints", counted)
+
+    async def scenario() -> None:
+        followers = [Follower(follow(job_id, kinds={"status"})) for job_id in job_ids]
+        for follower in followers:
+            await follower.wait_for(1)
+        # One read answers for all four (a follower whose last ask is more than two
+        # periods old, on a loaded machine, may sit one read out: not every read must).
+        joined = len(reads)
+        await asyncio.wait_for(_until(
+            lambda: any(ids == sorted(job_ids) for ids in reads[joined:])), 60)
+        # And the reads come once a period, not once per job a period (four a period):
+        # two more reads take at least a period (a slow machine only makes it longer).
+        counted_from, since = len(reads), time.monotonic()
+        await asyncio.wait_for(_until(lambda: len(reads) >= counted_from + 2), 60)
+        assert time.monotonic() - since >= 0.9 * STATUS_POLL
+        with session_scope() as session:
+            transition_job(session=session, job_id=job_ids[2], target=JobStatus.CANCELLED)
+        changed = (await followers[2].wait_for(2))[1].data
+        assert changed["status"] == "cancelled"
+        assert all(len(f.events) == 1 for i, f in enumerate(followers) if i != 2)
+        for follower in followers:
+            await follower.close()
+
+    run(scenario)
+    # (A read of the four of them at a time, not a status poll each: asserted above.)
+    # The batched fingerprint is the one the snapshot gives.
+    for job_id in job_ids:
+        assert job_fingerprints([job_id])[job_id] == job_snapshot(job_id)[2]
+    assert job_fingerprints([10**9]) == {10**9: ()}
 
 
 @pytest.mark.parametrize("raw", ["nope", "1.2", "1.2.3.4", "1.-2.3", "1.2.²", "1.2." + "9" * 19,

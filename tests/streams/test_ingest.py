@@ -91,8 +91,9 @@ def test_malformed_log_batches_do_not_stall_the_ingest(bus: redis.Redis,
 
 
 def test_a_job_being_ingested_is_not_deleted_under_its_points(committed: Any) -> None:
-    """The ingest's key-share lock stands in for the foreign key the series tables lack,
-    and is no stronger than that."""
+    """The ingest's share lock stands in for the foreign key the series tables lack, and
+    a status change of the job waits for it: the change's marks (where it stands among the
+    job's points and lines) cannot miss rows committed after they were read."""
     from sqlalchemy.exc import OperationalError
 
     from services.db import session_scope
@@ -114,11 +115,17 @@ def test_a_job_being_ingested_is_not_deleted_under_its_points(committed: Any) ->
                 deleter.rollback()
             else:
                 raise AssertionError("the job was deleted while its points were being stored")
-        # ...but it does not hold up the job's status changes.
+        # ...nor does its status change until the rows are committed.
         with session_scope() as scheduler:
             scheduler.execute(sa.text("SET LOCAL lock_timeout = '300ms'"))
-            transition_job(session=scheduler, job_id=job_id, target=JobStatus.CANCELLED,
-                           reason="cancelled by user")
+            try:
+                transition_job(session=scheduler, job_id=job_id, target=JobStatus.CANCELLED,
+                               reason="cancelled by user")
+            except OperationalError as exc:
+                assert "lock timeout" in str(exc)
+                scheduler.rollback()
+            else:
+                raise AssertionError("the job's status changed while its rows were stored")
         metrics.insert_points(session=ingest, rows=[
             {"job_id": job_id, "attempt": 1, "replica": 0, "step": 1, "epoch": 0,
              "name": "loss", "value": 1.0, "ts": 1.0}])
@@ -200,3 +207,68 @@ def test_a_job_deleted_while_its_points_are_being_stored_leaves_none_behind(
         for series in (MetricPoint, MetricRollup, LogLine):
             assert session.execute(sa.select(sa.func.count()).select_from(series).where(
                 series.job_id == job_id)).scalar_one() == 0
+
+
+def test_a_new_leadership_term_never_runs_a_second_ingester(
+        bus: redis.Redis, committed: Any, monkeypatch: Any) -> None:
+    """A leader that lost its lock and won it back while its last ingest thread was still
+    busy: the new term's thread waits, so at no time do two store the same entries; the
+    old term's thread is fenced off by the new term's token and ends."""
+    import threading
+    import time
+
+    from services.cluster.fencing import begin_term
+    from services.wire.keys import METRICS_STREAM
+    from workers.control import ingest
+    from workers.control.term import Term
+
+    _, job_id = committed()
+    busy = 0
+    most = 0
+    real = ingest.ingest_once
+    guard = threading.Lock()
+
+    def counted(client: redis.Redis, feed: Any, *, sessions: Any,
+                block_ms: int = 1000) -> int:  # noqa: ARG001
+        nonlocal busy, most
+        with guard:
+            busy += 1
+            most = max(most, busy)
+        try:
+            time.sleep(0.05)  # a slow statement
+            return real(client, feed, block_ms=50, sessions=sessions)
+        finally:
+            with guard:
+                busy -= 1
+
+    monkeypatch.setattr(ingest, "ingest_once", counted)
+    old = Term(begin_term(lease=10))
+    first = threading.Thread(target=ingest.ingest_while, args=(bus, ingest.METRICS, old))
+    first.start()
+    # The lock lost and won again: the scheduler starts the next term's thread.
+    new = Term(begin_term(lease=10))
+    second = threading.Thread(target=ingest.ingest_while, args=(bus, ingest.METRICS, new))
+    second.start()
+    for step in range(1, 41):
+        bus.xadd(METRICS_STREAM, {"data": json.dumps(
+            {"job_id": job_id, "attempt": 1, "replica": 0,
+             "points": [[step, 0, "loss", 0.5, 1.0]]})})
+        time.sleep(0.01)
+    from services.db import session_scope
+    from services.models import MetricPoint
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with session_scope() as session:
+            stored = session.execute(sa.select(sa.func.count()).select_from(MetricPoint)
+                                     .where(MetricPoint.job_id == job_id)).scalar_one()
+        if stored == 40:
+            break
+        time.sleep(0.1)
+    new.leading.clear()
+    first.join(10)
+    second.join(10)
+    assert stored == 40
+    assert not old.leading.is_set()  # fenced at its first store
+    assert most == 1
+    assert not first.is_alive() and not second.is_alive()

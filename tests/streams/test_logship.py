@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,46 +10,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests.capabilities import need_redis_server
-from tests.e2e.conftest import free_port, wait_for
-
-
-class Server:
-    """A private redis-server that keeps nothing on disk: killed, it comes back empty."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        binary = need_redis_server()
-        self.binary, self.port, self.dir = binary, free_port(), tmp_path
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.dir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        probe = redis.Redis(port=self.port, socket_connect_timeout=0.2)
-        wait_for(lambda: _answers(probe), 10, "redis-server to start")
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.kill()
-        self.process.wait(10)
-
-
-def _answers(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    server = Server(tmp_path)
-    server.start()
-    yield server
-    if server.process is not None and server.process.poll() is None:
-        server.kill()
+from tests.e2e.conftest import wait_for
+from tests.streams.conftest import Server
 
 
 def shipped(client: redis.Redis) -> dict[int, str]:
@@ -162,3 +122,28 @@ def test_the_last_flush_keeps_lines_that_cross_a_read(server: Server, tmp_path: 
     shipper.finish(timeout=30)
     assert [shipped(client)[seq] for seq in range(1, 41)] == printed
     assert len(shipped(client)) == 40
+
+
+def test_lines_a_flushall_erased_are_shipped_again(server: Server, tmp_path: Path) -> None:
+    """A FLUSHALL keeps the server (its run_id) but not its data: the shipper notices it
+    by the generation marker and sends the lines of the window again."""
+    from workers.node.launcher import ReplicaKey
+    from workers.node.logship import LogShipper
+
+    client = redis.Redis(port=server.port, decode_responses=True)
+    path = tmp_path / "replica-0.log"
+    path.write_text("".join(f"before {i}\n" for i in range(1, 51)))
+    shipper = LogShipper(client, ReplicaKey(7, 1, 0), path, poll_seconds=0.05)
+    shipper.start()
+    wait_for(lambda: len(shipped(client)) == 50, 10, "the first lines to be shipped")
+    run_id = client.info("server")["run_id"]
+    client.flushall()
+    assert client.info("server")["run_id"] == run_id  # nothing to tell by run_id
+    # Shipped again though the log is quiet: it may never print another line.
+    wait_for(lambda: len(shipped(client)) == 50, 10, "the erased lines to be shipped again")
+    with open(path, "a") as handle:
+        handle.write("".join(f"after {i}\n" for i in range(51, 61)))
+    shipper.finish(timeout=30)
+    lines = shipped(client)
+    assert sorted(lines) == list(range(1, 61))
+    assert lines[1] == "before 1" and lines[60] == "after 60"

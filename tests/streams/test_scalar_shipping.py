@@ -13,6 +13,7 @@ import redis
 import sqlalchemy as sa
 
 from services.telemetry.metrics import parse_batch
+from services.wire.batches import ProgressBeat
 from services.wire.keys import METRICS_STREAM, PROGRESS_HASH, progress_field
 from tests.e2e.conftest import wait_for
 from tests.streams.conftest import ingest_until
@@ -32,8 +33,13 @@ def shipper_for(bus: redis.Redis, job_id: int, tmp_path: Path, **kwargs: Any) ->
 
 
 def beat_of(bus: redis.Redis, job_id: int) -> float | None:
-    value = bus.hget(PROGRESS_HASH, progress_field(job_id, 1, 1))
-    return None if value is None else float(value)
+    return None if (beat := read_beat(bus, job_id)) is None else beat.until
+
+
+def read_beat(bus: redis.Redis, job_id: int) -> ProgressBeat | None:
+    field = progress_field(job_id, 1, 1)
+    value = bus.hget(PROGRESS_HASH, field)
+    return None if value is None else ProgressBeat.decode(field, value)
 
 
 def test_a_running_scripts_scalars_reach_the_stream_and_sql_with_progress_beats(
@@ -71,7 +77,7 @@ def test_an_agent_beat_never_shortens_one_the_replica_dated_ahead(
     _, job_id = committed()
     shipper = shipper_for(bus, job_id, tmp_path)
     saving_until = time.time() + 300  # the Keras callback's FINISH_GRACE while saving
-    bus.hset(PROGRESS_HASH, progress_field(job_id, 1, 1), repr(saving_until))
+    bus.hset(PROGRESS_HASH, *ProgressBeat(job_id, 1, 1, saving_until, 300.0).encode())
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "metrics": {"a": 1}}) + "\n")
     shipper.step()
     assert shipper.follower.last_progress is not None
@@ -82,3 +88,16 @@ def test_an_agent_beat_never_shortens_one_the_replica_dated_ahead(
     time.sleep(1.0)  # one beat a second at most
     shipper.step()
     assert beat_of(bus, job_id) == shipper.follower.last_progress
+
+
+def test_a_beat_dated_ahead_says_how_far_ahead_as_a_duration(
+        bus: redis.Redis, committed: Any, tmp_path: Path) -> None:
+    # The control plane times a beat by its own clock when it sees it; the replica's
+    # "alive while I save" crosses as seconds, which mean the same on every clock.
+    _, job_id = committed()
+    shipper = shipper_for(bus, job_id, tmp_path)
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"beat": time.time() + 300}) + "\n")
+    shipper.step()
+    beat = read_beat(bus, job_id)
+    assert beat is not None and 295 < beat.ahead <= 300
+

@@ -236,5 +236,7 @@ def test_the_status_event_is_the_job_as_rest_reads_it(live_api: str, committed: 
                          headers=headers) as response:
             status = next(parse_lines(response.iter_lines()))
         rest = http.get(f"/api/v1/jobs/{job_id}", headers=headers).json()
+    change = status.data.pop("change")
     assert status.event == "status" and status.data == rest
+    assert change["to_status"] == rest["status"] and change["from_status"] is None
     assert rest["queue_position"] >= 1 and rest["progress"]["total_steps"] == 20

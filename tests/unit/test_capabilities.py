@@ -4,7 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.capabilities import LACKS, allowed_skip, is_real_stack, need_chromium
+from tests.capabilities import (
+    LACKS,
+    allowed_skip,
+    is_real_stack,
+    libfaketime,
+    need_chromium,
+    need_libfaketime,
+)
 
 
 @pytest.mark.parametrize(("path", "real"), [
@@ -31,3 +38,12 @@ def test_chromium_present_is_returned_not_skipped() -> None:
             need_chromium()
     else:
         assert need_chromium() == Path("/usr/bin/chromium")
+
+
+def test_libfaketime_present_is_returned_not_skipped() -> None:
+    library = libfaketime()
+    if library is None:
+        with pytest.raises(pytest.skip.Exception, match=LACKS):
+            need_libfaketime()
+    else:
+        assert need_libfaketime() == library and library.name == "libfaketime.so.1"

@@ -36,7 +36,7 @@ def test_an_agent_reads_only_its_own_queue_and_celery_keys() -> None:
     assert readable == ["~node.gpu-2", "~_kombu.binding.node.gpu-2",
                         "~_kombu.binding_permanent.node.gpu-2", "~cohort:unacked:gpu-2",
                         "~cohort:unacked:gpu-2:*", "%R~cohort:attempt:*",
-                        "%RW~cohort:nodes", "%RW~cohort:progress"]
+                        "%RW~cohort:nodes", "%RW~cohort:progress", "%RW~cohort:generation"]
     assert not [part for part in rule if part.startswith("+x") and part != "+xadd"]
     assert unacked_keys("gpu-2")["unacked_key"] == "cohort:unacked:gpu-2"
 

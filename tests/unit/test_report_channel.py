@@ -91,3 +91,31 @@ def test_a_uid_span_that_could_reach_root_or_overflow_is_refused(
     monkeypatch.setenv("COHORT_REPLICA_UID_RANGE", span)
     with pytest.raises(ValueError, match="REPLICA_UID"):
         Settings()
+
+
+def test_a_write_the_full_disk_cut_off_is_told_and_loses_no_point_once_space_is_freed(
+        tmp_path: Path) -> None:
+    from tests.tmpfs import fill, small_tmpfs
+
+    with small_tmpfs(tmp_path / "disk", 64 * 1024) as disk:
+        path = disk / "metrics.jsonl"
+        full: list[bool] = []  # the runner stops the replica from this call
+        reporter = ReplicaReporter(path, job_id=7, attempt=1, replica=0, flush_interval=3600,
+                                   on_no_space=lambda: full.append(True))
+        reporter.add(1, 0, "loss", 1.0, ts=101.0)
+        assert reporter.flush() is True
+        # Blank lines (the reader skips them) up to 20 bytes before the end of the file's
+        # page, then a full disk: the next chunk's first line is cut off after 20 bytes.
+        with open(path, "ab") as padding:
+            padding.write(b"\n" * (4096 - 20 - path.stat().st_size))
+        filler = fill(disk)
+        for step in range(2, 200):
+            reporter.add(step, 0, "loss", 1.0 / step, ts=100.0 + step)
+        assert reporter.flush() is False  # kept for the next flush
+        assert full == [True]
+        assert path.stat().st_size == 4096 and not path.read_bytes().endswith(b"\n")
+        filler.unlink()
+        assert reporter.flush() is True
+        reporter.close()
+        points = MetricsFileReader(path).read(final=True)
+        assert [p.step for p in points] == list(range(1, 200))

@@ -60,3 +60,21 @@ def test_a_negative_quota_stops_the_process_naming_the_variable() -> None:
                            "Settings()"], env=env, capture_output=True, text=True, timeout=60,
                           check=False)
     assert done.returncode != 0 and "QUOTA_MAX_QUEUED_JOBS" in done.stderr
+
+
+
+def scheduler_lock_seen(ttl: str, interval: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COHORT_SCHEDULER_LOCK_TTL": ttl, "COHORT_SCHEDULER_INTERVAL": interval}
+    return subprocess.run([sys.executable, "-c", "from services.settings import Settings; "
+                           "print(Settings().SCHEDULER_LOCK_TTL)"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_scheduler_lock_shorter_than_two_intervals_is_refused_naming_both() -> None:
+    # The leader renews its lock once a loop, which waits up to an interval for events.
+    refused = scheduler_lock_seen("1", "1")
+    assert refused.returncode != 0
+    assert "COHORT_SCHEDULER_LOCK_TTL (1) must be at least twice COHORT_SCHEDULER_INTERVAL" \
+        in refused.stderr
+    taken = scheduler_lock_seen("2", "1")
+    assert (taken.returncode, taken.stdout.strip()) == (0, "2.0"), taken.stderr

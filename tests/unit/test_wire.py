@@ -13,7 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.wire.batches import INT_MAX, LogBatch, MetricBatch, ProgressBeat
+from services.wire.batches import (
+    INT_MAX,
+    MAX_BEAT_AHEAD,
+    LogBatch,
+    MetricBatch,
+    ProgressBeat,
+)
 from services.wire.contract import Contract, WireError
 from services.wire.events import (
     NodeHeartbeat,
@@ -247,14 +253,22 @@ def test_a_log_batch_cuts_long_lines_and_drops_nul() -> None:
     assert LogBatch.decode(raw).lines == [(1, 1.0, "x" * 4000), (2, 2.0, "ab")]
 
 
-@given(st.builds(ProgressBeat, ids, attempts, ids, seconds))
+@given(st.builds(ProgressBeat, ids, attempts, ids, seconds,
+                 st.floats(0, MAX_BEAT_AHEAD, allow_nan=False)))
 def test_a_progress_beat_decodes_what_it_encodes(beat: ProgressBeat) -> None:
     assert ProgressBeat.decode(*beat.encode()) == beat
 
 
+def test_a_progress_beat_of_until_alone_vouches_nothing_ahead_and_ahead_is_bounded() -> None:
+    assert ProgressBeat.decode("1:1:0", "12.5") == ProgressBeat(1, 1, 0, 12.5, 0.0)
+    assert ProgressBeat.decode("1:1:0", "12.5 99999.0").ahead == MAX_BEAT_AHEAD
+
+
 @pytest.mark.parametrize(("field", "value", "named"), [
     ("1:1", "1.0", "field"), ("a:1:0", "1.0", "field"), ("1:1:0", "soon", "until"),
-    ("1:1:0", "inf", "until"), ("1:1:0", "nan", "until")])
+    ("1:1:0", "inf", "until"), ("1:1:0", "nan", "until"), ("1:1:0", "1.0 -1.0", "ahead"),
+    ("1:1:0", "1.0 soon", "ahead"), ("1:1:0", "1.0 nan", "ahead"),
+    ("1:1:0", "1.0 2.0 3.0", "ahead")])
 def test_a_progress_beat_refuses_malformed_input_by_name(field: str, value: str,
                                                          named: str) -> None:
     with pytest.raises(WireError) as caught:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.wire.feed import FeedEntry, FeedError, LogRow, MetricRow
+from services.wire.feed import FeedEntry, FeedError, LogRow, MetricRow, Place
 
 ids = st.integers(min_value=1, max_value=2**63 - 1)
 small = st.integers(min_value=0, max_value=2**31 - 1)
@@ -21,10 +21,11 @@ finite = st.floats(allow_nan=False, allow_infinity=False)
 metric_rows = st.builds(MetricRow, ids, small, small, small, st.none() | small,
                         st.text(min_size=1, max_size=64), finite, finite)
 log_rows = st.builds(LogRow, ids, small, small, finite, st.text(max_size=4000))
+places = st.builds(Place, ids | st.just(0), ids | st.just(-1), ids | st.just(-1))
 entries = (st.builds(FeedEntry, st.just("metric"), st.lists(metric_rows, max_size=30).map(tuple),
-                     ids | st.just(0))
+                     places)
            | st.builds(FeedEntry, st.just("log"), st.lists(log_rows, max_size=30).map(tuple),
-                       ids | st.just(0)))
+                       places))
 
 
 def as_redis_returns(fields: dict[str, Any]) -> dict[str, str]:
@@ -60,9 +61,13 @@ def test_a_log_row_from_the_ingest_or_from_sql_is_the_same_row(row: LogRow) -> N
 
 def test_rows_travel_as_arrays_in_field_order() -> None:
     """The wire shape older readers parse: positional arrays, not objects."""
-    entry = FeedEntry("metric", (MetricRow(5, 1, 0, 10, 0, "loss", 0.5, 1000.0),), 4)
+    entry = FeedEntry("metric", (MetricRow(5, 1, 0, 10, 0, "loss", 0.5, 1000.0),),
+                      Place(4, 7, 2))
     fields = entry.encode()
     assert fields["kind"] == "metric" and fields["prev"] == 4
+    assert (fields["other"], fields["event"]) == (7, 2)
+    assert FeedEntry.decode({k: str(v) if isinstance(v, int) else v
+                             for k, v in fields.items()}).place == Place(4, 7, 2)
     assert orjson.loads(fields["rows"]) == [[5, 1, 0, 10, 0, "loss", 0.5, 1000.0]]
     logs = FeedEntry("log", (LogRow(9, 1, 1, 2.5, "hello"),)).encode()
     assert orjson.loads(logs["rows"]) == [[9, 1, 1, 2.5, "hello"]]

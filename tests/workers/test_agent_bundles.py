@@ -1,7 +1,8 @@
 """The agent with a code bundle, for real (processes, a local artifact store, Redis; no
 TensorFlow): the task returns at once while the bundle is fetched, the command runs in its
 own copy of the code with the contract's environment, a stop during the fetch starts
-nothing, and a bundle whose bytes do not match its digest is refused with the reason."""
+nothing, a bundle whose bytes do not match its digest is refused with the reason, and one
+fetched onto a full DATA_DIR is refused as such, leaving nothing half-written in the cache."""
 
 from __future__ import annotations
 
@@ -17,13 +18,15 @@ from typing import Any
 import pytest
 import redis
 
+from services.exit_codes import NO_SPACE, NO_SPACE_REASON, describe
 from services.settings import Settings
 from services.storage.bundles import pack
 from services.storage.keys import bundle_key
 from services.storage.store import ArtifactStore, open_store
 from services.wire.keys import EVENTS_STREAM, attempt_key, claim_key
 from services.wire.replica import ReplicaSpec, StartReplica, StopReplica
-from tests.conftest import REDIS_BASE
+from tests.conftest import redis_url
+from tests.tmpfs import fill, small_tmpfs
 from workers.node import layout
 from workers.node.agent import Agent
 from workers.node.launcher import ReplicaKey
@@ -52,9 +55,9 @@ class GatedStore(ArtifactStore):
 
 @pytest.fixture
 def bus() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(f"{REDIS_BASE}/13", decode_responses=True)
-    client.delete(*(attempt_key(job) for job in range(JOB, JOB + 4)),
-                  *(claim_key(job, 1, i) for job in range(JOB, JOB + 4) for i in (0, 1)))
+    client = redis.Redis.from_url(redis_url("agent"), decode_responses=True)
+    client.delete(*(attempt_key(job) for job in range(JOB, JOB + 6)),
+                  *(claim_key(job, 1, i) for job in range(JOB, JOB + 6) for i in (0, 1)))
     # The stream is shared with other tests of the agent (and earlier runs): each test
     # reads only what came after its start.
     newest = client.xrevrange(EVENTS_STREAM, count=1)
@@ -166,3 +169,29 @@ def test_a_missing_bundle_is_refused_with_the_reason(node: Agent, bus: redis.Red
     node.start_replica(start(JOB + 3, "sha256:" + "ab" * 32))
     (refused,) = exits(bus, JOB + 3)
     assert refused["never_started"] and "is not in the artifact store" in refused["log_tail"]
+
+
+def test_a_bundle_fetched_onto_a_full_data_dir_is_refused_for_want_of_space(
+        tmp_path: Path, bus: redis.Redis) -> None:
+    with small_tmpfs(tmp_path / "disk", 2**20) as disk:
+        node = Agent(Settings(DATA_DIR=disk, NODE_ID="bundles", NODE_KEY="ab" * 32,
+                              ARTIFACT_URL=str(tmp_path / "store")), bus)
+        try:
+            digest = upload(node, tmp_path)
+            filler = fill(disk)
+            node.start_replica(start(JOB + 4, digest))
+            (refused,) = exits(bus, JOB + 4)
+            # Retryable, and named: another attempt may find the space.
+            assert refused["never_started"] and refused["exit_code"] == NO_SPACE, refused
+            assert NO_SPACE_REASON in describe(refused["exit_code"])
+            assert "could not fetch the job's code" in refused["log_tail"], refused
+            cache = layout.bundle_cache_dir(disk)
+            # No half-fetched archive or half-unpacked tree (only the digest's lock file).
+            assert [p.name for p in cache.iterdir() if not p.name.endswith(".lock")] == []
+            # The agent took it in its stride: with space again, the same bundle runs.
+            filler.unlink()
+            node.start_replica(start(JOB + 5, digest))
+            (ran,) = exits(bus, JOB + 5)
+            assert ran["exit_code"] == 0, ran
+        finally:
+            node.shutdown(grace=2)

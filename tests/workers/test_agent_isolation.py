@@ -22,7 +22,7 @@ from services.storage import keys
 from services.storage.store import open_store
 from services.wire.keys import EVENTS_STREAM, attempt_key, claim_key
 from services.wire.replica import CleanupJob, ReplicaSpec, StartReplica
-from tests.conftest import REDIS_BASE
+from tests.conftest import redis_url
 from workers.node import layout
 from workers.node.agent import Agent
 
@@ -73,7 +73,7 @@ while not os.path.exists(os.path.join(os.environ["COHORT_WORK_DIR"], "daemon.pid
 
 @pytest.fixture
 def bus() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(f"{REDIS_BASE}/13", decode_responses=True)
+    client = redis.Redis.from_url(redis_url("agent"), decode_responses=True)
     client.delete(*(attempt_key(job) for job in range(JOB, JOB + 4)),
                   *(claim_key(job, attempt, 0) for job in range(JOB, JOB + 4)
                     for attempt in (1, 2)))

@@ -14,7 +14,7 @@ import redis
 from services.settings import Settings
 from services.wire.keys import EVENTS_STREAM, NODES_HASH, attempt_key, claim_key
 from services.wire.replica import ReplicaSpec, StartReplica
-from tests.conftest import REDIS_BASE
+from tests.conftest import redis_url
 from workers.node.agent import Agent
 from workers.node.exits import PORT_TAKEN_EXIT
 
@@ -23,7 +23,7 @@ JOB = 990_001
 
 @pytest.fixture
 def bus() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(f"{REDIS_BASE}/13", decode_responses=True)
+    client = redis.Redis.from_url(redis_url("agent"), decode_responses=True)
     client.delete(EVENTS_STREAM, NODES_HASH, attempt_key(JOB), claim_key(JOB, 1, 0))
     yield client
     client.close()

@@ -18,7 +18,7 @@ import redis
 from services.settings import Settings
 from services.wire.keys import EVENTS_STREAM, attempt_key, claim_key
 from services.wire.replica import ReplicaSpec, StartReplica, StopReplica
-from tests.conftest import REDIS_BASE
+from tests.conftest import redis_url
 from workers.node.agent import Agent
 from workers.node.launcher import ReplicaKey
 
@@ -28,7 +28,7 @@ SERVE = ["python", "-c", "import time; time.sleep(300)"]  # a server never exits
 
 @pytest.fixture
 def bus() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(f"{REDIS_BASE}/13", decode_responses=True)
+    client = redis.Redis.from_url(redis_url("agent"), decode_responses=True)
     client.delete(*(attempt_key(job) for job in range(JOB, JOB + 4)),
                   *(claim_key(job, 1, i) for job in range(JOB, JOB + 4) for i in range(4)))
     yield client

@@ -18,9 +18,10 @@ import redis
 from services.settings import Settings
 from services.wire.keys import EVENTS_STREAM, attempt_key, claim_key
 from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
-from tests.conftest import REDIS_BASE
+from tests.conftest import redis_url
 from workers.node.agent import Agent
 from workers.node.exits import (
+    NO_SPACE_EXIT,
     PORT_TAKEN_EXIT,
     SPAWN_FAILED_EXIT,
     SPAWN_NOT_FOUND_EXIT,
@@ -39,7 +40,7 @@ UNRUNNABLE = "no-such-module:train"
 
 @pytest.fixture
 def bus() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(f"{REDIS_BASE}/13", decode_responses=True)
+    client = redis.Redis.from_url(redis_url("agent"), decode_responses=True)
     client.delete(*(attempt_key(job) for job in range(JOB, JOB + 3)),
                   *(claim_key(job, 1, 0) for job in range(JOB, JOB + 3)))
     yield client
@@ -122,7 +123,7 @@ def test_a_spec_that_cannot_be_written_is_the_replicas_exit_126(tmp_path: Path,
     (OSError(errno.E2BIG, "Argument list too long"), 126),
     (PermissionError(errno.EACCES, "Permission denied"), 126),
     (OSError(errno.EAGAIN, "Resource temporarily unavailable"), PORT_TAKEN_EXIT),
-    (OSError(errno.ENOSPC, "No space left on device"), PORT_TAKEN_EXIT),
+    (OSError(errno.ENOSPC, "No space left on device"), NO_SPACE_EXIT),
     (ValueError("embedded null byte"), 126),
 ])
 def test_spawn_failures_map_to_exit_codes(error: Exception, code: int) -> None:

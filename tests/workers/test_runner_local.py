@@ -341,6 +341,7 @@ class FakeRedis:
         self.failures = failures
         self.entries: list[dict[str, Any]] = []
         self.calls = 0
+        self.keys: dict[str, str] = {}  # the generation marker
 
     def xadd(self, name: str, fields: dict[str, str], *, maxlen: int, approximate: bool) -> str:
         self.calls += 1
@@ -351,11 +352,27 @@ class FakeRedis:
         self.entries.append(json.loads(fields["data"]))
         return "0-1"
 
-    def info(self, section: str) -> dict[str, str]:
-        assert section == "server"
-        return {"run_id": self.run_id}
+    def pipeline(self, transaction: bool) -> FakePipeline:
+        assert transaction  # the generation marker's SET NX + GET (MULTI)
+        return FakePipeline(self.keys)
 
-    run_id = "first"
+
+class FakePipeline:
+    """SET NX and GET, queued then executed, over FakeRedis' keys."""
+
+    def __init__(self, keys: dict[str, str]) -> None:
+        self.keys = keys
+        self.queued: list[Any] = []
+
+    def set(self, name: str, value: str, *, nx: bool) -> None:
+        assert nx
+        self.queued.append(lambda: self.keys.setdefault(name, value) == value)
+
+    def get(self, name: str) -> None:
+        self.queued.append(lambda: self.keys.get(name))
+
+    def execute(self) -> list[Any]:
+        return [command() for command in self.queued]
 
 
 def points_of(client: FakeRedis) -> list[list[Any]]:
@@ -416,7 +433,7 @@ def test_reporter_replays_recent_points_after_a_redis_restart() -> None:
     reporter = MetricReporter(client, job_id=7, attempt=1, replica=0, flush_interval=3600)
     reporter.add(1, 0, "loss", 1.0, 10.0)
     assert reporter.flush()
-    client.run_id = "second"  # Redis came back empty: what it had is gone
+    client.keys.clear()  # FLUSHALL (run_id unchanged): what Redis had is gone
     reporter.add(2, 0, "loss", 0.5, 11.0)
     assert reporter.flush()
     steps = [point[0] for point in points_of(client)]

@@ -5,6 +5,13 @@ unacknowledged entries first, after a crash: workers/control/streams.py), store 
 once in SQL, commit, then publish the new rows to the job's live feed
 (services/telemetry/live.py) for SSE clients, and only then acknowledge the entries. A
 crash anywhere re-reads them, and the unique keys store each point or line once.
+
+The two feeds store and publish one commit at a time (`_ONE_ORDER`): a job's stream is one
+order of its points, lines and status changes (services/telemetry/stream_order.py), and
+each commit's place in it (the job's newest row of the other kind and status change,
+recorded on the lines and on the feed entry) is exact only if no other commit of the job's
+rows lands between its reads and its commit. Status changes of the batch's jobs wait for
+the commit, and it for them, on the jobs' row locks (metrics.current_attempts).
 """
 
 from __future__ import annotations
@@ -13,18 +20,25 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 from sqlalchemy.orm import Session
 
-from services.db import session_scope
+from services.cluster.fencing import Fenced
+from services.jobs.stream_marks import newest_ids
+from services.models import JobEvent, LogLine, MetricPoint
 from services.telemetry import live, logs, metrics
+from services.wire.feed import Place
 from services.wire.keys import LOGS_STREAM, METRICS_STREAM
 from workers.control.streams import GroupReader
+from workers.control.term import Term
 
 log = logging.getLogger("cohort.ingest")
+
+Sessions = Callable[[], AbstractContextManager[Session]]  # a transaction per call
 
 @dataclass(frozen=True)
 class Feed:
@@ -33,43 +47,60 @@ class Feed:
     stream: str
     kind: str  # the live-feed event kind
     parse: Callable[[str], list[dict[str, Any]]]
-    store: Callable[..., list[dict[str, Any]]]  # (session=, rows=) -> the new rows
-    newest: Callable[..., int]  # (session=, job_id=, before=) -> the newest id below
+    # (session=, rows=) -> the new rows in id order, each (job id, *the feed row)
+    store: Callable[..., list[tuple[Any, ...]]]
+    # (session=, firsts={job: id}) -> {job: its newest id below that}, in one statement
+    newest: Callable[..., dict[int, int]]
     count: int  # entries per read
 
 
-METRICS = Feed(METRICS_STREAM, "metric", metrics.parse_batch, metrics.insert_points,
-               metrics.newest_point_id, 1000)
-LOGS = Feed(LOGS_STREAM, "log", logs.parse_log_batch, logs.insert_lines,
-            logs.newest_line_id, 500)
+METRICS = Feed(METRICS_STREAM, "metric", metrics.parse_batch, metrics.insert_point_rows,
+               metrics.newest_point_ids, 1000)
+LOGS = Feed(LOGS_STREAM, "log", logs.parse_log_batch, logs.insert_line_rows,
+            logs.newest_line_ids, 500)
 
 
-def publish_live(client: redis.Redis, kind: str, rows: list[dict[str, Any]],
-                 prev: dict[int, int]) -> None:
+def publish_live(client: redis.Redis, kind: str, rows: list[tuple[Any, ...]],
+                 places: dict[int, Place]) -> None:
     """Publish committed rows to the live feeds; a failure costs live viewers only."""
     try:
-        live.publish(client, kind, rows, prev)
+        live.publish(client, kind, rows, places)
     except redis.RedisError as exc:
         # SQL holds the rows: readers fetch them from there when the next entry's `prev`
         # shows they were missed, or when they reconnect.
         log.warning("could not publish %d %s rows to live feeds: %s", len(rows), kind, exc)
 
 
-def _store(feed: Feed, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, int]]:
-    """Store rows; returns the new ones and, per job, the newest id stored before them."""
+def _store(feed: Feed, rows: list[dict[str, Any]], sessions: Sessions
+           ) -> tuple[list[tuple[Any, ...]], dict[int, Place]]:
+    """Store rows; returns the new ones and, per job, where they stand in its stream."""
     session: Session
-    with session_scope() as session:
+    with sessions() as session:
         new_rows = feed.store(session=session, rows=rows)
+        # In id order, so each job's first row seen is its lowest id.
         first: dict[int, int] = {}
         for row in new_rows:
-            first[row["job_id"]] = min(first.get(row["job_id"], row["id"]), row["id"])
-        prev = {job_id: feed.newest(session=session, job_id=job_id, before=first_id)
-                for job_id, first_id in first.items()}
-        return new_rows, prev
+            first.setdefault(row[0], row[1])
+        # One statement per kind for every job of the read (not a round trip per job);
+        # the jobs' rows are locked (feed.store): no status change of them lands meanwhile.
+        prev = feed.newest(session=session, firsts=first)
+        other = newest_ids(session, MetricPoint if feed.kind == "log" else LogLine, first)
+        events = newest_ids(session, JobEvent, first)
+        return new_rows, {job: Place(prev[job], other[job], events[job]) for job in first}
 
 
-def ingest_once(client: redis.Redis, feed: Feed, block_ms: int = 1000) -> int:
-    """Store one read of `feed` in SQL, then acknowledge it; returns the rows stored."""
+def ingest_once(client: redis.Redis, feed: Feed, *, sessions: Sessions,
+                block_ms: int = 1000) -> int:
+    """Store one read of `feed` in SQL, then acknowledge it; returns the rows stored.
+
+    `sessions` opens each transaction: the leader's term's `Fence.scope`, so a deposed
+    leader stores nothing (tests and benchmarks of the ingest alone pass
+    `services.db.session_scope`, with no leader to fence).
+
+    Raises:
+        Fenced: a newer leader took over; nothing of the read was stored, published or
+            acknowledged.
+    """
     reader = GroupReader(client, feed.stream, feed.count)
     stored = 0
     for entries in reader.batches(block_ms):
@@ -79,29 +110,45 @@ def ingest_once(client: redis.Redis, feed: Feed, block_ms: int = 1000) -> int:
                 rows.extend(feed.parse(fields.get("data", "{}")))
             except (ValueError, KeyError, TypeError):
                 log.warning("dropping malformed %s batch %r", feed.kind, str(fields)[:200])
-        new_rows, prev = _store(feed, rows)
+        with _ONE_ORDER:
+            new_rows, places = _store(feed, rows, sessions)
+            # After the commit, so a live viewer never sees a row SQL could still lose;
+            # before the other feed's next commit, so each job's feed is in stream order.
+            publish_live(client, feed.kind, new_rows, places)
         stored += len(new_rows)
-        # After the commit, so a live viewer never sees a row SQL could still lose.
-        publish_live(client, feed.kind, new_rows, prev)
         reader.ack(*[entry_id for entry_id, _ in entries])
     return stored
 
 
-def ingest_metrics_once(client: redis.Redis, block_ms: int = 1000) -> int:
-    """Store one read of metric batches; returns the points stored."""
-    return ingest_once(client, METRICS, block_ms)
+# Points and lines are stored and published one commit at a time (see the module's
+# docstring): the two feeds' threads take turns here.
+_ONE_ORDER = threading.Lock()
 
 
-def ingest_logs_once(client: redis.Redis, block_ms: int = 1000) -> int:
-    """Store one read of log batches; returns the lines stored."""
-    return ingest_once(client, LOGS, block_ms)
+# One ingester per feed in a process. A leader starved of CPU can lose its lock and win
+# it back while the last term's ingest thread is still inside a long statement: a second
+# thread would read the same pending entries as it (one consumer name) and wait on its
+# locks until that statement ends (its term's fence then refuses it).
+_INGESTING = {feed.stream: threading.Lock() for feed in (METRICS, LOGS)}
 
 
-def ingest_while(client: redis.Redis, feed: Feed, leading: threading.Event) -> None:
-    """Ingest `feed` until `leading` is cleared."""
-    while leading.is_set():
-        try:
-            ingest_once(client, feed, block_ms=500)
-        except Exception:
-            log.exception("%s ingest failed; retrying", feed.kind)
-            time.sleep(1.0)
+def ingest_while(client: redis.Redis, feed: Feed, term: Term) -> None:
+    """Ingest `feed` through the term's fence until the term ends, unless another thread
+    of this process already does (then wait for it to end, or for the term to end)."""
+    running = _INGESTING.setdefault(feed.stream, threading.Lock())
+    while term.leading.is_set():
+        if running.acquire(timeout=1.0):
+            break
+    else:
+        return
+    try:
+        while term.leading.is_set():
+            try:
+                ingest_once(client, feed, sessions=term.fence.scope, block_ms=500)
+            except Fenced as exc:  # the entries stay pending for the newer leader
+                term.step_down(str(exc))
+            except Exception:
+                log.exception("%s ingest failed; retrying", feed.kind)
+                time.sleep(1.0)
+    finally:
+        running.release()

@@ -1,26 +1,37 @@
 """The scheduler process: the single active placer and reconciler, and the metrics ingester.
 
 Leadership is a Redis lock; only the holder runs passes, so one placement pass
-runs at a time however many scheduler processes are started. The loop blocks
+runs at a time however many scheduler processes are started. Each term of leadership
+takes a fencing token from SQL, and every transaction the leader commits checks it
+(services/cluster/fencing.py): a leader that stalled past its lock's expiry and resumed
+after another took over has its next transaction refused, sends nothing from it, and
+steps down (workers/control/term.py). The loop blocks
 on the events stream, so a submission (the api appends a `wake` event) or a
 replica exit is acted on within milliseconds, and runs a full pass at least
-every SCHEDULER_INTERVAL seconds.
+every SCHEDULER_INTERVAL seconds. A burst of events shares passes: after each pass
+the leader rests as long as it took (at least 50 ms) before the next (pacing.py).
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import gc
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import redis
+from redis.exceptions import LockNotOwnedError
 from sqlalchemy.orm import Session
 
-from services.cluster import gangs, reconcile
-from services.cluster.nodes import Heartbeat, heartbeat_of
-from services.db import session_scope
-from services.models import Job
+from services.cluster import gangs, reconcile, watchdog
+from services.cluster.arrivals import Arrivals
+from services.cluster.fencing import Fence, Fenced, begin_term
+from services.cluster.nodes import Heartbeat, NodeRows, heartbeat_of
+from services.cluster.placement_digest import PlacementMemo
+from services.db import database_unreachable
+from services.models import Job, utcnow
 from services.settings import Settings, get_settings
 from services.wire.batches import ProgressBeat
 from services.wire.client import get_redis
@@ -34,39 +45,44 @@ from services.wire.events import (
     Wake,
     decode_event,
 )
+from services.wire.generation import Generation
 from services.wire.keys import (
     EVENTS_STREAM,
     NODES_HASH,
     PROGRESS_HASH,
     SCHEDULER_LOCK,
-    SCHEDULER_LOCK_TTL,
     SCHEDULER_PASS,
 )
 from services.wire.replica import Dispatcher, Message
 from services.wire.signing import HEARTBEAT, Keyring, Refused, unseal, verify_event
+from workers.control.dispatch import publish_attempts
 from workers.control.ingest import LOGS, METRICS, ingest_while
+from workers.control.pacing import PassPacer
 from workers.control.refusals import Refusals
 from workers.control.streams import GroupReader
+from workers.control.term import Term
 
 log = logging.getLogger("cohort.scheduler")
 
-LOCK_TTL = SCHEDULER_LOCK_TTL
 PROGRESS_FORGET = 3600.0  # seconds
 
 
-def read_heartbeats(client: redis.Redis, keyring: Keyring, refusals: Refusals
-                    ) -> list[Heartbeat]:
-    """The last heartbeat of every agent, each signed with its node's key: a node without
-    its credential is not registered (nor kept alive)."""
+def read_heartbeats(client: redis.Redis, keyring: Keyring, refusals: Refusals,
+                    arrivals: Arrivals[str]) -> list[Heartbeat]:
+    """The last heartbeat of every agent, each signed with its node's key (a node without
+    its credential is not registered, nor kept alive), timed by when this scheduler saw
+    it arrive: never by the agent's clock (services/cluster/arrivals.py)."""
+    raw_beats = {str(field): str(value)  # a decoding client (get_redis)
+                 for field, value in client.hgetall(NODES_HASH).items()}
+    heard = arrivals.observe(raw_beats)
     beats = []
-    for field, value in client.hgetall(NODES_HASH).items():
-        node_id, raw = str(field), str(value)  # a decoding client (get_redis)
+    for node_id, raw in raw_beats.items():
         try:
             sealed = unseal(raw, keyring.node(node_id), purpose=HEARTBEAT, node_id=node_id)
             beat = NodeHeartbeat.decode(sealed.body)
             if beat.node_id != node_id:
                 raise Refused("another node", f"it names node {beat.node_id!r}")
-            beats.append(heartbeat_of(beat))
+            beats.append(heartbeat_of(beat, heard[node_id]))
         except Refused as exc:
             refusals.heartbeat(node_id, raw, exc.reason, str(exc))
         # WireError is a ValueError, as is a `ts` past the year 9999.
@@ -90,23 +106,28 @@ def trusted_event(fields: dict[str, str], keyring: Keyring) -> Event:
     return event
 
 
-def read_progress(client: redis.Redis) -> dict[tuple[int, int, int], float]:
-    """The last progress heartbeat of every replica that sent one.
+def read_progress(client: redis.Redis, arrivals: Arrivals[str]
+                  ) -> dict[tuple[int, int, int], float]:
+    """The time (this scheduler's clock) each replica that sent a progress heartbeat is
+    alive through: when its last beat was seen to arrive, plus what it vouched ahead.
 
-    A running replica beats every second, so an entry older than PROGRESS_FORGET
+    A running replica beats every second, so a beat unchanged for PROGRESS_FORGET
     belongs to a replica long finished: it is removed, or the hash read on every
     pass would grow with every replica ever run.
     """
+    raw_beats = {str(field): str(value) for field, value in client.hgetall(PROGRESS_HASH).items()}
+    heard = arrivals.observe(raw_beats)
     progress, stale = {}, []
-    cutoff = time.time() - PROGRESS_FORGET
-    for field, value in client.hgetall(PROGRESS_HASH).items():
+    cutoff = arrivals.read_at - PROGRESS_FORGET
+    for field, value in raw_beats.items():
         try:
-            beat = ProgressBeat.decode(str(field), str(value))
+            key, _until, ahead = ProgressBeat.parse(field, value)
         except WireError:
             stale.append(field)
             continue
-        progress[beat.job_id, beat.attempt, beat.index] = beat.until
-        if beat.until < cutoff:
+        at = heard[field].at
+        progress[key] = at + ahead
+        if at < cutoff:
             stale.append(field)
     if stale:
         client.hdel(PROGRESS_HASH, *stale)
@@ -125,14 +146,16 @@ def _from_its_node(session: Session, event: ReplicaStarted | ReplicaExited | Rep
                       f"which runs on {runs_on!r}")
 
 
-def apply_event(event: Event) -> list[Message]:
-    """Apply one agent event in its own transaction; returns the messages it calls for.
+def apply_event(event: Event, fence: Fence) -> list[Message]:
+    """Apply one agent event in its own transaction, fenced; returns the messages it
+    calls for.
 
     Raises:
         Refused: the event is about a replica that another node runs.
+        Fenced: a newer leader took over; nothing was written.
     """
     if isinstance(event, ReplicaRestarted):
-        with session_scope() as session:
+        with fence.scope() as session:
             _from_its_node(session, event)
             gangs.record_replica_restarted(session=session, job_id=event.job_id,
                                            attempt=event.attempt, index=event.index,
@@ -140,8 +163,10 @@ def apply_event(event: Event) -> list[Message]:
         return []  # the gang goes on: nothing to settle
     if not isinstance(event, ReplicaStarted | ReplicaExited):
         return []  # a `wake` only triggers a pass
-    at = dt.datetime.fromtimestamp(event.ts, dt.UTC)
-    with session_scope() as session:
+    # Timed by the control plane's clock as it applies the event, not by `event.ts` (the
+    # agent's): the start-up timeout counts from here (services/cluster/arrivals.py).
+    at = utcnow()
+    with fence.scope() as session:
         _from_its_node(session, event)
         if isinstance(event, ReplicaStarted):
             replica = gangs.record_replica_started(session=session, job_id=event.job_id,
@@ -158,6 +183,23 @@ def apply_event(event: Event) -> list[Message]:
         return gangs.settle_job(session=session, job=job) if job else []
 
 
+@contextmanager
+def cycles_collected_after() -> Iterator[None]:
+    """Python's cycle collector paused for the block, as it was after. A pass makes
+    hundreds of thousands of objects (rows, requests, placements, messages), most freed
+    at once by their counts; the collector, run every 700 allocations, walked the
+    process's every live object again and again meanwhile, a fifth of a big pass's CPU.
+    What the pass leaves in cycles (ORM objects, its session) goes at the next
+    collection after it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class Scheduler:
     def __init__(self, settings: Settings, client: redis.Redis, dispatcher: Dispatcher,
                  keyring: Keyring) -> None:
@@ -167,16 +209,60 @@ class Scheduler:
         self.keyring = keyring  # every node's key, to check what nodes send
         self.refusals = Refusals(client)
         self.stopping = threading.Event()
-        self.lock = client.lock(SCHEDULER_LOCK, timeout=LOCK_TTL, thread_local=False)
-        self.leading = threading.Event()
+        self.lock_ttl = settings.SCHEDULER_LOCK_TTL
+        self.lock = client.lock(SCHEDULER_LOCK, timeout=self.lock_ttl, thread_local=False)
         self.events = GroupReader(client, EVENTS_STREAM, count=200)
+        self.generation = Generation()  # Redis' data (services/wire/generation.py)
+        self._new_term()
 
-    def run_pass(self) -> None:
-        heartbeats = read_heartbeats(self.redis, self.keyring, self.refusals)
-        progress = read_progress(self.redis)
-        with session_scope() as session:
+    def _new_term(self) -> None:
+        """Forget what an earlier term saw. A term begins when the lock was free: Redis may
+        have lost its data (a wipe erases the lock too) while another scheduler led or none
+        did, unseen by this one, so the term starts by making good what a wipe undoes."""
+        # The current-attempt keys are written again, and the silence a wipe caused is
+        # excused, in the first pass that commits (`run_pass`); a standby that takes over
+        # after a wipe never saw the old marker, so `Generation.check` cannot tell it.
+        self.unheard = True
+        # Arrivals are timed from this term's first read: what was read in an earlier term
+        # (or by another leader) says nothing of what arrived in between.
+        self.node_arrivals: Arrivals[str] = Arrivals()
+        self.progress_arrivals: Arrivals[str] = Arrivals()
+        # What this term's last idle pass left (services/cluster/placement_digest.py).
+        self.placement_memo = PlacementMemo()
+        # The beating nodes' rows as this term's last committed pass left them
+        # (services/cluster/nodes.record_heartbeats): a new term reads them from SQL.
+        self.node_rows: NodeRows = {}
+
+    def run_pass(self, fence: Fence) -> None:
+        """One pass in one fenced transaction, then its messages.
+
+        Raises:
+            Fenced: a newer leader took over; nothing was written or sent.
+        """
+        with cycles_collected_after():
+            self._run_pass(fence)
+
+    def _run_pass(self, fence: Fence) -> None:
+        if self.generation.check(self.redis):
+            log.warning("Redis lost its data: writing the current attempts again")
+            self.unheard = True
+        if self.unheard:
+            self.restore_attempts(fence)
+        heartbeats = read_heartbeats(self.redis, self.keyring, self.refusals,
+                                     self.node_arrivals)
+        progress = read_progress(self.redis, self.progress_arrivals)
+        with fence.scope() as session:
+            if self.unheard:  # beats Redis held may be gone: their senders are not silent
+                watchdog.excuse_silence(session=session, now=utcnow())
             result = reconcile.run_pass(session=session, settings=self.settings,
-                                         heartbeats=heartbeats, progress=progress)
+                                         heartbeats=heartbeats, progress=progress,
+                                         memo=self.placement_memo,
+                                         # excuse_silence rewrote the nodes' times
+                                         known_nodes=None if self.unheard else self.node_rows)
+        self.placement_memo.committed()
+        self.node_rows = result.node_rows
+        # Both done and committed: a pass that failed before here does them again.
+        self.unheard = False
         # Committed above; only now may the agents hear about it.
         self.dispatcher.send(result.messages)
         self.redis.set(SCHEDULER_PASS, repr(time.time()))  # for `cohort health scheduler`
@@ -185,68 +271,109 @@ class Scheduler:
         if result.lost_nodes:
             log.warning("nodes lost: %s", result.lost_nodes)
 
-    def handle_events(self, block_ms: int) -> int:
-        """Read and apply agent events; returns how many were read."""
+    def restore_attempts(self, fence: Fence) -> None:
+        """Write every placed or running job's current attempt from SQL: the keys that
+        let agents refuse a stale start are gone if Redis lost its data.
+
+        Raises:
+            Fenced: a newer leader took over.
+            redis.RedisError: not written; the next pass tries again.
+        """
+        with fence.scope() as session:
+            attempts = gangs.current_attempts(session=session)
+        if not publish_attempts(self.redis, attempts):
+            raise redis.ConnectionError("could not write the current attempts")
+
+    def handle_events(self, block_ms: int, fence: Fence) -> int:
+        """Read and apply agent events; returns how many were read.
+
+        Raises:
+            Fenced: a newer leader took over; the event stays unacknowledged, for it.
+        """
         handled = 0
         for entries in self.events.batches(block_ms):
             for entry_id, fields in entries:
                 try:
-                    messages = apply_event(trusted_event(fields, self.keyring))
+                    messages = apply_event(trusted_event(fields, self.keyring), fence)
                     self.dispatcher.send(messages)
+                except Fenced:
+                    raise
                 except Refused as exc:  # logged once a minute per kind and reason
                     self.refusals.note(exc.reason, f"a {str(fields.get('kind'))[:64]!r} event",
                                        f"{entry_id}: {exc}")
                 except WireError as exc:
                     log.warning("ignoring malformed event %s: %s", entry_id, exc)
-                except Exception:
+                except Exception as exc:
+                    if database_unreachable(exc):
+                        # Left unacknowledged: the next read starts with it again (its
+                        # own pending entries first), once SQL answers.
+                        raise
                     log.exception("event %s %r could not be applied", entry_id, fields)
                 self.events.ack(entry_id)
                 handled += 1
         return handled
 
     def lead(self) -> None:
-        """Run passes while holding the lock; return when it is lost or we stop."""
+        """Take a fencing token, then run passes while holding the lock; return when the
+        term ends (the lock lost, the token refused) or we stop."""
+        try:
+            term = Term(begin_term(lease=self.lock_ttl))
+        except Exception:  # SQL unreachable: no token, no leading; the lock is released
+            log.exception("could not take a fencing token; retrying")
+            self.stopping.wait(1.0)
+            return
+        log.info("scheduler is the leader (fencing token %d)", term.fence.token)
+        self._new_term()
         # The leader alone ingests metrics too: one consumer, no duplicate reads.
-        self.leading.set()
-        ingesters = [threading.Thread(target=ingest_while, args=(self.redis, feed, self.leading),
+        ingesters = [threading.Thread(target=ingest_while, args=(self.redis, feed, term),
                                       daemon=True, name=f"ingest-{feed.kind}")
                      for feed in (METRICS, LOGS)]
         for thread in ingesters:
             thread.start()
         try:
-            self._lead_loop()
+            self._lead_loop(term)
+        except Fenced as exc:
+            term.step_down(str(exc))
         finally:
-            self.leading.clear()
+            term.leading.clear()
             for thread in ingesters:
                 thread.join(timeout=5)
 
-    def _lead_loop(self) -> None:
-        last_pass = 0.0
-        while not self.stopping.is_set():
-            if not self.lock.extend(LOCK_TTL, replace_ttl=True):
-                log.warning("lost the scheduler lock")
+    def _lead_loop(self, term: Term) -> None:
+        pacer = PassPacer(self.settings.SCHEDULER_INTERVAL)
+        while not self.stopping.is_set() and term.leading.is_set():
+            try:
+                self.lock.extend(self.lock_ttl, replace_ttl=True)
+            except LockNotOwnedError:
+                term.step_down("lost the scheduler lock")
                 return
             try:
-                handled = self.handle_events(
-                    block_ms=int(self.settings.SCHEDULER_INTERVAL * 1000))
-                now = time.monotonic()
-                if handled or now - last_pass >= self.settings.SCHEDULER_INTERVAL:
-                    self.run_pass()
-                    last_pass = now
-            except redis.RedisError:
-                raise  # the lock may be gone with Redis: back to acquiring it
+                # Wait for events no longer than until the next pass is due; a burst of
+                # them is applied as it comes and joins one pass (pacing.py).
+                # (1 ms at least: a block of 0 would wait for ever.)
+                if self.handle_events(block_ms=max(1, round(pacer.due_in() * 1000)),
+                                      fence=term.fence):
+                    pacer.want()
+                if pacer.due_in() == 0:
+                    pacer.started()
+                    try:
+                        self.run_pass(term.fence)
+                    finally:
+                        pacer.finished()
+            except (redis.RedisError, Fenced):
+                raise  # the lock may be gone with Redis, or another leads: not this term
             except Exception:
                 # A database hiccup must not end the leader: SQL holds the truth,
                 # and the next pass starts from it again.
                 log.exception("scheduling pass failed; retrying")
+                pacer.want()
                 self.stopping.wait(1.0)
 
     def run(self) -> None:
         """Wait for leadership, lead, repeat until stopped."""
         while not self.stopping.is_set():
             try:
-                if self.lock.acquire(blocking=True, blocking_timeout=LOCK_TTL):
-                    log.info("scheduler is the leader")
+                if self.lock.acquire(blocking=True, blocking_timeout=self.lock_ttl):
                     try:
                         self.lead()
                     finally:

@@ -11,7 +11,9 @@ from typing import cast
 import redis
 from redis.exceptions import ResponseError
 
-GROUP = "cohort-scheduler"
+from services.wire.keys import LEADER_GROUP
+
+GROUP = LEADER_GROUP
 CONSUMER = "leader"  # fixed: a new leader re-reads what the last one left unacknowledged
 
 Entry = tuple[str, dict[str, str]]  # (entry id, fields)

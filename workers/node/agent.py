@@ -12,14 +12,18 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from services.settings import Settings, get_settings
 from services.wire import acl
 from services.wire.client import get_redis, publish_node_event
+from services.wire.clock import RedisClock
 from services.wire.events import NodeHeartbeat, ReplicaRestarted, ReplicaStarted
+from services.wire.generation import Generation
 from services.wire.keys import NODES_HASH, attempt_key, claim_key, node_queue
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
 from services.wire.signing import HEARTBEAT, check_node_key, seal
@@ -28,22 +32,30 @@ from workers.node.bundle_cache import BundleUnavailable
 from workers.node.environment import CommandNotFound
 from workers.node.exits import (
     BUNDLE_REFUSED_EXIT,
-    FETCH_FAILED_EXIT,
     POLICY_REFUSED_EXIT,
     PORT_TAKEN_EXIT,
     SPAWN_NOT_FOUND_EXIT,
     ExitReports,
     exit_code_of,
+    fetch_exit_code,
     spawn_exit_code,
 )
 from workers.node.launcher import ReplicaKey, ReplicaProcess, job_dir, spawn, tail
+from workers.node.lease import CHECK_EVERY, Lease, fence_grace
 from workers.node.logship import LogShipper
+from workers.node.pool import ReplicaPool
 from workers.node.prepare import Preparer
 from workers.node.sidecar import Sidecars
+from workers.replay import AfterEnd
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 log = logging.getLogger("cohort.agent")
 
 _agent: Agent | None = None
+
+CLAIM_TTL = 30 * 86400  # seconds: far past any message's redelivery
 
 
 def current_agent() -> Agent:
@@ -56,22 +68,35 @@ def current_agent() -> Agent:
 class Agent:
     """Supervises the replica processes of one node."""
 
-    def __init__(self, settings: Settings, client: redis.Redis) -> None:
+    def __init__(self, settings: Settings, client: redis.Redis,
+                 declare_queue: Callable[[], None] | None = None) -> None:
         self.settings = settings
         self.redis = client
+        # Declares this node's queue again (its binding is a Redis key, gone with a wipe;
+        # without it, messages sent to the queue are dropped): run_agent's Celery app's.
+        self.declare_queue = declare_queue or (lambda: None)
         self.node_id = settings.node_id
         # Signs this node's events and heartbeats, opens the messages sent to it
         # (workers/node/inbox.py); no agent runs without it (signing.MissingKey).
         self.node_key = check_node_key(settings.NODE_KEY, self.node_id)
+        # Messages are judged by Redis's clock, never this host's (services/wire/clock.py).
+        self.clock = RedisClock(client)
         self.data_dir: Path = settings.data_dir
         self.processes: dict[ReplicaKey, ReplicaProcess] = {}
         self.started: set[ReplicaKey] = set()  # every key ever started here
+        # Redis' data generation (services/wire/generation.py), checked under `lock`:
+        # after a wipe, this node's claims are written again before any start.
+        self.generation = Generation()
+        self.restore_due = False  # a wipe was seen; what it erased is not written yet
         # Lost parameter_server workers started again in place (workers/node/respawn.py).
         self.respawns = respawn.Respawns(settings.PS_WORKER_RESTARTS)
         self.lock = threading.Lock()
         self.exits = ExitReports(self.node_id, self.node_key, client, self.lock)
         self.exited = self.exits.recent  # recent exits: code, when
         self.stopping = threading.Event()
+        # Its right to run replicas, renewed by every heartbeat Redis takes
+        # (workers/node/lease.py); `lease_loop` stops them all when it lapses.
+        self.lease = Lease(settings.AGENT_LEASE)
         # The GPUs offered, and each one's model and memory (the nodes API shows them):
         # none until find_gpus has checked that the replicas' TensorFlow can use them.
         self.gpu_ids: list[int] = []
@@ -80,6 +105,11 @@ class Agent:
         self.preparing: dict[ReplicaKey, threading.Event] = {}
         self.preparer = Preparer(settings)
         self.sidecars = Sidecars(settings, client)  # checkpoints, metrics from files
+        # Ended replicas' senders, for a wipe of Redis just after an end (workers/replay.py).
+        self.ended = AfterEnd()
+        # Warm replica processes (COHORT_REPLICA_POOL_SIZE; none until start_pool).
+        self.pool = ReplicaPool(settings.REPLICA_POOL_SIZE, self.python, self.node_id,
+                                self.data_dir)
 
     @property
     def python(self) -> str:
@@ -89,6 +119,11 @@ class Agent:
     def replica_user(self, job_id: int) -> isolation.ReplicaUser | None:
         """Who job `job_id`'s replicas run as here (None: as this agent's user)."""
         return isolation.replica_user(self.settings, job_id)
+
+    def start_pool(self) -> None:
+        """Start keeping the warm replica processes (none when the pool size is 0)."""
+        if not self.stopping.is_set():
+            self.pool.start()
 
     def find_gpus(self) -> None:
         """Offer the GPUs found (NVML, COHORT_NODE_GPUS) that the replicas' TensorFlow
@@ -151,7 +186,7 @@ class Agent:
         except BundleUnavailable as exc:
             failure = BUNDLE_REFUSED_EXIT, str(exc)
         except Exception as exc:  # noqa: BLE001 - the store or the disk failed: retryable
-            failure = FETCH_FAILED_EXIT, f"could not fetch the job's code or inputs: {exc}"
+            failure = fetch_exit_code(exc), f"could not fetch the job's code or inputs: {exc}"
         with self.lock:
             cancelled = self.preparing.pop(key).is_set() or self.stopping.is_set()
             if failure is None and not cancelled:
@@ -167,7 +202,7 @@ class Agent:
         self.sidecars.follow(ReplicaKey.of(message.spec))  # before the process writes
         try:
             process = spawn(message, self.data_dir, self.python,
-                            self.replica_user(message.spec.job_id))
+                            self.replica_user(message.spec.job_id), self.pool)
         except CommandNotFound as exc:
             return None, (SPAWN_NOT_FOUND_EXIT, str(exc))
         except Exception as exc:  # noqa: BLE001 - any failure is this replica's exit
@@ -184,7 +219,8 @@ class Agent:
         if process is None:
             self.sidecars.discard(key)
             return
-        log.info("started %s as pid %d", key, process.popen.pid)
+        log.info("started %s as pid %d%s", key, process.popen.pid,
+                 " (a warm process)" if process.warm else "")
         shipper = LogShipper(self.redis, key, process.log_path)
         shipper.start()
         self.sidecars.start(key)
@@ -196,17 +232,52 @@ class Agent:
 
     def _may_start(self, key: ReplicaKey) -> bool:
         """Fencing for at-least-once delivery: no stale attempt, never two processes."""
+        self._check_generation()  # the claims of what runs here first, after a wipe
         current = self.redis.get(attempt_key(key.job_id))
         if current is not None and int(current) != key.attempt:
             log.info("ignoring start of %s: attempt %s is current", key, current)
             return False
         # Compare-and-set on the replica's claim: whichever delivery gets here
         # first (on any node) starts it; every other copy of the message is ignored.
-        if not self.redis.set(claim_key(key.job_id, key.attempt, key.index), self.node_id,
-                              nx=True, ex=30 * 86400):
-            log.info("ignoring start of %s: already claimed", key)
+        if not self._claim(self.redis, key):
+            # Another node, or this agent before a restart, started it: a copy of the
+            # message reached the wrong place, worth a line at the worker's level.
+            log.warning("ignoring start of %s: already claimed", key)
             return False
         return True
+
+    def _claim(self, client: Any, key: ReplicaKey) -> Any:
+        """Claim replica `key` for this node unless a node holds it (SET NX): true when
+        claimed here; on a pipeline, queued (its result comes with `execute`)."""
+        return client.set(claim_key(key.job_id, key.attempt, key.index), self.node_id,
+                          nx=True, ex=CLAIM_TTL)
+
+    def _check_generation(self) -> None:
+        """If Redis lost its data (restarted, flushed, replaced), write again what it
+        lost of this node's (lock held): its queue's binding, the claim of every replica
+        started or stopped here, so no start message (a re-sent one, a redelivered one)
+        starts a second copy on any node, and a `replica_started` event for each process
+        running, whose first event may have been lost before the scheduler read it."""
+        if self.generation.check(self.redis):
+            self.restore_due = True
+        if not self.restore_due:
+            return
+        keys = sorted(self.started, key=lambda k: (k.job_id, k.attempt, k.index))
+        log.warning("Redis lost its data: declaring queue %s and claiming the %d replicas "
+                    "started here again", node_queue(self.node_id), len(keys))
+        self.declare_queue()
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
+            self._claim(pipe, key)
+        for key, claimed in zip(keys, pipe.execute(), strict=True):
+            if not claimed:  # another node's since the wipe: say so, it cannot be undone
+                log.error("replica %s was claimed by another node after Redis lost "
+                          "its data", key)
+        for process in self.processes.values():
+            publish_node_event(self.redis, ReplicaStarted(
+                self.node_id, process.key.job_id, process.key.attempt, process.key.index,
+                process.popen.pid, process.started_at), self.node_key)
+        self.restore_due = False  # not before: a failure above is tried again
 
     def cleanup_job(self, message: CleanupJob) -> None:
         """Remove a finished job's scratch files here; its logs and saved model stay."""
@@ -245,8 +316,11 @@ class Agent:
             self.respawns.ended(process.key)
         if shipper is not None:
             shipper.finish()  # the last lines go out before the exit is reported
+            self.ended.keep(shipper.send_again)
         # So do the last points, checkpoint, model, TensorBoard files and the log.
-        self.sidecars.finish(process.key, process.log_path)
+        sidecar = self.sidecars.finish(process.key, process.log_path)
+        if sidecar is not None:
+            self.ended.keep(sidecar.reporter.send_again, sidecar.reporter.close)
         user = self.replica_user(process.key.job_id)
         with self.lock:
             self.processes.pop(process.key, None)
@@ -256,7 +330,7 @@ class Agent:
         if last_here:
             # Nothing of the job runs here any more: whatever its code left running
             # under its uid (a daemon outside the process group) goes too.
-            isolation.reap(user, self.node_id)
+            isolation.reap(user, self.node_id, self.data_dir)
         self.exits.exited(process.key, exit_code_of(returncode), tail(process.log_path))
 
     def _respawn(self, process: ReplicaProcess, code: int) -> ReplicaProcess | None:
@@ -275,7 +349,7 @@ class Agent:
                 with open(process.log_path, "a", encoding="utf-8") as log_file:
                     log_file.write(respawn.log_line(code, number, self.respawns.budget))
                 again = spawn(message, self.data_dir, self.python,
-                              self.replica_user(key.job_id))
+                              self.replica_user(key.job_id), self.pool)
             except Exception:  # noqa: BLE001 - then its exit is reported as it was
                 log.exception("could not start %s again", key)
                 return None
@@ -292,7 +366,8 @@ class Agent:
         return again
 
     def heartbeat(self) -> None:
-        """Publish this node's address, capacity and running replicas."""
+        """Publish this node's address, capacity and running replicas; once Redis has
+        taken it, the lease runs again from the moment it was sent."""
         now = time.time()
         with self.lock:
             running = tuple((k.job_id, k.attempt, k.index) for k in self.processes)
@@ -305,38 +380,65 @@ class Agent:
             busy_ports=tuple(sorted(ports.listening_ports(self.settings.PORT_RANGE_START,
                                                           self.settings.PORT_RANGE_END))),
             port_space=ports.port_space())
-        self.redis.hset(NODES_HASH, self.node_id, seal(
-            self.node_key, purpose=HEARTBEAT, node_id=self.node_id, body=beat.encode(), now=now))
+        sealed = seal(self.node_key, purpose=HEARTBEAT, node_id=self.node_id,
+                      body=beat.encode(), now=now)
+        sent = self.lease.now()  # no later than Redis (and the control plane) gets it
+        self.redis.hset(NODES_HASH, self.node_id, sealed)
+        self.lease.renew(sent)
+
+    def start_heartbeats(self) -> None:
+        """Beat on one thread, watch the lease on another (a beat on a cut link blocks
+        far longer than the lease: workers/node/lease.py)."""
+        threading.Thread(target=self.heartbeat_loop, daemon=True, name="heartbeat").start()
+        threading.Thread(target=self.lease_loop, daemon=True, name="lease").start()
 
     def heartbeat_loop(self) -> None:
-        last_ok = time.monotonic()
         while not self.stopping.is_set():
             try:
                 self.heartbeat()
-                last_ok = time.monotonic()
+                with self.lock:
+                    self._check_generation()
+                self.ended.tick()
             except redis.RedisError as exc:
                 log.warning("heartbeat failed: %s", exc)
-                if time.monotonic() - last_ok > self.settings.AGENT_LEASE:
-                    self.fence()
+            except Exception:  # noqa: BLE001 - the broker refused the queue's declaration
+                log.exception("could not restore what Redis lost; trying again")
             self.stopping.wait(self.settings.HEARTBEAT_INTERVAL)
 
+    def lease_loop(self) -> None:
+        """Stop every replica whenever the lease has lapsed; sleep until it may."""
+        while not self.stopping.is_set():
+            left = self.lease.left()
+            if left <= 0:
+                self.fence()
+            # A renewal only moves the end later: sleeping until the end seen is safe.
+            self.stopping.wait(left if left > 0 else CHECK_EVERY)
+
     def fence(self) -> None:
-        """Out of touch past the lease: stop every replica before the control plane
-        declares this node lost and places the gang elsewhere (never two copies)."""
-        with self.lock:
-            processes = [p for p in self.processes.values() if not p.stop_requested.is_set()]
-            for cancelled in self.preparing.values():
-                cancelled.set()  # still fetching its code: it will not start
-        if processes:
-            log.error("no contact with the control plane for %.0fs: stopping %d replicas",
-                      self.settings.AGENT_LEASE, len(processes))
+        """The lease lapsed: stop every replica before the control plane declares this
+        node lost and places the gang elsewhere (never two copies)."""
+        # Read without the agent's lock: its holder may be blocked in a call to the very
+        # Redis that is out of reach (a start's claim, the generation check), for longer
+        # than the lease. Copying a dict is one step under the GIL; a process a start adds
+        # after it is caught by the next check (the lease stays lapsed).
+        processes = [p for p in self.processes.copy().values()
+                     if not p.stop_requested.is_set()]
+        for cancelled in self.preparing.copy().values():
+            cancelled.set()  # still fetching its code: it will not start
+        if not processes:
+            return
+        grace = fence_grace(self.settings)
+        log.error("no heartbeat taken by Redis for %.0fs: stopping %d replicas (SIGKILL "
+                  "after %.1fs)", self.settings.AGENT_LEASE, len(processes), grace)
         for process in processes:
-            threading.Thread(target=process.stop, args=(self.settings.STOP_GRACE,),
-                             daemon=True).start()
+            threading.Thread(target=process.stop, args=(grace,), daemon=True,
+                             name=f"fence-{process.key.job_id}-{process.key.attempt}-"
+                                  f"{process.key.index}").start()
 
     def shutdown(self, grace: float = 5.0) -> None:
         """Stop every replica of this node (the agent is going away)."""
         self.stopping.set()
+        self.pool.shutdown()
         with self.lock:
             processes = list(self.processes.values())
         threads = [threading.Thread(target=p.stop, args=(grace,)) for p in processes]
@@ -350,6 +452,14 @@ class Agent:
             pass
 
 
+def declare_queue(app: Celery, name: str) -> None:
+    """Declare Celery queue `name` (its exchange binding) on the broker, as the worker
+    does when it connects: a wipe of Redis erases the binding, which a worker whose
+    connection never broke does not write again."""
+    with app.connection_for_write() as connection:
+        app.amqp.queues[name].bind(connection.default_channel).declare()
+
+
 def run_agent(settings: Settings | None = None) -> None:
     """Run this machine's agent until it is told to stop (SIGTERM / Ctrl-C)."""
     global _agent
@@ -359,10 +469,12 @@ def run_agent(settings: Settings | None = None) -> None:
     # Before consuming: a node whose replicas could not run as their own users (a uid
     # its user namespace does not map, an interpreter they cannot reach) says so now.
     isolation.check_node(settings, settings.REPLICA_PYTHON or sys.executable)
-    agent = Agent(settings, get_redis())
+    agent = Agent(settings, get_redis(), lambda: declare_queue(app, node_queue(settings.node_id)))
     _agent = agent
-    agent.heartbeat()
-    threading.Thread(target=agent.heartbeat_loop, daemon=True, name="heartbeat").start()
+    # The heartbeat thread beats at once, and through a Redis that is away: a first beat
+    # made here, unguarded, ended an agent started while Redis restarted (the chaos soak).
+    agent.start_heartbeats()
+    agent.start_pool()
     threading.Thread(target=agent.find_gpus, daemon=True, name="find-gpus").start()
     log.info("agent %s at %s with %d slots, queue %s", agent.node_id,
              settings.NODE_ADDRESS, settings.NODE_SLOTS, node_queue(agent.node_id))

@@ -115,12 +115,24 @@ def _read(path: Path) -> bytes | None:
         return None
 
 
+def _identity(path: Path) -> tuple[int, int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (0, 0, 0)
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
 def _write_atomically(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)  # a full disk: leave no scratch behind
+        raise
 
 
 class CheckpointMirror:
@@ -175,15 +187,51 @@ class CheckpointMirror:
             if states and not any(newer(data, _read(self.local_dir / rel))
                                   for rel, data in states.items()):
                 return []
+            before = self._named_here()
+            try:
+                written = self.store.get_tree(self.prefix, self.local_dir, select=is_data)
+                for rel, data in states.items():  # the state file last: it names the data
+                    _write_atomically(self.local_dir / rel, data)
+                    written.append(rel)
+            except BaseException:
+                self._forget_mixed(before)
+                raise
+            # Only now: after a restore cut off half way (a full disk), the store's state
+            # files are not here, and a sync must not take them for deleted.
             self._seen = set(stored)
-            written = self.store.get_tree(self.prefix, self.local_dir, select=is_data)
-            for rel, data in states.items():  # the state file last: it names the data
-                _write_atomically(self.local_dir / rel, data)
-                written.append(rel)
             if states:  # checkpoints of an older attempt here would never be rotated out
                 for rel in _local_files(self.local_dir) - stored:
                     (self.local_dir / rel).unlink(missing_ok=True)
             return written
+
+    def _named_here(self) -> dict[str, dict[str, tuple[int, int, int]]]:
+        """Each local state file's checkpoint files, with what identifies their bytes
+        (inode, size, mtime: every file a restore writes is renamed into place)."""
+        local = _local_files(self.local_dir)
+        named: dict[str, dict[str, tuple[int, int, int]]] = {}
+        for state_rel in (rel for rel in local if is_state(rel)):
+            data = _read(self.local_dir / state_rel)
+            directory = state_rel.rpartition("/")[0]
+            heads = [f"{directory}/{name}." if directory else f"{name}."
+                     for name in named_checkpoints(data or b"")]
+            named[state_rel] = {rel: _identity(self.local_dir / rel) for rel in local
+                                if any(rel.startswith(head) for head in heads)}
+        return named
+
+    def _forget_mixed(self, before: dict[str, dict[str, tuple[int, int, int]]]) -> None:
+        """After a restore that failed half way: remove each local checkpoint (its state
+        file first, then its files) some of whose files the restore replaced. Its index
+        and data may now come from two different saves: TensorFlow must not restore it,
+        and the mirror must not send its files back over the store's."""
+        for state_rel, files in before.items():
+            if all(_identity(self.local_dir / rel) == seen for rel, seen in files.items()):
+                continue
+            log.error("a restore of %s was cut off after replacing files of the checkpoint "
+                      "%s names: removed it; this attempt starts without it",
+                      self.prefix, state_rel)
+            (self.local_dir / state_rel).unlink(missing_ok=True)
+            for rel in files:
+                (self.local_dir / rel).unlink(missing_ok=True)
 
     def _get_bytes(self, rel: str) -> bytes:
         with self.store.open_read(self._key(rel)) as handle:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.cluster import tf_config
-from services.wire.replica import StartReplica
+from services.wire.replica import ReplicaSpec, StartReplica
 from workers.node import layout
 
 # The only variables a replica inherits from the agent: finding programs and libraries,
@@ -45,6 +45,7 @@ def inherited_env(agent_env: dict[str, str]) -> dict[str, str]:
 class ReplicaPaths:
     """Where one replica's files are on this node (workers/node/layout.py)."""
 
+    data_dir: Path  # the agent's DATA_DIR, absolute
     job_dir: Path
     work_dir: Path
     code_dir: Path
@@ -62,6 +63,7 @@ class ReplicaPaths:
     def of(cls, data_dir: Path, job_id: int, attempt: int, index: int) -> ReplicaPaths:
         data_dir = Path(data_dir).absolute()
         return cls(
+            data_dir=data_dir,
             job_dir=layout.job_dir(data_dir, job_id),
             work_dir=layout.work_dir(data_dir, job_id, attempt, index),
             code_dir=layout.code_dir(data_dir, job_id, attempt, index),
@@ -77,12 +79,21 @@ class ReplicaPaths:
         )
 
 
+def agent_marks(node_id: str, data_dir: Path) -> dict[str, str]:
+    """What marks a process as one this agent started for a replica: its node's id and
+    the agent's DATA_DIR (isolation.reap reads both from /proc/<pid>/environ, the
+    environment at exec, which a later change of os.environ does not alter). The node id
+    alone is not enough: several agents on one host may carry the same one (test stacks,
+    CI runs side by side), each with its own DATA_DIR, and job uids repeat between them."""
+    return {"COHORT_NODE_ID": node_id, "COHORT_NODE_DATA_DIR": str(Path(data_dir).absolute())}
+
+
 def contract_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
     """The variables every replica process gets, whichever way it runs."""
     spec = message.spec
     env = {
+        **agent_marks(message.node_id, paths.data_dir),
         "COHORT_JOB_ID": str(spec.job_id),
-        "COHORT_NODE_ID": message.node_id,
         "COHORT_ATTEMPT": str(spec.attempt),
         "COHORT_REPLICA_INDEX": str(spec.index),
         "COHORT_NUM_REPLICAS": str(spec.replicas),
@@ -104,18 +115,24 @@ def contract_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
     return env
 
 
-def replica_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
-    """The whole environment of a replica process: what it inherits from the node, the
-    job's own `env`, then Cohort's contract (which the job's names can never shadow)."""
+def _node_env(home: Path, tmp: Path) -> dict[str, str]:
+    """What every process the agent starts for replicas gets before the job's own part."""
     env = inherited_env(dict(os.environ))
     env.setdefault("PATH", os.defpath)
-    # Its own directory as HOME (caches such as ~/.keras land there, not in the agent's
-    # home) and the job's scratch as TMPDIR (never a /tmp other jobs share).
-    env["HOME"] = str(paths.work_dir)
-    env["TMPDIR"] = str(paths.tmp_dir)
+    env["HOME"] = str(home)
+    env["TMPDIR"] = str(tmp)
     # Keras 3's fit() breaks under MultiWorkerMirroredStrategy; tf-keras works. A job
     # may set it to 0 in its `env` for a Keras 3 script.
     env["TF_USE_LEGACY_KERAS"] = "1"
+    return env
+
+
+def replica_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
+    """The whole environment of a replica process: what it inherits from the node, the
+    job's own `env`, then Cohort's contract (which the job's names can never shadow)."""
+    # Its own directory as HOME (caches such as ~/.keras land there, not in the agent's
+    # home) and the job's scratch as TMPDIR (never a /tmp other jobs share).
+    env = _node_env(paths.work_dir, paths.tmp_dir)
     env.update(message.spec.env)
     env.update(contract_env(message, paths))
     env["PYTHONUNBUFFERED"] = "1"
@@ -125,10 +142,39 @@ def replica_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
     env["CUDA_VISIBLE_DEVICES"] = message.gpu_ids
     if message.spec.command is None:
         # The runner (Cohort's own code) reports in the metrics file, like any command,
-        # and stops itself when the agent dies (workers/replica/runner.py).
+        # and stops itself when the agent dies (workers/replica/parent_watch.py).
         env["COHORT_REPLICA_SPEC"] = str(paths.spec_file)
         env["COHORT_AGENT_PID"] = str(os.getpid())
     return env
+
+
+def warm_env(node_id: str, data_dir: Path, home: Path, tmp: Path) -> dict[str, str]:
+    """The environment a warm replica process (workers/node/pool.py) is exec'd with,
+    before any job is known: the node's part of every replica's, in an agent-only
+    directory, and what makes it this agent's replica from the first instruction on —
+    `agent_marks` and COHORT_AGENT_PID."""
+    env = _node_env(home, tmp)
+    env.update(agent_marks(node_id, data_dir))
+    env["COHORT_AGENT_PID"] = str(os.getpid())
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+# Variable families a process may read while Python starts or TensorFlow is imported
+# (TF_CPP_MIN_LOG_LEVEL, TF_ENABLE_ONEDNN_OPTS, TF_USE_LEGACY_KERAS, KERAS_HOME, OMP_*,
+# MALLOC_*...): a warm process has read the node's values already when it is handed a
+# job. Conservative: the CUDA, NCCL and XLA ones are read later, at device or compiler
+# start, but nothing here rests on that.
+_READ_AT_IMPORT = ("TF_", "KERAS", "XLA_", "CUDA_", "NVIDIA_", "NCCL_", "OMP_", "KMP_",
+                   "MKL", "OPENBLAS_", "MALLOC_", "GLIBC_", "LD_", "PYTHON")
+
+
+def warm_servable(spec: ReplicaSpec) -> bool:
+    """Whether a warm process may run this replica: Cohort's runner (a `trainer`, not the
+    job's own `command`), with no variable of its job's `env` that would have had to be
+    set before TensorFlow was imported (such a job gets a cold process, where it is)."""
+    return spec.command is None and not any(
+        name.startswith(_READ_AT_IMPORT) for name in spec.env)
 
 
 class CommandNotFound(FileNotFoundError):

@@ -16,6 +16,7 @@ import time
 
 import redis
 
+from services import exit_codes
 from services.wire.client import publish_node_event
 from services.wire.events import ReplicaExited
 from workers.node.launcher import ReplicaKey
@@ -33,8 +34,8 @@ PORT_TAKEN_EXIT = 138
 # A process that could not be started. As a shell reports it: 127, the interpreter
 # (or the job's directory) is not found; 126, found but not executable, or refused for
 # anything else (E2BIG, EACCES, a spec file it cannot write). Both are permanent: the
-# same spec fails the same way. A node out of processes, memory, files or disk says
-# 138 instead: another attempt may well start.
+# same spec fails the same way. A node out of processes, memory or files says 138
+# instead: another attempt may well start; out of disk, NO_SPACE_EXIT, which names it.
 SPAWN_NOT_FOUND_EXIT = 127
 SPAWN_FAILED_EXIT = 126
 # Refused before anything ran, and permanent: the node's policy forbids what the
@@ -43,10 +44,12 @@ POLICY_REFUSED_EXIT = 126
 BUNDLE_REFUSED_EXIT = 126
 # The store or the disk failed while fetching: the node's trouble, worth another attempt.
 FETCH_FAILED_EXIT = PORT_TAKEN_EXIT
+# DATA_DIR full (ENOSPC) while laying out, fetching or starting: what the runner says
+# of a replica whose own writes failed so (services/exit_codes.py names it once).
+NO_SPACE_EXIT = exit_codes.NO_SPACE
 # Stopped before it started: what SIGTERM would have given.
 STOPPED_EXIT = 143
-_NODE_EXHAUSTED = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE,
-                             errno.ENOSPC})
+_NODE_EXHAUSTED = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE})
 
 
 def exit_code_of(returncode: int) -> int:
@@ -58,9 +61,16 @@ def spawn_exit_code(error: Exception) -> int:
     """The exit code reported for a replica whose process could not be started."""
     if isinstance(error, FileNotFoundError):
         return SPAWN_NOT_FOUND_EXIT
+    if exit_codes.is_no_space(error):
+        return NO_SPACE_EXIT
     if isinstance(error, OSError) and error.errno in _NODE_EXHAUSTED:
         return PORT_TAKEN_EXIT
     return SPAWN_FAILED_EXIT
+
+
+def fetch_exit_code(error: Exception) -> int:
+    """The exit code reported for a replica whose code or inputs could not be fetched."""
+    return NO_SPACE_EXIT if exit_codes.is_no_space(error) else FETCH_FAILED_EXIT
 
 
 class ExitReports:

@@ -1,7 +1,7 @@
 """`python -m workers.node.guard AGENT_PID -- PROGRAM ARGS...`: run a job's command so that
 it stops when the agent that started it dies.
 
-Cohort's runner watches its agent itself (workers/replica/runner.py); a user's program
+Cohort's runner watches its agent itself (workers/replica/parent_watch.py); a user's program
 does not. Left alone it would outlive a killed agent and keep training next to the gang
 the scheduler places again elsewhere. This guard is the process group's leader: it runs
 the program as its child (same group, same environment), waits for it and exits with its

@@ -42,6 +42,7 @@ import psutil
 
 from services.settings import Settings
 from workers.node import layout
+from workers.node.environment import agent_marks
 
 log = logging.getLogger("cohort.isolation")
 
@@ -116,6 +117,16 @@ def lay_out(data_dir: Path, job_id: int, attempt: int, index: int,
     _directory(work, u, g, 0o700)
 
 
+def lay_out_pool(pool_dir: Path) -> None:
+    """The warm replica processes' directory, with their HOME and TMPDIR: the agent's
+    alone (0700). They run as the agent's user until a hand-off makes each a job's
+    replica (workers/node/pool.py); what they left there stays out of every job's reach."""
+    agent = os.geteuid(), os.getegid()
+    pool_dir.parent.mkdir(parents=True, exist_ok=True)
+    for path in (pool_dir, pool_dir / "home", pool_dir / "tmp"):
+        _directory(path, *agent, 0o700)
+
+
 def retire(job_dir: Path) -> None:
     """A finished job's directory becomes the agent's alone (its saved model and logs
     stay for downloads): no later job that shares its uid can read it."""
@@ -143,25 +154,29 @@ def hand_over(root: Path, user: ReplicaUser | None) -> None:
         os.close(fd)
 
 
-def reap(user: ReplicaUser | None, node_id: str) -> int:
-    """SIGKILL every process still running as `user` that this node's replicas started
+def reap(user: ReplicaUser | None, node_id: str, data_dir: Path) -> int:
+    """SIGKILL every process still running as `user` that this agent's replicas started
     (what a job's replicas left behind: a daemon outside their process group); returns
     how many.
 
-    Only processes whose environment names this node (COHORT_NODE_ID, which every replica
-    gets and its children inherit): another agent on the same host (a second node, a test
-    stack) may run a job whose uid is the same number, and its replicas are not ours to
-    end. A process that empties its own environment escapes this (docs/security.md).
+    Only processes whose environment carries this agent's marks (environment.agent_marks:
+    the node's id and the agent's DATA_DIR, which every replica gets and its children
+    inherit): another agent on the same host (a second node, a test stack, even one under
+    the same node id) may run a job whose uid is the same number, and its replicas are not
+    ours to end. A process that empties its own environment escapes this
+    (docs/security.md).
     """
     if user is None:
         return 0
+    marks = agent_marks(node_id, data_dir)
     killed = 0
     for process in psutil.process_iter(["uids"]):
         uids = process.info.get("uids")
         if uids is None or user.uid not in (uids.real, uids.effective):
             continue
         try:
-            if process.environ().get("COHORT_NODE_ID") != node_id:
+            environ = process.environ()
+            if any(environ.get(name) != value for name, value in marks.items()):
                 continue
             process.send_signal(signal.SIGKILL)
             killed += 1

@@ -14,12 +14,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
+from workers import handoff
 from workers.node import isolation, layout
-from workers.node.environment import ReplicaPaths, replica_env, resolve_argv
+from workers.node.environment import ReplicaPaths, replica_env, resolve_argv, warm_servable
 from workers.node.isolation import ReplicaUser
 from workers.node.processes import stop_process_group
+
+if TYPE_CHECKING:
+    from workers.node.pool import ReplicaPool
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class ReplicaProcess:
     log_path: Path
     started_at: float
     stop_requested: threading.Event = field(default_factory=threading.Event)
+    warm: bool = False  # a warm process of the pool was handed it (workers/node/pool.py)
 
     def stop(self, grace_seconds: float) -> None:
         """SIGTERM the replica's process group, SIGKILL it after the grace period."""
@@ -103,11 +109,13 @@ def process_argv(message: StartReplica, paths: ReplicaPaths, python: str,
     return [*guard, *resolve_argv(spec.command, python, env, cwd)], cwd
 
 
-def spawn(message: StartReplica, data_dir: Path, python: str,
-          user: ReplicaUser | None) -> ReplicaProcess:
+def spawn(message: StartReplica, data_dir: Path, python: str, user: ReplicaUser | None,
+          pool: ReplicaPool | None = None) -> ReplicaProcess:
     """Start the replica's process in its own process group, as `user` (None: as the
     agent), output to its log file; raises OSError if it cannot be started
-    (CommandNotFound: the job's command is not on this node), or its spec not written."""
+    (CommandNotFound: the job's command is not on this node), or its spec not written.
+    A `trainer` replica is handed to a warm process of `pool` if one is ready (the same
+    environment, directory, log and user), else started cold."""
     key = ReplicaKey.of(message.spec)
     paths = ReplicaPaths.of(data_dir, key.job_id, key.attempt, key.index)
     isolation.lay_out(data_dir, key.job_id, key.attempt, key.index, user)
@@ -124,18 +132,25 @@ def spawn(message: StartReplica, data_dir: Path, python: str,
     log_fd = os.open(paths.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
                      0o600)
     with open(log_fd, "ab") as log_file:
-        popen = subprocess.Popen(  # noqa: S603 - an argv, never a shell
-            argv,
-            env=env,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: one killpg stops it all
-            **isolation.popen_options(user),
-        )
+        popen = None
+        warm = pool.take() if pool is not None and warm_servable(message.spec) else None
+        if pool is not None and warm is not None:
+            popen = pool.hand_off(warm, handoff.HandOff(
+                env, str(cwd), user.uid if user else None, user.gid if user else None,
+                isolation.REPLICA_UMASK), log_file.fileno())
+        if popen is None:
+            popen = subprocess.Popen(  # noqa: S603 - an argv, never a shell
+                argv,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: one killpg stops it all
+                **isolation.popen_options(user),
+            )
     return ReplicaProcess(key=key, popen=popen, log_path=paths.log_file,
-                          started_at=time.time())
+                          started_at=time.time(), warm=warm is not None and popen is warm.popen)
 
 
 def tail(path: Path, max_bytes: int = 4000) -> str:

@@ -13,6 +13,8 @@
             metrics.jsonl                          COHORT_METRICS_FILE (cohort.report())
             code/                                  the unpacked bundle: cwd, first on sys.path
     DATA_DIR/cache/bundles/                        fetched bundles, bounded, least recently used
+    DATA_DIR/pool/                                 the agent's warm replica processes (0700):
+        home/ tmp/ warm.log                        HOME, TMPDIR, output until a hand-off
 
 Standard library only, and pure: nothing here creates a directory (workers/node/
 isolation.py creates them, with their owners and modes). Node code and the
@@ -90,3 +92,8 @@ def tmp_dir(data_dir: Path, job_id: int) -> Path:
 def bundle_cache_dir(data_dir: Path) -> Path:
     """This node's cache of fetched bundles."""
     return Path(data_dir) / "cache" / "bundles"
+
+
+def pool_dir(data_dir: Path) -> Path:
+    """The agent's own directory for its warm replica processes (workers/node/pool.py)."""
+    return Path(data_dir) / "pool"

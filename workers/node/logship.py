@@ -73,15 +73,38 @@ class LogShipper(threading.Thread):
         self._done.set()
         self.join(timeout)
 
+    def send_again(self) -> None:
+        """After the replica ended and this thread shipped its last lines
+        (workers/replay.py AfterEnd): what is still unshipped, and again the lines a
+        wipe erased."""
+        if not self.is_alive():  # else the thread still ships, and looks itself
+            self._ship_available(final=True)
+
     def _pause(self) -> float:
         return min(MAX_BACKOFF, self.poll_seconds * 2 ** min(self.failures, 16))
 
     def _ship_available(self, *, final: bool) -> bool:
         """Ship what the file holds now; False if Redis refused (to be tried again)."""
-        while lines := self._read_lines(final=final):
+        lines = self._read_lines(final=final)
+        if not lines and self._recent:
+            # Nothing new, yet lines shipped lately may be gone with a wipe: look, or a
+            # log that has gone quiet (or ended) would keep its last lines lost.
+            lines = self._replay_lost()
+        while lines:
             if not self._ship(lines):
                 return False
+            lines = self._read_lines(final=final)
         return True
+
+    def _replay_lost(self) -> list[Line]:
+        """The lines to ship again if Redis lost its data since the last look, else []."""
+        lost = self._recent.lost_to_restart(self.client)
+        if not lost:
+            return []
+        log.warning("Redis lost its data: shipping the log lines of %s again from line %d",
+                    self.key, lost[0].seq)
+        self._rewind(lost[0])
+        return self._read_lines(final=False)
 
     def _read_lines(self, *, final: bool) -> list[Line]:
         try:
@@ -130,7 +153,7 @@ class LogShipper(threading.Thread):
         self.failures = 0
         lost = self._recent.lost_to_restart(self.client)
         if lost:
-            log.warning("Redis restarted: shipping the log lines of %s again from line %d",
-                        self.key, lost[0].seq)
+            log.warning("Redis lost its data: shipping the log lines of %s again from line "
+                        "%d", self.key, lost[0].seq)
             self._rewind(lost[0])
         return True

@@ -15,14 +15,12 @@ import time
 from pathlib import Path
 
 from cohort.metrics import decode_line
+from services.wire.batches import MAX_BEAT_AHEAD
 from workers.node.tfevents import Scalar
 
 log = logging.getLogger("cohort.report_file")
 
 READ_BYTES = 4 << 20  # per read: bounds memory and what one poll ships
-# How far ahead a beat may say the replica is alive (the runner dates its last beat
-# FINISH_GRACE = 300 s ahead while it saves): a script cannot blind the hang watchdog.
-MAX_BEAT_AHEAD = 600.0
 
 
 class MetricsFileReader:

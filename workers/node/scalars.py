@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from services.wire.batches import ProgressBeat
 from services.wire.keys import PROGRESS_HASH, progress_field
 from workers.node.report_file import MetricsFileReader
 from workers.node.tfevents import FILE_PREFIX, EventFileReader, Scalar
@@ -42,9 +43,12 @@ MAX_WATCHED_FILES = 10_000  # looked at per watched directory and poll
 
 # HSET only if newer: the runner may have dated a beat ahead (FINISH_GRACE while
 # saving, a `{"beat": ...}` line in its metrics file), and no later beat may shorten that.
+# ARGV[2] is the beat's `until` (this agent's clock: it only orders this replica's beats),
+# ARGV[3] the value (ProgressBeat: "until ahead", a value's first word its `until`).
 _BEAT_IF_NEWER = """
-local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or 0
-if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+local current = held and tonumber(string.match(held, '^%S+')) or 0
+if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
 """
 
 
@@ -188,6 +192,7 @@ class ScalarShipper(threading.Thread):
                  skip_existing: bool = True, poll_seconds: float = POLL_SECONDS) -> None:
         super().__init__(daemon=True, name=f"scalars-{job_id}-{attempt}-{index}")
         self.reporter = reporter
+        self.key = (job_id, attempt, index)
         self.field = progress_field(job_id, attempt, index)
         self.poll_seconds = poll_seconds
         self.follower = ReplicaFollower(on_point=self._add, metrics_file=metrics_file,
@@ -220,8 +225,12 @@ class ScalarShipper(threading.Thread):
             return
         if time.monotonic() - self._beat_at < BEAT_INTERVAL:
             return
+        # How far ahead of now the beat vouches, as a duration: the control plane times
+        # the beat by its own clock when it sees it (services/cluster/arrivals.py).
+        field, value = ProgressBeat(*self.key, until=seen,
+                                    ahead=max(0.0, seen - time.time())).encode()
         try:
-            self._beat(keys=[PROGRESS_HASH], args=[self.field, repr(seen)])
+            self._beat(keys=[PROGRESS_HASH], args=[field, repr(seen), value])
         except Exception as exc:  # a missed beat is sent at the next poll
             log.debug("progress beat of %s failed: %s", self.field, exc)
             return

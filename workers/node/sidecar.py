@@ -121,13 +121,16 @@ class Sidecars:
             sidecar.reporter.close()
 
     def finish(self, key: ReplicaKey, log_path: Path,
-               timeout: float = EXIT_UPLOAD_TIMEOUT) -> None:
+               timeout: float = EXIT_UPLOAD_TIMEOUT) -> ReplicaSidecar | None:
         """Its process exited: the last points and the uploads, before the exit is
-        reported (at most `timeout`; errors are logged)."""
+        reported (at most `timeout`; errors are logged). Returns its sidecar, whose
+        reporter the caller closes (the agent, once past the replay window:
+        workers/replay.py AfterEnd)."""
         with self._lock:
             sidecar = self._followed.pop(key, None)
         if sidecar is not None:
             sidecar.finish(log_path, timeout)
+        return sidecar
 
 
 class ReplicaSidecar:
@@ -156,10 +159,9 @@ class ReplicaSidecar:
             self.syncer.start()
 
     def finish(self, log_path: Path, timeout: float = EXIT_UPLOAD_TIMEOUT) -> None:
-        """The replica exited: ship the last points, upload its artifacts (bounded)."""
+        """The replica exited: ship the last points, upload its artifacts (bounded).
+        The reporter stays open: a wipe of Redis right after may erase its last points."""
         self.shipper.finish()
-        if not self.shipper.is_alive():  # else still flushing: its connection stays open
-            self.reporter.close()
         started = time.monotonic()
         uploads = threading.Thread(target=self._upload, args=(log_path, timeout), daemon=True,
                                    name=f"uploads-{self.key.job_id}-{self.key.attempt}-"

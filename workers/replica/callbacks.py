@@ -8,20 +8,21 @@ imported (and tested) without TensorFlow.
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
 # Replica code imports the reporter from here.
 from workers.replica.report_channel import ReplicaReporter
-from workers.reporting import warn
+from workers.reporting import StepRecord, status_line, warn
 
 __all__ = ["FINISH_GRACE", "ReplicaReporter", "announce", "metrics_callback", "warn"]
 
 
 def announce(message: str) -> None:
     """Write one `cohort:` status line to stdout and flush it."""
-    print(f"cohort: {message}", flush=True)  # noqa: T201 - the agent's log is the audience
+    status_line(f"cohort: {message}", sys.stdout)
 
 
 # After training, how long the replica may go without a beat (evaluation, saving).
@@ -49,10 +50,18 @@ def _callback_class() -> type:
     import tf_keras as keras
 
     class MetricsCallback(keras.callbacks.Callback):
-        """Feeds Keras logs plus step_time and examples_per_sec to a ReplicaReporter."""
+        """Feeds Keras logs plus step_time and examples_per_sec to a ReplicaReporter.
+
+        Per batch it only appends a `StepRecord` to the reporter's deque; the sender
+        thread converts and writes (workers/reporting.py). It takes the logs as
+        tensors (`_supports_tf_logs`), so when every batch-level callback does the
+        same, Keras skips its per-batch `sync_to_numpy_or_python_type` of the logs
+        and the values are read on the sender thread instead.
+        """
 
         def __init__(self, reporter: ReplicaReporter, global_batch_size: int) -> None:
             super().__init__()
+            self._supports_tf_logs = True
             self._reporter = reporter
             self._global_batch_size = global_batch_size
             self._steps_per_epoch: int | None = None
@@ -61,6 +70,7 @@ def _callback_class() -> type:
             self._step = 0
             self._last_batch_end = time.perf_counter()
             self._announced = False
+            self._record = reporter.step_recorder()
 
         def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
             self._steps_per_epoch = (self.params or {}).get("steps")
@@ -72,10 +82,18 @@ def _callback_class() -> type:
             self._last_batch_end = time.perf_counter()
 
         def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+            # The training thread's whole per-step cost: keep it to a clock reading,
+            # a little arithmetic and one deque append.
             now = time.perf_counter()
-            step_time = now - self._last_batch_end
+            self._record(StepRecord(self._step_of(batch), self._epoch, logs, "", now,
+                                    now - self._last_batch_end, self._global_batch_size))
             self._last_batch_end = now
-            self._report_step(self._step_of(batch), self._epoch, logs, step_time)
+            if not self._announced:
+                self._announce_first_step()
+
+        def _announce_first_step(self) -> None:
+            self._announced = True
+            announce(f"first_step ts={time.time()}")
 
         def _step_of(self, batch: int) -> int:
             self._seen += 1
@@ -89,26 +107,19 @@ def _callback_class() -> type:
 
         def _report_step(self, step: int, epoch: int, logs: Mapping[str, Any] | None,
                          step_time: float) -> None:
-            add, ts = self._reporter.add, time.time()
-            for name, value in (logs or {}).items():
-                add(step, epoch, name, value, ts)
-            add(step, epoch, "step_time", step_time, ts)
-            if step_time > 0:
-                add(step, epoch, "examples_per_sec", self._global_batch_size / step_time, ts)
+            self._record(StepRecord(step, epoch, logs, "", time.perf_counter(), step_time,
+                                    self._global_batch_size))
             if not self._announced:
-                self._announced = True
-                announce(f"first_step ts={ts}")
-            self._reporter.beat()
-            self._reporter.maybe_flush()
+                self._announce_first_step()
 
         def on_test_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
-            self._reporter.beat()  # evaluation is progress too
+            # Evaluation is progress too, and makes no step records; rate-limited.
+            self._reporter.beat()
 
         def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
-            ts = time.time()
-            for name, value in (logs or {}).items():
-                self._reporter.add(self._step, epoch, f"epoch_{name}", value, ts)
-            self._reporter.maybe_flush(force=True)
+            self._record(StepRecord(self._step, epoch, logs, "epoch_", time.perf_counter(),
+                                    None, self._global_batch_size))
+            self._reporter.wake_sender()  # an epoch's figures are shown at once
 
         def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
             # Evaluation beats again; saving the model does not, so give it time.
@@ -136,10 +147,9 @@ def _coordinated_callback_class() -> type:
         _last_batch_end: float
 
         def __init__(self, reporter: ReplicaReporter, global_batch_size: int) -> None:
+            # The base takes tf logs, which Keras requires of batch-level callbacks
+            # under ParameterServerStrategy (the logs are RemoteValues there).
             super().__init__(reporter, global_batch_size)
-            # Keras refuses batch-level callbacks under ParameterServerStrategy
-            # unless they take the logs as they are (RemoteValues).
-            self._supports_tf_logs = True
             self._in_flight: list[tuple[int, int, Any]] = []
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:

@@ -10,12 +10,14 @@ Under parameter_server the role decides (workers/replica/roles.py): `worker` and
 `ps` serve the cluster, the `chief` trains, the `evaluator` evaluates checkpoints.
 
 Exit codes: 0 success, 1 the trainer failed, 2 bad configuration or unknown
-trainer, 78 given GPUs that TensorFlow cannot see (devices_check.py), 143
+trainer, 28 a write failed for want of space on DATA_DIR (services/exit_codes.py
+NO_SPACE), 78 given GPUs that TensorFlow cannot see (devices_check.py), 143
 terminated by SIGTERM.
 """
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import sys
@@ -24,11 +26,12 @@ import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
+from services import exit_codes
 from services.wire.contract import WireError
 from services.wire.replica import Distribution, ReplicaLaunch, ReplicaSpec
-from workers.replica import distribution, roles
+from workers.replica import distribution, parent_watch, roles
 from workers.replica.callbacks import ReplicaReporter, announce, warn
 from workers.replica.devices_check import require_given_gpus
 from workers.replica.resources import ResourceSampler
@@ -40,6 +43,7 @@ from workers.replica.trainers import (
     load_trainer,
     parse_trainer_name,
 )
+from workers.reporting import status_line
 
 # Keras 3's model.fit breaks under MultiWorkerMirroredStrategy. Nothing above
 # imports tensorflow (it is imported lazily), so this still comes first.
@@ -49,11 +53,15 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
 EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell would report
+EXIT_NO_SPACE = exit_codes.NO_SPACE
 
 # After SIGTERM, how long the main thread gets to unwind before the watchdog
 # flushes what it can and exits (the main thread may be stuck inside a
 # TensorFlow collective waiting for a dead peer, where Python handlers never run).
 TERMINATION_GRACE = 5.0
+# And how much later the replica's watcher (parent_watch.py) kills it, for when the
+# watchdog cannot run either (it needs the GIL, which TensorFlow may hold).
+WATCHER_MARGIN = 3.0
 
 
 class ConfigError(ValueError):
@@ -76,7 +84,7 @@ def read_config(path: str | None) -> ReplicaLaunch:
 
 
 def _config_error(error: Exception) -> int:
-    print(f"cohort: bad replica configuration: {error}", file=sys.stderr, flush=True)  # noqa: T201
+    status_line(f"cohort: bad replica configuration: {error}", sys.stderr)
     return EXIT_CONFIG
 
 
@@ -170,6 +178,21 @@ def _parameter_server_strategy(spec: ReplicaSpec) -> Any:
         resolver, variable_partitioner=partitioner)
 
 
+# Set when the replica's metrics file cannot be written for want of space. From then on
+# its agent sees no progress, and the watchdog would declare it hung, hiding the cause:
+# the replica stops at once instead (KeyboardInterrupt in the main thread, at its next
+# Python bytecode) and exits NO_SPACE.
+_no_space = threading.Event()
+_running = threading.Event()  # the role's work runs: interrupting it is what stops it
+
+
+def _stop_for_no_space() -> None:
+    if not _no_space.is_set():
+        _no_space.set()
+        if _running.is_set():
+            _thread.interrupt_main()
+
+
 # Set as soon as SIGTERM arrives. The SystemExit raised by the handler may reach
 # `main` disguised: raised while TensorFlow builds an exception, pybind11 turns it
 # into a RuntimeError. The exit code must still say "terminated".
@@ -211,25 +234,6 @@ def _install_termination(reporter_box: list[ReplicaReporter]) -> None:
         os._exit(EXIT_TERMINATED)
 
     threading.Thread(target=watchdog, name="cohort-sigterm-watchdog", daemon=True).start()
-
-
-def _watch_parent() -> None:
-    """Terminate this replica if the agent that started it dies.
-
-    The replica runs in its own session, so it outlives a killed agent; left alone
-    it would keep training next to the gang the scheduler places again elsewhere.
-    """
-    agent_pid = os.environ.get("COHORT_AGENT_PID")
-    if not agent_pid or not agent_pid.isdigit():
-        return  # started by hand, not by an agent
-
-    def watch() -> None:
-        while os.getppid() == int(agent_pid):
-            threading.Event().wait(1.0)
-        warn(f"agent {agent_pid} is gone; stopping")
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=watch, name="cohort-parent-watch", daemon=True).start()
 
 
 def replica_dirs(launch: ReplicaLaunch) -> dict[str, Path]:
@@ -299,6 +303,8 @@ def run(launch: ReplicaLaunch, reporter: ReplicaReporter) -> int:
         raise TypeError(
             f"trainer {spec.trainer!r} returned {type(result).__name__}, expected a dict"
         )
+    # Trained (and saved): final figures lost to a full disk must not undo the run.
+    _running.clear()
     if not reporter.report_final(result or {}):
         warn(f"final metrics could not be written ({reporter.pending} points lost)")
     return EXIT_OK
@@ -341,8 +347,10 @@ def _read_launch() -> tuple[ReplicaLaunch, Path]:
 def main() -> int:
     """Run one replica from the environment; returns the process exit code."""
     reporter_box: list[ReplicaReporter] = []
+    # First: forked before this process starts any thread. Its SIGKILL is the backstop
+    # of the watchdog below, which needs the GIL.
+    parent_watch.start(term_grace=TERMINATION_GRACE + WATCHER_MARGIN)
     _install_termination(reporter_box)
-    _watch_parent()
     try:
         launch, metrics_file = _read_launch()
     except (ConfigError, UnknownTrainerError) as exc:
@@ -354,32 +362,61 @@ def main() -> int:
         f"TF_CONFIG={os.environ.get('TF_CONFIG') or 'none'}"
     )
     reporter = ReplicaReporter(
-        metrics_file, job_id=spec.job_id, attempt=spec.attempt, replica=spec.index
+        metrics_file, job_id=spec.job_id, attempt=spec.attempt, replica=spec.index,
+        on_no_space=_stop_for_no_space,
     )
     reporter_box.append(reporter)
     sampler = ResourceSampler(reporter)
     sampler.start()
     try:
         require_given_gpus()  # not a silent CPU run where GPUs were given
-        return run(launch, reporter)
+        _running.set()
+        try:
+            return run(launch, reporter)
+        finally:
+            _running.clear()
     except (ConfigError, roles.RoleError) as exc:  # found once TensorFlow is up
         return _config_error(exc)
     except SystemExit as exc:
         # SIGTERM (or a trainer calling sys.exit): keep what was measured.
         reporter.flush()
         return exc.code if isinstance(exc.code, int) else EXIT_FAILED
-    except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
+    except BaseException as exc:
+        try:
+            traceback.print_exc()
+            sys.stderr.flush()
+        except OSError:  # the log is on the full disk: the exit code still says why
+            pass
         try:
             reporter.flush()
         except Exception:  # noqa: BLE001 - the trainer's error is the one that matters
             pass
-        return EXIT_TERMINATED if _terminated.is_set() else EXIT_FAILED
+        if _terminated.is_set():
+            return EXIT_TERMINATED
+        return EXIT_NO_SPACE if _no_space.is_set() or exit_codes.is_no_space(exc) \
+            else EXIT_FAILED
     finally:
         sampler.stop()
         reporter.close()
 
 
+def exit_with(code: int) -> NoReturn:
+    """Exit with `code`, even when the log (on DATA_DIR) cannot take what is left in
+    the output buffers: Python's own flush at exit would fail, and turn any code into 120."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        os._exit(code)
+    sys.exit(code)
+
+
+def _main() -> int:
+    try:
+        return main()
+    except KeyboardInterrupt:  # the stop for want of space, come as `run` returned
+        return EXIT_NO_SPACE if _no_space.is_set() else 128 + signal.SIGINT
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(_main())

@@ -1,0 +1,229 @@
+"""The placer as it was before the placed-workload work of issue 18, kept whole so that
+bench/placement.py --placed can run it beside services/cluster/placement.py in one run
+and check that both make the same assignments. Not imported by Cohort itself.
+
+Only place() and what it alone uses are here; the pool, the parts and fair sharing are
+the services' own (unchanged by that work).
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate
+
+from services.cluster.fair_share import FairQueue, ProjectState
+from services.cluster.placement_pool import Pool, choose
+from services.cluster.placement_roles import GangPart, choose_parts
+
+PACK, SPREAD = "pack", "spread"
+POLICIES = (PACK, SPREAD)
+CPU, GPU = "cpu", "gpu"
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    """What a ready node has free right now."""
+
+    id: str
+    address: str
+    slots: int  # CPU slots in total
+    free_slots: int
+    gpus: int = 0  # GPUs in total
+    free_gpus: tuple[int, ...] = ()  # ids of the free GPUs
+
+
+@dataclass(frozen=True)
+class GangRequest:
+    """A queued job as the placer sees it."""
+
+    job_id: int
+    replicas: int
+    gpus_per_replica: int = 0
+    priority: int = 0
+    seq: int = 0  # submission order (the job id does)
+    policy: str = PACK
+    project: int = 0  # whose job: fair sharing and quotas are per project
+    # Parts with constraints (a parameter_server gang: placement_roles.py); empty: the
+    # whole gang is one part of interchangeable replicas.
+    parts: tuple[GangPart, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return GPU if self.gpus_per_replica else CPU
+
+    @property
+    def per(self) -> int:
+        """Units of its kind one replica takes."""
+        return self.gpus_per_replica or 1
+
+    def describe_need(self) -> str:
+        if self.gpus_per_replica:
+            return f"{self.replicas * self.gpus_per_replica} GPUs " \
+                   f"({self.gpus_per_replica} per replica × {self.replicas})"
+        return f"{self.replicas} CPU slots"
+
+
+@dataclass(frozen=True)
+class ReplicaPlacement:
+    node_id: str
+    address: str
+    gpu_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class PlacementResult:
+    assignments: dict[int, list[ReplicaPlacement]] = field(default_factory=dict)
+    waiting: dict[int, str] = field(default_factory=dict)  # job id -> reason
+    positions: dict[int, int] = field(default_factory=dict)  # job id -> place among waiting, 1..
+    order: list[int] = field(default_factory=list)  # job ids in the order considered
+
+
+class _Cluster:
+    """The pass's mutable view of the nodes: one pool per kind, reservations."""
+
+    def __init__(self, nodes: Sequence[NodeCapacity]) -> None:
+        self.nodes = {n.id: n for n in nodes}
+        self.totals = {CPU: {n.id: max(0, n.slots) for n in nodes},
+                       GPU: {n.id: max(0, n.gpus) for n in nodes}}
+        self.pools = {CPU: Pool({n.id: max(0, min(n.free_slots, n.slots)) for n in nodes}),
+                      GPU: Pool({n.id: len(n.free_gpus) for n in nodes})}
+        self.free_gpus = {n.id: sorted(n.free_gpus) for n in nodes if n.free_gpus}
+        self.free_units = {kind: pool.units for kind, pool in self.pools.items()}
+        self.total_units = {kind: sum(t.values()) for kind, t in self.totals.items()}
+        self.largest = {kind: max(t.values(), default=0) for kind, t in self.totals.items()}
+        self._empty: dict[tuple[str, int], list[int]] = {}
+        self._fits: dict[tuple[str, int, str, tuple[GangPart, ...]], bool] = {}
+        self._empty_pools: dict[str, Pool] = {}
+        # Reservations: nodes by total capacity, largest first; every node whose
+        # total is >= the smallest per-replica need of a blocked job is held.
+        # reverse=True keeps equal totals in node order, as a sort by -total does.
+        self._by_total = {kind: sorted(t, key=t.__getitem__, reverse=True)
+                          for kind, t in self.totals.items()}
+        self._held_upto = {CPU: 0, GPU: 0}
+
+    def empty_rooms(self, kind: str, per: int) -> list[int]:
+        """Prefix sums of replicas-that-fit per node on an empty cluster, largest first."""
+        key = (kind, per)
+        if key not in self._empty:
+            rooms = sorted((t // per for t in self.totals[kind].values()), reverse=True)
+            self._empty[key] = list(accumulate(r for r in rooms if r))
+        return self._empty[key]
+
+    def reserve(self, kind: str, per: int) -> None:
+        """Withhold from later jobs every node that could host a replica of `per` units."""
+        order, totals, pool = self._by_total[kind], self.totals[kind], self.pools[kind]
+        i = self._held_upto[kind]
+        while i < len(order) and totals[order[i]] >= per:
+            pool.remove(order[i])
+            i += 1
+        self._held_upto[kind] = i
+
+    def parts_fit_empty(self, request: GangRequest, kind: str, per: int) -> bool:
+        """Whether a gang's parts fit the whole cluster, empty (else it is unschedulable)."""
+        # Gangs of the same shape have the same answer; one pool of the empty cluster
+        # serves every shape (choose_parts gives back what it borrows).
+        key = (kind, per, request.policy, request.parts)
+        if key not in self._fits:
+            if kind not in self._empty_pools:
+                self._empty_pools[kind] = Pool(dict(self.totals[kind]))
+            self._fits[key] = choose_parts(self._empty_pools[kind], request.parts, per,
+                                           request.policy == SPREAD) is not None
+        return self._fits[key]
+
+    def commit_parts(self, request: GangRequest, kind: str, per: int,
+                     chosen: list[list[tuple[str, int]]]) -> list[ReplicaPlacement]:
+        """Take each part's nodes; the placements in replica index order."""
+        by_index: dict[int, ReplicaPlacement] = {}
+        for part, nodes in zip(request.parts, chosen, strict=True):
+            placed = self.commit(part.count, request.gpus_per_replica, kind, per, nodes)
+            by_index.update(zip(part.indexes, placed, strict=True))
+        return [by_index[i] for i in range(request.replicas)]
+
+    def commit(self, count: int, gpus_per_replica: int, kind: str, per: int,
+               chosen: list[tuple[str, int]]) -> list[ReplicaPlacement]:
+        pool = self.pools[kind]
+        placed: list[ReplicaPlacement] = []
+        for node_id, count in chosen:
+            pool.take(node_id, count * per)
+            address = self.nodes[node_id].address
+            for _ in range(count):
+                gpu_ids: tuple[int, ...] = ()
+                if gpus_per_replica:
+                    ids = self.free_gpus[node_id]
+                    gpu_ids = tuple(ids[:per])
+                    del ids[:per]
+                placed.append(ReplicaPlacement(node_id, address, gpu_ids))
+        self.free_units[kind] -= count * per
+        return placed
+
+
+def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity],
+          projects: Mapping[int, ProjectState] | None = None) -> PlacementResult:
+    """Assign whole gangs to nodes, in priority then fair order (see the module rule).
+
+    `projects`: what each project holds now and its running quotas (none: no quotas,
+    and every project starts the pass holding nothing).
+    """
+    result = PlacementResult()
+    cluster = _Cluster(nodes)
+    fair = FairQueue(queue, projects or {}, cluster.total_units[CPU], cluster.total_units[GPU])
+    # kind -> the first job of that kind that waits for capacity (its id and project)
+    first_blocked: dict[str, tuple[int, int]] = {}
+    position = 0
+    for request in fair:
+        result.order.append(request.job_id)
+        # Locals, not properties: this loop runs once per queued job.
+        per = request.gpus_per_replica or 1
+        kind = GPU if request.gpus_per_replica else CPU
+        unit = "GPUs" if request.gpus_per_replica else "CPU slots"
+        rooms = cluster.empty_rooms(kind, per)
+        if not rooms or rooms[-1] < request.replicas or (
+                request.parts and not cluster.parts_fit_empty(request, kind, per)):
+            position += 1
+            result.positions[request.job_id] = position
+            total, per_node = cluster.total_units[kind], cluster.largest[kind]
+            detail = f"the cluster has {total} {unit}"
+            if request.gpus_per_replica and total >= request.replicas * per:
+                detail += f", at most {per_node} on one node"
+            result.waiting[request.job_id] = \
+                f"unschedulable: needs {request.describe_need()}, {detail}"
+            continue
+        over_quota = fair.quota_wait(request)
+        if over_quota is not None:
+            position += 1
+            result.positions[request.job_id] = position
+            result.waiting[request.job_id] = over_quota
+            continue
+        pool = cluster.pools[kind]
+        parts, chosen = None, None
+        if not request.parts:
+            chosen = choose(pool, request.replicas, per, request.policy == SPREAD)
+        elif pool.units >= request.replicas * per:
+            parts = choose_parts(pool, request.parts, per, request.policy == SPREAD)
+        if chosen is None and parts is None:
+            position += 1
+            result.positions[request.job_id] = position
+            min_nodes = bisect_left(rooms, request.replicas) + 1
+            reason = (f"needs {request.describe_need()} on ≥{min_nodes} "
+                      f"node{'s' if min_nodes > 1 else ''}; "
+                      f"{cluster.free_units[kind]} {unit} free")
+            if kind in first_blocked:
+                ahead, owner = first_blocked[kind]
+                # Another project's job is not this caller's to know by id.
+                reason += (f", held for job {ahead} ahead in the queue"
+                           if owner == request.project
+                           else ", held for a job of another project ahead in the queue")
+            else:
+                first_blocked[kind] = (request.job_id, request.project)
+            result.waiting[request.job_id] = reason
+            cluster.reserve(kind, per)
+            continue
+        if parts is not None:
+            result.assignments[request.job_id] = cluster.commit_parts(request, kind, per, parts)
+        else:
+            assert chosen is not None
+            result.assignments[request.job_id] = cluster.commit(
+                request.replicas, request.gpus_per_replica, kind, per, chosen)
+        fair.took(request)
+    return result

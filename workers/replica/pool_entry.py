@@ -1,0 +1,164 @@
+"""A warm replica: `python -P -m workers.replica.pool_entry CHANNEL_FD`, started by its
+node's agent before any job is known (workers/node/pool.py).
+
+A fresh interpreter of its own (never a fork of one that loaded TensorFlow): it imports
+TensorFlow, tf_keras, the runner and the built-in trainers (yielding the CPU at first),
+says READY on the channel only its agent holds the other end of, and waits. The hand-off
+(workers/handoff.py) carries what a cold spawn gives Popen: the replica's whole
+environment, its working directory, its log descriptor and, under an agent as root, the
+job's uid and gid. The process becomes that replica — log on stdout and stderr, normal
+priority, no supplementary groups, the job's gid and uid, its umask, the job's directory,
+the environment replaced — before it reads any file of the job or runs any of its code,
+then runs the runner's `main()` like `python -m workers.replica.runner`, and exits with
+its code: one warm process serves one replica, so nothing of one job reaches the next.
+
+Nothing here may start TensorFlow's runtime or list its devices before the hand-off:
+CUDA_VISIBLE_DEVICES and the CPU split (distribution.configure_devices) only take effect
+if neither has happened. Importing TensorFlow does neither; `devices_untouched` checks it
+before READY and again at the hand-off, and the process refuses to serve otherwise.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+
+from workers import handoff
+
+# A warm process usually starts right after a hand-off, next to the replica that just
+# began: for its first WARM_YIELD_SECONDS it runs at the lowest priority (the scheduler
+# gives it ~1.5% of a busy core, all of an idle one), so that replica reaches its first
+# step undisturbed; then at normal priority, so a busy node still warms it up.
+WARM_NICE = 19
+WARM_YIELD_SECONDS = 5.0
+_PR_SET_DUMPABLE = 4
+
+EXIT_CANNOT_SERVE = 70  # sysexits' EX_SOFTWARE: the agent starts the replica cold instead
+
+
+def _set_priority(nice: int) -> None:
+    """Set this process's CPU priority: its autogroup's (the kernel schedules a session as
+    one group, and every warm process has a session of its own) and, as root (the only
+    user who can raise it back), each thread's."""
+    try:
+        with open("/proc/self/autogroup", "w", encoding="ascii") as handle:
+            handle.write(str(nice))
+    except OSError:
+        pass  # a kernel without autogroups: the threads' nice values decide
+    if os.geteuid() == 0:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+            except OSError:
+                continue  # a thread that ended meanwhile
+
+
+def warm_up() -> None:
+    """Import what every `trainer` replica imports, touching no device."""
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow  # noqa: F401
+    import tf_keras  # noqa: F401
+
+    import workers.replica.runner  # noqa: F401
+    from services.jobs.trainers import BUILTIN_TRAINERS
+
+    for entrypoint in BUILTIN_TRAINERS.values():
+        importlib.import_module(entrypoint.split(":", 1)[0])
+
+
+def devices_untouched() -> bool:
+    """Whether TensorFlow has neither listed its physical devices nor started its runtime
+    (after either, CUDA_VISIBLE_DEVICES and logical device settings no longer apply)."""
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    return getattr(ctx, "_context_handle", None) is None and \
+        getattr(ctx, "_physical_devices", None) is None
+
+
+def become(hand_off: handoff.HandOff, log_fd: int) -> None:
+    """Turn this process into the replica `hand_off` describes, in the order a cold spawn
+    gets it from Popen and exec: output, priority, user, umask, directory, environment.
+
+    Raises:
+        OSError: a step failed (the agent starts the replica cold instead).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log_fd, 1)  # closes the warm process's own log, the agent's file
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    _set_priority(0)  # while still allowed to (as root: before the uid changes)
+    if hand_off.uid is not None and hand_off.gid is not None:
+        os.setgroups([])
+        os.setresgid(hand_off.gid, hand_off.gid, hand_off.gid)
+        os.setresuid(hand_off.uid, hand_off.uid, hand_off.uid)
+        # A change of uid marks a process not dumpable: its /proc files would stay root's
+        # and its own code could not read /proc/self/io or list /proc/self/fd, which an
+        # exec as the job's uid (a cold spawn) allows. It holds nothing of root's.
+        if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
+    os.umask(hand_off.umask)
+    os.chdir(hand_off.cwd)
+    os.environ.clear()
+    os.environ.update(hand_off.env)
+    tempfile.tempdir = None  # computed again from the replica's TMPDIR when first needed
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or not argv[0].isdigit():
+        print("usage: python -m workers.replica.pool_entry CHANNEL_FD",  # noqa: T201
+              file=sys.stderr)
+        return 2
+    channel = socket.socket(fileno=int(argv[0]))
+    _set_priority(WARM_NICE)
+    yielding = threading.Timer(WARM_YIELD_SECONDS, _set_priority, (0,))
+    yielding.daemon = True
+    yielding.start()
+    warm_up()
+    if not devices_untouched():
+        print("cohort: importing TensorFlow initialized its devices: this interpreter "  # noqa: T201
+              "cannot serve as a warm replica", file=sys.stderr, flush=True)
+        return EXIT_CANNOT_SERVE
+    print(f"cohort: warm process {os.getpid()} ready", flush=True)  # noqa: T201 - its log
+    try:
+        channel.sendall(handoff.READY)
+        ready_at = time.monotonic()
+        hand_off, log_fd = handoff.receive(channel)
+    except (EOFError, OSError):
+        return 0  # retired by its agent, or the agent is gone: nothing was served
+    yielding.cancel()
+    try:
+        if not devices_untouched():
+            raise OSError("TensorFlow's devices were initialized while waiting")
+        become(hand_off, log_fd)
+    except OSError as exc:
+        print(f"cohort: this warm process cannot become the replica: {exc}",  # noqa: T201
+              file=sys.stderr, flush=True)
+        try:
+            channel.sendall(handoff.FAILED + str(exc).encode()[:1000])
+        except OSError:
+            pass
+        return EXIT_CANNOT_SERVE
+    try:
+        channel.sendall(handoff.STARTED)
+    except OSError:
+        return 0  # the agent gave up on it (and starts the replica cold): not ours
+    channel.close()  # the replica's code gets no line to its agent
+    from workers.replica import runner
+    from workers.replica.callbacks import announce
+
+    announce(f"warm replica: process {os.getpid()} was ready "
+             f"{time.monotonic() - ready_at:.1f}s before its hand-off, TensorFlow's "
+             "devices untouched until then")
+    return runner.main()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
