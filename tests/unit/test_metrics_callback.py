@@ -109,6 +109,59 @@ def test_the_coordinated_callback_reports_every_step_of_its_remote_values(
     assert len([p for p in points if p.name == "step_time"]) == 2 * steps
 
 
+class Gone:
+    """A RemoteValue whose figures were on a worker that is gone: fetching raises what
+    TensorFlow raises then (or, with `ps`, what it raises when a ps is gone)."""
+
+    def __init__(self, task: str) -> None:
+        self.task = task
+
+    def fetch(self) -> dict[str, Any]:
+        import tensorflow as tf
+
+        raise tf.errors.UnavailableError(
+            None, None, "failed to connect to all addresses; last error: Connection refused\n"
+            f"Additional GRPC error information from remote target /job:{self.task}/replica:0/"
+            "task:0/device:CPU:0 while calling /tensorflow.eager.EagerService/Enqueue")
+
+
+def test_figures_lost_with_their_worker_skip_that_step_and_a_lost_ps_fails(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import tensorflow as tf
+
+    path = tmp_path / "metrics.jsonl"
+    reporter = ReplicaReporter(path, job_id=7, attempt=1, replica=0, flush_interval=3600)
+    callback = metrics_callback(reporter, BATCH, coordinated=True)
+    steps = COORDINATED_STEPS_IN_FLIGHT + 4
+    callback.set_params({"steps": steps})
+    callback.on_train_begin()
+    callback.on_epoch_begin(0)
+    lost = {3, steps}  # one fetched mid-epoch, one at the epoch's end
+    for batch in range(steps):
+        step = batch + 1
+        callback.on_train_batch_end(batch, Gone("worker") if step in lost else Remote(step))
+    callback.on_epoch_end(0, {"loss": 0.5})
+    callback.on_train_end()
+    points = MetricsFileReader(path).read(final=True)
+    reporter.close()
+    assert [p.step for p in points if p.name == "loss"] == [
+        step for step in range(1, steps + 1) if step not in lost]
+    said = capsys.readouterr().out
+    assert "cohort: step 3's figures were lost with the worker that ran it" in said
+    assert f"cohort: step {steps}'s figures were lost" in said
+
+    reporter = ReplicaReporter(tmp_path / "ps.jsonl", job_id=7, attempt=1, replica=0,
+                               flush_interval=3600)
+    callback = metrics_callback(reporter, BATCH, coordinated=True)
+    callback.set_params({"steps": steps})
+    callback.on_train_begin()
+    callback.on_epoch_begin(0)
+    callback.on_train_batch_end(0, Gone("ps"))
+    with pytest.raises(tf.errors.UnavailableError):
+        callback.on_epoch_end(0, {"loss": 0.5})
+    reporter.close()
+
+
 def test_evaluation_batches_beat_at_most_once_a_second(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
     reporter = ReplicaReporter(path, job_id=7, attempt=1, replica=0, flush_interval=3600)

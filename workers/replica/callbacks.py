@@ -159,7 +159,8 @@ def _coordinated_callback_class() -> type:
                 now = time.perf_counter()
                 step_time = now - self._last_batch_end
                 self._last_batch_end = now
-                self._report_step(step, epoch, values, step_time)
+                if values is not _LOST:
+                    self._report_step(step, epoch, values, step_time)
 
         def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
             done = [self._fetch(*entry) for entry in self._in_flight]
@@ -167,12 +168,44 @@ def _coordinated_callback_class() -> type:
             if done:
                 share = (time.perf_counter() - self._last_batch_end) / len(done)
                 for step, step_epoch, values in done:
-                    self._report_step(step, step_epoch, values, share)
+                    if values is not _LOST:
+                        self._report_step(step, step_epoch, values, share)
             super().on_epoch_end(epoch, logs)
 
         @staticmethod
         def _fetch(step: int, epoch: int, logs: Any) -> tuple[int, int, Any]:
             fetch = getattr(logs, "fetch", None)
-            return step, epoch, fetch() if fetch is not None else logs
+            if fetch is None:
+                return step, epoch, logs
+            try:
+                return step, epoch, fetch()
+            except Exception as error:  # noqa: BLE001 - TensorFlow's errors, sorted below
+                # A step's figures stay on the worker that ran it until fetched. If
+                # that worker is gone (killed, its node lost), the step itself is done
+                # (its update is on the ps) and the coordinator goes on without the
+                # worker; only these figures are lost. Raising here would fail the
+                # chief, and with it the gang, over one step's loss.
+                if not _worker_lost(error):
+                    raise
+                announce(f"step {step}'s figures were lost with the worker that ran it: "
+                         f"{str(error).splitlines()[0][:200]}")
+                return step, epoch, _LOST
 
     return CoordinatedMetricsCallback
+
+
+# The figures of a step whose worker was lost before they were fetched.
+_LOST = object()
+
+
+def _worker_lost(error: BaseException) -> bool:
+    """Whether `error`, raised fetching a step's figures, says the worker holding them
+    is unreachable: what TensorFlow's coordinator itself counts as a worker failure
+    (unavailable, aborted or cancelled, naming a worker and no ps). A lost ps is not:
+    the gang cannot go on without it."""
+    import tensorflow as tf
+
+    text = str(error)
+    return (isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError,
+                               tf.errors.CancelledError))
+            and "/job:worker" in text and "/job:ps" not in text)
