@@ -45,10 +45,15 @@ def local_checkpoint(data_dir: Path, job_id: int) -> int | None:
     there; None without one."""
     chief = layout.checkpoint_dir(data_dir, job_id) / "chief"
     try:
-        names = named_checkpoints((chief / "checkpoint").read_bytes())
+        state = (chief / "checkpoint").read_bytes()
         present = {p.name for p in chief.iterdir()}
+        # Saved meanwhile (a new state file, then the old checkpoint's files deleted):
+        # this listing is of another moment than the state read before it. Look again.
+        if (chief / "checkpoint").read_bytes() != state:
+            return None
     except OSError:
         return None
+    names = named_checkpoints(state)
     if not names:
         return None
     assert checkpoint_files("", names[0], present) is not None, \

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,8 +42,8 @@ UNRUNNABLE = "no-such-module:train"
 @pytest.fixture
 def bus() -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url("agent"), decode_responses=True)
-    client.delete(*(attempt_key(job) for job in range(JOB, JOB + 3)),
-                  *(claim_key(job, 1, 0) for job in range(JOB, JOB + 3)))
+    client.delete(*(attempt_key(job) for job in range(JOB, JOB + 4)),
+                  *(claim_key(job, 1, 0) for job in range(JOB, JOB + 4)))
     yield client
     client.close()
 
@@ -89,6 +90,41 @@ def test_the_spec_travels_in_a_file_only_the_replica_reads(tmp_path: Path,
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     launch = ReplicaLaunch.decode(path.read_bytes())
     assert launch.spec == start(JOB).spec and len(path.read_bytes()) > 128 * 1024
+
+
+def test_a_heartbeat_lists_an_ended_replica_as_running_or_exited_never_neither(
+        tmp_path: Path, bus: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    # After its process ends, the agent ships the last lines and points, may reap what
+    # the job left, reads the log's tail, then publishes the exit: seconds on a loaded
+    # machine. A beat in between that listed the replica neither as running nor as
+    # exited made the control plane call it lost ("its agent no longer runs it").
+    # The tail is held here to keep that stretch open.
+    import workers.node.agent as agent_module
+
+    reading, release = threading.Event(), threading.Event()
+    real_tail = agent_module.tail
+
+    def held_tail(path: Path) -> str:
+        reading.set()
+        release.wait(30)
+        return real_tail(path)
+
+    monkeypatch.setattr(agent_module, "tail", held_tail)
+    node = agent(tmp_path, bus)
+    key = ReplicaKey(JOB + 3, 1, 0)
+    since = newest_event(bus)
+    node.start_replica(start(JOB + 3))
+    try:
+        assert reading.wait(30), "the replica never ended"
+        with node.lock:  # what the heartbeat reads, as it reads it
+            running = set(node.processes)
+            exited = {(job, attempt, index): code for job, attempt, index, code
+                      in node.exits.recent_codes(time.time())}
+        assert key not in running
+        assert exited.get((key.job_id, key.attempt, key.index)) == 2, exited
+    finally:
+        release.set()
+    assert exit_event(bus, JOB + 3, since)["exit_code"] == 2
 
 
 def test_a_missing_interpreter_is_the_replicas_exit_127(tmp_path: Path,

@@ -322,8 +322,10 @@ class Agent:
         if sidecar is not None:
             self.ended.keep(sidecar.reporter.send_again, sidecar.reporter.close)
         user = self.replica_user(process.key.job_id)
+        code = exit_code_of(returncode)
         with self.lock:
             self.processes.pop(process.key, None)
+            self.exits.note(process.key, code)  # a beat from now on lists it as exited
             # By uid, not job: two jobs a multiple of REPLICA_UID_RANGE apart share one.
             last_here = user is not None and not any(
                 self.replica_user(k.job_id) == user for k in (*self.processes, *self.preparing))
@@ -331,7 +333,7 @@ class Agent:
             # Nothing of the job runs here any more: whatever its code left running
             # under its uid (a daemon outside the process group) goes too.
             isolation.reap(user, self.node_id, self.data_dir)
-        self.exits.exited(process.key, exit_code_of(returncode), tail(process.log_path))
+        self.exits.exited(process.key, code, tail(process.log_path))
 
     def _respawn(self, process: ReplicaProcess, code: int) -> ReplicaProcess | None:
         """Start an exited replica again in place if workers/node/respawn.py says so."""

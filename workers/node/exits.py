@@ -117,9 +117,15 @@ class ExitReports:
         return tuple((k.job_id, k.attempt, k.index, code)
                      for k, (code, _) in self.recent.items())
 
+    def note(self, key: ReplicaKey, code: int) -> None:
+        """Remember an exit for the heartbeat, the agent's lock held: in the same hold
+        that takes the replica off the running list, so that no heartbeat lists it as
+        neither running nor exited (the control plane would call it lost)."""
+        self.recent[key] = (code, time.time())
+
     def _remember(self, key: ReplicaKey, code: int) -> None:
         with self.lock:
-            self.recent[key] = (code, time.time())
+            self.note(key, code)
 
     def publish_until_sent(self, event: ReplicaExited) -> None:
         # An exit must reach the scheduler even across a Redis restart; the
