@@ -38,7 +38,9 @@ migrate: $(STAMP)
 # tests/install builds the wheel and runs it installed (not editable) in a virtualenv of
 # its own, as the images do (its dependencies: a layer installed once per set of pins).
 # `-ra` lists every skip with its reason; a real-stack test may
-# skip only for a capability this machine lacks (tests/capabilities.py).
+# skip only for a capability this machine lacks (tests/capabilities.py). Each real-process
+# test's time goes to test-artifacts/junit-real.xml (docs/benchmarks.md, "The test suite's
+# time": a third worker was tried there and made every test 1.6x slower).
 PYTEST := $(PY) -m pytest -q -ra
 test: lint chromium replica-access
 	$(PYTEST) -n 2 tests/unit tests/services tests/api tests/streams
