@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from cli.stack import Stack
 from tests.chaos.processes import ProcessWatch, ReplicaSeen
 from tests.pgserver import PostgresServer
+from workers.replica.parent_watch import stat_fields
 
 REPLICA_KILL = "replica SIGKILL"
 REPLICA_STOP = "replica SIGSTOP then SIGCONT"
@@ -51,12 +52,9 @@ class Restore:
 
 
 def _start_ticks(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            text = handle.read().decode(errors="replace")
-    except OSError:
-        return None
-    return text[text.rfind(")") + 2:].split()[19]
+    """A process's start time (clock ticks after boot); None once it is gone."""
+    fields = stat_fields(pid)
+    return fields[19] if fields and len(fields) > 19 else None
 
 
 class Injector:
