@@ -13,8 +13,12 @@ and three agents of two slots each, every agent with a DATA_DIR of its own and o
 artifact store for all (checkpoints follow a gang to another node).
 
 The jobs are the built-in `mlp_digits` (the cheapest trainer that checkpoints) for a few
-dozen steps: 1-3 replicas, pack or spread, restart policy never, on_failure or exit_code
-with 1-3 restarts; a share of them is cancelled, some while queued, some once running.
+dozen steps, or, for the share of them `tensorflow_share` leaves, steppers (a user's
+command that reports a step every few hundredths of a second: tests/e2e/stepper.py): 1-3
+replicas, pack or spread, restart policy never, on_failure or exit_code with 1-3
+restarts; a share of them is cancelled, some while queued, some once running. The large
+soak runs TensorFlow alone; the CI size mostly steppers, whose processes the faults treat
+alike (killed, frozen, orphaned, restarted) at a tenth of a TensorFlow replica's CPU.
 Every choice — the jobs, which to cancel and when, the faults, their victims and how long
 each lasts — comes from one generator seeded by CHAOS_SEED (printed at the start):
 the same seed makes the same choices, though the timing of a real stack differs.
@@ -54,6 +58,7 @@ from tests.chaos.faults import FAULT_KINDS, Injector
 from tests.chaos.processes import ProcessWatch
 from tests.chaos.summary import SoakResult
 from tests.e2e.conftest import PORT_BASE, free_port
+from tests.e2e.stepper import stepping_job
 from tests.faults.conftest import FAST, FAULT_TOKEN
 from tests.pgserver import PostgresServer, postgres_server
 
@@ -69,25 +74,31 @@ class SoakConfig:
     slots: int = 2  # per agent
     fault_gap: tuple[float, float] = (3.0, 10.0)  # seconds between two faults
     cancel_share: float = 0.15
+    tensorflow_share: float = 1.0  # of the jobs; the others are steppers
     time_limit: float = 4 * 3600.0  # for every job to end, from the first submission
     verbose: bool = True
 
 
-def job_specs(rng: random.Random, count: int) -> list[dict[str, Any]]:
-    """`count` small jobs: a few dozen steps of mlp_digits, 1-3 replicas, mixed policies."""
+def job_specs(rng: random.Random, count: int, tensorflow_share: float = 1.0
+              ) -> list[dict[str, Any]]:
+    """`count` small jobs, 1-3 replicas, mixed policies: a few dozen steps of mlp_digits
+    (`tensorflow_share` of them) or a stepper's 3-9 seconds of steps."""
     specs = []
     for i in range(count):
         policy = rng.choice(("never", "on_failure", "on_failure", "exit_code"))
-        specs.append({
-            "name": f"chaos-{i:03d}", "trainer": "mlp_digits",
+        common = {
+            "name": f"chaos-{i:03d}",
             "replicas": rng.choice((1, 1, 2, 2, 3)),
             "placement": rng.choice(("pack", "spread")),
             "restart_policy": policy,
             "max_restarts": 0 if policy == "never" else rng.randint(1, 3),
-            "hyperparameters": {"epochs": rng.randint(2, 3),
-                                "steps_per_epoch": rng.randint(10, 25),
-                                "hidden_units": 16, "seed": i},
-        })
+        }
+        if rng.random() < tensorflow_share:
+            specs.append({**common, "trainer": "mlp_digits", "hyperparameters": {
+                "epochs": rng.randint(2, 3), "steps_per_epoch": rng.randint(10, 25),
+                "hidden_units": 16, "seed": i}})
+        else:
+            specs.append(stepping_job(rng.randint(100, 300), 0.03, **common))
     return specs
 
 
@@ -173,12 +184,14 @@ class Soak:
                             headers={"Authorization": f"Bearer {stack.token}"})
         self._wait(lambda: self._ready_nodes(engine) == len(self.agents), 120,
                    "every agent to register")
-        specs = job_specs(self.rng, config.jobs)
+        specs = job_specs(self.rng, config.jobs, config.tensorflow_share)
         chosen = self.rng.sample(range(config.jobs), round(config.jobs * config.cancel_share))
         cancels = [Cancel(i, self.rng.random() < 0.5, self.rng.uniform(0, 60))
                    for i in sorted(chosen)]
         job_ids = [self._submit(http, spec, i) for i, spec in enumerate(specs)]
-        self.say(f"submitted {len(job_ids)} jobs; {len(cancels)} will be cancelled")
+        trained = sum("trainer" in spec for spec in specs)
+        self.say(f"submitted {len(job_ids)} jobs ({trained} TensorFlow, "
+                 f"{len(job_ids) - trained} steppers); {len(cancels)} will be cancelled")
         injector = Injector(stack, postgres, watch, self.rng, self.agents, self.say)
         first_round = list(FAULT_KINDS)
         self.rng.shuffle(first_round)
@@ -347,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
                                                      if os.environ.get("CHAOS_SEED") else None))
     parser.add_argument("--agents", type=int, default=3)
     parser.add_argument("--slots", type=int, default=2, help="per agent")
+    parser.add_argument("--tensorflow-share", type=float, default=1.0, metavar="SHARE",
+                        help="of the jobs, 0-1 (the others are steppers)")
     parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
                         help="run in DIR (new or empty) and keep it: the stack's logs, every "
                              "node's DATA_DIR")
@@ -357,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("the soak needs PostgreSQL's server programs (initdb, pg_ctl) and, "
                          "as root, a `postgres` account and runuser\n")
         return 2
-    config = SoakConfig(jobs=args.jobs, agents=args.agents, slots=args.slots)
+    config = SoakConfig(jobs=args.jobs, agents=args.agents, slots=args.slots,
+                        tensorflow_share=args.tensorflow_share)
     if args.seed is not None:
         config.seed = args.seed
     if args.keep is not None:

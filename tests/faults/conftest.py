@@ -32,6 +32,10 @@ FAST = {
     "COHORT_HEARTBEAT_INTERVAL": "1", "COHORT_NODE_TIMEOUT": "6", "COHORT_AGENT_LEASE": "4",
     "COHORT_PROGRESS_TIMEOUT": "8", "COHORT_STARTUP_TIMEOUT": "90",
     "COHORT_RESTART_BACKOFF": "1", "COHORT_STOP_GRACE": "5", "COHORT_SCHEDULER_INTERVAL": "0.5",
+    # A lost start or stop is sent again after this long (defaults 20 and 15 s): the tests
+    # that drop them wait it out. A copy is harmless (an agent acts on a start once, by
+    # its claim; a stop to a process already gone does nothing), so short is safe.
+    "COHORT_START_RESEND_AFTER": "8", "COHORT_STOP_RESEND_AFTER": "8",
 }
 
 # The fault tests' gang: 2 replicas, restarted on failure up to twice. LONG_JOB trains
