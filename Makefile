@@ -41,9 +41,11 @@ migrate: $(STAMP)
 # skip only for a capability this machine lacks (tests/capabilities.py). Each real-process
 # test's time goes to test-artifacts/junit-real.xml (docs/benchmarks.md, "The test suite's
 # time": a third worker was tried there and made every test 1.6x slower).
+# Lint (mostly one core: mypy) runs beside the fast suite (about 1.4 cores), each
+# target's output shown whole when it ends (--output-sync); the real-process suite after.
 PYTEST := $(PY) -m pytest -q -ra
-test: lint chromium replica-access
-	$(PYTEST) -n 2 tests/unit tests/services tests/api tests/streams
+test: chromium replica-access $(STAMP)
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint test-fast
 	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder --durations=25 --junitxml=test-artifacts/junit-real.xml tests/workers tests/e2e tests/faults tests/chaos tests/install
 
 # Style, the import contracts of pyproject.toml (api -> services <- workers; node and
