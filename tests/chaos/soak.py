@@ -24,7 +24,7 @@ each lasts — comes from one generator seeded by CHAOS_SEED (printed at the sta
 the same seed makes the same choices, though the timing of a real stack differs.
 Faults: tests/chaos/faults.py. The first faults are one of each kind in a random order,
 so even a short soak injects every kind; then kinds at random, one every few seconds,
-until every job has ended.
+until every job has ended (or, with `max_faults`, until that many were injected).
 
 Each run appends its summary to test-artifacts/reliability.jsonl ("kind": "soak"):
 `bench/reliability_report.py --write` puts it in docs/reliability.md.
@@ -73,6 +73,9 @@ class SoakConfig:
     agents: int = 3
     slots: int = 2  # per agent
     fault_gap: tuple[float, float] = (3.0, 10.0)  # seconds between two faults
+    # None: faults until every job has ended. A bound (CI) keeps the soak's length from
+    # feeding on itself: faults slow the jobs, and slow jobs draw more faults.
+    max_faults: int | None = None
     cancel_share: float = 0.15
     tensorflow_share: float = 1.0  # of the jobs; the others are steppers
     time_limit: float = 4 * 3600.0  # for every job to end, from the first submission
@@ -209,7 +212,9 @@ class Soak:
                         s in TERMINAL_STATUSES for s in statuses.values()):
                     break
             self._cancel(http, cancels, job_ids, statuses)
-            if time.monotonic() >= next_fault:
+            if time.monotonic() >= next_fault and (
+                    config.max_faults is None
+                    or sum(injector.counts.values()) < config.max_faults):
                 kind = first_round.pop(0) if first_round else self.rng.choice(FAULT_KINDS)
                 if not injector.inject(kind) and kind not in injector.counts:
                     first_round.insert(0, kind)  # nothing to take it yet: it stays first
