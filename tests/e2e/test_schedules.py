@@ -45,7 +45,7 @@ def parse(moment: str) -> dt.datetime:
 
 
 def test_a_schedule_every_5s_spawns_real_jobs(pg_stack: tuple[Stack, CohortClient],
-                                               tmp_path: Path) -> None:
+                                              tmp_path: Path) -> None:
     stack, client = pg_stack
     spec = tmp_path / "schedule.yaml"
     spec.write_text(
