@@ -19,9 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cli.stack import Stack
-from tests.chaos.processes import ProcessWatch, ReplicaSeen
+from tests.chaos.processes import ProcessWatch, ReplicaSeen, process_stat
 from tests.pgserver import PostgresServer
-from workers.replica.parent_watch import stat_fields
 
 REPLICA_KILL = "replica SIGKILL"
 REPLICA_STOP = "replica SIGSTOP then SIGCONT"
@@ -53,8 +52,8 @@ class Restore:
 
 def _start_ticks(pid: int) -> str | None:
     """A process's start time (clock ticks after boot); None once it is gone."""
-    fields = stat_fields(pid)
-    return fields[19] if fields and len(fields) > 19 else None
+    stat = process_stat(pid)
+    return stat[1] if stat else None
 
 
 class Injector:

@@ -68,7 +68,7 @@ class Overlap:
     pids: set[int] = field(default_factory=set)
 
 
-def _stat(pid: str) -> tuple[str, str, int] | None:
+def process_stat(pid: int | str) -> tuple[str, str, int] | None:
     """(state, start time in clock ticks, process group) of /proc/<pid>/stat; None once
     it is gone."""
     fields = stat_fields(pid)
@@ -132,7 +132,7 @@ class ProcessWatch:
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
                 continue
-            stat = _stat(entry.name)
+            stat = process_stat(entry.name)
             if stat is None:
                 continue
             state, ticks, group = stat

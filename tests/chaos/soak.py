@@ -213,8 +213,7 @@ class Soak:
                     break
             self._cancel(http, cancels, job_ids, statuses)
             if time.monotonic() >= next_fault and (
-                    config.max_faults is None
-                    or sum(injector.counts.values()) < config.max_faults):
+                    config.max_faults is None or injector.counts.total() < config.max_faults):
                 kind = first_round.pop(0) if first_round else self.rng.choice(FAULT_KINDS)
                 if not injector.inject(kind) and kind not in injector.counts:
                     first_round.insert(0, kind)  # nothing to take it yet: it stays first
