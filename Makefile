@@ -91,10 +91,13 @@ test-install: $(STAMP) replica-access
 	$(PYTEST) tests/install
 
 # Each benchmark prints its table; docs/benchmarks.md records the figures with the date and
-# the command. The PostgreSQL ones make (and drop) databases of their own on 127.0.0.1:5432;
+# the command (machine_speed.py first: the machine's yardsticks, for comparing days). The
+# PostgreSQL ones make (and drop) databases of their own on 127.0.0.1:5432;
 # BENCH_REDIS is the machine's Redis (each benchmark takes a db of its own and empties it).
 BENCH_REDIS ?= redis://127.0.0.1:6379
 bench: $(STAMP) replica-access
+	$(PY) bench/machine_speed.py
+	$(PY) bench/stack_lifecycle.py --rounds 5
 	$(PY) bench/overhead.py --runs 3 --pool 0
 	$(PY) bench/overhead.py --runs 3 --pool 2
 	$(PY) bench/replica_pool.py --rounds 3 --redis $(BENCH_REDIS)/12

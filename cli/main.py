@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import uuid
@@ -61,6 +62,23 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _exit_at_once(code: int = 0) -> None:
+    """End a service that has shut down cleanly without the interpreter's teardown.
+
+    By now its connections are closed and its work handed over (an agent's replicas
+    stopped, a scheduler's lock released, the api's requests answered); what is left is
+    freeing every object of every module it imported, 0.2-0.5 s of CPU that every stop
+    of every service waited for (docs/benchmarks.md, "A stack's start and stop"). Logs
+    and standard streams are flushed first."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 def _require_redis() -> None:
     """Stop a service at start-up, in one line, if Redis refuses it (a wrong password,
     a certificate it cannot check) or stays unreachable."""
@@ -90,6 +108,7 @@ def api(host: str | None = None, port: int | None = None) -> None:
     _require_redis()
     uvicorn.run("api.main:app", host=host or settings.API_HOST, port=port or settings.API_PORT,
                 log_level="warning", access_log=False, workers=settings.API_WORKERS)
+    _exit_at_once()
 
 
 @app.command()
@@ -102,6 +121,7 @@ def scheduler() -> None:
     _require_redis()
     _sigterm_as_interrupt()
     run_scheduler()
+    _exit_at_once()
 
 
 @app.command()
@@ -118,6 +138,7 @@ def agent() -> None:
     except IsolationUnavailable as exc:
         typer.echo(f"cohort: {exc}", err=True)  # one line: what to fix
         raise typer.Exit(1) from None
+    _exit_at_once()
 
 
 @app.command()

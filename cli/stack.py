@@ -26,7 +26,7 @@ import redis
 from services.auth.tokens import check_bootstrap_token
 from services.settings import Settings, get_settings
 from services.wire.signing import node_key
-from workers.node.processes import stop_process_group
+from workers.node.processes import stop_process_groups
 
 
 def migrations_directory() -> Path:
@@ -269,7 +269,11 @@ class Stack:
             time.sleep(0.5)
 
     def stop(self, grace: float = 15.0) -> None:
-        """Stop every child: agent first (it stops its replicas), Redis last."""
-        for _name, process in reversed(self.children):
-            stop_process_group(process, grace)
+        """Stop every child: the services together (each agent stops its replicas; none
+        needs another to stop), then the embedded Redis, which they may still write to
+        while they stop. Together, a stack stops in its slowest part's time."""
+        services = [process for name, process in self.children if name != "redis"]
+        stop_process_groups(services, grace)
+        stop_process_groups([process for name, process in self.children if name == "redis"],
+                            grace)
         self.children.clear()

@@ -189,13 +189,19 @@ def replicas_tmp_root() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def reachable_dir(root: Path, prefix: str) -> Path:
+    """A new directory under `root` (`replicas_tmp_root`) that replicas running as their
+    job's own uid can pass through (0711; mkdtemp makes 0700)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    path.chmod(0o711)
+    return path
+
+
 @pytest.fixture
 def tmp_path(request: pytest.FixtureRequest, replicas_tmp_root: Path) -> Path:
     """A fresh directory per test, under `replicas_tmp_root` (reachable by replicas)."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:40]
-    path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=replicas_tmp_root))
-    path.chmod(0o711)
-    return path
+    return reachable_dir(replicas_tmp_root, f"{name}-")
 
 
 @pytest.fixture(scope="session")
@@ -206,9 +212,7 @@ def pg_url(replicas_tmp_root: Path) -> Iterator[str]:
     # Processes and code under test read their settings from the environment.
     os.environ["COHORT_DATABASE_URL"] = url
     os.environ["COHORT_REDIS_URL"] = redis_url("fast")
-    data = Path(tempfile.mkdtemp(prefix="data-", dir=replicas_tmp_root))
-    data.chmod(0o711)
-    os.environ["COHORT_DATA_DIR"] = str(data)
+    os.environ["COHORT_DATA_DIR"] = str(reachable_dir(replicas_tmp_root, "data-"))
     from services.db import get_engine, get_sessionmaker
     from services.settings import get_settings
     from services.wire.client import get_redis

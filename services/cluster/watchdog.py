@@ -139,7 +139,7 @@ def _startup_failure(job_id: int, attempt: int, limit: float | None, settings: S
 
 class Checked(NamedTuple):
     hung: list[Replica]  # declared hung in this check
-    running: set[Key]  # every replica running in SQL when it was read
+    running: set[Key]  # every replica running in SQL after the check (not those hung)
 
 
 def check_running(*, session: Session, settings: Settings, heartbeats: list[nodes.Heartbeat],
@@ -154,7 +154,8 @@ def check_running(*, session: Session, settings: Settings, heartbeats: list[node
     * its limits: a replica without progress for its limit, or without a first step
       within STARTUP_TIMEOUT, is hung and fails.
 
-    Returns the hung replicas, and the keys of every replica read as running.
+    Returns the hung replicas, and the keys of every replica read as running and not
+    declared hung here.
     """
     by_node = {beat.node_id: beat for beat in heartbeats}
     hung: list[Replica] = []
@@ -190,6 +191,12 @@ def check_running(*, session: Session, settings: Settings, heartbeats: list[node
                 alive = seen  # judged by the newest beat, stored or not
         if started_at is None or not _watched(role, strategy):
             continue
+        if beat is not None and now_s - beat.at.timestamp() > settings.AGENT_LEASE:
+            # Its node has not been heard from for longer than its agent's lease: the
+            # agent's replicas stop themselves by then (workers/node/lease.py), so their
+            # silence is the node's, which reap_lost_nodes settles at NODE_TIMEOUT. Judged
+            # hung first, the gang would be placed again on that silent node.
+            continue
         if job_timeout not in limits:  # a few distinct values among thousands of rows
             limits[job_timeout] = hang_limit(job_timeout, settings.PROGRESS_TIMEOUT)
         limit = limits[job_timeout]
@@ -211,7 +218,11 @@ def check_running(*, session: Session, settings: Settings, heartbeats: list[node
     _store_progress(session, {rid: dt.datetime.fromtimestamp(seen, dt.UTC)
                               for rid, seen in stored.items()})
     session.flush()
-    return Checked(hung, running)
+    # A replica declared hung here no longer runs in SQL: whether its agent still lists it
+    # is declared_but_running's to find, in this same pass. Counted as running, it was
+    # not looked up, and a gang already torn down (for another replica) was placed again
+    # beside it (the 200-job chaos soak of 2026-11-28).
+    return Checked(hung, running - {(r.job_id, r.attempt, r.index) for r in hung})
 
 
 def declared_but_running(*, session: Session, heartbeats: list[nodes.Heartbeat],

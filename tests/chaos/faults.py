@@ -33,9 +33,10 @@ FAULT_KINDS = (REPLICA_KILL, REPLICA_STOP, AGENT_KILL, API_KILL, SCHEDULER_KILL,
                REDIS_RESTART, POSTGRES_RESTART)
 
 # How long each fault lasts before it is put right (seconds, uniform). With the soak's
-# settings (tests/faults/conftest.py FAST): node lost after 6 s, no progress for 8 s is
-# a hang, the scheduler's lock expires after 10 s.
-FROZEN_S = (1.0, 15.0)
+# settings (tests/faults/conftest.py FAST): node lost after 6 s, no progress for 20 s is
+# a hang (a frozen TensorFlow replica's peers give up after about 15 s of their own), the
+# scheduler's lock expires after 10 s.
+FROZEN_S = (1.0, 25.0)
 AGENT_DOWN_S = (0.5, 12.0)
 API_DOWN_S = (0.2, 4.0)
 SCHEDULER_DOWN_S = (0.2, 5.0)

@@ -7,6 +7,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,13 @@ from cli.client import CohortClient
 from cli.stack import Stack
 from services.statuses import TERMINAL_STATUSES
 from tests.capabilities import need_chromium
-from tests.conftest import create_database, drop_database, redis_url, worker_number
+from tests.conftest import (
+    create_database,
+    drop_database,
+    reachable_dir,
+    redis_url,
+    worker_number,
+)
 
 # COHORT_BOOTSTRAP_TOKEN: an admin token needs at least 32 characters.
 E2E_TOKEN = "e2e-bootstrap-token-for-tests-only"
@@ -94,6 +101,22 @@ def pg_stack_with(tmp_path: Any, env: dict[str, str] | None = None,
 def pg_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
     """The stack on PostgreSQL and the machine's Redis (a db of its own, flushed)."""
     with pg_stack_with(tmp_path) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def module_stack(request: pytest.FixtureRequest, replicas_tmp_root: Path
+                 ) -> Iterator[tuple[Stack, CohortClient]]:
+    """One `pg_stack` for all of a module's tests: a stack costs about 5 s and 9 CPU-s to
+    start and stop (docs/benchmarks.md, "A stack's start and stop"). For tests whose
+    claims are about their own jobs only; a test that restarts a part, counts what a log
+    or a listing holds, or leaves something running (a schedule) takes `pg_stack`.
+    Its Redis is a redis-server of its own: the worker's Redis db is the `pg_stack` of the
+    module's other tests, which flushes it while this stack lives."""
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    data_dir = reachable_dir(replicas_tmp_root, f"{name}-")
+    with pg_stack_with(data_dir, {"COHORT_REDIS_URL": "",
+                                  "COHORT_EMBEDDED_REDIS_PORT": str(free_port())}) as stack:
         yield stack
 
 

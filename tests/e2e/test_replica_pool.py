@@ -17,6 +17,7 @@ import pytest
 
 from cli.client import CohortClient
 from cli.stack import Stack
+from tests.conftest import reachable_dir
 from tests.e2e.conftest import pg_stack_with, wait_for, wait_terminal
 from tests.e2e.test_two_replica_job import JOB, check_two_replica_job
 
@@ -30,9 +31,7 @@ POOLED = {"COHORT_REPLICA_POOL_SIZE": "2", "COHORT_HEARTBEAT_INTERVAL": "1",
 @pytest.fixture(scope="module")
 def pooled_stack(replicas_tmp_root: Path) -> Iterator[tuple[Stack, CohortClient]]:
     """One stack for the module's tests: two warm processes are started once."""
-    root = replicas_tmp_root / "pool-e2e"
-    root.mkdir(mode=0o711)
-    with pg_stack_with(root, POOLED) as stack:
+    with pg_stack_with(reachable_dir(replicas_tmp_root, "pool-e2e-"), POOLED) as stack:
         yield stack
 
 

@@ -44,9 +44,9 @@ def parse(moment: str) -> dt.datetime:
     return dt.datetime.fromisoformat(moment.replace("Z", "+00:00"))
 
 
-def test_a_schedule_every_5s_spawns_real_jobs(pg_stack: tuple[Stack, CohortClient],
+def test_a_schedule_every_5s_spawns_real_jobs(module_stack: tuple[Stack, CohortClient],
                                               tmp_path: Path) -> None:
-    stack, client = pg_stack
+    stack, client = module_stack
     spec = tmp_path / "schedule.yaml"
     spec.write_text(
         "name: every5\ncron: '*/5 * * * * *'\ntimezone: Europe/Berlin\n"
@@ -91,10 +91,14 @@ def test_a_schedule_every_5s_spawns_real_jobs(pg_stack: tuple[Stack, CohortClien
     wait_for(lambda: len(scheduled_jobs(client, schedule["id"])) > count, 30,
              "a fire after resume", interval=0.5)
     api(client, "POST", f"/{schedule['id']}/pause")
+    for job in scheduled_jobs(client, schedule["id"]):  # the module's next test shares the stack
+        if job["status"] not in TERMINAL_STATUSES:
+            client.cancel(job["id"])
 
 
-def test_promotion_keeps_the_better_model(pg_stack: tuple[Stack, CohortClient]) -> None:
-    stack, client = pg_stack
+def test_promotion_keeps_the_better_model(module_stack: tuple[Stack, CohortClient]
+                                          ) -> None:
+    stack, client = module_stack
     good = {**TINY, "hyperparameters": {"epochs": 3, "steps_per_epoch": 20}}
     bad = {**TINY, "hyperparameters": {"epochs": 1, "steps_per_epoch": 1,
                                        "learning_rate": 0.00001}}
@@ -128,8 +132,8 @@ def test_promotion_keeps_the_better_model(pg_stack: tuple[Stack, CohortClient]) 
 
 
 def test_forbid_then_replace_with_a_long_running_job(
-        pg_stack: tuple[Stack, CohortClient]) -> None:
-    _, client = pg_stack
+        module_stack: tuple[Stack, CohortClient]) -> None:
+    _, client = module_stack
     schedule = api(client, "POST", "", json={
         "name": "long", "cron": "*/5 * * * * *", "job": LONG, "concurrency_policy": "forbid"})
     sid = schedule["id"]

@@ -86,8 +86,8 @@ def last_value(client: CohortClient, job_id: int, name: str) -> float:
 
 
 def test_a_grid_sweep_runs_every_trial_two_at_a_time_and_finds_the_best(
-        pg_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
-    stack, client = pg_stack
+        module_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
+    stack, client = module_stack
     spec = tmp_path / "sweep.yaml"
     spec.write_text(SWEEP_YAML)
     env = {**os.environ, "COHORT_URL": stack.url, "COHORT_TOKEN": stack.token}
@@ -128,8 +128,8 @@ def test_a_grid_sweep_runs_every_trial_two_at_a_time_and_finds_the_best(
     assert shown.returncode == 0 and "succeeded" in shown.stdout, shown.stderr
 
 
-def test_median_rule_stops_a_bad_trial_early(pg_stack: tuple[Stack, CohortClient]) -> None:
-    _, client = pg_stack
+def test_median_rule_stops_a_bad_trial_early(module_stack: tuple[Stack, CohortClient]) -> None:
+    _, client = module_stack
     # Steppers (tests/e2e/stepper.py) whose accuracy climbs at their learning rate: the
     # rule is under test, not what TensorFlow learns. 15 s a trial, far longer than the
     # rule takes to judge the bad one (from step 20) and its stop to arrive.
@@ -160,8 +160,8 @@ def test_median_rule_stops_a_bad_trial_early(pg_stack: tuple[Stack, CohortClient
 
 
 def test_cancelling_a_sweep_cancels_its_running_trials(
-        pg_stack: tuple[Stack, CohortClient]) -> None:
-    _, client = pg_stack
+        module_stack: tuple[Stack, CohortClient]) -> None:
+    _, client = module_stack
     sweep = sweep_api(client, "POST", json={
         "name": "long",
         "template": {"trainer": "mlp_digits", "strategy": "one_device", "replicas": 1,

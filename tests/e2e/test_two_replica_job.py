@@ -79,8 +79,8 @@ def check_two_replica_job(stack: Stack, client: CohortClient) -> None:
 
 
 @pytest.mark.e2e
-def test_two_replica_job_on_postgres(pg_stack: tuple[Stack, CohortClient]) -> None:
-    check_two_replica_job(*pg_stack)
+def test_two_replica_job_on_postgres(module_stack: tuple[Stack, CohortClient]) -> None:
+    check_two_replica_job(*module_stack)
 
 
 @pytest.mark.e2e
@@ -92,8 +92,8 @@ def test_two_replica_job_on_embedded_defaults(
 
 
 @pytest.mark.e2e
-def test_cancel_stops_every_replica(pg_stack: tuple[Stack, CohortClient]) -> None:
-    stack, client = pg_stack
+def test_cancel_stops_every_replica(module_stack: tuple[Stack, CohortClient]) -> None:
+    stack, client = module_stack
     job = client.submit({**JOB, "name": "long", "hyperparameters": {"epochs": 200,
                                                                      "steps_per_epoch": 50}})
     from tests.e2e.conftest import wait_for
@@ -112,8 +112,8 @@ def test_cancel_stops_every_replica(pg_stack: tuple[Stack, CohortClient]) -> Non
 
 
 @pytest.mark.e2e
-def test_failing_job_says_why(pg_stack: tuple[Stack, CohortClient]) -> None:
-    _, client = pg_stack
+def test_failing_job_says_why(module_stack: tuple[Stack, CohortClient]) -> None:
+    _, client = module_stack
     # The api checks every knob it knows; the user's own code fails as it pleases, and
     # the failure must surface as a readable reason.
     job = client.submit({"name": "broken", "strategy": "multi_worker_mirrored", "replicas": 2,

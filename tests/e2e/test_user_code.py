@@ -53,9 +53,9 @@ def failure_of(client: CohortClient, job_id: int) -> str:
         f"{line['replica']}: {line['line']}" for line in client.logs(job_id, limit=200))
 
 
-def test_a_bundle_trainer_runs_from_the_bundle(pg_stack: tuple[Stack, CohortClient],
+def test_a_bundle_trainer_runs_from_the_bundle(module_stack: tuple[Stack, CohortClient],
                                                tmp_path: Path) -> None:
-    stack, client = pg_stack
+    stack, client = module_stack
     job_id = submit(stack, tmp_path, {
         "name": "keras-fit", "trainer": "trainer:train", "replicas": 2,
         "strategy": "multi_worker_mirrored", "restart_policy": "never",
@@ -73,8 +73,8 @@ def test_a_bundle_trainer_runs_from_the_bundle(pg_stack: tuple[Stack, CohortClie
 
 
 def test_a_command_script_from_a_bundle_runs_on_two_replicas(
-        pg_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
-    stack, client = pg_stack
+        module_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
+    stack, client = module_stack
     job_id = submit(stack, tmp_path, {
         "name": "custom-loop", "command": ["python", "train.py", "--steps", "5"],
         "replicas": 2, "strategy": "multi_worker_mirrored", "restart_policy": "never",
@@ -89,8 +89,8 @@ def test_a_command_script_from_a_bundle_runs_on_two_replicas(
 
 
 def test_a_command_not_found_fails_the_job_with_127_and_the_reason(
-        pg_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
-    stack, client = pg_stack
+        module_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
+    stack, client = module_stack
     job_id = submit(stack, tmp_path, {
         "name": "typo", "command": ["pythno", "train.py"], "replicas": 1,
         "strategy": "one_device", "restart_policy": "never"}, None)
@@ -101,10 +101,10 @@ def test_a_command_not_found_fails_the_job_with_127_and_the_reason(
 
 
 def test_a_signed_start_naming_an_unlisted_trainer_is_refused_by_the_nodes_policy(
-        pg_stack: tuple[Stack, CohortClient]) -> None:
+        module_stack: tuple[Stack, CohortClient]) -> None:
     # Sealed with the node's key, as the scheduler would: the agent's own policy check
     # still refuses it (tests/e2e/test_wire_trust.py: messages not signed so).
-    stack, _client = pg_stack
+    stack, _client = module_stack
     bus = redis.Redis.from_url(stack.settings.redis_url, decode_responses=True)
     job_id = 990_777  # no such job: only the agent's answer matters
     forged = StartReplica("e2e-node", ReplicaSpec(job_id, 1, 0, 1, "os:system", "one_device",

@@ -119,8 +119,13 @@ def send_start(stack: Stack, message: StartReplica) -> None:
         START_TASK, args=[seal_message(key, message)], queue=f"node.{message.node_id}")
 
 
-def claimed(stack: Stack, node_id: str, job_id: int, since: int = 0) -> bool:
+def claimed(stack: Stack, node_id: str, job_id: int, since: int = 0,
+            by_predecessor: bool = False) -> bool:
     """Whether node `node_id`'s agent refused a start of replica 0 of attempt 1 of job
-    `job_id` for its claim (in its log after offset `since`)."""
-    return f"ignoring start of ReplicaKey(job_id={job_id}, attempt=1, index=0): already " \
-           "claimed" in log_of(stack, agent_name(node_id))[since:]
+    `job_id` for its claim (in its log after offset `since`): another node's, or with
+    `by_predecessor`, its own node's from before the agent restarted (answered as an
+    exit of a replica never started, workers/node/exits.py)."""
+    key = f"ReplicaKey(job_id={job_id}, attempt=1, index=0)"
+    said = f"not starting {key}: this node's previous agent claimed it" if by_predecessor \
+        else f"ignoring start of {key}: already claimed"
+    return said in log_of(stack, agent_name(node_id))[since:]

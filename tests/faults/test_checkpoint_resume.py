@@ -51,21 +51,22 @@ def test_a_gang_restarted_on_another_node_resumes_from_the_stored_checkpoint(
     assert last is not None and last >= number, (last, number)
     wait_for(lambda: not attempt_processes(stack, job["id"], 1), 15,
              "the orphaned replica to stop", interval=0.25)
-    first = steps_seen(client, job["id"], 1)
-    assert first and max(first) < EPOCHS * 100, "the job finished before its node died"
+    # How far attempt 1 got, by its last stored checkpoint: its metric points lag it (on
+    # a busy machine, all of them were still on the killed node's way to SQL).
+    assert last * EVERY < EPOCHS * 100, "the job finished before its node died"
 
     final = wait_terminal(client, job["id"], timeout=240)
-    events = client.events(job["id"])
-    assert final["status"] == "succeeded", [(e["to_status"], e["reason"]) for e in events]
-    assert final["attempt"] == 2
+    assert final["status"] == "succeeded", job_story(client, job["id"])
+    assert final["attempt"] == 2, job_story(client, job["id"])
     other = "node-b" if node == "node-a" else "node-a"
     assert {r["node_id"] for r in final["replica_list"]} == {other}
 
     # Attempt 2 began right after the newest checkpoint in the store: the other node
     # restored it.
     second = steps_seen(client, job["id"], 2)
+    last_seen = max(steps_seen(client, job["id"], 1), default=0)  # none, if all were lost
     resumed_after = min(second) - 1
-    assert resumed_after == last * EVERY, (last, min(second), max(first))
+    assert resumed_after == last * EVERY, (last, min(second), last_seen)
     assert max(second) == EPOCHS * 100
     assert_nothing_lost(stack, job["id"], agent_died_in=[1])
 
@@ -78,4 +79,4 @@ def test_a_gang_restarted_on_another_node_resumes_from_the_stored_checkpoint(
     record("node agent killed (SIGKILL), nodes share only the artifact store",
            "gang placed on the other node (its own DATA_DIR), which restored the newest "
            "checkpoint from the store before starting", None, first_step_2 - killed_at,
-           steps_redone(max(first), resumed_after, "the last stored checkpoint"))
+           steps_redone(last_seen, resumed_after, "the last stored checkpoint"))

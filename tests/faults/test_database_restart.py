@@ -14,7 +14,7 @@ import redis
 from services.statuses import TERMINAL_STATUSES
 from services.wire.keys import METRICS_STREAM
 from tests.capabilities import need_postgres_server
-from tests.e2e.conftest import free_port, wait_for, wait_terminal
+from tests.e2e.conftest import free_port, job_story, wait_for, wait_terminal
 from tests.e2e.stepper import stepping_job
 from tests.faults.conftest import GANG, record, steps_seen
 from tests.pgserver import PostgresServer, postgres_server
@@ -87,7 +87,7 @@ def test_postgres_restart_mid_job(own_postgres: PostgresServer, make_stack) -> N
 
     final = wait_terminal(client, job["id"], timeout=300)
     events = client.events(job["id"])
-    assert final["status"] == "succeeded", [(e["to_status"], e["reason"]) for e in events]
+    assert final["status"] == "succeeded", job_story(client, job["id"])
     assert final["attempt"] == attempt  # the gang never noticed
     transitions = [(e["attempt"], e["to_status"]) for e in events]
     assert len(transitions) == len(set(transitions)), transitions

@@ -119,7 +119,7 @@ def test_a_full_data_dir_fails_the_replica_with_its_reason_and_the_job_recovers(
     third_placed = event_time(client, job_id, "scheduled", attempt=3)
     assert third_placed is not None and third_placed > freed_at, job_story(client, job_id)
     assert final["status"] == "succeeded", job_story(client, job_id)
-    assert final["attempt"] == 3
+    assert final["attempt"] == 3, job_story(client, job_id)
     assert agent.poll() is None
 
     # Attempt 3 began right after that checkpoint, and trained to the end.

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import threading
 import time
 from urllib.parse import urlsplit, urlunsplit
 
+import psutil
 import pytest
 
 from services.wire.replica import STOP_TASK
@@ -51,8 +54,8 @@ def test_killed_agent_job_restarts_elsewhere(make_stack) -> None:  # type: ignor
     resumed_after = saved * LONG_JOB["hyperparameters"]["steps_per_epoch"]  # epoch ends only
     final = wait_terminal(client, job["id"])
     events = client.events(job["id"])
-    assert final["status"] == "succeeded", [(e["to_status"], e["reason"]) for e in events]
-    assert final["attempt"] == 2
+    assert final["status"] == "succeeded", job_story(client, job["id"])
+    assert final["attempt"] == 2, job_story(client, job["id"])
     other = "node-b" if node == "node-a" else "node-a"
     assert {r["node_id"] for r in final["replica_list"]} == {other}
     restarting = event_time(client, job["id"], "restarting")
@@ -112,6 +115,52 @@ def test_cancel_reaches_every_replica_on_every_node(make_stack) -> None:  # type
            f"the stops re-sent from SQL after {resend:g} s "
            "(COHORT_STOP_RESEND_AFTER): SIGTERM to each replica's process group on both nodes "
            "(SIGKILL after the grace period)", None, gone, "nothing (cancelled)")
+
+
+def test_an_agent_restarted_in_place_ends_what_its_predecessor_left_before_anything_starts(
+        make_stack) -> None:  # type: ignore[no-untyped-def]
+    # The chaos soak: a replica frozen (SIGSTOP) when its agent was killed holds its
+    # guard's SIGTERM until the SIGKILL ten seconds later. The agent restarted in place
+    # beat "nothing runs here", the scheduler placed the next attempt, and two attempts of
+    # the job were alive together. Here the whole process group is frozen (the guard
+    # too, as a freeze of the group or its cgroup leaves it), so nothing of the old agent's
+    # can end it, however long the new agent takes to start on a loaded machine: only the
+    # new agent, which ends its predecessor's processes before its first beat.
+    stack, client = make_stack(slots=1)
+    job = client.submit(stepping_job(300, 0.05, name="frozen", replicas=1,
+                                     strategy="one_device", restart_policy="on_failure",
+                                     max_restarts=2))
+    wait_for(lambda: client.job(job["id"])["status"] == "running" and
+             steps_seen(client, job["id"], 1), 120, "the job to step")
+    frozen = attempt_processes(stack, job["id"], 1)  # the guard and the job's command
+    assert len(frozen) == 2, [p.cmdline() for p in frozen]
+    os.killpg(os.getpgid(frozen[0].pid), signal.SIGSTOP)
+    try:
+        stack.kill("agent")
+        killed_at = time.monotonic()
+        stack.restart("agent")
+        # Until the job ends: when each attempt's processes were seen alive.
+        seen: dict[int, list[float]] = {1: [], 2: []}
+
+        def ended() -> bool:
+            for attempt, times in seen.items():
+                if attempt_processes(stack, job["id"], attempt):
+                    times.append(time.monotonic() - killed_at)
+            return client.job(job["id"])["status"] in ("succeeded", "failed")
+
+        wait_for(ended, 180, "the job to end", interval=0.1)
+        final = client.job(job["id"])
+        assert final["status"] == "succeeded", job_story(client, job["id"])
+        assert final["attempt"] == 2 and seen[2], seen
+        # Never two attempts alive at once: the frozen ones were ended by the new agent,
+        # which waited for them before its first beat, and says so.
+        assert max(seen[1]) < min(seen[2]), (max(seen[1]), min(seen[2]))
+        log = (stack.log_dir / "agent.log").read_text(errors="replace")
+        assert "ended 2 processes a previous agent of node node-a left running" in log, log[-3000:]
+    finally:  # on a failure, not left frozen for good
+        for process in frozen:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
 
 
 class CutAtFirstWrite(threading.Thread):
@@ -178,6 +227,6 @@ def test_an_agent_whose_redis_goes_away_as_it_starts_waits_for_it(make_stack) ->
                          for n in client.nodes()), 60, "the agent to register once Redis is back")
     job = client.submit(stepping_job(5, name="after", replicas=1, strategy="one_device"))
     final = wait_terminal(client, job["id"])
-    assert final["status"] == "succeeded", final["reason"]
+    assert final["status"] == "succeeded", job_story(client, job["id"])
     assert {r["node_id"] for r in final["replica_list"]} == {"node-late"}
     assert agent.poll() is None

@@ -131,7 +131,7 @@ def test_a_killed_ps_restarts_the_gang_from_its_checkpoint(make_stack, tmp_path)
     assert saved is not None, "no checkpoint saved"
     final = wait_terminal(client, job["id"], timeout=480)
     assert final["status"] == "succeeded", job_story(client, job["id"])
-    assert final["attempt"] == 2
+    assert final["attempt"] == 2, job_story(client, job["id"])
     restarting = [e for e in client.events(job["id"]) if e["to_status"] == "restarting"]
     assert len(restarting) == 1 and "replica 3" in restarting[0]["reason"]
     second = steps_seen(client, job["id"], 2)

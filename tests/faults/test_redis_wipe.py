@@ -30,7 +30,7 @@ from services.wire.keys import (
     claim_key,
 )
 from services.wire.replica import ReplicaSpec, StartReplica
-from tests.e2e.conftest import free_port, wait_for, wait_terminal
+from tests.e2e.conftest import free_port, job_story, wait_for, wait_terminal
 from tests.e2e.stepper import stepping_job
 from tests.faults.conftest import GANG, record, steps_seen
 from tests.faults.lost_messages import claimed, log_of, send_start
@@ -140,9 +140,9 @@ def wipe_mid_job(make_stack: Callable[..., tuple[Stack, CohortClient]], tmp_path
 
     final = wait_terminal(client, job_id, timeout=400)
     events = client.events(job_id)
-    assert final["status"] == "succeeded", [(e["to_status"], e["reason"]) for e in events]
+    assert final["status"] == "succeeded", job_story(client, job_id)
     # Nothing about the wipe forces a restart: the gang trains through it.
-    assert final["attempt"] == 1, [(e["to_status"], e["reason"]) for e in events]
+    assert final["attempt"] == 1, job_story(client, job_id)
     transitions = [(e["attempt"], e["to_status"]) for e in events]
     assert len(transitions) == len(set(transitions)), transitions
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any
 
 import pytest
 
 from cli.client import CohortClient
 from cli.stack import Stack
-from tests.e2e.conftest import wait_terminal
+from tests.e2e.conftest import job_story, wait_terminal
 from tests.faults.conftest import (
     LONG_JOB,
     LONG_JOB_STEPS,
@@ -48,10 +47,6 @@ def first_step_ts(client: CohortClient, job_id: int, attempt: int) -> tuple[int,
     return first, min(p["ts"] for p in points if p["step"] == first)
 
 
-def explain(client: CohortClient, job_id: int) -> list[tuple[Any, Any]]:
-    return [(e["to_status"], e["reason"]) for e in client.events(job_id)]
-
-
 def test_kill_9_replica_resumes_from_checkpoint(make_stack) -> None:  # type: ignore[no-untyped-def]
     stack, client = make_stack()
     job = past_first_checkpoint(stack, client, LONG_JOB)  # early in epoch 1
@@ -62,8 +57,8 @@ def test_kill_9_replica_resumes_from_checkpoint(make_stack) -> None:  # type: ig
     resumed_after = last_epoch_checkpoint(stack, job["id"])
 
     final = wait_terminal(client, job["id"])
-    assert final["status"] == "succeeded", final["reason"]
-    assert final["attempt"] == 2, explain(client, job["id"])
+    assert final["status"] == "succeeded", job_story(client, job["id"])
+    assert final["attempt"] == 2, job_story(client, job["id"])
     restarted = event_time(client, job["id"], "restarting")
     assert restarted is not None
     reason = next(e["reason"] for e in client.events(job["id"])
@@ -98,8 +93,8 @@ def test_frozen_replica_is_detected_and_restarted(make_stack) -> None:  # type: 
         old_attempt_gone(stack, client, job["id"], 1)
         resumed_after = last_epoch_checkpoint(stack, job["id"])
     final = wait_terminal(client, job["id"])
-    assert final["status"] == "succeeded", final["reason"]
-    assert final["attempt"] == 2, explain(client, job["id"])
+    assert final["status"] == "succeeded", job_story(client, job["id"])
+    assert final["attempt"] == 2, job_story(client, job["id"])
     restarted = event_time(client, job["id"], "restarting")
     assert restarted is not None
     reason = next(e["reason"] for e in client.events(job["id"])

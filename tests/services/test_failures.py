@@ -116,19 +116,30 @@ def test_backoff_doubles_and_holds_placement(session: Session) -> None:
     assert len([m for m in late.messages if isinstance(m, StartReplica)]) == 2
 
 
-def hung_gang(session: Session) -> tuple[Job, dt.datetime]:
-    """A 2-replica gang whose replica 1 froze (replica 0 kept making progress), declared
-    hung at the time returned: the job is restarting, replica 1 failed with no exit."""
-    settings = get_settings()
+Keys = frozenset[tuple[int, int, int]]
+
+
+def stepping_gang(session: Session, restart_policy: str
+                  ) -> tuple[Job, Keys, dt.datetime, dict[tuple[int, int, int], float]]:
+    """A running 2-replica gang (one restart allowed), both replicas listed by their
+    agent and making progress at the time returned; also the keys and their progress."""
     _, token = create_token(session)
-    job = create_job(session, token.project_id, replicas=2, restart_policy="exit_code",
+    job = create_job(session, token.project_id, replicas=2, restart_policy=restart_policy,
                      max_restarts=1)
     start_gang(session, job, T0)
     running = frozenset({(job.id, 1, 0), (job.id, 1, 1)})
     t1 = T0 + dt.timedelta(seconds=5)
-    progress = {(job.id, 1, 0): t1.timestamp(), (job.id, 1, 1): t1.timestamp()}
+    progress = {key: t1.timestamp() for key in running}
     run(session, t1, beat(t1, running), progress=progress)
     assert job.status is JobStatus.RUNNING
+    return job, running, t1, progress
+
+
+def hung_gang(session: Session) -> tuple[Job, dt.datetime]:
+    """A 2-replica gang whose replica 1 froze (replica 0 kept making progress), declared
+    hung at the time returned: the job is restarting, replica 1 failed with no exit."""
+    settings = get_settings()
+    job, running, t1, progress = stepping_gang(session, "exit_code")
     t2 = t1 + dt.timedelta(seconds=settings.PROGRESS_TIMEOUT + 1)
     progress[(job.id, 1, 0)] = t2.timestamp()
     run(session, t2, beat(t2, running), progress=progress)
@@ -171,6 +182,30 @@ def test_no_progress_fails_the_replica_and_restarts(session: Session) -> None:
     assert len([m for m in placed.messages if isinstance(m, StartReplica)]) == 2
 
 
+def test_a_replica_declared_hung_while_its_gang_is_torn_down_holds_it_back_while_listed(
+        session: Session) -> None:
+    """The 200-job chaos soak of 2026-11-28: a gang torn down for its other replica, this
+    one frozen with its stop pending, then declared hung. In the pass that declared it,
+    it counted as running in SQL, so its agent's list was not looked up, and the gang was
+    placed again beside its still-live process."""
+    settings = get_settings()
+    job, _running, t1, progress = stepping_gang(session, "on_failure")
+    fail_replica(session, job, 1, 137, t1)  # its own exit: the gang is torn down
+    assert job.status is JobStatus.RESTARTING
+    frozen = frozenset({(job.id, 1, 0)})  # no progress since t1, still listed
+    t2 = t1 + dt.timedelta(seconds=settings.PROGRESS_TIMEOUT + 1)
+    assert job.not_before is not None and t2 > job.not_before  # the backoff holds nothing
+    declared = run(session, t2, beat(t2, frozen), progress=progress)
+    replica = jobs.read_replicas(session=session, job=job, attempt=1)[0]
+    assert replica.status is ReplicaStatus.FAILED and "hung" in (replica.failure or "")
+    assert job.status is JobStatus.RESTARTING, job.reason  # listed: not placed again
+    assert not [m for m in declared.messages if isinstance(m, StartReplica)]
+    t3 = t2 + dt.timedelta(seconds=1)
+    placed = run(session, t3, beat(t3))  # gone from its agent's list
+    assert job.status is JobStatus.SCHEDULED and job.attempt == 2
+    assert len([m for m in placed.messages if isinstance(m, StartReplica)]) == 2
+
+
 def test_a_replica_its_agent_lists_for_ever_holds_its_gang_back_for_a_bounded_time(
         session: Session) -> None:
     settings = get_settings()
@@ -201,6 +236,30 @@ def test_a_lost_nodes_last_beat_holds_no_gang_back(session: Session) -> None:
     later = late + dt.timedelta(seconds=1)
     run(session, later, last)  # the next pass: the beat still lists both replicas
     assert job.status is JobStatus.QUEUED and job.attempt == 2, job.reason
+
+
+def test_a_silent_nodes_replicas_are_lost_with_it_never_judged_hung(session: Session) -> None:
+    """No progress from a node not heard from for longer than its agent's lease is the
+    node's silence (its agent is gone: the replicas stop themselves): NODE_TIMEOUT settles
+    it as lost. Judged hung first, the gang would be placed again on that silent node."""
+    settings = get_settings()
+    job, running, t1, progress = stepping_gang(session, "on_failure")
+    # The agent beats until shortly before the progress limit, then falls silent.
+    last = beat(t1 + dt.timedelta(seconds=settings.PROGRESS_TIMEOUT - 2), running)
+    run(session, last.at, last, progress=progress)
+    assert job.status is JobStatus.RUNNING
+    # Past the progress limit, the node silent for longer than the lease, not yet lost:
+    quiet = last.at + dt.timedelta(seconds=settings.AGENT_LEASE + 1)
+    assert quiet - t1 > dt.timedelta(seconds=settings.PROGRESS_TIMEOUT)
+    assert quiet - last.at < dt.timedelta(seconds=settings.NODE_TIMEOUT)
+    run(session, quiet, last, progress=progress)
+    assert job.status is JobStatus.RUNNING, job.reason  # not hung
+    # At NODE_TIMEOUT the node is lost, and its replicas with it.
+    late = last.at + dt.timedelta(seconds=settings.NODE_TIMEOUT + 1)
+    result = run(session, late, last, progress=progress)
+    assert result.lost_nodes == ["n1"] and job.status is JobStatus.RESTARTING
+    assert "stopped answering" in (job.reason or "") and "hung" not in (job.reason or ""), \
+        job.reason
 
 
 def test_a_frozen_replica_left_alone_by_its_agent_holds_back_no_restart(

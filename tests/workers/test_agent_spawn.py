@@ -16,12 +16,14 @@ from typing import Any
 import pytest
 import redis
 
+from services import exit_codes
 from services.settings import Settings
 from services.wire.keys import EVENTS_STREAM, attempt_key, claim_key
 from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
 from tests.conftest import redis_url
 from workers.node.agent import Agent
 from workers.node.exits import (
+    INTERRUPTED_START_EXIT,
     NO_SPACE_EXIT,
     PORT_TAKEN_EXIT,
     SPAWN_FAILED_EXIT,
@@ -42,8 +44,8 @@ UNRUNNABLE = "no-such-module:train"
 @pytest.fixture
 def bus() -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url("agent"), decode_responses=True)
-    client.delete(*(attempt_key(job) for job in range(JOB, JOB + 4)),
-                  *(claim_key(job, 1, 0) for job in range(JOB, JOB + 4)))
+    client.delete(*(attempt_key(job) for job in range(JOB, JOB + 6)),
+                  *(claim_key(job, 1, 0) for job in range(JOB, JOB + 6)))
     yield client
     client.close()
 
@@ -125,6 +127,44 @@ def test_a_heartbeat_lists_an_ended_replica_as_running_or_exited_never_neither(
     finally:
         release.set()
     assert exit_event(bus, JOB + 3, since)["exit_code"] == 2
+
+
+def exits_since(client: redis.Redis, job_id: int, since: str) -> list[dict[str, Any]]:
+    """The exit events of `job_id` published after `since` (read now, not waited for)."""
+    events = [json.loads(fields["data"]) | {"kind": fields["kind"]}
+              for _, fields in client.xrange(EVENTS_STREAM, min=f"({since}")]
+    return [e for e in events if e["kind"] == "replica_exited" and e["job_id"] == job_id]
+
+
+def test_a_start_this_nodes_previous_agent_claimed_is_reported_as_an_exit(
+        tmp_path: Path, bus: redis.Redis) -> None:
+    # An agent killed between claiming a replica and reporting its start leaves the claim
+    # under its node's name. Its successor ignored every re-sent start as "already
+    # claimed", and the gang waited for that replica for good (the chaos soak found a
+    # job left `scheduled`). It must neither do that nor start a second copy: it reports
+    # the replica as exited, with a retryable code, so the restart policy decides.
+    job = JOB + 4
+    bus.set(claim_key(job, 1, 0), "spawn")  # as the killed agent left it
+    node = agent(tmp_path, bus)
+    since = newest_event(bus)
+    node.start_replica(start(job))  # answered before it returns: no fetch, no spawn
+    [event] = exits_since(bus, job, since)
+    assert event["exit_code"] == INTERRUPTED_START_EXIT and event["never_started"], event
+    assert exit_codes.is_retryable(event["exit_code"])
+    assert "previous agent claimed it" in event["log_tail"], event
+    assert node.processes == {}
+    node.start_replica(start(job))  # a copy of the message: nothing more
+    assert len(exits_since(bus, job, since)) == 1 and node.processes == {}
+
+
+def test_a_start_another_node_claimed_is_ignored(tmp_path: Path, bus: redis.Redis) -> None:
+    job = JOB + 5
+    bus.set(claim_key(job, 1, 0), "another-node")
+    node = agent(tmp_path, bus)
+    since = newest_event(bus)
+    node.start_replica(start(job))
+    assert exits_since(bus, job, since) == [] and node.processes == {}
+    assert bus.get(claim_key(job, 1, 0)) == "another-node"
 
 
 def test_a_missing_interpreter_is_the_replicas_exit_127(tmp_path: Path,

@@ -334,10 +334,16 @@ class Scheduler:
             self._lead_loop(term)
         except Fenced as exc:
             term.step_down(str(exc))
+        except KeyboardInterrupt:  # SIGTERM or Ctrl-C: the process is going away
+            self.stopping.set()
+            raise
         finally:
             term.leading.clear()
+            # A next term waits for the ingesters to end their blocking read (up to half
+            # a second). A process that stops does not: what they read and did not
+            # acknowledge stays pending for the next leader, as after a kill -9.
             for thread in ingesters:
-                thread.join(timeout=5)
+                thread.join(timeout=0 if self.stopping.is_set() else 5)
 
     def _lead_loop(self, term: Term) -> None:
         pacer = PassPacer(self.settings.SCHEDULER_INTERVAL)

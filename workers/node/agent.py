@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
 
@@ -27,11 +27,12 @@ from services.wire.generation import Generation
 from services.wire.keys import NODES_HASH, attempt_key, claim_key, node_queue
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
 from services.wire.signing import HEARTBEAT, check_node_key, seal
-from workers.node import admission, gpus, isolation, layout, ports, respawn
+from workers.node import admission, gpus, isolation, layout, leftovers, ports, respawn
 from workers.node.bundle_cache import BundleUnavailable
 from workers.node.environment import CommandNotFound
 from workers.node.exits import (
     BUNDLE_REFUSED_EXIT,
+    INTERRUPTED_START_EXIT,
     POLICY_REFUSED_EXIT,
     PORT_TAKEN_EXIT,
     SPAWN_NOT_FOUND_EXIT,
@@ -57,12 +58,26 @@ _agent: Agent | None = None
 
 CLAIM_TTL = 30 * 86400  # seconds: far past any message's redelivery
 
+# Celery's worker loop notices a SIGTERM when its poll returns, and with nothing else
+# scheduled that poll waits a second: a tick this often bounds how long a stop waits.
+STOP_TICK = 0.1
+
 
 def current_agent() -> Agent:
     """The agent of this process (set by run_agent before the worker consumes)."""
     if _agent is None:
         raise RuntimeError("no agent in this process: start it with `cohort agent`")
     return _agent
+
+
+class Fenced(NamedTuple):
+    """Why a start message does not start its replica here."""
+
+    why: str
+    level: int  # of the log line that says so
+    # Claimed by this node's previous agent, never reported: the replica is reported as
+    # exited (INTERRUPTED_START_EXIT), not ignored, so that its gang does not wait for it.
+    interrupted: bool = False
 
 
 class Agent:
@@ -161,12 +176,16 @@ class Agent:
             if key in self.started or self.stopping.is_set():
                 log.info("ignoring start of %s: already started here", key)
                 return
-            if not self._may_start(key):
+            fenced = self._fenced(key)
+            if fenced is not None and not fenced.interrupted:
+                log.log(fenced.level, "ignoring start of %s: %s", key, fenced.why)
                 return
             self.started.add(key)
             refused = admission.refusal(message.spec, self.settings.ALLOWED_ENTRYPOINTS)
             port_taken = ports.port_problem(message.port) if message.port else None
-            if refused is not None:
+            if fenced is not None:
+                failure = INTERRUPTED_START_EXIT, fenced.why
+            elif refused is not None:
                 failure = POLICY_REFUSED_EXIT, refused
             elif port_taken is not None:
                 failure = PORT_TAKEN_EXIT, port_taken
@@ -230,21 +249,28 @@ class Agent:
         threading.Thread(target=self._watch, args=(process, shipper), daemon=True,
                          name=f"watch-{key.job_id}-{key.attempt}-{key.index}").start()
 
-    def _may_start(self, key: ReplicaKey) -> bool:
-        """Fencing for at-least-once delivery: no stale attempt, never two processes."""
+    def _fenced(self, key: ReplicaKey) -> Fenced | None:
+        """Fencing for at-least-once delivery (lock held): no stale attempt, never two
+        processes. None: claimed here now, start it; else why not."""
         self._check_generation()  # the claims of what runs here first, after a wipe
         current = self.redis.get(attempt_key(key.job_id))
         if current is not None and int(current) != key.attempt:
-            log.info("ignoring start of %s: attempt %s is current", key, current)
-            return False
+            return Fenced(f"attempt {int(current)} is current", logging.INFO)
         # Compare-and-set on the replica's claim: whichever delivery gets here
         # first (on any node) starts it; every other copy of the message is ignored.
-        if not self._claim(self.redis, key):
-            # Another node, or this agent before a restart, started it: a copy of the
-            # message reached the wrong place, worth a line at the worker's level.
-            log.warning("ignoring start of %s: already claimed", key)
-            return False
-        return True
+        if self._claim(self.redis, key):
+            return None
+        held = self.redis.get(claim_key(key.job_id, key.attempt, key.index))
+        holder = held.decode() if isinstance(held, bytes) else held
+        if holder == self.node_id:
+            # Not in `started`: this node's previous agent claimed it, and was killed
+            # before its start was reported (or its process ran at all).
+            return Fenced("this node's previous agent claimed it and stopped before "
+                          "reporting its start (the agent restarted)", logging.WARNING,
+                          interrupted=True)
+        # Another node started it: a copy of the message reached the wrong place, worth
+        # a line at the worker's level.
+        return Fenced(f"already claimed by {holder or 'a node'}", logging.WARNING)
 
     def _claim(self, client: Any, key: ReplicaKey) -> Any:
         """Claim replica `key` for this node unless a node holds it (SET NX): true when
@@ -466,11 +492,17 @@ def run_agent(settings: Settings | None = None) -> None:
     """Run this machine's agent until it is told to stop (SIGTERM / Ctrl-C)."""
     global _agent
     settings = settings or get_settings()
+    from celery import signals
+
     from workers.celery_app import app
 
     # Before consuming: a node whose replicas could not run as their own users (a uid
     # its user namespace does not map, an interpreter they cannot reach) says so now.
     isolation.check_node(settings, settings.REPLICA_PYTHON or sys.executable)
+    # Before the first beat, which says what runs here: nothing of a previous agent of this
+    # node still does (a frozen replica would outlive its guard's SIGTERM for seconds while
+    # the scheduler, told the node runs nothing, places its gang again).
+    leftovers.end_predecessors(settings.node_id, settings.data_dir)
     agent = Agent(settings, get_redis(), lambda: declare_queue(app, node_queue(settings.node_id)))
     _agent = agent
     # The heartbeat thread beats at once, and through a Redis that is away: a first beat
@@ -494,6 +526,12 @@ def run_agent(settings: Settings | None = None) -> None:
         pool="threads", concurrency=4, loglevel="WARNING",
         without_heartbeat=True, without_mingle=True, without_gossip=True,
     )
+
+    def tick(sender: Any, **_: Any) -> None:  # sender: the worker's consumer
+        if getattr(sender, "hub", None) is not None:  # an event loop (Redis has one)
+            sender.hub.call_repeatedly(STOP_TICK, lambda: None)
+
+    signals.worker_ready.connect(tick, weak=False)
     try:
         worker.start()
     finally:

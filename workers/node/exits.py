@@ -44,6 +44,12 @@ POLICY_REFUSED_EXIT = 126
 BUNDLE_REFUSED_EXIT = 126
 # The store or the disk failed while fetching: the node's trouble, worth another attempt.
 FETCH_FAILED_EXIT = PORT_TAKEN_EXIT
+# Claimed by this node's previous agent, which was killed before it reported the start:
+# whatever that agent started is gone (run_agent ends a predecessor's processes before
+# it consumes), but the start cannot be told apart from a redelivered copy, so this
+# attempt is ended and the restart policy decides; left alone, the claim refused every
+# re-sent start and the gang waited for good (the chaos soak found one).
+INTERRUPTED_START_EXIT = PORT_TAKEN_EXIT
 # DATA_DIR full (ENOSPC) while laying out, fetching or starting: what the runner says
 # of a replica whose own writes failed so (services/exit_codes.py names it once).
 NO_SPACE_EXIT = exit_codes.NO_SPACE

@@ -31,18 +31,14 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from services.settings import Settings
-from workers.node import layout
-from workers.node.environment import agent_marks
+from workers.node import layout, leftovers
 
 log = logging.getLogger("cohort.isolation")
 
@@ -168,20 +164,7 @@ def reap(user: ReplicaUser | None, node_id: str, data_dir: Path) -> int:
     """
     if user is None:
         return 0
-    marks = agent_marks(node_id, data_dir)
-    killed = 0
-    for process in psutil.process_iter(["uids"]):
-        uids = process.info.get("uids")
-        if uids is None or user.uid not in (uids.real, uids.effective):
-            continue
-        try:
-            environ = process.environ()
-            if any(environ.get(name) != value for name, value in marks.items()):
-                continue
-            process.send_signal(signal.SIGKILL)
-            killed += 1
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
+    killed = len(leftovers.kill(list(leftovers.marked(node_id, data_dir, user.uid))))
     if killed:
         log.warning("killed %d processes left behind by uid %d", killed, user.uid)
     return killed

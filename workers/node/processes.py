@@ -12,22 +12,34 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 
 
 def stop_process_group(popen: subprocess.Popen[bytes], grace: float) -> int:
     """SIGTERM `popen`'s process group, SIGKILL the group if anything outlives `grace`
     seconds (children the leader left behind too); returns the leader's exit status."""
-    pgid = popen.pid  # started with start_new_session: the group id is the leader's pid
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return popen.wait()  # nothing left in the group: the leader was reaped already
-    try:
-        popen.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    return popen.wait()
+    return stop_process_groups([popen], grace)[0]
+
+
+def stop_process_groups(popens: list[subprocess.Popen[bytes]], grace: float) -> list[int]:
+    """`stop_process_group` for several groups at once: all are sent SIGTERM together and
+    share one `grace`, so stopping N processes takes the slowest one's time, not the sum.
+    Returns each leader's exit status, in order."""
+    signalled = []
+    for popen in popens:  # started with start_new_session: the group id is the leader's pid
+        try:
+            os.killpg(popen.pid, signal.SIGTERM)
+            signalled.append(popen)
+        except ProcessLookupError:
+            pass  # nothing left in the group: the leader was reaped already
+    deadline = time.monotonic() + grace
+    for popen in signalled:
+        try:
+            popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return [popen.wait() for popen in popens]
