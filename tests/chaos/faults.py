@@ -31,6 +31,7 @@ REDIS_RESTART = "Redis restart (empty)"
 POSTGRES_RESTART = "PostgreSQL restart"
 FAULT_KINDS = (REPLICA_KILL, REPLICA_STOP, AGENT_KILL, API_KILL, SCHEDULER_KILL,
                REDIS_RESTART, POSTGRES_RESTART)
+REPLICA_KINDS = frozenset({REPLICA_KILL, REPLICA_STOP})  # need a live replica
 
 # How long each fault lasts before it is put right (seconds, uniform). With the soak's
 # settings (tests/faults/conftest.py FAST): node lost after 6 s, no progress for 20 s is

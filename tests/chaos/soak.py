@@ -22,9 +22,11 @@ alike (killed, frozen, orphaned, restarted) at a tenth of a TensorFlow replica's
 Every choice — the jobs, which to cancel and when, the faults, their victims and how long
 each lasts — comes from one generator seeded by CHAOS_SEED (printed at the start):
 the same seed makes the same choices, though the timing of a real stack differs.
-Faults: tests/chaos/faults.py. The first faults are one of each kind in a random order,
-so even a short soak injects every kind; then kinds at random, one every few seconds,
-until every job has ended (or, with `max_faults`, until that many were injected).
+Faults: tests/chaos/faults.py. The first faults are one of each kind, so even a short
+soak injects every kind: the replica faults first (they need a live replica, which only a
+running job has), then the others in a random order, which are injected even if every job
+has ended by then. Then kinds at random, one every few seconds, until every job has ended
+(or, with `max_faults`, until that many were injected).
 
 Each run appends its summary to test-artifacts/reliability.jsonl ("kind": "soak"):
 `bench/reliability_report.py --write` puts it in docs/reliability.md.
@@ -54,7 +56,7 @@ from cli.stack import Stack
 from services.models import Job
 from services.statuses import TERMINAL_STATUSES
 from tests.chaos import invariants
-from tests.chaos.faults import FAULT_KINDS, Injector
+from tests.chaos.faults import FAULT_KINDS, REPLICA_KINDS, Injector
 from tests.chaos.processes import ProcessWatch
 from tests.chaos.summary import SoakResult
 from tests.e2e.conftest import PORT_BASE, free_port
@@ -196,10 +198,17 @@ class Soak:
         self.say(f"submitted {len(job_ids)} jobs ({trained} TensorFlow, "
                  f"{len(job_ids) - trained} steppers); {len(cancels)} will be cancelled")
         injector = Injector(stack, postgres, watch, self.rng, self.agents, self.say)
-        first_round = list(FAULT_KINDS)
+        # The replica faults first, while jobs run; the stack's own parts can go down
+        # at any time, so the round is finished even after the last job ended (a quick
+        # machine ended a 12-job soak in 37 s, before its sixth fault).
+        first_round = [kind for kind in FAULT_KINDS if kind in REPLICA_KINDS]
+        rest = [kind for kind in FAULT_KINDS if kind not in REPLICA_KINDS]
         self.rng.shuffle(first_round)
+        self.rng.shuffle(rest)
+        first_round += rest
         next_fault = time.monotonic() + self.rng.uniform(*config.fault_gap)
         statuses: dict[int, str] = {}
+        all_ended = False
         last_read = 0.0
         deadline = self.start + config.time_limit
         while time.monotonic() < deadline:
@@ -208,15 +217,18 @@ class Soak:
             if time.monotonic() - last_read >= 1.0:
                 statuses = self._statuses(engine, job_ids) or statuses
                 last_read = time.monotonic()
-                if len(statuses) == len(job_ids) and all(
-                        s in TERMINAL_STATUSES for s in statuses.values()):
+                all_ended = len(statuses) == len(job_ids) and all(
+                    s in TERMINAL_STATUSES for s in statuses.values())
+                if all_ended and all(kind in REPLICA_KINDS for kind in first_round):
                     break
             self._cancel(http, cancels, job_ids, statuses)
             if time.monotonic() >= next_fault and (
                     config.max_faults is None or injector.counts.total() < config.max_faults):
                 kind = first_round.pop(0) if first_round else self.rng.choice(FAULT_KINDS)
                 if not injector.inject(kind) and kind not in injector.counts:
-                    first_round.insert(0, kind)  # nothing to take it yet: it stays first
+                    # Nothing to take it yet: it stays first, unless no job is left to
+                    # give it a replica.
+                    first_round.insert(len(first_round) if all_ended else 0, kind)
                 next_fault = time.monotonic() + self.rng.uniform(*config.fault_gap)
             time.sleep(0.2)
         else:

@@ -4,8 +4,8 @@ a dozen small jobs on three agents under every kind of fault, and no invariant b
 Most of its jobs are steppers (tests/e2e/stepper.py) and a quarter TensorFlow: the faults
 and the invariants are the control plane's, and a TensorFlow replica's CPU (about 7 s
 each) made this one test a tenth of the real-process suite's time. The faults come two to
-five seconds apart, so the first round (one of each kind) is over before the jobs are,
-and stop after CI_MAX_FAULTS."""
+five seconds apart, the first round one of each kind (the replica faults while jobs run,
+the rest even after they ended), and stop after CI_MAX_FAULTS."""
 
 from __future__ import annotations
 
