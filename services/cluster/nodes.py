@@ -31,6 +31,7 @@ class Heartbeat:
     # lately: lets the scheduler settle replicas whose events Redis lost.
     running: frozenset[tuple[int, int, int]] = frozenset()
     exited: dict[tuple[int, int, int], int] = field(default_factory=dict, hash=False)
+    preparing: frozenset[tuple[int, int, int]] = frozenset()  # code or inputs on their way
     # The ids of the GPUs the agent found (workers/node/gpus.py), and the ports of its
     # replica range that other processes hold (workers/node/ports.py).
     gpu_ids: tuple[int, ...] = ()
@@ -57,7 +58,7 @@ def heartbeat_of(beat: NodeHeartbeat, heard: Heard) -> Heartbeat:
     return Heartbeat(node_id=beat.node_id, address=beat.address, slots=beat.slots,
                      gpus=beat.gpus, at=_utc(heard.at),
                      after=None if heard.after is None else _utc(heard.after),
-                     running=frozenset(beat.replicas),
+                     running=frozenset(beat.replicas), preparing=frozenset(beat.preparing),
                      exited={(job, attempt, index): code
                              for job, attempt, index, code in beat.exited},
                      gpu_ids=beat.gpu_ids, busy_ports=frozenset(beat.busy_ports),

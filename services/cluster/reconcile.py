@@ -262,7 +262,9 @@ def _schedule_gangs(session: Session, settings: Settings,
                 gpu_ids=",".join(str(g) for g in placement.gpu_ids),
                 role=role, role_index=role_index,
                 tf_config=tf_config.compose(job.strategy, slots, addresses, index))
-            rows.append(replica.row(status=ReplicaStatus.PENDING, dispatched_at=now))
+            # created_at is the placement's time (watchdog.settle_unanswered_starts).
+            rows.append(replica.row(status=ReplicaStatus.PENDING, dispatched_at=now,
+                                    created_at=now))
             messages.append(start_message(job, replica))
         nodes_used = sorted({p.node_id for p in placements})
         reasons[job.id] = f"placed {job.replicas} replicas on {', '.join(nodes_used)}"
@@ -311,6 +313,8 @@ def run_pass(
              if row["status"] == NodeStatus.READY}
     held = watchdog.declared_but_running(session=session, heartbeats=heartbeats,
                                          running=checked.running, ready=ready)
+    watchdog.settle_unanswered_starts(session=session, settings=settings,
+                                      heartbeats=heartbeats, ready=ready, now=now)
     watchdog.enforce_deadlines(session=session, now=now)
     # Cron schedules fire before settling, so a `replace` cancel is acted on in this pass.
     firing.fire_due_schedules(session=session, settings=settings, now=now)

@@ -12,6 +12,9 @@
   In a parameter_server gang only the chief runs the training loop, so only the
   chief is watched: its workers and ps serve (a hung one stalls the chief), and the
   evaluator waits for checkpoints;
+* unanswered starts: a replica placed on a ready node whose agent, START_ANSWER_TIMEOUT
+  later, neither runs it, nor fetches its code, nor reports its exit is lost (re-sent
+  starts did not help: an agent that cannot act on them);
 * deadlines: a job older than its active_deadline_seconds fails;
 * finished jobs whose ttl_seconds_after_finished has passed get their scratch
   files removed on every node that ran them.
@@ -245,6 +248,52 @@ def declared_but_running(*, session: Session, heartbeats: list[nodes.Heartbeat],
             Replica.status.in_(TERMINAL_REPLICA_STATUSES), Replica.exit_code.is_(None)))
     return frozenset((job_id, attempt, index) for job_id, attempt, index, node_id in rows
                      if listed[(job_id, attempt, index)] == node_id)
+
+
+def settle_unanswered_starts(*, session: Session, settings: Settings,
+                             heartbeats: list[nodes.Heartbeat], ready: set[str],
+                             now: dt.datetime) -> list[Replica]:
+    """Declare lost every replica of a current attempt still pending START_ANSWER_TIMEOUT
+    after its placement on a `ready` node whose agent, in a beat written after that
+    (`after`), neither runs it nor prepares it (one whose exit the beat lists is settled
+    by that exit: its refusal's event was lost). The re-sent starts
+    (reconcile._resend_stale_starts) reach an agent that cannot act on them: nothing else
+    would ever settle the replica, and its job would stay `scheduled`, holding its slots.
+    Returns the replicas declared lost; `gangs.settle_job` tears the gang down and the
+    restart policy decides (a lost replica's failure is retryable)."""
+    limit = dt.timedelta(seconds=settings.START_ANSWER_TIMEOUT)
+    by_node = {beat.node_id: beat for beat in heartbeats if beat.node_id in ready}
+    if not by_node:
+        return []
+    rows = session.execute(
+        sa.select(Replica).join(Job, Job.id == Replica.job_id).where(
+            Replica.status == ReplicaStatus.PENDING, Replica.attempt == Job.attempt,
+            Job.status == JobStatus.SCHEDULED, Replica.created_at < now - limit,
+            Replica.node_id.in_(list(by_node)))
+    ).scalars().all()
+    lost: list[Replica] = []
+    for replica in rows:
+        beat = by_node[replica.node_id]
+        key = (replica.job_id, replica.attempt, replica.index)
+        # Only a beat written once the agent had the whole limit to answer says it did
+        # not (`after` bounds when it was written from below; None: unknown).
+        if beat.after is None or beat.after < replica.created_at + limit or \
+                key in beat.running or key in beat.preparing:
+            continue
+        if key in beat.exited:  # refused, and the event that said so was lost
+            gangs.record_replica_exited(session=session, job_id=key[0], attempt=key[1],
+                                        index=key[2], exit_code=beat.exited[key],
+                                        log_tail="", at=beat.at)
+            continue
+        gangs.record_replica_failure(
+            replica=replica, lost=True, at=now,
+            failure=f"lost: the agent of {replica.node_id} did not start it within "
+                    f"{settings.START_ANSWER_TIMEOUT:.0f}s of its placement (not running, "
+                    "fetching its code or exited there)")
+        lost.append(replica)
+    if lost:
+        session.flush()
+    return lost
 
 
 def _settled_by_beat(session: Session, rid: int, key: Key, started_at: dt.datetime,

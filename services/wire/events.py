@@ -130,3 +130,6 @@ class NodeHeartbeat(Contract):
     # name and memory; ("", 0) where only COHORT_NODE_GPUS named it).
     gpu_models: Annotated[tuple[tuple[Annotated[str, _clipped(96)], Id], ...],
                           _clipped(64)] = ()
+    # Replicas whose code or inputs it is fetching before their start: answered, not lost
+    # (services/cluster/watchdog.py settle_unanswered_starts).
+    preparing: tuple[Replica, ...] = ()

@@ -322,6 +322,77 @@ def test_replica_missing_from_heartbeat_is_lost(session: Session) -> None:
     assert "its agent no longer runs it" in job.reason
 
 
+def placed_job(session: Session) -> Job:
+    """A 2-replica job placed on n1 at T0, neither replica started."""
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2, restart_policy="on_failure",
+                     max_restarts=1)
+    run(session, T0)
+    assert job.status is JobStatus.SCHEDULED
+    return job
+
+
+def test_a_start_no_agent_answers_is_lost_and_the_policy_restarts_the_gang(
+        session: Session) -> None:
+    """The agent's beats go on but never list the replica (its start was claimed by an
+    agent that died, or cannot be acted on): the job does not wait `scheduled` for good."""
+    limit = get_settings().START_ANSWER_TIMEOUT
+    job = placed_job(session)
+    before = T0 + dt.timedelta(seconds=limit - 1)
+    run(session, before, beat(before))
+    assert job.status is JobStatus.SCHEDULED  # re-sent starts may still be acted on
+    later = T0 + dt.timedelta(seconds=limit + 1)
+    result = run(session, later, beat(later))
+    assert job.status is JobStatus.RESTARTING and job.attempt == 1
+    assert f"did not start it within {limit:.0f}s of its placement" in job.reason
+    statuses = {r.index: r.status for r in jobs.read_replicas(session=session, job=job)}
+    assert statuses == {0: ReplicaStatus.LOST, 1: ReplicaStatus.LOST}
+    # Lost without an exit of their own: each is told to stop, should it start after all.
+    stops = [m for m in result.messages if isinstance(m, StopReplica)]
+    assert sorted(m.index for m in stops) == [0, 1]
+
+
+def test_a_replica_whose_code_is_being_fetched_or_started_is_not_lost(
+        session: Session) -> None:
+    limit = get_settings().START_ANSWER_TIMEOUT
+    job = placed_job(session)
+    later = T0 + dt.timedelta(seconds=limit + 1)
+    fetching = beat(later, running=frozenset({(job.id, 1, 1)}))
+    fetching = Heartbeat(fetching.node_id, fetching.address, fetching.slots, 0, later,
+                         running=fetching.running, preparing=frozenset({(job.id, 1, 0)}),
+                         after=later)
+    run(session, later, fetching)
+    assert job.status is JobStatus.SCHEDULED
+    assert all(r.status is ReplicaStatus.PENDING
+               for r in jobs.read_replicas(session=session, job=job))
+
+
+def test_a_beat_written_before_the_limit_says_nothing_of_an_unanswered_start(
+        session: Session) -> None:
+    """Heard after the limit, but written before it (`after`): the agent may have
+    answered since."""
+    limit = get_settings().START_ANSWER_TIMEOUT
+    job = placed_job(session)
+    later = T0 + dt.timedelta(seconds=limit + 1)
+    old = Heartbeat("n1", "10.1.0.1", 4, 0, later,
+                    after=T0 + dt.timedelta(seconds=limit - 1))
+    run(session, later, old)
+    assert job.status is JobStatus.SCHEDULED
+
+
+def test_a_refused_start_whose_event_was_lost_is_settled_by_its_exit_in_the_beat(
+        session: Session) -> None:
+    limit = get_settings().START_ANSWER_TIMEOUT
+    job = placed_job(session)
+    later = T0 + dt.timedelta(seconds=limit + 1)
+    run(session, later, beat(later, running=frozenset({(job.id, 1, 1)}),
+                             exited={(job.id, 1, 0): 126}))
+    replicas = {r.index: r for r in jobs.read_replicas(session=session, job=job)}
+    assert replicas[0].status is ReplicaStatus.FAILED and replicas[0].exit_code == 126
+    assert replicas[0].failure == ""  # its own exit, not declared lost
+    assert job.status is JobStatus.RESTARTING and "exited with" in job.reason
+
+
 def test_deadline_fails_the_job(session: Session) -> None:
     _, token = create_token(session)
     job = create_job(session, token.project_id, replicas=2, active_deadline_seconds=30)

@@ -84,7 +84,9 @@ CONTRACTS: dict[type, st.SearchStrategy[Any]] = {
         st.lists(keys, max_size=5).map(tuple),
         st.lists(st.tuples(ids, attempts, ids, st.integers(0, 255)), max_size=5).map(tuple),
         st.lists(ids, max_size=80).map(tuple), st.lists(ids, max_size=100).map(tuple),
-        st.text(max_size=150)),
+        st.text(max_size=150), st.lists(st.tuples(st.text(max_size=100), ids),
+                                        max_size=70).map(tuple),
+        st.lists(keys, max_size=5).map(tuple)),
 }
 
 

@@ -399,12 +399,13 @@ class Agent:
         now = time.time()
         with self.lock:
             running = tuple((k.job_id, k.attempt, k.index) for k in self.processes)
+            preparing = tuple((k.job_id, k.attempt, k.index) for k in self.preparing)
             exited = self.exits.recent_codes(now)
             gpu_ids, gpu_models = tuple(self.gpu_ids), self.gpu_models
         beat = NodeHeartbeat(
             node_id=self.node_id, address=self.settings.NODE_ADDRESS,
             slots=self.settings.NODE_SLOTS, ts=now, gpus=len(gpu_ids), replicas=running,
-            exited=exited, gpu_ids=gpu_ids, gpu_models=gpu_models,
+            preparing=preparing, exited=exited, gpu_ids=gpu_ids, gpu_models=gpu_models,
             busy_ports=tuple(sorted(ports.listening_ports(self.settings.PORT_RANGE_START,
                                                           self.settings.PORT_RANGE_END))),
             port_space=ports.port_space())
