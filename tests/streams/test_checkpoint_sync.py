@@ -15,8 +15,9 @@ import redis
 from services.settings import Settings
 from services.storage.store import ArtifactStore, open_store
 from services.telemetry.metrics import parse_batch
-from services.wire.keys import METRICS_STREAM
+from services.wire.keys import METRICS_STREAM, attempt_key
 from services.wire.replica import ReplicaSpec
+from tests.e2e.conftest import wait_for
 from tests.tmpfs import small_tmpfs
 from workers.node import layout
 from workers.node.artifact_sync import CheckpointMirror, is_scratch, named_checkpoints
@@ -186,6 +187,76 @@ def test_at_exit_a_replicas_files_reach_the_default_store_under_data_dir(
             for row in parse_batch(fields["data"])]
     assert {(r["replica"], r["step"], r["name"], r["value"]) for r in rows
             if r["job_id"] == JOB} == {(0, 3, "loss", 0.5), (1, 3, "loss", 1.5)}
+
+
+def run_chief(sidecars: Sidecars, attempt: int) -> ReplicaKey:
+    """Replica 0 of `attempt` (the job's only one) prepared, followed and started."""
+    key = ReplicaKey(JOB, attempt, 0)
+    sidecars.prepare(ReplicaSpec(job_id=JOB, attempt=attempt, index=0, replicas=1,
+                                 trainer="mlp_digits", strategy="multi_worker_mirrored"))
+    sidecars.follow(key)
+    sidecars.start(key)
+    return key
+
+
+def write_model(data: Path, text: bytes) -> None:
+    model = layout.model_dir(data, JOB)
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "saved_model.pb").write_bytes(text)
+
+
+def test_an_attempt_no_longer_current_sends_nothing_over_the_jobs_checkpoint_or_model(
+        bus: redis.Redis, artifact_env: str, tmp_path: Path) -> None:
+    """A chief that froze, or whose node was cut off, is torn down and its gang placed
+    again on another node; when it comes back, its late checkpoints and model must not
+    replace the ones attempt 2 trains from and produced."""
+    node_a = Sidecars(Settings(DATA_DIR=tmp_path / "a", ARTIFACT_URL=artifact_env,
+                               NODE_ID="a"), bus)
+    node_b = Sidecars(Settings(DATA_DIR=tmp_path / "b", ARTIFACT_URL=artifact_env,
+                               NODE_ID="b"), bus)
+    store = open_store(artifact_env)
+    bus.set(attempt_key(JOB), 1)
+    first = run_chief(node_a, 1)
+    save(layout.checkpoint_dir(tmp_path / "a", JOB), 1)
+    wait_for(lambda: stored(store).get("chief/checkpoint") == state("ckpt-1"), 20,
+             "attempt 1's checkpoint in the store")
+
+    # Attempt 1 torn down (its chief frozen); attempt 2 placed on node b, from ckpt-1.
+    bus.set(attempt_key(JOB), 2)
+    second = run_chief(node_b, 2)
+    assert (layout.checkpoint_dir(tmp_path / "b", JOB) / "chief" / "checkpoint"
+            ).read_bytes() == state("ckpt-1")
+    save(layout.checkpoint_dir(tmp_path / "b", JOB), 2)
+    write_model(tmp_path / "b", b"attempt 2's model")
+    node_b.finish(second, tmp_path / "b" / "no.log", timeout=60)
+
+    # Attempt 1 thaws: it saves on (its syncer still polls), then exits.
+    save(layout.checkpoint_dir(tmp_path / "a", JOB), 7)
+    write_model(tmp_path / "a", b"attempt 1's late model")
+    node_a.finish(first, tmp_path / "a" / "no.log", timeout=60)
+
+    files = stored(store)
+    assert files["chief/checkpoint"] == state("ckpt-2")
+    assert not any(rel.startswith("chief/ckpt-7") for rel in files), sorted(files)
+    with store.open_read(f"jobs/{JOB}/model/saved_model.pb") as handle:
+        assert handle.read() == b"attempt 2's model"
+
+
+def test_a_chief_that_cannot_learn_whether_its_attempt_is_current_sends_nothing(
+        artifact_env: str, tmp_path: Path) -> None:
+    """Redis out of reach at the exit, as from a node cut off (whose store may come back
+    first): its last checkpoint and model wait for an answer, at most the upload timeout,
+    then are not sent."""
+    unreachable = redis.Redis(host="127.0.0.1", port=9, socket_connect_timeout=0.2)
+    node = Sidecars(Settings(DATA_DIR=tmp_path / "a", ARTIFACT_URL=artifact_env,
+                             NODE_ID="a"), unreachable)
+    key = run_chief(node, 1)
+    save(layout.checkpoint_dir(tmp_path / "a", JOB), 3)
+    write_model(tmp_path / "a", b"a model")
+    node.finish(key, tmp_path / "a" / "no.log", timeout=2)
+    store = open_store(artifact_env)
+    assert stored(store) == {}
+    assert not store.list(f"jobs/{JOB}/model")
 
 
 def test_a_restore_cut_off_by_a_full_disk_leaves_no_mixed_checkpoint(tmp_path: Path) -> None:

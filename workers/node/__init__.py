@@ -17,6 +17,7 @@
     logship.py        a replica's log shipped line by line through Redis
     sidecar.py        what runs beside each replica, whatever its loop:
     artifact_sync.py    checkpoints, models and TensorBoard files to and from the store
+    attempts.py         a job's current attempt: no stale start, no stale checkpoint
     scalars.py          metrics and progress read from the files the loop writes,
     tfevents.py         from TensorBoard event files
     report_file.py      and from the JSON-lines file `cohort.report()` appends to

@@ -24,10 +24,11 @@ from services.wire.client import get_redis, publish_node_event
 from services.wire.clock import RedisClock
 from services.wire.events import NodeHeartbeat, ReplicaRestarted, ReplicaStarted
 from services.wire.generation import Generation
-from services.wire.keys import NODES_HASH, attempt_key, claim_key, node_queue
+from services.wire.keys import NODES_HASH, claim_key, node_queue
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
 from services.wire.signing import HEARTBEAT, check_node_key, seal
 from workers.node import admission, gpus, isolation, layout, leftovers, ports, respawn
+from workers.node.attempts import current_attempt
 from workers.node.bundle_cache import BundleUnavailable
 from workers.node.environment import CommandNotFound
 from workers.node.exits import (
@@ -253,9 +254,9 @@ class Agent:
         """Fencing for at-least-once delivery (lock held): no stale attempt, never two
         processes. None: claimed here now, start it; else why not."""
         self._check_generation()  # the claims of what runs here first, after a wipe
-        current = self.redis.get(attempt_key(key.job_id))
-        if current is not None and int(current) != key.attempt:
-            return Fenced(f"attempt {int(current)} is current", logging.INFO)
+        current = current_attempt(self.redis, key.job_id)
+        if current is not None and current != key.attempt:
+            return Fenced(f"attempt {current} is current", logging.INFO)
         # Compare-and-set on the replica's claim: whichever delivery gets here
         # first (on any node) starts it; every other copy of the message is ignored.
         if self._claim(self.redis, key):

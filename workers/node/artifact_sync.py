@@ -23,6 +23,7 @@ import re
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from services.storage import keys
@@ -284,22 +285,34 @@ class CheckpointMirror:
 
 
 class CheckpointSyncer(threading.Thread):
-    """Calls `mirror.sync()` every `poll_seconds` until `finish()`, which syncs once more."""
+    """Calls `mirror.sync()` every `poll_seconds` until `finish()`, which syncs once more;
+    each only while `superseded()` says its attempt is still the job's (it may raise:
+    that poll sends nothing, and counts as a failure)."""
 
     def __init__(self, mirror: CheckpointMirror, *, name: str,
-                 poll_seconds: float = POLL_SECONDS) -> None:
+                 poll_seconds: float = POLL_SECONDS,
+                 superseded: Callable[[], bool] = lambda: False) -> None:
         super().__init__(daemon=True, name=name)
         self.mirror = mirror
         self.poll_seconds = poll_seconds
+        self.superseded = superseded
         self._done = threading.Event()
         self._failures = 0
+        self._held = False  # said once that it sends no more
 
     def run(self) -> None:
         while not self._done.wait(self.poll_seconds):
             self.sync()
 
-    def sync(self) -> None:
+    def sync(self, *, checked: bool = False) -> None:
+        """Send what changed; `checked`: the caller has just asked `superseded()`."""
         try:
+            if not checked and self.superseded():
+                if not self._held:
+                    log.warning("%s: this attempt is no longer the job's; its checkpoints "
+                                "are not sent over the store's", self.mirror.prefix)
+                    self._held = True
+                return
             self.mirror.sync()
             self._failures = 0
         except Exception as exc:  # noqa: BLE001 - the next poll tries again
@@ -308,9 +321,10 @@ class CheckpointSyncer(threading.Thread):
                 log.warning("syncing the checkpoints of %s failed (%d in a row): %s",
                             self.mirror.prefix, self._failures, exc)
 
-    def finish(self, timeout: float) -> None:
-        """The replica exited: stop polling, then send the last checkpoint."""
+    def finish(self, timeout: float, *, checked: bool = False) -> None:
+        """The replica exited: stop polling, then send the last checkpoint (`checked`: the
+        caller has just asked `superseded()`)."""
         self._done.set()
         if self.is_alive():
             self.join(timeout)
-        self.sync()
+        self.sync(checked=checked)

@@ -4,10 +4,12 @@
   restored from the artifact store (once per node and attempt; workers/node/artifact_sync.py).
 * While it runs: its metrics file and TensorBoard event files are followed and shipped,
   and any sign of progress is beaten (workers/node/scalars.py); replica 0 (the chief,
-  which owns the real checkpoint) mirrors the checkpoint directory to the store.
+  which owns the real checkpoint) mirrors the checkpoint directory to the store, while
+  its attempt is still the job's (workers/node/attempts.py).
 * When it exits, before the exit is reported: the last points, a final checkpoint sync,
   the chief's saved model, the replica's TensorBoard files and its log file go to the
-  store (jobs/<id>/...), so a job that is `succeeded` has its model downloadable. That
+  store (jobs/<id>/...), so a job that is `succeeded` has its model downloadable (the
+  checkpoint and model only if Redis says the attempt is still the job's). That
   takes at most EXIT_UPLOAD_TIMEOUT; past it the exit is reported anyway, the uploads
   go on in the background, and every failure is logged.
 """
@@ -27,6 +29,7 @@ from services.storage.store import ArtifactStore, open_store
 from services.wire.replica import ReplicaSpec
 from workers.node import layout
 from workers.node.artifact_sync import CheckpointMirror, CheckpointSyncer
+from workers.node.attempts import superseded
 from workers.node.launcher import ReplicaKey
 from workers.node.scalars import ScalarShipper
 from workers.reporter import MetricReporter
@@ -151,7 +154,8 @@ class ReplicaSidecar:
             watch_dirs=(self.checkpoint_dir, self.model_dir))
         mirror = node.mirror(job) if key.index == CHIEF else None
         self.syncer = None if mirror is None else CheckpointSyncer(
-            mirror, name=f"checkpoints-{job}-{key.attempt}-{key.index}")
+            mirror, name=f"checkpoints-{job}-{key.attempt}-{key.index}",
+            superseded=lambda: superseded(node.client, job, key.attempt))
 
     def start(self) -> None:
         self.shipper.start()
@@ -182,11 +186,13 @@ class ReplicaSidecar:
         job, index = self.key.job_id, self.key.index
         steps: list[tuple[str, Callable[[], object]]] = []
         syncer = self.syncer
-        if syncer is not None:
-            steps.append(("the last checkpoint", lambda: syncer.finish(timeout)))
+        if syncer is not None and self._still_the_jobs(time.monotonic() + timeout):
+            steps.append(("the last checkpoint", lambda: syncer.finish(timeout, checked=True)))
             if _has_files(self.model_dir):
                 steps.append(("the model", lambda: store.put_tree(
                     keys.model_prefix(job), self.model_dir, mirror=True)))
+        elif syncer is not None:
+            syncer.finish(timeout)  # stops polling; sends nothing while superseded
         if _has_files(self.tensorboard_dir):
             steps.append(("the TensorBoard files", lambda: store.put_tree(
                 keys.tensorboard_prefix(job, index), self.tensorboard_dir)))
@@ -198,6 +204,29 @@ class ReplicaSidecar:
                 step()
             except Exception:  # noqa: BLE001 - one failed upload must not skip the others
                 log.exception("uploading %s of %s failed", what, self.key)
+
+
+    def _still_the_jobs(self, deadline: float) -> bool:
+        """Whether this replica's attempt is still the job's, asked of Redis until it
+        answers or `deadline` (monotonic) passes. The job's checkpoint and model in the
+        store are the current attempt's: a chief torn down and placed again elsewhere (it
+        froze, its node was cut off) must not send its late ones over them. Not knowing
+        (Redis out of reach, as from a cut-off node) sends nothing either."""
+        job, attempt = self.key.job_id, self.key.attempt
+        while True:
+            try:
+                if superseded(self.node.client, job, attempt):
+                    log.warning("attempt %d is no longer job %d's: its last checkpoint and "
+                                "model are not sent over the store's", attempt, job)
+                    return False
+                return True
+            except Exception as exc:  # noqa: BLE001 - redis-py's errors: ask again
+                if time.monotonic() >= deadline:
+                    log.error("%s: Redis did not say whether attempt %d is still job %d's "
+                              "(%s): its last checkpoint and model are not sent", self.key,
+                              attempt, job, exc)
+                    return False
+                time.sleep(0.5)
 
 
 def _has_files(directory: Path) -> bool:
