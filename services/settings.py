@@ -134,10 +134,11 @@ class Settings(BaseSettings):
     # on a stop of a gone replica, not at all), so these bound what a lost message costs.
     START_RESEND_AFTER: float = Field(20.0, gt=0)
     STOP_RESEND_AFTER: float = Field(15.0, gt=0)
-    # A replica placed on a ready node whose agent, this long after, neither runs it,
-    # nor fetches its code, nor reports its exit was never started and will not be (an
-    # agent that cannot act on its start, re-sent or not): it is lost, and the gang's
-    # restart policy decides, rather than the job waiting `scheduled` for good.
+    # A replica placed on a ready node whose agent, this long after, neither runs it, nor
+    # works on any start (a checkpoint restored, code fetched), nor reports its exit was
+    # never started and will not be (an agent that cannot act on its start, re-sent or
+    # not): it is lost, and the gang's restart policy decides, rather than the job
+    # waiting `scheduled` for good.
     START_ANSWER_TIMEOUT: float = Field(120.0, gt=0)
     STARTUP_TIMEOUT: float = 180.0  # from spawn to the first training step
     PROGRESS_TIMEOUT: float = 120.0  # between two progress heartbeats of a replica

@@ -31,7 +31,7 @@ class Heartbeat:
     # lately: lets the scheduler settle replicas whose events Redis lost.
     running: frozenset[tuple[int, int, int]] = frozenset()
     exited: dict[tuple[int, int, int], int] = field(default_factory=dict, hash=False)
-    preparing: frozenset[tuple[int, int, int]] = frozenset()  # code or inputs on their way
+    preparing: frozenset[tuple[int, int, int]] = frozenset()  # starts being worked on
     # The ids of the GPUs the agent found (workers/node/gpus.py), and the ports of its
     # replica range that other processes hold (workers/node/ports.py).
     gpu_ids: tuple[int, ...] = ()

@@ -13,7 +13,7 @@
   chief is watched: its workers and ps serve (a hung one stalls the chief), and the
   evaluator waits for checkpoints;
 * unanswered starts: a replica placed on a ready node whose agent, START_ANSWER_TIMEOUT
-  later, neither runs it, nor fetches its code, nor reports its exit is lost (re-sent
+  later, neither runs it, nor works on any start, nor reports its exit is lost (re-sent
   starts did not help: an agent that cannot act on them);
 * deadlines: a job older than its active_deadline_seconds fails;
 * finished jobs whose ttl_seconds_after_finished has passed get their scratch
@@ -255,14 +255,17 @@ def settle_unanswered_starts(*, session: Session, settings: Settings,
                              now: dt.datetime) -> list[Replica]:
     """Declare lost every replica of a current attempt still pending START_ANSWER_TIMEOUT
     after its placement on a `ready` node whose agent, in a beat written after that
-    (`after`), neither runs it nor prepares it (one whose exit the beat lists is settled
-    by that exit: its refusal's event was lost). The re-sent starts
+    (`after`), neither runs it nor works on any start (one whose exit the beat lists is
+    settled by that exit: its refusal's event was lost). The re-sent starts
     (reconcile._resend_stale_starts) reach an agent that cannot act on them: nothing else
     would ever settle the replica, and its job would stay `scheduled`, holding its slots.
     Returns the replicas declared lost; `gangs.settle_job` tears the gang down and the
     restart policy decides (a lost replica's failure is retryable)."""
     limit = dt.timedelta(seconds=settings.START_ANSWER_TIMEOUT)
-    by_node = {beat.node_id: beat for beat in heartbeats if beat.node_id in ready}
+    # An agent working on any start (restoring a checkpoint, fetching code) may hold the
+    # others in its queue meanwhile (a few at a time): its silence on them is not theirs.
+    by_node = {beat.node_id: beat for beat in heartbeats
+               if beat.node_id in ready and not beat.preparing}
     if not by_node:
         return []
     rows = session.execute(
@@ -278,7 +281,7 @@ def settle_unanswered_starts(*, session: Session, settings: Settings,
         # Only a beat written once the agent had the whole limit to answer says it did
         # not (`after` bounds when it was written from below; None: unknown).
         if beat.after is None or beat.after < replica.created_at + limit or \
-                key in beat.running or key in beat.preparing:
+                key in beat.running:
             continue
         if key in beat.exited:  # refused, and the event that said so was lost
             gangs.record_replica_exited(session=session, job_id=key[0], attempt=key[1],

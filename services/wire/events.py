@@ -130,6 +130,7 @@ class NodeHeartbeat(Contract):
     # name and memory; ("", 0) where only COHORT_NODE_GPUS named it).
     gpu_models: Annotated[tuple[tuple[Annotated[str, _clipped(96)], Id], ...],
                           _clipped(64)] = ()
-    # Replicas whose code or inputs it is fetching before their start: answered, not lost
+    # Replicas whose start it is working on (a checkpoint restored, code or inputs fetched):
+    # an agent busy with starts is not judged to leave one unanswered
     # (services/cluster/watchdog.py settle_unanswered_starts).
     preparing: tuple[Replica, ...] = ()

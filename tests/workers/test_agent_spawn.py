@@ -18,7 +18,7 @@ import redis
 
 from services import exit_codes
 from services.settings import Settings
-from services.wire.keys import EVENTS_STREAM, attempt_key, claim_key
+from services.wire.keys import EVENTS_STREAM, NODES_HASH, attempt_key, claim_key
 from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
 from tests.conftest import redis_url
 from workers.node.agent import Agent
@@ -165,6 +165,38 @@ def test_a_start_another_node_claimed_is_ignored(tmp_path: Path, bus: redis.Redi
     node.start_replica(start(job))
     assert exits_since(bus, job, since) == [] and node.processes == {}
     assert bus.get(claim_key(job, 1, 0)) == "another-node"
+
+
+def test_a_start_being_answered_is_listed_in_the_heartbeat_until_it_is(
+        tmp_path: Path, bus: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restore of the job's checkpoint (held here) may take minutes before the claim
+    and the spawn: meanwhile the beats say the agent works on that start, so the control
+    plane does not take it for one left unanswered (watchdog.settle_unanswered_starts)."""
+    job = JOB + 2
+    restoring, release = threading.Event(), threading.Event()
+    node = agent(tmp_path, bus)
+
+    def held_restore(_spec: ReplicaSpec) -> None:
+        restoring.set()
+        release.wait(30)
+
+    monkeypatch.setattr(node.sidecars, "prepare", held_restore)
+
+    def published() -> dict[str, Any]:
+        node.heartbeat()
+        return dict(json.loads(json.loads(bus.hget(NODES_HASH, "spawn") or "{}")["body"]))
+
+    since = newest_event(bus)
+    answer = threading.Thread(target=node.start_replica, args=(start(job),))
+    answer.start()
+    try:
+        assert restoring.wait(30), "the start never reached its restore"
+        assert published()["preparing"] == [[job, 1, 0]]
+    finally:
+        release.set()
+        answer.join(30)
+    exit_event(bus, job, since)  # answered: spawned, and exited (the unknown trainer)
+    assert published()["preparing"] == []
 
 
 def test_a_missing_interpreter_is_the_replicas_exit_127(tmp_path: Path,

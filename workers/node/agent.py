@@ -119,6 +119,7 @@ class Agent:
         self.gpu_models: tuple[tuple[str, int], ...] = ()
         # Replicas whose code or inputs are being fetched; set: stopped meanwhile.
         self.preparing: dict[ReplicaKey, threading.Event] = {}
+        self.answering: dict[ReplicaKey, int] = {}  # start messages being handled, per key
         self.preparer = Preparer(settings)
         self.sidecars = Sidecars(settings, client)  # checkpoints, metrics from files
         # Ended replicas' senders, for a wipe of Redis just after an end (workers/replay.py).
@@ -159,8 +160,21 @@ class Agent:
     # -- tasks -------------------------------------------------------------
     def start_replica(self, message: StartReplica) -> None:
         """Start a replica once; a redelivered or repeated message is ignored. A replica
-        whose code or inputs must be fetched first starts on a thread of its own."""
+        whose code or inputs must be fetched first starts on a thread of its own. Until
+        it is answered, its heartbeats list it as being prepared: a restore of a large
+        checkpoint is not a start left unanswered (watchdog.settle_unanswered_starts)."""
         key = ReplicaKey.of(message.spec)
+        with self.lock:
+            self.answering[key] = self.answering.get(key, 0) + 1
+        try:
+            self._start_replica(key, message)
+        finally:
+            with self.lock:
+                self.answering[key] -= 1
+                if not self.answering[key]:
+                    del self.answering[key]
+
+    def _start_replica(self, key: ReplicaKey, message: StartReplica) -> None:
         process, failure = None, None
         if key not in self.started and not self.stopping.is_set() and \
                 admission.refusal(message.spec, self.settings.ALLOWED_ENTRYPOINTS) is None:
@@ -400,7 +414,8 @@ class Agent:
         now = time.time()
         with self.lock:
             running = tuple((k.job_id, k.attempt, k.index) for k in self.processes)
-            preparing = tuple((k.job_id, k.attempt, k.index) for k in self.preparing)
+            preparing = tuple((k.job_id, k.attempt, k.index)
+                              for k in {*self.preparing, *self.answering})
             exited = self.exits.recent_codes(now)
             gpu_ids, gpu_models = tuple(self.gpu_ids), self.gpu_models
         beat = NodeHeartbeat(
