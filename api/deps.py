@@ -3,6 +3,7 @@ dashboard session) and the scope check every route goes through, the current job
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Annotated, Any
@@ -22,6 +23,8 @@ from services.models import ApiToken, Job
 from services.settings import Settings, get_settings
 from services.storage.store import ArtifactStore, open_store
 from services.wire.client import get_redis
+
+log = logging.getLogger("cohort.api")
 
 
 def get_db() -> Iterator[Session]:
@@ -124,6 +127,32 @@ def get_stream_token(authorization: AuthorizationHeader = None,
         return _caller(session, authorization, session_id)
 
 
+class StreamCredential:
+    """What an open stream was let in with, asked again while it lasts: a stream outlives
+    its request by hours, and a token revoked or expired, or a dashboard session logged
+    out, since must end it (api/routes/streams.py)."""
+
+    def __init__(self, authorization: str | None, session_id: str | None) -> None:
+        self._authorization, self._session_id = authorization, session_id
+
+    def still_valid(self) -> bool:
+        """False once the credential no longer lets a request in. A database that does
+        not answer is no answer: nothing can be revoked while it is down either."""
+        try:
+            with session_scope() as session:
+                _caller(session, self._authorization, self._session_id)
+        except Unauthorized:
+            return False
+        except Exception:  # noqa: BLE001 - asked again at the next check
+            log.warning("could not check an open stream's credential", exc_info=True)
+        return True
+
+
+def get_stream_credential(authorization: AuthorizationHeader = None,
+                          session_id: SessionCookie = None) -> StreamCredential:
+    return StreamCredential(authorization, session_id)
+
+
 class LoginRequired(Exception):
     """A dashboard page without a live login session (the dashboard redirects to /login)."""
 
@@ -140,6 +169,7 @@ def get_viewer(session: SessionDep, session_id: SessionCookie = None) -> ApiToke
 
 TokenDep = Annotated[ApiToken, Depends(get_token)]
 StreamTokenDep = Annotated[ApiToken, Depends(get_stream_token)]
+StreamCredentialDep = Annotated[StreamCredential, Depends(get_stream_credential)]
 Viewer = Annotated[ApiToken, Depends(get_viewer)]
 
 

@@ -10,7 +10,9 @@ is services/telemetry/follow.py's; these routes parse the request and frame what
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from functools import lru_cache
 from typing import Annotated
 
@@ -20,7 +22,14 @@ from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent, format_sse_event
 
-from api.deps import SettingsDep, StreamScopeRule, StreamTokenDep, scoped
+from api.deps import (
+    SettingsDep,
+    StreamCredential,
+    StreamCredentialDep,
+    StreamScopeRule,
+    StreamTokenDep,
+    scoped,
+)
 from api.openapi import errors
 from api.params import DbId, shown
 from api.stream_limits import SLOTS
@@ -30,7 +39,9 @@ from services.jobs import store as jobs
 from services.telemetry.cursor import Cursor, Event, parse_project_position
 from services.telemetry.follow import KINDS, follow, follow_project, stream_over
 
-# Streams read the token in a short session of their own (api/deps.get_stream_token).
+# Streams read the token in a short session of their own (api/deps.get_stream_token),
+# and again every REAUTH_SECONDS while they last.
+REAUTH_SECONDS = 5.0
 router = APIRouter(tags=["streams"],
                    dependencies=scoped(write=Scope.SUBMIT, rule=StreamScopeRule))
 
@@ -111,6 +122,21 @@ def _encode(event: Event) -> bytes:
 _encode_shared = lru_cache(maxsize=40_000)(_encode)
 
 
+async def _while_valid(batches: AsyncGenerator[list[Event]], credential: StreamCredential
+                       ) -> AsyncIterator[list[Event]]:
+    """`batches` for as long as the caller's credential lets a request in, asked again
+    every REAUTH_SECONDS at the next batch (a quiet stream has an empty one every
+    KEEPALIVE seconds): revoking a token, or logging out, ends its open streams too."""
+    checked = time.monotonic()
+    async with aclosing(batches):
+        async for events in batches:
+            if time.monotonic() - checked >= REAUTH_SECONDS:
+                if not await anyio.to_thread.run_sync(credential.still_valid):
+                    return
+                checked = time.monotonic()
+            yield events
+
+
 async def _frames(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:
     # Events are written a batch at a time (one feed entry, one history page): one write
     # per event would cap a process at a few thousand events a second across all clients.
@@ -131,6 +157,7 @@ async def stream_job(
     job_id: Annotated[int, Depends(stream_job_id)],
     start: Annotated[Cursor | None, Depends(resume_point)],
     chosen: Annotated[set[str], Depends(chosen_kinds)],
+    credential: StreamCredentialDep,
 ) -> Response:
     """A job's `status`, `metric` and `log` events in the order they were stored, history
     then live; the terminal status comes last, after every point and line, and ends the
@@ -139,7 +166,7 @@ async def stream_job(
     if start is not None and "status" in chosen and \
             await anyio.to_thread.run_sync(stream_over, job_id, start):
         return Response(status_code=204)
-    return EventSourceResponse(_frames(follow(job_id, start, chosen)),
+    return EventSourceResponse(_frames(_while_valid(follow(job_id, start, chosen), credential)),
                                headers={"Cache-Control": "no-cache",
                                         "X-Accel-Buffering": "no"})
 
@@ -149,9 +176,10 @@ async def stream_job(
 async def stream_jobs(
     token: StreamTokenDep,
     after: Annotated[int | None, Depends(project_resume_point)],
+    credential: StreamCredentialDep,
 ) -> AsyncIterator[ServerSentEvent]:
     """`status` events (data: JobRead) of the project's jobs as their statuses change.
     Without `Last-Event-ID`, the 50 newest jobs come first."""
-    async for events in follow_project(token.project_id, after):
+    async for events in _while_valid(follow_project(token.project_id, after), credential):
         for event in events:
             yield ServerSentEvent(event=event.kind, id=event.id, data=event.data)

@@ -395,7 +395,7 @@ def stream_over(job_id: int, cursor: Cursor) -> bool:
 
 
 async def follow(job_id: int, cursor: Cursor | None = None, kinds: Collection[str] = KINDS,
-                 *, keepalive: float = KEEPALIVE) -> AsyncIterator[list[Event]]:
+                 *, keepalive: float = KEEPALIVE) -> AsyncGenerator[list[Event]]:
     """Follow job `job_id` from `cursor` (None: from the start) until its terminal status:
     batches of events in stream order, each batch what to send at once; an empty batch
     after `keepalive` seconds of silence. `kinds`: some of status, metric, log."""
@@ -410,13 +410,19 @@ async def follow(job_id: int, cursor: Cursor | None = None, kinds: Collection[st
             follower.feed.close()
 
 
-async def follow_project(project_id: int, after: int | None = None
-                         ) -> AsyncIterator[list[Event]]:
+async def follow_project(project_id: int, after: int | None = None, *,
+                         keepalive: float = KEEPALIVE) -> AsyncGenerator[list[Event]]:
     """The project's jobs as their statuses change, forever: `status` events whose ids
-    are job-event ids. With no `after`, the project's newest jobs come first."""
+    are job-event ids. With no `after`, the project's newest jobs come first; an empty
+    batch after `keepalive` seconds without any (a quiet spell)."""
     cursor = after
+    idle_since = time.monotonic()
     while True:
         changed, cursor = await _sql(project_changes, project_id, cursor)
         if changed:
+            idle_since = time.monotonic()
             yield [Event("status", str(cursor), snapshot) for snapshot in changed]
+        elif time.monotonic() - idle_since >= keepalive:
+            idle_since = time.monotonic()
+            yield []
         await anyio.sleep(STATUS_POLL)

@@ -4,6 +4,8 @@ history then live, and an exact resume with Last-Event-ID after a dropped connec
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -240,3 +242,52 @@ def test_the_status_event_is_the_job_as_rest_reads_it(live_api: str, committed: 
     assert status.event == "status" and status.data == rest
     assert change["to_status"] == rest["status"] and change["from_status"] is None
     assert rest["queue_position"] >= 1 and rest["progress"]["total_steps"] == 20
+
+
+def test_an_open_stream_ends_once_its_token_is_revoked(live_api: str, bus: redis.Redis,
+                                                       committed: Any) -> None:
+    """A stream outlives its request: revoking its token ends it within REAUTH_SECONDS of
+    the next batch, while points keep coming (on the code before it ran on)."""
+    from api.routes.streams import REAUTH_SECONDS
+    from services.auth import tokens
+    from services.db import session_scope
+
+    token, job_id = committed()
+    headers = {"Authorization": f"Bearer {token}"}
+    with session_scope() as session:
+        token_id = tokens.authenticate(session=session, token=token).id
+    url = f"{live_api}/api/v1/jobs/{job_id}/stream"
+    stop = threading.Event()
+
+    def points() -> None:  # a replica reporting, and the leader storing, until told
+        step = 1
+        while not stop.is_set():
+            emit(bus, job_id, range(step, step + 1))
+            ingest_until(bus, 2, timeout=5)
+            step += 1
+            stop.wait(0.2)
+
+    feeder = threading.Thread(target=points, daemon=True)
+    with httpx.Client(timeout=15) as http, http.stream("GET", url, headers=headers) as response:
+        assert response.status_code == 200
+        events = parse_lines(response.iter_lines())
+        assert next(events).event == "status"
+        feeder.start()
+        try:
+            assert next(events).event == "metric"  # live
+            with session_scope() as session:
+                tokens.revoke_token(session=session, token_id=token_id)
+            revoked = time.monotonic()
+            after = 0
+            for _ in events:  # until the server ends the response
+                after += 1
+                if time.monotonic() - revoked > REAUTH_SECONDS + 10:
+                    break  # it runs on
+            took = time.monotonic() - revoked
+        finally:
+            stop.set()
+            feeder.join(10)
+    assert took < REAUTH_SECONDS + 3, (took, after)
+    assert after > 0  # points went on flowing until the check
+    again = httpx.get(url, headers=headers, timeout=15)
+    assert again.status_code == 401 and "revoked" in again.json()["message"]
