@@ -7,11 +7,17 @@ reset it. A fixed window: the first failure starts it, and it ends on its own (a
 a time to live). A success does not clear the count: a caller holding one valid token
 could otherwise wipe it between guesses. The address is the one uvicorn reports, which is
 the proxy's `X-Forwarded-For` only for proxies listed in FORWARDED_ALLOW_IPS.
+
+While Redis does not answer, each api process counts in its own memory instead (the same
+allowance and window, per process): the dashboard stays up without Redis, and guessing
+does not speed up while it is away.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import redis
 
@@ -26,23 +32,65 @@ class LoginThrottled(TooManyRequests):
     """Too many failed logins from one address."""
 
 
-def check_login_allowed(client: redis.Redis, settings: Settings, address: str) -> None:
-    """Raise LoginThrottled when `address` has used up its failed logins for now.
+class _LocalCounts:
+    """Failed logins per address in this process, for while Redis does not answer: fixed
+    windows as in Redis, at most MAX_ADDRESSES of them (the oldest dropped first)."""
 
-    A Redis that does not answer lets the login through: the token check still holds,
-    and the dashboard should not go down with Redis.
-    """
+    MAX_ADDRESSES = 10_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._windows: dict[str, tuple[float, int]] = {}  # address -> (ends at, count)
+
+    def _live(self, address: str, now: float) -> tuple[float, int] | None:
+        window = self._windows.get(address)
+        if window is not None and window[0] <= now:
+            del self._windows[address]
+            return None
+        return window
+
+    def wait(self, address: str, limit: int) -> int | None:
+        """Seconds `address` must wait, if it has used up its failures."""
+        now = time.monotonic()
+        with self._lock:
+            window = self._live(address, now)
+        if window is None or window[1] < limit:
+            return None
+        return max(int(window[0] - now), 1)
+
+    def count(self, address: str, window_seconds: float) -> None:
+        now = time.monotonic()
+        with self._lock:
+            window = self._live(address, now)
+            ends, count = window if window is not None else (now + window_seconds, 0)
+            self._windows.pop(address, None)  # re-inserted last: the newest
+            self._windows[address] = (ends, count + 1)
+            while len(self._windows) > self.MAX_ADDRESSES:
+                del self._windows[next(iter(self._windows))]
+
+
+LOCAL = _LocalCounts()
+
+
+def check_login_allowed(client: redis.Redis, settings: Settings, address: str) -> None:
+    """Raise LoginThrottled when `address` has used up its failed logins for now, as
+    Redis counts them, or this process while Redis does not answer."""
     key = login_failures_key(address)
+    wait: int | None = None
     try:
         pipe = client.pipeline(transaction=False)
         pipe.get(key)
         pipe.ttl(key)
         count, ttl = pipe.execute()
+        if count is not None and int(count) >= settings.LOGIN_MAX_FAILURES:
+            wait = max(int(ttl), 1)
     except redis.RedisError:
-        log.warning("login throttle: Redis did not answer; not counting", exc_info=True)
-        return
-    if count is not None and int(count) >= settings.LOGIN_MAX_FAILURES:
-        wait = max(int(ttl), 1)
+        log.warning("login throttle: Redis did not answer; counting in this process",
+                    exc_info=True)
+    local = LOCAL.wait(address, settings.LOGIN_MAX_FAILURES)
+    if local is not None:
+        wait = max(wait or 0, local)
+    if wait is not None:
         raise LoginThrottled(f"too many failed logins from {address}: try again in {wait} s",
                              retry_after=wait)
 
@@ -58,4 +106,6 @@ def record_failed_login(client: redis.Redis, settings: Settings, address: str) -
         pipe.incr(key)
         pipe.execute()
     except redis.RedisError:
-        log.warning("login throttle: Redis did not answer; not counting", exc_info=True)
+        log.warning("login throttle: Redis did not answer; counting in this process",
+                    exc_info=True)
+        LOCAL.count(address, settings.LOGIN_FAILURE_WINDOW)

@@ -224,3 +224,34 @@ def test_failed_logins_are_throttled_per_address(client: TestClient, token: str,
                        client=("198.51.100.7", 40000))
     assert other.post("/login", data={"token": token}, follow_redirects=False
                       ).status_code == 303
+
+
+def test_failed_logins_are_throttled_while_redis_is_down(
+        client: TestClient, token: str, three_tries: None,  # noqa: ARG001
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis away: the dashboard still logs in, and this process counts the failures (on
+    the code before, guesses went on unthrottled for as long as Redis was down)."""
+    from services.wire.client import get_redis
+
+    monkeypatch.setenv("COHORT_REDIS_URL", "redis://127.0.0.1:1/0")  # nothing listens
+    get_settings.cache_clear()
+    get_redis.cache_clear()
+    guesser = TestClient(client.app, headers={"Origin": "http://testserver"},
+                         client=("203.0.113.41", 40000))
+    other = TestClient(client.app, headers={"Origin": "http://testserver"},
+                       client=("203.0.113.42", 40000))
+    try:
+        assert other.post("/login", data={"token": token}, follow_redirects=False
+                          ).status_code == 303  # logging in needs no Redis
+        for _ in range(3):
+            response = guesser.post("/login", data={"token": "guess"}, follow_redirects=False)
+            assert response.status_code == 401
+        response = guesser.post("/login", data={"token": token}, follow_redirects=False)
+        assert response.status_code == 429
+        assert 0 < int(response.headers["Retry-After"]) <= 120
+        assert other.post("/login", data={"token": token}, follow_redirects=False
+                          ).status_code == 303
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+        get_redis.cache_clear()
