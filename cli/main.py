@@ -128,6 +128,7 @@ def scheduler() -> None:
 def agent() -> None:
     """Run this machine's node agent (a Celery worker on its own queue)."""
     from workers.node.agent import run_agent
+    from workers.node.data_dir_lock import DataDirInUse
     from workers.node.isolation import IsolationUnavailable
 
     require_node_key()
@@ -135,7 +136,7 @@ def agent() -> None:
     _require_redis()
     try:
         run_agent()
-    except IsolationUnavailable as exc:
+    except (IsolationUnavailable, DataDirInUse) as exc:
         typer.echo(f"cohort: {exc}", err=True)  # one line: what to fix
         raise typer.Exit(1) from None
     _exit_at_once()

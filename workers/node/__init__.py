@@ -13,6 +13,7 @@
     guard.py          the wrapper that ends a job's process with the agent
     processes.py      stopping a process and all it started
     leftovers.py      what a job's code or a previous agent left running here
+    data_dir_lock.py  one agent per node id and DATA_DIR
     layout.py         where a job's files go on a node
     logship.py        a replica's log shipped line by line through Redis
     sidecar.py        what runs beside each replica, whatever its loop:

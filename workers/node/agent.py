@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import redis
 
@@ -27,7 +27,16 @@ from services.wire.generation import Generation
 from services.wire.keys import NODES_HASH, claim_key, node_queue
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
 from services.wire.signing import HEARTBEAT, check_node_key, seal
-from workers.node import admission, gpus, isolation, layout, leftovers, ports, respawn
+from workers.node import (
+    admission,
+    data_dir_lock,
+    gpus,
+    isolation,
+    layout,
+    leftovers,
+    ports,
+    respawn,
+)
 from workers.node.attempts import current_attempt
 from workers.node.bundle_cache import BundleUnavailable
 from workers.node.environment import CommandNotFound
@@ -56,6 +65,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("cohort.agent")
 
 _agent: Agent | None = None
+_data_dir_lock: IO[str] | None = None  # this process's hold on DATA_DIR (run_agent)
 
 CLAIM_TTL = 30 * 86400  # seconds: far past any message's redelivery
 
@@ -513,6 +523,10 @@ def run_agent(settings: Settings | None = None) -> None:
 
     from workers.celery_app import app
 
+    # First of all: a second agent of this node on this DATA_DIR would end the first one's
+    # replicas as a predecessor's leftovers (below). Held until the process ends.
+    global _data_dir_lock
+    _data_dir_lock = data_dir_lock.hold(settings.data_dir, settings.node_id)
     # Before consuming: a node whose replicas could not run as their own users (a uid
     # its user namespace does not map, an interpreter they cannot reach) says so now.
     isolation.check_node(settings, settings.REPLICA_PYTHON or sys.executable)
