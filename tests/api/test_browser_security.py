@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from httpx import Response
 from sqlalchemy.orm import Session
 
 from api.security_headers import SECURITY_HEADERS
@@ -208,20 +209,29 @@ def three_tries(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     get_settings.cache_clear()
 
 
-def test_failed_logins_are_throttled_per_address(client: TestClient, token: str,
-                                                 three_tries: None) -> None:  # noqa: ARG001
-    for _ in range(3):
+def from_address(client: TestClient, address: str) -> TestClient:
+    return TestClient(client.app, headers={"Origin": "http://testserver"},
+                      client=(address, 40000))
+
+
+def guess_then_log_in(client: TestClient, token: str, guesses: int) -> Response:
+    """`guesses` failed logins (each a 401), then the login with the right token."""
+    for _ in range(guesses):
         response = client.post("/login", data={"token": "guess"}, follow_redirects=False)
         assert response.status_code == 401
+    return client.post("/login", data={"token": token}, follow_redirects=False)
+
+
+def test_failed_logins_are_throttled_per_address(client: TestClient, token: str,
+                                                 three_tries: None) -> None:  # noqa: ARG001
     # Past the allowance even the right token waits: guesses cannot go on between
     # logins with a token of one's own.
-    response = client.post("/login", data={"token": token}, follow_redirects=False)
+    response = guess_then_log_in(client, token, 3)
     assert response.status_code == 429
     assert 0 < int(response.headers["Retry-After"]) <= 120
     assert "too many failed logins" in response.text and "set-cookie" not in response.headers
     # Another address is not held up.
-    other = TestClient(client.app, headers={"Origin": "http://testserver"},
-                       client=("198.51.100.7", 40000))
+    other = from_address(client, "198.51.100.7")
     assert other.post("/login", data={"token": token}, follow_redirects=False
                       ).status_code == 303
 
@@ -236,17 +246,11 @@ def test_failed_logins_are_throttled_while_redis_is_down(
     monkeypatch.setenv("COHORT_REDIS_URL", "redis://127.0.0.1:1/0")  # nothing listens
     get_settings.cache_clear()
     get_redis.cache_clear()
-    guesser = TestClient(client.app, headers={"Origin": "http://testserver"},
-                         client=("203.0.113.41", 40000))
-    other = TestClient(client.app, headers={"Origin": "http://testserver"},
-                       client=("203.0.113.42", 40000))
+    guesser, other = from_address(client, "203.0.113.41"), from_address(client, "203.0.113.42")
     try:
         assert other.post("/login", data={"token": token}, follow_redirects=False
                           ).status_code == 303  # logging in needs no Redis
-        for _ in range(3):
-            response = guesser.post("/login", data={"token": "guess"}, follow_redirects=False)
-            assert response.status_code == 401
-        response = guesser.post("/login", data={"token": token}, follow_redirects=False)
+        response = guess_then_log_in(guesser, token, 3)
         assert response.status_code == 429
         assert 0 < int(response.headers["Retry-After"]) <= 120
         assert other.post("/login", data={"token": token}, follow_redirects=False
