@@ -268,15 +268,18 @@ def settle_unanswered_starts(*, session: Session, settings: Settings,
                if beat.node_id in ready and not beat.preparing}
     if not by_node:
         return []
+    # From the scheduled jobs (few, and indexed by status) to their replicas: not a scan
+    # of every replica for the pending ones, on every pass.
     rows = session.execute(
         sa.select(Replica).join(Job, Job.id == Replica.job_id).where(
-            Replica.status == ReplicaStatus.PENDING, Replica.attempt == Job.attempt,
-            Job.status == JobStatus.SCHEDULED, Replica.created_at < now - limit,
-            Replica.node_id.in_(list(by_node)))
+            Job.status == JobStatus.SCHEDULED, Replica.attempt == Job.attempt,
+            Replica.status == ReplicaStatus.PENDING, Replica.created_at < now - limit)
     ).scalars().all()
     lost: list[Replica] = []
     for replica in rows:
-        beat = by_node[replica.node_id]
+        beat = by_node.get(replica.node_id)
+        if beat is None:  # lost, or silent: reap_lost_nodes' to settle
+            continue
         key = (replica.job_id, replica.attempt, replica.index)
         # Only a beat written once the agent had the whole limit to answer says it did
         # not (`after` bounds when it was written from below; None: unknown).
