@@ -4,6 +4,8 @@ dashboard session) and the scope check every route goes through, the current job
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Annotated, Any
@@ -130,22 +132,39 @@ def get_stream_token(authorization: AuthorizationHeader = None,
 class StreamCredential:
     """What an open stream was let in with, asked again while it lasts: a stream outlives
     its request by hours, and a token revoked or expired, or a dashboard session logged
-    out, since must end it (api/routes/streams.py)."""
+    out, since must end it (api/routes/streams.py). The answer is shared by every stream
+    of one credential in this process for ANSWER_SECONDS: one token may hold many streams
+    (COHORT_MAX_STREAMS_PER_TOKEN), which should not each ask the database."""
+
+    ANSWER_SECONDS = 2.0
+    _answers: dict[tuple[str | None, str | None], tuple[float, bool]] = {}
+    _lock = threading.Lock()
 
     def __init__(self, authorization: str | None, session_id: str | None) -> None:
-        self._authorization, self._session_id = authorization, session_id
+        self._key = (authorization, session_id)
 
     def still_valid(self) -> bool:
         """False once the credential no longer lets a request in. A database that does
         not answer is no answer: nothing can be revoked while it is down either."""
+        now = time.monotonic()
+        with self._lock:
+            answer = self._answers.get(self._key)
+        if answer is not None and now - answer[0] < self.ANSWER_SECONDS:
+            return answer[1]
         try:
             with session_scope() as session:
-                _caller(session, self._authorization, self._session_id)
+                _caller(session, *self._key)
+            valid = True
         except Unauthorized:
-            return False
+            valid = False
         except Exception:  # noqa: BLE001 - asked again at the next check
             log.warning("could not check an open stream's credential", exc_info=True)
-        return True
+            return True
+        with self._lock:
+            if len(self._answers) > 10_000:  # old answers are never read again
+                self._answers.clear()
+            self._answers[self._key] = (now, valid)
+        return valid
 
 
 def get_stream_credential(authorization: AuthorizationHeader = None,
