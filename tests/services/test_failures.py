@@ -21,8 +21,10 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def beat(at: dt.datetime, running: frozenset[tuple[int, int, int]] = frozenset(),
-         exited: dict[tuple[int, int, int], int] | None = None) -> Heartbeat:
-    return Heartbeat("n1", "10.1.0.1", 4, 0, at, running=running, exited=exited or {}, after=at)
+         exited: dict[tuple[int, int, int], int] | None = None,
+         preparing: frozenset[tuple[int, int, int]] = frozenset()) -> Heartbeat:
+    return Heartbeat("n1", "10.1.0.1", 4, 0, at, running=running, exited=exited or {},
+                     preparing=preparing, after=at)
 
 
 def run(session: Session, now: dt.datetime, *beats: Heartbeat,
@@ -360,9 +362,7 @@ def test_no_start_is_judged_unanswered_while_its_agent_works_on_one(
     job = placed_job(session)
     later = T0 + dt.timedelta(seconds=limit + 1)
     for preparing in ({(job.id, 1, 0)}, {(job.id + 1000, 1, 0)}):  # its own, another job's
-        busy = Heartbeat("n1", "10.1.0.1", 4, 0, later, preparing=frozenset(preparing),
-                         after=later)
-        run(session, later, busy)
+        run(session, later, beat(later, preparing=frozenset(preparing)))
         assert job.status is JobStatus.SCHEDULED
         assert all(r.status is ReplicaStatus.PENDING
                    for r in jobs.read_replicas(session=session, job=job))

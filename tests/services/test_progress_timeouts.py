@@ -97,11 +97,14 @@ def test_zero_still_fails_a_gang_whose_processes_did_not_all_start(session: Sess
                                  pid=1, at=T0)
     gangs.settle_job(session=session, job=job, now=T0)
     started = frozenset({(job.id, 1, 0)})
+    # Its agent still works on replica 1's start (fetching its code, say): not a start
+    # left unanswered (START_ANSWER_TIMEOUT), so the start-up limit decides.
+    fetching = frozenset({(job.id, 1, 1)})
     early = T0 + dt.timedelta(seconds=settings.STARTUP_TIMEOUT - 1)
-    run(session, early, beat(early, started))
+    run(session, early, beat(early, started, preparing=fetching))
     assert job.status is JobStatus.SCHEDULED
     late = T0 + dt.timedelta(seconds=settings.STARTUP_TIMEOUT + 1)
-    run(session, late, beat(late, started))
+    run(session, late, beat(late, started, preparing=fetching))
     assert job.status is JobStatus.FAILED
     assert "hung: the gang's processes were not all started within " \
            f"{settings.STARTUP_TIMEOUT:.0f}s" in job.reason
