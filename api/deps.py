@@ -143,14 +143,23 @@ class StreamCredential:
     def __init__(self, authorization: str | None, session_id: str | None) -> None:
         self._key = (authorization, session_id)
 
-    def still_valid(self) -> bool:
-        """False once the credential no longer lets a request in. A database that does
-        not answer is no answer: nothing can be revoked while it is down either."""
-        now = time.monotonic()
+    def recent_answer(self) -> bool | None:
+        """The answer given for this credential less than ANSWER_SECONDS ago, if any: asked
+        on the event loop, so most checks of a busy process need no worker thread."""
         with self._lock:
             answer = self._answers.get(self._key)
-        if answer is not None and now - answer[0] < self.ANSWER_SECONDS:
+        if answer is not None and time.monotonic() - answer[0] < self.ANSWER_SECONDS:
             return answer[1]
+        return None
+
+    def still_valid(self) -> bool:
+        """False once the credential no longer lets a request in (asked of the database
+        unless answered recently). A database that does not answer is no answer: nothing
+        can be revoked while it is down either."""
+        recent = self.recent_answer()
+        if recent is not None:
+            return recent
+        now = time.monotonic()
         try:
             with session_scope() as session:
                 _caller(session, *self._key)

@@ -131,7 +131,10 @@ async def _while_valid(batches: AsyncGenerator[list[Event]], credential: StreamC
     async with aclosing(batches):
         async for events in batches:
             if time.monotonic() - checked >= REAUTH_SECONDS:
-                if not await anyio.to_thread.run_sync(credential.still_valid):
+                valid = credential.recent_answer()  # a thread only to ask the database
+                if valid is None:
+                    valid = await anyio.to_thread.run_sync(credential.still_valid)
+                if not valid:
                     return
                 checked = time.monotonic()
             yield events
