@@ -137,11 +137,14 @@ class StreamCredential:
     (COHORT_MAX_STREAMS_PER_TOKEN), which should not each ask the database."""
 
     ANSWER_SECONDS = 2.0
-    _answers: dict[tuple[str | None, str | None], tuple[float, bool]] = {}
+    _answers: dict[tuple[str | None, ...], tuple[float, bool]] = {}
     _lock = threading.Lock()
 
     def __init__(self, authorization: str | None, session_id: str | None) -> None:
-        self._key = (authorization, session_id)
+        self._credential = (authorization, session_id)
+        # The shared answers are kept under digests, not the secrets themselves.
+        self._key = tuple(None if part is None else tokens.hash_token(part)
+                          for part in self._credential)
 
     def recent_answer(self) -> bool | None:
         """The answer given for this credential less than ANSWER_SECONDS ago, if any: asked
@@ -162,7 +165,7 @@ class StreamCredential:
         now = time.monotonic()
         try:
             with session_scope() as session:
-                _caller(session, *self._key)
+                _caller(session, *self._credential)
             valid = True
         except Unauthorized:
             valid = False
