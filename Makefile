@@ -46,7 +46,7 @@ migrate: $(STAMP)
 PYTEST := $(PY) -m pytest -q -ra
 test: chromium replica-access $(STAMP)
 	$(MAKE) --no-print-directory -j2 --output-sync=target lint test-fast
-	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder --durations=25 --junitxml=test-artifacts/junit-real.xml tests/workers tests/e2e tests/faults tests/chaos tests/install
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder --durations=25 --junitxml=test-artifacts/junit-real.xml tests/security tests/workers tests/e2e tests/faults tests/chaos tests/install
 
 # Style, the import contracts of pyproject.toml (api -> services <- workers; node and
 # replica code holds no SQL) and the types: seconds, so they run before any test.

@@ -8,9 +8,11 @@ PATCH and DELETE (and scripts cannot change it); `Referer` stands in when a brow
 leaves `Origin` out. A request with neither is refused: a browser always sends one of
 them, and a script that does not can send `Authorization: Bearer` instead of a cookie.
 
-Requests with `Authorization: Bearer` are not checked: another site's page cannot make a
-browser add that header (it would need a CORS preflight this api never grants), and the
-bearer, not the cookie, is what authenticates them. `POST /login` is checked with or
+Requests that a bearer token authenticates are not checked: another site's page cannot
+make a browser add that header (it would need a CORS preflight this api never grants).
+Whether the bearer or the cookie authenticates is decided by one function
+(`api.deps.bearer_token`): an empty or malformed `Authorization` header falls back to the
+cookie there, so it is checked here. `POST /login` is checked with or
 without a cookie (login CSRF: another site logging the browser in as the attacker).
 
 The check is independent of what the cookie holds (a token or a session id): only its
@@ -26,7 +28,7 @@ from starlette.requests import cookie_parser
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.deps import SESSION_COOKIE
+from api.deps import SESSION_COOKIE, bearer_token
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # The dashboard's login cookie (api/deps.py); with it a browser acts as its user.
@@ -73,9 +75,8 @@ def _needs_check(scope: Scope, headers: Headers) -> bool:
         return False
     if scope["path"] == LOGIN_PATH:
         return True
-    scheme, _, _ = headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer":
-        return False
+    if bearer_token(headers.get("authorization")) is not None:
+        return False  # the bearer authenticates it, not the cookie
     cookies = cookie_parser(headers.get("cookie", ""))
     return any(name in cookies for name in LOGIN_COOKIES)
 

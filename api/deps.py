@@ -92,13 +92,25 @@ RedisDep = Annotated[redis.Redis, Depends(get_bus)]
 SESSION_COOKIE = "cohort_session"  # the dashboard's login: a session id, never a token
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, or None when the header is
+    absent, of another scheme or empty: then the cookie, if any, authenticates the
+    request. The one reading of the header, shared by authentication and the cross-site
+    check (api/csrf.py), so the check never skips a request the cookie authenticates."""
+    if not authorization:
+        return None
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return None
+
+
 def _caller(session: Session, authorization: str | None, session_id: str | None) -> ApiToken:
     """The token of `Authorization: Bearer <token>`, else of the dashboard session whose
     id the cookie holds (Unauthorized otherwise)."""
-    if authorization:
-        scheme, _, value = authorization.partition(" ")
-        if scheme.lower() == "bearer" and value.strip():
-            return tokens.authenticate(session=session, token=value.strip())
+    bearer = bearer_token(authorization)
+    if bearer is not None:
+        return tokens.authenticate(session=session, token=bearer)
     # The cookie is HttpOnly and SameSite=Strict, so a cross-site page cannot make the
     # browser send it.
     if session_id:
