@@ -6,22 +6,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from functools import lru_cache
 from typing import Annotated, Any
 
 import redis
 from fastapi import Cookie, Depends, Header, Request
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from api.params import DbId
 from services.auth import sessions, tokens
 from services.auth.scopes import Scope, check_scope, holds
-from services.db import session_scope
+from services.db import database_unreachable, session_scope
 from services.exceptions import Unauthorized
 from services.jobs import store as jobs
 from services.jobs.submission_batcher import SubmissionBatcher, process_batcher
-from services.models import ApiToken, Job
+from services.models import ApiToken, Job, utcnow
 from services.settings import Settings, get_settings
 from services.storage.store import ArtifactStore, open_store
 from services.wire.client import get_redis
@@ -38,6 +40,18 @@ def get_db() -> Iterator[Session]:
 # scope="function": the commit above runs before the response goes out, so a
 # 201 is only ever sent for a job that is already committed.
 SessionDep = Annotated[Session, Depends(get_db, scope="function")]
+
+Sessions = Callable[[], AbstractContextManager[Session]]
+
+
+async def get_sessions() -> Sessions:
+    """Short transactions apart from the request's own, each committed as its block ends:
+    for what must not wait for the request's commit or hold a session while the request
+    lasts (an upload being checked). The api tests give savepoints instead."""
+    return session_scope
+
+
+SessionsDep = Annotated[Sessions, Depends(get_sessions)]
 
 
 def commit_admission(session: Session) -> None:
@@ -122,11 +136,50 @@ AuthorizationHeader = Annotated[str | None, Header(alias="Authorization")]
 SessionCookie = Annotated[str | None, Cookie(alias=SESSION_COOKIE)]
 
 
-def get_token(session: SessionDep, authorization: AuthorizationHeader = None,
+def record_use(transaction: Sessions, token: ApiToken) -> None:
+    """Record the token's use, at most once a minute, in a short transaction of its own.
+
+    Never in the request's transaction: on SQLite that write takes the database's one
+    write lock, and the request would hold it until its commit, however long it lasts
+    (an upload checked for seconds held every other project's writes back). A use that
+    cannot be recorded (the database locked or down) does not refuse the request: the
+    next one records it."""
+    now = utcnow()
+    if not tokens.use_due(token, now):
+        return
+    try:
+        with transaction() as session:
+            tokens.record_use(session=session, token_id=token.id, now=now)
+    except Exception as exc:
+        if not database_unreachable(exc):
+            raise
+        log.warning("could not record the use of token %s: %s", token.id, exc)
+        return
+    # As written, without marking the row changed in the request's session.
+    set_committed_value(token, "last_used_at", now)
+
+
+def get_token(session: SessionDep, transaction: SessionsDep,
+              authorization: AuthorizationHeader = None,
               session_id: SessionCookie = None) -> ApiToken:
     """The caller's token, from `Authorization: Bearer <token>` or the dashboard's session
     cookie (401 otherwise)."""
-    return _caller(session, authorization, session_id)
+    token = _caller(session, authorization, session_id)
+    record_use(transaction, token)
+    return token
+
+
+def get_upload_token(transaction: SessionsDep, authorization: AuthorizationHeader = None,
+                     session_id: SessionCookie = None) -> ApiToken:
+    """The caller's token, read in a short transaction that ends before the endpoint runs.
+
+    For uploads: their body streams in and is checked for seconds (a bundle), with no
+    session, connection or lock of the database held meanwhile; they take short
+    transactions of their own (`SessionsDep`) for what they read and record."""
+    with transaction() as session:
+        token = _caller(session, authorization, session_id)
+    record_use(transaction, token)
+    return token
 
 
 def get_stream_token(authorization: AuthorizationHeader = None,
@@ -138,7 +191,9 @@ def get_stream_token(authorization: AuthorizationHeader = None,
     dependencies can when a burst of clients holds every thread and every connection.
     """
     with session_scope() as session:
-        return _caller(session, authorization, session_id)
+        token = _caller(session, authorization, session_id)
+    record_use(session_scope, token)
+    return token
 
 
 class StreamCredential:
@@ -177,7 +232,8 @@ class StreamCredential:
         now = time.monotonic()
         try:
             with session_scope() as session:
-                _caller(session, *self._credential)
+                token = _caller(session, *self._credential)
+            record_use(session_scope, token)
             valid = True
         except Unauthorized:
             valid = False
@@ -200,17 +256,21 @@ class LoginRequired(Exception):
     """A dashboard page without a live login session (the dashboard redirects to /login)."""
 
 
-def get_viewer(session: SessionDep, session_id: SessionCookie = None) -> ApiToken:
+def get_viewer(session: SessionDep, transaction: SessionsDep,
+               session_id: SessionCookie = None) -> ApiToken:
     """The dashboard's logged-in token, from its session cookie alone."""
     if not session_id:
         raise LoginRequired
     try:
-        return sessions.authenticate_session(session=session, session_id=session_id)
+        token = sessions.authenticate_session(session=session, session_id=session_id)
     except Unauthorized:
         raise LoginRequired from None
+    record_use(transaction, token)
+    return token
 
 
 TokenDep = Annotated[ApiToken, Depends(get_token)]
+UploadTokenDep = Annotated[ApiToken, Depends(get_upload_token)]
 StreamTokenDep = Annotated[ApiToken, Depends(get_stream_token)]
 StreamCredentialDep = Annotated[StreamCredential, Depends(get_stream_credential)]
 Viewer = Annotated[ApiToken, Depends(get_viewer)]
@@ -247,6 +307,14 @@ class StreamScopeRule(ScopeRule):
     """A ScopeRule for SSE streams: the token is read in a short session of its own."""
 
     async def __call__(self, request: Request, token: StreamTokenDep) -> ApiToken:
+        return self.check(request, token)
+
+
+class UploadScopeRule(ScopeRule):
+    """A ScopeRule for uploads: the token is read in a short transaction of its own
+    (`get_upload_token`), so no session stays open while the body comes in."""
+
+    async def __call__(self, request: Request, token: UploadTokenDep) -> ApiToken:
         return self.check(request, token)
 
 

@@ -146,15 +146,29 @@ def check_usable(row: ApiToken, now: dt.datetime) -> None:
                            "UTC: ask an admin for a new one")
 
 
-def mark_used(row: ApiToken, now: dt.datetime) -> None:
-    """Record the token's use, to the minute."""
-    if row.last_used_at is None or now - row.last_used_at >= LAST_USED_RESOLUTION:
-        row.last_used_at = now
+def use_due(row: ApiToken, now: dt.datetime) -> bool:
+    """Whether the token's use at `now` is to be recorded (record_use): its last use was
+    recorded LAST_USED_RESOLUTION ago or more, or never."""
+    return row.last_used_at is None or now - row.last_used_at >= LAST_USED_RESOLUTION
+
+
+def record_use(*, session: Session, token_id: int, now: dt.datetime) -> bool:
+    """Record the token's use at `now`, to the minute: nothing is written when a use less
+    than LAST_USED_RESOLUTION earlier is recorded (by this process or another). Returns
+    whether it wrote. The caller commits, in a transaction of its own: this write takes
+    SQLite's one write lock, which the request's own transaction must not hold for the
+    request's whole duration (an upload checked for seconds)."""
+    due = sa.or_(ApiToken.last_used_at.is_(None),
+                 ApiToken.last_used_at <= now - LAST_USED_RESOLUTION)
+    result = session.execute(sa.update(ApiToken).where(ApiToken.id == token_id, due)
+                             .values(last_used_at=now))
+    return bool(getattr(result, "rowcount", 0))
 
 
 def authenticate(*, session: Session, token: str | None,
                  now: dt.datetime | None = None) -> ApiToken:
-    """The token row for a bearer token.
+    """The token row for a bearer token; only read (its use is recorded apart, by
+    record_use).
 
     Raises:
         Unauthorized: no token, an unknown one, or one expired or revoked.
@@ -168,7 +182,6 @@ def authenticate(*, session: Session, token: str | None,
     if row is None:
         raise Unauthorized("unknown token: check COHORT_TOKEN or ask an admin for a token")
     check_usable(row, now)
-    mark_used(row, now)
     return row
 
 

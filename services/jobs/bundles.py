@@ -7,6 +7,9 @@ from a HEAD or a job spec that another one holds some code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -18,6 +21,9 @@ from services.settings import Settings
 from services.storage.bundles import BundleRejected, Limits, check_archive
 from services.storage.keys import bundle_digest_hex, bundle_key
 from services.storage.store import ArtifactStore, open_store
+
+# Short transactions, each committed as its block ends (services.db.session_scope).
+Transactions = Callable[[], AbstractContextManager[Session]]
 
 
 def normalise_digest(digest: str) -> str:
@@ -49,7 +55,7 @@ def check_bundle(*, session: Session, project_id: int, digest: str | None) -> No
 
 class BundleUpload(SpooledUpload):
     """A bundle's body on its way in, with the digest its URL names (checked once it is
-    all in, by store_bundle)."""
+    all in, by accept_bundle)."""
 
     def __init__(self, *, digest: str, settings: Settings) -> None:
         self.expected = normalise_digest(digest)
@@ -58,10 +64,17 @@ class BundleUpload(SpooledUpload):
                          prefix="bundle-", suffix=".tar.gz")
 
 
-def store_bundle(*, session: Session, project_id: int, upload: BundleUpload,
-                 settings: Settings, store: ArtifactStore | None = None) -> tuple[Bundle, bool]:
+def accept_bundle(*, transaction: Transactions, project_id: int, upload: BundleUpload,
+                  settings: Settings, store: ArtifactStore | None = None
+                  ) -> tuple[Bundle, bool]:
     """Verify a received upload, store its blob (once per digest) and record it for the
-    project. Returns the record and whether the project gains it now. The caller commits.
+    project. Returns the record and whether the project gains it now.
+
+    Unlike the other services here it commits, in two short transactions of
+    `transaction`: whether the project has the digest, then its record. The archive is
+    read and checked between them with no session open (seconds for one that unpacks to a
+    gigabyte): on SQLite a transaction open meanwhile could hold the one write lock that
+    every other project's submissions wait for. Call it from a worker thread.
 
     Raises:
         InvalidBundle: the body's digest is not the one named, or the archive is refused
@@ -71,19 +84,36 @@ def store_bundle(*, session: Session, project_id: int, upload: BundleUpload,
     if upload.digest != upload.expected:
         raise InvalidBundle("digest", f"the body's sha256 is {upload.digest}, not "
                             f"{upload.expected} as the URL names: upload the bundle again")
-    existing = read_bundle(session=session, project_id=project_id, digest=upload.expected)
+    with transaction() as session:
+        existing = read_bundle(session=session, project_id=project_id, digest=upload.expected)
     if existing is not None:
         return existing, False
-    try:
-        files = check_archive(upload.path, limits_of(settings))
-    except BundleRejected as exc:
-        raise InvalidBundle("body", f"the bundle is refused: {exc}") from exc
+    files = check_upload(upload, settings)
     store = store or open_store(settings=settings)
     key = bundle_key(upload.expected)
     # Stored before it is recorded: a record never names a blob the store lacks. A blob
     # left by a failed commit is the same bytes the next upload of that digest stores.
     if not store.exists(key):
         store.put_file(key, upload.path)
+    with transaction() as session:
+        return record_bundle(session=session, project_id=project_id, upload=upload,
+                             files=files)
+
+
+def check_upload(upload: BundleUpload, settings: Settings) -> int:
+    """The received archive's file count, read through once within the configured limits
+    (COHORT_MAX_BUNDLE_FILES, COHORT_MAX_BUNDLE_UNPACKED_BYTES); never unpacked, never
+    held whole in memory. InvalidBundle if it is refused."""
+    try:
+        return check_archive(upload.path, limits_of(settings))
+    except BundleRejected as exc:
+        raise InvalidBundle("body", f"the bundle is refused: {exc}") from exc
+
+
+def record_bundle(*, session: Session, project_id: int, upload: BundleUpload,
+                  files: int) -> tuple[Bundle, bool]:
+    """Record a checked and stored upload for the project; the record and whether it is
+    new (False when the same project's concurrent upload of it recorded it first)."""
     bundle = Bundle(project_id=project_id, digest=upload.expected, size=upload.size,
                     files=files)
     try:

@@ -13,11 +13,11 @@ from tests.factories import create_token
 
 @contextmanager
 def in_test_transaction(app: FastAPI, session: Session) -> Iterator[None]:
-    """Every request of `app` in the test's rolled-back transaction: its session, and the
-    admission of its job submissions (a batcher of this test's own, whose commits are
-    savepoints; the request's thread waits meanwhile, so the session is never used by two
-    threads at once)."""
-    from api.deps import get_db, get_submitter
+    """Every request of `app` in the test's rolled-back transaction: its session, its short
+    transactions apart (`get_sessions`), and the admission of its job submissions (a
+    batcher of this test's own, whose commits are savepoints; the request's thread waits
+    meanwhile, so the session is never used by two threads at once)."""
+    from api.deps import get_db, get_sessions, get_submitter
 
     def override() -> Iterator[Session]:
         yield session
@@ -31,6 +31,7 @@ def in_test_transaction(app: FastAPI, session: Session) -> Iterator[None]:
     batcher = SubmissionBatcher(sessions=savepoint, threads=1)
     app.dependency_overrides[get_db] = override
     app.dependency_overrides[get_submitter] = lambda: batcher
+    app.dependency_overrides[get_sessions] = lambda: savepoint
     try:
         yield
     finally:

@@ -55,13 +55,21 @@ def test_unknown_and_missing_tokens_are_refused(session: Session) -> None:
         tokens.authenticate(session=session, token="", now=T0)
 
 
-def test_last_use_is_kept_to_the_minute(session: Session) -> None:
+def test_last_use_is_kept_to_the_minute_and_authenticating_writes_nothing(
+        session: Session) -> None:
     secret = issue(session)
     row = tokens.authenticate(session=session, token=secret, now=T0)
+    assert row.last_used_at is None and not session.dirty  # recorded apart, by record_use
+    assert tokens.use_due(row, T0)
+    assert tokens.record_use(session=session, token_id=row.id, now=T0)
+    session.refresh(row)
+    assert row.last_used_at == T0 and not tokens.use_due(row, T0 + dt.timedelta(seconds=59))
+    assert not tokens.record_use(session=session, token_id=row.id,
+                                 now=T0 + dt.timedelta(seconds=59))
+    session.refresh(row)
     assert row.last_used_at == T0
-    tokens.authenticate(session=session, token=secret, now=T0 + dt.timedelta(seconds=59))
-    assert row.last_used_at == T0
-    tokens.authenticate(session=session, token=secret, now=T0 + dt.timedelta(seconds=60))
+    assert tokens.record_use(session=session, token_id=row.id, now=T0 + dt.timedelta(seconds=60))
+    session.refresh(row)
     assert row.last_used_at == T0 + dt.timedelta(seconds=60)
 
 
