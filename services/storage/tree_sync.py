@@ -4,6 +4,12 @@ What changed is decided per file from its size and from what this process last s
 fetched (`TreeSync` remembers it), so a checkpoint or TensorBoard directory synced every
 few seconds moves only its new files. One `TreeSync` per `ArtifactStore`: use it through
 `ArtifactStore.put_tree` and `ArtifactStore.get_tree`.
+
+The trees are a replica's (its checkpoints, model, TensorBoard files), written by a user
+the agent must not trust: they are listed and read through an `OwnedTree`
+(services/storage/owned_tree.py), which follows no link and reads only regular files of
+the tree's owner, each through the descriptor it checked. Pass one as `local_dir` to say
+whose files those are and where refusals go; a plain path reads as the root's owner.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from services.storage.keys import check_key, check_prefix
+from services.storage.owned_tree import OwnedTree, descriptor_path
 
 if TYPE_CHECKING:
     from services.storage.store import ArtifactStore
@@ -60,32 +67,47 @@ class TreeSync:
         delete stored files gone locally. Changed: another size than the stored copy, or
         written since this store last sent or fetched it (or, the first time, later than the
         stored copy was). With `select`, only the relative paths it accepts are looked at,
-        here and in the store.
+        here and in the store. A link, a non-regular file or another user's file is never
+        read (and stays in the store with `mirror`, if there).
 
         Returns the keys (relative to `prefix`) uploaded.
         """
         head = check_prefix(prefix)
+        tree = as_tree(local_dir)
         stored = _selected(dict(self.store.infos(head)), select)
         uploaded = []
-        local = _selected(_local_files(Path(local_dir)), select)
+        local = _selected(_local_files(tree), select)
         for rel, stat in local.items():
             key = f"{head}/{rel}" if head else rel
-            path = Path(local_dir) / rel
+            path = tree.root / rel
             info = stored.get(rel)
             synced = self._synced.get((str(path), key))
             if info is None or int(info["size"]) != stat.st_size or (
                     synced != (stat.st_size, stat.st_mtime_ns) if synced
                     else stat.st_mtime > _mtime(info)):
-                try:
-                    self.store.put_file(key, path)
-                except FileNotFoundError:
-                    continue  # removed since listed (a checkpoint rotated out): not sent
-                self._synced[(str(path), key)] = (stat.st_size, stat.st_mtime_ns)
-                uploaded.append(rel)
+                sent = self._put_opened(tree, rel, key)
+                if sent is not None:
+                    self._synced[(str(path), key)] = sent
+                    uploaded.append(rel)
         if mirror:
             for rel in stored.keys() - local.keys():
                 self.store.delete(f"{head}/{rel}" if head else rel, missing_ok=True)
         return uploaded
+
+    def _put_opened(self, tree: OwnedTree, rel: str, key: str) -> tuple[int, int] | None:
+        """Send `rel` from the descriptor `tree` opens and checks, never from its path
+        (the replica may have renamed a link over it since the listing); its (size,
+        mtime_ns) as sent, or None if it is gone or refused."""
+        try:
+            fd = tree.open(rel)
+        except OSError:
+            return None  # removed since listed (a checkpoint rotated out), or refused
+        try:
+            opened = os.fstat(fd)
+            self.store.put_file(key, descriptor_path(fd))
+        finally:
+            os.close(fd)
+        return opened.st_size, opened.st_mtime_ns
 
     def get_tree(self, prefix: str, local_dir: str | os.PathLike[str], *,
                  mirror: bool = False, select: Callable[[str], bool] | None = None
@@ -101,7 +123,7 @@ class TreeSync:
         head = check_prefix(prefix)
         root = Path(local_dir)
         root.mkdir(parents=True, exist_ok=True)
-        local = _selected(_local_files(root), select)
+        local = _selected(_local_files(as_tree(local_dir)), select)
         downloaded = []
         stored = _selected(dict(self.store.infos(head)), select)
         for rel, info in stored.items():
@@ -129,16 +151,12 @@ def _selected(entries: dict[str, _T], select: Callable[[str], bool] | None) -> d
     return entries if select is None else {k: v for k, v in entries.items() if select(k)}
 
 
-def _local_files(root: Path) -> dict[str, os.stat_result]:
-    """Regular files under `root` by '/'-joined relative path (symlinks are not followed)."""
-    found: dict[str, os.stat_result] = {}
-    if not root.is_dir():
-        return found
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in filenames:
-            path = Path(dirpath) / name
-            if path.is_symlink() or not path.is_file() or name.endswith(".partial"):
-                continue
-            found[path.relative_to(root).as_posix()] = path.stat()
-    return found
+def as_tree(local_dir: str | os.PathLike[str]) -> OwnedTree:
+    """`local_dir` as the tree it is, or a tree of its root's owner."""
+    return local_dir if isinstance(local_dir, OwnedTree) else OwnedTree(local_dir)
+
+
+def _local_files(tree: OwnedTree) -> dict[str, os.stat_result]:
+    """The tree's regular files by '/'-joined relative path, but a `.partial` one (a
+    write of get_tree's, or of the replica's, in progress)."""
+    return {rel: info for rel, info in tree.files().items() if not rel.endswith(".partial")}

@@ -13,6 +13,11 @@ checkpoint's data and `.index` files first and its state file `checkpoint` (whic
 names the newest one) last; so does the mirror: a state file is sent only once every
 file of the checkpoint it names is stored, data a state file still names is never
 deleted, and a restore writes the state file locally after the data it names.
+
+The replica owns the checkpoint directory and may rename a link into it at any moment:
+the mirror lists and reads it only through an `OwnedTree` (services/storage/owned_tree.py),
+so what it sends is a regular file of the job's uid, read through the descriptor it checked;
+anything else is reported to the syncer's `on_skip` and never sent.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from services.storage import keys
+from services.storage.owned_tree import OnSkip, OwnedTree
 from services.storage.store import ArtifactStore
 
 log = logging.getLogger("cohort.artifacts")
@@ -99,21 +105,8 @@ def _differs(stored: bytes, local: bytes | None) -> bool:
     return stored != local
 
 
-def _local_files(root: Path) -> set[str]:
-    found = set()
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            path = Path(dirpath) / name
-            if not path.is_symlink() and path.is_file():
-                found.add(path.relative_to(root).as_posix())
-    return {rel for rel in found if not is_scratch(rel)}
-
-
-def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None
+def _local_files(tree: OwnedTree) -> set[str]:
+    return {rel for rel in tree.files() if not is_scratch(rel)}
 
 
 def _identity(path: Path) -> tuple[int, int, int]:
@@ -139,10 +132,13 @@ def _write_atomically(path: Path, data: bytes) -> None:
 class CheckpointMirror:
     """One job's checkpoint directory on this node and `jobs/<id>/checkpoints/`."""
 
-    def __init__(self, store: ArtifactStore, job_id: int, local_dir: Path) -> None:
+    def __init__(self, store: ArtifactStore, job_id: int, local_dir: Path, *,
+                 owner: int | None = None) -> None:
+        """`owner`: the uid whose files are sent (None: the directory's owner)."""
         self.store = store
         self.prefix = keys.checkpoints_prefix(job_id)
         self.local_dir = Path(local_dir)
+        self.owner = owner
         self._lock = threading.Lock()  # a restore and a sync never interleave
         self._stored: set[str] | None = None  # relative paths stored (None: not listed yet)
         self._sent_states: dict[str, bytes] = {}  # state files as stored, by relative path
@@ -150,6 +146,10 @@ class CheckpointMirror:
 
     def _key(self, rel: str) -> str:
         return f"{self.prefix}/{rel}"
+
+    def tree(self, on_skip: OnSkip | None = None) -> OwnedTree:
+        """The local directory as read: no link followed, only the owner's regular files."""
+        return OwnedTree(self.local_dir, owner=self.owner, on_skip=on_skip)
 
     def _list(self) -> set[str]:
         head = self.prefix + "/"
@@ -185,7 +185,8 @@ class CheckpointMirror:
             if not stored:
                 return []
             newer = _differs if store_wins else _newer
-            if states and not any(newer(data, _read(self.local_dir / rel))
+            tree = self.tree()
+            if states and not any(newer(data, tree.read_bytes(rel))
                                   for rel, data in states.items()):
                 return []
             before = self._named_here()
@@ -201,17 +202,18 @@ class CheckpointMirror:
             # files are not here, and a sync must not take them for deleted.
             self._seen = set(stored)
             if states:  # checkpoints of an older attempt here would never be rotated out
-                for rel in _local_files(self.local_dir) - stored:
+                for rel in _local_files(tree) - stored:
                     (self.local_dir / rel).unlink(missing_ok=True)
             return written
 
     def _named_here(self) -> dict[str, dict[str, tuple[int, int, int]]]:
         """Each local state file's checkpoint files, with what identifies their bytes
         (inode, size, mtime: every file a restore writes is renamed into place)."""
-        local = _local_files(self.local_dir)
+        tree = self.tree()
+        local = _local_files(tree)
         named: dict[str, dict[str, tuple[int, int, int]]] = {}
         for state_rel in (rel for rel in local if is_state(rel)):
-            data = _read(self.local_dir / state_rel)
+            data = tree.read_bytes(state_rel)
             directory = state_rel.rpartition("/")[0]
             heads = [f"{directory}/{name}." if directory else f"{name}."
                      for name in named_checkpoints(data or b"")]
@@ -238,15 +240,17 @@ class CheckpointMirror:
         with self.store.open_read(self._key(rel)) as handle:
             return handle.read()
 
-    def sync(self) -> list[str]:
-        """Send what changed here; returns the relative paths sent."""
+    def sync(self, on_skip: OnSkip | None = None) -> list[str]:
+        """Send what changed here; returns the relative paths sent. `on_skip` hears of
+        each path not sent because it is a link, not a regular file, or not the owner's."""
         with self._lock:
             if self._stored is None:
                 self._stored = self._list()
-            states = {rel: data for rel in _local_files(self.local_dir) if is_state(rel)
-                      if (data := _read(self.local_dir / rel)) is not None}
-            sent = self.store.put_tree(self.prefix, self.local_dir, select=is_data)
-            local = _local_files(self.local_dir)  # after the upload: what it may have sent
+            tree = self.tree(on_skip)
+            states = {rel: data for rel in _local_files(tree) if is_state(rel)
+                      if (data := tree.read_bytes(rel)) is not None}
+            sent = self.store.put_tree(self.prefix, tree, select=is_data)
+            local = _local_files(self.tree())  # after the upload: what it may have sent
             self._stored |= set(sent)
             self._seen |= local
             for rel, data in states.items():
@@ -287,13 +291,16 @@ class CheckpointMirror:
 class CheckpointSyncer(threading.Thread):
     """Calls `mirror.sync()` every `poll_seconds` until `finish()`, which syncs once more;
     each only while `superseded()` says its attempt is still the job's (it may raise:
-    that poll sends nothing, and counts as a failure)."""
+    that poll sends nothing, and counts as a failure). `on_skip` hears of each file not
+    sent (a link, ...), at every poll: the caller says it once."""
 
     def __init__(self, mirror: CheckpointMirror, *, name: str,
                  poll_seconds: float = POLL_SECONDS,
-                 superseded: Callable[[], bool] = lambda: False) -> None:
+                 superseded: Callable[[], bool] = lambda: False,
+                 on_skip: OnSkip | None = None) -> None:
         super().__init__(daemon=True, name=name)
         self.mirror = mirror
+        self.on_skip = on_skip
         self.poll_seconds = poll_seconds
         self.superseded = superseded
         self._done = threading.Event()
@@ -313,7 +320,7 @@ class CheckpointSyncer(threading.Thread):
                                 "are not sent over the store's", self.mirror.prefix)
                     self._held = True
                 return
-            self.mirror.sync()
+            self.mirror.sync(self.on_skip)
             self._failures = 0
         except Exception as exc:  # noqa: BLE001 - the next poll tries again
             self._failures += 1

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from cohort.metrics import decode_line
+from services.storage.owned_tree import OwnedTree
 from services.wire.batches import MAX_BEAT_AHEAD
 from workers.node.tfevents import Scalar
 
@@ -61,9 +62,9 @@ class MetricsFileReader:
 
     def _read_bytes(self) -> bytes:
         try:
-            # O_NOFOLLOW: the replica owns this directory; a link it put in the
-            # file's place must not make the agent read some other file.
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            # The replica owns this directory: a link it put in the file's place must not
+            # make the agent read some other file, nor a fifo hang it (owned_tree.py).
+            fd = OwnedTree(self.path.parent).open(self.path.name)
         except OSError:
             return b""  # nothing reported yet
         with os.fdopen(fd, "rb") as handle:

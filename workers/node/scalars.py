@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from services.storage.owned_tree import OwnedTree
 from services.wire.batches import ProgressBeat
 from services.wire.keys import PROGRESS_HASH, progress_field
 from workers.node.report_file import MetricsFileReader
@@ -130,7 +131,8 @@ class ReplicaFollower:
                                         "the first", self.tensorboard_dir, MAX_EVENT_FILES)
                         break
                     self.event_files[path] = EventFileReader(
-                        path, prefix=_run_prefix(self.tensorboard_dir, path))
+                        path, prefix=_run_prefix(self.tensorboard_dir, path),
+                        tree=OwnedTree(self.tensorboard_dir))
         return list(self.event_files.values())
 
     def _watch_signature(self) -> tuple[int, int, int]:

@@ -12,11 +12,17 @@
   checkpoint and model only if Redis says the attempt is still the job's). That
   takes at most EXIT_UPLOAD_TIMEOUT; past it the exit is reported anyway, the uploads
   go on in the background, and every failure is logged.
+
+The checkpoint, model and TensorBoard directories are the replica's: they are read
+through an `OwnedTree` (no link followed, only regular files of the directory's owner,
+the job's uid), and a file refused is said once in the replica's log (`LogNotes`), by
+its path in the job's directory, so the job's user learns why it is not in the store.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +31,7 @@ from typing import Any
 
 from services.settings import Settings
 from services.storage import keys
+from services.storage.owned_tree import OnSkip, OwnedTree
 from services.storage.store import ArtifactStore, open_store
 from services.wire.replica import ReplicaSpec
 from workers.node import layout
@@ -145,6 +152,8 @@ class ReplicaSidecar:
         self.checkpoint_dir = layout.checkpoint_dir(data_dir, job)
         self.model_dir = layout.model_dir(data_dir, job)
         self.tensorboard_dir = layout.tensorboard_dir(data_dir, job, key.index)
+        self.notes = LogNotes(layout.log_file(data_dir, job, key.attempt, key.index),
+                              layout.job_dir(data_dir, job))
         self.reporter = MetricReporter.from_url(node.settings.redis_url, job_id=job,
                                                 attempt=key.attempt, replica=key.index)
         self.shipper = ScalarShipper(
@@ -155,7 +164,8 @@ class ReplicaSidecar:
         mirror = node.mirror(job) if key.index == CHIEF else None
         self.syncer = None if mirror is None else CheckpointSyncer(
             mirror, name=f"checkpoints-{job}-{key.attempt}-{key.index}",
-            superseded=lambda: superseded(node.client, job, key.attempt))
+            superseded=lambda: superseded(node.client, job, key.attempt),
+            on_skip=self.notes.skipper(self.checkpoint_dir))
 
     def start(self) -> None:
         self.shipper.start()
@@ -188,14 +198,17 @@ class ReplicaSidecar:
         syncer = self.syncer
         if syncer is not None and self._still_the_jobs(time.monotonic() + timeout):
             steps.append(("the last checkpoint", lambda: syncer.finish(timeout, checked=True)))
-            if _has_files(self.model_dir):
+            model = OwnedTree(self.model_dir, on_skip=self.notes.skipper(self.model_dir))
+            if model.files():
                 steps.append(("the model", lambda: store.put_tree(
-                    keys.model_prefix(job), self.model_dir, mirror=True)))
+                    keys.model_prefix(job), model, mirror=True)))
         elif syncer is not None:
             syncer.finish(timeout)  # stops polling; sends nothing while superseded
-        if _has_files(self.tensorboard_dir):
+        board = OwnedTree(self.tensorboard_dir,
+                          on_skip=self.notes.skipper(self.tensorboard_dir))
+        if board.files():
             steps.append(("the TensorBoard files", lambda: store.put_tree(
-                keys.tensorboard_prefix(job, index), self.tensorboard_dir)))
+                keys.tensorboard_prefix(job, index), board)))
         if log_path.is_file():
             steps.append(("the log", lambda: store.put_file(
                 keys.log_key(job, self.key.attempt, index), log_path)))
@@ -229,5 +242,35 @@ class ReplicaSidecar:
                 time.sleep(0.5)
 
 
-def _has_files(directory: Path) -> bool:
-    return directory.is_dir() and any(p.is_file() for p in directory.rglob("*"))
+class LogNotes:
+    """Lines the agent adds to one replica's log, which its job's user reads (shipped with
+    the replica's own lines while it runs, in the stored log file after): each file the
+    uploads refuse, once, by its path in the job's directory (never the node's)."""
+
+    def __init__(self, log_path: Path, job_dir: Path) -> None:
+        self.log_path, self.job_dir = log_path, job_dir
+        self._said: set[str] = set()
+        self._lock = threading.Lock()
+
+    def skipper(self, tree: Path) -> OnSkip:
+        """An `on_skip` for the directory `tree` of the job."""
+        head = tree.relative_to(self.job_dir).as_posix()
+        return lambda rel, why: self.refused(f"{head}/{rel}", why)
+
+    def refused(self, rel: str, why: str) -> None:
+        with self._lock:
+            if rel in self._said:
+                return  # polled every second: once is enough
+            self._said.add(rel)
+        line = (f"cohort agent: {rel} is not uploaded: {why} (only regular files of the "
+                "job's own user are, never through a link)")
+        log.warning("job %s: %s", self.job_dir.name, line)
+        try:
+            # The logs directory is the agent's alone; still, never write through a link.
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        except OSError:
+            return  # no log file (the replica never started): the agent's log has it
+        try:
+            os.write(fd, f"{line}\n".encode())
+        finally:
+            os.close(fd)

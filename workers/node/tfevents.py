@@ -27,6 +27,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.util import tensor_util
 
 from cohort.metrics import MAX_NAME, MAX_STEP
+from services.storage.owned_tree import OwnedTree
 
 log = logging.getLogger("cohort.tfevents")
 
@@ -62,6 +63,7 @@ class EventFileReader:
 
     path: Path
     prefix: str = ""  # prepended to tags: the run (subdirectory) the file belongs to
+    tree: OwnedTree | None = None  # the replica's directory it lies in (None: its parent)
     offset: int = 0
     broken: bool = False
     skipped: int = 0  # records dropped as corrupt
@@ -86,12 +88,13 @@ class EventFileReader:
 
     def _read_bytes(self) -> tuple[bytes, int]:
         """Up to READ_BYTES from the offset on, and the file's size."""
+        # The replica owns this tree: a link it swapped in for the file or a directory
+        # above it must not make the agent read some other file, nor a fifo hang it.
+        tree = self.tree or OwnedTree(self.path.parent)
         try:
-            # O_NOFOLLOW: the replica owns this tree; a link it swapped in for the
-            # file must not make the agent read some other file.
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except OSError:
-            return b"", 0  # removed or not readable yet: try again later
+            fd = tree.open(self.path.relative_to(tree.root).as_posix())
+        except (OSError, ValueError):
+            return b"", 0  # removed, refused or not readable yet: try again later
         with os.fdopen(fd, "rb") as handle:
             handle.seek(self.offset)
             return handle.read(READ_BYTES), os.fstat(fd).st_size
