@@ -109,10 +109,15 @@ def save_artifact(client: CohortClient, job_id: int, path: str, output: Path) ->
         kind = guarded(lambda: client.download(job_id, path, Path(partial)))
         if kind.startswith("application/gzip"):
             try:
-                unpack(partial, output, DOWNLOAD_LIMITS)
+                # replace: a second download of the same path updates the files in place
+                # (never through a link: the unpacker follows none).
+                unpack(partial, output, DOWNLOAD_LIMITS, replace=True)
             except BundleRejected as exc:
                 err.print(f"[red]refused to unpack the download:[/] {exc}")
                 raise typer.Exit(2) from exc
+            except OSError as exc:
+                err.print(f"[red]cannot unpack the download into {output}:[/] {exc}")
+                raise typer.Exit(1) from exc
             return output / path.strip("/") if path.strip("/") else output
         target = output / posixpath.basename(path.rstrip("/"))
         os.replace(partial, target)

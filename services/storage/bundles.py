@@ -1,5 +1,8 @@
 """Code bundles: pack a directory deterministically, check an archive, unpack it safely.
 
+Checking and unpacking share one reading of an archive (archive_members.py: the virtual
+tree of its members) and unpacking never calls tarfile's extraction (unpacking.py).
+
 A bundle is a `.tar.gz` named by the sha256 of its bytes. Packing the same tree twice
 gives the same bytes (sorted entries, zeroed times and owners, normalised modes, a
 gzip header without name or time), so an unchanged directory is never uploaded again.
@@ -10,7 +13,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import posixpath
 import stat
 import tarfile
 from dataclasses import dataclass
@@ -18,6 +20,18 @@ from pathlib import Path
 from typing import IO
 
 import pathspec
+
+from services.storage.archive_members import (
+    ArchiveRead,
+    BundleRejected,
+    Limits,
+    opened,
+    read_archive,
+)
+from services.storage.unpacking import write_archive
+
+__all__ = ["BundleInfo", "BundleRejected", "Limits", "bundle_entries", "check_archive", "pack",
+           "sha256_file", "unpack"]
 
 IGNORE_FILE = ".cohortignore"
 # Never packed, whatever .cohortignore says: version control, caches, virtualenvs
@@ -29,19 +43,6 @@ _CHUNK = 1 << 20
 # gzip's own default; Python's 9 packs code a few percent smaller at several times the
 # time (3-4x on data files). Part of the digest: the same tree packs to the same bytes.
 _LEVEL = 6
-
-
-class BundleRejected(ValueError):
-    """An archive or a directory that cannot be a bundle; the message names why."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Bounds on one bundle: its compressed bytes, its entries, its unpacked bytes."""
-
-    max_bytes: int = 100 * 1024 * 1024
-    max_files: int = 10_000
-    max_unpacked_bytes: int = 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -155,79 +156,50 @@ def pack(root: str | os.PathLike[str], dest: str | os.PathLike[str]) -> BundleIn
 
 # -- checking and unpacking -----------------------------------------------------------------
 
-def _check_member(member: tarfile.TarInfo, names: set[str]) -> str:
-    """The member's normalised name, or BundleRejected naming what is wrong with it."""
-    name = member.name
-    if name.startswith("/") or (len(name) > 1 and name[1] == ":") or "\\" in name:
-        raise BundleRejected(f"{name!r} is an absolute path")
-    norm = posixpath.normpath(name)
-    if norm == ".." or norm.startswith("../") or ".." in name.split("/"):
-        raise BundleRejected(f"{name!r} contains '..'")
-    if "\x00" in name:
-        raise BundleRejected(f"{name!r} contains a NUL byte")
-    if member.issym():
-        target = posixpath.normpath(posixpath.join(posixpath.dirname(norm), member.linkname))
-        if member.linkname.startswith("/") or target == ".." or target.startswith("../"):
-            raise BundleRejected(f"{name!r} links to {member.linkname!r}, outside the bundle")
-    elif member.islnk():
-        target = posixpath.normpath(member.linkname)
-        if member.linkname.startswith("/") or target not in names:
-            raise BundleRejected(f"{name!r} is a hard link to {member.linkname!r}, which is "
-                                 "not a file earlier in the bundle")
-    elif not (member.isreg() or member.isdir()):
-        raise BundleRejected(f"{name!r} is a device file or a fifo; bundles hold files, "
-                             "directories and links only")
-    return norm
-
-
 def check_archive(source: str | os.PathLike[str] | IO[bytes], limits: Limits) -> int:
     """Read a `.tar.gz` through once and return its number of files (non-directories).
 
+    The same reading as an unpack's (archive_members.read_archive), so what this admits
+    is exactly what `unpack` writes.
+
     Raises:
         BundleRejected: not a gzip tar archive, or a member that is absolute, climbs out
-            with `..`, links outside, is a device or fifo; more entries than
+            with `..`, is beneath a link, links outside (once every link is followed),
+            hard-links to anything but an earlier file, is a device or fifo, appears twice;
+            a header whose size does not match its data; more entries than
             `limits.max_files`, or more unpacked bytes than `limits.max_unpacked_bytes`.
+            The message names the member and the fix, never a path of this machine.
     """
-    names: set[str] = set()
-    entries = files = unpacked = 0
+    state = ArchiveRead(limits)
     try:
-        with _open_tar(source) as tar:
-            for member in tar:
-                entries += 1
-                if entries > limits.max_files:
-                    raise BundleRejected(f"more than {limits.max_files} entries (the limit, "
-                                         "COHORT_MAX_BUNDLE_FILES)")
-                names.add(_check_member(member, names))
-                unpacked += member.size if member.isreg() else 0
-                if unpacked > limits.max_unpacked_bytes:
-                    raise BundleRejected(
-                        f"unpacks to more than {limits.max_unpacked_bytes} bytes (the limit, "
-                        "COHORT_MAX_BUNDLE_UNPACKED_BYTES)")
-                files += 0 if member.isdir() else 1
-    except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as exc:
-        raise BundleRejected(f"not a readable .tar.gz archive ({exc})") from exc
-    return files
+        with opened(source) as handle:
+            for _placed, _chunks in read_archive(handle, state):
+                pass  # read_archive reads and counts the data of what it yields
+    except OSError as exc:
+        raise BundleRejected(f"not a readable .tar.gz archive ({exc.strerror or exc})") \
+            from exc
+    return state.files
 
 
-def _open_tar(source: str | os.PathLike[str] | IO[bytes]) -> tarfile.TarFile:
-    # "r|gz": a stream, read once front to back, never seeking (a store's object works too).
-    if isinstance(source, str | os.PathLike):
-        return tarfile.open(name=os.fspath(source), mode="r|gz")
-    return tarfile.open(fileobj=source, mode="r|gz")
+def unpack(archive: str | os.PathLike[str] | IO[bytes], dest: str | os.PathLike[str],
+           limits: Limits, *, replace: bool = False) -> int:
+    """Check `archive`, then write its members into the directory `dest` (made if
+    missing); returns its file count. A seekable file object is read twice.
 
+    Nothing is written unless the whole archive passes the check; then
+    unpacking.write_archive writes it without following any link (`replace`: a file
+    already at a member's name is replaced rather than refused).
 
-def unpack(archive: str | os.PathLike[str], dest: str | os.PathLike[str], limits: Limits) -> int:
-    """Check `archive`, then extract it into the directory `dest`; returns its file count.
-
-    The standard library's "data" filter refuses the same things again as it extracts
-    (absolute names, links outside, devices), so a check that missed one still cannot
-    write outside `dest`.
+    Raises:
+        BundleRejected: see check_archive. OSError: the disk refused a write.
     """
-    files = check_archive(archive, limits)
-    Path(dest).mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive, mode="r:gz") as tar:
+    with opened(archive) as handle:
+        files = check_archive(handle, limits)
+        handle.seek(0)
+        Path(dest).mkdir(parents=True, exist_ok=True)
+        dest_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            tar.extractall(dest, filter="data")
-        except tarfile.FilterError as exc:
-            raise BundleRejected(str(exc)) from exc
+            write_archive(handle, dest_fd, limits, replace=replace)
+        finally:
+            os.close(dest_fd)
     return files

@@ -1,5 +1,6 @@
-"""The node's bundle cache against a real local artifact store: verify, unpack once, copy
-per replica, evict the least recently used, fetch a digest once under concurrency."""
+"""The node's bundle cache against a real local artifact store: verify, unpack per replica
+(in a child process), evict the least recently used, fetch a digest once under
+concurrency."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def test_each_replica_gets_its_own_copy_of_a_verified_bundle(tmp_path: Path,
     bundles.checkout(digest, second)
     assert (first / "train.py").read_text() == (second / "train.py").read_text() == \
         "print('a')\n"
-    assert len(store.fetches) == 1  # fetched once, unpacked once, copied twice
+    assert len(store.fetches) == 1  # fetched once, unpacked into each replica's directory
     # One replica's writes never reach another's tree, nor the cache's.
     (first / "train.py").write_text("changed")
     (first / "new.txt").write_text("x")
@@ -161,3 +162,22 @@ def test_a_replicas_inputs_are_fetched_into_the_jobs_input_directory(tmp_path: P
                           inputs={"a.csv": "data/3/none.csv"})
     with pytest.raises(InputUnavailable, match="'data/3/none.csv' is not in the artifact"):
         preparer.prepare(missing)
+
+
+def test_a_disk_filled_by_the_unpack_is_reported_as_no_space(tmp_path: Path,
+                                                             store: CountingStore) -> None:
+    """The child unpacks; its ENOSPC comes back as one (the replica's retryable exit),
+    and the half-written code directory is gone."""
+    from services.exit_codes import is_no_space
+    from tests.tmpfs import small_tmpfs
+
+    tree = tmp_path / "src" / "big"
+    tree.mkdir(parents=True)
+    (tree / "zeros.bin").write_bytes(b"\0" * (3 << 20))  # compresses to a few KiB
+    info = pack(tree, tmp_path / "big.tar.gz")
+    store.put_file(bundle_key(info.digest), tmp_path / "big.tar.gz")
+    with small_tmpfs(tmp_path / "disk", 1 << 20) as disk:
+        with pytest.raises(OSError) as full:
+            cache(tmp_path, store).checkout(info.digest, disk / "r0" / "code")
+        assert is_no_space(full.value)
+        assert not (disk / "r0" / "code").exists()

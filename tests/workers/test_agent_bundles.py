@@ -128,9 +128,11 @@ def test_a_command_runs_in_its_own_copy_of_the_bundle(node: Agent, tmp_path: Pat
         assert "COHORT_REDIS_URL" not in env and "COHORT_REPLICA_SPEC" not in env
         assert json.loads(Path(env["COHORT_HYPERPARAMETERS"]).read_text()) == \
             {"nested": {"a": [1]}}
-    # Each replica wrote into its own copy: the cache's tree holds no seen.json.
-    cached = layout.bundle_cache_dir(node.data_dir) / digest.removeprefix("sha256:")
-    assert (cached / "run.py").is_file() and not (cached / "seen.json").exists()
+    # Each replica's copy was unpacked from the verified archive, the one thing cached:
+    # no tree the agent unpacked (as root) is kept to copy from.
+    cache = layout.bundle_cache_dir(node.data_dir)
+    hex_digest = digest.removeprefix("sha256:")
+    assert (cache / f"{hex_digest}.tar.gz").is_file() and not (cache / hex_digest).exists()
 
 
 def test_a_stop_during_the_fetch_starts_nothing(node: Agent, tmp_path: Path,

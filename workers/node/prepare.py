@@ -6,6 +6,7 @@ a task must stay short); the agent starts the process when this returns.
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from services.settings import Settings
 from services.storage.bundles import Limits
 from services.storage.store import ArtifactStore, open_store
 from services.wire.replica import ReplicaSpec
-from workers.node import layout
+from workers.node import isolation, layout
 from workers.node.bundle_cache import BundleCache, BundleUnavailable
 
 
@@ -48,7 +49,8 @@ class Preparer:
             return self._store, self._cache
 
     def prepare(self, spec: ReplicaSpec) -> None:
-        """Unpack the bundle into the replica's code directory and fetch its inputs.
+        """Unpack the bundle into the replica's code directory (as the job's user) and
+        fetch its inputs.
 
         Raises:
             BundleUnavailable: the bundle cannot be had, or InputUnavailable: an input
@@ -57,8 +59,12 @@ class Preparer:
         store, cache = self._open()
         data_dir = self.settings.data_dir
         if spec.bundle is not None:
-            cache.checkout(spec.bundle, layout.code_dir(data_dir, spec.job_id, spec.attempt,
-                                                        spec.index))
+            # Unpacked as the job's own uid, by the interpreter its replicas run with
+            # (isolation.check_node proved that uid can run it with Cohort's code).
+            cache.checkout(spec.bundle,
+                           layout.code_dir(data_dir, spec.job_id, spec.attempt, spec.index),
+                           user=isolation.replica_user(self.settings, spec.job_id),
+                           python=self.settings.REPLICA_PYTHON or sys.executable)
         inputs = layout.input_dir(data_dir, spec.job_id)
         for name, key in sorted(spec.inputs.items()):
             self._fetch_input(store, key, inputs / name)

@@ -1,0 +1,329 @@
+"""What an archive's members would make, decided from their names alone: one virtual tree.
+
+The api's check and every unpack (the agent's, the CLI's) read an archive through
+`read_archive`, so the api refuses exactly what an unpack would. A member is admitted
+only as a regular file, a directory, a hard link to a regular file earlier in the
+archive, or a symlink whose target, resolved in this tree once every member is placed,
+stays inside it. Nothing here touches a disk: `os.path.realpath` and the standard
+library's extraction filters decide from the files already written, which is what
+CVE-2025-4517 (a chain of links too long for realpath to follow) got past.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tarfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import IO, Literal, Protocol, cast
+
+# The kernel follows at most 40 links in one lookup (ELOOP); a longer chain never
+# resolves on disk, so it is refused rather than followed further here.
+MAX_LINK_HOPS = 40
+_NAME_MAX, _PATH_MAX = 255, 4096
+_TYPES = {tarfile.REGTYPE: "file", tarfile.AREGTYPE: "file", tarfile.DIRTYPE: "dir",
+          tarfile.SYMTYPE: "symlink", tarfile.LNKTYPE: "hardlink"}
+_CHUNK = 1 << 16
+# Bytes of headers (names, pax records, padding) allowed beside the members' data: a
+# header of a gigabyte would otherwise be held in memory whole before any check sees it.
+_HEADER_BYTES_BASE, _HEADER_BYTES_PER_MEMBER = 1 << 20, 16 << 10
+# tarfile's own marker for the zero block that ends an archive (not in its stubs).
+_END_OF_ARCHIVE: type[Exception] = tarfile.EOFHeaderError  # type: ignore[attr-defined]
+
+Kind = Literal["file", "dir", "symlink", "hardlink"]
+_UNREADABLE = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
+
+
+class BundleRejected(ValueError):
+    """An archive or a directory that cannot be a bundle; the message names why."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on one bundle: its compressed bytes, its entries, its unpacked bytes."""
+
+    max_bytes: int = 100 * 1024 * 1024
+    max_files: int = 10_000
+    max_unpacked_bytes: int = 1024 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One admitted member: where it goes ('/'-free parts) and what it is."""
+
+    kind: Kind
+    parts: tuple[str, ...]
+    mode: int = 0o644  # a file's: 0o644 or 0o755, nothing else
+    link: str = ""  # a symlink's target as written
+    source: tuple[str, ...] = ()  # a hard link's earlier file
+
+
+def shown(name: str) -> str:
+    """A member's name for a message: whole, or its ends when very long."""
+    return repr(name) if len(name) <= 160 else repr(f"{name[:100]}...{name[-40:]}")
+
+
+def _parts(name: str, what: str) -> tuple[str, ...]:
+    """`name`'s components ('.' and empty ones dropped), or BundleRejected naming `what`."""
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":") or "\\" in name:
+        raise BundleRejected(f"{what} is an absolute path (or holds a backslash): names in "
+                             "a bundle are relative to its root; pack it with "
+                             "`cohort bundle push`")
+    if "\x00" in name:
+        raise BundleRejected(f"{what} contains a NUL byte: rename it")
+    parts = tuple(part for part in name.split("/") if part not in ("", "."))
+    if ".." in parts:
+        raise BundleRejected(f"{what} contains '..': names must stay inside the bundle; "
+                             "pack it with `cohort bundle push`")
+    if any(len(part.encode()) > _NAME_MAX for part in parts) or \
+            len(name.encode()) > _PATH_MAX:
+        raise BundleRejected(f"{what} is longer than a file name or path may be "
+                             f"({_NAME_MAX} bytes a component, {_PATH_MAX} in all): "
+                             "shorten it")
+    return parts
+
+
+@dataclass
+class MemberTree:
+    """The tree an archive's members make, placed one by one in archive order."""
+
+    nodes: dict[tuple[str, ...], str] = field(default_factory=lambda: {(): "dir"})
+    links: dict[tuple[str, ...], tuple[str, str]] = field(default_factory=dict)
+
+    def place(self, member: tarfile.TarInfo) -> Placed | None:
+        """Admit `member` (None: the root itself), or BundleRejected naming it and the fix."""
+        name = shown(member.name)
+        parts = _parts(member.name, f"member {name}")
+        kind = cast("Kind | None", _TYPES.get(member.type))
+        if kind is None:
+            raise BundleRejected(f"member {name} is a device file, a fifo or a sparse or "
+                                 "special entry; bundles hold regular files, directories "
+                                 "and links only: leave it out")
+        if not parts:
+            if kind == "dir":
+                return None
+            raise BundleRejected(f"member {name} names the bundle's root: rename it")
+        self._check_parents(parts, name)
+        existing = self.nodes.get(parts)
+        if existing is not None and not (existing == kind == "dir"):
+            raise BundleRejected(f"member {name} appears twice in the bundle (or names a "
+                                 "directory other members are in): keep one")
+        if kind == "symlink":
+            self._check_target(member.linkname, name)
+            self.links[parts] = (member.linkname, name)
+            self.nodes[parts] = "symlink"
+            return Placed("symlink", parts, link=member.linkname)
+        if kind == "hardlink":
+            source = _parts(member.linkname, f"the target of hard link {name}")
+            if self.nodes.get(source) != "file":
+                raise BundleRejected(f"member {name} is a hard link to "
+                                     f"{shown(member.linkname)}, which is not a regular file "
+                                     "earlier in the bundle: store the file itself")
+            self.nodes[parts] = "file"
+            return Placed("hardlink", parts, source=source)
+        self.nodes[parts] = kind
+        # Only the owner's execute bit carries over: no setuid, setgid, sticky or
+        # group/world write, whatever the header says.
+        mode = 0o755 if member.mode & 0o100 else 0o644
+        return Placed(kind, parts, mode=mode if kind == "file" else 0o755)
+
+    def _check_parents(self, parts: tuple[str, ...], name: str) -> None:
+        for depth in range(1, len(parts)):
+            kind = self.nodes.setdefault(parts[:depth], "dir")  # implied directories
+            if kind == "symlink":
+                raise BundleRejected(
+                    f"member {name} is beneath {shown('/'.join(parts[:depth]))}, a link in "
+                    "the bundle: nothing may be placed through a link; put it under the "
+                    "link's target instead")
+            if kind != "dir":
+                raise BundleRejected(f"member {name} is beneath "
+                                     f"{shown('/'.join(parts[:depth]))}, a file: rename one")
+
+    @staticmethod
+    def _check_target(target: str, name: str) -> None:
+        if not target or target.startswith("/") or "\x00" in target or \
+                len(target.encode()) >= _PATH_MAX:
+            raise BundleRejected(f"member {name} links to {shown(target)}, outside the "
+                                 "bundle (empty, absolute or too long): copy the file in "
+                                 "or leave the link out")
+
+    def finish(self) -> None:
+        """Resolve every symlink now that all members are placed; BundleRejected names the
+        first whose target leaves the tree or that starts a chain too long to follow."""
+        for parts, (target, name) in self.links.items():
+            self._resolve(parts, target, name)
+
+    def _resolve(self, link: tuple[str, ...], target: str, name: str) -> None:
+        where = list(link[:-1])
+        pending = list(reversed(target.split("/")))
+        hops = 0
+        while pending:
+            part = pending.pop()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not where:
+                    raise BundleRejected(
+                        f"member {name} links to {shown(target)}, outside the bundle once "
+                        "its links are followed: point it inside or leave it out")
+                where.pop()
+                continue
+            where.append(part)
+            # A missing name resolves lexically: only a link can move `where` elsewhere.
+            if self.nodes.get(tuple(where)) == "symlink":
+                hops += 1
+                if hops > MAX_LINK_HOPS:
+                    raise BundleRejected(
+                        f"member {name} starts a chain of more than {MAX_LINK_HOPS} links "
+                        "(or a loop): point it at its target directly")
+                next_target = self.links[tuple(where)][0]
+                where.pop()
+                pending.extend(reversed(next_target.split("/")))
+
+
+class _Readable(Protocol):
+    def read(self, size: int = ..., /) -> bytes: ...
+    def tell(self) -> int: ...
+
+
+class _Decompressed:
+    """The archive's tar bytes, decompressed, with headers' bytes bounded as they are read."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.gzip = gzip.GzipFile(fileobj=raw, mode="rb")
+        self.total = self.data = self.members = 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.gzip.read(size if size >= 0 else _CHUNK)
+        self.total += len(chunk)
+        allowed = _HEADER_BYTES_BASE + _HEADER_BYTES_PER_MEMBER * (self.members + 1) + \
+            4 * _CHUNK  # tarfile reads ahead of what the data's reader has counted
+        if self.total - self.data > allowed:
+            raise BundleRejected(f"its headers hold more than {allowed} bytes in its first "
+                                 f"{self.members + 1} entries (names or pax records out of "
+                                 "all proportion): pack it with `cohort bundle push`")
+        return chunk
+
+
+class _Tar(tarfile.TarFile):
+    ended_by: Exception | None = None  # the header error that ended the iteration
+
+
+class _Header(tarfile.TarInfo):
+    @classmethod
+    def fromtarfile(cls, tarfile: tarfile.TarFile) -> _Header:
+        try:
+            header = super().fromtarfile(tarfile)
+        except Exception as exc:
+            cast("_Tar", tarfile).ended_by = exc
+            raise
+        cast("_Tar", tarfile).ended_by = None
+        return header
+
+
+@dataclass
+class ArchiveRead:
+    """Counts kept while an archive is read: its entries, non-directories, data bytes."""
+
+    limits: Limits
+    tree: MemberTree = field(default_factory=MemberTree)
+    entries: int = 0
+    files: int = 0
+    unpacked: int = 0
+    last: str = ""  # the last member's name, for a message
+
+
+def read_archive(source: IO[bytes], state: ArchiveRead) -> Iterator[
+        tuple[Placed, Iterator[bytes]]]:
+    """Each admitted member of the `.tar.gz` `source`, in order, with its data's chunks
+    (files only; a caller that skips them still has them read and counted). Symlinks
+    come out at the end, after the whole tree is checked.
+
+    Raises:
+        BundleRejected: a member refused (the message names it and the fix), a limit
+            passed, a header whose declared size does not match its data, or not a
+            readable gzip tar archive.
+    """
+    stream = _Decompressed(source)
+    links: list[Placed] = []
+    try:
+        with _Tar.open(fileobj=cast("IO[bytes]", stream), mode="r|",
+                       tarinfo=_Header) as tar:
+            for member in tar:
+                state.entries += 1
+                state.last = member.name
+                stream.members = state.entries
+                if state.entries > state.limits.max_files:
+                    raise BundleRejected(f"more than {state.limits.max_files} entries (the "
+                                         "limit, COHORT_MAX_BUNDLE_FILES)")
+                placed = state.tree.place(member)
+                if placed is None:
+                    continue
+                state.files += 0 if placed.kind == "dir" else 1
+                if placed.kind == "symlink":
+                    links.append(placed)
+                    continue
+                if placed.kind != "file":
+                    yield placed, iter(())
+                    continue
+                chunks = _data(cast("_Readable", tar.fileobj), member, state, stream)
+                yield placed, chunks
+                for _ in chunks:  # what the caller left unread is read and counted still
+                    pass
+            if not isinstance(tar.ended_by, _END_OF_ARCHIVE):
+                after = f"member {shown(state.last)}" if state.last else "its first header"
+                raise BundleRejected(
+                    f"it ends without its end-of-archive blocks after {after}: that "
+                    "header's declared size does not match its data, or the archive is "
+                    "truncated; pack it again with `cohort bundle push`")
+    except _UNREADABLE as exc:
+        raise _unreadable(exc) from exc
+    state.tree.finish()
+    for placed in links:
+        yield placed, iter(())
+
+
+def _data(tar_stream: _Readable, member: tarfile.TarInfo, state: ArchiveRead,
+          stream: _Decompressed) -> Iterator[bytes]:
+    """A regular member's data, read from the tar stream itself (never through tarfile's
+    extraction), counted against the unpacked-bytes limit as each chunk is read."""
+    limit = state.limits.max_unpacked_bytes
+    too_big = BundleRejected(f"unpacks to more than {limit} bytes (the limit, "
+                             "COHORT_MAX_BUNDLE_UNPACKED_BYTES)")
+    if state.unpacked + member.size > limit:
+        raise too_big
+    if tar_stream.tell() != member.offset_data:
+        raise BundleRejected(f"member {shown(member.name)} is not where its header says")
+    left = member.size
+    while left:
+        try:
+            chunk = tar_stream.read(min(left, _CHUNK))
+        except _UNREADABLE as exc:
+            raise _unreadable(exc) from exc
+        if not chunk:
+            raise BundleRejected(f"member {shown(member.name)} is truncated: its header "
+                                 f"declares {member.size} bytes, the archive holds "
+                                 f"{member.size - left}")
+        left -= len(chunk)
+        state.unpacked += len(chunk)
+        stream.data += len(chunk)
+        if state.unpacked > limit:
+            raise too_big
+        yield chunk
+
+
+def _unreadable(exc: BaseException) -> BundleRejected:
+    return BundleRejected(f"not a readable .tar.gz archive ({exc})")
+
+
+@contextmanager
+def opened(source: str | os.PathLike[str] | IO[bytes]) -> Iterator[IO[bytes]]:
+    """`source` as a binary file: a path opened (and closed after), a file object as is."""
+    if isinstance(source, str | os.PathLike):
+        with open(source, "rb") as handle:
+            yield handle
+    else:
+        yield source
