@@ -5,18 +5,21 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import SettingsDep, StoreDep, TokenDep, scoped
+from api.deps import SettingsDep, StoreDep, UploadScopeRule, UploadTokenDep, scoped
 from api.params import DataPath
 from api.uploads import receive_body
 from services.auth.scopes import Scope
 from services.jobs import data
 from services.jobs.file_schemas import DataList, DataRead
 
-router = APIRouter(prefix="/data", tags=["data"], dependencies=scoped(write=Scope.SUBMIT))
+# The token is read in a short transaction of its own (UploadScopeRule): these routes use
+# the database for nothing else, and an upload of gigabytes holds no session meanwhile.
+router = APIRouter(prefix="/data", tags=["data"],
+                   dependencies=scoped(write=Scope.SUBMIT, rule=UploadScopeRule))
 
 
 @router.get("")
-def read_data(store: StoreDep, token: TokenDep) -> DataList:
+def read_data(store: StoreDep, token: UploadTokenDep) -> DataList:
     """The project's data files: path and size. A job names one in `inputs` as
     `data/<path>`."""
     return DataList(items=[DataRead.model_validate(f) for f in
@@ -29,7 +32,7 @@ def read_data(store: StoreDep, token: TokenDep) -> DataList:
     413: {"description": "over COHORT_MAX_DATA_BYTES"},
     422: {"description": "the path is absolute, climbs out (`..`) or has control bytes"}})
 async def put_data(path: DataPath, request: Request, response: Response, settings: SettingsDep,
-                   store: StoreDep, token: TokenDep) -> DataRead:
+                   store: StoreDep, token: UploadTokenDep) -> DataRead:
     """Upload a file (the raw bytes as the body) to `path` of the project's data; 201 when
     new, 200 when it replaced one."""
     # Refused before a byte of the body is read.
@@ -45,7 +48,7 @@ async def put_data(path: DataPath, request: Request, response: Response, setting
 
 
 @router.delete("/{path:path}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_data(path: DataPath, store: StoreDep, token: TokenDep) -> Response:
+def delete_data(path: DataPath, store: StoreDep, token: UploadTokenDep) -> Response:
     """Delete a file of the project's data."""
     data.delete_data(store=store, project_id=token.project_id, path=path)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
