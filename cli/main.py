@@ -40,6 +40,22 @@ app = typer.Typer(help="Cohort: distributed TensorFlow training jobs as a servic
                   no_args_is_help=True, add_completion=False)
 app.command()(health)
 
+# The commands that run Cohort's own processes, or write its database: what they (and
+# every process they start: uvicorn's workers, the stack's children, the embedded Redis)
+# create is their user's alone, on a host where replicas run as other users
+# (services/data_dir.py). Not the client's commands: a model `cohort download` writes
+# into a user's directory gets the user's usual mode.
+SERVICE_COMMANDS = frozenset({"api", "scheduler", "agent", "migrate", "up", "demo",
+                              "create-token"})
+SERVICE_UMASK = 0o077
+
+
+@app.callback()
+def main(ctx: typer.Context) -> None:
+    """Cohort: distributed TensorFlow training jobs as a service."""
+    if ctx.invoked_subcommand in SERVICE_COMMANDS:
+        os.umask(SERVICE_UMASK)
+
 DEMO_JOB: dict[str, Any] = {
     "name": "demo-mlp-digits",
     "trainer": "mlp_digits",
@@ -106,8 +122,14 @@ def api(host: str | None = None, port: int | None = None) -> None:
         typer.echo(f"cohort: {exc}", err=True)  # one line, never wrapped
         raise typer.Exit(1) from None
     _require_redis()
+    # uvicorn would believe X-Forwarded-For and -Proto from 127.0.0.1 unless told: from
+    # any process of this host, a replica's too, which could then pick the address the
+    # login throttle counts (api/login_throttle.py). No proxy is trusted unless the
+    # operator lists it.
+    proxies = os.environ.get("FORWARDED_ALLOW_IPS", "").strip()
     uvicorn.run("api.main:app", host=host or settings.API_HOST, port=port or settings.API_PORT,
-                log_level="warning", access_log=False, workers=settings.API_WORKERS)
+                log_level="warning", access_log=False, workers=settings.API_WORKERS,
+                proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None)
     _exit_at_once()
 
 

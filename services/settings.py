@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from services.data_dir import private_data_dir
+
 
 class Settings(BaseSettings):
     """Configuration shared by the api, the scheduler, agents and the CLI."""
@@ -21,7 +23,8 @@ class Settings(BaseSettings):
     DATABASE_URL: str = ""  # empty = SQLite file in DATA_DIR
     REDIS_URL: str = ""  # empty = the embedded Redis that `cohort up` starts
     # The port `cohort up` gives its embedded redis-server, and where every
-    # process looks for Redis when REDIS_URL is unset.
+    # process looks for Redis when REDIS_URL is unset (with the password in
+    # DATA_DIR/redis-password, which `cohort up` makes on first use).
     EMBEDDED_REDIS_PORT: int = 6389
 
     API_HOST: str = "127.0.0.1"
@@ -223,10 +226,14 @@ class Settings(BaseSettings):
 
     @cached_property
     def data_dir(self) -> Path:
-        """The absolute data directory (created on first use)."""
-        path = self.DATA_DIR.expanduser().resolve()
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        """The absolute data directory, created on first use and kept private (0711, its
+        entries 0700/0600: services/data_dir.py)."""
+        return private_data_dir(self.DATA_DIR.expanduser().resolve())
+
+    @property
+    def redis_password_file(self) -> Path:
+        """Where `cohort up` keeps its embedded Redis's password (mode 0600)."""
+        return self.DATA_DIR.expanduser().resolve() / "redis-password"
 
     @property
     def database_url(self) -> str:
@@ -235,8 +242,17 @@ class Settings(BaseSettings):
 
     @property
     def redis_url(self) -> str:
-        """The Redis URL; unset means the embedded Redis on its fixed local port."""
-        return self.REDIS_URL or f"redis://127.0.0.1:{self.EMBEDDED_REDIS_PORT}/0"
+        """The Redis URL; unset means the embedded Redis on its fixed local port, with the
+        password `cohort up` keeps in DATA_DIR (none if there is none, or it cannot be
+        read: a replica's process, which has no business with Redis)."""
+        if self.REDIS_URL:
+            return self.REDIS_URL
+        try:
+            password = self.redis_password_file.read_text().strip()
+        except OSError:
+            password = ""
+        auth = f":{password}@" if password else ""
+        return f"redis://{auth}127.0.0.1:{self.EMBEDDED_REDIS_PORT}/0"
 
     @property
     def node_id(self) -> str:
