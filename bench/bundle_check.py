@@ -14,7 +14,7 @@ uploads took over a second or were refused. The stack is the default one on SQLi
 api and the scheduler, the processes that write to it; no agent, so B's jobs stay
 queued).
 
-    .venv/bin/python bench/bundle_check.py [--rounds 5] [--megabytes 100]
+    .venv/bin/python bench/bundle_check.py [--rounds 5] [--megabytes 100] [--zeros]
 """
 
 from __future__ import annotations
@@ -45,15 +45,35 @@ JOB = {"name": "beside-the-upload", "trainer": "mlp_digits", "replicas": 1}
 SLOW = 1.0  # seconds: a request of B's this long waited on something
 
 
-def random_bundle(path: Path, megabytes: int, round_no: int) -> str:
-    """A .tar.gz of `megabytes` MB of random bytes (gzip level 1: random bytes do not
-    compress at any level) and a file naming the round; its digest."""
-    payload = os.urandom(megabytes * 1_000_000)
-    with tarfile.open(path, "w:gz", compresslevel=1) as tar:
-        for name, data in (("round.txt", f"{round_no}\n".encode()), ("weights.bin", payload)):
+class Zeros(io.RawIOBase):
+    """`size` zero bytes, never held whole."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        count = min(len(buffer), self.left)
+        buffer[:count] = bytes(count)
+        self.left -= count
+        return count
+
+
+def make_bundle(path: Path, megabytes: int, round_no: int, zeros: bool) -> str:
+    """A .tar.gz of a file naming the round and `megabytes` MB of random bytes (gzip level
+    1: they do not compress at any level), or of zeros (level 9: a bomb a thousandth of
+    its unpacked size); its digest."""
+    size = megabytes * 1_000_000
+    payload = io.BufferedReader(Zeros(size), 1 << 20) if zeros else io.BytesIO(os.urandom(size))
+    with tarfile.open(path, "w:gz", compresslevel=9 if zeros else 1) as tar:
+        stamp = f"{round_no}\n".encode()
+        for name, length, data in (("round.txt", len(stamp), io.BytesIO(stamp)),
+                                   ("weights.bin", size, payload)):
             info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
+            info.size, info.mode = length, 0o644
+            tar.addfile(info, data)
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -142,11 +162,11 @@ def run_rounds(stack: Stack, bundles: list[tuple[Path, str]]) -> list[dict[str, 
     return rounds
 
 
-def report(rounds: list[dict[str, float]], check_s: float, megabytes: int) -> None:
+def report(rounds: list[dict[str, float]], check_s: float, bundle: str) -> None:
     med = statistics.median
     put, again = med(r["put_s"] for r in rounds), med(r["again_s"] for r in rounds)
     print(f"# {platform.node()}, {os.cpu_count()} cores; api on SQLite; {len(rounds)} rounds; "
-          f"bundle {megabytes} MB of random bytes")
+          f"bundle: {bundle}")
     print(f"upload (PUT, sent to answered), median: {put:.2f} s; the same bytes again (200: "
           f"received and hashed only): {again:.2f} s; check_archive alone in this process: "
           f"{check_s:.2f} s")
@@ -169,27 +189,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--megabytes", type=int, default=100)
+    parser.add_argument("--zeros", action="store_true", help="a bundle of zeros (a bomb: "
+                        "--megabytes 1000 is about 1 MB sent) instead of random bytes")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cohort-bench-bundle-check-") as scratch:
         tmp = Path(scratch)
         bundles = []
         for number in range(args.rounds):
             path = tmp / f"bundle-{number}.tar.gz"
-            bundles.append((path, random_bundle(path, args.megabytes, number)))
+            bundles.append((path, make_bundle(path, args.megabytes, number, args.zeros)))
+        limit = 2 * args.megabytes * 1_000_000 + (1 << 20)  # every bundle is accepted
         started = time.perf_counter()
-        check_archive(bundles[0][0], Limits())
+        check_archive(bundles[0][0], Limits(max_unpacked_bytes=limit))
         check_s = time.perf_counter() - started
         stack = Stack({"COHORT_DATABASE_URL": "", "COHORT_REDIS_URL": "",
                        "COHORT_DATA_DIR": str(tmp / "var"),
                        "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
                        "COHORT_API_PORT": str(free_port()),
+                       "COHORT_MAX_BUNDLE_UNPACKED_BYTES": str(limit),
                        "COHORT_QUOTA_MAX_QUEUED_JOBS": "100000"}, quiet=True)
         stack.start(parts=("api", "scheduler"))
         try:
             rounds = run_rounds(stack, bundles)
         finally:
             stack.stop()
-        report(rounds, check_s, args.megabytes)
+        report(rounds, check_s, f"{args.megabytes} MB of "
+               + ("zeros (unpacked)" if args.zeros else "random bytes"))
 
 
 if __name__ == "__main__":
