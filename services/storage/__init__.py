@@ -4,5 +4,8 @@
     tree_sync.py  a local tree and a store prefix kept in step, sending only changes
     keys.py       the store's layout: every key Cohort reads or writes, checked
     bundles.py    code bundles: packed deterministically, checked, unpacked safely
+    archive_members.py  an archive's members as a tree decided from names alone: the one
+                  check the api's and every unpack share
+    unpacking.py  Cohort's own unpacker (never tarfile's extraction), no link followed
 
 Node-safe: no SQL, no FastAPI, no Celery (agents import it)."""

@@ -78,8 +78,9 @@ def _parts(name: str, what: str) -> tuple[str, ...]:
     if ".." in parts:
         raise BundleRejected(f"{what} contains '..': names must stay inside the bundle; "
                              "pack it with `cohort bundle push`")
-    if any(len(part.encode()) > _NAME_MAX for part in parts) or \
-            len(name.encode()) > _PATH_MAX:
+    # fsencode: a name that is not UTF-8 reaches us with surrogates (surrogateescape).
+    if any(len(os.fsencode(part)) > _NAME_MAX for part in parts) or \
+            len(os.fsencode(name)) > _PATH_MAX:
         raise BundleRejected(f"{what} is longer than a file name or path may be "
                              f"({_NAME_MAX} bytes a component, {_PATH_MAX} in all): "
                              "shorten it")
@@ -98,7 +99,8 @@ class MemberTree:
         name = shown(member.name)
         parts = _parts(member.name, f"member {name}")
         kind = cast("Kind | None", _TYPES.get(member.type))
-        if kind is None:
+        # A pax-sparse member keeps its regular type: its data is a map, not the file.
+        if kind is None or member.sparse is not None:
             raise BundleRejected(f"member {name} is a device file, a fifo or a sparse or "
                                  "special entry; bundles hold regular files, directories "
                                  "and links only: leave it out")
@@ -145,7 +147,7 @@ class MemberTree:
     @staticmethod
     def _check_target(target: str, name: str) -> None:
         if not target or target.startswith("/") or "\x00" in target or \
-                len(target.encode()) >= _PATH_MAX:
+                len(os.fsencode(target)) >= _PATH_MAX:
             raise BundleRejected(f"member {name} links to {shown(target)}, outside the "
                                  "bundle (empty, absolute or too long): copy the file in "
                                  "or leave the link out")

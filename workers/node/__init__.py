@@ -7,7 +7,8 @@
     admission.py      what it agrees to run (the api's policy, checked again)
     ports.py, gpus.py the host's ports and GPUs
     prepare.py        a replica's code and inputs fetched before it starts
-    bundle_cache.py   code bundles fetched, verified and unpacked once per digest
+    bundle_cache.py   code bundles fetched and verified once per digest
+    code_unpack.py    the child that unpacks one into a replica's code dir as the job's uid
     environment.py    a replica's directories and variables; its command resolved
     launcher.py       spawning one replica process (never through a shell)
     guard.py          the wrapper that ends a job's process with the agent
