@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -176,3 +177,25 @@ def test_spool_files_left_by_a_dead_upload_are_cleared(tmp_path_factory: pytest.
     os.utime(old, (0, 0))
     assert clear_stale_uploads(settings=settings) == 1
     assert not old.exists() and fresh.exists()
+
+
+def test_uploads_hold_no_request_session() -> None:
+    # A request session lives as long as the request: an upload would hold it (on SQLite,
+    # with any write it made, the one write lock) while its body streams in and is checked
+    # (tests/security/test_bundle_check_blocks_nothing.py on a real stack).
+    from api.deps import get_db
+    from tests.api.test_roles import app_routes
+
+    def calls(route: Any) -> set[Any]:
+        found, todo = set(), [route.dependant]
+        while todo:
+            dependant = todo.pop()
+            found.add(dependant.call)
+            todo.extend(dependant.dependencies)
+        return found
+
+    uploads = [route for route in app_routes() if "PUT" in (route.methods or ())
+               and route.path in ("/api/v1/bundles/{digest}", "/api/v1/data/{path:path}")]
+    assert len(uploads) == 2
+    for route in uploads:
+        assert get_db not in calls(route), route.path
