@@ -13,6 +13,7 @@ import io
 import os
 import stat
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -315,3 +316,27 @@ def test_a_refused_bundle_fails_the_replica_with_the_member_and_no_node_path(
     assert str(tmp_path) not in message and "/data" not in message
     assert not (tmp_path / "data" / "jobs" / "8" / "attempt-1" / "newfile").exists()
     assert not (tmp_path / "data" / "jobs" / "8" / "attempt-1" / "replica-0" / "code").exists()
+
+
+def test_links_too_intricate_to_follow_are_refused_in_bounded_time(tmp_path: Path) -> None:
+    """Long chains of long targets, named by thousands of links: the check stops after a
+    bounded number of steps rather than holding the api for minutes."""
+    def add(tar: tarfile.TarFile) -> None:
+        directory = tarfile.TarInfo("d")
+        directory.type = tarfile.DIRTYPE
+        tar.addfile(directory)
+        for i in range(40):
+            link = tarfile.TarInfo(f"l{i}")
+            link.type, link.linkname = tarfile.SYMTYPE, "d/../" * 800 + f"l{i + 1}"
+            tar.addfile(link)
+        for i in range(5000):
+            link = tarfile.TarInfo(f"m{i}")
+            link.type, link.linkname = tarfile.SYMTYPE, "l0"
+            tar.addfile(link)
+
+    archive = tmp_path / "intricate.tar.gz"
+    archive.write_bytes(tar_gz(add))
+    began = time.monotonic()
+    with pytest.raises(BundleRejected, match="following the bundle's links takes more than"):
+        check_archive(archive, Limits())
+    assert time.monotonic() - began < 30
