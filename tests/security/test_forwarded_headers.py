@@ -1,0 +1,67 @@
+"""`cohort api` (which `cohort up` runs) without FORWARDED_ALLOW_IPS trusts no proxy: a
+process of the same host (a replica, on the default stack) that sends X-Forwarded-For
+from 127.0.0.1 cannot pick the address the login throttle counts its guesses by
+(api/login_throttle.py). tests/e2e/test_behind_proxy.py has the proxy it is told of."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from tests.conftest import redis_url
+from tests.e2e.conftest import free_port, wait_for
+
+pytestmark = pytest.mark.e2e
+
+TOKEN = "forwarded-bootstrap-token-for-tests-only"
+GUESSES = 3  # COHORT_LOGIN_MAX_FAILURES
+
+
+@pytest.fixture
+def api(pg_url: str, tmp_path: Path) -> Iterator[str]:
+    """`cohort api` as an operator starts it, FORWARDED_ALLOW_IPS unset."""
+    bus = redis_url("stack")
+    redis.Redis.from_url(bus).flushdb()  # no earlier failures counted for 127.0.0.1
+    port = free_port()
+    env = {name: value for name, value in os.environ.items()
+           if name != "FORWARDED_ALLOW_IPS"}
+    env |= {"COHORT_DATABASE_URL": pg_url, "COHORT_REDIS_URL": bus,
+            "COHORT_BOOTSTRAP_TOKEN": TOKEN, "COHORT_DATA_DIR": str(tmp_path / "data"),
+            "COHORT_LOGIN_MAX_FAILURES": str(GUESSES)}
+    process = subprocess.Popen([sys.executable, "-m", "cli", "api", "--port", str(port)],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        assert process.poll() is None, "cohort api exited"
+        try:
+            return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_for(ready, 60, "the api to listen")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_a_local_process_cannot_choose_the_address_its_failed_logins_count_for(
+        api: str) -> None:
+    def guess(address: str) -> int:
+        response = httpx.post(f"{api}/login", data={"token": "coh_wrong", "next": "/"},
+                              headers={"Origin": api, "X-Forwarded-For": address},
+                              timeout=10)
+        return response.status_code
+
+    assert [guess(f"203.0.113.{n}") for n in range(GUESSES)] == [401] * GUESSES
+    # Each claimed another address; all were counted for the peer, 127.0.0.1.
+    assert guess("198.51.100.7") == 429
