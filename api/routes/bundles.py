@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
@@ -20,6 +22,12 @@ from services.jobs.file_schemas import BundleRead
 router = APIRouter(prefix="/bundles", tags=["bundles"],
                    dependencies=scoped(read=Scope.SUBMIT, write=Scope.SUBMIT,
                                        rule=UploadScopeRule))
+
+# Bundles checked at once by this process. A check takes a worker thread for seconds (one
+# that unpacks to a gigabyte); the other requests' dependencies need those threads (40), so
+# a tenant sending many bundles at once waits here, on the event loop, holding none.
+CHECKS_AT_ONCE = 2
+_checks = asyncio.Semaphore(CHECKS_AT_ONCE)
 
 
 @router.head("/{digest}")
@@ -43,9 +51,10 @@ async def put_bundle(digest: Digest, request: Request, response: Response,
         await receive_body(request, upload)
         # In a worker thread, with no session open while the archive is checked: other
         # requests are served meanwhile, and no database lock waits on the check.
-        bundle, created = await run_in_threadpool(
-            bundles.accept_bundle, transaction=transaction, project_id=token.project_id,
-            upload=upload, settings=settings)
+        async with _checks:
+            bundle, created = await run_in_threadpool(
+                bundles.accept_bundle, transaction=transaction, project_id=token.project_id,
+                upload=upload, settings=settings)
     if not created:
         response.status_code = status.HTTP_200_OK
     return BundleRead.model_validate(bundle)
