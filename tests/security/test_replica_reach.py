@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import yaml
 
 from cli.client import CohortClient
 from cli.stack import Stack
-from tests.e2e.conftest import embedded_stack, wait_for, wait_terminal
+from tests.e2e.conftest import PORT_BASE, embedded_stack, free_port, wait_for, wait_terminal
 from workers.node import layout
 
 __all__ = ["embedded_stack"]  # the default stack, as `cohort up` runs it
@@ -178,17 +179,56 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
 
-def assert_private_modes(data_dir: Path) -> None:
+PRIVATE = ("cohort.db", "cohort.db-wal", "cohort.db-shm", "signing-key", "bootstrap-token",
+           "redis-password", "artifacts", "cache", "uploads", "logs", "redis")
+
+
+def assert_private_modes(data_dir: Path, names: tuple[str, ...] = PRIVATE) -> None:
     """DATA_DIR 0711, and every entry in it but jobs/ (0711) its owner's alone: the
     database and its WAL and shared memory, the keys and the Redis password 0600,
-    artifacts/, cache/, uploads/, logs/ and redis/ 0700."""
+    artifacts/, cache/, uploads/, logs/ and redis/ 0700 (`names` must all be there)."""
     assert mode(data_dir) == 0o711
     assert mode(data_dir / "jobs") == 0o711
-    for name in ("cohort.db", "cohort.db-wal", "cohort.db-shm", "signing-key",
-                 "bootstrap-token", "redis-password"):
-        assert mode(data_dir / name) == 0o600, (name, oct(mode(data_dir / name)))
-    for name in ("artifacts", "cache", "uploads", "logs", "redis"):
-        assert mode(data_dir / name) == 0o700, (name, oct(mode(data_dir / name)))
+    modes = {name: oct(mode(data_dir / name)) for name in names}
+    assert modes == {name: oct(0o700 if (data_dir / name).is_dir() else 0o600)
+                     for name in names}
     loose = {entry.name: oct(mode(Path(entry.path))) for entry in os.scandir(data_dir)
-             if entry.name != "jobs" and mode(Path(entry.path)) & 0o077}
+             if entry.name != "jobs" and not entry.is_symlink()
+             and mode(Path(entry.path)) & 0o077}
     assert loose == {}, loose
+
+
+def test_a_data_dir_an_older_version_left_open_is_closed_at_start(tmp_path: Path) -> None:
+    # As the code before left it (0755 directories, 0644 files, no umask), with a link
+    # an operator made to a file elsewhere, which is not DATA_DIR's to change.
+    data_dir = tmp_path / "var"
+    for directory in (data_dir, data_dir / "artifacts" / "bundles", data_dir / "cache",
+                      data_dir / "uploads", data_dir / "logs", data_dir / "redis"):
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o755)
+    old_db = sqlite3.connect(data_dir / "cohort.db")
+    old_db.execute("PRAGMA journal_mode=WAL")
+    old_db.close()
+    (data_dir / "signing-key").write_text("ab" * 32 + "\n")
+    (data_dir / "artifacts" / "bundles" / "old.tar.gz").write_bytes(b"old")
+    elsewhere = tmp_path / "operator-notes.txt"
+    elsewhere.write_text("not Cohort's")
+    (data_dir / "notes").symlink_to(elsewhere)
+    for path in (data_dir / "cohort.db", data_dir / "signing-key", elsewhere):
+        path.chmod(0o644)
+
+    stack = Stack({"COHORT_DATABASE_URL": "", "COHORT_REDIS_URL": "",
+                   "COHORT_DATA_DIR": str(data_dir),
+                   "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
+                   "COHORT_PORT_RANGE_START": PORT_BASE,
+                   "COHORT_API_PORT": str(free_port())}, quiet=True)
+    stack.start()
+    try:
+        CohortClient(stack.url, stack.token).nodes()
+        assert_private_modes(data_dir, ("cohort.db", "cohort.db-wal", "cohort.db-shm",
+                                        "signing-key", "bootstrap-token", "redis-password",
+                                        "artifacts", "cache", "uploads", "logs", "redis"))
+        assert stack.env["COHORT_SIGNING_KEY"] == "ab" * 32  # kept, only its mode changed
+        assert mode(elsewhere) == 0o644 and (data_dir / "notes").is_symlink()
+    finally:
+        stack.stop()
