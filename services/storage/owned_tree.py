@@ -12,16 +12,23 @@ checked (a regular file of the tree's owner) and read. A path refused is reporte
 The owner is the tree's root directory's, unless given: the agent makes each such
 directory the job's uid (workers/node/isolation.py lay_out) inside a directory only the
 agent writes, so the replica can neither change who owns it nor replace it.
+
+What the agent writes into such a tree (a checkpoint restored from the store) and deletes
+from it goes the same way: through directory descriptors, never a link, so a directory
+swapped for a link cannot make root write or delete a file anywhere else.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import stat
+import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 log = logging.getLogger("cohort.storage")
 
@@ -146,23 +153,17 @@ class OwnedTree(os.PathLike[str]):
                 user's file (also reported to `skip`).
             FileNotFoundError: no such file (removed since listed).
         """
-        parts = rel.split("/")
-        if any(part in ("", ".", "..") for part in parts):
-            raise ValueError(f"not a relative path in the tree: {rel!r}")
-        fd, owner = self._open_root()
         try:
-            for part in parts[:-1]:
-                sub = os.open(part, DIR_FLAGS, dir_fd=fd)
+            fd, name, owner = self._parent(rel, create=False)
+            try:
+                file_fd = os.open(name, FILE_FLAGS, dir_fd=fd)
+            finally:
                 os.close(fd)
-                fd = sub
-            file_fd = os.open(parts[-1], FILE_FLAGS, dir_fd=fd)
         except OSError as exc:
             if exc.errno in _REFUSED_ERRNOS:
                 self.skip(rel, "a symbolic link (or lies under one)")
                 raise Refused(rel, "a symbolic link") from None
             raise
-        finally:
-            os.close(fd)
         info = os.fstat(file_fd)
         why = None if stat.S_ISREG(info.st_mode) else describe(info.st_mode)
         if why is None and info.st_uid != owner:
@@ -181,6 +182,80 @@ class OwnedTree(os.PathLike[str]):
             return None
         with os.fdopen(fd, "rb") as handle:
             return handle.read()
+
+
+    def _parent(self, rel: str, *, create: bool) -> tuple[int, str, int]:
+        """(descriptor of the directory `rel` is in, its last name, the owner): each
+        directory on the way opened (with `create`, made first: 0700) following no link."""
+        parts = rel.split("/")
+        if any(part in ("", ".", "..") for part in parts):
+            raise ValueError(f"not a relative path in the tree: {rel!r}")
+        fd, owner = self._open_root()
+        try:
+            for part in parts[:-1]:
+                if create:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o700, dir_fd=fd)
+                sub = os.open(part, DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = sub
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, parts[-1], owner
+
+    def replace(self, rel: str, write: Callable[[BinaryIO], object],
+                mtime: float | None = None) -> os.stat_result:
+        """Make `rel` a new file of what `write(handle)` writes (0600, dated `mtime`),
+        written aside and renamed over whatever is there (a link is replaced, never
+        followed); its stat. Nothing is left aside if `write` fails (a full disk)."""
+        fd, name, _ = self._parent(rel, create=True)
+        try:
+            aside = f".{name}.{uuid.uuid4().hex}.partial"
+            out = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC,
+                          0o600, dir_fd=fd)
+            try:
+                with os.fdopen(out, "wb") as handle:
+                    write(handle)
+                if mtime is not None:
+                    os.utime(aside, (mtime, mtime), dir_fd=fd, follow_symlinks=False)
+                os.replace(aside, name, src_dir_fd=fd, dst_dir_fd=fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(aside, dir_fd=fd)
+                raise
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        finally:
+            os.close(fd)
+
+    def unlink(self, rel: str) -> None:
+        """Remove `rel` (a link itself, never what it names); gone already is no error."""
+        try:
+            fd, name, _ = self._parent(rel, create=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            if exc.errno in _REFUSED_ERRNOS:
+                return  # under a link: not in this tree
+            raise
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
+
+    def lstat(self, rel: str) -> os.stat_result | None:
+        """`rel`'s own stat (a link's, never its target's), or None if it is not there."""
+        try:
+            fd, name, _ = self._parent(rel, create=False)
+        except OSError:
+            return None
+        try:
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
 
 def descriptor_path(fd: int) -> str:

@@ -10,6 +10,7 @@ the agent must not trust: they are listed and read through an `OwnedTree`
 (services/storage/owned_tree.py), which follows no link and reads only regular files of
 the tree's owner, each through the descriptor it checked. Pass one as `local_dir` to say
 whose files those are and where refusals go; a plain path reads as the root's owner.
+A download is written aside and renamed into place through the same descriptors.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from __future__ import annotations
 import builtins
 import datetime as dt
 import os
+import shutil
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from services.storage.keys import check_key, check_prefix
 from services.storage.owned_tree import OwnedTree, descriptor_path
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from services.storage.store import ArtifactStore
 
 _T = TypeVar("_T")
+COPY_BYTES = 1 << 20  # per read of a download: what one holds in memory
 
 
 def _mtime(info: dict[str, Any]) -> float:
@@ -121,30 +123,35 @@ class TreeSync:
         Returns the paths (relative to `local_dir`) downloaded.
         """
         head = check_prefix(prefix)
-        root = Path(local_dir)
-        root.mkdir(parents=True, exist_ok=True)
-        local = _selected(_local_files(as_tree(local_dir)), select)
+        tree = as_tree(local_dir)
+        tree.root.mkdir(parents=True, exist_ok=True)
+        local = _selected(_local_files(tree), select)
         downloaded = []
         stored = _selected(dict(self.store.infos(head)), select)
         for rel, info in stored.items():
             check_key(rel)  # a stored name never places a file outside local_dir
             key = f"{head}/{rel}" if head else rel
-            path, stat, mtime = root / rel, local.get(rel), _mtime(info)
+            path, stat, mtime = tree.root / rel, local.get(rel), _mtime(info)
             fetched = self._fetched.get((str(path), key))
             if stat is None or stat.st_size != int(info["size"]) or (
                     fetched != (object_version(info), stat.st_mtime_ns) if fetched
                     else mtime > stat.st_mtime):
-                self.store.get_file(key, path)
-                os.utime(path, (mtime, mtime))
-                mtime_ns = path.stat().st_mtime_ns
+                mtime_ns = tree.replace(rel, self._copier(key), mtime).st_mtime_ns
                 self._fetched[(str(path), key)] = (object_version(info), mtime_ns)
                 # Sending it back unchanged is no change either.
                 self._synced[(str(path), key)] = (int(info["size"]), mtime_ns)
                 downloaded.append(rel)
         if mirror:
             for rel in local.keys() - stored.keys():
-                (root / rel).unlink()
+                tree.unlink(rel)
         return downloaded
+
+    def _copier(self, key: str) -> Callable[[BinaryIO], object]:
+        """What writes the object at `key` into a file (FileNotFoundError: none there)."""
+        def copy(out: BinaryIO) -> None:
+            with self.store.open_read(key) as source:
+                shutil.copyfileobj(source, out, COPY_BYTES)
+        return copy
 
 
 def _selected(entries: dict[str, _T], select: Callable[[str], bool] | None) -> dict[str, _T]:

@@ -2,7 +2,8 @@
 regular files of the tree's owner are read; a link (to a file or a directory, in place of
 a file or of a directory on the way, swapped in after the listing), a fifo (without
 hanging) and another user's file (a hard link to root's, as root) are refused and said.
-The uploads and followers built on it send and read nothing of them."""
+The uploads and followers built on it send and read nothing of them, and a restore writes
+and deletes nothing through a link."""
 
 from __future__ import annotations
 
@@ -205,3 +206,38 @@ def test_the_jobs_log_says_each_skipped_file_once_by_its_path_in_the_job(
         "cohort agent: tensorboard/replica-0/train/pipe is not uploaded: a fifo")
     assert len(lines) == 3
     assert str(tmp_path) not in log_path.read_text()
+
+
+def test_a_restore_never_writes_or_deletes_through_a_link(tmp_path: Path,
+                                                          outside: Path) -> None:
+    # The store holds the job's checkpoint; here its directory `chief` is a link the
+    # replica left, to a directory the agent must not write in.
+    node_a, node_b = tmp_path / "a", tmp_path / "b"
+    (node_a / "chief").mkdir(parents=True)
+    (node_a / "chief" / "ckpt-1.index").write_bytes(b"index")
+    (node_a / "chief" / "ckpt-1.data-00000-of-00001").write_bytes(b"data")
+    (node_a / "chief" / "checkpoint").write_bytes(b'model_checkpoint_path: "ckpt-1"\n')
+    store = open_store(str(tmp_path / "store"))
+    CheckpointMirror(store, 9, node_a).sync()
+    node_b.mkdir()
+    (node_b / "chief").symlink_to(outside)
+    (node_b / "old").mkdir()
+    (node_b / "old" / "ckpt-0.index").write_bytes(b"an older attempt's")
+    before = sorted(p.name for p in outside.rglob("*"))
+    with pytest.raises(OSError):
+        CheckpointMirror(open_store(str(tmp_path / "store")), 9, node_b).restore()
+    assert sorted(p.name for p in outside.rglob("*")) == before
+    assert (outside / "secret").read_bytes() == b"the node's secret"
+    # Once the link is gone, the same restore writes the checkpoint, deleting what the
+    # older attempt left, but not through a link put in its place meanwhile.
+    (node_b / "chief").unlink()
+    tree = OwnedTree(node_b)
+    tree.unlink("old/ckpt-0.index/x")  # under a file: nothing to remove, no error
+    written = CheckpointMirror(open_store(str(tmp_path / "store")), 9, node_b).restore()
+    assert written[-1] == "chief/checkpoint"
+    assert tree.read_bytes("chief/ckpt-1.index") == b"index"
+    assert not (node_b / "old" / "ckpt-0.index").exists()
+    (node_b / "old").rmdir()
+    (node_b / "old").symlink_to(outside)
+    tree.unlink("old/secret")
+    assert (outside / "secret").exists()

@@ -17,7 +17,8 @@ deleted, and a restore writes the state file locally after the data it names.
 The replica owns the checkpoint directory and may rename a link into it at any moment:
 the mirror lists and reads it only through an `OwnedTree` (services/storage/owned_tree.py),
 so what it sends is a regular file of the job's uid, read through the descriptor it checked;
-anything else is reported to the syncer's `on_skip` and never sent.
+anything else is reported to the syncer's `on_skip` and never sent. A restore writes and
+deletes through it too: a directory swapped for a link is never written through.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from services.storage import keys
 from services.storage.owned_tree import OnSkip, OwnedTree
@@ -109,24 +110,13 @@ def _local_files(tree: OwnedTree) -> set[str]:
     return {rel for rel in tree.files() if not is_scratch(rel)}
 
 
-def _identity(path: Path) -> tuple[int, int, int]:
-    try:
-        stat = path.stat()
-    except OSError:
-        return (0, 0, 0)
-    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+def _writing(data: bytes) -> Callable[[BinaryIO], object]:
+    return lambda out: out.write(data)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)  # a full disk: leave no scratch behind
-        raise
+def _identity(tree: OwnedTree, rel: str) -> tuple[int, int, int]:
+    stat = tree.lstat(rel)
+    return (0, 0, 0) if stat is None else (stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
 class CheckpointMirror:
@@ -191,9 +181,9 @@ class CheckpointMirror:
                 return []
             before = self._named_here()
             try:
-                written = self.store.get_tree(self.prefix, self.local_dir, select=is_data)
+                written = self.store.get_tree(self.prefix, tree, select=is_data)
                 for rel, data in states.items():  # the state file last: it names the data
-                    _write_atomically(self.local_dir / rel, data)
+                    tree.replace(rel, _writing(data))
                     written.append(rel)
             except BaseException:
                 self._forget_mixed(before)
@@ -203,7 +193,7 @@ class CheckpointMirror:
             self._seen = set(stored)
             if states:  # checkpoints of an older attempt here would never be rotated out
                 for rel in _local_files(tree) - stored:
-                    (self.local_dir / rel).unlink(missing_ok=True)
+                    tree.unlink(rel)
             return written
 
     def _named_here(self) -> dict[str, dict[str, tuple[int, int, int]]]:
@@ -217,7 +207,7 @@ class CheckpointMirror:
             directory = state_rel.rpartition("/")[0]
             heads = [f"{directory}/{name}." if directory else f"{name}."
                      for name in named_checkpoints(data or b"")]
-            named[state_rel] = {rel: _identity(self.local_dir / rel) for rel in local
+            named[state_rel] = {rel: _identity(tree, rel) for rel in local
                                 if any(rel.startswith(head) for head in heads)}
         return named
 
@@ -226,15 +216,16 @@ class CheckpointMirror:
         file first, then its files) some of whose files the restore replaced. Its index
         and data may now come from two different saves: TensorFlow must not restore it,
         and the mirror must not send its files back over the store's."""
+        tree = self.tree()
         for state_rel, files in before.items():
-            if all(_identity(self.local_dir / rel) == seen for rel, seen in files.items()):
+            if all(_identity(tree, rel) == seen for rel, seen in files.items()):
                 continue
             log.error("a restore of %s was cut off after replacing files of the checkpoint "
                       "%s names: removed it; this attempt starts without it",
                       self.prefix, state_rel)
-            (self.local_dir / state_rel).unlink(missing_ok=True)
+            tree.unlink(state_rel)
             for rel in files:
-                (self.local_dir / rel).unlink(missing_ok=True)
+                tree.unlink(rel)
 
     def _get_bytes(self, rel: str) -> bytes:
         with self.store.open_read(self._key(rel)) as handle:
