@@ -34,6 +34,7 @@ from cli.schedules import app as schedules_app
 from cli.sweeps import app as sweeps_app
 from cli.tokens import register as register_token_commands
 from services.auth.scopes import Scope
+from services.data_dir import PROCESS_UMASK
 from services.settings import get_settings
 
 app = typer.Typer(help="Cohort: distributed TensorFlow training jobs as a service.",
@@ -47,14 +48,13 @@ app.command()(health)
 # into a user's directory gets the user's usual mode.
 SERVICE_COMMANDS = frozenset({"api", "scheduler", "agent", "migrate", "up", "demo",
                               "create-token"})
-SERVICE_UMASK = 0o077
 
 
 @app.callback()
 def main(ctx: typer.Context) -> None:
     """Cohort: distributed TensorFlow training jobs as a service."""
     if ctx.invoked_subcommand in SERVICE_COMMANDS:
-        os.umask(SERVICE_UMASK)
+        os.umask(PROCESS_UMASK)
 
 DEMO_JOB: dict[str, Any] = {
     "name": "demo-mlp-digits",

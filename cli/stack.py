@@ -35,6 +35,7 @@ from typing import IO, Any
 import redis
 
 from services.auth.tokens import check_bootstrap_token
+from services.data_dir import PROCESS_UMASK
 from services.settings import Settings, get_settings
 from services.wire.signing import node_key
 from workers.node.processes import stop_process_groups
@@ -137,9 +138,10 @@ class Stack:
             out = open(os.open(self.log_dir / f"{name}.log",  # noqa: SIM115 - owned by child
                                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600),
                        "ab")
+        # umask: as `cohort up`'s own (cli/main.py), whoever runs the stack (the tests).
         process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT
                                    if out else None, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
+                                   start_new_session=True, umask=PROCESS_UMASK)
         if out:
             out.close()
         self.children.append((name, process))

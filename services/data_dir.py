@@ -25,6 +25,7 @@ from pathlib import Path
 log = logging.getLogger("cohort.data_dir")
 
 DATA_DIR_MODE = 0o711  # others pass through to their job's directory, list nothing
+PROCESS_UMASK = 0o077  # of every Cohort service process and what it starts
 # Entries other users must pass through, with the modes isolation.py gives them.
 PASS_THROUGH = {"jobs": 0o711}
 

@@ -1,7 +1,8 @@
-"""`cohort api` (which `cohort up` runs) without FORWARDED_ALLOW_IPS trusts no proxy: a
-process of the same host (a replica, on the default stack) that sends X-Forwarded-For
-from 127.0.0.1 cannot pick the address the login throttle counts its guesses by
-(api/login_throttle.py). tests/e2e/test_behind_proxy.py has the proxy it is told of."""
+"""`cohort api` (which `cohort up` runs) as an operator starts it: without
+FORWARDED_ALLOW_IPS it trusts no proxy, so a process of the same host (a replica, on the
+default stack) that sends X-Forwarded-For from 127.0.0.1 cannot pick the address the login
+throttle counts its guesses by (api/login_throttle.py; tests/e2e/test_behind_proxy.py has
+the proxy it is told of); and it runs under umask 077 (services/data_dir.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ GUESSES = 3  # COHORT_LOGIN_MAX_FAILURES
 
 
 @pytest.fixture
-def api(pg_url: str, tmp_path: Path) -> Iterator[str]:
+def api(pg_url: str, tmp_path: Path) -> Iterator[tuple[str, int]]:
     """`cohort api` as an operator starts it, FORWARDED_ALLOW_IPS unset."""
     bus = redis_url("stack")
     redis.Redis.from_url(bus).flushdb()  # no earlier failures counted for 127.0.0.1
@@ -48,20 +49,29 @@ def api(pg_url: str, tmp_path: Path) -> Iterator[str]:
 
     try:
         wait_for(ready, 60, "the api to listen")
-        yield url
+        yield url, process.pid
     finally:
         process.terminate()
         process.wait(timeout=30)
 
 
 def test_a_local_process_cannot_choose_the_address_its_failed_logins_count_for(
-        api: str) -> None:
+        api: tuple[str, int]) -> None:
+    url, _pid = api
+
     def guess(address: str) -> int:
-        response = httpx.post(f"{api}/login", data={"token": "coh_wrong", "next": "/"},
-                              headers={"Origin": api, "X-Forwarded-For": address},
+        response = httpx.post(f"{url}/login", data={"token": "coh_wrong", "next": "/"},
+                              headers={"Origin": url, "X-Forwarded-For": address},
                               timeout=10)
         return response.status_code
 
     assert [guess(f"203.0.113.{n}") for n in range(GUESSES)] == [401] * GUESSES
     # Each claimed another address; all were counted for the peer, 127.0.0.1.
     assert guess("198.51.100.7") == 429
+
+
+def test_the_api_creates_files_for_its_own_user_only(api: tuple[str, int]) -> None:
+    # Started from a shell whose umask is the usual 022 (this test's).
+    _url, pid = api
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    assert [line.split()[1] for line in status if line.startswith("Umask:")] == ["0077"]

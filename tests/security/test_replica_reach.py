@@ -173,6 +173,11 @@ def test_a_replica_opens_nothing_of_the_node_but_its_own_job_s_directory(
         " ".join(os.path.relpath(path, data_dir) for path in outside)
     assert {path for path, _why in report["refused"]} >= set(targets)
     assert_private_modes(data_dir)
+    # What the services create from now on is theirs alone too.
+    umasks = {name: next(line.split()[1] for line in Path(f"/proc/{child.pid}/status")
+                         .read_text().splitlines() if line.startswith("Umask:"))
+              for name, child in stack.children}
+    assert umasks == dict.fromkeys(("redis", "api", "scheduler", "agent"), "0077")
 
 
 def mode(path: Path) -> int:
