@@ -161,7 +161,9 @@ class Stack:
         directory = self.settings.data_dir / "redis"
         directory.mkdir(mode=0o700, exist_ok=True)
         config = directory / "cohort.conf"
-        _write_private(config, f"requirepass {password}\n")
+        # Quoted as redis.conf reads a string (a password of the operator's may hold anything).
+        quoted = password.replace("\\", "\\\\").replace('"', '\\"')
+        _write_private(config, f'requirepass "{quoted}"\n')
         self._spawn("redis", [binary, str(config), "--port", str(port), "--bind", "127.0.0.1",
                               "--save", "", "--appendonly", "no", "--dir", str(directory)])
         self.env["COHORT_REDIS_URL"] = self.settings.redis_url  # with the password

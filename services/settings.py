@@ -7,6 +7,7 @@ import secrets
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import quote
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -251,7 +252,7 @@ class Settings(BaseSettings):
             password = self.redis_password_file.read_text().strip()
         except OSError:
             password = ""
-        auth = f":{password}@" if password else ""
+        auth = f":{quote(password, safe='')}@" if password else ""
         return f"redis://{auth}127.0.0.1:{self.EMBEDDED_REDIS_PORT}/0"
 
     @property
