@@ -26,7 +26,7 @@ import pytest
 from cli.stack import Stack
 from tests.e2e.conftest import PORT_BASE, free_port
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow(30)]
 
 UNPACKED = 10**9  # bytes of zeros in the bundle's one file
 # Large enough that the bundle is accepted: its check then reads it all through.
