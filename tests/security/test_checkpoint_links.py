@@ -37,20 +37,30 @@ pytestmark = [pytest.mark.e2e,
 RACE_SECONDS = 30
 
 # argv: the secret's path, the seconds to race. The temporary names end in `.partial`:
-# scratch the mirror never sends, so `k` is the only name it sends. As fast as it can: on
-# the code before, one sync in four or so sent the secret; a pause of 0.5 ms between the
-# renames made that rare enough for 30 s to pass.
+# scratch the mirror never sends, so `k` is the only name it sends. Each state is held
+# about 0.15 ms (spinning: a sleep lasts far longer), about the time between the mirror's
+# look at `k` and its open on the code before: there the store held the secret within
+# 1 to 12 s in each of three runs. A pause of 0.5 ms, or none (the decoy then sat at `k`
+# for microseconds only), let 30 s pass without a leak.
 RACE = '''import os, sys, time
 secret, seconds = sys.argv[1], float(sys.argv[2])
 directory = os.environ["COHORT_CHECKPOINT_DIR"]
 k, decoy, link = (os.path.join(directory, n) for n in ("k", "d.partial", "l.partial"))
+
+def hold(seconds):
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
 end, swaps = time.monotonic() + seconds, 0
 while time.monotonic() < end:
     with open(decoy, "w") as handle:
         handle.write(f"decoy {swaps}\\n")
     os.replace(decoy, k)
+    hold(0.00015)
     os.symlink(secret, link)
     os.replace(link, k)
+    hold(0.00015)
     swaps += 1
 print(f"swapped {swaps} times", flush=True)
 '''
