@@ -67,7 +67,7 @@ test-fast: $(STAMP)
 	$(PYTEST) -n 2 tests/unit tests/services tests/api tests/streams
 
 test-e2e: $(STAMP) chromium replica-access
-	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder tests/workers tests/e2e tests/faults
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder tests/security tests/workers tests/e2e tests/faults
 
 # docs/reliability.md's table, from a run of every fault test (bench/reliability_report.py).
 reliability-report: $(STAMP) replica-access

@@ -123,6 +123,21 @@ def lay_out_pool(pool_dir: Path) -> None:
         _directory(path, *agent, 0o700)
 
 
+def share_read_only(path: Path, user: ReplicaUser | None) -> None:
+    """Make a file the agent wrote (a fetched input) readable by the job's replicas and
+    writable by none of them: agent:U 0640. The store writes it 0600 (a temporary file
+    renamed into place), which a replica running as U could not read. Through a
+    descriptor opened without following links; the directory it is in (`inputs/`) is
+    the agent's, so no replica can put a link there anyway."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        if user is not None:
+            os.fchown(fd, os.geteuid(), user.gid)
+        os.fchmod(fd, 0o640 if user is not None else 0o600)
+    finally:
+        os.close(fd)
+
+
 def retire(job_dir: Path) -> None:
     """A finished job's directory becomes the agent's alone (its saved model and logs
     stay for downloads): no later job that shares its uid can read it."""

@@ -58,16 +58,18 @@ class Preparer:
         """
         store, cache = self._open()
         data_dir = self.settings.data_dir
+        user = isolation.replica_user(self.settings, spec.job_id)
         if spec.bundle is not None:
             # Unpacked as the job's own uid, by the interpreter its replicas run with
             # (isolation.check_node proved that uid can run it with Cohort's code).
             cache.checkout(spec.bundle,
                            layout.code_dir(data_dir, spec.job_id, spec.attempt, spec.index),
-                           user=isolation.replica_user(self.settings, spec.job_id),
+                           user=user,
                            python=self.settings.REPLICA_PYTHON or sys.executable)
         inputs = layout.input_dir(data_dir, spec.job_id)
         for name, key in sorted(spec.inputs.items()):
             self._fetch_input(store, key, inputs / name)
+            isolation.share_read_only(inputs / name, user)
 
     @staticmethod
     def _fetch_input(store: ArtifactStore, key: str, path: Path) -> None:
