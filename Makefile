@@ -48,10 +48,12 @@ test: chromium replica-access $(STAMP)
 	$(MAKE) --no-print-directory -j2 --output-sync=target lint test-fast
 	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder --durations=25 --junitxml=test-artifacts/junit-real.xml tests/security tests/workers tests/e2e tests/faults tests/chaos tests/install
 
-# Style, the import contracts of pyproject.toml (api -> services <- workers; node and
-# replica code holds no SQL) and the types: seconds, so they run before any test.
+# Style and layout (ruff check, ruff format --check), the import contracts of pyproject.toml
+# (api -> services <- workers; node and replica code holds no SQL) and the types: seconds,
+# so they run before any test.
 lint: $(STAMP) lint-deploy
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 

@@ -20,9 +20,11 @@ from api.errors import error_response
 
 
 def too_large_message(limit: int) -> str:
-    return (f"the request body is over the limit of {limit} bytes "
-            "(COHORT_MAX_REQUEST_BYTES): put large data in the artifact store "
-            "(PUT /api/v1/data/{path}) or the code bundle and name it in the spec")
+    return (
+        f"the request body is over the limit of {limit} bytes "
+        "(COHORT_MAX_REQUEST_BYTES): put large data in the artifact store "
+        "(PUT /api/v1/data/{path}) or the code bundle and name it in the spec"
+    )
 
 
 class BodyTooLarge(HTTPException):
@@ -36,8 +38,7 @@ class BodyTooLarge(HTTPException):
 class BodyLimit:
     """Refuse request bodies over `max_bytes` (413), except where `exempt(method, path)`."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int,
-                 exempt: Callable[[str, str], bool]) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, exempt: Callable[[str, str], bool]) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.exempt = exempt

@@ -88,15 +88,19 @@ def refusal(scope: Scope, headers: Headers) -> str | None:
     mine = own_origin(scope)
     sent = request_origin(headers)
     if sent is None:
-        return (f"cross-site request refused: it carries no Origin or Referer header, so "
-                f"nothing shows it comes from a page of {mine}; send it from the dashboard, "
-                "or authenticate with `Authorization: Bearer <token>` instead of the cookie")
+        return (
+            f"cross-site request refused: it carries no Origin or Referer header, so "
+            f"nothing shows it comes from a page of {mine}; send it from the dashboard, "
+            "or authenticate with `Authorization: Bearer <token>` instead of the cookie"
+        )
     origin, header = sent
     if origin != mine:
-        return (f"cross-site request refused: its {header} is {origin}, not this site "
-                f"({mine}); send it from the dashboard, or authenticate with "
-                "`Authorization: Bearer <token>` instead of the cookie (behind a proxy, "
-                "pass the Host header through and list the proxy in FORWARDED_ALLOW_IPS)")
+        return (
+            f"cross-site request refused: its {header} is {origin}, not this site "
+            f"({mine}); send it from the dashboard, or authenticate with "
+            "`Authorization: Bearer <token>` instead of the cookie (behind a proxy, "
+            "pass the Host header through and list the proxy in FORWARDED_ALLOW_IPS)"
+        )
     return None
 
 
@@ -112,11 +116,15 @@ class SameOriginOnly:
             headers = Headers(scope=scope)
             reason = refusal(scope, headers)
             if reason is not None:
-                field = "Origin" if "origin" in headers or "referer" not in headers \
-                    else "Referer"
-                response = JSONResponse(status_code=403, content={
-                    "error": "forbidden", "message": reason,
-                    "fields": [{"field": field, "message": reason}]})
+                field = "Origin" if "origin" in headers or "referer" not in headers else "Referer"
+                response = JSONResponse(
+                    status_code=403,
+                    content={
+                        "error": "forbidden",
+                        "message": reason,
+                        "fields": [{"field": field, "message": reason}],
+                    },
+                )
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

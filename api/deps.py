@@ -64,6 +64,8 @@ def commit_admission(session: Session) -> None:
     thread. (The response is then read in a new transaction, which `get_db` commits.)
     """
     session.commit()
+
+
 async def current_settings() -> Settings:
     """The settings. Async, as the other dependencies that wait for nothing: FastAPI runs a
     sync dependency in a pool thread, and a request's hops between the event loop and that
@@ -84,8 +86,10 @@ SubmitterDep = Annotated[SubmissionBatcher, Depends(get_submitter)]
 
 def get_store(settings: SettingsDep) -> ArtifactStore:
     """The artifact store the settings name (one per store URL and endpoint)."""
-    return _store(settings.ARTIFACT_URL or str(settings.data_dir / "artifacts"),
-                  settings.ARTIFACT_ENDPOINT_URL)
+    return _store(
+        settings.ARTIFACT_URL or str(settings.data_dir / "artifacts"),
+        settings.ARTIFACT_ENDPOINT_URL,
+    )
 
 
 @lru_cache(maxsize=4)
@@ -159,9 +163,12 @@ def record_use(transaction: Sessions, token: ApiToken) -> None:
     set_committed_value(token, "last_used_at", now)
 
 
-def get_token(session: SessionDep, transaction: SessionsDep,
-              authorization: AuthorizationHeader = None,
-              session_id: SessionCookie = None) -> ApiToken:
+def get_token(
+    session: SessionDep,
+    transaction: SessionsDep,
+    authorization: AuthorizationHeader = None,
+    session_id: SessionCookie = None,
+) -> ApiToken:
     """The caller's token, from `Authorization: Bearer <token>` or the dashboard's session
     cookie (401 otherwise)."""
     token = _caller(session, authorization, session_id)
@@ -169,8 +176,11 @@ def get_token(session: SessionDep, transaction: SessionsDep,
     return token
 
 
-def get_upload_token(transaction: SessionsDep, authorization: AuthorizationHeader = None,
-                     session_id: SessionCookie = None) -> ApiToken:
+def get_upload_token(
+    transaction: SessionsDep,
+    authorization: AuthorizationHeader = None,
+    session_id: SessionCookie = None,
+) -> ApiToken:
     """The caller's token, read in a short transaction that ends before the endpoint runs.
 
     For uploads: their body streams in and is checked for seconds (a bundle), with no
@@ -182,8 +192,9 @@ def get_upload_token(transaction: SessionsDep, authorization: AuthorizationHeade
     return token
 
 
-def get_stream_token(authorization: AuthorizationHeader = None,
-                     session_id: SessionCookie = None) -> ApiToken:
+def get_stream_token(
+    authorization: AuthorizationHeader = None, session_id: SessionCookie = None
+) -> ApiToken:
     """The caller's token, read in a short session of its own.
 
     Streams last for hours, so they must not keep a request session's pooled connection;
@@ -210,8 +221,9 @@ class StreamCredential:
     def __init__(self, authorization: str | None, session_id: str | None) -> None:
         self._credential = (authorization, session_id)
         # The shared answers are kept under digests, not the secrets themselves.
-        self._key = tuple(None if part is None else tokens.hash_token(part)
-                          for part in self._credential)
+        self._key = tuple(
+            None if part is None else tokens.hash_token(part) for part in self._credential
+        )
 
     def recent_answer(self) -> bool | None:
         """The answer given for this credential less than ANSWER_SECONDS ago, if any: asked
@@ -247,8 +259,9 @@ class StreamCredential:
         return valid
 
 
-def get_stream_credential(authorization: AuthorizationHeader = None,
-                          session_id: SessionCookie = None) -> StreamCredential:
+def get_stream_credential(
+    authorization: AuthorizationHeader = None, session_id: SessionCookie = None
+) -> StreamCredential:
     return StreamCredential(authorization, session_id)
 
 
@@ -256,8 +269,9 @@ class LoginRequired(Exception):
     """A dashboard page without a live login session (the dashboard redirects to /login)."""
 
 
-def get_viewer(session: SessionDep, transaction: SessionsDep,
-               session_id: SessionCookie = None) -> ApiToken:
+def get_viewer(
+    session: SessionDep, transaction: SessionsDep, session_id: SessionCookie = None
+) -> ApiToken:
     """The dashboard's logged-in token, from its session cookie alone."""
     if not session_id:
         raise LoginRequired
@@ -325,8 +339,9 @@ class PageScopeRule(ScopeRule):
         return self.check(request, token)
 
 
-def scoped(*, write: Scope, read: Scope = Scope.READ,
-           rule: type[ScopeRule] = ScopeRule) -> list[Any]:
+def scoped(
+    *, write: Scope, read: Scope = Scope.READ, rule: type[ScopeRule] = ScopeRule
+) -> list[Any]:
     """A router's `dependencies`: reads need `read`, every other method `write`."""
     return [Depends(rule(read=read, write=write))]
 

@@ -49,17 +49,26 @@ _HINTS = {
     "missing": "add this field",
     "json_invalid": "send a JSON document (numbers finite: no NaN or Infinity)",
     "string_pattern_mismatch": "see its description in GET /docs (NUL characters, for one, "
-                               "are refused)",
+    "are refused)",
 }
 
 # How long a client should wait before retrying when the database or Redis is down.
 RETRY_AFTER_SECONDS = 5
 
 # The error code of each HTTP status Cohort answers with (the `error` of the body).
-CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-         405: "method_not_allowed", 409: "conflict", 413: "too_large",
-         415: "unsupported_media_type", 422: "invalid_request", 429: "too_many_requests",
-         503: "unavailable"}
+CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    429: "too_many_requests",
+    503: "unavailable",
+}
 
 
 def _field(loc: tuple[object, ...], kind: object = None) -> str:
@@ -76,8 +85,12 @@ def _validation_payload(exc: RequestValidationError) -> dict[str, object]:
         if error.get("type") == "json_invalid":
             message += f" ({error.get('ctx', {}).get('error', 'invalid')})"
         hint = _HINTS.get(str(error.get("type")))
-        fields.append({"field": _field(tuple(error.get("loc", ())), error.get("type")),
-                       "message": message + (f" ({hint})" if hint else "")})
+        fields.append(
+            {
+                "field": _field(tuple(error.get("loc", ())), error.get("type")),
+                "message": message + (f" ({hint})" if hint else ""),
+            }
+        )
     summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
     return {"error": "invalid_request", "message": summary, "fields": fields}
 
@@ -162,11 +175,15 @@ def _http_message(request: Request, exc: HTTPException) -> str:
     return str(exc.detail)
 
 
-def error_response(status: int, message: str,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
     """Cohort's error body for an HTTP status that no domain error stands behind."""
-    return JSONResponse(status_code=status, headers=headers or None,
-                        content={"error": CODES.get(status, "error"), "message": message})
+    return JSONResponse(
+        status_code=status,
+        headers=headers or None,
+        content={"error": CODES.get(status, "error"), "message": message},
+    )
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -180,9 +197,13 @@ async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
 
 def _unavailable(what: str) -> JSONResponse:
     return JSONResponse(
-        status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        content={"error": "unavailable",
-                 "message": f"{what} is not answering; retry in {RETRY_AFTER_SECONDS} s"})
+        status_code=503,
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        content={
+            "error": "unavailable",
+            "message": f"{what} is not answering; retry in {RETRY_AFTER_SECONDS} s",
+        },
+    )
 
 
 async def _database_error(_: Request, exc: Exception) -> JSONResponse:

@@ -29,10 +29,8 @@ class JsonBodyRequest(Request):
             try:
                 self._json = json.loads(body)
             except (RecursionError, UnicodeDecodeError) as exc:
-                reason = "nested too deeply" if isinstance(exc, RecursionError) \
-                    else "not UTF-8"
-                raise json.JSONDecodeError(reason, body.decode("utf-8", "replace"),
-                                           0) from None
+                reason = "nested too deeply" if isinstance(exc, RecursionError) else "not UTF-8"
+                raise json.JSONDecodeError(reason, body.decode("utf-8", "replace"), 0) from None
         return self._json
 
 
@@ -53,8 +51,9 @@ def first_non_finite(value: Any, path: tuple[str | int, ...] = ()) -> tuple[str 
 def _is_json(request: Request) -> bool:
     content_type = request.headers.get("content-type", "")
     media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/")
-                                           and media.endswith("+json"))
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
 
 
 class CohortRoute(APIRoute):
@@ -74,10 +73,16 @@ class CohortRoute(APIRoute):
                     body = None  # FastAPI parses again and answers its 422 (json_invalid)
                 where = first_non_finite(body)
                 if where is not None:
-                    raise RequestValidationError([{
-                        "loc": ("body", *where), "type": "finite_number",
-                        "msg": "not a finite number: NaN and Infinity are not JSON; give a "
-                               "number"}])
+                    raise RequestValidationError(
+                        [
+                            {
+                                "loc": ("body", *where),
+                                "type": "finite_number",
+                                "msg": "not a finite number: NaN and Infinity are not JSON; give a "
+                                "number",
+                            }
+                        ]
+                    )
             return await handler(request)
 
         return checked

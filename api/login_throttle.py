@@ -85,14 +85,14 @@ def check_login_allowed(client: redis.Redis, settings: Settings, address: str) -
         if count is not None and int(count) >= settings.LOGIN_MAX_FAILURES:
             wait = max(int(ttl), 1)
     except redis.RedisError:
-        log.warning("login throttle: Redis did not answer; counting in this process",
-                    exc_info=True)
+        log.warning("login throttle: Redis did not answer; counting in this process", exc_info=True)
     local = LOCAL.wait(address, settings.LOGIN_MAX_FAILURES)
     if local is not None:
         wait = max(wait or 0, local)
     if wait is not None:
-        raise LoginThrottled(f"too many failed logins from {address}: try again in {wait} s",
-                             retry_after=wait)
+        raise LoginThrottled(
+            f"too many failed logins from {address}: try again in {wait} s", retry_after=wait
+        )
 
 
 def record_failed_login(client: redis.Redis, settings: Settings, address: str) -> None:
@@ -106,6 +106,5 @@ def record_failed_login(client: redis.Redis, settings: Settings, address: str) -
         pipe.incr(key)
         pipe.execute()
     except redis.RedisError:
-        log.warning("login throttle: Redis did not answer; counting in this process",
-                    exc_info=True)
+        log.warning("login throttle: Redis did not answer; counting in this process", exc_info=True)
         LOCAL.count(address, settings.LOGIN_FAILURE_WINDOW)

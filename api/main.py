@@ -59,8 +59,11 @@ def register_bootstrap_token() -> None:
         with session_scope() as session:
             row = register_bootstrap(session=session, token=token)
             if row.revoked_at is not None:
-                log.warning("COHORT_BOOTSTRAP_TOKEN was revoked at %s and stays revoked: "
-                            "set a new value to have an admin token", row.revoked_at)
+                log.warning(
+                    "COHORT_BOOTSTRAP_TOKEN was revoked at %s and stays revoked: "
+                    "set a new value to have an admin token",
+                    row.revoked_at,
+                )
 
 
 async def register_when_reachable() -> None:
@@ -95,8 +98,11 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     try:
         register_bootstrap_token()
     except sa.exc.OperationalError as exc:
-        log.warning("the database is unreachable (%s): serving anyway; COHORT_BOOTSTRAP_TOKEN "
-                    "is registered once it answers", exc.orig or exc)
+        log.warning(
+            "the database is unreachable (%s): serving anyway; COHORT_BOOTSTRAP_TOKEN "
+            "is registered once it answers",
+            exc.orig or exc,
+        )
         retrying = asyncio.create_task(register_when_reachable())
     yield
     if retrying is not None:
@@ -105,14 +111,18 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
 
 def create_app() -> FastAPI:
     """Build the application."""
-    app = FastAPI(title="Cohort", version="0.1.0", lifespan=lifespan,
-                  description="Distributed TensorFlow training jobs as a service.",
-                  docs_url=None, redoc_url=None)  # /docs from vendored assets (api/docs.py)
+    app = FastAPI(
+        title="Cohort",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Distributed TensorFlow training jobs as a service.",
+        docs_url=None,
+        redoc_url=None,
+    )  # /docs from vendored assets (api/docs.py)
     install_error_handlers(app)
     # Every request body is bounded (413 before it is read whole, chunked or not), but
     # uploads, which bound their own.
-    app.add_middleware(BodyLimit, max_bytes=get_settings().MAX_REQUEST_BYTES,
-                       exempt=takes_upload)
+    app.add_middleware(BodyLimit, max_bytes=get_settings().MAX_REQUEST_BYTES, exempt=takes_upload)
     # Outermost last: the headers go on every answer, the CSRF refusal's and the 413's too.
     app.add_middleware(SameOriginOnly)
     app.add_middleware(SecurityHeaders)

@@ -21,25 +21,35 @@ from api.deps import SESSION_COOKIE
 class FieldProblem(BaseModel):
     """One refused field and how to put it right."""
 
-    field: str = Field(description="where: a dotted path in the body, or a parameter's name",
-                       examples=["hyperparameters.hidden_units"])
-    message: str = Field(description="what is wrong and the fix",
-                         examples=["mlp_digits takes a whole number from 1 to 4096; got "
-                                   "1000000000000"])
+    field: str = Field(
+        description="where: a dotted path in the body, or a parameter's name",
+        examples=["hyperparameters.hidden_units"],
+    )
+    message: str = Field(
+        description="what is wrong and the fix",
+        examples=["mlp_digits takes a whole number from 1 to 4096; got 1000000000000"],
+    )
 
 
 class ErrorBody(BaseModel):
     """Every error Cohort answers with: a code, a message a person can act on, and (for a
     refused request) the fields at fault."""
 
-    error: str = Field(description="a stable code: invalid_request, unauthorized, forbidden, "
-                       "not_found, conflict, too_large, too_many_requests, unavailable, ...",
-                       examples=["invalid_request"])
-    message: str = Field(description="what happened and what to do",
-                         examples=["hyperparameters.hidden_units: mlp_digits takes a whole "
-                                   "number from 1 to 4096; got 1000000000000"])
+    error: str = Field(
+        description="a stable code: invalid_request, unauthorized, forbidden, "
+        "not_found, conflict, too_large, too_many_requests, unavailable, ...",
+        examples=["invalid_request"],
+    )
+    message: str = Field(
+        description="what happened and what to do",
+        examples=[
+            "hyperparameters.hidden_units: mlp_digits takes a whole "
+            "number from 1 to 4096; got 1000000000000"
+        ],
+    )
     fields: list[FieldProblem] | None = Field(
-        None, description="422: each refused field (some other errors name one too)")
+        None, description="422: each refused field (some other errors name one too)"
+    )
 
 
 def _retry_after(what: str) -> dict[str, Any]:
@@ -48,22 +58,35 @@ def _retry_after(what: str) -> dict[str, Any]:
 
 # status -> how Cohort answers it: the description, and any headers that come with it.
 ERRORS: dict[int, dict[str, Any]] = {
-    401: {"description": "no valid token: send `Authorization: Bearer <token>`",
-          "headers": {"WWW-Authenticate": {"description": "Bearer",
-                                           "schema": {"type": "string"}}}},
+    401: {
+        "description": "no valid token: send `Authorization: Bearer <token>`",
+        "headers": {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}},
+    },
     403: {"description": "the token may not do this (it lacks the scope the route needs)"},
-    404: {"description": "no such object in the caller's project (another project's objects "
-                         "answer 404 as well), or data or a bundle the spec names is missing"},
-    409: {"description": "conflicts with the object's state: e.g. cancelling a finished job, "
-                         "a name already taken, an Idempotency-Key reused with another spec"},
-    413: {"description": "the request body is over COHORT_MAX_REQUEST_BYTES (1 MiB by "
-                         "default; uploads have their own bounds); refused before it is read"},
-    422: {"description": "the request is refused: `fields` names each field at fault and "
-                         "the fix (out-of-range numbers, NaN or Infinity, unknown fields, ...)"},
-    429: {"description": "over the project's quota, or too many attempts; retry later",
-          "headers": _retry_after("seconds to wait, when waiting helps")},
-    503: {"description": "the database or Redis is not answering; retry later",
-          "headers": _retry_after("seconds to wait before retrying")},
+    404: {
+        "description": "no such object in the caller's project (another project's objects "
+        "answer 404 as well), or data or a bundle the spec names is missing"
+    },
+    409: {
+        "description": "conflicts with the object's state: e.g. cancelling a finished job, "
+        "a name already taken, an Idempotency-Key reused with another spec"
+    },
+    413: {
+        "description": "the request body is over COHORT_MAX_REQUEST_BYTES (1 MiB by "
+        "default; uploads have their own bounds); refused before it is read"
+    },
+    422: {
+        "description": "the request is refused: `fields` names each field at fault and "
+        "the fix (out-of-range numbers, NaN or Infinity, unknown fields, ...)"
+    },
+    429: {
+        "description": "over the project's quota, or too many attempts; retry later",
+        "headers": _retry_after("seconds to wait, when waiting helps"),
+    },
+    503: {
+        "description": "the database or Redis is not answering; retry later",
+        "headers": _retry_after("seconds to wait before retrying"),
+    },
 }
 
 BEARER = "bearer"
@@ -91,7 +114,8 @@ def _is_authenticated(operation: dict[str, Any]) -> bool:
     Authorization header (as api.deps.get_token does)."""
     return bool(operation.get("security")) or any(
         (p.get("in"), str(p.get("name", "")).lower()) == ("header", "authorization")
-        for p in operation.get("parameters", []))
+        for p in operation.get("parameters", [])
+    )
 
 
 def implied_errors(path: str, operation: dict[str, Any]) -> set[int]:
@@ -121,12 +145,17 @@ def _document_errors(path: str, operation: dict[str, Any]) -> None:
         own = responses.get(str(status), {})
         # A route's own words about a status win; the body is always Cohort's (this
         # replaces FastAPI's HTTPValidationError for 422).
-        description = own.get("description") if status in declared and own.get(
-            "description") != "Validation Error" else None
-        responses[str(status)] = {**ERRORS.get(status, {}), **own,
-                                  "description": description
-                                  or ERRORS.get(status, {}).get("description", "error"),
-                                  "content": _ERROR_CONTENT}
+        description = (
+            own.get("description")
+            if status in declared and own.get("description") != "Validation Error"
+            else None
+        )
+        responses[str(status)] = {
+            **ERRORS.get(status, {}),
+            **own,
+            "description": description or ERRORS.get(status, {}).get("description", "error"),
+            "content": _ERROR_CONTENT,
+        }
     operation["responses"] = dict(sorted(responses.items()))
 
 
@@ -136,9 +165,11 @@ def _bearer_scheme(schema: dict[str, Any]) -> str:
     for name, scheme in schemes.items():
         if scheme.get("type") == "http" and scheme.get("scheme", "").lower() == "bearer":
             return str(name)
-    schemes[BEARER] = {"type": "http", "scheme": "bearer",
-                       "description": "a Cohort token (COHORT_BOOTSTRAP_TOKEN, or one an "
-                                      "admin made)"}
+    schemes[BEARER] = {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "a Cohort token (COHORT_BOOTSTRAP_TOKEN, or one an admin made)",
+    }
     return BEARER
 
 
@@ -146,8 +177,11 @@ def _require_bearer(operation: dict[str, Any], scheme: str) -> None:
     operation["security"] = [{scheme: []}]
     # The scheme stands for the header (and the cookie is the dashboard's, for browsers):
     # as parameters, clients would be asked for them twice.
-    kept = [p for p in operation.get("parameters", [])
-            if (p.get("in"), str(p.get("name", "")).lower()) not in _AUTH_PARAMS]
+    kept = [
+        p
+        for p in operation.get("parameters", [])
+        if (p.get("in"), str(p.get("name", "")).lower()) not in _AUTH_PARAMS
+    ]
     if kept:
         operation["parameters"] = kept
     else:

@@ -25,26 +25,41 @@ def shown(pattern: str) -> dict[str, str]:
 MAX_ID = MAX_SQL_INT
 MAX_INT = MAX_SQL_INT
 
-DbId = Annotated[int, Path(ge=1, le=MAX_ID, description="an id this API returned",
-                           examples=[1])]
+DbId = Annotated[int, Path(ge=1, le=MAX_ID, description="an id this API returned", examples=[1])]
 OptionalId = Annotated[int | None, Query(ge=1, le=MAX_ID)]
 ReplicaIndex = Annotated[int | None, Query(ge=0, le=MAX_INT, description="0 is the chief")]
 AttemptNumber = Annotated[int | None, Query(ge=1, le=MAX_INT, description="1 is the first")]
 Step = Annotated[int | None, Query(ge=0, le=MAX_INT)]
 # A bundle's sha256, as `sha256:<hex>` or `<hex>` (services/storage/keys.bundle_digest_hex).
-Digest = Annotated[str, Path(json_schema_extra=shown(r"^(sha256:)?[0-9a-fA-F]{64}$"),
-                             examples=["sha256:" + "0" * 64])]
+Digest = Annotated[
+    str,
+    Path(json_schema_extra=shown(r"^(sha256:)?[0-9a-fA-F]{64}$"), examples=["sha256:" + "0" * 64]),
+]
 # A file of the project's data (checked by services/storage/keys.check_data_path, whose
 # refusals say what is wrong: a pattern's would not).
-_SEGMENT = r"(?:[^./\\\x00-\x1f\x7f]|\.[^./\\\x00-\x1f\x7f]|\.\.[^/\\\x00-\x1f\x7f])" \
+_SEGMENT = (
+    r"(?:[^./\\\x00-\x1f\x7f]|\.[^./\\\x00-\x1f\x7f]|\.\.[^/\\\x00-\x1f\x7f])"
     r"[^/\\\x00-\x1f\x7f]*"
-DataPath = Annotated[str, Path(
-    max_length=900, examples=["digits/train.csv"],
-    json_schema_extra=shown(rf"^{_SEGMENT}(?:/{_SEGMENT})*$"), description=(
-    "relative, segments neither empty nor `.`/`..` and at most 255 bytes, no backslash or "
-    "control character"))]
+)
+DataPath = Annotated[
+    str,
+    Path(
+        max_length=900,
+        examples=["digits/train.csv"],
+        json_schema_extra=shown(rf"^{_SEGMENT}(?:/{_SEGMENT})*$"),
+        description=(
+            "relative, segments neither empty nor `.`/`..` and at most 255 bytes, no backslash or "
+            "control character"
+        ),
+    ),
+]
 # Text a query matches against SQL: PostgreSQL holds no NUL character in a string.
 NO_NUL = r"^[^\x00]*$"
-PageCursor = Annotated[str | None, Query(
-    json_schema_extra=shown(r"^[0-9]{1,19}$"), description="the previous page's `next_cursor`; "
-    "absent: start from the newest", examples=["120"])]
+PageCursor = Annotated[
+    str | None,
+    Query(
+        json_schema_extra=shown(r"^[0-9]{1,19}$"),
+        description="the previous page's `next_cursor`; absent: start from the newest",
+        examples=["120"],
+    ),
+]

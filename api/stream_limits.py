@@ -32,7 +32,9 @@ class StreamSlots:
             raise TooManyStreams(
                 f"this token already has {limit} live streams open (the most one token "
                 "may hold, COHORT_MAX_STREAMS_PER_TOKEN): close one (another dashboard "
-                "tab, a `cohort logs --follow`) and try again", retry_after=RETRY_AFTER)
+                "tab, a `cohort logs --follow`) and try again",
+                retry_after=RETRY_AFTER,
+            )
         self.open[token_id] += 1
 
     def give_back(self, token_id: int) -> None:

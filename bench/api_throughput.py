@@ -54,6 +54,7 @@ JOB = {"strategy": "one_device", "replicas": 1}
 
 # -- the load client (run as a process of its own: `--load URL`) ---------------------------
 
+
 class Connection:
     """One keep-alive HTTP/1.1 connection; requests one after another."""
 
@@ -67,8 +68,10 @@ class Connection:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
-        head = (f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n{self.auth}"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n{self.auth}"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
         self.writer.write(head.encode() + body)
         status_line = await self.reader.readline()
         if not status_line:
@@ -102,8 +105,7 @@ class Connection:
             self.writer.close()
 
 
-async def _load(url: str, token: str, clients: int, duration: float, prefix: str
-                ) -> dict[str, Any]:
+async def _load(url: str, token: str, clients: int, duration: float, prefix: str) -> dict[str, Any]:
     host, port = url.removeprefix("http://").split(":")
     statuses: dict[str, int] = {}
     submit_ms: list[float] = []
@@ -145,13 +147,20 @@ async def _load(url: str, token: str, clients: int, duration: float, prefix: str
     started = time.monotonic()
     await asyncio.gather(lister(), *(submitter(i) for i in range(clients)))
     elapsed = time.monotonic() - started
-    return {"elapsed": elapsed, "statuses": statuses, "submit_ms": submit_ms,
-            "list_ms": list_ms, "ids": ids, "errors": errors}
+    return {
+        "elapsed": elapsed,
+        "statuses": statuses,
+        "submit_ms": submit_ms,
+        "list_ms": list_ms,
+        "ids": ids,
+        "errors": errors,
+    }
 
 
 def run_load(url: str, token: str, clients: int, duration: float, prefix: str) -> None:
     try:
         import uvloop
+
         uvloop.install()
     except ImportError:
         pass
@@ -162,6 +171,7 @@ def run_load(url: str, token: str, clients: int, duration: float, prefix: str) -
 
 
 # -- the servers -----------------------------------------------------------------------------
+
 
 @dataclass
 class Server:
@@ -179,8 +189,9 @@ def start_cohort(env: dict[str, str], log_dir: Path, tree: Path = ROOT) -> Serve
     url = f"http://127.0.0.1:{port}"
     server = Server("cohort", url)
     for part, argv in (("api", ["api", "--port", str(port)]), ("scheduler", ["scheduler"])):
-        server.processes[part] = bench_processes.start_cli(argv, env, cwd=tree,
-                                                           log=log_dir / f"{part}.log")
+        server.processes[part] = bench_processes.start_cli(
+            argv, env, cwd=tree, log=log_dir / f"{part}.log"
+        )
     bench_processes.wait_healthy(url, server.processes)
     return server
 
@@ -193,11 +204,26 @@ def start_bare(env: dict[str, str], project_id: int, log_dir: Path) -> Server:
     workers = env.get("COHORT_API_WORKERS", "1")
     log = open(log_dir / "bare.log", "ab")  # noqa: SIM115 - the child owns it
     server.processes["api"] = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "bench.bare_insert_app:app", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning", "--no-access-log",
-         "--workers", workers],
-        cwd=ROOT, env={**env, "BARE_PROJECT_ID": str(project_id)}, stdout=log,
-        stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "bench.bare_insert_app:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+            "--workers",
+            workers,
+        ],
+        cwd=ROOT,
+        env={**env, "BARE_PROJECT_ID": str(project_id)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     log.close()
     bench_processes.wait_healthy(url, server.processes)
     return server
@@ -228,35 +254,79 @@ def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
 
 
 def postgres_processes() -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["name"]) if p.info["name"] in ("postgres",
-                                                                          "postgresql")]
+    return [
+        p for p in psutil.process_iter(["name"]) if p.info["name"] in ("postgres", "postgresql")
+    ]
 
 
-def burst(server: Server, token: str, clients: int, duration: float, prefix: str,
-          profile: Path | None = None) -> dict[str, Any]:
+def burst(
+    server: Server,
+    token: str,
+    clients: int,
+    duration: float,
+    prefix: str,
+    profile: Path | None = None,
+) -> dict[str, Any]:
     """One burst against `server`; its figures and the CPU each process used.
     `profile`: where py-spy (not a dependency: `pip install py-spy`) writes each
     process's collapsed stacks during the burst."""
-    spies = [subprocess.Popen(
-        ["py-spy", "record", "--pid", str(process.pid), "--subprocesses", "--nonblocking", "--gil",
-         "--format", "raw", "--rate", "50", "--duration", str(int(duration)),
-         "--output", str(profile / f"{prefix}-{name}.txt")], stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL) for name, process in server.processes.items()] \
-        if profile else []
+    spies = (
+        [
+            subprocess.Popen(
+                [
+                    "py-spy",
+                    "record",
+                    "--pid",
+                    str(process.pid),
+                    "--subprocesses",
+                    "--nonblocking",
+                    "--gil",
+                    "--format",
+                    "raw",
+                    "--rate",
+                    "50",
+                    "--duration",
+                    str(int(duration)),
+                    "--output",
+                    str(profile / f"{prefix}-{name}.txt"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for name, process in server.processes.items()
+        ]
+        if profile
+        else []
+    )
     watched = {name: tree(process) for name, process in server.processes.items()}
     watched["postgres"] = postgres_processes()
     before = {name: cpu_times(procs) for name, procs in watched.items()}
     client = subprocess.Popen(
-        [sys.executable, __file__, "--load", server.url, "--token", token,
-         "--clients", str(clients), "--duration", str(duration), "--prefix", prefix],
-        stdout=subprocess.PIPE, cwd=ROOT)
+        [
+            sys.executable,
+            __file__,
+            "--load",
+            server.url,
+            "--token",
+            token,
+            "--clients",
+            str(clients),
+            "--duration",
+            str(duration),
+            "--prefix",
+            prefix,
+        ],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    )
     out, _ = client.communicate(timeout=duration + 300)
     for spy in spies:
         spy.wait(60)
     assert client.returncode == 0, "the load client failed"
     result: dict[str, Any] = json.loads(out)
-    result["cpu"] = {name: cpu_used(before[name], cpu_times(procs))
-                     for name, procs in watched.items()}
+    result["cpu"] = {
+        name: cpu_used(before[name], cpu_times(procs)) for name, procs in watched.items()
+    }
     result["cpu"]["load client"] = result["client_cpu"]
     return result
 
@@ -269,18 +339,26 @@ def quantile(values: list[float], q: int) -> float:
 
 def stored(engine: sa.Engine, project_id: int, prefix: str) -> int:
     with engine.connect() as connection:
-        return int(connection.execute(sa.text(
-            "SELECT count(*) FROM jobs WHERE project_id = :p AND name LIKE :n"),
-            {"p": project_id, "n": f"{prefix}-%"}).scalar_one())
+        return int(
+            connection.execute(
+                sa.text("SELECT count(*) FROM jobs WHERE project_id = :p AND name LIKE :n"),
+                {"p": project_id, "n": f"{prefix}-%"},
+            ).scalar_one()
+        )
 
 
 def half_stored(engine: sa.Engine, project_id: int) -> int:
     """Cohort's jobs without their `submitted` event (a job is stored with it, or not)."""
     with engine.connect() as connection:
-        return int(connection.execute(sa.text(
-            "SELECT count(*) FROM jobs j WHERE j.project_id = :p AND NOT EXISTS "
-            "(SELECT 1 FROM job_events e WHERE e.job_id = j.id)"), {"p": project_id}
-        ).scalar_one())
+        return int(
+            connection.execute(
+                sa.text(
+                    "SELECT count(*) FROM jobs j WHERE j.project_id = :p AND NOT EXISTS "
+                    "(SELECT 1 FROM job_events e WHERE e.job_id = j.id)"
+                ),
+                {"p": project_id},
+            ).scalar_one()
+        )
 
 
 def main() -> None:
@@ -294,9 +372,12 @@ def main() -> None:
     parser.add_argument("--token", default="")
     parser.add_argument("--prefix", default="j")
     parser.add_argument("--profile", type=Path, help="a directory for py-spy's stacks")
-    parser.add_argument("--before", type=Path,
-                        help="another checkout (e.g. an earlier commit) run as a third "
-                             "server, 'before', beside this one")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="another checkout (e.g. an earlier commit) run as a third "
+        "server, 'before', beside this one",
+    )
     args = parser.parse_args()
     if args.load:
         run_load(args.load, args.token, args.clients, args.duration, args.prefix)
@@ -309,12 +390,17 @@ def main() -> None:
     db_url = create_database(args.db)
     data = Path(f"/tmp/{args.db}")
     data.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "COHORT_DATABASE_URL": db_url, "COHORT_REDIS_URL": args.redis,
-           "COHORT_BOOTSTRAP_TOKEN": TOKEN, "COHORT_DATA_DIR": str(data),
-           "COHORT_SIGNING_KEY": secrets.token_hex(32),
-           # The burst queues tens of thousands of jobs: the quota is still checked (the
-           # project's row lock and the count), with room for them all.
-           "COHORT_QUOTA_MAX_QUEUED_JOBS": "10000000"}
+    env = {
+        **os.environ,
+        "COHORT_DATABASE_URL": db_url,
+        "COHORT_REDIS_URL": args.redis,
+        "COHORT_BOOTSTRAP_TOKEN": TOKEN,
+        "COHORT_DATA_DIR": str(data),
+        "COHORT_SIGNING_KEY": secrets.token_hex(32),
+        # The burst queues tens of thousands of jobs: the quota is still checked (the
+        # project's row lock and the count), with room for them all.
+        "COHORT_QUOTA_MAX_QUEUED_JOBS": "10000000",
+    }
     os.environ.update({"COHORT_DATABASE_URL": db_url, "COHORT_REDIS_URL": args.redis})
     from services.auth import tokens
     from services.db import session_scope
@@ -323,8 +409,9 @@ def main() -> None:
         # A submitting user's token, not an admin's (admins also get the cluster-wide
         # place in the queue), in a project of its own; the bare app's rows in another.
         user_secret = "bench-submitter-token-0123456789abcdef"
-        user = tokens.ensure_token(session=session, token=user_secret,
-                                   scopes=["read", "submit"], project_name="bench")
+        user = tokens.ensure_token(
+            session=session, token=user_secret, scopes=["read", "submit"], project_name="bench"
+        )
         cohort_project = user.project_id
         bare_project = tokens.ensure_project(session=session, name="bare").id
     engine = sa.create_engine(db_url)
@@ -334,24 +421,46 @@ def main() -> None:
     try:
         for round_index in range(args.rounds):
             for name in kinds:
-                server = start_bare(env, bare_project, data) if name == "bare" \
+                server = (
+                    start_bare(env, bare_project, data)
+                    if name == "bare"
                     else start_cohort(env, data, args.before if name == "before" else ROOT)
+                )
                 servers.append(server)
                 prefix = f"{name}{round_index}"
                 # A short warm-up (connections, imports), not counted.
-                subprocess.run([sys.executable, __file__, "--load", server.url, "--token",
-                                user_secret, "--clients", "4", "--duration", "1",
-                                "--prefix", f"warm{prefix}"], stdout=subprocess.DEVNULL,
-                               check=True, cwd=ROOT)
-                result = burst(server, user_secret, args.clients, args.duration, prefix,
-                               args.profile)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--load",
+                        server.url,
+                        "--token",
+                        user_secret,
+                        "--clients",
+                        "4",
+                        "--duration",
+                        "1",
+                        "--prefix",
+                        f"warm{prefix}",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    check=True,
+                    cwd=ROOT,
+                )
+                result = burst(
+                    server, user_secret, args.clients, args.duration, prefix, args.profile
+                )
                 server.stop()
                 project = bare_project if name == "bare" else cohort_project
                 result["stored"] = stored(engine, project, prefix)
                 results[name].append(result)
                 ok = sum(n for s, n in result["statuses"].items() if s.startswith("2"))
-                print(f"round {round_index + 1} {name}: {ok / result['elapsed']:.0f}/s "
-                      f"{result['statuses']} stored {result['stored']}", flush=True)
+                print(
+                    f"round {round_index + 1} {name}: {ok / result['elapsed']:.0f}/s "
+                    f"{result['statuses']} stored {result['stored']}",
+                    flush=True,
+                )
         report(results, args, half_stored(engine, cohort_project))
     finally:
         for server in servers:
@@ -360,8 +469,7 @@ def main() -> None:
         drop_database(args.db)
 
 
-def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace,
-           half: int) -> None:
+def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, half: int) -> None:
     kinds = list(results)
     titles = {"cohort": "Cohort", "before": "Cohort before", "bare": "bare insert"}
 
@@ -369,41 +477,64 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace,
         return [v for r in results[name] for v in r[key]]
 
     def ok(name: str) -> int:
-        return sum(n for r in results[name] for s, n in r["statuses"].items()
-                   if s.startswith("2"))
+        return sum(n for r in results[name] for s, n in r["statuses"].items() if s.startswith("2"))
 
     def row(label: str, values: dict[str, float], unit: str = "", digits: int = 1) -> str:
         cells = " | ".join(f"{values[k]:.{digits}f}{unit}" for k in kinds)
-        ratios = " | ".join(f"{values[k] / values['bare']:.2f}" if values["bare"] else "–"
-                            for k in kinds if k != "bare")
+        ratios = " | ".join(
+            f"{values[k] / values['bare']:.2f}" if values["bare"] else "–"
+            for k in kinds
+            if k != "bare"
+        )
         return f"| {label} | {cells} | {ratios} |"
 
-    print(f"\n{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
-          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
-          f"{args.clients} clients × {args.duration:.0f} s × {args.rounds} round(s); "
-          f"COHORT_API_WORKERS={os.environ.get('COHORT_API_WORKERS', '1')}")
+    print(
+        f"\n{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+        f"{args.clients} clients × {args.duration:.0f} s × {args.rounds} round(s); "
+        f"COHORT_API_WORKERS={os.environ.get('COHORT_API_WORKERS', '1')}"
+    )
     others = [k for k in kinds if k != "bare"]
-    print("| | " + " | ".join(titles[k] for k in kinds) + " | "
-          + " | ".join(f"{titles[k]} / bare" for k in others) + " |")
+    print(
+        "| | "
+        + " | ".join(titles[k] for k in kinds)
+        + " | "
+        + " | ".join(f"{titles[k]} / bare" for k in others)
+        + " |"
+    )
     print("|---" * (1 + len(kinds) + len(others)) + "|")
-    print(row("submissions/s", {k: ok(k) / sum(r["elapsed"] for r in results[k])
-                                for k in kinds}, digits=0))
+    print(
+        row(
+            "submissions/s",
+            {k: ok(k) / sum(r["elapsed"] for r in results[k]) for k in kinds},
+            digits=0,
+        )
+    )
     for key, label in (("submit_ms", "submit"), ("list_ms", "GET /api/v1/jobs")):
         for q in (50, 99):
-            print(row(f"{label} p{q}", {k: quantile(merged(k, key), q) for k in kinds},
-                      " ms"))
+            print(row(f"{label} p{q}", {k: quantile(merged(k, key), q) for k in kinds}, " ms"))
     names = sorted({n for k in kinds for r in results[k] for n in r["cpu"]})
     for process in names:
-        print(row(f"CPU s, {process}", {k: sum(r["cpu"].get(process, 0.0)
-                                              for r in results[k]) for k in kinds}))
-    print(row("api CPU ms per submission", {
-        k: 1000 * sum(r["cpu"]["api"] for r in results[k]) / max(ok(k), 1) for k in kinds}))
+        print(
+            row(
+                f"CPU s, {process}",
+                {k: sum(r["cpu"].get(process, 0.0) for r in results[k]) for k in kinds},
+            )
+        )
+    print(
+        row(
+            "api CPU ms per submission",
+            {k: 1000 * sum(r["cpu"]["api"] for r in results[k]) / max(ok(k), 1) for k in kinds},
+        )
+    )
     for name in kinds:
         kept = sum(r["stored"] for r in results[name])
         ids = merged(name, "ids")
-        print(f"{name}: {ok(name)} answered 2xx, {kept} stored, {len(set(ids))} distinct "
-              f"ids; statuses {[r['statuses'] for r in results[name]]}; "
-              f"errors {[r['errors'][:2] for r in results[name]]}")
+        print(
+            f"{name}: {ok(name)} answered 2xx, {kept} stored, {len(set(ids))} distinct "
+            f"ids; statuses {[r['statuses'] for r in results[name]]}; "
+            f"errors {[r['errors'][:2] for r in results[name]]}"
+        )
         assert ok(name) == kept == len(set(ids)), f"{name}: 2xx answers and stored jobs differ"
     print(f"cohort: jobs stored without their `submitted` event: {half}")
     assert half == 0

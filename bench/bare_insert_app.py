@@ -40,13 +40,31 @@ class JobOut(BaseModel):
 def create_job(job_in: JobIn) -> JobOut:
     now = dt.datetime.now(dt.UTC)
     with engine.begin() as connection:
-        job_id = connection.execute(jobs.insert().values(
-            project_id=PROJECT_ID, name=job_in.name, strategy=job_in.strategy,
-            replicas=job_in.replicas, status="queued", reason="bare insert", spec_hash="",
-            hyperparameters={}, env={}, inputs={}, distribution={}, result={},
-            gpus_per_replica=0, restart_policy="never", max_restarts=0, priority=0,
-            attempt=1, created_at=now, updated_at=now,
-        ).returning(jobs.c.id)).scalar_one()
+        job_id = connection.execute(
+            jobs.insert()
+            .values(
+                project_id=PROJECT_ID,
+                name=job_in.name,
+                strategy=job_in.strategy,
+                replicas=job_in.replicas,
+                status="queued",
+                reason="bare insert",
+                spec_hash="",
+                hyperparameters={},
+                env={},
+                inputs={},
+                distribution={},
+                result={},
+                gpus_per_replica=0,
+                restart_policy="never",
+                max_restarts=0,
+                priority=0,
+                attempt=1,
+                created_at=now,
+                updated_at=now,
+            )
+            .returning(jobs.c.id)
+        ).scalar_one()
     return JobOut(id=job_id, name=job_in.name, status="queued")
 
 
@@ -56,7 +74,10 @@ def list_jobs(limit: int = 50) -> dict[str, list[JobOut]]:
     with engine.connect() as connection:
         rows = connection.execute(
             sa.select(jobs.c.id, jobs.c.name, jobs.c.status)
-            .where(jobs.c.project_id == PROJECT_ID).order_by(jobs.c.id.desc()).limit(limit))
+            .where(jobs.c.project_id == PROJECT_ID)
+            .order_by(jobs.c.id.desc())
+            .limit(limit)
+        )
         return {"items": [JobOut(id=r.id, name=r.name, status=r.status) for r in rows]}
 
 

@@ -69,8 +69,10 @@ def make_bundle(path: Path, megabytes: int, round_no: int, zeros: bool) -> str:
     payload = io.BufferedReader(Zeros(size), 1 << 20) if zeros else io.BytesIO(os.urandom(size))
     with tarfile.open(path, "w:gz", compresslevel=9 if zeros else 1) as tar:
         stamp = f"{round_no}\n".encode()
-        for name, length, data in (("round.txt", len(stamp), io.BytesIO(stamp)),
-                                   ("weights.bin", size, payload)):
+        for name, length, data in (
+            ("round.txt", len(stamp), io.BytesIO(stamp)),
+            ("weights.bin", size, payload),
+        ):
             info = tarfile.TarInfo(name)
             info.size, info.mode = length, 0o644
             tar.addfile(info, data)
@@ -83,8 +85,9 @@ class Prober(threading.Thread):
 
     def __init__(self, url: str, token: str) -> None:
         super().__init__(daemon=True)
-        self.client = httpx.Client(base_url=url, timeout=120,
-                                   headers={"Authorization": f"Bearer {token}"})
+        self.client = httpx.Client(
+            base_url=url, timeout=120, headers={"Authorization": f"Bearer {token}"}
+        )
         self.records: list[tuple[float, str, float, int]] = []
         self.stop = threading.Event()
 
@@ -93,10 +96,14 @@ class Prober(threading.Thread):
             while not self.stop.is_set():
                 for kind in ("submit", "healthz"):
                     started = time.monotonic()
-                    response = (self.client.post("/api/v1/jobs", json=JOB) if kind == "submit"
-                                else self.client.get("/healthz"))
-                    self.records.append((started, kind, time.monotonic() - started,
-                                         response.status_code))
+                    response = (
+                        self.client.post("/api/v1/jobs", json=JOB)
+                        if kind == "submit"
+                        else self.client.get("/healthz")
+                    )
+                    self.records.append(
+                        (started, kind, time.monotonic() - started, response.status_code)
+                    )
                 self.stop.wait(0.02)
 
     def window(self, start: float, end: float) -> list[tuple[float, str, float, int]]:
@@ -110,10 +117,12 @@ def percentile(values: list[float], q: int) -> float:
 
 
 def new_token(stack: Stack, project: str) -> str:
-    response = httpx.post(f"{stack.url}/api/v1/tokens", timeout=30,
-                          headers={"Authorization": f"Bearer {stack.token}"},
-                          json={"project": project, "name": "bench",
-                                "scopes": ["read", "submit"]})
+    response = httpx.post(
+        f"{stack.url}/api/v1/tokens",
+        timeout=30,
+        headers={"Authorization": f"Bearer {stack.token}"},
+        json={"project": project, "name": "bench", "scopes": ["read", "submit"]},
+    )
     response.raise_for_status()
     return str(response.json()["token"])
 
@@ -130,11 +139,12 @@ def run_rounds(stack: Stack, bundles: list[tuple[Path, str]]) -> list[dict[str, 
         for number, (path, digest) in enumerate(bundles):
             body = path.read_bytes()
             figures: dict[str, float] = {}
-            for phase in (("upload", "quiet") if number % 2 else ("quiet", "upload")):
+            for phase in ("upload", "quiet") if number % 2 else ("quiet", "upload"):
                 start = time.monotonic()
                 if phase == "upload":
-                    response = httpx.put(f"{stack.url}/api/v1/bundles/{digest}", content=body,
-                                         headers=a, timeout=600)
+                    response = httpx.put(
+                        f"{stack.url}/api/v1/bundles/{digest}", content=body, headers=a, timeout=600
+                    )
                     assert response.status_code == 201, response.text
                     figures["put_s"] = time.monotonic() - start
                 else:
@@ -147,12 +157,14 @@ def run_rounds(stack: Stack, bundles: list[tuple[Path, str]]) -> list[dict[str, 
                     figures[f"{phase}_{kind}_p99"] = percentile(seconds, 99)
                     figures[f"{phase}_{kind}_n"] = len(records)
                     figures[f"{phase}_{kind}_slow"] = sum(
-                        1 for r in records if r[2] > SLOW or r[3] >= 300)
+                        1 for r in records if r[2] > SLOW or r[3] >= 300
+                    )
             # The same bytes again: a 200, received and hashed but neither checked nor
             # stored, so the difference is what the check, the store and the record take.
             start = time.monotonic()
-            response = httpx.put(f"{stack.url}/api/v1/bundles/{digest}", content=body,
-                                 headers=a, timeout=600)
+            response = httpx.put(
+                f"{stack.url}/api/v1/bundles/{digest}", content=body, headers=a, timeout=600
+            )
             assert response.status_code == 200, response.text
             figures["again_s"] = time.monotonic() - start
             rounds.append(figures)
@@ -165,13 +177,19 @@ def run_rounds(stack: Stack, bundles: list[tuple[Path, str]]) -> list[dict[str, 
 def report(rounds: list[dict[str, float]], check_s: float, bundle: str) -> None:
     med = statistics.median
     put, again = med(r["put_s"] for r in rounds), med(r["again_s"] for r in rounds)
-    print(f"# {platform.node()}, {os.cpu_count()} cores; api on SQLite; {len(rounds)} rounds; "
-          f"bundle: {bundle}")
-    print(f"upload (PUT, sent to answered), median: {put:.2f} s; the same bytes again (200: "
-          f"received and hashed only): {again:.2f} s; check_archive alone in this process: "
-          f"{check_s:.2f} s")
-    print("| B's request | p50 quiet | p50 during upload | ratio | p99 quiet "
-          "| p99 during upload | ratio | during uploads: over 1 s or refused |")
+    print(
+        f"# {platform.node()}, {os.cpu_count()} cores; api on SQLite; {len(rounds)} rounds; "
+        f"bundle: {bundle}"
+    )
+    print(
+        f"upload (PUT, sent to answered), median: {put:.2f} s; the same bytes again (200: "
+        f"received and hashed only): {again:.2f} s; check_archive alone in this process: "
+        f"{check_s:.2f} s"
+    )
+    print(
+        "| B's request | p50 quiet | p50 during upload | ratio | p99 quiet "
+        "| p99 during upload | ratio | during uploads: over 1 s or refused |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for kind in ("submit", "healthz"):
         cells = []
@@ -189,8 +207,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--megabytes", type=int, default=100)
-    parser.add_argument("--zeros", action="store_true", help="a bundle of zeros (a bomb: "
-                        "--megabytes 1000 is about 1 MB sent) instead of random bytes")
+    parser.add_argument(
+        "--zeros",
+        action="store_true",
+        help="a bundle of zeros (a bomb: "
+        "--megabytes 1000 is about 1 MB sent) instead of random bytes",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cohort-bench-bundle-check-") as scratch:
         tmp = Path(scratch)
@@ -202,19 +224,28 @@ def main() -> None:
         started = time.perf_counter()
         check_archive(bundles[0][0], Limits(max_unpacked_bytes=limit))
         check_s = time.perf_counter() - started
-        stack = Stack({"COHORT_DATABASE_URL": "", "COHORT_REDIS_URL": "",
-                       "COHORT_DATA_DIR": str(tmp / "var"),
-                       "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
-                       "COHORT_API_PORT": str(free_port()),
-                       "COHORT_MAX_BUNDLE_UNPACKED_BYTES": str(limit),
-                       "COHORT_QUOTA_MAX_QUEUED_JOBS": "100000"}, quiet=True)
+        stack = Stack(
+            {
+                "COHORT_DATABASE_URL": "",
+                "COHORT_REDIS_URL": "",
+                "COHORT_DATA_DIR": str(tmp / "var"),
+                "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
+                "COHORT_API_PORT": str(free_port()),
+                "COHORT_MAX_BUNDLE_UNPACKED_BYTES": str(limit),
+                "COHORT_QUOTA_MAX_QUEUED_JOBS": "100000",
+            },
+            quiet=True,
+        )
         stack.start(parts=("api", "scheduler"))
         try:
             rounds = run_rounds(stack, bundles)
         finally:
             stack.stop()
-        report(rounds, check_s, f"{args.megabytes} MB of "
-               + ("zeros (unpacked)" if args.zeros else "random bytes"))
+        report(
+            rounds,
+            check_s,
+            f"{args.megabytes} MB of " + ("zeros (unpacked)" if args.zeros else "random bytes"),
+        )
 
 
 if __name__ == "__main__":

@@ -51,20 +51,32 @@ def push(client: CohortClient, code: Path, archive: Path) -> str:
 def run_job(client: CohortClient, digest: str, replicas: int) -> dict[str, float]:
     """Submit the job naming `digest`; seconds from the POST to each milestone."""
     t0 = time.time()
-    job = client.submit({"name": "bench-start", "bundle": digest, "replicas": replicas,
-                         "command": ["python", "train.py"], "restart_policy": "never",
-                         "strategy": "multi_worker_mirrored" if replicas > 1 else "one_device"})
+    job = client.submit(
+        {
+            "name": "bench-start",
+            "bundle": digest,
+            "replicas": replicas,
+            "command": ["python", "train.py"],
+            "restart_policy": "never",
+            "strategy": "multi_worker_mirrored" if replicas > 1 else "one_device",
+        }
+    )
     while job["status"] not in TERMINAL_STATUSES:
         time.sleep(0.05)
         job = client.job(job["id"])
     if job["status"] != "succeeded":
         raise RuntimeError(f"job {job['id']} {job['status']}: {job['reason']}")
     first = min(p["ts"] for p in client.metrics(job["id"], name=["loss"]))
-    scheduled = next(stamp(e["created_at"]) for e in client.events(job["id"])
-                     if e["to_status"] == "scheduled")
+    scheduled = next(
+        stamp(e["created_at"]) for e in client.events(job["id"]) if e["to_status"] == "scheduled"
+    )
     spawned = max(stamp(r["started_at"]) for r in job["replica_list"])
-    return {"submit -> first step": first - t0, "submit -> scheduled": scheduled - t0,
-            "scheduled -> spawned": spawned - scheduled, "spawned -> first step": first - spawned}
+    return {
+        "submit -> first step": first - t0,
+        "submit -> scheduled": scheduled - t0,
+        "scheduled -> spawned": spawned - scheduled,
+        "spawned -> first step": first - spawned,
+    }
 
 
 def main() -> None:
@@ -76,11 +88,17 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
     with tempfile.TemporaryDirectory(prefix="cohort-bench-start-") as scratch:
         tmp = Path(scratch)
-        stack = Stack({"COHORT_DATA_DIR": str(tmp / "var"), "COHORT_DATABASE_URL": "",
-                       "COHORT_REDIS_URL": "", "COHORT_API_PORT": str(free_port()),
-                       "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
-                       "COHORT_PORT_RANGE_START": os.environ.get("COHORT_TEST_PORT_BASE",
-                                                                 "29500")}, quiet=True)
+        stack = Stack(
+            {
+                "COHORT_DATA_DIR": str(tmp / "var"),
+                "COHORT_DATABASE_URL": "",
+                "COHORT_REDIS_URL": "",
+                "COHORT_API_PORT": str(free_port()),
+                "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
+                "COHORT_PORT_RANGE_START": os.environ.get("COHORT_TEST_PORT_BASE", "29500"),
+            },
+            quiet=True,
+        )
         stack.start()
         try:
             client = CohortClient(stack.url, stack.token, timeout=300)
@@ -97,16 +115,23 @@ def main() -> None:
                 (code / "data.bin").write_bytes(blob)
                 changed = push(client, code, tmp / "b.tar.gz")
                 results["new"].append(run_job(client, changed, args.replicas))
-                print(f"round {round_ + 1}: " + ", ".join(
-                    f"{k} {results[k][-1]['submit -> first step']:.2f} s" for k in KINDS),
-                    flush=True)
+                print(
+                    f"round {round_ + 1}: "
+                    + ", ".join(
+                        f"{k} {results[k][-1]['submit -> first step']:.2f} s" for k in KINDS
+                    ),
+                    flush=True,
+                )
         finally:
             stack.stop()
-    print(f"\n# {platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}; "
-          f"{args.replicas} replica(s), a {args.megabytes} MB bundle; "
-          f"median of {args.rounds} rounds")
-    print("| median | cold (new bundle) | warm (same bundle) | new (one byte changed) "
-          "| cold − warm |")
+    print(
+        f"\n# {platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}; "
+        f"{args.replicas} replica(s), a {args.megabytes} MB bundle; "
+        f"median of {args.rounds} rounds"
+    )
+    print(
+        "| median | cold (new bundle) | warm (same bundle) | new (one byte changed) | cold − warm |"
+    )
     print("|---|---|---|---|---|")
     for key in results["cold"][0]:
         cold, warm, new = (statistics.median(r[key] for r in results[k]) for k in KINDS)

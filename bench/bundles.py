@@ -87,8 +87,9 @@ def packed(tmp: Path, megabytes: int, repeat: int) -> tuple[list[BundleInfo], li
     return infos, archives, statistics.median(seconds)
 
 
-def upload(client: CohortClient, api_pid: int, info: BundleInfo, archive: Path
-           ) -> tuple[float, float, float]:
+def upload(
+    client: CohortClient, api_pid: int, info: BundleInfo, archive: Path
+) -> tuple[float, float, float]:
     """Seconds for HEAD + PUT, for the second push (HEAD), and the api's growth in MiB."""
     watcher = PeakRss(api_pid)
     before = watcher.rss()
@@ -129,35 +130,51 @@ def store_env(kind: str) -> Iterator[dict[str, str]]:
         return
     with moto_server(free_port()) as endpoint:
         create_bucket(endpoint, "bench")
-        yield {"COHORT_ARTIFACT_URL": f"s3://bench/{uuid.uuid4().hex[:8]}",
-               "COHORT_ARTIFACT_ENDPOINT_URL": endpoint, **CREDENTIALS}
+        yield {
+            "COHORT_ARTIFACT_URL": f"s3://bench/{uuid.uuid4().hex[:8]}",
+            "COHORT_ARTIFACT_ENDPOINT_URL": endpoint,
+            **CREDENTIALS,
+        }
 
 
-def one_store(kind: str, tmp: Path, bundles: dict[int, tuple[list[BundleInfo], list[Path],
-              float]]) -> None:
+def one_store(
+    kind: str, tmp: Path, bundles: dict[int, tuple[list[BundleInfo], list[Path], float]]
+) -> None:
     with store_env(kind) as env:
         os.environ.update(env)  # for open_store() here, as the api and agents read it
         get_settings.cache_clear()
         data_dir = tmp / f"data-{kind}"
-        stack = Stack({"COHORT_DATABASE_URL": "", "COHORT_DATA_DIR": str(data_dir),
-                       "COHORT_REDIS_URL": os.environ.get("COHORT_REDIS_URL", ""),
-                       "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
-                       "COHORT_API_PORT": str(free_port()), **env}, quiet=True)
+        stack = Stack(
+            {
+                "COHORT_DATABASE_URL": "",
+                "COHORT_DATA_DIR": str(data_dir),
+                "COHORT_REDIS_URL": os.environ.get("COHORT_REDIS_URL", ""),
+                "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
+                "COHORT_API_PORT": str(free_port()),
+                **env,
+            },
+            quiet=True,
+        )
         stack.start(parts=("api",))
         try:
             client = CohortClient(stack.url, stack.token, timeout=300)
             store = open_store(env.get("COHORT_ARTIFACT_URL") or str(data_dir / "artifacts"))
             for megabytes, (infos, archives, pack_s) in bundles.items():
-                ups = [upload(client, stack.child("api").pid, info, archive)
-                       for info, archive in zip(infos, archives, strict=True)]
+                ups = [
+                    upload(client, stack.child("api").pid, info, archive)
+                    for info, archive in zip(infos, archives, strict=True)
+                ]
                 agents = [agent(store, info.digest, tmp) for info in infos]
                 med = statistics.median
                 put, again = med(u[0] for u in ups), med(u[1] for u in ups)
                 cold, fetch, warm = (med(a[i] for a in agents) for i in range(3))
-                print(f"| {kind} | {megabytes} MB | {pack_s:.2f} s | {put:.2f} s "
-                      f"({megabytes / put:.0f} MB/s) | {again * 1000:.1f} ms | "
-                      f"{max(u[2] for u in ups):.1f} MiB | {cold:.2f} s | {fetch:.2f} s | "
-                      f"{warm:.2f} s |", flush=True)
+                print(
+                    f"| {kind} | {megabytes} MB | {pack_s:.2f} s | {put:.2f} s "
+                    f"({megabytes / put:.0f} MB/s) | {again * 1000:.1f} ms | "
+                    f"{max(u[2] for u in ups):.1f} MiB | {cold:.2f} s | {fetch:.2f} s | "
+                    f"{warm:.2f} s |",
+                    flush=True,
+                )
         finally:
             stack.stop()
             for name in env:
@@ -174,10 +191,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cohort-bench-bundles-") as scratch:
         tmp = Path(scratch)
         bundles = {mb: packed(tmp, mb, args.repeat) for mb in map(int, args.sizes.split(","))}
-        print(f"# {platform.node()} {platform.processor() or platform.machine()}, "
-              f"{os.cpu_count()} cores; api on SQLite; median of {args.repeat}")
-        print("| store | bundle | pack | HEAD + PUT | push again (HEAD) | api memory growth "
-              "| agent, cold cache | of which fetch | agent, warm cache |")
+        print(
+            f"# {platform.node()} {platform.processor() or platform.machine()}, "
+            f"{os.cpu_count()} cores; api on SQLite; median of {args.repeat}"
+        )
+        print(
+            "| store | bundle | pack | HEAD + PUT | push again (HEAD) | api memory growth "
+            "| agent, cold cache | of which fetch | agent, warm cache |"
+        )
         print("|---|---|---|---|---|---|---|---|---|")
         for kind in args.stores.split(","):
             one_store(kind, tmp, bundles)

@@ -66,8 +66,9 @@ def per_sync(store: ArtifactStore, workdir: Path, saves: int) -> tuple[list[floa
     x, y = np.random.rand(64, 64).astype("float32"), np.random.randint(0, 10, 64)
     model.fit(x, y, epochs=1, verbose=0)  # the optimizer's slots exist, as in training
     local = workdir / f"ckpt-{uuid.uuid4().hex[:8]}"
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model),
-                                         str(local / "chief"), max_to_keep=1)
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model), str(local / "chief"), max_to_keep=1
+    )
     mirror = CheckpointMirror(store, 1, local)
     mirror.restore()  # as before a replica starts: lists the (empty) prefix
     times = []
@@ -81,8 +82,9 @@ def per_sync(store: ArtifactStore, workdir: Path, saves: int) -> tuple[list[floa
     return times, size
 
 
-def epoch_times(workdir: Path, epochs: int, steps: int,
-                beside: Callable[[Path], subprocess.Popen[bytes]] | None) -> list[float]:
+def epoch_times(
+    workdir: Path, epochs: int, steps: int, beside: Callable[[Path], subprocess.Popen[bytes]] | None
+) -> list[float]:
     """mlp_digits' epochs with BackupAndRestore at each epoch end; `beside` starts a
     process next to it (given the checkpoint directory)."""
     import tensorflow as tf
@@ -106,9 +108,18 @@ def epoch_times(workdir: Path, epochs: int, steps: int,
     process = beside(backup) if beside else None
     try:
         # Timer after BackupAndRestore: an epoch's time includes its checkpoint save.
-        model.fit(data, epochs=epochs, steps_per_epoch=steps, verbose=0, callbacks=[
-            keras.callbacks.BackupAndRestore(str(backup), save_freq="epoch",
-                                             delete_checkpoint=False), Timer()])
+        model.fit(
+            data,
+            epochs=epochs,
+            steps_per_epoch=steps,
+            verbose=0,
+            callbacks=[
+                keras.callbacks.BackupAndRestore(
+                    str(backup), save_freq="epoch", delete_checkpoint=False
+                ),
+                Timer(),
+            ],
+        )
     finally:
         if process is not None:
             process.terminate()
@@ -129,8 +140,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"Python {platform.python_version()}")
+    print(
+        f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}"
+    )
     with tempfile.TemporaryDirectory() as tmp, moto_server(free_port()) as endpoint:
         work = Path(tmp)
         create_bucket(endpoint, "bench")
@@ -138,26 +151,35 @@ def main() -> None:
         stores = {"directory": str(work / "artifacts"), "S3 (moto)": "s3://bench/run"}
         for name, url in stores.items():
             times, size = per_sync(open_store(url), work, args.saves)
-            print(f"sync after each save, {name}: {ms(times[1:])} "
-                  f"({args.saves} saves of {size / 1000:.0f} kB)")
+            print(
+                f"sync after each save, {name}: {ms(times[1:])} "
+                f"({args.saves} saves of {size / 1000:.0f} kB)"
+            )
 
         def syncer(url: str) -> Callable[[Path], subprocess.Popen[bytes]]:
             return lambda backup: subprocess.Popen(
-                [sys.executable, "-c", SYNCER, url, str(backup)], cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": str(ROOT)})
+                [sys.executable, "-c", SYNCER, url, str(backup)],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
 
         # Rounds alternate the three set-ups, so a busy moment of the machine does not
         # land on one of them only.
         setups: dict[str, Callable[[Path], subprocess.Popen[bytes]] | None] = {
-            "no sync": None, **{f"agent syncing to {n}": syncer(u) for n, u in stores.items()}}
+            "no sync": None,
+            **{f"agent syncing to {n}": syncer(u) for n, u in stores.items()},
+        }
         epochs: dict[str, list[float]] = {name: [] for name in setups}
         for _ in range(args.rounds):
             for name, beside in setups.items():
                 epochs[name] += epoch_times(work, args.epochs, args.steps, beside)
         alone = statistics.median(epochs["no sync"])
         for name, times in epochs.items():
-            print(f"epoch of {args.steps} steps + save, {name}: {ms(times)}; median "
-                  f"{1000 * (statistics.median(times) - alone):+.1f} ms against no sync")
+            print(
+                f"epoch of {args.steps} steps + save, {name}: {ms(times)}; median "
+                f"{1000 * (statistics.median(times) - alone):+.1f} ms against no sync"
+            )
+
 
 if __name__ == "__main__":
     main()

@@ -40,14 +40,25 @@ def old_last_metrics(session: sa.orm.Session, jobs: list) -> dict:
     from services.models import MetricPoint as M
 
     ids = [j.id for j in jobs]
-    top = (sa.select(M.job_id, M.attempt, M.name, sa.func.max(M.step).label("step"))
-           .where(M.job_id.in_(ids), M.name.in_(("loss", "accuracy")))
-           .group_by(M.job_id, M.attempt, M.name).subquery())
+    top = (
+        sa.select(M.job_id, M.attempt, M.name, sa.func.max(M.step).label("step"))
+        .where(M.job_id.in_(ids), M.name.in_(("loss", "accuracy")))
+        .group_by(M.job_id, M.attempt, M.name)
+        .subquery()
+    )
     rows = session.execute(
         sa.select(M.job_id, M.name, sa.func.avg(M.value))
-        .join(top, sa.and_(M.job_id == top.c.job_id, M.attempt == top.c.attempt,
-                           M.name == top.c.name, M.step == top.c.step))
-        .group_by(M.job_id, M.name)).all()
+        .join(
+            top,
+            sa.and_(
+                M.job_id == top.c.job_id,
+                M.attempt == top.c.attempt,
+                M.name == top.c.name,
+                M.step == top.c.step,
+            ),
+        )
+        .group_by(M.job_id, M.name)
+    ).all()
     return {(j, n): v for j, n, v in rows}
 
 
@@ -63,9 +74,21 @@ def fill(url: str, jobs: int, steps: int) -> str:
         for _ in range(jobs):
             job = create_job(session, project_id, name="bench", replicas=2)
             session.flush()
-            rows = [{"job_id": job.id, "attempt": 1, "replica": r, "step": s, "epoch": 0,
-                     "name": n, "value": 1.0 / s, "ts": 0.0}
-                    for r in range(2) for s in range(1, steps + 1) for n in NAMES]
+            rows = [
+                {
+                    "job_id": job.id,
+                    "attempt": 1,
+                    "replica": r,
+                    "step": s,
+                    "epoch": 0,
+                    "name": n,
+                    "value": 1.0 / s,
+                    "ts": 0.0,
+                }
+                for r in range(2)
+                for s in range(1, steps + 1)
+                for n in NAMES
+            ]
             session.execute(sa.insert(MetricPoint), rows)
     return token
 
@@ -87,8 +110,9 @@ def main() -> None:
         from services.telemetry import summaries
 
         client = TestClient(create_app())
-        assert client.post("/login", data={"token": token},
-                           follow_redirects=False).status_code == 303
+        assert (
+            client.post("/login", data={"token": token}, follow_redirects=False).status_code == 303
+        )
         auth = {"Authorization": f"Bearer {token}"}
         with session_scope() as session:
             rows = jobs.list_jobs(session=session, project_id=1, limit=25)[0]
@@ -105,10 +129,14 @@ def main() -> None:
             with session_scope() as session:
                 fn(session, jobs.list_jobs(session=session, project_id=1, limit=25)[0])
 
-        cases = {"(a) REST list": rest, "(b) live table": table,
-                 "(c) last metrics, shipped": lambda: query(
-                     lambda s, r: summaries.read_last_metrics(session=s, jobs=r)),
-                 "(d) last metrics, GROUP BY": lambda: query(old_last_metrics)}
+        cases = {
+            "(a) REST list": rest,
+            "(b) live table": table,
+            "(c) last metrics, shipped": lambda: query(
+                lambda s, r: summaries.read_last_metrics(session=s, jobs=r)
+            ),
+            "(d) last metrics, GROUP BY": lambda: query(old_last_metrics),
+        }
         times: dict[str, list[float]] = {k: [] for k in cases}
         for _ in range(3):
             for fn in cases.values():
@@ -124,8 +152,10 @@ def main() -> None:
         get_engine().dispose()
         drop_database(name)
     points = 25 * 2 * args.steps * len(NAMES)
-    print(f"{dt.date.today()}, {platform.node()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}; 25 jobs, {points} metric points, {args.runs} runs")
+    print(
+        f"{dt.date.today()}, {platform.node()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; 25 jobs, {points} metric points, {args.runs} runs"
+    )
     medians = {label: statistics.median(values) for label, values in times.items()}
     for label, median in medians.items():
         print(f"| {label} | {median * 1000:.1f} ms |")

@@ -42,20 +42,32 @@ VARIANTS: dict[str, Distribution] = {
 TRAINERS = ("mlp_digits", "cnn_digits")
 
 
-def run_once(job_id: int, trainer: str, distribution: Distribution, workdir: Path,
-             redis_url: str) -> tuple[float, float]:
+def run_once(
+    job_id: int, trainer: str, distribution: Distribution, workdir: Path, redis_url: str
+) -> tuple[float, float]:
     """(steps/s after the first epoch, eval_accuracy) of one one_device run."""
     job_dir = workdir / f"job-{job_id}"
     job_dir.mkdir(parents=True)
     spec = ReplicaSpec(job_id, 1, 0, 1, trainer, "one_device", HP, distribution=distribution)
     spec_path = job_dir / "spec.json"
     spec_path.write_text(ReplicaLaunch(spec, job_dir).encode())
-    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "COHORT_REDIS_URL": redis_url,
-           "COHORT_REPLICA_SPEC": str(spec_path), "CUDA_VISIBLE_DEVICES": "",
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {
+        **os.environ,
+        "TF_USE_LEGACY_KERAS": "1",
+        "COHORT_REDIS_URL": redis_url,
+        "COHORT_REPLICA_SPEC": str(spec_path),
+        "CUDA_VISIBLE_DEVICES": "",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
     env.pop("TF_CONFIG", None)
-    done = subprocess.run([sys.executable, "-m", "workers.replica.runner"], env=env, cwd=ROOT,
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "workers.replica.runner"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{trainer} {distribution} failed:\n{done.stderr[-3000:]}")
     client = redis.Redis.from_url(redis_url, decode_responses=True)
@@ -76,8 +88,9 @@ def run_once(job_id: int, trainer: str, distribution: Distribution, workdir: Pat
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--redis", default=os.environ.get("COHORT_REDIS_URL",
-                                                          "redis://127.0.0.1:6379/0"))
+    parser.add_argument(
+        "--redis", default=os.environ.get("COHORT_REDIS_URL", "redis://127.0.0.1:6379/0")
+    )
     args = parser.parse_args()
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     job_id = 2_000_000
@@ -86,17 +99,23 @@ def main() -> None:
             for trainer in TRAINERS:
                 for name, distribution in VARIANTS.items():
                     job_id += 1
-                    speed, accuracy = run_once(job_id, trainer, distribution, Path(tmp),
-                                               args.redis)
+                    speed, accuracy = run_once(job_id, trainer, distribution, Path(tmp), args.redis)
                     results.setdefault((trainer, name), []).append((speed, accuracy))
-                    print(f"run {run + 1} {trainer:10} {name:24} {speed:7.1f} steps/s "  # noqa: T201
-                          f"eval_accuracy {accuracy:.3f}", flush=True)
+                    print(
+                        f"run {run + 1} {trainer:10} {name:24} {speed:7.1f} steps/s "  # noqa: T201
+                        f"eval_accuracy {accuracy:.3f}",
+                        flush=True,
+                    )
 
-    print(f"\n{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "  # noqa: T201
-          f"{os.cpu_count()} CPUs, {args.runs} runs each, one_device, "
-          f"batch {HP['batch_size']}, median step after epoch 1\n")
-    print("| trainer | variant | steps/s (median of runs) | vs. baseline, per run | "  # noqa: T201
-          "vs. baseline (median) | eval_accuracy |")
+    print(
+        f"\n{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "  # noqa: T201
+        f"{os.cpu_count()} CPUs, {args.runs} runs each, one_device, "
+        f"batch {HP['batch_size']}, median step after epoch 1\n"
+    )
+    print(
+        "| trainer | variant | steps/s (median of runs) | vs. baseline, per run | "  # noqa: T201
+        "vs. baseline (median) | eval_accuracy |"
+    )
     print("|---|---|---|---|---|---|")  # noqa: T201
     for trainer in TRAINERS:
         base = [s for s, _ in results[(trainer, next(iter(VARIANTS)))]]
@@ -106,9 +125,12 @@ def main() -> None:
             ratios = [s / b for (s, _), b in zip(rows, base, strict=True)]
             speed = statistics.median(s for s, _ in rows)
             accuracy = statistics.median(a for _, a in rows)
-            print(f"| {trainer} | {name} | {speed:.1f} | "  # noqa: T201
-                  f"{', '.join(f'{r:.2f}' for r in ratios)} | "
-                  f"{statistics.median(ratios):.2f}x | {accuracy:.3f} |")
+            print(
+                f"| {trainer} | {name} | {speed:.1f} | "  # noqa: T201
+                f"{', '.join(f'{r:.2f}' for r in ratios)} | "
+                f"{statistics.median(ratios):.2f}x | {accuracy:.3f} |"
+            )
+
 
 if __name__ == "__main__":
     main()

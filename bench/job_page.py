@@ -68,13 +68,28 @@ def fill(job_id: int, steps: int) -> int:
             for replica in (0, 1):
                 ts = 1.8e9 + step * 0.05
                 for k, name in enumerate(STEP_NAMES):
-                    yield {"job_id": job_id, "attempt": 1, "replica": replica, "step": step,
-                           "epoch": epoch, "name": name, "value": 1.0 / step + k, "ts": ts}
+                    yield {
+                        "job_id": job_id,
+                        "attempt": 1,
+                        "replica": replica,
+                        "step": step,
+                        "epoch": epoch,
+                        "name": name,
+                        "value": 1.0 / step + k,
+                        "ts": ts,
+                    }
                 if step % EPOCH_STEPS == 0:
                     for name in ("epoch_loss", "epoch_accuracy"):
-                        yield {"job_id": job_id, "attempt": 1, "replica": replica,
-                               "step": step, "epoch": epoch, "name": name,
-                               "value": 1.0 / step, "ts": ts}
+                        yield {
+                            "job_id": job_id,
+                            "attempt": 1,
+                            "replica": replica,
+                            "step": step,
+                            "epoch": epoch,
+                            "name": name,
+                            "value": 1.0 / step,
+                            "ts": ts,
+                        }
 
     stored, chunk = 0, []
     for row in rows():
@@ -90,8 +105,9 @@ def fill(job_id: int, steps: int) -> int:
 
 
 def start_api(db_url: str, data: Path) -> tuple[subprocess.Popen[bytes], str]:
-    return processes.start_api({**os.environ, "COHORT_DATABASE_URL": db_url,
-                                "COHORT_DATA_DIR": str(data)})
+    return processes.start_api(
+        {**os.environ, "COHORT_DATABASE_URL": db_url, "COHORT_DATA_DIR": str(data)}
+    )
 
 
 def summary(ms: list[float]) -> str:
@@ -102,10 +118,15 @@ def summary(ms: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--redis", default=os.environ.get("COHORT_REDIS_URL",
-                                                          "redis://127.0.0.1:6379/13"))
-    parser.add_argument("--steps", type=int, default=100_000,
-                        help="steps of the big job (x 2 replicas x 5 names, + epochs)")
+    parser.add_argument(
+        "--redis", default=os.environ.get("COHORT_REDIS_URL", "redis://127.0.0.1:6379/13")
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=100_000,
+        help="steps of the big job (x 2 replicas x 5 names, + epochs)",
+    )
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--quick", action="store_true", help="10 runs")
     args = parser.parse_args()
@@ -136,11 +157,14 @@ def main() -> None:
             connection.execute(sa.text("COMMIT"))
             connection.execute(sa.text("ANALYZE metric_points"))
             connection.execute(sa.text("ANALYZE metric_rollups"))
-        print(f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; "
-              f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-              f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}; "
-              f"big job {points:,} points (stored in {fill_s:.0f} s), small job "
-              f"{small_points:,}", flush=True)
+        print(
+            f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; "
+            f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}; "
+            f"big job {points:,} points (stored in {fill_s:.0f} s), small job "
+            f"{small_points:,}",
+            flush=True,
+        )
 
         process, url = start_api(db_url, data)
         headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -149,8 +173,11 @@ def main() -> None:
 
         def service_call() -> int:
             with session_scope() as session:
-                return len(downsample.read_metrics_downsampled(
-                    session=session, job_id=big, max_points=5000, names=names))
+                return len(
+                    downsample.read_metrics_downsampled(
+                        session=session, job_id=big, max_points=5000, names=names
+                    )
+                )
 
         times: dict[str, list[float]] = {k: [] for k in ("big", "small", "sql", "job")}
         sizes: dict[str, int] = {}
@@ -166,28 +193,38 @@ def main() -> None:
                     if way == "sql":
                         sizes[way] = service_call()
                     else:
-                        path = (f"/api/v1/jobs/{big}" if way == "job" else
-                                f"/api/v1/jobs/{big if way == 'big' else small}/metrics?{query}")
+                        path = (
+                            f"/api/v1/jobs/{big}"
+                            if way == "job"
+                            else f"/api/v1/jobs/{big if way == 'big' else small}/metrics?{query}"
+                        )
                         response = http.get(path)
                         response.raise_for_status()
                         if way != "job":
                             sizes[way] = len(response.json()["items"])
                             sizes[f"{way}_bytes"] = len(response.content)
                     times[way].append((time.perf_counter() - begun) * 1000)
-        print(f"max_points=5000 with the page's five names, median of {args.runs}, "
-              f"interleaved:")
+        print(f"max_points=5000 with the page's five names, median of {args.runs}, interleaved:")
         print("| request | points returned | median (p99) |")
         print("|---|---|---|")
-        print(f"| (a) HTTP, {points:,}-point job | {sizes['big']:,} "
-              f"({sizes['big_bytes'] / 1e3:.0f} kB) | {summary(times['big'])} |")
-        print(f"| (b) HTTP, {small_points:,}-point job | {sizes['small']:,} "
-              f"({sizes['small_bytes'] / 1e3:.0f} kB) | {summary(times['small'])} |")
-        print(f"| (c) the service call of (a), in-process | {sizes['sql']:,} | "
-              f"{summary(times['sql'])} |")
+        print(
+            f"| (a) HTTP, {points:,}-point job | {sizes['big']:,} "
+            f"({sizes['big_bytes'] / 1e3:.0f} kB) | {summary(times['big'])} |"
+        )
+        print(
+            f"| (b) HTTP, {small_points:,}-point job | {sizes['small']:,} "
+            f"({sizes['small_bytes'] / 1e3:.0f} kB) | {summary(times['small'])} |"
+        )
+        print(
+            f"| (c) the service call of (a), in-process | {sizes['sql']:,} | "
+            f"{summary(times['sql'])} |"
+        )
         print(f"| (d) GET /jobs/{{id}} | | {summary(times['job'])} |")
         big_ms, small_ms, sql_ms = (statistics.median(times[k]) for k in ("big", "small", "sql"))
-        print(f"a/b {big_ms / small_ms:.2f}; "
-              f"a - c (HTTP, validation, JSON of the answer) {big_ms - sql_ms:.1f} ms")
+        print(
+            f"a/b {big_ms / small_ms:.2f}; "
+            f"a - c (HTTP, validation, JSON of the answer) {big_ms - sql_ms:.1f} ms"
+        )
     finally:
         processes.stop(process)
         get_engine().dispose()

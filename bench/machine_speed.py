@@ -29,9 +29,13 @@ WORKLOADS = {
 
 def cpu_seconds(code: str) -> float:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL,
-                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -40,13 +44,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    print(f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.processor() or '?'}, "
-          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
+    print(
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.processor() or '?'}, "
+        f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}"
+    )
     print("| workload | CPU s, median (min-max) |\n|---|---:|")
     for name, code in WORKLOADS.items():
         values = [cpu_seconds(code) for _ in range(args.runs)]
-        print(f"| {name} | {statistics.median(values):.2f} "
-              f"({min(values):.2f}-{max(values):.2f}) |")
+        print(f"| {name} | {statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f}) |")
 
 
 if __name__ == "__main__":

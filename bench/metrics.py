@@ -45,8 +45,9 @@ from tests.conftest import create_database, drop_database  # noqa: E402
 
 def use(database_url: str, redis_url: str, data_dir: str) -> None:
     """Point this process's settings, engine and Redis client at a database."""
-    os.environ.update(COHORT_DATABASE_URL=database_url, COHORT_REDIS_URL=redis_url,
-                      COHORT_DATA_DIR=data_dir)
+    os.environ.update(
+        COHORT_DATABASE_URL=database_url, COHORT_REDIS_URL=redis_url, COHORT_DATA_DIR=data_dir
+    )
     from services.db import get_engine, get_sessionmaker
     from services.settings import get_settings
     from services.wire.client import get_redis
@@ -65,13 +66,21 @@ def make_job(name: str) -> tuple[int, str]:
 
     token = "bench_" + os.urandom(8).hex()
     with session_scope() as session:
-        row = tokens.ensure_token(session=session, token=token, project_name="bench",
-                                  name="bench", scopes=["read", "submit", "schedules"])
-        job, _ = jobs.create_job(session=session, project_id=row.project_id,
-                                 job_in=JobCreate(name=name, replicas=2,
-                                                  hyperparameters={"epochs": 10_000,
-                                                                   "steps_per_epoch": 1000}),
-                                 settings=get_settings())
+        row = tokens.ensure_token(
+            session=session,
+            token=token,
+            project_name="bench",
+            name="bench",
+            scopes=["read", "submit", "schedules"],
+        )
+        job, _ = jobs.create_job(
+            session=session,
+            project_id=row.project_id,
+            job_in=JobCreate(
+                name=name, replicas=2, hyperparameters={"epochs": 10_000, "steps_per_epoch": 1000}
+            ),
+            settings=get_settings(),
+        )
         return job.id, token
 
 
@@ -82,8 +91,9 @@ def drop_pg(name: str) -> None:
     drop_database(name)
 
 
-def bench_ingest(label: str, client: redis.Redis, batches: int, per_batch: int,
-                 rounds: int = 3) -> float:
+def bench_ingest(
+    label: str, client: redis.Redis, batches: int, per_batch: int, rounds: int = 3
+) -> float:
     """Points stored per second by the leader's ingest, every point new; the median of
     `rounds` (each a fresh job, the table growing as in a long-lived service)."""
     from services.db import session_scope
@@ -96,10 +106,24 @@ def bench_ingest(label: str, client: redis.Redis, batches: int, per_batch: int,
         pipe = client.pipeline(transaction=False)
         for b in range(batches):
             replica, first = b % 2, (b // 2) * per_batch // 4
-            points = [[first + i // 4 + 1, 0, ("loss", "accuracy", "step_time", "x")[i % 4],
-                       0.5, time.time()] for i in range(per_batch)]
-            pipe.xadd("cohort:metrics", {"data": json.dumps(
-                {"job_id": job_id, "attempt": 1, "replica": replica, "points": points})})
+            points = [
+                [
+                    first + i // 4 + 1,
+                    0,
+                    ("loss", "accuracy", "step_time", "x")[i % 4],
+                    0.5,
+                    time.time(),
+                ]
+                for i in range(per_batch)
+            ]
+            pipe.xadd(
+                "cohort:metrics",
+                {
+                    "data": json.dumps(
+                        {"job_id": job_id, "attempt": 1, "replica": replica, "points": points}
+                    )
+                },
+            )
         pipe.execute()
         total, stored = batches * per_batch, 0
         started = time.perf_counter()
@@ -107,8 +131,10 @@ def bench_ingest(label: str, client: redis.Redis, batches: int, per_batch: int,
             stored += ingest_once(client, METRICS, sessions=session_scope, block_ms=100)
         rates.append(stored / (time.perf_counter() - started))
     rate = statistics.median(rates)
-    print(f"ingest {label} ({rounds} rounds of {batches * per_batch:,} points): median "
-          f"{rate:,.0f} points/s (min {min(rates):,.0f}, max {max(rates):,.0f})")
+    print(
+        f"ingest {label} ({rounds} rounds of {batches * per_batch:,} points): median "
+        f"{rate:,.0f} points/s (min {min(rates):,.0f}, max {max(rates):,.0f})"
+    )
     return rate
 
 
@@ -123,20 +149,31 @@ def bench_downsample(label: str, points: int = 1_000_000, runs: int = 5) -> None
     job_id, _ = make_job(f"downsample-{label}")
     names, chunk = ("loss", "accuracy", "step_time", "examples_per_sec", "cpu_percent"), 200_000
     for first in range(0, points, chunk):
-        rows = [{"job_id": job_id, "attempt": 1, "replica": i % 2, "step": i // 10 + 1,
-                 "epoch": i // 10 // 1000, "name": names[(i // 2) % 5], "value": 1.0 / (i + 1),
-                 "ts": float(i)} for i in range(first, min(points, first + chunk))]
+        rows = [
+            {
+                "job_id": job_id,
+                "attempt": 1,
+                "replica": i % 2,
+                "step": i // 10 + 1,
+                "epoch": i // 10 // 1000,
+                "name": names[(i // 2) % 5],
+                "value": 1.0 / (i + 1),
+                "ts": float(i),
+            }
+            for i in range(first, min(points, first + chunk))
+        ]
         with session_scope() as session:
             metrics.insert_points(session=session, rows=rows)
     if label == "postgresql":
         with session_scope() as session:
             session.execute(sa.text("ANALYZE"))  # as autovacuum would
     ways = {
-        "rollups": lambda s: downsample.read_metrics_downsampled(session=s, job_id=job_id,
-                                                                 max_points=2000),
-        "points": lambda s: downsample.read_metrics_downsampled(session=s, job_id=job_id,
-                                                                max_points=2000,
-                                                                since_step=0),
+        "rollups": lambda s: downsample.read_metrics_downsampled(
+            session=s, job_id=job_id, max_points=2000
+        ),
+        "points": lambda s: downsample.read_metrics_downsampled(
+            session=s, job_id=job_id, max_points=2000, since_step=0
+        ),
         "everything": lambda s: metrics.read_metrics(session=s, job_id=job_id, limit=points),
     }
     times: dict[str, list[float]] = {way: [] for way in ways}
@@ -148,11 +185,13 @@ def bench_downsample(label: str, points: int = 1_000_000, runs: int = 5) -> None
                 sizes[way] = len(read(session))
             times[way].append(time.perf_counter() - started)
     med = {way: statistics.median(got) * 1000 for way, got in times.items()}
-    print(f"downsample {label}, {points:,} points in 10 series, max_points=2000 (median of "
-          f"{runs}): (a) rollups {sizes['rollups']} points in {med['rollups']:.0f} ms; "
-          f"(b) from the points {sizes['points']} in {med['points']:.0f} ms; "
-          f"(c) every point {sizes['everything']:,} in {med['everything']:.0f} ms; "
-          f"b/a {med['points'] / med['rollups']:.1f}, c/a {med['everything'] / med['rollups']:.0f}")
+    print(
+        f"downsample {label}, {points:,} points in 10 series, max_points=2000 (median of "
+        f"{runs}): (a) rollups {sizes['rollups']} points in {med['rollups']:.0f} ms; "
+        f"(b) from the points {sizes['points']} in {med['points']:.0f} ms; "
+        f"(c) every point {sizes['everything']:,} in {med['everything']:.0f} ms; "
+        f"b/a {med['points'] / med['rollups']:.1f}, c/a {med['everything'] / med['rollups']:.0f}"
+    )
 
 
 def skeleton_store(session: Any, rows: list[dict[str, Any]]) -> int:
@@ -163,11 +202,14 @@ def skeleton_store(session: Any, rows: list[dict[str, Any]]) -> int:
 
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(MetricPoint).on_conflict_do_nothing(
-        index_elements=["job_id", "attempt", "replica", "step", "name"]).returning(MetricPoint.id)
+    statement = (
+        insert(MetricPoint)
+        .on_conflict_do_nothing(index_elements=["job_id", "attempt", "replica", "step", "name"])
+        .returning(MetricPoint.id)
+    )
     connection, stored = session.connection(), 0
     for start in range(0, len(rows), 5000):
-        stored += len(connection.execute(statement, rows[start:start + 5000]).all())
+        stored += len(connection.execute(statement, rows[start : start + 5000]).all())
     return stored
 
 
@@ -175,11 +217,17 @@ def bench_decode(batches: int = 1000, size: int = 200, rounds: int = 5) -> None:
     """Points and lines the ingest decodes per second (median of `rounds`)."""
     from services.wire.batches import LogBatch, MetricBatch
 
-    metric = [MetricBatch(7, 1, 0, [(s, s // 100, "loss", 0.5 + s, 1.8e9 + s)
-                                    for s in range(size)]).encode() for _ in range(batches)]
+    metric = [
+        MetricBatch(
+            7, 1, 0, [(s, s // 100, "loss", 0.5 + s, 1.8e9 + s) for s in range(size)]
+        ).encode()
+        for _ in range(batches)
+    ]
     text = "step 120/500 - loss: 0.4123 - accuracy: 0.8817 - 14ms/step"
-    log = [LogBatch(7, 1, 0, [(s, 1.8e9 + s, text) for s in range(size)]).encode()
-           for _ in range(batches)]
+    log = [
+        LogBatch(7, 1, 0, [(s, 1.8e9 + s, text) for s in range(size)]).encode()
+        for _ in range(batches)
+    ]
     for label, kind, raws in (("metrics", MetricBatch, metric), ("logs", LogBatch, log)):
         times = []
         for _ in range(rounds):
@@ -188,8 +236,11 @@ def bench_decode(batches: int = 1000, size: int = 200, rounds: int = 5) -> None:
                 kind.decode(raw)
             times.append(time.perf_counter() - started)
         unit = "points" if label == "metrics" else "lines"
-        print(f"decode {label}: {batches * size / statistics.median(times):,.0f} {unit}/s "
-              f"(median of {rounds} x {batches} batches of {size})", flush=True)
+        print(
+            f"decode {label}: {batches * size / statistics.median(times):,.0f} {unit}/s "
+            f"(median of {rounds} x {batches} batches of {size})",
+            flush=True,
+        )
 
 
 def bench_store(label: str, rounds: int, points: int) -> tuple[float, float]:
@@ -203,9 +254,19 @@ def bench_store(label: str, rounds: int, points: int) -> tuple[float, float]:
         for way in ("skeleton", "now"):
             # Fresh keys each time by step (the ingest refuses any attempt but the job's).
             first = (2 * r + (way == "now")) * points
-            rows = [{"job_id": job_id, "attempt": 1, "replica": i % 2,
-                     "step": first + i // 8 + 1, "epoch": 0, "name": f"m{(i // 2) % 4}",
-                     "value": 0.5, "ts": 1.0} for i in range(points)]
+            rows = [
+                {
+                    "job_id": job_id,
+                    "attempt": 1,
+                    "replica": i % 2,
+                    "step": first + i // 8 + 1,
+                    "epoch": 0,
+                    "name": f"m{(i // 2) % 4}",
+                    "value": 0.5,
+                    "ts": 1.0,
+                }
+                for i in range(points)
+            ]
             started = time.perf_counter()
             with session_scope() as session:
                 if way == "skeleton":
@@ -215,14 +276,22 @@ def bench_store(label: str, rounds: int, points: int) -> tuple[float, float]:
             assert stored == points
             rates[way].append(points / (time.perf_counter() - started))
     old, new = statistics.median(rates["skeleton"]), statistics.median(rates["now"])
-    print(f"store {label} (median of {rounds}, {points} points each): skeleton "
-          f"{old:,.0f}/s, now {new:,.0f}/s, ratio {new / old:.2f}")
+    print(
+        f"store {label} (median of {rounds}, {points} points each): skeleton "
+        f"{old:,.0f}/s, now {new:,.0f}/s, ratio {new / old:.2f}"
+    )
     return old, new
 
 
-async def _client(http: httpx.AsyncClient, url: str, headers: dict[str, str],
-                  latencies: list[float], ready: asyncio.Event, counter: list[int],
-                  stop: asyncio.Event) -> None:
+async def _client(
+    http: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    latencies: list[float],
+    ready: asyncio.Event,
+    counter: list[int],
+    stop: asyncio.Event,
+) -> None:
     async with http.stream("GET", url, headers=headers, params={"kinds": "metric"}) as response:
         counter[0] += 1
         if counter[0] == counter[1]:
@@ -236,7 +305,7 @@ async def _client(http: httpx.AsyncClient, url: str, headers: dict[str, str],
             *events, buffer = buffer.split(b"\n\n")
             for event in events:
                 if event.startswith(b"event: metric\n"):
-                    data = event[event.index(b"data: ") + 6:event.index(b"\nid: ")]
+                    data = event[event.index(b"data: ") + 6 : event.index(b"\nid: ")]
                     latencies.append(now - json.loads(data)["ts"])
             if stop.is_set():
                 return
@@ -259,18 +328,20 @@ def _emit(redis_url: str, job_id: int, seconds: float, rate: int) -> int:
     return step * 2
 
 
-async def bench_latency(base: str, redis_url: str, clients: int, seconds: float,
-                        rate: int) -> dict:
+async def bench_latency(base: str, redis_url: str, clients: int, seconds: float, rate: int) -> dict:
     job_id, token = make_job(f"latency-{clients}")
     url, headers = f"{base}/api/v1/jobs/{job_id}/stream", {"Authorization": f"Bearer {token}"}
     latencies: list[float] = []
     ready, stop, counter = asyncio.Event(), asyncio.Event(), [0, clients]
     # One httpx client (its own connection per stream): creating 100 clients would
     # measure 100 TLS-context set-ups, not the server.
-    http = httpx.AsyncClient(timeout=httpx.Timeout(10, read=60),
-                             limits=httpx.Limits(max_connections=clients + 10))
-    tasks = [asyncio.create_task(_client(http, url, headers, latencies, ready, counter, stop))
-             for _ in range(clients)]
+    http = httpx.AsyncClient(
+        timeout=httpx.Timeout(10, read=60), limits=httpx.Limits(max_connections=clients + 10)
+    )
+    tasks = [
+        asyncio.create_task(_client(http, url, headers, latencies, ready, counter, stop))
+        for _ in range(clients)
+    ]
     connecting = time.perf_counter()
     await asyncio.wait_for(ready.wait(), 300)
     print(f"{clients} client(s) connected in {time.perf_counter() - connecting:.1f}s")
@@ -285,15 +356,26 @@ async def bench_latency(base: str, redis_url: str, clients: int, seconds: float,
     await asyncio.gather(*tasks, return_exceptions=True)
     await http.aclose()
     ms = sorted(x * 1000 for x in latencies)
-    result = {"clients": clients, "rate": rate, "points": emitted, "received": len(ms),
-              "p50_ms": statistics.median(ms), "p99_ms": ms[int(len(ms) * 0.99) - 1]}
+    result = {
+        "clients": clients,
+        "rate": rate,
+        "points": emitted,
+        "received": len(ms),
+        "p50_ms": statistics.median(ms),
+        "p99_ms": ms[int(len(ms) * 0.99) - 1],
+    }
     print(f"latency, {clients} client(s): {result}")
     return result
 
 
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "cli", *args], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cli", *args],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def main() -> None:
@@ -307,8 +389,10 @@ def main() -> None:
     client = redis.Redis.from_url(args.redis, decode_responses=True)
     client.flushdb()
     machine = platform.processor() or platform.machine()
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {machine}, "
-          f"{os.cpu_count()} cores, Python {platform.python_version()}")
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {machine}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}"
+    )
     bench_decode()
     name = f"cohort_bench_{os.getpid()}"
     with tempfile.TemporaryDirectory() as tmp:
@@ -327,17 +411,24 @@ def main() -> None:
                 bench_ingest("postgresql", client, args.batches, 200)
                 bench_downsample("postgresql", runs=3)
             port = 18000 + os.getpid() % 1000
-            env = {**os.environ, "COHORT_API_PORT": str(port), "COHORT_NODE_ID": "bench",
-                   # The scheduler signs what it sends agents; none runs here.
-                   "COHORT_SIGNING_KEY": os.environ.get("COHORT_SIGNING_KEY") or "b" * 64}
+            env = {
+                **os.environ,
+                "COHORT_API_PORT": str(port),
+                "COHORT_NODE_ID": "bench",
+                # The scheduler signs what it sends agents; none runs here.
+                "COHORT_SIGNING_KEY": os.environ.get("COHORT_SIGNING_KEY") or "b" * 64,
+            }
             procs = [start(["api"], env), start(["scheduler"], env)]
             try:
                 from cli.client import CohortClient
 
                 CohortClient(f"http://127.0.0.1:{port}").wait_ready(60)
                 for clients in (1, 100):
-                    asyncio.run(bench_latency(f"http://127.0.0.1:{port}", args.redis,
-                                              clients, args.seconds, args.rate))
+                    asyncio.run(
+                        bench_latency(
+                            f"http://127.0.0.1:{port}", args.redis, clients, args.seconds, args.rate
+                        )
+                    )
             finally:
                 for proc in procs:
                     proc.terminate()

@@ -73,28 +73,50 @@ def hand_launch(run: int, workdir: Path) -> dict[str, float]:
     for index in range(2):
         tf_config = {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}}
         log = open(out / f"replica-{index}.log", "wb")  # noqa: SIM115 - the child owns it
-        processes.append(subprocess.Popen(
-            [sys.executable, str(SCRIPT), "--out", str(out / f"timing-{index}.json"),
-             "--epochs", str(EPOCHS), "--steps", str(STEPS)],
-            env={**env, "TF_CONFIG": json.dumps(tf_config)}, cwd=out, stdout=log,
-            stderr=subprocess.STDOUT))
+        processes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(SCRIPT),
+                    "--out",
+                    str(out / f"timing-{index}.json"),
+                    "--epochs",
+                    str(EPOCHS),
+                    "--steps",
+                    str(STEPS),
+                ],
+                env={**env, "TF_CONFIG": json.dumps(tf_config)},
+                cwd=out,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
         log.close()
     codes = [p.wait(TIMEOUT) for p in processes]
     if codes != [0, 0]:
         tail = (out / "replica-0.log").read_text()[-2000:]
         raise RuntimeError(f"hand launch failed {codes}:\n{tail}")
     timings = [json.loads((out / f"timing-{i}.json").read_text()) for i in range(2)]
-    return {"first step": max(t["bench_first_step"] for t in timings) - t0,
-            "steady step": statistics.fmean(t["bench_steady_step"] for t in timings)}
+    return {
+        "first step": max(t["bench_first_step"] for t in timings) - t0,
+        "steady step": statistics.fmean(t["bench_steady_step"] for t in timings),
+    }
 
 
 def cohort_launch(run: int, client: CohortClient, digest: str) -> dict[str, float]:
     """The same script's `train` as a 2-replica job through the REST API."""
     t0 = time.time()
-    job = client.submit({"name": f"bench-overhead-{run}", "bundle": digest,
-                         "trainer": "plain_mlp:train", "replicas": 2,
-                         "strategy": "multi_worker_mirrored", "restart_policy": "never",
-                         "hyperparameters": {"epochs": EPOCHS, "steps_per_epoch": STEPS}})
+    job = client.submit(
+        {
+            "name": f"bench-overhead-{run}",
+            "bundle": digest,
+            "trainer": "plain_mlp:train",
+            "replicas": 2,
+            "strategy": "multi_worker_mirrored",
+            "restart_policy": "never",
+            "hyperparameters": {"epochs": EPOCHS, "steps_per_epoch": STEPS},
+        }
+    )
     deadline = time.monotonic() + TIMEOUT
     while job["status"] not in TERMINAL_STATUSES:
         if time.monotonic() > deadline:
@@ -111,10 +133,13 @@ def cohort_launch(run: int, client: CohortClient, digest: str) -> dict[str, floa
         raise RuntimeError(f"job {job['id']}: timings of {len(first)} replicas, expected 2")
     events = {e["to_status"]: stamp(e["created_at"]) for e in client.events(job["id"])}
     spawned = max(stamp(r["started_at"]) for r in job["replica_list"])
-    return {"first step": max(first) - t0, "steady step": statistics.fmean(steady),
-            "submit -> scheduled": events["scheduled"] - t0,
-            "scheduled -> spawned": spawned - events["scheduled"],
-            "spawned -> first step": max(first) - spawned}
+    return {
+        "first step": max(first) - t0,
+        "steady step": statistics.fmean(steady),
+        "submit -> scheduled": events["scheduled"] - t0,
+        "scheduled -> spawned": spawned - events["scheduled"],
+        "spawned -> first step": max(first) - spawned,
+    }
 
 
 def stamp(value: str) -> float:
@@ -138,42 +163,64 @@ def table(hand: list[dict[str, float]], cohort: list[dict[str, float]]) -> None:
     for key, unit, scale in (("first step", "s", 1.0), ("steady step", "ms", 1e3)):
         h, c = med(r[key] for r in hand) * scale, med(r[key] for r in cohort) * scale
         label = "launch → first step" if key == "first step" else "steady step"
-        print(f"| {label} | {h:.2f} {unit} | {c:.2f} {unit} | {c - h:+.2f} {unit} "
-              f"| {c / h:.3f} |")
+        print(f"| {label} | {h:.2f} {unit} | {c:.2f} {unit} | {c - h:+.2f} {unit} | {c / h:.3f} |")
     for key in ("first step", "steady step"):
         # Each C beside the H run just before it: the machine's load drifts less
         # within a pair than across the run.
         ratios = [c[key] / h[key] for h, c in zip(hand, cohort, strict=True)]
-        print(f"C / H per pair, {key}: " + ", ".join(f"{r:.3f}" for r in ratios)
-              + f" (median {med(ratios):.3f})")
-    print("Cohort's launch path (median): " + ", ".join(
-        f"{key} {med(r[key] for r in cohort):.3f} s"
-        for key in ("submit -> scheduled", "scheduled -> spawned", "spawned -> first step")))
+        print(
+            f"C / H per pair, {key}: "
+            + ", ".join(f"{r:.3f}" for r in ratios)
+            + f" (median {med(ratios):.3f})"
+        )
+    print(
+        "Cohort's launch path (median): "
+        + ", ".join(
+            f"{key} {med(r[key] for r in cohort):.3f} s"
+            for key in ("submit -> scheduled", "scheduled -> spawned", "spawned -> first step")
+        )
+    )
 
 
 def stack_settings(args: argparse.Namespace, workdir: Path, database: str) -> dict[str, str]:
     settings: dict[str, Any] = {
-        "COHORT_DATA_DIR": str(workdir / "var"), "COHORT_DATABASE_URL": database,
-        "COHORT_REDIS_URL": args.redis or "", "COHORT_API_PORT": str(free_port()),
+        "COHORT_DATA_DIR": str(workdir / "var"),
+        "COHORT_DATABASE_URL": database,
+        "COHORT_REDIS_URL": args.redis or "",
+        "COHORT_API_PORT": str(free_port()),
         "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
         "COHORT_PORT_RANGE_START": os.environ.get("COHORT_TEST_PORT_BASE", "29500"),
-        "COHORT_REPLICA_POOL_SIZE": str(args.pool)}
+        "COHORT_REPLICA_POOL_SIZE": str(args.pool),
+    }
     return {key: str(value) for key, value in settings.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--pool", type=int, default=0,
-                        help="COHORT_REPLICA_POOL_SIZE of the stack's agent (0: no pool)")
-    parser.add_argument("--pg", default=DEFAULT_SERVER,
-                        help="a PostgreSQL server (any database of it) to make the stack's on")
-    parser.add_argument("--db-prefix", default="cohort_bench",
-                        help="the name of the stack's database starts with this")
-    parser.add_argument("--redis", default=None,
-                        help="a Redis database for the stack, EMPTIED first (the claims and "
-                        "queues of an earlier stack would refuse the new jobs of the same "
-                        "ids); default: a redis-server of the stack's own")
+    parser.add_argument(
+        "--pool",
+        type=int,
+        default=0,
+        help="COHORT_REPLICA_POOL_SIZE of the stack's agent (0: no pool)",
+    )
+    parser.add_argument(
+        "--pg",
+        default=DEFAULT_SERVER,
+        help="a PostgreSQL server (any database of it) to make the stack's on",
+    )
+    parser.add_argument(
+        "--db-prefix",
+        default="cohort_bench",
+        help="the name of the stack's database starts with this",
+    )
+    parser.add_argument(
+        "--redis",
+        default=None,
+        help="a Redis database for the stack, EMPTIED first (the claims and "
+        "queues of an earlier stack would refuse the new jobs of the same "
+        "ids); default: a redis-server of the stack's own",
+    )
     args = parser.parse_args()
     hand: list[dict[str, float]] = []
     cohort: list[dict[str, float]] = []
@@ -191,19 +238,24 @@ def main() -> None:
             for run in range(args.runs + 1):  # run 0 warms the page cache and the bundle
                 h = hand_launch(run, workdir)
                 c = cohort_launch(run, client, digest)
-                print(f"{'warm-up' if run == 0 else f'run {run}'}: H first step "
-                      f"{h['first step']:.2f} s, steady {h['steady step'] * 1e3:.2f} ms | "
-                      f"C first step {c['first step']:.2f} s, steady "
-                      f"{c['steady step'] * 1e3:.2f} ms", flush=True)
+                print(
+                    f"{'warm-up' if run == 0 else f'run {run}'}: H first step "
+                    f"{h['first step']:.2f} s, steady {h['steady step'] * 1e3:.2f} ms | "
+                    f"C first step {c['first step']:.2f} s, steady "
+                    f"{c['steady step'] * 1e3:.2f} ms",
+                    flush=True,
+                )
                 if run:
                     hand.append(h)
                     cohort.append(c)
         finally:
             stack.stop()
             drop_database(args.pg, database)
-    print(f"\n# {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
-          f"{os.cpu_count()} cores, Python {platform.python_version()}; 2 replicas x "
-          f"{EPOCHS} epochs x {STEPS} steps; pool {args.pool}; {args.runs} interleaved runs")
+    print(
+        f"\n# {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}; 2 replicas x "
+        f"{EPOCHS} epochs x {STEPS} steps; pool {args.pool}; {args.runs} interleaved runs"
+    )
     table(hand, cohort)
 
 

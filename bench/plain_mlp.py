@@ -34,12 +34,19 @@ import os
 import time
 from typing import Any
 
-HP: dict[str, Any] = {"epochs": 3, "steps_per_epoch": 50, "batch_size": 32,
-                      "learning_rate": 0.01, "hidden_units": 64, "seed": 0}
+HP: dict[str, Any] = {
+    "epochs": 3,
+    "steps_per_epoch": 50,
+    "batch_size": 32,
+    "learning_rate": 0.01,
+    "hidden_units": 64,
+    "seed": 0,
+}
 
 
-def run(strategy: Any, index: int, replicas: int, hp: dict[str, Any],
-        callbacks: list[Any]) -> dict[str, float]:
+def run(
+    strategy: Any, index: int, replicas: int, hp: dict[str, Any], callbacks: list[Any]
+) -> dict[str, float]:
     """Train the digits MLP under `strategy` as worker `index` of `replicas`; the
     timings (unix first-step time, seconds per steady step) and the final loss."""
     import numpy as np
@@ -54,25 +61,34 @@ def run(strategy: Any, index: int, replicas: int, hp: dict[str, Any],
     x = (digits.data / 16.0).astype(np.float32)
     y = digits.target.astype(np.int32)
     x_train, _x_test, y_train, _y_test = train_test_split(
-        x, y, test_size=0.2, random_state=seed, stratify=y)
+        x, y, test_size=0.2, random_state=seed, stratify=y
+    )
     x_train, y_train = x_train[index::replicas], y_train[index::replicas]
     global_batch = int(hp["batch_size"]) * strategy.num_replicas_in_sync
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    dataset = (tf.data.Dataset.from_tensor_slices((x_train, y_train))
-               .shuffle(len(x_train), seed=seed).repeat().batch(global_batch)
-               .with_options(options))
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((x_train, y_train))
+        .shuffle(len(x_train), seed=seed)
+        .repeat()
+        .batch(global_batch)
+        .with_options(options)
+    )
     units = int(hp["hidden_units"])
     with strategy.scope():
-        model = keras.Sequential([
-            keras.layers.Input(shape=(64,)),
-            keras.layers.Dense(units, activation="relu"),
-            keras.layers.Dense(max(units // 2, 1), activation="relu"),
-            keras.layers.Dense(10, dtype="float32"),
-        ])
-        model.compile(optimizer=keras.optimizers.Adam(learning_rate=float(hp["learning_rate"])),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"])
+        model = keras.Sequential(
+            [
+                keras.layers.Input(shape=(64,)),
+                keras.layers.Dense(units, activation="relu"),
+                keras.layers.Dense(max(units // 2, 1), activation="relu"),
+                keras.layers.Dense(10, dtype="float32"),
+            ]
+        )
+        model.compile(
+            optimizer=keras.optimizers.Adam(learning_rate=float(hp["learning_rate"])),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
         model.distribute_reduction_method = "first"
 
     first_step: list[float] = []
@@ -86,11 +102,19 @@ def run(strategy: Any, index: int, replicas: int, hp: dict[str, Any],
 
     model.train_function = first
     epoch_clock = EpochClock()
-    history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps,
-                        callbacks=[*callbacks, epoch_clock.callback()], verbose=0)
+    history = model.fit(
+        dataset,
+        epochs=epochs,
+        steps_per_epoch=steps,
+        callbacks=[*callbacks, epoch_clock.callback()],
+        verbose=0,
+    )
     steady = epoch_clock.steady_step(steps)
-    return {"bench_first_step": first_step[0], "bench_steady_step": steady,
-            "bench_loss": float(history.history["loss"][-1])}
+    return {
+        "bench_first_step": first_step[0],
+        "bench_steady_step": steady,
+        "bench_loss": float(history.history["loss"][-1]),
+    }
 
 
 class EpochClock:
@@ -105,7 +129,8 @@ class EpochClock:
 
         return keras.callbacks.LambdaCallback(
             on_epoch_begin=lambda _epoch, _logs: self.begins.append(time.perf_counter()),
-            on_epoch_end=lambda _epoch, _logs: self.ends.append(time.perf_counter()))
+            on_epoch_end=lambda _epoch, _logs: self.ends.append(time.perf_counter()),
+        )
 
     def steady_step(self, steps: int) -> float:
         """Seconds per step over epochs 2..last (all of them with a single epoch)."""
@@ -132,8 +157,9 @@ def main() -> None:
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     task = json.loads(os.environ["TF_CONFIG"])
     replicas, index = len(task["cluster"]["worker"]), int(task["task"]["index"])
-    result = run(strategy, index, replicas,
-                 {**HP, "epochs": args.epochs, "steps_per_epoch": args.steps}, [])
+    result = run(
+        strategy, index, replicas, {**HP, "epochs": args.epochs, "steps_per_epoch": args.steps}, []
+    )
     with open(args.out, "w") as handle:
         json.dump(result, handle)
 

@@ -29,8 +29,9 @@ from workers.node.environment import agent_marks  # noqa: E402
 
 def sleepers(count: int, node_id: str, data_dir: Path) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, **agent_marks(node_id, data_dir)}
-    return [subprocess.Popen(["sleep", "600"], env=env, start_new_session=True)
-            for _ in range(count)]
+    return [
+        subprocess.Popen(["sleep", "600"], env=env, start_new_session=True) for _ in range(count)
+    ]
 
 
 def scan(node_id: str, data_dir: Path) -> tuple[float, float, int]:
@@ -67,10 +68,13 @@ def main() -> None:
                 rows[extra].append((wall, cpu))
         print(f"a scan with nothing to end, median of {args.rounds} rounds, alternating:")
         for extra, values in rows.items():
-            label = f"{counts[extra]} processes" + (f" ({extra} carrying another node's "
-                                                    "marks)" if extra else "")
-            print(f"  {label:<50} {statistics.median(v[0] for v in values):7.1f} ms wall "
-                  f"{statistics.median(v[1] for v in values):7.1f} ms CPU")
+            label = f"{counts[extra]} processes" + (
+                f" ({extra} carrying another node's marks)" if extra else ""
+            )
+            print(
+                f"  {label:<50} {statistics.median(v[0] for v in values):7.1f} ms wall "
+                f"{statistics.median(v[1] for v in values):7.1f} ms CPU"
+            )
         for process in others:
             process.kill()
             process.wait()
@@ -80,8 +84,7 @@ def main() -> None:
         wall, cpu, ended = scan("bench-node", data_dir)
         for process in left:
             process.wait()  # reaped here; the scan waited for them to be gone
-        print(f"ending {ended} frozen processes of this node: {wall:.1f} ms wall, "
-              f"{cpu:.1f} ms CPU")
+        print(f"ending {ended} frozen processes of this node: {wall:.1f} ms wall, {cpu:.1f} ms CPU")
     finally:
         for process in others:
             process.kill()

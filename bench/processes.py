@@ -29,22 +29,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_cli(args: list[str], env: Mapping[str, str], *, cwd: Path = ROOT,
-              log: Path | None = None, python: list[str] | None = None,
-              ) -> subprocess.Popen[bytes]:
+def start_cli(
+    args: list[str],
+    env: Mapping[str, str],
+    *,
+    cwd: Path = ROOT,
+    log: Path | None = None,
+    python: list[str] | None = None,
+) -> subprocess.Popen[bytes]:
     """`python -m cli ARGS` of the checkout at `cwd`; its output goes to `log` (appended),
     or nowhere. `python` replaces the interpreter's argv (e.g. to run under cProfile)."""
     argv = [*(python or [sys.executable]), "-m", "cli", *args]
     if log is None:
-        return subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            argv, cwd=cwd, env=dict(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
     with log.open("ab") as out:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=out,
-                                stderr=subprocess.STDOUT)
+        return subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT)
 
 
-def wait_healthy(url: str, processes: Mapping[str, subprocess.Popen[bytes]],
-                 timeout: float = START_TIMEOUT) -> None:
+def wait_healthy(
+    url: str, processes: Mapping[str, subprocess.Popen[bytes]], timeout: float = START_TIMEOUT
+) -> None:
     """Until `url/healthz` answers 200; fails when one of `processes` exits first (they
     are stopped then, not left behind) or after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -64,8 +70,9 @@ def wait_healthy(url: str, processes: Mapping[str, subprocess.Popen[bytes]],
         time.sleep(0.2)
 
 
-def start_api(env: Mapping[str, str], *, cwd: Path = ROOT, log: Path | None = None
-              ) -> tuple[subprocess.Popen[bytes], str]:
+def start_api(
+    env: Mapping[str, str], *, cwd: Path = ROOT, log: Path | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     """`cohort api` on a free port, once it answers; the process and its base URL."""
     port = free_port()
     process = start_cli(["api", "--port", str(port)], env, cwd=cwd, log=log)
@@ -88,13 +95,15 @@ def stop(*processes: subprocess.Popen[bytes] | None, grace: float = 20.0) -> Non
             process.wait()
 
 
-async def open_sse(host: str, port: int, path: str, token: str
-                   ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+async def open_sse(
+    host: str, port: int, path: str, token: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
     """A raw HTTP/1.1 SSE request, as a browser sends it: the reader after the status
     line, the writer, and the status line (the caller checks it: 200 or a refusal)."""
     reader, writer = await asyncio.open_connection(host, port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                 f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n"
-                 .encode())
+    writer.write(
+        f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n".encode()
+    )
     await writer.drain()
     return reader, writer, await reader.readline()

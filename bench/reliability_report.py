@@ -44,10 +44,14 @@ def recorded_faults(tests: Path = FAULT_TESTS) -> list[str]:
     faults = []
     for path in sorted(tests.glob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id == "record" and node.args
-                    and isinstance(node.args[0], ast.Constant)
-                    and isinstance(node.args[0].value, str)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "record"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 faults.append(node.args[0].value)
     return faults
 
@@ -80,23 +84,30 @@ def _counts(counts: dict[str, int]) -> str:
 
 def render_soak(runs: list[dict[str, Any]]) -> str:
     """The soak's table: one row per run, faults by kind, jobs by outcome, violations."""
-    lines = ["| run | faults injected by kind | jobs by outcome | invariant violations |",
-             "|---|---|---|---|"]
+    lines = [
+        "| run | faults injected by kind | jobs by outcome | invariant violations |",
+        "|---|---|---|---|",
+    ]
     for run in runs:
         violations = run["violations"]
         broken = {check: n for check, n in violations.items() if n}
-        where = (f"{run['jobs']} jobs on {run['agents']} agents, seed {run['seed']}: "
-                 f"{run['seconds']:.0f} s, {run['at']}, load {run['load']}")
+        where = (
+            f"{run['jobs']} jobs on {run['agents']} agents, seed {run['seed']}: "
+            f"{run['seconds']:.0f} s, {run['at']}, load {run['load']}"
+        )
         outcomes = _counts(run["outcomes"]) + (
-            f" ({run['restarted']} ran more than one attempt, {run['cancels_asked']} "
-            "cancels asked)")
+            f" ({run['restarted']} ran more than one attempt, {run['cancels_asked']} cancels asked)"
+        )
         exited = run.get("exited_by_themselves") or {}
         faults = f"{_counts(run['faults'])} (total {sum(run['faults'].values())})" + (
-            f"; exited by themselves, started again: {_counts(exited)}" if exited else "")
-        lines.append(f"| {where} | {faults} | {outcomes} | "
-                     f"{sum(violations.values())}"
-                     + (f": {_counts(broken)}" if broken else f" (of {len(violations)} "
-                        "checks)") + " |")
+            f"; exited by themselves, started again: {_counts(exited)}" if exited else ""
+        )
+        lines.append(
+            f"| {where} | {faults} | {outcomes} | "
+            f"{sum(violations.values())}"
+            + (f": {_counts(broken)}" if broken else f" (of {len(violations)} checks)")
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -109,23 +120,35 @@ def render(rows: dict[str, dict[str, Any]], faults: list[str]) -> str:
     when it was measured."""
     missing = [fault for fault in faults if fault not in rows]
     if missing:
-        raise SystemExit("no measurement for: " + "; ".join(missing)
-                         + f" (run every fault test first: {SOURCE.relative_to(ROOT)})")
+        raise SystemExit(
+            "no measurement for: "
+            + "; ".join(missing)
+            + f" (run every fault test first: {SOURCE.relative_to(ROOT)})"
+        )
     # Then what the file holds beyond them: faults a test names at run time (one test
     # body for several faults), in the order measured.
-    ordered = [rows[fault] for fault in faults] + \
-        [row for fault, row in rows.items() if fault not in faults]
+    ordered = [rows[fault] for fault in faults] + [
+        row for fault, row in rows.items() if fault not in faults
+    ]
     times = sorted(str(row["at"]) for row in ordered)
     loads = [float(row["load"]) for row in ordered if row.get("load") is not None]
-    where = (f"Measured {times[0]} – {times[-1]} on {platform.node() or 'this machine'}, "
-             f"{os.cpu_count()} cores")
+    where = (
+        f"Measured {times[0]} – {times[-1]} on {platform.node() or 'this machine'}, "
+        f"{os.cpu_count()} cores"
+    )
     if loads:
         where += f", load average {min(loads):.1f}–{max(loads):.1f} during the tests"
-    lines = [f"{where}; written {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC.", "",
-             "| fault | what Cohort did | time to detect | time to recover | what was lost |",
-             "|---|---|---|---|---|"]
-    lines += [f"| {row['fault']} | {row['action']} | {seconds(row['detect_s'])} | "
-              f"{seconds(row['recover_s'])} | {row['lost']} |" for row in ordered]
+    lines = [
+        f"{where}; written {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC.",
+        "",
+        "| fault | what Cohort did | time to detect | time to recover | what was lost |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {row['fault']} | {row['action']} | {seconds(row['detect_s'])} | "
+        f"{seconds(row['recover_s'])} | {row['lost']} |"
+        for row in ordered
+    ]
     return "\n".join(lines)
 
 
@@ -142,8 +165,9 @@ def write(document: Path, table: str, start: str = START, end: str = END) -> Non
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--write", action="store_true",
-                        help=f"write the table into {DOCUMENT.relative_to(ROOT)}")
+    parser.add_argument(
+        "--write", action="store_true", help=f"write the table into {DOCUMENT.relative_to(ROOT)}"
+    )
     parser.add_argument("--source", type=Path, default=SOURCE)
     args = parser.parse_args()
     rows, soaks = latest_rows(args.source), latest_soaks(args.source)

@@ -98,8 +98,10 @@ def free_port() -> int:
 
 
 def cluster(ports: list[int], index: int) -> dict[str, object]:
-    return {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-            "task": {"type": "worker", "index": index}}
+    return {
+        "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+        "task": {"type": "worker", "index": index},
+    }
 
 
 def hand(work: Path, run: int) -> float:
@@ -111,9 +113,14 @@ def hand(work: Path, run: int) -> float:
     processes = []
     for index, path in enumerate(logs):
         with open(path, "wb") as log:
-            processes.append(subprocess.Popen(  # noqa: S603 - our own argv
-                [sys.executable, "-c", SCRIPT], stdout=log, stderr=subprocess.STDOUT,
-                env={**env, "TF_CONFIG": json.dumps(cluster(ports, index))}))
+            processes.append(
+                subprocess.Popen(  # noqa: S603 - our own argv
+                    [sys.executable, "-c", SCRIPT],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**env, "TF_CONFIG": json.dumps(cluster(ports, index))},
+                )
+            )
     codes = [p.wait(timeout=600) for p in processes]
     if codes != [0, 0]:
         raise RuntimeError(f"hand launch {run} exited {codes}: {logs[0].read_text()[-2000:]}")
@@ -132,16 +139,24 @@ def through(agent: Agent, bus: redis.Redis, job_id: int) -> tuple[float, bool]:
     both ran in warm processes."""
     bus.delete(attempt_key(job_id), claim_key(job_id, 1, 0), claim_key(job_id, 1, 1))
     ports = [free_port(), free_port()]
-    messages = [StartReplica(agent.node_id, ReplicaSpec(
-        job_id, 1, index, 2, "mlp_digits", "multi_worker_mirrored", HP),
-        tf_config=cluster(ports, index), port=ports[index]) for index in range(2)]
+    messages = [
+        StartReplica(
+            agent.node_id,
+            ReplicaSpec(job_id, 1, index, 2, "mlp_digits", "multi_worker_mirrored", HP),
+            tf_config=cluster(ports, index),
+            port=ports[index],
+        )
+        for index in range(2)
+    ]
     launched = time.time()
     for message in messages:
         agent.start_replica(message)
     warm = all(p.warm for k, p in list(agent.processes.items()) if k.job_id == job_id)
     deadline = time.monotonic() + 600
-    while len(codes := [code for k, (code, *_) in list(agent.exited.items())
-                        if k.job_id == job_id]) < 2:
+    while (
+        len(codes := [code for k, (code, *_) in list(agent.exited.items()) if k.job_id == job_id])
+        < 2
+    ):
         if time.monotonic() > deadline:
             raise RuntimeError(f"job {job_id} did not finish")
         time.sleep(0.05)
@@ -163,16 +178,26 @@ def settle(pooled: Agent) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--redis", default=os.environ.get("COHORT_BENCH_REDIS",
-                                                          "redis://127.0.0.1:6379/15"))
+    parser.add_argument(
+        "--redis", default=os.environ.get("COHORT_BENCH_REDIS", "redis://127.0.0.1:6379/15")
+    )
     args = parser.parse_args()
     os.environ["COHORT_REDIS_URL"] = args.redis  # where the agents ship what they follow
     bus = redis.Redis.from_url(args.redis, decode_responses=True)
     work = Path(tempfile.mkdtemp(prefix="replica-pool-bench-"))
     work.chmod(0o711)  # an agent as root runs replicas as each job's uid: they pass through
-    agents = {name: Agent(Settings(DATA_DIR=work / name, NODE_ID=f"bench-{name}",
-                                   NODE_KEY="ab" * 32, REPLICA_POOL_SIZE=size), bus)
-              for name, size in (("cold", 0), ("pooled", 2))}
+    agents = {
+        name: Agent(
+            Settings(
+                DATA_DIR=work / name,
+                NODE_ID=f"bench-{name}",
+                NODE_KEY="ab" * 32,
+                REPLICA_POOL_SIZE=size,
+            ),
+            bus,
+        )
+        for name, size in (("cold", 0), ("pooled", 2))
+    }
     agents["pooled"].start_pool()
     times: dict[str, list[float]] = {"H": [], "C": [], "P": []}
     try:
@@ -183,30 +208,38 @@ def main() -> None:
                 if side == "H":
                     seconds = hand(work, run)
                 else:
-                    seconds, warm = through(agents["cold" if side == "C" else "pooled"],
-                                            bus, job_id)
+                    seconds, warm = through(
+                        agents["cold" if side == "C" else "pooled"], bus, job_id
+                    )
                     if warm != (side == "P"):
                         raise RuntimeError(f"run {run} side {side}: warm={warm}")
                 times[side].append(seconds)
-                print(f"round {run + 1} {side}: launch -> first step {seconds:.2f}s",
-                      flush=True)
+                print(f"round {run + 1} {side}: launch -> first step {seconds:.2f}s", flush=True)
     finally:
         for agent in agents.values():
             agent.shutdown(grace=2)
     median = {side: statistics.median(values) for side, values in times.items()}
-    print(f"\n{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
-          f"{os.cpu_count()} cores, {args.rounds} interleaved rounds (H, C, P)\n")
+    print(
+        f"\n{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+        f"{os.cpu_count()} cores, {args.rounds} interleaved rounds (H, C, P)\n"
+    )
     print("| side | launch -> first step, each run (s) | median (s) | / hand |")
     print("|---|---|---|---|")
-    names = {"H": "hand launch (plain script)", "C": "agent, cold spawn",
-             "P": "agent, warm pool (size 2)"}
+    names = {
+        "H": "hand launch (plain script)",
+        "C": "agent, cold spawn",
+        "P": "agent, warm pool (size 2)",
+    }
     for side in ("H", "C", "P"):
         runs = ", ".join(f"{v:.2f}" for v in times[side])
-        print(f"| {names[side]} | {runs} | {median[side]:.2f} | "
-              f"{median[side] / median['H']:.2f}× |")
+        print(
+            f"| {names[side]} | {runs} | {median[side]:.2f} | {median[side] / median['H']:.2f}× |"
+        )
     ratios = [p / h for p, h in zip(times["P"], times["H"], strict=True)]
-    print(f"\npooled / hand, per round: {', '.join(f'{r:.2f}' for r in ratios)} "
-          f"(target ≤ 0.35); pooled / cold median: {median['P'] / median['C']:.2f}")
+    print(
+        f"\npooled / hand, per round: {', '.join(f'{r:.2f}' for r in ratios)} "
+        f"(target ≤ 0.35); pooled / cold median: {median['P'] / median['C']:.2f}"
+    )
 
 
 if __name__ == "__main__":

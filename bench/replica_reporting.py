@@ -78,8 +78,7 @@ def legacy_callback_class() -> type:
                 add(step, self._epoch, name, value, ts)
             add(step, self._epoch, "step_time", step_time, ts)
             if step_time > 0:
-                add(step, self._epoch, "examples_per_sec", self._global_batch_size / step_time,
-                    ts)
+                add(step, self._epoch, "examples_per_sec", self._global_batch_size / step_time, ts)
             self._reporter.beat()
             self._reporter.maybe_flush()
 
@@ -90,12 +89,20 @@ def callback_list(kind: str, reporter: PointBuffer, batches: int) -> Any:
     """tf_keras's CallbackList as `fit` builds it (History added, verbose=0)."""
     import tf_keras as keras
 
-    callbacks = {"none": [],
-                 "old": [legacy_callback_class()(reporter, GLOBAL_BATCH)],
-                 "new": [metrics_callback(reporter, GLOBAL_BATCH)]}[kind]
-    listed = keras.callbacks.CallbackList(callbacks, add_history=True, add_progbar=False,
-                                          model=keras.Sequential(), epochs=1, steps=batches,
-                                          verbose=0)
+    callbacks = {
+        "none": [],
+        "old": [legacy_callback_class()(reporter, GLOBAL_BATCH)],
+        "new": [metrics_callback(reporter, GLOBAL_BATCH)],
+    }[kind]
+    listed = keras.callbacks.CallbackList(
+        callbacks,
+        add_history=True,
+        add_progbar=False,
+        model=keras.Sequential(),
+        epochs=1,
+        steps=batches,
+        verbose=0,
+    )
     listed.on_train_begin()
     listed.on_epoch_begin(0)
     return listed
@@ -106,10 +113,12 @@ def batch_cost(kind: str, batches: int, directory: Path) -> tuple[float, float]:
     import tensorflow as tf
 
     # A new dict of tensors per batch, as the train function returns one.
-    logs = [{"loss": tf.constant(1.0 / (i + 1)), "accuracy": tf.constant(0.5)}
-            for i in range(batches)]
-    reporter = ReplicaReporter(directory / f"{kind}-{time.monotonic_ns()}.jsonl",
-                               job_id=1, attempt=1, replica=0)
+    logs = [
+        {"loss": tf.constant(1.0 / (i + 1)), "accuracy": tf.constant(0.5)} for i in range(batches)
+    ]
+    reporter = ReplicaReporter(
+        directory / f"{kind}-{time.monotonic_ns()}.jsonl", job_id=1, attempt=1, replica=0
+    )
     listed = callback_list(kind, reporter, batches)
     cpu, thread = time.process_time(), time.thread_time()
     for batch in range(batches):
@@ -132,8 +141,10 @@ def callback_costs(batches: int, rounds: int) -> None:
             for kind in kinds:
                 results[kind].append(batch_cost(kind, batches, Path(directory)))
     med: Callable[[list[float]], float] = statistics.median
-    print(f"(1) callback per batch, {batches} batches, median of {rounds} "  # noqa: T201
-          "interleaved rounds")
+    print(
+        f"(1) callback per batch, {batches} batches, median of {rounds} "  # noqa: T201
+        "interleaved rounds"
+    )
     print("| | training thread CPU µs/batch | process CPU µs/batch |")  # noqa: T201
     print("|---|---|---|")  # noqa: T201
     for kind in kinds:
@@ -170,9 +181,11 @@ def sink_costs(steps_count: int, redis_url: str | None) -> None:
         while batch := reader.read():
             points += len(batch)
         read_seconds = time.perf_counter() - started
-        print(f"(2a) metrics file: {per_step:.2f} us/step; {size / steps_count:.0f} "  # noqa: T201
-              f"bytes/step; the agent reads {points / read_seconds:,.0f} points/s "
-              f"({read_seconds / steps_count * 1e6:.2f} us per step written)")
+        print(
+            f"(2a) metrics file: {per_step:.2f} us/step; {size / steps_count:.0f} "  # noqa: T201
+            f"bytes/step; the agent reads {points / read_seconds:,.0f} points/s "
+            f"({read_seconds / steps_count * 1e6:.2f} us per step written)"
+        )
     if redis_url is None:
         return
     client = redis.Redis.from_url(redis_url)
@@ -191,8 +204,10 @@ def main() -> None:
     parser.add_argument("--redis", default=None, help="also time (2b), on this Redis")
     parser.add_argument("--steps", type=int, default=200_000)
     args = parser.parse_args()
-    print(f"# {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "  # noqa: T201
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print(
+        f"# {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "  # noqa: T201
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}"
+    )
     callback_costs(args.batches, args.rounds)
     sink_costs(args.steps, args.redis)
 

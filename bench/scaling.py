@@ -43,17 +43,33 @@ def finished_job(project_id: int, replicas: int, steps: int) -> int:
     from services.telemetry import metrics
 
     with session_scope() as session:
-        job, _ = jobs.create_job(session=session, project_id=project_id, settings=get_settings(),
-                                 job_in=JobCreate(name=f"scaling-{replicas}", replicas=replicas,
-                                                  strategy="multi_worker_mirrored"))
+        job, _ = jobs.create_job(
+            session=session,
+            project_id=project_id,
+            settings=get_settings(),
+            job_in=JobCreate(
+                name=f"scaling-{replicas}", replicas=replicas, strategy="multi_worker_mirrored"
+            ),
+        )
         job_id = job.id
     chunk = 100_000
-    rows = [{"job_id": job_id, "attempt": 1, "replica": r, "step": s, "epoch": 0,
-             "name": "step_time", "value": 0.01 * replicas, "ts": float(s)}
-            for r in range(replicas) for s in range(1, steps + 1)]
+    rows = [
+        {
+            "job_id": job_id,
+            "attempt": 1,
+            "replica": r,
+            "step": s,
+            "epoch": 0,
+            "name": "step_time",
+            "value": 0.01 * replicas,
+            "ts": float(s),
+        }
+        for r in range(replicas)
+        for s in range(1, steps + 1)
+    ]
     for first in range(0, len(rows), chunk):
         with session_scope() as session:
-            metrics.insert_points(session=session, rows=rows[first:first + chunk])
+            metrics.insert_points(session=session, rows=rows[first : first + chunk])
     with session_scope() as session:
         for target in (JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.SUCCEEDED):
             transition_job(session=session, job_id=job_id, target=target)
@@ -64,10 +80,18 @@ def from_points(session: sa.orm.Session, job_id: int) -> list[tuple[int, float, 
     """Per replica: sum and count of the step_time points, from the points."""
     from services.models import MetricPoint
 
-    return [tuple(row) for row in session.execute(  # type: ignore[misc]
-        sa.select(MetricPoint.replica, sa.func.sum(MetricPoint.value), sa.func.count())
-        .where(MetricPoint.job_id == job_id, MetricPoint.attempt == 1,
-               MetricPoint.name == "step_time").group_by(MetricPoint.replica)).all()]
+    return [
+        tuple(row)
+        for row in session.execute(  # type: ignore[misc]
+            sa.select(MetricPoint.replica, sa.func.sum(MetricPoint.value), sa.func.count())
+            .where(
+                MetricPoint.job_id == job_id,
+                MetricPoint.attempt == 1,
+                MetricPoint.name == "step_time",
+            )
+            .group_by(MetricPoint.replica)
+        ).all()
+    ]
 
 
 def bench(label: str, steps: int, runs: int) -> None:
@@ -78,8 +102,12 @@ def bench(label: str, steps: int, runs: int) -> None:
 
     with session_scope() as session:
         project_id = tokens.ensure_token(
-            session=session, token="bench_" + os.urandom(8).hex(), project_name="bench",
-            name="bench", scopes=["read", "submit", "schedules"]).project_id
+            session=session,
+            token="bench_" + os.urandom(8).hex(),
+            project_name="bench",
+            name="bench",
+            scopes=["read", "submit", "schedules"],
+        ).project_id
     base_id = finished_job(project_id, 1, steps)
     job_id = finished_job(project_id, 2, steps)
     if label == "postgresql":
@@ -99,10 +127,12 @@ def bench(label: str, steps: int, runs: int) -> None:
         times["points"].append(time.perf_counter() - started)
     med = {way: statistics.median(got) * 1000 for way, got in times.items()}
     assert report is not None and report.baseline_job_id == base_id, report
-    print(f"scaling {label}, 2 x {steps:,} + {steps:,} step_time points (median of {runs}): "
-          f"(a) from the rollups {med['rollups']:.1f} ms; (b) sums from the points "
-          f"{med['points']:.1f} ms; b/a {med['points'] / med['rollups']:.0f} "
-          f"(efficiency {report.efficiency})")
+    print(
+        f"scaling {label}, 2 x {steps:,} + {steps:,} step_time points (median of {runs}): "
+        f"(a) from the rollups {med['rollups']:.1f} ms; (b) sums from the points "
+        f"{med['points']:.1f} ms; b/a {med['points'] / med['rollups']:.0f} "
+        f"(efficiency {report.efficiency})"
+    )
 
 
 def main() -> None:

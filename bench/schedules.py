@@ -65,15 +65,28 @@ def drop_databases(pg: str | None, urls: list[str]) -> None:
 
 def add_schedules(url: str, count: int, settings: Settings) -> None:
     with Session(make_engine(url)) as session, session.begin():
-        token = tokens.ensure_token(session=session, token="bench_" + uuid.uuid4().hex,
-                                    project_name="bench", name="bench",
-                                    scopes=["read", "submit", "schedules"])
+        token = tokens.ensure_token(
+            session=session,
+            token="bench_" + uuid.uuid4().hex,
+            project_name="bench",
+            name="bench",
+            scopes=["read", "submit", "schedules"],
+        )
         for i in range(count):
             schedules.create_schedule(
-                session=session, project_id=token.project_id, settings=settings, now=T0,
+                session=session,
+                project_id=token.project_id,
+                settings=settings,
+                now=T0,
                 schedule_in=ScheduleCreate.model_validate(
-                    {"name": f"s{i}", "job": JOB, "cron": "*/5 * * * *",
-                     "timezone": "Europe/Berlin"}))
+                    {
+                        "name": f"s{i}",
+                        "job": JOB,
+                        "cron": "*/5 * * * *",
+                        "timezone": "Europe/Berlin",
+                    }
+                ),
+            )
 
 
 def timed_pass(engine: sa.Engine, settings: Settings, now: dt.datetime) -> float:
@@ -105,20 +118,27 @@ def main() -> None:
         fire = timed_pass(engines[1], settings, fire_at)
         with engines[1].connect() as connection:
             fired = connection.execute(sa.text("SELECT count(*) FROM jobs")).scalar_one()
-        after = statistics.median(timed_pass(engines[1], settings, fire_at)
-                                  for _ in range(args.passes))
+        after = statistics.median(
+            timed_pass(engines[1], settings, fire_at) for _ in range(args.passes)
+        )
         for engine in engines:
             engine.dispose()
         drop_databases(args.pg, urls)
     a, b = statistics.median(times[0]), statistics.median(times[1])
     kind = "PostgreSQL" if args.pg else "SQLite"
-    print(f"{dt.date.today()} {platform.node()} {platform.python_version()} {kind}, "
-          f"{args.schedules} schedules, {args.passes} passes")
+    print(
+        f"{dt.date.today()} {platform.node()} {platform.python_version()} {kind}, "
+        f"{args.schedules} schedules, {args.passes} passes"
+    )
     print(f"(a) pass, no schedules:            {a * 1000:8.2f} ms (median)")
-    print(f"(b) pass, {args.schedules} idle schedules:  {b * 1000:8.2f} ms (median)  "
-          f"b/a {b / a:.2f}  b-a {(b - a) * 1000:.2f} ms")
-    print(f"(c) pass firing {fired} schedules:  {fire * 1000:8.2f} ms  "
-          f"= {fire / max(fired, 1) * 1000:.2f} ms per fire")
+    print(
+        f"(b) pass, {args.schedules} idle schedules:  {b * 1000:8.2f} ms (median)  "
+        f"b/a {b / a:.2f}  b-a {(b - a) * 1000:.2f} ms"
+    )
+    print(
+        f"(c) pass firing {fired} schedules:  {fire * 1000:8.2f} ms  "
+        f"= {fire / max(fired, 1) * 1000:.2f} ms per fire"
+    )
     print(f"    next pass (queue of {fired} waiting jobs, none due): {after * 1000:.2f} ms")
 
 

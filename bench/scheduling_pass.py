@@ -84,8 +84,7 @@ BENCH_KEY = "bench-signing-key-" + "x" * 32
 class Workload:
     """One database and one Redis key space: a cluster, its running gangs and a queue."""
 
-    def __init__(self, name: str, url: str, jobs: int, nodes: int, busy: float,
-                 seed: int) -> None:
+    def __init__(self, name: str, url: str, jobs: int, nodes: int, busy: float, seed: int) -> None:
         from services.models import Job, Node, Project, Replica
         from services.statuses import JobStatus, ReplicaStatus
 
@@ -96,18 +95,34 @@ class Workload:
         self.node_ids = [f"{name}-node-{i:05d}" for i in range(nodes)]
         self.running: dict[str, list[tuple[int, int, int]]] = {n: [] for n in self.node_ids}
         # Every row with the same keys: one executemany for all.
-        common = {"strategy": "multi_worker_mirrored", "trainer": "mlp_digits",
-                  "spec_hash": "0" * 64, "restart_policy": "never", "priority": 0,
-                  "placement": None, "started_at": None}
+        common = {
+            "strategy": "multi_worker_mirrored",
+            "trainer": "mlp_digits",
+            "spec_hash": "0" * 64,
+            "restart_policy": "never",
+            "priority": 0,
+            "placement": None,
+            "started_at": None,
+        }
         with engine.begin() as connection:
-            connection.execute(sa.insert(Project), [{"id": p, "name": f"{name}-p{p}"}
-                                                    for p in range(1, 5)])
-            connection.execute(sa.insert(Node), [
-                {"id": node_id, "address": f"10.0.{i // 256}.{i % 256}", "slots": SLOTS,
-                 "gpus": GPUS if i % 4 == 0 else 0,
-                 "gpu_ids": ",".join(map(str, range(GPUS))) if i % 4 == 0 else "",
-                 "last_heartbeat": now, "registered_at": now}
-                for i, node_id in enumerate(self.node_ids)])
+            connection.execute(
+                sa.insert(Project), [{"id": p, "name": f"{name}-p{p}"} for p in range(1, 5)]
+            )
+            connection.execute(
+                sa.insert(Node),
+                [
+                    {
+                        "id": node_id,
+                        "address": f"10.0.{i // 256}.{i % 256}",
+                        "slots": SLOTS,
+                        "gpus": GPUS if i % 4 == 0 else 0,
+                        "gpu_ids": ",".join(map(str, range(GPUS))) if i % 4 == 0 else "",
+                        "last_heartbeat": now,
+                        "registered_at": now,
+                    }
+                    for i, node_id in enumerate(self.node_ids)
+                ],
+            )
             # Running gangs of 1-2 replicas on one node each, until `busy` of it is held.
             job_rows: list[dict[str, Any]] = []
             replica_rows: list[dict[str, Any]] = []
@@ -115,40 +130,70 @@ class Workload:
             started = now - dt.timedelta(seconds=30)
             for i, node_id in enumerate(self.node_ids):
                 for kind, total in (("cpu", SLOTS), ("gpu", GPUS if i % 4 == 0 else 0)):
-                    held = round(total * busy) if busy >= 1 else min(
-                        total, int(total * busy + rng.random() * 2))
+                    held = (
+                        round(total * busy)
+                        if busy >= 1
+                        else min(total, int(total * busy + rng.random() * 2))
+                    )
                     used = 0
                     while used < held:
                         count = min(rng.randint(1, 2), held - used)
-                        job_rows.append({**common, "id": job_id, "project_id": rng.randint(1, 4),
-                                         "name": f"running-{job_id}", "replicas": count,
-                                         "gpus_per_replica": 1 if kind == "gpu" else 0,
-                                         "status": JobStatus.RUNNING, "started_at": started})
+                        job_rows.append(
+                            {
+                                **common,
+                                "id": job_id,
+                                "project_id": rng.randint(1, 4),
+                                "name": f"running-{job_id}",
+                                "replicas": count,
+                                "gpus_per_replica": 1 if kind == "gpu" else 0,
+                                "status": JobStatus.RUNNING,
+                                "started_at": started,
+                            }
+                        )
                         for index in range(count):
-                            replica_rows.append({
-                                "job_id": job_id, "attempt": 1, "index": index,
-                                "node_id": node_id, "address": f"{node_id}:{30000 + used}",
-                                "port": 30000 + used + (100 if kind == "gpu" else 0),
-                                "gpu_ids": str(used) if kind == "gpu" else "",
-                                "status": ReplicaStatus.RUNNING, "started_at": started,
-                                "progress_at": now, "dispatched_at": started})
+                            replica_rows.append(
+                                {
+                                    "job_id": job_id,
+                                    "attempt": 1,
+                                    "index": index,
+                                    "node_id": node_id,
+                                    "address": f"{node_id}:{30000 + used}",
+                                    "port": 30000 + used + (100 if kind == "gpu" else 0),
+                                    "gpu_ids": str(used) if kind == "gpu" else "",
+                                    "status": ReplicaStatus.RUNNING,
+                                    "started_at": started,
+                                    "progress_at": now,
+                                    "dispatched_at": started,
+                                }
+                            )
                             self.running[node_id].append((job_id, 1, index))
                             used += 1
                         job_id += 1
             self.running_jobs = job_id - 1
             for _ in range(jobs):
                 gpus = rng.choice((1, 2)) if rng.random() < 0.2 else 0
-                job_rows.append({**common, "id": job_id, "project_id": rng.randint(1, 4),
-                                 "name": f"queued-{job_id}", "replicas": rng.randint(1, 4),
-                                 "gpus_per_replica": gpus, "priority": rng.randint(0, 2),
-                                 "placement": "spread" if rng.random() < 0.1 else None,
-                                 "status": JobStatus.QUEUED, "started_at": None})
+                job_rows.append(
+                    {
+                        **common,
+                        "id": job_id,
+                        "project_id": rng.randint(1, 4),
+                        "name": f"queued-{job_id}",
+                        "replicas": rng.randint(1, 4),
+                        "gpus_per_replica": gpus,
+                        "priority": rng.randint(0, 2),
+                        "placement": "spread" if rng.random() < 0.1 else None,
+                        "status": JobStatus.QUEUED,
+                        "started_at": None,
+                    }
+                )
                 job_id += 1
             for start in range(0, len(job_rows), 5000):
-                connection.execute(sa.insert(Job), job_rows[start:start + 5000])
+                connection.execute(sa.insert(Job), job_rows[start : start + 5000])
             connection.execute(sa.insert(Replica), replica_rows)
-            connection.execute(sa.text(
-                "SELECT setval(pg_get_serial_sequence('jobs', 'id'), :top)"), {"top": job_id})
+            connection.execute(
+                sa.text("SELECT setval(pg_get_serial_sequence('jobs', 'id'), :top)"),
+                {"top": job_id},
+            )
             connection.execute(sa.text("ANALYZE"))
         engine.dispose()
 
@@ -161,12 +206,23 @@ class Workload:
         sealed = {}
         for i, node_id in enumerate(self.node_ids):
             gpus = tuple(range(GPUS)) if i % 4 == 0 else ()
-            beat = NodeHeartbeat(node_id=node_id, address=f"10.0.{i // 256}.{i % 256}",
-                                 slots=SLOTS, ts=now, gpus=len(gpus),
-                                 replicas=tuple(self.running[node_id]), gpu_ids=gpus,
-                                 gpu_models=tuple(("bench", 16384) for _ in gpus))
-            sealed[node_id] = seal(node_key(BENCH_KEY, node_id), purpose=HEARTBEAT,
-                                   node_id=node_id, body=beat.encode(), now=now)
+            beat = NodeHeartbeat(
+                node_id=node_id,
+                address=f"10.0.{i // 256}.{i % 256}",
+                slots=SLOTS,
+                ts=now,
+                gpus=len(gpus),
+                replicas=tuple(self.running[node_id]),
+                gpu_ids=gpus,
+                gpu_models=tuple(("bench", 16384) for _ in gpus),
+            )
+            sealed[node_id] = seal(
+                node_key(BENCH_KEY, node_id),
+                purpose=HEARTBEAT,
+                node_id=node_id,
+                body=beat.encode(),
+                now=now,
+            )
         return sealed
 
     def submit(self, engine: sa.Engine) -> None:
@@ -175,31 +231,52 @@ class Workload:
         from services.statuses import JobStatus
 
         with engine.begin() as connection:
-            connection.execute(sa.insert(Job), [{
-                "project_id": 1, "name": "submitted", "strategy": "multi_worker_mirrored",
-                "trainer": "mlp_digits", "spec_hash": "0" * 64, "restart_policy": "never",
-                "replicas": 1, "gpus_per_replica": 0, "priority": 0,
-                "status": JobStatus.QUEUED}])
+            connection.execute(
+                sa.insert(Job),
+                [
+                    {
+                        "project_id": 1,
+                        "name": "submitted",
+                        "strategy": "multi_worker_mirrored",
+                        "trainer": "mlp_digits",
+                        "spec_hash": "0" * 64,
+                        "restart_policy": "never",
+                        "replicas": 1,
+                        "gpus_per_replica": 0,
+                        "priority": 0,
+                        "status": JobStatus.QUEUED,
+                    }
+                ],
+            )
 
     def undo_placements(self, engine: sa.Engine) -> int:
         """Put the queue back as it was before the last pass: its jobs queued again, the
         replicas it placed gone. Returns how many jobs the last pass had placed."""
         with engine.begin() as connection:
-            placed = connection.execute(sa.text(
-                "UPDATE jobs SET status = 'queued', reason = '' WHERE status = 'scheduled' "
-                "AND id > :running RETURNING id"), {"running": self.running_jobs}).all()
-            connection.execute(sa.text(
-                "DELETE FROM replicas WHERE status = 'pending' AND job_id > :running"),
-                {"running": self.running_jobs})
-            connection.execute(sa.text(
-                "DELETE FROM job_events WHERE job_id > :running"),
-                {"running": self.running_jobs})
+            placed = connection.execute(
+                sa.text(
+                    "UPDATE jobs SET status = 'queued', reason = '' WHERE status = 'scheduled' "
+                    "AND id > :running RETURNING id"
+                ),
+                {"running": self.running_jobs},
+            ).all()
+            connection.execute(
+                sa.text("DELETE FROM replicas WHERE status = 'pending' AND job_id > :running"),
+                {"running": self.running_jobs},
+            )
+            connection.execute(
+                sa.text("DELETE FROM job_events WHERE job_id > :running"),
+                {"running": self.running_jobs},
+            )
             # The running replicas beat progress every second, and a pass a second ago
             # stored it: this pass reads every beat and writes none (a row is rewritten
             # every 2 s at most; see docs/benchmarks.md).
-            connection.execute(sa.text(
-                "UPDATE replicas SET progress_at = now() - interval '1 second' "
-                "WHERE status = 'running'"))
+            connection.execute(
+                sa.text(
+                    "UPDATE replicas SET progress_at = now() - interval '1 second' "
+                    "WHERE status = 'running'"
+                )
+            )
         return len(placed)
 
     def progress(self) -> dict[str, str]:
@@ -207,8 +284,11 @@ class Workload:
         from services.wire.batches import ProgressBeat
 
         now = time.time()
-        return dict(ProgressBeat(job, attempt, index, now).encode()
-                    for keys in self.running.values() for job, attempt, index in keys)
+        return dict(
+            ProgressBeat(job, attempt, index, now).encode()
+            for keys in self.running.values()
+            for job, attempt, index in keys
+        )
 
 
 class Stopwatch:
@@ -226,6 +306,7 @@ class Stopwatch:
             finally:
                 self.marks[after] = time.perf_counter()
                 self.marks[f"{after} cpu"] = time.process_time()
+
         return timed
 
 
@@ -233,15 +314,17 @@ CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 # What `--steps` times inside a pass, as CPU of this process: (module, function, label);
 # an indented label is part of the one above it. The dispatch is timed as "dispatch".
-STEPS = (("workers.control.scheduler", "read_heartbeats", "read heartbeats"),
-         ("workers.control.scheduler", "read_progress", "read progress beats"),
-         ("services.cluster.nodes", "record_heartbeats", "record heartbeats"),
-         ("services.cluster.watchdog", "check_running", "check running replicas"),
-         ("services.cluster.gangs", "jobs_to_settle", "jobs to settle"),
-         ("services.cluster.placement_digest", "read_digest", "placement digest"),
-         ("services.cluster.reconcile", "_place_all", "queue, place, reasons"),
-         ("services.cluster.reconcile", "place", "  the placer"),
-         ("services.cluster.reconcile", "_schedule_gangs", "  store placed gangs"))
+STEPS = (
+    ("workers.control.scheduler", "read_heartbeats", "read heartbeats"),
+    ("workers.control.scheduler", "read_progress", "read progress beats"),
+    ("services.cluster.nodes", "record_heartbeats", "record heartbeats"),
+    ("services.cluster.watchdog", "check_running", "check running replicas"),
+    ("services.cluster.gangs", "jobs_to_settle", "jobs to settle"),
+    ("services.cluster.placement_digest", "read_digest", "placement digest"),
+    ("services.cluster.reconcile", "_place_all", "queue, place, reasons"),
+    ("services.cluster.reconcile", "place", "  the placer"),
+    ("services.cluster.reconcile", "_schedule_gangs", "  store placed gangs"),
+)
 
 
 class StepClock:
@@ -263,6 +346,7 @@ class StepClock:
                 return fn(*args, **kwargs)
             finally:
                 self.spent[label] = self.spent.get(label, 0.0) + time.process_time() - start
+
         return timed
 
 
@@ -270,9 +354,16 @@ def server_cpu(engine: sa.Engine) -> dict[int, float]:
     """CPU seconds used so far by each PostgreSQL process serving `engine`'s database
     (but the one asking), from /proc; empty when the server is not on this machine."""
     with engine.connect() as connection:
-        pids = connection.execute(sa.text(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid()")).scalars().all()
+        pids = (
+            connection.execute(
+                sa.text(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()"
+                )
+            )
+            .scalars()
+            .all()
+        )
     used = {}
     for pid in pids:
         try:
@@ -287,8 +378,9 @@ class Leader:
     """One workload's scheduler, kept from pass to pass as a leader keeps it: its
     database's sessions, its term's fence, its Redis client and dispatcher."""
 
-    def __init__(self, workload: Workload, settings: Any, client: Any, app: Any,
-                 keyring: Any) -> None:
+    def __init__(
+        self, workload: Workload, settings: Any, client: Any, app: Any, keyring: Any
+    ) -> None:
         from services import db
         from services.cluster.fencing import begin_term
         from workers.control import scheduler as scheduler_module
@@ -306,7 +398,8 @@ class Leader:
         self.watch = Stopwatch()
         dispatcher = CeleryDispatcher(app, client, keyring)
         dispatcher.send = self.watch.around(  # type: ignore[method-assign]
-            dispatcher.send, "send", "sent")
+            dispatcher.send, "send", "sent"
+        )
         self.steps: StepClock | None = None  # set by Bench with --steps
         self.scheduler = scheduler_module.Scheduler(settings, client, dispatcher, keyring)
 
@@ -316,6 +409,7 @@ class Leader:
     def use(self) -> None:
         """Make this workload's database the one the pass's transactions open."""
         from services import db
+
         db.get_sessionmaker = lambda: self.maker  # type: ignore[assignment]
 
     def reset(self) -> int:
@@ -324,8 +418,9 @@ class Leader:
         from services.wire.keys import NODES_HASH, PROGRESS_HASH, node_queue
 
         beats, progress = self.workload.heartbeats(), self.workload.progress()
-        self.client.delete(NODES_HASH, PROGRESS_HASH,
-                           *(node_queue(n) for n in self.workload.node_ids))
+        self.client.delete(
+            NODES_HASH, PROGRESS_HASH, *(node_queue(n) for n in self.workload.node_ids)
+        )
         self.client.hset(NODES_HASH, mapping=beats)
         self.client.hset(PROGRESS_HASH, mapping=progress)
         if self.workload.name == "burst":
@@ -349,6 +444,7 @@ class Leader:
         profiler = None
         if profile:
             from pyinstrument import Profiler  # the dev extra's
+
             profiler = Profiler(interval=0.0005)
             profiler.start()
         try:
@@ -368,16 +464,23 @@ class Leader:
             print(profiler.output_text(unicode=True, show_all=False), file=sys.stderr)
         m = self.watch.marks
         placed_at = m.get("placed", m.get("send", end))
-        steps = {f"step:{label}": spent for label, spent in self.steps.spent.items()} \
-            if self.steps is not None else {}
-        return {**steps, "total": end - begin, "cpu": cpu, "statements": statements,
-                "pg_cpu": sum(used - server_before.get(pid, 0.0)
-                              for pid, used in server_after.items()),
-                "read": m.get("place", placed_at) - begin,
-                "place": placed_at - m.get("place", placed_at),
-                "write": m["send"] - placed_at,
-                "dispatch": m["sent"] - m["send"],
-                "dispatch cpu": m["sent cpu"] - m["send cpu"]}
+        steps = (
+            {f"step:{label}": spent for label, spent in self.steps.spent.items()}
+            if self.steps is not None
+            else {}
+        )
+        return {
+            **steps,
+            "total": end - begin,
+            "cpu": cpu,
+            "statements": statements,
+            "pg_cpu": sum(used - server_before.get(pid, 0.0) for pid, used in server_after.items()),
+            "read": m.get("place", placed_at) - begin,
+            "place": placed_at - m.get("place", placed_at),
+            "write": m["send"] - placed_at,
+            "dispatch": m["sent"] - m["send"],
+            "dispatch cpu": m["sent cpu"] - m["send cpu"],
+        }
 
     def close(self) -> None:
         self.engine.dispose()
@@ -404,8 +507,11 @@ class Bench:
         for name in names:
             self.urls[name] = new_database(args.pg, f"sched_bench_{name}")
         # The scheduler reads its settings from the environment, as `cohort scheduler` does.
-        os.environ.update(COHORT_REDIS_URL=args.redis, COHORT_SIGNING_KEY=BENCH_KEY,
-                          COHORT_DATABASE_URL=self.urls[names[0]])
+        os.environ.update(
+            COHORT_REDIS_URL=args.redis,
+            COHORT_SIGNING_KEY=BENCH_KEY,
+            COHORT_DATABASE_URL=self.urls[names[0]],
+        )
         from cli.stack import migrate
         from services.settings import get_settings
         from services.wire.client import get_redis
@@ -425,9 +531,11 @@ class Bench:
             workload = Workload(name, self.urls[name], args.jobs, args.nodes, busy, seed=7)
             self.leaders[name] = Leader(workload, settings, client, app, keyring)
             self.leaders[name].steps = steps
-            log(f"{Path(sys.modules['services'].__file__ or '').parent.parent}: {name}: "
+            log(
+                f"{Path(sys.modules['services'].__file__ or '').parent.parent}: {name}: "
                 f"{workload.running_jobs} running gangs, {args.jobs} "
-                f"queued, made in {time.perf_counter() - start:.0f} s")
+                f"queued, made in {time.perf_counter() - start:.0f} s"
+            )
 
     def round(self, counted: bool, profile: bool) -> dict[str, dict[str, float]]:
         """One pass of each workload; the jobs each placed are kept if `counted`."""
@@ -445,8 +553,9 @@ class Bench:
         from services.wire.keys import NODES_HASH, PROGRESS_HASH, node_queue
 
         for leader in self.leaders.values():
-            get_redis().delete(NODES_HASH, PROGRESS_HASH,
-                               *(node_queue(n) for n in leader.workload.node_ids))
+            get_redis().delete(
+                NODES_HASH, PROGRESS_HASH, *(node_queue(n) for n in leader.workload.node_ids)
+            )
             leader.close()
         for url in self.urls.values():
             drop_database(self.args.pg, url)
@@ -467,8 +576,9 @@ def serve(args: argparse.Namespace) -> None:
             if command.get("quit"):
                 break
             samples = bench.round(command["counted"], command["profile"])
-            print(json.dumps({"samples": samples, "placed": bench.placed}), file=answers,
-                  flush=True)
+            print(
+                json.dumps({"samples": samples, "placed": bench.placed}), file=answers, flush=True
+            )
     finally:
         bench.close()
 
@@ -481,15 +591,27 @@ class Against:
         redis_url = args.redis.rsplit("/", 1)
         # A Redis db of its own: the two processes' node queues and hashes never meet.
         other_redis = f"{redis_url[0]}/{int(redis_url[1] or 0) + 1}"
-        command = [args.against_python or sys.executable, str(Path(__file__).resolve()),
-                   "--serve", "--tree", str(tree),
-                   "--jobs", str(args.jobs), "--nodes", str(args.nodes), "--pg", args.pg,
-                   "--redis", other_redis]
+        command = [
+            args.against_python or sys.executable,
+            str(Path(__file__).resolve()),
+            "--serve",
+            "--tree",
+            str(tree),
+            "--jobs",
+            str(args.jobs),
+            "--nodes",
+            str(args.nodes),
+            "--pg",
+            args.pg,
+            "--redis",
+            other_redis,
+        ]
         if args.only:
             command += ["--only", args.only]
         self.name = tree.name
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True)
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         self.placed: dict[str, list[int]] = {}
 
     def _answer(self) -> dict[str, Any]:
@@ -520,19 +642,27 @@ class Against:
 COLUMNS = ("total", "cpu", "pg_cpu", "read", "place", "write", "dispatch")
 
 
-def report(label: str, samples: dict[str, list[dict[str, float]]],
-           placed: dict[str, list[int]]) -> None:
+def report(
+    label: str, samples: dict[str, list[dict[str, float]]], placed: dict[str, list[int]]
+) -> None:
     print(f"{label}: median of {len(next(iter(samples.values())))} passes, ms")
-    print(f"{'workload':>9} {'placed':>7} {'median':>9} {'slowest':>9} {'cpu':>8} "
-          f"{'pg cpu':>8} {'read':>8} {'place':>7} {'write':>8} {'dispatch':>8} {'SQL':>5}")
+    print(
+        f"{'workload':>9} {'placed':>7} {'median':>9} {'slowest':>9} {'cpu':>8} "
+        f"{'pg cpu':>8} {'read':>8} {'place':>7} {'write':>8} {'dispatch':>8} {'SQL':>5}"
+    )
     for name, rows in samples.items():
+
         def median(key: str, rows: list[dict[str, float]] = rows) -> float:
             return statistics.median(r[key] for r in rows) * 1e3
+
         slowest = max(r["total"] for r in rows) * 1e3
-        print(f"{name:>9} {statistics.median(placed[name]):>7.0f} {median('total'):>9.1f} "
-              f"{slowest:>9.1f} {median('cpu'):>8.1f} {median('pg_cpu'):>8.1f} "
-              f"{median('read'):>8.1f} {median('place'):>7.1f} {median('write'):>8.1f} "
-              f"{median('dispatch'):>8.1f} {median('statements') / 1e3:>5.0f}", flush=True)
+        print(
+            f"{name:>9} {statistics.median(placed[name]):>7.0f} {median('total'):>9.1f} "
+            f"{slowest:>9.1f} {median('cpu'):>8.1f} {median('pg_cpu'):>8.1f} "
+            f"{median('read'):>8.1f} {median('place'):>7.1f} {median('write'):>8.1f} "
+            f"{median('dispatch'):>8.1f} {median('statements') / 1e3:>5.0f}",
+            flush=True,
+        )
 
 
 def report_steps(samples: dict[str, list[dict[str, float]]]) -> None:
@@ -548,8 +678,10 @@ def report_steps(samples: dict[str, list[dict[str, float]]]) -> None:
             r["step:the whole pass"] = r["cpu"]
     for label in [*labels, "dispatch", "the rest", "the whole pass"]:
         key = f"step:{label}"
-        cells = [f"{statistics.median(r.get(key, 0.0) for r in samples[name]) * 1e3:8.1f}"
-                 for name in names]
+        cells = [
+            f"{statistics.median(r.get(key, 0.0) for r in samples[name]) * 1e3:8.1f}"
+            for name in names
+        ]
         print(f"  {label:<26}" + "".join(cells))
 
 
@@ -558,21 +690,38 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--nodes", type=int, default=1_000)
     parser.add_argument("--passes", type=int, default=7)
-    parser.add_argument("--pg", default=DEFAULT_SERVER,
-                        help="PostgreSQL admin URL: databases are made and dropped")
-    parser.add_argument("--only", choices=list(WORKLOADS), default=None,
-                        help="time one of the two workloads only")
-    parser.add_argument("--steps", action="store_true",
-                        help="print the CPU time of each step of the pass (this side)")
-    parser.add_argument("--profile", action="store_true",
-                        help="print where the last pass of each workload spent its time")
-    parser.add_argument("--redis", default=os.environ.get("COHORT_TEST_REDIS",
-                                                          "redis://127.0.0.1:6379/0"))
-    parser.add_argument("--against", default=None, metavar="DIR",
-                        help="another checkout of Cohort whose passes run in turn with these")
-    parser.add_argument("--against-python", default=None, metavar="PYTHON",
-                        help="the interpreter of the --against side (its checkout's own "
-                             "environment, with its own dependencies); default: this one")
+    parser.add_argument(
+        "--pg", default=DEFAULT_SERVER, help="PostgreSQL admin URL: databases are made and dropped"
+    )
+    parser.add_argument(
+        "--only", choices=list(WORKLOADS), default=None, help="time one of the two workloads only"
+    )
+    parser.add_argument(
+        "--steps",
+        action="store_true",
+        help="print the CPU time of each step of the pass (this side)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="print where the last pass of each workload spent its time",
+    )
+    parser.add_argument(
+        "--redis", default=os.environ.get("COHORT_TEST_REDIS", "redis://127.0.0.1:6379/0")
+    )
+    parser.add_argument(
+        "--against",
+        default=None,
+        metavar="DIR",
+        help="another checkout of Cohort whose passes run in turn with these",
+    )
+    parser.add_argument(
+        "--against-python",
+        default=None,
+        metavar="PYTHON",
+        help="the interpreter of the --against side (its checkout's own "
+        "environment, with its own dependencies); default: this one",
+    )
     parser.add_argument("--tree", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -590,12 +739,14 @@ def main() -> None:
             if other is not None:
                 sides = {"other": other, "this": bench}
             samples: dict[str, dict[str, list[dict[str, float]]]] = {
-                side: {name: [] for name in bench.leaders} for side in sides}
+                side: {name: [] for name in bench.leaders} for side in sides
+            }
             for round_ in range(args.passes + 1):  # the first round is a term's first pass
                 order = list(sides) if round_ % 2 else list(reversed(sides))
                 for side in order:
-                    got = sides[side].round(counted=round_ > 0,
-                                            profile=args.profile and round_ == args.passes)
+                    got = sides[side].round(
+                        counted=round_ > 0, profile=args.profile and round_ == args.passes
+                    )
                     if round_:
                         for name, sample in got.items():
                             samples[side][name].append(sample)
@@ -606,10 +757,12 @@ def main() -> None:
         if other is not None:
             other.close()
 
-    print(f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC {platform.node()} Python "
-          f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f} on "
-          f"{os.cpu_count()} cores; {args.jobs} queued jobs x {args.nodes} nodes, "
-          f"{args.passes} passes each")
+    print(
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC {platform.node()} Python "
+        f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} cores; {args.jobs} queued jobs x {args.nodes} nodes, "
+        f"{args.passes} passes each"
+    )
     report(f"this ({ROOT.name})", samples["this"], bench.placed)
     if args.steps:
         report_steps(samples["this"])

@@ -50,12 +50,17 @@ def one_round(idle: float) -> dict[str, float]:
     workdir.chmod(0o711)  # an agent as root runs replicas as other users: they pass through
     try:
         migrate(database)
-        stack = Stack({"COHORT_DATABASE_URL": database, "COHORT_REDIS_URL": "",
-                       "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
-                       "COHORT_API_PORT": str(free_port()),
-                       "COHORT_DATA_DIR": str(workdir / "data"),
-                       "COHORT_BOOTSTRAP_TOKEN": "bench-bootstrap-token-for-this-only"},
-                      quiet=True)
+        stack = Stack(
+            {
+                "COHORT_DATABASE_URL": database,
+                "COHORT_REDIS_URL": "",
+                "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
+                "COHORT_API_PORT": str(free_port()),
+                "COHORT_DATA_DIR": str(workdir / "data"),
+                "COHORT_BOOTSTRAP_TOKEN": "bench-bootstrap-token-for-this-only",
+            },
+            quiet=True,
+        )
         began, cpu_began = time.monotonic(), cpu()
         stack.start()
         started = time.monotonic()
@@ -63,8 +68,12 @@ def one_round(idle: float) -> dict[str, float]:
         stopping = time.monotonic()
         stack.stop()
         stopped = time.monotonic()
-        return {"start": started - began, "stop": stopped - stopping,
-                "cpu": cpu() - cpu_began, "module": sys.modules["cli.stack"].__file__ or ""}
+        return {
+            "start": started - began,
+            "stop": stopped - stopping,
+            "cpu": cpu() - cpu_began,
+            "module": sys.modules["cli.stack"].__file__ or "",
+        }
     finally:
         drop_database(DEFAULT_SERVER, database)
 
@@ -73,8 +82,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--idle", type=float, default=2.0)
-    parser.add_argument("--against", type=Path, default=None,
-                        help="another checkout of Cohort, measured side by side")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        help="another checkout of Cohort, measured side by side",
+    )
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -84,9 +97,13 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     for _ in range(args.rounds):
         for name, tree in trees.items():
-            done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one",
-                                   "--idle", str(args.idle)], cwd=tree, capture_output=True,
-                                  text=True, check=True)
+            done = subprocess.run(
+                [sys.executable, str(Path(__file__).resolve()), "--one", "--idle", str(args.idle)],
+                cwd=tree,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             round_ = json.loads(done.stdout.strip().splitlines()[-1])
             assert str(round_["module"]).startswith(str(tree)), round_  # imports from `tree`
             results[name].append(round_)
@@ -101,9 +118,14 @@ def main() -> None:
             cells.append(f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})")
         print(f"| {name} ({trees[name]}) | " + " | ".join(cells) + " |")
     if args.against:
-        print("| against / this | " + " | ".join(
-            f"{medians[('against', key)] / medians[('this', key)]:.2f}x"
-            for key in ("start", "stop", "cpu")) + " |")
+        print(
+            "| against / this | "
+            + " | ".join(
+                f"{medians[('against', key)] / medians[('this', key)]:.2f}x"
+                for key in ("start", "stop", "cpu")
+            )
+            + " |"
+        )
 
 
 if __name__ == "__main__":

@@ -78,10 +78,19 @@ class Case:
 CASES = [
     Case("one_device", "one_device"),
     Case("mirrored, cpu_devices=2", "mirrored", {"cpu_devices": 2}),
-    Case("multi_worker_mirrored x2, auto", "multi_worker_mirrored",
-         {"communication": "auto"}, workers=2),
-    Case("multi_worker_mirrored x2, ring", "multi_worker_mirrored",
-         {"communication": "ring"}, workers=2, baseline="multi_worker_mirrored x2, auto"),
+    Case(
+        "multi_worker_mirrored x2, auto",
+        "multi_worker_mirrored",
+        {"communication": "auto"},
+        workers=2,
+    ),
+    Case(
+        "multi_worker_mirrored x2, ring",
+        "multi_worker_mirrored",
+        {"communication": "ring"},
+        workers=2,
+        baseline="multi_worker_mirrored x2, auto",
+    ),
     Case("parameter_server chief+2w+1ps", "parameter_server"),
 ]
 
@@ -106,47 +115,69 @@ def tf_configs(case: Case) -> list[dict[str, Any] | None]:
     cluster: dict[str, list[str]] = {}
     for (role, _), address in zip(roles, addresses, strict=True):
         cluster.setdefault(role, []).append(address)
-    return [{"cluster": cluster, "task": {"type": role, "index": index}}
-            for role, index in roles]
+    return [{"cluster": cluster, "task": {"type": role, "index": index}} for role, index in roles]
 
 
-def launch(case: Case, trainer: str, job_id: int, workdir: Path,
-           redis_url: str) -> list[subprocess.Popen[bytes]]:
+def launch(
+    case: Case, trainer: str, job_id: int, workdir: Path, redis_url: str
+) -> list[subprocess.Popen[bytes]]:
     """Start the case's processes, as the agent would (spec file, TF_CONFIG)."""
     job_dir = workdir / f"job-{job_id}"
     roles = case.roles()
     processes = []
     for index, ((role, role_index), tf_config) in enumerate(
-            zip(roles, tf_configs(case), strict=True)):
-        spec = {"job_id": job_id, "attempt": 1, "index": index, "replicas": len(roles),
-                "trainer": trainer, "strategy": case.strategy, "role": role,
-                "role_index": role_index, "distribution": case.distribution,
-                "hyperparameters": {**HP, **case.hyperparameters}}
+        zip(roles, tf_configs(case), strict=True)
+    ):
+        spec = {
+            "job_id": job_id,
+            "attempt": 1,
+            "index": index,
+            "replicas": len(roles),
+            "trainer": trainer,
+            "strategy": case.strategy,
+            "role": role,
+            "role_index": role_index,
+            "distribution": case.distribution,
+            "hyperparameters": {**HP, **case.hyperparameters},
+        }
         spec_file = job_dir / f"spec-{index}.json"
         spec_file.parent.mkdir(parents=True, exist_ok=True)
         spec_file.write_text(json.dumps({"spec": spec, "job_dir": str(job_dir)}))
         env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-        env.update(TF_USE_LEGACY_KERAS="1", COHORT_REDIS_URL=redis_url,
-                   COHORT_REPLICA_SPEC=str(spec_file), CUDA_VISIBLE_DEVICES="",
-                   TF_CPP_MIN_LOG_LEVEL="2")
+        env.update(
+            TF_USE_LEGACY_KERAS="1",
+            COHORT_REDIS_URL=redis_url,
+            COHORT_REPLICA_SPEC=str(spec_file),
+            CUDA_VISIBLE_DEVICES="",
+            TF_CPP_MIN_LOG_LEVEL="2",
+        )
         if tf_config is not None:
             env["TF_CONFIG"] = json.dumps(tf_config)
         log = open(job_dir / f"replica-{index}.log", "wb")  # noqa: SIM115 - the child owns it
-        processes.append(subprocess.Popen([sys.executable, "-m", "workers.replica.runner"],
-                                          env=env, cwd=ROOT, stdout=log, stderr=log))
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "workers.replica.runner"],
+                env=env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=log,
+            )
+        )
         log.close()
     return processes
 
 
-def run_case(case: Case, trainer: str, job_id: int, workdir: Path,
-             client: redis.Redis) -> float:
+def run_case(case: Case, trainer: str, job_id: int, workdir: Path, client: redis.Redis) -> float:
     """Train once; the chief's steps per second after its first epoch."""
     redis_url = client.connection_pool.connection_kwargs
     url = f"redis://{redis_url['host']}:{redis_url['port']}/0"
     processes = launch(case, trainer, job_id, workdir, url)
     chief, rest = processes[0], processes[1:]
-    servers = [p for p, (role, _) in zip(processes, case.roles(), strict=True)
-               if case.strategy == "parameter_server" and role != "chief"]
+    servers = [
+        p
+        for p, (role, _) in zip(processes, case.roles(), strict=True)
+        if case.strategy == "parameter_server" and role != "chief"
+    ]
     try:
         code = chief.wait(timeout=TIMEOUT)
         for process in servers:  # a parameter_server cluster serves until stopped
@@ -161,8 +192,11 @@ def run_case(case: Case, trainer: str, job_id: int, workdir: Path,
         log = (workdir / f"job-{job_id}" / "replica-0.log").read_text()[-3000:]
         raise RuntimeError(f"{case.name} with {trainer} failed {codes}:\n{log}")
     warm = int(HP["steps_per_epoch"])
-    times = [value for step, name, value in chief_points(client, job_id)
-             if name == "step_time" and step > warm]
+    times = [
+        value
+        for step, name, value in chief_points(client, job_id)
+        if name == "step_time" and step > warm
+    ]
     return 1.0 / statistics.median(times)
 
 
@@ -177,9 +211,22 @@ def chief_points(client: redis.Redis, job_id: int) -> list[tuple[int, str, float
 
 def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], redis.Redis]:
     port = free_ports(1)[0]
-    server = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port),
-                               "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-                              stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     client = redis.Redis(host="127.0.0.1", port=port)
     deadline = time.monotonic() + 10
     while True:
@@ -195,16 +242,30 @@ def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], redis.Redis]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--trainers", default=",".join(
-        name for name in ("mlp_digits", "cnn_digits") if name in BUILTIN_TRAINERS
-        and importlib.util.find_spec(BUILTIN_TRAINERS[name].partition(":")[0])))
-    parser.add_argument("--cases", default="", help="names of the cases to run, "
-                        "comma-separated (default: all, with their baselines)")
+    parser.add_argument(
+        "--trainers",
+        default=",".join(
+            name
+            for name in ("mlp_digits", "cnn_digits")
+            if name in BUILTIN_TRAINERS
+            and importlib.util.find_spec(BUILTIN_TRAINERS[name].partition(":")[0])
+        ),
+    )
+    parser.add_argument(
+        "--cases",
+        default="",
+        help="names of the cases to run, comma-separated (default: all, with their baselines)",
+    )
     args = parser.parse_args()
     trainers = [name for name in args.trainers.split(",") if name]
     wanted = {name.strip() for name in args.cases.split(",") if name.strip()}
-    cases = [case for case in CASES if not wanted or case.name in wanted
-             or any(case.name == other.baseline for other in CASES if other.name in wanted)]
+    cases = [
+        case
+        for case in CASES
+        if not wanted
+        or case.name in wanted
+        or any(case.name == other.baseline for other in CASES if other.name in wanted)
+    ]
     if shutil.which("redis-server") is None:
         sys.exit("redis-server is not on PATH")
 
@@ -220,23 +281,31 @@ def main() -> None:
                         job_id += 1
                         speed = run_case(case, trainer, job_id, workdir, client)
                         speeds.setdefault((trainer, case.name), []).append(speed)
-                        print(f"run {run + 1} {trainer:12} {case.name:34} "
-                              f"{speed:7.1f} steps/s", flush=True)
+                        print(
+                            f"run {run + 1} {trainer:12} {case.name:34} {speed:7.1f} steps/s",
+                            flush=True,
+                        )
         finally:
             client.close()
             server.terminate()
             server.wait()
 
-    print(f"\nmachine: {platform.node()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}; {args.runs} interleaved runs; "
-          f"{HP['epochs']} epochs x {HP['steps_per_epoch']} steps, batch_size {HP['batch_size']} "
-          "per replica; medians after the first epoch")
+    print(
+        f"\nmachine: {platform.node()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; {args.runs} interleaved runs; "
+        f"{HP['epochs']} epochs x {HP['steps_per_epoch']} steps, batch_size {HP['batch_size']} "
+        "per replica; medians after the first epoch"
+    )
     by_name = {case.name: case for case in cases}
     for trainer in trainers:
-        print(f"\n{trainer}\n| case | steps/s | examples/s | vs | ratio (examples/s) |\n"
-              "|---|---|---|---|---|")
-        rate = {name: statistics.median(speeds[(trainer, name)]) * case.examples_per_step()
-                for name, case in by_name.items()}
+        print(
+            f"\n{trainer}\n| case | steps/s | examples/s | vs | ratio (examples/s) |\n"
+            "|---|---|---|---|---|"
+        )
+        rate = {
+            name: statistics.median(speeds[(trainer, name)]) * case.examples_per_step()
+            for name, case in by_name.items()
+        }
         for name, case in by_name.items():
             steps = statistics.median(speeds[(trainer, name)])
             base = case.baseline if case.baseline in rate and case.baseline != name else None

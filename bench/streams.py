@@ -52,16 +52,25 @@ def make_jobs(url: str, count: int) -> list[int]:
 
     with session_scope() as session:
         row = tokens.ensure_token(session=session, token=TOKEN, scopes=["read"])
-        return [create_job(session, row.project_id, name=f"s{i}", replicas=1).id
-                for i in range(count)]
+        return [
+            create_job(session, row.project_id, name=f"s{i}", replicas=1).id for i in range(count)
+        ]
 
 
-def start_api(tree: Path, db_url: str, redis_url: str, data: Path, streams: int
-              ) -> tuple[subprocess.Popen[bytes], str]:
+def start_api(
+    tree: Path, db_url: str, redis_url: str, data: Path, streams: int
+) -> tuple[subprocess.Popen[bytes], str]:
     return processes.start_api(
-        {**os.environ, "COHORT_DATABASE_URL": db_url, "COHORT_REDIS_URL": redis_url,
-         "COHORT_BOOTSTRAP_TOKEN": TOKEN, "COHORT_DATA_DIR": str(data),
-         "COHORT_MAX_STREAMS_PER_TOKEN": str(streams + 10)}, cwd=tree)
+        {
+            **os.environ,
+            "COHORT_DATABASE_URL": db_url,
+            "COHORT_REDIS_URL": redis_url,
+            "COHORT_BOOTSTRAP_TOKEN": TOKEN,
+            "COHORT_DATA_DIR": str(data),
+            "COHORT_MAX_STREAMS_PER_TOKEN": str(streams + 10),
+        },
+        cwd=tree,
+    )
 
 
 def time_healthz(url: str, duration: float) -> list[float]:
@@ -79,8 +88,10 @@ def time_healthz(url: str, duration: float) -> list[float]:
 
 def summary(times: list[float]) -> str:
     cuts = statistics.quantiles(times, n=100)
-    return f"p50 {cuts[49]:.1f} ms, p99 {cuts[98]:.1f} ms, max {max(times):.1f} ms " \
-           f"({len(times)} requests)"
+    return (
+        f"p50 {cuts[49]:.1f} ms, p99 {cuts[98]:.1f} ms, max {max(times):.1f} ms "
+        f"({len(times)} requests)"
+    )
 
 
 class Streams:
@@ -95,12 +106,12 @@ class Streams:
         self.received = 0
         self.loop = asyncio.new_event_loop()
         self.stop = asyncio.Event()
-        self.thread = threading.Thread(target=self.loop.run_until_complete,
-                                       args=(self._run(),), daemon=True)
+        self.thread = threading.Thread(
+            target=self.loop.run_until_complete, args=(self._run(),), daemon=True
+        )
 
     async def _one(self, path: str) -> None:
-        reader, writer, status = await processes.open_sse(self.host, int(self.port), path,
-                                                          TOKEN)
+        reader, writer, status = await processes.open_sse(self.host, int(self.port), path, TOKEN)
         if b" 200 " not in status:
             self.refused += 1
             writer.close()
@@ -142,16 +153,21 @@ def feed(redis_url: str, job_ids: list[int], stop: threading.Event) -> None:
         step += 1
         job_id = job_ids[step % len(job_ids)]
         points = [[step, 0, name, 0.5, time.time()] for name in ("loss", "accuracy")]
-        client.xadd("cohort:metrics", {"data": json.dumps(
-            {"job_id": job_id, "attempt": 1, "replica": 0, "points": points})})
+        client.xadd(
+            "cohort:metrics",
+            {"data": json.dumps({"job_id": job_id, "attempt": 1, "replica": 0, "points": points})},
+        )
         ingest_once(client, METRICS, sessions=session_scope, block_ms=50)
         time.sleep(0.1)
 
 
 def redis_clients(api: psutil.Process, redis_port: int) -> int:
     """The api's open connections to Redis."""
-    return sum(1 for c in api.net_connections(kind="tcp")
-               if c.raddr and c.raddr.port == redis_port and c.status == "ESTABLISHED")
+    return sum(
+        1
+        for c in api.net_connections(kind="tcp")
+        if c.raddr and c.raddr.port == redis_port and c.status == "ESTABLISHED"
+    )
 
 
 def main() -> None:
@@ -199,18 +215,23 @@ def main() -> None:
         feeder.join(5)
         streams.close()
 
-        print(f"date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; machine: "
-              f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-              f"Python {platform.python_version()}; tree: {args.tree}")
-        print(f"streams: {streams.opened} open ({streams.refused} refused) over "
-              f"{args.jobs} jobs; {streams.received / 1e6:.1f} MB received by them")
+        print(
+            f"date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; machine: "
+            f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}; tree: {args.tree}"
+        )
+        print(
+            f"streams: {streams.opened} open ({streams.refused} refused) over "
+            f"{args.jobs} jobs; {streams.received / 1e6:.1f} MB received by them"
+        )
         print(f"/healthz, no stream:      {summary(idle)}")
         print(f"/healthz, streams open:   {summary(busy)}")
-        print(f"api RSS: {rss_idle / 2**20:.0f} MiB idle, {rss_busy / 2**20:.0f} MiB "
-              f"with the streams; api CPU with the streams: {cpu_busy:.0%} of a core; "
-              f"load average {os.getloadavg()[0]:.1f}")
-        print(f"the api's Redis connections: {clients_idle} idle, {clients_busy} with "
-              "the streams")
+        print(
+            f"api RSS: {rss_idle / 2**20:.0f} MiB idle, {rss_busy / 2**20:.0f} MiB "
+            f"with the streams; api CPU with the streams: {cpu_busy:.0%} of a core; "
+            f"load average {os.getloadavg()[0]:.1f}"
+        )
+        print(f"the api's Redis connections: {clients_idle} idle, {clients_busy} with the streams")
     finally:
         processes.stop(process)
         drop_database(name)

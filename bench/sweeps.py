@@ -45,40 +45,76 @@ from services.sweeps.schemas import SweepCreate  # noqa: E402
 TEMPLATE = {"strategy": "one_device", "replicas": 1, "gpus_per_replica": 1}  # stays queued
 
 
-def add_sweeps(url: str, sweeps: int, trials: int, queued: int, settings: Settings,
-               as_sweeps: bool = True) -> None:
+def add_sweeps(
+    url: str, sweeps: int, trials: int, queued: int, settings: Settings, as_sweeps: bool = True
+) -> None:
     """`sweeps` running sweeps of `trials` random trials, each with `queued` trials queued
     (`as_sweeps=False`: the same queued jobs, no sweeps)."""
     with Session(make_engine(url)) as session, session.begin():
-        token = tokens.ensure_token(session=session, token="bench_" + uuid.uuid4().hex,
-                                    project_name="bench", name="bench",
-                                    scopes=["read", "submit", "schedules"])
-        spec = SweepCreate.model_validate({
-            "name": "bench", "template": TEMPLATE, "trials": trials, "max_concurrent": queued,
-            "space": {"random": {"learning_rate": {"distribution": "log_uniform",
-                                                   "low": 1e-4, "high": 0.1}}, "seed": 1},
-            "objective": {"metric": "eval_accuracy", "mode": "max"},
-            "early_stopping": {"rule": "median", "min_steps": 10}})
-        first = store.create_sweep(session=session, project_id=token.project_id,
-                                   sweep_in=spec, settings=settings)
+        token = tokens.ensure_token(
+            session=session,
+            token="bench_" + uuid.uuid4().hex,
+            project_name="bench",
+            name="bench",
+            scopes=["read", "submit", "schedules"],
+        )
+        spec = SweepCreate.model_validate(
+            {
+                "name": "bench",
+                "template": TEMPLATE,
+                "trials": trials,
+                "max_concurrent": queued,
+                "space": {
+                    "random": {
+                        "learning_rate": {"distribution": "log_uniform", "low": 1e-4, "high": 0.1}
+                    },
+                    "seed": 1,
+                },
+                "objective": {"metric": "eval_accuracy", "mode": "max"},
+                "early_stopping": {"rule": "median", "min_steps": 10},
+            }
+        )
+        first = store.create_sweep(
+            session=session, project_id=token.project_id, sweep_in=spec, settings=settings
+        )
         rows = []
         for s in range(sweeps):
-            sweep = first if s == 0 else Sweep(
-                project_id=first.project_id, name=f"bench-{s}", spec=first.spec, seed=s,
-                trials_total=trials, max_concurrent=queued, priority=0, reason="",
-                stops_early=True)
+            sweep = (
+                first
+                if s == 0
+                else Sweep(
+                    project_id=first.project_id,
+                    name=f"bench-{s}",
+                    spec=first.spec,
+                    seed=s,
+                    trials_total=trials,
+                    max_concurrent=queued,
+                    priority=0,
+                    reason="",
+                    stops_early=True,
+                )
+            )
             session.add(sweep)
             session.flush()
             sweep.trials_created = queued
             for index in range(queued):
                 job_in = store.trial_job(spec, sweep.seed, index)
-                rows.append({
-                    "project_id": first.project_id, "name": job_in.name,
-                    "trainer": job_in.trainer, "strategy": job_in.strategy, "replicas": 1,
-                    "gpus_per_replica": 1, "spec_hash": "bench",
-                    "hyperparameters": job_in.hyperparameters.model_dump(),
-                    "status": JobStatus.QUEUED, "reason": "waiting for the scheduler",
-                    "sweep_id": sweep.id, "trial_index": index})
+                rows.append(
+                    {
+                        "project_id": first.project_id,
+                        "name": job_in.name,
+                        "trainer": job_in.trainer,
+                        "strategy": job_in.strategy,
+                        "replicas": 1,
+                        "gpus_per_replica": 1,
+                        "spec_hash": "bench",
+                        "hyperparameters": job_in.hyperparameters.model_dump(),
+                        "status": JobStatus.QUEUED,
+                        "reason": "waiting for the scheduler",
+                        "sweep_id": sweep.id,
+                        "trial_index": index,
+                    }
+                )
         session.execute(sa.insert(Job), rows)
         if not as_sweeps:
             session.execute(sa.update(Job).values(sweep_id=None, trial_index=None))
@@ -99,8 +135,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sweeps", type=int, default=100)
     parser.add_argument("--trials", type=int, default=1000)
-    parser.add_argument("--queued", type=int, default=10,
-                        help="queued trials per sweep (= its max_concurrent)")
+    parser.add_argument(
+        "--queued", type=int, default=10, help="queued trials per sweep (= its max_concurrent)"
+    )
     parser.add_argument("--passes", type=int, default=30)
     parser.add_argument("--pg", default=None, help="PostgreSQL admin URL (default: SQLite)")
     args = parser.parse_args()
@@ -123,8 +160,9 @@ def main() -> None:
                 part[which].append(timed(engines[which], settings, sweeps_only=True))
         # (c): one free turn for every sweep.
         with Session(engines[1]) as session, session.begin():
-            session.execute(sa.update(Job).where(Job.trial_index == 0)
-                            .values(status=JobStatus.CANCELLED))
+            session.execute(
+                sa.update(Job).where(Job.trial_index == 0).values(status=JobStatus.CANCELLED)
+            )
         start = time.perf_counter()
         with Session(engines[1]) as session, session.begin():
             created = advance.advance_sweeps(session=session, settings=settings).created
@@ -132,21 +170,31 @@ def main() -> None:
         for engine in engines:
             engine.dispose()
         drop_databases(args.pg, urls)
-    ms = {k: statistics.median(v) * 1000 for k, v in
-          {"pa": passes[0], "pb": passes[1], "sa": part[0], "sb": part[1]}.items()}
+    ms = {
+        k: statistics.median(v) * 1000
+        for k, v in {"pa": passes[0], "pb": passes[1], "sa": part[0], "sb": part[1]}.items()
+    }
     kind = "PostgreSQL" if args.pg else "SQLite"
     queued = args.sweeps * args.queued
-    print(f"{dt.date.today()} {platform.node()} {platform.python_version()} {kind}, "
-          f"{args.sweeps} sweeps x {args.trials} trials, {queued} trials queued, "
-          f"{args.passes} passes")
-    print(f"(a) pass, no sweeps, {queued} queued jobs: {ms['pa']:8.2f} ms (median); "
-          f"sweep part {ms['sa']:.2f} ms")
-    print(f"(b) pass, {args.sweeps} running sweeps:       {ms['pb']:8.2f} ms (median)  "
-          f"b/a {ms['pb'] / ms['pa']:.2f}  b-a {ms['pb'] - ms['pa']:.2f} ms")
+    print(
+        f"{dt.date.today()} {platform.node()} {platform.python_version()} {kind}, "
+        f"{args.sweeps} sweeps x {args.trials} trials, {queued} trials queued, "
+        f"{args.passes} passes"
+    )
+    print(
+        f"(a) pass, no sweeps, {queued} queued jobs: {ms['pa']:8.2f} ms (median); "
+        f"sweep part {ms['sa']:.2f} ms"
+    )
+    print(
+        f"(b) pass, {args.sweeps} running sweeps:       {ms['pb']:8.2f} ms (median)  "
+        f"b/a {ms['pb'] / ms['pa']:.2f}  b-a {ms['pb'] - ms['pa']:.2f} ms"
+    )
     print(f"    the sweep part of (b) alone:     {ms['sb']:8.2f} ms (median)")
     if created:
-        print(f"(c) sweep part creating {len(created)} trials: {create * 1000:8.2f} ms  "
-              f"= {create / len(created) * 1000:.2f} ms per trial")
+        print(
+            f"(c) sweep part creating {len(created)} trials: {create * 1000:8.2f} ms  "
+            f"= {create / len(created) * 1000:.2f} ms per trial"
+        )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,16 @@ from bench import processes  # noqa: E402
 
 TOKEN = "bench-telemetry-load-0123456789abcdef"
 FLUSH = 0.25  # seconds between a replica's flushes, as the runner's and the agent's
-NAMES = ("loss", "accuracy", "examples_per_sec", "learning_rate", "step_time",
-         "grad_norm", "val_loss", "val_accuracy")
+NAMES = (
+    "loss",
+    "accuracy",
+    "examples_per_sec",
+    "learning_rate",
+    "step_time",
+    "grad_norm",
+    "val_loss",
+    "val_accuracy",
+)
 
 
 # -- the emitter (its own process: the agents) ---------------------------------------------
@@ -67,9 +75,12 @@ def emit(redis_url: str, job_ids: list[int], steps: float, names: int, seconds: 
 
     chosen = NAMES[:names]
     replicas = [(job, index) for job in job_ids for index in (0, 1)]
-    reporters = [MetricReporter.from_url(redis_url, job_id=job, attempt=1, replica=index,
-                                         flush_interval=3600, flush_points=10**9)
-                 for job, index in replicas]
+    reporters = [
+        MetricReporter.from_url(
+            redis_url, job_id=job, attempt=1, replica=index, flush_interval=3600, flush_points=10**9
+        )
+        for job, index in replicas
+    ]
     # Set up (on a loaded machine, imports take seconds): the clock starts now.
     print(json.dumps({"t": time.time(), "points": 0, "ready": True}), flush=True)
     start = time.monotonic() + 0.1
@@ -137,13 +148,14 @@ class Clients:
             # A value split across two reads is found whole in the next one.
             data = tail + chunk
             cut = data.rfind(b"\n")
-            data, tail = data[:cut + 1], data[cut + 1:]
+            data, tail = data[: cut + 1], data[cut + 1 :]
             samples.extend((float(v), now) for v in _VALUE.findall(data))
         writer.close()
 
 
-async def follow_feed(redis_url: str, job_id: int, samples: list[tuple[float, float]],
-                      stop: asyncio.Event) -> None:
+async def follow_feed(
+    redis_url: str, job_id: int, samples: list[tuple[float, float]], stop: asyncio.Event
+) -> None:
     """(emit, arrival) of every point of one job's live feed (`cohort:live:<job>`, what
     the ingest publishes after its commit): the ingest's share of the latency."""
     import orjson
@@ -169,11 +181,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 # -- the stack -------------------------------------------------------------------------------
-def start_service(tree: Path, args: list[str], env: dict[str, str], log: Path,
-                  profile: Path | None = None) -> subprocess.Popen[bytes]:
+def start_service(
+    tree: Path, args: list[str], env: dict[str, str], log: Path, profile: Path | None = None
+) -> subprocess.Popen[bytes]:
     # cProfile writes its stats when the service exits.
-    python = None if profile is None else \
-        [sys.executable, "-m", "cProfile", "-o", str(profile / f"{args[0]}.prof")]
+    python = (
+        None
+        if profile is None
+        else [sys.executable, "-m", "cProfile", "-o", str(profile / f"{args[0]}.prof")]
+    )
     return processes.start_cli(args, env, cwd=tree, log=log, python=python)
 
 
@@ -184,20 +200,28 @@ def make_jobs(count: int) -> list[int]:
 
     with session_scope() as session:
         row = tokens.ensure_token(session=session, token=TOKEN, scopes=["read"])
-        return [create_job(session, row.project_id, name=f"load-{i}", replicas=2).id
-                for i in range(count)]
+        return [
+            create_job(session, row.project_id, name=f"load-{i}", replicas=2).id
+            for i in range(count)
+        ]
 
 
 def newest_id(engine: sa.Engine) -> int:
     with engine.connect() as connection:
-        return int(connection.execute(sa.text(
-            "SELECT coalesce(max(id), 0) FROM metric_points")).scalar_one())
+        return int(
+            connection.execute(
+                sa.text("SELECT coalesce(max(id), 0) FROM metric_points")
+            ).scalar_one()
+        )
 
 
 def stored_after(engine: sa.Engine, first: int) -> int:
     with engine.connect() as connection:
-        return int(connection.execute(sa.text(
-            "SELECT count(*) FROM metric_points WHERE id > :a"), {"a": first}).scalar_one())
+        return int(
+            connection.execute(
+                sa.text("SELECT count(*) FROM metric_points WHERE id > :a"), {"a": first}
+            ).scalar_one()
+        )
 
 
 def unread(bus: redis.Redis) -> int:
@@ -234,10 +258,21 @@ class Round:
     clients_cpu: float  # this process: the SSE clients and the feed probe
 
 
-async def run_round(*, url: str, bus: redis.Redis, engine: sa.Engine, redis_url: str,
-                    job_ids: list[int], clients: int, steps: float, names: int,
-                    warmup: float, seconds: float, api: psutil.Process,
-                    scheduler: psutil.Process) -> Round:
+async def run_round(
+    *,
+    url: str,
+    bus: redis.Redis,
+    engine: sa.Engine,
+    redis_url: str,
+    job_ids: list[int],
+    clients: int,
+    steps: float,
+    names: int,
+    warmup: float,
+    seconds: float,
+    api: psutil.Process,
+    scheduler: psutil.Process,
+) -> Round:
     host, port = url.removeprefix("http://").split(":")
     paths = [f"/api/v1/jobs/{job_ids[i % len(job_ids)]}/stream" for i in range(clients)]
     sse = Clients(host, int(port), paths)
@@ -256,10 +291,25 @@ async def run_round(*, url: str, bus: redis.Redis, engine: sa.Engine, redis_url:
     feed_samples: list[tuple[float, float]] = []
     feed_probe = asyncio.create_task(follow_feed(redis_url, job_ids[0], feed_samples, sse.stop))
     emitter = subprocess.Popen(
-        [sys.executable, __file__, "--emit", "--redis", redis_url, "--job-ids",
-         ",".join(map(str, job_ids)), "--steps", str(steps), "--names", str(names),
-         "--seconds", str(warmup + seconds + 1.0)],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            __file__,
+            "--emit",
+            "--redis",
+            redis_url,
+            "--job-ids",
+            ",".join(map(str, job_ids)),
+            "--steps",
+            str(steps),
+            "--names",
+            str(names),
+            "--seconds",
+            str(warmup + seconds + 1.0),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     emitter_process = psutil.Process(emitter.pid)
     assert emitter.stdout is not None
     ready = await asyncio.to_thread(emitter.stdout.readline)
@@ -295,19 +345,28 @@ async def run_round(*, url: str, bus: redis.Redis, engine: sa.Engine, redis_url:
     feed = [(at - emit_at) * 1000 for emit_at, at in feed_samples if t0 <= emit_at <= t1]
     window = [(at - emit_at) * 1000 for emit_at, at in sse.samples if t0 <= emit_at <= t1]
     span = t1 - t0
-    return Round(jobs=len(job_ids), offered=emitted / span, stored=stored / (t_stored - t0),
-                 backlog=backlog, lags=lags,
-                 p50=percentile(window, 0.50) if window else float("nan"),
-                 p99=percentile(window, 0.99) if window else float("nan"),
-                 feed_p50=percentile(feed, 0.5) if feed else float("nan"),
-                 feed_p99=percentile(feed, 0.99) if feed else float("nan"),
-                 received=len(window), expected=expected,
-                 api_cpu=(cpu1[0] - cpu0[0]) / span, scheduler_cpu=(cpu1[1] - cpu0[1]) / span,
-                 emitter_cpu=(cpu1[2] - cpu0[2]) / span, clients_cpu=(cpu1[3] - cpu0[3]) / span)
+    return Round(
+        jobs=len(job_ids),
+        offered=emitted / span,
+        stored=stored / (t_stored - t0),
+        backlog=backlog,
+        lags=lags,
+        p50=percentile(window, 0.50) if window else float("nan"),
+        p99=percentile(window, 0.99) if window else float("nan"),
+        feed_p50=percentile(feed, 0.5) if feed else float("nan"),
+        feed_p99=percentile(feed, 0.99) if feed else float("nan"),
+        received=len(window),
+        expected=expected,
+        api_cpu=(cpu1[0] - cpu0[0]) / span,
+        scheduler_cpu=(cpu1[1] - cpu0[1]) / span,
+        emitter_cpu=(cpu1[2] - cpu0[2]) / span,
+        clients_cpu=(cpu1[3] - cpu0[3]) / span,
+    )
 
 
 def _between(timeline: list[dict[str, Any]], t0: float, t1: float) -> float:
     """Points emitted between t0 and t1, interpolated from (t, cumulative) samples."""
+
     def at(t: float) -> float:
         before = [s for s in timeline if s["t"] <= t]
         after = [s for s in timeline if s["t"] > t]
@@ -317,6 +376,7 @@ def _between(timeline: list[dict[str, Any]], t0: float, t1: float) -> float:
             return float(before[-1]["points"])
         a, b = before[-1], after[0]
         return a["points"] + (b["points"] - a["points"]) * (t - a["t"]) / (b["t"] - a["t"])
+
     return at(t1) - at(t0)
 
 
@@ -330,17 +390,27 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="the measured window")
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--quick", action="store_true", help="a 8 s window, 3 s warm-up")
-    parser.add_argument("--tree", type=Path, default=ROOT,
-                        help="run the api and scheduler of this checkout")
-    parser.add_argument("--profile", type=Path, default=None,
-                        help="write the api's and the scheduler's cProfile stats here")
+    parser.add_argument(
+        "--tree", type=Path, default=ROOT, help="run the api and scheduler of this checkout"
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="write the api's and the scheduler's cProfile stats here",
+    )
     # The emitter's own arguments (this script runs itself as the emitter).
     parser.add_argument("--emit", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--job-ids", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.emit:
-        emit(args.redis, [int(j) for j in args.job_ids.split(",")], args.steps, args.names,
-             args.seconds)
+        emit(
+            args.redis,
+            [int(j) for j in args.job_ids.split(",")],
+            args.steps,
+            args.names,
+            args.seconds,
+        )
         return
     if args.quick:
         args.seconds, args.warmup = 8.0, 3.0
@@ -366,46 +436,71 @@ def main() -> None:
         for n in sizes:
             jobs_of[n], all_jobs = all_jobs[:n], all_jobs[n:]
         port = processes.free_port()
-        env = {**os.environ, "COHORT_DATABASE_URL": db_url, "COHORT_REDIS_URL": args.redis,
-               "COHORT_DATA_DIR": str(data), "COHORT_API_PORT": str(port),
-               "COHORT_MAX_STREAMS_PER_TOKEN": str(args.clients + 10),
-               "COHORT_NODE_ID": "bench",
-               # The scheduler signs what it sends agents; none runs here.
-               "COHORT_SIGNING_KEY": os.environ.get("COHORT_SIGNING_KEY") or "b" * 64}
+        env = {
+            **os.environ,
+            "COHORT_DATABASE_URL": db_url,
+            "COHORT_REDIS_URL": args.redis,
+            "COHORT_DATA_DIR": str(data),
+            "COHORT_API_PORT": str(port),
+            "COHORT_MAX_STREAMS_PER_TOKEN": str(args.clients + 10),
+            "COHORT_NODE_ID": "bench",
+            # The scheduler signs what it sends agents; none runs here.
+            "COHORT_SIGNING_KEY": os.environ.get("COHORT_SIGNING_KEY") or "b" * 64,
+        }
         api = start_service(args.tree, ["api", "--port", str(port)], env, log, args.profile)
         scheduler = start_service(args.tree, ["scheduler"], env, log, args.profile)
         procs = [api, scheduler]
         url = f"http://127.0.0.1:{port}"
         processes.wait_healthy(url, {"api": api, "scheduler": scheduler})
-        print(f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; "
-              f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-              f"Python {platform.python_version()}; tree {args.tree}; "
-              f"{args.clients} SSE clients; each replica {args.steps:g} steps/s x "
-              f"{args.names} names, flushed every {FLUSH} s; window {args.seconds:g} s "
-              f"after {args.warmup:g} s", flush=True)
+        print(
+            f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; "
+            f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}; tree {args.tree}; "
+            f"{args.clients} SSE clients; each replica {args.steps:g} steps/s x "
+            f"{args.names} names, flushed every {FLUSH} s; window {args.seconds:g} s "
+            f"after {args.warmup:g} s",
+            flush=True,
+        )
         rounds = []
         for n in sizes:
             load_before = os.getloadavg()[0]
-            result = asyncio.run(run_round(
-                url=url, bus=bus, engine=engine, redis_url=args.redis, job_ids=jobs_of[n],
-                clients=args.clients, steps=args.steps, names=args.names,
-                warmup=args.warmup, seconds=args.seconds, api=psutil.Process(api.pid),
-                scheduler=psutil.Process(scheduler.pid)))
+            result = asyncio.run(
+                run_round(
+                    url=url,
+                    bus=bus,
+                    engine=engine,
+                    redis_url=args.redis,
+                    job_ids=jobs_of[n],
+                    clients=args.clients,
+                    steps=args.steps,
+                    names=args.names,
+                    warmup=args.warmup,
+                    seconds=args.seconds,
+                    api=psutil.Process(api.pid),
+                    scheduler=psutil.Process(scheduler.pid),
+                )
+            )
             rounds.append(result)
-            print(f"N={n}: {result} (load average {load_before:.1f} -> "
-                  f"{os.getloadavg()[0]:.1f})", flush=True)
+            print(
+                f"N={n}: {result} (load average {load_before:.1f} -> {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
             # Let the ingest drain before the next N.
             deadline = time.monotonic() + 60
             while unread(bus) and time.monotonic() < deadline:
                 time.sleep(0.5)
         print()
-        print("| N jobs | emitted /s | stored /s | unread at the end | emit -> SSE p50 | p99 "
-              "| received / expected | api CPU | scheduler CPU |")
+        print(
+            "| N jobs | emitted /s | stored /s | unread at the end | emit -> SSE p50 | p99 "
+            "| received / expected | api CPU | scheduler CPU |"
+        )
         print("|---|---|---|---|---|---|---|---|---|")
         for r in rounds:
-            print(f"| {r.jobs} | {r.offered:,.0f} | {r.stored:,.0f} | {r.backlog} | "
-                  f"{r.p50:.0f} ms | {r.p99:.0f} ms | {r.received:,} / {r.expected:,} | "
-                  f"{r.api_cpu:.0%} | {r.scheduler_cpu:.0%} |")
+            print(
+                f"| {r.jobs} | {r.offered:,.0f} | {r.stored:,.0f} | {r.backlog} | "
+                f"{r.p50:.0f} ms | {r.p99:.0f} ms | {r.received:,} / {r.expected:,} | "
+                f"{r.api_cpu:.0%} | {r.scheduler_cpu:.0%} |"
+            )
         print("targets: >= 50,000 points/s stored, sustained, with p99 <= 250 ms")
     finally:
         processes.stop(*procs)

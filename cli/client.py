@@ -32,8 +32,10 @@ def resolve_token(explicit: str | None = None) -> str | None:
         return explicit
     if os.environ.get("COHORT_TOKEN"):
         return os.environ["COHORT_TOKEN"]
-    for path in (Path.home() / ".config" / "cohort" / "token",
-                 get_settings().data_dir / "bootstrap-token"):
+    for path in (
+        Path.home() / ".config" / "cohort" / "token",
+        get_settings().data_dir / "bootstrap-token",
+    ):
         if path.is_file():
             return path.read_text().strip() or None
     return None
@@ -45,8 +47,9 @@ def default_url() -> str:
 
 
 class CohortClient:
-    def __init__(self, base_url: str | None = None, token: str | None = None,
-                 timeout: float = 30.0) -> None:
+    def __init__(
+        self, base_url: str | None = None, token: str | None = None, timeout: float = 30.0
+    ) -> None:
         self.base_url = (base_url or default_url()).rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
@@ -82,26 +85,33 @@ class CohortClient:
         return self._check(self.http.get(f"/api/v1/jobs/{job_id}/events"))
 
     def metrics(self, job_id: int, **params: Any) -> list[dict[str, Any]]:
-        return self._check(self.http.get(f"/api/v1/jobs/{job_id}/metrics",
-                                         params=params))["items"]
+        return self._check(self.http.get(f"/api/v1/jobs/{job_id}/metrics", params=params))["items"]
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._check(self.http.get("/api/v1/nodes"))
 
     def logs(self, job_id: int, **params: Any) -> list[dict[str, Any]]:
-        return self._check(self.http.get(f"/api/v1/jobs/{job_id}/logs",
-                                         params=params))["items"]
+        return self._check(self.http.get(f"/api/v1/jobs/{job_id}/logs", params=params))["items"]
 
-    def stream(self, job_id: int, *, kinds: tuple[str, ...] = ("status", "metric", "log"),
-               last_event_id: str | None = None) -> Iterator[Event]:
+    def stream(
+        self,
+        job_id: int,
+        *,
+        kinds: tuple[str, ...] = ("status", "metric", "log"),
+        last_event_id: str | None = None,
+    ) -> Iterator[Event]:
         """Events of a job's SSE stream, to its terminal status; reconnects with
         Last-Event-ID if it drops."""
         while True:
             headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
             try:
-                with self.http.stream("GET", f"/api/v1/jobs/{job_id}/stream",
-                                      params={"kinds": list(kinds)}, headers=headers,
-                                      timeout=httpx.Timeout(10.0, read=60.0)) as response:
+                with self.http.stream(
+                    "GET",
+                    f"/api/v1/jobs/{job_id}/stream",
+                    params={"kinds": list(kinds)},
+                    headers=headers,
+                    timeout=httpx.Timeout(10.0, read=60.0),
+                ) as response:
                     if response.status_code == 204:  # had the terminal status: over
                         return
                     if response.status_code >= 400:
@@ -110,8 +120,10 @@ class CohortClient:
                     for event in parse_lines(response.iter_lines()):
                         last_event_id = event.id or last_event_id
                         yield event
-                        if event.event == "status" and \
-                                event.data.get("status") in TERMINAL_STATUSES:
+                        if (
+                            event.event == "status"
+                            and event.data.get("status") in TERMINAL_STATUSES
+                        ):
                             return  # the stream's last event
             except (httpx.TransportError, httpx.RemoteProtocolError):
                 time.sleep(1.0)  # dropped: resume exactly where we were
@@ -130,15 +142,19 @@ class CohortClient:
         return self._put_file(f"/api/v1/bundles/{digest}", path, "application/gzip", 300.0)
 
     def artifacts(self, job_id: int) -> list[dict[str, Any]]:
-        return self._check(self.http.get(f"/api/v1/jobs/{job_id}/artifacts",
-                                         timeout=300.0))["items"]
+        return self._check(self.http.get(f"/api/v1/jobs/{job_id}/artifacts", timeout=300.0))[
+            "items"
+        ]
 
     def download(self, job_id: int, path: str, dest: Path) -> str:
         """Stream one artifact (a file, or a directory as .tar.gz) into `dest`; returns its
         Content-Type."""
-        with self.http.stream("GET", f"/api/v1/jobs/{job_id}/artifacts/download",
-                              params={"path": path},
-                              timeout=httpx.Timeout(30.0, read=300.0)) as response:
+        with self.http.stream(
+            "GET",
+            f"/api/v1/jobs/{job_id}/artifacts/download",
+            params={"path": path},
+            timeout=httpx.Timeout(30.0, read=300.0),
+        ) as response:
             if response.status_code >= 400:
                 response.read()
                 self._check(response)
@@ -149,18 +165,26 @@ class CohortClient:
 
     def upload_data(self, path: str, source: Path) -> dict[str, Any]:
         """PUT a file to `path` of the project's data, streamed from disk."""
-        return self._put_file(f"/api/v1/data/{quote(path)}", source,
-                              "application/octet-stream", 3600.0)
+        return self._put_file(
+            f"/api/v1/data/{quote(path)}", source, "application/octet-stream", 3600.0
+        )
 
-    def _put_file(self, url: str, source: Path, content_type: str,
-                  write_timeout: float) -> dict[str, Any]:
+    def _put_file(
+        self, url: str, source: Path, content_type: str, write_timeout: float
+    ) -> dict[str, Any]:
         """PUT a local file as the body, streamed from disk (not read into memory)."""
         with open(source, "rb") as body:
-            return self._check(self.http.put(
-                url, content=body,
-                headers={"Content-Type": content_type,
-                         "Content-Length": str(source.stat().st_size)},
-                timeout=httpx.Timeout(30.0, write=write_timeout)))
+            return self._check(
+                self.http.put(
+                    url,
+                    content=body,
+                    headers={
+                        "Content-Type": content_type,
+                        "Content-Length": str(source.stat().st_size),
+                    },
+                    timeout=httpx.Timeout(30.0, write=write_timeout),
+                )
+            )
 
     def data(self) -> list[dict[str, Any]]:
         return self._check(self.http.get("/api/v1/data", timeout=300.0))["items"]

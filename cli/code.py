@@ -19,8 +19,7 @@ from cli.options import JobArg, JsonOpt, TokenOpt, UrlOpt, connect, console, emi
 from services.settings import get_settings
 from services.storage.bundles import BundleInfo, BundleRejected, Limits, pack, unpack
 
-bundle_app = typer.Typer(help="Code bundles: pack and upload a directory.",
-                         no_args_is_help=True)
+bundle_app = typer.Typer(help="Code bundles: pack and upload a directory.", no_args_is_help=True)
 # Downloads are the job's own outputs, not code: the same checks on what an archive
 # holds (no absolute paths, `..`, links out, devices), with room for large models.
 DOWNLOAD_LIMITS = Limits(max_files=1_000_000, max_unpacked_bytes=1 << 50)
@@ -41,25 +40,31 @@ def push_bundle(client: CohortClient, directory: Path, say: Console) -> BundleIn
             err.print(f"[red]cannot pack {directory}:[/] {exc}")
             raise typer.Exit(2) from exc
         if info.size > limit:
-            err.print(f"[red]bundle is {_mib(info.size)} MiB, over the limit of "
-                      f"{_mib(limit)} MiB[/] (COHORT_MAX_BUNDLE_BYTES): list large files in "
-                      f"{directory}/.cohortignore and read data from the artifact store")
+            err.print(
+                f"[red]bundle is {_mib(info.size)} MiB, over the limit of "
+                f"{_mib(limit)} MiB[/] (COHORT_MAX_BUNDLE_BYTES): list large files in "
+                f"{directory}/.cohortignore and read data from the artifact store"
+            )
             raise typer.Exit(2)
         if guarded(lambda: client.has_bundle(info.digest)):
-            say.print(f"bundle {info.digest} ({info.files} files, {_mib(info.size)} MiB) "
-                      "is already uploaded")
+            say.print(
+                f"bundle {info.digest} ({info.files} files, {_mib(info.size)} MiB) "
+                "is already uploaded"
+            )
         else:
             guarded(lambda: client.upload_bundle(info.digest, archive))
-            say.print(f"uploaded bundle {info.digest} ({info.files} files, "
-                      f"{_mib(info.size)} MiB)")
+            say.print(f"uploaded bundle {info.digest} ({info.files} files, {_mib(info.size)} MiB)")
     return info
 
 
 @bundle_app.command("push")
 def bundle_push(
-    directory: Annotated[Path, typer.Argument(help="the code directory", exists=True,
-                                              file_okay=False)],
-    token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False,
+    directory: Annotated[
+        Path, typer.Argument(help="the code directory", exists=True, file_okay=False)
+    ],
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Pack and upload a directory; prints its digest (for a job's or schedule's `bundle`)."""
     info = push_bundle(connect(url, token), directory, err)
@@ -74,8 +79,9 @@ def register(app: typer.Typer) -> None:
     app.add_typer(bundle_app, name="bundle")
 
     @app.command("artifacts")
-    def list_artifacts(job_id: JobArg, token: TokenOpt = None, url: UrlOpt = None,
-                       as_json: JsonOpt = False) -> None:
+    def list_artifacts(
+        job_id: JobArg, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False
+    ) -> None:
         """List a job's artifacts: path, size and sha256."""
         items = guarded(lambda: connect(url, token).artifacts(job_id))
         if as_json:
@@ -90,9 +96,11 @@ def register(app: typer.Typer) -> None:
     def download(
         job_id: JobArg,
         path: Annotated[str, typer.Argument(help="e.g. model; omitted: everything")] = "",
-        output: Annotated[Path, typer.Option("--output", "-o", help="directory to write")]
-        = Path("."),
-        token: TokenOpt = None, url: UrlOpt = None,
+        output: Annotated[Path, typer.Option("--output", "-o", help="directory to write")] = Path(
+            "."
+        ),
+        token: TokenOpt = None,
+        url: UrlOpt = None,
     ) -> None:
         """Download an artifact: a file as it is, a directory unpacked (checked) into -o."""
         written = save_artifact(connect(url, token), job_id, path, output)

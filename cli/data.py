@@ -11,24 +11,31 @@ from rich.table import Table
 
 from cli.options import JsonOpt, TokenOpt, UrlOpt, connect, console, emit_json, guarded
 
-data_app = typer.Typer(help="The project's data in the artifact store (job `inputs`).",
-                       no_args_is_help=True)
+data_app = typer.Typer(
+    help="The project's data in the artifact store (job `inputs`).", no_args_is_help=True
+)
 PathArg = Annotated[str, typer.Argument(help="path in the project's data, e.g. digits/train.csv")]
 
 
 @data_app.command("push")
 def push(
     file: Annotated[Path, typer.Argument(help="the local file", exists=True, dir_okay=False)],
-    path: PathArg, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False,
+    path: PathArg,
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Upload FILE to PATH of the project's data (replacing what was there)."""
     stored = guarded(lambda: connect(url, token).upload_data(path, file))
     if as_json:
         emit_json(stored)
     else:
-        console.print(f"uploaded {file} to {stored['path']} ({stored['size']} bytes); a job "
-                      f"names it in its inputs as data/{stored['path']}", soft_wrap=True,
-                      markup=False)
+        console.print(
+            f"uploaded {file} to {stored['path']} ({stored['size']} bytes); a job "
+            f"names it in its inputs as data/{stored['path']}",
+            soft_wrap=True,
+            markup=False,
+        )
 
 
 @data_app.command("ls")

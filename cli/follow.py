@@ -22,8 +22,9 @@ class _View:
         hp = job["hyperparameters"]
         # The built-in trainers (and Keras trainers that follow them) name their length;
         # a command's or another trainer's is unknown: steps are counted without a total.
-        sized = all(isinstance(hp.get(key), int) and hp[key] > 0
-                    for key in ("epochs", "steps_per_epoch"))
+        sized = all(
+            isinstance(hp.get(key), int) and hp[key] > 0 for key in ("epochs", "steps_per_epoch")
+        )
         self.epochs = int(hp["epochs"]) if sized else 0
         self.steps_per_epoch = int(hp["steps_per_epoch"]) if sized else 0
         self.total: int | None = self.epochs * self.steps_per_epoch if sized else None
@@ -40,9 +41,14 @@ class _View:
             self.state[index] = {"step": 0, "loss": None, "accuracy": None}
             if self.progress is not None:
                 self.tasks[index] = self.progress.add_task(
-                    f"job {self.job['id']} replica {index}", total=self.total,
-                    status=self.job["status"], epoch=self._epoch(0), loss="-", acc="-",
-                    steps=self._steps(0))
+                    f"job {self.job['id']} replica {index}",
+                    total=self.total,
+                    status=self.job["status"],
+                    epoch=self._epoch(0),
+                    loss="-",
+                    acc="-",
+                    steps=self._steps(0),
+                )
         return self.state[index]
 
     def _steps(self, step: int) -> str:
@@ -67,8 +73,10 @@ class _View:
         if final:
             self.render(force=True)
         if self.progress is None:
-            self.console.print(f"job {job['id']} {job['status']}"
-                               + (f": {job['reason']}" if job.get("reason") else ""))
+            self.console.print(
+                f"job {job['id']} {job['status']}"
+                + (f": {job['reason']}" if job.get("reason") else "")
+            )
         if not final:
             self.render(force=True)
 
@@ -90,13 +98,21 @@ class _View:
             acc = f"{state['accuracy']:.3f}" if state["accuracy"] is not None else "-"
             epoch = self._epoch(state["step"])
             if self.progress is not None:
-                self.progress.update(self.tasks[index], completed=state["step"], loss=loss,
-                                     acc=acc, epoch=epoch, status=self.job["status"],
-                                     steps=self._steps(state["step"]))
+                self.progress.update(
+                    self.tasks[index],
+                    completed=state["step"],
+                    loss=loss,
+                    acc=acc,
+                    epoch=epoch,
+                    status=self.job["status"],
+                    steps=self._steps(state["step"]),
+                )
                 continue
             now = time.monotonic()
-            line = (f"replica {index} epoch {epoch} step {self._steps(state['step'])} "
-                    f"loss {loss} acc {acc}")
+            line = (
+                f"replica {index} epoch {epoch} step {self._steps(state['step'])} "
+                f"loss {loss} acc {acc}"
+            )
             if not state["step"] or line == self.last_line.get(index):
                 continue  # nothing new to say for this replica
             if force or now - self.printed.get(index, 0) >= LINE_EVERY:
@@ -110,13 +126,18 @@ def follow_job(client: CohortClient, job_id: int, console: Console) -> dict[str,
     job = client.job(job_id)
     progress = None
     if console.is_terminal:
-        progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                            TextColumn("{task.fields[status]}"),
-                            TextColumn("epoch {task.fields[epoch]}"),
-                            TextColumn("step {task.fields[steps]}"),
-                            TextColumn("loss {task.fields[loss]}"),
-                            TextColumn("acc {task.fields[acc]}"), TimeElapsedColumn(),
-                            console=console, transient=False)
+        progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[status]}"),
+            TextColumn("epoch {task.fields[epoch]}"),
+            TextColumn("step {task.fields[steps]}"),
+            TextColumn("loss {task.fields[loss]}"),
+            TextColumn("acc {task.fields[acc]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
     view = _View(job, console, progress)
     if progress is not None:
         progress.start()

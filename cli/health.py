@@ -71,8 +71,9 @@ def check_api(settings: Settings) -> str:
     return f"api: ready at {url}"
 
 
-def check_scheduler(settings: Settings, client: redis.Redis, now: float,
-                    max_age: float | None = None) -> str:
+def check_scheduler(
+    settings: Settings, client: redis.Redis, now: float, max_age: float | None = None
+) -> str:
     raw = client.get(SCHEDULER_PASS)
     if raw is None:
         raise Unhealthy("scheduler: no scheduling pass recorded in Redis yet")
@@ -98,13 +99,19 @@ def check_agent(settings: Settings, client: redis.Redis, now: float) -> str:
         raise Unhealthy(f"agent: unreadable heartbeat of node {node_id!r}: {exc}") from exc
     age = now - beat.ts
     if age > settings.NODE_TIMEOUT:
-        raise Unhealthy(f"agent: node {node_id!r} last beat {age:.0f}s ago "
-                        f"(more than NODE_TIMEOUT={settings.NODE_TIMEOUT:.0f}s)")
+        raise Unhealthy(
+            f"agent: node {node_id!r} last beat {age:.0f}s ago "
+            f"(more than NODE_TIMEOUT={settings.NODE_TIMEOUT:.0f}s)"
+        )
     return f"agent: node {node_id!r} beat {max(age, 0.0):.1f}s ago"
 
 
-def check(service: Service, settings: Settings, max_age: float | None = None,
-          clock: Callable[[], float] = time.time) -> str:
+def check(
+    service: Service,
+    settings: Settings,
+    max_age: float | None = None,
+    clock: Callable[[], float] = time.time,
+) -> str:
     """The one line saying the service is healthy.
 
     Raises:
@@ -118,17 +125,22 @@ def check(service: Service, settings: Settings, max_age: float | None = None,
             return check_scheduler(settings, client, clock(), max_age)
         return check_agent(settings, client, clock())
     except redis.RedisError as exc:
-        raise Unhealthy(f"{service}: cannot read Redis at "
-                        f"{redacted(settings.redis_url)}: {exc}") from exc
+        raise Unhealthy(
+            f"{service}: cannot read Redis at {redacted(settings.redis_url)}: {exc}"
+        ) from exc
     finally:
         client.close()
 
 
 def health(
     service: Annotated[Service, typer.Argument(help="the service to check")],
-    max_age: Annotated[float | None, typer.Option(
-        help="scheduler: how old its last pass may be, seconds "
-             "(default: 30, or 5 scheduler intervals if longer)")] = None,
+    max_age: Annotated[
+        float | None,
+        typer.Option(
+            help="scheduler: how old its last pass may be, seconds "
+            "(default: 30, or 5 scheduler intervals if longer)"
+        ),
+    ] = None,
 ) -> None:
     """Exit 0 if SERVICE (api, scheduler, agent) works, 1 if not, with one line saying why."""
     try:

@@ -60,17 +60,24 @@ def _password(variable: str) -> str:
 
 def redis_acl_command(
     node_ids: Annotated[list[str], typer.Argument(help="the COHORT_NODE_ID of every agent")],
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="write the file here (mode 0644: it holds only password "
-                               "hashes) instead of printing it")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="write the file here (mode 0644: it holds only password "
+            "hashes) instead of printing it",
+        ),
+    ] = None,
 ) -> None:
     """Print a Redis ACL file: the control plane as `default` (REDIS_PASSWORD) and
     `agent-NODE_ID` per node (REDIS_AGENT_PASSWORD_<NODE_ID>, upper case, other characters
     as _). Replicas get no user: they report through their agent."""
     try:
-        text = acl_file(control_password=_password("REDIS_PASSWORD"),
-                        agents={node: _password(agent_password_variable(node))
-                                for node in node_ids})
+        text = acl_file(
+            control_password=_password("REDIS_PASSWORD"),
+            agents={node: _password(agent_password_variable(node)) for node in node_ids},
+        )
     except ValueError as exc:
         typer.echo(f"cohort: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -37,8 +37,11 @@ from services.auth.scopes import Scope
 from services.data_dir import PROCESS_UMASK
 from services.settings import get_settings
 
-app = typer.Typer(help="Cohort: distributed TensorFlow training jobs as a service.",
-                  no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="Cohort: distributed TensorFlow training jobs as a service.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 app.command()(health)
 
 # The commands that run Cohort's own processes, or write its database: what they (and
@@ -46,8 +49,7 @@ app.command()(health)
 # create is their user's alone, on a host where replicas run as other users
 # (services/data_dir.py). Not the client's commands: a model `cohort download` writes
 # into a user's directory gets the user's usual mode.
-SERVICE_COMMANDS = frozenset({"api", "scheduler", "agent", "migrate", "up", "demo",
-                              "create-token"})
+SERVICE_COMMANDS = frozenset({"api", "scheduler", "agent", "migrate", "up", "demo", "create-token"})
 
 
 @app.callback()
@@ -56,19 +58,27 @@ def main(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand in SERVICE_COMMANDS:
         os.umask(PROCESS_UMASK)
 
+
 DEMO_JOB: dict[str, Any] = {
     "name": "demo-mlp-digits",
     "trainer": "mlp_digits",
     "strategy": "multi_worker_mirrored",
     "replicas": 2,
-    "hyperparameters": {"epochs": 5, "steps_per_epoch": 20, "batch_size": 32,
-                        "learning_rate": 0.01},
+    "hyperparameters": {
+        "epochs": 5,
+        "steps_per_epoch": 20,
+        "batch_size": 32,
+        "learning_rate": 0.01,
+    },
 }
 
 
 def _logging() -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
 
 
 def _sigterm_as_interrupt() -> None:
@@ -127,9 +137,16 @@ def api(host: str | None = None, port: int | None = None) -> None:
     # login throttle counts (api/login_throttle.py). No proxy is trusted unless the
     # operator lists it.
     proxies = os.environ.get("FORWARDED_ALLOW_IPS", "").strip()
-    uvicorn.run("api.main:app", host=host or settings.API_HOST, port=port or settings.API_PORT,
-                log_level="warning", access_log=False, workers=settings.API_WORKERS,
-                proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None)
+    uvicorn.run(
+        "api.main:app",
+        host=host or settings.API_HOST,
+        port=port or settings.API_PORT,
+        log_level="warning",
+        access_log=False,
+        workers=settings.API_WORKERS,
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None,
+    )
     _exit_at_once()
 
 
@@ -227,14 +244,20 @@ def _report(client: Any, job: dict[str, Any]) -> int:
     if job["status"] != "succeeded":
         err.print(f"[red]job {job['id']} {job['status']}:[/] {job['reason']}")
         return 1
-    evals = {p["name"]: p["value"] for p in client.metrics(job["id"], replica=0,
-                                                           name=["eval_accuracy", "eval_loss"])}
+    evals = {
+        p["name"]: p["value"]
+        for p in client.metrics(job["id"], replica=0, name=["eval_accuracy", "eval_loss"])
+    }
     for replica in job["replica_list"]:
-        console.print(f"  replica {replica['index']} on {replica['node_id']} "
-                      f"({replica['address']}): exit {replica['exit_code']}")
+        console.print(
+            f"  replica {replica['index']} on {replica['node_id']} "
+            f"({replica['address']}): exit {replica['exit_code']}"
+        )
     if len(evals) == 2:  # the built-in trainer's held-out evaluation
-        console.print(f"[green]job {job['id']} succeeded[/]: held-out accuracy "
-                      f"{evals['eval_accuracy']:.3f}, loss {evals['eval_loss']:.4f}")
+        console.print(
+            f"[green]job {job['id']} succeeded[/]: held-out accuracy "
+            f"{evals['eval_accuracy']:.3f}, loss {evals['eval_loss']:.4f}"
+        )
         return 0
     losses = client.metrics(job["id"], replica=0, name=["loss"], attempt=job["attempt"])
     last = f": last loss {losses[-1]['value']:.4f} at step {losses[-1]['step']}" if losses else ""
@@ -244,11 +267,18 @@ def _report(client: Any, job: dict[str, Any]) -> int:
 
 @app.command()
 def submit(
-    spec_file: Annotated[Path, typer.Argument(help="job spec (YAML or JSON)", exists=True,
-                                              dir_okay=False)],
-    code: Annotated[Path | None, typer.Option(
-        "--code", help="a directory to pack (honouring .cohortignore) and run the job in",
-        exists=True, file_okay=False)] = None,
+    spec_file: Annotated[
+        Path, typer.Argument(help="job spec (YAML or JSON)", exists=True, dir_okay=False)
+    ],
+    code: Annotated[
+        Path | None,
+        typer.Option(
+            "--code",
+            help="a directory to pack (honouring .cohortignore) and run the job in",
+            exists=True,
+            file_okay=False,
+        ),
+    ] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
     token: TokenOpt = None,
     url: UrlOpt = None,
@@ -264,7 +294,8 @@ def submit(
     client = connect(url, token)
     if code is not None:
         spec["bundle"] = guarded(
-            lambda: push_bundle(client, code, err if as_json else console)).digest
+            lambda: push_bundle(client, code, err if as_json else console)
+        ).digest
     job = guarded(lambda: client.submit(spec, idempotency_key=idempotency_key))
     if as_json and not follow:
         console.print_json(json.dumps(job))
@@ -280,9 +311,12 @@ def submit(
 
 @app.command("create-token")
 def create_token(
-    project: str = "default", name: str = "cli",
+    project: str = "default",
+    name: str = "cli",
     scope: Annotated[list[Scope], typer.Option(help="repeat for several")] = [  # noqa: B006
-        Scope.READ, Scope.SUBMIT],
+        Scope.READ,
+        Scope.SUBMIT,
+    ],
 ) -> None:
     """Issue a token straight in the database (needs its credentials; with an admin token,
     `cohort tokens create` does it over the API)."""

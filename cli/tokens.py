@@ -12,13 +12,18 @@ from rich.table import Table
 from cli.options import JsonOpt, TokenOpt, UrlOpt, api, console, emit_json, err
 from services.auth.scopes import GRANTS, Scope
 
-tokens_app = typer.Typer(help="API tokens: list, issue and revoke them (admins).",
-                         no_args_is_help=True)
+tokens_app = typer.Typer(
+    help="API tokens: list, issue and revoke them (admins).", no_args_is_help=True
+)
 _DURATION = re.compile(r"^(\d+)([smhd]?)$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-ScopeOpt = Annotated[list[Scope], typer.Option(
-    "--scope", help="repeat for several: " + "; ".join(f"{s.value}: {w}" for s, w in
-                                                      GRANTS.items()))]
+ScopeOpt = Annotated[
+    list[Scope],
+    typer.Option(
+        "--scope",
+        help="repeat for several: " + "; ".join(f"{s.value}: {w}" for s, w in GRANTS.items()),
+    ),
+]
 
 
 def parse_duration(text: str) -> int:
@@ -37,7 +42,9 @@ def _when(value: str | None) -> str:
 @tokens_app.command("list")
 def list_tokens(
     project: Annotated[str | None, typer.Option(help="only this project's")] = None,
-    token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False,
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """List tokens (no secrets): project, name, scopes, state, expiry, last use."""
     path = "/api/v1/tokens" + (f"?project={project}" if project else "")
@@ -48,8 +55,15 @@ def list_tokens(
     table = Table("id", "project", "name", "scopes", "state", "expires", "last used")
     for item in items:
         name = item["name"] + (" (bootstrap)" if item["bootstrap"] else "")
-        table.add_row(str(item["id"]), item["project"], name, ", ".join(item["scopes"]),
-                      item["state"], _when(item["expires_at"]), _when(item["last_used_at"]))
+        table.add_row(
+            str(item["id"]),
+            item["project"],
+            name,
+            ", ".join(item["scopes"]),
+            item["state"],
+            _when(item["expires_at"]),
+            _when(item["last_used_at"]),
+        )
     console.print(table)
 
 
@@ -58,39 +72,47 @@ def create(
     name: Annotated[str, typer.Option(help="what it is for, e.g. ci")],
     scope: ScopeOpt,
     project: Annotated[str, typer.Option(help="created if new")] = "default",
-    expires_in: Annotated[str | None, typer.Option(
-        help="e.g. 90d, 12h, 30m; unset: never")] = None,
-    token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False,
+    expires_in: Annotated[str | None, typer.Option(help="e.g. 90d, 12h, 30m; unset: never")] = None,
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Issue a token; its secret is printed this once and never again."""
-    body: dict[str, Any] = {"project": project, "name": name,
-                            "scopes": [s.value for s in scope]}
+    body: dict[str, Any] = {"project": project, "name": name, "scopes": [s.value for s in scope]}
     if expires_in is not None:
         body["expires_in"] = parse_duration(expires_in)
     created = api(url, token, "POST", "/api/v1/tokens", body)
     if as_json:
         emit_json(created)
         return
-    expiry = f"expires {_when(created['expires_at'])} UTC" if created["expires_at"] \
-        else "never expires"
-    err.print(f"token {created['id']} of project {created['project']} "
-              f"({', '.join(created['scopes'])}; {expiry}); store it now, it is not shown "
-              "again:", markup=False)
+    expiry = (
+        f"expires {_when(created['expires_at'])} UTC" if created["expires_at"] else "never expires"
+    )
+    err.print(
+        f"token {created['id']} of project {created['project']} "
+        f"({', '.join(created['scopes'])}; {expiry}); store it now, it is not shown "
+        "again:",
+        markup=False,
+    )
     console.print(created["token"], markup=False, soft_wrap=True)
 
 
 @tokens_app.command("revoke")
 def revoke(
     token_id: Annotated[int, typer.Argument(help="the token's id (cohort tokens list)")],
-    token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False,
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Revoke a token: refused from its next request on, its dashboard sessions ended."""
     revoked = api(url, token, "DELETE", f"/api/v1/tokens/{token_id}")
     if as_json:
         emit_json(revoked)
         return
-    console.print(f"revoked token {revoked['id']} ({revoked['name']}, project "
-                  f"{revoked['project']})", markup=False)
+    console.print(
+        f"revoked token {revoked['id']} ({revoked['name']}, project {revoked['project']})",
+        markup=False,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -73,8 +73,9 @@ def encode_line(step: Any, metrics: dict[str, Any]) -> bytes:
     return (json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n").encode()
 
 
-def points_record(step: int, epoch: int | None, metrics: dict[str, float],
-                  ts: float) -> dict[str, Any]:
+def points_record(
+    step: int, epoch: int | None, metrics: dict[str, float], ts: float
+) -> dict[str, Any]:
     """The object of one line of points already checked (finite floats, short names);
     the runner serialises it with orjson, the same JSON, several times faster."""
     record: dict[str, Any] = {"step": step, "metrics": metrics, "ts": ts}
@@ -122,7 +123,7 @@ def _append(path: str, line: bytes) -> None:
         # One write per line (the reader keeps a partial last line for its next read);
         # the loop only matters if the kernel ever writes less than asked.
         while view:
-            view = view[os.write(_fd, view):]
+            view = view[os.write(_fd, view) :]
 
 
 def _warn_once() -> None:
@@ -156,7 +157,7 @@ def decode_line(raw: bytes) -> Decoded:
     if "beat" in record:
         beat = record["beat"]
         if len(record) != 1 or not _is_finite(beat):
-            raise ValueError(f"a beat is {{\"beat\": unix time}}, got {record!r:.60}")
+            raise ValueError(f'a beat is {{"beat": unix time}}, got {record!r:.60}')
         return Decoded([], float(beat))
     step, metrics, ts = record.get("step"), record.get("metrics"), record.get("ts", time.time())
     epoch = record.get("epoch")
@@ -183,5 +184,4 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 
 def _is_finite(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -28,8 +28,9 @@ def requirements(project: dict[str, Any], extras: list[str]) -> list[str]:
         if extra in seen:
             continue
         if extra not in optional:
-            raise SystemExit(f"pyproject.toml has no extra {extra!r} (it has "
-                             f"{', '.join(sorted(optional))})")
+            raise SystemExit(
+                f"pyproject.toml has no extra {extra!r} (it has {', '.join(sorted(optional))})"
+            )
         seen.add(extra)
         for requirement in optional[extra]:
             nested = SELF.match(requirement.replace(" ", ""))

@@ -40,8 +40,11 @@ def make_private(name: str, dir_fd: int, mode: int | None = None) -> None:
     (or give it `mode`), never through a link: a link is left as it is (Linux has no
     mode of a link to change, and its target is not ours to change)."""
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-                     | os.O_NOCTTY, dir_fd=dir_fd)
+        fd = os.open(
+            name,
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY,
+            dir_fd=dir_fd,
+        )
     except OSError as exc:
         if exc.errno not in (errno.ELOOP, errno.ENOENT, errno.ENXIO):
             log.warning("cannot make %s private: %s", name, exc)

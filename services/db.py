@@ -73,8 +73,7 @@ def database_unreachable(exc: BaseException) -> bool:
     error is a bug or bad data, and retrying would repeat it."""
     if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
         return True  # SQLAlchemy saw the driver's disconnect (closed, reset, shut down)
-    return isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError
-                      | sa.exc.TimeoutError)
+    return isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError | sa.exc.TimeoutError)
 
 
 @lru_cache(maxsize=1)
@@ -106,8 +105,7 @@ def session_scope() -> Iterator[Session]:
 Columns = TypeVarTuple("Columns")
 
 
-def read_rows(session: Session, query: sa.Select[*Columns]
-              ) -> Sequence[sa.Row[*Columns]]:
+def read_rows(session: Session, query: sa.Select[*Columns]) -> Sequence[sa.Row[*Columns]]:
     """The rows of a query of columns (not of mapped objects), run on the session's
     connection once its pending changes are flushed: the ORM's handling of each row
     costs a scheduling pass a quarter more on the tens of thousands of rows it reads of
@@ -124,8 +122,9 @@ Row = TypeVar("Row")
 MAX_SQL_INT = 2**31 - 1
 
 
-def newest_first_page(session: Session, query: sa.Select[Row], id_column: Any,
-                      before: int | None, limit: int) -> tuple[list[Row], int | None]:
+def newest_first_page(
+    session: Session, query: sa.Select[Row], id_column: Any, before: int | None, limit: int
+) -> tuple[list[Row], int | None]:
     """One page of `query` by descending id below `before` (keyset paging); returns the
     rows and the id to continue below, or None on the last page."""
     if before is not None:

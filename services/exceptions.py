@@ -105,8 +105,10 @@ class NoPromotedModel(NotFound):
 
     def __init__(self, schedule_id: int) -> None:
         super().__init__("promoted model of schedule", schedule_id)
-        self.args = (f"schedule {schedule_id} has no promoted model yet: it needs `promote` set "
-                     "and a run that succeeded with the chosen metric",)
+        self.args = (
+            f"schedule {schedule_id} has no promoted model yet: it needs `promote` set "
+            "and a run that succeeded with the chosen metric",
+        )
 
 
 class InvalidEventId(FieldError):
@@ -118,9 +120,11 @@ class BundleNotFound(NotFound):
 
     def __init__(self, digest: str) -> None:
         super().__init__("bundle", digest)
-        self.args = (f"bundle {digest} not found in this project: upload it with "
-                     "`cohort submit JOB.yaml --code DIR` or `cohort bundle push DIR` "
-                     f"(PUT /api/v1/bundles/{digest})",)
+        self.args = (
+            f"bundle {digest} not found in this project: upload it with "
+            "`cohort submit JOB.yaml --code DIR` or `cohort bundle push DIR` "
+            f"(PUT /api/v1/bundles/{digest})",
+        )
 
 
 class TooLarge(CohortError):
@@ -131,9 +135,11 @@ class BundleTooLarge(TooLarge):
     """An upload past COHORT_MAX_BUNDLE_BYTES (413)."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(f"the bundle is over the limit of {limit / 2**20:.0f} MiB "
-                         f"({limit} bytes, COHORT_MAX_BUNDLE_BYTES): add large files to "
-                         ".cohortignore and read data from the artifact store instead")
+        super().__init__(
+            f"the bundle is over the limit of {limit / 2**20:.0f} MiB "
+            f"({limit} bytes, COHORT_MAX_BUNDLE_BYTES): add large files to "
+            ".cohortignore and read data from the artifact store instead"
+        )
         self.limit = limit
 
 
@@ -147,8 +153,10 @@ class ArtifactNotFound(NotFound):
 
     def __init__(self, job_id: int, path: str) -> None:
         super().__init__("artifact", path)
-        self.args = (f"job {job_id} has no artifact {path!r}; GET "
-                     f"/api/v1/jobs/{job_id}/artifacts lists them",)
+        self.args = (
+            f"job {job_id} has no artifact {path!r}; GET "
+            f"/api/v1/jobs/{job_id}/artifacts lists them",
+        )
 
 
 class InvalidArtifactPath(FieldError):
@@ -165,17 +173,21 @@ class DataNotFound(NotFound):
 
     def __init__(self, path: str) -> None:
         super().__init__("data", path)
-        self.args = (f"data {path!r} not found in this project: upload it with "
-                     f"`cohort data push FILE {path}` (PUT /api/v1/data/{path}); "
-                     "`cohort data ls` lists what the project has",)
+        self.args = (
+            f"data {path!r} not found in this project: upload it with "
+            f"`cohort data push FILE {path}` (PUT /api/v1/data/{path}); "
+            "`cohort data ls` lists what the project has",
+        )
 
 
 class DataTooLarge(TooLarge):
     """A data upload past COHORT_MAX_DATA_BYTES (413)."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(f"the file is over the limit of {limit / 2**20:.0f} MiB ({limit} "
-                         "bytes, COHORT_MAX_DATA_BYTES): split it into several files")
+        super().__init__(
+            f"the file is over the limit of {limit / 2**20:.0f} MiB ({limit} "
+            "bytes, COHORT_MAX_DATA_BYTES): split it into several files"
+        )
         self.limit = limit
 
 
@@ -208,8 +220,7 @@ class QuotaError(FieldError):
     """A refusal by a project's quota: which limit (`quota`), what the project uses or
     the request asks (`used`), and what the quota allows (`allowed`)."""
 
-    def __init__(self, field: str, message: str, *, quota: str, used: int,
-                 allowed: int) -> None:
+    def __init__(self, field: str, message: str, *, quota: str, used: int, allowed: int) -> None:
         super().__init__(field, message)
         self.quota = quota
         self.used = used

@@ -165,8 +165,14 @@ class Settings(BaseSettings):
     QUOTA_MAX_SCHEDULES: int | None = Field(100, ge=0)
     QUOTA_MAX_PRIORITY: int | None = Field(10, ge=-1000, le=1000)
 
-    @field_validator("QUOTA_MAX_QUEUED_JOBS", "QUOTA_MAX_RUNNING_REPLICAS", "QUOTA_MAX_GPUS",
-                     "QUOTA_MAX_SCHEDULES", "QUOTA_MAX_PRIORITY", mode="before")
+    @field_validator(
+        "QUOTA_MAX_QUEUED_JOBS",
+        "QUOTA_MAX_RUNNING_REPLICAS",
+        "QUOTA_MAX_GPUS",
+        "QUOTA_MAX_SCHEDULES",
+        "QUOTA_MAX_PRIORITY",
+        mode="before",
+    )
     @classmethod
     def _no_limit(cls, value: object) -> object:
         # An environment variable cannot be null: an empty value or "none" means no limit.
@@ -190,7 +196,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"COHORT_SCHEDULER_LOCK_TTL ({self.SCHEDULER_LOCK_TTL:g}) must be at least "
                 f"twice COHORT_SCHEDULER_INTERVAL ({self.SCHEDULER_INTERVAL:g}): raise the "
-                "lock's TTL or shorten the interval")
+                "lock's TTL or shorten the interval"
+            )
         return self
 
     @model_validator(mode="after")
@@ -202,7 +209,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"COHORT_AGENT_LEASE ({self.AGENT_LEASE:g}) must be longer than "
                 f"COHORT_HEARTBEAT_INTERVAL ({self.HEARTBEAT_INTERVAL:g}) and shorter than "
-                f"COHORT_NODE_TIMEOUT ({self.NODE_TIMEOUT:g})")
+                f"COHORT_NODE_TIMEOUT ({self.NODE_TIMEOUT:g})"
+            )
         return self
 
     @model_validator(mode="after")
@@ -212,7 +220,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"COHORT_REPLICA_UID_BASE + COHORT_REPLICA_UID_RANGE - 1 is "
                 f"{self.REPLICA_UID_BASE + self.REPLICA_UID_RANGE - 1}, past 2147483647: "
-                "lower the base or the range")
+                "lower the base or the range"
+            )
         return self
 
     @field_validator("ALLOWED_ENTRYPOINTS", mode="before")

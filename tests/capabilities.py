@@ -61,8 +61,9 @@ def need_libfaketime() -> Path:
     """libfaketime (`make install` installs it with the dev dependencies), or skip."""
     library = libfaketime()
     if library is None:
-        pytest.skip(LACKS + "libfaketime (pip install the `libfaketime` package: the dev "
-                            "dependencies)")
+        pytest.skip(
+            LACKS + "libfaketime (pip install the `libfaketime` package: the dev dependencies)"
+        )
     return library
 
 
@@ -109,8 +110,9 @@ def has_mount() -> bool:
         status = Path("/proc/self/status").read_text()
     except OSError:
         return False
-    effective = next((line.split()[1] for line in status.splitlines()
-                      if line.startswith("CapEff:")), "0")
+    effective = next(
+        (line.split()[1] for line in status.splitlines() if line.startswith("CapEff:")), "0"
+    )
     return bool(int(effective, 16) >> CAP_SYS_ADMIN & 1)
 
 

@@ -23,8 +23,7 @@ from sqlalchemy.orm import Session
 
 # The machine is shared: how fast Hypothesis generates inputs, or runs one example, says
 # nothing about the code under test, so neither is a failure (the examples still run).
-settings.register_profile("cohort", deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("cohort", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("cohort")
 
 
@@ -37,12 +36,14 @@ def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     if report.skipped and not hasattr(report, "wasxfail") and is_real_stack(item.path):
-        reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) \
-            else str(report.longrepr)
+        reason = (
+            str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        )
         if not allowed_skip(reason):
             report.outcome = "failed"
-            report.longrepr = (f"a real-stack test was skipped on a machine that can run "
-                               f"it: {reason}")
+            report.longrepr = (
+                f"a real-stack test was skipped on a machine that can run it: {reason}"
+            )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -52,6 +53,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     (the chaos soak, one test of three minutes, used to end the run alone). A module says
     how long it takes with `pytest.mark.slow(seconds)`: its time on the 2-core machine,
     roughly (`--durations`), only to order by."""
+
     def seconds(item: pytest.Item) -> float:
         marker = item.get_closest_marker("slow")
         return float(marker.args[0]) if marker and marker.args else 0.0
@@ -59,8 +61,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: -seconds(item))  # stable: the unmarked keep their order
 
 
-PG_ADMIN_URL = os.environ.get("COHORT_TEST_PG_URL",
-                              "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN_URL = os.environ.get(
+    "COHORT_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
 REDIS_BASE = os.environ.get("COHORT_TEST_REDIS", "redis://127.0.0.1:6379")
 
 
@@ -81,8 +84,10 @@ def redis_url(use: str) -> str:
     """The URL of this xdist worker's Redis db for `use` (one of _REDIS_USES)."""
     worker = worker_number()
     if worker >= _REDIS_WORKERS:
-        raise RuntimeError(f"tests share Redis' 16 dbs among {_REDIS_WORKERS} xdist workers "
-                           f"at most; run with -n {_REDIS_WORKERS} or fewer")
+        raise RuntimeError(
+            f"tests share Redis' 16 dbs among {_REDIS_WORKERS} xdist workers "
+            f"at most; run with -n {_REDIS_WORKERS} or fewer"
+        )
     return f"{REDIS_BASE}/{1 + worker * len(_REDIS_USES) + _REDIS_USES.index(use)}"
 
 
@@ -104,9 +109,13 @@ def _migrated_template(admin: Engine) -> str:
         # One process makes it; the others wait here, then find it made.
         connection.execute(sa.select(sa.func.pg_advisory_lock(_TEMPLATE_LOCK)))
         try:
-            found = set(connection.execute(sa.text(
-                "SELECT datname FROM pg_database WHERE datname LIKE 'cohort\\_template\\_%'"
-            )).scalars())
+            found = set(
+                connection.execute(
+                    sa.text(
+                        "SELECT datname FROM pg_database WHERE datname LIKE 'cohort\\_template\\_%'"
+                    )
+                ).scalars()
+            )
             if name not in found:
                 for old in found:
                     connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)'))
@@ -241,8 +250,7 @@ def session(engine: Engine) -> Iterator[Session]:
     """
     connection = engine.connect()
     outer = connection.begin()
-    db = Session(bind=connection, join_transaction_mode="create_savepoint",
-                 expire_on_commit=False)
+    db = Session(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
     try:
         yield db
     finally:
@@ -263,8 +271,9 @@ def s3_endpoint() -> Iterator[str]:
 
 
 @pytest.fixture(params=["local", "s3"])
-def artifact_env(request: pytest.FixtureRequest, tmp_path: Path,
-                 monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def artifact_env(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
     """COHORT_ARTIFACT_URL (and for S3 the endpoint and AWS_* credentials) set in the real
     environment: a fresh directory, or a fresh prefix of a bucket on a real S3 server.
     Returns the store's URL; `open_store()` and every process started now find it."""

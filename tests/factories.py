@@ -18,17 +18,23 @@ from services.settings import get_settings
 USER_SCOPES = (Scope.READ, Scope.SUBMIT, Scope.SCHEDULES)
 
 
-def create_token(session: Session, project: str = "default",
-                 scopes: tuple[Scope, ...] = USER_SCOPES) -> tuple[str, ApiToken]:
+def create_token(
+    session: Session, project: str = "default", scopes: tuple[Scope, ...] = USER_SCOPES
+) -> tuple[str, ApiToken]:
     token = "test_" + secrets.token_hex(8)
-    row = tokens.ensure_token(session=session, token=token, project_name=project,
-                              name="test", scopes=scopes)
+    row = tokens.ensure_token(
+        session=session, token=token, project_name=project, name="test", scopes=scopes
+    )
     return token, row
 
 
 def create_job(session: Session, project_id: int, **spec: Any) -> Job:
-    job, _ = jobs.create_job(session=session, project_id=project_id,
-                             job_in=JobCreate.model_validate(spec), settings=get_settings())
+    job, _ = jobs.create_job(
+        session=session,
+        project_id=project_id,
+        job_in=JobCreate.model_validate(spec),
+        settings=get_settings(),
+    )
     return job
 
 
@@ -45,18 +51,42 @@ def assert_rollups_match_points(session: Session, job_id: int) -> int:
     expected = {
         tuple(row[:5]): tuple(row[5:])
         for row in session.execute(
-            sa.select(p.job_id, p.attempt, p.replica, p.name, bucket,
-                      sa.func.count(), sa.func.sum(p.value), sa.func.min(p.step),
-                      sa.func.max(p.step), sa.func.max(p.epoch), sa.func.max(p.ts))
+            sa.select(
+                p.job_id,
+                p.attempt,
+                p.replica,
+                p.name,
+                bucket,
+                sa.func.count(),
+                sa.func.sum(p.value),
+                sa.func.min(p.step),
+                sa.func.max(p.step),
+                sa.func.max(p.epoch),
+                sa.func.max(p.ts),
+            )
             .where(p.job_id == job_id)
-            .group_by(p.job_id, p.attempt, p.replica, p.name, bucket))}
+            .group_by(p.job_id, p.attempt, p.replica, p.name, bucket)
+        )
+    }
     r = MetricRollup
     got = {
         tuple(row[:5]): tuple(row[5:])
         for row in session.execute(
-            sa.select(r.job_id, r.attempt, r.replica, r.name, r.bucket, r.points, r.total,
-                      r.first_step, r.last_step, r.last_epoch, r.last_ts)
-            .where(r.job_id == job_id))}
+            sa.select(
+                r.job_id,
+                r.attempt,
+                r.replica,
+                r.name,
+                r.bucket,
+                r.points,
+                r.total,
+                r.first_step,
+                r.last_step,
+                r.last_epoch,
+                r.last_ts,
+            ).where(r.job_id == job_id)
+        )
+    }
     assert got.keys() == expected.keys()
     for key, (n, total, first, last, epoch, ts) in expected.items():
         assert got[key][0] == n and got[key][2:] == (first, last, epoch, ts), key

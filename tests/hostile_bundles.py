@@ -27,6 +27,7 @@ def _special(name: str, kind: bytes, linkname: str = "") -> Callable[[tarfile.Ta
         info = tarfile.TarInfo(name)
         info.type, info.linkname = kind, linkname
         tar.addfile(info)
+
     return add
 
 
@@ -66,6 +67,7 @@ def realpath_overflow(dest_len: int = 48, hard_link: bool = False) -> bytes:
             _link(tar, "flaglink", "escape/flag", tarfile.LNKTYPE)
             _file(tar, "flaglink", b"overwrite")
         _file(tar, "escape/newfile", b"new")
+
     return tar_gz(add)
 
 
@@ -75,35 +77,42 @@ OVERFLOW_MEMBER = "a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/llll"
 
 def link_chain_out() -> bytes:
     """`sub/l -> ..` is the root; `sub/l/x -> ..` then is the root's parent."""
+
     def add(tar: tarfile.TarFile) -> None:
         _file(tar, "train.py", b"print(1)\n")
         _link(tar, "sub/l", "..")
         _link(tar, "sub/l/x", "..")
         _file(tar, "sub/l/x/escaped.txt", b"out")
+
     return tar_gz(add)
 
 
 def link_through_link_out() -> bytes:
     """Each name alone stays inside (`d/up/..` is `d` by its letters), followed it leaves:
     `d/up` is the root, so `d/up/..` is the root's parent."""
+
     def add(tar: tarfile.TarFile) -> None:
         _dir(tar, "d")
         _link(tar, "d/up", "..")
         _link(tar, "esc", "d/up/..")
+
     return tar_gz(add)
 
 
 def beneath_link() -> bytes:
     """A file placed through an in-tree link (`lib -> pkg`, then `lib/evil.py`)."""
+
     def add(tar: tarfile.TarFile) -> None:
         _dir(tar, "pkg")
         _link(tar, "lib", "pkg")
         _file(tar, "lib/evil.py", b"x")
+
     return tar_gz(add)
 
 
 def hard_link_to(kind: str) -> bytes:
     """A hard link to a later file, a directory or a symlink: never to an earlier file."""
+
     def add(tar: tarfile.TarFile) -> None:
         if kind == "later":
             _link(tar, "h", "later.txt", tarfile.LNKTYPE)
@@ -115,15 +124,18 @@ def hard_link_to(kind: str) -> bytes:
             _file(tar, "train.py")
             _link(tar, "s", "train.py")
             _link(tar, "h", "s", tarfile.LNKTYPE)
+
     return tar_gz(add)
 
 
 def name_twice() -> bytes:
     """A hard link, then a file of its name (CPython's overwrite through a hard link)."""
+
     def add(tar: tarfile.TarFile) -> None:
         _file(tar, "a.txt", b"first")
         _link(tar, "h", "a.txt", tarfile.LNKTYPE)
         _file(tar, "h", b"overwrite")
+
     return tar_gz(add)
 
 
@@ -158,9 +170,11 @@ def huge_header() -> bytes:
 
 def good() -> bytes:
     """A small valid bundle: train.py and a data file in a directory."""
+
     def add(tar: tarfile.TarFile) -> None:
         _file(tar, "train.py", b"print('hello')\n")
         _file(tar, "data/rows.csv", b"a,b\n1,2\n")
+
     return tar_gz(add)
 
 
@@ -168,19 +182,27 @@ def good() -> bytes:
 HOSTILE: dict[str, tuple[Callable[[], bytes], str]] = {
     "absolute path": (lambda: tar_gz(lambda t: _file(t, "/etc/cron.d/evil")), "absolute"),
     "dot-dot": (lambda: tar_gz(lambda t: _file(t, "code/../../evil.py")), ".."),
-    "symlink outside": (lambda: tar_gz(_special("link", tarfile.SYMTYPE, "../../etc/passwd")),
-                        "outside"),
-    "absolute symlink": (lambda: tar_gz(_special("link", tarfile.SYMTYPE, "/etc/passwd")),
-                         "outside"),
-    "hard link outside": (lambda: tar_gz(_special("link", tarfile.LNKTYPE, "/etc/passwd")),
-                          "hard link"),
+    "symlink outside": (
+        lambda: tar_gz(_special("link", tarfile.SYMTYPE, "../../etc/passwd")),
+        "outside",
+    ),
+    "absolute symlink": (
+        lambda: tar_gz(_special("link", tarfile.SYMTYPE, "/etc/passwd")),
+        "outside",
+    ),
+    "hard link outside": (
+        lambda: tar_gz(_special("link", tarfile.LNKTYPE, "/etc/passwd")),
+        "hard link",
+    ),
     "char device": (lambda: tar_gz(_special("dev", tarfile.CHRTYPE)), "device"),
     "block device": (lambda: tar_gz(_special("dev", tarfile.BLKTYPE)), "device"),
     "fifo": (lambda: tar_gz(_special("pipe", tarfile.FIFOTYPE)), "fifo"),
     "not an archive": (lambda: b"this is not gzip at all", "not a readable"),
     "realpath overflow (CVE-2025-4517)": (realpath_overflow, f"member '{OVERFLOW_MEMBER}"),
-    "realpath overflow with a hard link": (lambda: realpath_overflow(hard_link=True),
-                                           f"member '{OVERFLOW_MEMBER}"),
+    "realpath overflow with a hard link": (
+        lambda: realpath_overflow(hard_link=True),
+        f"member '{OVERFLOW_MEMBER}",
+    ),
     "link chain out of the root": (link_chain_out, "member 'sub/l/x' is beneath 'sub/l'"),
     "link out through a link": (link_through_link_out, "member 'esc' links to 'd/up/..'"),
     "member beneath a link": (beneath_link, "member 'lib/evil.py' is beneath 'lib'"),

@@ -61,18 +61,40 @@ class PostgresServer:
     def init(self) -> None:
         initdb = binary("initdb")
         assert initdb is not None
-        self._run(initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                  "--no-sync", "-E", "UTF8")
+        self._run(
+            initdb,
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        )
 
     def start(self) -> None:
         """Start and wait until it accepts connections."""
-        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 "
-                   f"-c unix_socket_directories={self.directory} -c fsync=off "
-                   "-c max_connections=300")
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 "
+            f"-c unix_socket_directories={self.directory} -c fsync=off "
+            "-c max_connections=300"
+        )
         pg_ctl = binary("pg_ctl")
         assert pg_ctl is not None
-        self._run(pg_ctl, "-D", str(self.data), "-l", str(self.directory / "server.log"),
-                  "-o", options, "-w", "-t", "60", "start")
+        self._run(
+            pg_ctl,
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.directory / "server.log"),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
 
     def stop(self, mode: str = "fast") -> None:
         """Stop it: `fast` ends every session (as a restart does), `immediate` crashes it."""

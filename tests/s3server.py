@@ -11,8 +11,11 @@ from contextlib import contextmanager
 
 import httpx
 
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-               "AWS_DEFAULT_REGION": "us-east-1"}
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 @contextmanager
@@ -21,8 +24,10 @@ def moto_server(port: int) -> Iterator[str]:
     endpoint = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, **CREDENTIALS})
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **CREDENTIALS},
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -43,7 +48,12 @@ def create_bucket(endpoint: str, bucket: str) -> None:
     """Create a bucket with boto3 (as an operator would, before pointing Cohort at it)."""
     import boto3
 
-    boto3.client("s3", endpoint_url=endpoint, **{
-        "aws_access_key_id": CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        "region_name": CREDENTIALS["AWS_DEFAULT_REGION"]}).create_bucket(Bucket=bucket)
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        **{
+            "aws_access_key_id": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            "aws_secret_access_key": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            "region_name": CREDENTIALS["AWS_DEFAULT_REGION"],
+        },
+    ).create_bucket(Bucket=bucket)

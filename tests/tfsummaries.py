@@ -47,30 +47,39 @@ def expected_scalars(steps: int) -> set[tuple[int, str, float]]:
     """(step, name, value) of every scalar SCRIPT writes (float32 where TF stores float32)."""
     found = set()
     for step in range(steps):
-        found |= {(step, "loss", float(np.float32(1.0 / (step + 1)))),
-                  (step, "lr64", 0.5 ** step),
-                  (step, "legacy", float(np.float32(2.5 * step))),
-                  (step, "train/epoch_loss", float(np.float32(step + 0.25))),
-                  (step, "validation/epoch_loss", float(np.float32(step + 0.75)))}
+        found |= {
+            (step, "loss", float(np.float32(1.0 / (step + 1)))),
+            (step, "lr64", 0.5**step),
+            (step, "legacy", float(np.float32(2.5 * step))),
+            (step, "train/epoch_loss", float(np.float32(step + 0.25))),
+            (step, "validation/epoch_loss", float(np.float32(step + 0.75))),
+        }
     return found
 
 
 def expected_reports(steps: int) -> set[tuple[int, str, float]]:
     """(step, name, value) of every point SCRIPT reports with cohort.report()."""
-    return {point for step in range(steps)
-            for point in ((step, "accuracy", step / 10), (step, "examples", float(step * 32)))}
+    return {
+        point
+        for step in range(steps)
+        for point in ((step, "accuracy", step / 10), (step, "examples", float(step * 32)))
+    }
 
 
-def start_writer(directory: Path, steps: int, pause: float = 0.0,
-                 metrics_file: Path | None = None) -> subprocess.Popen[bytes]:
+def start_writer(
+    directory: Path, steps: int, pause: float = 0.0, metrics_file: Path | None = None
+) -> subprocess.Popen[bytes]:
     """Start SCRIPT writing `steps` steps of summaries under `directory`."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
     env.pop("COHORT_METRICS_FILE", None)
     if metrics_file is not None:
         env["COHORT_METRICS_FILE"] = str(metrics_file)
-    return subprocess.Popen([sys.executable, "-c", SCRIPT, str(directory), str(steps),
-                             str(pause)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(directory), str(steps), str(pause)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def write_summaries(directory: Path, steps: int) -> None:

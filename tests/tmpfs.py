@@ -21,8 +21,11 @@ def small_tmpfs(path: Path, size_bytes: int) -> Iterator[Path]:
     does not keep the test from ending)."""
     need_mount()
     path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes},mode=0755", "tmpfs",
-                    str(path)], check=True, capture_output=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes},mode=0755", "tmpfs", str(path)],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield path
     finally:
@@ -38,7 +41,7 @@ def fill(path: Path, leave_bytes: int = 0) -> Path:
     with open(filler, "ab", buffering=0) as handle:
         try:
             while free > 0:
-                free -= handle.write(chunk[:min(len(chunk), free)])
+                free -= handle.write(chunk[: min(len(chunk), free)])
         except OSError:  # full before `free` ran out (tmpfs counts in pages)
             pass
     return filler

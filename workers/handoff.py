@@ -43,8 +43,15 @@ class HandOff:
     umask: int
 
     def encode(self) -> bytes:
-        body = json.dumps({"env": self.env, "cwd": self.cwd, "uid": self.uid,
-                           "gid": self.gid, "umask": self.umask}).encode()
+        body = json.dumps(
+            {
+                "env": self.env,
+                "cwd": self.cwd,
+                "uid": self.uid,
+                "gid": self.gid,
+                "umask": self.umask,
+            }
+        ).encode()
         return _LENGTH.pack(len(body)) + body
 
     @classmethod
@@ -55,11 +62,14 @@ class HandOff:
             umask = data["umask"]
         except (ValueError, KeyError, TypeError) as exc:
             raise HandOffError(f"malformed hand-off: {exc}") from None
-        if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str)
-                                              for k, v in env.items())
-                and isinstance(cwd, str) and (uid is None) == (gid is None)
-                and all(v is None or isinstance(v, int) for v in (uid, gid))
-                and isinstance(umask, int)):
+        if not (
+            isinstance(env, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+            and isinstance(cwd, str)
+            and (uid is None) == (gid is None)
+            and all(v is None or isinstance(v, int) for v in (uid, gid))
+            and isinstance(umask, int)
+        ):
             raise HandOffError("malformed hand-off: wrong field types")
         return cls(env, cwd, uid, gid, umask)
 

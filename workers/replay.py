@@ -86,8 +86,9 @@ class AfterEnd:
     def __len__(self) -> int:
         return len(self._held)
 
-    def keep(self, send_again: Callable[[], object],
-             close: Callable[[], object] | None = None) -> None:
+    def keep(
+        self, send_again: Callable[[], object], close: Callable[[], object] | None = None
+    ) -> None:
         """Hold a sender whose replica ended: `send_again` ships what it holds unsent and
         replays what a wipe erased; `close` releases it when its time is up."""
         with self._lock:

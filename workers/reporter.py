@@ -30,8 +30,16 @@ from workers.reporting import (
     warn,
 )
 
-__all__ = ["BEAT_INTERVAL", "ENTRY_POINTS", "FLUSH_INTERVAL", "FLUSH_POINTS", "MAX_BUFFER",
-           "MetricReporter", "connect", "warn"]
+__all__ = [
+    "BEAT_INTERVAL",
+    "ENTRY_POINTS",
+    "FLUSH_INTERVAL",
+    "FLUSH_POINTS",
+    "MAX_BUFFER",
+    "MetricReporter",
+    "connect",
+    "warn",
+]
 
 SEND_ATTEMPTS = 3
 RETRY_BACKOFF = 0.05  # seconds; doubled after each failed attempt
@@ -41,8 +49,9 @@ def connect(redis_url: str) -> redis.Redis:
     """A Redis client for the metrics stream (lazy: nothing is sent until a flush)."""
     # No retries in redis-py: our own loop is shorter, so a dead Redis costs the
     # sender only a few milliseconds per flush.
-    return wire_client.connect(redis_url, retries=0, socket_timeout=5.0,
-                               decode_responses=False, health_check_interval=0)
+    return wire_client.connect(
+        redis_url, retries=0, socket_timeout=5.0, decode_responses=False, health_check_interval=0
+    )
 
 
 class MetricReporter(PointBuffer):
@@ -61,8 +70,13 @@ class MetricReporter(PointBuffer):
         return cls(connect(redis_url), **kwargs)
 
     def _send_beat(self, alive_until: float) -> None:
-        field, value = ProgressBeat(self._job_id, self._attempt, self._replica, alive_until,
-                                    ahead=max(0.0, alive_until - time.time())).encode()
+        field, value = ProgressBeat(
+            self._job_id,
+            self._attempt,
+            self._replica,
+            alive_until,
+            ahead=max(0.0, alive_until - time.time()),
+        ).encode()
         self._client.hset(PROGRESS_HASH, field, value)
 
     def close(self) -> None:

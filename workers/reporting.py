@@ -166,8 +166,9 @@ class PointBuffer:
         append to a deque, nothing more (no lock, no conversion, no I/O). Starts the
         sender thread that ships the records every flush interval."""
         if self._sender is None:
-            self._sender = threading.Thread(target=self._send_loop, daemon=True,
-                                            name="cohort-metrics-sender")
+            self._sender = threading.Thread(
+                target=self._send_loop, daemon=True, name="cohort-metrics-sender"
+            )
             self._sender.start()
         return self._records.append
 
@@ -210,8 +211,10 @@ class PointBuffer:
         if not records:
             return
         if len(records) == records.maxlen:
-            warn(f"{records.maxlen} step records waiting to be shipped; older ones "
-                 "may have been dropped")
+            warn(
+                f"{records.maxlen} step records waiting to be shipped; older ones "
+                "may have been dropped"
+            )
         # One offset per drain: the wall clock a perf_counter reading corresponds to.
         offset = time.time() - time.perf_counter()
         append = self._append_point
@@ -226,8 +229,7 @@ class PointBuffer:
                 if step_time > 0:
                     append(step, epoch, "examples_per_sec", examples / step_time, ts)
 
-    def _append_point(self, step: int, epoch: int | None, name: str, value: Any,
-                      ts: float) -> None:
+    def _append_point(self, step: int, epoch: int | None, name: str, value: Any, ts: float) -> None:
         """Check and buffer one point (the lock held)."""
         try:
             number = float(value)

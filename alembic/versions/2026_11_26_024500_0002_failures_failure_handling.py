@@ -4,6 +4,7 @@ Revision ID: 0002_failures
 Revises: 0001
 Create Date: 2026-11-26 02:45:00
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa

@@ -4,6 +4,7 @@ Revision ID: 0004_schedules
 Revises: 0001
 Create Date: 2026-11-26 02:50:00
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -41,8 +42,9 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["project_id"], ["projects.id"], ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["promoted_job_id"], ["jobs.id"], ondelete="SET NULL",
-                                name="fk_schedules_promoted_job"),
+        sa.ForeignKeyConstraint(
+            ["promoted_job_id"], ["jobs.id"], ondelete="SET NULL", name="fk_schedules_promoted_job"
+        ),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("project_id", "name", name="uq_schedules_project_name"),
     )
@@ -72,13 +74,12 @@ def upgrade() -> None:
 
     with op.batch_alter_table("jobs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("schedule_id", sa.Integer(), nullable=True))
-        batch_op.add_column(sa.Column("scheduled_for", sa.DateTime(timezone=True),
-                                      nullable=True))
-        batch_op.create_foreign_key("fk_jobs_schedule_id", "schedules", ["schedule_id"], ["id"],
-                                    ondelete="SET NULL")
+        batch_op.add_column(sa.Column("scheduled_for", sa.DateTime(timezone=True), nullable=True))
+        batch_op.create_foreign_key(
+            "fk_jobs_schedule_id", "schedules", ["schedule_id"], ["id"], ondelete="SET NULL"
+        )
         batch_op.create_index("ix_jobs_schedule_id", ["schedule_id"], unique=False)
-        batch_op.create_unique_constraint("uq_jobs_schedule_fire",
-                                          ["schedule_id", "scheduled_for"])
+        batch_op.create_unique_constraint("uq_jobs_schedule_fire", ["schedule_id", "scheduled_for"])
 
 
 def downgrade() -> None:

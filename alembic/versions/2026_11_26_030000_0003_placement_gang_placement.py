@@ -4,6 +4,7 @@ Revision ID: 0003_placement
 Revises: 0001
 Create Date: 2026-11-26 03:00:00
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -21,12 +22,13 @@ def upgrade() -> None:
         # NULL: the cluster's default policy (COHORT_PLACEMENT_POLICY).
         batch_op.add_column(sa.Column("placement", sa.String(length=16), nullable=True))
     with op.batch_alter_table("nodes") as batch_op:
-        batch_op.add_column(sa.Column("gpu_ids", sa.String(length=256), nullable=False,
-                                      server_default=""))
-        batch_op.add_column(sa.Column("busy_ports", sa.Text(), nullable=False,
-                                      server_default=""))
-        batch_op.add_column(sa.Column("port_space", sa.String(length=128), nullable=False,
-                                      server_default=""))
+        batch_op.add_column(
+            sa.Column("gpu_ids", sa.String(length=256), nullable=False, server_default="")
+        )
+        batch_op.add_column(sa.Column("busy_ports", sa.Text(), nullable=False, server_default=""))
+        batch_op.add_column(
+            sa.Column("port_space", sa.String(length=128), nullable=False, server_default="")
+        )
 
 
 def downgrade() -> None:

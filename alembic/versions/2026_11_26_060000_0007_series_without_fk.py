@@ -9,6 +9,7 @@ Revision ID: 0007_series_without_fk
 Revises: 0006_merge
 Create Date: 2026-11-26 06:00:00
 """
+
 from collections.abc import Sequence
 
 from alembic import op
@@ -35,5 +36,6 @@ def downgrade() -> None:
     op.execute("DELETE FROM log_lines WHERE job_id NOT IN (SELECT id FROM jobs)")
     for table in TABLES:
         with op.batch_alter_table(table, naming_convention=NAMING) as batch_op:
-            batch_op.create_foreign_key(f"{table}_job_id_fkey", "jobs", ["job_id"], ["id"],
-                                        ondelete="CASCADE")
+            batch_op.create_foreign_key(
+                f"{table}_job_id_fkey", "jobs", ["job_id"], ["id"], ondelete="CASCADE"
+            )

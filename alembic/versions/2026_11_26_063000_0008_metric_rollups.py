@@ -4,6 +4,7 @@ Revision ID: 0008_metric_rollups
 Revises: 0007_series_without_fk
 Create Date: 2026-11-26 06:30:00
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -40,7 +41,8 @@ def upgrade() -> None:
         "first_step, last_step, last_epoch, last_ts) "
         f"SELECT job_id, attempt, replica, name, step / {ROLLUP_STEPS}, count(*), sum(value), "
         "min(step), max(step), max(epoch), max(ts) FROM metric_points "
-        f"GROUP BY job_id, attempt, replica, name, step / {ROLLUP_STEPS}")
+        f"GROUP BY job_id, attempt, replica, name, step / {ROLLUP_STEPS}"
+    )
 
 
 def downgrade() -> None:

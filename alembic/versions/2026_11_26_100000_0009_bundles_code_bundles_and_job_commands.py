@@ -4,6 +4,7 @@ Revision ID: 0009_bundles
 Revises: 0008_metric_rollups
 Create Date: 2026-11-26 10:00:00
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa

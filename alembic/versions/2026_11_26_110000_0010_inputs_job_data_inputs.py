@@ -4,6 +4,7 @@ Revision ID: 0010_inputs
 Revises: 0009_bundles
 Create Date: 2026-11-26 11:00:00
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa

@@ -5,6 +5,7 @@ Revision ID: 0011_strategies
 Revises: 0010_inputs
 Create Date: 2026-11-26 13:00:00
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -21,16 +22,18 @@ def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch_op:
         batch_op.add_column(sa.Column("roles", sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column("role_placement", sa.JSON(), nullable=True))
-        batch_op.add_column(sa.Column("distribution", sa.JSON(), nullable=False,
-                                      server_default="{}"))
+        batch_op.add_column(
+            sa.Column("distribution", sa.JSON(), nullable=False, server_default="{}")
+        )
         batch_op.add_column(sa.Column("profile", sa.JSON(), nullable=True))
     with op.batch_alter_table("replicas") as batch_op:
-        batch_op.add_column(sa.Column("role", sa.String(16), nullable=False,
-                                      server_default="worker"))
-        batch_op.add_column(sa.Column("role_index", sa.Integer(), nullable=False,
-                                      server_default="0"))
-        batch_op.add_column(sa.Column("restarts", sa.Integer(), nullable=False,
-                                      server_default="0"))
+        batch_op.add_column(
+            sa.Column("role", sa.String(16), nullable=False, server_default="worker")
+        )
+        batch_op.add_column(
+            sa.Column("role_index", sa.Integer(), nullable=False, server_default="0")
+        )
+        batch_op.add_column(sa.Column("restarts", sa.Integer(), nullable=False, server_default="0"))
 
 
 def downgrade() -> None:

@@ -4,6 +4,7 @@ Revision ID: 0013_gpus
 Revises: 0010_inputs
 Create Date: 2026-11-26 13:00:00
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -18,8 +19,9 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     with op.batch_alter_table("nodes") as batch_op:
-        batch_op.add_column(sa.Column("gpu_inventory", sa.JSON(), nullable=False,
-                                      server_default="[]"))
+        batch_op.add_column(
+            sa.Column("gpu_inventory", sa.JSON(), nullable=False, server_default="[]")
+        )
 
 
 def downgrade() -> None:

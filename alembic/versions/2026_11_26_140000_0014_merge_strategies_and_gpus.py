@@ -4,6 +4,7 @@ Revision ID: 0014_merge
 Revises: 0011_strategies, 0013_gpus
 Create Date: 2026-11-26 14:00:00
 """
+
 from collections.abc import Sequence
 
 revision: str = "0014_merge"

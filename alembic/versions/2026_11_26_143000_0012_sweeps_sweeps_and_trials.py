@@ -5,6 +5,7 @@ Revision ID: 0012_sweeps
 Revises: 0014_merge
 Create Date: 2026-11-26 13:00:00
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -41,8 +42,9 @@ def upgrade() -> None:
         sa.Column("schedule_id", sa.Integer(), nullable=True),
         sa.Column("scheduled_for", sa.DateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(["project_id"], ["projects.id"], ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["best_job_id"], ["jobs.id"], ondelete="SET NULL",
-                                name="fk_sweeps_best_job"),
+        sa.ForeignKeyConstraint(
+            ["best_job_id"], ["jobs.id"], ondelete="SET NULL", name="fk_sweeps_best_job"
+        ),
         sa.ForeignKeyConstraint(["schedule_id"], ["schedules.id"], ondelete="SET NULL"),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("schedule_id", "scheduled_for", name="uq_sweeps_schedule_fire"),
@@ -55,8 +57,9 @@ def upgrade() -> None:
     with op.batch_alter_table("jobs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("sweep_id", sa.Integer(), nullable=True))
         batch_op.add_column(sa.Column("trial_index", sa.Integer(), nullable=True))
-        batch_op.create_foreign_key("fk_jobs_sweep_id", "sweeps", ["sweep_id"], ["id"],
-                                    ondelete="SET NULL")
+        batch_op.create_foreign_key(
+            "fk_jobs_sweep_id", "sweeps", ["sweep_id"], ["id"], ondelete="SET NULL"
+        )
         batch_op.create_unique_constraint("uq_jobs_sweep_trial", ["sweep_id", "trial_index"])
         batch_op.create_index("ix_jobs_sweep_id_status", ["sweep_id", "status"], unique=False)
 
@@ -64,8 +67,9 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("sweep_template", sa.JSON(), nullable=True))
     with op.batch_alter_table("schedule_runs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("sweep_id", sa.Integer(), nullable=True))
-        batch_op.create_foreign_key("fk_schedule_runs_sweep_id", "sweeps", ["sweep_id"],
-                                    ["id"], ondelete="SET NULL")
+        batch_op.create_foreign_key(
+            "fk_schedule_runs_sweep_id", "sweeps", ["sweep_id"], ["id"], ondelete="SET NULL"
+        )
 
 
 def downgrade() -> None:

@@ -4,6 +4,7 @@ Revision ID: 0016_quotas
 Revises: 0012_sweeps
 Create Date: 2026-11-26 17:00:00
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa

@@ -4,6 +4,7 @@ Revision ID: 0017_merge
 Revises: 0015_auth, 0016_quotas
 Create Date: 2026-11-26 18:00:00
 """
+
 from collections.abc import Sequence
 
 revision: str = "0017_merge"

@@ -4,6 +4,7 @@ Revision ID: 0018_fence
 Revises: 0017_merge
 Create Date: 2026-11-27 00:00:00
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa

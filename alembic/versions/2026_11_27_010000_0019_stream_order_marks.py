@@ -4,6 +4,7 @@ Revision ID: 0019_stream_order
 Revises: 0018_fence
 Create Date: 2026-11-27 01:00:00
 """
+
 from collections.abc import Sequence
 
 import sqlalchemy as sa

@@ -13,34 +13,53 @@ from services.auth.scopes import Scope
 from services.jobs import artifacts
 from services.jobs.file_schemas import ArtifactList, ArtifactRead
 
-router = APIRouter(prefix="/jobs", tags=["artifacts"],
-                   dependencies=scoped(write=Scope.SUBMIT))
+router = APIRouter(prefix="/jobs", tags=["artifacts"], dependencies=scoped(write=Scope.SUBMIT))
 
 
 @router.get("/{job_id}/artifacts")
 def read_artifacts(job: CurrentJob, store: StoreDep) -> ArtifactList:
     """The job's files in the artifact store: path (relative to the job), size, sha256."""
-    return ArtifactList(items=[ArtifactRead.model_validate(a) for a in
-                               artifacts.list_artifacts(store=store, job_id=job.id)])
+    return ArtifactList(
+        items=[
+            ArtifactRead.model_validate(a)
+            for a in artifacts.list_artifacts(store=store, job_id=job.id)
+        ]
+    )
 
 
-@router.get("/{job_id}/artifacts/download", response_class=StreamingResponse, responses={
-    200: {"content": {"application/octet-stream": {}, "application/gzip": {}},
-          "description": "the file as stored, or the directory as a .tar.gz"}})
+@router.get(
+    "/{job_id}/artifacts/download",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {"application/octet-stream": {}, "application/gzip": {}},
+            "description": "the file as stored, or the directory as a .tar.gz",
+        }
+    },
+)
 def download_artifact(
-    job: CurrentJob, store: StoreDep,
-    path: Annotated[str, Query(
-        max_length=900, description="relative to the job, e.g. model (no `..` out of the "
-        "job, no backslash or control character); empty: everything")]
-    = "",
+    job: CurrentJob,
+    store: StoreDep,
+    path: Annotated[
+        str,
+        Query(
+            max_length=900,
+            description="relative to the job, e.g. model (no `..` out of the "
+            "job, no backslash or control character); empty: everything",
+        ),
+    ] = "",
 ) -> StreamingResponse:
     """One file as it is, or a directory as a .tar.gz built while it is sent."""
     target = artifacts.resolve_download(store=store, job_id=job.id, path=path)
     disposition = f"attachment; filename*=UTF-8''{quote(target.name)}"
     if target.prefix is not None:
-        return StreamingResponse(artifacts.stream_tar_gz(store, target.prefix, target.base),
-                                 media_type="application/gzip",
-                                 headers={"Content-Disposition": disposition})
+        return StreamingResponse(
+            artifacts.stream_tar_gz(store, target.prefix, target.base),
+            media_type="application/gzip",
+            headers={"Content-Disposition": disposition},
+        )
     return StreamingResponse(
-        artifacts.stream_file(store, str(target.key)), media_type="application/octet-stream",
-        headers={"Content-Disposition": disposition, "Content-Length": str(target.size)})
+        artifacts.stream_file(store, str(target.key)),
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": disposition, "Content-Length": str(target.size)},
+    )

@@ -19,9 +19,11 @@ from services.jobs.file_schemas import BundleRead
 # `submit`: a CI token that only submits can still ship its code. The token is read in a
 # short transaction of its own (UploadScopeRule): an upload holds no session while its
 # body comes in and is checked.
-router = APIRouter(prefix="/bundles", tags=["bundles"],
-                   dependencies=scoped(read=Scope.SUBMIT, write=Scope.SUBMIT,
-                                       rule=UploadScopeRule))
+router = APIRouter(
+    prefix="/bundles",
+    tags=["bundles"],
+    dependencies=scoped(read=Scope.SUBMIT, write=Scope.SUBMIT, rule=UploadScopeRule),
+)
 
 # Bundles checked at once by this process. A check takes a worker thread for seconds (one
 # that unpacks to a gigabyte); the other requests' dependencies need those threads (40), so
@@ -38,13 +40,23 @@ def head_bundle(digest: Digest, session: SessionDep, token: UploadTokenDep) -> R
     return Response(status_code=status.HTTP_200_OK)
 
 
-@router.put("/{digest}", status_code=status.HTTP_201_CREATED, responses={
-    200: {"description": "the project already had this bundle; nothing new was stored"},
-    413: {"description": "over COHORT_MAX_BUNDLE_BYTES"},
-    422: {"description": "the digest does not match the body, or the archive is refused"}})
-async def put_bundle(digest: Digest, request: Request, response: Response,
-                     transaction: SessionsDep, settings: SettingsDep,
-                     token: UploadTokenDep) -> BundleRead:
+@router.put(
+    "/{digest}",
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        200: {"description": "the project already had this bundle; nothing new was stored"},
+        413: {"description": "over COHORT_MAX_BUNDLE_BYTES"},
+        422: {"description": "the digest does not match the body, or the archive is refused"},
+    },
+)
+async def put_bundle(
+    digest: Digest,
+    request: Request,
+    response: Response,
+    transaction: SessionsDep,
+    settings: SettingsDep,
+    token: UploadTokenDep,
+) -> BundleRead:
     """Upload a bundle: the raw .tar.gz as the body, its sha256 in the path. 201 when
     stored for this project now."""
     with bundles.BundleUpload(digest=digest, settings=settings) as upload:
@@ -53,8 +65,12 @@ async def put_bundle(digest: Digest, request: Request, response: Response,
         # requests are served meanwhile, and no database lock waits on the check.
         async with _checks:
             bundle, created = await run_in_threadpool(
-                bundles.accept_bundle, transaction=transaction, project_id=token.project_id,
-                upload=upload, settings=settings)
+                bundles.accept_bundle,
+                transaction=transaction,
+                project_id=token.project_id,
+                upload=upload,
+                settings=settings,
+            )
     if not created:
         response.status_code = status.HTTP_200_OK
     return BundleRead.model_validate(bundle)

@@ -54,8 +54,11 @@ HERE = Path(__file__).resolve().parent.parent
 templates = Jinja2Templates(directory=HERE / "templates")
 # Pages need the `read` scope (every action on them goes through REST v1, which checks
 # its own); logging in and out needs none.
-router = APIRouter(tags=["dashboard"], include_in_schema=False,
-                   dependencies=scoped(write=Scope.SUBMIT, rule=PageScopeRule))
+router = APIRouter(
+    tags=["dashboard"],
+    include_in_schema=False,
+    dependencies=scoped(write=Scope.SUBMIT, rule=PageScopeRule),
+)
 login_router = APIRouter(tags=["dashboard"], include_in_schema=False)
 log = logging.getLogger(__name__)
 
@@ -125,14 +128,17 @@ def _safe_next(target: str | None) -> str:
     return target
 
 
-def _render(request: Request, name: str, viewer: ApiToken | None, code: int = 200,
-            **context: Any) -> HTMLResponse:
-    context.update(viewer=viewer, project=viewer.project.name if viewer else None,
-                   page=name.removesuffix(".html"),
-                   # A token without `submit` sees the submit and cancel controls disabled
-                   # (REST would refuse them anyway).
-                   submit_off="" if viewer and holds(viewer.scopes, Scope.SUBMIT)
-                   else "disabled")
+def _render(
+    request: Request, name: str, viewer: ApiToken | None, code: int = 200, **context: Any
+) -> HTMLResponse:
+    context.update(
+        viewer=viewer,
+        project=viewer.project.name if viewer else None,
+        page=name.removesuffix(".html"),
+        # A token without `submit` sees the submit and cancel controls disabled
+        # (REST would refuse them anyway).
+        submit_off="" if viewer and holds(viewer.scopes, Scope.SUBMIT) else "disabled",
+    )
     return templates.TemplateResponse(request, name, context, status_code=code)
 
 
@@ -142,14 +148,25 @@ def login_page(request: Request, next: str = "/") -> HTMLResponse:
 
 
 def _login_error(request: Request, next: str, code: int, message: str) -> HTMLResponse:
-    return _render(request, "login.html", None, code=code, next=_safe_next(next),
-                   error=message.replace("COHORT_TOKEN", "the token"))
+    return _render(
+        request,
+        "login.html",
+        None,
+        code=code,
+        next=_safe_next(next),
+        error=message.replace("COHORT_TOKEN", "the token"),
+    )
 
 
 @login_router.post("/login", response_model=None)
-def login(request: Request, session: SessionDep, settings: SettingsDep, bus: RedisDep,
-          token: Annotated[str, Form(max_length=512)] = "",
-          next: Annotated[str, Form(max_length=2048)] = "/") -> Response:
+def login(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    bus: RedisDep,
+    token: Annotated[str, Form(max_length=512)] = "",
+    next: Annotated[str, Form(max_length=2048)] = "/",
+) -> Response:
     """Check the token and open a session: the HttpOnly, SameSite=Strict cookie holds the
     session's id, never the token. Too many failures from one address: 429 until its
     window ends (api/login_throttle.py)."""
@@ -165,16 +182,27 @@ def login(request: Request, session: SessionDep, settings: SettingsDep, bus: Red
         record_failed_login(bus, settings, address)
         return _login_error(request, next, 401, str(exc))
     if not holds(row.scopes, Scope.READ):
-        return _login_error(request, next, 403, "this token lacks the 'read' scope the "
-                                                "dashboard needs: log in with one that has it")
+        return _login_error(
+            request,
+            next,
+            403,
+            "this token lacks the 'read' scope the dashboard needs: log in with one that has it",
+        )
     lifetime = dt.timedelta(seconds=settings.SESSION_LIFETIME)
     session_id, opened = sessions.create_session(session=session, token=row, lifetime=lifetime)
     max_age = int((opened.expires_at - opened.created_at).total_seconds())
     response = RedirectResponse(_safe_next(next), status_code=303)
     # Secure whenever the request came over HTTPS: behind a proxy uvicorn takes the scheme
     # from X-Forwarded-Proto, if the proxy's address is in FORWARDED_ALLOW_IPS.
-    response.set_cookie(SESSION_COOKIE, session_id, max_age=max_age, httponly=True,
-                        samesite="strict", secure=request.url.scheme == "https", path="/")
+    response.set_cookie(
+        SESSION_COOKIE,
+        session_id,
+        max_age=max_age,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
     return response
 
 
@@ -188,25 +216,45 @@ def logout(session: SessionDep, session_id: SessionCookie = None) -> RedirectRes
     return response
 
 
-def _jobs_context(session: SessionDep, viewer: ApiToken, status: JobStatus | str | None,
-                  q: str | None, cursor: str | None) -> dict[str, Any]:
+def _jobs_context(
+    session: SessionDep,
+    viewer: ApiToken,
+    status: JobStatus | str | None,
+    q: str | None,
+    cursor: str | None,
+) -> dict[str, Any]:
     try:
         before = jobs.decode_cursor(cursor) if cursor else None
     except ValueError:
         before = None  # a stale or hand-edited link: start again from the newest
     if status and status not in JobStatus.__members__.values():
-        raise RequestValidationError([{
-            "loc": ("query", "status"), "type": "value_error",
-            "msg": f"use one of {', '.join(JobStatus)}, or leave it empty for any"}])
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("query", "status"),
+                    "type": "value_error",
+                    "msg": f"use one of {', '.join(JobStatus)}, or leave it empty for any",
+                }
+            ]
+        )
     status = JobStatus(status) if status else None
-    rows, next_before = jobs.list_jobs(session=session, project_id=viewer.project_id,
-                                       status=status, name=q or None, before=before,
-                                       limit=PAGE_SIZE)
-    return {"jobs": rows, "status": status.value if status else "", "q": q or "",
-            "cursor": cursor or "",
-            "next_cursor": jobs.encode_cursor(next_before) if next_before else None,
-            "last": summaries.read_last_metrics(session=session, jobs=rows),
-            "job_nodes": summaries.read_job_nodes(session=session, jobs=rows)}
+    rows, next_before = jobs.list_jobs(
+        session=session,
+        project_id=viewer.project_id,
+        status=status,
+        name=q or None,
+        before=before,
+        limit=PAGE_SIZE,
+    )
+    return {
+        "jobs": rows,
+        "status": status.value if status else "",
+        "q": q or "",
+        "cursor": cursor or "",
+        "next_cursor": jobs.encode_cursor(next_before) if next_before else None,
+        "last": summaries.read_last_metrics(session=session, jobs=rows),
+        "job_nodes": summaries.read_job_nodes(session=session, jobs=rows),
+    }
 
 
 # The filter form sends `status=` for "any": an empty value is no filter, not an error.
@@ -216,18 +264,37 @@ CursorQuery = Annotated[str | None, Query(max_length=256)]
 
 
 @router.get("/", response_model=None)
-def jobs_page(request: Request, session: SessionDep, viewer: Viewer, status: StatusQuery = None,
-              q: TextQuery = None, cursor: CursorQuery = None) -> Response:
+def jobs_page(
+    request: Request,
+    session: SessionDep,
+    viewer: Viewer,
+    status: StatusQuery = None,
+    q: TextQuery = None,
+    cursor: CursorQuery = None,
+) -> Response:
     defaults = JobCreate().model_dump()
-    return _render(request, "jobs.html", viewer, trainers=sorted(BUILTIN_TRAINERS),
-                   defaults=defaults, **_jobs_context(session, viewer, status, q, cursor))
+    return _render(
+        request,
+        "jobs.html",
+        viewer,
+        trainers=sorted(BUILTIN_TRAINERS),
+        defaults=defaults,
+        **_jobs_context(session, viewer, status, q, cursor),
+    )
 
 
 @router.get("/partials/jobs", response_model=None)
-def jobs_rows(request: Request, session: SessionDep, viewer: Viewer, status: StatusQuery = None,
-              q: TextQuery = None, cursor: CursorQuery = None) -> Response:
-    return _render(request, "_job_rows.html", viewer,
-                   **_jobs_context(session, viewer, status, q, cursor))
+def jobs_rows(
+    request: Request,
+    session: SessionDep,
+    viewer: Viewer,
+    status: StatusQuery = None,
+    q: TextQuery = None,
+    cursor: CursorQuery = None,
+) -> Response:
+    return _render(
+        request, "_job_rows.html", viewer, **_jobs_context(session, viewer, status, q, cursor)
+    )
 
 
 def _artifacts(store: ArtifactStore, job: Job) -> dict[str, list[tuple[str, int]]] | None:
@@ -244,13 +311,18 @@ def _job_context(session: SessionDep, store: ArtifactStore, job: Job) -> dict[st
     replicas = jobs.read_replicas(session=session, job=job)
     # Settled: nothing on this page will change again (replicas outlive a cancel briefly).
     settled = job.status in TERMINAL_STATUSES and all(
-        r.status in TERMINAL_REPLICA_STATUSES for r in replicas)
-    return {"job": job, "terminal": job.status in TERMINAL_STATUSES, "settled": settled,
-            "replicas": replicas,
-            "events": jobs.read_events(session=session, job=job),
-            "artifacts": _artifacts(store, job),
-            "scaling": scaling.read_scaling(session=session, job=job),
-            "last": summaries.read_last_metrics(session=session, jobs=[job]).get(job.id, {})}
+        r.status in TERMINAL_REPLICA_STATUSES for r in replicas
+    )
+    return {
+        "job": job,
+        "terminal": job.status in TERMINAL_STATUSES,
+        "settled": settled,
+        "replicas": replicas,
+        "events": jobs.read_events(session=session, job=job),
+        "artifacts": _artifacts(store, job),
+        "scaling": scaling.read_scaling(session=session, job=job),
+        "last": summaries.read_last_metrics(session=session, jobs=[job]).get(job.id, {}),
+    }
 
 
 def _job_or_none(session: SessionDep, viewer: ApiToken, job_id: int) -> Job | None:
@@ -261,20 +333,25 @@ def _job_or_none(session: SessionDep, viewer: ApiToken, job_id: int) -> Job | No
 
 
 @router.get("/jobs/{job_id}", response_model=None)
-def job_page(request: Request, session: SessionDep, store: StoreDep, viewer: Viewer,
-             job_id: DbId) -> Response:
+def job_page(
+    request: Request, session: SessionDep, store: StoreDep, viewer: Viewer, job_id: DbId
+) -> Response:
     job = _job_or_none(session, viewer, job_id)
     if job is None:
         return _render(request, "not_found.html", viewer, code=404, job_id=job_id)
     # Resubmit sends this back as a JobCreate; a field the job row lacks keeps its default.
-    spec = {key: getattr(job, key) for key in JobCreate.model_fields
-            if getattr(job, key, None) is not None}
+    spec = {
+        key: getattr(job, key)
+        for key in JobCreate.model_fields
+        if getattr(job, key, None) is not None
+    }
     return _render(request, "job.html", viewer, spec=spec, **_job_context(session, store, job))
 
 
 @router.get("/partials/jobs/{job_id}", response_model=None)
-def job_fragment(request: Request, session: SessionDep, store: StoreDep, viewer: Viewer,
-                 job_id: DbId) -> Response:
+def job_fragment(
+    request: Request, session: SessionDep, store: StoreDep, viewer: Viewer, job_id: DbId
+) -> Response:
     job = _job_or_none(session, viewer, job_id)
     if job is None:
         return Response(status_code=404)
@@ -283,11 +360,15 @@ def job_fragment(request: Request, session: SessionDep, store: StoreDep, viewer:
 
 @router.get("/cluster", response_model=None)
 def cluster_page(request: Request, session: SessionDep, viewer: Viewer) -> Response:
-    return _render(request, "cluster.html", viewer, nodes=nodes.read_nodes(session=session),
-                   loads=summaries.read_node_loads(session=session,
-                                                   project_id=viewer.project_id),
-                   queue=summaries.read_queue(session=session, project_id=viewer.project_id),
-                   now=dt.datetime.now(dt.UTC))
+    return _render(
+        request,
+        "cluster.html",
+        viewer,
+        nodes=nodes.read_nodes(session=session),
+        loads=summaries.read_node_loads(session=session, project_id=viewer.project_id),
+        queue=summaries.read_queue(session=session, project_id=viewer.project_id),
+        now=dt.datetime.now(dt.UTC),
+    )
 
 
 @router.get("/schedules", response_model=None)

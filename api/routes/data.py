@@ -14,25 +14,41 @@ from services.jobs.file_schemas import DataList, DataRead
 
 # The token is read in a short transaction of its own (UploadScopeRule): these routes use
 # the database for nothing else, and an upload of gigabytes holds no session meanwhile.
-router = APIRouter(prefix="/data", tags=["data"],
-                   dependencies=scoped(write=Scope.SUBMIT, rule=UploadScopeRule))
+router = APIRouter(
+    prefix="/data", tags=["data"], dependencies=scoped(write=Scope.SUBMIT, rule=UploadScopeRule)
+)
 
 
 @router.get("")
 def read_data(store: StoreDep, token: UploadTokenDep) -> DataList:
     """The project's data files: path and size. A job names one in `inputs` as
     `data/<path>`."""
-    return DataList(items=[DataRead.model_validate(f) for f in
-                           data.list_data(store=store, project_id=token.project_id)])
+    return DataList(
+        items=[
+            DataRead.model_validate(f)
+            for f in data.list_data(store=store, project_id=token.project_id)
+        ]
+    )
 
 
-@router.put("/{path:path}", status_code=status.HTTP_201_CREATED, responses={
-    200: {"description": "replaced the file that was at this path"},
-    409: {"description": "the path is a directory of other data, or lies under a file"},
-    413: {"description": "over COHORT_MAX_DATA_BYTES"},
-    422: {"description": "the path is absolute, climbs out (`..`) or has control bytes"}})
-async def put_data(path: DataPath, request: Request, response: Response, settings: SettingsDep,
-                   store: StoreDep, token: UploadTokenDep) -> DataRead:
+@router.put(
+    "/{path:path}",
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        200: {"description": "replaced the file that was at this path"},
+        409: {"description": "the path is a directory of other data, or lies under a file"},
+        413: {"description": "over COHORT_MAX_DATA_BYTES"},
+        422: {"description": "the path is absolute, climbs out (`..`) or has control bytes"},
+    },
+)
+async def put_data(
+    path: DataPath,
+    request: Request,
+    response: Response,
+    settings: SettingsDep,
+    store: StoreDep,
+    token: UploadTokenDep,
+) -> DataRead:
     """Upload a file (the raw bytes as the body) to `path` of the project's data; 201 when
     new, 200 when it replaced one."""
     # Refused before a byte of the body is read.
@@ -40,8 +56,8 @@ async def put_data(path: DataPath, request: Request, response: Response, setting
     with data.DataUpload(settings=settings) as upload:
         await receive_body(request, upload)
         stored, created = await run_in_threadpool(
-            data.store_data, store=store, project_id=token.project_id, path=path,
-            upload=upload)
+            data.store_data, store=store, project_id=token.project_id, path=path, upload=upload
+        )
     if not created:
         response.status_code = status.HTTP_200_OK
     return DataRead.model_validate(stored)

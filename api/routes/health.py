@@ -35,8 +35,7 @@ def _redis() -> None:
 # Each dependency, how to check it, and what the probe says when it fails. The answer
 # names what is down, never the exception: that goes to the api's log, where an operator
 # looks, not to whoever can reach the probe.
-CHECKS = {"database": (_database, "database unreachable"),
-          "redis": (_redis, "redis unreachable")}
+CHECKS = {"database": (_database, "database unreachable"), "redis": (_redis, "redis unreachable")}
 
 
 @router.get("/readyz")
@@ -51,5 +50,7 @@ def readyz() -> JSONResponse:
             log.warning("readiness: %s", down, exc_info=True)
             checks[name] = down
     ready = all(v == "ok" for v in checks.values())
-    return JSONResponse(status_code=200 if ready else 503,
-                        content={"status": "ready" if ready else "not ready", **checks})
+    return JSONResponse(
+        status_code=200 if ready else 503,
+        content={"status": "ready" if ready else "not ready", **checks},
+    )

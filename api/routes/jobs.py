@@ -27,28 +27,37 @@ from services.statuses import JobStatus
 from services.telemetry.job_views import read_job_view, read_job_views
 from services.wire.client import wake_scheduler
 
-router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=CohortRoute,
-                   dependencies=scoped(write=Scope.SUBMIT))
+router = APIRouter(
+    prefix="/jobs", tags=["jobs"], route_class=CohortRoute, dependencies=scoped(write=Scope.SUBMIT)
+)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, responses=errors(404, 409, 429))
 def create_job(
-    job_in: JobCreate, session: SessionDep, settings: SettingsDep, token: TokenDep,
-    store: StoreDep, bus: RedisDep, submitter: SubmitterDep, background: BackgroundTasks,
+    job_in: JobCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    token: TokenDep,
+    store: StoreDep,
+    bus: RedisDep,
+    submitter: SubmitterDep,
+    background: BackgroundTasks,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
 ) -> JobRead:
     """Submit a job; 201 means it is committed. A retried POST with the same
     Idempotency-Key returns the first job. Over the project's quota: 429 (queued jobs),
     403 (a priority above its ceiling, a gang larger than its running limits)."""
-    jobs.check_submission(session=session, project_id=token.project_id, job_in=job_in,
-                          settings=settings, store=store)
+    jobs.check_submission(
+        session=session, project_id=token.project_id, job_in=job_in, settings=settings, store=store
+    )
     # The request's transaction holds nothing the admission needs (the token's last use
     # at most): it ends here, and its connection goes back to the pool while this
     # request waits for the batcher's commit.
     session.commit()
-    admitted = submitter.submit(jobs.Submission(token.project_id, job_in, idempotency_key),
-                                settings)
+    admitted = submitter.submit(
+        jobs.Submission(token.project_id, job_in, idempotency_key), settings
+    )
     if not admitted.created:
         response.headers["Idempotent-Replayed"] = "true"
     # Runs after the response, hence after the commit: the scheduler never sees
@@ -56,8 +65,9 @@ def create_job(
     background.add_task(wake_scheduler, bus)
     if admitted.created and not is_admin(token):
         return submitted_view(admitted)
-    return read_job_view(session=session, job=admitted.job, with_progress=False,
-                         cluster_wide=is_admin(token))
+    return read_job_view(
+        session=session, job=admitted.job, with_progress=False, cluster_wide=is_admin(token)
+    )
 
 
 def submitted_view(admitted: jobs.Admitted) -> JobRead:
@@ -70,7 +80,8 @@ def submitted_view(admitted: jobs.Admitted) -> JobRead:
 
 @router.get("")
 def read_jobs(
-    session: SessionDep, token: TokenDep,
+    session: SessionDep,
+    token: TokenDep,
     status_filter: Annotated[JobStatus | None, Query(alias="status")] = None,
     name: Annotated[str | None, Query(max_length=128, pattern=NO_NUL)] = None,
     cursor: PageCursor = None,
@@ -87,16 +98,28 @@ def read_jobs(
             from fastapi.exceptions import RequestValidationError
 
             raise RequestValidationError(
-                [{"loc": ("query", "cursor"), "msg": f"{exc}; omit it to start from the newest",
-                  "type": "value_error"}]
+                [
+                    {
+                        "loc": ("query", "cursor"),
+                        "msg": f"{exc}; omit it to start from the newest",
+                        "type": "value_error",
+                    }
+                ]
             ) from exc
-    rows, next_before = jobs.list_jobs(session=session, project_id=token.project_id,
-                                       status=status_filter, name=name, before=before,
-                                       limit=limit, schedule_id=schedule_id,
-                                       sweep_id=sweep_id)
-    return JobList(items=read_job_views(session=session, jobs=rows,
-                                        cluster_wide=is_admin(token)),
-                   next_cursor=jobs.encode_cursor(next_before) if next_before else None)
+    rows, next_before = jobs.list_jobs(
+        session=session,
+        project_id=token.project_id,
+        status=status_filter,
+        name=name,
+        before=before,
+        limit=limit,
+        schedule_id=schedule_id,
+        sweep_id=sweep_id,
+    )
+    return JobList(
+        items=read_job_views(session=session, jobs=rows, cluster_wide=is_admin(token)),
+        next_cursor=jobs.encode_cursor(next_before) if next_before else None,
+    )
 
 
 @router.get("/{job_id}")
@@ -107,13 +130,19 @@ def read_job(job: CurrentJob, session: SessionDep, token: TokenDep) -> JobRead:
 
 
 @router.post("/{job_id}/cancel", responses=errors(409))
-def cancel_job(job: CurrentJob, session: SessionDep, bus: RedisDep, token: TokenDep,
-               background: BackgroundTasks) -> JobRead:
+def cancel_job(
+    job: CurrentJob,
+    session: SessionDep,
+    bus: RedisDep,
+    token: TokenDep,
+    background: BackgroundTasks,
+) -> JobRead:
     """Cancel a job; every replica on every node is stopped."""
     jobs.request_cancel(session=session, job=job)
     background.add_task(wake_scheduler, bus)
-    return read_job_view(session=session, job=job, with_progress=False,
-                         cluster_wide=is_admin(token))
+    return read_job_view(
+        session=session, job=job, with_progress=False, cluster_wide=is_admin(token)
+    )
 
 
 @router.get("/{job_id}/events")

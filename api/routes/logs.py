@@ -17,7 +17,8 @@ router = APIRouter(prefix="/jobs", tags=["logs"], dependencies=scoped(write=Scop
 
 @router.get("/{job_id}/logs")
 def read_job_logs(
-    job: CurrentJob, session: SessionDep,
+    job: CurrentJob,
+    session: SessionDep,
     replica: ReplicaIndex = None,
     attempt: AttemptNumber = None,
     tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
@@ -25,7 +26,14 @@ def read_job_logs(
 ) -> LogList:
     """Log lines with the time they were read, oldest first; `tail` keeps the last n.
     Follow them live with `GET /jobs/{id}/stream?kinds=log`."""
-    rows = logs.read_logs(session=session, job_id=job.id, replica=replica, attempt=attempt,
-                          tail=tail, limit=limit)
-    return LogList(items=[LogLineRead(id=r.id, attempt=r.attempt, replica=r.replica, seq=r.seq,
-                                      ts=r.ts, line=r.line) for r in rows])
+    rows = logs.read_logs(
+        session=session, job_id=job.id, replica=replica, attempt=attempt, tail=tail, limit=limit
+    )
+    return LogList(
+        items=[
+            LogLineRead(
+                id=r.id, attempt=r.attempt, replica=r.replica, seq=r.seq, ts=r.ts, line=r.line
+            )
+            for r in rows
+        ]
+    )

@@ -18,9 +18,11 @@ router = APIRouter(prefix="/jobs", tags=["metrics"], dependencies=scoped(write=S
 
 @router.get("/{job_id}/metrics")
 def read_job_metrics(
-    job: CurrentJob, session: SessionDep,
-    name: Annotated[list[Annotated[str, Field(max_length=256, pattern=NO_NUL)]] | None,
-                    Query(max_length=64)] = None,
+    job: CurrentJob,
+    session: SessionDep,
+    name: Annotated[
+        list[Annotated[str, Field(max_length=256, pattern=NO_NUL)]] | None, Query(max_length=64)
+    ] = None,
     replica: ReplicaIndex = None,
     attempt: AttemptNumber = None,
     since_step: Step = None,
@@ -36,12 +38,35 @@ def read_job_metrics(
         # (and perhaps in a bucket too), never in neither.
         last_id = metrics.newest_point_id(session=session, job_id=job.id)
         points = downsample.read_metrics_downsampled(
-            session=session, job_id=job.id, max_points=max_points, names=name,
-            replica=replica, attempt=attempt, since_step=since_step)
+            session=session,
+            job_id=job.id,
+            max_points=max_points,
+            names=name,
+            replica=replica,
+            attempt=attempt,
+            since_step=since_step,
+        )
         return MetricList(items=[MetricPointRead(**p) for p in points], last_id=last_id)
-    rows = metrics.read_metrics(session=session, job_id=job.id, names=name, replica=replica,
-                                attempt=attempt, since_step=since_step, limit=limit)
-    return MetricList(items=[
-        MetricPointRead(attempt=r.attempt, replica=r.replica, step=r.step, epoch=r.epoch,
-                        name=r.name, value=r.value, ts=r.ts) for r in rows
-    ])
+    rows = metrics.read_metrics(
+        session=session,
+        job_id=job.id,
+        names=name,
+        replica=replica,
+        attempt=attempt,
+        since_step=since_step,
+        limit=limit,
+    )
+    return MetricList(
+        items=[
+            MetricPointRead(
+                attempt=r.attempt,
+                replica=r.replica,
+                step=r.step,
+                epoch=r.epoch,
+                name=r.name,
+                value=r.value,
+                ts=r.ts,
+            )
+            for r in rows
+        ]
+    )

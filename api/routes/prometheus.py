@@ -22,26 +22,35 @@ class MetricsOff(NotFound):
     """/metrics while COHORT_METRICS_TOKEN is unset: 404, with what to do about it."""
 
     def __init__(self) -> None:
-        CohortError.__init__(self, "/metrics is off: set COHORT_METRICS_TOKEN on the api "
-                                   "and give it to Prometheus as its bearer token")
+        CohortError.__init__(
+            self,
+            "/metrics is off: set COHORT_METRICS_TOKEN on the api "
+            "and give it to Prometheus as its bearer token",
+        )
 
 
-def scraper(settings: SettingsDep,
-            authorization: Annotated[str | None, Header()] = None) -> None:
+def scraper(settings: SettingsDep, authorization: Annotated[str | None, Header()] = None) -> None:
     """Let through only `Authorization: Bearer <COHORT_METRICS_TOKEN>`."""
     expected = settings.METRICS_TOKEN
     if not expected:
         raise MetricsOff
     scheme, _, value = (authorization or "").partition(" ")
     # In constant time: the answer's timing must not tell how much of a guess was right.
-    if scheme.lower() != "bearer" or not secrets.compare_digest(value.strip().encode(),
-                                                                  expected.encode()):
-        raise Unauthorized("/metrics needs Authorization: Bearer <COHORT_METRICS_TOKEN> "
-                           "(the metrics token, not an API token)")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(
+        value.strip().encode(), expected.encode()
+    ):
+        raise Unauthorized(
+            "/metrics needs Authorization: Bearer <COHORT_METRICS_TOKEN> "
+            "(the metrics token, not an API token)"
+        )
 
 
-@router.get("/metrics", response_class=Response, dependencies=[Depends(scraper)],
-            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, **errors(401, 404)})
+@router.get(
+    "/metrics",
+    response_class=Response,
+    dependencies=[Depends(scraper)],
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, **errors(401, 404)},
+)
 def read_service_metrics() -> Response:
     """Jobs by status, queue depth, submission-to-running time, replicas by node, ingest
     counters. Needs `Authorization: Bearer <COHORT_METRICS_TOKEN>`; off when it is unset."""

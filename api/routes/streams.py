@@ -42,8 +42,7 @@ from services.telemetry.follow import KINDS, follow, follow_project, stream_over
 # Streams read the token in a short session of their own (api/deps.get_stream_token),
 # and again every REAUTH_SECONDS while they last.
 REAUTH_SECONDS = 5.0
-router = APIRouter(tags=["streams"],
-                   dependencies=scoped(write=Scope.SUBMIT, rule=StreamScopeRule))
+router = APIRouter(tags=["streams"], dependencies=scoped(write=Scope.SUBMIT, rule=StreamScopeRule))
 
 # The ids the streams send (services/telemetry/cursor.py): `<metric>.<log>.<event>`, and a
 # job-event id for the project's stream.
@@ -58,16 +57,23 @@ def chosen_kinds(
     chosen = set(kinds or KINDS)
     unknown = chosen - set(KINDS)
     if unknown:
-        raise RequestValidationError([{
-            "loc": ("query", "kinds"), "type": "value_error",
-            "msg": f"unknown kind {sorted(unknown)[0]!r}; use status, metric or log"}])
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("query", "kinds"),
+                    "type": "value_error",
+                    "msg": f"unknown kind {sorted(unknown)[0]!r}; use status, metric or log",
+                }
+            ]
+        )
     return chosen
 
 
 def resume_point(
     last_event_id: Annotated[str | None, Header(json_schema_extra=shown(JOB_EVENT_ID))] = None,
-    resume: Annotated[str | None, Query(alias="last_event_id",
-                                        json_schema_extra=shown(JOB_EVENT_ID))] = None,
+    resume: Annotated[
+        str | None, Query(alias="last_event_id", json_schema_extra=shown(JOB_EVENT_ID))
+    ] = None,
 ) -> Cursor | None:
     """Where a reconnecting client left off: `Last-Event-ID`, or `?last_event_id=`."""
     # A dependency, so a bad id is a 422 before the stream starts.
@@ -80,9 +86,9 @@ def resume_point(
 
 def project_resume_point(
     last_event_id: Annotated[str | None, Header(json_schema_extra=shown(PROJECT_EVENT_ID))] = None,
-    resume: Annotated[str | None, Query(alias="last_event_id",
-                                             json_schema_extra=shown(PROJECT_EVENT_ID))]
-    = None,
+    resume: Annotated[
+        str | None, Query(alias="last_event_id", json_schema_extra=shown(PROJECT_EVENT_ID))
+    ] = None,
 ) -> int | None:
     """Where a project stream client left off: a job-event id."""
     return parse_project_position(last_event_id or resume)
@@ -113,8 +119,7 @@ TOO_MANY = errors(429)
 
 def _encode(event: Event) -> bytes:
     data = event.data if isinstance(event.data, dict) else event.data.payload()
-    return format_sse_event(data_str=orjson.dumps(data).decode(), event=event.kind,
-                            id=event.id)
+    return format_sse_event(data_str=orjson.dumps(data).decode(), event=event.kind, id=event.id)
 
 
 # Every caught-up client of a job gets the same event objects from `follow` (`shared`):
@@ -122,8 +127,9 @@ def _encode(event: Event) -> bytes:
 _encode_shared = lru_cache(maxsize=40_000)(_encode)
 
 
-async def _while_valid(batches: AsyncGenerator[list[Event]], credential: StreamCredential
-                       ) -> AsyncIterator[list[Event]]:
+async def _while_valid(
+    batches: AsyncGenerator[list[Event]], credential: StreamCredential
+) -> AsyncIterator[list[Event]]:
     """`batches` for as long as the caller's credential lets a request in, asked again
     every REAUTH_SECONDS at the next batch (a quiet stream has an empty one every
     KEEPALIVE seconds): revoking a token, or logging out, ends its open streams too."""
@@ -145,17 +151,29 @@ async def _frames(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:
     # per event would cap a process at a few thousand events a second across all clients.
     async for events in batches:
         # An empty batch is a quiet spell: a comment keeps proxies from closing the stream.
-        yield b"".join([_encode_shared(e) if e.shared else _encode(e) for e in events]) \
-            if events else KEEPALIVE_COMMENT
+        yield (
+            b"".join([_encode_shared(e) if e.shared else _encode(e) for e in events])
+            if events
+            else KEEPALIVE_COMMENT
+        )
 
 
-@router.get("/jobs/{job_id}/stream", dependencies=[Depends(stream_slot)],
-            responses={200: {"content": {"text/event-stream": {}},
-                             "description": "`status`, `metric` and `log` events"},
-                       204: {"description": "`Last-Event-ID` is the job's terminal status: "
-                                            "the stream is over (SSE clients stop "
-                                            "reconnecting on a 204)"},
-                       **TOO_MANY})
+@router.get(
+    "/jobs/{job_id}/stream",
+    dependencies=[Depends(stream_slot)],
+    responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "`status`, `metric` and `log` events",
+        },
+        204: {
+            "description": "`Last-Event-ID` is the job's terminal status: "
+            "the stream is over (SSE clients stop "
+            "reconnecting on a 204)"
+        },
+        **TOO_MANY,
+    },
+)
 async def stream_job(
     job_id: Annotated[int, Depends(stream_job_id)],
     start: Annotated[Cursor | None, Depends(resume_point)],
@@ -166,16 +184,24 @@ async def stream_job(
     then live; the terminal status comes last, after every point and line, and ends the
     response. Reconnect with `Last-Event-ID` (or `?last_event_id=`) to get exactly the
     events after it; `kinds` picks some of the three (e.g. `kinds=log` to follow logs)."""
-    if start is not None and "status" in chosen and \
-            await anyio.to_thread.run_sync(stream_over, job_id, start):
+    if (
+        start is not None
+        and "status" in chosen
+        and await anyio.to_thread.run_sync(stream_over, job_id, start)
+    ):
         return Response(status_code=204)
-    return EventSourceResponse(_frames(_while_valid(follow(job_id, start, chosen), credential)),
-                               headers={"Cache-Control": "no-cache",
-                                        "X-Accel-Buffering": "no"})
+    return EventSourceResponse(
+        _frames(_while_valid(follow(job_id, start, chosen), credential)),
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
-@router.get("/stream", response_class=EventSourceResponse,
-            dependencies=[Depends(stream_slot)], responses=TOO_MANY)
+@router.get(
+    "/stream",
+    response_class=EventSourceResponse,
+    dependencies=[Depends(stream_slot)],
+    responses=TOO_MANY,
+)
 async def stream_jobs(
     token: StreamTokenDep,
     after: Annotated[int | None, Depends(project_resume_point)],

@@ -16,8 +16,12 @@ from services.auth.schemas import NAME_PATTERN, TokenCreate, TokenCreated, Token
 from services.auth.scopes import Scope
 from services.models import utcnow
 
-router = APIRouter(prefix="/tokens", tags=["tokens"], route_class=CohortRoute,
-                   dependencies=scoped(read=Scope.ADMIN, write=Scope.ADMIN))
+router = APIRouter(
+    prefix="/tokens",
+    tags=["tokens"],
+    route_class=CohortRoute,
+    dependencies=scoped(read=Scope.ADMIN, write=Scope.ADMIN),
+)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
@@ -34,13 +38,17 @@ def read_tokens(
 ) -> TokenList:
     """Every token (of `project` if given), newest first, with its state; no secrets."""
     now = utcnow()
-    return TokenList(items=[tokens.to_read(row, now) for row in
-                            tokens.list_tokens(session=session, project=project)])
+    return TokenList(
+        items=[
+            tokens.to_read(row, now) for row in tokens.list_tokens(session=session, project=project)
+        ]
+    )
 
 
 @router.delete("/{token_id}", responses=errors(409))
 def revoke_token(token_id: DbId, session: SessionDep, caller: TokenDep) -> TokenRead:
     """Revoke a token and end its dashboard sessions; refused from the next request on.
     Revoking a revoked token changes nothing; a token cannot revoke itself (409)."""
-    return tokens.to_read(tokens.revoke_token(session=session, token_id=token_id,
-                                              caller_id=caller.id))
+    return tokens.to_read(
+        tokens.revoke_token(session=session, token_id=token_id, caller_id=caller.id)
+    )

@@ -18,8 +18,13 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-DEFAULTS: dict[str, Any] = {"epochs": 3, "steps_per_epoch": 20, "batch_size": 32,
-                            "learning_rate": 0.01, "layers": [64, 32]}
+DEFAULTS: dict[str, Any] = {
+    "epochs": 3,
+    "steps_per_epoch": 20,
+    "batch_size": 32,
+    "learning_rate": 0.01,
+    "layers": [64, 32],
+}
 
 
 def make_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -38,23 +43,37 @@ def train(ctx: Any) -> dict[str, float]:
     global_batch = int(hp["batch_size"]) * ctx.strategy.num_replicas_in_sync
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    dataset = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(4096, seed=0).repeat()
-               .batch(global_batch).with_options(options))
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((x, y))
+        .shuffle(4096, seed=0)
+        .repeat()
+        .batch(global_batch)
+        .with_options(options)
+    )
 
     with ctx.strategy.scope():
-        model = keras.Sequential([keras.layers.Input(shape=(2,)),
-                                  *[keras.layers.Dense(int(n), activation="relu")
-                                    for n in hp["layers"]],
-                                  keras.layers.Dense(2)])
-        model.compile(optimizer=keras.optimizers.Adam(float(hp["learning_rate"])),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"])
+        model = keras.Sequential(
+            [
+                keras.layers.Input(shape=(2,)),
+                *[keras.layers.Dense(int(n), activation="relu") for n in hp["layers"]],
+                keras.layers.Dense(2),
+            ]
+        )
+        model.compile(
+            optimizer=keras.optimizers.Adam(float(hp["learning_rate"])),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
         model.distribute_reduction_method = "first"  # report the all-reduced value once
 
     backup = keras.callbacks.BackupAndRestore(backup_dir=str(ctx.checkpoint_dir))
-    history = model.fit(dataset, epochs=int(hp["epochs"]),
-                        steps_per_epoch=int(hp["steps_per_epoch"]),
-                        callbacks=[*ctx.callbacks(global_batch), backup], verbose=2)
+    history = model.fit(
+        dataset,
+        epochs=int(hp["epochs"]),
+        steps_per_epoch=int(hp["steps_per_epoch"]),
+        callbacks=[*ctx.callbacks(global_batch), backup],
+        verbose=2,
+    )
 
     # Saving runs collectives, so every worker saves; only the chief's copy is kept.
     if ctx.is_chief:

@@ -20,8 +20,12 @@ import tensorflow as tf
 import tf_keras as keras
 from sklearn.datasets import load_digits
 
-DEFAULTS: dict[str, Any] = {"epochs": 3, "steps_per_epoch": 20, "batch_size": 32,
-                            "learning_rate": 0.01}
+DEFAULTS: dict[str, Any] = {
+    "epochs": 3,
+    "steps_per_epoch": 20,
+    "batch_size": 32,
+    "learning_rate": 0.01,
+}
 
 
 class TwoDeviceMLP(keras.Model):
@@ -31,8 +35,9 @@ class TwoDeviceMLP(keras.Model):
         super().__init__()
         self.devices = devices
         self.bottom = keras.layers.Dense(128, activation="relu")
-        self.top = keras.Sequential([keras.layers.Dense(64, activation="relu"),
-                                     keras.layers.Dense(10)])
+        self.top = keras.Sequential(
+            [keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)]
+        )
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         # Layers create their weights on first call, under the device in effect.
@@ -49,15 +54,26 @@ def train(ctx: Any) -> dict[str, float]:
         raise RuntimeError(f"this example needs devices_per_replica >= 2, got {devices}")
     digits = load_digits()
     x, y = (digits.data / 16.0).astype(np.float32), digits.target.astype(np.int32)
-    dataset = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=0).repeat()
-               .batch(int(hp["batch_size"])))
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((x, y))
+        .shuffle(len(x), seed=0)
+        .repeat()
+        .batch(int(hp["batch_size"]))
+    )
 
     model = TwoDeviceMLP(devices[:2])
-    model.compile(optimizer=keras.optimizers.Adam(float(hp["learning_rate"])),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
-    model.fit(dataset, epochs=int(hp["epochs"]), steps_per_epoch=int(hp["steps_per_epoch"]),
-              callbacks=ctx.callbacks(int(hp["batch_size"])), verbose=2)
+    model.compile(
+        optimizer=keras.optimizers.Adam(float(hp["learning_rate"])),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    model.fit(
+        dataset,
+        epochs=int(hp["epochs"]),
+        steps_per_epoch=int(hp["steps_per_epoch"]),
+        callbacks=ctx.callbacks(int(hp["batch_size"])),
+        verbose=2,
+    )
     for variable in model.trainable_variables:
         print(f"placed {variable.name} on {variable.device}", flush=True)
     loss, accuracy = model.evaluate(x, y, verbose=0)

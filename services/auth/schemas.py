@@ -20,13 +20,21 @@ class TokenCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    project: str = Field("default", pattern=NAME_PATTERN,
-                         description="letters, digits, `_`, `.`, `-`; created if new")
+    project: str = Field(
+        "default",
+        pattern=NAME_PATTERN,
+        description="letters, digits, `_`, `.`, `-`; created if new",
+    )
     name: str = Field(pattern=NAME_PATTERN, description="what the token is for, e.g. `ci`")
-    scopes: list[Scope] = Field(min_length=1, max_length=len(Scope),
-                                description="`admin` holds every scope", examples=[["read"]])
-    expires_in: StrictInt | None = Field(None, ge=60, le=MAX_LIFETIME,
-                                         description="seconds from now")
+    scopes: list[Scope] = Field(
+        min_length=1,
+        max_length=len(Scope),
+        description="`admin` holds every scope",
+        examples=[["read"]],
+    )
+    expires_in: StrictInt | None = Field(
+        None, ge=60, le=MAX_LIFETIME, description="seconds from now"
+    )
     expires_at: AwareDatetime | None = Field(None, description="a time with its UTC offset")
 
     @model_validator(mode="after")

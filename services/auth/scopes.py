@@ -23,11 +23,11 @@ class Scope(StrEnum):
 # What a scope lets a token do, as the 403 and `cohort tokens create --help` say it.
 GRANTS: dict[Scope, str] = {
     Scope.READ: "read the project's jobs, metrics, logs, streams, artifacts, data, sweeps, "
-                "schedules and the nodes, and use the dashboard",
+    "schedules and the nodes, and use the dashboard",
     Scope.SUBMIT: "submit and cancel jobs and sweeps and upload code bundles and data",
     Scope.SCHEDULES: "create, change, pause, trigger and delete retraining schedules",
     Scope.ADMIN: "do everything the other scopes allow in its own project, and manage "
-                 "every project's tokens, quotas and nodes",
+    "every project's tokens, quotas and nodes",
 }
 
 
@@ -48,4 +48,6 @@ def check_scope(token: ApiToken, needed: Scope) -> None:
         f"token {token.name!r} (project {project}) lacks the {needed.value!r} scope, needed "
         f"to {GRANTS[needed]}; it has {', '.join(token.scopes) or 'none'}. Ask an admin "
         f"for a token with it: cohort tokens create --project {project} --name NAME "
-        f"--scope {needed.value}", needed.value)
+        f"--scope {needed.value}",
+        needed.value,
+    )

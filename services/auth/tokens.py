@@ -53,33 +53,44 @@ def ensure_project(*, session: Session, name: str) -> Project:
 
 
 def ensure_token(
-    *, session: Session, token: str, scopes: Iterable[Scope | str],
-    project_name: str = DEFAULT_PROJECT, name: str = "token",
-    expires_at: dt.datetime | None = None, bootstrap: bool = False,
+    *,
+    session: Session,
+    token: str,
+    scopes: Iterable[Scope | str],
+    project_name: str = DEFAULT_PROJECT,
+    name: str = "token",
+    expires_at: dt.datetime | None = None,
+    bootstrap: bool = False,
 ) -> ApiToken:
     """Register the secret `token` for a project, once (the row it already has is kept)."""
     digest = hash_token(token)
     row = session.execute(
-        sa.select(ApiToken).where(ApiToken.token_hash == digest)).scalar_one_or_none()
+        sa.select(ApiToken).where(ApiToken.token_hash == digest)
+    ).scalar_one_or_none()
     if row is not None:
         return row
     project = ensure_project(session=session, name=project_name)
-    row = ApiToken(project_id=project.id, name=name, token_hash=digest,
-                   scopes=sorted({Scope(s).value for s in scopes}), expires_at=expires_at,
-                   bootstrap=bootstrap)
+    row = ApiToken(
+        project_id=project.id,
+        name=name,
+        token_hash=digest,
+        scopes=sorted({Scope(s).value for s in scopes}),
+        expires_at=expires_at,
+        bootstrap=bootstrap,
+    )
     try:
         # A savepoint: two api processes starting at once both register the bootstrap
         # token, and the one that loses the race must find the winner's row.
         with session.begin_nested():
             session.add(row)
     except IntegrityError:
-        row = session.execute(
-            sa.select(ApiToken).where(ApiToken.token_hash == digest)).scalar_one()
+        row = session.execute(sa.select(ApiToken).where(ApiToken.token_hash == digest)).scalar_one()
     return row
 
 
-def create_token(*, session: Session, token_in: TokenCreate,
-                 now: dt.datetime | None = None) -> TokenCreated:
+def create_token(
+    *, session: Session, token_in: TokenCreate, now: dt.datetime | None = None
+) -> TokenCreated:
     """Issue a new random token; the answer holds the only copy of its secret.
 
     Raises:
@@ -90,12 +101,19 @@ def create_token(*, session: Session, token_in: TokenCreate,
     if token_in.expires_in is not None:
         expires_at = now + dt.timedelta(seconds=token_in.expires_in)
     elif expires_at is not None and expires_at <= now:
-        raise InvalidTokenSpec("expires_at", "is not in the future: give a later time, or "
-                                           "expires_in (seconds from now)")
+        raise InvalidTokenSpec(
+            "expires_at",
+            "is not in the future: give a later time, or expires_in (seconds from now)",
+        )
     secret = new_secret()
-    row = ensure_token(session=session, token=secret, scopes=token_in.scopes,
-                       project_name=token_in.project, name=token_in.name,
-                       expires_at=expires_at)
+    row = ensure_token(
+        session=session,
+        token=secret,
+        scopes=token_in.scopes,
+        project_name=token_in.project,
+        name=token_in.name,
+        expires_at=expires_at,
+    )
     return TokenCreated(**to_read(row, now).model_dump(), token=secret)
 
 
@@ -104,11 +122,11 @@ def check_bootstrap_token(token: str) -> None:
     if token and len(token) < MIN_BOOTSTRAP_LENGTH:
         raise WeakBootstrapToken(
             f"COHORT_BOOTSTRAP_TOKEN is {len(token)} characters; an admin token needs at "
-            f"least {MIN_BOOTSTRAP_LENGTH}: make one with `openssl rand -hex 32`")
+            f"least {MIN_BOOTSTRAP_LENGTH}: make one with `openssl rand -hex 32`"
+        )
 
 
-def register_bootstrap(*, session: Session, token: str,
-                       now: dt.datetime | None = None) -> ApiToken:
+def register_bootstrap(*, session: Session, token: str, now: dt.datetime | None = None) -> ApiToken:
     """Register COHORT_BOOTSTRAP_TOKEN as an admin token of project `default`, and revoke
     any earlier bootstrap token, so rotating the variable retires the old value.
 
@@ -117,11 +135,18 @@ def register_bootstrap(*, session: Session, token: str,
     """
     check_bootstrap_token(token)
     now = now or utcnow()
-    row = ensure_token(session=session, token=token, scopes=[Scope.ADMIN],
-                       name="bootstrap", bootstrap=True)
-    earlier = session.execute(
-        sa.select(ApiToken.id).where(ApiToken.bootstrap.is_(True), ApiToken.id != row.id,
-                                     ApiToken.revoked_at.is_(None))).scalars().all()
+    row = ensure_token(
+        session=session, token=token, scopes=[Scope.ADMIN], name="bootstrap", bootstrap=True
+    )
+    earlier = (
+        session.execute(
+            sa.select(ApiToken.id).where(
+                ApiToken.bootstrap.is_(True), ApiToken.id != row.id, ApiToken.revoked_at.is_(None)
+            )
+        )
+        .scalars()
+        .all()
+    )
     for token_id in earlier:
         _revoke(session=session, token_id=token_id, now=now)
     return row
@@ -139,11 +164,15 @@ def check_usable(row: ApiToken, now: dt.datetime) -> None:
     """Raise Unauthorized if the token has been revoked or has expired."""
     state = token_state(row, now)
     if state == "revoked":
-        raise Unauthorized(f"token {row.name!r} was revoked at {row.revoked_at:%Y-%m-%d %H:%M} "
-                           "UTC: ask an admin for a new one")
+        raise Unauthorized(
+            f"token {row.name!r} was revoked at {row.revoked_at:%Y-%m-%d %H:%M} "
+            "UTC: ask an admin for a new one"
+        )
     if state == "expired":
-        raise Unauthorized(f"token {row.name!r} expired at {row.expires_at:%Y-%m-%d %H:%M} "
-                           "UTC: ask an admin for a new one")
+        raise Unauthorized(
+            f"token {row.name!r} expired at {row.expires_at:%Y-%m-%d %H:%M} "
+            "UTC: ask an admin for a new one"
+        )
 
 
 def use_due(row: ApiToken, now: dt.datetime) -> bool:
@@ -158,15 +187,18 @@ def record_use(*, session: Session, token_id: int, now: dt.datetime) -> bool:
     whether it wrote. The caller commits, in a transaction of its own: this write takes
     SQLite's one write lock, which the request's own transaction must not hold for the
     request's whole duration (an upload checked for seconds)."""
-    due = sa.or_(ApiToken.last_used_at.is_(None),
-                 ApiToken.last_used_at <= now - LAST_USED_RESOLUTION)
-    result = session.execute(sa.update(ApiToken).where(ApiToken.id == token_id, due)
-                             .values(last_used_at=now))
+    due = sa.or_(
+        ApiToken.last_used_at.is_(None), ApiToken.last_used_at <= now - LAST_USED_RESOLUTION
+    )
+    result = session.execute(
+        sa.update(ApiToken).where(ApiToken.id == token_id, due).values(last_used_at=now)
+    )
     return bool(getattr(result, "rowcount", 0))
 
 
-def authenticate(*, session: Session, token: str | None,
-                 now: dt.datetime | None = None) -> ApiToken:
+def authenticate(
+    *, session: Session, token: str | None, now: dt.datetime | None = None
+) -> ApiToken:
     """The token row for a bearer token; only read (its use is recorded apart, by
     record_use).
 
@@ -186,10 +218,18 @@ def authenticate(*, session: Session, token: str | None,
 
 
 def to_read(row: ApiToken, now: dt.datetime | None = None) -> TokenRead:
-    return TokenRead(id=row.id, project=row.project.name, name=row.name, scopes=row.scopes,
-                     state=token_state(row, now or utcnow()), bootstrap=row.bootstrap,
-                     created_at=row.created_at, expires_at=row.expires_at,
-                     revoked_at=row.revoked_at, last_used_at=row.last_used_at)
+    return TokenRead(
+        id=row.id,
+        project=row.project.name,
+        name=row.name,
+        scopes=row.scopes,
+        state=token_state(row, now or utcnow()),
+        bootstrap=row.bootstrap,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        revoked_at=row.revoked_at,
+        last_used_at=row.last_used_at,
+    )
 
 
 def list_tokens(*, session: Session, project: str | None = None) -> list[ApiToken]:
@@ -200,8 +240,9 @@ def list_tokens(*, session: Session, project: str | None = None) -> list[ApiToke
     return list(session.execute(query).scalars())
 
 
-def revoke_token(*, session: Session, token_id: int, caller_id: int | None = None,
-                 now: dt.datetime | None = None) -> ApiToken:
+def revoke_token(
+    *, session: Session, token_id: int, caller_id: int | None = None, now: dt.datetime | None = None
+) -> ApiToken:
     """Revoke a token and every dashboard session of it, from the next request on; a token
     already revoked keeps its first revocation time. `caller_id`: the token asking, which
     may not revoke itself (an admin would lock itself out; another admin token can).
@@ -216,17 +257,21 @@ def revoke_token(*, session: Session, token_id: int, caller_id: int | None = Non
     if token_id == caller_id:
         raise SelfRevocation(
             f"token {token_id} is the one making this request: revoke it with another "
-            "admin token (cohort tokens create --scope admin), so that one admin remains")
+            "admin token (cohort tokens create --scope admin), so that one admin remains"
+        )
     _revoke(session=session, token_id=token_id, now=now or utcnow())
     session.refresh(row)
     return row
 
 
 def _revoke(*, session: Session, token_id: int, now: dt.datetime) -> None:
-    session.execute(sa.update(ApiToken)
-                    .where(ApiToken.id == token_id, ApiToken.revoked_at.is_(None))
-                    .values(revoked_at=now))
-    session.execute(sa.update(DashboardSession)
-                    .where(DashboardSession.token_id == token_id,
-                           DashboardSession.revoked_at.is_(None))
-                    .values(revoked_at=now))
+    session.execute(
+        sa.update(ApiToken)
+        .where(ApiToken.id == token_id, ApiToken.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
+    session.execute(
+        sa.update(DashboardSession)
+        .where(DashboardSession.token_id == token_id, DashboardSession.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )

@@ -66,11 +66,19 @@ class FairQueue(Generic[G]):
     """The queue in fair order (iterate it), the projects' holdings as the pass places
     gangs (`took`), and their running quotas (`quota_wait`)."""
 
-    def __init__(self, queue: Iterable[G], projects: Mapping[int, ProjectState],
-                 cpu_total: int, gpu_total: int) -> None:
+    def __init__(
+        self,
+        queue: Iterable[G],
+        projects: Mapping[int, ProjectState],
+        cpu_total: int,
+        gpu_total: int,
+    ) -> None:
         self._queue = queue
-        self._limits = {pid: state for pid, state in projects.items()
-                        if state.max_replicas is not None or state.max_gpus is not None}
+        self._limits = {
+            pid: state
+            for pid, state in projects.items()
+            if state.max_replicas is not None or state.max_gpus is not None
+        }
         # [replicas, CPU slots, GPUs] held, per project, updated as gangs are placed.
         self._held = {pid: [s.replicas, s.cpu_slots, s.gpus] for pid, s in projects.items()}
         self._cpu_total, self._gpu_total = cpu_total, gpu_total
@@ -89,8 +97,7 @@ class FairQueue(Generic[G]):
     def __iter__(self) -> Iterator[G]:
         levels: dict[int, dict[int, list[G]]] = {}
         for request in self._queue:
-            levels.setdefault(request.priority, {}).setdefault(request.project, []).append(
-                request)
+            levels.setdefault(request.priority, {}).setdefault(request.project, []).append(request)
         for priority in sorted(levels, reverse=True):
             lines = levels[priority]
             for line in lines.values():
@@ -107,8 +114,7 @@ class FairQueue(Generic[G]):
                 line = lines[pid]
                 yield line[index]
                 if index + 1 < len(line):
-                    heapq.heappush(heap, (self.share(pid), line[index + 1].seq, pid,
-                                          index + 1))
+                    heapq.heappush(heap, (self.share(pid), line[index + 1].seq, pid, index + 1))
 
     def quota_wait(self, request: Gang) -> str | None:
         """Why the request must wait for its project's running quota, or None."""

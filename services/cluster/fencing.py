@@ -48,8 +48,10 @@ class Fenced(Exception):
     """A newer leader holds the token: this one's transaction must not commit."""
 
     def __init__(self, token: int, newest: int) -> None:
-        super().__init__(f"a newer leader holds fencing token {newest} (this scheduler's "
-                         f"is {token}); its transaction was refused, nothing written or sent")
+        super().__init__(
+            f"a newer leader holds fencing token {newest} (this scheduler's "
+            f"is {token}); its transaction was refused, nothing written or sent"
+        )
         self.token = token
         self.newest = newest
 
@@ -58,15 +60,19 @@ def issue_token(*, session: Session) -> int:
     """A new term's token, larger than any issued before; the caller commits."""
     if session.get_bind().dialect.name == "postgresql":  # waits for open fenced transactions
         session.execute(sa.select(sa.func.pg_advisory_xact_lock(FENCE_LOCK_KEY)))
-    session.execute(sa.update(SchedulerFence).where(SchedulerFence.id == FENCE_ROW)
-                    .values(token=SchedulerFence.token + 1))
+    session.execute(
+        sa.update(SchedulerFence)
+        .where(SchedulerFence.id == FENCE_ROW)
+        .values(token=SchedulerFence.token + 1)
+    )
     return newest_token(session=session)
 
 
 def newest_token(*, session: Session) -> int:
     """The token of the newest term (0 before any leader)."""
-    return session.execute(sa.select(SchedulerFence.token)
-                           .where(SchedulerFence.id == FENCE_ROW)).scalar_one()
+    return session.execute(
+        sa.select(SchedulerFence.token).where(SchedulerFence.id == FENCE_ROW)
+    ).scalar_one()
 
 
 def check_token(*, session: Session, token: int, lease: float | None = None) -> None:
@@ -82,9 +88,15 @@ def check_token(*, session: Session, token: int, lease: float | None = None) -> 
     """
     if session.get_bind().dialect.name == "postgresql":
         if lease is not None:
-            session.execute(sa.select(sa.func.set_config(
-                "idle_in_transaction_session_timeout", f"{max(1, round(lease * 1000))}ms",
-                True)))
+            session.execute(
+                sa.select(
+                    sa.func.set_config(
+                        "idle_in_transaction_session_timeout",
+                        f"{max(1, round(lease * 1000))}ms",
+                        True,
+                    )
+                )
+            )
         session.execute(sa.select(sa.func.pg_advisory_xact_lock_shared(FENCE_LOCK_KEY)))
         # Read after the lock: no token can be issued from here until this one ends.
         newest = newest_token(session=session)
@@ -92,9 +104,11 @@ def check_token(*, session: Session, token: int, lease: float | None = None) -> 
             raise Fenced(token, newest)
         return
     # SQLite: a write first, so this transaction holds the write lock from here on.
-    held = session.execute(sa.update(SchedulerFence).where(
-        SchedulerFence.id == FENCE_ROW, SchedulerFence.token == token)
-        .values(token=SchedulerFence.token))
+    held = session.execute(
+        sa.update(SchedulerFence)
+        .where(SchedulerFence.id == FENCE_ROW, SchedulerFence.token == token)
+        .values(token=SchedulerFence.token)
+    )
     if cast(sa.CursorResult[object], held).rowcount != 1:
         raise Fenced(token, newest_token(session=session))
 

@@ -44,17 +44,24 @@ STOP_DELIVERY_SECONDS = 3.0
 
 def _replica(session: Session, job_id: int, attempt: int, index: int) -> Replica | None:
     return session.execute(
-        sa.select(Replica).where(Replica.job_id == job_id, Replica.attempt == attempt,
-                                 Replica.index == index)
+        sa.select(Replica).where(
+            Replica.job_id == job_id, Replica.attempt == attempt, Replica.index == index
+        )
     ).scalar_one_or_none()
 
 
 def current_attempts(*, session: Session) -> dict[int, int]:
     """The attempt of every job whose gang is placed or running (what agents check a
     start message against), by job id."""
-    return dict(session.execute(
-        sa.select(Job.id, Job.attempt)
-        .where(Job.status.in_((JobStatus.SCHEDULED, JobStatus.RUNNING)))).tuples().all())
+    return dict(
+        session.execute(
+            sa.select(Job.id, Job.attempt).where(
+                Job.status.in_((JobStatus.SCHEDULED, JobStatus.RUNNING))
+            )
+        )
+        .tuples()
+        .all()
+    )
 
 
 def replica_node(*, session: Session, job_id: int, attempt: int, index: int) -> str | None:
@@ -64,7 +71,13 @@ def replica_node(*, session: Session, job_id: int, attempt: int, index: int) -> 
 
 
 def record_replica_started(
-    *, session: Session, job_id: int, attempt: int, index: int, pid: int, at: dt.datetime,
+    *,
+    session: Session,
+    job_id: int,
+    attempt: int,
+    index: int,
+    pid: int,
+    at: dt.datetime,
 ) -> Replica | None:
     """An agent started the process of replica (job, attempt, index)."""
     replica = _replica(session, job_id, attempt, index)
@@ -78,8 +91,14 @@ def record_replica_started(
 
 
 def record_replica_exited(
-    *, session: Session, job_id: int, attempt: int, index: int, exit_code: int,
-    log_tail: str, at: dt.datetime,
+    *,
+    session: Session,
+    job_id: int,
+    attempt: int,
+    index: int,
+    exit_code: int,
+    log_tail: str,
+    at: dt.datetime,
 ) -> Replica | None:
     """An agent saw the process of replica (job, attempt, index) exit."""
     replica = _replica(session, job_id, attempt, index)
@@ -99,7 +118,13 @@ def record_replica_exited(
 
 
 def record_replica_restarted(
-    *, session: Session, job_id: int, attempt: int, index: int, pid: int, restarts: int,
+    *,
+    session: Session,
+    job_id: int,
+    attempt: int,
+    index: int,
+    pid: int,
+    restarts: int,
 ) -> Replica | None:
     """An agent started the process of a running replica again in place (a lost
     parameter_server worker); the replica stays running."""
@@ -112,8 +137,7 @@ def record_replica_restarted(
     return replica
 
 
-def record_replica_failure(*, replica: Replica, failure: str, lost: bool,
-                           at: dt.datetime) -> None:
+def record_replica_failure(*, replica: Replica, failure: str, lost: bool, at: dt.datetime) -> None:
     """Cohort itself ends a replica that cannot report (lost node, no progress)."""
     replica.status = ReplicaStatus.LOST if lost else ReplicaStatus.FAILED
     replica.failure = failure
@@ -134,28 +158,31 @@ def _declared(replica: Replica) -> bool:
     return replica.exit_code is None and bool(replica.failure)
 
 
-def _stop_live(replicas: list[Replica], now: dt.datetime, held: Held = None
-               ) -> list[Message]:
+def _stop_live(replicas: list[Replica], now: dt.datetime, held: Held = None) -> list[Message]:
     """Stop messages for replicas still alive (re-sent if the last one is old)."""
     settings = get_settings()
     grace = settings.STOP_GRACE
     messages: list[Message] = []
     for replica in replicas:
-        resend_due = replica.stop_requested_at is not None and \
-            (now - replica.stop_requested_at).total_seconds() >= settings.STOP_RESEND_AFTER
+        resend_due = (
+            replica.stop_requested_at is not None
+            and (now - replica.stop_requested_at).total_seconds() >= settings.STOP_RESEND_AFTER
+        )
         if replica.status in TERMINAL_REPLICA_STATUSES:
             # Declared failed or lost by Cohort, not by its own exit: the process
             # may still be there (frozen, or on a node that comes back). Stopped once,
             # and again while its agent says it still runs (a lost message).
             listed = held is not None and _key(replica) in held
-            if not _declared(replica) or (replica.stop_requested_at is not None
-                                          and not (resend_due and listed)):
+            if not _declared(replica) or (
+                replica.stop_requested_at is not None and not (resend_due and listed)
+            ):
                 continue
         elif replica.stop_requested_at is not None and not resend_due:
             continue
         replica.stop_requested_at = now
-        messages.append(StopReplica(replica.node_id, replica.job_id, replica.attempt,
-                                    replica.index, grace))
+        messages.append(
+            StopReplica(replica.node_id, replica.job_id, replica.attempt, replica.index, grace)
+        )
     return messages
 
 
@@ -164,8 +191,10 @@ def _failure_reason(replica: Replica) -> str:
         return f"replica {replica.index} on {replica.node_id} {replica.failure}"
     tail = [line for line in replica.log_tail.strip().splitlines() if line.strip()][-3:]
     detail = (": " + " | ".join(tail)) if tail else ""
-    return f"replica {replica.index} on {replica.node_id} exited with " \
-           f"{exit_codes.describe(replica.exit_code)}{detail}"
+    return (
+        f"replica {replica.index} on {replica.node_id} exited with "
+        f"{exit_codes.describe(replica.exit_code)}{detail}"
+    )
 
 
 def _may_restart(job: Job, broken: Replica) -> tuple[bool, str]:
@@ -189,8 +218,11 @@ def _declared_hung(replica: Replica) -> bool:
     """Declared failed by Cohort on a node that still answers (the watchdog's hang
     finding: lost replicas are LOST), with no exit of its own: its process may be there,
     frozen, until its agent's SIGKILL after STOP_GRACE."""
-    return replica.status is ReplicaStatus.FAILED and replica.exit_code is None and \
-        bool(replica.failure)
+    return (
+        replica.status is ReplicaStatus.FAILED
+        and replica.exit_code is None
+        and bool(replica.failure)
+    )
 
 
 def restart_delay(job: Job, current: list[Replica]) -> float:
@@ -206,12 +238,14 @@ def restart_delay(job: Job, current: list[Replica]) -> float:
 
 def _breaks_gang(replica: Replica) -> bool:
     """A failed or lost replica tears its gang down, unless it is an evaluator."""
-    return replica.status in (ReplicaStatus.FAILED, ReplicaStatus.LOST) and \
-        replica.role != "evaluator"
+    return (
+        replica.status in (ReplicaStatus.FAILED, ReplicaStatus.LOST) and replica.role != "evaluator"
+    )
 
 
-def _success(job: Job, current: list[Replica], now: dt.datetime) -> tuple[
-        str | None, list[Replica]]:
+def _success(
+    job: Job, current: list[Replica], now: dt.datetime
+) -> tuple[str | None, list[Replica]]:
     """Why the gang has succeeded (None: not yet), and the replicas to stop now."""
     if job.strategy != "parameter_server":
         done = all(r.status is ReplicaStatus.SUCCEEDED for r in current)
@@ -220,17 +254,27 @@ def _success(job: Job, current: list[Replica], now: dt.datetime) -> tuple[
     if chief is None or chief.status is not ReplicaStatus.SUCCEEDED:
         return None, []
     servers = [r for r in current if r.role in ("worker", "ps")]
-    evaluating = [r for r in current
-                  if r.role == "evaluator" and r.status not in TERMINAL_REPLICA_STATUSES]
-    if evaluating and chief.finished_at is not None and (now - chief.finished_at) < \
-            dt.timedelta(seconds=get_settings().EVALUATOR_GRACE):
+    evaluating = [
+        r for r in current if r.role == "evaluator" and r.status not in TERMINAL_REPLICA_STATUSES
+    ]
+    if (
+        evaluating
+        and chief.finished_at is not None
+        and (now - chief.finished_at) < dt.timedelta(seconds=get_settings().EVALUATOR_GRACE)
+    ):
         return None, servers  # the evaluator is finishing its last evaluation
     late = "; the evaluator was stopped after its grace" if evaluating else ""
     return f"the chief exited 0{late}", servers + evaluating
 
 
-def settle_job(*, session: Session, job: Job, now: dt.datetime | None = None,
-               replicas: list[Replica] | None = None, held: Held = None) -> list[Message]:
+def settle_job(
+    *,
+    session: Session,
+    job: Job,
+    now: dt.datetime | None = None,
+    replicas: list[Replica] | None = None,
+    held: Held = None,
+) -> list[Message]:
     """Bring a job's status in line with its replicas; returns the stop messages to send.
 
     `replicas`: every replica of the job by (attempt, index), when the caller read them
@@ -247,16 +291,23 @@ def settle_job(*, session: Session, job: Job, now: dt.datetime | None = None,
     messages = _stop_live(old, now, held)
     current = [r for r in replicas if r.attempt == job.attempt]
     if job.status is JobStatus.RESTARTING:
-        if all(r.status in TERMINAL_REPLICA_STATUSES for r in current) and \
-                not _still_running(current, held, now):
-            transition_job(session=session, job_id=job.id, target=JobStatus.QUEUED,
-                           reason=f"gang torn down; restart {job.attempt} of {job.max_restarts}")
+        if all(r.status in TERMINAL_REPLICA_STATUSES for r in current) and not _still_running(
+            current, held, now
+        ):
+            transition_job(
+                session=session,
+                job_id=job.id,
+                target=JobStatus.QUEUED,
+                reason=f"gang torn down; restart {job.attempt} of {job.max_restarts}",
+            )
         return messages + _stop_live(current, now, held)
     if job.status not in ACTIVE_STATUSES or not current:
         return messages
     # Once a parameter_server chief has succeeded, what its servers do no longer matters.
-    chief_done = any(r.role == "chief" and r.status is ReplicaStatus.SUCCEEDED
-                     for r in current) and job.strategy == "parameter_server"
+    chief_done = (
+        any(r.role == "chief" and r.status is ReplicaStatus.SUCCEEDED for r in current)
+        and job.strategy == "parameter_server"
+    )
     broken = [] if chief_done else [r for r in current if _breaks_gang(r)]
     if broken:
         reason = _failure_reason(broken[0])
@@ -264,24 +315,38 @@ def settle_job(*, session: Session, job: Job, now: dt.datetime | None = None,
         if restart:
             delay = restart_delay(job, current)
             job.not_before = now + dt.timedelta(seconds=delay)
-            transition_job(session=session, job_id=job.id, target=JobStatus.RESTARTING,
-                           reason=f"restarting (attempt {job.attempt + 1} of at most "
-                                  f"{job.max_restarts + 1}, in {delay:.0f}s) after: {reason}")
+            transition_job(
+                session=session,
+                job_id=job.id,
+                target=JobStatus.RESTARTING,
+                reason=f"restarting (attempt {job.attempt + 1} of at most "
+                f"{job.max_restarts + 1}, in {delay:.0f}s) after: {reason}",
+            )
         else:
-            transition_job(session=session, job_id=job.id, target=JobStatus.FAILED,
-                           reason=f"{reason}; not restarted: {why_not}")
+            transition_job(
+                session=session,
+                job_id=job.id,
+                target=JobStatus.FAILED,
+                reason=f"{reason}; not restarted: {why_not}",
+            )
         return messages + _stop_live(current, now)
     succeeded, to_stop = _success(job, current, now)
-    if job.status is JobStatus.SCHEDULED and (succeeded or all(
-        r.status in (ReplicaStatus.RUNNING, ReplicaStatus.SUCCEEDED) or _gone_evaluator(r)
-        for r in current
-    )):
-        transition_job(session=session, job_id=job.id, target=JobStatus.RUNNING,
-                       reason=f"all {len(current)} replicas started")
+    if job.status is JobStatus.SCHEDULED and (
+        succeeded
+        or all(
+            r.status in (ReplicaStatus.RUNNING, ReplicaStatus.SUCCEEDED) or _gone_evaluator(r)
+            for r in current
+        )
+    ):
+        transition_job(
+            session=session,
+            job_id=job.id,
+            target=JobStatus.RUNNING,
+            reason=f"all {len(current)} replicas started",
+        )
     messages += _stop_live(to_stop, now)
     if job.status is JobStatus.RUNNING and succeeded:
-        transition_job(session=session, job_id=job.id, target=JobStatus.SUCCEEDED,
-                       reason=succeeded)
+        transition_job(session=session, job_id=job.id, target=JobStatus.SUCCEEDED, reason=succeeded)
     return messages
 
 
@@ -300,8 +365,11 @@ def _still_running(current: list[Replica], held: Held, now: dt.datetime) -> bool
     lost node holds nothing back (watchdog.declared_but_running): its lease stopped it."""
     settings = get_settings()
     limit = settings.STOP_GRACE + HOLD_STOPS * settings.STOP_RESEND_AFTER
-    declared = [r for r in current if _declared(r) and (
-        r.finished_at is None or (now - r.finished_at).total_seconds() < limit)]
+    declared = [
+        r
+        for r in current
+        if _declared(r) and (r.finished_at is None or (now - r.finished_at).total_seconds() < limit)
+    ]
     if not declared:
         return False
     return held is None or any(_key(r) in held for r in declared)
@@ -320,9 +388,10 @@ def replicas_of(*, session: Session, job_ids: list[int]) -> dict[int, list[Repli
         return by_job
     # Chunked: one IN list per few thousand jobs keeps the statement's size bounded.
     for start in range(0, len(job_ids), 5000):
-        chunk = job_ids[start:start + 5000]
+        chunk = job_ids[start : start + 5000]
         for replica in session.execute(
-            sa.select(Replica).where(Replica.job_id.in_(chunk))
+            sa.select(Replica)
+            .where(Replica.job_id.in_(chunk))
             .order_by(Replica.job_id, Replica.attempt, Replica.index)
         ).scalars():
             by_job.setdefault(replica.job_id, []).append(replica)
@@ -339,18 +408,26 @@ def jobs_to_settle(*, session: Session, held: Held = None) -> list[Job]:
     (settle_job then finds nothing broken, nothing succeeded, nothing to stop.)
     """
     mine = Replica.job_id == Job.id
-    current_changed = sa.exists().where(mine, Replica.attempt == Job.attempt,
-                                        Replica.status != ReplicaStatus.RUNNING)
+    current_changed = sa.exists().where(
+        mine, Replica.attempt == Job.attempt, Replica.status != ReplicaStatus.RUNNING
+    )
     older_to_stop = sa.exists().where(
-        mine, Replica.attempt != Job.attempt,
-        sa.or_(Replica.status.not_in(TERMINAL_REPLICA_STATUSES),
-               sa.and_(Replica.exit_code.is_(None), Replica.failure != "",
-                       Replica.stop_requested_at.is_(None))))
+        mine,
+        Replica.attempt != Job.attempt,
+        sa.or_(
+            Replica.status.not_in(TERMINAL_REPLICA_STATUSES),
+            sa.and_(
+                Replica.exit_code.is_(None),
+                Replica.failure != "",
+                Replica.stop_requested_at.is_(None),
+            ),
+        ),
+    )
     steady = sa.and_(Job.status == JobStatus.RUNNING, ~current_changed, ~older_to_stop)
     live = sa.select(Replica.job_id).where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
     unsettled = sa.and_(
-        sa.or_(Job.status.in_([*ACTIVE_STATUSES, JobStatus.RESTARTING]), Job.id.in_(live)),
-        ~steady)
+        sa.or_(Job.status.in_([*ACTIVE_STATUSES, JobStatus.RESTARTING]), Job.id.in_(live)), ~steady
+    )
     if held:
         unsettled = sa.or_(unsettled, Job.id.in_({key[0] for key in held}))
     return list(session.execute(sa.select(Job).where(unsettled).order_by(Job.id)).scalars())

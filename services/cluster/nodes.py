@@ -55,21 +55,30 @@ def _utc(seconds: float) -> dt.datetime:
 def heartbeat_of(beat: NodeHeartbeat, heard: Heard) -> Heartbeat:
     """The scheduler's view of a heartbeat an agent sent (decoded and checked), timed by
     when the control plane saw it: `beat.ts` is the agent's clock, never compared."""
-    return Heartbeat(node_id=beat.node_id, address=beat.address, slots=beat.slots,
-                     gpus=beat.gpus, at=_utc(heard.at),
-                     after=None if heard.after is None else _utc(heard.after),
-                     running=frozenset(beat.replicas), preparing=frozenset(beat.preparing),
-                     exited={(job, attempt, index): code
-                             for job, attempt, index, code in beat.exited},
-                     gpu_ids=beat.gpu_ids, busy_ports=frozenset(beat.busy_ports),
-                     port_space=beat.port_space, gpu_models=beat.gpu_models)
+    return Heartbeat(
+        node_id=beat.node_id,
+        address=beat.address,
+        slots=beat.slots,
+        gpus=beat.gpus,
+        at=_utc(heard.at),
+        after=None if heard.after is None else _utc(heard.after),
+        running=frozenset(beat.replicas),
+        preparing=frozenset(beat.preparing),
+        exited={(job, attempt, index): code for job, attempt, index, code in beat.exited},
+        gpu_ids=beat.gpu_ids,
+        busy_ports=frozenset(beat.busy_ports),
+        port_space=beat.port_space,
+        gpu_models=beat.gpu_models,
+    )
 
 
 def gpu_inventory(beat: Heartbeat) -> list[dict[str, Any]]:
     """What the nodes table keeps of each GPU: its id, model and memory (MiB)."""
     models = list(beat.gpu_models) + [("", 0)] * (len(beat.gpu_ids) - len(beat.gpu_models))
-    return [{"index": index, "name": name, "memory_mb": memory}
-            for index, (name, memory) in zip(beat.gpu_ids, models, strict=False)]
+    return [
+        {"index": index, "name": name, "memory_mb": memory}
+        for index, (name, memory) in zip(beat.gpu_ids, models, strict=False)
+    ]
 
 
 def _join(values: Iterable[int]) -> str:
@@ -92,8 +101,10 @@ def _offered_gpus(gpu_ids: str, gpus: int) -> list[int]:
 def node_gpus(node: Node) -> list[dict[str, Any]]:
     """Each GPU a node offers with its model and memory (MiB), in id order."""
     known = {int(g["index"]): g for g in node.gpu_inventory or [] if "index" in g}
-    return [known.get(index, {"index": index, "name": "", "memory_mb": 0})
-            for index in node_gpu_ids(node)]
+    return [
+        known.get(index, {"index": index, "name": "", "memory_mb": 0})
+        for index in node_gpu_ids(node)
+    ]
 
 
 def record_heartbeat(*, session: Session, beat: Heartbeat) -> Node:
@@ -105,16 +116,26 @@ def record_heartbeat(*, session: Session, beat: Heartbeat) -> Node:
 
 
 # What a heartbeat sets on its node's row (`_changes`), read as columns on every pass.
-_BEAT_FIELDS = ("address", "slots", "gpus", "last_heartbeat", "gpu_ids", "busy_ports",
-                "port_space", "gpu_inventory", "status")
+_BEAT_FIELDS = (
+    "address",
+    "slots",
+    "gpus",
+    "last_heartbeat",
+    "gpu_ids",
+    "busy_ports",
+    "port_space",
+    "gpu_inventory",
+    "status",
+)
 
 
 # A node's beat columns as a pass left them: {node id: {field of _BEAT_FIELDS: value}}.
 NodeRows = dict[str, dict[str, Any]]
 
 
-def record_heartbeats(*, session: Session, beats: list[Heartbeat],
-                      known: NodeRows | None = None) -> NodeRows:
+def record_heartbeats(
+    *, session: Session, beats: list[Heartbeat], known: NodeRows | None = None
+) -> NodeRows:
     """Register a node or refresh it, for every agent's last beat; a lost node that beats
     again (news) is ready again. One batch of updates per set of changed columns (mostly
     the time alone): no ORM object per node. Returns the beating nodes' beat columns as
@@ -128,14 +149,20 @@ def record_heartbeats(*, session: Session, beats: list[Heartbeat],
         return {}
     table = cast(sa.Table, Node.__table__)  # a mapped class's table is a Table
     known = known or {}
-    stored = {beat.node_id: dict(known[beat.node_id]) for beat in beats
-              if beat.node_id in known}
+    stored = {beat.node_id: dict(known[beat.node_id]) for beat in beats if beat.node_id in known}
     unknown = {beat.node_id for beat in beats} - stored.keys()
     if unknown:
-        stored.update({row[0]: dict(zip(_BEAT_FIELDS, row[1:], strict=True))
-                       for row in read_rows(session, sa.select(
-                           table.c.id, *(table.c[name] for name in _BEAT_FIELDS))
-                           .where(table.c.id.in_(unknown)))})
+        stored.update(
+            {
+                row[0]: dict(zip(_BEAT_FIELDS, row[1:], strict=True))
+                for row in read_rows(
+                    session,
+                    sa.select(table.c.id, *(table.c[name] for name in _BEAT_FIELDS)).where(
+                        table.c.id.in_(unknown)
+                    ),
+                )
+            }
+        )
     batches: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for beat in beats:
         current = stored.get(beat.node_id)
@@ -148,11 +175,16 @@ def record_heartbeats(*, session: Session, beats: list[Heartbeat],
         if changes:
             current.update(changes)
             batches.setdefault(tuple(sorted(changes)), []).append(
-                {"node_id": beat.node_id, **{f"new_{k}": v for k, v in changes.items()}})
+                {"node_id": beat.node_id, **{f"new_{k}": v for k, v in changes.items()}}
+            )
     session.flush()  # the new nodes, before any update of them
     for names, rows in batches.items():
-        session.execute(sa.update(table).where(table.c.id == sa.bindparam("node_id"))
-                        .values({name: sa.bindparam(f"new_{name}") for name in names}), rows)
+        session.execute(
+            sa.update(table)
+            .where(table.c.id == sa.bindparam("node_id"))
+            .values({name: sa.bindparam(f"new_{name}") for name in names}),
+            rows,
+        )
         # Nodes this session already holds (a caller's) show the new values too.
         for row in rows:
             held = session.identity_map.get(identity_key(Node, row["node_id"]))
@@ -170,10 +202,19 @@ def mark_rows_lost(rows: NodeRows, lost: Iterable[str]) -> None:
 
 
 def _new_node(beat: Heartbeat) -> Node:
-    return Node(id=beat.node_id, address=beat.address, slots=beat.slots, gpus=beat.gpus,
-                last_heartbeat=beat.at, registered_at=beat.at, status=NodeStatus.READY,
-                gpu_ids=_join(beat.gpu_ids), busy_ports=_join(beat.busy_ports),
-                port_space=beat.port_space, gpu_inventory=gpu_inventory(beat))
+    return Node(
+        id=beat.node_id,
+        address=beat.address,
+        slots=beat.slots,
+        gpus=beat.gpus,
+        last_heartbeat=beat.at,
+        registered_at=beat.at,
+        status=NodeStatus.READY,
+        gpu_ids=_join(beat.gpu_ids),
+        busy_ports=_join(beat.busy_ports),
+        port_space=beat.port_space,
+        gpu_inventory=gpu_inventory(beat),
+    )
 
 
 def _changes(current: dict[str, Any], beat: Heartbeat) -> dict[str, Any]:
@@ -182,10 +223,15 @@ def _changes(current: dict[str, Any], beat: Heartbeat) -> dict[str, Any]:
     if beat.at <= current["last_heartbeat"]:
         return {}
     fresh: dict[str, Any] = {
-        "address": beat.address, "slots": beat.slots, "gpus": beat.gpus,
-        "last_heartbeat": beat.at, "gpu_ids": _join(beat.gpu_ids),
-        "busy_ports": _join(beat.busy_ports), "port_space": beat.port_space,
-        "gpu_inventory": gpu_inventory(beat)}
+        "address": beat.address,
+        "slots": beat.slots,
+        "gpus": beat.gpus,
+        "last_heartbeat": beat.at,
+        "gpu_ids": _join(beat.gpu_ids),
+        "busy_ports": _join(beat.busy_ports),
+        "port_space": beat.port_space,
+        "gpu_inventory": gpu_inventory(beat),
+    }
     # A beat of unknown age (a new leader's first read) gives a ready node one more
     # NODE_TIMEOUT; only a beat written while the control plane watched revives a
     # lost one (the dead node's last beat stays in the hash).
@@ -197,9 +243,11 @@ def _changes(current: dict[str, Any], beat: Heartbeat) -> dict[str, Any]:
 def mark_lost_nodes(*, session: Session, now: dt.datetime, timeout: float) -> list[str]:
     """Mark ready nodes whose last heartbeat is older than `timeout` seconds as lost."""
     cutoff = now - dt.timedelta(seconds=timeout)
-    lost = list(session.execute(
-        sa.select(Node).where(Node.status == NodeStatus.READY, Node.last_heartbeat < cutoff)
-    ).scalars())
+    lost = list(
+        session.execute(
+            sa.select(Node).where(Node.status == NodeStatus.READY, Node.last_heartbeat < cutoff)
+        ).scalars()
+    )
     for node in lost:
         node.status = NodeStatus.LOST
     session.flush()
@@ -207,9 +255,11 @@ def mark_lost_nodes(*, session: Session, now: dt.datetime, timeout: float) -> li
 
 
 def _live_replicas(session: Session) -> list[Replica]:
-    return list(session.execute(
-        sa.select(Replica).where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
-    ).scalars())
+    return list(
+        session.execute(
+            sa.select(Replica).where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
+        ).scalars()
+    )
 
 
 def read_nodes(*, session: Session) -> list[tuple[Node, int]]:
@@ -227,29 +277,50 @@ def read_capacity(*, session: Session) -> tuple[list[NodeCapacity], dict[str, se
     used_gpus: dict[str, set[int]] = {}
     used_ports: dict[str, set[int]] = {}
     # Three columns of each live replica, not whole rows: read on every pass.
-    for node_id, port, gpu_ids in read_rows(session, sa.select(
-            Replica.node_id, Replica.port, Replica.gpu_ids,
-    ).where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))):
+    for node_id, port, gpu_ids in read_rows(
+        session,
+        sa.select(
+            Replica.node_id,
+            Replica.port,
+            Replica.gpu_ids,
+        ).where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES)),
+    ):
         used_ports.setdefault(node_id, set()).add(port)
         if not gpu_ids:  # a GPU replica holds GPUs, not a CPU slot (placement.py)
             used_slots[node_id] = used_slots.get(node_id, 0) + 1
         else:
             used_gpus.setdefault(node_id, set()).update(int(g) for g in gpu_ids.split(","))
     # The columns placement needs of each ready node, not whole rows: read on every pass.
-    nodes = read_rows(session, sa.select(
-        Node.id, Node.address, Node.slots, Node.gpus, Node.gpu_ids, Node.port_space,
-        Node.busy_ports,
-    ).where(Node.status == NodeStatus.READY).order_by(Node.id))
+    nodes = read_rows(
+        session,
+        sa.select(
+            Node.id,
+            Node.address,
+            Node.slots,
+            Node.gpus,
+            Node.gpu_ids,
+            Node.port_space,
+            Node.busy_ports,
+        )
+        .where(Node.status == NodeStatus.READY)
+        .order_by(Node.id),
+    )
     capacity = []
     # Nodes on one network stack (several agents on one host) draw from one set of
     # ports: the same set object, so a port chosen for one is taken for all of them.
     spaces: dict[str, set[int]] = {}
     for node_id, address, slots, gpus, gpu_ids, port_space, busy_ports in nodes:
         held = used_gpus.get(node_id, ())
-        capacity.append(NodeCapacity(
-            id=node_id, address=address, slots=slots,
-            free_slots=max(0, slots - used_slots.get(node_id, 0)), gpus=gpus,
-            free_gpus=tuple(g for g in _offered_gpus(gpu_ids, gpus) if g not in held)))
+        capacity.append(
+            NodeCapacity(
+                id=node_id,
+                address=address,
+                slots=slots,
+                free_slots=max(0, slots - used_slots.get(node_id, 0)),
+                gpus=gpus,
+                free_gpus=tuple(g for g in _offered_gpus(gpu_ids, gpus) if g not in held),
+            )
+        )
         shared = spaces.setdefault(port_space or f"address:{address}", set())
         shared.update(used_ports.get(node_id, ()))
         if busy_ports:
@@ -258,8 +329,9 @@ def read_capacity(*, session: Session) -> tuple[list[NodeCapacity], dict[str, se
     return capacity, used_ports
 
 
-def read_node_details(*, session: Session, project_id: int
-                      ) -> list[tuple[Node, list[Replica], list[str]]]:
+def read_node_details(
+    *, session: Session, project_id: int
+) -> list[tuple[Node, list[Replica], list[str]]]:
     """Every node with all its live replicas, and the names of those of `project_id`.
 
     The names ('job/attempt/index') are the caller's own only: other projects'
@@ -268,7 +340,8 @@ def read_node_details(*, session: Session, project_id: int
     by_node: dict[str, list[Replica]] = {}
     mine: dict[str, list[str]] = {}
     rows = session.execute(
-        sa.select(Replica, Job.project_id).join(Job, Job.id == Replica.job_id)
+        sa.select(Replica, Job.project_id)
+        .join(Job, Job.id == Replica.job_id)
         .where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
         .order_by(Replica.job_id, Replica.attempt, Replica.index)
     ).all()
@@ -276,6 +349,7 @@ def read_node_details(*, session: Session, project_id: int
         by_node.setdefault(replica.node_id, []).append(replica)
         if owner == project_id:
             mine.setdefault(replica.node_id, []).append(
-                f"{replica.job_id}/{replica.attempt}/{replica.index}")
+                f"{replica.job_id}/{replica.attempt}/{replica.index}"
+            )
     nodes = session.execute(sa.select(Node).order_by(Node.id)).scalars()
     return [(node, by_node.get(node.id, []), mine.get(node.id, [])) for node in nodes]

@@ -90,8 +90,10 @@ class GangRequest(NamedTuple):
 
     def describe_need(self) -> str:
         if self.gpus_per_replica:
-            return f"{self.replicas * self.gpus_per_replica} GPUs " \
-                   f"({self.gpus_per_replica} per replica × {self.replicas})"
+            return (
+                f"{self.replicas * self.gpus_per_replica} GPUs "
+                f"({self.gpus_per_replica} per replica × {self.replicas})"
+            )
         return f"{self.replicas} CPU slots"
 
 
@@ -118,10 +120,14 @@ class _Cluster:
 
     def __init__(self, nodes: Sequence[NodeCapacity]) -> None:
         self.nodes = {n.id: n for n in nodes}
-        self.totals = {CPU: {n.id: max(0, n.slots) for n in nodes},
-                       GPU: {n.id: max(0, n.gpus) for n in nodes}}
-        self.pools = {CPU: Pool({n.id: max(0, min(n.free_slots, n.slots)) for n in nodes}),
-                      GPU: Pool({n.id: len(n.free_gpus) for n in nodes})}
+        self.totals = {
+            CPU: {n.id: max(0, n.slots) for n in nodes},
+            GPU: {n.id: max(0, n.gpus) for n in nodes},
+        }
+        self.pools = {
+            CPU: Pool({n.id: max(0, min(n.free_slots, n.slots)) for n in nodes}),
+            GPU: Pool({n.id: len(n.free_gpus) for n in nodes}),
+        }
         self.free_gpus = {n.id: sorted(n.free_gpus) for n in nodes if n.free_gpus}
         self.free_units = {kind: pool.units for kind, pool in self.pools.items()}
         self.total_units = {kind: sum(t.values()) for kind, t in self.totals.items()}
@@ -132,8 +138,9 @@ class _Cluster:
         # Reservations: nodes by total capacity, largest first; every node whose
         # total is >= the smallest per-replica need of a blocked job is held.
         # reverse=True keeps equal totals in node order, as a sort by -total does.
-        self._by_total = {kind: sorted(t, key=t.__getitem__, reverse=True)
-                          for kind, t in self.totals.items()}
+        self._by_total = {
+            kind: sorted(t, key=t.__getitem__, reverse=True) for kind, t in self.totals.items()
+        }
         self._held_upto = {CPU: 0, GPU: 0}
 
     def empty_rooms(self, kind: str, per: int) -> list[int]:
@@ -161,12 +168,15 @@ class _Cluster:
         if key not in self._fits:
             if kind not in self._empty_pools:
                 self._empty_pools[kind] = Pool(dict(self.totals[kind]))
-            self._fits[key] = choose_parts(self._empty_pools[kind], request.parts, per,
-                                           request.policy == SPREAD) is not None
+            self._fits[key] = (
+                choose_parts(self._empty_pools[kind], request.parts, per, request.policy == SPREAD)
+                is not None
+            )
         return self._fits[key]
 
-    def commit_parts(self, request: GangRequest, kind: str, per: int,
-                     chosen: list[list[tuple[str, int]]]) -> list[ReplicaPlacement]:
+    def commit_parts(
+        self, request: GangRequest, kind: str, per: int, chosen: list[list[tuple[str, int]]]
+    ) -> list[ReplicaPlacement]:
         """Take each part's nodes; the placements in replica index order."""
         by_index: dict[int, ReplicaPlacement] = {}
         for part, nodes in zip(request.parts, chosen, strict=True):
@@ -174,8 +184,9 @@ class _Cluster:
             by_index.update(zip(part.indexes, placed, strict=True))
         return [by_index[i] for i in range(request.replicas)]
 
-    def commit(self, count: int, gpus_per_replica: int, kind: str, per: int,
-               chosen: list[tuple[str, int]]) -> list[ReplicaPlacement]:
+    def commit(
+        self, count: int, gpus_per_replica: int, kind: str, per: int, chosen: list[tuple[str, int]]
+    ) -> list[ReplicaPlacement]:
         pool = self.pools[kind]
         placed: list[ReplicaPlacement] = []
         for node_id, count in chosen:
@@ -192,8 +203,11 @@ class _Cluster:
         return placed
 
 
-def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity],
-          projects: Mapping[int, ProjectState] | None = None) -> PlacementResult:
+def place(
+    queue: Iterable[GangRequest],
+    nodes: Sequence[NodeCapacity],
+    projects: Mapping[int, ProjectState] | None = None,
+) -> PlacementResult:
     """Assign whole gangs to nodes, in priority then fair order (see the module rule).
 
     `projects`: what each project holds now and its running quotas (none: no quotas,
@@ -212,16 +226,20 @@ def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity],
         kind = GPU if request.gpus_per_replica else CPU
         unit = "GPUs" if request.gpus_per_replica else "CPU slots"
         rooms = cluster.empty_rooms(kind, per)
-        if not rooms or rooms[-1] < request.replicas or (
-                request.parts and not cluster.parts_fit_empty(request, kind, per)):
+        if (
+            not rooms
+            or rooms[-1] < request.replicas
+            or (request.parts and not cluster.parts_fit_empty(request, kind, per))
+        ):
             position += 1
             result.positions[request.job_id] = position
             total, per_node = cluster.total_units[kind], cluster.largest[kind]
             detail = f"the cluster has {total} {unit}"
             if request.gpus_per_replica and total >= request.replicas * per:
                 detail += f", at most {per_node} on one node"
-            result.waiting[request.job_id] = \
+            result.waiting[request.job_id] = (
                 f"unschedulable: needs {request.describe_need()}, {detail}"
+            )
             continue
         over_quota = fair.quota_wait(request)
         if over_quota is not None:
@@ -239,15 +257,19 @@ def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity],
             position += 1
             result.positions[request.job_id] = position
             min_nodes = bisect_left(rooms, request.replicas) + 1
-            reason = (f"needs {request.describe_need()} on ≥{min_nodes} "
-                      f"node{'s' if min_nodes > 1 else ''}; "
-                      f"{cluster.free_units[kind]} {unit} free")
+            reason = (
+                f"needs {request.describe_need()} on ≥{min_nodes} "
+                f"node{'s' if min_nodes > 1 else ''}; "
+                f"{cluster.free_units[kind]} {unit} free"
+            )
             if kind in first_blocked:
                 ahead, owner = first_blocked[kind]
                 # Another project's job is not this caller's to know by id.
-                reason += (f", held for job {ahead} ahead in the queue"
-                           if owner == request.project
-                           else ", held for a job of another project ahead in the queue")
+                reason += (
+                    f", held for job {ahead} ahead in the queue"
+                    if owner == request.project
+                    else ", held for a job of another project ahead in the queue"
+                )
             else:
                 first_blocked[kind] = (request.job_id, request.project)
             result.waiting[request.job_id] = reason
@@ -258,7 +280,8 @@ def place(queue: Iterable[GangRequest], nodes: Sequence[NodeCapacity],
         else:
             assert chosen is not None
             result.assignments[request.job_id] = cluster.commit(
-                request.replicas, request.gpus_per_replica, kind, per, chosen)
+                request.replicas, request.gpus_per_replica, kind, per, chosen
+            )
         fair.took(request)
     return result
 

@@ -61,8 +61,9 @@ class PlacementMemo:
         self.idle = self.pending = None
 
 
-def _rows_md5(*columns: sa.ColumnExpressionArgument[Any],
-              key: sa.ColumnExpressionArgument[Any]) -> sa.ColumnElement[str]:
+def _rows_md5(
+    *columns: sa.ColumnExpressionArgument[Any], key: sa.ColumnExpressionArgument[Any]
+) -> sa.ColumnElement[str]:
     """The md5 of the rows' `columns`, in `key` order (NULL for no rows)."""
     row = sa.func.concat_ws("|", *columns)
     return sa.func.md5(sa.func.string_agg(row, aggregate_order_by(sa.literal(";"), key)))
@@ -72,24 +73,55 @@ def read_digest(*, session: Session, now: dt.datetime) -> Digest | None:
     """The digest of what placement would read now; None on a database without one."""
     if session.get_bind().dialect.name != "postgresql":
         return None
-    queue = sa.select(
-        sa.func.count(), sa.func.sum(Job.id), sa.func.max(Job.id), sa.func.max(Job.updated_at),
-        sa.func.count().filter(Job.not_before > now),
-    ).where(Job.status == JobStatus.QUEUED).subquery()
-    live = sa.select(sa.func.count(), sa.func.sum(Replica.id), sa.func.max(Replica.id)).where(
-        Replica.status.not_in(TERMINAL_REPLICA_STATUSES)).subquery()
-    ready = sa.select(_rows_md5(Node.id, Node.address, Node.slots, Node.gpus, Node.gpu_ids,
-                                Node.port_space, Node.busy_ports, key=Node.id)).where(
-        Node.status == NodeStatus.READY).subquery()
-    quotas = sa.select(_rows_md5(
-        ProjectQuota.project_id, ProjectQuota.max_queued_jobs,
-        ProjectQuota.max_running_replicas, ProjectQuota.max_gpus, ProjectQuota.max_schedules,
-        ProjectQuota.max_priority, ProjectQuota.updated_at, key=ProjectQuota.project_id),
+    queue = (
+        sa.select(
+            sa.func.count(),
+            sa.func.sum(Job.id),
+            sa.func.max(Job.id),
+            sa.func.max(Job.updated_at),
+            sa.func.count().filter(Job.not_before > now),
+        )
+        .where(Job.status == JobStatus.QUEUED)
+        .subquery()
+    )
+    live = (
+        sa.select(sa.func.count(), sa.func.sum(Replica.id), sa.func.max(Replica.id))
+        .where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
+        .subquery()
+    )
+    ready = (
+        sa.select(
+            _rows_md5(
+                Node.id,
+                Node.address,
+                Node.slots,
+                Node.gpus,
+                Node.gpu_ids,
+                Node.port_space,
+                Node.busy_ports,
+                key=Node.id,
+            )
+        )
+        .where(Node.status == NodeStatus.READY)
+        .subquery()
+    )
+    quotas = sa.select(
+        _rows_md5(
+            ProjectQuota.project_id,
+            ProjectQuota.max_queued_jobs,
+            ProjectQuota.max_running_replicas,
+            ProjectQuota.max_gpus,
+            ProjectQuota.max_schedules,
+            ProjectQuota.max_priority,
+            ProjectQuota.updated_at,
+            key=ProjectQuota.project_id,
+        ),
     ).subquery()
     # Four one-row aggregates side by side: one round trip.
     one_row = queue.join(live, sa.true()).join(ready, sa.true()).join(quotas, sa.true())
-    row = session.execute(sa.select(*queue.c, *live.c, *ready.c, *quotas.c)
-                          .select_from(one_row)).one()
+    row = session.execute(
+        sa.select(*queue.c, *live.c, *ready.c, *quotas.c).select_from(one_row)
+    ).one()
     return tuple(row)
 
 

@@ -35,12 +35,15 @@ class GangPart:
         return len(self.indexes)
 
 
-def ps_parts(roles: Mapping[str, int],
-             role_placement: Mapping[str, str] | None = None) -> tuple[GangPart, ...]:
+def ps_parts(
+    roles: Mapping[str, int], role_placement: Mapping[str, str] | None = None
+) -> tuple[GangPart, ...]:
     """The parts of a parameter_server gang (replica indexes as tf_config.gang_roles)."""
     slots = gang_roles("parameter_server", sum(roles.values()), roles)
-    of = {role: tuple(i for i, (r, _) in enumerate(slots) if r == role)
-          for role in ("chief", "worker", "ps", "evaluator")}
+    of = {
+        role: tuple(i for i, (r, _) in enumerate(slots) if r == role)
+        for role in ("chief", "worker", "ps", "evaluator")
+    }
     chief_apart = (role_placement or {}).get("chief") == "separate"
     ps_apart = (role_placement or {}).get("ps") == "separate"
     home = of["chief"] + of["evaluator"]
@@ -54,8 +57,9 @@ def ps_parts(roles: Mapping[str, int],
     return tuple(part for part in parts if part.indexes)
 
 
-def _choose_part(pool: Pool, part: GangPart, per: int,
-                 spread: bool) -> list[tuple[str, int]] | None:
+def _choose_part(
+    pool: Pool, part: GangPart, per: int, spread: bool
+) -> list[tuple[str, int]] | None:
     if part.together <= 1:
         return choose(pool, part.count, per, spread) if part.count else []
     # A part that must sit whole on one node has nothing to spread: its best fit, under
@@ -81,8 +85,9 @@ def _choose_part(pool: Pool, part: GangPart, per: int,
     return list(counts.items())
 
 
-def choose_parts(pool: Pool, parts: Sequence[GangPart], per: int,
-                 spread: bool) -> list[list[tuple[str, int]]] | None:
+def choose_parts(
+    pool: Pool, parts: Sequence[GangPart], per: int, spread: bool
+) -> list[list[tuple[str, int]]] | None:
     """(node, replicas there) for each part, or None if the gang does not fit.
 
     Reads the pool only: what it takes to try is given back before it returns.
@@ -93,8 +98,13 @@ def choose_parts(pool: Pool, parts: Sequence[GangPart], per: int,
     chosen: list[list[tuple[str, int]]] = []
     try:
         for j, part in enumerate(parts):
-            avoid = set().union(*(used[i] for i, earlier in enumerate(parts[:j])
-                                  if earlier.separate or part.separate))
+            avoid = set().union(
+                *(
+                    used[i]
+                    for i, earlier in enumerate(parts[:j])
+                    if earlier.separate or part.separate
+                )
+            )
             withdrawn.extend((node, pool.remove(node)) for node in sorted(avoid))
             nodes = _choose_part(pool, part, per, spread)
             for node, units in withdrawn:

@@ -78,40 +78,66 @@ class PlacedReplica:
 
     def row(self, **more: Any) -> dict[str, Any]:
         """Its values as a row of `replicas`, with `more`."""
-        return {"job_id": self.job_id, "attempt": self.attempt, "index": self.index,
-                "node_id": self.node_id, "address": self.address, "port": self.port,
-                "gpu_ids": self.gpu_ids, "role": self.role, "role_index": self.role_index,
-                "tf_config": self.tf_config, **more}
+        return {
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+            "index": self.index,
+            "node_id": self.node_id,
+            "address": self.address,
+            "port": self.port,
+            "gpu_ids": self.gpu_ids,
+            "role": self.role,
+            "role_index": self.role_index,
+            "tf_config": self.tf_config,
+            **more,
+        }
 
 
 def start_message(job: Job, replica: Replica | PlacedReplica) -> StartReplica:
     """Everything an agent needs to start one replica (agents cannot read SQL)."""
-    spec = ReplicaSpec(job_id=job.id, attempt=replica.attempt, index=replica.index,
-                       replicas=job.replicas, trainer=job.trainer,
-                       # Stored from a JobCreate; the spec checks it again as it is built.
-                       strategy=cast(Strategy, job.strategy),
-                       hyperparameters=job.hyperparameters, bundle=job.bundle,
-                       command=job.command, env=dict(job.env or {}),
-                       inputs=resolve_inputs(job),
-                       progress_timeout_seconds=job.progress_timeout_seconds,
-                       role=cast(Role, replica.role), role_index=replica.role_index,
-                       distribution=Distribution(**(job.distribution or {})),
-                       profile=_profile(job, replica.index))
-    return StartReplica(replica.node_id, spec, tf_config=replica.tf_config, port=replica.port,
-                        gpu_ids=replica.gpu_ids)
+    spec = ReplicaSpec(
+        job_id=job.id,
+        attempt=replica.attempt,
+        index=replica.index,
+        replicas=job.replicas,
+        trainer=job.trainer,
+        # Stored from a JobCreate; the spec checks it again as it is built.
+        strategy=cast(Strategy, job.strategy),
+        hyperparameters=job.hyperparameters,
+        bundle=job.bundle,
+        command=job.command,
+        env=dict(job.env or {}),
+        inputs=resolve_inputs(job),
+        progress_timeout_seconds=job.progress_timeout_seconds,
+        role=cast(Role, replica.role),
+        role_index=replica.role_index,
+        distribution=Distribution(**(job.distribution or {})),
+        profile=_profile(job, replica.index),
+    )
+    return StartReplica(
+        replica.node_id,
+        spec,
+        tf_config=replica.tf_config,
+        port=replica.port,
+        gpu_ids=replica.gpu_ids,
+    )
 
 
-def _resend_stale_starts(session: Session, settings: Settings, now: dt.datetime
-                         ) -> list[Message]:
+def _resend_stale_starts(session: Session, settings: Settings, now: dt.datetime) -> list[Message]:
     # A start message lost between commit and send (crash, Redis restart) is
     # sent again; the agent ignores a start it has already acted on.
     cutoff = now - dt.timedelta(seconds=settings.START_RESEND_AFTER)
     rows = session.execute(
-        sa.select(Replica, Job).join(Job, Job.id == Replica.job_id).join(
-            Node, Node.id == Replica.node_id)
-        .where(Replica.status == ReplicaStatus.PENDING, Replica.attempt == Job.attempt,
-               Job.status == JobStatus.SCHEDULED, Replica.dispatched_at < cutoff,
-               Node.status == NodeStatus.READY)
+        sa.select(Replica, Job)
+        .join(Job, Job.id == Replica.job_id)
+        .join(Node, Node.id == Replica.node_id)
+        .where(
+            Replica.status == ReplicaStatus.PENDING,
+            Replica.attempt == Job.attempt,
+            Job.status == JobStatus.SCHEDULED,
+            Replica.dispatched_at < cutoff,
+            Node.status == NodeStatus.READY,
+        )
     ).all()
     messages: list[Message] = []
     for replica, job in rows:
@@ -123,12 +149,23 @@ def _resend_stale_starts(session: Session, settings: Settings, now: dt.datetime
 # What placement reads of each queued job: its shape, its place in the order, and the
 # reason it shows (rewritten only when it changes). Not the whole row: the queue may be
 # tens of thousands of jobs, read on every pass.
-_QUEUE_COLUMNS = (Job.id, Job.replicas, Job.gpus_per_replica, Job.priority, Job.placement,
-                  Job.roles, Job.role_placement, Job.project_id, Job.not_before, Job.reason)
+_QUEUE_COLUMNS = (
+    Job.id,
+    Job.replicas,
+    Job.gpus_per_replica,
+    Job.priority,
+    Job.placement,
+    Job.roles,
+    Job.role_placement,
+    Job.project_id,
+    Job.not_before,
+    Job.reason,
+)
 
 
-def _place_queue(session: Session, settings: Settings, now: dt.datetime,
-                 memo: PlacementMemo | None) -> tuple[list[Message], list[int]]:
+def _place_queue(
+    session: Session, settings: Settings, now: dt.datetime, memo: PlacementMemo | None
+) -> tuple[list[Message], list[int]]:
     """Place what fits of the queue, and store why the rest waits; the start messages
     and the jobs placed. With `memo`, a pass whose inputs are those the last committed
     pass left when it placed nothing does neither (placement_digest.py)."""
@@ -137,48 +174,61 @@ def _place_queue(session: Session, settings: Settings, now: dt.datetime,
         memo.pending = digest
         return [], []
     messages, placed, rewritten = _place_all(session, settings, now)
-    if memo is not None and digest is not None and not placed \
-            and not placement_digest.in_backoff(digest):
+    if (
+        memo is not None
+        and digest is not None
+        and not placed
+        and not placement_digest.in_backoff(digest)
+    ):
         # The reasons just written changed what the next pass will read.
-        memo.pending = placement_digest.read_digest(session=session, now=now) \
-            if rewritten else digest
+        memo.pending = (
+            placement_digest.read_digest(session=session, now=now) if rewritten else digest
+        )
     return messages, placed
 
 
-def _place_all(session: Session, settings: Settings, now: dt.datetime) -> tuple[
-        list[Message], list[int], bool]:
+def _place_all(
+    session: Session, settings: Settings, now: dt.datetime
+) -> tuple[list[Message], list[int], bool]:
     """The queue read and placed: the start messages, the jobs placed, and whether any
     waiting job's reason was rewritten."""
-    queued = read_rows(session, sa.select(*_QUEUE_COLUMNS)
-                       .where(Job.status == JobStatus.QUEUED).order_by(Job.id))
+    queued = read_rows(
+        session, sa.select(*_QUEUE_COLUMNS).where(Job.status == JobStatus.QUEUED).order_by(Job.id)
+    )
     reasons: dict[int, str] = {}
     ready = []
     for job in queued:
         # A restarted gang waits out its backoff before it may be placed again.
         if job.not_before is not None and job.not_before > now:
-            reasons[job.id] = f"restart backoff: placed again in " \
-                              f"{(job.not_before - now).total_seconds():.0f}s"
+            reasons[job.id] = (
+                f"restart backoff: placed again in {(job.not_before - now).total_seconds():.0f}s"
+            )
         else:
             ready.append(job)
     messages: list[Message] = []
     placed: list[int] = []
     if ready:
         capacity, used_ports = nodes.read_capacity(session=session)
-        requests = [GangRequest(job.id, job.replicas, job.gpus_per_replica, job.priority,
-                                job.id, policy=job.placement or settings.PLACEMENT_POLICY,
-                                parts=ps_parts(job.roles, job.role_placement)
-                                if job.roles else (),
-                                project=job.project_id)
-                    for job in ready]
+        requests = [
+            GangRequest(
+                job.id,
+                job.replicas,
+                job.gpus_per_replica,
+                job.priority,
+                job.id,
+                policy=job.placement or settings.PLACEMENT_POLICY,
+                parts=ps_parts(job.roles, job.role_placement) if job.roles else (),
+                project=job.project_id,
+            )
+            for job in ready
+        ]
         projects = _project_states(session, settings, {job.project_id for job in ready})
         result = place(requests, capacity, projects)
         for job_id, reason in result.waiting.items():
             reasons[job_id] = "waiting for a node agent to register" if not capacity else reason
-        messages, placed = _schedule_gangs(session, settings, result.assignments, used_ports,
-                                           now)
+        messages, placed = _schedule_gangs(session, settings, result.assignments, used_ports, now)
     before = {job.id: job.reason for job in queued}
-    changed = {job_id: reason for job_id, reason in reasons.items()
-               if before[job_id] != reason}
+    changed = {job_id: reason for job_id, reason in reasons.items() if before[job_id] != reason}
     _store_reasons(session, changed)
     return messages, placed, bool(changed)
 
@@ -193,10 +243,11 @@ def _store_reasons(session: Session, reasons: dict[int, str]) -> None:
         return
     table = cast(sa.Table, Job.__table__)  # a mapped class's table is a Table
     session.execute(
-        sa.update(table).where(table.c.id == sa.bindparam("job_id"),
-                               table.c.status == JobStatus.QUEUED)
+        sa.update(table)
+        .where(table.c.id == sa.bindparam("job_id"), table.c.status == JobStatus.QUEUED)
         .values(reason=sa.bindparam("new_reason")),
-        [{"job_id": job_id, "new_reason": reason} for job_id, reason in reasons.items()])
+        [{"job_id": job_id, "new_reason": reason} for job_id, reason in reasons.items()],
+    )
     # Jobs this session already holds (a caller's, or settled in this pass) show it too.
     for job_id, reason in reasons.items():
         job = session.identity_map.get(identity_key(Job, job_id))
@@ -204,8 +255,9 @@ def _store_reasons(session: Session, reasons: dict[int, str]) -> None:
             set_committed_value(job, "reason", reason)
 
 
-def _project_states(session: Session, settings: Settings, waiting: set[int]
-                    ) -> dict[int, ProjectState]:
+def _project_states(
+    session: Session, settings: Settings, waiting: set[int]
+) -> dict[int, ProjectState]:
     """What every project holds now (fair sharing weighs them all), and the running
     quotas of those with jobs queued (`waiting`)."""
     running = quotas.read_running(session=session)
@@ -215,37 +267,51 @@ def _project_states(session: Session, settings: Settings, waiting: set[int]
         held = running.get(pid, quotas.Running())
         limit = limits.get(pid)
         states[pid] = ProjectState(
-            replicas=held.replicas, cpu_slots=held.cpu_slots, gpus=held.gpus,
+            replicas=held.replicas,
+            cpu_slots=held.cpu_slots,
+            gpus=held.gpus,
             max_replicas=limit.max_running_replicas if limit else None,
-            max_gpus=limit.max_gpus if limit else None)
+            max_gpus=limit.max_gpus if limit else None,
+        )
     return states
 
 
-def _gang_ports(placements: Sequence[ReplicaPlacement], used_ports: dict[str, set[int]],
-                settings: Settings) -> dict[int, int]:
+def _gang_ports(
+    placements: Sequence[ReplicaPlacement], used_ports: dict[str, set[int]], settings: Settings
+) -> dict[int, int]:
     """A free port for each replica (by index) on its node; `used_ports` takes them."""
     ports: dict[int, int] = {}
     for node_id in {p.node_id for p in placements}:
         indices = [i for i, p in enumerate(placements) if p.node_id == node_id]
-        chosen = pick_ports(used_ports.setdefault(node_id, set()), len(indices),
-                            settings.PORT_RANGE_START, settings.PORT_RANGE_END)
+        chosen = pick_ports(
+            used_ports.setdefault(node_id, set()),
+            len(indices),
+            settings.PORT_RANGE_START,
+            settings.PORT_RANGE_END,
+        )
         used_ports[node_id].update(chosen)
         ports.update(zip(indices, chosen, strict=True))
     return ports
 
 
-def _schedule_gangs(session: Session, settings: Settings,
-                    assignments: dict[int, list[ReplicaPlacement]],
-                    used_ports: dict[str, set[int]], now: dt.datetime
-                    ) -> tuple[list[Message], list[int]]:
+def _schedule_gangs(
+    session: Session,
+    settings: Settings,
+    assignments: dict[int, list[ReplicaPlacement]],
+    used_ports: dict[str, set[int]],
+    now: dt.datetime,
+) -> tuple[list[Message], list[int]]:
     """Store the placed gangs' replicas and move their jobs to scheduled, all in one
     batch; their start messages, and the jobs placed."""
     # Locked and read whole (their start messages need every field) in one statement.
     # A job the api cancelled since the queue was read is left out: the capacity the
     # placer gave it stays free until the next pass.
     locked = lock_jobs(session=session, job_ids=list(assignments))
-    jobs = [locked[job_id] for job_id in assignments
-            if job_id in locked and locked[job_id].status is JobStatus.QUEUED]
+    jobs = [
+        locked[job_id]
+        for job_id in assignments
+        if job_id in locked and locked[job_id].status is JobStatus.QUEUED
+    ]
     messages: list[Message] = []
     reasons: dict[int, str] = {}
     rows: list[dict[str, Any]] = []
@@ -257,14 +323,21 @@ def _schedule_gangs(session: Session, settings: Settings,
         for index, placement in enumerate(placements):
             role, role_index = slots[index]
             replica = PlacedReplica(
-                job_id=job.id, attempt=job.attempt, index=index, node_id=placement.node_id,
-                address=addresses[index], port=ports[index],
+                job_id=job.id,
+                attempt=job.attempt,
+                index=index,
+                node_id=placement.node_id,
+                address=addresses[index],
+                port=ports[index],
                 gpu_ids=",".join(str(g) for g in placement.gpu_ids),
-                role=role, role_index=role_index,
-                tf_config=tf_config.compose(job.strategy, slots, addresses, index))
+                role=role,
+                role_index=role_index,
+                tf_config=tf_config.compose(job.strategy, slots, addresses, index),
+            )
             # created_at is the placement's time (watchdog.settle_unanswered_starts).
-            rows.append(replica.row(status=ReplicaStatus.PENDING, dispatched_at=now,
-                                    created_at=now))
+            rows.append(
+                replica.row(status=ReplicaStatus.PENDING, dispatched_at=now, created_at=now)
+            )
             messages.append(start_message(job, replica))
         nodes_used = sorted({p.node_id for p in placements})
         reasons[job.id] = f"placed {job.replicas} replicas on {', '.join(nodes_used)}"
@@ -277,9 +350,13 @@ def _schedule_gangs(session: Session, settings: Settings,
 
 
 def run_pass(
-    *, session: Session, settings: Settings, heartbeats: list[nodes.Heartbeat],
+    *,
+    session: Session,
+    settings: Settings,
+    heartbeats: list[nodes.Heartbeat],
     progress: dict[tuple[int, int, int], float] | None = None,
-    now: dt.datetime | None = None, memo: PlacementMemo | None = None,
+    now: dt.datetime | None = None,
+    memo: PlacementMemo | None = None,
     known_nodes: nodes.NodeRows | None = None,
 ) -> PassResult:
     """One full pass; the caller commits, then sends `result.messages`.
@@ -303,18 +380,21 @@ def run_pass(
         session.execute(sa.text("SET LOCAL jit = off"))
     now = now or utcnow()
     result = PassResult()
-    result.node_rows = nodes.record_heartbeats(session=session, beats=heartbeats,
-                                               known=known_nodes)
+    result.node_rows = nodes.record_heartbeats(session=session, beats=heartbeats, known=known_nodes)
     result.lost_nodes = watchdog.reap_lost_nodes(session=session, settings=settings, now=now)
     nodes.mark_rows_lost(result.node_rows, result.lost_nodes)
-    checked = watchdog.check_running(session=session, settings=settings,
-                                     heartbeats=heartbeats, progress=progress or {}, now=now)
-    ready = {node_id for node_id, row in result.node_rows.items()
-             if row["status"] == NodeStatus.READY}
-    held = watchdog.declared_but_running(session=session, heartbeats=heartbeats,
-                                         running=checked.running, ready=ready)
-    watchdog.settle_unanswered_starts(session=session, settings=settings,
-                                      heartbeats=heartbeats, ready=ready, now=now)
+    checked = watchdog.check_running(
+        session=session, settings=settings, heartbeats=heartbeats, progress=progress or {}, now=now
+    )
+    ready = {
+        node_id for node_id, row in result.node_rows.items() if row["status"] == NodeStatus.READY
+    }
+    held = watchdog.declared_but_running(
+        session=session, heartbeats=heartbeats, running=checked.running, ready=ready
+    )
+    watchdog.settle_unanswered_starts(
+        session=session, settings=settings, heartbeats=heartbeats, ready=ready, now=now
+    )
     watchdog.enforce_deadlines(session=session, now=now)
     # Cron schedules fire before settling, so a `replace` cancel is acted on in this pass.
     firing.fire_due_schedules(session=session, settings=settings, now=now)
@@ -322,8 +402,11 @@ def run_pass(
     to_settle = gangs.jobs_to_settle(session=session, held=held)
     replicas = gangs.replicas_of(session=session, job_ids=[job.id for job in to_settle])
     for job in to_settle:
-        result.messages.extend(gangs.settle_job(session=session, job=job, now=now, held=held,
-                                                replicas=replicas.get(job.id, [])))
+        result.messages.extend(
+            gangs.settle_job(
+                session=session, job=job, now=now, held=held, replicas=replicas.get(job.id, [])
+            )
+        )
     # After settling (a trial that just ended frees its sweep's turn), before placing
     # (a trial created now is placed in this pass).
     advance_sweeps(session=session, settings=settings, now=now)
@@ -332,4 +415,3 @@ def run_pass(
     placed_messages, result.placed = _place_queue(session, settings, now, memo)
     result.messages.extend(placed_messages)
     return result
-

@@ -32,8 +32,9 @@ def is_distributed(num_workers: int) -> bool:
     return num_workers > 1
 
 
-def gang_roles(strategy: str, replicas: int,
-               roles: Mapping[str, int] | None = None) -> list[RoleSlot]:
+def gang_roles(
+    strategy: str, replicas: int, roles: Mapping[str, int] | None = None
+) -> list[RoleSlot]:
     """(role, role index) of each replica of a gang, by replica index.
 
     parameter_server: chief first (replica 0, like every strategy's chief), then the
@@ -73,23 +74,29 @@ def build_tf_config(worker_addresses: Sequence[str], index: int) -> dict[str, An
     }
 
 
-def build_ps_tf_config(slots: Sequence[RoleSlot], addresses: Sequence[str],
-                       index: int) -> dict[str, Any]:
+def build_ps_tf_config(
+    slots: Sequence[RoleSlot], addresses: Sequence[str], index: int
+) -> dict[str, Any]:
     """The TF_CONFIG of replica `index` of a parameter_server gang (see the module)."""
     if len(slots) != len(addresses) or not 0 <= index < len(addresses):
         raise ValueError(f"index {index} outside a gang of {len(addresses)}")
     role, role_index = slots[index]
     if role == "evaluator":
-        return {"cluster": {"evaluator": [addresses[index]]},
-                "task": {"type": "evaluator", "index": 0}}
-    cluster = {kind: [address for (r, _), address in zip(slots, addresses, strict=True)
-                      if r == kind] for kind in PS_TRAINING_ROLES}
+        return {
+            "cluster": {"evaluator": [addresses[index]]},
+            "task": {"type": "evaluator", "index": 0},
+        }
+    cluster = {
+        kind: [address for (r, _), address in zip(slots, addresses, strict=True) if r == kind]
+        for kind in PS_TRAINING_ROLES
+    }
     _check_routable([a for kind in PS_TRAINING_ROLES for a in cluster[kind]])
     return {"cluster": cluster, "task": {"type": role, "index": role_index}}
 
 
-def compose(strategy: str, slots: Sequence[RoleSlot], addresses: Sequence[str],
-            index: int) -> dict[str, Any] | None:
+def compose(
+    strategy: str, slots: Sequence[RoleSlot], addresses: Sequence[str], index: int
+) -> dict[str, Any] | None:
     """The TF_CONFIG of replica `index` of a gang of `strategy` (None: no TF_CONFIG)."""
     if strategy == "parameter_server":
         return build_ps_tf_config(slots, addresses, index)

@@ -61,9 +61,11 @@ PROGRESS_STORE_EVERY = dt.timedelta(seconds=30)
 
 
 def _live_replicas(session: Session, *where: sa.ColumnElement[bool]) -> list[Replica]:
-    return list(session.execute(
-        sa.select(Replica).where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES), *where)
-    ).scalars())
+    return list(
+        session.execute(
+            sa.select(Replica).where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES), *where)
+        ).scalars()
+    )
 
 
 def reap_lost_nodes(*, session: Session, settings: Settings, now: dt.datetime) -> list[str]:
@@ -72,9 +74,12 @@ def reap_lost_nodes(*, session: Session, settings: Settings, now: dt.datetime) -
     if lost:
         for replica in _live_replicas(session, Replica.node_id.in_(lost)):
             gangs.record_replica_failure(
-                replica=replica, lost=True, at=now,
+                replica=replica,
+                lost=True,
+                at=now,
                 failure=f"lost: node {replica.node_id} stopped answering "
-                        f"(no heartbeat for {settings.NODE_TIMEOUT:.0f}s)")
+                f"(no heartbeat for {settings.NODE_TIMEOUT:.0f}s)",
+            )
         session.flush()
     return lost
 
@@ -87,12 +92,16 @@ def excuse_silence(*, session: Session, now: dt.datetime) -> None:
     progress counts as heard `now`, so none is declared lost or hung for it; one that
     stays silent is, one timeout from now. (A new leader loses nothing by it: it times
     the beats it finds in Redis by their arrival, its first read, anyway.)"""
-    session.execute(sa.update(Node).where(Node.status == NodeStatus.READY,
-                                          Node.last_heartbeat < now)
-                    .values(last_heartbeat=now))
-    session.execute(sa.update(Replica).where(Replica.status == ReplicaStatus.RUNNING,
-                                             Replica.progress_at < now)
-                    .values(progress_at=now))
+    session.execute(
+        sa.update(Node)
+        .where(Node.status == NodeStatus.READY, Node.last_heartbeat < now)
+        .values(last_heartbeat=now)
+    )
+    session.execute(
+        sa.update(Replica)
+        .where(Replica.status == ReplicaStatus.RUNNING, Replica.progress_at < now)
+        .values(progress_at=now)
+    )
     session.expire_all()  # rows this session holds read the new times
 
 
@@ -104,8 +113,7 @@ def hang_limit(job_progress_timeout: int | None, default: float) -> float | None
     if job_progress_timeout is None:
         return default
     if job_progress_timeout < 0:
-        raise ValueError(f"progress_timeout_seconds must be 0 or more, "
-                         f"not {job_progress_timeout}")
+        raise ValueError(f"progress_timeout_seconds must be 0 or more, not {job_progress_timeout}")
     return float(job_progress_timeout) if job_progress_timeout else None
 
 
@@ -119,25 +127,39 @@ def _gangs_not_started(session: Session) -> set[tuple[int, int]]:
     """(job, attempt) of the gangs in which some replica was placed but never started,
     among the gangs with a replica running."""
     running = sa.select(Replica.job_id).where(Replica.status == ReplicaStatus.RUNNING)
-    return set(session.execute(
-        sa.select(Replica.job_id, Replica.attempt).distinct()
-        .where(Replica.job_id.in_(running), Replica.status == ReplicaStatus.PENDING)
-    ).tuples().all())
+    return set(
+        session.execute(
+            sa.select(Replica.job_id, Replica.attempt)
+            .distinct()
+            .where(Replica.job_id.in_(running), Replica.status == ReplicaStatus.PENDING)
+        )
+        .tuples()
+        .all()
+    )
 
 
-def _startup_failure(job_id: int, attempt: int, limit: float | None, settings: Settings,
-                     not_started: set[tuple[int, int]]) -> str | None:
+def _startup_failure(
+    job_id: int,
+    attempt: int,
+    limit: float | None,
+    settings: Settings,
+    not_started: set[tuple[int, int]],
+) -> str | None:
     """Why a running replica that has not shown progress yet is hung, if it is."""
     startup = settings.STARTUP_TIMEOUT
     if limit is None:
         # The job turned the progress watchdog off: its loop may never show progress,
         # so the start-up limit covers only the gang's processes being started.
         if (job_id, attempt) in not_started:
-            return (f"hung: the gang's processes were not all started within {startup:.0f}s "
-                    "of this one's start")
+            return (
+                f"hung: the gang's processes were not all started within {startup:.0f}s "
+                "of this one's start"
+            )
         return None
-    return (f"hung: no training step within {startup:.0f}s "
-            "of its start (did every replica of the gang join?)")
+    return (
+        f"hung: no training step within {startup:.0f}s "
+        "of its start (did every replica of the gang join?)"
+    )
 
 
 class Checked(NamedTuple):
@@ -145,8 +167,14 @@ class Checked(NamedTuple):
     running: set[Key]  # every replica running in SQL after the check (not those hung)
 
 
-def check_running(*, session: Session, settings: Settings, heartbeats: list[nodes.Heartbeat],
-                  progress: dict[Key, float], now: dt.datetime) -> Checked:
+def check_running(
+    *,
+    session: Session,
+    settings: Settings,
+    heartbeats: list[nodes.Heartbeat],
+    progress: dict[Key, float],
+    now: dt.datetime,
+) -> Checked:
     """Every running replica, read once as a few columns (a busy cluster runs thousands;
     rows are loaded only for what changes), checked in turn against:
 
@@ -170,20 +198,45 @@ def check_running(*, session: Session, settings: Settings, heartbeats: list[node
     now_s = now.timestamp()
     store_every = PROGRESS_STORE_EVERY.total_seconds()
     limits: dict[int | None, float | None] = {}
-    rows = read_rows(session, sa.select(
-        Replica.id, Replica.job_id, Replica.attempt, Replica.index, Replica.node_id,
-        Replica.role, Replica.started_at, Replica.progress_at, Job.strategy,
-        Job.progress_timeout_seconds,
-    ).join(Job, Job.id == Replica.job_id).where(Replica.status == ReplicaStatus.RUNNING))
-    for (rid, job_id, attempt, index, node_id, role, started_at, progress_at, strategy,
-         job_timeout) in rows:
+    rows = read_rows(
+        session,
+        sa.select(
+            Replica.id,
+            Replica.job_id,
+            Replica.attempt,
+            Replica.index,
+            Replica.node_id,
+            Replica.role,
+            Replica.started_at,
+            Replica.progress_at,
+            Job.strategy,
+            Job.progress_timeout_seconds,
+        )
+        .join(Job, Job.id == Replica.job_id)
+        .where(Replica.status == ReplicaStatus.RUNNING),
+    )
+    for (
+        rid,
+        job_id,
+        attempt,
+        index,
+        node_id,
+        role,
+        started_at,
+        progress_at,
+        strategy,
+        job_timeout,
+    ) in rows:
         key = (job_id, attempt, index)
         running.add(key)
         beat = by_node.get(node_id)
         # (Most replicas are in their agent's list and not among its exits.)
-        if beat is not None and started_at is not None \
-                and (key in beat.exited or key not in beat.running) \
-                and _settled_by_beat(session, rid, key, started_at, beat):
+        if (
+            beat is not None
+            and started_at is not None
+            and (key in beat.exited or key not in beat.running)
+            and _settled_by_beat(session, rid, key, started_at, beat)
+        ):
             continue
         alive = None if progress_at is None else progress_at.timestamp()
         seen = progress.get(key)
@@ -208,8 +261,7 @@ def check_running(*, session: Session, settings: Settings, heartbeats: list[node
             if now_s - started_at.timestamp() > settings.STARTUP_TIMEOUT:
                 if not_started is None and limit is None:
                     not_started = _gangs_not_started(session)
-                failure = _startup_failure(job_id, attempt, limit, settings,
-                                           not_started or set())
+                failure = _startup_failure(job_id, attempt, limit, settings, not_started or set())
         elif limit is not None and now_s - alive > limit:
             failure = f"hung: no progress for {limit:.0f}s"
         if failure is None:
@@ -218,8 +270,9 @@ def check_running(*, session: Session, settings: Settings, heartbeats: list[node
         assert replica is not None  # read in this transaction
         gangs.record_replica_failure(replica=replica, failure=failure, lost=False, at=now)
         hung.append(replica)
-    _store_progress(session, {rid: dt.datetime.fromtimestamp(seen, dt.UTC)
-                              for rid, seen in stored.items()})
+    _store_progress(
+        session, {rid: dt.datetime.fromtimestamp(seen, dt.UTC) for rid, seen in stored.items()}
+    )
     session.flush()
     # A replica declared hung here no longer runs in SQL: whether its agent still lists it
     # is declared_but_running's to find, in this same pass. Counted as running, it was
@@ -228,8 +281,9 @@ def check_running(*, session: Session, settings: Settings, heartbeats: list[node
     return Checked(hung, running - {(r.job_id, r.attempt, r.index) for r in hung})
 
 
-def declared_but_running(*, session: Session, heartbeats: list[nodes.Heartbeat],
-                         running: set[Key], ready: set[str]) -> frozenset[Key]:
+def declared_but_running(
+    *, session: Session, heartbeats: list[nodes.Heartbeat], running: set[Key], ready: set[str]
+) -> frozenset[Key]:
     """Replicas Cohort settled without an exit of theirs (declared hung, or lost) that
     their own node's agent still lists as running, the node being `ready` (a lost node's
     last beat stays in Redis for good, and says nothing of now): their process is still
@@ -238,21 +292,37 @@ def declared_but_running(*, session: Session, heartbeats: list[nodes.Heartbeat],
     meanwhile (gangs.settle_job) and the stop is sent again (gangs._stop_live).
     `running`: the replicas running in SQL (check_running's), which a beat lists as a
     matter of course: only the rest are looked up, usually none."""
-    listed = {key: beat.node_id for beat in heartbeats if beat.node_id in ready
-              for key in beat.running if key not in running}
+    listed = {
+        key: beat.node_id
+        for beat in heartbeats
+        if beat.node_id in ready
+        for key in beat.running
+        if key not in running
+    }
     if not listed:
         return frozenset()
     rows = session.execute(
         sa.select(Replica.job_id, Replica.attempt, Replica.index, Replica.node_id).where(
             sa.tuple_(Replica.job_id, Replica.attempt, Replica.index).in_(list(listed)),
-            Replica.status.in_(TERMINAL_REPLICA_STATUSES), Replica.exit_code.is_(None)))
-    return frozenset((job_id, attempt, index) for job_id, attempt, index, node_id in rows
-                     if listed[(job_id, attempt, index)] == node_id)
+            Replica.status.in_(TERMINAL_REPLICA_STATUSES),
+            Replica.exit_code.is_(None),
+        )
+    )
+    return frozenset(
+        (job_id, attempt, index)
+        for job_id, attempt, index, node_id in rows
+        if listed[(job_id, attempt, index)] == node_id
+    )
 
 
-def settle_unanswered_starts(*, session: Session, settings: Settings,
-                             heartbeats: list[nodes.Heartbeat], ready: set[str],
-                             now: dt.datetime) -> list[Replica]:
+def settle_unanswered_starts(
+    *,
+    session: Session,
+    settings: Settings,
+    heartbeats: list[nodes.Heartbeat],
+    ready: set[str],
+    now: dt.datetime,
+) -> list[Replica]:
     """Declare lost every replica of a current attempt still pending START_ANSWER_TIMEOUT
     after its placement on a `ready` node whose agent, in a beat written after that
     (`after`), neither runs it nor works on any start (one whose exit the beat lists is
@@ -264,17 +334,27 @@ def settle_unanswered_starts(*, session: Session, settings: Settings,
     limit = dt.timedelta(seconds=settings.START_ANSWER_TIMEOUT)
     # An agent working on any start (restoring a checkpoint, fetching code) may hold the
     # others in its queue meanwhile (a few at a time): its silence on them is not theirs.
-    by_node = {beat.node_id: beat for beat in heartbeats
-               if beat.node_id in ready and not beat.preparing}
+    by_node = {
+        beat.node_id: beat for beat in heartbeats if beat.node_id in ready and not beat.preparing
+    }
     if not by_node:
         return []
     # From the scheduled jobs (few, and indexed by status) to their replicas: not a scan
     # of every replica for the pending ones, on every pass.
-    rows = session.execute(
-        sa.select(Replica).join(Job, Job.id == Replica.job_id).where(
-            Job.status == JobStatus.SCHEDULED, Replica.attempt == Job.attempt,
-            Replica.status == ReplicaStatus.PENDING, Replica.created_at < now - limit)
-    ).scalars().all()
+    rows = (
+        session.execute(
+            sa.select(Replica)
+            .join(Job, Job.id == Replica.job_id)
+            .where(
+                Job.status == JobStatus.SCHEDULED,
+                Replica.attempt == Job.attempt,
+                Replica.status == ReplicaStatus.PENDING,
+                Replica.created_at < now - limit,
+            )
+        )
+        .scalars()
+        .all()
+    )
     lost: list[Replica] = []
     for replica in rows:
         beat = by_node.get(replica.node_id)
@@ -283,43 +363,64 @@ def settle_unanswered_starts(*, session: Session, settings: Settings,
         key = (replica.job_id, replica.attempt, replica.index)
         # Only a beat written once the agent had the whole limit to answer says it did
         # not (`after` bounds when it was written from below; None: unknown).
-        if beat.after is None or beat.after < replica.created_at + limit or \
-                key in beat.running:
+        if beat.after is None or beat.after < replica.created_at + limit or key in beat.running:
             continue
         if key in beat.exited:  # refused, and the event that said so was lost
-            gangs.record_replica_exited(session=session, job_id=key[0], attempt=key[1],
-                                        index=key[2], exit_code=beat.exited[key],
-                                        log_tail="", at=beat.at)
+            gangs.record_replica_exited(
+                session=session,
+                job_id=key[0],
+                attempt=key[1],
+                index=key[2],
+                exit_code=beat.exited[key],
+                log_tail="",
+                at=beat.at,
+            )
             continue
         gangs.record_replica_failure(
-            replica=replica, lost=True, at=now,
+            replica=replica,
+            lost=True,
+            at=now,
             failure=f"lost: the agent of {replica.node_id} did not start it within "
-                    f"{settings.START_ANSWER_TIMEOUT:.0f}s of its placement (not running, "
-                    "fetching its code or exited there)")
+            f"{settings.START_ANSWER_TIMEOUT:.0f}s of its placement (not running, "
+            "fetching its code or exited there)",
+        )
         lost.append(replica)
     if lost:
         session.flush()
     return lost
 
 
-def _settled_by_beat(session: Session, rid: int, key: Key, started_at: dt.datetime,
-                     beat: nodes.Heartbeat) -> bool:
+def _settled_by_beat(
+    session: Session, rid: int, key: Key, started_at: dt.datetime, beat: nodes.Heartbeat
+) -> bool:
     """Settle a running replica whose exit its agent reports only in its heartbeat (or
     that the agent no longer runs); whether it did."""
     if key in beat.exited:
-        gangs.record_replica_exited(session=session, job_id=key[0], attempt=key[1],
-                                    index=key[2], exit_code=beat.exited[key],
-                                    log_tail="", at=beat.at)
+        gangs.record_replica_exited(
+            session=session,
+            job_id=key[0],
+            attempt=key[1],
+            index=key[2],
+            exit_code=beat.exited[key],
+            log_tail="",
+            at=beat.at,
+        )
         return True
     # Only a beat written well after the spawn says the process is gone: `after`
     # bounds when it was written from below (None: unknown, so no conclusion).
-    if key not in beat.running and beat.after is not None \
-            and beat.after > started_at + _SPAWN_SLACK:
+    if (
+        key not in beat.running
+        and beat.after is not None
+        and beat.after > started_at + _SPAWN_SLACK
+    ):
         replica = session.get(Replica, rid)
         assert replica is not None  # read in this transaction
         gangs.record_replica_failure(
-            replica=replica, lost=True, at=beat.at,
-            failure="lost: its agent no longer runs it (the agent restarted?)")
+            replica=replica,
+            lost=True,
+            at=beat.at,
+            failure="lost: its agent no longer runs it (the agent restarted?)",
+        )
         return True
     return False
 
@@ -330,9 +431,12 @@ def _store_progress(session: Session, stored: dict[int, dt.datetime]) -> None:
     if not stored:
         return
     table = cast(sa.Table, Replica.__table__)  # a mapped class's table is a Table
-    session.execute(sa.update(table).where(table.c.id == sa.bindparam("replica_id"))
-                    .values(progress_at=sa.bindparam("seen_at")),
-                    [{"replica_id": rid, "seen_at": at} for rid, at in stored.items()])
+    session.execute(
+        sa.update(table)
+        .where(table.c.id == sa.bindparam("replica_id"))
+        .values(progress_at=sa.bindparam("seen_at")),
+        [{"replica_id": rid, "seen_at": at} for rid, at in stored.items()],
+    )
     for rid, at in stored.items():
         held = session.identity_map.get(identity_key(Replica, rid))
         if isinstance(held, Replica):
@@ -342,15 +446,21 @@ def _store_progress(session: Session, stored: dict[int, dt.datetime]) -> None:
 def enforce_deadlines(*, session: Session, now: dt.datetime) -> list[int]:
     """Fail unfinished jobs that have outlived their active_deadline_seconds."""
     failed = []
-    jobs = session.execute(sa.select(Job).where(
-        Job.active_deadline_seconds.is_not(None), Job.status.not_in(TERMINAL_STATUSES))
+    jobs = session.execute(
+        sa.select(Job).where(
+            Job.active_deadline_seconds.is_not(None), Job.status.not_in(TERMINAL_STATUSES)
+        )
     ).scalars()
     for job in list(jobs):
         assert job.active_deadline_seconds is not None
         if now - job.created_at > dt.timedelta(seconds=job.active_deadline_seconds):
-            transition_job(session=session, job_id=job.id, target=JobStatus.FAILED,
-                           reason=f"exceeded active_deadline_seconds "
-                                  f"({job.active_deadline_seconds}s since submission)")
+            transition_job(
+                session=session,
+                job_id=job.id,
+                target=JobStatus.FAILED,
+                reason=f"exceeded active_deadline_seconds "
+                f"({job.active_deadline_seconds}s since submission)",
+            )
             failed.append(job.id)
     return failed
 
@@ -358,20 +468,25 @@ def enforce_deadlines(*, session: Session, now: dt.datetime) -> list[int]:
 def clean_up_finished(*, session: Session, now: dt.datetime) -> list[Message]:
     """Cleanup messages for finished jobs past their TTL (records and metrics stay)."""
     messages: list[Message] = []
-    jobs = session.execute(sa.select(Job).where(
-        Job.ttl_seconds_after_finished.is_not(None), Job.cleaned_at.is_(None),
-        Job.status.in_(TERMINAL_STATUSES))
+    jobs = session.execute(
+        sa.select(Job).where(
+            Job.ttl_seconds_after_finished.is_not(None),
+            Job.cleaned_at.is_(None),
+            Job.status.in_(TERMINAL_STATUSES),
+        )
     ).scalars()
     for job in list(jobs):
         assert job.ttl_seconds_after_finished is not None and job.finished_at is not None
         if now - job.finished_at < dt.timedelta(seconds=job.ttl_seconds_after_finished):
             continue
-        replicas = list(session.execute(
-            sa.select(Replica).where(Replica.job_id == job.id)).scalars())
+        replicas = list(
+            session.execute(sa.select(Replica).where(Replica.job_id == job.id)).scalars()
+        )
         if any(r.status not in TERMINAL_REPLICA_STATUSES for r in replicas):
             continue  # its processes go first
         job.cleaned_at = now
-        messages.extend(CleanupJob(node_id, job.id)
-                        for node_id in sorted({r.node_id for r in replicas}))
+        messages.extend(
+            CleanupJob(node_id, job.id) for node_id in sorted({r.node_id for r in replicas})
+        )
     session.flush()
     return messages

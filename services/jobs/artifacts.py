@@ -72,9 +72,12 @@ def _sha256(store: ArtifactStore, key: str, size: int, version: str) -> str:
 def list_artifacts(*, store: ArtifactStore, job_id: int) -> list[ArtifactFile]:
     """Every file of the job, by path relative to `jobs/<id>/`, with size and sha256."""
     prefix = keys.job_prefix(job_id)
-    return [ArtifactFile(path=key[len(prefix) + 1:], size=size,
-                         sha256=_sha256(store, key, size, version))
-            for key, size, version in store.list_versions(prefix)]
+    return [
+        ArtifactFile(
+            path=key[len(prefix) + 1 :], size=size, sha256=_sha256(store, key, size, version)
+        )
+        for key, size, version in store.list_versions(prefix)
+    ]
 
 
 # What each top directory of a job's artifacts holds, in the order a page shows them.
@@ -87,7 +90,7 @@ def group_artifacts(*, store: ArtifactStore, job_id: int) -> dict[str, list[tupl
     prefix = keys.job_prefix(job_id)
     groups: dict[str, list[tuple[str, int]]] = {}
     for key, size in store.list(prefix):
-        path = key[len(prefix) + 1:]
+        path = key[len(prefix) + 1 :]
         top = path.split("/", 1)[0]
         groups.setdefault(top if top in GROUPS else "other", []).append((path, size))
     return {name: groups[name] for name in (*GROUPS, "other") if name in groups}
@@ -100,8 +103,9 @@ def normalise_path(path: str) -> str:
         InvalidArtifactPath: absolute, `..` out of the job, a backslash or a control byte.
     """
     if path.startswith("/"):
-        raise InvalidArtifactPath(path, "give a path relative to the job's artifacts, "
-                                  "such as 'model'")
+        raise InvalidArtifactPath(
+            path, "give a path relative to the job's artifacts, such as 'model'"
+        )
     norm = posixpath.normpath(path) if path else "."
     if norm == ".." or norm.startswith("../"):
         raise InvalidArtifactPath(path, "it leaves the job's artifacts")
@@ -144,7 +148,7 @@ def stream_tar_gz(store: ArtifactStore, prefix: str, base: str) -> Iterator[byte
     memory at a time, whatever the files' sizes."""
     gzip = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
     for key, size in store.list(prefix):
-        info = tarfile.TarInfo(key[len(base) + 1:])
+        info = tarfile.TarInfo(key[len(base) + 1 :])
         info.size, info.mode, info.mtime = size, 0o644, 0
         yield gzip.compress(info.tobuf(format=tarfile.PAX_FORMAT))
         sent = 0

@@ -35,21 +35,28 @@ def normalise_digest(digest: str) -> str:
 
 
 def limits_of(settings: Settings) -> Limits:
-    return Limits(max_bytes=settings.MAX_BUNDLE_BYTES, max_files=settings.MAX_BUNDLE_FILES,
-                  max_unpacked_bytes=settings.MAX_BUNDLE_UNPACKED_BYTES)
+    return Limits(
+        max_bytes=settings.MAX_BUNDLE_BYTES,
+        max_files=settings.MAX_BUNDLE_FILES,
+        max_unpacked_bytes=settings.MAX_BUNDLE_UNPACKED_BYTES,
+    )
 
 
 def read_bundle(*, session: Session, project_id: int, digest: str) -> Bundle | None:
     """The project's record of `digest`, if it uploaded it."""
-    return session.execute(sa.select(Bundle).where(
-        Bundle.project_id == project_id, Bundle.digest == normalise_digest(digest))
+    return session.execute(
+        sa.select(Bundle).where(
+            Bundle.project_id == project_id, Bundle.digest == normalise_digest(digest)
+        )
     ).scalar_one_or_none()
 
 
 def check_bundle(*, session: Session, project_id: int, digest: str | None) -> None:
     """Raise BundleNotFound unless `digest` is None or a bundle this project uploaded."""
-    if digest is not None and read_bundle(session=session, project_id=project_id,
-                                          digest=digest) is None:
+    if (
+        digest is not None
+        and read_bundle(session=session, project_id=project_id, digest=digest) is None
+    ):
         raise BundleNotFound(normalise_digest(digest))
 
 
@@ -60,13 +67,23 @@ class BundleUpload(SpooledUpload):
     def __init__(self, *, digest: str, settings: Settings) -> None:
         self.expected = normalise_digest(digest)
         limit = settings.MAX_BUNDLE_BYTES
-        super().__init__(settings=settings, limit=limit, too_large=lambda: BundleTooLarge(limit),
-                         prefix="bundle-", suffix=".tar.gz")
+        super().__init__(
+            settings=settings,
+            limit=limit,
+            too_large=lambda: BundleTooLarge(limit),
+            prefix="bundle-",
+            suffix=".tar.gz",
+        )
 
 
-def accept_bundle(*, transaction: Transactions, project_id: int, upload: BundleUpload,
-                  settings: Settings, store: ArtifactStore | None = None
-                  ) -> tuple[Bundle, bool]:
+def accept_bundle(
+    *,
+    transaction: Transactions,
+    project_id: int,
+    upload: BundleUpload,
+    settings: Settings,
+    store: ArtifactStore | None = None,
+) -> tuple[Bundle, bool]:
     """Verify a received upload, store its blob (once per digest) and record it for the
     project. Returns the record and whether the project gains it now.
 
@@ -82,8 +99,11 @@ def accept_bundle(*, transaction: Transactions, project_id: int, upload: BundleU
     """
     upload.finish()
     if upload.digest != upload.expected:
-        raise InvalidBundle("digest", f"the body's sha256 is {upload.digest}, not "
-                            f"{upload.expected} as the URL names: upload the bundle again")
+        raise InvalidBundle(
+            "digest",
+            f"the body's sha256 is {upload.digest}, not "
+            f"{upload.expected} as the URL names: upload the bundle again",
+        )
     with transaction() as session:
         existing = read_bundle(session=session, project_id=project_id, digest=upload.expected)
     if existing is not None:
@@ -96,8 +116,7 @@ def accept_bundle(*, transaction: Transactions, project_id: int, upload: BundleU
     if not store.exists(key):
         store.put_file(key, upload.path)
     with transaction() as session:
-        return record_bundle(session=session, project_id=project_id, upload=upload,
-                             files=files)
+        return record_bundle(session=session, project_id=project_id, upload=upload, files=files)
 
 
 def check_upload(upload: BundleUpload, settings: Settings) -> int:
@@ -110,12 +129,12 @@ def check_upload(upload: BundleUpload, settings: Settings) -> int:
         raise InvalidBundle("body", f"the bundle is refused: {exc}") from exc
 
 
-def record_bundle(*, session: Session, project_id: int, upload: BundleUpload,
-                  files: int) -> tuple[Bundle, bool]:
+def record_bundle(
+    *, session: Session, project_id: int, upload: BundleUpload, files: int
+) -> tuple[Bundle, bool]:
     """Record a checked and stored upload for the project; the record and whether it is
     new (False when the same project's concurrent upload of it recorded it first)."""
-    bundle = Bundle(project_id=project_id, digest=upload.expected, size=upload.size,
-                    files=files)
+    bundle = Bundle(project_id=project_id, digest=upload.expected, size=upload.size, files=files)
     try:
         with session.begin_nested():
             session.add(bundle)

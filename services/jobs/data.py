@@ -44,8 +44,9 @@ class DataUpload(SpooledUpload):
 
     def __init__(self, *, settings: Settings) -> None:
         limit = settings.MAX_DATA_BYTES
-        super().__init__(settings=settings, limit=limit, too_large=lambda: DataTooLarge(limit),
-                         prefix="data-")
+        super().__init__(
+            settings=settings, limit=limit, too_large=lambda: DataTooLarge(limit), prefix="data-"
+        )
 
 
 def check_free(store: ArtifactStore, project_id: int, path: str) -> str:
@@ -58,19 +59,24 @@ def check_free(store: ArtifactStore, project_id: int, path: str) -> str:
     """
     key = data_key(project_id, path)
     if store.list(key):
-        raise DataPathConflict("path", f"{path!r} is a directory of other data: pick "
-                               "another path, or `cohort data rm` what is under it")
+        raise DataPathConflict(
+            "path",
+            f"{path!r} is a directory of other data: pick "
+            "another path, or `cohort data rm` what is under it",
+        )
     parent = posixpath.dirname(path)
     while parent:
         if store.exists(data_key(project_id, parent)):
-            raise DataPathConflict("path", f"{parent!r} is a file, so {path!r} cannot be "
-                                   "under it: pick another path")
+            raise DataPathConflict(
+                "path", f"{parent!r} is a file, so {path!r} cannot be under it: pick another path"
+            )
         parent = posixpath.dirname(parent)
     return key
 
 
-def store_data(*, store: ArtifactStore, project_id: int, path: str,
-               upload: DataUpload) -> tuple[DataFile, bool]:
+def store_data(
+    *, store: ArtifactStore, project_id: int, path: str, upload: DataUpload
+) -> tuple[DataFile, bool]:
     """Put a received upload at `path` of the project's data, replacing any file there.
     Returns the file and whether it is new (False: it replaced one)."""
     upload.finish()
@@ -81,16 +87,19 @@ def store_data(*, store: ArtifactStore, project_id: int, path: str,
     except (IsADirectoryError, NotADirectoryError) as exc:
         # A concurrent upload made `path` a directory (or a parent a file) after the
         # check: the same conflict, found later.
-        raise DataPathConflict("path", f"{path!r} became a directory of other data, or a "
-                               "parent of it a file, while it was uploaded: pick another "
-                               "path") from exc
+        raise DataPathConflict(
+            "path",
+            f"{path!r} became a directory of other data, or a "
+            "parent of it a file, while it was uploaded: pick another "
+            "path",
+        ) from exc
     return DataFile(path=path, size=upload.size, sha256=upload.digest), not existed
 
 
 def list_data(*, store: ArtifactStore, project_id: int) -> list[DataFile]:
     """Every file of the project's data, by path, with its size."""
     prefix = keys.data_prefix(project_id)
-    return [DataFile(path=key[len(prefix) + 1:], size=size) for key, size in store.list(prefix)]
+    return [DataFile(path=key[len(prefix) + 1 :], size=size) for key, size in store.list(prefix)]
 
 
 def data_exists(*, store: ArtifactStore, project_id: int, path: str) -> bool:

@@ -34,8 +34,9 @@ class DataRead(BaseModel):
 
     path: str = Field(description="in the project's data; a job names it as data/<path>")
     size: int
-    sha256: str | None = Field(None, description="sha256:<hex> of what was uploaded (only "
-                               "in the answer to the upload)")
+    sha256: str | None = Field(
+        None, description="sha256:<hex> of what was uploaded (only in the answer to the upload)"
+    )
 
 
 class DataList(BaseModel):

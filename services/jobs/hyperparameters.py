@@ -49,31 +49,39 @@ def _shape(value: dict[str, Any]) -> tuple[int, int]:
 def _check_shape(hyperparameters: dict[str, Any], encoded: int, settings: Settings) -> None:
     if encoded > settings.MAX_HYPERPARAMETERS_BYTES:
         raise InvalidJobSpec(
-            "hyperparameters", f"{encoded} bytes encoded, over the limit of "
+            "hyperparameters",
+            f"{encoded} bytes encoded, over the limit of "
             f"{settings.MAX_HYPERPARAMETERS_BYTES} (COHORT_MAX_HYPERPARAMETERS_BYTES): put "
-            "large data in the bundle or the artifact store and pass its path")
+            "large data in the bundle or the artifact store and pass its path",
+        )
     keys, depth = _shape(hyperparameters)
     if keys > settings.MAX_HYPERPARAMETERS_KEYS:
         raise InvalidJobSpec(
-            "hyperparameters", f"{keys} keys (counting nested objects' too), over the limit "
+            "hyperparameters",
+            f"{keys} keys (counting nested objects' too), over the limit "
             f"of {settings.MAX_HYPERPARAMETERS_KEYS} (COHORT_MAX_HYPERPARAMETERS_KEYS): put "
-            "large configurations in a file of the bundle or the project's data")
+            "large configurations in a file of the bundle or the project's data",
+        )
     if depth > settings.MAX_HYPERPARAMETERS_DEPTH:
         raise InvalidJobSpec(
-            "hyperparameters", f"nested {depth} levels deep (objects and lists), over the "
+            "hyperparameters",
+            f"nested {depth} levels deep (objects and lists), over the "
             f"limit of {settings.MAX_HYPERPARAMETERS_DEPTH} "
-            "(COHORT_MAX_HYPERPARAMETERS_DEPTH): flatten it")
+            "(COHORT_MAX_HYPERPARAMETERS_DEPTH): flatten it",
+        )
 
 
 def _check_knob(name: str, value: Any, low: int, high: int, trainer: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidJobSpec(
-            f"hyperparameters.{name}", f"{trainer} takes a whole number from {low} to "
-            f"{high}; got {value!r}")
+            f"hyperparameters.{name}",
+            f"{trainer} takes a whole number from {low} to {high}; got {value!r}",
+        )
 
 
-def check_hyperparameters(*, hyperparameters: dict[str, Any], encoded: int,
-                          trainer: str | None, settings: Settings) -> None:
+def check_hyperparameters(
+    *, hyperparameters: dict[str, Any], encoded: int, trainer: str | None, settings: Settings
+) -> None:
     """Refuse hyperparameters past the bounds above (InvalidJobSpec naming the field).
 
     `hyperparameters` as they will be stored (JSON types), `encoded` their size in bytes;
@@ -83,8 +91,10 @@ def check_hyperparameters(*, hyperparameters: dict[str, Any], encoded: int,
     steps = hyperparameters.get("epochs", 1) * hyperparameters.get("steps_per_epoch", 1)
     if steps > MAX_TOTAL_STEPS:
         raise InvalidJobSpec(
-            "hyperparameters.steps_per_epoch", f"epochs x steps_per_epoch is {steps:,} "
-            f"training steps, over the limit of {MAX_TOTAL_STEPS:,}: ask for fewer")
+            "hyperparameters.steps_per_epoch",
+            f"epochs x steps_per_epoch is {steps:,} "
+            f"training steps, over the limit of {MAX_TOTAL_STEPS:,}: ask for fewer",
+        )
     if trainer in MODEL_KNOBS:
         for name, (low, high) in (COMMON_KNOBS | MODEL_KNOBS[trainer]).items():
             if name in hyperparameters:

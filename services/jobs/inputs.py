@@ -20,8 +20,13 @@ def _path(source: str) -> str:
     return source.removeprefix(f"{keys.DATA_PREFIX}/")
 
 
-def check_inputs_exist(*, project_id: int, inputs: dict[str, str], settings: Settings,
-                       store: ArtifactStore | None = None) -> None:
+def check_inputs_exist(
+    *,
+    project_id: int,
+    inputs: dict[str, str],
+    settings: Settings,
+    store: ArtifactStore | None = None,
+) -> None:
     """Raise DataNotFound naming the first input the project has no data for."""
     if not inputs:
         return
@@ -33,5 +38,7 @@ def check_inputs_exist(*, project_id: int, inputs: dict[str, str], settings: Set
 
 def resolve_inputs(job: Job) -> dict[str, str]:
     """{local file name: full store key} of the job's inputs, for its replicas' spec."""
-    return {name: keys.data_key(job.project_id, _path(source))
-            for name, source in sorted((job.inputs or {}).items())}
+    return {
+        name: keys.data_key(job.project_id, _path(source))
+        for name, source in sorted((job.inputs or {}).items())
+    }

@@ -20,9 +20,13 @@ def _places(session: Session, jobs: list[Job], per_project: bool) -> dict[int, i
     if not wanted:
         return {}
     ranked = sa.select(
-        Job.id, sa.func.row_number().over(
+        Job.id,
+        sa.func.row_number()
+        .over(
             partition_by=Job.project_id if per_project else None,
-            order_by=(Job.priority.desc(), Job.id)).label("place")
+            order_by=(Job.priority.desc(), Job.id),
+        )
+        .label("place"),
     ).where(Job.status == JobStatus.QUEUED)
     if per_project:
         ranked = ranked.where(Job.project_id.in_({job.project_id for job in jobs}))

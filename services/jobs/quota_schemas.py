@@ -18,16 +18,23 @@ class QuotaLimits(BaseModel):
     """Limits of one project: a number, or null."""
 
     max_queued_jobs: int | None = Field(
-        None, ge=0, description="jobs waiting in the queue at once; one more is refused (429)")
+        None, ge=0, description="jobs waiting in the queue at once; one more is refused (429)"
+    )
     max_running_replicas: int | None = Field(
-        None, ge=0, description="replicas placed at once; a job past it waits in the queue")
+        None, ge=0, description="replicas placed at once; a job past it waits in the queue"
+    )
     max_gpus: int | None = Field(
-        None, ge=0, description="GPUs held at once; a job past it waits in the queue")
+        None, ge=0, description="GPUs held at once; a job past it waits in the queue"
+    )
     max_schedules: int | None = Field(
-        None, ge=0, description="retraining schedules; one more is refused (429)")
+        None, ge=0, description="retraining schedules; one more is refused (429)"
+    )
     max_priority: int | None = Field(
-        None, ge=-1000, le=1000,
-        description="the highest `priority` a job may ask for; above it: 403")
+        None,
+        ge=-1000,
+        le=1000,
+        description="the highest `priority` a job may ask for; above it: 403",
+    )
 
 
 class QuotaUpdate(QuotaLimits):
@@ -50,6 +57,7 @@ class QuotaRead(BaseModel):
     project: str
     limits: QuotaLimits = Field(description="the limits in force (null: no limit)")
     overrides: QuotaLimits = Field(
-        description="the project's own limits set by an admin (null: the cluster's default)")
+        description="the project's own limits set by an admin (null: the cluster's default)"
+    )
     defaults: QuotaLimits = Field(description="the cluster's defaults (COHORT_QUOTA_*)")
     used: QuotaUsage

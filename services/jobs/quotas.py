@@ -35,36 +35,53 @@ ADMIN_HINT = "an admin can raise it (cohort quota set)"
 
 def default_limits(settings: Settings) -> QuotaLimits:
     """The cluster's defaults (COHORT_QUOTA_*)."""
-    return QuotaLimits(max_queued_jobs=settings.QUOTA_MAX_QUEUED_JOBS,
-                       max_running_replicas=settings.QUOTA_MAX_RUNNING_REPLICAS,
-                       max_gpus=settings.QUOTA_MAX_GPUS,
-                       max_schedules=settings.QUOTA_MAX_SCHEDULES,
-                       max_priority=settings.QUOTA_MAX_PRIORITY)
+    return QuotaLimits(
+        max_queued_jobs=settings.QUOTA_MAX_QUEUED_JOBS,
+        max_running_replicas=settings.QUOTA_MAX_RUNNING_REPLICAS,
+        max_gpus=settings.QUOTA_MAX_GPUS,
+        max_schedules=settings.QUOTA_MAX_SCHEDULES,
+        max_priority=settings.QUOTA_MAX_PRIORITY,
+    )
 
 
 def _overrides(row: ProjectQuota | None) -> QuotaLimits:
-    return QuotaLimits() if row is None else QuotaLimits(
-        **{name: getattr(row, name) for name in LIMITS})
+    return (
+        QuotaLimits()
+        if row is None
+        else QuotaLimits(**{name: getattr(row, name) for name in LIMITS})
+    )
 
 
 def _in_force(overrides: QuotaLimits, defaults: QuotaLimits) -> QuotaLimits:
-    return QuotaLimits(**{name: getattr(defaults, name) if getattr(overrides, name) is None
-                          else getattr(overrides, name) for name in LIMITS})
+    return QuotaLimits(
+        **{
+            name: getattr(defaults, name)
+            if getattr(overrides, name) is None
+            else getattr(overrides, name)
+            for name in LIMITS
+        }
+    )
 
 
 def read_limits(*, session: Session, project_id: int, settings: Settings) -> QuotaLimits:
     """The limits in force for one project: its own over the defaults."""
-    return read_many_limits(session=session, project_ids=[project_id],
-                            settings=settings)[project_id]
+    return read_many_limits(session=session, project_ids=[project_id], settings=settings)[
+        project_id
+    ]
 
 
-def read_many_limits(*, session: Session, project_ids: Iterable[int],
-                     settings: Settings) -> dict[int, QuotaLimits]:
+def read_many_limits(
+    *, session: Session, project_ids: Iterable[int], settings: Settings
+) -> dict[int, QuotaLimits]:
     """The limits in force for each project, in one query."""
     wanted = set(project_ids)
     defaults = default_limits(settings)
-    rows = {row.project_id: row for row in session.execute(
-        sa.select(ProjectQuota).where(ProjectQuota.project_id.in_(wanted))).scalars()}
+    rows = {
+        row.project_id: row
+        for row in session.execute(
+            sa.select(ProjectQuota).where(ProjectQuota.project_id.in_(wanted))
+        ).scalars()
+    }
     return {pid: _in_force(_overrides(rows.get(pid)), defaults) for pid in wanted}
 
 
@@ -75,8 +92,9 @@ def _lock_project(session: Session, project_id: int) -> None:
     # referencing the project takes, so a transaction that has just inserted a job
     # never blocks another's admission, nor waits for it. SQLite ignores it: there a
     # transaction that writes after another committed is refused by SQLite itself.
-    session.execute(sa.select(Project.id).where(Project.id == project_id)
-                    .with_for_update(key_share=True))
+    session.execute(
+        sa.select(Project.id).where(Project.id == project_id).with_for_update(key_share=True)
+    )
 
 
 def check_spec(*, job_in: JobCreate, limits: QuotaLimits, field_prefix: str = "") -> None:
@@ -90,35 +108,46 @@ def check_spec(*, job_in: JobCreate, limits: QuotaLimits, field_prefix: str = ""
             f"{field_prefix}priority",
             f"{job_in.priority} is above this project's ceiling of {limits.max_priority} "
             f"(max_priority); ask for {limits.max_priority} or less, or {ADMIN_HINT}",
-            quota="max_priority", used=job_in.priority, allowed=limits.max_priority)
-    if limits.max_running_replicas is not None and \
-            job_in.replicas > limits.max_running_replicas:
+            quota="max_priority",
+            used=job_in.priority,
+            allowed=limits.max_priority,
+        )
+    if limits.max_running_replicas is not None and job_in.replicas > limits.max_running_replicas:
         raise BeyondQuota(
             f"{field_prefix}replicas",
             f"{job_in.replicas} replicas at once, more than this project may run "
             f"({limits.max_running_replicas}, max_running_replicas); ask for fewer, or "
-            f"{ADMIN_HINT}", quota="max_running_replicas", used=job_in.replicas,
-            allowed=limits.max_running_replicas)
+            f"{ADMIN_HINT}",
+            quota="max_running_replicas",
+            used=job_in.replicas,
+            allowed=limits.max_running_replicas,
+        )
     gpus = job_in.replicas * job_in.gpus_per_replica
     if limits.max_gpus is not None and gpus > limits.max_gpus:
         raise BeyondQuota(
             f"{field_prefix}gpus_per_replica",
             f"{gpus} GPUs at once ({job_in.gpus_per_replica} per replica × "
             f"{job_in.replicas}), more than this project may hold ({limits.max_gpus}, "
-            f"max_gpus); ask for fewer, or {ADMIN_HINT}", quota="max_gpus", used=gpus,
-            allowed=limits.max_gpus)
+            f"max_gpus); ask for fewer, or {ADMIN_HINT}",
+            quota="max_gpus",
+            used=gpus,
+            allowed=limits.max_gpus,
+        )
 
 
-def check_template(*, session: Session, project_id: int, job_in: JobCreate,
-                   settings: Settings, field_prefix: str) -> None:
+def check_template(
+    *, session: Session, project_id: int, job_in: JobCreate, settings: Settings, field_prefix: str
+) -> None:
     """`check_spec` for a job a schedule or sweep will create later (no count: none
     is queued yet)."""
-    check_spec(job_in=job_in, field_prefix=field_prefix,
-               limits=read_limits(session=session, project_id=project_id, settings=settings))
+    check_spec(
+        job_in=job_in,
+        field_prefix=field_prefix,
+        limits=read_limits(session=session, project_id=project_id, settings=settings),
+    )
 
 
-def queued_by_priority(*, session: Session, project_id: int,
-                       limits: QuotaLimits) -> dict[int, int]:
+def queued_by_priority(*, session: Session, project_id: int, limits: QuotaLimits) -> dict[int, int]:
     """The project's queued jobs, counted by priority, in one query: their sum is what
     `max_queued_jobs` counts, and a new job's place in the project's queue follows from
     them. With a `max_queued_jobs` limit, the project's row is locked first: the caller
@@ -127,9 +156,10 @@ def queued_by_priority(*, session: Session, project_id: int,
     if limits.max_queued_jobs is not None:
         _lock_project(session, project_id)
     rows = session.execute(
-        sa.select(Job.priority, sa.func.count()).where(
-            Job.project_id == project_id, Job.status == JobStatus.QUEUED)
-        .group_by(Job.priority)).tuples()
+        sa.select(Job.priority, sa.func.count())
+        .where(Job.project_id == project_id, Job.status == JobStatus.QUEUED)
+        .group_by(Job.priority)
+    ).tuples()
     return {priority: int(count) for priority, count in rows}
 
 
@@ -145,7 +175,10 @@ def check_room(*, limits: QuotaLimits, used: int) -> None:
             "max_queued_jobs",
             f"project quota: {used} of {allowed} queued jobs; submit again once some have "
             f"started or been cancelled, or {ADMIN_HINT}",
-            quota="max_queued_jobs", used=used, allowed=allowed)
+            quota="max_queued_jobs",
+            used=used,
+            allowed=allowed,
+        )
 
 
 def admit_schedule(*, session: Session, project_id: int, settings: Settings) -> None:
@@ -154,18 +187,22 @@ def admit_schedule(*, session: Session, project_id: int, settings: Settings) -> 
     Raises:
         QuotaExceeded: the project has `max_schedules` schedules already.
     """
-    allowed = read_limits(session=session, project_id=project_id,
-                          settings=settings).max_schedules
+    allowed = read_limits(session=session, project_id=project_id, settings=settings).max_schedules
     if allowed is None:
         return
     _lock_project(session, project_id)
-    used = session.execute(sa.select(sa.func.count()).select_from(Schedule).where(
-        Schedule.project_id == project_id)).scalar_one()
+    used = session.execute(
+        sa.select(sa.func.count()).select_from(Schedule).where(Schedule.project_id == project_id)
+    ).scalar_one()
     if used >= allowed:
         raise QuotaExceeded(
-            "max_schedules", f"project quota: {used} of {allowed} schedules; delete one "
+            "max_schedules",
+            f"project quota: {used} of {allowed} schedules; delete one "
             f"(cohort schedules delete) or {ADMIN_HINT}",
-            quota="max_schedules", used=used, allowed=allowed)
+            quota="max_schedules",
+            used=used,
+            allowed=allowed,
+        )
 
 
 @dataclass(frozen=True)
@@ -177,23 +214,30 @@ class Running:
     gpus: int = 0
 
 
-def read_running(*, session: Session, project_ids: Iterable[int] | None = None
-                 ) -> dict[int, Running]:
+def read_running(
+    *, session: Session, project_ids: Iterable[int] | None = None
+) -> dict[int, Running]:
     """What each project's live replicas hold, for the projects holding any.
 
     A replica counts from its placement until it has ended: it holds its slot or its
     GPUs all that time, whatever its job's status says.
     """
     cpu = sa.case((Job.gpus_per_replica == 0, 1), else_=0)
-    query = (sa.select(Job.project_id, sa.func.count(), sa.func.sum(cpu),
-                       sa.func.sum(Job.gpus_per_replica))
-             .select_from(Replica).join(Job, Job.id == Replica.job_id)
-             .where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
-             .group_by(Job.project_id))
+    query = (
+        sa.select(
+            Job.project_id, sa.func.count(), sa.func.sum(cpu), sa.func.sum(Job.gpus_per_replica)
+        )
+        .select_from(Replica)
+        .join(Job, Job.id == Replica.job_id)
+        .where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
+        .group_by(Job.project_id)
+    )
     if project_ids is not None:
         query = query.where(Job.project_id.in_(set(project_ids)))
-    return {pid: Running(int(replicas), int(slots or 0), int(gpus or 0))
-            for pid, replicas, slots, gpus in session.execute(query)}
+    return {
+        pid: Running(int(replicas), int(slots or 0), int(gpus or 0))
+        for pid, replicas, slots, gpus in session.execute(query)
+    }
 
 
 def _project(session: Session, name: str) -> Project:
@@ -208,21 +252,32 @@ def read_quota(*, session: Session, project_name: str, settings: Settings) -> Qu
     project = _project(session, project_name)
     row = session.get(ProjectQuota, project.id)
     defaults = default_limits(settings)
-    running = read_running(session=session, project_ids=[project.id]).get(project.id,
-                                                                          Running())
-    queued = session.execute(sa.select(sa.func.count()).select_from(Job).where(
-        Job.project_id == project.id, Job.status == JobStatus.QUEUED)).scalar_one()
-    schedules = session.execute(sa.select(sa.func.count()).select_from(Schedule).where(
-        Schedule.project_id == project.id)).scalar_one()
-    return QuotaRead(project=project.name, limits=_in_force(_overrides(row), defaults),
-                     overrides=_overrides(row), defaults=defaults,
-                     used=QuotaUsage(queued_jobs=queued, running_replicas=running.replicas,
-                                     gpus=running.gpus,
-                                     schedules=schedules))
+    running = read_running(session=session, project_ids=[project.id]).get(project.id, Running())
+    queued = session.execute(
+        sa.select(sa.func.count())
+        .select_from(Job)
+        .where(Job.project_id == project.id, Job.status == JobStatus.QUEUED)
+    ).scalar_one()
+    schedules = session.execute(
+        sa.select(sa.func.count()).select_from(Schedule).where(Schedule.project_id == project.id)
+    ).scalar_one()
+    return QuotaRead(
+        project=project.name,
+        limits=_in_force(_overrides(row), defaults),
+        overrides=_overrides(row),
+        defaults=defaults,
+        used=QuotaUsage(
+            queued_jobs=queued,
+            running_replicas=running.replicas,
+            gpus=running.gpus,
+            schedules=schedules,
+        ),
+    )
 
 
-def set_quota(*, session: Session, project_name: str, quota_in: QuotaUpdate,
-              settings: Settings) -> QuotaRead:
+def set_quota(
+    *, session: Session, project_name: str, quota_in: QuotaUpdate, settings: Settings
+) -> QuotaRead:
     """Replace a project's own limits (what is already queued or running stays; the new
     limits apply to what comes next)."""
     project = _project(session, project_name)

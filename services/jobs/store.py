@@ -41,10 +41,17 @@ from services.storage.store import ArtifactStore
 
 # Fields added after jobs were first stored: left out of the hash while unset, so a retry
 # of a spec stored before they existed still matches its Idempotency-Key.
-_LATER_FIELDS: dict[str, object] = {"command": None, "bundle": None, "env": {},
-                                     "progress_timeout_seconds": None, "inputs": {},
-                                     "roles": None, "role_placement": None,
-                                     "distribution": DistributionOptions(), "profile": None}
+_LATER_FIELDS: dict[str, object] = {
+    "command": None,
+    "bundle": None,
+    "env": {},
+    "progress_timeout_seconds": None,
+    "inputs": {},
+    "roles": None,
+    "role_placement": None,
+    "distribution": DistributionOptions(),
+    "profile": None,
+}
 
 
 def _spec_hash(job_in: JobCreate) -> str:
@@ -57,11 +64,15 @@ def check_job_spec(*, job_in: JobCreate, settings: Settings) -> None:
     if job_in.trainer is not None:
         # A `module:function` in a bundle is the job's own code, resolved inside the
         # bundle; the allow-list is for entrypoints installed on the nodes.
-        check_trainer(job_in.trainer, settings.ALLOWED_ENTRYPOINTS,
-                      in_bundle=job_in.bundle is not None)
-    check_hyperparameters(hyperparameters=job_in.hyperparameters.model_dump(mode="json"),
-                          encoded=len(job_in.hyperparameters.model_dump_json().encode()),
-                          trainer=job_in.trainer, settings=settings)
+        check_trainer(
+            job_in.trainer, settings.ALLOWED_ENTRYPOINTS, in_bundle=job_in.bundle is not None
+        )
+    check_hyperparameters(
+        hyperparameters=job_in.hyperparameters.model_dump(mode="json"),
+        encoded=len(job_in.hyperparameters.model_dump_json().encode()),
+        trainer=job_in.trainer,
+        settings=settings,
+    )
     if job_in.replicas > settings.MAX_REPLICAS:
         raise InvalidJobSpec(
             "replicas", f"at most {settings.MAX_REPLICAS} replicas per job; ask for fewer"
@@ -69,8 +80,14 @@ def check_job_spec(*, job_in: JobCreate, settings: Settings) -> None:
     check_strategy_options(job_in)
 
 
-def check_submission(*, session: Session, project_id: int, job_in: JobCreate,
-                     settings: Settings, store: ArtifactStore | None = None) -> None:
+def check_submission(
+    *,
+    session: Session,
+    project_id: int,
+    job_in: JobCreate,
+    settings: Settings,
+    store: ArtifactStore | None = None,
+) -> None:
     """What a submission is checked for before admission: the spec against the settings,
     its bundle and its inputs (nothing is locked; nothing is written).
 
@@ -81,13 +98,17 @@ def check_submission(*, session: Session, project_id: int, job_in: JobCreate,
     """
     check_job_spec(job_in=job_in, settings=settings)
     check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
-    check_inputs_exist(project_id=project_id, inputs=job_in.inputs, settings=settings,
-                       store=store)
+    check_inputs_exist(project_id=project_id, inputs=job_in.inputs, settings=settings, store=store)
 
 
 def create_job(
-    *, session: Session, project_id: int, job_in: JobCreate, settings: Settings,
-    idempotency_key: str | None = None, store: ArtifactStore | None = None,
+    *,
+    session: Session,
+    project_id: int,
+    job_in: JobCreate,
+    settings: Settings,
+    idempotency_key: str | None = None,
+    store: ArtifactStore | None = None,
     trial_of: tuple[int, int] | None = None,
 ) -> tuple[Job, bool]:
     """Store a new queued job, or return the one already stored under `idempotency_key`.
@@ -101,10 +122,14 @@ def create_job(
         BeyondQuota: the project's quota never permits this job (priority, gang size).
         QuotaExceeded: the project has as many jobs queued as its quota allows.
     """
-    check_submission(session=session, project_id=project_id, job_in=job_in,
-                     settings=settings, store=store)
-    outcome = admit_submissions(session=session, settings=settings, submissions=[
-        Submission(project_id, job_in, idempotency_key, trial_of)])[0]
+    check_submission(
+        session=session, project_id=project_id, job_in=job_in, settings=settings, store=store
+    )
+    outcome = admit_submissions(
+        session=session,
+        settings=settings,
+        submissions=[Submission(project_id, job_in, idempotency_key, trial_of)],
+    )[0]
     if isinstance(outcome, Exception):
         raise outcome
     return outcome.job, outcome.created
@@ -131,8 +156,9 @@ class Admitted:
     queue_position: int | None = None
 
 
-def admit_submissions(*, session: Session, settings: Settings,
-                      submissions: list[Submission]) -> list[Admitted | Exception]:
+def admit_submissions(
+    *, session: Session, settings: Settings, submissions: list[Submission]
+) -> list[Admitted | Exception]:
     """Admit and insert many checked submissions in the session's transaction; the caller
     commits. Each gets its own outcome, in order: its job, or the error that refused it
     (an IdempotencyConflict, a QuotaError, the IntegrityError of its own insert), and
@@ -151,8 +177,7 @@ def admit_submissions(*, session: Session, settings: Settings,
     for project_id, indexes in sorted(by_project.items()):
         limits = quotas.read_limits(session=session, project_id=project_id, settings=settings)
         project = session.get(Project, project_id)  # the jobs' views name it
-        queued = quotas.queued_by_priority(session=session, project_id=project_id,
-                                           limits=limits)
+        queued = quotas.queued_by_priority(session=session, project_id=project_id, limits=limits)
         pending = [(index, submissions[index]) for index in indexes]
         while pending:  # a key repeated within the group waits for the next round
             pending = _admission_round(session, project, limits, queued, pending, outcomes)
@@ -162,10 +187,15 @@ def admit_submissions(*, session: Session, settings: Settings,
 _Pending = list[tuple[int, Submission]]
 
 
-def _admission_round(session: Session, project: Project | None, limits: QuotaLimits,
-                     queued: dict[int, int], pending: _Pending,
-                     outcomes: list[Admitted | Exception | None],
-                     one_by_one: bool = False) -> _Pending:
+def _admission_round(
+    session: Session,
+    project: Project | None,
+    limits: QuotaLimits,
+    queued: dict[int, int],
+    pending: _Pending,
+    outcomes: list[Admitted | Exception | None],
+    one_by_one: bool = False,
+) -> _Pending:
     """Admit what it can of `pending` (one project's) and insert it, all in one
     savepoint unless `one_by_one`; returns the submissions that repeat a key admitted in
     this round, whose replay can only be read once that job is inserted."""
@@ -223,16 +253,24 @@ def _admission_round(session: Session, project: Project | None, limits: QuotaLim
     except IntegrityError:
         for _, submission, _, _ in accepted:
             queued[submission.job_in.priority] -= 1
-        _admission_round(session, project, limits, queued,
-                         [(i, s) for i, s, _, _ in accepted], outcomes, one_by_one=True)
+        _admission_round(
+            session,
+            project,
+            limits,
+            queued,
+            [(i, s) for i, s, _, _ in accepted],
+            outcomes,
+            one_by_one=True,
+        )
         return later
     for index, _, job, place in accepted:
         outcomes[index] = Admitted(job, True, place)
     return later
 
 
-def _insert_one(session: Session, submission: Submission, job: Job, spec_hash: str,
-                place: int) -> Admitted | Exception:
+def _insert_one(
+    session: Session, submission: Submission, job: Job, spec_hash: str, place: int
+) -> Admitted | Exception:
     try:
         # A savepoint, so that losing a race on the idempotency key leaves the
         # outer transaction usable for reading the winner.
@@ -243,8 +281,7 @@ def _insert_one(session: Session, submission: Submission, job: Job, spec_hash: s
             session.flush()
     except IntegrityError as exc:
         key = submission.idempotency_key
-        existing = None if key is None else \
-            _by_idempotency_key(session, submission.project_id, key)
+        existing = None if key is None else _by_idempotency_key(session, submission.project_id, key)
         if existing is None:
             return exc
         try:
@@ -255,12 +292,18 @@ def _insert_one(session: Session, submission: Submission, job: Job, spec_hash: s
 
 
 def _submitted_event(job: Job) -> JobEvent:
-    return JobEvent(job_id=job.id, attempt=job.attempt or 1, from_status=None,
-                    to_status=JobStatus.QUEUED, reason="submitted")
+    return JobEvent(
+        job_id=job.id,
+        attempt=job.attempt or 1,
+        from_status=None,
+        to_status=JobStatus.QUEUED,
+        reason="submitted",
+    )
 
 
-def _new_job(project_id: int, job_in: JobCreate, idempotency_key: str | None,
-             spec_hash: str) -> Job:
+def _new_job(
+    project_id: int, job_in: JobCreate, idempotency_key: str | None, spec_hash: str
+) -> Job:
     """The queued job a checked spec describes (not yet added to the session)."""
     return Job(
         project_id=project_id,
@@ -275,7 +318,8 @@ def _new_job(project_id: int, job_in: JobCreate, idempotency_key: str | None,
         replicas=job_in.replicas,
         gpus_per_replica=job_in.gpus_per_replica,
         roles=None if job_in.roles is None else job_in.roles.model_dump(),
-        role_placement=None if job_in.role_placement is None
+        role_placement=None
+        if job_in.role_placement is None
         else job_in.role_placement.model_dump(),
         distribution=job_in.distribution.model_dump(),
         profile=None if job_in.profile is None else job_in.profile.model_dump(mode="json"),
@@ -320,11 +364,13 @@ def read_job(*, session: Session, project_id: int, job_id: int) -> Job:
 
 def read_replicas(*, session: Session, job: Job, attempt: int | None = None) -> list[Replica]:
     """The replicas of one attempt (the current one by default), by index."""
-    return list(session.execute(
-        sa.select(Replica)
-        .where(Replica.job_id == job.id, Replica.attempt == (attempt or job.attempt))
-        .order_by(Replica.index)
-    ).scalars())
+    return list(
+        session.execute(
+            sa.select(Replica)
+            .where(Replica.job_id == job.id, Replica.attempt == (attempt or job.attempt))
+            .order_by(Replica.index)
+        ).scalars()
+    )
 
 
 def read_current_replicas(*, session: Session, jobs: list[Job]) -> dict[int, list[Replica]]:
@@ -344,9 +390,11 @@ def read_current_replicas(*, session: Session, jobs: list[Job]) -> dict[int, lis
 
 def read_events(*, session: Session, job: Job) -> list[JobEvent]:
     """The job's status history, oldest first."""
-    return list(session.execute(
-        sa.select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.id)
-    ).scalars())
+    return list(
+        session.execute(
+            sa.select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.id)
+        ).scalars()
+    )
 
 
 def encode_cursor(job_id: int) -> str:
@@ -369,9 +417,15 @@ def decode_cursor(cursor: str) -> int | None:
 
 
 def list_jobs(
-    *, session: Session, project_id: int, status: JobStatus | None = None,
-    name: str | None = None, before: int | None = None, limit: int = 50,
-    schedule_id: int | None = None, sweep_id: int | None = None,
+    *,
+    session: Session,
+    project_id: int,
+    status: JobStatus | None = None,
+    name: str | None = None,
+    before: int | None = None,
+    limit: int = 50,
+    schedule_id: int | None = None,
+    sweep_id: int | None = None,
 ) -> tuple[list[Job], int | None]:
     """Newest first; returns the page and the id to continue below (or None)."""
     query = sa.select(Job).where(Job.project_id == project_id)
@@ -394,8 +448,7 @@ def request_cancel(*, session: Session, job: Job, reason: str = "cancelled by us
     """
     if job.status in TERMINAL_STATUSES:
         raise InvalidTransition(job.id, job.status, JobStatus.CANCELLED)
-    return transition_job(session=session, job_id=job.id, target=JobStatus.CANCELLED,
-                          reason=reason)
+    return transition_job(session=session, job_id=job.id, target=JobStatus.CANCELLED, reason=reason)
 
 
 def delete_jobs(*, session: Session, job_ids: list[int]) -> None:
@@ -409,7 +462,11 @@ def delete_jobs(*, session: Session, job_ids: list[int]) -> None:
     # ingest waits, then finds no job and stores nothing.
     session.execute(sa.select(Job.id).where(Job.id.in_(job_ids)).with_for_update())
     for series in (MetricPoint, MetricRollup, LogLine):
-        session.execute(sa.delete(series).where(series.job_id.in_(job_ids))
-                        .execution_options(synchronize_session=False))
-    session.execute(sa.delete(Job).where(Job.id.in_(job_ids))
-                    .execution_options(synchronize_session=False))
+        session.execute(
+            sa.delete(series)
+            .where(series.job_id.in_(job_ids))
+            .execution_options(synchronize_session=False)
+        )
+    session.execute(
+        sa.delete(Job).where(Job.id.in_(job_ids)).execution_options(synchronize_session=False)
+    )

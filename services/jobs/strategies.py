@@ -51,15 +51,19 @@ def check_strategy_options(job_in: JobCreate) -> None:
     _check_distribution(job_in)
     if job_in.profile is not None and job_in.strategy == "parameter_server":
         raise InvalidJobSpec(
-            "profile", "parameter_server cannot be profiled by step range (the chief "
+            "profile",
+            "parameter_server cannot be profiled by step range (the chief "
             "schedules steps, the workers run servers); remove `profile`, or profile the "
-            "same model under multi_worker_mirrored")
+            "same model under multi_worker_mirrored",
+        )
     if job_in.profile is not None:
         outside = [i for i in job_in.profile.replicas if i >= job_in.replicas]
         if outside:
             raise InvalidJobSpec(
-                "profile.replicas", f"replica {outside[0]} is not in a gang of "
-                f"{job_in.replicas} (indexes 0..{job_in.replicas - 1}; 0 is the chief)")
+                "profile.replicas",
+                f"replica {outside[0]} is not in a gang of "
+                f"{job_in.replicas} (indexes 0..{job_in.replicas - 1}; 0 is the chief)",
+            )
 
 
 def _check_gang(job_in: JobCreate) -> None:
@@ -67,22 +71,29 @@ def _check_gang(job_in: JobCreate) -> None:
     if strategy == "parameter_server":
         if job_in.roles is None:
             raise InvalidJobSpec(
-                "roles", "parameter_server needs its roles, e.g. "
-                "{chief: 1, worker: 2, ps: 1, evaluator: 1}")
+                "roles",
+                "parameter_server needs its roles, e.g. {chief: 1, worker: 2, ps: 1, evaluator: 1}",
+            )
         if job_in.replicas != job_in.roles.total:
             raise InvalidJobSpec(
-                "replicas", f"{job_in.replicas} replicas, but the roles add up to "
-                f"{job_in.roles.total}: leave `replicas` out (it is the roles' sum)")
+                "replicas",
+                f"{job_in.replicas} replicas, but the roles add up to "
+                f"{job_in.roles.total}: leave `replicas` out (it is the roles' sum)",
+            )
         return
     for field in ("roles", "role_placement"):
         if getattr(job_in, field) is not None:
             raise InvalidJobSpec(
-                field, f"only a parameter_server job has {field}; remove it or set "
-                "strategy: parameter_server")
+                field,
+                f"only a parameter_server job has {field}; remove it or set "
+                "strategy: parameter_server",
+            )
     if strategy in SINGLE_REPLICA_STRATEGIES and job_in.replicas != 1:
         raise InvalidJobSpec(
-            "replicas", f"strategy {strategy!r} runs one replica; set replicas to 1 or use "
-            "'multi_worker_mirrored'")
+            "replicas",
+            f"strategy {strategy!r} runs one replica; set replicas to 1 or use "
+            "'multi_worker_mirrored'",
+        )
 
 
 def _check_distribution(job_in: JobCreate) -> None:
@@ -90,35 +101,50 @@ def _check_distribution(job_in: JobCreate) -> None:
     allowed = COMMUNICATION[strategy]
     if options.communication not in allowed:
         raise InvalidJobSpec(
-            "distribution.communication", f"{options.communication!r} does not fit "
-            f"{strategy}; use {' or '.join(sorted(allowed))}")
+            "distribution.communication",
+            f"{options.communication!r} does not fit "
+            f"{strategy}; use {' or '.join(sorted(allowed))}",
+        )
     if options.communication == "nccl" and not gpus:
         raise InvalidJobSpec(
-            "distribution.communication", "nccl runs on GPUs: set gpus_per_replica, or "
-            "use 'auto' or 'ring' on CPUs")
+            "distribution.communication",
+            "nccl runs on GPUs: set gpus_per_replica, or use 'auto' or 'ring' on CPUs",
+        )
     if options.gradient_accumulation_steps > 1 and strategy == "parameter_server":
         raise InvalidJobSpec(
-            "distribution.gradient_accumulation_steps", "parameter_server workers apply "
-            "each step's gradients asynchronously; leave it at 1 or raise batch_size")
+            "distribution.gradient_accumulation_steps",
+            "parameter_server workers apply "
+            "each step's gradients asynchronously; leave it at 1 or raise batch_size",
+        )
     if options.shard_policy != "auto" and strategy == "parameter_server":
         raise InvalidJobSpec(
-            "distribution.shard_policy", "parameter_server workers take batches from the "
-            "chief's dataset function, not a sharded dataset; leave it at 'auto'")
+            "distribution.shard_policy",
+            "parameter_server workers take batches from the "
+            "chief's dataset function, not a sharded dataset; leave it at 'auto'",
+        )
     if options.shard_policy == "file" and job_in.trainer in BUILTIN_TRAINERS:
         raise InvalidJobSpec(
-            "distribution.shard_policy", f"{job_in.trainer} reads its data from memory, "
-            "which cannot be sharded by file; use 'data', 'off' or 'auto'")
+            "distribution.shard_policy",
+            f"{job_in.trainer} reads its data from memory, "
+            "which cannot be sharded by file; use 'data', 'off' or 'auto'",
+        )
     if options.cpu_devices is not None:
         if strategy not in SINGLE_REPLICA_STRATEGIES:
             raise InvalidJobSpec(
-                "distribution.cpu_devices", "logical CPU devices are for mirrored and "
-                f"one_device (one process); {strategy} spreads over replicas instead")
+                "distribution.cpu_devices",
+                "logical CPU devices are for mirrored and "
+                f"one_device (one process); {strategy} spreads over replicas instead",
+            )
         if gpus:
             raise InvalidJobSpec(
-                "distribution.cpu_devices", "a replica with GPUs uses them as its "
-                "devices; remove cpu_devices or gpus_per_replica")
+                "distribution.cpu_devices",
+                "a replica with GPUs uses them as its "
+                "devices; remove cpu_devices or gpus_per_replica",
+            )
     devices = gpus or options.cpu_devices or 1
     if options.devices_per_replica > devices:
         raise InvalidJobSpec(
-            "distribution.devices_per_replica", f"{options.devices_per_replica} devices, "
-            f"but each replica has {devices}: raise gpus_per_replica (or cpu_devices on CPU)")
+            "distribution.devices_per_replica",
+            f"{options.devices_per_replica} devices, "
+            f"but each replica has {devices}: raise gpus_per_replica (or cpu_devices on CPU)",
+        )

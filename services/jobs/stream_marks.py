@@ -38,14 +38,18 @@ def newest_ids_before(session: Session, table: Table, firsts: dict[int, int]) ->
     if not firsts:
         return {}
     if session.get_bind().dialect.name != "postgresql":  # in-process: no round trips
-        return {job_id: newest_id(session, table, job_id, before)
-                for job_id, before in firsts.items()}
+        return {
+            job_id: newest_id(session, table, job_id, before) for job_id, before in firsts.items()
+        }
     name = table.__tablename__
-    reply = session.execute(sa.text(
-        f"SELECT f.job_id, (SELECT coalesce(max(t.id), 0) FROM {name} t "
-        "WHERE t.job_id = f.job_id AND t.id < f.before) "
-        "FROM unnest(CAST(:jobs AS integer[]), CAST(:befores AS bigint[])) AS f(job_id, before)"),
-        {"jobs": list(firsts), "befores": list(firsts.values())})
+    reply = session.execute(
+        sa.text(
+            f"SELECT f.job_id, (SELECT coalesce(max(t.id), 0) FROM {name} t "
+            "WHERE t.job_id = f.job_id AND t.id < f.before) "
+            "FROM unnest(CAST(:jobs AS integer[]), CAST(:befores AS bigint[])) AS f(job_id, before)"
+        ),
+        {"jobs": list(firsts), "befores": list(firsts.values())},
+    )
     return {int(job_id): int(newest) for job_id, newest in reply}
 
 

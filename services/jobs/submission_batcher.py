@@ -51,8 +51,12 @@ class SubmissionBatcher:
     """Admits submissions from many threads in grouped transactions (threads of its own,
     started on first use)."""
 
-    def __init__(self, sessions: Callable[[], AbstractContextManager[Session]] = session_scope,
-                 max_batch: int = MAX_BATCH, threads: int = THREADS) -> None:
+    def __init__(
+        self,
+        sessions: Callable[[], AbstractContextManager[Session]] = session_scope,
+        max_batch: int = MAX_BATCH,
+        threads: int = THREADS,
+    ) -> None:
         self.sessions = sessions  # a transaction: committed on leaving, rolled back on error
         self.max_batch = max_batch
         self.threads = threads
@@ -80,8 +84,9 @@ class SubmissionBatcher:
         with self._start_lock:
             if not self._running:
                 for number in range(self.threads):
-                    thread = threading.Thread(target=self._run, daemon=True,
-                                              name=f"submissions-{number}")
+                    thread = threading.Thread(
+                        target=self._run, daemon=True, name=f"submissions-{number}"
+                    )
                     thread.start()
                     self._running.append(thread)
 
@@ -114,17 +119,24 @@ class SubmissionBatcher:
     def _admit(self, batch: list[_Waiting]) -> None:
         try:
             with self.sessions() as session:
-                outcomes = admit_submissions(session=session, settings=batch[0].settings,
-                                             submissions=[w.submission for w in batch])
+                outcomes = admit_submissions(
+                    session=session,
+                    settings=batch[0].settings,
+                    submissions=[w.submission for w in batch],
+                )
         except BaseException as exc:  # noqa: BLE001 - handed to the requests, never lost
             if len(batch) == 1:
-                batch[0].future.set_result(exc if isinstance(exc, Exception)
-                                           else RuntimeError(f"admission failed: {exc!r}"))
+                batch[0].future.set_result(
+                    exc
+                    if isinstance(exc, Exception)
+                    else RuntimeError(f"admission failed: {exc!r}")
+                )
                 return
             # The transaction failed as a whole (the database, not one submission): each
             # is tried alone, so one submission's failure is never another's.
-            log.warning("a group of %d submissions failed (%s); admitting each alone",
-                        len(batch), exc)
+            log.warning(
+                "a group of %d submissions failed (%s); admitting each alone", len(batch), exc
+            )
             for waiting in batch:
                 self._admit([waiting])
             return

@@ -11,8 +11,7 @@ BUILTIN_TRAINERS: dict[str, str] = {
 }
 
 
-def check_trainer(trainer: str, allowed_entrypoints: list[str], *,
-                  in_bundle: bool = False) -> None:
+def check_trainer(trainer: str, allowed_entrypoints: list[str], *, in_bundle: bool = False) -> None:
     """Refuse a trainer that is neither built in, nor on the entrypoint allow-list, nor
     (`in_bundle`) a `module:function` of the job's own code bundle."""
     if ":" in trainer:

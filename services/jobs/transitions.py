@@ -28,11 +28,16 @@ def lock_jobs(*, session: Session, job_ids: Sequence[int]) -> dict[int, Job]:
     jobs: dict[int, Job] = {}
     ordered = sorted(set(job_ids))
     for start in range(0, len(ordered), 5000):  # a bounded IN list per statement
-        jobs.update((job.id, job) for job in session.execute(
-            sa.select(Job).where(Job.id.in_(ordered[start:start + 5000])).order_by(Job.id)
-            .with_for_update(of=Job, key_share=True)
-            .execution_options(populate_existing=True)
-        ).scalars())
+        jobs.update(
+            (job.id, job)
+            for job in session.execute(
+                sa.select(Job)
+                .where(Job.id.in_(ordered[start : start + 5000]))
+                .order_by(Job.id)
+                .with_for_update(of=Job, key_share=True)
+                .execution_options(populate_existing=True)
+            ).scalars()
+        )
     return jobs
 
 
@@ -45,7 +50,11 @@ def lock_job(*, session: Session, job_id: int) -> Job:
 
 
 def transition_job(
-    *, session: Session, job_id: int, target: JobStatus, reason: str = "",
+    *,
+    session: Session,
+    job_id: int,
+    target: JobStatus,
+    reason: str = "",
     attempt: int | None = None,
 ) -> Job:
     """Move a job to `target`, checked against ALLOWED_TRANSITIONS, and record a JobEvent.
@@ -60,16 +69,19 @@ def transition_job(
     """
     job = lock_job(session=session, job_id=job_id)
     if attempt is not None and attempt != job.attempt:
-        raise InvalidTransition(job_id, f"{job.status} (attempt {job.attempt})",
-                                f"{target} (attempt {attempt})")
-    session.add(JobEvent(**_move(job, target, reason, utcnow(),
-                                 stream_marks(session, [job.id])[job.id])))
+        raise InvalidTransition(
+            job_id, f"{job.status} (attempt {job.attempt})", f"{target} (attempt {attempt})"
+        )
+    session.add(
+        JobEvent(**_move(job, target, reason, utcnow(), stream_marks(session, [job.id])[job.id]))
+    )
     session.flush()
     return job
 
 
-def transition_locked(*, session: Session, jobs: Sequence[Job], target: JobStatus,
-                      reasons: Mapping[int, str]) -> None:
+def transition_locked(
+    *, session: Session, jobs: Sequence[Job], target: JobStatus, reasons: Mapping[int, str]
+) -> None:
     """transition_job for many jobs the caller has locked with lock_jobs in this
     transaction (a scheduling pass places hundreds of gangs: one lock and one flush for
     all of them). Checked and recorded as transition_job does; flushed once.
@@ -91,8 +103,9 @@ def transition_locked(*, session: Session, jobs: Sequence[Job], target: JobStatu
     session.flush()
 
 
-def _move(job: Job, target: JobStatus, reason: str, now: dt.datetime,
-          marks: tuple[int, int]) -> dict[str, Any]:
+def _move(
+    job: Job, target: JobStatus, reason: str, now: dt.datetime, marks: tuple[int, int]
+) -> dict[str, Any]:
     """The change itself, on a locked job whose edge is allowed: the one writer of
     Job.status; returns the event that records it (its row's values, for the caller to
     store) with its place in the job's stream (`marks`: the job's newest point and line,
@@ -108,6 +121,13 @@ def _move(job: Job, target: JobStatus, reason: str, now: dt.datetime,
         job.finished_at = now
     job.status = target
     job.reason = reason
-    return {"job_id": job.id, "attempt": job.attempt, "from_status": previous,
-            "to_status": target, "reason": reason, "created_at": now,
-            "metric_mark": marks[0], "log_mark": marks[1]}
+    return {
+        "job_id": job.id,
+        "attempt": job.attempt,
+        "from_status": previous,
+        "to_status": target,
+        "reason": reason,
+        "created_at": now,
+        "metric_mark": marks[0],
+        "log_mark": marks[1],
+    }

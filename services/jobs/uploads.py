@@ -43,12 +43,18 @@ class SpooledUpload:
     hashed as it arrives; `too_large()` is raised as soon as it passes `limit` (nothing past
     it is read). The file is removed when the `with` block ends."""
 
-    def __init__(self, *, settings: Settings, limit: int, too_large: Callable[[], CohortError],
-                 prefix: str, suffix: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        limit: int,
+        too_large: Callable[[], CohortError],
+        prefix: str,
+        suffix: str = "",
+    ) -> None:
         self.limit = limit
         self._too_large = too_large
-        handle, self.path = tempfile.mkstemp(dir=spool_dir(settings), prefix=prefix,
-                                             suffix=suffix)
+        handle, self.path = tempfile.mkstemp(dir=spool_dir(settings), prefix=prefix, suffix=suffix)
         self._file = os.fdopen(handle, "wb")
         self._hash = hashlib.sha256()
         self.size = 0
@@ -76,7 +82,11 @@ class SpooledUpload:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self._file.close()
         os.unlink(self.path)  # the store has its own copy by now, or it was refused

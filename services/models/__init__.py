@@ -22,7 +22,23 @@ from services.models.series import LogLine, MetricPoint, MetricRollup
 from services.models.sweeps import Sweep
 
 __all__ = [
-    "ApiToken", "Base", "Bundle", "DashboardSession", "Job", "JobEvent", "LogLine",
-    "MetricPoint", "MetricRollup", "Node", "Project", "ProjectQuota", "Replica", "Schedule",
-    "ScheduleRun", "SchedulerFence", "Sweep", "UTCDateTime", "utcnow",
+    "ApiToken",
+    "Base",
+    "Bundle",
+    "DashboardSession",
+    "Job",
+    "JobEvent",
+    "LogLine",
+    "MetricPoint",
+    "MetricRollup",
+    "Node",
+    "Project",
+    "ProjectQuota",
+    "Replica",
+    "Schedule",
+    "ScheduleRun",
+    "SchedulerFence",
+    "Sweep",
+    "UTCDateTime",
+    "utcnow",
 ]

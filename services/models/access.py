@@ -44,7 +44,8 @@ class DashboardSession(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     token_id: Mapped[int] = mapped_column(
-        sa.ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True)
+        sa.ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True
+    )
     id_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[dt.datetime]

@@ -35,8 +35,9 @@ class UTCDateTime(sa.types.TypeDecorator[dt.datetime]):
 def enum_column(enum_cls: type) -> sa.Enum:
     # Stored as plain strings (no native PostgreSQL enum), so both databases
     # share one migration and new values need no ALTER TYPE.
-    return sa.Enum(enum_cls, native_enum=False, length=16,
-                   values_callable=lambda e: [m.value for m in e])
+    return sa.Enum(
+        enum_cls, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e]
+    )
 
 
 class Base(DeclarativeBase):

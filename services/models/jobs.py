@@ -85,11 +85,13 @@ class Job(Base):
     finished_at: Mapped[dt.datetime | None]
     # Set on jobs a schedule fired (services/retraining/schedules.py); NULL for submitted jobs.
     schedule_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("schedules.id", ondelete="SET NULL"), index=True)
+        sa.ForeignKey("schedules.id", ondelete="SET NULL"), index=True
+    )
     scheduled_for: Mapped[dt.datetime | None]
     # Set on the trials of a sweep (services/sweeps/); NULL for other jobs.
     sweep_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("sweeps.id", ondelete="SET NULL", use_alter=True, name="fk_jobs_sweep_id"))
+        sa.ForeignKey("sweeps.id", ondelete="SET NULL", use_alter=True, name="fk_jobs_sweep_id")
+    )
     trial_index: Mapped[int | None]
 
     project: Mapped[Project] = relationship(lazy="joined")
@@ -138,8 +140,9 @@ class Replica(Base):
     # Times its agent started its process again in place (a parameter_server worker).
     restarts: Mapped[int] = mapped_column(default=0)
     tf_config: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
-    status: Mapped[ReplicaStatus] = mapped_column(enum_column(ReplicaStatus),
-                                                  default=ReplicaStatus.PENDING)
+    status: Mapped[ReplicaStatus] = mapped_column(
+        enum_column(ReplicaStatus), default=ReplicaStatus.PENDING
+    )
     pid: Mapped[int | None]
     exit_code: Mapped[int | None]
     log_tail: Mapped[str] = mapped_column(sa.Text, default="")

@@ -20,7 +20,8 @@ class ProjectQuota(Base):
     __tablename__ = "project_quotas"
 
     project_id: Mapped[int] = mapped_column(
-        sa.ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+        sa.ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
     max_queued_jobs: Mapped[int | None]
     max_running_replicas: Mapped[int | None]
     max_gpus: Mapped[int | None]

@@ -41,8 +41,10 @@ class Schedule(Base):
     promote_metric: Mapped[str | None] = mapped_column(sa.String(64))
     promote_mode: Mapped[str] = mapped_column(sa.String(8), default="max")
     promoted_job_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("jobs.id", ondelete="SET NULL", use_alter=True,
-                      name="fk_schedules_promoted_job"))
+        sa.ForeignKey(
+            "jobs.id", ondelete="SET NULL", use_alter=True, name="fk_schedules_promoted_job"
+        )
+    )
     promoted_value: Mapped[float | None] = mapped_column(sa.Float)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)

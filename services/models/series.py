@@ -17,8 +17,9 @@ class MetricPoint(Base):
         sa.Index("ix_metric_points_job_id_id", "job_id", "id"),  # live streams follow by id
     )
 
-    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
-                                    primary_key=True)
+    id: Mapped[int] = mapped_column(
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True
+    )
     # No foreign key: the ingest locks the batch's job rows instead (FOR SHARE, once
     # per job rather than per row), and services/jobs.delete_jobs deletes a job's series.
     job_id: Mapped[int]
@@ -60,8 +61,9 @@ class LogLine(Base):
         sa.Index("ix_log_lines_job_id_id", "job_id", "id"),
     )
 
-    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
-                                    primary_key=True)
+    id: Mapped[int] = mapped_column(
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True
+    )
     # No foreign key: the ingest locks the batch's job rows instead (FOR SHARE, once
     # per job rather than per row), and services/jobs.delete_jobs deletes a job's series.
     job_id: Mapped[int]

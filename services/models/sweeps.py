@@ -40,12 +40,13 @@ class Sweep(Base):
     trials_created: Mapped[int] = mapped_column(default=0)
     max_concurrent: Mapped[int]
     priority: Mapped[int] = mapped_column(default=0)  # the template's: trials carry it
-    status: Mapped[SweepStatus] = mapped_column(enum_column(SweepStatus),
-                                                default=SweepStatus.RUNNING)
+    status: Mapped[SweepStatus] = mapped_column(
+        enum_column(SweepStatus), default=SweepStatus.RUNNING
+    )
     reason: Mapped[str] = mapped_column(sa.Text, default="")
     best_job_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("jobs.id", ondelete="SET NULL", use_alter=True,
-                      name="fk_sweeps_best_job"))
+        sa.ForeignKey("jobs.id", ondelete="SET NULL", use_alter=True, name="fk_sweeps_best_job")
+    )
     best_value: Mapped[float | None] = mapped_column(sa.Float)
     stops_early: Mapped[bool] = mapped_column(default=False)  # the spec has early_stopping
     # When the early-stopping rule last judged its running trials (it runs every few seconds).
@@ -55,7 +56,8 @@ class Sweep(Base):
     finished_at: Mapped[dt.datetime | None]
     # Set on sweeps a schedule fired (services/retraining/firing.py); NULL otherwise.
     schedule_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("schedules.id", ondelete="SET NULL"), index=True)
+        sa.ForeignKey("schedules.id", ondelete="SET NULL"), index=True
+    )
     scheduled_for: Mapped[dt.datetime | None]
 
     project: Mapped[Project] = relationship(lazy="joined")

@@ -1,8 +1,8 @@
 """Retraining: cron schedules that submit jobs, fired exactly once, and promotion.
 
-    schedules.py  create, read, list, update, pause/resume, delete; the promoted model
-    schemas.py    the schedules' I/O schemas
-    cron.py       fire times of a schedule (cron expressions or an interval)
-    firing.py     each due fire time creates one job, exactly once, under concurrency rules
-    promotion.py  promotion of scheduled runs' models; job history limits
+schedules.py  create, read, list, update, pause/resume, delete; the promoted model
+schemas.py    the schedules' I/O schemas
+cron.py       fire times of a schedule (cron expressions or an interval)
+firing.py     each due fire time creates one job, exactly once, under concurrency rules
+promotion.py  promotion of scheduled runs' models; job history limits
 """

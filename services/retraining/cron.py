@@ -41,7 +41,8 @@ def load_zone(name: str) -> ZoneInfo:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise InvalidCron(
-            f"unknown time zone {name!r}; use an IANA name such as 'Europe/Berlin'") from exc
+            f"unknown time zone {name!r}; use an IANA name such as 'Europe/Berlin'"
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ def parse_cron(expression: str) -> CronSpec:
     if len(fields) not in (5, 6):
         raise InvalidCron(
             f"cron {expression!r} has {len(fields)} fields; give 5 (minute hour day month "
-            "weekday) or 6 (second first)")
+            "weekday) or 6 (second first)"
+        )
     with_seconds = len(fields) == 6
     try:
         it = croniter(expression, dt.datetime(2000, 1, 1), second_at_beginning=with_seconds)
@@ -69,8 +71,9 @@ def parse_cron(expression: str) -> CronSpec:
     try:
         it.get_next(dt.datetime)
     except ValueError as exc:  # e.g. '0 0 30 2 *': February has no 30th
-        raise InvalidCron(f"cron {expression!r} never matches a date; check the day and "
-                          "month fields") from exc
+        raise InvalidCron(
+            f"cron {expression!r} never matches a date; check the day and month fields"
+        ) from exc
     hour = fields[2 if with_seconds else 1]
     return CronSpec(" ".join(fields), with_seconds, hour == "*")
 
@@ -122,8 +125,9 @@ def next_cron_fire(spec: CronSpec, zone: ZoneInfo, after: dt.datetime) -> dt.dat
     return best
 
 
-def next_interval_fire(anchor: dt.datetime, interval_seconds: int,
-                       after: dt.datetime) -> dt.datetime:
+def next_interval_fire(
+    anchor: dt.datetime, interval_seconds: int, after: dt.datetime
+) -> dt.datetime:
     """The first `anchor + k * interval` strictly after `after` (k >= 1), in UTC."""
     step = dt.timedelta(seconds=interval_seconds)
     if after < anchor:
@@ -148,8 +152,9 @@ class Timing:
         assert self.interval_seconds
         return next_interval_fire(self.anchor, self.interval_seconds, after)
 
-    def due_between(self, first: dt.datetime, now: dt.datetime,
-                    limit: int = 100) -> tuple[list[dt.datetime], int]:
+    def due_between(
+        self, first: dt.datetime, now: dt.datetime, limit: int = 100
+    ) -> tuple[list[dt.datetime], int]:
         """Fire times from `first` up to `now`: the newest `limit` of them, and how many
         there were in all (at least; after very long downtime the middle is jumped over)."""
         times: list[dt.datetime] = []

@@ -59,23 +59,38 @@ def _job_name(schedule: Schedule, fire_time: dt.datetime) -> str:
 
 
 def _active_jobs(session: Session, schedule: Schedule) -> list[Job]:
-    return list(session.execute(
-        sa.select(Job).where(Job.schedule_id == schedule.id,
-                             Job.status.not_in(TERMINAL_STATUSES)).order_by(Job.id)
-    ).scalars())
+    return list(
+        session.execute(
+            sa.select(Job)
+            .where(Job.schedule_id == schedule.id, Job.status.not_in(TERMINAL_STATUSES))
+            .order_by(Job.id)
+        ).scalars()
+    )
 
 
-def _run(schedule: Schedule, fire_time: dt.datetime, outcome: str, reason: str,
-         job: Job | None = None, sweep: Sweep | None = None) -> ScheduleRun:
+def _run(
+    schedule: Schedule,
+    fire_time: dt.datetime,
+    outcome: str,
+    reason: str,
+    job: Job | None = None,
+    sweep: Sweep | None = None,
+) -> ScheduleRun:
     made = job is not None or sweep is not None
-    return ScheduleRun(schedule_id=schedule.id, scheduled_for=fire_time, outcome=outcome,
-                       reason=reason, job_id=job.id if job else None,
-                       sweep_id=sweep.id if sweep else None,
-                       decision="pending" if made and schedule.promote_metric else None)
+    return ScheduleRun(
+        schedule_id=schedule.id,
+        scheduled_for=fire_time,
+        outcome=outcome,
+        reason=reason,
+        job_id=job.id if job else None,
+        sweep_id=sweep.id if sweep else None,
+        decision="pending" if made and schedule.promote_metric else None,
+    )
 
 
-def _record(session: Session, schedule: Schedule, fire_time: dt.datetime, outcome: str,
-            reason: str) -> ScheduleRun | None:
+def _record(
+    session: Session, schedule: Schedule, fire_time: dt.datetime, outcome: str, reason: str
+) -> ScheduleRun | None:
     """Record a fire time that made no job (skipped, missed, failed)."""
     run = _run(schedule, fire_time, outcome, reason)
     try:
@@ -88,46 +103,79 @@ def _record(session: Session, schedule: Schedule, fire_time: dt.datetime, outcom
     return run
 
 
-def _start_sweep(session: Session, settings: Settings, schedule: Schedule,
-                 fire_time: dt.datetime, outcome: str) -> ScheduleRun | None:
+def _start_sweep(
+    session: Session, settings: Settings, schedule: Schedule, fire_time: dt.datetime, outcome: str
+) -> ScheduleRun | None:
     """`start_run` for a schedule that fires a sweep: the same rules, a sweep for a job."""
-    active = list(session.execute(
-        sa.select(Sweep).where(Sweep.schedule_id == schedule.id,
-                               Sweep.status == SweepStatus.RUNNING).order_by(Sweep.id)
-    ).scalars())
+    active = list(
+        session.execute(
+            sa.select(Sweep)
+            .where(Sweep.schedule_id == schedule.id, Sweep.status == SweepStatus.RUNNING)
+            .order_by(Sweep.id)
+        ).scalars()
+    )
     if active and schedule.concurrency_policy == "forbid":
-        return _record(session, schedule, fire_time, "skipped",
-                       f"sweep {active[-1].id} of the previous run is still running "
-                       "(concurrency_policy=forbid)")
+        return _record(
+            session,
+            schedule,
+            fire_time,
+            "skipped",
+            f"sweep {active[-1].id} of the previous run is still running "
+            "(concurrency_policy=forbid)",
+        )
     try:
         sweep_in = SweepCreate.model_validate(
-            {**(schedule.sweep_template or {}), "name": _job_name(schedule, fire_time)[:100]})
+            {**(schedule.sweep_template or {}), "name": _job_name(schedule, fire_time)[:100]}
+        )
         # One savepoint for the sweep and its run record: both or neither.
         with session.begin_nested():
-            sweep = sweeps.create_sweep(session=session, project_id=schedule.project_id,
-                                        sweep_in=sweep_in, settings=settings)
+            sweep = sweeps.create_sweep(
+                session=session,
+                project_id=schedule.project_id,
+                sweep_in=sweep_in,
+                settings=settings,
+            )
             sweep.schedule_id, sweep.scheduled_for = schedule.id, fire_time
-            run = _run(schedule, fire_time, outcome,
-                       f"sweep {sweep.id} created for {_stamp(fire_time)}", sweep=sweep)
+            run = _run(
+                schedule,
+                fire_time,
+                outcome,
+                f"sweep {sweep.id} created for {_stamp(fire_time)}",
+                sweep=sweep,
+            )
             session.add(run)
             session.flush()
     except IntegrityError:
         return None  # the unique (schedule_id, scheduled_for) keys: already fired
     except (ValidationError, InvalidJobSpec, BundleNotFound, DataNotFound) as exc:
-        return _record(session, schedule, fire_time, "failed",
-                       f"the sweep template is refused: {exc}; update the schedule's sweep")
+        return _record(
+            session,
+            schedule,
+            fire_time,
+            "failed",
+            f"the sweep template is refused: {exc}; update the schedule's sweep",
+        )
     if schedule.concurrency_policy == "replace":
         for old in active:
-            sweeps.cancel_sweep(session=session, sweep=old,
-                                reason=f"replaced by sweep {sweep.id} of schedule "
-                                       f"{schedule.name!r} (concurrency_policy=replace)")
+            sweeps.cancel_sweep(
+                session=session,
+                sweep=old,
+                reason=f"replaced by sweep {sweep.id} of schedule "
+                f"{schedule.name!r} (concurrency_policy=replace)",
+            )
     schedule.last_outcome = outcome
     schedule.last_fired_at = fire_time
     return run
 
 
-def start_run(*, session: Session, settings: Settings, schedule: Schedule,
-              fire_time: dt.datetime, outcome: str = "fired") -> ScheduleRun | None:
+def start_run(
+    *,
+    session: Session,
+    settings: Settings,
+    schedule: Schedule,
+    fire_time: dt.datetime,
+    outcome: str = "fired",
+) -> ScheduleRun | None:
     """Create the job (or sweep) of one fire time of a locked schedule, under its
     concurrency policy.
 
@@ -137,51 +185,81 @@ def start_run(*, session: Session, settings: Settings, schedule: Schedule,
         return _start_sweep(session, settings, schedule, fire_time, outcome)
     active = _active_jobs(session, schedule)
     if active and schedule.concurrency_policy == "forbid":
-        return _record(session, schedule, fire_time, "skipped",
-                       f"job {active[-1].id} of the previous run is still {active[-1].status} "
-                       "(concurrency_policy=forbid)")
+        return _record(
+            session,
+            schedule,
+            fire_time,
+            "skipped",
+            f"job {active[-1].id} of the previous run is still {active[-1].status} "
+            "(concurrency_policy=forbid)",
+        )
     try:
         template = JobCreate.model_validate(
-            {**schedule.job_template, "name": _job_name(schedule, fire_time)})
+            {**schedule.job_template, "name": _job_name(schedule, fire_time)}
+        )
     except ValidationError as exc:  # stored under an older schema
-        return _record(session, schedule, fire_time, "failed",
-                       f"the stored job template is no longer valid ({exc.errors()[0]['msg']});"
-                       " update the schedule's job")
+        return _record(
+            session,
+            schedule,
+            fire_time,
+            "failed",
+            f"the stored job template is no longer valid ({exc.errors()[0]['msg']});"
+            " update the schedule's job",
+        )
     replacing = active if schedule.concurrency_policy == "replace" else []
     note = f"; replaced job {', '.join(str(o.id) for o in replacing)}" if replacing else ""
     try:
         # One savepoint for the job and its run record: both or neither.
         with session.begin_nested():
-            job, _ = jobs.create_job(session=session, project_id=schedule.project_id,
-                                     job_in=template, settings=settings)
+            job, _ = jobs.create_job(
+                session=session, project_id=schedule.project_id, job_in=template, settings=settings
+            )
             job.schedule_id = schedule.id
             job.scheduled_for = fire_time
-            run = _run(schedule, fire_time, outcome,
-                       f"job {job.id} created for {_stamp(fire_time)}{note}", job)
+            run = _run(
+                schedule,
+                fire_time,
+                outcome,
+                f"job {job.id} created for {_stamp(fire_time)}{note}",
+                job,
+            )
             session.add(run)
             session.flush()
     except IntegrityError:
         return None  # the unique (schedule_id, scheduled_for) keys: already fired
     except QuotaExceeded as exc:
         # Not the template's fault: this fire time is skipped, the next one may run.
-        return _record(session, schedule, fire_time, "skipped",
-                       f"project quota: {exc.used} of {exc.allowed} queued jobs; this "
-                       "fire time made no job")
+        return _record(
+            session,
+            schedule,
+            fire_time,
+            "skipped",
+            f"project quota: {exc.used} of {exc.allowed} queued jobs; this fire time made no job",
+        )
     except (InvalidJobSpec, BundleNotFound, DataNotFound) as exc:
-        return _record(session, schedule, fire_time, "failed",
-                       f"the job template is refused: {exc}; update the schedule's job")
+        return _record(
+            session,
+            schedule,
+            fire_time,
+            "failed",
+            f"the job template is refused: {exc}; update the schedule's job",
+        )
     for old in replacing:
-        jobs.request_cancel(session=session, job=old,
-                            reason=f"replaced by job {job.id} of schedule {schedule.name!r} "
-                                   "(concurrency_policy=replace)")
+        jobs.request_cancel(
+            session=session,
+            job=old,
+            reason=f"replaced by job {job.id} of schedule {schedule.name!r} "
+            "(concurrency_policy=replace)",
+        )
     schedule.last_outcome = outcome
     schedule.last_fired_at = fire_time
     promotion.prune_history(session=session, schedule=schedule)
     return run
 
 
-def fire_schedule(*, session: Session, settings: Settings, schedule: Schedule,
-                  now: dt.datetime) -> FireResult:
+def fire_schedule(
+    *, session: Session, settings: Settings, schedule: Schedule, now: dt.datetime
+) -> FireResult:
     """Handle every fire time of a locked schedule that is due at `now`."""
     result = FireResult()
     if schedule.paused or schedule.next_fire_at is None or schedule.next_fire_at > now:
@@ -191,19 +269,28 @@ def fire_schedule(*, session: Session, settings: Settings, schedule: Schedule,
     latest = due[-1]
     if total > 1:
         older = due[-2]
-        run = _record(session, schedule, older, "missed",
-                      f"{total - 1} fire time(s) from {_stamp(schedule.next_fire_at)} to "
-                      f"{_stamp(older)} passed before a scheduler could fire them; only the latest "
-                      "one may still run")
+        run = _record(
+            session,
+            schedule,
+            older,
+            "missed",
+            f"{total - 1} fire time(s) from {_stamp(schedule.next_fire_at)} to "
+            f"{_stamp(older)} passed before a scheduler could fire them; only the latest "
+            "one may still run",
+        )
         result.runs += [run] if run else []
     late = (now - latest).total_seconds()
     deadline = schedule.starting_deadline_seconds
     if deadline is not None and late > deadline:
-        run = _record(session, schedule, latest, "missed",
-                      f"{late:.0f}s late, more than starting_deadline_seconds={deadline}")
+        run = _record(
+            session,
+            schedule,
+            latest,
+            "missed",
+            f"{late:.0f}s late, more than starting_deadline_seconds={deadline}",
+        )
     else:
-        run = start_run(session=session, settings=settings, schedule=schedule,
-                        fire_time=latest)
+        run = start_run(session=session, settings=settings, schedule=schedule, fire_time=latest)
         if run is not None and run.job_id is not None:
             result.jobs.append(run.job_id)
     result.runs += [run] if run else []
@@ -212,25 +299,31 @@ def fire_schedule(*, session: Session, settings: Settings, schedule: Schedule,
     return result
 
 
-def fire_due_schedules(*, session: Session, settings: Settings,
-                       now: dt.datetime | None = None) -> FireResult:
+def fire_due_schedules(
+    *, session: Session, settings: Settings, now: dt.datetime | None = None
+) -> FireResult:
     """Fire every schedule due at `now`; the caller commits (once, for all of them)."""
     now = now or utcnow()
     # SKIP LOCKED: a schedule another scheduler is firing right now is its business;
     # the re-read under the lock (populate_existing) sees a next_fire_at already moved on.
-    due = session.execute(
-        sa.select(Schedule).where(Schedule.paused.is_(False), Schedule.next_fire_at <= now)
-        .order_by(Schedule.next_fire_at).limit(MAX_PER_PASS)
-        .with_for_update(of=Schedule, skip_locked=True)
-        .execution_options(populate_existing=True)
-    ).scalars().all()
+    due = (
+        session.execute(
+            sa.select(Schedule)
+            .where(Schedule.paused.is_(False), Schedule.next_fire_at <= now)
+            .order_by(Schedule.next_fire_at)
+            .limit(MAX_PER_PASS)
+            .with_for_update(of=Schedule, skip_locked=True)
+            .execution_options(populate_existing=True)
+        )
+        .scalars()
+        .all()
+    )
     result = FireResult()
     for schedule in due:
         try:
             # One schedule's trouble must not stop the others, nor the placement pass.
             with session.begin_nested():
-                one = fire_schedule(session=session, settings=settings, schedule=schedule,
-                                    now=now)
+                one = fire_schedule(session=session, settings=settings, schedule=schedule, now=now)
         except Exception:
             log.exception("schedule %s could not fire", schedule.id)
             continue
@@ -239,8 +332,14 @@ def fire_due_schedules(*, session: Session, settings: Settings,
     return result
 
 
-def trigger_schedule(*, session: Session, settings: Settings, schedule: Schedule,
-                     now: dt.datetime | None = None) -> ScheduleRun | None:
+def trigger_schedule(
+    *, session: Session, settings: Settings, schedule: Schedule, now: dt.datetime | None = None
+) -> ScheduleRun | None:
     """Run a schedule now (`POST /schedules/{id}/trigger`), under its concurrency policy."""
-    return start_run(session=session, settings=settings, schedule=schedule,
-                     fire_time=now or utcnow(), outcome="triggered")
+    return start_run(
+        session=session,
+        settings=settings,
+        schedule=schedule,
+        fire_time=now or utcnow(),
+        outcome="triggered",
+    )

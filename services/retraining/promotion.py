@@ -29,10 +29,15 @@ METRIC_GRACE_SECONDS = 60.0
 def last_metric(*, session: Session, job: Job, name: str) -> float | None:
     """The last value of metric `name` reported by replica 0 in the job's current attempt."""
     return session.execute(
-        sa.select(MetricPoint.value).where(
-            MetricPoint.job_id == job.id, MetricPoint.attempt == job.attempt,
-            MetricPoint.replica == 0, MetricPoint.name == name)
-        .order_by(MetricPoint.step.desc(), MetricPoint.id.desc()).limit(1)
+        sa.select(MetricPoint.value)
+        .where(
+            MetricPoint.job_id == job.id,
+            MetricPoint.attempt == job.attempt,
+            MetricPoint.replica == 0,
+            MetricPoint.name == name,
+        )
+        .order_by(MetricPoint.step.desc(), MetricPoint.id.desc())
+        .limit(1)
     ).scalar_one_or_none()
 
 
@@ -43,8 +48,9 @@ def is_better(value: float, current: float | None, mode: str) -> bool:
     return value > current if mode == "max" else value < current
 
 
-def _decide(session: Session, run: ScheduleRun, job: Job, schedule: Schedule,
-            now: dt.datetime) -> bool:
+def _decide(
+    session: Session, run: ScheduleRun, job: Job, schedule: Schedule, now: dt.datetime
+) -> bool:
     """Record the decision for one ended run; False when it must wait for metrics."""
     metric = schedule.promote_metric or ""
     if job.status is not JobStatus.SUCCEEDED:
@@ -64,14 +70,18 @@ def _decide(session: Session, run: ScheduleRun, job: Job, schedule: Schedule,
                 schedule.promoted_job_id, schedule.promoted_value = job.id, value
                 run.decision = "promoted"
                 run.decision_reason = (
-                    f"{metric}={value:.6g} is the first promoted value" if previous is None
+                    f"{metric}={value:.6g} is the first promoted value"
+                    if previous is None
                     else f"{metric}={value:.6g} beats job {previous_job}'s {previous:.6g} "
-                         f"({schedule.promote_mode})")
+                    f"({schedule.promote_mode})"
+                )
             else:
                 run.decision = "kept"
-                run.decision_reason = (f"{metric}={value:.6g} does not beat job "
-                                       f"{previous_job}'s {previous:.6g} "
-                                       f"({schedule.promote_mode}); kept job {previous_job}")
+                run.decision_reason = (
+                    f"{metric}={value:.6g} does not beat job "
+                    f"{previous_job}'s {previous:.6g} "
+                    f"({schedule.promote_mode}); kept job {previous_job}"
+                )
     run.decided_at = now
     return True
 
@@ -81,9 +91,14 @@ def _pick_sweep_candidates(session: Session, now: dt.datetime) -> list[ScheduleR
     then like any job's run); without a best trial it is not eligible."""
     decided = []
     rows = session.execute(
-        sa.select(ScheduleRun, Sweep).join(Sweep, Sweep.id == ScheduleRun.sweep_id)
-        .where(ScheduleRun.decision == "pending", ScheduleRun.job_id.is_(None),
-               Sweep.status.in_(TERMINAL_SWEEP_STATUSES))).all()
+        sa.select(ScheduleRun, Sweep)
+        .join(Sweep, Sweep.id == ScheduleRun.sweep_id)
+        .where(
+            ScheduleRun.decision == "pending",
+            ScheduleRun.job_id.is_(None),
+            Sweep.status.in_(TERMINAL_SWEEP_STATUSES),
+        )
+    ).all()
     for run, sweep in rows:
         if sweep.best_job_id is None:
             run.decision, run.decided_at = "not_eligible", now
@@ -101,22 +116,29 @@ def decide_pending(*, session: Session, now: dt.datetime | None = None) -> list[
     now = now or utcnow()
     decided = _pick_sweep_candidates(session, now)
     rows = session.execute(
-        sa.select(ScheduleRun, Job).join(Job, Job.id == ScheduleRun.job_id)
+        sa.select(ScheduleRun, Job)
+        .join(Job, Job.id == ScheduleRun.job_id)
         .where(ScheduleRun.decision == "pending", Job.status.in_(TERMINAL_STATUSES))
         .order_by(Job.finished_at, Job.id)
     ).all()
     # A job deleted before its decision (a TTL, a history limit) leaves nothing to judge;
     # a sweep's run has no job until the sweep ends.
-    for run in session.execute(sa.select(ScheduleRun).where(
-            ScheduleRun.decision == "pending", ScheduleRun.job_id.is_(None),
-            ScheduleRun.sweep_id.is_(None))).scalars():
+    for run in session.execute(
+        sa.select(ScheduleRun).where(
+            ScheduleRun.decision == "pending",
+            ScheduleRun.job_id.is_(None),
+            ScheduleRun.sweep_id.is_(None),
+        )
+    ).scalars():
         run.decision, run.decision_reason, run.decided_at = "not_eligible", "job deleted", now
         decided.append(run)
     for run, job in rows:
         # Lock the schedule: two decisions of one schedule compare against one value.
         schedule = session.execute(
-            sa.select(Schedule).where(Schedule.id == run.schedule_id)
-            .with_for_update(of=Schedule).execution_options(populate_existing=True)
+            sa.select(Schedule)
+            .where(Schedule.id == run.schedule_id)
+            .with_for_update(of=Schedule)
+            .execution_options(populate_existing=True)
         ).scalar_one()
         if not schedule.promote_metric:
             run.decision, run.decision_reason = None, "promotion was turned off"
@@ -131,19 +153,28 @@ def prune_history(*, session: Session, schedule: Schedule) -> list[int]:
     """Delete the schedule's oldest ended jobs beyond its history limits (Kubernetes
     CronJob's successful/failed history limits). The promoted job, active jobs and
     jobs awaiting a promotion decision are kept; run records stay. Returns deleted ids."""
-    limits = ((schedule.successful_jobs_history_limit, [JobStatus.SUCCEEDED]),
-              (schedule.failed_jobs_history_limit, [JobStatus.FAILED, JobStatus.CANCELLED]))
-    pending = sa.select(ScheduleRun.job_id).where(ScheduleRun.schedule_id == schedule.id,
-                                                  ScheduleRun.decision == "pending",
-                                                  ScheduleRun.job_id.is_not(None))
+    limits = (
+        (schedule.successful_jobs_history_limit, [JobStatus.SUCCEEDED]),
+        (schedule.failed_jobs_history_limit, [JobStatus.FAILED, JobStatus.CANCELLED]),
+    )
+    pending = sa.select(ScheduleRun.job_id).where(
+        ScheduleRun.schedule_id == schedule.id,
+        ScheduleRun.decision == "pending",
+        ScheduleRun.job_id.is_not(None),
+    )
     deleted: list[int] = []
     for limit, statuses in limits:
         if limit is None:
             continue
-        ended = list(session.execute(
-            sa.select(Job).where(Job.schedule_id == schedule.id, Job.status.in_(statuses),
-                                 Job.id.not_in(pending)).order_by(Job.id.desc())
-        ).scalars())
+        ended = list(
+            session.execute(
+                sa.select(Job)
+                .where(
+                    Job.schedule_id == schedule.id, Job.status.in_(statuses), Job.id.not_in(pending)
+                )
+                .order_by(Job.id.desc())
+            ).scalars()
+        )
         deleted += [job.id for job in ended[limit:] if job.id != schedule.promoted_job_id]
     jobs.delete_jobs(session=session, job_ids=deleted)
     return deleted

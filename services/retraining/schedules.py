@@ -35,12 +35,18 @@ from services.sweeps.schemas import SweepCreate
 from services.sweeps.store import check_sweep
 
 
-def _check_template(job_in: JobCreate, settings: Settings, session: Session,
-                    project_id: int) -> None:
+def _check_template(
+    job_in: JobCreate, settings: Settings, session: Session, project_id: int
+) -> None:
     try:
         check_job_spec(job_in=job_in, settings=settings)
-        quotas.check_template(session=session, project_id=project_id, job_in=job_in,
-                              settings=settings, field_prefix="")
+        quotas.check_template(
+            session=session,
+            project_id=project_id,
+            job_in=job_in,
+            settings=settings,
+            field_prefix="",
+        )
     except InvalidJobSpec as exc:
         raise exc.under("job.") from exc
     # A template names its bundle by digest, so every run reuses one upload.
@@ -48,31 +54,49 @@ def _check_template(job_in: JobCreate, settings: Settings, session: Session,
     check_inputs_exist(project_id=project_id, inputs=job_in.inputs, settings=settings)
 
 
-def _check_sweep_template(sweep_in: SweepCreate, settings: Settings, session: Session,
-                          project_id: int) -> None:
+def _check_sweep_template(
+    sweep_in: SweepCreate, settings: Settings, session: Session, project_id: int
+) -> None:
     try:
-        check_sweep(session=session, project_id=project_id, sweep_in=sweep_in,
-                    settings=settings, seed=sweep_in.space.seed or 0)
+        check_sweep(
+            session=session,
+            project_id=project_id,
+            sweep_in=sweep_in,
+            settings=settings,
+            seed=sweep_in.space.seed or 0,
+        )
     except InvalidJobSpec as exc:
         raise exc.under("sweep.") from exc
 
 
-def _set_template(schedule: Schedule, job_in: JobCreate | None,
-                  sweep_in: SweepCreate | None) -> None:
+def _set_template(
+    schedule: Schedule, job_in: JobCreate | None, sweep_in: SweepCreate | None
+) -> None:
     """A schedule fires a job or a sweep: set one template, clear the other."""
     schedule.job_template = job_in.model_dump(mode="json") if job_in else {}
-    schedule.sweep_template = (sweep_in.model_dump(mode="json", exclude_unset=True)
-                               if sweep_in else None)
+    schedule.sweep_template = (
+        sweep_in.model_dump(mode="json", exclude_unset=True) if sweep_in else None
+    )
 
 
 def timing_of(schedule: Schedule) -> Timing:
     """When `schedule` fires; intervals count from its creation."""
-    return Timing(cron=schedule.cron, interval_seconds=schedule.interval_seconds,
-                  timezone=schedule.timezone, anchor=schedule.created_at)
+    return Timing(
+        cron=schedule.cron,
+        interval_seconds=schedule.interval_seconds,
+        timezone=schedule.timezone,
+        anchor=schedule.created_at,
+    )
 
 
-def create_schedule(*, session: Session, project_id: int, schedule_in: ScheduleCreate,
-                    settings: Settings, now: dt.datetime | None = None) -> Schedule:
+def create_schedule(
+    *,
+    session: Session,
+    project_id: int,
+    schedule_in: ScheduleCreate,
+    settings: Settings,
+    now: dt.datetime | None = None,
+) -> Schedule:
     """Store a schedule; its first fire time is the first one after now.
 
     Raises:
@@ -89,16 +113,21 @@ def create_schedule(*, session: Session, project_id: int, schedule_in: ScheduleC
     quotas.admit_schedule(session=session, project_id=project_id, settings=settings)
     promote = schedule_in.promote
     schedule = Schedule(
-        project_id=project_id, name=schedule_in.name,
-        cron=schedule_in.cron, interval_seconds=schedule_in.interval_seconds,
-        timezone=schedule_in.timezone, concurrency_policy=schedule_in.concurrency_policy,
+        project_id=project_id,
+        name=schedule_in.name,
+        cron=schedule_in.cron,
+        interval_seconds=schedule_in.interval_seconds,
+        timezone=schedule_in.timezone,
+        concurrency_policy=schedule_in.concurrency_policy,
         starting_deadline_seconds=schedule_in.starting_deadline_seconds,
         successful_jobs_history_limit=schedule_in.successful_jobs_history_limit,
         failed_jobs_history_limit=schedule_in.failed_jobs_history_limit,
-        paused=schedule_in.paused, last_outcome="",
+        paused=schedule_in.paused,
+        last_outcome="",
         promote_metric=promote.metric if promote else None,
         promote_mode=promote.mode if promote else "max",
-        created_at=now, updated_at=now,
+        created_at=now,
+        updated_at=now,
     )
     _set_template(schedule, schedule_in.job, schedule_in.sweep)
     schedule.next_fire_at = timing_of(schedule).next_after(now)
@@ -108,16 +137,18 @@ def create_schedule(*, session: Session, project_id: int, schedule_in: ScheduleC
             session.add(schedule)
             session.flush()
     except IntegrityError as exc:
-        raise ScheduleConflict("name", f"a schedule named {schedule_in.name!r} exists; "
-                               "pick another name or update that one") from exc
+        raise ScheduleConflict(
+            "name",
+            f"a schedule named {schedule_in.name!r} exists; pick another name or update that one",
+        ) from exc
     return schedule
 
 
-def read_schedule(*, session: Session, project_id: int, schedule_id: int,
-                  lock: bool = False) -> Schedule:
+def read_schedule(
+    *, session: Session, project_id: int, schedule_id: int, lock: bool = False
+) -> Schedule:
     """A schedule of this project (another project's is 'not found')."""
-    query = sa.select(Schedule).where(Schedule.id == schedule_id,
-                                      Schedule.project_id == project_id)
+    query = sa.select(Schedule).where(Schedule.id == schedule_id, Schedule.project_id == project_id)
     if lock:
         query = query.with_for_update(of=Schedule).execution_options(populate_existing=True)
     schedule = session.execute(query).scalar_one_or_none()
@@ -128,13 +159,21 @@ def read_schedule(*, session: Session, project_id: int, schedule_id: int,
 
 def list_schedules(*, session: Session, project_id: int) -> list[Schedule]:
     """The project's schedules, by name."""
-    return list(session.execute(
-        sa.select(Schedule).where(Schedule.project_id == project_id).order_by(Schedule.name)
-    ).scalars())
+    return list(
+        session.execute(
+            sa.select(Schedule).where(Schedule.project_id == project_id).order_by(Schedule.name)
+        ).scalars()
+    )
 
 
-def update_schedule(*, session: Session, schedule: Schedule, schedule_in: ScheduleUpdate,
-                    settings: Settings, now: dt.datetime | None = None) -> Schedule:
+def update_schedule(
+    *,
+    session: Session,
+    schedule: Schedule,
+    schedule_in: ScheduleUpdate,
+    settings: Settings,
+    now: dt.datetime | None = None,
+) -> Schedule:
     """Replace the fields given; a new timing takes effect from now."""
     now = now or utcnow()
     given = schedule_in.model_fields_set
@@ -153,8 +192,11 @@ def update_schedule(*, session: Session, schedule: Schedule, schedule_in: Schedu
         if getattr(schedule_in, name) is not None:
             setattr(schedule, name, getattr(schedule_in, name))
     # These may be set back to "none" with an explicit null.
-    for name in ("starting_deadline_seconds", "successful_jobs_history_limit",
-                 "failed_jobs_history_limit"):
+    for name in (
+        "starting_deadline_seconds",
+        "successful_jobs_history_limit",
+        "failed_jobs_history_limit",
+    ):
         if name in given:
             setattr(schedule, name, getattr(schedule_in, name))
     if "promote" in given:
@@ -176,8 +218,9 @@ def pause_schedule(*, session: Session, schedule: Schedule) -> Schedule:
     return schedule
 
 
-def resume_schedule(*, session: Session, schedule: Schedule,
-                    now: dt.datetime | None = None) -> Schedule:
+def resume_schedule(
+    *, session: Session, schedule: Schedule, now: dt.datetime | None = None
+) -> Schedule:
     """Fire again from the first fire time after now."""
     if schedule.paused:
         schedule.paused = False
@@ -194,30 +237,48 @@ def delete_schedule(*, session: Session, schedule: Schedule) -> None:
 
 def read_runs(*, session: Session, schedule: Schedule, limit: int = 20) -> list[ScheduleRun]:
     """The schedule's most recent run records, newest first."""
-    return list(session.execute(
-        sa.select(ScheduleRun).where(ScheduleRun.schedule_id == schedule.id)
-        .order_by(ScheduleRun.scheduled_for.desc(), ScheduleRun.id.desc()).limit(limit)
-    ).scalars())
+    return list(
+        session.execute(
+            sa.select(ScheduleRun)
+            .where(ScheduleRun.schedule_id == schedule.id)
+            .order_by(ScheduleRun.scheduled_for.desc(), ScheduleRun.id.desc())
+            .limit(limit)
+        ).scalars()
+    )
 
 
 def to_read(*, session: Session, schedule: Schedule, runs: int = 20) -> ScheduleRead:
     """The API view of a schedule, with its recent runs."""
-    promote = (Promotion(metric=schedule.promote_metric, mode=schedule.promote_mode)  # type: ignore[arg-type]
-               if schedule.promote_metric else None)
+    promote = (
+        Promotion(metric=schedule.promote_metric, mode=schedule.promote_mode)  # type: ignore[arg-type]
+        if schedule.promote_metric
+        else None
+    )
     return ScheduleRead(
-        id=schedule.id, project=schedule.project.name, name=schedule.name,
-        job=dict(schedule.job_template), sweep=schedule.sweep_template, cron=schedule.cron,
-        interval_seconds=schedule.interval_seconds, timezone=schedule.timezone,
+        id=schedule.id,
+        project=schedule.project.name,
+        name=schedule.name,
+        job=dict(schedule.job_template),
+        sweep=schedule.sweep_template,
+        cron=schedule.cron,
+        interval_seconds=schedule.interval_seconds,
+        timezone=schedule.timezone,
         concurrency_policy=schedule.concurrency_policy,
         starting_deadline_seconds=schedule.starting_deadline_seconds,
         successful_jobs_history_limit=schedule.successful_jobs_history_limit,
         failed_jobs_history_limit=schedule.failed_jobs_history_limit,
-        promote=promote, paused=schedule.paused, next_fire_at=schedule.next_fire_at,
-        last_fired_at=schedule.last_fired_at, last_outcome=schedule.last_outcome,
-        promoted_job_id=schedule.promoted_job_id, promoted_value=schedule.promoted_value,
+        promote=promote,
+        paused=schedule.paused,
+        next_fire_at=schedule.next_fire_at,
+        last_fired_at=schedule.last_fired_at,
+        last_outcome=schedule.last_outcome,
+        promoted_job_id=schedule.promoted_job_id,
+        promoted_value=schedule.promoted_value,
         created_at=schedule.created_at,
-        recent_runs=[ScheduleRunRead.model_validate(r)
-                     for r in read_runs(session=session, schedule=schedule, limit=runs)],
+        recent_runs=[
+            ScheduleRunRead.model_validate(r)
+            for r in read_runs(session=session, schedule=schedule, limit=runs)
+        ],
     )
 
 
@@ -231,17 +292,23 @@ def read_promoted_model(*, session: Session, schedule: Schedule) -> PromotedMode
     if job is None or schedule.promoted_value is None:
         raise NoPromotedModel(schedule.id)
     chief = session.execute(
-        sa.select(Replica).where(Replica.job_id == job.id, Replica.attempt == job.attempt,
-                                 Replica.index == 0)
+        sa.select(Replica).where(
+            Replica.job_id == job.id, Replica.attempt == job.attempt, Replica.index == 0
+        )
     ).scalar_one_or_none()
     decided = session.execute(
-        sa.select(ScheduleRun.decided_at).where(ScheduleRun.schedule_id == schedule.id,
-                                                ScheduleRun.job_id == job.id)
+        sa.select(ScheduleRun.decided_at).where(
+            ScheduleRun.schedule_id == schedule.id, ScheduleRun.job_id == job.id
+        )
     ).scalar_one_or_none()
     return PromotedModel(
-        schedule_id=schedule.id, job_id=job.id, metric=schedule.promote_metric or "",
-        mode=schedule.promote_mode, value=schedule.promoted_value,
-        node_id=chief.node_id if chief else "", path=keys.model_prefix(job.id),
+        schedule_id=schedule.id,
+        job_id=job.id,
+        metric=schedule.promote_metric or "",
+        mode=schedule.promote_mode,
+        value=schedule.promoted_value,
+        node_id=chief.node_id if chief else "",
+        path=keys.model_prefix(job.id),
         artifact=keys.model_prefix(job.id),
         download_url=f"/api/v1/jobs/{job.id}/artifacts/download?path=model",
         promoted_at=decided,

@@ -23,10 +23,14 @@ class Promotion(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    metric: str = Field("eval_accuracy", examples=["eval_accuracy"],
-                        description="metric name, replica 0, last value")
-    mode: Literal["max", "min"] = Field("max", examples=["max"],
-                                        description="max: higher is better")
+    metric: str = Field(
+        "eval_accuracy",
+        examples=["eval_accuracy"],
+        description="metric name, replica 0, last value",
+    )
+    mode: Literal["max", "min"] = Field(
+        "max", examples=["max"], description="max: higher is better"
+    )
 
     @field_validator("metric")
     @classmethod
@@ -54,29 +58,56 @@ def _check_zone(value: str) -> str:
 
 
 class _Timing(BaseModel):
-    cron: str | None = Field(None, max_length=128, examples=["0 3 * * *"],
-                             description="5 fields, or 6 with seconds first; give this or "
-                             "interval_seconds")
+    cron: str | None = Field(
+        None,
+        max_length=128,
+        examples=["0 3 * * *"],
+        description="5 fields, or 6 with seconds first; give this or interval_seconds",
+    )
     interval_seconds: StrictInt | None = Field(
-        None, ge=1, le=MAX_INTERVAL, examples=[3600],
-        description="fire every this many seconds; give this or cron")
-    timezone: str | None = Field(None, max_length=64, examples=["Europe/Berlin"],
-                                 description="IANA zone, e.g. Europe/Berlin")
+        None,
+        ge=1,
+        le=MAX_INTERVAL,
+        examples=[3600],
+        description="fire every this many seconds; give this or cron",
+    )
+    timezone: str | None = Field(
+        None, max_length=64, examples=["Europe/Berlin"], description="IANA zone, e.g. Europe/Berlin"
+    )
     concurrency_policy: ConcurrencyPolicy | None = Field(
-        None, examples=["forbid"], description="when a fire finds the last run unfinished: "
-        "allow (run both), forbid (skip this one), replace (cancel the last)")
+        None,
+        examples=["forbid"],
+        description="when a fire finds the last run unfinished: "
+        "allow (run both), forbid (skip this one), replace (cancel the last)",
+    )
     starting_deadline_seconds: StrictInt | None = Field(
-        None, ge=1, le=MAX_INTERVAL, examples=[300],
-        description="a fire missed by more than this (the scheduler was down) is skipped")
+        None,
+        ge=1,
+        le=MAX_INTERVAL,
+        examples=[300],
+        description="a fire missed by more than this (the scheduler was down) is skipped",
+    )
     successful_jobs_history_limit: StrictInt | None = Field(
-        None, ge=0, le=10_000, examples=[3], description="succeeded jobs of the schedule kept; "
-        "older ones are deleted (their runs stay recorded)")
+        None,
+        ge=0,
+        le=10_000,
+        examples=[3],
+        description="succeeded jobs of the schedule kept; "
+        "older ones are deleted (their runs stay recorded)",
+    )
     failed_jobs_history_limit: StrictInt | None = Field(
-        None, ge=0, le=10_000, examples=[1], description="failed jobs of the schedule kept; "
-        "older ones are deleted (their runs stay recorded)")
+        None,
+        ge=0,
+        le=10_000,
+        examples=[1],
+        description="failed jobs of the schedule kept; "
+        "older ones are deleted (their runs stay recorded)",
+    )
     promote: Promotion | None = Field(
-        None, examples=[{"metric": "eval_accuracy", "mode": "max"}],
-        description="promote a run's model only when its metric beats the promoted one's")
+        None,
+        examples=[{"metric": "eval_accuracy", "mode": "max"}],
+        description="promote a run's model only when its metric beats the promoted one's",
+    )
 
     @field_validator("cron")
     @classmethod
@@ -94,21 +125,38 @@ class ScheduleCreate(_Timing):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=64, examples=["nightly-digits"],
-                      description="unique in the project: a letter or digit, then letters, "
-                      "digits, '.', '_', '-'")
-    job: JobCreate | None = Field(None, examples=[{"trainer": "mlp_digits", "replicas": 2}],
-                                  description="the same spec as POST /api/v1/jobs")
+    name: str = Field(
+        min_length=1,
+        max_length=64,
+        examples=["nightly-digits"],
+        description="unique in the project: a letter or digit, then letters, digits, '.', '_', '-'",
+    )
+    job: JobCreate | None = Field(
+        None,
+        examples=[{"trainer": "mlp_digits", "replicas": 2}],
+        description="the same spec as POST /api/v1/jobs",
+    )
     sweep: SweepCreate | None = Field(
-        None, examples=[None], description="fire a sweep instead of a job: the same spec as "
-        "POST /api/v1/sweeps (its name is the run's); promotion considers its best trial")
-    timezone: str = Field("UTC", max_length=64, examples=["Europe/Berlin"],
-                          description="IANA zone, e.g. Europe/Berlin")
+        None,
+        examples=[None],
+        description="fire a sweep instead of a job: the same spec as "
+        "POST /api/v1/sweeps (its name is the run's); promotion considers its best trial",
+    )
+    timezone: str = Field(
+        "UTC",
+        max_length=64,
+        examples=["Europe/Berlin"],
+        description="IANA zone, e.g. Europe/Berlin",
+    )
     concurrency_policy: ConcurrencyPolicy = Field(
-        "allow", examples=["forbid"], description="when a fire finds the last run "
-        "unfinished: allow (run both), forbid (skip this one), replace (cancel the last)")
-    paused: bool = Field(False, examples=[False], description="created paused: fires only "
-                         "once resumed")
+        "allow",
+        examples=["forbid"],
+        description="when a fire finds the last run "
+        "unfinished: allow (run both), forbid (skip this one), replace (cancel the last)",
+    )
+    paused: bool = Field(
+        False, examples=[False], description="created paused: fires only once resumed"
+    )
 
     @field_validator("name")
     @classmethod
@@ -131,10 +179,14 @@ class ScheduleUpdate(_Timing):
 
     model_config = ConfigDict(extra="forbid")
 
-    job: JobCreate | None = Field(None, examples=[{"trainer": "cnn_digits"}],
-                                  description="a new job template (replaces the stored one)")
-    sweep: SweepCreate | None = Field(None, examples=[None], description="a new sweep "
-                                      "template (replaces the stored one)")
+    job: JobCreate | None = Field(
+        None,
+        examples=[{"trainer": "cnn_digits"}],
+        description="a new job template (replaces the stored one)",
+    )
+    sweep: SweepCreate | None = Field(
+        None, examples=[None], description="a new sweep template (replaces the stored one)"
+    )
 
     @model_validator(mode="after")
     def _one_timing(self) -> ScheduleUpdate:
@@ -198,8 +250,12 @@ class PromotedModel(BaseModel):
     value: float
     node_id: str
     path: str = Field(description="on node_id, under its DATA_DIR: jobs/<id>/model")
-    artifact: str = Field(description="the model's prefix in the artifact store: "
-                          "jobs/<id>/model (GET /api/v1/jobs/<id>/artifacts lists its files)")
-    download_url: str = Field(description="GET it (with the token) for the model as a "
-                              ".tar.gz; `cohort download <job_id> model` does the same")
+    artifact: str = Field(
+        description="the model's prefix in the artifact store: "
+        "jobs/<id>/model (GET /api/v1/jobs/<id>/artifacts lists its files)"
+    )
+    download_url: str = Field(
+        description="GET it (with the token) for the model as a "
+        ".tar.gz; `cohort download <job_id> model` does the same"
+    )
     promoted_at: dt.datetime | None

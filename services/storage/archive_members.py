@@ -28,8 +28,13 @@ _NAME_MAX, _PATH_MAX = 255, 4096
 # legitimate bundle needs a few per link; 10,000 links of 40 hops of 2,000 `..` would
 # hold the api's check for many minutes.
 _RESOLVE_STEPS = 1_000_000
-_TYPES = {tarfile.REGTYPE: "file", tarfile.AREGTYPE: "file", tarfile.DIRTYPE: "dir",
-          tarfile.SYMTYPE: "symlink", tarfile.LNKTYPE: "hardlink"}
+_TYPES = {
+    tarfile.REGTYPE: "file",
+    tarfile.AREGTYPE: "file",
+    tarfile.DIRTYPE: "dir",
+    tarfile.SYMTYPE: "symlink",
+    tarfile.LNKTYPE: "hardlink",
+}
 _CHUNK = 1 << 16
 # Bytes of headers (names, pax records, padding) allowed beside the members' data: a
 # header of a gigabyte would otherwise be held in memory whole before any check sees it.
@@ -73,21 +78,29 @@ def shown(name: str) -> str:
 def _parts(name: str, what: str) -> tuple[str, ...]:
     """`name`'s components ('.' and empty ones dropped), or BundleRejected naming `what`."""
     if name.startswith("/") or (len(name) > 1 and name[1] == ":") or "\\" in name:
-        raise BundleRejected(f"{what} is an absolute path (or holds a backslash): names in "
-                             "a bundle are relative to its root; pack it with "
-                             "`cohort bundle push`")
+        raise BundleRejected(
+            f"{what} is an absolute path (or holds a backslash): names in "
+            "a bundle are relative to its root; pack it with "
+            "`cohort bundle push`"
+        )
     if "\x00" in name:
         raise BundleRejected(f"{what} contains a NUL byte: rename it")
     parts = tuple(part for part in name.split("/") if part not in ("", "."))
     if ".." in parts:
-        raise BundleRejected(f"{what} contains '..': names must stay inside the bundle; "
-                             "pack it with `cohort bundle push`")
+        raise BundleRejected(
+            f"{what} contains '..': names must stay inside the bundle; "
+            "pack it with `cohort bundle push`"
+        )
     # fsencode: a name that is not UTF-8 reaches us with surrogates (surrogateescape).
-    if any(len(os.fsencode(part)) > _NAME_MAX for part in parts) or \
-            len(os.fsencode(name)) > _PATH_MAX:
-        raise BundleRejected(f"{what} is longer than a file name or path may be "
-                             f"({_NAME_MAX} bytes a component, {_PATH_MAX} in all): "
-                             "shorten it")
+    if (
+        any(len(os.fsencode(part)) > _NAME_MAX for part in parts)
+        or len(os.fsencode(name)) > _PATH_MAX
+    ):
+        raise BundleRejected(
+            f"{what} is longer than a file name or path may be "
+            f"({_NAME_MAX} bytes a component, {_PATH_MAX} in all): "
+            "shorten it"
+        )
     return parts
 
 
@@ -106,9 +119,11 @@ class MemberTree:
         kind = cast("Kind | None", _TYPES.get(member.type))
         # A pax-sparse member keeps its regular type: its data is a map, not the file.
         if kind is None or member.sparse is not None:
-            raise BundleRejected(f"member {name} is a device file, a fifo or a sparse or "
-                                 "special entry; bundles hold regular files, directories "
-                                 "and links only: leave it out")
+            raise BundleRejected(
+                f"member {name} is a device file, a fifo or a sparse or "
+                "special entry; bundles hold regular files, directories "
+                "and links only: leave it out"
+            )
         if not parts:
             if kind == "dir":
                 return None
@@ -116,8 +131,10 @@ class MemberTree:
         self._check_parents(parts, name)
         existing = self.nodes.get(parts)
         if existing is not None and not (existing == kind == "dir"):
-            raise BundleRejected(f"member {name} appears twice in the bundle (or names a "
-                                 "directory other members are in): keep one")
+            raise BundleRejected(
+                f"member {name} appears twice in the bundle (or names a "
+                "directory other members are in): keep one"
+            )
         if kind == "symlink":
             self._check_target(member.linkname, name)
             self.links[parts] = (member.linkname, name)
@@ -126,9 +143,11 @@ class MemberTree:
         if kind == "hardlink":
             source = _parts(member.linkname, f"the target of hard link {name}")
             if self.nodes.get(source) != "file":
-                raise BundleRejected(f"member {name} is a hard link to "
-                                     f"{shown(member.linkname)}, which is not a regular file "
-                                     "earlier in the bundle: store the file itself")
+                raise BundleRejected(
+                    f"member {name} is a hard link to "
+                    f"{shown(member.linkname)}, which is not a regular file "
+                    "earlier in the bundle: store the file itself"
+                )
             self.nodes[parts] = "file"
             return Placed("hardlink", parts, source=source)
         self.nodes[parts] = kind
@@ -144,18 +163,26 @@ class MemberTree:
                 raise BundleRejected(
                     f"member {name} is beneath {shown('/'.join(parts[:depth]))}, a link in "
                     "the bundle: nothing may be placed through a link; put it under the "
-                    "link's target instead")
+                    "link's target instead"
+                )
             if kind != "dir":
-                raise BundleRejected(f"member {name} is beneath "
-                                     f"{shown('/'.join(parts[:depth]))}, a file: rename one")
+                raise BundleRejected(
+                    f"member {name} is beneath {shown('/'.join(parts[:depth]))}, a file: rename one"
+                )
 
     @staticmethod
     def _check_target(target: str, name: str) -> None:
-        if not target or target.startswith("/") or "\x00" in target or \
-                len(os.fsencode(target)) >= _PATH_MAX:
-            raise BundleRejected(f"member {name} links to {shown(target)}, outside the "
-                                 "bundle (empty, absolute or too long): copy the file in "
-                                 "or leave the link out")
+        if (
+            not target
+            or target.startswith("/")
+            or "\x00" in target
+            or len(os.fsencode(target)) >= _PATH_MAX
+        ):
+            raise BundleRejected(
+                f"member {name} links to {shown(target)}, outside the "
+                "bundle (empty, absolute or too long): copy the file in "
+                "or leave the link out"
+            )
 
     def finish(self) -> None:
         """Resolve every symlink now that all members are placed; BundleRejected names the
@@ -171,16 +198,19 @@ class MemberTree:
             part = pending.pop()
             self.steps += 1
             if self.steps > _RESOLVE_STEPS:
-                raise BundleRejected(f"member {name}: following the bundle's links takes "
-                                     f"more than {_RESOLVE_STEPS} steps; point links at "
-                                     "their targets directly")
+                raise BundleRejected(
+                    f"member {name}: following the bundle's links takes "
+                    f"more than {_RESOLVE_STEPS} steps; point links at "
+                    "their targets directly"
+                )
             if part in ("", "."):
                 continue
             if part == "..":
                 if not where:
                     raise BundleRejected(
                         f"member {name} links to {shown(target)}, outside the bundle once "
-                        "its links are followed: point it inside or leave it out")
+                        "its links are followed: point it inside or leave it out"
+                    )
                 where.pop()
                 continue
             where.append(part)
@@ -190,7 +220,8 @@ class MemberTree:
                 if hops > MAX_LINK_HOPS:
                     raise BundleRejected(
                         f"member {name} starts a chain of more than {MAX_LINK_HOPS} links "
-                        "(or a loop): point it at its target directly")
+                        "(or a loop): point it at its target directly"
+                    )
                 next_target = self.links[tuple(where)][0]
                 where.pop()
                 pending.extend(reversed(next_target.split("/")))
@@ -211,12 +242,15 @@ class _Decompressed:
     def read(self, size: int = -1) -> bytes:
         chunk = self.gzip.read(size if size >= 0 else _CHUNK)
         self.total += len(chunk)
-        allowed = _HEADER_BYTES_BASE + _HEADER_BYTES_PER_MEMBER * (self.members + 1) + \
-            4 * _CHUNK  # tarfile reads ahead of what the data's reader has counted
+        allowed = (
+            _HEADER_BYTES_BASE + _HEADER_BYTES_PER_MEMBER * (self.members + 1) + 4 * _CHUNK
+        )  # tarfile reads ahead of what the data's reader has counted
         if self.total - self.data > allowed:
-            raise BundleRejected(f"its headers hold more than {allowed} bytes in its first "
-                                 f"{self.members + 1} entries (names or pax records out of "
-                                 "all proportion): pack it with `cohort bundle push`")
+            raise BundleRejected(
+                f"its headers hold more than {allowed} bytes in its first "
+                f"{self.members + 1} entries (names or pax records out of "
+                "all proportion): pack it with `cohort bundle push`"
+            )
         return chunk
 
 
@@ -248,8 +282,7 @@ class ArchiveRead:
     last: str = ""  # the last member's name, for a message
 
 
-def read_archive(source: IO[bytes], state: ArchiveRead) -> Iterator[
-        tuple[Placed, Iterator[bytes]]]:
+def read_archive(source: IO[bytes], state: ArchiveRead) -> Iterator[tuple[Placed, Iterator[bytes]]]:
     """Each admitted member of the `.tar.gz` `source`, in order, with its data's chunks
     (files only; a caller that skips them still has them read and counted). Symlinks
     come out at the end, after the whole tree is checked.
@@ -262,15 +295,16 @@ def read_archive(source: IO[bytes], state: ArchiveRead) -> Iterator[
     stream = _Decompressed(source)
     links: list[Placed] = []
     try:
-        with _Tar.open(fileobj=cast("IO[bytes]", stream), mode="r|",
-                       tarinfo=_Header) as tar:
+        with _Tar.open(fileobj=cast("IO[bytes]", stream), mode="r|", tarinfo=_Header) as tar:
             for member in tar:
                 state.entries += 1
                 state.last = member.name
                 stream.members = state.entries
                 if state.entries > state.limits.max_files:
-                    raise BundleRejected(f"more than {state.limits.max_files} entries (the "
-                                         "limit, COHORT_MAX_BUNDLE_FILES)")
+                    raise BundleRejected(
+                        f"more than {state.limits.max_files} entries (the "
+                        "limit, COHORT_MAX_BUNDLE_FILES)"
+                    )
                 placed = state.tree.place(member)
                 if placed is None:
                     continue
@@ -290,7 +324,8 @@ def read_archive(source: IO[bytes], state: ArchiveRead) -> Iterator[
                 raise BundleRejected(
                     f"it ends without its end-of-archive blocks after {after}: that "
                     "header's declared size does not match its data, or the archive is "
-                    "truncated; pack it again with `cohort bundle push`")
+                    "truncated; pack it again with `cohort bundle push`"
+                )
     except _UNREADABLE as exc:
         raise _unreadable(exc) from exc
     state.tree.finish()
@@ -298,13 +333,15 @@ def read_archive(source: IO[bytes], state: ArchiveRead) -> Iterator[
         yield placed, iter(())
 
 
-def _data(tar_stream: _Readable, member: tarfile.TarInfo, state: ArchiveRead,
-          stream: _Decompressed) -> Iterator[bytes]:
+def _data(
+    tar_stream: _Readable, member: tarfile.TarInfo, state: ArchiveRead, stream: _Decompressed
+) -> Iterator[bytes]:
     """A regular member's data, read from the tar stream itself (never through tarfile's
     extraction), counted against the unpacked-bytes limit as each chunk is read."""
     limit = state.limits.max_unpacked_bytes
-    too_big = BundleRejected(f"unpacks to more than {limit} bytes (the limit, "
-                             "COHORT_MAX_BUNDLE_UNPACKED_BYTES)")
+    too_big = BundleRejected(
+        f"unpacks to more than {limit} bytes (the limit, COHORT_MAX_BUNDLE_UNPACKED_BYTES)"
+    )
     if state.unpacked + member.size > limit:
         raise too_big
     if tar_stream.tell() != member.offset_data:
@@ -316,9 +353,11 @@ def _data(tar_stream: _Readable, member: tarfile.TarInfo, state: ArchiveRead,
         except _UNREADABLE as exc:
             raise _unreadable(exc) from exc
         if not chunk:
-            raise BundleRejected(f"member {shown(member.name)} is truncated: its header "
-                                 f"declares {member.size} bytes, the archive holds "
-                                 f"{member.size - left}")
+            raise BundleRejected(
+                f"member {shown(member.name)} is truncated: its header "
+                f"declares {member.size} bytes, the archive holds "
+                f"{member.size - left}"
+            )
         left -= len(chunk)
         state.unpacked += len(chunk)
         stream.data += len(chunk)

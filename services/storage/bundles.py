@@ -30,15 +30,34 @@ from services.storage.archive_members import (
 )
 from services.storage.unpacking import write_archive
 
-__all__ = ["BundleInfo", "BundleRejected", "Limits", "bundle_entries", "check_archive", "pack",
-           "sha256_file", "unpack"]
+__all__ = [
+    "BundleInfo",
+    "BundleRejected",
+    "Limits",
+    "bundle_entries",
+    "check_archive",
+    "pack",
+    "sha256_file",
+    "unpack",
+]
 
 IGNORE_FILE = ".cohortignore"
 # Never packed, whatever .cohortignore says: version control, caches, virtualenvs
 # (a directory holding pyvenv.cfg is one, whatever its name).
-FIXED_EXCLUDES = [".git/", ".hg/", ".svn/", "__pycache__/", "*.pyc", ".venv/", "venv/",
-                  ".mypy_cache/", ".pytest_cache/", ".ruff_cache/", ".ipynb_checkpoints/",
-                  ".DS_Store"]
+FIXED_EXCLUDES = [
+    ".git/",
+    ".hg/",
+    ".svn/",
+    "__pycache__/",
+    "*.pyc",
+    ".venv/",
+    "venv/",
+    ".mypy_cache/",
+    ".pytest_cache/",
+    ".ruff_cache/",
+    ".ipynb_checkpoints/",
+    ".DS_Store",
+]
 _CHUNK = 1 << 20
 # gzip's own default; Python's 9 packs code a few percent smaller at several times the
 # time (3-4x on data files). Part of the digest: the same tree packs to the same bytes.
@@ -62,6 +81,7 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 
 
 # -- packing ---------------------------------------------------------------------------------
+
 
 def _ignore_spec(root: Path) -> pathspec.PathSpec:
     lines = list(FIXED_EXCLUDES)
@@ -104,8 +124,10 @@ def bundle_entries(root: str | os.PathLike[str]) -> list[str]:
             if stat.S_ISLNK(mode):
                 _check_link(base, path, rel)
             elif not stat.S_ISREG(mode):
-                raise BundleRejected(f"{rel} is not a regular file (a fifo, socket or device): "
-                                     f"add it to {IGNORE_FILE}")
+                raise BundleRejected(
+                    f"{rel} is not a regular file (a fifo, socket or device): "
+                    f"add it to {IGNORE_FILE}"
+                )
             entries.append(rel)
     return sorted(entries)
 
@@ -114,8 +136,10 @@ def _check_link(base: Path, path: Path, rel: str) -> None:
     target = os.readlink(path)
     inside = (path.parent / target).resolve()
     if os.path.isabs(target) or not inside.is_relative_to(base):
-        raise BundleRejected(f"{rel} links to {target!r}, outside the directory: copy the "
-                             f"file in or add the link to {IGNORE_FILE}")
+        raise BundleRejected(
+            f"{rel} links to {target!r}, outside the directory: copy the "
+            f"file in or add the link to {IGNORE_FILE}"
+        )
 
 
 def _tarinfo(base: Path, rel: str) -> tarfile.TarInfo:
@@ -139,10 +163,11 @@ def pack(root: str | os.PathLike[str], dest: str | os.PathLike[str]) -> BundleIn
     if not base.is_dir():
         raise BundleRejected(f"{root} is not a directory")
     files = 0
-    with open(dest, "wb") as raw, \
-            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
-                          compresslevel=_LEVEL) as zipped, \
-            tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with (
+        open(dest, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=_LEVEL) as zipped,
+        tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for rel in bundle_entries(base):
             info = _tarinfo(base, rel)
             if info.isreg():
@@ -155,6 +180,7 @@ def pack(root: str | os.PathLike[str], dest: str | os.PathLike[str]) -> BundleIn
 
 
 # -- checking and unpacking -----------------------------------------------------------------
+
 
 def check_archive(source: str | os.PathLike[str] | IO[bytes], limits: Limits) -> int:
     """Read a `.tar.gz` through once and return its number of files (non-directories).
@@ -176,13 +202,17 @@ def check_archive(source: str | os.PathLike[str] | IO[bytes], limits: Limits) ->
             for _placed, _chunks in read_archive(handle, state):
                 pass  # read_archive reads and counts the data of what it yields
     except OSError as exc:
-        raise BundleRejected(f"not a readable .tar.gz archive ({exc.strerror or exc})") \
-            from exc
+        raise BundleRejected(f"not a readable .tar.gz archive ({exc.strerror or exc})") from exc
     return state.files
 
 
-def unpack(archive: str | os.PathLike[str] | IO[bytes], dest: str | os.PathLike[str],
-           limits: Limits, *, replace: bool = False) -> int:
+def unpack(
+    archive: str | os.PathLike[str] | IO[bytes],
+    dest: str | os.PathLike[str],
+    limits: Limits,
+    *,
+    replace: bool = False,
+) -> int:
     """Check `archive`, then write its members into the directory `dest` (made if
     missing); returns its file count. A seekable file object is read twice.
 

@@ -1,11 +1,11 @@
 """The store's layout: every key Cohort reads or writes is made here, and nowhere else.
 
-    bundles/<sha256 hex>.tar.gz
-    jobs/<job_id>/checkpoints/...           the newest checkpoint state, mirrored as written
-    jobs/<job_id>/model/...                 the saved model
-    jobs/<job_id>/tensorboard/replica-<i>/...
-    jobs/<job_id>/logs/attempt-<n>/replica-<i>.log
-    data/<project_id>/<path>                a project's data (`cohort data push`)
+bundles/<sha256 hex>.tar.gz
+jobs/<job_id>/checkpoints/...           the newest checkpoint state, mirrored as written
+jobs/<job_id>/model/...                 the saved model
+jobs/<job_id>/tensorboard/replica-<i>/...
+jobs/<job_id>/logs/attempt-<n>/replica-<i>.log
+data/<project_id>/<path>                a project's data (`cohort data push`)
 """
 
 from __future__ import annotations

@@ -67,8 +67,13 @@ class OwnedTree(os.PathLike[str]):
     """One directory another user writes; a path-like of its root, so it can be handed
     wherever a directory is (ArtifactStore.put_tree reads through it)."""
 
-    def __init__(self, root: str | os.PathLike[str], *, owner: int | None = None,
-                 on_skip: OnSkip | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        owner: int | None = None,
+        on_skip: OnSkip | None = None,
+    ) -> None:
         self.root = Path(root)
         self.owner = owner
         self.on_skip = on_skip
@@ -128,8 +133,9 @@ class OwnedTree(os.PathLike[str]):
             else:
                 self._enter(fd, name, rel, owner, found)
 
-    def _enter(self, fd: int, name: str, rel: str, owner: int,
-               found: dict[str, os.stat_result]) -> None:
+    def _enter(
+        self, fd: int, name: str, rel: str, owner: int, found: dict[str, os.stat_result]
+    ) -> None:
         try:
             sub = os.open(name, DIR_FLAGS, dir_fd=fd)
         except OSError as exc:
@@ -183,7 +189,6 @@ class OwnedTree(os.PathLike[str]):
         with os.fdopen(fd, "rb") as handle:
             return handle.read()
 
-
     def _parent(self, rel: str, *, create: bool) -> tuple[int, str, int]:
         """(descriptor of the directory `rel` is in, its last name, the owner): each
         directory on the way opened (with `create`, made first: 0700) following no link."""
@@ -204,16 +209,18 @@ class OwnedTree(os.PathLike[str]):
             raise
         return fd, parts[-1], owner
 
-    def replace(self, rel: str, write: Callable[[BinaryIO], object],
-                mtime: float | None = None) -> os.stat_result:
+    def replace(
+        self, rel: str, write: Callable[[BinaryIO], object], mtime: float | None = None
+    ) -> os.stat_result:
         """Make `rel` a new file of what `write(handle)` writes (0600, dated `mtime`),
         written aside and renamed over whatever is there (a link is replaced, never
         followed); its stat. Nothing is left aside if `write` fails (a full disk)."""
         fd, name, _ = self._parent(rel, create=True)
         try:
             aside = f".{name}.{uuid.uuid4().hex}.partial"
-            out = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC,
-                          0o600, dir_fd=fd)
+            out = os.open(
+                aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=fd
+            )
             try:
                 with os.fdopen(out, "wb") as handle:
                     write(handle)

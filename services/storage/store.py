@@ -30,6 +30,7 @@ S3_PART_BYTES = 8 * 2**20  # multipart upload part size (see put_file)
 S3_PARTS_IN_FLIGHT = 4
 _PARTIAL = ".partial"
 
+
 def open_store(url: str | None = None, *, settings: Settings | None = None) -> ArtifactStore:
     """The store at `url`, or the one the settings name (COHORT_ARTIFACT_URL)."""
     settings = settings or get_settings()
@@ -87,8 +88,9 @@ class ArtifactStore:
             # whole into memory, and larger ones 10 parts at a time: a 100 MB bundle cost the
             # api ~200 MiB. S3_PART_BYTES parts (S3's minimum is 5 MiB), S3_PARTS_IN_FLIGHT
             # at once, bound what one upload holds, whatever its size.
-            self.fs.put_file(os.fspath(path), target, chunksize=S3_PART_BYTES,
-                             max_concurrency=S3_PARTS_IN_FLIGHT)
+            self.fs.put_file(
+                os.fspath(path), target, chunksize=S3_PART_BYTES, max_concurrency=S3_PARTS_IN_FLIGHT
+            )
 
     def put_bytes(self, key: str, data: bytes) -> None:
         """Write `data` to `key`."""
@@ -189,7 +191,7 @@ class ArtifactStore:
         for path, info in self.fs.find(base, detail=True, withdirs=False).items():
             if not path.startswith(base + "/"):
                 continue  # both backends answer with paths under the one they were asked
-            rel = path[len(base) + 1:]
+            rel = path[len(base) + 1 :]
             if not prefix and rel.split("/", 1)[0] == _PARTIAL:
                 continue
             if info.get("type") == "file":
@@ -198,16 +200,19 @@ class ArtifactStore:
     def list(self, prefix: str = "") -> builtins.list[tuple[str, int]]:
         """(key, size) of every object under the directory-like `prefix`, sorted by key."""
         head = check_prefix(prefix)
-        return sorted((f"{head}/{rel}" if head else rel, int(info["size"]))
-                      for rel, info in self.infos(head))
+        return sorted(
+            (f"{head}/{rel}" if head else rel, int(info["size"])) for rel, info in self.infos(head)
+        )
 
     def list_versions(self, prefix: str = "") -> builtins.list[tuple[str, int, str]]:
         """(key, size, version) of every object under `prefix`, sorted by key. The version
         changes whenever the bytes do: S3's ETag; a local file's inode and mtime (every
         write here is a rename of a new file)."""
         head = check_prefix(prefix)
-        return sorted((f"{head}/{rel}" if head else rel, int(info["size"]), object_version(info))
-                      for rel, info in self.infos(head))
+        return sorted(
+            (f"{head}/{rel}" if head else rel, int(info["size"]), object_version(info))
+            for rel, info in self.infos(head)
+        )
 
     def delete_prefix(self, prefix: str) -> None:
         """Delete every object under `prefix` (a non-empty prefix: never the whole store)."""
@@ -219,14 +224,24 @@ class ArtifactStore:
 
     # -- trees (services/storage/tree_sync.py) ---------------------------------------------
 
-    def put_tree(self, prefix: str, local_dir: str | os.PathLike[str], *,
-                 mirror: bool = False, select: Callable[[str], bool] | None = None
-                 ) -> builtins.list[str]:
+    def put_tree(
+        self,
+        prefix: str,
+        local_dir: str | os.PathLike[str],
+        *,
+        mirror: bool = False,
+        select: Callable[[str], bool] | None = None,
+    ) -> builtins.list[str]:
         """Upload what changed under `local_dir` to `prefix` (TreeSync.put_tree)."""
         return self._trees.put_tree(prefix, local_dir, mirror=mirror, select=select)
 
-    def get_tree(self, prefix: str, local_dir: str | os.PathLike[str], *,
-                 mirror: bool = False, select: Callable[[str], bool] | None = None
-                 ) -> builtins.list[str]:
+    def get_tree(
+        self,
+        prefix: str,
+        local_dir: str | os.PathLike[str],
+        *,
+        mirror: bool = False,
+        select: Callable[[str], bool] | None = None,
+    ) -> builtins.list[str]:
         """Download what changed under `prefix` to `local_dir` (TreeSync.get_tree)."""
         return self._trees.get_tree(prefix, local_dir, mirror=mirror, select=select)

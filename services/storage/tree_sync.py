@@ -62,9 +62,14 @@ class TreeSync:
         # get_tree: (local file, key) -> (stored version, local mtime_ns) when last fetched.
         self._fetched: dict[tuple[str, str], tuple[str, int]] = {}
 
-    def put_tree(self, prefix: str, local_dir: str | os.PathLike[str], *,
-                 mirror: bool = False, select: Callable[[str], bool] | None = None
-                 ) -> builtins.list[str]:
+    def put_tree(
+        self,
+        prefix: str,
+        local_dir: str | os.PathLike[str],
+        *,
+        mirror: bool = False,
+        select: Callable[[str], bool] | None = None,
+    ) -> builtins.list[str]:
         """Upload the regular files under `local_dir` that are new or changed; with `mirror`,
         delete stored files gone locally. Changed: another size than the stored copy, or
         written since this store last sent or fetched it (or, the first time, later than the
@@ -84,9 +89,15 @@ class TreeSync:
             path = tree.root / rel
             info = stored.get(rel)
             synced = self._synced.get((str(path), key))
-            if info is None or int(info["size"]) != stat.st_size or (
-                    synced != (stat.st_size, stat.st_mtime_ns) if synced
-                    else stat.st_mtime > _mtime(info)):
+            if (
+                info is None
+                or int(info["size"]) != stat.st_size
+                or (
+                    synced != (stat.st_size, stat.st_mtime_ns)
+                    if synced
+                    else stat.st_mtime > _mtime(info)
+                )
+            ):
                 sent = self._put_opened(tree, rel, key)
                 if sent is not None:
                     self._synced[(str(path), key)] = sent
@@ -111,9 +122,14 @@ class TreeSync:
             os.close(fd)
         return opened.st_size, opened.st_mtime_ns
 
-    def get_tree(self, prefix: str, local_dir: str | os.PathLike[str], *,
-                 mirror: bool = False, select: Callable[[str], bool] | None = None
-                 ) -> builtins.list[str]:
+    def get_tree(
+        self,
+        prefix: str,
+        local_dir: str | os.PathLike[str],
+        *,
+        mirror: bool = False,
+        select: Callable[[str], bool] | None = None,
+    ) -> builtins.list[str]:
         """Download the objects under `prefix` that are missing or changed locally; with
         `mirror`, delete local files that are not stored. Changed: another size, another
         version than this store last fetched to that file (or, the first time, stored later
@@ -133,9 +149,15 @@ class TreeSync:
             key = f"{head}/{rel}" if head else rel
             path, stat, mtime = tree.root / rel, local.get(rel), _mtime(info)
             fetched = self._fetched.get((str(path), key))
-            if stat is None or stat.st_size != int(info["size"]) or (
-                    fetched != (object_version(info), stat.st_mtime_ns) if fetched
-                    else mtime > stat.st_mtime):
+            if (
+                stat is None
+                or stat.st_size != int(info["size"])
+                or (
+                    fetched != (object_version(info), stat.st_mtime_ns)
+                    if fetched
+                    else mtime > stat.st_mtime
+                )
+            ):
                 mtime_ns = tree.replace(rel, self._copier(key), mtime).st_mtime_ns
                 self._fetched[(str(path), key)] = (object_version(info), mtime_ns)
                 # Sending it back unchanged is no change either.
@@ -148,9 +170,11 @@ class TreeSync:
 
     def _copier(self, key: str) -> Callable[[BinaryIO], object]:
         """What writes the object at `key` into a file (FileNotFoundError: none there)."""
+
         def copy(out: BinaryIO) -> None:
             with self.store.open_read(key) as source:
                 shutil.copyfileobj(source, out, COPY_BYTES)
+
         return copy
 
 

@@ -54,9 +54,11 @@ class _DiskTree:
                 except OSError as exc:
                     if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                         raise
-                    raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory "
-                                             "(a link is never followed)",
-                                             "/".join(parts[:depth + 1])) from None
+                    raise NotADirectoryError(
+                        errno.ENOTDIR,
+                        "exists and is not a directory (a link is never followed)",
+                        "/".join(parts[: depth + 1]),
+                    ) from None
                 os.close(fd)
                 fd = child
         except BaseException:
@@ -92,8 +94,13 @@ class _DiskTree:
             self._clear(name, parent)
             source = self._walk(placed.source[:-1])
             try:
-                os.link(placed.source[-1], name, src_dir_fd=source, dst_dir_fd=parent,
-                        follow_symlinks=False)
+                os.link(
+                    placed.source[-1],
+                    name,
+                    src_dir_fd=source,
+                    dst_dir_fd=parent,
+                    follow_symlinks=False,
+                )
             finally:
                 os.close(source)
         else:
@@ -112,8 +119,7 @@ class _DiskTree:
                 out.write(chunk)
 
 
-def write_archive(source: IO[bytes], dest_fd: int, limits: Limits, *,
-                  replace: bool = False) -> int:
+def write_archive(source: IO[bytes], dest_fd: int, limits: Limits, *, replace: bool = False) -> int:
     """Write the `.tar.gz` `source`'s members under the directory open as `dest_fd`;
     returns its number of files (non-directories).
 

@@ -71,58 +71,80 @@ def _running_sweeps(session: Session) -> list[tuple[Sweep, _Counts]]:
     exact count of unfinished trials (at most max_concurrent each) is read, grouped, only
     for the sweeps still creating trials. (One query with a count subquery per sweep is
     costed so high that PostgreSQL compiles it with JIT: 30 ms spent on a 1 ms query.)"""
-    unfinished = sa.exists().where(Job.sweep_id == Sweep.id,
-                                   Job.status.not_in(TERMINAL_STATUSES))
+    unfinished = sa.exists().where(Job.sweep_id == Sweep.id, Job.status.not_in(TERMINAL_STATUSES))
     running = sa.exists().where(Job.sweep_id == Sweep.id, Job.status == JobStatus.RUNNING)
     rows = session.execute(
         sa.select(Sweep, unfinished, running)
-        .where(Sweep.status == SweepStatus.RUNNING).order_by(Sweep.id)
+        .where(Sweep.status == SweepStatus.RUNNING)
+        .order_by(Sweep.id)
         # The spec is read only for the sweeps acted on (`_lock` loads it).
-        .options(orm.defer(Sweep.spec), orm.lazyload(Sweep.project))).all()
-    creating = [sweep.id for sweep, some, _ in rows
-                if some and sweep.trials_created < sweep.trials_total]
+        .options(orm.defer(Sweep.spec), orm.lazyload(Sweep.project))
+    ).all()
+    creating = [
+        sweep.id for sweep, some, _ in rows if some and sweep.trials_created < sweep.trials_total
+    ]
     counts: dict[int | None, int] = {}
     if creating:
-        counts = dict(session.execute(
-            sa.select(Job.sweep_id, sa.func.count())
-            .where(Job.sweep_id.in_(creating), Job.status.not_in(TERMINAL_STATUSES))
-            .group_by(Job.sweep_id)).all())
-    return [(sweep, _Counts(counts.get(sweep.id, int(bool(some))), bool(busy)))
-            for sweep, some, busy in rows]
+        counts = dict(
+            session.execute(
+                sa.select(Job.sweep_id, sa.func.count())
+                .where(Job.sweep_id.in_(creating), Job.status.not_in(TERMINAL_STATUSES))
+                .group_by(Job.sweep_id)
+            ).all()
+        )
+    return [
+        (sweep, _Counts(counts.get(sweep.id, int(bool(some))), bool(busy)))
+        for sweep, some, busy in rows
+    ]
 
 
 def _waiting_priority(session: Session) -> int | None:
     """The highest priority of a queued job the cluster could place (None: none queued)."""
     # The placer marks a job that fits on no cluster "unschedulable: ..."; it blocks nobody.
     return session.execute(
-        sa.select(sa.func.max(Job.priority))
-        .where(Job.status == JobStatus.QUEUED, Job.reason.not_like("unschedulable%"))
+        sa.select(sa.func.max(Job.priority)).where(
+            Job.status == JobStatus.QUEUED, Job.reason.not_like("unschedulable%")
+        )
     ).scalar_one_or_none()
 
 
-def _stop_behind(session: Session, sweep: Sweep, spec: SweepCreate,
-                 result: SweepsResult) -> int:
+def _stop_behind(session: Session, sweep: Sweep, spec: SweepCreate, result: SweepsResult) -> int:
     """Cancel the running trials the median rule stops; how many."""
     assert spec.early_stopping is not None
-    running = list(session.execute(
-        sa.select(Job).where(Job.sweep_id == sweep.id, Job.status == JobStatus.RUNNING)
-    ).scalars())
-    verdicts = find_trials_to_stop(session=session, sweep=sweep, running=running,
-                                   objective=spec.objective, rule=spec.early_stopping)
+    running = list(
+        session.execute(
+            sa.select(Job).where(Job.sweep_id == sweep.id, Job.status == JobStatus.RUNNING)
+        ).scalars()
+    )
+    verdicts = find_trials_to_stop(
+        session=session,
+        sweep=sweep,
+        running=running,
+        objective=spec.objective,
+        rule=spec.early_stopping,
+    )
     by_id = {job.id: job for job in running}
     for verdict in verdicts:
         metric = spec.objective.metric
         jobs.request_cancel(
-            session=session, job=by_id[verdict.job_id],
+            session=session,
+            job=by_id[verdict.job_id],
             reason=f"{STOPPED_EARLY}: median rule at step {verdict.step} (best {metric}="
-                   f"{verdict.best:.6g}, behind the median {verdict.median:.6g} of "
-                   f"{verdict.others} other trials' running averages)")
+            f"{verdict.best:.6g}, behind the median {verdict.median:.6g} of "
+            f"{verdict.others} other trials' running averages)",
+        )
         result.stopped.append(verdict.job_id)
     return len(verdicts)
 
 
-def _create_trials(session: Session, settings: Settings, sweep: Sweep, spec: SweepCreate,
-                   count: int, result: SweepsResult) -> QuotaExceeded | None:
+def _create_trials(
+    session: Session,
+    settings: Settings,
+    sweep: Sweep,
+    spec: SweepCreate,
+    count: int,
+    result: SweepsResult,
+) -> QuotaExceeded | None:
     """Create up to `count` trials; the project's queued-jobs quota may stop it early
     (returned: the trials behind wait for a later pass)."""
     first = sweep.trials_created
@@ -130,9 +152,13 @@ def _create_trials(session: Session, settings: Settings, sweep: Sweep, spec: Swe
     full: QuotaExceeded | None = None
     for index in range(first, first + count):
         try:
-            job, _created = jobs.create_job(session=session, project_id=sweep.project_id,
-                                            job_in=trial_job(spec, sweep.seed, index),
-                                            settings=settings, trial_of=(sweep.id, index))
+            job, _created = jobs.create_job(
+                session=session,
+                project_id=sweep.project_id,
+                job_in=trial_job(spec, sweep.seed, index),
+                settings=settings,
+                trial_of=(sweep.id, index),
+            )
         except QuotaExceeded as exc:  # refused before anything was written
             full = exc
             break
@@ -144,21 +170,26 @@ def _create_trials(session: Session, settings: Settings, sweep: Sweep, spec: Swe
 
 
 def _summary(trials: list[Job]) -> str:
-    stopped = sum(1 for j in trials if j.status is JobStatus.CANCELLED
-                  and j.reason.startswith(STOPPED_EARLY))
-    parts = [f"{sum(1 for j in trials if j.status is status)} {status}"
-             for status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)]
+    stopped = sum(
+        1 for j in trials if j.status is JobStatus.CANCELLED and j.reason.startswith(STOPPED_EARLY)
+    )
+    parts = [
+        f"{sum(1 for j in trials if j.status is status)} {status}"
+        for status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+    ]
     return ", ".join(parts) + (f" ({stopped} stopped early)" if stopped else "")
 
 
-def _end(sweep: Sweep, status: SweepStatus, reason: str, now: dt.datetime,
-         result: SweepsResult) -> None:
+def _end(
+    sweep: Sweep, status: SweepStatus, reason: str, now: dt.datetime, result: SweepsResult
+) -> None:
     sweep.status, sweep.reason, sweep.finished_at = status, reason, now
     result.ended.append(sweep.id)
 
 
-def _try_to_end(session: Session, sweep: Sweep, spec: SweepCreate, now: dt.datetime,
-                result: SweepsResult) -> None:
+def _try_to_end(
+    session: Session, sweep: Sweep, spec: SweepCreate, now: dt.datetime, result: SweepsResult
+) -> None:
     """End a sweep whose every trial has ended, once their metrics are in."""
     trials = read_trials(session=session, sweep=sweep)
     last_end = max((j.finished_at or j.updated_at for j in trials), default=now)
@@ -173,37 +204,49 @@ def _try_to_end(session: Session, sweep: Sweep, spec: SweepCreate, now: dt.datet
     if best is None:
         if quiet < METRIC_GRACE_SECONDS:
             return
-        _end(sweep, SweepStatus.FAILED,
-             f"no trial reported the objective metric {objective.metric!r} on replica "
-             f"{objective.replica} ({_summary(trials)}): check objective.metric against the "
-             "metrics the trainer reports", now, result)
+        _end(
+            sweep,
+            SweepStatus.FAILED,
+            f"no trial reported the objective metric {objective.metric!r} on replica "
+            f"{objective.replica} ({_summary(trials)}): check objective.metric against the "
+            "metrics the trainer reports",
+            now,
+            result,
+        )
         return
     job_id, value = best
     index = next(j.trial_index for j in trials if j.id == job_id)
-    _end(sweep, SweepStatus.SUCCEEDED,
-         f"best: trial {index} (job {job_id}), {objective.metric}={value:.6g} "
-         f"({objective.value}, {objective.mode}); {_summary(trials)}", now, result)
+    _end(
+        sweep,
+        SweepStatus.SUCCEEDED,
+        f"best: trial {index} (job {job_id}), {objective.metric}={value:.6g} "
+        f"({objective.value}, {objective.mode}); {_summary(trials)}",
+        now,
+        result,
+    )
 
 
 def _stopping_due(sweep: Sweep, counts: _Counts, now: dt.datetime) -> bool:
     if not counts.running or not sweep.stops_early:
         return False
     last = sweep.stopping_checked_at
-    return last is None or not last <= now < last + dt.timedelta(
-        seconds=STOPPING_INTERVAL_SECONDS)
+    return last is None or not last <= now < last + dt.timedelta(seconds=STOPPING_INTERVAL_SECONDS)
 
 
 def _free_turns(sweep: Sweep, unfinished: int) -> int:
-    return max(0, min(sweep.max_concurrent - unfinished,
-                      sweep.trials_total - sweep.trials_created))
+    return max(0, min(sweep.max_concurrent - unfinished, sweep.trials_total - sweep.trials_created))
 
 
 def _lock(session: Session, sweep: Sweep) -> bool:
     """Lock a sweep the pass will change; False if it ended meanwhile (a cancel)."""
     # Only the sweeps acted on are locked (a row lock is a write in PostgreSQL); a cancel
     # locks the sweep too, so it never interleaves with a trial being created.
-    session.execute(sa.select(Sweep).where(Sweep.id == sweep.id).with_for_update(of=Sweep)
-                    .execution_options(populate_existing=True))
+    session.execute(
+        sa.select(Sweep)
+        .where(Sweep.id == sweep.id)
+        .with_for_update(of=Sweep)
+        .execution_options(populate_existing=True)
+    )
     return sweep.status is SweepStatus.RUNNING
 
 
@@ -222,8 +265,15 @@ class _Queue:
         return self.value if self.value is not None and self.value > sweep.priority else None
 
 
-def _advance_one(session: Session, settings: Settings, sweep: Sweep, counts: _Counts,
-                 queue: _Queue, now: dt.datetime, result: SweepsResult) -> None:
+def _advance_one(
+    session: Session,
+    settings: Settings,
+    sweep: Sweep,
+    counts: _Counts,
+    queue: _Queue,
+    now: dt.datetime,
+    result: SweepsResult,
+) -> None:
     unfinished = counts.unfinished
     stopping = _stopping_due(sweep, counts, now)
     to_create = _free_turns(sweep, unfinished)
@@ -249,20 +299,27 @@ def _advance_one(session: Session, settings: Settings, sweep: Sweep, counts: _Co
         except (InvalidJobSpec, BundleNotFound, DataNotFound, ValidationError) as exc:
             # A setting or a quota changed, or the bundle/data went away, since the
             # sweep was checked.
-            _end(sweep, SweepStatus.FAILED,
-                 f"trial {sweep.trials_created} was refused: {exc}", now, result)
+            _end(
+                sweep,
+                SweepStatus.FAILED,
+                f"trial {sweep.trials_created} was refused: {exc}",
+                now,
+                result,
+            )
             return
-        sweep.reason = (f"{sweep.trials_created} of {sweep.trials_total} trials created, "
-                        f"at most {sweep.max_concurrent} at once")
+        sweep.reason = (
+            f"{sweep.trials_created} of {sweep.trials_total} trials created, "
+            f"at most {sweep.max_concurrent} at once"
+        )
         if full is not None:
-            sweep.reason += (f"; waiting: project quota: {full.used} of {full.allowed} "
-                             "queued jobs")
+            sweep.reason += f"; waiting: project quota: {full.used} of {full.allowed} queued jobs"
     elif ending:
         _try_to_end(session, sweep, spec, now, result)
 
 
-def advance_sweeps(*, session: Session, settings: Settings,
-                   now: dt.datetime | None = None) -> SweepsResult:
+def advance_sweeps(
+    *, session: Session, settings: Settings, now: dt.datetime | None = None
+) -> SweepsResult:
     """One pass over the running sweeps; the caller commits."""
     now = now or utcnow()
     result = SweepsResult()

@@ -23,33 +23,50 @@ def is_better(value: float, other: float | None, mode: str) -> bool:
     return value > other if mode == "max" else value < other
 
 
-def objective_values(*, session: Session, jobs: Sequence[Job],
-                     objective: Objective) -> dict[int, float]:
+def objective_values(
+    *, session: Session, jobs: Sequence[Job], objective: Objective
+) -> dict[int, float]:
     """Job id -> objective value, for the jobs that reported the metric (one query)."""
     if not jobs:
         return {}
-    where = (sa.tuple_(MetricPoint.job_id, MetricPoint.attempt).in_(
-                 [(job.id, job.attempt) for job in jobs]),
-             MetricPoint.replica == objective.replica, MetricPoint.name == objective.metric)
+    where = (
+        sa.tuple_(MetricPoint.job_id, MetricPoint.attempt).in_(
+            [(job.id, job.attempt) for job in jobs]
+        ),
+        MetricPoint.replica == objective.replica,
+        MetricPoint.name == objective.metric,
+    )
     if objective.value == "best":
         pick = sa.func.max if objective.mode == "max" else sa.func.min
         rows = session.execute(
-            sa.select(MetricPoint.job_id, pick(MetricPoint.value)).where(*where)
-            .group_by(MetricPoint.job_id)).all()
+            sa.select(MetricPoint.job_id, pick(MetricPoint.value))
+            .where(*where)
+            .group_by(MetricPoint.job_id)
+        ).all()
     else:
-        ranked = sa.select(
-            MetricPoint.job_id, MetricPoint.value,
-            sa.func.row_number().over(
-                partition_by=MetricPoint.job_id,
-                order_by=(MetricPoint.step.desc(), MetricPoint.id.desc())).label("rank"),
-        ).where(*where).subquery()
+        ranked = (
+            sa.select(
+                MetricPoint.job_id,
+                MetricPoint.value,
+                sa.func.row_number()
+                .over(
+                    partition_by=MetricPoint.job_id,
+                    order_by=(MetricPoint.step.desc(), MetricPoint.id.desc()),
+                )
+                .label("rank"),
+            )
+            .where(*where)
+            .subquery()
+        )
         rows = session.execute(
-            sa.select(ranked.c.job_id, ranked.c.value).where(ranked.c.rank == 1)).all()
+            sa.select(ranked.c.job_id, ranked.c.value).where(ranked.c.rank == 1)
+        ).all()
     return {job_id: float(value) for job_id, value in rows if value is not None}
 
 
-def best_of(values: dict[int, float], candidates: Iterable[int],
-            mode: str) -> tuple[int, float] | None:
+def best_of(
+    values: dict[int, float], candidates: Iterable[int], mode: str
+) -> tuple[int, float] | None:
     """The best (job id, value) among `candidates` that have a value; a tie goes to the
     earlier job."""
     best: tuple[int, float] | None = None

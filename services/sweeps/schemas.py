@@ -90,8 +90,9 @@ class Choice(BaseModel):
     values: list[Any] = Field(min_length=1, max_length=1000)
 
 
-Distribution = Annotated[Uniform | LogUniform | IntRange | Choice,
-                         Field(discriminator="distribution")]
+Distribution = Annotated[
+    Uniform | LogUniform | IntRange | Choice, Field(discriminator="distribution")
+]
 
 
 def _check_names(names: dict[str, Any]) -> None:
@@ -106,18 +107,26 @@ class SearchSpace(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     grid: dict[str, Annotated[list[Any], Field(min_length=1, max_length=1000)]] | None = Field(
-        None, description="parameter -> the values to try; a trial per combination")
+        None, description="parameter -> the values to try; a trial per combination"
+    )
     random: dict[str, Distribution] | None = Field(
-        None, description="parameter -> {distribution: uniform|log_uniform|int|choice, ...}")
+        None, description="parameter -> {distribution: uniform|log_uniform|int|choice, ...}"
+    )
     seed: StrictInt | None = Field(
-        None, ge=0, le=MAX_SEED, description="random only: the same seed draws the same "
-        "parameters; left out, one is drawn and shown in the sweep")
+        None,
+        ge=0,
+        le=MAX_SEED,
+        description="random only: the same seed draws the same "
+        "parameters; left out, one is drawn and shown in the sweep",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> SearchSpace:
         if not self.grid and not self.random:
-            raise ValueError("the space is empty: give `grid` (parameter -> list of values) "
-                             "or `random` (parameter -> distribution)")
+            raise ValueError(
+                "the space is empty: give `grid` (parameter -> list of values) "
+                "or `random` (parameter -> distribution)"
+            )
         if self.grid and self.random:
             raise ValueError("give either `grid` or `random`, not both")
         if self.grid and self.seed is not None:
@@ -133,10 +142,12 @@ class Objective(BaseModel):
 
     metric: str = Field(description="a metric the trainer reports, e.g. eval_accuracy")
     mode: Literal["min", "max"] = Field(description="max: higher is better")
-    replica: StrictInt = Field(0, ge=0, le=MAX_STEP,
-                               description="whose reports count; 0 is the chief")
+    replica: StrictInt = Field(
+        0, ge=0, le=MAX_STEP, description="whose reports count; 0 is the chief"
+    )
     value: Literal["last", "best"] = Field(
-        "last", description="last: the value at the trial's last step; best: its best value")
+        "last", description="last: the value at the trial's last step; best: its best value"
+    )
 
     @field_validator("metric")
     @classmethod
@@ -152,10 +163,12 @@ class EarlyStopping(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     rule: Literal["median"] = "median"
-    min_steps: StrictInt = Field(1, ge=0, le=MAX_STEP,
-                                 description="judge a trial only from this step on")
+    min_steps: StrictInt = Field(
+        1, ge=0, le=MAX_STEP, description="judge a trial only from this step on"
+    )
     min_trials: StrictInt = Field(
-        2, ge=1, le=1_000_000, description="how many other trials must have reached the step")
+        2, ge=1, le=1_000_000, description="how many other trials must have reached the step"
+    )
 
 
 class SweepCreate(BaseModel):
@@ -167,10 +180,15 @@ class SweepCreate(BaseModel):
     template: JobCreate = Field(description="the same spec as POST /api/v1/jobs")
     space: SearchSpace
     trials: StrictInt | None = Field(
-        None, ge=1, le=1_000_000, description="random: how many trials (at most "
-        "COHORT_MAX_SWEEP_TRIALS); a grid runs one per combination")
-    max_concurrent: StrictInt = Field(1, ge=1, le=10_000,
-                                      description="at most this many trials not ended at once")
+        None,
+        ge=1,
+        le=1_000_000,
+        description="random: how many trials (at most "
+        "COHORT_MAX_SWEEP_TRIALS); a grid runs one per combination",
+    )
+    max_concurrent: StrictInt = Field(
+        1, ge=1, le=10_000, description="at most this many trials not ended at once"
+    )
     objective: Objective
     early_stopping: EarlyStopping | None = None
 
@@ -194,7 +212,8 @@ class TrialRead(BaseModel):
     attempt: int
     parameters: dict[str, Any]
     objective_value: float | None = Field(
-        None, description="the objective (its metric's last or best value) so far")
+        None, description="the objective (its metric's last or best value) so far"
+    )
     stopped_early: bool = Field(False, description="cancelled by the early-stopping rule")
     created_at: dt.datetime
     started_at: dt.datetime | None
@@ -216,9 +235,11 @@ class SweepRead(BaseModel):
     trials_total: int
     trials_created: int
     trial_counts: dict[str, int] = Field(
-        default_factory=dict, description="job status -> number of trials in it")
+        default_factory=dict, description="job status -> number of trials in it"
+    )
     best_job_id: int | None = Field(
-        None, description="the best succeeded trial's job (so far, while running)")
+        None, description="the best succeeded trial's job (so far, while running)"
+    )
     best_value: float | None
     best_parameters: dict[str, Any] | None = None
     schedule_id: int | None = None
@@ -226,7 +247,8 @@ class SweepRead(BaseModel):
     created_at: dt.datetime
     finished_at: dt.datetime | None
     trials: list[TrialRead] | None = Field(
-        None, description="every trial, by index (GET /sweeps/{id} only)")
+        None, description="every trial, by index (GET /sweeps/{id} only)"
+    )
 
 
 class SweepList(BaseModel):

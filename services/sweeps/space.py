@@ -59,8 +59,10 @@ def trial_parameters(space: SearchSpace, seed: int, index: int) -> dict[str, Any
 def trial_spec(template: dict[str, Any], params: dict[str, Any], name: str) -> dict[str, Any]:
     """The JobCreate dict of a trial: the template with its parameters merged in."""
     spec = {**template, "name": name}
-    spec["hyperparameters"] = {**template.get("hyperparameters", {}),
-                               **{k: v for k, v in params.items() if k not in JOB_FIELDS}}
+    spec["hyperparameters"] = {
+        **template.get("hyperparameters", {}),
+        **{k: v for k, v in params.items() if k not in JOB_FIELDS},
+    }
     spec.update({k: v for k, v in params.items() if k in JOB_FIELDS})
     return spec
 

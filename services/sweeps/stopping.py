@@ -39,8 +39,9 @@ class Verdict:
     others: int
 
 
-def median_verdict(*, best: float, averages: list[float], rule: EarlyStopping,
-                   mode: str) -> float | None:
+def median_verdict(
+    *, best: float, averages: list[float], rule: EarlyStopping, mode: str
+) -> float | None:
     """The median T is behind (None: keep T running)."""
     if len(averages) < rule.min_trials:
         return None
@@ -52,17 +53,23 @@ def _objective_points(objective: Objective) -> tuple[sa.ColumnElement[bool], ...
     return (MetricPoint.replica == objective.replica, MetricPoint.name == objective.metric)
 
 
-def find_trials_to_stop(*, session: Session, sweep: Sweep, running: list[Job],
-                        objective: Objective, rule: EarlyStopping) -> list[Verdict]:
+def find_trials_to_stop(
+    *, session: Session, sweep: Sweep, running: list[Job], objective: Objective, rule: EarlyStopping
+) -> list[Verdict]:
     """The running trials of `sweep` the median rule stops now."""
     if not running:
         return []
     pick = sa.func.max if objective.mode == "max" else sa.func.min
     progress = session.execute(
         sa.select(MetricPoint.job_id, sa.func.max(MetricPoint.step), pick(MetricPoint.value))
-        .where(sa.tuple_(MetricPoint.job_id, MetricPoint.attempt).in_(
-                   [(job.id, job.attempt) for job in running]), *_objective_points(objective))
-        .group_by(MetricPoint.job_id)).all()
+        .where(
+            sa.tuple_(MetricPoint.job_id, MetricPoint.attempt).in_(
+                [(job.id, job.attempt) for job in running]
+            ),
+            *_objective_points(objective),
+        )
+        .group_by(MetricPoint.job_id)
+    ).all()
     verdicts = []
     for job_id, step, best in progress:
         if step is None or step < rule.min_steps:
@@ -72,10 +79,10 @@ def find_trials_to_stop(*, session: Session, sweep: Sweep, running: list[Job],
             sa.select(sa.func.avg(upto), sa.func.max(MetricPoint.step))
             .join(Job, sa.and_(Job.id == MetricPoint.job_id, Job.attempt == MetricPoint.attempt))
             .where(Job.sweep_id == sweep.id, Job.id != job_id, *_objective_points(objective))
-            .group_by(MetricPoint.job_id)).all()
+            .group_by(MetricPoint.job_id)
+        ).all()
         averages = [float(avg) for avg, reached in others if avg is not None and reached >= step]
-        median = median_verdict(best=float(best), averages=averages, rule=rule,
-                                mode=objective.mode)
+        median = median_verdict(best=float(best), averages=averages, rule=rule, mode=objective.mode)
         if median is not None:
             verdicts.append(Verdict(job_id, int(step), float(best), median, len(averages)))
     return verdicts

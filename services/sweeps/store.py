@@ -44,9 +44,13 @@ def trial_job(spec: SweepCreate, seed: int, index: int) -> JobCreate:
     """The job of trial `index` (ValidationError when its parameters do not fit a job)."""
     params = trial_parameters(spec.space, seed, index)
     return JobCreate.model_validate(
-        trial_spec(spec.template.model_dump(mode="json", exclude_unset=True)
-                   | {"hyperparameters": spec.template.hyperparameters.model_dump(mode="json")},
-                   params, trial_name(spec.name, index)))
+        trial_spec(
+            spec.template.model_dump(mode="json", exclude_unset=True)
+            | {"hyperparameters": spec.template.hyperparameters.model_dump(mode="json")},
+            params,
+            trial_name(spec.name, index),
+        )
+    )
 
 
 def _space_field(spec: SweepCreate, loc: tuple[Any, ...]) -> str:
@@ -59,26 +63,32 @@ def _space_field(spec: SweepCreate, loc: tuple[Any, ...]) -> str:
     return "template." + ".".join(str(p) for p in loc) if loc else "space"
 
 
-def _check_trials(spec: SweepCreate, seed: int, total: int, settings: Settings,
-                  limits: QuotaLimits) -> None:
+def _check_trials(
+    spec: SweepCreate, seed: int, total: int, settings: Settings, limits: QuotaLimits
+) -> None:
     for index in range(total):
         try:
             job_in = trial_job(spec, seed, index)
         except ValidationError as exc:
             error = exc.errors()[0]
             field = _space_field(spec, tuple(error.get("loc", ())))
-            raise InvalidJobSpec(field, f"trial {index} is not a valid job: "
-                                 f"{str(error['msg']).removeprefix('Value error, ')}") from exc
+            raise InvalidJobSpec(
+                field,
+                f"trial {index} is not a valid job: "
+                f"{str(error['msg']).removeprefix('Value error, ')}",
+            ) from exc
         try:
             jobs.check_job_spec(job_in=job_in, settings=settings)
             quotas.check_spec(job_in=job_in, limits=limits)
         except InvalidJobSpec as exc:
-            raise exc.renamed(_space_field(spec, tuple(exc.field.split("."))),
-                              f"trial {index}: {exc.message}") from exc
+            raise exc.renamed(
+                _space_field(spec, tuple(exc.field.split("."))), f"trial {index}: {exc.message}"
+            ) from exc
 
 
-def check_sweep(*, session: Session, project_id: int, sweep_in: SweepCreate,
-                settings: Settings, seed: int) -> int:
+def check_sweep(
+    *, session: Session, project_id: int, sweep_in: SweepCreate, settings: Settings, seed: int
+) -> int:
     """Every check a sweep must pass before it is stored; returns its number of trials.
 
     Raises:
@@ -87,17 +97,24 @@ def check_sweep(*, session: Session, project_id: int, sweep_in: SweepCreate,
     if sweep_in.space.grid:
         total = grid_size(sweep_in.space)
         if total > settings.MAX_SWEEP_TRIALS:
-            raise InvalidJobSpec("space.grid", f"{total} combinations, over the limit of "
-                                 f"{settings.MAX_SWEEP_TRIALS} trials "
-                                 "(COHORT_MAX_SWEEP_TRIALS); try fewer values")
+            raise InvalidJobSpec(
+                "space.grid",
+                f"{total} combinations, over the limit of "
+                f"{settings.MAX_SWEEP_TRIALS} trials "
+                "(COHORT_MAX_SWEEP_TRIALS); try fewer values",
+            )
         if sweep_in.trials is not None and sweep_in.trials != total:
-            raise InvalidJobSpec("trials", f"a grid runs one trial per combination ({total}); "
-                                 "leave `trials` out")
+            raise InvalidJobSpec(
+                "trials", f"a grid runs one trial per combination ({total}); leave `trials` out"
+            )
     else:
         total = sweep_in.trials or 0
         if total > settings.MAX_SWEEP_TRIALS:
-            raise InvalidJobSpec("trials", f"{total} trials, over the limit of "
-                                 f"{settings.MAX_SWEEP_TRIALS} (COHORT_MAX_SWEEP_TRIALS)")
+            raise InvalidJobSpec(
+                "trials",
+                f"{total} trials, over the limit of "
+                f"{settings.MAX_SWEEP_TRIALS} (COHORT_MAX_SWEEP_TRIALS)",
+            )
     try:
         jobs.check_job_spec(job_in=sweep_in.template, settings=settings)
     except InvalidJobSpec as exc:
@@ -107,14 +124,19 @@ def check_sweep(*, session: Session, project_id: int, sweep_in: SweepCreate,
     limits = quotas.read_limits(session=session, project_id=project_id, settings=settings)
     quotas.check_spec(job_in=sweep_in.template, limits=limits, field_prefix="template.")
     check_bundle(session=session, project_id=project_id, digest=sweep_in.template.bundle)
-    check_inputs_exist(project_id=project_id, inputs=sweep_in.template.inputs,
-                       settings=settings)
+    check_inputs_exist(project_id=project_id, inputs=sweep_in.template.inputs, settings=settings)
     _check_trials(sweep_in, seed, total, settings, limits)
     return total
 
 
-def create_sweep(*, session: Session, project_id: int, sweep_in: SweepCreate,
-                 settings: Settings, now: dt.datetime | None = None) -> Sweep:
+def create_sweep(
+    *,
+    session: Session,
+    project_id: int,
+    sweep_in: SweepCreate,
+    settings: Settings,
+    now: dt.datetime | None = None,
+) -> Sweep:
     """Store a running sweep; the scheduler pass creates its trials.
 
     Raises:
@@ -123,23 +145,31 @@ def create_sweep(*, session: Session, project_id: int, sweep_in: SweepCreate,
     seed = 0
     if sweep_in.space.random:
         seed = sweep_in.space.seed if sweep_in.space.seed is not None else draw_seed()
-    total = check_sweep(session=session, project_id=project_id, sweep_in=sweep_in,
-                        settings=settings, seed=seed)
+    total = check_sweep(
+        session=session, project_id=project_id, sweep_in=sweep_in, settings=settings, seed=seed
+    )
     now = now or utcnow()
-    sweep = Sweep(project_id=project_id, name=sweep_in.name,
-                  spec=sweep_in.model_dump(mode="json", exclude_unset=True), seed=seed,
-                  trials_total=total, trials_created=0, max_concurrent=sweep_in.max_concurrent,
-                  priority=sweep_in.template.priority, status=SweepStatus.RUNNING,
-                  stops_early=sweep_in.early_stopping is not None,
-                  reason=f"{total} trials, at most {sweep_in.max_concurrent} at once",
-                  created_at=now, updated_at=now)
+    sweep = Sweep(
+        project_id=project_id,
+        name=sweep_in.name,
+        spec=sweep_in.model_dump(mode="json", exclude_unset=True),
+        seed=seed,
+        trials_total=total,
+        trials_created=0,
+        max_concurrent=sweep_in.max_concurrent,
+        priority=sweep_in.template.priority,
+        status=SweepStatus.RUNNING,
+        stops_early=sweep_in.early_stopping is not None,
+        reason=f"{total} trials, at most {sweep_in.max_concurrent} at once",
+        created_at=now,
+        updated_at=now,
+    )
     session.add(sweep)
     session.flush()
     return sweep
 
 
-def read_sweep(*, session: Session, project_id: int, sweep_id: int,
-               lock: bool = False) -> Sweep:
+def read_sweep(*, session: Session, project_id: int, sweep_id: int, lock: bool = False) -> Sweep:
     """A sweep of this project (another project's is 'not found')."""
     query = sa.select(Sweep).where(Sweep.id == sweep_id, Sweep.project_id == project_id)
     if lock:
@@ -150,8 +180,14 @@ def read_sweep(*, session: Session, project_id: int, sweep_id: int,
     return sweep
 
 
-def list_sweeps(*, session: Session, project_id: int, status: SweepStatus | None = None,
-                before: int | None = None, limit: int = 50) -> tuple[list[Sweep], int | None]:
+def list_sweeps(
+    *,
+    session: Session,
+    project_id: int,
+    status: SweepStatus | None = None,
+    before: int | None = None,
+    limit: int = 50,
+) -> tuple[list[Sweep], int | None]:
     """Newest first; returns the page and the id to continue below (or None)."""
     query = sa.select(Sweep).where(Sweep.project_id == project_id)
     if status is not None:
@@ -161,8 +197,11 @@ def list_sweeps(*, session: Session, project_id: int, status: SweepStatus | None
 
 def read_trials(*, session: Session, sweep: Sweep) -> list[Job]:
     """The sweep's trial jobs, by trial index."""
-    return list(session.execute(
-        sa.select(Job).where(Job.sweep_id == sweep.id).order_by(Job.trial_index)).scalars())
+    return list(
+        session.execute(
+            sa.select(Job).where(Job.sweep_id == sweep.id).order_by(Job.trial_index)
+        ).scalars()
+    )
 
 
 def record_best(*, session: Session, sweep: Sweep, trials: list[Job]) -> tuple[int, float] | None:
@@ -175,8 +214,13 @@ def record_best(*, session: Session, sweep: Sweep, trials: list[Job]) -> tuple[i
     return best
 
 
-def cancel_sweep(*, session: Session, sweep: Sweep, reason: str = "cancelled by user",
-                 now: dt.datetime | None = None) -> Sweep:
+def cancel_sweep(
+    *,
+    session: Session,
+    sweep: Sweep,
+    reason: str = "cancelled by user",
+    now: dt.datetime | None = None,
+) -> Sweep:
     """Cancel a sweep and every trial not ended; the pass stops their replicas.
 
     Raises:
@@ -187,8 +231,9 @@ def cancel_sweep(*, session: Session, sweep: Sweep, reason: str = "cancelled by 
     trials = read_trials(session=session, sweep=sweep)
     for job in trials:
         if job.status not in TERMINAL_STATUSES:
-            jobs.request_cancel(session=session, job=job,
-                                reason=f"sweep {sweep.id} cancelled: {reason}")
+            jobs.request_cancel(
+                session=session, job=job, reason=f"sweep {sweep.id} cancelled: {reason}"
+            )
     record_best(session=session, sweep=sweep, trials=trials)
     sweep.status, sweep.reason = SweepStatus.CANCELLED, reason
     sweep.finished_at = now or utcnow()

@@ -22,7 +22,9 @@ def trial_counts(*, session: Session, sweeps: Sequence[Sweep]) -> dict[int, dict
         return counts
     rows = session.execute(
         sa.select(Job.sweep_id, Job.status, sa.func.count())
-        .where(Job.sweep_id.in_(list(counts))).group_by(Job.sweep_id, Job.status)).all()
+        .where(Job.sweep_id.in_(list(counts)))
+        .group_by(Job.sweep_id, Job.status)
+    ).all()
     for sweep_id, status, count in rows:
         if sweep_id is not None:
             counts[sweep_id][str(status)] = count
@@ -31,15 +33,27 @@ def trial_counts(*, session: Session, sweeps: Sequence[Sweep]) -> dict[int, dict
 
 def _base(sweep: Sweep, spec: SweepCreate, counts: dict[str, int]) -> SweepRead:
     return SweepRead(
-        id=sweep.id, project=sweep.project.name, name=sweep.name, status=sweep.status,
-        reason=sweep.reason, template=dict(sweep.spec.get("template", {})),
+        id=sweep.id,
+        project=sweep.project.name,
+        name=sweep.name,
+        status=sweep.status,
+        reason=sweep.reason,
+        template=dict(sweep.spec.get("template", {})),
         space=dict(sweep.spec.get("space", {})),
-        seed=sweep.seed if spec.space.random else None, objective=spec.objective,
-        early_stopping=spec.early_stopping, max_concurrent=sweep.max_concurrent,
-        trials_total=sweep.trials_total, trials_created=sweep.trials_created,
-        trial_counts=counts, best_job_id=sweep.best_job_id, best_value=sweep.best_value,
-        schedule_id=sweep.schedule_id, scheduled_for=sweep.scheduled_for,
-        created_at=sweep.created_at, finished_at=sweep.finished_at)
+        seed=sweep.seed if spec.space.random else None,
+        objective=spec.objective,
+        early_stopping=spec.early_stopping,
+        max_concurrent=sweep.max_concurrent,
+        trials_total=sweep.trials_total,
+        trials_created=sweep.trials_created,
+        trial_counts=counts,
+        best_job_id=sweep.best_job_id,
+        best_value=sweep.best_value,
+        schedule_id=sweep.schedule_id,
+        scheduled_for=sweep.scheduled_for,
+        created_at=sweep.created_at,
+        finished_at=sweep.finished_at,
+    )
 
 
 def to_list_read(*, session: Session, sweeps: Sequence[Sweep]) -> list[SweepRead]:
@@ -57,7 +71,8 @@ def to_list_read(*, session: Session, sweeps: Sequence[Sweep]) -> list[SweepRead
 
 def _best_parameters(sweep: Sweep, spec: SweepCreate, session: Session) -> dict[str, object]:
     index = session.execute(
-        sa.select(Job.trial_index).where(Job.id == sweep.best_job_id)).scalar_one_or_none()
+        sa.select(Job.trial_index).where(Job.id == sweep.best_job_id)
+    ).scalar_one_or_none()
     return trial_parameters(spec.space, sweep.seed, index) if index is not None else {}
 
 
@@ -70,20 +85,32 @@ def to_read(*, session: Session, sweep: Sweep) -> SweepRead:
         counts[str(job.status)] = counts.get(str(job.status), 0) + 1
     view = _base(sweep, spec, counts)
     values = objective_values(session=session, jobs=trials, objective=spec.objective)
-    params = {job.id: trial_parameters(spec.space, sweep.seed, job.trial_index or 0)
-              for job in trials}
+    params = {
+        job.id: trial_parameters(spec.space, sweep.seed, job.trial_index or 0) for job in trials
+    }
     view.trials = [
-        TrialRead(index=job.trial_index or 0, job_id=job.id, name=job.name, status=job.status,
-                  reason=job.reason, attempt=job.attempt, parameters=params[job.id],
-                  objective_value=values.get(job.id),
-                  stopped_early=(job.status is JobStatus.CANCELLED
-                                 and job.reason.startswith(STOPPED_EARLY)),
-                  created_at=job.created_at, started_at=job.started_at,
-                  finished_at=job.finished_at)
-        for job in trials]
+        TrialRead(
+            index=job.trial_index or 0,
+            job_id=job.id,
+            name=job.name,
+            status=job.status,
+            reason=job.reason,
+            attempt=job.attempt,
+            parameters=params[job.id],
+            objective_value=values.get(job.id),
+            stopped_early=(
+                job.status is JobStatus.CANCELLED and job.reason.startswith(STOPPED_EARLY)
+            ),
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+        )
+        for job in trials
+    ]
     if sweep.status is SweepStatus.RUNNING:  # the best so far, among succeeded trials
-        best = best_of(values, (j.id for j in trials if j.status is JobStatus.SUCCEEDED),
-                       spec.objective.mode)
+        best = best_of(
+            values, (j.id for j in trials if j.status is JobStatus.SUCCEEDED), spec.objective.mode
+        )
         view.best_job_id, view.best_value = best if best else (None, None)
     view.best_parameters = params.get(view.best_job_id) if view.best_job_id else None
     return view

@@ -47,9 +47,12 @@ class Cursor:
         """
         parts = raw.strip().split(".")
         if len(parts) != 3 or not all(_is_id(p) for p in parts):
-            raise InvalidEventId(field, f"{raw[:40]!r} is not an event id of this stream "
-                                 "(three numbers joined by dots); omit it to start from "
-                                 "the beginning")
+            raise InvalidEventId(
+                field,
+                f"{raw[:40]!r} is not an event id of this stream "
+                "(three numbers joined by dots); omit it to start from "
+                "the beginning",
+            )
         return cls(*(int(p) for p in parts))
 
 
@@ -67,8 +70,9 @@ def parse_project_position(raw: str | None, field: str = "last-event-id") -> int
     if raw is None:
         return None
     if not _is_id(raw.strip()):
-        raise InvalidEventId(field, f"{raw[:40]!r} is not an event id of this stream "
-                             "(a number); omit it")
+        raise InvalidEventId(
+            field, f"{raw[:40]!r} is not an event id of this stream (a number); omit it"
+        )
     return int(raw)
 
 
@@ -83,8 +87,9 @@ class Event(NamedTuple):
     shared: bool = False
 
 
-def row_events(kind: str, rows: Collection[Row], cursor: Cursor,
-               shared: bool = False) -> list[Event]:
+def row_events(
+    kind: str, rows: Collection[Row], cursor: Cursor, shared: bool = False
+) -> list[Event]:
     """Events for rows the client has not had yet (ids at or below its cursor were sent
     already: from history, or from an overlapping feed entry); moves the cursor."""
     events = []

@@ -79,7 +79,8 @@ class Subscription:
             drops = self.drops
             try:
                 entries: list[Entry] = await self.client.xrange(  # type: ignore[assignment]
-                    self.key, min=f"({self.position}", max="+", count=count)
+                    self.key, min=f"({self.position}", max="+", count=count
+                )
             except RedisError:
                 # As for the reader: the follower carries on from SQL meanwhile.
                 log.warning("reading feed %s failed", self.key, exc_info=True)
@@ -123,8 +124,12 @@ class FeedHub:
         those entries follow. Only a feed new to this process costs a Redis call."""
         if self.client is None:
             pool = BlockingConnectionPool.from_url(
-                self.url, max_connections=POOL_SIZE, timeout=POOL_WAIT,
-                client_name=READER_NAME, decode_responses=True)
+                self.url,
+                max_connections=POOL_SIZE,
+                timeout=POOL_WAIT,
+                client_name=READER_NAME,
+                decode_responses=True,
+            )
             self.client = aredis.Redis.from_pool(pool)  # closing it closes the pool
         client = self.client
         if key in self.positions:
@@ -189,8 +194,7 @@ class FeedHub:
 
 
 # One hub per event loop: redis.asyncio's connections belong to the loop that made them.
-_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FeedHub] = \
-    weakref.WeakKeyDictionary()
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FeedHub] = weakref.WeakKeyDictionary()
 
 
 def feed_hub() -> FeedHub:

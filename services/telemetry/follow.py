@@ -141,8 +141,9 @@ class _EveryJob:
     async def _read(self) -> None:
         try:
             started = time.monotonic()
-            self.asked = {job: at for job, at in self.asked.items()
-                          if at >= started - 2 * STATUS_POLL}
+            self.asked = {
+                job: at for job, at in self.asked.items() if at >= started - 2 * STATUS_POLL
+            }
             self.values = await _sql(self.read, list(self.asked))
             self.read_at = started
         finally:
@@ -150,8 +151,9 @@ class _EveryJob:
 
 
 # Per event loop: a read in flight is a task of the loop that started it.
-_every_job: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _EveryJob] = \
+_every_job: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _EveryJob] = (
     weakref.WeakKeyDictionary()
+)
 
 
 async def _fingerprint(job_id: int) -> Any:
@@ -204,8 +206,10 @@ class _Follower:
         snapshot: dict[str, Any] = {}
         if any(kind == "status" for kind, _, _ in items):
             snapshot = (await _snapshot(self.job_id))[0]
-        return [Event(kind, event_id, _status_data(snapshot, item) if kind == "status"
-                      else item) for kind, item, event_id in items]
+        return [
+            Event(kind, event_id, _status_data(snapshot, item) if kind == "status" else item)
+            for kind, item, event_id in items
+        ]
 
     async def from_sql(self, bound: Cursor | None = None) -> list[Event]:
         """What SQL holds after the cursor (up to `bound`), in stream order."""
@@ -266,8 +270,9 @@ class _Follower:
         if bound is None or self.cursor.at(entry.kind) < entry.place.prev:
             return False
         other = "log" if entry.kind == "metric" else "metric"
-        return (other not in self.kinds or self.cursor.at(other) >= bound.at(other)) and \
-            (not self.status or self.cursor.event >= bound.event)
+        return (other not in self.kinds or self.cursor.at(other) >= bound.at(other)) and (
+            not self.status or self.cursor.event >= bound.event
+        )
 
     def _align(self, entry: FeedEntry) -> None:
         """Take the entry's place for the kinds this follower does not follow: its ids are
@@ -321,7 +326,8 @@ class _Follower:
         # change can wait in SQL for rows stored just before it (stream_order.in_order).
         # The held terminal status is sent by `settle`, with what comes before it.
         unsent = fingerprint[4] > self.cursor.event and (
-            self.terminal is None or fingerprint[4] != self.terminal.id or changed)
+            self.terminal is None or fingerprint[4] != self.terminal.id or changed
+        )
         if self.status and unsent:
             events = await self.from_sql()
         # Not once the job is terminal: its status is told by the last event alone.
@@ -347,8 +353,11 @@ class _Follower:
             if not done:
                 return [], False
         else:
-            log.warning("job %s: not settled after %.0fs; ending its stream with what SQL "
-                        "has", self.job_id, SETTLE_LIMIT)
+            log.warning(
+                "job %s: not settled after %.0fs; ending its stream with what SQL has",
+                self.job_id,
+                SETTLE_LIMIT,
+            )
         events = await self.from_sql()
         # Whatever the kinds followed: the terminal status says the stream is over.
         self.cursor.event = self.terminal.id
@@ -383,8 +392,12 @@ def _status_data(snapshot: dict[str, Any], change: StatusChange) -> dict[str, An
     """A status event's data: the job as `GET /jobs/{id}` sends it now, with the status
     and attempt of the change, and the change itself (`change`: its id, statuses, attempt,
     reason and time). The newest change's event is the job as REST reads it."""
-    return {**snapshot, "status": change.to_status, "attempt": change.attempt,
-            "change": change.payload()}
+    return {
+        **snapshot,
+        "status": change.to_status,
+        "attempt": change.attempt,
+        "change": change.payload(),
+    }
 
 
 def stream_over(job_id: int, cursor: Cursor) -> bool:
@@ -394,8 +407,13 @@ def stream_over(job_id: int, cursor: Cursor) -> bool:
     return terminal is not None and cursor.event >= terminal.id
 
 
-async def follow(job_id: int, cursor: Cursor | None = None, kinds: Collection[str] = KINDS,
-                 *, keepalive: float = KEEPALIVE) -> AsyncGenerator[list[Event]]:
+async def follow(
+    job_id: int,
+    cursor: Cursor | None = None,
+    kinds: Collection[str] = KINDS,
+    *,
+    keepalive: float = KEEPALIVE,
+) -> AsyncGenerator[list[Event]]:
     """Follow job `job_id` from `cursor` (None: from the start) until its terminal status:
     batches of events in stream order, each batch what to send at once; an empty batch
     after `keepalive` seconds of silence. `kinds`: some of status, metric, log."""
@@ -410,8 +428,9 @@ async def follow(job_id: int, cursor: Cursor | None = None, kinds: Collection[st
             follower.feed.close()
 
 
-async def follow_project(project_id: int, after: int | None = None, *,
-                         keepalive: float = KEEPALIVE) -> AsyncGenerator[list[Event]]:
+async def follow_project(
+    project_id: int, after: int | None = None, *, keepalive: float = KEEPALIVE
+) -> AsyncGenerator[list[Event]]:
     """The project's jobs as their statuses change, forever: `status` events whose ids
     are job-event ids. With no `after`, the project's newest jobs come first; an empty
     batch after `keepalive` seconds without any (a quiet spell)."""

@@ -11,8 +11,9 @@ from services.models import Job
 from services.telemetry import progress, scaling
 
 
-def read_job_views(*, session: Session, jobs: list[Job],
-                   cluster_wide: bool = False) -> list[JobRead]:
+def read_job_views(
+    *, session: Session, jobs: list[Job], cluster_wide: bool = False
+) -> list[JobRead]:
     """Jobs with the replicas of their current attempts and their places in their
     project's queue, in two queries whatever the page size (lists, the project's stream);
     `cluster_wide` (admins): their places in the whole queue too, in a third."""
@@ -29,8 +30,9 @@ def read_job_views(*, session: Session, jobs: list[Job],
     return views
 
 
-def read_job_view(*, session: Session, job: Job, with_progress: bool = True,
-                  cluster_wide: bool = False) -> JobRead:
+def read_job_view(
+    *, session: Session, job: Job, with_progress: bool = True, cluster_wide: bool = False
+) -> JobRead:
     """One job as `GET /jobs/{id}` and the job's stream send it: replicas, place in the
     queue, progress and, once finished, scaling (`with_progress=False`: as a list sends it,
     for submit and cancel)."""

@@ -23,8 +23,9 @@ LIVE_MAXLEN = 20_000  # entries per job kept for live readers; older ones are re
 LIVE_TTL = 3600  # seconds a job's feed outlives its last entry
 
 
-def publish(client: redis.Redis, kind: str, rows: list[tuple[Any, ...]],
-            places: dict[int, Place]) -> None:
+def publish(
+    client: redis.Redis, kind: str, rows: list[tuple[Any, ...]], places: dict[int, Place]
+) -> None:
     """Append newly committed `metric` or `log` rows to their jobs' feeds; count them.
     `rows`: in id order, each the job's id then the row's fields in its row type's order
     (services/telemetry/metrics.py and logs.py: STORED), one pipeline for all jobs.

@@ -49,17 +49,20 @@ def insert_lines(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[di
     marks = newest_ids(session, MetricPoint, {row["job_id"] for row in unique.values()})
     for row in unique.values():
         row["metric_mark"] = marks[row["job_id"]]
-    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" \
-        else sqlite.insert
+    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
     table = cast(sa.Table, LogLine.__table__)  # a mapped class's table is a Table
-    statement = insert(table).on_conflict_do_nothing(
-        index_elements=["job_id", "attempt", "replica", "seq"]).returning(*table.c)
+    statement = (
+        insert(table)
+        .on_conflict_do_nothing(index_elements=["job_id", "attempt", "replica", "seq"])
+        .returning(*table.c)
+    )
     values = list(unique.values())
     inserted: list[dict[str, Any]] = []
     connection = session.connection()
     for start in range(0, len(values), 2000):
-        inserted.extend(dict(r) for r in
-                        connection.execute(statement, values[start:start + 2000]).mappings())
+        inserted.extend(
+            dict(r) for r in connection.execute(statement, values[start : start + 2000]).mappings()
+        )
     return inserted
 
 
@@ -74,8 +77,13 @@ def insert_line_rows(*, session: Session, rows: Iterable[dict[str, Any]]) -> lis
 
 
 def read_logs(
-    *, session: Session, job_id: int, replica: int | None = None, attempt: int | None = None,
-    tail: int | None = None, limit: int = 10_000,
+    *,
+    session: Session,
+    job_id: int,
+    replica: int | None = None,
+    attempt: int | None = None,
+    tail: int | None = None,
+    limit: int = 10_000,
 ) -> list[LogLine]:
     """Lines of one job, oldest first; `tail` keeps the last n of them."""
     query = sa.select(LogLine).where(LogLine.job_id == job_id)
@@ -94,11 +102,19 @@ def read_logs(
 
 
 def read_lines_after(
-    *, session: Session, job_id: int, after_id: int, limit: int = 5000,
+    *,
+    session: Session,
+    job_id: int,
+    after_id: int,
+    limit: int = 5000,
 ) -> list[LogLine]:
     """Lines of one job stored after id `after_id`, in id order (how live streams page)."""
-    query = (sa.select(LogLine).where(LogLine.job_id == job_id, LogLine.id > after_id)
-             .order_by(LogLine.id).limit(limit))
+    query = (
+        sa.select(LogLine)
+        .where(LogLine.job_id == job_id, LogLine.id > after_id)
+        .order_by(LogLine.id)
+        .limit(limit)
+    )
     return list(session.execute(query).scalars())
 
 

@@ -20,9 +20,19 @@ def parse_batch(raw: str | bytes) -> list[dict[str, Any]]:
     ValueError (the caller drops the whole entry)."""
     batch = MetricBatch.decode(raw)
     job_id, attempt, replica = batch.job_id, batch.attempt, batch.replica
-    return [{"job_id": job_id, "attempt": attempt, "replica": replica, "step": step,
-             "epoch": epoch, "name": name, "value": value, "ts": ts}
-            for step, epoch, name, value, ts in batch.points]
+    return [
+        {
+            "job_id": job_id,
+            "attempt": attempt,
+            "replica": replica,
+            "step": step,
+            "epoch": epoch,
+            "name": name,
+            "value": value,
+            "ts": ts,
+        }
+        for step, epoch, name, value, ts in batch.points
+    ]
 
 
 def store_points(*, session: Session, rows: Iterable[dict[str, Any]]) -> int:
@@ -34,8 +44,9 @@ def store_points(*, session: Session, rows: Iterable[dict[str, Any]]) -> int:
 def insert_points(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Like `store_points`, but returns the new rows with their ids (for the live streams),
     in id order: `insert_point_rows` as dicts."""
-    return [dict(zip(STORED, row, strict=True))
-            for row in insert_point_rows(session=session, rows=rows)]
+    return [
+        dict(zip(STORED, row, strict=True)) for row in insert_point_rows(session=session, rows=rows)
+    ]
 
 
 # The new rows as the ingest gets them: the job, then the live feed's row (MetricRow).
@@ -72,17 +83,26 @@ def current_attempts(*, session: Session, job_ids: set[int]) -> dict[int, int]:
     this commit, and this waits for it, so the change's marks (the job's newest point and
     line, services/jobs/stream_marks.py) say exactly which rows were stored before it. In
     id order, as status changes lock: the two cannot deadlock. SQLite ignores it."""
-    return dict(session.execute(
-        sa.select(Job.id, Job.attempt).where(Job.id.in_(job_ids)).order_by(Job.id)
-        .with_for_update(read=True)).tuples().all())
+    return dict(
+        session.execute(
+            sa.select(Job.id, Job.attempt)
+            .where(Job.id.in_(job_ids))
+            .order_by(Job.id)
+            .with_for_update(read=True)
+        )
+        .tuples()
+        .all()
+    )
 
 
 _COLUMNS = ("job_id", "attempt", "replica", "step", "epoch", "name", "value", "ts")
 # Steps per rollup bucket (alembic 0008 filled the table with this width: changing it
 # needs a migration that rebuilds metric_rollups).
 ROLLUP_STEPS = 100
-_ROLLUP_INSERT = ("INSERT INTO metric_rollups (job_id, attempt, replica, name, bucket, points, "
-                  "total, first_step, last_step, last_epoch, last_ts)")
+_ROLLUP_INSERT = (
+    "INSERT INTO metric_rollups (job_id, attempt, replica, name, bucket, points, "
+    "total, first_step, last_step, last_epoch, last_ts)"
+)
 _COPY_TYPES = ("int4", "int4", "int4", "int4", "int4", "varchar", "float8", "float8")
 
 
@@ -107,7 +127,8 @@ def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[t
             "CREATE TEMP TABLE IF NOT EXISTS metric_stage (job_id integer, attempt integer, "
             "replica integer, step integer, epoch integer, name varchar(64), "
             "value double precision, ts double precision) ON COMMIT DELETE ROWS; "
-            "TRUNCATE metric_stage")
+            "TRUNCATE metric_stage"
+        )
         # Binary COPY: the server skips parsing text, the client encodes in C.
         with cursor.copy(f"COPY metric_stage ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(_COPY_TYPES)
@@ -130,7 +151,8 @@ def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[t
             "last_step = greatest(metric_rollups.last_step, excluded.last_step), "
             "last_epoch = greatest(metric_rollups.last_epoch, excluded.last_epoch), "
             "last_ts = greatest(metric_rollups.last_ts, excluded.last_ts)) "
-            f"SELECT {', '.join(STORED)} FROM new ORDER BY id")
+            f"SELECT {', '.join(STORED)} FROM new ORDER BY id"
+        )
         return cursor.fetchall()
 
 
@@ -146,9 +168,11 @@ def _insert_sqlite(session: Session, values: list[dict[str, Any]]) -> list[tuple
         before = cursor.fetchone()[0]
         cursor.executemany(
             f"INSERT OR IGNORE INTO metric_points ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            list(map(itemgetter(*_COLUMNS), values)))
-        cursor.execute(f"SELECT {', '.join(STORED)} FROM metric_points WHERE id > ? "
-                       "ORDER BY id", (before,))
+            list(map(itemgetter(*_COLUMNS), values)),
+        )
+        cursor.execute(
+            f"SELECT {', '.join(STORED)} FROM metric_points WHERE id > ? ORDER BY id", (before,)
+        )
         inserted = cursor.fetchall()
         # SQLite's max() of a NULL is NULL: an absent epoch is -1 for the comparison.
         cursor.executemany(
@@ -159,7 +183,9 @@ def _insert_sqlite(session: Session, values: list[dict[str, Any]]) -> list[tuple
             "last_step = max(last_step, excluded.last_step), "
             "last_epoch = nullif(max(coalesce(last_epoch, -1), "
             "coalesce(excluded.last_epoch, -1)), -1), "
-            "last_ts = max(last_ts, excluded.last_ts)", _rollups_of(inserted))
+            "last_ts = max(last_ts, excluded.last_ts)",
+            _rollups_of(inserted),
+        )
         return inserted
     finally:
         cursor.close()
@@ -169,8 +195,13 @@ def _rollups_of(stored: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """Rollup rows of newly stored points (what the PostgreSQL statement computes)."""
     groups: dict[tuple[Any, ...], list[Any]] = {}
     for row in (dict(zip(STORED, r, strict=True)) for r in stored):
-        key = (row["job_id"], row["attempt"], row["replica"], row["name"],
-               row["step"] // ROLLUP_STEPS)
+        key = (
+            row["job_id"],
+            row["attempt"],
+            row["replica"],
+            row["name"],
+            row["step"] // ROLLUP_STEPS,
+        )
         group = groups.get(key)
         if group is None:
             groups[key] = [1, row["value"], row["step"], row["step"], row["epoch"], row["ts"]]
@@ -186,8 +217,13 @@ def _rollups_of(stored: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 
 
 def read_metrics(
-    *, session: Session, job_id: int, names: list[str] | None = None,
-    replica: int | None = None, attempt: int | None = None, since_step: int | None = None,
+    *,
+    session: Session,
+    job_id: int,
+    names: list[str] | None = None,
+    replica: int | None = None,
+    attempt: int | None = None,
+    since_step: int | None = None,
     limit: int = 10_000,
 ) -> list[MetricPoint]:
     """Points of one job in (attempt, step, replica, name) order."""
@@ -200,8 +236,9 @@ def read_metrics(
         query = query.where(MetricPoint.attempt == attempt)
     if since_step is not None:
         query = query.where(MetricPoint.step > since_step)
-    query = query.order_by(MetricPoint.attempt, MetricPoint.step, MetricPoint.replica,
-                           MetricPoint.name).limit(limit)
+    query = query.order_by(
+        MetricPoint.attempt, MetricPoint.step, MetricPoint.replica, MetricPoint.name
+    ).limit(limit)
     return list(session.execute(query).scalars())
 
 
@@ -217,10 +254,17 @@ def newest_point_id(*, session: Session, job_id: int, before: int | None = None)
 
 
 def read_points_after(
-    *, session: Session, job_id: int, after_id: int, limit: int = 5000,
+    *,
+    session: Session,
+    job_id: int,
+    after_id: int,
+    limit: int = 5000,
 ) -> list[MetricPoint]:
     """Points of one job stored after id `after_id`, in id order (how live streams page)."""
-    query = (sa.select(MetricPoint).where(MetricPoint.job_id == job_id,
-                                          MetricPoint.id > after_id)
-             .order_by(MetricPoint.id).limit(limit))
+    query = (
+        sa.select(MetricPoint)
+        .where(MetricPoint.job_id == job_id, MetricPoint.id > after_id)
+        .order_by(MetricPoint.id)
+        .limit(limit)
+    )
     return list(session.execute(query).scalars())

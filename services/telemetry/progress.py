@@ -25,9 +25,14 @@ def read_progress(*, session: Session, job: Job) -> JobProgress:
     total = epochs * steps_per_epoch
     recent = session.execute(
         sa.select(MetricPoint.step, MetricPoint.ts)
-        .where(MetricPoint.job_id == job.id, MetricPoint.attempt == job.attempt,
-               MetricPoint.replica == 0, MetricPoint.name == "step_time")
-        .order_by(MetricPoint.step.desc()).limit(RATE_WINDOW)
+        .where(
+            MetricPoint.job_id == job.id,
+            MetricPoint.attempt == job.attempt,
+            MetricPoint.replica == 0,
+            MetricPoint.name == "step_time",
+        )
+        .order_by(MetricPoint.step.desc())
+        .limit(RATE_WINDOW)
     ).all()
     step = min(total, int(recent[0].step)) if recent else 0
     if job.status == JobStatus.SUCCEEDED:
@@ -44,8 +49,11 @@ def read_progress(*, session: Session, job: Job) -> JobProgress:
     elif rate and job.status == JobStatus.RUNNING:
         eta = round((total - step) / rate, 1)
     return JobProgress(
-        step=step, total_steps=total,
-        epoch=min(epochs, (step - 1) // steps_per_epoch + 1) if step else 0, epochs=epochs,
+        step=step,
+        total_steps=total,
+        epoch=min(epochs, (step - 1) // steps_per_epoch + 1) if step else 0,
+        epochs=epochs,
         percent=round(100.0 * step / total, 1),
-        steps_per_second=round(rate, 3) if rate else None, eta_seconds=eta,
+        steps_per_second=round(rate, 3) if rate else None,
+        eta_seconds=eta,
     )

@@ -42,33 +42,44 @@ class ServiceCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         with session_scope() as session:
-            by_status = dict(session.execute(
-                sa.select(Job.status, sa.func.count()).group_by(Job.status)).all())
-            started = session.execute(sa.select(Job.created_at, Job.started_at)
-                                      .where(Job.started_at.is_not(None))).all()
+            by_status = dict(
+                session.execute(sa.select(Job.status, sa.func.count()).group_by(Job.status)).all()
+            )
+            started = session.execute(
+                sa.select(Job.created_at, Job.started_at).where(Job.started_at.is_not(None))
+            ).all()
             replicas = session.execute(
                 sa.select(Replica.node_id, Replica.status, sa.func.count())
                 .where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
-                .group_by(Replica.node_id, Replica.status)).all()
+                .group_by(Replica.node_id, Replica.status)
+            ).all()
         jobs = GaugeMetricFamily("cohort_jobs", "Jobs by status.", labels=["status"])
         for status in JobStatus:
             jobs.add_metric([status.value], by_status.get(status, 0))
         yield jobs
-        yield GaugeMetricFamily("cohort_queue_depth", "Jobs waiting to be placed.",
-                                value=by_status.get(JobStatus.QUEUED, 0)
-                                + by_status.get(JobStatus.RESTARTING, 0))
+        yield GaugeMetricFamily(
+            "cohort_queue_depth",
+            "Jobs waiting to be placed.",
+            value=by_status.get(JobStatus.QUEUED, 0) + by_status.get(JobStatus.RESTARTING, 0),
+        )
         buckets, total = wait_histogram(
-            [(s - c).total_seconds() for c, s in started if s is not None])
-        yield HistogramMetricFamily("cohort_job_wait_seconds",
-                                    "Time from submission to running, per job.",
-                                    buckets=buckets, sum_value=total)
-        by_node = GaugeMetricFamily("cohort_replicas", "Live replicas by node and status.",
-                                    labels=["node", "status"])
+            [(s - c).total_seconds() for c, s in started if s is not None]
+        )
+        yield HistogramMetricFamily(
+            "cohort_job_wait_seconds",
+            "Time from submission to running, per job.",
+            buckets=buckets,
+            sum_value=total,
+        )
+        by_node = GaugeMetricFamily(
+            "cohort_replicas", "Live replicas by node and status.", labels=["node", "status"]
+        )
         for node_id, replica_status, count in replicas:
             by_node.add_metric([node_id, str(replica_status)], count)
         yield by_node
-        ingested = CounterMetricFamily("cohort_ingested_rows", "Rows stored by the ingester.",
-                                       labels=["kind"])
+        ingested = CounterMetricFamily(
+            "cohort_ingested_rows", "Rows stored by the ingester.", labels=["kind"]
+        )
         try:
             stats = live.read_stats(self.redis_client)
         except redis.RedisError:
@@ -78,9 +89,11 @@ class ServiceCollector(Collector):
         yield ingested
         # Events and heartbeats the scheduler ignored: unsigned, badly signed, about a
         # replica another node runs (workers/control/refusals.py writes them).
-        refused = CounterMetricFamily("cohort_refused_messages",
-                                      "Messages from nodes the scheduler ignored.",
-                                      labels=["reason"])
+        refused = CounterMetricFamily(
+            "cohort_refused_messages",
+            "Messages from nodes the scheduler ignored.",
+            labels=["reason"],
+        )
         for field, count in sorted(stats.items()):
             if field.startswith("refused:"):
                 refused.add_metric([field.removeprefix("refused:")], count)

@@ -35,12 +35,15 @@ def read_scaling(*, session: Session, job: Job) -> JobScaling | None:
         return None
     per_replica = _examples_per_second(session, job)
     if not per_replica:
-        return JobScaling(note=f"no `{STEP_TIME}` points over more than the first step: "
-                               "the built-in trainers report one per step")
+        return JobScaling(
+            note=f"no `{STEP_TIME}` points over more than the first step: "
+            "the built-in trainers report one per step"
+        )
     mean = sum(per_replica) / len(per_replica)
     total = sum(per_replica)
-    report = JobScaling(per_replica_examples_per_second=round(mean, 2),
-                        total_examples_per_second=round(total, 2))
+    report = JobScaling(
+        per_replica_examples_per_second=round(mean, 2), total_examples_per_second=round(total, 2)
+    )
     batch = _batch_size(job)
     if job.strategy == "parameter_server":
         # Its gang counts a chief, ps and an evaluator that take no batches: replicas
@@ -48,23 +51,29 @@ def read_scaling(*, session: Session, job: Job) -> JobScaling | None:
         report.note = "parameter_server: no scaling efficiency (not every process trains)"
         return report
     if job.replicas == 1:
-        report.note = (f"1 replica: this run is the baseline of {_runs(job)} at batch {batch} "
-                       "per replica" if job.status == JobStatus.SUCCEEDED
-                       else "1 replica: a baseline only once a run succeeds")
+        report.note = (
+            f"1 replica: this run is the baseline of {_runs(job)} at batch {batch} per replica"
+            if job.status == JobStatus.SUCCEEDED
+            else "1 replica: a baseline only once a run succeeds"
+        )
         return report
     baseline = _baseline(session, job)
     if baseline is None:
-        report.note = (f"no succeeded 1-replica run of {_runs(job)} at batch {batch} per "
-                       "replica in this project to compare with; run one (a sweep over "
-                       "`replicas: [1, 2, 4]` does)")
+        report.note = (
+            f"no succeeded 1-replica run of {_runs(job)} at batch {batch} per "
+            "replica in this project to compare with; run one (a sweep over "
+            "`replicas: [1, 2, 4]` does)"
+        )
         return report
     base_job, base_rate = baseline
     efficiency = total / (job.replicas * base_rate)
     report.baseline_job_id = base_job.id
     report.efficiency = round(efficiency, 3)
-    report.note = (f"{total:.1f} examples/s on {job.replicas} replicas against "
-                   f"{job.replicas} × {base_rate:.1f} on 1 (job {base_job.id}): "
-                   f"{100 * efficiency:.0f}% efficiency")
+    report.note = (
+        f"{total:.1f} examples/s on {job.replicas} replicas against "
+        f"{job.replicas} × {base_rate:.1f} on 1 (job {base_job.id}): "
+        f"{100 * efficiency:.0f}% efficiency"
+    )
     return report
 
 
@@ -72,21 +81,38 @@ def _examples_per_second(session: Session, job: Job) -> list[float]:
     """Each replica's examples/s over the current attempt, the first step left out;
     replicas with no timed step after the first are left out."""
     sums = session.execute(
-        sa.select(MetricRollup.replica, sa.func.sum(MetricRollup.total),
-                  sa.func.sum(MetricRollup.points), sa.func.min(MetricRollup.first_step))
-        .where(MetricRollup.job_id == job.id, MetricRollup.attempt == job.attempt,
-               MetricRollup.name == STEP_TIME)
+        sa.select(
+            MetricRollup.replica,
+            sa.func.sum(MetricRollup.total),
+            sa.func.sum(MetricRollup.points),
+            sa.func.min(MetricRollup.first_step),
+        )
+        .where(
+            MetricRollup.job_id == job.id,
+            MetricRollup.attempt == job.attempt,
+            MetricRollup.name == STEP_TIME,
+        )
         .group_by(MetricRollup.replica)
     ).all()
     if not sums:
         return []
-    firsts = dict(session.execute(
-        sa.select(MetricPoint.replica, MetricPoint.value)
-        .where(MetricPoint.job_id == job.id, MetricPoint.attempt == job.attempt,
-               MetricPoint.name == STEP_TIME,
-               sa.or_(*(sa.and_(MetricPoint.replica == replica, MetricPoint.step == first)
-                        for replica, _, _, first in sums)))
-    ).tuples().all())
+    firsts = dict(
+        session.execute(
+            sa.select(MetricPoint.replica, MetricPoint.value).where(
+                MetricPoint.job_id == job.id,
+                MetricPoint.attempt == job.attempt,
+                MetricPoint.name == STEP_TIME,
+                sa.or_(
+                    *(
+                        sa.and_(MetricPoint.replica == replica, MetricPoint.step == first)
+                        for replica, _, _, first in sums
+                    )
+                ),
+            )
+        )
+        .tuples()
+        .all()
+    )
     examples_per_step = _batch_size(job) * _devices(job)
     rates = []
     for replica, seconds, points, _ in sums:
@@ -101,16 +127,31 @@ def _baseline(session: Session, job: Job) -> tuple[Job, float] | None:
     """The newest succeeded 1-replica run of the same code at the same per-replica batch
     and devices with timed steps, and its examples/s; one with exactly the same
     hyperparameters otherwise (a sweep over `replicas`) comes first."""
-    candidates = session.execute(
-        sa.select(Job).where(Job.project_id == job.project_id, Job.replicas == 1,
-                             Job.status == JobStatus.SUCCEEDED, Job.id != job.id,
-                             Job.trainer.is_(None) if job.trainer is None
-                             else Job.trainer == job.trainer,
-                             Job.gpus_per_replica == job.gpus_per_replica)
-        .order_by(Job.id.desc()).limit(BASELINE_CANDIDATES)
-    ).scalars().all()
-    same = [c for c in candidates if c.command == job.command and c.bundle == job.bundle
-            and _batch_size(c) == _batch_size(job) and _devices(c) == _devices(job)]
+    candidates = (
+        session.execute(
+            sa.select(Job)
+            .where(
+                Job.project_id == job.project_id,
+                Job.replicas == 1,
+                Job.status == JobStatus.SUCCEEDED,
+                Job.id != job.id,
+                Job.trainer.is_(None) if job.trainer is None else Job.trainer == job.trainer,
+                Job.gpus_per_replica == job.gpus_per_replica,
+            )
+            .order_by(Job.id.desc())
+            .limit(BASELINE_CANDIDATES)
+        )
+        .scalars()
+        .all()
+    )
+    same = [
+        c
+        for c in candidates
+        if c.command == job.command
+        and c.bundle == job.bundle
+        and _batch_size(c) == _batch_size(job)
+        and _devices(c) == _devices(job)
+    ]
     same.sort(key=lambda c: c.hyperparameters != job.hyperparameters)  # stable: newest first
     for candidate in same:
         rates = _examples_per_second(session, candidate)
@@ -129,8 +170,9 @@ def _devices(job: Job) -> int:
     under the mirrored strategies, or mirrored's logical CPUs; one under one_device."""
     if job.strategy == "one_device":
         return 1
-    cpu_devices = (job.distribution or {}).get("cpu_devices") if job.strategy == "mirrored" \
-        else None
+    cpu_devices = (
+        (job.distribution or {}).get("cpu_devices") if job.strategy == "mirrored" else None
+    )
     return max(1, job.gpus_per_replica or cpu_devices or 1)
 
 

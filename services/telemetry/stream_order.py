@@ -59,8 +59,14 @@ class StatusChange(NamedTuple):
 
     def payload(self) -> dict[str, Any]:
         """What a stream client gets about the change itself (beside the job's view)."""
-        return {"id": self.id, "from_status": self.from_status, "to_status": self.to_status,
-                "attempt": self.attempt, "reason": self.reason, "at": self.at.isoformat()}
+        return {
+            "id": self.id,
+            "from_status": self.from_status,
+            "to_status": self.to_status,
+            "attempt": self.attempt,
+            "reason": self.reason,
+            "at": self.at.isoformat(),
+        }
 
 
 @dataclasses.dataclass
@@ -87,27 +93,41 @@ def in_order(segment: Segment, cursor: Cursor, kinds: Collection[str]) -> list[I
     logs = [x for x in segment.logs if x[0].id > cursor.log] if "log" in kinds else []
     events = [e for e in segment.events if e.id > cursor.event] if "status" in kinds else []
     follows_metrics, follows_logs, follows_status = (
-        "metric" in kinds, "log" in kinds, "status" in kinds)
+        "metric" in kinds,
+        "log" in kinds,
+        "status" in kinds,
+    )
     out: list[Item] = []
     i = j = k = 0
     while True:
         m = metrics[i] if i < len(metrics) else None
         line = logs[j] if j < len(logs) else None
         e = events[k] if k < len(events) else None
-        if (m is None and not segment.complete["metric"] and follows_metrics) or \
-                (line is None and not segment.complete["log"] and follows_logs) or \
-                (e is None and not segment.complete["status"] and follows_status):
+        if (
+            (m is None and not segment.complete["metric"] and follows_metrics)
+            or (line is None and not segment.complete["log"] and follows_logs)
+            or (e is None and not segment.complete["status"] and follows_status)
+        ):
             break  # the next item of that kind is on a page not read yet
-        if m is not None and (line is None or line[1] >= m.id) \
-                and (e is None or e.metric_mark >= m.id):
+        if (
+            m is not None
+            and (line is None or line[1] >= m.id)
+            and (e is None or e.metric_mark >= m.id)
+        ):
             cursor.metric, i = m.id, i + 1
             out.append(("metric", m, str(cursor)))
-        elif line is not None and (not follows_metrics or cursor.metric >= line[1]) \
-                and (e is None or e.log_mark >= line[0].id):
+        elif (
+            line is not None
+            and (not follows_metrics or cursor.metric >= line[1])
+            and (e is None or e.log_mark >= line[0].id)
+        ):
             cursor.log, j = line[0].id, j + 1
             out.append(("log", line[0], str(cursor)))
-        elif e is not None and (not follows_metrics or cursor.metric >= e.metric_mark) \
-                and (not follows_logs or cursor.log >= e.log_mark):
+        elif (
+            e is not None
+            and (not follows_metrics or cursor.metric >= e.metric_mark)
+            and (not follows_logs or cursor.log >= e.log_mark)
+        ):
             cursor.event, k = e.id, k + 1
             out.append(("status", e, str(cursor)))
         else:
@@ -117,8 +137,13 @@ def in_order(segment: Segment, cursor: Cursor, kinds: Collection[str]) -> list[I
     return out
 
 
-def read_segment(job_id: int, cursor: Cursor, kinds: Collection[str],
-                 bound: Cursor | None = None, hold_terminal: bool = True) -> Segment:
+def read_segment(
+    job_id: int,
+    cursor: Cursor,
+    kinds: Collection[str],
+    bound: Cursor | None = None,
+    hold_terminal: bool = True,
+) -> Segment:
     """In one transaction: the job's items of `kinds` after `cursor` (up to `bound`, when
     given), a page of each. Points are read before lines and lines before status changes:
     whatever commits between the reads comes after what was read (the merge waits for it
@@ -128,48 +153,65 @@ def read_segment(job_id: int, cursor: Cursor, kinds: Collection[str],
     with session_scope() as session:
         metrics: list[MetricRow] = []
         if "metric" in kinds:
-            query = sa.select(MetricPoint).where(MetricPoint.job_id == job_id,
-                                                 MetricPoint.id > cursor.metric)
+            query = sa.select(MetricPoint).where(
+                MetricPoint.job_id == job_id, MetricPoint.id > cursor.metric
+            )
             if bound is not None:
                 query = query.where(MetricPoint.id <= bound.metric)
-            metrics = [MetricRow.of(p) for p in session.execute(
-                query.order_by(MetricPoint.id).limit(PAGE)).scalars()]
+            metrics = [
+                MetricRow.of(p)
+                for p in session.execute(query.order_by(MetricPoint.id).limit(PAGE)).scalars()
+            ]
             complete["metric"] = len(metrics) < PAGE
         logs: list[tuple[LogRow, int]] = []
         if "log" in kinds:
             lines = sa.select(LogLine).where(LogLine.job_id == job_id, LogLine.id > cursor.log)
             if bound is not None:
                 lines = lines.where(LogLine.id <= bound.log)
-            logs = [(LogRow.of(line), line.metric_mark or 0) for line in session.execute(
-                lines.order_by(LogLine.id).limit(PAGE)).scalars()]
+            logs = [
+                (LogRow.of(line), line.metric_mark or 0)
+                for line in session.execute(lines.order_by(LogLine.id).limit(PAGE)).scalars()
+            ]
             complete["log"] = len(logs) < PAGE
         events: list[StatusChange] = []
         if "status" in kinds:
-            events = read_changes(session, job_id, cursor.event,
-                                  None if bound is None else bound.event)
+            events = read_changes(
+                session, job_id, cursor.event, None if bound is None else bound.event
+            )
             complete["status"] = len(events) < EVENT_PAGE
             if hold_terminal:
                 events = [e for e in events if not e.terminal]
     return Segment(metrics, logs, events, complete)
 
 
-def read_changes(session: Session, job_id: int, after: int, upto: int | None = None
-                 ) -> list[StatusChange]:
+def read_changes(
+    session: Session, job_id: int, after: int, upto: int | None = None
+) -> list[StatusChange]:
     """The job's status changes after id `after` (up to `upto`), oldest first."""
     query = sa.select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.id > after)
     if upto is not None:
         query = query.where(JobEvent.id <= upto)
-    return [StatusChange(e.id, e.attempt, None if e.from_status is None else str(e.from_status),
-                         str(e.to_status), e.reason, e.created_at, e.metric_mark or 0,
-                         e.log_mark or 0)
-            for e in session.execute(query.order_by(JobEvent.id).limit(EVENT_PAGE)).scalars()]
+    return [
+        StatusChange(
+            e.id,
+            e.attempt,
+            None if e.from_status is None else str(e.from_status),
+            str(e.to_status),
+            e.reason,
+            e.created_at,
+            e.metric_mark or 0,
+            e.log_mark or 0,
+        )
+        for e in session.execute(query.order_by(JobEvent.id).limit(EVENT_PAGE)).scalars()
+    ]
 
 
 def terminal_change(job_id: int) -> StatusChange | None:
     """In its own transaction: the job's terminal status change, if it has one."""
     with session_scope() as session:
         newest = session.execute(
-            sa.select(sa.func.max(JobEvent.id)).where(JobEvent.job_id == job_id)).scalar()
+            sa.select(sa.func.max(JobEvent.id)).where(JobEvent.job_id == job_id)
+        ).scalar()
         if newest is None:
             return None
         changes = read_changes(session, job_id, int(newest) - 1, int(newest))

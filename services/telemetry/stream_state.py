@@ -47,25 +47,41 @@ def _fingerprints(session: Session, jobs: list[Job]) -> dict[int, tuple[int, tup
     if not jobs:
         return {}
     ids = [job.id for job in jobs]
-    events = dict(session.execute(
-        sa.select(JobEvent.job_id, sa.func.max(JobEvent.id))
-        .where(JobEvent.job_id.in_(ids)).group_by(JobEvent.job_id)).tuples().all())
+    events = dict(
+        session.execute(
+            sa.select(JobEvent.job_id, sa.func.max(JobEvent.id))
+            .where(JobEvent.job_id.in_(ids))
+            .group_by(JobEvent.job_id)
+        )
+        .tuples()
+        .all()
+    )
     replicas = store.read_current_replicas(session=session, jobs=jobs)
     places = queue.queue_positions(session=session, jobs=jobs)
     found = {}
     for job in jobs:
         event_id = int(events.get(job.id) or 0)
-        found[job.id] = (event_id, (
-            str(job.status), job.attempt, job.reason, places.get(job.id), event_id,
-            tuple((r.index, str(r.status), r.exit_code) for r in replicas[job.id])))
+        found[job.id] = (
+            event_id,
+            (
+                str(job.status),
+                job.attempt,
+                job.reason,
+                places.get(job.id),
+                event_id,
+                tuple((r.index, str(r.status), r.exit_code) for r in replicas[job.id]),
+            ),
+        )
     return found
 
 
 def newest_ids(job_id: int) -> dict[str, int]:
     """In its own transaction: the ids of the job's newest stored point and line."""
     with session_scope() as session:
-        return {"metric": metrics.newest_point_id(session=session, job_id=job_id),
-                "log": logs.newest_line_id(session=session, job_id=job_id)}
+        return {
+            "metric": metrics.newest_point_id(session=session, job_id=job_id),
+            "log": logs.newest_line_id(session=session, job_id=job_id),
+        }
 
 
 def project_changes(project_id: int, after: int | None) -> tuple[list[dict[str, Any]], int]:
@@ -75,24 +91,36 @@ def project_changes(project_id: int, after: int | None) -> tuple[list[dict[str, 
     with session_scope() as session:
         newest = session.execute(
             sa.select(sa.func.coalesce(sa.func.max(JobEvent.id), 0))
-            .join(Job, Job.id == JobEvent.job_id).where(Job.project_id == project_id)
+            .join(Job, Job.id == JobEvent.job_id)
+            .where(Job.project_id == project_id)
         ).scalar_one()
         if after is None:
-            rows = session.execute(sa.select(Job).where(Job.project_id == project_id)
-                                   .order_by(Job.id.desc()).limit(NEWEST_FIRST)).scalars()
+            rows = session.execute(
+                sa.select(Job)
+                .where(Job.project_id == project_id)
+                .order_by(Job.id.desc())
+                .limit(NEWEST_FIRST)
+            ).scalars()
             chosen = list(reversed(list(rows)))
         elif newest > after:
             ids = session.execute(
                 sa.select(JobEvent.job_id, sa.func.max(JobEvent.id).label("last"))
                 .join(Job, Job.id == JobEvent.job_id)
                 .where(Job.project_id == project_id, JobEvent.id > after)
-                .group_by(JobEvent.job_id).order_by(sa.text("last"))).all()
-            by_id = {j.id: j for j in session.execute(
-                sa.select(Job).where(Job.id.in_([i for i, _ in ids]))).scalars()}
+                .group_by(JobEvent.job_id)
+                .order_by(sa.text("last"))
+            ).all()
+            by_id = {
+                j.id: j
+                for j in session.execute(
+                    sa.select(Job).where(Job.id.in_([i for i, _ in ids]))
+                ).scalars()
+            }
             chosen = [by_id[i] for i, _ in ids if i in by_id]
         else:
             return [], after
         # As the list of jobs sends them: replicas and queue places in two queries.
-        views = [view.model_dump(mode="json")
-                 for view in read_job_views(session=session, jobs=chosen)]
+        views = [
+            view.model_dump(mode="json") for view in read_job_views(session=session, jobs=chosen)
+        ]
         return views, int(newest)

@@ -43,17 +43,26 @@ def read_last_metrics(
         newest = aliased(MetricPoint)
         last_step = (
             sa.select(sa.func.max(newest.step))
-            .where(newest.job_id == Job.id, newest.attempt == Job.attempt,
-                   newest.replica == 0, newest.name == name)
+            .where(
+                newest.job_id == Job.id,
+                newest.attempt == Job.attempt,
+                newest.replica == 0,
+                newest.name == name,
+            )
             .scalar_subquery()
         )
         rows = session.execute(
             sa.select(Job.id, sa.func.avg(MetricPoint.value))
-            .join(MetricPoint, sa.and_(MetricPoint.job_id == Job.id,
-                                       MetricPoint.attempt == Job.attempt,
-                                       MetricPoint.replica.in_(replicas),
-                                       MetricPoint.step == last_step,
-                                       MetricPoint.name == name))
+            .join(
+                MetricPoint,
+                sa.and_(
+                    MetricPoint.job_id == Job.id,
+                    MetricPoint.attempt == Job.attempt,
+                    MetricPoint.replica.in_(replicas),
+                    MetricPoint.step == last_step,
+                    MetricPoint.name == name,
+                ),
+            )
             .where(Job.id.in_([job.id for job in jobs]))
             .group_by(Job.id)
         ).all()
@@ -69,7 +78,9 @@ def read_job_nodes(*, session: Session, jobs: Iterable[Job]) -> dict[int, list[s
         return {}
     rows = session.execute(
         sa.select(Replica.job_id, Replica.attempt, Replica.node_id)
-        .where(Replica.job_id.in_(attempts)).distinct().order_by(Replica.node_id)
+        .where(Replica.job_id.in_(attempts))
+        .distinct()
+        .order_by(Replica.node_id)
     ).all()
     out: dict[int, list[str]] = {}
     for job_id, attempt, node_id in rows:
@@ -98,8 +109,10 @@ def read_node_loads(*, session: Session, project_id: int) -> dict[str, NodeLoad]
 def read_queue(*, session: Session, project_id: int) -> list[Job]:
     """The project's waiting jobs in the order the scheduler considers them:
     highest priority first, then oldest (see services/cluster/placement.py)."""
-    return list(session.execute(
-        sa.select(Job)
-        .where(Job.project_id == project_id, Job.status == JobStatus.QUEUED)
-        .order_by(Job.priority.desc(), Job.id)
-    ).scalars())
+    return list(
+        session.execute(
+            sa.select(Job)
+            .where(Job.project_id == project_id, Job.status == JobStatus.QUEUED)
+            .order_by(Job.priority.desc(), Job.id)
+        ).scalars()
+    )

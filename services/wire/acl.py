@@ -47,9 +47,11 @@ _CONNECTION = "+ping +client|setname +select +time"
 # kombu's consumer: BRPOP the queue; declare (SADD) its binding; keep unacknowledged
 # messages in a hash and a sorted set under a mutex (SET NX, WATCH/MULTI/EXEC), and put
 # them back on the queue (LPUSH) when not acknowledged in time.
-_CELERY_CONSUMER = ("+brpop +lpush +rpush +llen +sadd +smembers +srem +zadd +zrem +zrange "
-                    "+hset +hget +hdel +set +get +del +exists +pexpire +watch +unwatch "
-                    "+multi +exec +discard")
+_CELERY_CONSUMER = (
+    "+brpop +lpush +rpush +llen +sadd +smembers +srem +zadd +zrem +zrange "
+    "+hset +hget +hdel +set +get +del +exists +pexpire +watch +unwatch "
+    "+multi +exec +discard"
+)
 _AGENT_COMMANDS = f"{_CONNECTION} {_CELERY_CONSUMER} +xadd +evalsha +script|load"
 
 
@@ -57,8 +59,11 @@ def unacked_keys(node_id: str) -> dict[str, str]:
     """kombu's transport options naming node `node_id`'s own unacknowledged-message keys
     (by default every consumer shares `unacked`, `unacked_index`, `unacked_mutex`)."""
     base = f"{UNACKED_PREFIX}{node_id}"
-    return {"unacked_key": base, "unacked_index_key": f"{base}:index",
-            "unacked_mutex_key": f"{base}:mutex"}
+    return {
+        "unacked_key": base,
+        "unacked_index_key": f"{base}:index",
+        "unacked_mutex_key": f"{base}:mutex",
+    }
 
 
 def agent_user(node_id: str) -> str:
@@ -80,25 +85,35 @@ def control_rule(password: str) -> str:
 def agent_rule(node_id: str, password: str) -> str:
     """Node `node_id`'s agent: its queue, its writes, nothing else."""
     if not ACL_NODE_ID.fullmatch(node_id):
-        raise ValueError(f"node id {node_id!r}: an ACL needs 1-64 letters, digits, '.', "
-                         "'_' or '-'")
+        raise ValueError(f"node id {node_id!r}: an ACL needs 1-64 letters, digits, '.', '_' or '-'")
     queue = node_queue(node_id)
     unacked = f"{UNACKED_PREFIX}{node_id}"
-    keys = [f"~{queue}", *(f"~{prefix}{queue}" for prefix in BINDING_PREFIXES),
-            f"~{unacked}", f"~{unacked}:*",
-            "%R~cohort:attempt:*", "%W~cohort:claim:*", f"%W~{EVENTS_STREAM}",
-            f"%RW~{NODES_HASH}", f"%W~{METRICS_STREAM}", f"%W~{LOGS_STREAM}",
-            f"%RW~{PROGRESS_HASH}",
-            # Read, and written again when missing: how an agent notices that Redis lost
-            # its data (services/wire/generation.py).
-            f"%RW~{GENERATION_KEY}"]
-    return (f"{agent_user(node_id)} on {_password(password)} resetkeys resetchannels "
-            f"-@all {_AGENT_COMMANDS} {' '.join(keys)}")
+    keys = [
+        f"~{queue}",
+        *(f"~{prefix}{queue}" for prefix in BINDING_PREFIXES),
+        f"~{unacked}",
+        f"~{unacked}:*",
+        "%R~cohort:attempt:*",
+        "%W~cohort:claim:*",
+        f"%W~{EVENTS_STREAM}",
+        f"%RW~{NODES_HASH}",
+        f"%W~{METRICS_STREAM}",
+        f"%W~{LOGS_STREAM}",
+        f"%RW~{PROGRESS_HASH}",
+        # Read, and written again when missing: how an agent notices that Redis lost
+        # its data (services/wire/generation.py).
+        f"%RW~{GENERATION_KEY}",
+    ]
+    return (
+        f"{agent_user(node_id)} on {_password(password)} resetkeys resetchannels "
+        f"-@all {_AGENT_COMMANDS} {' '.join(keys)}"
+    )
 
 
 def acl_file(*, control_password: str, agents: dict[str, str]) -> str:
     """An `aclfile` with every role's user: `agents` maps node ids to their passwords."""
     lines = [f"user {control_rule(control_password)}"]
-    lines += [f"user {agent_rule(node_id, password)}"
-              for node_id, password in sorted(agents.items())]
+    lines += [
+        f"user {agent_rule(node_id, password)}" for node_id, password in sorted(agents.items())
+    ]
     return "\n".join(lines) + "\n"

@@ -52,8 +52,9 @@ def _head(contract: str, data: dict[str, Any]) -> tuple[int, int, int]:
     for field in ("job_id", "attempt", "replica"):
         value = data.get(field)
         if type(value) is not int or not 0 <= value <= INT_MAX:
-            raise WireError(contract, field, f"must be an integer in 0..{INT_MAX}, "
-                                             f"got {str(value)[:32]!r}")
+            raise WireError(
+                contract, field, f"must be an integer in 0..{INT_MAX}, got {str(value)[:32]!r}"
+            )
         values.append(value)
     return values[0], values[1], values[2]
 
@@ -76,8 +77,14 @@ class MetricBatch:
 
     def encode(self) -> bytes:
         """The entry's `data` (compact JSON)."""
-        return orjson.dumps({"job_id": self.job_id, "attempt": self.attempt,
-                             "replica": self.replica, "points": self.points})
+        return orjson.dumps(
+            {
+                "job_id": self.job_id,
+                "attempt": self.attempt,
+                "replica": self.replica,
+                "points": self.points,
+            }
+        )
 
     @classmethod
     def decode(cls, raw: str | bytes) -> Self:
@@ -100,10 +107,14 @@ class MetricBatch:
                     continue
                 ts = float(ts)
             # orjson never yields a non-finite float: no isfinite() needed here.
-            if (type(step) is int and 0 <= step <= INT_MAX
-                    and (epoch is None or (type(epoch) is int and 0 <= epoch <= INT_MAX))
-                    and type(name) is str and 0 < len(name) <= MAX_NAME
-                    and "\x00" not in name):
+            if (
+                type(step) is int
+                and 0 <= step <= INT_MAX
+                and (epoch is None or (type(epoch) is int and 0 <= epoch <= INT_MAX))
+                and type(name) is str
+                and 0 < len(name) <= MAX_NAME
+                and "\x00" not in name
+            ):
                 append((step, epoch, name, value, ts))
         return cls(job_id, attempt, replica, points)
 
@@ -119,8 +130,14 @@ class LogBatch:
 
     def encode(self) -> bytes:
         """The entry's `data` (compact JSON)."""
-        return orjson.dumps({"job_id": self.job_id, "attempt": self.attempt,
-                             "replica": self.replica, "lines": self.lines})
+        return orjson.dumps(
+            {
+                "job_id": self.job_id,
+                "attempt": self.attempt,
+                "replica": self.replica,
+                "lines": self.lines,
+            }
+        )
 
     @classmethod
     def decode(cls, raw: str | bytes) -> Self:
@@ -135,8 +152,7 @@ class LogBatch:
             seq, ts, text = item
             if type(ts) is int:
                 ts = float(ts)
-            if (type(seq) is int and 0 <= seq <= INT_MAX and type(ts) is float
-                    and type(text) is str):
+            if type(seq) is int and 0 <= seq <= INT_MAX and type(ts) is float and type(text) is str:
                 lines.append((seq, ts, text[:MAX_LINE].replace("\x00", "")))
         return cls(job_id, attempt, replica, lines)
 
@@ -183,16 +199,21 @@ class ProgressBeat:
             WireError: not a beat.
         """
         parts = field.split(":")
-        if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()
-                                   and parts[2].isdigit()):
-            raise WireError("ProgressBeat", "field", f"must be job:attempt:index, "
-                                                     f"got {field[:64]!r}")
+        if len(parts) != 3 or not (
+            parts[0].isdigit() and parts[1].isdigit() and parts[2].isdigit()
+        ):
+            raise WireError(
+                "ProgressBeat", "field", f"must be job:attempt:index, got {field[:64]!r}"
+            )
         numbers = str(value).split(" ")
         until = _finite("until", numbers[0])
         ahead = _finite("ahead", numbers[1]) if len(numbers) > 1 else 0.0
         if len(numbers) > 2 or ahead < 0:
-            raise WireError("ProgressBeat", "ahead", f"must be one number of seconds, 0 or "
-                                                     f"more, got {str(value)[:64]!r}")
+            raise WireError(
+                "ProgressBeat",
+                "ahead",
+                f"must be one number of seconds, 0 or more, got {str(value)[:64]!r}",
+            )
         return (int(parts[0]), int(parts[1]), int(parts[2])), until, min(ahead, MAX_BEAT_AHEAD)
 
 
@@ -200,8 +221,7 @@ def _finite(name: str, text: str) -> float:
     try:
         number = float(text)
     except (TypeError, ValueError):
-        raise WireError("ProgressBeat", name, f"must be a number, "
-                                              f"got {str(text)[:32]!r}") from None
+        raise WireError("ProgressBeat", name, f"must be a number, got {str(text)[:32]!r}") from None
     if not math.isfinite(number):
         raise WireError("ProgressBeat", name, "must be finite")
     return number

@@ -25,24 +25,33 @@ from services.wire.keys import EVENTS_STREAM, STREAM_MAXLEN
 from services.wire.signing import sign_event
 
 
-def connect(url: str, *, retries: int = 2, socket_timeout: float = 10.0,
-            decode_responses: bool = True, health_check_interval: int = 30) -> redis.Redis:
+def connect(
+    url: str,
+    *,
+    retries: int = 2,
+    socket_timeout: float = 10.0,
+    decode_responses: bool = True,
+    health_check_interval: int = 30,
+) -> redis.Redis:
     """A Redis client (lazy: it connects on first use) that gives up within seconds.
 
     Bounded retries: a caller (the agent's lease, the scheduler's lock) must learn
     quickly that Redis is gone, not after redis-py's default retry budget; a replica's
     metric reporter passes `retries=0`, since its own loop retries between steps.
     """
-    return redis.Redis.from_url(url, decode_responses=decode_responses,
-                                health_check_interval=health_check_interval,
-                                socket_timeout=socket_timeout, socket_connect_timeout=2,
-                                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries))
+    return redis.Redis.from_url(
+        url,
+        decode_responses=decode_responses,
+        health_check_interval=health_check_interval,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=2,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries),
+    )
 
 
 # The TLS parameters a `rediss://` URL may carry (redis-py's names, which kombu shares).
 TLS_PARAMETERS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
-_CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL,
-              "required": ssl.CERT_REQUIRED}
+_CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 
 
 # How a Redis that wants a password (or another one) answers, whichever the protocol.
@@ -80,8 +89,9 @@ def celery_broker(url: str) -> tuple[str, dict[str, Any] | None]:
     for name, value in query:
         if name == "ssl_cert_reqs":
             if value.lower() not in _CERT_REQS:
-                raise ValueError(f"ssl_cert_reqs={value!r} in the Redis URL: "
-                                 "use none, optional or required")
+                raise ValueError(
+                    f"ssl_cert_reqs={value!r} in the Redis URL: use none, optional or required"
+                )
             tls[name] = _CERT_REQS[value.lower()]
         elif name in TLS_PARAMETERS:
             tls[name] = value
@@ -103,22 +113,26 @@ def check_redis(client: redis.Redis, url: str, wait: float = 30.0) -> None:
             client.ping()
             return
         except (redis.AuthenticationError, redis.ResponseError) as exc:
-            refused = isinstance(exc, redis.AuthenticationError) or \
-                str(exc).startswith(_AUTH_ERRORS)
+            refused = isinstance(exc, redis.AuthenticationError) or str(exc).startswith(
+                _AUTH_ERRORS
+            )
             if not refused:
                 raise RedisUnavailable(f"Redis at {where} answered an error: {exc}") from exc
             if urlsplit(url).password is None:
-                raise RedisUnavailable(f"Redis at {where} requires a password: give it in "
-                                       "COHORT_REDIS_URL (redis://:PASSWORD@HOST:PORT/DB)"
-                                       ) from exc
-            raise RedisUnavailable(f"Redis at {where} refused the credentials in "
-                                   f"COHORT_REDIS_URL: {exc}") from exc
+                raise RedisUnavailable(
+                    f"Redis at {where} requires a password: give it in "
+                    "COHORT_REDIS_URL (redis://:PASSWORD@HOST:PORT/DB)"
+                ) from exc
+            raise RedisUnavailable(
+                f"Redis at {where} refused the credentials in COHORT_REDIS_URL: {exc}"
+            ) from exc
         except redis.RedisError as exc:
             if isinstance(exc.__cause__ or exc.__context__, ssl.SSLError) or "SSL" in str(exc):
                 # A certificate that does not check out will not on the next try either.
-                raise RedisUnavailable(f"TLS with Redis at {where} failed (the CA in "
-                                       f"ssl_ca_certs, the server's certificate?): {exc}"
-                                       ) from exc
+                raise RedisUnavailable(
+                    f"TLS with Redis at {where} failed (the CA in "
+                    f"ssl_ca_certs, the server's certificate?): {exc}"
+                ) from exc
             # Unreachable: Redis may still be starting.
             if time.monotonic() >= deadline:
                 raise RedisUnavailable(f"cannot reach Redis at {where}: {exc}") from exc

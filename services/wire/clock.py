@@ -28,8 +28,13 @@ RESYNC = 30.0  # seconds between two readings of Redis's TIME
 class RedisClock:
     """Unix time on Redis's clock: the local clock plus its last measured offset."""
 
-    def __init__(self, client: Any, *, wall: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._client = client
         self._wall = wall
         self._monotonic = monotonic
@@ -40,8 +45,7 @@ class RedisClock:
     def now(self) -> float:
         """The current time on Redis's clock (as well as the last reading tells)."""
         with self._lock:
-            due = (self._synced_at is None
-                   or self._monotonic() - self._synced_at >= RESYNC)
+            due = self._synced_at is None or self._monotonic() - self._synced_at >= RESYNC
             if due:
                 self._sync()
             return self._wall() + self._offset

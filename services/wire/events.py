@@ -92,8 +92,9 @@ class ReplicaRestarted(Event):
 # replicas that node runs (workers/control/scheduler.py). A `wake` carries nothing to trust.
 NodeEvent = ReplicaStarted | ReplicaExited | ReplicaRestarted
 
-_KINDS: dict[str, type[Event]] = {cls.KIND: cls for cls in (Wake, ReplicaStarted, ReplicaExited,
-                                                             ReplicaRestarted)}
+_KINDS: dict[str, type[Event]] = {
+    cls.KIND: cls for cls in (Wake, ReplicaStarted, ReplicaExited, ReplicaRestarted)
+}
 
 
 def decode_event(fields: dict[str, Any]) -> Event:
@@ -128,8 +129,7 @@ class NodeHeartbeat(Contract):
     port_space: Annotated[str, _clipped(128)] = ""
     # Each offered GPU's model and total memory in MiB, in the order of `gpu_ids` (NVML's
     # name and memory; ("", 0) where only COHORT_NODE_GPUS named it).
-    gpu_models: Annotated[tuple[tuple[Annotated[str, _clipped(96)], Id], ...],
-                          _clipped(64)] = ()
+    gpu_models: Annotated[tuple[tuple[Annotated[str, _clipped(96)], Id], ...], _clipped(64)] = ()
     # Replicas whose start it is working on (a checkpoint restored, code or inputs fetched):
     # an agent busy with starts is not judged to leave one unanswered
     # (services/cluster/watchdog.py settle_unanswered_starts).

@@ -97,13 +97,21 @@ class Place(NamedTuple):
 UNPLACED = Place()  # an entry that does not say where its rows stand
 
 
-def encode_entry(kind: str, rows: Sequence[Sequence[Any]], place: Place = UNPLACED
-                 ) -> dict[FieldT, EncodableT]:
+def encode_entry(
+    kind: str, rows: Sequence[Sequence[Any]], place: Place = UNPLACED
+) -> dict[FieldT, EncodableT]:
     """A feed entry's Redis stream fields: `rows` in their row type's field order, as
     Rows or as plain tuples (the ingest's, which need no Row made per point)."""
     # orjson writes tuples, not NamedTuples: `default` hands it each Row as one.
-    return {"kind": kind, "rows": orjson.dumps(rows, default=tuple), "prev": place.prev,
-            "other": place.other, "event": place.event}
+    return {
+        "kind": kind,
+        "rows": orjson.dumps(rows, default=tuple),
+        "prev": place.prev,
+        "other": place.other,
+        "event": place.event,
+    }
+
+
 ROW_TYPES: dict[str, type[MetricRow] | type[LogRow]] = {"metric": MetricRow, "log": LogRow}
 
 
@@ -134,12 +142,16 @@ class FeedEntry:
             items = orjson.loads(fields.get("rows", b"[]"))
             # Ids are compared with readers' cursors: each row must at least be an array
             # that starts with an integer (`_make` checks the length).
-            if type(items) is not list or not all(type(r) is list and r and type(r[0]) is int
-                                                   for r in items):
+            if type(items) is not list or not all(
+                type(r) is list and r and type(r[0]) is int for r in items
+            ):
                 raise ValueError("rows must be arrays that start with an integer id")
             rows: tuple[Row, ...] = tuple(map(make, items))
-            place = Place(int(fields.get("prev") or 0), int(fields.get("other", -1)),
-                          int(fields.get("event", -1)))
+            place = Place(
+                int(fields.get("prev") or 0),
+                int(fields.get("other", -1)),
+                int(fields.get("event", -1)),
+            )
         except (TypeError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
             raise FeedError(f"malformed {kind} feed entry: {exc}") from exc
         return cls(kind, rows, place)

@@ -51,15 +51,20 @@ def check_env(env: dict[str, str]) -> dict[str, str]:
         raise ValueError(f"at most {MAX_ENV_VARIABLES} variables")
     for name, text in env.items():
         if not ENV_NAME.fullmatch(name):
-            raise ValueError(f"variable {name!r}: a name is letters, digits and '_', "
-                             "not starting with a digit")
+            raise ValueError(
+                f"variable {name!r}: a name is letters, digits and '_', not starting with a digit"
+            )
         if name in ENV_RESERVED_NAMES or name.startswith(ENV_RESERVED_PREFIXES):
-            raise ValueError(f"variable {name!r} is reserved (Cohort sets TF_CONFIG, "
-                             "COHORT_* and AIP_*; LD_* and PYTHON* change what runs): "
-                             "use another name")
+            raise ValueError(
+                f"variable {name!r} is reserved (Cohort sets TF_CONFIG, "
+                "COHORT_* and AIP_*; LD_* and PYTHON* change what runs): "
+                "use another name"
+            )
         if "\x00" in text or len(text) > MAX_ENV_VALUE:
-            raise ValueError(f"variable {name!r}: the value has a NUL byte or is longer "
-                             f"than {MAX_ENV_VALUE} characters")
+            raise ValueError(
+                f"variable {name!r}: the value has a NUL byte or is longer "
+                f"than {MAX_ENV_VALUE} characters"
+            )
     return env
 
 
@@ -73,9 +78,11 @@ def check_input_name(name: str) -> str:
     if not name or len(name) > MAX_INPUT_NAME:
         raise ValueError(f"input name {name!r} must be 1..{MAX_INPUT_NAME} characters")
     if _INPUT_NAME_BAD.search(name) or name.startswith("."):
-        raise ValueError(f"input name {name!r} must be a plain file name (no '/', no "
-                         "backslash or control characters, not starting with '.'), "
-                         "such as 'train.csv'")
+        raise ValueError(
+            f"input name {name!r} must be a plain file name (no '/', no "
+            "backslash or control characters, not starting with '.'), "
+            "such as 'train.csv'"
+        )
     return name
 
 
@@ -91,8 +98,10 @@ def check_inputs(inputs: dict[str, str]) -> dict[str, str]:
         check_input_name(name)
         path = source.removeprefix(f"{DATA_PREFIX}/")
         if path == source:
-            raise ValueError(f"input {name!r}: {source!r} must name the project's data as "
-                             "'data/<path>' (upload it with `cohort data push FILE PATH`)")
+            raise ValueError(
+                f"input {name!r}: {source!r} must name the project's data as "
+                "'data/<path>' (upload it with `cohort data push FILE PATH`)"
+            )
         try:
             check_data_path(path)
         except InvalidKey as exc:

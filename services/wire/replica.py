@@ -95,8 +95,7 @@ class ReplicaSpec(Contract):
     @model_validator(mode="after")
     def _index_in_gang(self) -> ReplicaSpec:
         if self.index >= self.replicas:
-            raise ValueError(f"'index' {self.index} is out of range for "
-                             f"{self.replicas} replicas")
+            raise ValueError(f"'index' {self.index} is out of range for {self.replicas} replicas")
         if (self.trainer is None) == (self.command is None):
             raise ValueError("exactly one of 'trainer' and 'command' must be set")
         return self

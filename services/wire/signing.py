@@ -51,8 +51,11 @@ MIN_SIGNING_KEY = 32  # characters of COHORT_SIGNING_KEY (`openssl rand -hex 32`
 _NODE_KEY = re.compile(r"^[0-9a-f]{64}$")
 HEARTBEAT = "heartbeat"
 EVENT = "event"
-PURPOSES: dict[type, str] = {StartReplica: START_TASK, StopReplica: STOP_TASK,
-                             CleanupJob: CLEANUP_TASK}
+PURPOSES: dict[type, str] = {
+    StartReplica: START_TASK,
+    StopReplica: STOP_TASK,
+    CleanupJob: CLEANUP_TASK,
+}
 
 Reason = Literal["unsigned", "bad signature", "another node", "stale", "from the future"]
 
@@ -77,9 +80,11 @@ def check_signing_key(key: str) -> str:
     """
     if len(key) < MIN_SIGNING_KEY:
         state = "is not set" if not key else f"is {len(key)} characters"
-        raise MissingKey(f"COHORT_SIGNING_KEY {state}: the scheduler signs what it sends "
-                         f"to agents with it; set at least {MIN_SIGNING_KEY} random "
-                         "characters (`openssl rand -hex 32`) on the control plane")
+        raise MissingKey(
+            f"COHORT_SIGNING_KEY {state}: the scheduler signs what it sends "
+            f"to agents with it; set at least {MIN_SIGNING_KEY} random "
+            "characters (`openssl rand -hex 32`) on the control plane"
+        )
     return key
 
 
@@ -91,16 +96,19 @@ def check_node_key(key: str, node_id: str) -> str:
     """
     if not _NODE_KEY.fullmatch(key):
         state = "is not set" if not key else "is not 64 hexadecimal digits"
-        raise MissingKey(f"COHORT_NODE_KEY {state}: on the control plane, "
-                         f"`cohort node-key {node_id}` prints this node's key "
-                         "(derived from COHORT_SIGNING_KEY; the agent never holds that)")
+        raise MissingKey(
+            f"COHORT_NODE_KEY {state}: on the control plane, "
+            f"`cohort node-key {node_id}` prints this node's key "
+            "(derived from COHORT_SIGNING_KEY; the agent never holds that)"
+        )
     return key
 
 
 def node_key(signing_key: str, node_id: str) -> str:
     """Node `node_id`'s key (64 hex digits), derived from the control plane's key."""
-    return hmac.new(check_signing_key(signing_key).encode(), f"node:{node_id}".encode(),
-                    hashlib.sha256).hexdigest()
+    return hmac.new(
+        check_signing_key(signing_key).encode(), f"node:{node_id}".encode(), hashlib.sha256
+    ).hexdigest()
 
 
 def signature(key: str, purpose: str, node_id: str, *parts: str) -> str:
@@ -130,12 +138,20 @@ class Sealed(Contract):
 def seal(key: str, *, purpose: str, node_id: str, body: str, now: float | None = None) -> str:
     """`body` sealed with node key `key`: the text to send."""
     ts = time.time() if now is None else now
-    return Sealed(purpose, node_id, ts, body,
-                  signature(key, purpose, node_id, repr(ts), body)).encode()
+    return Sealed(
+        purpose, node_id, ts, body, signature(key, purpose, node_id, repr(ts), body)
+    ).encode()
 
 
-def unseal(raw: str | bytes, key: str, *, purpose: str, node_id: str,
-           max_age: float | None = None, now: float | None = None) -> Sealed:
+def unseal(
+    raw: str | bytes,
+    key: str,
+    *,
+    purpose: str,
+    node_id: str,
+    max_age: float | None = None,
+    now: float | None = None,
+) -> Sealed:
     """The sealed message in `raw`, once it proves it is for `purpose` and node `node_id`,
     signed with `key`, and (with `max_age`) no older than `max_age` seconds.
 
@@ -150,8 +166,9 @@ def unseal(raw: str | bytes, key: str, *, purpose: str, node_id: str,
     if sealed.purpose != purpose:
         raise Refused("bad signature", f"sealed for {sealed.purpose[:64]!r}, not {purpose!r}")
     if sealed.node_id != node_id:
-        raise Refused("another node", f"addressed to node {sealed.node_id[:64]!r}, "
-                                      f"this is {node_id!r}")
+        raise Refused(
+            "another node", f"addressed to node {sealed.node_id[:64]!r}, this is {node_id!r}"
+        )
     expected = signature(key, purpose, node_id, repr(sealed.ts), sealed.body)
     if not _matches(expected, sealed.sig):
         raise Refused("bad signature", f"not signed with node {node_id!r}'s key")
@@ -166,8 +183,13 @@ def unseal(raw: str | bytes, key: str, *, purpose: str, node_id: str,
 
 def seal_message(key: str, message: Message, now: float | None = None) -> str:
     """A start, stop or cleanup message sealed for its node: a Celery task's argument."""
-    return seal(key, purpose=PURPOSES[type(message)], node_id=message.node_id,
-                body=message.encode(), now=now)
+    return seal(
+        key,
+        purpose=PURPOSES[type(message)],
+        node_id=message.node_id,
+        body=message.encode(),
+        now=now,
+    )
 
 
 def sign_event(key: str, node_id: str, kind: str, data: str) -> str:
@@ -206,4 +228,3 @@ class Keyring:
 @lru_cache(maxsize=4096)
 def _derived(signing_key: str, node_id: str) -> str:
     return node_key(signing_key, node_id)
-

@@ -49,8 +49,11 @@ def client(session: Session) -> Iterator[TestClient]:
         # sends it on every POST (the dashboard's cookie requests are refused without it,
         # api/csrf.py); an address of its own: failed logins are counted per address
         # (api/login_throttle.py).
-        yield TestClient(app, headers={"Origin": "http://testserver"},
-                         client=(f"testclient-{uuid.uuid4().hex[:8]}", 50000))
+        yield TestClient(
+            app,
+            headers={"Origin": "http://testserver"},
+            client=(f"testclient-{uuid.uuid4().hex[:8]}", 50000),
+        )
 
 
 @pytest.fixture

@@ -23,8 +23,7 @@ def stored(artifact_env: str, session: Session, token: str) -> tuple[int, Artifa
     and another job (id + 10 in the key space) whose files must never show."""
     from services.auth.tokens import authenticate
 
-    job = create_job(session, authenticate(session=session, token=token).project_id,
-                     replicas=2)
+    job = create_job(session, authenticate(session=session, token=token).project_id, replicas=2)
     store = open_store()
     store.put_bytes(f"{keys.model_prefix(job.id)}/saved_model.pb", b"graph" * 1000)
     store.put_bytes(f"{keys.model_prefix(job.id)}/variables/variables.index", b"index")
@@ -36,14 +35,18 @@ def stored(artifact_env: str, session: Session, token: str) -> tuple[int, Artifa
 
 
 def test_list_gives_paths_relative_to_the_job_with_size_and_sha256(
-        client: TestClient, auth: dict[str, str], stored: tuple[int, ArtifactStore]) -> None:
+    client: TestClient, auth: dict[str, str], stored: tuple[int, ArtifactStore]
+) -> None:
     job_id, store = stored
     response = client.get(f"/api/v1/jobs/{job_id}/artifacts", headers=auth)
     assert response.status_code == 200, response.text
     items = response.json()["items"]
     assert [i["path"] for i in items] == [
-        "logs/attempt-1/replica-0.log", "model/saved_model.pb",
-        "model/variables/variables.index", "tensorboard/replica-0/events.out"]
+        "logs/attempt-1/replica-0.log",
+        "model/saved_model.pb",
+        "model/variables/variables.index",
+        "tensorboard/replica-0/events.out",
+    ]
     for item in items:
         with store.open_read(f"jobs/{job_id}/{item['path']}") as handle:
             data = handle.read()
@@ -55,11 +58,15 @@ def test_list_gives_paths_relative_to_the_job_with_size_and_sha256(
     assert again[0]["sha256"] == hashlib.sha256(b"epoch 2\n").hexdigest()
 
 
-def test_a_file_downloads_as_it_is(client: TestClient, auth: dict[str, str],
-                                   stored: tuple[int, ArtifactStore]) -> None:
+def test_a_file_downloads_as_it_is(
+    client: TestClient, auth: dict[str, str], stored: tuple[int, ArtifactStore]
+) -> None:
     job_id, _ = stored
-    response = client.get(f"/api/v1/jobs/{job_id}/artifacts/download",
-                          params={"path": "model/saved_model.pb"}, headers=auth)
+    response = client.get(
+        f"/api/v1/jobs/{job_id}/artifacts/download",
+        params={"path": "model/saved_model.pb"},
+        headers=auth,
+    )
     assert response.status_code == 200
     assert response.content == b"graph" * 1000
     assert response.headers["content-length"] == "5000"
@@ -67,54 +74,84 @@ def test_a_file_downloads_as_it_is(client: TestClient, auth: dict[str, str],
 
 
 def test_a_directory_downloads_as_a_tar_gz_named_from_the_job(
-        client: TestClient, auth: dict[str, str], stored: tuple[int, ArtifactStore]) -> None:
+    client: TestClient, auth: dict[str, str], stored: tuple[int, ArtifactStore]
+) -> None:
     job_id, _ = stored
     for path in ("model", "model/", "./model", "tensorboard/../model"):
-        response = client.get(f"/api/v1/jobs/{job_id}/artifacts/download",
-                              params={"path": path}, headers=auth)
+        response = client.get(
+            f"/api/v1/jobs/{job_id}/artifacts/download", params={"path": path}, headers=auth
+        )
         assert response.status_code == 200, (path, response.text)
         assert response.headers["content-type"] == "application/gzip"
         with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as tar:
-            members = {m.name: tar.extractfile(m).read() for m in tar  # type: ignore[union-attr]
-                       if m.isfile()}
-        assert members == {"model/saved_model.pb": b"graph" * 1000,
-                           "model/variables/variables.index": b"index"}
+            members = {
+                m.name: tar.extractfile(m).read()
+                for m in tar  # type: ignore[union-attr]
+                if m.isfile()
+            }
+        assert members == {
+            "model/saved_model.pb": b"graph" * 1000,
+            "model/variables/variables.index": b"index",
+        }
     everything = client.get(f"/api/v1/jobs/{job_id}/artifacts/download", headers=auth)
     with tarfile.open(fileobj=io.BytesIO(everything.content), mode="r:gz") as tar:
         assert len(tar.getnames()) == 4 and "model/saved_model.pb" in tar.getnames()
 
 
-@pytest.mark.parametrize(("path", "status"), [
-    ("../1/model", 422), ("model/../../x", 422), ("..", 422), ("/etc/passwd", 422),
-    ("/model", 422), ("model\\..\\x", 422), ("nothing-here", 404), ("model/saved", 404),
-    # Control characters, DEL among them (schemathesis found DEL a 500: the store's key
-    # check refused it after the path's own check let it through).
-    ("model/\x7f", 422), ("\x7f\U000f8fe6T", 422), ("model\tx", 422), ("a\x00b", 422),
-])
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        ("../1/model", 422),
+        ("model/../../x", 422),
+        ("..", 422),
+        ("/etc/passwd", 422),
+        ("/model", 422),
+        ("model\\..\\x", 422),
+        ("nothing-here", 404),
+        ("model/saved", 404),
+        # Control characters, DEL among them (schemathesis found DEL a 500: the store's key
+        # check refused it after the path's own check let it through).
+        ("model/\x7f", 422),
+        ("\x7f\U000f8fe6T", 422),
+        ("model\tx", 422),
+        ("a\x00b", 422),
+    ],
+)
 def test_paths_outside_the_job_or_absent_are_refused(
-        client: TestClient, auth: dict[str, str], stored: tuple[int, ArtifactStore],
-        path: str, status: int) -> None:
+    client: TestClient,
+    auth: dict[str, str],
+    stored: tuple[int, ArtifactStore],
+    path: str,
+    status: int,
+) -> None:
     job_id, _ = stored
-    response = client.get(f"/api/v1/jobs/{job_id}/artifacts/download",
-                          params={"path": path}, headers=auth)
+    response = client.get(
+        f"/api/v1/jobs/{job_id}/artifacts/download", params={"path": path}, headers=auth
+    )
     assert response.status_code == status, response.text
     assert "another job's" not in response.text
     assert repr(path).strip("'") in response.json()["message"] or status == 404
 
 
-def test_another_projects_job_is_404(client: TestClient, session: Session,
-                                     stored: tuple[int, ArtifactStore]) -> None:
+def test_another_projects_job_is_404(
+    client: TestClient, session: Session, stored: tuple[int, ArtifactStore]
+) -> None:
     job_id, _ = stored
     other = {"Authorization": f"Bearer {create_token(session, 'other')[0]}"}
     assert client.get(f"/api/v1/jobs/{job_id}/artifacts", headers=other).status_code == 404
-    response = client.get(f"/api/v1/jobs/{job_id}/artifacts/download",
-                          params={"path": "model"}, headers=other)
+    response = client.get(
+        f"/api/v1/jobs/{job_id}/artifacts/download", params={"path": "model"}, headers=other
+    )
     assert response.status_code == 404
 
 
-def test_a_job_without_artifacts_lists_none(client: TestClient, auth: dict[str, str],
-                                            session: Session, token: str,
-                                            artifact_env: str) -> None:  # noqa: ARG001
+def test_a_job_without_artifacts_lists_none(
+    client: TestClient,
+    auth: dict[str, str],
+    session: Session,
+    token: str,
+    artifact_env: str,  # noqa: ARG001
+) -> None:
     from services.auth.tokens import authenticate
 
     job = create_job(session, authenticate(session=session, token=token).project_id)

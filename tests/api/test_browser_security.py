@@ -39,24 +39,26 @@ def assert_cross_site_refusal(response: object, header: str) -> None:
     assert "Authorization: Bearer" in body["message"]  # says how a script does it instead
 
 
-def test_a_cookie_cancel_from_another_site_is_refused(client: TestClient,
-                                                       cookie_job: int) -> None:
+def test_a_cookie_cancel_from_another_site_is_refused(client: TestClient, cookie_job: int) -> None:
     response = client.post(f"/api/v1/jobs/{cookie_job}/cancel", headers={"Origin": EVIL})
     assert_cross_site_refusal(response, "Origin")
     assert EVIL in response.json()["message"]
     assert status_of(client, cookie_job) == "queued"  # nothing was done
 
 
-def test_a_cookie_cancel_from_the_site_itself_goes_through(client: TestClient,
-                                                            cookie_job: int) -> None:
-    response = client.post(f"/api/v1/jobs/{cookie_job}/cancel",
-                           headers={"Origin": "http://testserver"})
+def test_a_cookie_cancel_from_the_site_itself_goes_through(
+    client: TestClient, cookie_job: int
+) -> None:
+    response = client.post(
+        f"/api/v1/jobs/{cookie_job}/cancel", headers={"Origin": "http://testserver"}
+    )
     assert response.status_code == 200, response.text
     assert status_of(client, cookie_job) == "cancelled"
 
 
 def test_a_cookie_request_with_neither_origin_nor_referer_is_refused(
-        client: TestClient, cookie_job: int) -> None:
+    client: TestClient, cookie_job: int
+) -> None:
     del client.headers["Origin"]
     response = client.post(f"/api/v1/jobs/{cookie_job}/cancel")
     assert_cross_site_refusal(response, "Origin")
@@ -64,21 +66,22 @@ def test_a_cookie_request_with_neither_origin_nor_referer_is_refused(
     assert status_of(client, cookie_job) == "queued"
 
 
-def test_the_referer_stands_in_for_a_missing_origin(client: TestClient,
-                                                    cookie_job: int) -> None:
+def test_the_referer_stands_in_for_a_missing_origin(client: TestClient, cookie_job: int) -> None:
     del client.headers["Origin"]
-    response = client.post(f"/api/v1/jobs/{cookie_job}/cancel",
-                           headers={"Referer": f"{EVIL}/page"})
+    response = client.post(f"/api/v1/jobs/{cookie_job}/cancel", headers={"Referer": f"{EVIL}/page"})
     assert_cross_site_refusal(response, "Referer")
-    response = client.post(f"/api/v1/jobs/{cookie_job}/cancel",
-                           headers={"Referer": f"http://testserver/jobs/{cookie_job}"})
+    response = client.post(
+        f"/api/v1/jobs/{cookie_job}/cancel",
+        headers={"Referer": f"http://testserver/jobs/{cookie_job}"},
+    )
     assert response.status_code == 200, response.text
 
 
-@pytest.mark.parametrize("origin", ["null", "http://testserver.evil.example",
-                                    "https://testserver", "http://testserver:8080"])
-def test_only_the_exact_origin_counts(client: TestClient, cookie_job: int,
-                                      origin: str) -> None:
+@pytest.mark.parametrize(
+    "origin",
+    ["null", "http://testserver.evil.example", "https://testserver", "http://testserver:8080"],
+)
+def test_only_the_exact_origin_counts(client: TestClient, cookie_job: int, origin: str) -> None:
     # A sandboxed frame's "null", a look-alike host, another scheme, another port.
     response = client.post(f"/api/v1/jobs/{cookie_job}/cancel", headers={"Origin": origin})
     assert_cross_site_refusal(response, "Origin")
@@ -88,37 +91,42 @@ def test_bearer_requests_are_not_checked(client: TestClient, session: Session) -
     token, row = create_token(session, "script")
     job = create_job(session, row.project_id, name="scripted", replicas=1)
     del client.headers["Origin"]
-    response = client.post(f"/api/v1/jobs/{job.id}/cancel",
-                           headers={"Authorization": f"Bearer {token}", "Origin": EVIL})
+    response = client.post(
+        f"/api/v1/jobs/{job.id}/cancel",
+        headers={"Authorization": f"Bearer {token}", "Origin": EVIL},
+    )
     assert response.status_code == 200, response.text
 
 
-def test_behind_https_the_origin_is_the_https_one(session: Session,
-                                                  client: TestClient) -> None:
+def test_behind_https_the_origin_is_the_https_one(session: Session, client: TestClient) -> None:
     token, row = create_token(session, "tls")
     job = create_job(session, row.project_id, name="tls", replicas=1)
-    https = TestClient(client.app, base_url="https://cohort.example",
-                       headers={"Origin": "https://cohort.example:443"})
-    assert https.post("/login", data={"token": token}, follow_redirects=False
-                      ).status_code == 303
-    refused = https.post(f"/api/v1/jobs/{job.id}/cancel",
-                         headers={"Origin": "http://cohort.example"})
+    https = TestClient(
+        client.app,
+        base_url="https://cohort.example",
+        headers={"Origin": "https://cohort.example:443"},
+    )
+    assert https.post("/login", data={"token": token}, follow_redirects=False).status_code == 303
+    refused = https.post(
+        f"/api/v1/jobs/{job.id}/cancel", headers={"Origin": "http://cohort.example"}
+    )
     assert_cross_site_refusal(refused, "Origin")
     assert https.post(f"/api/v1/jobs/{job.id}/cancel").status_code == 200
 
 
 @pytest.mark.parametrize("headers", [{"Origin": EVIL}, {}], ids=["other-site", "no-origin"])
-def test_a_login_from_another_site_is_refused(client: TestClient, token: str,
-                                              headers: dict[str, str]) -> None:
+def test_a_login_from_another_site_is_refused(
+    client: TestClient, token: str, headers: dict[str, str]
+) -> None:
     del client.headers["Origin"]
-    response = client.post("/login", data={"token": token}, headers=headers,
-                           follow_redirects=False)
+    response = client.post("/login", data={"token": token}, headers=headers, follow_redirects=False)
     assert_cross_site_refusal(response, "Origin")
     assert "set-cookie" not in response.headers
 
 
-@pytest.mark.parametrize("path", ["/login", "/api/v1/jobs", "/static/dashboard.js",
-                                  "/nowhere", "/docs", "/healthz"])
+@pytest.mark.parametrize(
+    "path", ["/login", "/api/v1/jobs", "/static/dashboard.js", "/nowhere", "/docs", "/healthz"]
+)
 def test_every_answer_carries_the_security_headers(client: TestClient, path: str) -> None:
     response = client.get(path)
     for name, value in SECURITY_HEADERS.items():
@@ -132,8 +140,9 @@ def test_every_answer_carries_the_security_headers(client: TestClient, path: str
 def test_a_refusal_carries_them_too(client: TestClient, cookie_job: int) -> None:
     response = client.post(f"/api/v1/jobs/{cookie_job}/cancel", headers={"Origin": EVIL})
     assert response.status_code == 403
-    assert response.headers["Content-Security-Policy"] == SECURITY_HEADERS[
-        "Content-Security-Policy"]
+    assert (
+        response.headers["Content-Security-Policy"] == SECURITY_HEADERS["Content-Security-Policy"]
+    )
 
 
 def test_swagger_ui_comes_from_the_package(client: TestClient) -> None:
@@ -144,8 +153,11 @@ def test_swagger_ui_comes_from_the_package(client: TestClient) -> None:
     # Nothing from outside the site, and no inline script for the CSP to block.
     assert "http://" not in page.text and "https://" not in page.text
     assert "<script>" not in page.text and "<script src=" in page.text
-    for asset in ("/static/vendor/swagger-ui-bundle.js", "/static/vendor/swagger-ui.css",
-                  "/static/docs.js"):
+    for asset in (
+        "/static/vendor/swagger-ui-bundle.js",
+        "/static/vendor/swagger-ui.css",
+        "/static/docs.js",
+    ):
         assert client.get(asset).status_code == 200, asset
     assert client.get("/redoc").status_code == 404
     assert client.get("/openapi.json").status_code == 200
@@ -167,11 +179,13 @@ def test_metrics_are_off_without_a_metrics_token(client: TestClient) -> None:
     assert "COHORT_METRICS_TOKEN" in response.json()["message"]
 
 
-def test_metrics_want_the_metrics_token(client: TestClient, metrics_token: str,
-                                        token: str) -> None:
-    for headers in ({}, {"Authorization": "Bearer wrong"},
-                    {"Authorization": f"Bearer {token}"},  # an API token is not it
-                    {"Authorization": f"Basic {metrics_token}"}):
+def test_metrics_want_the_metrics_token(client: TestClient, metrics_token: str, token: str) -> None:
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Bearer {token}"},  # an API token is not it
+        {"Authorization": f"Basic {metrics_token}"},
+    ):
         response = client.get("/metrics", headers=headers)
         assert response.status_code == 401, headers
         assert response.json()["error"] == "unauthorized"
@@ -182,7 +196,8 @@ def test_metrics_want_the_metrics_token(client: TestClient, metrics_token: str,
 
 
 def test_readyz_says_what_is_down_not_which_exception(
-        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from services.wire.client import get_redis
 
     monkeypatch.setenv("COHORT_REDIS_URL", "redis://127.0.0.1:1/0")  # nothing listens
@@ -195,8 +210,11 @@ def test_readyz_says_what_is_down_not_which_exception(
         get_settings.cache_clear()
         get_redis.cache_clear()
     assert response.status_code == 503
-    assert response.json() == {"status": "not ready", "database": "ok",
-                               "redis": "redis unreachable"}
+    assert response.json() == {
+        "status": "not ready",
+        "database": "ok",
+        "redis": "redis unreachable",
+    }
 
 
 @pytest.fixture
@@ -210,8 +228,7 @@ def three_tries(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def from_address(client: TestClient, address: str) -> TestClient:
-    return TestClient(client.app, headers={"Origin": "http://testserver"},
-                      client=(address, 40000))
+    return TestClient(client.app, headers={"Origin": "http://testserver"}, client=(address, 40000))
 
 
 def guess_then_log_in(client: TestClient, token: str, guesses: int) -> Response:
@@ -222,8 +239,11 @@ def guess_then_log_in(client: TestClient, token: str, guesses: int) -> Response:
     return client.post("/login", data={"token": token}, follow_redirects=False)
 
 
-def test_failed_logins_are_throttled_per_address(client: TestClient, token: str,
-                                                 three_tries: None) -> None:  # noqa: ARG001
+def test_failed_logins_are_throttled_per_address(
+    client: TestClient,
+    token: str,
+    three_tries: None,  # noqa: ARG001
+) -> None:
     # Past the allowance even the right token waits: guesses cannot go on between
     # logins with a token of one's own.
     response = guess_then_log_in(client, token, 3)
@@ -232,13 +252,15 @@ def test_failed_logins_are_throttled_per_address(client: TestClient, token: str,
     assert "too many failed logins" in response.text and "set-cookie" not in response.headers
     # Another address is not held up.
     other = from_address(client, "198.51.100.7")
-    assert other.post("/login", data={"token": token}, follow_redirects=False
-                      ).status_code == 303
+    assert other.post("/login", data={"token": token}, follow_redirects=False).status_code == 303
 
 
 def test_failed_logins_are_throttled_while_redis_is_down(
-        client: TestClient, token: str, three_tries: None,  # noqa: ARG001
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    client: TestClient,
+    token: str,
+    three_tries: None,  # noqa: ARG001
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Redis away: the dashboard still logs in, and this process counts the failures (on
     the code before, guesses went on unthrottled for as long as Redis was down)."""
     from services.wire.client import get_redis
@@ -248,13 +270,15 @@ def test_failed_logins_are_throttled_while_redis_is_down(
     get_redis.cache_clear()
     guesser, other = from_address(client, "203.0.113.41"), from_address(client, "203.0.113.42")
     try:
-        assert other.post("/login", data={"token": token}, follow_redirects=False
-                          ).status_code == 303  # logging in needs no Redis
+        assert (
+            other.post("/login", data={"token": token}, follow_redirects=False).status_code == 303
+        )  # logging in needs no Redis
         response = guess_then_log_in(guesser, token, 3)
         assert response.status_code == 429
         assert 0 < int(response.headers["Retry-After"]) <= 120
-        assert other.post("/login", data={"token": token}, follow_redirects=False
-                          ).status_code == 303
+        assert (
+            other.post("/login", data={"token": token}, follow_redirects=False).status_code == 303
+        )
     finally:
         monkeypatch.undo()
         get_settings.cache_clear()

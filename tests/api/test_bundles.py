@@ -44,15 +44,20 @@ def limits(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     get_settings.cache_clear()
 
 
-def test_upload_once_then_the_project_has_it(client: TestClient, auth: dict[str, str],
-                                             session: Session, artifact_env: str) -> None:
+def test_upload_once_then_the_project_has_it(
+    client: TestClient, auth: dict[str, str], session: Session, artifact_env: str
+) -> None:
     data = good()
     digest = digest_of(data)
     assert client.head(f"/api/v1/bundles/{digest}", headers=auth).status_code == 404
     response = client.put(f"/api/v1/bundles/{digest}", content=data, headers=auth)
     assert response.status_code == 201, response.text
     assert response.json() | {"created_at": None} == {
-        "digest": digest, "size": len(data), "files": 2, "created_at": None}
+        "digest": digest,
+        "size": len(data),
+        "files": 2,
+        "created_at": None,
+    }
     assert client.head(f"/api/v1/bundles/{digest}", headers=auth).status_code == 200
     # The plain hex form names the same bundle.
     assert client.head(f"/api/v1/bundles/{digest[7:]}", headers=auth).status_code == 200
@@ -65,8 +70,9 @@ def test_upload_once_then_the_project_has_it(client: TestClient, auth: dict[str,
     assert spool_is_empty()
 
 
-def test_another_projects_bundle_must_still_be_sent(client: TestClient, auth: dict[str, str],
-                                                    session: Session) -> None:
+def test_another_projects_bundle_must_still_be_sent(
+    client: TestClient, auth: dict[str, str], session: Session
+) -> None:
     data = good()
     digest = digest_of(data)
     assert client.put(f"/api/v1/bundles/{digest}", content=data, headers=auth).status_code == 201
@@ -75,14 +81,16 @@ def test_another_projects_bundle_must_still_be_sent(client: TestClient, auth: di
     wrong = client.put(f"/api/v1/bundles/{digest}", content=b"not these bytes", headers=other)
     assert wrong.status_code == 422  # knowing the digest is not enough: the bytes are needed
     assert client.head(f"/api/v1/bundles/{digest}", headers=other).status_code == 404
-    assert client.put(f"/api/v1/bundles/{digest}", content=data,
-                      headers=other).status_code == 201
+    assert client.put(f"/api/v1/bundles/{digest}", content=data, headers=other).status_code == 201
     assert records(session) == 2
 
 
 def test_a_digest_that_does_not_match_names_both_and_stores_nothing(
-        client: TestClient, auth: dict[str, str], session: Session,
-        artifact_env: str) -> None:  # noqa: ARG001 - an empty store of its own
+    client: TestClient,
+    auth: dict[str, str],
+    session: Session,
+    artifact_env: str,  # noqa: ARG001 - an empty store of its own
+) -> None:
     data = good()
     claimed = "sha256:" + "0" * 64
     response = client.put(f"/api/v1/bundles/{claimed}", content=data, headers=auth)
@@ -105,7 +113,8 @@ def test_a_malformed_digest_is_422_naming_it(client: TestClient, auth: dict[str,
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_archives_are_422_and_nothing_is_stored(
-        client: TestClient, auth: dict[str, str], session: Session, name: str) -> None:
+    client: TestClient, auth: dict[str, str], session: Session, name: str
+) -> None:
     make, word = HOSTILE[name]
     data = make()
     response = client.put(f"/api/v1/bundles/{digest_of(data)}", content=data, headers=auth)
@@ -118,7 +127,8 @@ def test_hostile_archives_are_422_and_nothing_is_stored(
 
 @pytest.mark.usefixtures("limits")
 def test_too_many_files_is_422_naming_the_setting(
-        client: TestClient, auth: dict[str, str], session: Session) -> None:
+    client: TestClient, auth: dict[str, str], session: Session
+) -> None:
     data = many_files(6)
     response = client.put(f"/api/v1/bundles/{digest_of(data)}", content=data, headers=auth)
     assert response.status_code == 422
@@ -128,7 +138,8 @@ def test_too_many_files_is_422_naming_the_setting(
 
 @pytest.mark.usefixtures("limits")
 def test_a_body_past_the_size_limit_is_413_declared_or_streamed(
-        client: TestClient, auth: dict[str, str], session: Session) -> None:
+    client: TestClient, auth: dict[str, str], session: Session
+) -> None:
     data = os.urandom(10_000)
     url = f"/api/v1/bundles/{digest_of(data)}"
     declared = client.put(url, content=data, headers=auth)
@@ -137,7 +148,7 @@ def test_a_body_past_the_size_limit_is_413_declared_or_streamed(
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: chunked
         for start in range(0, len(data), 1000):
-            yield data[start:start + 1000]
+            yield data[start : start + 1000]
 
     streamed = client.put(url, content=chunks(), headers=auth)
     assert streamed.status_code == 413
@@ -145,12 +156,17 @@ def test_a_body_past_the_size_limit_is_413_declared_or_streamed(
     assert spool_is_empty()
 
 
-def test_a_job_can_name_only_its_projects_bundles(client: TestClient, auth: dict[str, str],
-                                                  session: Session) -> None:
+def test_a_job_can_name_only_its_projects_bundles(
+    client: TestClient, auth: dict[str, str], session: Session
+) -> None:
     data = good()
     digest = digest_of(data)
-    spec = {"command": ["python", "train.py"], "bundle": digest, "replicas": 1,
-            "strategy": "one_device"}
+    spec = {
+        "command": ["python", "train.py"],
+        "bundle": digest,
+        "replicas": 1,
+        "strategy": "one_device",
+    }
     missing = client.post("/api/v1/jobs", json=spec, headers=auth)
     assert missing.status_code == 404
     assert digest in missing.json()["message"] and "cohort submit" in missing.json()["message"]
@@ -162,8 +178,9 @@ def test_a_job_can_name_only_its_projects_bundles(client: TestClient, auth: dict
     assert client.post("/api/v1/jobs", json=spec, headers=other).status_code == 404
 
 
-def test_spool_files_left_by_a_dead_upload_are_cleared(tmp_path_factory: pytest.TempPathFactory,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_spool_files_left_by_a_dead_upload_are_cleared(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from services.jobs.uploads import clear_stale_uploads
     from services.settings import Settings
 
@@ -194,8 +211,12 @@ def test_uploads_hold_no_request_session() -> None:
             todo.extend(dependant.dependencies)
         return found
 
-    uploads = [route for route in app_routes() if "PUT" in (route.methods or ())
-               and route.path in ("/api/v1/bundles/{digest}", "/api/v1/data/{path:path}")]
+    uploads = [
+        route
+        for route in app_routes()
+        if "PUT" in (route.methods or ())
+        and route.path in ("/api/v1/bundles/{digest}", "/api/v1/data/{path:path}")
+    ]
     assert len(uploads) == 2
     for route in uploads:
         assert get_db not in calls(route), route.path

@@ -44,9 +44,11 @@ def test_fragments_answer_401_without_a_valid_cookie(client: TestClient, path: s
 
 
 def test_login_sets_an_httponly_strict_session_cookie_and_logout_ends_it(
-        client: TestClient, token: str) -> None:
-    response = client.post("/login", data={"token": token, "next": "/cluster"},
-                           follow_redirects=False)
+    client: TestClient, token: str
+) -> None:
+    response = client.post(
+        "/login", data={"token": token, "next": "/cluster"}, follow_redirects=False
+    )
     assert response.status_code == 303 and response.headers["location"] == "/cluster"
     cookie = response.headers["set-cookie"]
     session_id = cookie.split(";")[0].removeprefix("cohort_session=")
@@ -65,8 +67,7 @@ def test_login_sets_an_httponly_strict_session_cookie_and_logout_ends_it(
     assert client.get("/api/v1/jobs").status_code == 401
 
 
-def test_a_wrong_token_is_refused_with_the_message_next_to_the_field(
-        client: TestClient) -> None:
+def test_a_wrong_token_is_refused_with_the_message_next_to_the_field(client: TestClient) -> None:
     response = client.post("/login", data={"token": "nope"}, follow_redirects=False)
     assert response.status_code == 401
     assert "set-cookie" not in response.headers
@@ -76,33 +77,41 @@ def test_a_wrong_token_is_refused_with_the_message_next_to_the_field(
 
 @pytest.mark.parametrize("target", ["//evil.example/x", "https://evil.example/", "/\\evil"])
 def test_login_never_redirects_off_site(client: TestClient, token: str, target: str) -> None:
-    response = client.post("/login", data={"token": token, "next": target},
-                           follow_redirects=False)
+    response = client.post("/login", data={"token": token, "next": target}, follow_redirects=False)
     assert response.headers["location"] == "/"
 
 
 def test_the_rest_api_accepts_the_login_cookie(client: TestClient, token: str) -> None:
     assert client.get("/api/v1/jobs").status_code == 401
     login(client, token)
-    response = client.post("/api/v1/jobs", json={"name": "from-cookie", "replicas": 1,
-                                                 "strategy": "one_device"})
+    response = client.post(
+        "/api/v1/jobs", json={"name": "from-cookie", "replicas": 1, "strategy": "one_device"}
+    )
     assert response.status_code == 201
     assert client.get("/api/v1/jobs").json()["items"][0]["name"] == "from-cookie"
 
 
 def test_jobs_page_lists_own_project_only_with_last_metrics(
-        client: TestClient, session: Session) -> None:
+    client: TestClient, session: Session
+) -> None:
     token, row = create_token(session, "alpha")
     _, other = create_token(session, "beta")
     mine = create_job(session, row.project_id, name="mine-job")
     theirs = create_job(session, other.project_id, name="their-job")
-    session.add_all([
-        MetricPoint(job_id=mine.id, attempt=1, replica=r, step=s, epoch=0, name="loss",
-                    value=v, ts=0.0)
-        for r, s, v in [(0, 1, 9.0), (0, 2, 0.5), (1, 2, 0.25)]])
+    session.add_all(
+        [
+            MetricPoint(
+                job_id=mine.id, attempt=1, replica=r, step=s, epoch=0, name="loss", value=v, ts=0.0
+            )
+            for r, s, v in [(0, 1, 9.0), (0, 2, 0.5), (1, 2, 0.25)]
+        ]
+    )
     # Another attempt's points are not the current attempt's last loss.
-    session.add(MetricPoint(job_id=mine.id, attempt=2, replica=0, step=9, epoch=0,
-                            name="loss", value=7.0, ts=0.0))
+    session.add(
+        MetricPoint(
+            job_id=mine.id, attempt=2, replica=0, step=9, epoch=0, name="loss", value=7.0, ts=0.0
+        )
+    )
     session.flush()
     login(client, token)
     page = client.get("/").text
@@ -136,8 +145,7 @@ def test_filters_and_cursor_pagination(client: TestClient, session: Session) -> 
     assert bad.status_code == 422 and bad.json()["fields"][0]["field"] == "status"
 
 
-def test_cluster_page_shows_the_queue_with_reasons(client: TestClient,
-                                                   session: Session) -> None:
+def test_cluster_page_shows_the_queue_with_reasons(client: TestClient, session: Session) -> None:
     token, row = create_token(session, "queued")
     job = create_job(session, row.project_id, name="waiting-job")
     job.reason = "needs 2 free slots; 0 free"
@@ -148,37 +156,61 @@ def test_cluster_page_shows_the_queue_with_reasons(client: TestClient,
     assert "No node agent has registered yet" in page
 
 
-def test_cluster_page_shows_each_gpu_model_and_memory(client: TestClient,
-                                                      session: Session) -> None:
+def test_cluster_page_shows_each_gpu_model_and_memory(client: TestClient, session: Session) -> None:
     token, _row = create_token(session, "gpus")
-    record_heartbeat(session=session, beat=Heartbeat(
-        "gpu-node", "10.0.0.9", 2, 2, utcnow(), gpu_ids=(0, 1),
-        gpu_models=(("NVIDIA A100-SXM4-40GB", 40960), ("NVIDIA A100-SXM4-40GB", 40960))))
+    record_heartbeat(
+        session=session,
+        beat=Heartbeat(
+            "gpu-node",
+            "10.0.0.9",
+            2,
+            2,
+            utcnow(),
+            gpu_ids=(0, 1),
+            gpu_models=(("NVIDIA A100-SXM4-40GB", 40960), ("NVIDIA A100-SXM4-40GB", 40960)),
+        ),
+    )
     login(client, token)
     page = client.get("/cluster").text
-    row = page[page.index("gpu-node"):]
-    row = row[:row.index("</tr>")]
+    row = page[page.index("gpu-node") :]
+    row = row[: row.index("</tr>")]
     assert row.count("NVIDIA A100-SXM4-40GB") == 2 and row.count("40.0 GiB") == 2
 
 
 def test_assets_are_bundled_and_nothing_loads_from_the_network(
-        client: TestClient, token: str) -> None:
-    for asset in ("/static/dashboard.js", "/static/job.js", "/static/dashboard.css",
-                  "/static/vendor/uPlot.iife.min.js", "/static/vendor/uPlot.min.css"):
+    client: TestClient, token: str
+) -> None:
+    for asset in (
+        "/static/dashboard.js",
+        "/static/job.js",
+        "/static/dashboard.css",
+        "/static/vendor/uPlot.iife.min.js",
+        "/static/vendor/uPlot.min.css",
+    ):
         assert client.get(asset).status_code == 200, asset
     login(client, token)
     html = client.get("/").text + client.get("/cluster").text
-    for source in [html, *(p.read_text() for p in (API / "templates").glob("*.html")),
-                   *(p.read_text() for p in (API / "static").glob("*.*"))]:
+    for source in [
+        html,
+        *(p.read_text() for p in (API / "templates").glob("*.html")),
+        *(p.read_text() for p in (API / "static").glob("*.*")),
+    ]:
         assert not re.search(r"""(src|href)=["']?(https?:)?//""", source)
         assert "cdn" not in source.lower()
 
 
-def test_the_job_page_carries_a_spec_that_resubmits_as_is(client: TestClient,
-                                                          session: Session) -> None:
+def test_the_job_page_carries_a_spec_that_resubmits_as_is(
+    client: TestClient, session: Session
+) -> None:
     token, row = create_token(session, "again")
-    job = create_job(session, row.project_id, name="again", replicas=1, strategy="one_device",
-                     hyperparameters={"epochs": 2, "hidden_units": 8})
+    job = create_job(
+        session,
+        row.project_id,
+        name="again",
+        replicas=1,
+        strategy="one_device",
+        hyperparameters={"epochs": 2, "hidden_units": 8},
+    )
     login(client, token)
     page = client.get(f"/jobs/{job.id}").text
     spec = json.loads(re.search(r'id="job-spec">(.*?)</script>', page, re.S).group(1))
@@ -191,21 +223,24 @@ def test_the_job_page_carries_a_spec_that_resubmits_as_is(client: TestClient,
 @pytest.mark.usefixtures("artifact_env")
 @pytest.mark.parametrize("artifact_env", ["local"], indirect=True)
 def test_the_job_page_lists_artifacts_by_group_with_download_links(
-        client: TestClient, session: Session) -> None:
+    client: TestClient, session: Session
+) -> None:
     token, row = create_token(session, "artifacts")
-    job = create_job(session, row.project_id, name="with-files", replicas=1,
-                     strategy="one_device")
-    other = create_job(session, row.project_id, name="no-files", replicas=1,
-                       strategy="one_device")
+    job = create_job(session, row.project_id, name="with-files", replicas=1, strategy="one_device")
+    other = create_job(session, row.project_id, name="no-files", replicas=1, strategy="one_device")
     store = open_store()
-    files = {"model/saved_model.pb": b"m" * 2048, "model/variables/v.index": b"i",
-             "checkpoints/ckpt-1.index": b"c", "tensorboard/replica-0/events.out": b"e",
-             "logs/attempt-1/replica-0.log": b"hello\n", "notes/extra.txt": b"x"}
+    files = {
+        "model/saved_model.pb": b"m" * 2048,
+        "model/variables/v.index": b"i",
+        "checkpoints/ckpt-1.index": b"c",
+        "tensorboard/replica-0/events.out": b"e",
+        "logs/attempt-1/replica-0.log": b"hello\n",
+        "notes/extra.txt": b"x",
+    }
     for path, data in files.items():
         store.put_bytes(f"{keys.job_prefix(job.id)}/{path}", data)
     login(client, token)
-    for page in (client.get(f"/jobs/{job.id}").text,
-                 client.get(f"/partials/jobs/{job.id}").text):
+    for page in (client.get(f"/jobs/{job.id}").text, client.get(f"/partials/jobs/{job.id}").text):
         groups = re.findall(r'<tbody data-group="(\w+)">', page)
         assert groups == ["model", "checkpoints", "tensorboard", "logs", "other"]
         links = re.findall(r'href="(/api/v1/jobs/\d+/artifacts/download\?path=[^"]+)"', page)
@@ -216,8 +251,7 @@ def test_the_job_page_lists_artifacts_by_group_with_download_links(
         assert "tensorboard --logdir out/tensorboard" in page
         assert f"cohort download {job.id} tensorboard -o out/" in page
     # The links work with the login cookie alone: a file as it is, a group as a .tar.gz.
-    log = client.get(f"/api/v1/jobs/{job.id}/artifacts/download?path=logs/attempt-1/"
-                     "replica-0.log")
+    log = client.get(f"/api/v1/jobs/{job.id}/artifacts/download?path=logs/attempt-1/replica-0.log")
     assert log.status_code == 200 and log.content == b"hello\n"
     model = client.get(f"/api/v1/jobs/{job.id}/artifacts/download?path=model")
     assert model.status_code == 200 and model.headers["content-type"] == "application/gzip"
@@ -227,17 +261,24 @@ def test_the_job_page_lists_artifacts_by_group_with_download_links(
 @pytest.mark.usefixtures("artifact_env")
 @pytest.mark.parametrize("artifact_env", ["local"], indirect=True)
 def test_a_command_jobs_page_shows_its_command_bundle_env_and_inputs(
-        client: TestClient, session: Session) -> None:
+    client: TestClient, session: Session
+) -> None:
     token, row = create_token(session, "commands")
     open_store().put_bytes(keys.data_key(row.project_id, "digits/train.csv"), b"x,y\n")
     digest = "sha256:" + "ab" * 32
     session.add(Bundle(project_id=row.project_id, digest=digest, size=1, files=1))
     session.flush()
-    job = create_job(session, row.project_id, name="scripted", replicas=1,
-                     strategy="one_device", bundle=digest,
-                     command=["python", "train.py", "--note", "two words"],
-                     env={"DATA_URI": "s3://bucket/x.csv"},
-                     inputs={"train.csv": "data/digits/train.csv"})
+    job = create_job(
+        session,
+        row.project_id,
+        name="scripted",
+        replicas=1,
+        strategy="one_device",
+        bundle=digest,
+        command=["python", "train.py", "--note", "two words"],
+        env={"DATA_URI": "s3://bucket/x.csv"},
+        inputs={"train.csv": "data/digits/train.csv"},
+    )
     login(client, token)
     page = client.get(f"/jobs/{job.id}").text
     assert ">None<" not in page
@@ -249,5 +290,9 @@ def test_a_command_jobs_page_shows_its_command_bundle_env_and_inputs(
     again = client.post("/api/v1/jobs", json=spec)
     assert again.status_code == 201, again.text
     assert {k: again.json()[k] for k in ("command", "bundle", "env", "inputs", "trainer")} == {
-        "command": job.command, "bundle": digest, "env": job.env, "inputs": job.inputs,
-        "trainer": None}
+        "command": job.command,
+        "bundle": digest,
+        "env": job.env,
+        "inputs": job.inputs,
+        "trainer": None,
+    }

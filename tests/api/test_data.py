@@ -28,9 +28,15 @@ def LOCAL(test: T) -> T:  # noqa: N802 - used as a decorator, like pytest's mark
     """Run the test against a fresh directory store of its own (COHORT_ARTIFACT_URL)."""
     test = pytest.mark.usefixtures("artifact_env")(test)
     return pytest.mark.parametrize("artifact_env", ["local"], indirect=True)(test)
+
+
 CSV = b"x,y\n1,2\n3,4\n"
-JOB: dict[str, Any] = {"name": "reader", "command": ["python", "train.py"], "replicas": 1,
-                       "strategy": "one_device"}
+JOB: dict[str, Any] = {
+    "name": "reader",
+    "command": ["python", "train.py"],
+    "replicas": 1,
+    "strategy": "one_device",
+}
 
 
 def spool_is_empty() -> bool:
@@ -46,17 +52,24 @@ def other_project(session: Session) -> dict[str, str]:
     return {"Authorization": f"Bearer {create_token(session, 'other')[0]}"}
 
 
-def test_push_list_replace_delete(client: TestClient, auth: dict[str, str], session: Session,
-                                  artifact_env: str) -> None:
+def test_push_list_replace_delete(
+    client: TestClient, auth: dict[str, str], session: Session, artifact_env: str
+) -> None:
     created = client.put("/api/v1/data/digits/train.csv", content=CSV, headers=auth)
     assert created.status_code == 201, created.text
-    assert created.json() == {"path": "digits/train.csv", "size": len(CSV),
-                              "sha256": "sha256:" + hashlib.sha256(CSV).hexdigest()}
+    assert created.json() == {
+        "path": "digits/train.csv",
+        "size": len(CSV),
+        "sha256": "sha256:" + hashlib.sha256(CSV).hexdigest(),
+    }
     assert client.put("/api/v1/data/notes.txt", content=b"n", headers=auth).status_code == 201
     listed = client.get("/api/v1/data", headers=auth)
-    assert listed.json() == {"items": [
-        {"path": "digits/train.csv", "size": len(CSV), "sha256": None},
-        {"path": "notes.txt", "size": 1, "sha256": None}]}
+    assert listed.json() == {
+        "items": [
+            {"path": "digits/train.csv", "size": len(CSV), "sha256": None},
+            {"path": "notes.txt", "size": 1, "sha256": None},
+        ]
+    }
     # Stored where the layout says, under the project's own prefix.
     project_id = authenticate(session=session, token=auth["Authorization"][7:]).project_id
     store = open_store()
@@ -67,7 +80,8 @@ def test_push_list_replace_delete(client: TestClient, auth: dict[str, str], sess
     assert replaced.status_code == 200 and replaced.json()["size"] == 2
     assert client.delete("/api/v1/data/digits/train.csv", headers=auth).status_code == 204
     assert [i["path"] for i in client.get("/api/v1/data", headers=auth).json()["items"]] == [
-        "notes.txt"]
+        "notes.txt"
+    ]
     gone = client.delete("/api/v1/data/digits/train.csv", headers=auth)
     assert gone.status_code == 404 and "cohort data push" in gone.json()["message"]
     # The directory the deleted file left is no obstacle to a file of that name.
@@ -76,14 +90,16 @@ def test_push_list_replace_delete(client: TestClient, auth: dict[str, str], sess
 
 
 @LOCAL
-def test_another_projects_data_is_never_visible(client: TestClient, auth: dict[str, str],
-                                                session: Session) -> None:
+def test_another_projects_data_is_never_visible(
+    client: TestClient, auth: dict[str, str], session: Session
+) -> None:
     assert client.put("/api/v1/data/secret.csv", content=CSV, headers=auth).status_code == 201
     other = other_project(session)
     assert client.get("/api/v1/data", headers=other).json() == {"items": []}
     assert client.delete("/api/v1/data/secret.csv", headers=other).status_code == 404
-    refused = client.post("/api/v1/jobs", headers=other,
-                          json={**JOB, "inputs": {"secret.csv": "data/secret.csv"}})
+    refused = client.post(
+        "/api/v1/jobs", headers=other, json={**JOB, "inputs": {"secret.csv": "data/secret.csv"}}
+    )
     assert refused.status_code == 404 and "secret.csv" in refused.json()["message"]
     # Its own file of the same path is its own, and the first project's stays as it was.
     assert client.put("/api/v1/data/secret.csv", content=b"o", headers=other).status_code == 201
@@ -93,10 +109,22 @@ def test_another_projects_data_is_never_visible(client: TestClient, auth: dict[s
 
 @LOCAL
 # Dots encoded, so the client sends them as they are rather than resolving them itself.
-@pytest.mark.parametrize("path", ["%2Fetc%2Fpasswd", "a/%2E%2E/%2E%2E/b", "%2E%2E", "a//b",
-                                  "a/%2E/b", "a%5Cb", "a%01b", "a%7Fb"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "%2Fetc%2Fpasswd",
+        "a/%2E%2E/%2E%2E/b",
+        "%2E%2E",
+        "a//b",
+        "a/%2E/b",
+        "a%5Cb",
+        "a%01b",
+        "a%7Fb",
+    ],
+)
 def test_a_path_that_could_leave_the_projects_data_is_422_naming_path(
-        client: TestClient, auth: dict[str, str], path: str) -> None:
+    client: TestClient, auth: dict[str, str], path: str
+) -> None:
     response = client.put(f"/api/v1/data/{path}", content=CSV, headers=auth)
     assert response.status_code == 422, (path, response.text)
     assert response.json()["fields"][0]["field"] == "path"
@@ -107,8 +135,9 @@ def test_a_path_that_could_leave_the_projects_data_is_422_naming_path(
 
 
 @LOCAL
-def test_a_file_and_a_directory_cannot_share_a_path(client: TestClient,
-                                                     auth: dict[str, str]) -> None:
+def test_a_file_and_a_directory_cannot_share_a_path(
+    client: TestClient, auth: dict[str, str]
+) -> None:
     assert client.put("/api/v1/data/a/b.csv", content=CSV, headers=auth).status_code == 201
     over_dir = client.put("/api/v1/data/a", content=CSV, headers=auth)
     assert over_dir.status_code == 409 and "directory" in over_dir.json()["message"]
@@ -129,7 +158,8 @@ def small_data_limit(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @LOCAL
 @pytest.mark.usefixtures("small_data_limit")
 def test_a_body_past_the_data_limit_is_413_declared_or_streamed(
-        client: TestClient, auth: dict[str, str]) -> None:
+    client: TestClient, auth: dict[str, str]
+) -> None:
     data = os.urandom(10_000)
     declared = client.put("/api/v1/data/big.bin", content=data, headers=auth)
     assert declared.status_code == 413
@@ -137,30 +167,31 @@ def test_a_body_past_the_data_limit_is_413_declared_or_streamed(
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: chunked
         for start in range(0, len(data), 1000):
-            yield data[start:start + 1000]
+            yield data[start : start + 1000]
 
     assert client.put("/api/v1/data/big.bin", content=chunks(), headers=auth).status_code == 413
-    assert client.put("/api/v1/data/ok.bin", content=data[:4096],
-                      headers=auth).status_code == 201
+    assert client.put("/api/v1/data/ok.bin", content=data[:4096], headers=auth).status_code == 201
     assert [i["path"] for i in client.get("/api/v1/data", headers=auth).json()["items"]] == [
-        "ok.bin"]
+        "ok.bin"
+    ]
     assert spool_is_empty()
 
 
 @LOCAL
 def test_a_job_names_its_inputs_and_they_resolve_to_store_keys(
-        client: TestClient, auth: dict[str, str], session: Session) -> None:
+    client: TestClient, auth: dict[str, str], session: Session
+) -> None:
     client.put("/api/v1/data/digits/train.csv", content=CSV, headers=auth)
     spec = {**JOB, "inputs": {"train.csv": "data/digits/train.csv"}}
     response = client.post("/api/v1/jobs", json=spec, headers=auth)
     assert response.status_code == 201, response.text
     job_id = response.json()["id"]
     assert client.get(f"/api/v1/jobs/{job_id}", headers=auth).json()["inputs"] == {
-        "train.csv": "data/digits/train.csv"}
+        "train.csv": "data/digits/train.csv"
+    }
     job = session.get(Job, job_id)
     assert job is not None
-    assert resolve_inputs(job) == {
-        "train.csv": keys.data_key(job.project_id, "digits/train.csv")}
+    assert resolve_inputs(job) == {"train.csv": keys.data_key(job.project_id, "digits/train.csv")}
     assert resolve_inputs(job)["train.csv"] == f"data/{job.project_id}/digits/train.csv"
     # A job without inputs reads back with none.
     plain = client.post("/api/v1/jobs", json=JOB, headers=auth).json()
@@ -169,32 +200,39 @@ def test_a_job_names_its_inputs_and_they_resolve_to_store_keys(
 
 @LOCAL
 def test_an_input_naming_missing_data_is_404_naming_it(
-        client: TestClient, auth: dict[str, str], session: Session) -> None:
+    client: TestClient, auth: dict[str, str], session: Session
+) -> None:
     before = count(session, Job)
-    response = client.post("/api/v1/jobs", headers=auth,
-                           json={**JOB, "inputs": {"train.csv": "data/nowhere/train.csv"}})
+    response = client.post(
+        "/api/v1/jobs",
+        headers=auth,
+        json={**JOB, "inputs": {"train.csv": "data/nowhere/train.csv"}},
+    )
     assert response.status_code == 404
     assert "'nowhere/train.csv'" in response.json()["message"]
     assert "cohort data push" in response.json()["message"]
     assert count(session, Job) == before
 
 
-@pytest.mark.parametrize(("inputs", "words"), [
-    ({"a/b.csv": "data/x.csv"}, "plain file name"),
-    ({".hidden": "data/x.csv"}, "plain file name"),
-    ({"..": "data/x.csv"}, "plain file name"),
-    ({"": "data/x.csv"}, "1..100 characters"),
-    ({"n" * 101: "data/x.csv"}, "1..100 characters"),
-    ({"x.csv": "x.csv"}, "'data/<path>'"),
-    ({"x.csv": "s3://bucket/x.csv"}, "'data/<path>'"),
-    ({"x.csv": "data/../x.csv"}, "'..' segment"),
-    ({"x.csv": "data//x.csv"}, "relative"),
-    ({"x.csv": "data/a\\b.csv"}, "backslash"),
-    ({f"f{i}": "data/x.csv" for i in range(33)}, "at most 32 inputs"),
-])
+@pytest.mark.parametrize(
+    ("inputs", "words"),
+    [
+        ({"a/b.csv": "data/x.csv"}, "plain file name"),
+        ({".hidden": "data/x.csv"}, "plain file name"),
+        ({"..": "data/x.csv"}, "plain file name"),
+        ({"": "data/x.csv"}, "1..100 characters"),
+        ({"n" * 101: "data/x.csv"}, "1..100 characters"),
+        ({"x.csv": "x.csv"}, "'data/<path>'"),
+        ({"x.csv": "s3://bucket/x.csv"}, "'data/<path>'"),
+        ({"x.csv": "data/../x.csv"}, "'..' segment"),
+        ({"x.csv": "data//x.csv"}, "relative"),
+        ({"x.csv": "data/a\\b.csv"}, "backslash"),
+        ({f"f{i}": "data/x.csv" for i in range(33)}, "at most 32 inputs"),
+    ],
+)
 def test_malformed_inputs_are_422_naming_the_field(
-        client: TestClient, auth: dict[str, str], session: Session,
-        inputs: dict[str, str], words: str) -> None:
+    client: TestClient, auth: dict[str, str], session: Session, inputs: dict[str, str], words: str
+) -> None:
     before = count(session, Job)
     response = client.post("/api/v1/jobs", json={**JOB, "inputs": inputs}, headers=auth)
     assert response.status_code == 422, response.text
@@ -205,9 +243,13 @@ def test_malformed_inputs_are_422_naming_the_field(
 
 @LOCAL
 def test_a_schedules_template_takes_inputs_and_checks_them(
-        client: TestClient, auth: dict[str, str], session: Session) -> None:
-    schedule = {"name": "nightly", "interval_seconds": 3600,
-                "job": {**JOB, "inputs": {"train.csv": "data/train.csv"}}}
+    client: TestClient, auth: dict[str, str], session: Session
+) -> None:
+    schedule = {
+        "name": "nightly",
+        "interval_seconds": 3600,
+        "job": {**JOB, "inputs": {"train.csv": "data/train.csv"}},
+    }
     missing = client.post("/api/v1/schedules", json=schedule, headers=auth)
     assert missing.status_code == 404 and "'train.csv'" in missing.json()["message"]
     assert count(session, Schedule) == 0

@@ -16,11 +16,27 @@ from services.telemetry import logs, metrics
 from tests.factories import create_job, create_token
 
 
-def _points(job_id: int, steps: int, names: tuple[str, ...] = ("loss",), replica: int = 0,
-            rate: float = 10.0) -> list[dict[str, Any]]:
-    return [{"job_id": job_id, "attempt": 1, "replica": replica, "step": s, "epoch": 0,
-             "name": n, "value": float(s), "ts": 1000.0 + s / rate}
-            for s in range(1, steps + 1) for n in names]
+def _points(
+    job_id: int,
+    steps: int,
+    names: tuple[str, ...] = ("loss",),
+    replica: int = 0,
+    rate: float = 10.0,
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "job_id": job_id,
+            "attempt": 1,
+            "replica": replica,
+            "step": s,
+            "epoch": 0,
+            "name": n,
+            "value": float(s),
+            "ts": 1000.0 + s / rate,
+        }
+        for s in range(1, steps + 1)
+        for n in names
+    ]
 
 
 def test_downsampling_keeps_each_series_share(client: TestClient, session: Session) -> None:
@@ -32,8 +48,9 @@ def test_downsampling_keeps_each_series_share(client: TestClient, session: Sessi
     answer = client.get(url, params={"max_points": 300}, headers=auth).json()
     items = answer["items"]
     # Where the live stream goes on from: the newest point of the job when it was read.
-    newest = session.execute(sa.select(sa.func.max(MetricPoint.id)).where(
-        MetricPoint.job_id == job.id)).scalar_one()
+    newest = session.execute(
+        sa.select(sa.func.max(MetricPoint.id)).where(MetricPoint.job_id == job.id)
+    ).scalar_one()
     assert answer["last_id"] == newest
     assert client.get(url, headers=auth).json()["last_id"] is None  # plain reads: none
     by_series: dict[tuple[int, str], list[dict[str, Any]]] = {}
@@ -50,38 +67,54 @@ def test_downsampling_keeps_each_series_share(client: TestClient, session: Sessi
     buckets = [range(max(1, b * 200), min(10_000, b * 200 + 199) + 1) for b in range(51)]
     assert [p["step"] for p in loss] == [b[-1] for b in buckets]
     assert [p["value"] for p in loss] == pytest.approx([sum(b) / len(b) for b in buckets])
-    few = client.get(url, params={"max_points": 300, "name": "loss", "replica": 1},
-                     headers=auth).json()["items"]
+    few = client.get(
+        url, params={"max_points": 300, "name": "loss", "replica": 1}, headers=auth
+    ).json()["items"]
     assert [p["step"] for p in few] == list(range(1, 51))
     bad = client.get(url, params={"max_points": 1}, headers=auth)
     assert bad.status_code == 422 and "max_points" in bad.json()["message"]
 
 
 def test_a_sparse_series_among_dense_ones_comes_back_whole(
-        client: TestClient, session: Session) -> None:
+    client: TestClient, session: Session
+) -> None:
     """An epoch metric (a point every 1,000 steps, and twice in one bucket) beside a
     per-step one: returned whole, every point exact, nothing of the dense series mixed in."""
     token, row = create_token(session)
     job = create_job(session, row.project_id, replicas=2)
     metrics.store_points(session=session, rows=_points(job.id, 20_000, ("loss", "acc")))
     sparse = [*range(1000, 20_001, 1000), 5010, 5020]
-    metrics.store_points(session=session, rows=[
-        {"job_id": job.id, "attempt": 1, "replica": 0, "step": s, "epoch": s // 1000,
-         "name": "epoch_loss", "value": s / 7, "ts": 2000.0 + s} for s in sparse])
+    metrics.store_points(
+        session=session,
+        rows=[
+            {
+                "job_id": job.id,
+                "attempt": 1,
+                "replica": 0,
+                "step": s,
+                "epoch": s // 1000,
+                "name": "epoch_loss",
+                "value": s / 7,
+                "ts": 2000.0 + s,
+            }
+            for s in sparse
+        ],
+    )
     url, auth = f"/api/v1/jobs/{job.id}/metrics", {"Authorization": f"Bearer {token}"}
-    items = client.get(url, params={"max_points": 1000, "name": ["loss", "epoch_loss"]},
-                       headers=auth).json()["items"]
+    items = client.get(
+        url, params={"max_points": 1000, "name": ["loss", "epoch_loss"]}, headers=auth
+    ).json()["items"]
     epoch = [p for p in items if p["name"] == "epoch_loss"]
-    assert [(p["step"], p["value"], p["epoch"]) for p in epoch] == \
-        [(s, s / 7, s // 1000) for s in sorted(sparse)]
+    assert [(p["step"], p["value"], p["epoch"]) for p in epoch] == [
+        (s, s / 7, s // 1000) for s in sorted(sparse)
+    ]
     assert {p["name"] for p in items} == {"loss", "epoch_loss"}
     assert 200 <= sum(p["name"] == "loss" for p in items) <= 500
 
 
 def test_progress_and_eta(client: TestClient, session: Session) -> None:
     token, row = create_token(session)
-    job = create_job(session, row.project_id,
-                     hyperparameters={"epochs": 4, "steps_per_epoch": 25})
+    job = create_job(session, row.project_id, hyperparameters={"epochs": 4, "steps_per_epoch": 25})
     auth = {"Authorization": f"Bearer {token}"}
     empty = client.get(f"/api/v1/jobs/{job.id}", headers=auth).json()["progress"]
     assert empty["step"] == 0 and empty["percent"] == 0 and empty["eta_seconds"] is None
@@ -97,8 +130,19 @@ def test_progress_and_eta(client: TestClient, session: Session) -> None:
 def test_logs_tail_and_filters(client: TestClient, session: Session) -> None:
     token, row = create_token(session)
     job = create_job(session, row.project_id)
-    rows = [{"job_id": job.id, "attempt": a, "replica": r, "seq": i, "ts": 100.0 * a + i,
-             "line": f"a{a} r{r} {i}"} for a in (1, 2) for r in (0, 1) for i in range(1, 6)]
+    rows = [
+        {
+            "job_id": job.id,
+            "attempt": a,
+            "replica": r,
+            "seq": i,
+            "ts": 100.0 * a + i,
+            "line": f"a{a} r{r} {i}",
+        }
+        for a in (1, 2)
+        for r in (0, 1)
+        for i in range(1, 6)
+    ]
     assert len(logs.insert_lines(session=session, rows=rows)) == 20
     assert logs.insert_lines(session=session, rows=rows) == []
     url, auth = f"/api/v1/jobs/{job.id}/logs", {"Authorization": f"Bearer {token}"}

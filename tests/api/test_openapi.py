@@ -26,14 +26,17 @@ def document() -> dict[str, Any]:
 
 
 def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    return [(path, method, op) for path, ops in document["paths"].items()
-            for method, op in ops.items()]
+    return [
+        (path, method, op) for path, ops in document["paths"].items() for method, op in ops.items()
+    ]
 
 
 def test_authenticated_routes_carry_the_bearer_scheme(document: dict[str, Any]) -> None:
     assert document["components"]["securitySchemes"]["bearer"] == {
-        "type": "http", "scheme": "bearer", "description": document["components"][
-            "securitySchemes"]["bearer"]["description"]}
+        "type": "http",
+        "scheme": "bearer",
+        "description": document["components"]["securitySchemes"]["bearer"]["description"],
+    }
     for path, method, op in operations(document):
         names = {(p["in"], p["name"].lower()) for p in op.get("parameters", [])}
         assert ("header", "authorization") not in names, (path, method)
@@ -57,7 +60,8 @@ def test_every_error_status_is_documented_with_cohorts_body(document: dict[str, 
         for status, response in op["responses"].items():
             if int(status) >= 400:
                 assert response["content"]["application/json"]["schema"] == {
-                    "$ref": "#/components/schemas/ErrorBody"}, (path, method, status)
+                    "$ref": "#/components/schemas/ErrorBody"
+                }, (path, method, status)
                 assert response["description"], (path, method, status)
         if any(p["in"] == "path" for p in op.get("parameters", [])):
             assert {"404", "422"} <= set(op["responses"]), (path, method)
@@ -76,17 +80,32 @@ def test_ids_in_paths_are_bounded_to_their_sql_range(document: dict[str, Any]) -
         for parameter in op.get("parameters", []):
             if parameter["name"] in ("job_id", "schedule_id", "sweep_id"):
                 schema = parameter["schema"]
-                bounded = schema if "maximum" in schema else next(
-                    s for s in schema["anyOf"] if s.get("type") == "integer")
+                bounded = (
+                    schema
+                    if "maximum" in schema
+                    else next(s for s in schema["anyOf"] if s.get("type") == "integer")
+                )
                 assert bounded["maximum"] == 2**31 - 1, (path, method, parameter["name"])
                 assert bounded["minimum"] == 1, (path, method, parameter["name"])
 
 
-@pytest.mark.parametrize("model", ["JobCreate", "Hyperparameters", "Roles", "RolePlacement",
-                                   "ProfileRequest", "DistributionOptions", "ScheduleCreate",
-                                   "ScheduleUpdate", "Promotion"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "JobCreate",
+        "Hyperparameters",
+        "Roles",
+        "RolePlacement",
+        "ProfileRequest",
+        "DistributionOptions",
+        "ScheduleCreate",
+        "ScheduleUpdate",
+        "Promotion",
+    ],
+)
 def test_every_job_and_schedule_field_has_a_description_and_an_example(
-        document: dict[str, Any], model: str) -> None:
+    document: dict[str, Any], model: str
+) -> None:
     for name, field in document["components"]["schemas"][model]["properties"].items():
         assert field.get("description"), (model, name)
         assert field.get("examples"), (model, name)

@@ -16,8 +16,17 @@ from services.auth.scopes import Scope
 from tests.factories import create_job, create_token
 
 # Open to anyone: probes, the login form, the service's metrics, the API's own docs.
-OPEN = {"/healthz", "/readyz", "/login", "/logout", "/metrics", "/openapi.json", "/docs",
-        "/docs/oauth2-redirect", "/redoc"}
+OPEN = {
+    "/healthz",
+    "/readyz",
+    "/login",
+    "/logout",
+    "/metrics",
+    "/openapi.json",
+    "/docs",
+    "/docs/oauth2-redirect",
+    "/redoc",
+}
 JOB = {"name": "j", "strategy": "one_device", "replicas": 1}
 SCHEDULE = {"name": "nightly", "interval_seconds": 3600, "job": JOB}
 
@@ -91,12 +100,12 @@ def assert_forbidden(response: Any, scope: str) -> None:
     body = response.json()
     assert body["error"] == "forbidden"
     assert f"lacks the '{scope}' scope" in body["message"]
-    assert f"cohort tokens create --project default --name NAME --scope {scope}" \
-        in body["message"]
+    assert f"cohort tokens create --project default --name NAME --scope {scope}" in body["message"]
 
 
-def test_a_read_token_reads_and_is_refused_every_write(client: TestClient,
-                                                       session: Session) -> None:
+def test_a_read_token_reads_and_is_refused_every_write(
+    client: TestClient, session: Session
+) -> None:
     owner = create_token(session)[1]
     job = create_job(session, owner.project_id, **JOB)
     read = bearer(session, Scope.READ)
@@ -109,44 +118,46 @@ def test_a_read_token_reads_and_is_refused_every_write(client: TestClient,
     assert_forbidden(client.post(f"/api/v1/jobs/{job.id}/cancel", headers=read), "submit")
     assert_forbidden(client.post("/api/v1/sweeps", json={}, headers=read), "submit")
     assert_forbidden(client.put("/api/v1/data/a.csv", content=b"x", headers=read), "submit")
-    assert_forbidden(client.put("/api/v1/bundles/sha256:" + "0" * 64, content=b"x",
-                                headers=read), "submit")
-    assert_forbidden(client.post("/api/v1/schedules", json=SCHEDULE, headers=read),
-                     "schedules")
+    assert_forbidden(
+        client.put("/api/v1/bundles/sha256:" + "0" * 64, content=b"x", headers=read), "submit"
+    )
+    assert_forbidden(client.post("/api/v1/schedules", json=SCHEDULE, headers=read), "schedules")
     assert_forbidden(client.get("/api/v1/tokens", headers=read), "admin")
     assert client.get(f"/api/v1/jobs/{job.id}", headers=read).json()["status"] == "queued"
 
 
 def test_a_submit_token_submits_and_cancels_but_reads_nothing_else(
-        client: TestClient, session: Session) -> None:
+    client: TestClient, session: Session
+) -> None:
     submit = bearer(session, Scope.SUBMIT)
     created = client.post("/api/v1/jobs", json=JOB, headers=submit)
     assert created.status_code == 201
     job_id = created.json()["id"]
     assert client.post(f"/api/v1/jobs/{job_id}/cancel", headers=submit).status_code == 200
     # `cohort submit --code` asks whether the bundle is there before uploading it.
-    assert client.head("/api/v1/bundles/sha256:" + "0" * 64, headers=submit).status_code \
-        == 404
+    assert client.head("/api/v1/bundles/sha256:" + "0" * 64, headers=submit).status_code == 404
     assert_forbidden(client.get("/api/v1/jobs", headers=submit), "read")
     assert_forbidden(client.get(f"/api/v1/jobs/{job_id}", headers=submit), "read")
     # Streams: tests/streams/test_stream_scopes.py (they read committed tokens only).
-    assert_forbidden(client.post("/api/v1/schedules", json=SCHEDULE, headers=submit),
-                     "schedules")
-    assert_forbidden(client.post("/api/v1/tokens", headers=submit,
-                                 json={"name": "x", "scopes": ["admin"]}), "admin")
+    assert_forbidden(client.post("/api/v1/schedules", json=SCHEDULE, headers=submit), "schedules")
+    assert_forbidden(
+        client.post("/api/v1/tokens", headers=submit, json={"name": "x", "scopes": ["admin"]}),
+        "admin",
+    )
     assert_forbidden(client.delete("/api/v1/tokens/1", headers=submit), "admin")
 
 
 def test_a_schedules_token_manages_schedules_and_submits_no_job(
-        client: TestClient, session: Session) -> None:
+    client: TestClient, session: Session
+) -> None:
     schedules = bearer(session, Scope.SCHEDULES, Scope.READ)
     created = client.post("/api/v1/schedules", json=SCHEDULE, headers=schedules)
     assert created.status_code == 201, created.text
     schedule_id = created.json()["id"]
-    assert client.post(f"/api/v1/schedules/{schedule_id}/pause",
-                       headers=schedules).status_code == 200
-    assert client.delete(f"/api/v1/schedules/{schedule_id}",
-                         headers=schedules).status_code == 204
+    assert (
+        client.post(f"/api/v1/schedules/{schedule_id}/pause", headers=schedules).status_code == 200
+    )
+    assert client.delete(f"/api/v1/schedules/{schedule_id}", headers=schedules).status_code == 204
     assert_forbidden(client.post("/api/v1/jobs", json=JOB, headers=schedules), "submit")
 
 
@@ -159,11 +170,11 @@ def test_admin_holds_every_scope(client: TestClient, session: Session) -> None:
 
 
 def test_the_scope_is_checked_before_the_body_is_read_or_the_job_looked_up(
-        client: TestClient, session: Session) -> None:
+    client: TestClient, session: Session
+) -> None:
     read = bearer(session, Scope.READ)
     # An invalid body, a job that does not exist: still 403, not 422 or 404.
-    assert_forbidden(client.post("/api/v1/jobs", json={"replicas": -1}, headers=read),
-                     "submit")
+    assert_forbidden(client.post("/api/v1/jobs", json={"replicas": -1}, headers=read), "submit")
     assert_forbidden(client.post("/api/v1/jobs/999999/cancel", headers=read), "submit")
 
 
@@ -172,7 +183,8 @@ def login(client: TestClient, token: str) -> Any:
 
 
 def test_the_dashboard_needs_read_and_its_actions_their_own_scope(
-        client: TestClient, session: Session) -> None:
+    client: TestClient, session: Session
+) -> None:
     submit_only, _ = create_token(session, "default", (Scope.SUBMIT,))
     refused = login(client, submit_only)
     assert refused.status_code == 403 and "set-cookie" not in refused.headers

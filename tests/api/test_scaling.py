@@ -10,8 +10,7 @@ from tests.factories import create_job, create_token
 from tests.services.test_scaling import finished
 
 
-def test_a_finished_job_reads_with_its_scaling_report(client: TestClient,
-                                                      session: Session) -> None:
+def test_a_finished_job_reads_with_its_scaling_report(client: TestClient, session: Session) -> None:
     token, row = create_token(session, "scaling")
     base = finished(session, row.project_id, 1, step_time=0.1)
     job = finished(session, row.project_id, 2, step_time=0.125)
@@ -19,8 +18,12 @@ def test_a_finished_job_reads_with_its_scaling_report(client: TestClient,
     auth = {"Authorization": f"Bearer {token}"}
     body = client.get(f"/api/v1/jobs/{job.id}", headers=auth).json()
     assert body["scaling"] == {
-        "per_replica_examples_per_second": 256.0, "total_examples_per_second": 512.0,
-        "baseline_job_id": base.id, "efficiency": 0.8, "note": body["scaling"]["note"]}
+        "per_replica_examples_per_second": 256.0,
+        "total_examples_per_second": 512.0,
+        "baseline_job_id": base.id,
+        "efficiency": 0.8,
+        "note": body["scaling"]["note"],
+    }
     assert client.get(f"/api/v1/jobs/{running.id}", headers=auth).json()["scaling"] is None
     login(client, token)
     page = client.get(f"/jobs/{job.id}").text

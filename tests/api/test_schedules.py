@@ -12,12 +12,21 @@ from sqlalchemy.orm import Session
 from services.models import Job, Schedule
 from tests.factories import create_token
 
-JOB: dict[str, Any] = {"trainer": "mlp_digits", "strategy": "one_device", "replicas": 1,
-                       "hyperparameters": {"epochs": 1, "steps_per_epoch": 2}}
-BODY: dict[str, Any] = {"name": "nightly", "job": JOB, "cron": "0 3 * * *",
-                        "timezone": "Europe/Berlin", "concurrency_policy": "forbid",
-                        "starting_deadline_seconds": 600,
-                        "promote": {"metric": "eval_accuracy", "mode": "max"}}
+JOB: dict[str, Any] = {
+    "trainer": "mlp_digits",
+    "strategy": "one_device",
+    "replicas": 1,
+    "hyperparameters": {"epochs": 1, "steps_per_epoch": 2},
+}
+BODY: dict[str, Any] = {
+    "name": "nightly",
+    "job": JOB,
+    "cron": "0 3 * * *",
+    "timezone": "Europe/Berlin",
+    "concurrency_policy": "forbid",
+    "starting_deadline_seconds": 600,
+    "promote": {"metric": "eval_accuracy", "mode": "max"},
+}
 
 
 def count(session: Session, model: type) -> int:
@@ -30,8 +39,9 @@ def create(client: TestClient, auth: dict[str, str], **patch: Any) -> dict[str, 
     return response.json()
 
 
-def test_create_read_list_update_delete(client: TestClient, auth: dict[str, str],
-                                        session: Session) -> None:
+def test_create_read_list_update_delete(
+    client: TestClient, auth: dict[str, str], session: Session
+) -> None:
     body = create(client, auth)
     assert body["cron"] == "0 3 * * *" and body["timezone"] == "Europe/Berlin"
     assert body["next_fire_at"].endswith(("01:00:00Z", "02:00:00Z"))  # 03:00 Berlin in UTC
@@ -44,8 +54,9 @@ def test_create_read_list_update_delete(client: TestClient, auth: dict[str, str]
     listed = client.get("/api/v1/schedules", headers=auth).json()["items"]
     assert [s["id"] for s in listed] == [body["id"]]
 
-    patched = client.patch(url, json={"interval_seconds": 30, "starting_deadline_seconds": None},
-                           headers=auth)
+    patched = client.patch(
+        url, json={"interval_seconds": 30, "starting_deadline_seconds": None}, headers=auth
+    )
     assert patched.status_code == 200, patched.text
     assert patched.json()["cron"] is None and patched.json()["interval_seconds"] == 30
     assert patched.json()["starting_deadline_seconds"] is None
@@ -55,23 +66,31 @@ def test_create_read_list_update_delete(client: TestClient, auth: dict[str, str]
     assert count(session, Schedule) == 0
 
 
-@pytest.mark.parametrize(("patch", "field", "words"), [
-    ({"cron": "*/5 * *"}, "cron", "give 5"),
-    ({"cron": "99 * * * *"}, "cron", "not valid"),
-    ({"timezone": "Mars/Olympus"}, "timezone", "IANA"),
-    ({"cron": None}, "body", "exactly one of 'cron' and 'interval_seconds'"),
-    ({"interval_seconds": 10}, "body", "exactly one of"),
-    ({"concurrency_policy": "sometimes"}, "concurrency_policy", "allow"),
-    ({"starting_deadline_seconds": 0}, "starting_deadline_seconds", "larger"),
-    ({"name": "../etc"}, "name", "letter or digit"),
-    ({"job": {**JOB, "replicas": 0}}, "job.replicas", "larger"),
-    ({"job": {**JOB, "replicas": 2}}, "job.replicas", "runs one replica"),
-    ({"promote": {"metric": "x;rm -rf", "mode": "max"}}, "promote.metric", "metric name"),
-    ({"promote": {"metric": "eval_accuracy", "mode": "best"}}, "promote.mode", "max"),
-])
-def test_bad_schedules_get_422_naming_the_field(client: TestClient, auth: dict[str, str],
-                                                session: Session, patch: dict[str, Any],
-                                                field: str, words: str) -> None:
+@pytest.mark.parametrize(
+    ("patch", "field", "words"),
+    [
+        ({"cron": "*/5 * *"}, "cron", "give 5"),
+        ({"cron": "99 * * * *"}, "cron", "not valid"),
+        ({"timezone": "Mars/Olympus"}, "timezone", "IANA"),
+        ({"cron": None}, "body", "exactly one of 'cron' and 'interval_seconds'"),
+        ({"interval_seconds": 10}, "body", "exactly one of"),
+        ({"concurrency_policy": "sometimes"}, "concurrency_policy", "allow"),
+        ({"starting_deadline_seconds": 0}, "starting_deadline_seconds", "larger"),
+        ({"name": "../etc"}, "name", "letter or digit"),
+        ({"job": {**JOB, "replicas": 0}}, "job.replicas", "larger"),
+        ({"job": {**JOB, "replicas": 2}}, "job.replicas", "runs one replica"),
+        ({"promote": {"metric": "x;rm -rf", "mode": "max"}}, "promote.metric", "metric name"),
+        ({"promote": {"metric": "eval_accuracy", "mode": "best"}}, "promote.mode", "max"),
+    ],
+)
+def test_bad_schedules_get_422_naming_the_field(
+    client: TestClient,
+    auth: dict[str, str],
+    session: Session,
+    patch: dict[str, Any],
+    field: str,
+    words: str,
+) -> None:
     response = client.post("/api/v1/schedules", json={**BODY, **patch}, headers=auth)
     assert response.status_code == 422, response.text
     body = response.json()
@@ -81,8 +100,7 @@ def test_bad_schedules_get_422_naming_the_field(client: TestClient, auth: dict[s
     assert count(session, Schedule) == 0
 
 
-def test_duplicate_name_is_409(client: TestClient, auth: dict[str, str],
-                               session: Session) -> None:
+def test_duplicate_name_is_409(client: TestClient, auth: dict[str, str], session: Session) -> None:
     create(client, auth)
     response = client.post("/api/v1/schedules", json=BODY, headers=auth)
     assert response.status_code == 409
@@ -90,8 +108,9 @@ def test_duplicate_name_is_409(client: TestClient, auth: dict[str, str],
     assert count(session, Schedule) == 1
 
 
-def test_pause_resume_trigger_and_jobs_by_schedule(client: TestClient, auth: dict[str, str],
-                                                   session: Session) -> None:
+def test_pause_resume_trigger_and_jobs_by_schedule(
+    client: TestClient, auth: dict[str, str], session: Session
+) -> None:
     body = create(client, auth, concurrency_policy="allow")
     url = f"/api/v1/schedules/{body['id']}"
     paused = client.post(f"{url}/pause", headers=auth).json()
@@ -120,7 +139,8 @@ def test_pause_resume_trigger_and_jobs_by_schedule(client: TestClient, auth: dic
 
 
 def test_forbid_trigger_while_active_is_recorded_as_skipped(
-        client: TestClient, auth: dict[str, str]) -> None:
+    client: TestClient, auth: dict[str, str]
+) -> None:
     body = create(client, auth)  # forbid
     url = f"/api/v1/schedules/{body['id']}/trigger"
     first = client.post(url, headers=auth).json()
@@ -129,21 +149,27 @@ def test_forbid_trigger_while_active_is_recorded_as_skipped(
     assert f"job {first['job_id']} " in second["reason"]
 
 
-def test_model_is_404_until_something_is_promoted(client: TestClient,
-                                                  auth: dict[str, str]) -> None:
+def test_model_is_404_until_something_is_promoted(client: TestClient, auth: dict[str, str]) -> None:
     body = create(client, auth)
     response = client.get(f"/api/v1/schedules/{body['id']}/model", headers=auth)
     assert response.status_code == 404
     assert "no promoted model yet" in response.json()["message"]
 
 
-def test_other_projects_schedules_are_404(client: TestClient, auth: dict[str, str],
-                                          session: Session) -> None:
+def test_other_projects_schedules_are_404(
+    client: TestClient, auth: dict[str, str], session: Session
+) -> None:
     body = create(client, auth)
     other = {"Authorization": f"Bearer {create_token(session, 'other')[0]}"}
     url = f"/api/v1/schedules/{body['id']}"
-    for method, path in (("get", ""), ("patch", ""), ("delete", ""), ("post", "/pause"),
-                         ("post", "/trigger"), ("get", "/model")):
+    for method, path in (
+        ("get", ""),
+        ("patch", ""),
+        ("delete", ""),
+        ("post", "/pause"),
+        ("post", "/trigger"),
+        ("get", "/model"),
+    ):
         kwargs: dict[str, Any] = {"json": {}} if method == "patch" else {}
         response = getattr(client, method)(url + path, headers=other, **kwargs)
         assert response.status_code == 404, (method, path, response.text)

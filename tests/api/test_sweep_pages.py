@@ -28,19 +28,38 @@ FINAL = {0: 0.70, 1: 0.91, 2: 0.55}
 def sweep_with_trials(client: TestClient, session: Session, token: str) -> dict[str, Any]:
     """A running 2 x 2 grid sweep (learning_rate x width): trials 0..2 succeeded with
     an eval_accuracy curve each, trial 3 still queued."""
-    response = client.post("/api/v1/sweeps", json={**BODY, "max_concurrent": 4},
-                           headers={"Authorization": f"Bearer {token}"})
+    response = client.post(
+        "/api/v1/sweeps",
+        json={**BODY, "max_concurrent": 4},
+        headers={"Authorization": f"Bearer {token}"},
+    )
     assert response.status_code == 201, response.text
     advance_sweeps(session=session, settings=get_settings())
-    trials = {job.trial_index: job for job in session.execute(
-        sa.select(Job).where(Job.sweep_id == response.json()["id"])).scalars()}
+    trials = {
+        job.trial_index: job
+        for job in session.execute(
+            sa.select(Job).where(Job.sweep_id == response.json()["id"])
+        ).scalars()
+    }
     assert sorted(trials) == [0, 1, 2, 3]
     for index, final in FINAL.items():
         job = trials[index]
-        store_points(session=session, rows=[
-            {"job_id": job.id, "attempt": 1, "replica": 0, "step": step, "epoch": 0,
-             "name": "eval_accuracy", "value": final * step / 3, "ts": 100.0 + step}
-            for step in (1, 2, 3)])
+        store_points(
+            session=session,
+            rows=[
+                {
+                    "job_id": job.id,
+                    "attempt": 1,
+                    "replica": 0,
+                    "step": step,
+                    "epoch": 0,
+                    "name": "eval_accuracy",
+                    "value": final * step / 3,
+                    "ts": 100.0 + step,
+                }
+                for step in (1, 2, 3)
+            ],
+        )
         for target in (JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.SUCCEEDED):
             transition_job(session=session, job_id=job.id, target=target)
     return {"id": response.json()["id"], "jobs": {i: j.id for i, j in trials.items()}}
@@ -51,8 +70,9 @@ def row_order(page: str) -> list[int]:
     return [int(job_id) for job_id in re.findall(r'<tr data-job-id="(\d+)"', body)]
 
 
-def test_a_sweeps_page_shows_trials_best_model_and_curves(client: TestClient,
-                                                          session: Session) -> None:
+def test_a_sweeps_page_shows_trials_best_model_and_curves(
+    client: TestClient, session: Session
+) -> None:
     token, _ = create_token(session, "sweeper")
     sweep = sweep_with_trials(client, session, token)
     jobs = sweep["jobs"]
@@ -74,7 +94,10 @@ def test_a_sweeps_page_shows_trials_best_model_and_curves(client: TestClient,
     # One curve per trial that reported the objective, the best one marked.
     curves = json.loads(re.search(r'id="sweep-curves">(.*?)</script>', page, re.S).group(1))
     assert {c["job_id"]: c["best"] for c in curves} == {
-        jobs[0]: False, jobs[1]: True, jobs[2]: False}
+        jobs[0]: False,
+        jobs[1]: True,
+        jobs[2]: False,
+    }
     assert [p[0] for p in curves[0]["points"]] == [1, 2, 3]
     assert "/static/sweep.js" in page and "/static/vendor/uPlot.iife.min.js" in page
 

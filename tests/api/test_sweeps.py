@@ -13,12 +13,19 @@ from sqlalchemy.orm import Session
 from services.models import Job, Sweep
 from tests.factories import create_token
 
-TEMPLATE: dict[str, Any] = {"trainer": "mlp_digits", "strategy": "one_device", "replicas": 1,
-                            "hyperparameters": {"epochs": 1, "steps_per_epoch": 2}}
-BODY: dict[str, Any] = {"name": "lr-width", "template": TEMPLATE,
-                        "space": {"grid": {"learning_rate": [0.1, 0.01], "width": [8, 16]}},
-                        "max_concurrent": 2,
-                        "objective": {"metric": "eval_accuracy", "mode": "max"}}
+TEMPLATE: dict[str, Any] = {
+    "trainer": "mlp_digits",
+    "strategy": "one_device",
+    "replicas": 1,
+    "hyperparameters": {"epochs": 1, "steps_per_epoch": 2},
+}
+BODY: dict[str, Any] = {
+    "name": "lr-width",
+    "template": TEMPLATE,
+    "space": {"grid": {"learning_rate": [0.1, 0.01], "width": [8, 16]}},
+    "max_concurrent": 2,
+    "objective": {"metric": "eval_accuracy", "mode": "max"},
+}
 
 
 def count(session: Session, model: type) -> int:
@@ -31,13 +38,18 @@ def create(client: TestClient, auth: dict[str, str], **patch: Any) -> dict[str, 
     return response.json()
 
 
-def test_create_read_list_cancel(client: TestClient, auth: dict[str, str],
-                                 session: Session) -> None:
+def test_create_read_list_cancel(
+    client: TestClient, auth: dict[str, str], session: Session
+) -> None:
     body = create(client, auth)
     assert body["status"] == "running" and body["trials_total"] == 4
     assert body["trials_created"] == 0 and body["trials"] == []
-    assert body["objective"] == {"metric": "eval_accuracy", "mode": "max", "replica": 0,
-                                 "value": "last"}
+    assert body["objective"] == {
+        "metric": "eval_accuracy",
+        "mode": "max",
+        "replica": 0,
+        "value": "last",
+    }
     assert body["template"]["strategy"] == "one_device" and body["seed"] is None
 
     from services.settings import get_settings
@@ -65,43 +77,86 @@ def test_create_read_list_cancel(client: TestClient, auth: dict[str, str],
 
 
 def test_random_sweep_reports_its_seed(client: TestClient, auth: dict[str, str]) -> None:
-    space = {"random": {"learning_rate": {"distribution": "uniform", "low": 0.001,
-                                          "high": 0.1}}}
+    space = {"random": {"learning_rate": {"distribution": "uniform", "low": 0.001, "high": 0.1}}}
     drawn = create(client, auth, space=space, trials=3)
     assert isinstance(drawn["seed"], int) and drawn["trials_total"] == 3
     given = create(client, auth, space={**space, "seed": 7}, trials=3)
     assert given["seed"] == 7
 
 
-@pytest.mark.parametrize(("patch", "field", "words"), [
-    ({"space": {}}, "space", "the space is empty"),
-    ({"space": {"grid": {}}}, "space", "the space is empty"),
-    ({"space": {"grid": {"lr": []}}}, "space.grid.lr", "at least 1"),
-    ({"space": {"grid": {"a": list(range(40)), "b": list(range(30))}}}, "space.grid",
-     "1200 combinations, over the limit of 1000"),
-    ({"space": {"random": {"lr": {"distribution": "gaussian", "low": 0, "high": 1}}},
-      "trials": 3}, "space.random.lr", "does not match any of the expected tags"),
-    ({"space": {"random": {"lr": {"distribution": "log_uniform", "low": 0, "high": 1}}},
-      "trials": 3}, "space.random.lr.log_uniform.low", "greater than 0"),
-    ({"space": {"random": {"lr": {"distribution": "uniform", "low": 1, "high": 1}}},
-      "trials": 3}, "space.random.lr.uniform", "must be below high"),
-    ({"space": {"random": {"w": {"distribution": "int", "low": 9, "high": 3}}},
-      "trials": 3}, "space.random.w.int", "must be below high"),
-    ({"space": {"random": {"lr": {"distribution": "uniform", "low": 0, "high": 1}}}},
-     "body", "needs `trials`"),
-    ({"space": {"random": {"lr": {"distribution": "uniform", "low": 0.1, "high": 1}}},
-      "trials": 1001}, "trials", "over the limit of 1000"),
-    ({"max_concurrent": 0}, "max_concurrent", "greater than or equal to 1"),
-    ({"objective": {"metric": "eval_accuracy", "mode": "up"}}, "objective.mode", "'min'"),
-    ({"template": {**TEMPLATE, "replicas": 2}}, "template.replicas", "runs one replica"),
-    ({"space": {"grid": {"learning_rate": [0.1, 50.0]}}}, "space.grid.learning_rate",
-     "trial 1 is not a valid job"),
-    ({"space": {"grid": {"replicas": [1, 2]}}}, "space.grid.replicas", "trial 1"),
-    ({"space": {"grid": {"lr": [1]}}, "trials": 3}, "trials", "one trial per combination"),
-])
+@pytest.mark.parametrize(
+    ("patch", "field", "words"),
+    [
+        ({"space": {}}, "space", "the space is empty"),
+        ({"space": {"grid": {}}}, "space", "the space is empty"),
+        ({"space": {"grid": {"lr": []}}}, "space.grid.lr", "at least 1"),
+        (
+            {"space": {"grid": {"a": list(range(40)), "b": list(range(30))}}},
+            "space.grid",
+            "1200 combinations, over the limit of 1000",
+        ),
+        (
+            {
+                "space": {"random": {"lr": {"distribution": "gaussian", "low": 0, "high": 1}}},
+                "trials": 3,
+            },
+            "space.random.lr",
+            "does not match any of the expected tags",
+        ),
+        (
+            {
+                "space": {"random": {"lr": {"distribution": "log_uniform", "low": 0, "high": 1}}},
+                "trials": 3,
+            },
+            "space.random.lr.log_uniform.low",
+            "greater than 0",
+        ),
+        (
+            {
+                "space": {"random": {"lr": {"distribution": "uniform", "low": 1, "high": 1}}},
+                "trials": 3,
+            },
+            "space.random.lr.uniform",
+            "must be below high",
+        ),
+        (
+            {"space": {"random": {"w": {"distribution": "int", "low": 9, "high": 3}}}, "trials": 3},
+            "space.random.w.int",
+            "must be below high",
+        ),
+        (
+            {"space": {"random": {"lr": {"distribution": "uniform", "low": 0, "high": 1}}}},
+            "body",
+            "needs `trials`",
+        ),
+        (
+            {
+                "space": {"random": {"lr": {"distribution": "uniform", "low": 0.1, "high": 1}}},
+                "trials": 1001,
+            },
+            "trials",
+            "over the limit of 1000",
+        ),
+        ({"max_concurrent": 0}, "max_concurrent", "greater than or equal to 1"),
+        ({"objective": {"metric": "eval_accuracy", "mode": "up"}}, "objective.mode", "'min'"),
+        ({"template": {**TEMPLATE, "replicas": 2}}, "template.replicas", "runs one replica"),
+        (
+            {"space": {"grid": {"learning_rate": [0.1, 50.0]}}},
+            "space.grid.learning_rate",
+            "trial 1 is not a valid job",
+        ),
+        ({"space": {"grid": {"replicas": [1, 2]}}}, "space.grid.replicas", "trial 1"),
+        ({"space": {"grid": {"lr": [1]}}, "trials": 3}, "trials", "one trial per combination"),
+    ],
+)
 def test_bad_sweeps_get_422_naming_the_field_and_store_nothing(
-        client: TestClient, auth: dict[str, str], session: Session, patch: dict[str, Any],
-        field: str, words: str) -> None:
+    client: TestClient,
+    auth: dict[str, str],
+    session: Session,
+    patch: dict[str, Any],
+    field: str,
+    words: str,
+) -> None:
     response = client.post("/api/v1/sweeps", json={**BODY, **patch}, headers=auth)
     assert response.status_code == 422, response.text
     body = response.json()
@@ -111,8 +166,9 @@ def test_bad_sweeps_get_422_naming_the_field_and_store_nothing(
     assert count(session, Sweep) == 0 and count(session, Job) == 0
 
 
-def test_the_trial_limit_is_a_setting(client: TestClient, auth: dict[str, str],
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_trial_limit_is_a_setting(
+    client: TestClient, auth: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from services.settings import get_settings
 
     monkeypatch.setenv("COHORT_MAX_SWEEP_TRIALS", "3")
@@ -127,21 +183,25 @@ def test_the_trial_limit_is_a_setting(client: TestClient, auth: dict[str, str],
     assert "COHORT_MAX_SWEEP_TRIALS" in response.json()["message"]
 
 
-def test_other_projects_sweeps_are_not_found(client: TestClient, auth: dict[str, str],
-                                            session: Session) -> None:
+def test_other_projects_sweeps_are_not_found(
+    client: TestClient, auth: dict[str, str], session: Session
+) -> None:
     body = create(client, auth)
     other, _ = create_token(session, "other")
     headers = {"Authorization": f"Bearer {other}"}
     assert client.get(f"/api/v1/sweeps/{body['id']}", headers=headers).status_code == 404
-    assert client.post(f"/api/v1/sweeps/{body['id']}/cancel",
-                       headers=headers).status_code == 404
+    assert client.post(f"/api/v1/sweeps/{body['id']}/cancel", headers=headers).status_code == 404
     assert client.get("/api/v1/sweeps", headers=headers).json()["items"] == []
 
 
 def test_a_schedule_may_fire_a_sweep(client: TestClient, auth: dict[str, str]) -> None:
     sweep = {k: v for k, v in BODY.items() if k != "name"}
-    schedule = {"name": "nightly", "interval_seconds": 3600, "sweep": sweep,
-                "promote": {"metric": "eval_accuracy", "mode": "max"}}
+    schedule = {
+        "name": "nightly",
+        "interval_seconds": 3600,
+        "sweep": sweep,
+        "promote": {"metric": "eval_accuracy", "mode": "max"},
+    }
     response = client.post("/api/v1/schedules", json=schedule, headers=auth)
     assert response.status_code == 201, response.text
     assert response.json()["job"] == {} and response.json()["sweep"]["max_concurrent"] == 2
@@ -152,6 +212,13 @@ def test_a_schedule_may_fire_a_sweep(client: TestClient, auth: dict[str, str]) -
 
     both = client.post("/api/v1/schedules", json={**schedule, "job": TEMPLATE}, headers=auth)
     assert both.status_code == 422 and "exactly one of 'job' and 'sweep'" in both.text
-    bad = client.post("/api/v1/schedules", headers=auth, json={
-        **schedule, "name": "bad", "sweep": {**sweep, "template": {**TEMPLATE, "replicas": 3}}})
+    bad = client.post(
+        "/api/v1/schedules",
+        headers=auth,
+        json={
+            **schedule,
+            "name": "bad",
+            "sweep": {**sweep, "template": {**TEMPLATE, "replicas": 3}},
+        },
+    )
     assert bad.status_code == 422 and bad.json()["fields"][0]["field"] == "sweep.template.replicas"

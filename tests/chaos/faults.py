@@ -29,8 +29,15 @@ API_KILL = "api SIGKILL and restart"
 SCHEDULER_KILL = "scheduler SIGKILL and restart"
 REDIS_RESTART = "Redis restart (empty)"
 POSTGRES_RESTART = "PostgreSQL restart"
-FAULT_KINDS = (REPLICA_KILL, REPLICA_STOP, AGENT_KILL, API_KILL, SCHEDULER_KILL,
-               REDIS_RESTART, POSTGRES_RESTART)
+FAULT_KINDS = (
+    REPLICA_KILL,
+    REPLICA_STOP,
+    AGENT_KILL,
+    API_KILL,
+    SCHEDULER_KILL,
+    REDIS_RESTART,
+    POSTGRES_RESTART,
+)
 REPLICA_KINDS = frozenset({REPLICA_KILL, REPLICA_STOP})  # need a live replica
 
 # How long each fault lasts before it is put right (seconds, uniform). With the soak's
@@ -61,8 +68,15 @@ def _start_ticks(pid: int) -> str | None:
 class Injector:
     """Injects faults into one soak's stack and restores what they took down."""
 
-    def __init__(self, stack: Stack, postgres: PostgresServer, watch: ProcessWatch,
-                 rng: random.Random, agents: list[str], log: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        stack: Stack,
+        postgres: PostgresServer,
+        watch: ProcessWatch,
+        rng: random.Random,
+        agents: list[str],
+        log: Callable[[str], None],
+    ) -> None:
         self.stack = stack
         self.postgres = postgres
         self.watch = watch
@@ -78,17 +92,25 @@ class Injector:
     def inject(self, kind: str) -> bool:
         """Inject one fault of `kind`; False when nothing can take it now (no live
         replica, the part already down)."""
-        done = {REPLICA_KILL: self._replica_kill, REPLICA_STOP: self._replica_stop,
-                AGENT_KILL: self._agent_kill, API_KILL: lambda: self._component("api"),
-                SCHEDULER_KILL: lambda: self._component("scheduler"),
-                REDIS_RESTART: self._redis, POSTGRES_RESTART: self._postgres}[kind]()
+        done = {
+            REPLICA_KILL: self._replica_kill,
+            REPLICA_STOP: self._replica_stop,
+            AGENT_KILL: self._agent_kill,
+            API_KILL: lambda: self._component("api"),
+            SCHEDULER_KILL: lambda: self._component("scheduler"),
+            REDIS_RESTART: self._redis,
+            POSTGRES_RESTART: self._postgres,
+        }[kind]()
         if done:
             self.counts[kind] += 1
         return done
 
     def _victim(self) -> ReplicaSeen | None:
-        live = [r for r in self.watch.live()
-                if r.leader and not r.stopped and f"pid:{r.pid}" not in self.down]
+        live = [
+            r
+            for r in self.watch.live()
+            if r.leader and not r.stopped and f"pid:{r.pid}" not in self.down
+        ]
         return self.rng.choice(sorted(live, key=lambda r: r.pid)) if live else None
 
     def _replica_kill(self) -> bool:
@@ -99,8 +121,10 @@ class Injector:
             os.kill(victim.pid, signal.SIGKILL)
         except ProcessLookupError:
             return False
-        self.log(f"SIGKILL replica {victim.index} of job {victim.job_id} attempt "
-                 f"{victim.attempt} on {victim.node_id} (pid {victim.pid})")
+        self.log(
+            f"SIGKILL replica {victim.index} of job {victim.job_id} attempt "
+            f"{victim.attempt} on {victim.node_id} (pid {victim.pid})"
+        )
         return True
 
     def _replica_stop(self) -> bool:
@@ -122,9 +146,12 @@ class Injector:
                     os.kill(victim.pid, signal.SIGCONT)
                 except ProcessLookupError:
                     pass
+
         self._later(frozen, name, thaw)
-        self.log(f"SIGSTOP replica {victim.index} of job {victim.job_id} attempt "
-                 f"{victim.attempt} on {victim.node_id} (pid {victim.pid}) for {frozen:.1f}s")
+        self.log(
+            f"SIGSTOP replica {victim.index} of job {victim.job_id} attempt "
+            f"{victim.attempt} on {victim.node_id} (pid {victim.pid}) for {frozen:.1f}s"
+        )
         return True
 
     def _agent_kill(self) -> bool:
@@ -137,8 +164,7 @@ class Injector:
     def _component(self, name: str, down: tuple[float, float] | None = None) -> bool:
         if name in self.down:
             return False
-        seconds = self.rng.uniform(*(down or (API_DOWN_S if name == "api"
-                                              else SCHEDULER_DOWN_S)))
+        seconds = self.rng.uniform(*(down or (API_DOWN_S if name == "api" else SCHEDULER_DOWN_S)))
         self.stack.kill(name)  # SIGKILL to its process group, reaped
         self.down.add(name)
         self._later(seconds, name, lambda: self._start(name))
@@ -179,8 +205,10 @@ class Injector:
                 continue
             self.stack.children.remove((name, process))
             self.exited[name] += 1
-            self.log(f"{name} exited by itself (code {process.returncode}); started again. "
-                     f"Its log ends: {self._log_tail(name)}")
+            self.log(
+                f"{name} exited by itself (code {process.returncode}); started again. "
+                f"Its log ends: {self._log_tail(name)}"
+            )
             if name == "redis":
                 self._start_redis()
             else:

@@ -74,8 +74,11 @@ class Violation:
 
 def _events(session: Session, job_ids: list[int]) -> dict[int, list[JobEvent]]:
     by_job: dict[int, list[JobEvent]] = defaultdict(list)
-    for event in session.execute(sa.select(JobEvent).where(JobEvent.job_id.in_(job_ids))
-                                 .order_by(JobEvent.job_id, JobEvent.id)).scalars():
+    for event in session.execute(
+        sa.select(JobEvent)
+        .where(JobEvent.job_id.in_(job_ids))
+        .order_by(JobEvent.job_id, JobEvent.id)
+    ).scalars():
         by_job[event.job_id].append(event)
     return by_job
 
@@ -86,22 +89,31 @@ def event_path_problem(events: list[JobEvent], attempt: int) -> str | None:
     if not events:
         return "no events"
     first = events[0]
-    if first.from_status is not None or first.to_status is not JobStatus.QUEUED or \
-            first.attempt != 1:
-        return f"first event {first.from_status} -> {first.to_status} (attempt " \
-               f"{first.attempt}), not the submission into queued in attempt 1"
+    if (
+        first.from_status is not None
+        or first.to_status is not JobStatus.QUEUED
+        or first.attempt != 1
+    ):
+        return (
+            f"first event {first.from_status} -> {first.to_status} (attempt "
+            f"{first.attempt}), not the submission into queued in attempt 1"
+        )
     expected = 1
     for before, event in zip(events, events[1:], strict=False):
         if event.from_status is not before.to_status:
-            return (f"event {event.id} leaves {event.from_status} but the one before "
-                    f"entered {before.to_status}")
+            return (
+                f"event {event.id} leaves {event.from_status} but the one before "
+                f"entered {before.to_status}"
+            )
         if not is_allowed(before.to_status, event.to_status):
             return f"event {event.id}: {before.to_status} -> {event.to_status} not allowed"
         if before.to_status is JobStatus.RESTARTING and event.to_status is JobStatus.QUEUED:
             expected += 1
         if event.attempt != expected:
-            return (f"event {event.id} ({event.from_status} -> {event.to_status}) in "
-                    f"attempt {event.attempt}, expected {expected}")
+            return (
+                f"event {event.id} ({event.from_status} -> {event.to_status}) in "
+                f"attempt {event.attempt}, expected {expected}"
+            )
     if expected != attempt:
         return f"events end in attempt {expected}, the job is in attempt {attempt}"
     return None
@@ -110,8 +122,9 @@ def event_path_problem(events: list[JobEvent], attempt: int) -> str | None:
 def check_jobs(session: Session, job_ids: list[int], cancel_asked: set[int]) -> list[Violation]:
     """terminal, event path, restart budget."""
     found: list[Violation] = []
-    jobs = {job.id: job for job in session.execute(
-        sa.select(Job).where(Job.id.in_(job_ids))).scalars()}
+    jobs = {
+        job.id: job for job in session.execute(sa.select(Job).where(Job.id.in_(job_ids))).scalars()
+    }
     events = _events(session, job_ids)
     for job_id in job_ids:
         job = jobs.get(job_id)
@@ -122,29 +135,46 @@ def check_jobs(session: Session, job_ids: list[int], cancel_asked: set[int]) -> 
         terminal = [e for e in mine if e.to_status in TERMINAL_STATUSES]
         if job.status not in TERMINAL_STATUSES:
             found.append(Violation(TERMINAL, f"job {job_id} is {job.status}: {job.reason}"))
-        elif len(terminal) != 1 or mine[-1] is not terminal[0] or \
-                terminal[0].to_status is not job.status:
-            found.append(Violation(TERMINAL, f"job {job_id} is {job.status}, its terminal "
-                                             f"events: {[str(e.to_status) for e in terminal]}"))
+        elif (
+            len(terminal) != 1
+            or mine[-1] is not terminal[0]
+            or terminal[0].to_status is not job.status
+        ):
+            found.append(
+                Violation(
+                    TERMINAL,
+                    f"job {job_id} is {job.status}, its terminal "
+                    f"events: {[str(e.to_status) for e in terminal]}",
+                )
+            )
         problem = event_path_problem(mine, job.attempt)
         if problem:
             found.append(Violation(PATH, f"job {job_id}: {problem}"))
         allowed = 1 if job.restart_policy == "never" else job.max_restarts + 1
         if job.attempt > allowed:
-            found.append(Violation(BUDGET, f"job {job_id}: attempt {job.attempt} under "
-                                           f"{job.restart_policy}, max_restarts "
-                                           f"{job.max_restarts}"))
+            found.append(
+                Violation(
+                    BUDGET,
+                    f"job {job_id}: attempt {job.attempt} under "
+                    f"{job.restart_policy}, max_restarts "
+                    f"{job.max_restarts}",
+                )
+            )
         if job.status is JobStatus.CANCELLED and job_id not in cancel_asked:
-            found.append(Violation(BUDGET, f"job {job_id} cancelled, never asked: "
-                                           f"{job.reason}"))
+            found.append(Violation(BUDGET, f"job {job_id} cancelled, never asked: {job.reason}"))
     return found
 
 
 def check_overlaps(overlaps: Iterable[Overlap], interval: float) -> list[Violation]:
-    return [Violation(OVERLAP, f"job {o.job_id}: attempts {list(o.attempts)} alive together "
-                               f"in {o.samples} samples (~{o.samples * interval:.1f}s), pids "
-                               f"{sorted(o.pids)}")
-            for o in overlaps]
+    return [
+        Violation(
+            OVERLAP,
+            f"job {o.job_id}: attempts {list(o.attempts)} alive together "
+            f"in {o.samples} samples (~{o.samples * interval:.1f}s), pids "
+            f"{sorted(o.pids)}",
+        )
+        for o in overlaps
+    ]
 
 
 def written_points(path: Path) -> set[tuple[int, str]] | None:
@@ -164,71 +194,113 @@ def written_points(path: Path) -> set[tuple[int, str]] | None:
     return keys
 
 
-def check_metrics(session: Session, job_ids: list[int],
-                  data_dirs: dict[str, Path]) -> list[Violation]:
+def check_metrics(
+    session: Session, job_ids: list[int], data_dirs: dict[str, Path]
+) -> list[Violation]:
     found: list[Violation] = []
-    jobs = {job.id: job for job in session.execute(
-        sa.select(Job).where(Job.id.in_(job_ids))).scalars()}
+    jobs = {
+        job.id: job for job in session.execute(sa.select(Job).where(Job.id.in_(job_ids))).scalars()
+    }
     stored: dict[tuple[int, int, int], set[tuple[int, str]]] = defaultdict(set)
     for job_id, attempt, replica, step, name in session.execute(
-            sa.select(MetricPoint.job_id, MetricPoint.attempt, MetricPoint.replica,
-                      MetricPoint.step, MetricPoint.name)
-            .where(MetricPoint.job_id.in_(job_ids))):
+        sa.select(
+            MetricPoint.job_id,
+            MetricPoint.attempt,
+            MetricPoint.replica,
+            MetricPoint.step,
+            MetricPoint.name,
+        ).where(MetricPoint.job_id.in_(job_ids))
+    ):
         stored[(job_id, attempt, replica)].add((step, name))
-    replicas = session.execute(sa.select(Replica).where(Replica.job_id.in_(job_ids))
-                               .order_by(Replica.job_id, Replica.attempt, Replica.index)
-                               ).scalars().all()
+    replicas = (
+        session.execute(
+            sa.select(Replica)
+            .where(Replica.job_id.in_(job_ids))
+            .order_by(Replica.job_id, Replica.attempt, Replica.index)
+        )
+        .scalars()
+        .all()
+    )
     for replica in replicas:
         key = (replica.job_id, replica.attempt, replica.index)
         job = jobs[replica.job_id]
         succeeded = job.status is JobStatus.SUCCEEDED and replica.attempt == job.attempt
         data_dir = data_dirs.get(replica.node_id)
-        written = None if data_dir is None else written_points(
-            layout.metrics_file(data_dir, *key))
+        written = None if data_dir is None else written_points(layout.metrics_file(data_dir, *key))
         name = f"job {key[0]} attempt {key[1]} replica {key[2]} on {replica.node_id}"
         if written is None:
             if succeeded or stored.get(key):
-                found.append(Violation(METRICS, f"{name}: no metrics file, "
-                                                f"{len(stored.get(key, ()))} points stored"))
+                found.append(
+                    Violation(
+                        METRICS,
+                        f"{name}: no metrics file, {len(stored.get(key, ()))} points stored",
+                    )
+                )
             continue
         extra = stored.get(key, set()) - written
         if extra:
-            found.append(Violation(METRICS, f"{name}: {len(extra)} points stored that its "
-                                            f"file lacks, e.g. {sorted(extra)[:3]}"))
+            found.append(
+                Violation(
+                    METRICS,
+                    f"{name}: {len(extra)} points stored that its "
+                    f"file lacks, e.g. {sorted(extra)[:3]}",
+                )
+            )
         if succeeded:
             missing = written - stored.get(key, set())
             if missing:
-                found.append(Violation(METRICS, f"{name} (succeeded): {len(missing)} of "
-                                                f"{len(written)} points never stored, e.g. "
-                                                f"{sorted(missing)[:3]}"))
+                found.append(
+                    Violation(
+                        METRICS,
+                        f"{name} (succeeded): {len(missing)} of "
+                        f"{len(written)} points never stored, e.g. "
+                        f"{sorted(missing)[:3]}",
+                    )
+                )
             if not written:
                 found.append(Violation(METRICS, f"{name} (succeeded) wrote no point"))
     return found
 
 
 def check_leftovers(live: list[ReplicaSeen], when: str) -> list[Violation]:
-    return [Violation(LEFTOVER, f"{when}: pid {r.pid}, job {r.job_id} attempt {r.attempt} "
-                                f"replica {r.index} on {r.node_id} (state {r.state})")
-            for r in live]
+    return [
+        Violation(
+            LEFTOVER,
+            f"{when}: pid {r.pid}, job {r.job_id} attempt {r.attempt} "
+            f"replica {r.index} on {r.node_id} (state {r.state})",
+        )
+        for r in live
+    ]
 
 
 def check_capacity(session: Session, port_range: tuple[int, int]) -> list[Violation]:
-    found = [Violation(LEAK, f"replica {r.index} of job {r.job_id} attempt {r.attempt} on "
-                             f"{r.node_id} still {r.status} (holds a slot and port "
-                             f"{r.port})")
-             for r in session.execute(sa.select(Replica).where(
-                 Replica.status.not_in(TERMINAL_REPLICA_STATUSES))).scalars()]
+    found = [
+        Violation(
+            LEAK,
+            f"replica {r.index} of job {r.job_id} attempt {r.attempt} on "
+            f"{r.node_id} still {r.status} (holds a slot and port "
+            f"{r.port})",
+        )
+        for r in session.execute(
+            sa.select(Replica).where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
+        ).scalars()
+    ]
     capacity, _ports = read_capacity(session=session)
-    found += [Violation(LEAK, f"{node.id}: {node.free_slots} of {node.slots} slots free")
-              for node in capacity if node.free_slots != node.slots]
+    found += [
+        Violation(LEAK, f"{node.id}: {node.free_slots} of {node.slots} slots free")
+        for node in capacity
+        if node.free_slots != node.slots
+    ]
     for node in session.execute(sa.select(Node)).scalars():
         if node.busy_ports:
-            found.append(Violation(LEAK, f"{node.id}'s agent reports ports of the range "
-                                         f"in use: {node.busy_ports}"))
+            found.append(
+                Violation(
+                    LEAK, f"{node.id}'s agent reports ports of the range in use: {node.busy_ports}"
+                )
+            )
     held = listening_ports(*port_range)
     if held:
-        found.append(Violation(LEAK, f"ports of the replica range listened on: "
-                                     f"{sorted(held)}"))
+        found.append(Violation(LEAK, f"ports of the replica range listened on: {sorted(held)}"))
     return found
 
 
@@ -238,7 +310,15 @@ def check_nodes(session: Session, agents: list[str], since: dt.datetime) -> list
     for agent in agents:
         node = nodes.get(agent)
         if node is None or node.status is not NodeStatus.READY or node.last_heartbeat < since:
-            found.append(Violation(NODES, f"{agent}: " + (
-                "never registered" if node is None else
-                f"{node.status}, last heartbeat {node.last_heartbeat:%H:%M:%S}")))
+            found.append(
+                Violation(
+                    NODES,
+                    f"{agent}: "
+                    + (
+                        "never registered"
+                        if node is None
+                        else f"{node.status}, last heartbeat {node.last_heartbeat:%H:%M:%S}"
+                    ),
+                )
+            )
     return found

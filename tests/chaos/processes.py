@@ -103,8 +103,7 @@ class ProcessWatch:
         self._live: list[ReplicaSeen] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-process-watch",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="chaos-process-watch", daemon=True)
 
     # -- reading ---------------------------------------------------------------
     def _identify(self, pid: str, key: tuple[int, str], now: float) -> ReplicaSeen | None:
@@ -112,12 +111,18 @@ class ProcessWatch:
         if env is None:
             return None
         data_dir = env.get("COHORT_NODE_DATA_DIR", "")
-        if (data_dir == self.root or data_dir.startswith(self.root + os.sep)) and \
-                env.get("COHORT_JOB_ID", "").isdigit():
-            return ReplicaSeen(int(pid), int(env["COHORT_JOB_ID"]),
-                               int(env.get("COHORT_ATTEMPT", "0")),
-                               int(env.get("COHORT_REPLICA_INDEX", "0")),
-                               env.get("COHORT_NODE_ID", ""), now, now)
+        if (data_dir == self.root or data_dir.startswith(self.root + os.sep)) and env.get(
+            "COHORT_JOB_ID", ""
+        ).isdigit():
+            return ReplicaSeen(
+                int(pid),
+                int(env["COHORT_JOB_ID"]),
+                int(env.get("COHORT_ATTEMPT", "0")),
+                int(env.get("COHORT_REPLICA_INDEX", "0")),
+                env.get("COHORT_NODE_ID", ""),
+                now,
+                now,
+            )
         first = self._unmarked.setdefault(key, now)
         if now - first > UNMARKED_RECHECK_S:
             self._ignored.add(key)

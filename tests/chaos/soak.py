@@ -84,8 +84,9 @@ class SoakConfig:
     verbose: bool = True
 
 
-def job_specs(rng: random.Random, count: int, tensorflow_share: float = 1.0
-              ) -> list[dict[str, Any]]:
+def job_specs(
+    rng: random.Random, count: int, tensorflow_share: float = 1.0
+) -> list[dict[str, Any]]:
     """`count` small jobs, 1-3 replicas, mixed policies: a few dozen steps of mlp_digits
     (`tensorflow_share` of them) or a stepper's 3-9 seconds of steps."""
     specs = []
@@ -99,9 +100,18 @@ def job_specs(rng: random.Random, count: int, tensorflow_share: float = 1.0
             "max_restarts": 0 if policy == "never" else rng.randint(1, 3),
         }
         if rng.random() < tensorflow_share:
-            specs.append({**common, "trainer": "mlp_digits", "hyperparameters": {
-                "epochs": rng.randint(2, 3), "steps_per_epoch": rng.randint(10, 25),
-                "hidden_units": 16, "seed": i}})
+            specs.append(
+                {
+                    **common,
+                    "trainer": "mlp_digits",
+                    "hyperparameters": {
+                        "epochs": rng.randint(2, 3),
+                        "steps_per_epoch": rng.randint(10, 25),
+                        "hidden_units": 16,
+                        "seed": i,
+                    },
+                }
+            )
         else:
             specs.append(stepping_job(rng.randint(100, 300), 0.03, **common))
     return specs
@@ -121,13 +131,17 @@ class Cancel:
 class Soak:
     """One run: the stack, the jobs, the faults, the checks."""
 
-    def __init__(self, config: SoakConfig, workdir: Path,
-                 log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, config: SoakConfig, workdir: Path, log: Callable[[str], None] | None = None
+    ) -> None:
         self.config = config
         self.workdir = workdir
         self.rng = random.Random(config.seed)
-        self.agents = list(AGENTS[:config.agents]) if config.agents <= len(AGENTS) else \
-            [f"node-{i}" for i in range(config.agents)]
+        self.agents = (
+            list(AGENTS[: config.agents])
+            if config.agents <= len(AGENTS)
+            else [f"node-{i}" for i in range(config.agents)]
+        )
         self.data_dirs = {node: workdir / f"data-{node}" for node in self.agents}
         self.start = time.monotonic()
         self.log = log or (lambda line: None)
@@ -141,32 +155,41 @@ class Soak:
     def stack(self) -> Iterator[tuple[Stack, PostgresServer]]:
         with postgres_server(free_port()) as postgres:
             url = postgres.create_database("cohort")
-            stack = Stack({**FAST, "COHORT_DATABASE_URL": url, "COHORT_REDIS_URL": "",
-                           "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
-                           "COHORT_DATA_DIR": str(self.workdir / "control"),
-                           "COHORT_ARTIFACT_URL": str(self.workdir / "artifacts"),
-                           "COHORT_API_PORT": str(free_port()),
-                           "COHORT_PORT_RANGE_START": PORT_BASE,
-                           "COHORT_REPLICA_POOL_SIZE": "0",  # processes known by environ
-                           "COHORT_BOOTSTRAP_TOKEN": FAULT_TOKEN}, quiet=True)
+            stack = Stack(
+                {
+                    **FAST,
+                    "COHORT_DATABASE_URL": url,
+                    "COHORT_REDIS_URL": "",
+                    "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
+                    "COHORT_DATA_DIR": str(self.workdir / "control"),
+                    "COHORT_ARTIFACT_URL": str(self.workdir / "artifacts"),
+                    "COHORT_API_PORT": str(free_port()),
+                    "COHORT_PORT_RANGE_START": PORT_BASE,
+                    "COHORT_REPLICA_POOL_SIZE": "0",  # processes known by environ
+                    "COHORT_BOOTSTRAP_TOKEN": FAULT_TOKEN,
+                },
+                quiet=True,
+            )
             try:
                 stack.start(("api", "scheduler"))
                 for node in self.agents:
-                    stack.add_agent(node, self.config.slots,
-                                    data_dir=str(self.data_dirs[node]))
+                    stack.add_agent(node, self.config.slots, data_dir=str(self.data_dirs[node]))
                 yield stack, postgres
             finally:
                 stack.stop()
 
     def _engine(self, postgres: PostgresServer) -> sa.Engine:
-        return sa.create_engine(postgres.url("cohort"), pool_pre_ping=True,
-                                connect_args={"connect_timeout": 3})
+        return sa.create_engine(
+            postgres.url("cohort"), pool_pre_ping=True, connect_args={"connect_timeout": 3}
+        )
 
     # -- the run ---------------------------------------------------------------
     def run(self) -> SoakResult:
         config = self.config
-        self.say(f"chaos soak: seed {config.seed} (CHAOS_SEED={config.seed} repeats its "
-                 f"choices), {config.jobs} jobs on {config.agents} agents")
+        self.say(
+            f"chaos soak: seed {config.seed} (CHAOS_SEED={config.seed} repeats its "
+            f"choices), {config.jobs} jobs on {config.agents} agents"
+        )
         with self.stack() as (stack, postgres):
             engine = self._engine(postgres)
             watch = ProcessWatch(self.workdir)
@@ -178,25 +201,32 @@ class Soak:
                 engine.dispose()
         # After the stack stopped: nothing of its replicas may be left.
         self.result.violations += invariants.check_leftovers(
-            watch.sample(), "after the stack stopped")
+            watch.sample(), "after the stack stopped"
+        )
         self.result.seconds = time.monotonic() - self.start
         return self.result
 
-    def _soak(self, stack: Stack, postgres: PostgresServer, engine: sa.Engine,
-              watch: ProcessWatch) -> None:
+    def _soak(
+        self, stack: Stack, postgres: PostgresServer, engine: sa.Engine, watch: ProcessWatch
+    ) -> None:
         config = self.config
-        http = httpx.Client(base_url=stack.url, timeout=10.0,
-                            headers={"Authorization": f"Bearer {stack.token}"})
-        self._wait(lambda: self._ready_nodes(engine) == len(self.agents), 120,
-                   "every agent to register")
+        http = httpx.Client(
+            base_url=stack.url, timeout=10.0, headers={"Authorization": f"Bearer {stack.token}"}
+        )
+        self._wait(
+            lambda: self._ready_nodes(engine) == len(self.agents), 120, "every agent to register"
+        )
         specs = job_specs(self.rng, config.jobs, config.tensorflow_share)
         chosen = self.rng.sample(range(config.jobs), round(config.jobs * config.cancel_share))
-        cancels = [Cancel(i, self.rng.random() < 0.5, self.rng.uniform(0, 60))
-                   for i in sorted(chosen)]
+        cancels = [
+            Cancel(i, self.rng.random() < 0.5, self.rng.uniform(0, 60)) for i in sorted(chosen)
+        ]
         job_ids = [self._submit(http, spec, i) for i, spec in enumerate(specs)]
         trained = sum("trainer" in spec for spec in specs)
-        self.say(f"submitted {len(job_ids)} jobs ({trained} TensorFlow, "
-                 f"{len(job_ids) - trained} steppers); {len(cancels)} will be cancelled")
+        self.say(
+            f"submitted {len(job_ids)} jobs ({trained} TensorFlow, "
+            f"{len(job_ids) - trained} steppers); {len(cancels)} will be cancelled"
+        )
         injector = Injector(stack, postgres, watch, self.rng, self.agents, self.say)
         # The replica faults first, while jobs run; the stack's own parts can go down
         # at any time, so the round is finished even after the last job ended (a quick
@@ -218,12 +248,14 @@ class Soak:
                 statuses = self._statuses(engine, job_ids) or statuses
                 last_read = time.monotonic()
                 all_ended = len(statuses) == len(job_ids) and all(
-                    s in TERMINAL_STATUSES for s in statuses.values())
+                    s in TERMINAL_STATUSES for s in statuses.values()
+                )
                 if all_ended and all(kind in REPLICA_KINDS for kind in first_round):
                     break
             self._cancel(http, cancels, job_ids, statuses)
             if time.monotonic() >= next_fault and (
-                    config.max_faults is None or injector.counts.total() < config.max_faults):
+                config.max_faults is None or injector.counts.total() < config.max_faults
+            ):
                 kind = first_round.pop(0) if first_round else self.rng.choice(FAULT_KINDS)
                 if not injector.inject(kind) and kind not in injector.counts:
                     # Nothing to take it yet: it stays first, unless no job is left to
@@ -239,9 +271,9 @@ class Soak:
         self.result.faults = injector.counts
         self.result.exited = injector.exited
         self.result.cancels_asked = sum(c.asked for c in cancels)
-        self._settle_and_check(engine, watch, job_ids,
-                               {job_ids[c.job_index] for c in cancels if c.asked},
-                               ended, stack)
+        self._settle_and_check(
+            engine, watch, job_ids, {job_ids[c.job_index] for c in cancels if c.asked}, ended, stack
+        )
 
     def _submit(self, http: httpx.Client, spec: dict[str, Any], index: int) -> int:
         key = {"Idempotency-Key": f"chaos-{self.config.seed}-{index}"}
@@ -259,8 +291,13 @@ class Soak:
                 raise AssertionError(f"job {index} could not be submitted")
             time.sleep(0.2)
 
-    def _cancel(self, http: httpx.Client, cancels: list[Cancel], job_ids: list[int],
-                statuses: dict[int, str]) -> None:
+    def _cancel(
+        self,
+        http: httpx.Client,
+        cancels: list[Cancel],
+        job_ids: list[int],
+        statuses: dict[int, str],
+    ) -> None:
         now = time.monotonic()
         for cancel in cancels:
             if cancel.asked:
@@ -269,8 +306,7 @@ class Soak:
             if status in TERMINAL_STATUSES:
                 continue
             if cancel.at is None and (not cancel.when_running or status == "running"):
-                cancel.at = now + (self.rng.uniform(0, 5) if cancel.when_running
-                                   else cancel.delay)
+                cancel.at = now + (self.rng.uniform(0, 5) if cancel.when_running else cancel.delay)
             if cancel.at is None or now < cancel.at:
                 continue
             try:
@@ -286,8 +322,12 @@ class Soak:
     def _statuses(self, engine: sa.Engine, job_ids: list[int]) -> dict[int, str] | None:
         try:
             with engine.connect() as connection:
-                return {job_id: str(status) for job_id, status in connection.execute(
-                    sa.select(Job.id, Job.status).where(Job.id.in_(job_ids)))}
+                return {
+                    job_id: str(status)
+                    for job_id, status in connection.execute(
+                        sa.select(Job.id, Job.status).where(Job.id.in_(job_ids))
+                    )
+                }
         except sa.exc.OperationalError:
             return None  # PostgreSQL is down
 
@@ -295,8 +335,9 @@ class Soak:
         """How many agents are ready (with a heartbeat after `since`, if given)."""
         since = since or dt.datetime.min.replace(tzinfo=dt.UTC)
         with Session(engine) as session:
-            return sum(1 for node in self.agents
-                       if not invariants.check_nodes(session, [node], since))
+            return sum(
+                1 for node in self.agents if not invariants.check_nodes(session, [node], since)
+            )
 
     def _wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> bool:
         deadline = time.monotonic() + timeout
@@ -310,44 +351,60 @@ class Soak:
         self.say(f"gave up waiting for {what} after {timeout:.0f}s")
         return False
 
-    def _settle_and_check(self, engine: sa.Engine, watch: ProcessWatch, job_ids: list[int],
-                          cancel_asked: set[int], ended: dt.datetime, stack: Stack) -> None:
+    def _settle_and_check(
+        self,
+        engine: sa.Engine,
+        watch: ProcessWatch,
+        job_ids: list[int],
+        cancel_asked: set[int],
+        ended: dt.datetime,
+        stack: Stack,
+    ) -> None:
         """Wait (bounded) for the stack to settle after the faults, then check it all."""
         restored = dt.datetime.now(dt.UTC)
         result = self.result
         self._wait(lambda: not watch.live(), SETTLE_S, "every replica process to end")
         # A heartbeat after the processes ended: the ports each agent reports are current.
         quiet = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)
-        self._wait(lambda: self._ready_nodes(engine, quiet) == len(self.agents), SETTLE_S,
-                   "every agent to beat after the faults")
+        self._wait(
+            lambda: self._ready_nodes(engine, quiet) == len(self.agents),
+            SETTLE_S,
+            "every agent to beat after the faults",
+        )
 
         def metrics_settled() -> bool:
             with Session(engine) as session:
                 return not invariants.check_metrics(session, job_ids, self.data_dirs)
+
         self._wait(metrics_settled, SETTLE_S, "the metrics of succeeded attempts")
 
         with Session(engine) as session:
             result.violations += invariants.check_jobs(session, job_ids, cancel_asked)
-            result.violations += invariants.check_overlaps(watch.overlaps.values(),
-                                                           watch.interval)
+            result.violations += invariants.check_overlaps(watch.overlaps.values(), watch.interval)
             result.violations += invariants.check_metrics(session, job_ids, self.data_dirs)
             result.violations += invariants.check_leftovers(watch.live(), "after the soak")
             result.violations += invariants.check_capacity(
-                session, (stack.settings.PORT_RANGE_START, stack.settings.PORT_RANGE_END))
+                session, (stack.settings.PORT_RANGE_START, stack.settings.PORT_RANGE_END)
+            )
             result.violations += invariants.check_nodes(session, self.agents, restored)
             jobs = session.execute(sa.select(Job).where(Job.id.in_(job_ids))).scalars().all()
             result.outcomes.update(str(job.status) for job in jobs)
             for job in sorted(jobs, key=lambda j: j.id):
-                self.say(f"job {job.id}: {job.status} in attempt {job.attempt} "
-                         f"({job.replicas} replicas, {job.restart_policy} "
-                         f"{job.max_restarts}): {job.reason[:160]}")
+                self.say(
+                    f"job {job.id}: {job.status} in attempt {job.attempt} "
+                    f"({job.replicas} replicas, {job.restart_policy} "
+                    f"{job.max_restarts}): {job.reason[:160]}"
+                )
             result.restarted = sum(1 for job in jobs if job.attempt > 1)
-        self.say(f"checked {len(job_ids)} jobs, {len(watch.seen)} replica processes seen "
-                 f"in {watch.samples} samples; ended {ended:%H:%M:%S}")
+        self.say(
+            f"checked {len(job_ids)} jobs, {len(watch.seen)} replica processes seen "
+            f"in {watch.samples} samples; ended {ended:%H:%M:%S}"
+        )
 
 
-def run_soak(config: SoakConfig, workdir: Path | None = None,
-             log: Callable[[str], None] | None = None) -> SoakResult:
+def run_soak(
+    config: SoakConfig, workdir: Path | None = None, log: Callable[[str], None] | None = None
+) -> SoakResult:
     """Run one soak in `workdir` (a new temporary directory, removed after, if None);
     its summary is appended to test-artifacts/reliability.jsonl."""
     own = workdir is None
@@ -372,24 +429,39 @@ def say(line: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("JOBS") or 200))
-    parser.add_argument("--seed", type=int, default=(int(os.environ["CHAOS_SEED"])
-                                                     if os.environ.get("CHAOS_SEED") else None))
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=(int(os.environ["CHAOS_SEED"]) if os.environ.get("CHAOS_SEED") else None),
+    )
     parser.add_argument("--agents", type=int, default=3)
     parser.add_argument("--slots", type=int, default=2, help="per agent")
-    parser.add_argument("--tensorflow-share", type=float, default=1.0, metavar="SHARE",
-                        help="of the jobs, 0-1 (the others are steppers)")
-    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
-                        help="run in DIR (new or empty) and keep it: the stack's logs, every "
-                             "node's DATA_DIR")
+    parser.add_argument(
+        "--tensorflow-share",
+        type=float,
+        default=1.0,
+        metavar="SHARE",
+        help="of the jobs, 0-1 (the others are steppers)",
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="run in DIR (new or empty) and keep it: the stack's logs, every node's DATA_DIR",
+    )
     args = parser.parse_args(argv)
     from tests.pgserver import binary, server_user
 
     if binary("initdb") is None or server_user() is None:
-        sys.stderr.write("the soak needs PostgreSQL's server programs (initdb, pg_ctl) and, "
-                         "as root, a `postgres` account and runuser\n")
+        sys.stderr.write(
+            "the soak needs PostgreSQL's server programs (initdb, pg_ctl) and, "
+            "as root, a `postgres` account and runuser\n"
+        )
         return 2
-    config = SoakConfig(jobs=args.jobs, agents=args.agents, slots=args.slots,
-                        tensorflow_share=args.tensorflow_share)
+    config = SoakConfig(
+        jobs=args.jobs, agents=args.agents, slots=args.slots, tensorflow_share=args.tensorflow_share
+    )
     if args.seed is not None:
         config.seed = args.seed
     if args.keep is not None:

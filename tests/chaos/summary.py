@@ -39,18 +39,27 @@ class SoakResult:
     def table(self) -> str:
         """What the soak prints: faults by kind, jobs by outcome, violations by check."""
         width = max(len(k) for k in (*FAULT_KINDS, *CHECKS)) + 2
-        lines = [f"chaos soak: {self.jobs} jobs on {self.agents} agents, seed {self.seed}, "
-                 f"{self.seconds:.0f} s", "", "faults injected"]
+        lines = [
+            f"chaos soak: {self.jobs} jobs on {self.agents} agents, seed {self.seed}, "
+            f"{self.seconds:.0f} s",
+            "",
+            "faults injected",
+        ]
         lines += [f"  {kind:<{width}}{self.faults.get(kind, 0):>5}" for kind in FAULT_KINDS]
         lines += [f"  {'total':<{width}}{sum(self.faults.values()):>5}"]
-        lines += [f"  ({name} exited by itself, started again: {n})"
-                  for name, n in sorted(self.exited.items())]
+        lines += [
+            f"  ({name} exited by itself, started again: {n})"
+            for name, n in sorted(self.exited.items())
+        ]
         lines += ["", "jobs by outcome"]
         outcomes = [*OUTCOMES, *sorted(set(self.outcomes) - set(OUTCOMES))]
         lines += [f"  {o:<{width}}{self.outcomes.get(o, 0):>5}" for o in outcomes]
-        lines += [f"  {'(ran more than one attempt)':<{width}}{self.restarted:>5}",
-                  f"  {'(cancel asked)':<{width}}{self.cancels_asked:>5}",
-                  "", "invariant violations (must be 0)"]
+        lines += [
+            f"  {'(ran more than one attempt)':<{width}}{self.restarted:>5}",
+            f"  {'(cancel asked)':<{width}}{self.cancels_asked:>5}",
+            "",
+            "invariant violations (must be 0)",
+        ]
         lines += [f"  {check:<{width}}{n:>5}" for check, n in self.by_check().items()]
         lines += [f"  {'total':<{width}}{len(self.violations):>5}"]
         if self.violations:
@@ -58,17 +67,25 @@ class SoakResult:
         return "\n".join(lines)
 
     def record(self) -> dict[str, Any]:
-        return {"kind": "soak", "jobs": self.jobs, "agents": self.agents, "seed": self.seed,
-                "seconds": round(self.seconds, 1),
-                "faults": {k: self.faults.get(k, 0) for k in FAULT_KINDS},
-                "outcomes": {o: self.outcomes.get(o, 0) for o in
-                             [*OUTCOMES, *sorted(set(self.outcomes) - set(OUTCOMES))]},
-                "restarted": self.restarted, "cancels_asked": self.cancels_asked,
-                "exited_by_themselves": dict(self.exited),
-                "violations": self.by_check(),
-                "examples": [str(v) for v in self.violations[:10]],
-                "at": time.strftime("%Y-%m-%d %H:%M:%S"),
-                "load": round(os.getloadavg()[0], 1)}
+        return {
+            "kind": "soak",
+            "jobs": self.jobs,
+            "agents": self.agents,
+            "seed": self.seed,
+            "seconds": round(self.seconds, 1),
+            "faults": {k: self.faults.get(k, 0) for k in FAULT_KINDS},
+            "outcomes": {
+                o: self.outcomes.get(o, 0)
+                for o in [*OUTCOMES, *sorted(set(self.outcomes) - set(OUTCOMES))]
+            },
+            "restarted": self.restarted,
+            "cancels_asked": self.cancels_asked,
+            "exited_by_themselves": dict(self.exited),
+            "violations": self.by_check(),
+            "examples": [str(v) for v in self.violations[:10]],
+            "at": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "load": round(os.getloadavg()[0], 1),
+        }
 
     def save(self, directory: Path = ARTIFACTS) -> None:
         """Append this run's record to test-artifacts/reliability.jsonl."""

@@ -30,8 +30,13 @@ CI_MAX_FAULTS = 14
 
 def test_chaos_soak_breaks_no_invariant(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     need_postgres_server()
-    config = SoakConfig(jobs=CI_JOBS, time_limit=480.0, fault_gap=CI_FAULT_GAP,
-                        max_faults=CI_MAX_FAULTS, tensorflow_share=CI_TENSORFLOW_SHARE)
+    config = SoakConfig(
+        jobs=CI_JOBS,
+        time_limit=480.0,
+        fault_gap=CI_FAULT_GAP,
+        max_faults=CI_MAX_FAULTS,
+        tensorflow_share=CI_TENSORFLOW_SHARE,
+    )
     if os.environ.get("CHAOS_SEED"):
         config.seed = int(os.environ["CHAOS_SEED"])
     lines: list[str] = []

@@ -39,8 +39,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
-             interval: float = 0.2, explain: Callable[[], str] | None = None) -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float,
+    what: str,
+    interval: float = 0.2,
+    explain: Callable[[], str] | None = None,
+) -> Any:
     """Poll `predicate` until it returns something truthy; fail with `what` on timeout,
     and with what `explain()` then says (the state that tells why it never came)."""
     deadline = time.monotonic() + timeout
@@ -59,11 +64,15 @@ def job_story(client: CohortClient, job_id: int) -> str:
     """A job's state for a failure message: its status and reason, its replicas and the
     path of its events. A replica reads (index, node, status, exit code, restarts)."""
     job = client.job(job_id)
-    replicas = [(r["index"], r["node_id"], r["status"], r["exit_code"], r["restarts"])
-                for r in job["replica_list"]]
+    replicas = [
+        (r["index"], r["node_id"], r["status"], r["exit_code"], r["restarts"])
+        for r in job["replica_list"]
+    ]
     events = [(e["to_status"], e["attempt"], e["reason"]) for e in client.events(job_id)]
-    return (f"job {job_id}: {job['status']} ({job['reason']}), attempt {job['attempt']}, "
-            f"replicas {replicas}, events {events}")
+    return (
+        f"job {job_id}: {job['status']} ({job['reason']}), attempt {job['attempt']}, "
+        f"replicas {replicas}, events {events}"
+    )
 
 
 def wait_terminal(client: CohortClient, job_id: int, timeout: float = 180) -> dict[str, Any]:
@@ -75,20 +84,30 @@ def wait_terminal(client: CohortClient, job_id: int, timeout: float = 180) -> di
 
 
 @contextlib.contextmanager
-def pg_stack_with(tmp_path: Any, env: dict[str, str] | None = None,
-                  parts: tuple[str, ...] = ("api", "scheduler", "agent"),
-                  ) -> Iterator[tuple[Stack, CohortClient]]:
+def pg_stack_with(
+    tmp_path: Any,
+    env: dict[str, str] | None = None,
+    parts: tuple[str, ...] = ("api", "scheduler", "agent"),
+) -> Iterator[tuple[Stack, CohortClient]]:
     """The stack (or only `parts` of it) on a PostgreSQL database of its own and the
     machine's Redis (a db of its own, flushed), with `env` added to its settings."""
     name = f"cohort_e2e_{free_port()}"
     url = create_database(name)
     stack_redis = redis_url("stack")
     redis.Redis.from_url(stack_redis).flushdb()
-    stack = Stack({"COHORT_DATABASE_URL": url, "COHORT_REDIS_URL": stack_redis,
-                   "COHORT_DATA_DIR": str(tmp_path / "data"),
-                   "COHORT_API_PORT": str(free_port()), "COHORT_NODE_ID": "e2e-node",
-                   "COHORT_PORT_RANGE_START": PORT_BASE,
-                   "COHORT_BOOTSTRAP_TOKEN": E2E_TOKEN, **(env or {})}, quiet=True)
+    stack = Stack(
+        {
+            "COHORT_DATABASE_URL": url,
+            "COHORT_REDIS_URL": stack_redis,
+            "COHORT_DATA_DIR": str(tmp_path / "data"),
+            "COHORT_API_PORT": str(free_port()),
+            "COHORT_NODE_ID": "e2e-node",
+            "COHORT_PORT_RANGE_START": PORT_BASE,
+            "COHORT_BOOTSTRAP_TOKEN": E2E_TOKEN,
+            **(env or {}),
+        },
+        quiet=True,
+    )
     stack.start(parts)
     try:
         yield stack, CohortClient(stack.url, stack.token)
@@ -105,8 +124,9 @@ def pg_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
 
 
 @pytest.fixture(scope="module")
-def module_stack(request: pytest.FixtureRequest, replicas_tmp_root: Path
-                 ) -> Iterator[tuple[Stack, CohortClient]]:
+def module_stack(
+    request: pytest.FixtureRequest, replicas_tmp_root: Path
+) -> Iterator[tuple[Stack, CohortClient]]:
     """One `pg_stack` for all of a module's tests: a stack costs about 5 s and 9 CPU-s to
     start and stop (docs/benchmarks.md, "A stack's start and stop"). For tests whose
     claims are about their own jobs only; a test that restarts a part, counts what a log
@@ -115,19 +135,26 @@ def module_stack(request: pytest.FixtureRequest, replicas_tmp_root: Path
     module's other tests, which flushes it while this stack lives."""
     name = request.module.__name__.rsplit(".", 1)[-1]
     data_dir = reachable_dir(replicas_tmp_root, f"{name}-")
-    with pg_stack_with(data_dir, {"COHORT_REDIS_URL": "",
-                                  "COHORT_EMBEDDED_REDIS_PORT": str(free_port())}) as stack:
+    with pg_stack_with(
+        data_dir, {"COHORT_REDIS_URL": "", "COHORT_EMBEDDED_REDIS_PORT": str(free_port())}
+    ) as stack:
         yield stack
 
 
 @pytest.fixture
 def embedded_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
     """The stack on the embedded defaults: SQLite under DATA_DIR and an embedded Redis."""
-    stack = Stack({"COHORT_DATABASE_URL": "", "COHORT_REDIS_URL": "",
-                   "COHORT_DATA_DIR": str(tmp_path / "var"),
-                   "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
-                   "COHORT_PORT_RANGE_START": PORT_BASE,
-                   "COHORT_API_PORT": str(free_port())}, quiet=True)
+    stack = Stack(
+        {
+            "COHORT_DATABASE_URL": "",
+            "COHORT_REDIS_URL": "",
+            "COHORT_DATA_DIR": str(tmp_path / "var"),
+            "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
+            "COHORT_PORT_RANGE_START": PORT_BASE,
+            "COHORT_API_PORT": str(free_port()),
+        },
+        quiet=True,
+    )
     stack.start()
     try:
         yield stack, CohortClient(stack.url, stack.token)
@@ -143,7 +170,9 @@ def browser() -> Iterator[Any]:
     chromium = need_chromium()
     with sync_playwright() as p:
         browser = p.chromium.launch(
-            executable_path=str(chromium), headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            executable_path=str(chromium),
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
         yield browser
         browser.close()

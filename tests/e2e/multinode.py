@@ -23,8 +23,9 @@ from tests.e2e.conftest import free_port, wait_for
 from workers.node.processes import stop_process_group
 
 
-def redis_and_database(cleanup: ExitStack, hosts: list[str], directory: Path,
-                       prefix: str) -> tuple[int, str]:
+def redis_and_database(
+    cleanup: ExitStack, hosts: list[str], directory: Path, prefix: str
+) -> tuple[int, str]:
     """A redis-server of the test's own, listening on the host's loopback and on each of
     `hosts` (agents in other network namespaces reach it there), and a migrated database
     named `prefix_<port>`; both undone by `cleanup`. Returns (redis port, database URL)."""
@@ -43,9 +44,25 @@ def start_redis(port: int, binds: list[str], directory: Path) -> subprocess.Pope
     namespaces' control links too), in its own process group."""
     binary = need_redis_server()
     process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", *binds, "--protected-mode", "no",
-         "--save", "", "--appendonly", "no", "--dir", str(directory)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            *binds,
+            "--protected-mode",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     client = redis.Redis(port=port, socket_connect_timeout=0.5)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -58,21 +75,37 @@ def start_redis(port: int, binds: list[str], directory: Path) -> subprocess.Pope
     raise AssertionError("redis-server for the namespaced agents did not start")
 
 
-def start_agent(env: dict[str, str], node_id: str, slots: int, data_dir: Path,
-                address: str = "127.0.0.1", prefix: list[str] | None = None,
-                **extra: str) -> subprocess.Popen[bytes]:
+def start_agent(
+    env: dict[str, str],
+    node_id: str,
+    slots: int,
+    data_dir: Path,
+    address: str = "127.0.0.1",
+    prefix: list[str] | None = None,
+    **extra: str,
+) -> subprocess.Popen[bytes]:
     """One more node agent, in its own process group; `prefix` e.g. `ip netns exec NS`."""
     data_dir.mkdir(parents=True, exist_ok=True)
     # An agent holds its own node's key, never the control plane's signing key.
     child_env = {k: v for k, v in env.items() if k != "COHORT_SIGNING_KEY"}
-    child_env = {**child_env, "COHORT_NODE_ID": node_id,
-                 "COHORT_NODE_KEY": node_key(env["COHORT_SIGNING_KEY"], node_id),
-                 "COHORT_NODE_SLOTS": str(slots), "COHORT_NODE_ADDRESS": address,
-                 "COHORT_DATA_DIR": str(data_dir), **extra}
+    child_env = {
+        **child_env,
+        "COHORT_NODE_ID": node_id,
+        "COHORT_NODE_KEY": node_key(env["COHORT_SIGNING_KEY"], node_id),
+        "COHORT_NODE_SLOTS": str(slots),
+        "COHORT_NODE_ADDRESS": address,
+        "COHORT_DATA_DIR": str(data_dir),
+        **extra,
+    }
     with open(data_dir / "agent.log", "ab") as log:
-        return subprocess.Popen([*(prefix or []), sys.executable, "-m", "cli", "agent"],
-                                env=child_env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            [*(prefix or []), sys.executable, "-m", "cli", "agent"],
+            env=child_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 def stop_agent(process: subprocess.Popen[bytes], grace: float = 20.0) -> None:
@@ -95,8 +128,9 @@ def scheduled_events(client: CohortClient, job_id: int) -> list[dict[str, Any]]:
     return [e for e in client.events(job_id) if e["to_status"] == "scheduled"]
 
 
-def wait_all_terminal(client: CohortClient, job_ids: list[int], timeout: float
-                      ) -> dict[int, dict[str, Any]]:
+def wait_all_terminal(
+    client: CohortClient, job_ids: list[int], timeout: float
+) -> dict[int, dict[str, Any]]:
     deadline = time.monotonic() + timeout
     done: dict[int, dict[str, Any]] = {}
     while time.monotonic() < deadline and len(done) < len(job_ids):

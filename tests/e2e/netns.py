@@ -50,8 +50,9 @@ class Machine:
 def _ip(*args: str) -> str:
     done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise subprocess.CalledProcessError(done.returncode, ["ip", *args], done.stdout,
-                                            done.stderr)
+        raise subprocess.CalledProcessError(
+            done.returncode, ["ip", *args], done.stdout, done.stderr
+        )
     return done.stdout
 
 
@@ -96,23 +97,33 @@ def two_machines() -> Iterator[tuple[list[str], list[Machine]]]:
             machines = []
             for i, name in enumerate(names):
                 host_if, ns_if = f"coh{tag}h{i}", f"coh{tag}c{i}"
-                _ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if, "netns",
-                    name)
+                _ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if, "netns", name)
                 _ip("addr", "add", f"{hosts[i]}/30", "dev", host_if)
                 _ip("link", "set", host_if, "up")
                 control = f"10.231.{t}.{2 + 4 * i}"
                 _ip("-n", name, "addr", "add", f"{control}/30", "dev", ns_if)
                 _ip("-n", name, "link", "set", ns_if, "up")
                 machines.append(Machine(name, control, f"10.232.{t}.{1 + i}", host_if))
-        _ip("-n", names[0], "link", "add", f"coh{tag}x0", "type", "veth", "peer", "name",
-            f"coh{tag}x1", "netns", names[1])
+        _ip(
+            "-n",
+            names[0],
+            "link",
+            "add",
+            f"coh{tag}x0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            f"coh{tag}x1",
+            "netns",
+            names[1],
+        )
         for i, name in enumerate(names):
             _ip("-n", name, "addr", "add", f"{machines[i].address}/30", "dev", f"coh{tag}x{i}")
             _ip("-n", name, "link", "set", f"coh{tag}x{i}", "up")
     except subprocess.CalledProcessError as exc:
         _remove(made, tag)
-        raise NamespacesUnavailable(f"`{' '.join(exc.cmd)}` failed: {exc.stderr.strip()}") \
-            from exc
+        raise NamespacesUnavailable(f"`{' '.join(exc.cmd)}` failed: {exc.stderr.strip()}") from exc
     except BaseException:
         _remove(made, tag)
         raise

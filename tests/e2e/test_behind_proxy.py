@@ -20,10 +20,19 @@ TOKEN = "proxy-bootstrap-token-for-tests-only"
 
 def start_api(pg_url: str, tmp_path: Path, allowed: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    env = {**os.environ, "COHORT_DATABASE_URL": pg_url, "COHORT_BOOTSTRAP_TOKEN": TOKEN,
-           "COHORT_DATA_DIR": str(tmp_path / "data"), "FORWARDED_ALLOW_IPS": allowed}
-    process = subprocess.Popen([sys.executable, "-m", "cli", "api", "--port", str(port)],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "COHORT_DATABASE_URL": pg_url,
+        "COHORT_BOOTSTRAP_TOKEN": TOKEN,
+        "COHORT_DATA_DIR": str(tmp_path / "data"),
+        "FORWARDED_ALLOW_IPS": allowed,
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli", "api", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
@@ -38,8 +47,7 @@ def start_api(pg_url: str, tmp_path: Path, allowed: str) -> tuple[subprocess.Pop
 
 
 @pytest.fixture
-def api(request: pytest.FixtureRequest, pg_url: str, tmp_path: Path
-        ) -> Iterator[str]:
+def api(request: pytest.FixtureRequest, pg_url: str, tmp_path: Path) -> Iterator[str]:
     process, url = start_api(pg_url, tmp_path, request.param)
     try:
         yield url
@@ -51,8 +59,12 @@ def api(request: pytest.FixtureRequest, pg_url: str, tmp_path: Path
 def login_cookie(url: str, scheme: str) -> str:
     # The login form's Origin, as the browser behind the proxy sends it (api/csrf.py).
     origin = url.replace("http://", f"{scheme}://")
-    response = httpx.post(f"{url}/login", data={"token": TOKEN, "next": "/"},
-                          headers={"X-Forwarded-Proto": "https", "Origin": origin}, timeout=10)
+    response = httpx.post(
+        f"{url}/login",
+        data={"token": TOKEN, "next": "/"},
+        headers={"X-Forwarded-Proto": "https", "Origin": origin},
+        timeout=10,
+    )
     assert response.status_code == 303, response.text
     return response.headers["set-cookie"]
 
@@ -74,7 +86,10 @@ def test_forwarded_scheme_from_an_untrusted_address_is_ignored(api: str) -> None
 @pytest.mark.parametrize("api", ["127.0.0.1"], indirect=True)
 def test_a_trusted_proxy_s_scheme_is_the_one_a_login_s_origin_must_have(api: str) -> None:
     # Behind the proxy the browser's page is https; an http page's login is another origin.
-    response = httpx.post(f"{api}/login", data={"token": TOKEN}, timeout=10,
-                          headers={"X-Forwarded-Proto": "https",
-                                   "Origin": api})  # http://127.0.0.1:<port>
+    response = httpx.post(
+        f"{api}/login",
+        data={"token": TOKEN},
+        timeout=10,
+        headers={"X-Forwarded-Proto": "https", "Origin": api},
+    )  # http://127.0.0.1:<port>
     assert response.status_code == 403 and "cross-site" in response.json()["message"]

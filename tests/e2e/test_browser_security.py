@@ -20,15 +20,18 @@ from tests.capabilities import CHROMIUM, LACKS
 from tests.e2e.conftest import free_port
 from tests.e2e.test_behind_proxy import TOKEN, start_api
 
-SWEEP = {"name": "csp", "template": {"trainer": "mlp_digits", "strategy": "one_device",
-                                     "replicas": 1},
-         "space": {"grid": {"learning_rate": [0.1, 0.01]}},
-         "objective": {"metric": "eval_accuracy", "mode": "max"}}
+SWEEP = {
+    "name": "csp",
+    "template": {"trainer": "mlp_digits", "strategy": "one_device", "replicas": 1},
+    "space": {"grid": {"learning_rate": [0.1, 0.01]}},
+    "objective": {"metric": "eval_accuracy", "mode": "max"},
+}
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(not CHROMIUM.exists(),
-                       reason=LACKS + "Debian's chromium (make test installs it)"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason=LACKS + "Debian's chromium (make test installs it)"
+    ),
 ]
 
 
@@ -52,16 +55,15 @@ class Watched:
         self.outside: list[str] = []
         page.on("pageerror", lambda exc: self.errors.append(str(exc)))
         page.on("console", self._console)
-        page.on("request", lambda r: None if r.url.startswith(site)
-                else self.outside.append(r.url))
+        page.on("request", lambda r: None if r.url.startswith(site) else self.outside.append(r.url))
         # Also straight from the page's own event (an init script runs outside its CSP).
         page.add_init_script(
             "document.addEventListener('securitypolicyviolation', (e) => console.error("
-            "'securitypolicyviolation: ' + e.violatedDirective + ' ' + e.blockedURI));")
+            "'securitypolicyviolation: ' + e.violatedDirective + ' ' + e.blockedURI));"
+        )
 
     def _console(self, message: Any) -> None:
-        if "Content Security Policy" in message.text or "securitypolicyviolation" in \
-                message.text:
+        if "Content Security Policy" in message.text or "securitypolicyviolation" in message.text:
             self.violations.append(message.text)
 
     def check(self) -> None:
@@ -78,16 +80,17 @@ def log_in(page: Any) -> None:
 
 
 def submit(api: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    response = httpx.post(f"{api}{path}", json=body, timeout=30,
-                          headers={"Authorization": f"Bearer {TOKEN}"})
+    response = httpx.post(
+        f"{api}{path}", json=body, timeout=30, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
     assert response.status_code == 201, response.text
     return dict(response.json())
 
 
 def test_every_page_runs_under_the_csp_with_no_violation(
-        browser: Any, api: str, request: pytest.FixtureRequest) -> None:
-    job = submit(api, "/api/v1/jobs", {"name": "csp-job", "replicas": 1,
-                                       "strategy": "one_device"})
+    browser: Any, api: str, request: pytest.FixtureRequest
+) -> None:
+    job = submit(api, "/api/v1/jobs", {"name": "csp-job", "replicas": 1, "strategy": "one_device"})
     sweep = submit(api, "/api/v1/sweeps", SWEEP)
     context = browser.new_context(base_url=api)
     request.addfinalizer(context.close)  # an open stream would hold up the api's exit
@@ -95,9 +98,13 @@ def test_every_page_runs_under_the_csp_with_no_violation(
     page = watched.page
     log_in(page)
     assert "csp-job" in page.locator("main").inner_text()
-    for path, ready in [(f"/jobs/{job['id']}", "#job-status"), ("/cluster", "main"),
-                        ("/schedules", "main"), ("/sweeps", "main"),
-                        (f"/sweeps/{sweep['id']}", "main")]:
+    for path, ready in [
+        (f"/jobs/{job['id']}", "#job-status"),
+        ("/cluster", "main"),
+        ("/schedules", "main"),
+        ("/sweeps", "main"),
+        (f"/sweeps/{sweep['id']}", "main"),
+    ]:
         response = page.goto(path)
         assert response.status == 200, path
         assert "default-src 'self'" in response.headers["content-security-policy"]
@@ -120,8 +127,9 @@ def attacker_site(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """Another origin on the same host (so the same site): a page with a form that posts
     to the api."""
     port = free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port),
-                                 partial(AttackerPage, directory=str(tmp_path)))
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", port), partial(AttackerPage, directory=str(tmp_path))
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{port}", tmp_path
@@ -130,14 +138,16 @@ def attacker_site(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def test_a_form_posted_from_another_origin_is_refused(
-        browser: Any, api: str, attacker_site: tuple[str, Path],
-        request: pytest.FixtureRequest) -> None:
+    browser: Any, api: str, attacker_site: tuple[str, Path], request: pytest.FixtureRequest
+) -> None:
     site, root = attacker_site
-    job = submit(api, "/api/v1/jobs", {"name": "csrf-target", "replicas": 1,
-                                       "strategy": "one_device"})
+    job = submit(
+        api, "/api/v1/jobs", {"name": "csrf-target", "replicas": 1, "strategy": "one_device"}
+    )
     (root / "cancel.html").write_text(
         f'<form method="post" action="{api}/api/v1/jobs/{job["id"]}/cancel">'
-        '<button>Win a prize</button></form>')
+        "<button>Win a prize</button></form>"
+    )
     context = browser.new_context(base_url=api)
     request.addfinalizer(context.close)
     page = context.new_page()
@@ -149,8 +159,9 @@ def test_a_form_posted_from_another_origin_is_refused(
     assert response.status == 403
     assert response.request.header_value("cookie") is not None  # the cookie did go along
     assert "cross-site request refused" in response.json()["message"]
-    state = httpx.get(f"{api}/api/v1/jobs/{job['id']}", timeout=10,
-                      headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    state = httpx.get(
+        f"{api}/api/v1/jobs/{job['id']}", timeout=10, headers={"Authorization": f"Bearer {TOKEN}"}
+    ).json()
     assert state["status"] == "queued"
     # The same cancel from the dashboard's own page goes through.
     page.goto(f"/jobs/{job['id']}")
@@ -159,8 +170,9 @@ def test_a_form_posted_from_another_origin_is_refused(
     with page.expect_response(f"{api}/api/v1/jobs/{job['id']}/cancel") as answer:
         cancel.click()  # confirmed
     assert answer.value.status == 200
-    state = httpx.get(f"{api}/api/v1/jobs/{job['id']}", timeout=10,
-                      headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    state = httpx.get(
+        f"{api}/api/v1/jobs/{job['id']}", timeout=10, headers={"Authorization": f"Bearer {TOKEN}"}
+    ).json()
     assert state["status"] == "cancelled"
 
 

@@ -40,15 +40,26 @@ def api_process(tmp_path: Path, **server: str) -> Iterator[tuple[CohortClient, d
     environment a user's shell would have to reach it."""
     name = f"cohort_cli_{free_port()}"
     url = create_database(name)
-    stack = Stack({"COHORT_DATABASE_URL": url, "COHORT_REDIS_URL": redis_url("code"),
-                   "COHORT_DATA_DIR": str(tmp_path / "server"),
-                   "COHORT_ARTIFACT_URL": str(tmp_path / "store"),
-                   "COHORT_API_PORT": str(free_port()),
-                   "COHORT_BOOTSTRAP_TOKEN": CLI_TOKEN, **server}, quiet=True)
+    stack = Stack(
+        {
+            "COHORT_DATABASE_URL": url,
+            "COHORT_REDIS_URL": redis_url("code"),
+            "COHORT_DATA_DIR": str(tmp_path / "server"),
+            "COHORT_ARTIFACT_URL": str(tmp_path / "store"),
+            "COHORT_API_PORT": str(free_port()),
+            "COHORT_BOOTSTRAP_TOKEN": CLI_TOKEN,
+            **server,
+        },
+        quiet=True,
+    )
     stack.start(parts=("api",))
     user = {key: value for key, value in os.environ.items() if not key.startswith("COHORT_")}
-    user |= {"COHORT_URL": stack.url, "COHORT_TOKEN": stack.token,
-             "COHORT_DATA_DIR": str(tmp_path / "client"), "COLUMNS": "200"}
+    user |= {
+        "COHORT_URL": stack.url,
+        "COHORT_TOKEN": stack.token,
+        "COHORT_DATA_DIR": str(tmp_path / "client"),
+        "COLUMNS": "200",
+    }
     try:
         yield CohortClient(stack.url, stack.token), user
     finally:
@@ -57,15 +68,18 @@ def api_process(tmp_path: Path, **server: str) -> Iterator[tuple[CohortClient, d
 
 
 @pytest.fixture(params=["local", "s3"])
-def api(request: pytest.FixtureRequest, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[CohortClient, dict[str, str]]]:
+def api(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[CohortClient, dict[str, str]]]:
     """The api on a directory store, or on a real S3 server (moto) by URL and endpoint;
     this process's environment names the same store, for open_store() in the tests."""
     server = {}
     if request.param == "s3":
-        server = {"COHORT_ARTIFACT_URL": f"s3://cohort-test/cli-{uuid.uuid4().hex[:8]}",
-                  "COHORT_ARTIFACT_ENDPOINT_URL": request.getfixturevalue("s3_endpoint"),
-                  **CREDENTIALS}
+        server = {
+            "COHORT_ARTIFACT_URL": f"s3://cohort-test/cli-{uuid.uuid4().hex[:8]}",
+            "COHORT_ARTIFACT_ENDPOINT_URL": request.getfixturevalue("s3_endpoint"),
+            **CREDENTIALS,
+        }
     for name, value in {"COHORT_ARTIFACT_URL": str(tmp_path / "store"), **server}.items():
         monkeypatch.setenv(name, value)
     get_settings.cache_clear()
@@ -76,8 +90,9 @@ def api(request: pytest.FixtureRequest, tmp_path: Path,
 
 
 def cohort(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([COHORT, *args], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [COHORT, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def code_dir(root: Path) -> Path:
@@ -89,12 +104,21 @@ def code_dir(root: Path) -> Path:
 
 
 def test_submit_with_code_uploads_once_and_the_job_names_the_bundle(
-        api: tuple[CohortClient, dict[str, str]], tmp_path: Path) -> None:
+    api: tuple[CohortClient, dict[str, str]], tmp_path: Path
+) -> None:
     client, env = api
     code = code_dir(tmp_path / "code")
     spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump({"name": "script", "command": ["python", "train.py"],
-                                    "replicas": 1, "strategy": "one_device"}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "script",
+                "command": ["python", "train.py"],
+                "replicas": 1,
+                "strategy": "one_device",
+            }
+        )
+    )
     digest = pack(code, tmp_path / "expected.tar.gz").digest
     first = cohort(env, "submit", str(spec), "--code", str(code))
     assert first.returncode == 0, first.stderr
@@ -111,12 +135,12 @@ def test_submit_with_code_uploads_once_and_the_job_names_the_bundle(
 
 
 def test_a_bundle_over_the_limit_is_refused_before_uploading(
-        api: tuple[CohortClient, dict[str, str]], tmp_path: Path) -> None:
+    api: tuple[CohortClient, dict[str, str]], tmp_path: Path
+) -> None:
     client, env = api
     code = code_dir(tmp_path / "code")
     (code / ".cohortignore").unlink()  # the 2 MiB of data goes in now
-    refused = cohort({**env, "COHORT_MAX_BUNDLE_BYTES": str(2**20)}, "bundle", "push",
-                     str(code))
+    refused = cohort({**env, "COHORT_MAX_BUNDLE_BYTES": str(2**20)}, "bundle", "push", str(code))
     assert refused.returncode == 2
     assert "bundle is 2.0 MiB, over the limit of 1.0 MiB" in refused.stderr.replace("\n", " ")
     digest = pack(code, tmp_path / "b.tar.gz").digest
@@ -138,7 +162,8 @@ def test_the_servers_own_limit_answers_413_while_the_body_is_sent(tmp_path: Path
 
 
 def test_artifacts_and_download_of_a_file_and_a_directory(
-        api: tuple[CohortClient, dict[str, str]], tmp_path: Path) -> None:
+    api: tuple[CohortClient, dict[str, str]], tmp_path: Path
+) -> None:
     client, env = api
     job = client.submit({"replicas": 1, "strategy": "one_device"})
     store = open_store()

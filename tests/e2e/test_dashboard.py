@@ -24,8 +24,9 @@ TIMEOUT_MS = 240_000
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(not CHROMIUM.exists(),
-                       reason=LACKS + "Debian's chromium (make test installs it)"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason=LACKS + "Debian's chromium (make test installs it)"
+    ),
 ]
 
 
@@ -38,8 +39,9 @@ def page(browser: Any, pg_stack: tuple[Stack, CohortClient]) -> Iterator[Any]:
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     # Every page runs under the api's Content Security Policy: nothing it blocks.
-    page.on("console", lambda m: errors.append(m.text)
-            if "Content Security Policy" in m.text else None)
+    page.on(
+        "console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None
+    )
     # Everything the dashboard needs ships with it: no request may leave the stack.
     outside: list[str] = []
     page.on("request", lambda r: None if r.url.startswith(stack.url) else outside.append(r.url))
@@ -69,12 +71,15 @@ def job_status(page: Any) -> str:
 
 def stored_log_lines(client: CohortClient, job_id: int) -> list[str]:
     """The job's stored log lines as the viewer shows them, sorted."""
-    return sorted(f"[a{line['attempt']} r{line['replica']}] {line['line']}"
-                  for line in client.logs(job_id, limit=100_000))
+    return sorted(
+        f"[a{line['attempt']} r{line['replica']}] {line['line']}"
+        for line in client.logs(job_id, limit=100_000)
+    )
 
 
 def test_log_in_submit_a_job_watch_it_train_and_succeed(
-        page: Any, pg_stack: tuple[Stack, CohortClient]) -> None:
+    page: Any, pg_stack: tuple[Stack, CohortClient]
+) -> None:
     stack, client = pg_stack
     # A wrong token: refused, the reason next to the field.
     page.goto("/")
@@ -143,8 +148,9 @@ def test_log_in_submit_a_job_watch_it_train_and_succeed(
             page.reload()
             continue
         page.wait_for_timeout(250)
-    assert len(set(grown)) >= 2 and grown == sorted(grown), \
+    assert len(set(grown)) >= 2 and grown == sorted(grown), (
         f"the chart did not grow while the job ran: {sorted(set(samples))[-20:]}"
+    )
     assert "running" in {s for s, _ in samples}, samples
     assert samples[-1][0] == "succeeded", (samples[-1], client.job(job_id)["reason"])
 
@@ -153,18 +159,30 @@ def test_log_in_submit_a_job_watch_it_train_and_succeed(
     for reloaded in (False, True):
         if reloaded:
             page.reload()
-        wait_for(lambda: page.locator("#chart-loss").get_attribute("data-points") == "300",
-                 60, "all 300 steps on the loss chart")
+        wait_for(
+            lambda: page.locator("#chart-loss").get_attribute("data-points") == "300",
+            60,
+            "all 300 steps on the loss chart",
+        )
         # The log viewer likewise: the tail read at load, then streamed lines, each once.
-        wait_for(lambda: sorted(page.locator("#logs").inner_text().splitlines())
-                 == stored_log_lines(client, job_id), 60, "every log line once in the viewer")
+        wait_for(
+            lambda: (
+                sorted(page.locator("#logs").inner_text().splitlines())
+                == stored_log_lines(client, job_id)
+            ),
+            60,
+            "every log line once in the viewer",
+        )
     replicas = page.locator("#job-live table.replicas tbody tr")
     assert replicas.count() == 2
     assert [replicas.nth(i).locator("td").nth(4).inner_text() for i in range(2)] == ["0", "0"]
     assert "all 2 replicas exited 0" in page.locator(".timeline").inner_text()
     # The saved model reached the artifact store before the job succeeded: listed, linked.
-    wait_for(lambda: page.locator("table.artifacts a:has-text('model/saved_model.pb')").count(),
-             30, "the saved model among the job's artifacts")
+    wait_for(
+        lambda: page.locator("table.artifacts a:has-text('model/saved_model.pb')").count(),
+        30,
+        "the saved model among the job's artifacts",
+    )
     wait_for(lambda: "cohort: replica" in page.locator("#logs").inner_text(), 60, "log lines")
     page.get_by_label("by epoch").check()
     assert page.locator("#chart-loss").get_attribute("data-points") == "3"
@@ -185,10 +203,17 @@ def test_log_in_submit_a_job_watch_it_train_and_succeed(
     assert "e2e-node" in node.inner_text() and "0 used / " in node.inner_text()
     shot(page, "cluster")
     # A paused schedule (it must not fire during the test) and its page.
-    made = httpx.post(f"{stack.url}/api/v1/schedules", timeout=30,
-                      headers={"Authorization": f"Bearer {stack.token}"},
-                      json={"name": "nightly-digits", "cron": "0 3 * * *", "paused": True,
-                            "job": {"name": "nightly", "replicas": 2}})
+    made = httpx.post(
+        f"{stack.url}/api/v1/schedules",
+        timeout=30,
+        headers={"Authorization": f"Bearer {stack.token}"},
+        json={
+            "name": "nightly-digits",
+            "cron": "0 3 * * *",
+            "paused": True,
+            "job": {"name": "nightly", "replicas": 2},
+        },
+    )
     page.get_by_role("link", name="Schedules", exact=True).click()
     page.wait_for_selector("#schedules:not([aria-busy])")
     schedules = page.locator("#schedules").inner_text()
@@ -213,28 +238,44 @@ def test_log_in_submit_a_job_watch_it_train_and_succeed(
     # The page says "live" once its EventSource is open, a moment after the load.
     expect(page.locator("#live-state")).to_have_text("live", timeout=TIMEOUT_MS)
     client.cancel(again["id"])
-    wait_for(lambda: page.locator(f"tr[data-job-id='{again['id']}'] .badge").inner_text()
-             == "cancelled", 60, "the jobs table to show the cancel")
+    wait_for(
+        lambda: page.locator(f"tr[data-job-id='{again['id']}'] .badge").inner_text() == "cancelled",
+        60,
+        "the jobs table to show the cancel",
+    )
 
 
 def test_cancel_a_running_job_from_its_page(
-        page: Any, pg_stack: tuple[Stack, CohortClient]) -> None:
+    page: Any, pg_stack: tuple[Stack, CohortClient]
+) -> None:
     stack, client = pg_stack
     # This page gets no SSE streams (as on a server without them): it must poll instead.
     page.route("**/api/v1/**stream*", lambda route: route.fulfill(status=404, body="{}"))
     log_in(page, stack.token)
-    job = client.submit({"name": "ui-long", "strategy": "one_device", "replicas": 1,
-                         "hyperparameters": {"epochs": 10_000, "steps_per_epoch": 20}})
+    job = client.submit(
+        {
+            "name": "ui-long",
+            "strategy": "one_device",
+            "replicas": 1,
+            "hyperparameters": {"epochs": 10_000, "steps_per_epoch": 20},
+        }
+    )
     # The jobs table shows the new job, then its start, without a reload.
     row = page.locator(f"tr[data-job-id='{job['id']}'] .badge")
-    wait_for(lambda: row.count() and row.inner_text() == "running", TIMEOUT_MS / 1000,
-             "the jobs table to show the job running")
+    wait_for(
+        lambda: row.count() and row.inner_text() == "running",
+        TIMEOUT_MS / 1000,
+        "the jobs table to show the job running",
+    )
     expect(page.locator("#live-state")).to_have_text("polling", timeout=TIMEOUT_MS)
     page.get_by_role("link", name=f"#{job['id']} ui-long").click()
     page.wait_for_url(f"**/jobs/{job['id']}")
     wait_for(lambda: job_status(page) == "running", TIMEOUT_MS / 1000, "the job to run")
-    wait_for(lambda: int(page.locator("#chart-loss").get_attribute("data-points") or 0) > 0,
-             60, "the first points")
+    wait_for(
+        lambda: int(page.locator("#chart-loss").get_attribute("data-points") or 0) > 0,
+        60,
+        "the first points",
+    )
 
     expect(page.locator("#live-state")).to_have_text("polling", timeout=TIMEOUT_MS)
     cancel = page.get_by_role("button", name="Cancel job")
@@ -244,10 +285,15 @@ def test_cancel_a_running_job_from_its_page(
     wait_for(lambda: job_status(page) == "cancelled", 60, "the page to show cancelled")
     assert not cancel.is_visible()
     assert "cancelled by user" in page.locator(".timeline").inner_text()
-    wait_for(lambda: all(r["status"] == "stopped"
-                         for r in client.job(job["id"])["replica_list"]),
-             120, "the replica to stop")
+    wait_for(
+        lambda: all(r["status"] == "stopped" for r in client.job(job["id"])["replica_list"]),
+        120,
+        "the replica to stop",
+    )
     # The page follows the replica to its end without a reload.
-    wait_for(lambda: page.locator("#job-live tbody .badge").inner_text() == "stopped",
-             30, "the page to show the replica stopped")
+    wait_for(
+        lambda: page.locator("#job-live tbody .badge").inner_text() == "stopped",
+        30,
+        "the page to show the replica stopped",
+    )
     shot(page, "job-cancelled")

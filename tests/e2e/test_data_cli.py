@@ -19,8 +19,10 @@ from tests.e2e.test_code_cli import api, cohort  # noqa: F401 - `api` is a fixtu
 CSV = b"p0,p1,label\n0.1,0.2,3\n0.5,0.0,7\n"
 
 
-def test_push_list_use_and_remove_data(api: tuple[CohortClient, dict[str, str]],  # noqa: F811
-                                       tmp_path: Path) -> None:
+def test_push_list_use_and_remove_data(
+    api: tuple[CohortClient, dict[str, str]],  # noqa: F811
+    tmp_path: Path,
+) -> None:
     client, env = api
     source = tmp_path / "digits.csv"
     source.write_bytes(CSV)
@@ -35,14 +37,23 @@ def test_push_list_use_and_remove_data(api: tuple[CohortClient, dict[str, str]],
 
     listed = cohort(env, "data", "ls", "--json")
     assert listed.returncode == 0, listed.stderr
-    assert json.loads(listed.stdout) == [{"path": "digits/train.csv", "size": len(CSV),
-                                          "sha256": None}]
+    assert json.loads(listed.stdout) == [
+        {"path": "digits/train.csv", "size": len(CSV), "sha256": None}
+    ]
     assert "digits/train.csv" in cohort(env, "data", "ls").stdout
 
     spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump({"name": "reader", "command": ["python", "train.py"],
-                                    "replicas": 1, "strategy": "one_device",
-                                    "inputs": {"train.csv": "data/digits/train.csv"}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "reader",
+                "command": ["python", "train.py"],
+                "replicas": 1,
+                "strategy": "one_device",
+                "inputs": {"train.csv": "data/digits/train.csv"},
+            }
+        )
+    )
     submitted = cohort(env, "submit", str(spec), "--json")
     assert submitted.returncode == 0, submitted.stderr
     job = client.job(json.loads(submitted.stdout)["id"])
@@ -60,7 +71,9 @@ def test_push_list_use_and_remove_data(api: tuple[CohortClient, dict[str, str]],
 
 
 def test_refusals_are_reported_and_nothing_is_stored(
-        api: tuple[CohortClient, dict[str, str]], tmp_path: Path) -> None:  # noqa: F811
+    api: tuple[CohortClient, dict[str, str]],  # noqa: F811
+    tmp_path: Path,
+) -> None:
     _, env = api
     source = tmp_path / "big.bin"
     source.write_bytes(os.urandom(4096))
@@ -72,5 +85,6 @@ def test_refusals_are_reported_and_nothing_is_stored(
         assert words in refused.stderr.replace("\n", " "), (path, refused.stderr)
     missing = cohort(env, "data", "push", str(tmp_path / "nowhere.csv"), "x.csv")
     assert missing.returncode == 2 and "nowhere.csv" in missing.stderr
-    assert [item["path"] for item in json.loads(
-        cohort(env, "data", "ls", "--json").stdout)] == ["big.bin"]
+    assert [item["path"] for item in json.loads(cohort(env, "data", "ls", "--json").stdout)] == [
+        "big.bin"
+    ]

@@ -24,31 +24,37 @@ COHORT = [sys.executable, "-m", "cli"]
 
 
 def cohort(stack: Stack, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COHORT_URL": stack.url, "COHORT_TOKEN": stack.token,
-           "COLUMNS": "200"}
-    return subprocess.run([*COHORT, *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    env = {**os.environ, "COHORT_URL": stack.url, "COHORT_TOKEN": stack.token, "COLUMNS": "200"}
+    return subprocess.run(
+        [*COHORT, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 @pytest.mark.e2e
 def test_submit_follow_then_logs(pg_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
     stack, client = pg_stack
     spec = tmp_path / "job.yaml"
-    spec.write_text("name: follow-me\ntrainer: mlp_digits\nstrategy: multi_worker_mirrored\n"
-                    "replicas: 2\nhyperparameters: {epochs: 3, steps_per_epoch: 20}\n")
+    spec.write_text(
+        "name: follow-me\ntrainer: mlp_digits\nstrategy: multi_worker_mirrored\n"
+        "replicas: 2\nhyperparameters: {epochs: 3, steps_per_epoch: 20}\n"
+    )
     done = cohort(stack, "submit", str(spec), "--follow")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     job_id = int(re.search(r"submitted job (\d+)", out).group(1))
     # Progress per replica, with live loss and accuracy, up to the last step.
     for replica in (0, 1):
-        assert re.search(rf"replica {replica} epoch \d/3 step \d+/60 loss \d\.\d{{4}} "
-                         rf"acc \d\.\d{{3}}", out), out
+        assert re.search(
+            rf"replica {replica} epoch \d/3 step \d+/60 loss \d\.\d{{4}} "
+            rf"acc \d\.\d{{3}}",
+            out,
+        ), out
         assert f"replica {replica} epoch 3/3 step 60/60" in out, out
     assert f"job {job_id} succeeded" in out
     # The outcome is the last word, after the final progress.
     assert out.index(f"job {job_id} succeeded") > max(
-        out.index(f"replica {r} epoch 3/3 step 60/60") for r in (0, 1)), out
+        out.index(f"replica {r} epoch 3/3 step 60/60") for r in (0, 1)
+    ), out
 
     job = client.job(job_id)
     assert job["progress"]["percent"] == 100.0 and job["progress"]["step"] == 60
@@ -58,12 +64,16 @@ def test_submit_follow_then_logs(pg_stack: tuple[Stack, CohortClient], tmp_path:
     printed = {i: (log_dir / f"replica-{i}.log").read_text().splitlines() for i in (0, 1)}
     assert any(line.startswith("cohort: replica ") for line in printed[0])
     for i in (0, 1):
-        wait_for(lambda i=i: len(client.logs(job_id, replica=i, limit=100_000))
-                 == len(printed[i]), 30, f"replica {i}'s logs to be stored")
+        wait_for(
+            lambda i=i: len(client.logs(job_id, replica=i, limit=100_000)) == len(printed[i]),
+            30,
+            f"replica {i}'s logs to be stored",
+        )
         tail = client.logs(job_id, replica=i, attempt=1, tail=15)
         assert [item["line"] for item in tail] == printed[i][-15:]
-        assert [item["line"] for item in client.logs(job_id, replica=i,
-                                                     limit=100_000)] == printed[i]
+        assert [item["line"] for item in client.logs(job_id, replica=i, limit=100_000)] == printed[
+            i
+        ]
 
     # They outlive the job's files, and the CLI prints them for scripts.
     shutil.rmtree(stack.settings.data_dir / "jobs" / str(job_id))

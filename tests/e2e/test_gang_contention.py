@@ -35,8 +35,9 @@ STEPS, STEP_SECONDS = 60, 0.05
 
 
 @pytest.fixture
-def two_nodes(pg_stack: tuple[Stack, CohortClient], tmp_path: Path
-              ) -> Iterator[tuple[Stack, CohortClient]]:
+def two_nodes(
+    pg_stack: tuple[Stack, CohortClient], tmp_path: Path
+) -> Iterator[tuple[Stack, CohortClient]]:
     stack, client = pg_stack
     agent = start_agent(stack.env, "e2e-node-b", 2, tmp_path / "node-b")
     try:
@@ -48,15 +49,18 @@ def two_nodes(pg_stack: tuple[Stack, CohortClient], tmp_path: Path
 
 def test_eight_gangs_on_two_nodes(two_nodes: tuple[Stack, CohortClient]) -> None:
     _stack, client = two_nodes
-    specs = [stepping_job(STEPS, STEP_SECONDS, name=f"gang-{i}", replicas=replicas,
-                          priority=priority) for i, (replicas, priority) in enumerate(GANGS)]
+    specs = [
+        stepping_job(STEPS, STEP_SECONDS, name=f"gang-{i}", replicas=replicas, priority=priority)
+        for i, (replicas, priority) in enumerate(GANGS)
+    ]
     with ThreadPoolExecutor(max_workers=len(GANGS)) as pool:
         submitted = list(pool.map(client.submit, specs))
     ids = [job["id"] for job in submitted]
     jobs = wait_all_terminal(client, ids, timeout=900)
 
-    failed = {j: (job["status"], job["reason"]) for j, job in jobs.items()
-              if job["status"] != "succeeded"}
+    failed = {
+        j: (job["status"], job["reason"]) for j, job in jobs.items() if job["status"] != "succeeded"
+    }
     assert not failed
 
     placed: dict[int, dict[str, Any]] = {}
@@ -93,4 +97,5 @@ def test_eight_gangs_on_two_nodes(two_nodes: tuple[Stack, CohortClient]) -> None
             if when(h["created_at"]) < low["at"] - 1.0:
                 assert high["at"] <= low["at"], (
                     f"job {h['id']} (priority {h['priority']}) started after job {lo['id']} "
-                    f"(priority {lo['priority']}), queued while it waited")
+                    f"(priority {lo['priority']}), queued while it waited"
+                )

@@ -31,12 +31,10 @@ def fake_gpu_path(tmp_path: Path) -> str:
 
 
 def node(client: CohortClient, node_id: str) -> dict[str, Any] | None:
-    return next((n for n in client.nodes() if n["id"] == node_id and n["status"] == "ready"),
-                None)
+    return next((n for n in client.nodes() if n["id"] == node_id and n["status"] == "ready"), None)
 
 
-def test_gpus_tensorflow_cannot_use_are_not_offered_nor_silently_ignored(
-        tmp_path: Path) -> None:
+def test_gpus_tensorflow_cannot_use_are_not_offered_nor_silently_ignored(tmp_path: Path) -> None:
     with pg_stack_with(tmp_path, {"PATH": fake_gpu_path(tmp_path)}) as (stack, client):
         # The stack's agent asks this machine's TensorFlow, which sees no GPU: it offers
         # none of the two NVML-like discovery found, and says why in its log.
@@ -48,23 +46,41 @@ def test_gpus_tensorflow_cannot_use_are_not_offered_nor_silently_ignored(
 
         # An agent told to trust NVML offers both, with their model and memory.
         stack.add_agent("trusting", 1, node_gpu_probe="false")
-        trusting = wait_for(lambda: (n := node(client, "trusting")) and n["gpus"] == 2 and n,
-                            60, "the trusting agent's GPUs")
+        trusting = wait_for(
+            lambda: (n := node(client, "trusting")) and n["gpus"] == 2 and n,
+            60,
+            "the trusting agent's GPUs",
+        )
         assert trusting["gpu_devices"] == [
             {"index": 0, "name": "NVIDIA A100-SXM4-40GB", "memory_mb": 40960},
-            {"index": 1, "name": "NVIDIA H100 80GB HBM3", "memory_mb": 81559}]
+            {"index": 1, "name": "NVIDIA H100 80GB HBM3", "memory_mb": 81559},
+        ]
 
         # A replica given a GPU its TensorFlow cannot see fails at once, saying why,
         # with the distinct exit code, rather than training on the CPU.
-        job = client.submit({"name": "needs-a-gpu", "trainer": "mlp_digits",
-                             "strategy": "one_device", "replicas": 1, "gpus_per_replica": 1,
-                             "max_restarts": 0, "hyperparameters": {"epochs": 1}})
+        job = client.submit(
+            {
+                "name": "needs-a-gpu",
+                "trainer": "mlp_digits",
+                "strategy": "one_device",
+                "replicas": 1,
+                "gpus_per_replica": 1,
+                "max_restarts": 0,
+                "hyperparameters": {"epochs": 1},
+            }
+        )
         done = wait_terminal(client, job["id"])
         assert done["status"] == "failed", done
         replica = done["replica_list"][0]
         assert replica["node_id"] == "trusting" and replica["exit_code"] == 78, replica
-        replica_log = (stack.settings.data_dir / "jobs" / str(job["id"]) / "logs" /
-                       "attempt-1" / "replica-0.log").read_text()
+        replica_log = (
+            stack.settings.data_dir
+            / "jobs"
+            / str(job["id"])
+            / "logs"
+            / "attempt-1"
+            / "replica-0.log"
+        ).read_text()
         assert "given GPU 0 but TensorFlow sees 0 of 1" in replica_log
         assert "num_replicas_in_sync" not in replica_log  # no strategy, nothing trained
         assert "TensorFlow sees 0 of 1" in done["reason"], done["reason"]

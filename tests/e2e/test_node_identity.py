@@ -16,7 +16,8 @@ pytestmark = [pytest.mark.e2e]
 
 
 def test_a_second_agent_of_a_node_on_its_data_dir_stops_and_spares_the_first_ones_replicas(
-        pg_stack) -> None:  # type: ignore[no-untyped-def]
+    pg_stack,
+) -> None:  # type: ignore[no-untyped-def]
     stack, client = pg_stack
     job = client.submit(stepping_job(150, 0.05, name="spared", replicas=1))  # ~8 s
     wait_for(lambda: client.job(job["id"])["status"] == "running", 60, "the job to run")
@@ -28,11 +29,13 @@ def test_a_second_agent_of_a_node_on_its_data_dir_stops_and_spares_the_first_one
     assert "Traceback" not in log, log[-2000:]  # one line that says what to fix
 
     final = wait_terminal(client, job["id"])
-    assert final["status"] == "succeeded" and final["attempt"] == 1, \
-        job_story(client, job["id"])
+    assert final["status"] == "succeeded" and final["attempt"] == 1, job_story(client, job["id"])
     # The first agent goes on: another node id on the same DATA_DIR is not refused.
     other = stack.add_agent("e2e-other", 1)
-    wait_for(lambda: any(n["id"] == "e2e-other" and n["status"] == "ready"
-                         for n in client.nodes()), 60, "a second node on the same DATA_DIR",
-             explain=lambda: (stack.log_dir / "agent-e2e-other.log").read_text()[-2000:])
+    wait_for(
+        lambda: any(n["id"] == "e2e-other" and n["status"] == "ready" for n in client.nodes()),
+        60,
+        "a second node on the same DATA_DIR",
+        explain=lambda: (stack.log_dir / "agent-e2e-other.log").read_text()[-2000:],
+    )
     assert other.poll() is None

@@ -23,9 +23,13 @@ from tests.e2e.test_two_replica_job import JOB, check_two_replica_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow(70)]
 
-POOLED = {"COHORT_REPLICA_POOL_SIZE": "2", "COHORT_HEARTBEAT_INTERVAL": "1",
-          "COHORT_RESTART_BACKOFF": "1", "COHORT_STOP_GRACE": "5",
-          "COHORT_SCHEDULER_INTERVAL": "0.5"}
+POOLED = {
+    "COHORT_REPLICA_POOL_SIZE": "2",
+    "COHORT_HEARTBEAT_INTERVAL": "1",
+    "COHORT_RESTART_BACKOFF": "1",
+    "COHORT_STOP_GRACE": "5",
+    "COHORT_SCHEDULER_INTERVAL": "0.5",
+}
 
 
 @pytest.fixture(scope="module")
@@ -41,19 +45,35 @@ def warm_ready(stack: Stack) -> set[int]:
     warm_log = stack.settings.data_dir / "pool" / "warm.log"
 
     def ready() -> set[int] | None:
-        said = set(map(int, re.findall(r"cohort: warm process (\d+) ready",
-                                       warm_log.read_text() if warm_log.exists() else "")))
-        waiting = {child.pid for child in agent.children(recursive=False)
-                   if "workers.replica.pool_entry" in " ".join(child.cmdline())
-                   and child.status() != psutil.STATUS_ZOMBIE}
+        said = set(
+            map(
+                int,
+                re.findall(
+                    r"cohort: warm process (\d+) ready",
+                    warm_log.read_text() if warm_log.exists() else "",
+                ),
+            )
+        )
+        waiting = {
+            child.pid
+            for child in agent.children(recursive=False)
+            if "workers.replica.pool_entry" in " ".join(child.cmdline())
+            and child.status() != psutil.STATUS_ZOMBIE
+        }
         return waiting if len(waiting) == 2 and waiting <= said else None
 
     return wait_for(ready, 600, "two warm replica processes")  # type: ignore[no-any-return]
 
 
 def replica_log(stack: Stack, job_id: int, attempt: int, index: int) -> str:
-    return (stack.settings.data_dir / "jobs" / str(job_id) / "logs" / f"attempt-{attempt}" /
-            f"replica-{index}.log").read_text()
+    return (
+        stack.settings.data_dir
+        / "jobs"
+        / str(job_id)
+        / "logs"
+        / f"attempt-{attempt}"
+        / f"replica-{index}.log"
+    ).read_text()
 
 
 def assert_pooled(stack: Stack, job: dict[str, Any], warm: set[int]) -> None:
@@ -82,10 +102,12 @@ def test_a_two_replica_job_on_warm_processes(pooled_stack: tuple[Stack, CohortCl
 def test_cancel_stops_pooled_replicas(pooled_stack: tuple[Stack, CohortClient]) -> None:
     stack, client = pooled_stack
     warm = warm_ready(stack)
-    job = client.submit({**JOB, "name": "long-pooled",
-                         "hyperparameters": {"epochs": 200, "steps_per_epoch": 50}})
-    running = wait_for(lambda: (j := client.job(job["id"]))["status"] == "running" and j,
-                       60, "the job to run")
+    job = client.submit(
+        {**JOB, "name": "long-pooled", "hyperparameters": {"epochs": 200, "steps_per_epoch": 50}}
+    )
+    running = wait_for(
+        lambda: (j := client.job(job["id"]))["status"] == "running" and j, 60, "the job to run"
+    )
     assert_pooled(stack, running, warm)
     pids = [r["pid"] for r in running["replica_list"]]
     if os.geteuid() == 0:  # an agent as root: each pooled replica runs as the job's uid
@@ -93,23 +115,36 @@ def test_cancel_stops_pooled_replicas(pooled_stack: tuple[Stack, CohortClient]) 
         assert {psutil.Process(p).uids().real for p in pids} == {uid}
     client.cancel(job["id"])
     wait_for(lambda: not any(alive(p) for p in pids), 15, "replicas to exit")
-    final = wait_for(lambda: (j := client.job(job["id"])) and all(
-        r["status"] == "stopped" for r in j["replica_list"]) and j, 15, "replicas stopped")
+    final = wait_for(
+        lambda: (
+            (j := client.job(job["id"]))
+            and all(r["status"] == "stopped" for r in j["replica_list"])
+            and j
+        ),
+        15,
+        "replicas stopped",
+    )
     assert final["status"] == "cancelled"
 
 
 def test_kill_9_of_a_pooled_replica_restarts_the_gang(
-        pooled_stack: tuple[Stack, CohortClient]) -> None:
+    pooled_stack: tuple[Stack, CohortClient],
+) -> None:
     stack, client = pooled_stack
     warm = warm_ready(stack)
-    job = client.submit({**JOB, "name": "killed-pooled", "restart_policy": "on_failure",
-                         "max_restarts": 2,
-                         "hyperparameters": {"epochs": 4, "steps_per_epoch": 50}})
+    job = client.submit(
+        {
+            **JOB,
+            "name": "killed-pooled",
+            "restart_policy": "on_failure",
+            "max_restarts": 2,
+            "hyperparameters": {"epochs": 4, "steps_per_epoch": 50},
+        }
+    )
 
     def past_step_60() -> dict[str, Any] | None:
         points = client.metrics(job["id"], name=["loss"], replica=0, attempt=1)
-        return client.job(job["id"]) if max((p["step"] for p in points), default=0) > 60 \
-            else None
+        return client.job(job["id"]) if max((p["step"] for p in points), default=0) > 60 else None
 
     running = wait_for(past_step_60, 120, "the first epoch to be checkpointed")
     assert_pooled(stack, running, warm)
@@ -118,8 +153,7 @@ def test_kill_9_of_a_pooled_replica_restarts_the_gang(
     final = wait_terminal(client, job["id"])
     assert final["status"] == "succeeded", final["reason"]
     assert final["attempt"] == 2
-    reason = next(e["reason"] for e in client.events(job["id"])
-                  if e["to_status"] == "restarting")
+    reason = next(e["reason"] for e in client.events(job["id"]) if e["to_status"] == "restarting")
     assert "exited with code 137" in reason, reason
     assert not any(alive(r["pid"]) for r in final["replica_list"])
     # Attempt 2 ran wherever it could (a warm process if ready, else cold), from the

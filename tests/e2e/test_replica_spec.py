@@ -39,8 +39,7 @@ def missing_python_stack(tmp_path: Path) -> Iterator[tuple[Stack, CohortClient]]
 def test_an_agent_whose_replicas_cannot_run_its_python_does_not_start(tmp_path: Path) -> None:
     # As root, replicas run as their job's uid: the agent checks at start that such a uid
     # can run the interpreter, and stops with the reason rather than fail every job.
-    with pytest.raises(RuntimeError, match="agent exited"), \
-            pg_stack_with(tmp_path, MISSING_PYTHON):
+    with pytest.raises(RuntimeError, match="agent exited"), pg_stack_with(tmp_path, MISSING_PYTHON):
         pass
     log = (tmp_path / "data" / "logs" / "agent.log").read_text()
     assert "cannot run /nonexistent/no-such-python" in log, log[-2000:]
@@ -51,9 +50,15 @@ def test_big_hyperparameters_start_and_succeed(pg_stack: tuple[Stack, CohortClie
     stack, client = pg_stack
     hyperparameters = {"epochs": 1, "steps_per_epoch": 5, **BIG}
     assert len(json.dumps(hyperparameters)) > 200_000 > ENV_STRING_LIMIT
-    job = client.submit({"name": "big-hp", "trainer": "mlp_digits", "replicas": 2,
-                         "strategy": "multi_worker_mirrored",
-                         "hyperparameters": hyperparameters})
+    job = client.submit(
+        {
+            "name": "big-hp",
+            "trainer": "mlp_digits",
+            "replicas": 2,
+            "strategy": "multi_worker_mirrored",
+            "hyperparameters": hyperparameters,
+        }
+    )
     final = wait_terminal(client, job["id"])
     assert final["status"] == "succeeded", final["reason"]
 
@@ -70,14 +75,26 @@ def test_big_hyperparameters_start_and_succeed(pg_stack: tuple[Stack, CohortClie
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(os.geteuid() == 0, reason=LACKS + "a non-root user (as root the agent "
-                    "refuses an interpreter its replicas cannot run: the test above)")
+@pytest.mark.skipif(
+    os.geteuid() == 0,
+    reason=LACKS + "a non-root user (as root the agent "
+    "refuses an interpreter its replicas cannot run: the test above)",
+)
 def test_a_replica_that_cannot_start_fails_its_job_with_the_reason(
-        missing_python_stack: tuple[Stack, CohortClient]) -> None:
+    missing_python_stack: tuple[Stack, CohortClient],
+) -> None:
     _, client = missing_python_stack
-    job = client.submit({"name": "no-python", "trainer": "mlp_digits", "replicas": 2,
-                         "strategy": "multi_worker_mirrored", "restart_policy": "exit_code",
-                         "max_restarts": 2, "hyperparameters": {"epochs": 1}})
+    job = client.submit(
+        {
+            "name": "no-python",
+            "trainer": "mlp_digits",
+            "replicas": 2,
+            "strategy": "multi_worker_mirrored",
+            "restart_policy": "exit_code",
+            "max_restarts": 2,
+            "hyperparameters": {"epochs": 1},
+        }
+    )
     final = wait_terminal(client, job["id"], timeout=60)
     assert final["status"] == "failed"
     # 127, as a shell says "command not found": permanent, so not restarted.

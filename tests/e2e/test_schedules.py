@@ -24,8 +24,12 @@ from tests.e2e.stepper import stepping_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow(95)]
 
-TINY = {"trainer": "mlp_digits", "strategy": "one_device", "replicas": 1,
-        "hyperparameters": {"epochs": 1, "steps_per_epoch": 5}}
+TINY = {
+    "trainer": "mlp_digits",
+    "strategy": "one_device",
+    "replicas": 1,
+    "hyperparameters": {"epochs": 1, "steps_per_epoch": 5},
+}
 # Until it is replaced: a stepper (tests/e2e/stepper.py), which waits without a core's load.
 LONG = stepping_job(1_000_000, 0.01, strategy="one_device", replicas=1)
 
@@ -44,17 +48,24 @@ def parse(moment: str) -> dt.datetime:
     return dt.datetime.fromisoformat(moment.replace("Z", "+00:00"))
 
 
-def test_a_schedule_every_5s_spawns_real_jobs(module_stack: tuple[Stack, CohortClient],
-                                              tmp_path: Path) -> None:
+def test_a_schedule_every_5s_spawns_real_jobs(
+    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+) -> None:
     stack, client = module_stack
     spec = tmp_path / "schedule.yaml"
     spec.write_text(
         "name: every5\ncron: '*/5 * * * * *'\ntimezone: Europe/Berlin\n"
         "concurrency_policy: forbid\njob:\n  trainer: mlp_digits\n  strategy: one_device\n"
-        "  replicas: 1\n  hyperparameters: {epochs: 1, steps_per_epoch: 5}\n")
+        "  replicas: 1\n  hyperparameters: {epochs: 1, steps_per_epoch: 5}\n"
+    )
     env = {**os.environ, "COHORT_URL": stack.url, "COHORT_TOKEN": stack.token}
-    created = subprocess.run([sys.executable, "-m", "cli", "schedules", "create", str(spec),
-                              "--json"], env=env, capture_output=True, text=True, timeout=60)
+    created = subprocess.run(
+        [sys.executable, "-m", "cli", "schedules", "create", str(spec), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert created.returncode == 0, created.stderr
     schedule = next(s for s in api(client, "GET", "")["items"] if s["name"] == "every5")
 
@@ -80,31 +91,47 @@ def test_a_schedule_every_5s_spawns_real_jobs(module_stack: tuple[Stack, CohortC
 
     # Paused: nothing fires for two periods; resumed: it fires again.
     api(client, "POST", f"/{schedule['id']}/pause")
-    wait_for(lambda: all(j["status"] in TERMINAL_STATUSES for j in scheduled_jobs(
-        client, schedule["id"])), 180, "the last job to end", interval=1.0)
+    wait_for(
+        lambda: all(
+            j["status"] in TERMINAL_STATUSES for j in scheduled_jobs(client, schedule["id"])
+        ),
+        180,
+        "the last job to end",
+        interval=1.0,
+    )
     count = len(scheduled_jobs(client, schedule["id"]))
     deadline = time.monotonic() + 11
     while time.monotonic() < deadline:
         assert len(scheduled_jobs(client, schedule["id"])) == count, "fired while paused"
         time.sleep(1.0)
     api(client, "POST", f"/{schedule['id']}/resume")
-    wait_for(lambda: len(scheduled_jobs(client, schedule["id"])) > count, 30,
-             "a fire after resume", interval=0.5)
+    wait_for(
+        lambda: len(scheduled_jobs(client, schedule["id"])) > count,
+        30,
+        "a fire after resume",
+        interval=0.5,
+    )
     api(client, "POST", f"/{schedule['id']}/pause")
     for job in scheduled_jobs(client, schedule["id"]):  # the module's next test shares the stack
         if job["status"] not in TERMINAL_STATUSES:
             client.cancel(job["id"])
 
 
-def test_promotion_keeps_the_better_model(module_stack: tuple[Stack, CohortClient]
-                                          ) -> None:
+def test_promotion_keeps_the_better_model(module_stack: tuple[Stack, CohortClient]) -> None:
     stack, client = module_stack
     good = {**TINY, "hyperparameters": {"epochs": 3, "steps_per_epoch": 20}}
-    bad = {**TINY, "hyperparameters": {"epochs": 1, "steps_per_epoch": 1,
-                                       "learning_rate": 0.00001}}
-    schedule = api(client, "POST", "", json={
-        "name": "promoted", "cron": "0 0 1 1 *", "job": good,
-        "promote": {"metric": "eval_accuracy", "mode": "max"}})
+    bad = {**TINY, "hyperparameters": {"epochs": 1, "steps_per_epoch": 1, "learning_rate": 0.00001}}
+    schedule = api(
+        client,
+        "POST",
+        "",
+        json={
+            "name": "promoted",
+            "cron": "0 0 1 1 *",
+            "job": good,
+            "promote": {"metric": "eval_accuracy", "mode": "max"},
+        },
+    )
 
     def run_and_decide(template: dict[str, Any]) -> dict[str, Any]:
         api(client, "PATCH", f"/{schedule['id']}", json={"job": template})
@@ -132,13 +159,21 @@ def test_promotion_keeps_the_better_model(module_stack: tuple[Stack, CohortClien
 
 
 def test_forbid_then_replace_with_a_long_running_job(
-        module_stack: tuple[Stack, CohortClient]) -> None:
+    module_stack: tuple[Stack, CohortClient],
+) -> None:
     _, client = module_stack
-    schedule = api(client, "POST", "", json={
-        "name": "long", "cron": "*/5 * * * * *", "job": LONG, "concurrency_policy": "forbid"})
+    schedule = api(
+        client,
+        "POST",
+        "",
+        json={"name": "long", "cron": "*/5 * * * * *", "job": LONG, "concurrency_policy": "forbid"},
+    )
     sid = schedule["id"]
-    first = wait_for(lambda: next((j for j in scheduled_jobs(client, sid)
-                                   if j["status"] == "running"), None), 120, "a running job")
+    first = wait_for(
+        lambda: next((j for j in scheduled_jobs(client, sid) if j["status"] == "running"), None),
+        120,
+        "a running job",
+    )
 
     def skipped() -> dict[str, Any] | None:
         runs = api(client, "GET", f"/{sid}")["recent_runs"]
@@ -151,8 +186,11 @@ def test_forbid_then_replace_with_a_long_running_job(
     api(client, "PATCH", f"/{sid}", json={"concurrency_policy": "replace"})
     replaced = wait_terminal(client, first["id"], timeout=60)
     assert replaced["status"] == "cancelled" and "replaced by job" in replaced["reason"]
-    wait_for(lambda: client.job(first["id"])["replica_list"][0]["status"] == "stopped", 60,
-             "the replaced job's replica to be stopped")
+    wait_for(
+        lambda: client.job(first["id"])["replica_list"][0]["status"] == "stopped",
+        60,
+        "the replaced job's replica to be stopped",
+    )
     api(client, "POST", f"/{sid}/pause")
     jobs = scheduled_jobs(client, sid)
     assert len(jobs) >= 2 and jobs[1]["id"] > first["id"]
@@ -164,27 +202,33 @@ def test_forbid_then_replace_with_a_long_running_job(
 def _leader(stack: Stack) -> tuple[str, subprocess.Popen[bytes]]:
     for name, process in stack.children:
         log = stack.log_dir / f"{name}.log"
-        if name.startswith("scheduler") and log.exists() and \
-                "scheduler is the leader" in log.read_text():
+        if (
+            name.startswith("scheduler")
+            and log.exists()
+            and "scheduler is the leader" in log.read_text()
+        ):
             return name, process
     raise AssertionError("no scheduler leads")
 
 
-def test_two_schedulers_fire_one_job_per_fire_time(
-        pg_stack: tuple[Stack, CohortClient]) -> None:
+def test_two_schedulers_fire_one_job_per_fire_time(pg_stack: tuple[Stack, CohortClient]) -> None:
     stack, client = pg_stack
     stack._spawn("scheduler-2", [sys.executable, "-m", "cli", "scheduler"])
     # A GPU job on a CPU-only node waits in the queue: firing is exercised, not TensorFlow.
     waiting = {**TINY, "gpus_per_replica": 1}
-    schedule = api(client, "POST", "", json={"name": "race", "cron": "*/3 * * * * *",
-                                             "job": waiting})
+    schedule = api(
+        client, "POST", "", json={"name": "race", "cron": "*/3 * * * * *", "job": waiting}
+    )
     sid = schedule["id"]
     wait_for(lambda: len(scheduled_jobs(client, sid)) >= 3, 60, "three fires")
     name, leader = _leader(stack)
     os.killpg(leader.pid, signal.SIGKILL)  # the new leader takes over after the lock's TTL
     before = len(scheduled_jobs(client, sid))
-    wait_for(lambda: len(scheduled_jobs(client, sid)) >= before + 3, 90,
-             f"three fires after {name} was killed")
+    wait_for(
+        lambda: len(scheduled_jobs(client, sid)) >= before + 3,
+        90,
+        f"three fires after {name} was killed",
+    )
     api(client, "POST", f"/{sid}/pause")
 
     jobs = scheduled_jobs(client, sid)

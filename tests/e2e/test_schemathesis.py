@@ -28,18 +28,37 @@ MAX_EXAMPLES = 10
 
 
 def test_schemathesis_finds_no_failure_in_any_operation(
-        tmp_path: Path, record_property: Any) -> None:
+    tmp_path: Path, record_property: Any
+) -> None:
     # /metrics on, as a deployment with Prometheus has it (its own bearer: schemathesis'
     # admin token gets 401 there, the answer the document gives).
     env = {"COHORT_BOOTSTRAP_TOKEN": TOKEN, "COHORT_METRICS_TOKEN": "metrics-" + "0" * 32}
     with pg_stack_with(tmp_path, env, parts=("api",)) as (stack, _):
         st = Path(sys.executable).with_name("st")
         result = subprocess.run(
-            [str(st), "--no-color", "--config-file", str(CONFIG), "run",
-             f"{stack.url}/openapi.json", "--header", f"Authorization: Bearer {TOKEN}",
-             "--checks", "all", "--max-examples", str(MAX_EXAMPLES), "--workers", "1",
-             "--output-truncate", "true"],
-            capture_output=True, text=True, timeout=900, cwd=tmp_path)
+            [
+                str(st),
+                "--no-color",
+                "--config-file",
+                str(CONFIG),
+                "run",
+                f"{stack.url}/openapi.json",
+                "--header",
+                f"Authorization: Bearer {TOKEN}",
+                "--checks",
+                "all",
+                "--max-examples",
+                str(MAX_EXAMPLES),
+                "--workers",
+                "1",
+                "--output-truncate",
+                "true",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=tmp_path,
+        )
     out = result.stdout + result.stderr
     tested = re.search(r"Tested: (\d+)", out)
     generated = re.search(r"(\d+) generated", out)
@@ -47,7 +66,9 @@ def test_schemathesis_finds_no_failure_in_any_operation(
     record_property("operations", int(tested.group(1)))
     record_property("test_cases", int(generated.group(1)))
     assert result.returncode == 0, out[-12000:]
-    assert re.search(r"\b0 failures\b|No issues found", out) or "failure" not in \
-        out.split("SUMMARY")[-1], out[-12000:]
+    assert (
+        re.search(r"\b0 failures\b|No issues found", out)
+        or "failure" not in out.split("SUMMARY")[-1]
+    ), out[-12000:]
     # Every operation of the document but the two streams ran.
     assert int(tested.group(1)) >= 31, out[-4000:]

@@ -38,24 +38,26 @@ SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def cohort_follow(stack: Stack, sweep_id: int, *, terminal: bool
-                  ) -> tuple[subprocess.Popen[bytes], list[bytes]]:
+def cohort_follow(
+    stack: Stack, sweep_id: int, *, terminal: bool
+) -> tuple[subprocess.Popen[bytes], list[bytes]]:
     """`cohort sweep show ID --follow` as a user runs it: on a pseudo-terminal, or piped.
     Returns the process and the list its output is collected into."""
-    env = {**os.environ, "COHORT_URL": stack.url, "COHORT_TOKEN": stack.token,
-           "COLUMNS": "160"}
+    env = {**os.environ, "COHORT_URL": stack.url, "COHORT_TOKEN": stack.token, "COLUMNS": "160"}
     command = [COHORT, "sweep", "show", str(sweep_id), "--follow"]
     chunks: list[bytes] = []
     if not terminal:
-        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         assert process.stdout is not None
         stream = process.stdout
         threading.Thread(target=lambda: chunks.extend(stream), daemon=True).start()
         return process, chunks
     primary, secondary = os.openpty()
-    process = subprocess.Popen(command, env=env, stdout=secondary, stderr=secondary,
-                               stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command, env=env, stdout=secondary, stderr=secondary, stdin=subprocess.DEVNULL
+    )
     os.close(secondary)
 
     def read() -> None:
@@ -80,13 +82,20 @@ def three_slots(tmp_path: Path) -> Iterator[tuple[Stack, CohortClient]]:
 
 
 def test_a_sweep_over_replicas_yields_a_scaling_report_followed_live(
-        three_slots: tuple[Stack, CohortClient], tmp_path: Path) -> None:
+    three_slots: tuple[Stack, CohortClient], tmp_path: Path
+) -> None:
     stack, client = three_slots
     spec = tmp_path / "scaling.yaml"
     spec.write_text(SWEEP_YAML)
     env = {**os.environ, "COHORT_URL": stack.url, "COHORT_TOKEN": stack.token}
-    created = subprocess.run([COHORT, "sweep", "create", str(spec)], env=env,
-                             capture_output=True, text=True, timeout=60, check=False)
+    created = subprocess.run(
+        [COHORT, "sweep", "create", str(spec)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert created.returncode == 0, created.stderr
     sweep_id = int(re.search(r"sweep (\d+) created", created.stdout).group(1))
     live, live_out = cohort_follow(stack, sweep_id, terminal=True)
@@ -108,8 +117,9 @@ def test_a_sweep_over_replicas_yields_a_scaling_report_followed_live(
     text = b"".join(piped_out).decode()
     assert "\x1b[" not in text
     for trial in (one, two):
-        assert f"trial {trial['index']} (job {trial['job_id']}): succeeded, eval_accuracy " \
-            in text, text
+        assert (
+            f"trial {trial['index']} (job {trial['job_id']}): succeeded, eval_accuracy " in text
+        ), text
     assert text.rstrip().count("succeeded") >= 4  # 2 lines, the header, the table rows
 
     # The recipe: the 2-replica trial against the 1-replica one of the same sweep.
@@ -128,16 +138,22 @@ def check_pages_in_a_browser(stack: Stack, sweep: dict[str, object], job_id: int
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                    args=["--no-sandbox", "--disable-gpu"])
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
         page = browser.new_page(base_url=stack.url, viewport={"width": 1366, "height": 900})
         errors: list[str] = []
         outside: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("console", lambda m: errors.append(m.text)  # a CSP violation
-                if "Content Security Policy" in m.text else None)
-        page.on("request", lambda r: None if r.url.startswith(stack.url)
-                else outside.append(r.url))
+        page.on(
+            "console",
+            lambda m: (
+                errors.append(m.text)  # a CSP violation
+                if "Content Security Policy" in m.text
+                else None
+            ),
+        )
+        page.on("request", lambda r: None if r.url.startswith(stack.url) else outside.append(r.url))
         page.goto(f"/login?next=/sweeps/{sweep['id']}")
         page.get_by_label("API token").fill(stack.token)
         page.get_by_role("button", name="Log in").click()

@@ -58,8 +58,10 @@ def parse(moment: str) -> dt.datetime:
 
 def most_at_once(intervals: list[tuple[dt.datetime, dt.datetime]]) -> int:
     """The most intervals that overlap at one instant (an end before a start at a tie)."""
-    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals],
-                   key=lambda e: (e[0], e[1]))
+    edges = sorted(
+        [(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals],
+        key=lambda e: (e[0], e[1]),
+    )
     current = peak = 0
     for _, delta in edges:
         current += delta
@@ -67,15 +69,15 @@ def most_at_once(intervals: list[tuple[dt.datetime, dt.datetime]]) -> int:
     return peak
 
 
-def intervals_from_events(client: CohortClient, job_ids: list[int], begin: set[str]
-                          ) -> list[tuple[dt.datetime, dt.datetime]]:
+def intervals_from_events(
+    client: CohortClient, job_ids: list[int], begin: set[str]
+) -> list[tuple[dt.datetime, dt.datetime]]:
     """Per job, from its first event into a status of `begin` to its terminal event."""
     spans = []
     for job_id in job_ids:
         events = client.events(job_id)
         start = next(parse(e["created_at"]) for e in events if e["to_status"] in begin)
-        end = next(parse(e["created_at"]) for e in events
-                   if e["to_status"] in TERMINAL_STATUSES)
+        end = next(parse(e["created_at"]) for e in events if e["to_status"] in TERMINAL_STATUSES)
         spans.append((start, end))
     return spans
 
@@ -86,13 +88,19 @@ def last_value(client: CohortClient, job_id: int, name: str) -> float:
 
 
 def test_a_grid_sweep_runs_every_trial_two_at_a_time_and_finds_the_best(
-        module_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
+    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+) -> None:
     stack, client = module_stack
     spec = tmp_path / "sweep.yaml"
     spec.write_text(SWEEP_YAML)
     env = {**os.environ, "COHORT_URL": stack.url, "COHORT_TOKEN": stack.token}
-    created = subprocess.run([sys.executable, "-m", "cli", "sweep", "create", str(spec),
-                              "--json"], env=env, capture_output=True, text=True, timeout=60)
+    created = subprocess.run(
+        [sys.executable, "-m", "cli", "sweep", "create", str(spec), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert created.returncode == 0, created.stderr
     sweep_id = next(s["id"] for s in sweep_api(client, "GET")["items"])
 
@@ -100,8 +108,9 @@ def test_a_grid_sweep_runs_every_trial_two_at_a_time_and_finds_the_best(
     assert sweep["status"] == "succeeded", sweep["reason"]
     trials = sweep["trials"]
     assert [t["status"] for t in trials] == ["succeeded"] * 4
-    assert sorted((t["parameters"]["learning_rate"], t["parameters"]["hidden_units"])
-                  for t in trials) == [(0.0005, 16), (0.0005, 32), (0.05, 16), (0.05, 32)]
+    assert sorted(
+        (t["parameters"]["learning_rate"], t["parameters"]["hidden_units"]) for t in trials
+    ) == [(0.0005, 16), (0.0005, 32), (0.05, 16), (0.05, 32)]
     jobs = [client.job(t["job_id"]) for t in trials]
     for job, trial in zip(jobs, trials, strict=True):
         assert job["sweep_id"] == sweep_id and job["trial_index"] == trial["index"]
@@ -120,11 +129,15 @@ def test_a_grid_sweep_runs_every_trial_two_at_a_time_and_finds_the_best(
     assert {t["job_id"]: t["objective_value"] for t in trials} == values
     best = max(values, key=lambda job_id: values[job_id])
     assert sweep["best_job_id"] == best and sweep["best_value"] == values[best]
-    assert sweep["best_parameters"] == next(t["parameters"] for t in trials
-                                            if t["job_id"] == best)
+    assert sweep["best_parameters"] == next(t["parameters"] for t in trials if t["job_id"] == best)
 
-    shown = subprocess.run([sys.executable, "-m", "cli", "sweep", "show", str(sweep_id)],
-                           env=env, capture_output=True, text=True, timeout=60)
+    shown = subprocess.run(
+        [sys.executable, "-m", "cli", "sweep", "show", str(sweep_id)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 0 and "succeeded" in shown.stdout, shown.stderr
 
 
@@ -134,15 +147,19 @@ def test_median_rule_stops_a_bad_trial_early(module_stack: tuple[Stack, CohortCl
     # rule is under test, not what TensorFlow learns. 15 s a trial, far longer than the
     # rule takes to judge the bad one (from step 20) and its stop to arrive.
     steps = 300
-    sweep = sweep_api(client, "POST", json={
-        "name": "median",
-        "template": stepping_job(steps, 0.05, strategy="one_device", replicas=1),
-        # Two good trials run first (max_concurrent 2); the third barely learns.
-        "space": {"grid": {"learning_rate": [0.05, 0.04, 1e-7]}},
-        "max_concurrent": 2,
-        "objective": {"metric": "accuracy", "mode": "max", "value": "best"},
-        "early_stopping": {"rule": "median", "min_steps": 20, "min_trials": 2},
-    })
+    sweep = sweep_api(
+        client,
+        "POST",
+        json={
+            "name": "median",
+            "template": stepping_job(steps, 0.05, strategy="one_device", replicas=1),
+            # Two good trials run first (max_concurrent 2); the third barely learns.
+            "space": {"grid": {"learning_rate": [0.05, 0.04, 1e-7]}},
+            "max_concurrent": 2,
+            "objective": {"metric": "accuracy", "mode": "max", "value": "best"},
+            "early_stopping": {"rule": "median", "min_steps": 20, "min_trials": 2},
+        },
+    )
     sweep = wait_ended(client, sweep["id"])
     assert sweep["status"] == "succeeded", sweep["reason"]
     good, also_good, bad = sweep["trials"]
@@ -153,24 +170,39 @@ def test_median_rule_stops_a_bad_trial_early(module_stack: tuple[Stack, CohortCl
     assert 20 <= judged_at < steps
     # It did not run to its end: its steps stop short, and its log has no last line.
     assert max(p["step"] for p in client.metrics(bad["job_id"], name=["accuracy"])) < steps
-    assert not [line for line in client.logs(bad["job_id"])
-                if line["line"] == f"step {steps} of {steps}"]
+    assert not [
+        line for line in client.logs(bad["job_id"]) if line["line"] == f"step {steps} of {steps}"
+    ]
     assert sweep["best_job_id"] in (good["job_id"], also_good["job_id"])
     assert "1 stopped early" in sweep["reason"]
 
 
 def test_cancelling_a_sweep_cancels_its_running_trials(
-        module_stack: tuple[Stack, CohortClient]) -> None:
+    module_stack: tuple[Stack, CohortClient],
+) -> None:
     _, client = module_stack
-    sweep = sweep_api(client, "POST", json={
-        "name": "long",
-        "template": {"trainer": "mlp_digits", "strategy": "one_device", "replicas": 1,
-                     "hyperparameters": {"epochs": 1000, "steps_per_epoch": 50}},
-        "space": {"random": {"learning_rate": {"distribution": "log_uniform", "low": 1e-3,
-                                               "high": 0.1}}, "seed": 3},
-        "trials": 6, "max_concurrent": 2,
-        "objective": {"metric": "accuracy", "mode": "max"},
-    })
+    sweep = sweep_api(
+        client,
+        "POST",
+        json={
+            "name": "long",
+            "template": {
+                "trainer": "mlp_digits",
+                "strategy": "one_device",
+                "replicas": 1,
+                "hyperparameters": {"epochs": 1000, "steps_per_epoch": 50},
+            },
+            "space": {
+                "random": {
+                    "learning_rate": {"distribution": "log_uniform", "low": 1e-3, "high": 0.1}
+                },
+                "seed": 3,
+            },
+            "trials": 6,
+            "max_concurrent": 2,
+            "objective": {"metric": "accuracy", "mode": "max"},
+        },
+    )
 
     def two_running() -> list[dict[str, Any]] | None:
         trials = sweep_api(client, "GET", f"/{sweep['id']}")["trials"]
@@ -183,8 +215,12 @@ def test_cancelling_a_sweep_cancels_its_running_trials(
 
     def all_stopped() -> list[dict[str, Any]] | None:
         jobs = [client.job(t["job_id"]) for t in trials]
-        done = all(j["status"] == "cancelled" and j["replica_list"]
-                   and j["replica_list"][0]["status"] == "stopped" for j in jobs)
+        done = all(
+            j["status"] == "cancelled"
+            and j["replica_list"]
+            and j["replica_list"][0]["status"] == "stopped"
+            for j in jobs
+        )
         return jobs if done else None
 
     wait_for(all_stopped, 120, "the trials' replicas to stop", interval=1.0)

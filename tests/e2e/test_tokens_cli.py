@@ -27,10 +27,18 @@ def new_bootstrap() -> str:
 def running_api(pg_url: str, tmp_path: Path, bootstrap: str) -> Iterator[str]:
     """`cohort api` on `pg_url` with `bootstrap` as COHORT_BOOTSTRAP_TOKEN; its address."""
     port = free_port()
-    env = {**os.environ, "COHORT_DATABASE_URL": pg_url, "COHORT_BOOTSTRAP_TOKEN": bootstrap,
-           "COHORT_DATA_DIR": str(tmp_path / "data")}
-    process = subprocess.Popen([sys.executable, "-m", "cli", "api", "--port", str(port)],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {
+        **os.environ,
+        "COHORT_DATABASE_URL": pg_url,
+        "COHORT_BOOTSTRAP_TOKEN": bootstrap,
+        "COHORT_DATA_DIR": str(tmp_path / "data"),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli", "api", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
@@ -51,8 +59,9 @@ def running_api(pg_url: str, tmp_path: Path, bootstrap: str) -> Iterator[str]:
 
 def cohort(url: str, token: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COHORT_URL": url, "COHORT_TOKEN": token, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "cli", *args], env=env, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def status(url: str, token: str, path: str = "/api/v1/jobs") -> httpx.Response:
@@ -60,12 +69,25 @@ def status(url: str, token: str, path: str = "/api/v1/jobs") -> httpx.Response:
 
 
 @pytest.mark.e2e
-def test_an_admin_issues_lists_and_revokes_tokens_with_the_cli(pg_url: str,
-                                                               tmp_path: Path) -> None:
+def test_an_admin_issues_lists_and_revokes_tokens_with_the_cli(pg_url: str, tmp_path: Path) -> None:
     admin = new_bootstrap()
     with running_api(pg_url, tmp_path, admin) as url:
-        made = cohort(url, admin, "tokens", "create", "--project", "team-cli", "--name", "ci",
-                      "--scope", "read", "--scope", "submit", "--expires-in", "30d")
+        made = cohort(
+            url,
+            admin,
+            "tokens",
+            "create",
+            "--project",
+            "team-cli",
+            "--name",
+            "ci",
+            "--scope",
+            "read",
+            "--scope",
+            "submit",
+            "--expires-in",
+            "30d",
+        )
         assert made.returncode == 0, made.stderr
         secret = made.stdout.strip()
         assert secret.startswith("coh_") and "\n" not in secret
@@ -97,22 +119,33 @@ def test_an_admin_issues_lists_and_revokes_tokens_with_the_cli(pg_url: str,
 
 @pytest.mark.e2e
 def test_rotating_the_bootstrap_token_revokes_the_old_one_and_its_sessions(
-        pg_url: str, tmp_path: Path) -> None:
+    pg_url: str, tmp_path: Path
+) -> None:
     old, new = new_bootstrap(), new_bootstrap()
     with running_api(pg_url, tmp_path, old) as url:
         assert status(url, old).status_code == 200
-        login = httpx.post(f"{url}/login", data={"token": old}, headers={"Origin": url},
-                           timeout=10)
-        session_id = login.history[0].cookies["cohort_session"] if login.history else \
-            login.cookies["cohort_session"]
-        assert httpx.get(f"{url}/api/v1/jobs", cookies={"cohort_session": session_id},
-                         timeout=10).status_code == 200
+        login = httpx.post(f"{url}/login", data={"token": old}, headers={"Origin": url}, timeout=10)
+        session_id = (
+            login.history[0].cookies["cohort_session"]
+            if login.history
+            else login.cookies["cohort_session"]
+        )
+        assert (
+            httpx.get(
+                f"{url}/api/v1/jobs", cookies={"cohort_session": session_id}, timeout=10
+            ).status_code
+            == 200
+        )
     with running_api(pg_url, tmp_path, new) as url:
         refused = status(url, old)
         assert refused.status_code == 401
         assert "'bootstrap' was revoked" in refused.json()["message"]
-        assert httpx.get(f"{url}/api/v1/jobs", cookies={"cohort_session": session_id},
-                         timeout=10).status_code == 401
+        assert (
+            httpx.get(
+                f"{url}/api/v1/jobs", cookies={"cohort_session": session_id}, timeout=10
+            ).status_code
+            == 401
+        )
         assert status(url, new).status_code == 200
         assert status(url, new, "/api/v1/tokens").status_code == 200
     # Starting again with the new value keeps it (no rotation without a change).
@@ -121,13 +154,22 @@ def test_rotating_the_bootstrap_token_revokes_the_old_one_and_its_sessions(
 
 
 @pytest.mark.e2e
-def test_a_short_bootstrap_token_stops_the_api_in_one_line(pg_url: str,
-                                                           tmp_path: Path) -> None:
-    env = {**os.environ, "COHORT_DATABASE_URL": pg_url,
-           "COHORT_BOOTSTRAP_TOKEN": "change-me", "COHORT_DATA_DIR": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-m", "cli", "api", "--port", str(free_port())],
-                            env=env, capture_output=True, text=True, timeout=60)
+def test_a_short_bootstrap_token_stops_the_api_in_one_line(pg_url: str, tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "COHORT_DATABASE_URL": pg_url,
+        "COHORT_BOOTSTRAP_TOKEN": "change-me",
+        "COHORT_DATA_DIR": str(tmp_path),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "cli", "api", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "cohort: COHORT_BOOTSTRAP_TOKEN is 9 characters; an admin token needs at least 32: "
-        "make one with `openssl rand -hex 32`"]
+        "make one with `openssl rand -hex 32`"
+    ]

@@ -94,8 +94,10 @@ TRAIN = textwrap.dedent('''
         shutil.rmtree(target)
 ''')
 
-LOAD = ("import sys, json, tensorflow as tf; model = tf.saved_model.load(sys.argv[1]); "
-        "print(json.dumps(model(tf.ones((1, 4))).numpy().ravel().tolist()))")
+LOAD = (
+    "import sys, json, tensorflow as tf; model = tf.saved_model.load(sys.argv[1]); "
+    "print(json.dumps(model(tf.ones((1, 4))).numpy().ravel().tolist()))"
+)
 
 
 class Until:
@@ -112,17 +114,21 @@ class Until:
             yield line
 
 
-def follow_losses(client: CohortClient, job_id: int, timeout: float = 180
-                  ) -> tuple[list[str], dict[int, dict[int, float]]]:
+def follow_losses(
+    client: CohortClient, job_id: int, timeout: float = 180
+) -> tuple[list[str], dict[int, dict[int, float]]]:
     """Read the job's SSE stream from its start to its terminal status, which is its last
     event (after every point the job will have: README, the job stream), or `timeout`:
     the statuses seen, and the losses by replica and step."""
     statuses: list[str] = []
     losses: dict[int, dict[int, float]] = {0: {}, 1: {}}
     until = Until(timeout)
-    with client.http.stream("GET", f"/api/v1/jobs/{job_id}/stream",
-                            params={"kinds": ["status", "metric"]},
-                            timeout=httpx.Timeout(10.0, read=60.0)) as response:
+    with client.http.stream(
+        "GET",
+        f"/api/v1/jobs/{job_id}/stream",
+        params={"kinds": ["status", "metric"]},
+        timeout=httpx.Timeout(10.0, read=60.0),
+    ) as response:
         assert response.status_code == 200, response.read()
         for event in parse_lines(until.lines(response.iter_lines())):
             if event.event == "status":
@@ -136,21 +142,30 @@ def follow_losses(client: CohortClient, job_id: int, timeout: float = 180
 
 
 def run(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     return done
 
 
 def test_a_custom_loop_from_a_directory_streams_its_scalars_and_its_model_comes_back(
-        pg_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
+    pg_stack: tuple[Stack, CohortClient], tmp_path: Path
+) -> None:
     stack, client = pg_stack
     code = tmp_path / "project"
     code.mkdir()
     (code / "train.py").write_text(TRAIN)
-    job_id = submit(stack, tmp_path, {
-        "name": "own-loop", "command": ["python", "train.py", str(STEPS)], "replicas": 2,
-        "strategy": "multi_worker_mirrored", "restart_policy": "never"}, code)
+    job_id = submit(
+        stack,
+        tmp_path,
+        {
+            "name": "own-loop",
+            "command": ["python", "train.py", str(STEPS)],
+            "replicas": 2,
+            "strategy": "multi_worker_mirrored",
+            "restart_policy": "never",
+        },
+        code,
+    )
 
     statuses, losses = follow_losses(client, job_id)
     assert statuses and statuses[-1] == "succeeded", (statuses, failure_of(client, job_id))
@@ -160,20 +175,31 @@ def test_a_custom_loop_from_a_directory_streams_its_scalars_and_its_model_comes_
     assert losses[0] == pytest.approx(losses[1])  # both saw the all-reduced loss
 
     env = {key: value for key, value in os.environ.items() if not key.startswith("COHORT_")}
-    env |= {"COHORT_URL": stack.url, "COHORT_TOKEN": stack.token, "COLUMNS": "200",
-            "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env |= {
+        "COHORT_URL": stack.url,
+        "COHORT_TOKEN": stack.token,
+        "COLUMNS": "200",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
     listed = run(env, COHORT, "artifacts", str(job_id)).stdout
-    for path in ("model/saved_model.pb", "model/variables/variables.index",
-                 "tensorboard/replica-0/events.out.tfevents.",
-                 "tensorboard/replica-1/events.out.tfevents.",
-                 "logs/attempt-1/replica-0.log", "logs/attempt-1/replica-1.log"):
+    for path in (
+        "model/saved_model.pb",
+        "model/variables/variables.index",
+        "tensorboard/replica-0/events.out.tfevents.",
+        "tensorboard/replica-1/events.out.tfevents.",
+        "logs/attempt-1/replica-0.log",
+        "logs/attempt-1/replica-1.log",
+    ):
         assert path in listed, listed
 
     out = tmp_path / "out"
     run(env, COHORT, "download", str(job_id), "model", "-o", str(out))
     loaded = json.loads(run(env, sys.executable, "-c", LOAD, str(out / "model")).stdout)
-    [printed] = [line["line"] for line in client.logs(job_id, replica=0, limit=1000)
-                 if line["line"].startswith("probe ")]
+    [printed] = [
+        line["line"]
+        for line in client.logs(job_id, replica=0, limit=1000)
+        if line["line"].startswith("probe ")
+    ]
     trained = json.loads(printed.removeprefix("probe "))
     assert loaded == pytest.approx(trained)  # the downloaded model is the trained one
     assert math.isclose(trained[0], 2.5, abs_tol=0.5)  # 1 - 2 + 0.5 + 3, learned

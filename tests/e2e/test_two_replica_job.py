@@ -13,8 +13,13 @@ from cli.client import CohortClient
 from cli.stack import Stack
 from tests.e2e.conftest import wait_terminal
 
-JOB = {"name": "e2e-digits", "trainer": "mlp_digits", "strategy": "multi_worker_mirrored",
-       "replicas": 2, "hyperparameters": {"epochs": 5, "steps_per_epoch": 20}}
+JOB = {
+    "name": "e2e-digits",
+    "trainer": "mlp_digits",
+    "strategy": "multi_worker_mirrored",
+    "replicas": 2,
+    "hyperparameters": {"epochs": 5, "steps_per_epoch": 20},
+}
 
 
 def check_two_replica_job(stack: Stack, client: CohortClient) -> None:
@@ -31,12 +36,20 @@ def check_two_replica_job(stack: Stack, client: CohortClient) -> None:
     assert clusters[0] == clusters[1] == [r["address"] for r in replicas]
     assert len(set(clusters[0])) == 2
     assert [r["tf_config"]["task"] for r in replicas] == [
-        {"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
+        {"type": "worker", "index": 0},
+        {"type": "worker", "index": 1},
+    ]
 
     # What each process really received, from its own log.
     for replica in replicas:
-        log = (stack.settings.data_dir / "jobs" / str(job["id"]) / "logs" / "attempt-1" /
-               f"replica-{replica['index']}.log").read_text()
+        log = (
+            stack.settings.data_dir
+            / "jobs"
+            / str(job["id"])
+            / "logs"
+            / "attempt-1"
+            / f"replica-{replica['index']}.log"
+        ).read_text()
         line = next(ln for ln in log.splitlines() if ln.startswith("cohort: replica "))
         received = json.loads(line.split("TF_CONFIG=", 1)[1])
         assert received == replicas[replica["index"]]["tf_config"]
@@ -48,12 +61,14 @@ def check_two_replica_job(stack: Stack, client: CohortClient) -> None:
     assert not duplicates
     assert {p["replica"] for p in points} == {0, 1}
 
-    evals = {p["name"]: p["value"] for p in points if p["replica"] == 0
-             and p["name"].startswith("eval_")}
+    evals = {
+        p["name"]: p["value"] for p in points if p["replica"] == 0 and p["name"].startswith("eval_")
+    }
     assert evals["eval_accuracy"] >= 0.85, evals
 
-    loss = sorted((p["step"], p["value"]) for p in points
-                  if p["replica"] == 0 and p["name"] == "loss")
+    loss = sorted(
+        (p["step"], p["value"]) for p in points if p["replica"] == 0 and p["name"] == "loss"
+    )
     assert len(loss) == 100
     # One replica's view of the running mean, not a sum over the gang: a 10-class
     # model starts near ln(10) = 2.3, and accuracy stays a fraction.
@@ -65,15 +80,19 @@ def check_two_replica_job(stack: Stack, client: CohortClient) -> None:
 
     # The chief saved the model; no replica process is left behind.
     assert (stack.settings.data_dir / "jobs" / str(job["id"]) / "model").exists()
-    assert not [r["pid"] for r in replicas if psutil.pid_exists(r["pid"])
-                and psutil.Process(r["pid"]).status() != psutil.STATUS_ZOMBIE]
+    assert not [
+        r["pid"]
+        for r in replicas
+        if psutil.pid_exists(r["pid"]) and psutil.Process(r["pid"]).status() != psutil.STATUS_ZOMBIE
+    ]
 
     # Its scaling report, from its own step times; no 1-replica run to compare with
     # (tests/e2e/test_sweep_scaling.py has one).
     scaling = job["scaling"]
     assert scaling["total_examples_per_second"] > 0
     assert scaling["total_examples_per_second"] == pytest.approx(
-        2 * scaling["per_replica_examples_per_second"], rel=0.01)
+        2 * scaling["per_replica_examples_per_second"], rel=0.01
+    )
     assert scaling["baseline_job_id"] is None and scaling["efficiency"] is None
     assert "no succeeded 1-replica run of mlp_digits at batch 32" in scaling["note"]
 
@@ -84,8 +103,7 @@ def test_two_replica_job_on_postgres(module_stack: tuple[Stack, CohortClient]) -
 
 
 @pytest.mark.e2e
-def test_two_replica_job_on_embedded_defaults(
-        embedded_stack: tuple[Stack, CohortClient]) -> None:
+def test_two_replica_job_on_embedded_defaults(embedded_stack: tuple[Stack, CohortClient]) -> None:
     stack, client = embedded_stack
     check_two_replica_job(stack, client)
     assert (stack.settings.data_dir / "cohort.db").exists()
@@ -94,19 +112,36 @@ def test_two_replica_job_on_embedded_defaults(
 @pytest.mark.e2e
 def test_cancel_stops_every_replica(module_stack: tuple[Stack, CohortClient]) -> None:
     stack, client = module_stack
-    job = client.submit({**JOB, "name": "long", "hyperparameters": {"epochs": 200,
-                                                                     "steps_per_epoch": 50}})
+    job = client.submit(
+        {**JOB, "name": "long", "hyperparameters": {"epochs": 200, "steps_per_epoch": 50}}
+    )
     from tests.e2e.conftest import wait_for
 
-    running = wait_for(lambda: (j := client.job(job["id"]))["status"] == "running" and j,
-                       60, "the job to run")
+    running = wait_for(
+        lambda: (j := client.job(job["id"]))["status"] == "running" and j, 60, "the job to run"
+    )
     pids = [r["pid"] for r in running["replica_list"]]
     assert all(psutil.pid_exists(p) for p in pids)
     client.cancel(job["id"])
-    wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status()
-                             != psutil.STATUS_ZOMBIE for p in pids), 15, "replicas to exit")
-    final = wait_for(lambda: (j := client.job(job["id"])) and all(
-        r["status"] == "stopped" for r in j["replica_list"]) and j, 15, "replicas stopped")
+    wait_for(
+        lambda: (
+            not any(
+                psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                for p in pids
+            )
+        ),
+        15,
+        "replicas to exit",
+    )
+    final = wait_for(
+        lambda: (
+            (j := client.job(job["id"]))
+            and all(r["status"] == "stopped" for r in j["replica_list"])
+            and j
+        ),
+        15,
+        "replicas stopped",
+    )
     assert final["status"] == "cancelled"
     assert [r["exit_code"] for r in final["replica_list"]] != [None, None]
 
@@ -116,8 +151,14 @@ def test_failing_job_says_why(module_stack: tuple[Stack, CohortClient]) -> None:
     _, client = module_stack
     # The api checks every knob it knows; the user's own code fails as it pleases, and
     # the failure must surface as a readable reason.
-    job = client.submit({"name": "broken", "strategy": "multi_worker_mirrored", "replicas": 2,
-                         "command": ["python", "-c", "raise SystemExit('out of ideas')"]})
+    job = client.submit(
+        {
+            "name": "broken",
+            "strategy": "multi_worker_mirrored",
+            "replicas": 2,
+            "command": ["python", "-c", "raise SystemExit('out of ideas')"],
+        }
+    )
     final: dict[str, Any] = wait_terminal(client, job["id"])
     assert final["status"] == "failed"
     assert "exited with code 1" in final["reason"], final["reason"]

@@ -38,11 +38,13 @@ def submit(stack: Stack, tmp_path: Path, spec: dict[str, Any], code: Path | None
     path = tmp_path / f"job-{time.monotonic_ns()}.yaml"
     path.write_text(yaml.safe_dump(spec))
     env = {key: value for key, value in os.environ.items() if not key.startswith("COHORT_")}
-    env |= {"COHORT_URL": stack.url, "COHORT_TOKEN": stack.token,
-            "COHORT_DATA_DIR": str(tmp_path / "client")}
+    env |= {
+        "COHORT_URL": stack.url,
+        "COHORT_TOKEN": stack.token,
+        "COHORT_DATA_DIR": str(tmp_path / "client"),
+    }
     argv = [COHORT, "submit", str(path), *(["--code", str(code)] if code else [])]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     return int(done.stdout.split("submitted job ")[1].split()[0])
 
@@ -50,17 +52,27 @@ def submit(stack: Stack, tmp_path: Path, spec: dict[str, Any], code: Path | None
 def failure_of(client: CohortClient, job_id: int) -> str:
     job = client.job(job_id)
     return f"{job['reason']}\n" + "\n".join(
-        f"{line['replica']}: {line['line']}" for line in client.logs(job_id, limit=200))
+        f"{line['replica']}: {line['line']}" for line in client.logs(job_id, limit=200)
+    )
 
 
-def test_a_bundle_trainer_runs_from_the_bundle(module_stack: tuple[Stack, CohortClient],
-                                               tmp_path: Path) -> None:
+def test_a_bundle_trainer_runs_from_the_bundle(
+    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+) -> None:
     stack, client = module_stack
-    job_id = submit(stack, tmp_path, {
-        "name": "keras-fit", "trainer": "trainer:train", "replicas": 2,
-        "strategy": "multi_worker_mirrored", "restart_policy": "never",
-        "hyperparameters": {"epochs": 1, "steps_per_epoch": 4, "layers": [8]},
-    }, EXAMPLES / "keras_fit")
+    job_id = submit(
+        stack,
+        tmp_path,
+        {
+            "name": "keras-fit",
+            "trainer": "trainer:train",
+            "replicas": 2,
+            "strategy": "multi_worker_mirrored",
+            "restart_policy": "never",
+            "hyperparameters": {"epochs": 1, "steps_per_epoch": 4, "layers": [8]},
+        },
+        EXAMPLES / "keras_fit",
+    )
     final = wait_terminal(client, job_id)
     assert final["status"] == "succeeded", failure_of(client, job_id)
     data_dir = stack.settings.data_dir
@@ -73,13 +85,22 @@ def test_a_bundle_trainer_runs_from_the_bundle(module_stack: tuple[Stack, Cohort
 
 
 def test_a_command_script_from_a_bundle_runs_on_two_replicas(
-        module_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
+    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+) -> None:
     stack, client = module_stack
-    job_id = submit(stack, tmp_path, {
-        "name": "custom-loop", "command": ["python", "train.py", "--steps", "5"],
-        "replicas": 2, "strategy": "multi_worker_mirrored", "restart_policy": "never",
-        "env": {"EXAMPLE_SETTING": "1"},
-    }, EXAMPLES / "custom_loop")
+    job_id = submit(
+        stack,
+        tmp_path,
+        {
+            "name": "custom-loop",
+            "command": ["python", "train.py", "--steps", "5"],
+            "replicas": 2,
+            "strategy": "multi_worker_mirrored",
+            "restart_policy": "never",
+            "env": {"EXAMPLE_SETTING": "1"},
+        },
+        EXAMPLES / "custom_loop",
+    )
     final = wait_terminal(client, job_id)
     assert final["status"] == "succeeded", failure_of(client, job_id)
     data_dir = stack.settings.data_dir
@@ -89,11 +110,21 @@ def test_a_command_script_from_a_bundle_runs_on_two_replicas(
 
 
 def test_a_command_not_found_fails_the_job_with_127_and_the_reason(
-        module_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
+    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+) -> None:
     stack, client = module_stack
-    job_id = submit(stack, tmp_path, {
-        "name": "typo", "command": ["pythno", "train.py"], "replicas": 1,
-        "strategy": "one_device", "restart_policy": "never"}, None)
+    job_id = submit(
+        stack,
+        tmp_path,
+        {
+            "name": "typo",
+            "command": ["pythno", "train.py"],
+            "replicas": 1,
+            "strategy": "one_device",
+            "restart_policy": "never",
+        },
+        None,
+    )
     final = wait_terminal(client, job_id, timeout=60)
     assert final["status"] == "failed"
     assert "command not found: pythno" in failure_of(client, job_id)
@@ -101,17 +132,21 @@ def test_a_command_not_found_fails_the_job_with_127_and_the_reason(
 
 
 def test_a_signed_start_naming_an_unlisted_trainer_is_refused_by_the_nodes_policy(
-        module_stack: tuple[Stack, CohortClient]) -> None:
+    module_stack: tuple[Stack, CohortClient],
+) -> None:
     # Sealed with the node's key, as the scheduler would: the agent's own policy check
     # still refuses it (tests/e2e/test_wire_trust.py: messages not signed so).
     stack, _client = module_stack
     bus = redis.Redis.from_url(stack.settings.redis_url, decode_responses=True)
     job_id = 990_777  # no such job: only the agent's answer matters
-    forged = StartReplica("e2e-node", ReplicaSpec(job_id, 1, 0, 1, "os:system", "one_device",
-                                                  {"cmd": "touch /tmp/pwned"}))
+    forged = StartReplica(
+        "e2e-node",
+        ReplicaSpec(job_id, 1, 0, 1, "os:system", "one_device", {"cmd": "touch /tmp/pwned"}),
+    )
     key = node_key(stack.env["COHORT_SIGNING_KEY"], "e2e-node")
-    make_celery(stack.settings.redis_url).send_task(START_TASK, args=[seal_message(key, forged)],
-                                                    queue="node.e2e-node")
+    make_celery(stack.settings.redis_url).send_task(
+        START_TASK, args=[seal_message(key, forged)], queue="node.e2e-node"
+    )
 
     def answer() -> dict[str, Any] | None:
         for _id, fields in bus.xrange(EVENTS_STREAM):

@@ -70,18 +70,27 @@ def passes_after(stack: Stack, moment: float, passes: int = 3) -> None:
 
 
 def test_start_messages_without_the_nodes_valid_seal_start_nothing(
-        pg_stack: tuple[Stack, CohortClient]) -> None:
+    pg_stack: tuple[Stack, CohortClient],
+) -> None:
     stack, _client = pg_stack
     signing_key = stack.env["COHORT_SIGNING_KEY"]
     own, other = node_key(signing_key, NODE), node_key(signing_key, "e2e-node-b")
     max_age = stack.settings.MESSAGE_MAX_AGE
-    jobs = {990_001: "unsigned", 990_002: "bad signature", 990_003: "another node",
-            990_004: "stale"}
+    jobs = {
+        990_001: "unsigned",
+        990_002: "bad signature",
+        990_003: "another node",
+        990_004: "stale",
+    }
 
     def start(job_id: int) -> StartReplica:
         # A built-in trainer: the node's policy would run it, were the message genuine.
-        return StartReplica(NODE, ReplicaSpec(job_id, 1, 0, 1, "mlp_digits", "one_device",
-                                              {"epochs": 1, "steps_per_epoch": 2}))
+        return StartReplica(
+            NODE,
+            ReplicaSpec(
+                job_id, 1, 0, 1, "mlp_digits", "one_device", {"epochs": 1, "steps_per_epoch": 2}
+            ),
+        )
 
     sealed = {
         990_001: start(990_001).encode(),  # the message as it was before signing
@@ -106,48 +115,75 @@ def test_start_messages_without_the_nodes_valid_seal_start_nothing(
         # Nothing claimed, fetched, started or reported for any of them.
         assert not layout.work_dir(stack.settings.data_dir, job_id, 1, 0).exists()
         assert client.get(claim_key(job_id, 1, 0)) is None
-        assert not [f for _, f in client.xrange(EVENTS_STREAM)
-                    if json.loads(f["data"]).get("job_id") == job_id]
+        assert not [
+            f
+            for _, f in client.xrange(EVENTS_STREAM)
+            if json.loads(f["data"]).get("job_id") == job_id
+        ]
 
     # The same message sealed as the scheduler seals it runs: the refusals were the seals'.
     app.send_task(START_TASK, args=[seal_message(own, start(990_005))], queue=f"node.{NODE}")
-    wait_for(lambda: client.get(claim_key(990_005, 1, 0)) == NODE, 60,
-             "the agent to claim the genuine start")
+    wait_for(
+        lambda: client.get(claim_key(990_005, 1, 0)) == NODE,
+        60,
+        "the agent to claim the genuine start",
+    )
 
 
 def test_a_heartbeat_without_the_nodes_key_registers_no_node(
-        pg_stack: tuple[Stack, CohortClient]) -> None:
+    pg_stack: tuple[Stack, CohortClient],
+) -> None:
     stack, client = pg_stack
     redis_client = bus(stack)
     before = refused_count(stack, "unsigned") + refused_count(stack, "bad signature")
     now = time.time()
     beat = NodeHeartbeat("intruder", "10.9.9.9", 64, now, gpus=8).encode()
-    redis_client.hset(NODES_HASH, mapping={
-        "intruder": beat,  # no seal at all
-        # Sealed, but with a key the control plane did not derive for it.
-        "intruder-2": seal(node_key(OTHER_KEY, "intruder-2"), purpose=HEARTBEAT,
-                           node_id="intruder-2", body=beat.replace("intruder", "intruder-2")),
-        # A real node's key, speaking for another node.
-        "intruder-3": seal(node_key(stack.env["COHORT_SIGNING_KEY"], NODE), purpose=HEARTBEAT,
-                           node_id=NODE, body=beat),
-    })
+    redis_client.hset(
+        NODES_HASH,
+        mapping={
+            "intruder": beat,  # no seal at all
+            # Sealed, but with a key the control plane did not derive for it.
+            "intruder-2": seal(
+                node_key(OTHER_KEY, "intruder-2"),
+                purpose=HEARTBEAT,
+                node_id="intruder-2",
+                body=beat.replace("intruder", "intruder-2"),
+            ),
+            # A real node's key, speaking for another node.
+            "intruder-3": seal(
+                node_key(stack.env["COHORT_SIGNING_KEY"], NODE),
+                purpose=HEARTBEAT,
+                node_id=NODE,
+                body=beat,
+            ),
+        },
+    )
     passes_after(stack, time.time())
     nodes = {node["id"]: node for node in client.nodes()}
     assert set(nodes) == {NODE}, nodes
     assert nodes[NODE]["status"] == "ready"
-    after = refused_count(stack, "unsigned") + refused_count(stack, "bad signature") + \
-        refused_count(stack, "another node")
+    after = (
+        refused_count(stack, "unsigned")
+        + refused_count(stack, "bad signature")
+        + refused_count(stack, "another node")
+    )
     assert after - before >= 3  # each value counted once, however many passes read it
     log = (stack.log_dir / "scheduler.log").read_text()
     assert "ignoring the heartbeat of node 'intruder': unsigned" in log
 
 
-def test_a_forged_exit_does_not_end_a_running_job(pg_stack: tuple[Stack, CohortClient]
-                                                  ) -> None:
+def test_a_forged_exit_does_not_end_a_running_job(pg_stack: tuple[Stack, CohortClient]) -> None:
     stack, client = pg_stack
-    job = client.submit({"name": "trusted", "trainer": "mlp_digits", "strategy": "one_device",
-                         "replicas": 1, "restart_policy": "never",
-                         "hyperparameters": {"epochs": 2, "steps_per_epoch": 60}})
+    job = client.submit(
+        {
+            "name": "trusted",
+            "trainer": "mlp_digits",
+            "strategy": "one_device",
+            "replicas": 1,
+            "restart_policy": "never",
+            "hyperparameters": {"epochs": 2, "steps_per_epoch": 60},
+        }
+    )
     wait_for(lambda: client.job(job["id"])["status"] == "running", 120, "the job to run")
     redis_client = bus(stack)
     signing_key = stack.env["COHORT_SIGNING_KEY"]
@@ -158,32 +194,48 @@ def test_a_forged_exit_does_not_end_a_running_job(pg_stack: tuple[Stack, CohortC
 
     # Node b, with its own valid key, reports node e2e-node's replica as failed ...
     from_b = exit_from("e2e-node-b")
-    from_b["sig"] = sign_event(node_key(signing_key, "e2e-node-b"), "e2e-node-b",
-                               "replica_exited", from_b["data"])
+    from_b["sig"] = sign_event(
+        node_key(signing_key, "e2e-node-b"), "e2e-node-b", "replica_exited", from_b["data"]
+    )
     # ... and someone without any key reports it in e2e-node's name.
     unsigned = exit_from(NODE)
     before = refused_count(stack, "another node"), refused_count(stack, "unsigned")
     for fields in (from_b, unsigned):
         redis_client.xadd(EVENTS_STREAM, fields)  # type: ignore[arg-type]
-    wait_for(lambda: (refused_count(stack, "another node"), refused_count(stack, "unsigned"))
-             >= (before[0] + 1, before[1] + 1), 30, "the scheduler to refuse both exits")
+    wait_for(
+        lambda: (
+            (refused_count(stack, "another node"), refused_count(stack, "unsigned"))
+            >= (before[0] + 1, before[1] + 1)
+        ),
+        30,
+        "the scheduler to refuse both exits",
+    )
     assert client.job(job["id"])["status"] == "running"
     final = wait_terminal(client, job["id"])
     assert final["status"] == "succeeded", final["reason"]
     assert [r["exit_code"] for r in final["replica_list"]] == [0]
     log = (stack.log_dir / "scheduler.log").read_text()
-    assert f"replica_exited of replica {job['id']}/1/0 from node 'e2e-node-b', which runs " \
-           f"on '{NODE}'" in log
+    assert (
+        f"replica_exited of replica {job['id']}/1/0 from node 'e2e-node-b', which runs "
+        f"on '{NODE}'" in log
+    )
 
 
 def cohort(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("COHORT_")}
-    return subprocess.run([sys.executable, "-m", "cli", *argv], env={**base, **env},
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *argv],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_node_key_prints_the_key_an_agent_needs_and_services_without_keys_stop(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     signing_key = "x" * 48
     printed = cohort("node-key", "gpu-box-2", COHORT_SIGNING_KEY=signing_key)
     assert printed.returncode == 0, printed.stderr
@@ -196,8 +248,12 @@ def test_node_key_prints_the_key_an_agent_needs_and_services_without_keys_stop(
     assert agent.stderr.strip().splitlines()[-1] == (
         "cohort: COHORT_NODE_KEY is not set: on the control plane, `cohort node-key "
         "gpu-box-2` prints this node's key (derived from COHORT_SIGNING_KEY; the agent "
-        "never holds that)")
+        "never holds that)"
+    )
     scheduler = cohort("scheduler", COHORT_DATA_DIR=data)
     assert scheduler.returncode == 1
-    assert scheduler.stderr.strip().splitlines()[-1].startswith(
-        "cohort: COHORT_SIGNING_KEY is not set")
+    assert (
+        scheduler.stderr.strip()
+        .splitlines()[-1]
+        .startswith("cohort: COHORT_SIGNING_KEY is not set")
+    )

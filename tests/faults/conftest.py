@@ -33,13 +33,19 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 # clean-clone runs, load 6 and more), failing tests whose fault was something else. 20 s
 # costs only the test of a hung replica, which waits it out once.
 FAST = {
-    "COHORT_HEARTBEAT_INTERVAL": "1", "COHORT_NODE_TIMEOUT": "6", "COHORT_AGENT_LEASE": "4",
-    "COHORT_PROGRESS_TIMEOUT": "20", "COHORT_STARTUP_TIMEOUT": "90",
-    "COHORT_RESTART_BACKOFF": "1", "COHORT_STOP_GRACE": "5", "COHORT_SCHEDULER_INTERVAL": "0.5",
+    "COHORT_HEARTBEAT_INTERVAL": "1",
+    "COHORT_NODE_TIMEOUT": "6",
+    "COHORT_AGENT_LEASE": "4",
+    "COHORT_PROGRESS_TIMEOUT": "20",
+    "COHORT_STARTUP_TIMEOUT": "90",
+    "COHORT_RESTART_BACKOFF": "1",
+    "COHORT_STOP_GRACE": "5",
+    "COHORT_SCHEDULER_INTERVAL": "0.5",
     # A lost start or stop is sent again after this long (defaults 20 and 15 s): the tests
     # that drop them wait it out. A copy is harmless (an agent acts on a start once, by
     # its claim; a stop to a process already gone does nothing), so short is safe.
-    "COHORT_START_RESEND_AFTER": "8", "COHORT_STOP_RESEND_AFTER": "8",
+    "COHORT_START_RESEND_AFTER": "8",
+    "COHORT_STOP_RESEND_AFTER": "8",
 }
 
 # The fault tests' gang: 2 replicas, restarted on failure up to twice. LONG_JOB trains
@@ -47,10 +53,13 @@ FAST = {
 # (tests/e2e/stepper.py).
 GANG: dict[str, Any] = {"replicas": 2, "restart_policy": "on_failure", "max_restarts": 2}
 LONG_JOB: dict[str, Any] = {
-    "name": "long", **GANG, "hyperparameters": {"epochs": 4, "steps_per_epoch": 100},
+    "name": "long",
+    **GANG,
+    "hyperparameters": {"epochs": 4, "steps_per_epoch": 100},
 }
-LONG_JOB_STEPS = (LONG_JOB["hyperparameters"]["epochs"]
-                  * LONG_JOB["hyperparameters"]["steps_per_epoch"])
+LONG_JOB_STEPS = (
+    LONG_JOB["hyperparameters"]["epochs"] * LONG_JOB["hyperparameters"]["steps_per_epoch"]
+)
 
 
 @pytest.fixture
@@ -60,16 +69,27 @@ def make_stack(tmp_path: Path) -> Iterator[Callable[..., tuple[Stack, CohortClie
     server (a test that restarts PostgreSQL: tests/pgserver.py)."""
     made: list[tuple[Stack, str | None]] = []
 
-    def make(slots: int = 2, database_url: str | None = None, **env: str
-             ) -> tuple[Stack, CohortClient]:
+    def make(
+        slots: int = 2, database_url: str | None = None, **env: str
+    ) -> tuple[Stack, CohortClient]:
         name = None if database_url else f"cohort_fault_{free_port()}"
         url = database_url or create_database(str(name))
-        stack = Stack({**FAST, "COHORT_DATABASE_URL": url, "COHORT_REDIS_URL": "",
-                       "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
-                       "COHORT_DATA_DIR": str(tmp_path / f"data-{len(made)}"),
-                       "COHORT_API_PORT": str(free_port()), "COHORT_NODE_ID": "node-a",
-                       "COHORT_NODE_SLOTS": str(slots), "COHORT_PORT_RANGE_START": PORT_BASE,
-                       "COHORT_BOOTSTRAP_TOKEN": FAULT_TOKEN, **env}, quiet=True)
+        stack = Stack(
+            {
+                **FAST,
+                "COHORT_DATABASE_URL": url,
+                "COHORT_REDIS_URL": "",
+                "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
+                "COHORT_DATA_DIR": str(tmp_path / f"data-{len(made)}"),
+                "COHORT_API_PORT": str(free_port()),
+                "COHORT_NODE_ID": "node-a",
+                "COHORT_NODE_SLOTS": str(slots),
+                "COHORT_PORT_RANGE_START": PORT_BASE,
+                "COHORT_BOOTSTRAP_TOKEN": FAULT_TOKEN,
+                **env,
+            },
+            quiet=True,
+        )
         made.append((stack, name))
         stack.start()
         return stack, CohortClient(stack.url, stack.token)
@@ -94,8 +114,9 @@ def steps_seen(client: CohortClient, job_id: int, attempt: int) -> list[int]:
     return [p["step"] for p in points]
 
 
-def event_time(client: CohortClient, job_id: int, status: str, attempt: int | None = None
-               ) -> float | None:
+def event_time(
+    client: CohortClient, job_id: int, status: str, attempt: int | None = None
+) -> float | None:
     import datetime as dt
 
     for event in client.events(job_id):
@@ -109,20 +130,26 @@ def event_time(client: CohortClient, job_id: int, status: str, attempt: int | No
 DELIVERY_SLACK = 5.0
 
 
-def old_attempt_gone(stack: Stack, client: CohortClient, job_id: int, attempt: int,
-                     timeout: float = 120) -> float:
+def old_attempt_gone(
+    stack: Stack, client: CohortClient, job_id: int, attempt: int, timeout: float = 120
+) -> float:
     """Wait until no process of attempt `attempt` is left (processes.attempt_processes:
     the replicas and whatever they started), and assert that it was within the stop
     grace of the job's `restarting` event: a torn-down gang's processes get SIGTERM,
     and SIGKILL once STOP_GRACE has passed. Returns when (unix time)."""
-    wait_for(lambda: not attempt_processes(stack, job_id, attempt), timeout,
-             f"every process of attempt {attempt} to be gone", interval=0.25)
+    wait_for(
+        lambda: not attempt_processes(stack, job_id, attempt),
+        timeout,
+        f"every process of attempt {attempt} to be gone",
+        interval=0.25,
+    )
     gone_at = time.time()
     restarted = event_time(client, job_id, "restarting", attempt=attempt)
     assert restarted is not None, "gone before the gang was restarted"
     bound = stack.settings.STOP_GRACE + DELIVERY_SLACK
-    assert gone_at - restarted <= bound, \
+    assert gone_at - restarted <= bound, (
         f"attempt {attempt}'s processes went {gone_at - restarted:.1f}s after the restart"
+    )
     return gone_at
 
 
@@ -143,15 +170,20 @@ def chief_checkpoints(stack: Stack, job_id: int) -> Path:
     return layout.checkpoint_dir(stack.settings.data_dir, job_id) / "chief"
 
 
-def past_first_checkpoint(stack: Stack, client: CohortClient, spec: dict[str, Any]
-                          ) -> dict[str, Any]:
+def past_first_checkpoint(
+    stack: Stack, client: CohortClient, spec: dict[str, Any]
+) -> dict[str, Any]:
     """Submit `spec` and return the job once its first checkpoint is on the stack's own
     node's disk: the moment to break it, whatever the metrics' way to SQL lags (on a busy
     machine, a hundred steps and more)."""
     job = client.submit(spec)
-    wait_for(lambda: saved_checkpoint(chief_checkpoints(stack, job["id"])), 180,
-             f"job {job['id']}'s first checkpoint", interval=0.1,
-             explain=lambda: job_story(client, job["id"]))
+    wait_for(
+        lambda: saved_checkpoint(chief_checkpoints(stack, job["id"])),
+        180,
+        f"job {job['id']}'s first checkpoint",
+        interval=0.1,
+        explain=lambda: job_story(client, job["id"]),
+    )
     return client.job(job["id"])
 
 
@@ -163,16 +195,25 @@ def steps_redone(last_seen: int, resumed_after: int, since: str) -> str:
     table says which points never arrived."""
     if last_seen >= resumed_after:
         return f"{last_seen - resumed_after} steps redone (since {since})"
-    return (f"0 steps redone: resumed after step {resumed_after} ({since}); the stopped "
-            f"attempt's points of steps {last_seen + 1}-{resumed_after} were never stored")
+    return (
+        f"0 steps redone: resumed after step {resumed_after} ({since}); the stopped "
+        f"attempt's points of steps {last_seen + 1}-{resumed_after} were never stored"
+    )
 
 
-def record(fault: str, action: str, detect_s: float | None, recover_s: float | None,
-           lost: str) -> None:
+def record(
+    fault: str, action: str, detect_s: float | None, recover_s: float | None, lost: str
+) -> None:
     """Append one measured row for docs/reliability.md."""
     ARTIFACTS.mkdir(exist_ok=True)
-    row = {"fault": fault, "action": action, "detect_s": detect_s, "recover_s": recover_s,
-           "lost": lost, "at": time.strftime("%Y-%m-%d %H:%M:%S"),
-           "load": round(os.getloadavg()[0], 1)}  # times on a busy machine are longer
+    row = {
+        "fault": fault,
+        "action": action,
+        "detect_s": detect_s,
+        "recover_s": recover_s,
+        "lost": lost,
+        "at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "load": round(os.getloadavg()[0], 1),
+    }  # times on a busy machine are longer
     with open(ARTIFACTS / "reliability.jsonl", "a") as handle:
         handle.write(json.dumps(row) + "\n")

@@ -28,9 +28,13 @@ def _blocked_pops(bus: redis.Redis, pids: list[int]) -> list[str]:
     """The BRPOPs of processes `pids` that Redis holds open: one would take a message
     pushed meanwhile, into a stopped process's socket."""
     ports = {c.laddr.port for pid in pids for c in psutil.Process(pid).net_connections("tcp")}
-    return [c["addr"] for c in bus.client_list()
-            if c.get("cmd") in ("brpop", "blpop") and "b" in c.get("flags", "")
-            and int(c["addr"].rsplit(":", 1)[1]) in ports]
+    return [
+        c["addr"]
+        for c in bus.client_list()
+        if c.get("cmd") in ("brpop", "blpop")
+        and "b" in c.get("flags", "")
+        and int(c["addr"].rsplit(":", 1)[1]) in ports
+    ]
 
 
 @contextmanager
@@ -58,12 +62,21 @@ def _job_of(task: str, raw: str) -> int | None:
         return None
     args, _kwargs, _embed = json.loads(b64decode(message["body"]))
     body = Sealed.decode(args[0]).body
-    return StartReplica.decode(body).spec.job_id if task == START_TASK \
+    return (
+        StartReplica.decode(body).spec.job_id
+        if task == START_TASK
         else StopReplica.decode(body).job_id
+    )
 
 
-def drop_messages(bus: redis.Redis, node_ids: Iterable[str], task: str, job_id: int,
-                  count: int, timeout: float = 30.0) -> None:
+def drop_messages(
+    bus: redis.Redis,
+    node_ids: Iterable[str],
+    task: str,
+    job_id: int,
+    count: int,
+    timeout: float = 30.0,
+) -> None:
     """Wait until `count` messages of `task` (START_TASK, STOP_TASK) for job `job_id` are in
     the queues of nodes `node_ids` (their agents not consuming), then delete them."""
     assert task in (START_TASK, STOP_TASK), task
@@ -74,12 +87,16 @@ def drop_messages(bus: redis.Redis, node_ids: Iterable[str], task: str, job_id: 
         for node_id in nodes:
             for key in bus.scan_iter(match=f"node.{node_id}*"):
                 if bus.type(key) == "list":  # the queue and its priority lists
-                    found += [(key, raw) for raw in bus.lrange(key, 0, -1)
-                              if _job_of(task, raw) == job_id]
+                    found += [
+                        (key, raw) for raw in bus.lrange(key, 0, -1) if _job_of(task, raw) == job_id
+                    ]
         return found
 
-    messages = wait_for(lambda: len(q := queued()) >= count and q, timeout,
-                        f"{count} {task} messages of job {job_id} queued for {nodes}")
+    messages = wait_for(
+        lambda: len(q := queued()) >= count and q,
+        timeout,
+        f"{count} {task} messages of job {job_id} queued for {nodes}",
+    )
     assert len(messages) == count, messages
     for key, raw in messages:
         assert bus.lrem(key, 1, raw) == 1, "taken meanwhile by the stopped agent?"
@@ -112,20 +129,28 @@ def send_start(stack: Stack, message: StartReplica) -> None:
     # Until its agent's consumer has declared the queue (kombu's binding), a message sent
     # to it is dropped: a node reports ready with its first heartbeat, which may be sooner.
     bus = redis.Redis.from_url(stack.settings.redis_url)
-    wait_for(lambda: bus.exists(f"{BINDING_PREFIXES[0]}node.{message.node_id}"), 60,
-             f"node {message.node_id}'s agent to declare its queue")
+    wait_for(
+        lambda: bus.exists(f"{BINDING_PREFIXES[0]}node.{message.node_id}"),
+        60,
+        f"node {message.node_id}'s agent to declare its queue",
+    )
     key = node_key(stack.env["COHORT_SIGNING_KEY"], message.node_id)
     make_celery(stack.settings.redis_url).send_task(
-        START_TASK, args=[seal_message(key, message)], queue=f"node.{message.node_id}")
+        START_TASK, args=[seal_message(key, message)], queue=f"node.{message.node_id}"
+    )
 
 
-def claimed(stack: Stack, node_id: str, job_id: int, since: int = 0,
-            by_predecessor: bool = False) -> bool:
+def claimed(
+    stack: Stack, node_id: str, job_id: int, since: int = 0, by_predecessor: bool = False
+) -> bool:
     """Whether node `node_id`'s agent refused a start of replica 0 of attempt 1 of job
     `job_id` for its claim (in its log after offset `since`): another node's, or with
     `by_predecessor`, its own node's from before the agent restarted (answered as an
     exit of a replica never started, workers/node/exits.py)."""
     key = f"ReplicaKey(job_id={job_id}, attempt=1, index=0)"
-    said = f"not starting {key}: this node's previous agent claimed it" if by_predecessor \
+    said = (
+        f"not starting {key}: this node's previous agent claimed it"
+        if by_predecessor
         else f"ignoring start of {key}: already claimed"
+    )
     return said in log_of(stack, agent_name(node_id))[since:]

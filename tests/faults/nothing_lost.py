@@ -38,7 +38,8 @@ def agent_data_dirs(stack: Stack) -> dict[str, Path]:
     for name, (_argv, extra) in stack.argv.items():
         if name == "agent" or name.startswith("agent-"):
             dirs[extra["COHORT_NODE_ID"]] = Path(
-                extra.get("COHORT_DATA_DIR", stack.settings.data_dir)).absolute()
+                extra.get("COHORT_DATA_DIR", stack.settings.data_dir)
+            ).absolute()
     return dirs
 
 
@@ -76,8 +77,9 @@ def written_lines(path: Path) -> list[str]:
     return lines
 
 
-def _rollup_problems(points: dict[Key, dict[PointKey, Point]],
-                     rollups: Iterable[sa.Row]) -> list[str]:
+def _rollup_problems(
+    points: dict[Key, dict[PointKey, Point]], rollups: Iterable[sa.Row]
+) -> list[str]:
     """Each stored point counted once in its rollup: the rollups add only newly stored
     points (services/telemetry/metrics.py), so a point ingested twice shows here even
     though the unique key kept one row."""
@@ -91,10 +93,13 @@ def _rollup_problems(points: dict[Key, dict[PointKey, Point]],
         key = (row.attempt, row.replica, row.name, row.bucket)
         seen.add(key)
         values = expected.get(key, [])
-        if row.points != len(values) or not math.isclose(row.total, math.fsum(values),
-                                                          rel_tol=1e-9, abs_tol=1e-9):
-            problems.append(f"rollup {key}: {row.points} points, total {row.total}; "
-                            f"stored {len(values)} points, total {math.fsum(values)}")
+        if row.points != len(values) or not math.isclose(
+            row.total, math.fsum(values), rel_tol=1e-9, abs_tol=1e-9
+        ):
+            problems.append(
+                f"rollup {key}: {row.points} points, total {row.total}; "
+                f"stored {len(values)} points, total {math.fsum(values)}"
+            )
     problems += [f"stored points of {key} are in no rollup" for key in expected if key not in seen]
     return problems
 
@@ -106,23 +111,36 @@ def problems_of(stack: Stack, job_id: int, agent_died_in: Iterable[int] = ()) ->
     engine = sa.create_engine(stack.settings.database_url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
-            job = connection.execute(sa.select(Job.status, Job.attempt)
-                                     .where(Job.id == job_id)).one()
+            job = connection.execute(
+                sa.select(Job.status, Job.attempt).where(Job.id == job_id)
+            ).one()
             replicas = connection.execute(
-                sa.select(Replica.attempt, Replica.index, Replica.node_id)
-                .where(Replica.job_id == job_id)).all()
+                sa.select(Replica.attempt, Replica.index, Replica.node_id).where(
+                    Replica.job_id == job_id
+                )
+            ).all()
             stored: dict[Key, dict[PointKey, Point]] = defaultdict(dict)
             for p in connection.execute(
-                    sa.select(MetricPoint.attempt, MetricPoint.replica, MetricPoint.step,
-                              MetricPoint.name, MetricPoint.value, MetricPoint.ts,
-                              MetricPoint.epoch).where(MetricPoint.job_id == job_id)):
+                sa.select(
+                    MetricPoint.attempt,
+                    MetricPoint.replica,
+                    MetricPoint.step,
+                    MetricPoint.name,
+                    MetricPoint.value,
+                    MetricPoint.ts,
+                    MetricPoint.epoch,
+                ).where(MetricPoint.job_id == job_id)
+            ):
                 stored[(p.attempt, p.replica)][(p.step, p.name)] = (p.value, p.ts, p.epoch)
             rollups = connection.execute(
-                sa.select(MetricRollup).where(MetricRollup.job_id == job_id)).all()
+                sa.select(MetricRollup).where(MetricRollup.job_id == job_id)
+            ).all()
             lines: dict[Key, dict[int, str]] = defaultdict(dict)
             for line in connection.execute(
-                    sa.select(LogLine.attempt, LogLine.replica, LogLine.seq, LogLine.line)
-                    .where(LogLine.job_id == job_id)):
+                sa.select(LogLine.attempt, LogLine.replica, LogLine.seq, LogLine.line).where(
+                    LogLine.job_id == job_id
+                )
+            ):
                 lines[(line.attempt, line.replica)][line.seq] = line.line
     finally:
         engine.dispose()
@@ -130,10 +148,12 @@ def problems_of(stack: Stack, job_id: int, agent_died_in: Iterable[int] = ()) ->
     problems = _rollup_problems(stored, rollups)
     dirs = agent_data_dirs(stack)
     known = {(r.attempt, r.index) for r in replicas}
-    problems += [f"points of {key}, which is no replica of the job" for key in stored
-                 if key not in known]
-    problems += [f"log lines of {key}, which is no replica of the job" for key in lines
-                 if key not in known]
+    problems += [
+        f"points of {key}, which is no replica of the job" for key in stored if key not in known
+    ]
+    problems += [
+        f"log lines of {key}, which is no replica of the job" for key in lines if key not in known
+    ]
     # The attempt that ran to the end: a later one never replaced it, so none of its
     # points was refused as an old attempt's (services/telemetry/metrics.py fences them).
     ended = job.attempt if job.status in (JobStatus.SUCCEEDED, JobStatus.CANCELLED) else None
@@ -144,43 +164,54 @@ def problems_of(stack: Stack, job_id: int, agent_died_in: Iterable[int] = ()) ->
         points = stored.get(key, {})
         invented = sorted(k for k in points if k not in written)
         if invented:
-            problems.append(f"{key}: {len(invented)} points stored that its replica never "
-                            f"wrote, e.g. (step, name) {invented[:3]}")
+            problems.append(
+                f"{key}: {len(invented)} points stored that its replica never "
+                f"wrote, e.g. (step, name) {invented[:3]}"
+            )
         changed = sorted(k for k in points if k in written and points[k] != written[k])
         if changed:
-            problems.append(f"{key}: {len(changed)} points stored with another value, time "
-                            f"or epoch than written, e.g. {changed[0]}: stored "
-                            f"{points[changed[0]]}, written {written[changed[0]]}")
+            problems.append(
+                f"{key}: {len(changed)} points stored with another value, time "
+                f"or epoch than written, e.g. {changed[0]}: stored "
+                f"{points[changed[0]]}, written {written[changed[0]]}"
+            )
         if r.attempt == ended and r.attempt not in died:
             missing = sorted(k for k in written if k not in points)
             if missing:
-                problems.append(f"{key}: {len(missing)} of {len(written)} points written "
-                                f"never stored, e.g. (step, name) {missing[:3]}")
+                problems.append(
+                    f"{key}: {len(missing)} of {len(written)} points written "
+                    f"never stored, e.g. (step, name) {missing[:3]}"
+                )
 
         text = written_lines(layout.log_file(data_dir, job_id, r.attempt, r.index))
         shipped = lines.get(key, {})
         beyond = sorted(seq for seq in shipped if not 1 <= seq <= len(text))
         if beyond:
-            problems.append(f"{key}: log lines {beyond[:5]} stored, the file has "
-                            f"{len(text)}")
-        differing = sorted(seq for seq in shipped
-                           if 1 <= seq <= len(text) and shipped[seq] != text[seq - 1])
+            problems.append(f"{key}: log lines {beyond[:5]} stored, the file has {len(text)}")
+        differing = sorted(
+            seq for seq in shipped if 1 <= seq <= len(text) and shipped[seq] != text[seq - 1]
+        )
         if differing:
             seq = differing[0]
-            problems.append(f"{key}: {len(differing)} log lines stored unlike the file, "
-                            f"e.g. line {seq}: {shipped[seq]!r} != {text[seq - 1]!r}")
+            problems.append(
+                f"{key}: {len(differing)} log lines stored unlike the file, "
+                f"e.g. line {seq}: {shipped[seq]!r} != {text[seq - 1]!r}"
+            )
         # Every attempt's lines are kept (a failed attempt's output explains it): all of
         # them reach SQL unless the agent that shipped them died first.
         if r.attempt not in died:
             unstored = [seq for seq in range(1, len(text) + 1) if seq not in shipped]
             if unstored:
-                problems.append(f"{key}: {len(unstored)} of {len(text)} log lines never "
-                                f"stored, e.g. {unstored[:5]}: {text[unstored[0] - 1]!r}")
+                problems.append(
+                    f"{key}: {len(unstored)} of {len(text)} log lines never "
+                    f"stored, e.g. {unstored[:5]}: {text[unstored[0] - 1]!r}"
+                )
     return problems
 
 
-def assert_nothing_lost(stack: Stack, job_id: int, *, agent_died_in: Iterable[int] = (),
-                        timeout: float = 60.0) -> None:
+def assert_nothing_lost(
+    stack: Stack, job_id: int, *, agent_died_in: Iterable[int] = (), timeout: float = 60.0
+) -> None:
     """What each replica of job `job_id` wrote is stored exactly once, whatever the fault.
 
     * Every attempt: no point or log line stored that its replica did not write, none

@@ -33,8 +33,9 @@ def attempt_processes(stack: Stack, job_id: int, attempt: int) -> list[psutil.Pr
                 continue
         except psutil.Error:
             continue  # gone meanwhile, or a kernel thread
-        if all(environ.get(k) == v for k, v in wanted.items()) and \
-                any(all(environ.get(k) == v for k, v in m.items()) for m in marks):
+        if all(environ.get(k) == v for k, v in wanted.items()) and any(
+            all(environ.get(k) == v for k, v in m.items()) for m in marks
+        ):
             found.append(process)
     return found
 

@@ -20,9 +20,16 @@ pytestmark = pytest.mark.e2e
 EVERY = 25  # steps between two checkpoints
 EPOCHS = 4
 RESUMABLE_JOB: dict[str, Any] = {
-    "name": "resumable", "replicas": 1, "restart_policy": "on_failure", "max_restarts": 2,
-    "hyperparameters": {"epochs": EPOCHS, "steps_per_epoch": 100, "hidden_units": 256,
-                        "checkpoint_every_steps": EVERY},
+    "name": "resumable",
+    "replicas": 1,
+    "restart_policy": "on_failure",
+    "max_restarts": 2,
+    "hyperparameters": {
+        "epochs": EPOCHS,
+        "steps_per_epoch": 100,
+        "hidden_units": 256,
+        "checkpoint_every_steps": EVERY,
+    },
 }
 
 
@@ -32,16 +39,23 @@ def stored_checkpoint(artifacts: Path, job_id: int) -> int | None:
 
 
 def test_a_gang_restarted_on_another_node_resumes_from_the_stored_checkpoint(
-        make_stack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    make_stack, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     artifacts = tmp_path / "shared-artifacts"  # neither node's DATA_DIR
     stack, client = make_stack(slots=1, COHORT_ARTIFACT_URL=str(artifacts))
     stack.add_agent("node-b", 1, data_dir=str(tmp_path / "data-node-b"))
-    wait_for(lambda: len([n for n in client.nodes() if n["status"] == "ready"]) == 2, 60,
-             "two ready nodes")
+    wait_for(
+        lambda: len([n for n in client.nodes() if n["status"] == "ready"]) == 2,
+        60,
+        "two ready nodes",
+    )
     job = client.submit(RESUMABLE_JOB)
-    number = wait_for(lambda: stored_checkpoint(artifacts, job["id"]), 180,
-                      "the job's first checkpoint in the store",
-                      explain=lambda: job_story(client, job["id"]))
+    number = wait_for(
+        lambda: stored_checkpoint(artifacts, job["id"]),
+        180,
+        "the job's first checkpoint in the store",
+        explain=lambda: job_story(client, job["id"]),
+    )
     node = client.job(job["id"])["replica_list"][0]["node_id"]
     killed_at = time.time()
     stack.kill("agent" if node == "node-a" else "agent-node-b")
@@ -49,8 +63,12 @@ def test_a_gang_restarted_on_another_node_resumes_from_the_stored_checkpoint(
     # checkpoints): the newest stored now is the one the other node must restore.
     last = stored_checkpoint(artifacts, job["id"])
     assert last is not None and last >= number, (last, number)
-    wait_for(lambda: not attempt_processes(stack, job["id"], 1), 15,
-             "the orphaned replica to stop", interval=0.25)
+    wait_for(
+        lambda: not attempt_processes(stack, job["id"], 1),
+        15,
+        "the orphaned replica to stop",
+        interval=0.25,
+    )
     # How far attempt 1 got, by its last stored checkpoint: its metric points lag it (on
     # a busy machine, all of them were still on the killed node's way to SQL).
     assert last * EVERY < EPOCHS * 100, "the job finished before its node died"
@@ -74,9 +92,16 @@ def test_a_gang_restarted_on_another_node_resumes_from_the_stored_checkpoint(
     listed = {item["path"] for item in client.artifacts(job["id"])}
     assert "model/saved_model.pb" in listed, sorted(listed)
     assert "logs/attempt-2/replica-0.log" in listed, sorted(listed)
-    first_step_2 = min(p["ts"] for p in client.metrics(job["id"], attempt=2, name=["loss"],
-                                                       replica=0) if p["step"] == min(second))
-    record("node agent killed (SIGKILL), nodes share only the artifact store",
-           "gang placed on the other node (its own DATA_DIR), which restored the newest "
-           "checkpoint from the store before starting", None, first_step_2 - killed_at,
-           steps_redone(last_seen, resumed_after, "the last stored checkpoint"))
+    first_step_2 = min(
+        p["ts"]
+        for p in client.metrics(job["id"], attempt=2, name=["loss"], replica=0)
+        if p["step"] == min(second)
+    )
+    record(
+        "node agent killed (SIGKILL), nodes share only the artifact store",
+        "gang placed on the other node (its own DATA_DIR), which restored the newest "
+        "checkpoint from the store before starting",
+        None,
+        first_step_2 - killed_at,
+        steps_redone(last_seen, resumed_after, "the last stored checkpoint"),
+    )

@@ -31,16 +31,20 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow(30)]
 
 SKEWS = {"node-ahead": 300.0, "node-behind": -300.0}  # seconds off the real clock
 # 15 s: a few NODE_TIMEOUTs (6 s) of the fault suite, and past the first progress check.
-JOB: dict[str, Any] = stepping_job(300, 0.05, name="skewed", replicas=2, placement="spread",
-                                   restart_policy="never")
+JOB: dict[str, Any] = stepping_job(
+    300, 0.05, name="skewed", replicas=2, placement="spread", restart_policy="never"
+)
 
 
 def skewed(seconds: float) -> dict[str, str]:
     """The environment that sets a process's clock (and its children's) `seconds` off."""
-    return {"LD_PRELOAD": str(need_libfaketime()), "FAKETIME": f"{seconds:+.0f}",
-            # Python's and Celery's timers run on the monotonic clock: left alone, as a
-            # host's clock being wrong does not make its timers wrong.
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    return {
+        "LD_PRELOAD": str(need_libfaketime()),
+        "FAKETIME": f"{seconds:+.0f}",
+        # Python's and Celery's timers run on the monotonic clock: left alone, as a
+        # host's clock being wrong does not make its timers wrong.
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
 
 
 def skewed_python(directory: Path, seconds: float) -> Path:
@@ -73,16 +77,21 @@ class NodeWatch(threading.Thread):
 
 
 def test_agents_five_minutes_ahead_and_behind_stay_ready_and_their_gang_succeeds(
-        make_stack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    make_stack, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     # The stack's own agent (true clock) offers no slot: the gang must go to the others.
     # A clock judged by the sender's time would show a silence of 300 s at once, which
     # the fault suite's progress timeout (20 s) catches.
     stack, client = make_stack(slots=0)
     for node_id, seconds in SKEWS.items():
-        stack.add_agent(node_id, 1, env=skewed(seconds),
-                        replica_python=str(skewed_python(tmp_path, seconds)))
-    wait_for(lambda: {n["id"] for n in client.nodes() if n["status"] == "ready"}
-             >= set(SKEWS), 60, "the skewed agents to register")
+        stack.add_agent(
+            node_id, 1, env=skewed(seconds), replica_python=str(skewed_python(tmp_path, seconds))
+        )
+    wait_for(
+        lambda: {n["id"] for n in client.nodes() if n["status"] == "ready"} >= set(SKEWS),
+        60,
+        "the skewed agents to register",
+    )
     bus = redis.Redis.from_url(stack.settings.redis_url, decode_responses=True)
     for node_id, seconds in SKEWS.items():  # the clocks are really off
         skew = heartbeat_skew(bus, node_id)
@@ -100,8 +109,11 @@ def test_agents_five_minutes_ahead_and_behind_stay_ready_and_their_gang_succeeds
     assert final["status"] == "succeeded", job_story(client, job["id"])
     # Never restarted: no node lost, no replica hung.
     assert final["attempt"] == 1, job_story(client, job["id"])
-    assert not [e["reason"] for e in events if "hung" in (e["reason"] or "")
-                or "lost" in (e["reason"] or "")]
+    assert not [
+        e["reason"]
+        for e in events
+        if "hung" in (e["reason"] or "") or "lost" in (e["reason"] or "")
+    ]
     assert {r["node_id"] for r in final["replica_list"]} == set(SKEWS)
     assert {r["status"] for r in final["replica_list"]} == {"succeeded"}
     # Both nodes ready at every read while the gang ran, and after.
@@ -114,7 +126,12 @@ def test_agents_five_minutes_ahead_and_behind_stay_ready_and_their_gang_succeeds
     assert points
     offset = points[-1]["ts"] - time.time()
     assert abs(offset - SKEWS[chief["node_id"]]) < 120, (chief["node_id"], offset)
-    record("agent clocks 5 min ahead and 5 min behind (libfaketime)",
-           "liveness judged by when the scheduler saw each beat arrive, signed messages by "
-           "Redis's TIME: both nodes ready throughout, no replica hung, the gang across both "
-           f"succeeded in attempt 1 ({time.time() - started:.0f} s)", None, None, "nothing")
+    record(
+        "agent clocks 5 min ahead and 5 min behind (libfaketime)",
+        "liveness judged by when the scheduler saw each beat arrive, signed messages by "
+        "Redis's TIME: both nodes ready throughout, no replica hung, the gang across both "
+        f"succeeded in attempt 1 ({time.time() - started:.0f} s)",
+        None,
+        None,
+        "nothing",
+    )

@@ -49,8 +49,9 @@ def test_postgres_restart_mid_job(own_postgres: PostgresServer, make_stack) -> N
     # Its attempt, not necessarily 1: what is under test is that the attempt running when
     # the database goes away is the one that finishes.
     attempt = wait_for(training, 240, "training (slow to start on a loaded machine)")
-    http = httpx.Client(base_url=stack.url, timeout=10.0,
-                        headers={"Authorization": f"Bearer {stack.token}"})
+    http = httpx.Client(
+        base_url=stack.url, timeout=10.0, headers={"Authorization": f"Bearer {stack.token}"}
+    )
     spec = stepping_job(5, name="during-outage", replicas=1)
     key = {"Idempotency-Key": "submitted-during-the-outage"}
 
@@ -71,8 +72,11 @@ def test_postgres_restart_mid_job(own_postgres: PostgresServer, make_stack) -> N
             assert ready.json()["database"] != "ok"
         # Training and its metrics go on through Redis while SQL is away: the leader reads
         # batches it cannot store, and keeps them pending.
-        wait_for(lambda: bus.xpending(METRICS_STREAM, GROUP)["pending"] > 0, OUTAGE_S,
-                 "metric batches read but not stored")
+        wait_for(
+            lambda: bus.xpending(METRICS_STREAM, GROUP)["pending"] > 0,
+            OUTAGE_S,
+            "metric batches read but not stored",
+        )
         time.sleep(max(0.0, down_at + OUTAGE_S - time.time()))  # the outage itself
     finally:
         own_postgres.start()
@@ -82,8 +86,9 @@ def test_postgres_restart_mid_job(own_postgres: PostgresServer, make_stack) -> N
     accepted = http.post("/api/v1/jobs", json=spec, headers=key)
     assert accepted.status_code == 201, accepted.text
     accepted_at = time.time()
-    assert http.post("/api/v1/jobs", json=spec, headers=key).json()["id"] == \
-        accepted.json()["id"]  # the retry returns the same job
+    assert (
+        http.post("/api/v1/jobs", json=spec, headers=key).json()["id"] == accepted.json()["id"]
+    )  # the retry returns the same job
 
     final = wait_terminal(client, job["id"], timeout=300)
     events = client.events(job["id"])
@@ -102,16 +107,21 @@ def test_postgres_restart_mid_job(own_postgres: PostgresServer, make_stack) -> N
     assert other["status"] == "succeeded", other["reason"]
     names = [j["name"] for j in client.jobs(limit=500)["items"]]
     assert names.count("during-outage") == 1
-    record("PostgreSQL stopped (fast) for 6 s mid-job and started again",
-           "api answers 503 with Retry-After and /readyz 503 while it is down; the scheduler "
-           "and ingest retry their passes, keeping unstored batches and events unacknowledged; "
-           "the running gang is untouched",
-           None, accepted_at - down_at, "nothing: every metric point stored once, no restart")
+    record(
+        "PostgreSQL stopped (fast) for 6 s mid-job and started again",
+        "api answers 503 with Retry-After and /readyz 503 while it is down; the scheduler "
+        "and ingest retry their passes, keeping unstored batches and events unacknowledged; "
+        "the running gang is untouched",
+        None,
+        accepted_at - down_at,
+        "nothing: every metric point stored once, no restart",
+    )
 
 
 # own_postgres first: the stack is stopped before its database server.
 def test_an_api_started_while_postgres_is_down_serves_and_registers_its_token_later(
-        own_postgres: PostgresServer, make_stack) -> None:  # type: ignore[no-untyped-def]
+    own_postgres: PostgresServer, make_stack
+) -> None:  # type: ignore[no-untyped-def]
     stack, _client = make_stack(database_url=own_postgres.create_database("cohort"))
     new_token = "a-bootstrap-token-set-while-the-database-was-down"
     own_postgres.stop("fast")
@@ -119,8 +129,9 @@ def test_an_api_started_while_postgres_is_down_serves_and_registers_its_token_la
         stack.kill("api")
         # A new bootstrap token: usable only if this api registers it, after the outage.
         api = stack.restart("api", {"COHORT_BOOTSTRAP_TOKEN": new_token})
-        http = httpx.Client(base_url=stack.url, timeout=10.0,
-                            headers={"Authorization": f"Bearer {new_token}"})
+        http = httpx.Client(
+            base_url=stack.url, timeout=10.0, headers={"Authorization": f"Bearer {new_token}"}
+        )
 
         def answering() -> bool:
             assert api.poll() is None, f"the api exited ({api.returncode}) on a database down"
@@ -137,7 +148,10 @@ def test_an_api_started_while_postgres_is_down_serves_and_registers_its_token_la
         assert int(refused.headers["Retry-After"]) > 0
     finally:
         own_postgres.start()
-    listed = wait_for(lambda: (r := http.get("/api/v1/jobs")).status_code == 200 and r, 60,
-                      "the new token to be registered once the database is back")
+    listed = wait_for(
+        lambda: (r := http.get("/api/v1/jobs")).status_code == 200 and r,
+        60,
+        "the new token to be registered once the database is back",
+    )
     assert listed.json()["items"] == []
     assert api.poll() is None

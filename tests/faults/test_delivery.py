@@ -39,7 +39,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow(100)]
 
 
 def test_lost_repeated_and_stale_start_messages_start_each_replica_once(
-        make_stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    make_stack, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     stack, client = make_stack()
     # Steppers (tests/e2e/stepper.py) for 10 s: what is tested is who starts them.
     spec = stepping_job(200, 0.05, name="delivered", **GANG)
@@ -53,20 +54,26 @@ def test_lost_repeated_and_stale_start_messages_start_each_replica_once(
     # A second node, with a DATA_DIR of its own, to be sent a copy of a start message;
     # it starts while the scheduler waits to send the lost messages again.
     stack.add_agent("node-b", 1, data_dir=str(tmp_path / "data-node-b"))
-    running = wait_for(lambda: (j := client.job(job["id"]))["status"] == "running" and j, 120,
-                       "the job to run")
+    running = wait_for(
+        lambda: (j := client.job(job["id"]))["status"] == "running" and j, 120, "the job to run"
+    )
     running_at = time.time()
     scheduled = event_time(client, job["id"], "scheduled")
     assert scheduled is not None
     # Only the scheduler's re-sends, from SQL, can have started them.
-    started = [dt.datetime.fromisoformat(r["started_at"]).timestamp()
-               for r in running["replica_list"]]
+    started = [
+        dt.datetime.fromisoformat(r["started_at"]).timestamp() for r in running["replica_list"]
+    ]
     resend = stack.settings.START_RESEND_AFTER
     assert min(started) - scheduled >= resend - 1, (started, scheduled)
-    record("start messages lost on their way to the agent",
-           f"re-sent from SQL to the replicas still pending after {resend:g} s"
-           " (COHORT_START_RESEND_AFTER); the gang started then and succeeded", None,
-           running_at - submitted_at, f"nothing: {resend:g} s of waiting")
+    record(
+        "start messages lost on their way to the agent",
+        f"re-sent from SQL to the replicas still pending after {resend:g} s"
+        " (COHORT_START_RESEND_AFTER); the gang started then and succeeded",
+        None,
+        running_at - submitted_at,
+        f"nothing: {resend:g} s of waiting",
+    )
 
     # Repeated: twice more to the node that runs replica 0 (its agent's own record stops
     # them), once to the other node (only the claim can), and once as a message of an
@@ -74,19 +81,31 @@ def test_lost_repeated_and_stale_start_messages_start_each_replica_once(
     replica = next(r for r in running["replica_list"] if r["index"] == 0)
     node = replica["node_id"]
     other = "node-b" if node == "node-a" else "node-a"
-    start = StartReplica(node, ReplicaSpec(job["id"], 1, 0, 2, None, "multi_worker_mirrored",
-                                           command=spec["command"]),
-                         tf_config=replica["tf_config"],
-                         port=int(replica["address"].rsplit(":", 1)[1]))
+    start = StartReplica(
+        node,
+        ReplicaSpec(job["id"], 1, 0, 2, None, "multi_worker_mirrored", command=spec["command"]),
+        tf_config=replica["tf_config"],
+        port=int(replica["address"].rsplit(":", 1)[1]),
+    )
     stale = dataclasses.replace(start, spec=dataclasses.replace(start.spec, attempt=7))
-    wait_for(lambda: len([n for n in client.nodes() if n["status"] == "ready"]) == 2, 60,
-             "two ready nodes")
-    for message in (start, start, stale, dataclasses.replace(start, node_id=other,
-                                                             port=free_port())):
+    wait_for(
+        lambda: len([n for n in client.nodes() if n["status"] == "ready"]) == 2,
+        60,
+        "two ready nodes",
+    )
+    for message in (
+        start,
+        start,
+        stale,
+        dataclasses.replace(start, node_id=other, port=free_port()),
+    ):
         send_start(stack, message)
-    wait_for(lambda: claimed(stack, other, job["id"]), 60,
-             "the other node to refuse the copy for its claim",
-             explain=lambda: log_of(stack, agent_name(other))[-3000:])
+    wait_for(
+        lambda: claimed(stack, other, job["id"]),
+        60,
+        "the other node to refuse the copy for its claim",
+        explain=lambda: log_of(stack, agent_name(other))[-3000:],
+    )
     final = wait_terminal(client, job["id"])
     assert final["status"] == "succeeded", job_story(client, job["id"])
 
@@ -101,27 +120,44 @@ def test_lost_repeated_and_stale_start_messages_start_each_replica_once(
     restarted_at = time.time()
     stack.kill(agent_name(node))
     stack.restart(agent_name(node))
-    wait_for(lambda: any(n["id"] == node and n["status"] == "ready" and
-                         dt.datetime.fromisoformat(n["last_heartbeat"]).timestamp() > restarted_at
-                         for n in client.nodes()), 60, "the restarted agent's heartbeat")
+    wait_for(
+        lambda: any(
+            n["id"] == node
+            and n["status"] == "ready"
+            and dt.datetime.fromisoformat(n["last_heartbeat"]).timestamp() > restarted_at
+            for n in client.nodes()
+        ),
+        60,
+        "the restarted agent's heartbeat",
+    )
     send_start(stack, start)
-    wait_for(lambda: claimed(stack, node, job["id"], since, by_predecessor=True), 60,
-             "the restarted agent to refuse the copy for its claim")
-    assert {r["index"]: r["exit_code"] for r in client.job(job["id"])["replica_list"]} == \
-        {0: 0, 1: 0}
+    wait_for(
+        lambda: claimed(stack, node, job["id"], since, by_predecessor=True),
+        60,
+        "the restarted agent to refuse the copy for its claim",
+    )
+    assert {r["index"]: r["exit_code"] for r in client.job(job["id"])["replica_list"]} == {
+        0: 0,
+        1: 0,
+    }
 
     # One process per replica: one start each, and nothing of it left running.
-    assert sorted(started_events(stack, job["id"])) == [(1, 0), (1, 1)], \
-        [(e["to_status"], e["reason"]) for e in client.events(job["id"])]
+    assert sorted(started_events(stack, job["id"])) == [(1, 0), (1, 1)], [
+        (e["to_status"], e["reason"]) for e in client.events(job["id"])
+    ]
     assert not attempt_processes(stack, job["id"], 1)
     assert not layout.log_file(agent_data_dirs(stack)[other], job["id"], 1, 0).exists()
     assert_nothing_lost(stack, job["id"])
-    record("start message delivered again: twice to its node, to a second node, to its agent "
-           "restarted; and one of a stale attempt",
-           "the agent's record of what it started, the claim (SET NX) per (job, attempt, "
-           "replica) on the second node, the current-attempt check: ignored; after the "
-           "restart, the claim under its own node's name: answered as never started", 0.0,
-           0.0, "nothing: one process per replica")
+    record(
+        "start message delivered again: twice to its node, to a second node, to its agent "
+        "restarted; and one of a stale attempt",
+        "the agent's record of what it started, the claim (SET NX) per (job, attempt, "
+        "replica) on the second node, the current-attempt check: ignored; after the "
+        "restart, the claim under its own node's name: answered as never started",
+        0.0,
+        0.0,
+        "nothing: one process per replica",
+    )
 
 
 def test_redis_restart_mid_job(make_stack) -> None:  # type: ignore[no-untyped-def]
@@ -136,10 +172,12 @@ def test_redis_restart_mid_job(make_stack) -> None:  # type: ignore[no-untyped-d
         # Agents heartbeat again, and new metric points reach SQL again.
         import datetime as dt
 
-        beats = [dt.datetime.fromisoformat(n["last_heartbeat"]).timestamp()
-                 for n in client.nodes()]
-        return bool(beats) and min(beats) > down_at and \
-            len(client.metrics(job["id"], limit=100_000)) > before
+        beats = [dt.datetime.fromisoformat(n["last_heartbeat"]).timestamp() for n in client.nodes()]
+        return (
+            bool(beats)
+            and min(beats) > down_at
+            and len(client.metrics(job["id"], limit=100_000)) > before
+        )
 
     wait_for(recovered, 120, "heartbeats and metric ingest after the restart")
     recovered_at = time.time()
@@ -150,12 +188,15 @@ def test_redis_restart_mid_job(make_stack) -> None:  # type: ignore[no-untyped-d
     steps = steps_seen(client, job["id"], final["attempt"])
     assert max(steps) == LONG_JOB_STEPS
     assert_nothing_lost(stack, job["id"])
-    record("Redis killed and restarted empty mid-job",
-           "agents re-register, the scheduler re-takes its lock and re-reads SQL, agents "
-           f"ship what their replicas wrote meanwhile; job finished in attempt {final['attempt']}",
-           None, recovered_at - down_at,
-           "nothing: every point of the finishing attempt and every log line stored once"
-           + ("; a gang restart" if final["attempt"] > 1 else ""))
+    record(
+        "Redis killed and restarted empty mid-job",
+        "agents re-register, the scheduler re-takes its lock and re-reads SQL, agents "
+        f"ship what their replicas wrote meanwhile; job finished in attempt {final['attempt']}",
+        None,
+        recovered_at - down_at,
+        "nothing: every point of the finishing attempt and every log line stored once"
+        + ("; a gang restart" if final["attempt"] > 1 else ""),
+    )
 
 
 def test_api_restart_under_retried_submissions(make_stack) -> None:  # type: ignore[no-untyped-def]
@@ -165,14 +206,16 @@ def test_api_restart_under_retried_submissions(make_stack) -> None:  # type: ign
     errors: list[str] = []
 
     def submit(keys: list[str]) -> None:
-        http = httpx.Client(base_url=stack.url, timeout=5.0,
-                            headers={"Authorization": f"Bearer {stack.token}"})
+        http = httpx.Client(
+            base_url=stack.url, timeout=5.0, headers={"Authorization": f"Bearer {stack.token}"}
+        )
         for key in keys:
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    response = http.post("/api/v1/jobs", json={**spec, "name": key},
-                                         headers={"Idempotency-Key": key})
+                    response = http.post(
+                        "/api/v1/jobs", json={**spec, "name": key}, headers={"Idempotency-Key": key}
+                    )
                     if response.status_code == 201:
                         acknowledged[key] = response.json()["id"]
                         break
@@ -209,9 +252,13 @@ def test_api_restart_under_retried_submissions(make_stack) -> None:  # type: ign
         if not cursor:
             break
     assert sorted(names) == keys  # every acknowledged job exactly once, nothing else
-    record("API killed and restarted during 200 retried submissions",
-           "clients retry with Idempotency-Key; each key stored once", None,
-           back_at - down_at, "nothing: 200 acknowledged, 200 stored, 0 duplicates")
+    record(
+        "API killed and restarted during 200 retried submissions",
+        "clients retry with Idempotency-Key; each key stored once",
+        None,
+        back_at - down_at,
+        "nothing: 200 acknowledged, 200 stored, 0 duplicates",
+    )
 
 
 def test_scheduler_restart_mid_job(make_stack) -> None:  # type: ignore[no-untyped-def]
@@ -224,8 +271,11 @@ def test_scheduler_restart_mid_job(make_stack) -> None:  # type: ignore[no-untyp
     queued = client.submit({"name": "while-down", "replicas": 64})  # committed, not placed
     stack.restart("scheduler")
     # The job submitted while no scheduler ran is seen from SQL and given a reason.
-    waiting = wait_for(lambda: (j := client.job(queued["id"]))["reason"].startswith(
-        "unschedulable") and j, 60, "the scheduler to look at the new job")
+    waiting = wait_for(
+        lambda: (j := client.job(queued["id"]))["reason"].startswith("unschedulable") and j,
+        60,
+        "the scheduler to look at the new job",
+    )
     back_at = time.time()
     assert waiting["status"] == "queued"
     final = wait_terminal(client, job["id"], timeout=300)
@@ -233,7 +283,11 @@ def test_scheduler_restart_mid_job(make_stack) -> None:  # type: ignore[no-untyp
     assert final["attempt"] == 1, job_story(client, job["id"])  # the gang never noticed
     assert max(steps_seen(client, job["id"], 1)) == steps
     assert_nothing_lost(stack, job["id"])
-    record("scheduler killed (SIGKILL) and restarted mid-job",
-           "the new scheduler takes the lock when the old one's expires, re-reads SQL and its "
-           "unacknowledged events; the running gang is untouched",
-           None, back_at - down_at, "nothing")
+    record(
+        "scheduler killed (SIGKILL) and restarted mid-job",
+        "the new scheduler takes the lock when the old one's expires, re-reads SQL and its "
+        "unacknowledged events; the running gang is untouched",
+        None,
+        back_at - down_at,
+        "nothing",
+    )

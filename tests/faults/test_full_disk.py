@@ -26,9 +26,16 @@ pytestmark = pytest.mark.e2e
 EVERY = 25  # steps between two checkpoints
 STEPS = 8 * 100
 JOB: dict[str, Any] = {
-    "name": "full-disk", "replicas": 1, "restart_policy": "on_failure", "max_restarts": 2,
-    "hyperparameters": {"epochs": 8, "steps_per_epoch": 100, "hidden_units": 256,
-                        "checkpoint_every_steps": EVERY},
+    "name": "full-disk",
+    "replicas": 1,
+    "restart_policy": "on_failure",
+    "max_restarts": 2,
+    "hyperparameters": {
+        "epochs": 8,
+        "steps_per_epoch": 100,
+        "hidden_units": 256,
+        "checkpoint_every_steps": EVERY,
+    },
 }
 
 
@@ -56,8 +63,9 @@ def local_checkpoint(data_dir: Path, job_id: int) -> int | None:
     names = named_checkpoints(state)
     if not names:
         return None
-    assert checkpoint_files("", names[0], present) is not None, \
+    assert checkpoint_files("", names[0], present) is not None, (
         f"the state file names {names[0]}, which is not whole: {sorted(present)}"
+    )
     match = re.fullmatch(r"ckpt-(\d+)", names[0])
     return int(match.group(1)) if match else None
 
@@ -74,18 +82,23 @@ def heartbeat_since(client: Any, since: float) -> bool:
 
 
 def test_a_full_data_dir_fails_the_replica_with_its_reason_and_the_job_recovers(
-        data_disk: Path, make_stack: Any, tmp_path: Path) -> None:
+    data_disk: Path, make_stack: Any, tmp_path: Path
+) -> None:
     # Attempt 3 waits 4 x 2 s after attempt 2 fails (the backoff doubles): time for the
     # test to see that failure and free the disk first, however loaded the machine.
-    stack, client = make_stack(slots=1, COHORT_DATA_DIR=str(data_disk),
-                               COHORT_ARTIFACT_URL=str(tmp_path / "artifacts"),
-                               COHORT_RESTART_BACKOFF="4")
+    stack, client = make_stack(
+        slots=1,
+        COHORT_DATA_DIR=str(data_disk),
+        COHORT_ARTIFACT_URL=str(tmp_path / "artifacts"),
+        COHORT_RESTART_BACKOFF="4",
+    )
     agent = stack.child("agent")
     job = client.submit(JOB)
     job_id = job["id"]
     # Training, with a checkpoint written and some steps beyond it.
-    wait_for(lambda: (local_checkpoint(data_disk, job_id) or 0) >= 2, 180,
-             "the job's second checkpoint")
+    wait_for(
+        lambda: (local_checkpoint(data_disk, job_id) or 0) >= 2, 180, "the job's second checkpoint"
+    )
     written = local_checkpoint(data_disk, job_id)
     assert written is not None
     filler = fill(data_disk)
@@ -103,8 +116,11 @@ def test_a_full_data_dir_fails_the_replica_with_its_reason_and_the_job_recovers(
     wait_for(lambda: heartbeat_since(client, now), 10, "a heartbeat of node-a")
 
     # Attempt 2 on the still full disk fails the same way, and the restart policy holds.
-    second = wait_for(lambda: len(r := restarts(client, job_id)) >= 2 and r[1], 120,
-                      "the second attempt failing too")
+    second = wait_for(
+        lambda: len(r := restarts(client, job_id)) >= 2 and r[1],
+        120,
+        "the second attempt failing too",
+    )
     assert NO_SPACE_REASON in second["reason"], second["reason"]
     assert agent.poll() is None
 
@@ -127,12 +143,18 @@ def test_a_full_data_dir_fails_the_replica_with_its_reason_and_the_job_recovers(
     assert min(third) - 1 == kept * EVERY, (min(third), kept)
     assert max(third) == STEPS
     seen = steps_seen(client, job_id, 1)
-    first_step_3 = min(p["ts"] for p in client.metrics(job_id, attempt=3, name=["loss"],
-                                                       replica=0) if p["step"] == min(third))
+    first_step_3 = min(
+        p["ts"]
+        for p in client.metrics(job_id, attempt=3, name=["loss"], replica=0)
+        if p["step"] == min(third)
+    )
     detect_s = dt.datetime.fromisoformat(detected).timestamp() - filled_at
-    record("DATA_DIR full (a tmpfs filled to the last byte mid-job)",
-           f"replica exited {NO_SPACE} ({NO_SPACE_REASON}), the agent ran on and stayed "
-           "ready; restarted per on_failure (the next attempt failed the same way on the "
-           "full disk); once space was freed, resumed from the last whole checkpoint",
-           detect_s, first_step_3 - freed_at,
-           steps_redone(max(seen), kept * EVERY, "the last whole checkpoint"))
+    record(
+        "DATA_DIR full (a tmpfs filled to the last byte mid-job)",
+        f"replica exited {NO_SPACE} ({NO_SPACE_REASON}), the agent ran on and stayed "
+        "ready; restarted per on_failure (the next attempt failed the same way on the "
+        "full disk); once space was freed, resumed from the last whole checkpoint",
+        detect_s,
+        first_step_3 - freed_at,
+        steps_redone(max(seen), kept * EVERY, "the last whole checkpoint"),
+    )

@@ -37,8 +37,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow(65)]
 def test_killed_agent_job_restarts_elsewhere(make_stack) -> None:  # type: ignore[no-untyped-def]
     stack, client = make_stack(slots=2)
     stack.add_agent("node-b", 2)
-    wait_for(lambda: len([n for n in client.nodes() if n["status"] == "ready"]) == 2, 60,
-             "two ready nodes")
+    wait_for(
+        lambda: len([n for n in client.nodes() if n["status"] == "ready"]) == 2,
+        60,
+        "two ready nodes",
+    )
     job = past_first_checkpoint(stack, client, LONG_JOB)  # both nodes share DATA_DIR
     node = job["replica_list"][0]["node_id"]
     assert {r["node_id"] for r in job["replica_list"]} == {node}  # packed on one node
@@ -47,8 +50,12 @@ def test_killed_agent_job_restarts_elsewhere(make_stack) -> None:  # type: ignor
 
     # Its replicas notice their agent is gone and stop, and whatever they started with
     # them: no second copy of the gang. The checkpoint they left is the last.
-    wait_for(lambda: not attempt_processes(stack, job["id"], 1), 15,
-             "the orphaned replicas to stop", interval=0.25)
+    wait_for(
+        lambda: not attempt_processes(stack, job["id"], 1),
+        15,
+        "the orphaned replicas to stop",
+        interval=0.25,
+    )
     saved = saved_checkpoint(chief_checkpoints(stack, job["id"]))
     assert saved is not None, "no checkpoint saved"
     resumed_after = saved * LONG_JOB["hyperparameters"]["steps_per_epoch"]  # epoch ends only
@@ -68,26 +75,39 @@ def test_killed_agent_job_restarts_elsewhere(make_stack) -> None:  # type: ignor
     # Both agents share one DATA_DIR here: the other node resumes from that checkpoint.
     second = steps_seen(client, job["id"], 2)
     assert min(second) == resumed_after + 1, (min(second), resumed_after)
-    first_step_2 = min(p["ts"] for p in client.metrics(job["id"], attempt=2, name=["loss"],
-                                                       replica=0) if p["step"] == min(second))
+    first_step_2 = min(
+        p["ts"]
+        for p in client.metrics(job["id"], attempt=2, name=["loss"], replica=0)
+        if p["step"] == min(second)
+    )
     assert_nothing_lost(stack, job["id"], agent_died_in=[1])
-    redone = steps_redone(max(steps_seen(client, job["id"], 1)), resumed_after,
-                          "the last epoch end")
-    record("node agent killed (SIGKILL)", "its replicas stop themselves (parent gone); node "
-           "marked lost after 6 s without heartbeat; gang placed on the other node, resumed "
-           "from checkpoint", restarting - killed_at, first_step_2 - killed_at,
-           redone)
+    redone = steps_redone(
+        max(steps_seen(client, job["id"], 1)), resumed_after, "the last epoch end"
+    )
+    record(
+        "node agent killed (SIGKILL)",
+        "its replicas stop themselves (parent gone); node "
+        "marked lost after 6 s without heartbeat; gang placed on the other node, resumed "
+        "from checkpoint",
+        restarting - killed_at,
+        first_step_2 - killed_at,
+        redone,
+    )
 
 
 def test_cancel_reaches_every_replica_on_every_node(make_stack) -> None:  # type: ignore[no-untyped-def]
     stack, client = make_stack(slots=1)
     stack.add_agent("node-b", 1)
-    wait_for(lambda: len([n for n in client.nodes() if n["status"] == "ready"]) == 2, 60,
-             "two ready nodes")
+    wait_for(
+        lambda: len([n for n in client.nodes() if n["status"] == "ready"]) == 2,
+        60,
+        "two ready nodes",
+    )
     # Steppers (tests/e2e/stepper.py) that would run for hours: only the stops end them.
     job = client.submit(stepping_job(1_000_000, 0.01, name="cancelled", replicas=2))
-    running = wait_for(lambda: (j := client.job(job["id"]))["status"] == "running" and j, 120,
-                       "the job to run")
+    running = wait_for(
+        lambda: (j := client.job(job["id"]))["status"] == "running" and j, 120, "the job to run"
+    )
     assert {r["node_id"] for r in running["replica_list"]} == {"node-a", "node-b"}
     # The first stop messages are lost on their way: taken out of both nodes' queues
     # before the agents could take them. The replicas train on until the scheduler, which
@@ -98,27 +118,43 @@ def test_cancel_reaches_every_replica_on_every_node(make_stack) -> None:  # type
         drop_messages(bus, ("node-a", "node-b"), STOP_TASK, job["id"], count=2)
     assert len(attempt_processes(stack, job["id"], 1)) >= 2, "stopped without a stop message"
     resend = stack.settings.STOP_RESEND_AFTER
-    wait_for(lambda: not attempt_processes(stack, job["id"], 1),
-             resend + stack.settings.STOP_GRACE + 30,
-             "every replica process to exit", interval=0.25)
+    wait_for(
+        lambda: not attempt_processes(stack, job["id"], 1),
+        resend + stack.settings.STOP_GRACE + 30,
+        "every replica process to exit",
+        interval=0.25,
+    )
     gone = time.time() - cancelled_at
     assert gone >= resend, f"gone {gone:.1f}s after the cancel: before a re-send"
     # Each exit is reported once its last log lines, points and files are out
     # (Agent._watch): seconds on a loaded machine.
-    final = wait_for(lambda: (j := client.job(job["id"])) and all(
-        r["status"] == "stopped" for r in j["replica_list"]) and j, 60, "replicas recorded",
-        explain=lambda: job_story(client, job["id"]))
+    final = wait_for(
+        lambda: (
+            (j := client.job(job["id"]))
+            and all(r["status"] == "stopped" for r in j["replica_list"])
+            and j
+        ),
+        60,
+        "replicas recorded",
+        explain=lambda: job_story(client, job["id"]),
+    )
     assert final["status"] == "cancelled"
     assert all(r["exit_code"] is not None for r in final["replica_list"])
     assert_nothing_lost(stack, job["id"])
-    record("cancel of a running 2-node job, its stop messages lost on their way",
-           f"the stops re-sent from SQL after {resend:g} s "
-           "(COHORT_STOP_RESEND_AFTER): SIGTERM to each replica's process group on both nodes "
-           "(SIGKILL after the grace period)", None, gone, "nothing (cancelled)")
+    record(
+        "cancel of a running 2-node job, its stop messages lost on their way",
+        f"the stops re-sent from SQL after {resend:g} s "
+        "(COHORT_STOP_RESEND_AFTER): SIGTERM to each replica's process group on both nodes "
+        "(SIGKILL after the grace period)",
+        None,
+        gone,
+        "nothing (cancelled)",
+    )
 
 
 def test_an_agent_restarted_in_place_ends_what_its_predecessor_left_before_anything_starts(
-        make_stack) -> None:  # type: ignore[no-untyped-def]
+    make_stack,
+) -> None:  # type: ignore[no-untyped-def]
     # The chaos soak: a replica frozen (SIGSTOP) when its agent was killed holds its
     # guard's SIGTERM until the SIGKILL ten seconds later. The agent restarted in place
     # beat "nothing runs here", the scheduler placed the next attempt, and two attempts of
@@ -127,11 +163,22 @@ def test_an_agent_restarted_in_place_ends_what_its_predecessor_left_before_anyth
     # can end it, however long the new agent takes to start on a loaded machine: only the
     # new agent, which ends its predecessor's processes before its first beat.
     stack, client = make_stack(slots=1)
-    job = client.submit(stepping_job(300, 0.05, name="frozen", replicas=1,
-                                     strategy="one_device", restart_policy="on_failure",
-                                     max_restarts=2))
-    wait_for(lambda: client.job(job["id"])["status"] == "running" and
-             steps_seen(client, job["id"], 1), 120, "the job to step")
+    job = client.submit(
+        stepping_job(
+            300,
+            0.05,
+            name="frozen",
+            replicas=1,
+            strategy="one_device",
+            restart_policy="on_failure",
+            max_restarts=2,
+        )
+    )
+    wait_for(
+        lambda: client.job(job["id"])["status"] == "running" and steps_seen(client, job["id"], 1),
+        120,
+        "the job to step",
+    )
     frozen = attempt_processes(stack, job["id"], 1)  # the guard and the job's command
     assert len(frozen) == 2, [p.cmdline() for p in frozen]
     os.killpg(os.getpgid(frozen[0].pid), signal.SIGSTOP)
@@ -186,8 +233,9 @@ class CutAtFirstWrite(threading.Thread):
             upstream = socket.create_connection(self.target)
             self.sockets += [client, upstream]
             for source, sink, replies in ((client, upstream, False), (upstream, client, True)):
-                threading.Thread(target=self._pump, args=(source, sink, replies),
-                                 daemon=True).start()
+                threading.Thread(
+                    target=self._pump, args=(source, sink, replies), daemon=True
+                ).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket, replies: bool) -> None:
         with contextlib.suppress(OSError):
@@ -214,17 +262,24 @@ def test_an_agent_whose_redis_goes_away_as_it_starts_waits_for_it(make_stack) ->
     url = urlsplit(stack.settings.redis_url)
     proxy = CutAtFirstWrite((url.hostname or "127.0.0.1", url.port or 6379))
     proxy.start()
-    via_proxy = urlunsplit(url._replace(netloc=url.netloc.replace(f":{url.port}",
-                                                                   f":{proxy.port}")))
+    via_proxy = urlunsplit(
+        url._replace(netloc=url.netloc.replace(f":{url.port}", f":{proxy.port}"))
+    )
     agent = stack.add_agent("node-late", 1, redis_url=via_proxy)
     log = stack.log_dir / "agent-node-late.log"
     wait_for(lambda: proxy.cut.is_set(), 60, "the agent's first heartbeat")
-    wait_for(lambda: "heartbeat failed" in log.read_text(errors="replace") or
-             agent.poll() is not None, 60, "the agent's first heartbeat to fail")
+    wait_for(
+        lambda: "heartbeat failed" in log.read_text(errors="replace") or agent.poll() is not None,
+        60,
+        "the agent's first heartbeat to fail",
+    )
     assert agent.poll() is None, log.read_text(errors="replace")[-3000:]
     proxy.resume()
-    wait_for(lambda: any(n["id"] == "node-late" and n["status"] == "ready"
-                         for n in client.nodes()), 60, "the agent to register once Redis is back")
+    wait_for(
+        lambda: any(n["id"] == "node-late" and n["status"] == "ready" for n in client.nodes()),
+        60,
+        "the agent to register once Redis is back",
+    )
     job = client.submit(stepping_job(5, name="after", replicas=1, strategy="one_device"))
     final = wait_terminal(client, job["id"])
     assert final["status"] == "succeeded", job_story(client, job["id"])

@@ -29,18 +29,28 @@ STEPS = 30  # per epoch: under parameter_server the chief backs up at each epoch
 
 
 def ps_job(epochs: int, steps: int, **extra: Any) -> dict[str, Any]:
-    return {"name": "ps", "strategy": "parameter_server", "roles": ROLES,
-            "restart_policy": "on_failure", "max_restarts": 1,
-            "hyperparameters": {"epochs": epochs, "steps_per_epoch": steps}, **extra}
+    return {
+        "name": "ps",
+        "strategy": "parameter_server",
+        "roles": ROLES,
+        "restart_policy": "on_failure",
+        "max_restarts": 1,
+        "hyperparameters": {"epochs": epochs, "steps_per_epoch": steps},
+        **extra,
+    }
 
 
-def two_nodes(make_stack: Callable[..., tuple[Stack, CohortClient]], tmp_path: Any
-              ) -> tuple[Stack, CohortClient]:
+def two_nodes(
+    make_stack: Callable[..., tuple[Stack, CohortClient]], tmp_path: Any
+) -> tuple[Stack, CohortClient]:
     # 3 + 3 slots: the gang of 5 spans both nodes (pack fills node-a, then node-b).
     stack, client = make_stack(slots=3, COHORT_EVALUATOR_GRACE="60")
     stack.add_agent("node-b", 3, data_dir=str(tmp_path / "data-node-b"))
-    wait_for(lambda: len([n for n in client.nodes() if n["status"] == "ready"]) == 2, 60,
-             "two ready nodes")
+    wait_for(
+        lambda: len([n for n in client.nodes() if n["status"] == "ready"]) == 2,
+        60,
+        "two ready nodes",
+    )
     return stack, client
 
 
@@ -51,21 +61,29 @@ def chief_step(stack: Stack, job: dict[str, Any]) -> int:
     chief = next((r for r in job["replica_list"] if r["index"] == 0), None)
     if chief is None or not chief["node_id"]:
         return 0
-    path = layout.metrics_file(agent_data_dirs(stack)[chief["node_id"]], job["id"],
-                               job["attempt"], 0)
+    path = layout.metrics_file(
+        agent_data_dirs(stack)[chief["node_id"]], job["id"], job["attempt"], 0
+    )
     return max((step for step, name in written_points(path) if name == "loss"), default=0)
 
 
-def running_pid(stack: Stack, client: CohortClient, job_id: int, index: int,
-                after_step: int) -> int:
+def running_pid(
+    stack: Stack, client: CohortClient, job_id: int, index: int, after_step: int
+) -> int:
     """The pid of replica `index` once the chief has trained past `after_step`."""
+
     def ready() -> int | None:
         job = client.job(job_id)
         replica = next((r for r in job["replica_list"] if r["index"] == index), None)
-        if replica and replica["pid"] and replica["status"] == "running" and \
-                chief_step(stack, job) >= after_step:
+        if (
+            replica
+            and replica["pid"]
+            and replica["status"] == "running"
+            and chief_step(stack, job) >= after_step
+        ):
             return int(replica["pid"])
         return None
+
     return wait_for(ready, 240, f"the chief past step {after_step}", interval=0.1)
 
 
@@ -84,9 +102,18 @@ def test_a_killed_worker_is_restarted_alone(make_stack, tmp_path) -> None:  # ty
     os.kill(pid, signal.SIGKILL)  # the worker's process, on whichever node
     killed_at = time.time()
     restarted = wait_for(
-        lambda: next((r for r in client.job(job["id"])["replica_list"]
-                      if r["index"] == WORKER and r["restarts"] >= 1), None),
-        120, "the worker started again", explain=lambda: job_story(client, job["id"]))
+        lambda: next(
+            (
+                r
+                for r in client.job(job["id"])["replica_list"]
+                if r["index"] == WORKER and r["restarts"] >= 1
+            ),
+            None,
+        ),
+        120,
+        "the worker started again",
+        explain=lambda: job_story(client, job["id"]),
+    )
     # Running again, or already stopped by a chief that finished with the other worker
     # meanwhile (kills late in the run): either way this replica, not its gang, restarted.
     assert restarted["pid"] != pid, job_story(client, job["id"])
@@ -101,33 +128,47 @@ def test_a_killed_worker_is_restarted_alone(make_stack, tmp_path) -> None:  # ty
     # chief with a TF_CONFIG naming only itself; and the evaluator's metrics arrived.
     replicas = sorted(final["replica_list"], key=lambda r: r["index"])
     assert [(r["role"], r["role_index"]) for r in replicas] == [
-        ("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0), ("evaluator", 0)]
+        ("chief", 0),
+        ("worker", 0),
+        ("worker", 1),
+        ("ps", 0),
+        ("evaluator", 0),
+    ]
     assert len({r["node_id"] for r in replicas}) == 2
     assert replicas[EVALUATOR]["node_id"] == replicas[0]["node_id"]
     assert replicas[0]["tf_config"]["task"] == {"type": "chief", "index": 0}
     assert replicas[EVALUATOR]["tf_config"]["cluster"] == {
-        "evaluator": [replicas[EVALUATOR]["address"]]}
-    assert any(p["name"].startswith("eval_") for p in client.metrics(
-        job["id"], replica=EVALUATOR, limit=10_000)), "no eval_* metric from the evaluator"
+        "evaluator": [replicas[EVALUATOR]["address"]]
+    }
+    assert any(
+        p["name"].startswith("eval_")
+        for p in client.metrics(job["id"], replica=EVALUATOR, limit=10_000)
+    ), "no eval_* metric from the evaluator"
     # Both processes of the worker wrote to its one log, shipped as one.
     assert_nothing_lost(stack, job["id"])
-    record("parameter_server worker SIGKILLed mid-run",
-           "its agent started it again in place; the coordinator retried its work",
-           None, back_at - killed_at, "job succeeded on attempt 1, no gang restart")
+    record(
+        "parameter_server worker SIGKILLed mid-run",
+        "its agent started it again in place; the coordinator retried its work",
+        None,
+        back_at - killed_at,
+        "job succeeded on attempt 1, no gang restart",
+    )
 
 
 def test_a_killed_ps_restarts_the_gang_from_its_checkpoint(make_stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
     stack, client = two_nodes(make_stack, tmp_path)
     job = client.submit(ps_job(epochs=4, steps=STEPS))
     pid = running_pid(stack, client, job["id"], PS, after_step=STEPS + 5)  # past the first backup
-    chief_node = next(r["node_id"] for r in client.job(job["id"])["replica_list"]
-                      if r["index"] == 0)
+    chief_node = next(
+        r["node_id"] for r in client.job(job["id"])["replica_list"] if r["index"] == 0
+    )
     first = steps_seen(client, job["id"], 1)
     os.kill(pid, signal.SIGKILL)
     # Every process of the gang goes: the chief, the workers, the evaluator too.
     old_attempt_gone(stack, client, job["id"], 1)
-    saved = saved_checkpoint(layout.checkpoint_dir(agent_data_dirs(stack)[chief_node],
-                                                    job["id"]) / "chief")
+    saved = saved_checkpoint(
+        layout.checkpoint_dir(agent_data_dirs(stack)[chief_node], job["id"]) / "chief"
+    )
     assert saved is not None, "no checkpoint saved"
     final = wait_terminal(client, job["id"], timeout=480)
     assert final["status"] == "succeeded", job_story(client, job["id"])

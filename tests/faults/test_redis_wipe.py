@@ -79,21 +79,29 @@ def replace_with_an_empty_server(stack: Stack) -> None:
     stack.restart_redis()  # a new server, empty, on the same port
 
 
-def wipe_mid_job(make_stack: Callable[..., tuple[Stack, CohortClient]], tmp_path: Path,
-                 wipe: Callable[[Stack], None], fault: str) -> None:
+def wipe_mid_job(
+    make_stack: Callable[..., tuple[Stack, CohortClient]],
+    tmp_path: Path,
+    wipe: Callable[[Stack], None],
+    fault: str,
+) -> None:
     node_a, node_b = f"wipe-a-{free_port()}", f"wipe-b-{free_port()}"
     stack, client = make_stack(COHORT_NODE_ID=node_a)
     stack.add_scheduler("scheduler-b")  # a standby: one of the two must lead after
     job_id = client.submit(JOB)["id"]
     wait_for(lambda: max(steps_seen(client, job_id, 1) or [0]) >= 100, 240, "training")
     running = client.job(job_id)
-    assert running["attempt"] == 1 and {r["node_id"] for r in running["replica_list"]} == \
-        {node_a}, running["replica_list"]
+    assert running["attempt"] == 1 and {r["node_id"] for r in running["replica_list"]} == {
+        node_a
+    }, running["replica_list"]
     # A second node, with a data directory of its own, to be sent a copy of a start
     # message of a replica node_a runs: only the claim can stop it.
     stack.add_agent(node_b, 1, data_dir=str(tmp_path / "data-b"))
-    wait_for(lambda: {n["id"] for n in client.nodes() if n["status"] == "ready"}
-             >= {node_a, node_b}, 60, "the second agent to register")
+    wait_for(
+        lambda: {n["id"] for n in client.nodes() if n["status"] == "ready"} >= {node_a, node_b},
+        60,
+        "the second agent to register",
+    )
     led_before = max(tokens_led(stack, "scheduler") + tokens_led(stack, "scheduler-b"))
     bus = redis.Redis.from_url(stack.settings.redis_url, decode_responses=True)
 
@@ -106,8 +114,11 @@ def wipe_mid_job(make_stack: Callable[..., tuple[Stack, CohortClient]], tmp_path
     try:
         # (Log lines too when the replicas print meanwhile; a quiet log may not.)
         unstored = bus.xlen(METRICS_STREAM)
-        wait_for(lambda: bus.xlen(METRICS_STREAM) >= unstored + 2, 30,
-                 "metric batches that no one stored")
+        wait_for(
+            lambda: bus.xlen(METRICS_STREAM) >= unstored + 2,
+            30,
+            "metric batches that no one stored",
+        )
         wiped_at = time.time()
         wipe(stack)
     finally:
@@ -117,26 +128,43 @@ def wipe_mid_job(make_stack: Callable[..., tuple[Stack, CohortClient]], tmp_path
     # The agent claims again the replicas it runs, the leader writes the current attempt
     # again from SQL, and a scheduler takes the lock with a new fencing token.
     claims = [claim_key(job_id, 1, index) for index in range(JOB["replicas"])]
-    wait_for(lambda: bus.mget(claims) == [node_a] * len(claims), 30,
-             "the agent to claim its replicas again")
-    wait_for(lambda: bus.get(attempt_key(job_id)) == "1", 30,
-             "the leader to write the current attempt again")
+    wait_for(
+        lambda: bus.mget(claims) == [node_a] * len(claims),
+        30,
+        "the agent to claim its replicas again",
+    )
+    wait_for(
+        lambda: bus.get(attempt_key(job_id)) == "1",
+        30,
+        "the leader to write the current attempt again",
+    )
     wait_for(lambda: bus.exists(SCHEDULER_LOCK), 30, "a scheduler to take the lock")
     restored_at = time.time()
 
     # node_b's agent declares its queue again (kombu's binding): until then, what is sent
     # to the queue is dropped, as the scheduler's re-sends would be.
-    wait_for(lambda: bus.exists(f"{BINDING_PREFIXES[0]}node.{node_b}"), 30,
-             "the second agent to declare its queue again")
+    wait_for(
+        lambda: bus.exists(f"{BINDING_PREFIXES[0]}node.{node_b}"),
+        30,
+        "the second agent to declare its queue again",
+    )
     # A copy of replica 0's start message, sealed for node_b as the scheduler seals them:
     # the claim node_a wrote back is all that stands between it and a second process.
     replica = running["replica_list"][0]
-    start = StartReplica(node_b, ReplicaSpec(job_id, 1, 0, JOB["replicas"], None,
-                                             "multi_worker_mirrored", command=JOB["command"]),
-                         tf_config=replica["tf_config"], port=free_port())
+    start = StartReplica(
+        node_b,
+        ReplicaSpec(
+            job_id, 1, 0, JOB["replicas"], None, "multi_worker_mirrored", command=JOB["command"]
+        ),
+        tf_config=replica["tf_config"],
+        port=free_port(),
+    )
     send_start(stack, start)
-    wait_for(lambda: claimed(stack, node_b, job_id), 60,
-             "the second node to refuse the copy (its queue declared again, the claim held)")
+    wait_for(
+        lambda: claimed(stack, node_b, job_id),
+        60,
+        "the second node to refuse the copy (its queue declared again, the claim held)",
+    )
 
     final = wait_terminal(client, job_id, timeout=400)
     events = client.events(job_id)
@@ -149,8 +177,9 @@ def wipe_mid_job(make_stack: Callable[..., tuple[Stack, CohortClient]], tmp_path
     # Each replica started once, on node_a: one process each, reported before the wipe
     # and again after it (the agent re-reports what runs); node_b started nothing.
     started = started_before | starts(bus, job_id)
-    assert {(a, i) for a, i, _node, _pid in started} == \
-        {(1, i) for i in range(JOB["replicas"])}, started
+    assert {(a, i) for a, i, _node, _pid in started} == {(1, i) for i in range(JOB["replicas"])}, (
+        started
+    )
     assert len(started) == JOB["replicas"], started  # one pid per replica
     assert {node for _a, _i, node, _pid in started} == {node_a}, started
 
@@ -166,28 +195,39 @@ def wipe_mid_job(make_stack: Callable[..., tuple[Stack, CohortClient]], tmp_path
     seqs = Counter((line["attempt"], line["replica"], line["seq"]) for line in lines)
     assert [k for k, n in seqs.items() if n > 1] == []
     for index in range(JOB["replicas"]):
-        text = layout.log_file(stack.settings.data_dir, job_id, 1, index).read_bytes() \
+        text = (
+            layout.log_file(stack.settings.data_dir, job_id, 1, index)
+            .read_bytes()
             .decode("utf-8", errors="replace")
+        )
         written = [line.rstrip("\r") for line in text.split("\n")]  # as the shipper reads
         if written and not written[-1]:
             written.pop()  # after the last newline
-        stored = sorted((line["seq"], line["line"]) for line in lines
-                        if (line["attempt"], line["replica"]) == (1, index))
+        stored = sorted(
+            (line["seq"], line["line"])
+            for line in lines
+            if (line["attempt"], line["replica"]) == (1, index)
+        )
         assert [seq for seq, _ in stored] == list(range(1, len(written) + 1)), index
         assert [text for _, text in stored] == written, index
 
     # The lock was taken again, with a newer fencing token, and one scheduler leads.
     leading = {name: leading_token(stack, name) for name in ("scheduler", "scheduler-b")}
-    assert [t for t in leading.values() if t is not None] == \
-        [max(tokens_led(stack, "scheduler") + tokens_led(stack, "scheduler-b"))], leading
+    assert [t for t in leading.values() if t is not None] == [
+        max(tokens_led(stack, "scheduler") + tokens_led(stack, "scheduler-b"))
+    ], leading
     assert max(t for t in leading.values() if t is not None) > led_before, leading
-    record(fault, "every process notices the missing generation marker: replicas' points "
-           "and log lines of the last 30 s are sent again, the agent declares its queue "
-           "and claims its replicas again, the leader re-takes the lock and writes the "
-           f"current attempts from SQL; job finished in attempt {final['attempt']}",
-           None, restored_at - wiped_at,
-           "nothing: every point and log line stored once, none missing; each replica "
-           "started once, a copy of a start message refused by its claim")
+    record(
+        fault,
+        "every process notices the missing generation marker: replicas' points "
+        "and log lines of the last 30 s are sent again, the agent declares its queue "
+        "and claims its replicas again, the leader re-takes the lock and writes the "
+        f"current attempts from SQL; job finished in attempt {final['attempt']}",
+        None,
+        restored_at - wiped_at,
+        "nothing: every point and log line stored once, none missing; each replica "
+        "started once, a copy of a start message refused by its claim",
+    )
 
 
 def test_flushall_mid_job_loses_nothing_and_starts_nothing_twice(make_stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -195,6 +235,11 @@ def test_flushall_mid_job_loses_nothing_and_starts_nothing_twice(make_stack, tmp
 
 
 def test_an_empty_redis_in_its_place_loses_nothing_and_starts_nothing_twice(
-        make_stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    wipe_mid_job(make_stack, tmp_path, replace_with_an_empty_server,
-                 "Redis replaced by an empty server on the same address mid-job")
+    make_stack, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    wipe_mid_job(
+        make_stack,
+        tmp_path,
+        replace_with_an_empty_server,
+        "Redis replaced by an empty server on the same address mid-job",
+    )

@@ -61,8 +61,7 @@ def test_kill_9_replica_resumes_from_checkpoint(make_stack) -> None:  # type: ig
     assert final["attempt"] == 2, job_story(client, job["id"])
     restarted = event_time(client, job["id"], "restarting")
     assert restarted is not None
-    reason = next(e["reason"] for e in client.events(job["id"])
-                  if e["to_status"] == "restarting")
+    reason = next(e["reason"] for e in client.events(job["id"]) if e["to_status"] == "restarting")
     assert "exited with code" in reason
     # BackupAndRestore: attempt 2 starts right after the last checkpoint attempt 1 saved.
     first_step, first_step_at = first_step_ts(client, job["id"], 2)
@@ -70,11 +69,16 @@ def test_kill_9_replica_resumes_from_checkpoint(make_stack) -> None:  # type: ig
     assert max(steps_seen(client, job["id"], 2)) == LONG_JOB_STEPS
     assert not attempt_processes(stack, job["id"], 2)
     assert_nothing_lost(stack, job["id"])
-    redone = steps_redone(max(steps_seen(client, job["id"], 1)), resumed_after,
-                          "the last epoch end")
-    record("replica killed (SIGKILL) mid-epoch", "gang torn down, restarted, resumed from the "
-           f"checkpoint at step {resumed_after}", restarted - killed_at,
-           first_step_at - killed_at, redone)
+    redone = steps_redone(
+        max(steps_seen(client, job["id"], 1)), resumed_after, "the last epoch end"
+    )
+    record(
+        "replica killed (SIGKILL) mid-epoch",
+        f"gang torn down, restarted, resumed from the checkpoint at step {resumed_after}",
+        restarted - killed_at,
+        first_step_at - killed_at,
+        redone,
+    )
 
 
 def test_frozen_replica_is_detected_and_restarted(make_stack) -> None:  # type: ignore[no-untyped-def]
@@ -97,8 +101,7 @@ def test_frozen_replica_is_detected_and_restarted(make_stack) -> None:  # type: 
     assert final["attempt"] == 2, job_story(client, job["id"])
     restarted = event_time(client, job["id"], "restarting")
     assert restarted is not None
-    reason = next(e["reason"] for e in client.events(job["id"])
-                  if e["to_status"] == "restarting")
+    reason = next(e["reason"] for e in client.events(job["id"]) if e["to_status"] == "restarting")
     assert f"hung: no progress for {timeout:.0f}s" in reason, reason
     detect = restarted - frozen_at
     # The watchdog's pass runs every 0.5 s; the rest is a busy machine's slack.
@@ -107,9 +110,14 @@ def test_frozen_replica_is_detected_and_restarted(make_stack) -> None:  # type: 
     assert first_step == resumed_after + 1, (first_step, resumed_after)
     assert max(steps_seen(client, job["id"], 2)) == LONG_JOB_STEPS
     assert_nothing_lost(stack, job["id"])
-    redone = steps_redone(max(steps_seen(client, job["id"], 1)), resumed_after,
-                          "the last epoch end")
-    record("replica hung (its training thread stopped, the process alive)",
-           f"no progress heartbeat for {timeout:.0f} s: gang torn down (the hung process "
-           "killed after the stop grace), restarted from checkpoint", detect,
-           first_step_at - frozen_at, redone)
+    redone = steps_redone(
+        max(steps_seen(client, job["id"], 1)), resumed_after, "the last epoch end"
+    )
+    record(
+        "replica hung (its training thread stopped, the process alive)",
+        f"no progress heartbeat for {timeout:.0f} s: gang torn down (the hung process "
+        "killed after the stop grace), restarted from checkpoint",
+        detect,
+        first_step_at - frozen_at,
+        redone,
+    )

@@ -37,14 +37,23 @@ def tokens_led(stack: Stack, name: str) -> list[int]:
 
 def in_transaction(stack: Stack, pid: int) -> bool:
     """Whether any of process `pid`'s PostgreSQL sessions is inside a transaction."""
-    ports = [c.laddr.port for c in psutil.Process(pid).net_connections("tcp")
-             if c.raddr and c.raddr.port == 5432]
+    ports = [
+        c.laddr.port
+        for c in psutil.Process(pid).net_connections("tcp")
+        if c.raddr and c.raddr.port == 5432
+    ]
     engine = sa.create_engine(stack.settings.database_url)
     try:
         with engine.connect() as connection:
-            return bool(connection.execute(sa.text(
-                "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(:ports) "
-                "AND state <> 'idle'"), {"ports": ports}).scalar_one())
+            return bool(
+                connection.execute(
+                    sa.text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(:ports) "
+                        "AND state <> 'idle'"
+                    ),
+                    {"ports": ports},
+                ).scalar_one()
+            )
     finally:
         engine.dispose()
 
@@ -65,8 +74,9 @@ def freeze_between_transactions(stack: Stack, pid: int) -> None:
 def test_a_resumed_leader_is_fenced_off_and_steps_down(make_stack) -> None:  # type: ignore[no-untyped-def]
     # A node id of its own: an agent reaps what its replicas' uid (one per job id) left
     # running on its node, and another stack on this machine may number its jobs alike.
-    stack, client = make_stack(slots=4, COHORT_SCHEDULER_LOCK_TTL=str(LOCK_TTL),
-                               COHORT_NODE_ID=f"fence-{free_port()}")
+    stack, client = make_stack(
+        slots=4, COHORT_SCHEDULER_LOCK_TTL=str(LOCK_TTL), COHORT_NODE_ID=f"fence-{free_port()}"
+    )
     first = wait_for(lambda: tokens_led(stack, "scheduler"), 60, "the first scheduler to lead")
     stack.add_scheduler("scheduler-b")
     leader = stack.child("scheduler").pid
@@ -74,20 +84,23 @@ def test_a_resumed_leader_is_fenced_off_and_steps_down(make_stack) -> None:  # t
     freeze_between_transactions(stack, leader)
     frozen_at = time.time()
     try:
-        second = wait_for(lambda: tokens_led(stack, "scheduler-b"), 60,
-                          "the standby to lead")
+        second = wait_for(lambda: tokens_led(stack, "scheduler-b"), 60, "the standby to lead")
         took_over = time.time() - frozen_at
         assert second[0] > first[0]
         jobs = [client.submit(JOB)["id"] for _ in range(3)]  # 6 replicas on 4 slots
-        wait_for(lambda: client.job(jobs[0])["status"] != "queued", 60,
-                 "the new leader to place a job")
+        wait_for(
+            lambda: client.job(jobs[0])["status"] != "queued", 60, "the new leader to place a job"
+        )
     finally:
         os.kill(leader, signal.SIGCONT)
     resumed_at = time.time()
 
     # The resumed scheduler's first write is refused: it steps down, saying why.
-    wait_for(lambda: "stepping down: a newer leader holds fencing token"
-             in log_of(stack, "scheduler"), 60, "the resumed leader to step down")
+    wait_for(
+        lambda: "stepping down: a newer leader holds fencing token" in log_of(stack, "scheduler"),
+        60,
+        "the resumed leader to step down",
+    )
     stepped_at = time.time()
     finals = [wait_terminal(client, job_id, timeout=300) for job_id in jobs]
     assert [f["status"] for f in finals] == ["succeeded"] * 3, [f["reason"] for f in finals]
@@ -97,8 +110,9 @@ def test_a_resumed_leader_is_fenced_off_and_steps_down(make_stack) -> None:  # t
         transitions = Counter((e["to_status"], e["attempt"]) for e in events)
         # No transition applied twice; each attempt placed once.
         assert max(transitions.values()) == 1, events
-        assert {a for (s, a) in transitions if s == "scheduled"} == \
-            set(range(1, final["attempt"] + 1)), events
+        assert {a for (s, a) in transitions if s == "scheduled"} == set(
+            range(1, final["attempt"] + 1)
+        ), events
         # Each replica of each attempt started once, and recorded once.
         started = started_events(stack, job_id)
         assert sorted(started) == sorted(set(started)), started
@@ -110,8 +124,11 @@ def test_a_resumed_leader_is_fenced_off_and_steps_down(make_stack) -> None:  # t
     assert "placed jobs" not in frozen_log  # every job was placed by the new leader
     assert tokens_led(stack, "scheduler") == first  # and it did not lead again
     assert "placed jobs" in log_of(stack, "scheduler-b")
-    record("two schedulers: the leader frozen (SIGSTOP) past its lock, resumed while "
-           "the other leads", "the standby takes the lock and a newer fencing token; the "
-           "resumed one's first transaction is refused, it sends nothing and steps down",
-           took_over, stepped_at - resumed_at, "nothing: each job placed once, no transition "
-           "applied twice")
+    record(
+        "two schedulers: the leader frozen (SIGSTOP) past its lock, resumed while the other leads",
+        "the standby takes the lock and a newer fencing token; the "
+        "resumed one's first transaction is refused, it sends nothing and steps down",
+        took_over,
+        stepped_at - resumed_at,
+        "nothing: each job placed once, no transition applied twice",
+    )

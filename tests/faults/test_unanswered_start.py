@@ -23,19 +23,21 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow(40)]
 ANSWER_TIMEOUT = 10  # seconds; the default is 120
 
 
-def test_a_start_its_agent_never_acts_on_is_lost_and_the_job_restarts(
-        make_stack) -> None:  # type: ignore[no-untyped-def]
+def test_a_start_its_agent_never_acts_on_is_lost_and_the_job_restarts(make_stack) -> None:  # type: ignore[no-untyped-def]
     stack, client = make_stack(COHORT_START_ANSWER_TIMEOUT=str(ANSWER_TIMEOUT))
-    spec = stepping_job(40, 0.05, name="unanswered", replicas=1, restart_policy="on_failure",
-                        max_restarts=1)
+    spec = stepping_job(
+        40, 0.05, name="unanswered", replicas=1, restart_policy="on_failure", max_restarts=1
+    )
     with agents_not_consuming(stack, "agent") as bus:
         job = client.submit(spec)
-        wait_for(lambda: client.job(job["id"])["status"] == "scheduled", 4,
-                 "the job to be placed")
+        wait_for(lambda: client.job(job["id"])["status"] == "scheduled", 4, "the job to be placed")
         # Under another node's name, before the agent reads its start.
         bus.set(claim_key(job["id"], 1, 0), "node-elsewhere")
-    wait_for(lambda: claimed(stack, "node-a", job["id"]), 30,
-             "the agent to ignore the start for the claim")
+    wait_for(
+        lambda: claimed(stack, "node-a", job["id"]),
+        30,
+        "the agent to ignore the start for the claim",
+    )
 
     # On the code before, the job waits `scheduled` for good.
     final = wait_terminal(client, job["id"], timeout=90)
@@ -45,8 +47,7 @@ def test_a_start_its_agent_never_acts_on_is_lost_and_the_job_restarts(
     restarting = event_time(client, job["id"], "restarting", attempt=1)
     running = event_time(client, job["id"], "running", attempt=2)
     assert scheduled is not None and restarting is not None and running is not None, story
-    reason = next(e["reason"] for e in client.events(job["id"])
-                  if e["to_status"] == "restarting")
+    reason = next(e["reason"] for e in client.events(job["id"]) if e["to_status"] == "restarting")
     assert f"did not start it within {ANSWER_TIMEOUT}s of its placement" in reason, story
     # Not before the timeout (the re-sent starts had their chance), and not long after.
     waited = restarting - scheduled
@@ -54,7 +55,11 @@ def test_a_start_its_agent_never_acts_on_is_lost_and_the_job_restarts(
     # Attempt 1 never ran: one start in all, attempt 2's.
     assert started_events(stack, job["id"]) == [(2, 0)], story
     assert_nothing_lost(stack, job["id"])
-    record("a start its agent never acts on (claimed under another node's name)",
-           f"declared lost {ANSWER_TIMEOUT} s after placing (COHORT_START_ANSWER_TIMEOUT); "
-           "the restart policy placed attempt 2, which ran and succeeded", waited,
-           running - scheduled, "nothing: the attempt never started")
+    record(
+        "a start its agent never acts on (claimed under another node's name)",
+        f"declared lost {ANSWER_TIMEOUT} s after placing (COHORT_START_ANSWER_TIMEOUT); "
+        "the restart policy placed attempt 2, which ran and succeeded",
+        waited,
+        running - scheduled,
+        "nothing: the attempt never started",
+    )

@@ -36,8 +36,7 @@ INSTALL_TOKEN = "install-bootstrap-token-for-tests-only"
 
 ROOT = Path(__file__).resolve().parents[2]
 # What the Dockerfile's wheel stage copies: the wheel is built from these alone.
-SOURCES = ["pyproject.toml", "README.md", "alembic", "api", "services", "workers", "cli",
-           "cohort"]
+SOURCES = ["pyproject.toml", "README.md", "alembic", "api", "services", "workers", "cli", "cohort"]
 ROLE_SCRIPT = ROOT / "deploy" / "postgres" / "10-cohort-role.sh"
 
 # The first test also builds and installs (the module's fixture): minutes on a busy machine.
@@ -54,12 +53,20 @@ pytestmark = pytest.mark.timeout(2400)
 WHEELHOUSES = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cohort-test"
 
 
-def run(argv: list[str | Path], *, cwd: Path, env: dict[str, str] | None = None,
-        timeout: float = 900) -> str:
+def run(
+    argv: list[str | Path], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 900
+) -> str:
     """Run to completion; fail with its output unless it exits 0."""
-    result = subprocess.run([str(arg) for arg in argv], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            timeout=timeout, check=False)
+    result = subprocess.run(
+        [str(arg) for arg in argv],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=timeout,
+        check=False,
+    )
     assert result.returncode == 0, f"{argv} exited {result.returncode}:\n{result.stdout}"
     return result.stdout
 
@@ -67,8 +74,11 @@ def run(argv: list[str | Path], *, cwd: Path, env: dict[str, str] | None = None,
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment without anything that would put the source tree or the development
     virtualenv on the path."""
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("COHORT_", "PYTHON", "VIRTUAL_ENV", "PYTEST"))}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("COHORT_", "PYTHON", "VIRTUAL_ENV", "PYTEST"))
+    }
     return {**env, **extra}
 
 
@@ -78,13 +88,16 @@ def build_wheel(workdir: Path) -> Path:
     for name in SOURCES:
         path = ROOT / name
         if path.is_dir():
-            shutil.copytree(path, source / name, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(
+                path, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+            )
         else:
             shutil.copy2(path, source / name)
     dist = workdir / "dist"
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", dist, source],
-        cwd=workdir)
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", dist, source],
+        cwd=workdir,
+    )
     (wheel,) = dist.glob("cohort-*.whl")
     return wheel
 
@@ -93,23 +106,29 @@ def installed_extra(requirement: str) -> bool:
     """Whether a Requires-Dist line is installed with the worker extra (the base, `worker`
     and the `node` it names), so that a change to `dev` or `gpu` keeps the wheelhouse."""
     _, _, marker = requirement.partition(";")
-    return "extra ==" not in marker or any(f'extra == "{name}"' in marker
-                                           for name in ("worker", "node"))
+    return "extra ==" not in marker or any(
+        f'extra == "{name}"' in marker for name in ("worker", "node")
+    )
 
 
 def wheelhouse_for(wheel: Path, workdir: Path) -> Path:
     """The wheels of the worker extra's dependencies, downloaded once per set of pins."""
     with zipfile.ZipFile(wheel) as archive:
-        metadata = next(name for name in archive.namelist()
-                        if name.endswith(".dist-info/METADATA"))
-        requires = sorted(line for line in archive.read(metadata).decode().splitlines()
-                          if line.startswith("Requires-Dist:") and installed_extra(line))
+        metadata = next(name for name in archive.namelist() if name.endswith(".dist-info/METADATA"))
+        requires = sorted(
+            line
+            for line in archive.read(metadata).decode().splitlines()
+            if line.startswith("Requires-Dist:") and installed_extra(line)
+        )
     key = hashlib.sha256("\n".join(requires).encode()).hexdigest()[:16]
     house = WHEELHOUSES / f"wheelhouse-py{sys.version_info[0]}{sys.version_info[1]}-{key}"
 
     def download(partial: Path) -> None:
-        run([sys.executable, "-m", "pip", "wheel", "--wheel-dir", partial,
-             f"{wheel}[worker]"], cwd=workdir, timeout=1800)
+        run(
+            [sys.executable, "-m", "pip", "wheel", "--wheel-dir", partial, f"{wheel}[worker]"],
+            cwd=workdir,
+            timeout=1800,
+        )
         for own in partial.glob("cohort-*.whl"):
             own.unlink()  # the wheel under test is always the one just built
         # Other pins' (a GiB each), once unused for a day: not one another run may be using.
@@ -143,9 +162,22 @@ def site_packages(venv: Path) -> Path:
 def pip_install(venv: Path, wheel: Path, house: Path, workdir: Path) -> str:
     # --no-compile: TensorFlow's thousands of modules are not byte-compiled ahead, as the
     # images' install does; Python compiles what it imports, so what runs is the same.
-    return run([venv / "bin" / "python", "-m", "pip", "install", "--no-compile", "--no-index",
-                "--find-links", house, f"{wheel}[worker]"], cwd=workdir, env=clean_env(),
-               timeout=1200)
+    return run(
+        [
+            venv / "bin" / "python",
+            "-m",
+            "pip",
+            "install",
+            "--no-compile",
+            "--no-index",
+            "--find-links",
+            house,
+            f"{wheel}[worker]",
+        ],
+        cwd=workdir,
+        env=clean_env(),
+        timeout=1200,
+    )
 
 
 def dependencies_for(wheel: Path, house: Path, workdir: Path) -> Path:
@@ -158,8 +190,11 @@ def dependencies_for(wheel: Path, house: Path, workdir: Path) -> Path:
     def install(partial: Path) -> None:
         run([sys.executable, "-m", "venv", partial], cwd=workdir)
         pip_install(partial, wheel, house, workdir)
-        run([partial / "bin" / "python", "-m", "pip", "uninstall", "--yes", "cohort"],
-            cwd=workdir, env=clean_env())
+        run(
+            [partial / "bin" / "python", "-m", "pip", "uninstall", "--yes", "cohort"],
+            cwd=workdir,
+            env=clean_env(),
+        )
 
     return site_packages(cached(layer, install))
 
@@ -196,7 +231,8 @@ def installed(replicas_tmp_root: Path) -> Path:
     run([sys.executable, "-m", "venv", venv], cwd=workdir)
     # A site directory of the new environment's, its own .pth files read as at install.
     (site_packages(venv) / "cohort-test-dependencies.pth").write_text(
-        f"import site; site.addsitedir({str(dependencies)!r})\n")
+        f"import site; site.addsitedir({str(dependencies)!r})\n"
+    )
     output = pip_install(venv, wheel, house, workdir)
     assert "Successfully installed cohort-" in output, output
     return venv / "bin"
@@ -215,14 +251,25 @@ def database_with_service_role() -> Iterator[tuple[str, str]]:
         connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
     owner = admin_url.set(database=name)
     try:
-        run(["sh", ROLE_SCRIPT], cwd=ROOT, env={
-            **os.environ, "PGHOST": admin_url.host or "127.0.0.1",
-            "PGPORT": str(admin_url.port or 5432), "PGPASSWORD": admin_url.password or "",
-            "POSTGRES_USER": admin_url.username or "postgres", "POSTGRES_DB": name,
-            "COHORT_DB_USER": role, "COHORT_DB_PASSWORD": password})
+        run(
+            ["sh", ROLE_SCRIPT],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "PGHOST": admin_url.host or "127.0.0.1",
+                "PGPORT": str(admin_url.port or 5432),
+                "PGPASSWORD": admin_url.password or "",
+                "POSTGRES_USER": admin_url.username or "postgres",
+                "POSTGRES_DB": name,
+                "COHORT_DB_USER": role,
+                "COHORT_DB_PASSWORD": password,
+            },
+        )
         service = owner.set(username=role, password=password)
-        yield (owner.render_as_string(hide_password=False),
-               service.render_as_string(hide_password=False))
+        yield (
+            owner.render_as_string(hide_password=False),
+            service.render_as_string(hide_password=False),
+        )
     finally:
         drop_database(name)
         with admin.connect() as connection:
@@ -231,10 +278,11 @@ def database_with_service_role() -> Iterator[tuple[str, str]]:
 
 
 def test_services_are_the_installed_ones(installed: Path, tmp_path: Path) -> None:
-    probe = ("import sys, services, cli.stack; print(services.__file__); "
-             "print(cli.stack.migrations_directory()); print(sys.path)")
-    lines = run([installed / "python", "-c", probe], cwd=tmp_path, env=clean_env()
-                ).splitlines()
+    probe = (
+        "import sys, services, cli.stack; print(services.__file__); "
+        "print(cli.stack.migrations_directory()); print(sys.path)"
+    )
+    lines = run([installed / "python", "-c", probe], cwd=tmp_path, env=clean_env()).splitlines()
     site = (installed.parent / "lib").resolve()
     assert Path(lines[0]).resolve().is_relative_to(site), lines[0]
     migrations = Path(lines[1]).resolve()
@@ -248,8 +296,7 @@ def test_installed_cohort_migrates_starts_and_trains(installed: Path, tmp_path: 
     elsewhere.mkdir()
     cohort = installed / "cohort"
     with database_with_service_role() as (owner_url, service_url):
-        out = run([cohort, "migrate"], cwd=elsewhere,
-                  env=clean_env(COHORT_DATABASE_URL=owner_url))
+        out = run([cohort, "migrate"], cwd=elsewhere, env=clean_env(COHORT_DATABASE_URL=owner_url))
         assert "newest migration" in out
         service = sa.create_engine(service_url)
         with service.connect() as connection:
@@ -262,16 +309,26 @@ def test_installed_cohort_migrates_starts_and_trains(installed: Path, tmp_path: 
         bus_url = redis_url("install")
         redis.Redis.from_url(bus_url).flushdb()
         port = free_port()
-        env = clean_env(COHORT_DATABASE_URL=service_url, COHORT_REDIS_URL=bus_url,
-                        COHORT_DATA_DIR=str(tmp_path / "data"), COHORT_API_PORT=str(port),
-                        COHORT_BOOTSTRAP_TOKEN=INSTALL_TOKEN,
-                        COHORT_NODE_ID="installed",
-                        COHORT_PORT_RANGE_START=PORT_BASE)
+        env = clean_env(
+            COHORT_DATABASE_URL=service_url,
+            COHORT_REDIS_URL=bus_url,
+            COHORT_DATA_DIR=str(tmp_path / "data"),
+            COHORT_API_PORT=str(port),
+            COHORT_BOOTSTRAP_TOKEN=INSTALL_TOKEN,
+            COHORT_NODE_ID="installed",
+            COHORT_PORT_RANGE_START=PORT_BASE,
+        )
         log = tmp_path / "cohort-up.log"
         with open(log, "wb") as out_file:
-            up = subprocess.Popen([str(cohort), "up"], cwd=elsewhere, env=env,
-                                  stdout=out_file, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, start_new_session=True)
+            up = subprocess.Popen(
+                [str(cohort), "up"],
+                cwd=elsewhere,
+                env=env,
+                stdout=out_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         try:
             client = CohortClient(f"http://127.0.0.1:{port}", INSTALL_TOKEN)
 
@@ -283,15 +340,22 @@ def test_installed_cohort_migrates_starts_and_trains(installed: Path, tmp_path: 
                     return False
 
             wait_for(node_ready, 180, "the installed stack's agent to be ready", interval=1)
-            job = client.submit({"name": "installed", "trainer": "mlp_digits",
-                                 "strategy": "multi_worker_mirrored", "replicas": 2,
-                                 "hyperparameters": {"epochs": 2, "steps_per_epoch": 10}},
-                                idempotency_key="installed-1")
+            job = client.submit(
+                {
+                    "name": "installed",
+                    "trainer": "mlp_digits",
+                    "strategy": "multi_worker_mirrored",
+                    "replicas": 2,
+                    "hyperparameters": {"epochs": 2, "steps_per_epoch": 10},
+                },
+                idempotency_key="installed-1",
+            )
             job = wait_terminal(client, job["id"], timeout=300)
             assert job["status"] == "succeeded", (job["reason"], log.read_text()[-4000:])
             assert job["reason"] == "all 2 replicas exited 0"
-            replica_log = (tmp_path / "data" / "jobs" / str(job["id"]) / "logs" /
-                           "attempt-1" / "replica-0.log").read_text()
+            replica_log = (
+                tmp_path / "data" / "jobs" / str(job["id"]) / "logs" / "attempt-1" / "replica-0.log"
+            ).read_text()
             assert "num_replicas_in_sync=2" in replica_log
             # The images' healthchecks, from the installed package with the services' settings.
             for service in ("api", "scheduler", "agent"):

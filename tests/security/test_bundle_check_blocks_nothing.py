@@ -72,12 +72,18 @@ def default_stack(tmp_path: Path) -> Iterator[Stack]:
     writes nothing there and, run as root, starts only where a replica's uid can run this
     interpreter (not one under a 0700 /root); no replica runs meanwhile, so the CPUs go
     to the api and the scheduler."""
-    stack = Stack({"COHORT_DATABASE_URL": "", "COHORT_REDIS_URL": "",
-                   "COHORT_DATA_DIR": str(tmp_path / "var"),
-                   "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
-                   "COHORT_PORT_RANGE_START": PORT_BASE,
-                   "COHORT_API_PORT": str(free_port()),
-                   "COHORT_MAX_BUNDLE_UNPACKED_BYTES": str(LIMIT)}, quiet=True)
+    stack = Stack(
+        {
+            "COHORT_DATABASE_URL": "",
+            "COHORT_REDIS_URL": "",
+            "COHORT_DATA_DIR": str(tmp_path / "var"),
+            "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
+            "COHORT_PORT_RANGE_START": PORT_BASE,
+            "COHORT_API_PORT": str(free_port()),
+            "COHORT_MAX_BUNDLE_UNPACKED_BYTES": str(LIMIT),
+        },
+        quiet=True,
+    )
     stack.start(parts=("api", "scheduler"))
     try:
         yield stack
@@ -87,9 +93,12 @@ def default_stack(tmp_path: Path) -> Iterator[Stack]:
 
 def project_token(stack: Stack, project: str) -> dict[str, str]:
     """Headers with a new `submit` token of `project`, issued by the admin api."""
-    response = httpx.post(f"{stack.url}/api/v1/tokens", timeout=30,
-                          headers={"Authorization": f"Bearer {stack.token}"},
-                          json={"project": project, "name": "ci", "scopes": ["read", "submit"]})
+    response = httpx.post(
+        f"{stack.url}/api/v1/tokens",
+        timeout=30,
+        headers={"Authorization": f"Bearer {stack.token}"},
+        json={"project": project, "name": "ci", "scopes": ["read", "submit"]},
+    )
     assert response.status_code == 201, response.text
     return {"Authorization": f"Bearer {response.json()['token']}"}
 
@@ -108,13 +117,15 @@ class Submissions(threading.Thread):
             while not self.stop.is_set():
                 started = time.monotonic()
                 response = self.client.post("/api/v1/jobs", json=B_JOB)
-                self.done.append((started, time.monotonic(), response.status_code,
-                                  response.text[:200]))
+                self.done.append(
+                    (started, time.monotonic(), response.status_code, response.text[:200])
+                )
                 self.stop.wait(0.05)
 
 
 def test_other_projects_submit_within_a_second_while_a_1gb_bundle_is_checked(
-        default_stack: Stack, zero_bomb: tuple[Path, str]) -> None:
+    default_stack: Stack, zero_bomb: tuple[Path, str]
+) -> None:
     stack, (bundle, digest) = default_stack, zero_bomb
     a, b = project_token(stack, "tenant-a"), project_token(stack, "tenant-b")
     response = httpx.post(f"{stack.url}/api/v1/jobs", json=B_JOB, headers=b, timeout=60)
@@ -125,8 +136,9 @@ def test_other_projects_submit_within_a_second_while_a_1gb_bundle_is_checked(
     # A's token is used for the first time by the upload: its last use is due to be
     # written, as it is for any token idle for a minute.
     started = time.monotonic()
-    upload = httpx.put(f"{stack.url}/api/v1/bundles/{digest}", content=bundle.read_bytes(),
-                       headers=a, timeout=600)
+    upload = httpx.put(
+        f"{stack.url}/api/v1/bundles/{digest}", content=bundle.read_bytes(), headers=a, timeout=600
+    )
     ended = time.monotonic()
     time.sleep(0.5)
     submissions.stop.set()
@@ -137,8 +149,13 @@ def test_other_projects_submit_within_a_second_while_a_1gb_bundle_is_checked(
     during = [s for s in done if started < s[0] and s[1] < ended]
     # The check really overlapped them: A's request began before they did, ended after.
     assert len(during) >= 3, (f"A's upload took {ended - started:.2f} s", done)
-    slow = [(round(end - start, 2), status, text) for start, end, status, text in done
-            if status != 201 or end - start > ANSWER_WITHIN]
-    assert not slow, (f"{len(slow)} of B's {len(done)} submissions were refused or waited "
-                      f"over {ANSWER_WITHIN} s while A's bundle was checked "
-                      f"({ended - started:.1f} s): {slow[:5]}")
+    slow = [
+        (round(end - start, 2), status, text)
+        for start, end, status, text in done
+        if status != 201 or end - start > ANSWER_WITHIN
+    ]
+    assert not slow, (
+        f"{len(slow)} of B's {len(done)} submissions were refused or waited "
+        f"over {ANSWER_WITHIN} s while A's bundle was checked "
+        f"({ended - started:.1f} s): {slow[:5]}"
+    )

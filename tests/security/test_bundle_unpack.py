@@ -52,7 +52,8 @@ def overflow_at(tmp_path: Path, hard_link: bool = False) -> tuple[Path, Path]:
 
 
 def test_the_realpath_overflow_bundle_is_refused_by_the_check_naming_its_member(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     archive, _dest = overflow_at(tmp_path)
     with pytest.raises(BundleRejected) as refused:
         check_archive(archive, Limits())
@@ -63,7 +64,8 @@ def test_the_realpath_overflow_bundle_is_refused_by_the_check_naming_its_member(
 
 @pytest.mark.parametrize("hard_link", [False, True], ids=["file", "hard-link"])
 def test_unpacking_the_realpath_overflow_bundle_writes_nothing_outside_its_destination(
-        tmp_path: Path, hard_link: bool) -> None:
+    tmp_path: Path, hard_link: bool
+) -> None:
     archive, dest = overflow_at(tmp_path, hard_link)
     outer = dest.parent
     (outer / "flag").write_text("the node's file")
@@ -82,7 +84,8 @@ def test_unpacking_the_realpath_overflow_bundle_writes_nothing_outside_its_desti
 
 
 def test_the_writer_alone_refuses_the_overflow_bundle_before_writing_through_a_link(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """Without the check first (an archive swapped after it), the writer still decides
     from names: it stops at the same member, with no link made and nothing outside."""
     from services.storage.unpacking import write_archive
@@ -92,8 +95,10 @@ def test_the_writer_alone_refuses_the_overflow_bundle_before_writing_through_a_l
     before = everything_under(tmp_path)
     fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        with archive.open("rb") as handle, \
-                pytest.raises(BundleRejected, match="beneath 'a', a link"):
+        with (
+            archive.open("rb") as handle,
+            pytest.raises(BundleRejected, match="beneath 'a', a link"),
+        ):
             write_archive(handle, fd, Limits())
     finally:
         os.close(fd)
@@ -116,7 +121,8 @@ def test_a_link_chain_out_of_the_root_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_each_hostile_archive_is_refused_by_the_check_and_by_unpack_writing_nothing(
-        tmp_path: Path, name: str) -> None:
+    tmp_path: Path, name: str
+) -> None:
     make, word = HOSTILE[name]
     archive = tmp_path / "hostile.tar.gz"
     archive.write_bytes(make())
@@ -151,8 +157,12 @@ def test_setuid_sticky_and_world_write_bits_are_dropped(tmp_path: Path) -> None:
     def mode(name: str) -> int:
         return stat.S_IMODE(os.lstat(tmp_path / "out" / name).st_mode)
 
-    assert (mode("suid.sh"), mode("sgid.py"), mode("plain.txt"), mode("shared")) == \
-        (0o755, 0o644, 0o644, 0o755)
+    assert (mode("suid.sh"), mode("sgid.py"), mode("plain.txt"), mode("shared")) == (
+        0o755,
+        0o644,
+        0o644,
+        0o755,
+    )
 
 
 def test_a_size_lie_is_refused_before_anything_is_written(tmp_path: Path) -> None:
@@ -189,13 +199,15 @@ def describe(root: Path) -> dict[str, tuple[str, str]]:
         elif stat.S_ISDIR(info.st_mode):
             seen[rel] = ("dir", "")
         else:
-            seen[rel] = ("file", hashlib.sha256(path.read_bytes()).hexdigest() +
-                         ("+x" if info.st_mode & 0o100 else ""))
+            seen[rel] = (
+                "file",
+                hashlib.sha256(path.read_bytes()).hexdigest()
+                + ("+x" if info.st_mode & 0o100 else ""),
+            )
     return seen
 
 
-def test_a_good_bundle_with_in_tree_links_unpacks_identical_to_its_source(
-        tmp_path: Path) -> None:
+def test_a_good_bundle_with_in_tree_links_unpacks_identical_to_its_source(tmp_path: Path) -> None:
     source = _tree(tmp_path / "src")
     info = pack(source, tmp_path / "b.tar.gz")
     assert check_archive(tmp_path / "b.tar.gz", Limits()) == info.files
@@ -205,7 +217,8 @@ def test_a_good_bundle_with_in_tree_links_unpacks_identical_to_its_source(
 
 
 def test_replacing_files_never_writes_through_a_link_already_in_the_destination(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """The CLI unpacks downloads into an existing directory, replacing files: a link
     found there is replaced or refused, never written through."""
     outside = tmp_path / "outside"
@@ -232,8 +245,9 @@ def test_replacing_files_never_writes_through_a_link_already_in_the_destination(
 
 def test_the_unpacked_bytes_are_bounded_as_they_are_read(tmp_path: Path) -> None:
     archive = tmp_path / "big.tar.gz"
-    archive.write_bytes(tar_gz(lambda tar: tar.addfile(_info("zeros", 3_000_000),
-                                                       io.BytesIO(b"\0" * 3_000_000))))
+    archive.write_bytes(
+        tar_gz(lambda tar: tar.addfile(_info("zeros", 3_000_000), io.BytesIO(b"\0" * 3_000_000)))
+    )
     with pytest.raises(BundleRejected, match="unpacks to more than 1000000 bytes"):
         unpack(archive, tmp_path / "out", Limits(max_unpacked_bytes=1_000_000))
     assert not (tmp_path / "out").exists()
@@ -246,7 +260,8 @@ def _info(name: str, size: int) -> tarfile.TarInfo:
 
 
 def test_the_api_refuses_the_overflow_bundle_with_422_naming_the_member(
-        client: TestClient, session: Session) -> None:
+    client: TestClient, session: Session
+) -> None:
     headers = {"Authorization": f"Bearer {create_token(session, 'unpack')[0]}"}
     data = realpath_overflow()
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
@@ -261,8 +276,12 @@ UID_BASE = 1_930_000_000  # COHORT_REPLICA_UID_BASE for these tests (others use 
 
 
 def agent_settings(tmp_path: Path) -> Settings:
-    return Settings(DATA_DIR=tmp_path / "data", ARTIFACT_URL=str(tmp_path / "store"),
-                    REPLICA_UID_BASE=UID_BASE, REPLICA_UID_RANGE=1000)
+    return Settings(
+        DATA_DIR=tmp_path / "data",
+        ARTIFACT_URL=str(tmp_path / "store"),
+        REPLICA_UID_BASE=UID_BASE,
+        REPLICA_UID_RANGE=1000,
+    )
 
 
 def stored(settings: Settings, data: bytes) -> str:
@@ -282,8 +301,9 @@ def prepare(settings: Settings, job: int, digest: str) -> Path:
     from workers.node.prepare import Preparer
 
     isolation.lay_out(settings.data_dir, job, 1, 0, isolation.replica_user(settings, job))
-    Preparer(settings).prepare(ReplicaSpec(job, 1, 0, 1, None, "one_device", bundle=digest,
-                                           command=["python", "train.py"]))
+    Preparer(settings).prepare(
+        ReplicaSpec(job, 1, 0, 1, None, "one_device", bundle=digest, command=["python", "train.py"])
+    )
     return layout.code_dir(settings.data_dir, job, 1, 0)
 
 
@@ -304,7 +324,8 @@ def test_the_agent_unpacks_a_bundle_as_the_jobs_uid_never_as_root(tmp_path: Path
 
 
 def test_a_refused_bundle_fails_the_replica_with_the_member_and_no_node_path(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     from workers.node.bundle_cache import BundleUnavailable
 
     settings = agent_settings(tmp_path)
@@ -321,6 +342,7 @@ def test_a_refused_bundle_fails_the_replica_with_the_member_and_no_node_path(
 def test_links_too_intricate_to_follow_are_refused_in_bounded_time(tmp_path: Path) -> None:
     """Long chains of long targets, named by thousands of links: the check stops after a
     bounded number of steps rather than holding the api for minutes."""
+
     def add(tar: tarfile.TarFile) -> None:
         directory = tarfile.TarInfo("d")
         directory.type = tarfile.DIRTYPE

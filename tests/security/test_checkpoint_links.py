@@ -31,8 +31,10 @@ from tests.e2e.test_user_code import failure_of
 
 __all__ = ["embedded_stack"]  # the default stack, as `cohort up` runs it
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(os.geteuid() != 0, reason="isolation needs an agent as root")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(os.geteuid() != 0, reason="isolation needs an agent as root"),
+]
 
 RACE_SECONDS = 30
 
@@ -42,7 +44,7 @@ RACE_SECONDS = 30
 # look at `k` and its open on the code before: there the store held the secret within
 # 1 to 12 s in each of three runs. A pause of 0.5 ms, or none (the decoy then sat at `k`
 # for microseconds only), let 30 s pass without a leak.
-RACE = '''import os, sys, time
+RACE = """import os, sys, time
 secret, seconds = sys.argv[1], float(sys.argv[2])
 directory = os.environ["COHORT_CHECKPOINT_DIR"]
 k, decoy, link = (os.path.join(directory, n) for n in ("k", "d.partial", "l.partial"))
@@ -63,15 +65,16 @@ while time.monotonic() < end:
     hold(0.00015)
     swaps += 1
 print(f"swapped {swaps} times", flush=True)
-'''
+"""
 
 
 def _running(client: CohortClient, job_id: int) -> bool:
     return client.job(job_id)["status"] not in TERMINAL_STATUSES
 
 
-def _download_while_running(client: CohortClient, job_id: int, dest: Path, stored: Path,
-                            forbidden: dict[str, bytes]) -> tuple[int, int]:
+def _download_while_running(
+    client: CohortClient, job_id: int, dest: Path, stored: Path, forbidden: dict[str, bytes]
+) -> tuple[int, int]:
     """Download checkpoints/k through REST, and read the store's copy `stored` directly,
     until the job ends: (downloads, decoys seen); fails at the first that holds any of
     `forbidden`'s bytes."""
@@ -94,9 +97,11 @@ def _download_while_running(client: CohortClient, job_id: int, dest: Path, store
         for how, body in bodies:
             downloads += 1
             for what, data in forbidden.items():
-                assert data not in body, (f"read {downloads} of checkpoints/k ({how}, "
-                                          f"{time.monotonic() - started:.1f}s after the "
-                                          f"submission) held {what}")
+                assert data not in body, (
+                    f"read {downloads} of checkpoints/k ({how}, "
+                    f"{time.monotonic() - started:.1f}s after the "
+                    f"submission) held {what}"
+                )
             decoys += body.startswith(b"decoy ")
         if time.monotonic() - checked > 1.0:
             checked, running = time.monotonic(), _running(client, job_id)
@@ -104,7 +109,8 @@ def _download_while_running(client: CohortClient, job_id: int, dest: Path, store
 
 
 def test_a_link_swapped_into_the_checkpoint_directory_never_reaches_the_store(
-        embedded_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
+    embedded_stack: tuple[Stack, CohortClient], tmp_path: Path
+) -> None:
     stack, client = embedded_stack
     secret = tmp_path / "node-secret"
     secret.write_bytes(b"root's own secret " + secrets.token_hex(16).encode())
@@ -115,12 +121,17 @@ def test_a_link_swapped_into_the_checkpoint_directory_never_reaches_the_store(
     if signing_key.is_file() and signing_key.stat().st_size >= 16:
         forbidden["the node's signing key"] = signing_key.read_bytes().strip()
 
-    job_id = client.submit({
-        "name": "link-race", "command": ["python", "-c", RACE, str(secret), str(RACE_SECONDS)],
-        "replicas": 1, "strategy": "one_device", "restart_policy": "never"})["id"]
+    job_id = client.submit(
+        {
+            "name": "link-race",
+            "command": ["python", "-c", RACE, str(secret), str(RACE_SECONDS)],
+            "replicas": 1,
+            "strategy": "one_device",
+            "restart_policy": "never",
+        }
+    )["id"]
     stored = data_dir / "artifacts" / "jobs" / str(job_id) / "checkpoints" / "k"
-    downloads, decoys = _download_while_running(client, job_id, tmp_path / "k", stored,
-                                                forbidden)
+    downloads, decoys = _download_while_running(client, job_id, tmp_path / "k", stored, forbidden)
     final = wait_terminal(client, job_id, timeout=120)
     assert final["status"] == "succeeded", failure_of(client, job_id)
     print(f"{downloads} reads of checkpoints/k, {decoys} of them the decoy")  # noqa: T201

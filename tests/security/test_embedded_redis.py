@@ -26,8 +26,10 @@ from workers.node import layout
 
 __all__ = ["embedded_stack"]  # the default stack, as `cohort up` runs it
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(os.geteuid() != 0, reason="isolation needs an agent as root")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(os.geteuid() != 0, reason="isolation needs an agent as root"),
+]
 
 FORGED = "FORGED-LINE-from-another-project"
 PLANTED = "cohort:planted-by-a-replica"
@@ -35,7 +37,7 @@ PLANTED = "cohort:planted-by-a-replica"
 # Sends each command of commands.json (a list of argument lists) to 127.0.0.1:PORT in
 # RESP, one connection each, and records the first line of each answer; writes them to
 # its work dir with its own environment, then says it is done.
-ATTACKER = '''import json, os, socket, sys
+ATTACKER = """import json, os, socket, sys
 port = int(sys.argv[1])
 
 def resp(args):
@@ -59,40 +61,57 @@ with open(report + ".part", "w") as handle:
     json.dump({"answers": answers, "env": dict(os.environ)}, handle)
 os.replace(report + ".part", report)
 print("REDIS-DONE", flush=True)
-'''
+"""
 
 
 def attacks(victim_job: int) -> list[list[str]]:
     """What the issue's replica ran: a probe, a listing, a forged log line of another
     project's job (in the agents' own format), a key of its own, then the destructive."""
     forged = LogBatch(victim_job, 1, 0, [(999_999, time.time(), FORGED)]).encode().decode()
-    return [["PING"], ["KEYS", "*"], ["XRANGE", LOGS_STREAM, "-", "+"],
-            ["XADD", LOGS_STREAM, "*", "data", forged], ["SET", PLANTED, "1"],
-            ["CONFIG", "GET", "requirepass"], ["FLUSHALL"], ["SHUTDOWN", "NOSAVE"]]
+    return [
+        ["PING"],
+        ["KEYS", "*"],
+        ["XRANGE", LOGS_STREAM, "-", "+"],
+        ["XADD", LOGS_STREAM, "*", "data", forged],
+        ["SET", PLANTED, "1"],
+        ["CONFIG", "GET", "requirepass"],
+        ["FLUSHALL"],
+        ["SHUTDOWN", "NOSAVE"],
+    ]
 
 
-def run_attack(stack: Stack, tmp_path: Path, token: str, victim_job: int
-               ) -> tuple[int, dict[str, Any]]:
+def run_attack(
+    stack: Stack, tmp_path: Path, token: str, victim_job: int
+) -> tuple[int, dict[str, Any]]:
     """Project `token`'s job runs the attacks; its id and its report (read from its work
     dir as soon as it is written: a Redis it shut down would keep the job from ending)."""
-    code = code_dir(tmp_path, "attack", {"attack.py": ATTACKER,
-                                         "commands.json": json.dumps(attacks(victim_job))})
+    code = code_dir(
+        tmp_path,
+        "attack",
+        {"attack.py": ATTACKER, "commands.json": json.dumps(attacks(victim_job))},
+    )
     port = str(stack.settings.EMBEDDED_REDIS_PORT)
-    job = submit_as(stack, token, tmp_path, job_spec("a-dials-redis",
-                                                     ["python", "attack.py", port]), code)
+    job = submit_as(
+        stack, token, tmp_path, job_spec("a-dials-redis", ["python", "attack.py", port]), code
+    )
     report = layout.work_dir(stack.settings.data_dir, job, 1, 0) / "redis.json"
     wait_for(report.is_file, 120, "the attacker's report")
     return job, json.loads(report.read_text())
 
 
 def test_a_replica_gets_nothing_from_the_embedded_redis(
-        embedded_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
+    embedded_stack: tuple[Stack, CohortClient], tmp_path: Path
+) -> None:
     stack, _admin = embedded_stack
     token_a, token_b = project_token(stack, "alpha"), project_token(stack, "bravo")
     client_b = CohortClient(stack.url, token_b)
-    victim = submit_as(stack, token_b, tmp_path, job_spec(
-        "b-logs", ["python", "say.py"]), code_dir(tmp_path, "b", {
-            "say.py": "print('B says hello', flush=True)\n"}))
+    victim = submit_as(
+        stack,
+        token_b,
+        tmp_path,
+        job_spec("b-logs", ["python", "say.py"]),
+        code_dir(tmp_path, "b", {"say.py": "print('B says hello', flush=True)\n"}),
+    )
     assert wait_terminal(client_b, victim)["status"] == "succeeded"
     wait_for(lambda: client_b.logs(victim), 30, "B's log line in the database")
 
@@ -105,8 +124,11 @@ def test_a_replica_gets_nothing_from_the_embedded_redis(
     assert wait_terminal(client_a, attacker)["status"] == "succeeded"
     # Its own output went through the logs stream after its forged entry would have:
     # once that is in SQL, the ingest has been past the forgery.
-    wait_for(lambda: any("REDIS-DONE" in line["line"] for line in client_a.logs(attacker)),
-             30, "the attacker's log line in the database")
+    wait_for(
+        lambda: any("REDIS-DONE" in line["line"] for line in client_a.logs(attacker)),
+        30,
+        "the attacker's log line in the database",
+    )
 
     # Nothing it sent was written, and Redis kept its data and kept running.
     assert stack.child("redis").poll() is None

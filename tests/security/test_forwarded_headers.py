@@ -31,13 +31,20 @@ def api(pg_url: str, tmp_path: Path) -> Iterator[tuple[str, int]]:
     bus = redis_url("stack")
     redis.Redis.from_url(bus).flushdb()  # no earlier failures counted for 127.0.0.1
     port = free_port()
-    env = {name: value for name, value in os.environ.items()
-           if name != "FORWARDED_ALLOW_IPS"}
-    env |= {"COHORT_DATABASE_URL": pg_url, "COHORT_REDIS_URL": bus,
-            "COHORT_BOOTSTRAP_TOKEN": TOKEN, "COHORT_DATA_DIR": str(tmp_path / "data"),
-            "COHORT_LOGIN_MAX_FAILURES": str(GUESSES)}
-    process = subprocess.Popen([sys.executable, "-m", "cli", "api", "--port", str(port)],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {name: value for name, value in os.environ.items() if name != "FORWARDED_ALLOW_IPS"}
+    env |= {
+        "COHORT_DATABASE_URL": pg_url,
+        "COHORT_REDIS_URL": bus,
+        "COHORT_BOOTSTRAP_TOKEN": TOKEN,
+        "COHORT_DATA_DIR": str(tmp_path / "data"),
+        "COHORT_LOGIN_MAX_FAILURES": str(GUESSES),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli", "api", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
@@ -56,13 +63,17 @@ def api(pg_url: str, tmp_path: Path) -> Iterator[tuple[str, int]]:
 
 
 def test_a_local_process_cannot_choose_the_address_its_failed_logins_count_for(
-        api: tuple[str, int]) -> None:
+    api: tuple[str, int],
+) -> None:
     url, _pid = api
 
     def guess(address: str) -> int:
-        response = httpx.post(f"{url}/login", data={"token": "coh_wrong", "next": "/"},
-                              headers={"Origin": url, "X-Forwarded-For": address},
-                              timeout=10)
+        response = httpx.post(
+            f"{url}/login",
+            data={"token": "coh_wrong", "next": "/"},
+            headers={"Origin": url, "X-Forwarded-For": address},
+            timeout=10,
+        )
         return response.status_code
 
     assert [guess(f"203.0.113.{n}") for n in range(GUESSES)] == [401] * GUESSES

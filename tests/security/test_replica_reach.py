@@ -30,22 +30,24 @@ from workers.node import layout
 
 __all__ = ["embedded_stack"]  # the default stack, as `cohort up` runs it
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(os.geteuid() != 0, reason="isolation needs an agent as root")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(os.geteuid() != 0, reason="isolation needs an agent as root"),
+]
 
 COHORT = str(Path(sys.executable).parent / "cohort")
 SECRET = "b-project-secret-5f2e9c"
 
-WRITER = '''import os, pathlib
+WRITER = """import os, pathlib
 secret = os.environ["B_SECRET"]
 pathlib.Path(os.environ["COHORT_CHECKPOINT_DIR"], "weights.ckpt").write_text("B " + secret)
 pathlib.Path(os.environ["COHORT_MODEL_DIR"], "model.txt").write_text("B's model " + secret)
 print("B writes its log", secret, flush=True)
-'''
+"""
 
 # Tries every path it is given and walks DATA_DIR and its own job's directory; writes what
 # it could open (a file read, a directory listed) to its work dir, then says it is done.
-WALKER = '''import json, os, sys
+WALKER = """import json, os, sys
 data_dir, own = sys.argv[1], os.environ["COHORT_JOB_DIR"]
 opened, refused = [], []
 
@@ -75,29 +77,41 @@ report = os.path.join(os.environ["COHORT_WORK_DIR"], "reach.json")
 with open(report, "w") as handle:
     json.dump({"own": own, "opened": opened, "refused": refused}, handle)
 print("REACH-DONE", len(opened), len(refused), flush=True)
-'''
+"""
 
 
 def cohort(stack: Stack, token: str, *argv: str) -> str:
     """The installed `cohort` as a project's user runs it; its standard output."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("COHORT_")}
     env |= {"COHORT_URL": stack.url, "COHORT_TOKEN": token}
-    done = subprocess.run([COHORT, *argv], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    done = subprocess.run(
+        [COHORT, *argv], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
 
 def project_token(stack: Stack, project: str) -> str:
     """A new read+submit token of `project`, issued with the bootstrap (admin) token."""
-    created = cohort(stack, stack.token, "tokens", "create", "--project", project,
-                     "--name", "attacker-test", "--scope", "read", "--scope", "submit",
-                     "--json")
+    created = cohort(
+        stack,
+        stack.token,
+        "tokens",
+        "create",
+        "--project",
+        project,
+        "--name",
+        "attacker-test",
+        "--scope",
+        "read",
+        "--scope",
+        "submit",
+        "--json",
+    )
     return str(json.loads(created)["token"])
 
 
-def submit_as(stack: Stack, token: str, tmp_path: Path, spec: dict[str, Any],
-              code: Path) -> int:
+def submit_as(stack: Stack, token: str, tmp_path: Path, spec: dict[str, Any], code: Path) -> int:
     """`cohort submit job.yaml --code DIR` with a project's token; the job's id."""
     path = tmp_path / f"job-{time.monotonic_ns()}.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -122,12 +136,19 @@ def every_path(data_dir: Path) -> list[str]:
 
 
 def job_spec(name: str, argv: list[str], **more: Any) -> dict[str, Any]:
-    return {"name": name, "command": argv, "replicas": 1, "strategy": "one_device",
-            "restart_policy": "never", **more}
+    return {
+        "name": name,
+        "command": argv,
+        "replicas": 1,
+        "strategy": "one_device",
+        "restart_policy": "never",
+        **more,
+    }
 
 
 def test_a_replica_opens_nothing_of_the_node_but_its_own_job_s_directory(
-        embedded_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
+    embedded_stack: tuple[Stack, CohortClient], tmp_path: Path
+) -> None:
     stack, _admin = embedded_stack
     data_dir = stack.settings.data_dir
     token_a, token_b = project_token(stack, "alpha"), project_token(stack, "bravo")
@@ -136,28 +157,52 @@ def test_a_replica_opens_nothing_of_the_node_but_its_own_job_s_directory(
     data = tmp_path / "b-data.csv"
     data.write_text(f"x,y\n1,{SECRET}\n")
     cohort(stack, token_b, "data", "push", str(data), "bravo/train.csv")
-    job_b = submit_as(stack, token_b, tmp_path, job_spec(
-        "b-writes", ["python", "write.py"], env={"B_SECRET": SECRET}),
-        code_dir(tmp_path, "b-code", {"write.py": WRITER}))
+    job_b = submit_as(
+        stack,
+        token_b,
+        tmp_path,
+        job_spec("b-writes", ["python", "write.py"], env={"B_SECRET": SECRET}),
+        code_dir(tmp_path, "b-code", {"write.py": WRITER}),
+    )
     final = wait_terminal(client_b, job_b)
     assert final["status"] == "succeeded", final["reason"]
-    wait_for(lambda: any(SECRET in line["line"] for line in client_b.logs(job_b)), 30,
-             "B's log line in the database")
-    wait_for(lambda: {a["path"] for a in client_b.artifacts(job_b)} >=
-             {"checkpoints/weights.ckpt", "model/model.txt"}, 60, "B's artifacts stored")
+    wait_for(
+        lambda: any(SECRET in line["line"] for line in client_b.logs(job_b)),
+        30,
+        "B's log line in the database",
+    )
+    wait_for(
+        lambda: (
+            {a["path"] for a in client_b.artifacts(job_b)}
+            >= {"checkpoints/weights.ckpt", "model/model.txt"}
+        ),
+        60,
+        "B's artifacts stored",
+    )
 
     # What the node holds now, the secrets' files among it (the attack's target list;
     # the Redis password too: test_embedded_redis.py).
     targets = every_path(data_dir)
-    for name in ("cohort.db", "cohort.db-wal", "signing-key", "bootstrap-token",
-                 "artifacts", "cache", "jobs"):
+    for name in (
+        "cohort.db",
+        "cohort.db-wal",
+        "signing-key",
+        "bootstrap-token",
+        "artifacts",
+        "cache",
+        "jobs",
+    ):
         assert str(data_dir / name) in targets, name
     assert [p for p in targets if p.startswith(str(data_dir / "cache" / "bundles") + "/")]
     assert [p for p in targets if p.startswith(str(layout.job_dir(data_dir, job_b)) + "/")]
 
-    job_a = submit_as(stack, token_a, tmp_path, job_spec(
-        "a-walks", ["python", "walk.py", str(data_dir)]),
-        code_dir(tmp_path, "a-code", {"walk.py": WALKER, "paths.json": json.dumps(targets)}))
+    job_a = submit_as(
+        stack,
+        token_a,
+        tmp_path,
+        job_spec("a-walks", ["python", "walk.py", str(data_dir)]),
+        code_dir(tmp_path, "a-code", {"walk.py": WALKER, "paths.json": json.dumps(targets)}),
+    )
     final = wait_terminal(CohortClient(stack.url, token_a), job_a)
     assert final["status"] == "succeeded", final["reason"]
     report = json.loads((layout.work_dir(data_dir, job_a, 1, 0) / "reach.json").read_text())
@@ -167,16 +212,23 @@ def test_a_replica_opens_nothing_of_the_node_but_its_own_job_s_directory(
     # It could work in its own directory (else the rest would prove nothing)...
     assert str(layout.work_dir(data_dir, job_a, 1, 0)) in report["opened"]
     # ...and opened nothing outside it: not even a listing of DATA_DIR or jobs/.
-    outside = sorted({path for path in report["opened"]
-                      if path != own and not path.startswith(own + "/")})
-    assert outside == [], f"a replica of project A opened {len(outside)} paths: " + \
-        " ".join(os.path.relpath(path, data_dir) for path in outside)
+    outside = sorted(
+        {path for path in report["opened"] if path != own and not path.startswith(own + "/")}
+    )
+    assert outside == [], f"a replica of project A opened {len(outside)} paths: " + " ".join(
+        os.path.relpath(path, data_dir) for path in outside
+    )
     assert {path for path, _why in report["refused"]} >= set(targets)
     assert_private_modes(data_dir)
     # What the services create from now on is theirs alone too.
-    umasks = {name: next(line.split()[1] for line in Path(f"/proc/{child.pid}/status")
-                         .read_text().splitlines() if line.startswith("Umask:"))
-              for name, child in stack.children}
+    umasks = {
+        name: next(
+            line.split()[1]
+            for line in Path(f"/proc/{child.pid}/status").read_text().splitlines()
+            if line.startswith("Umask:")
+        )
+        for name, child in stack.children
+    }
     assert umasks == dict.fromkeys(("redis", "api", "scheduler", "agent"), "0077")
 
 
@@ -184,8 +236,19 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
 
-PRIVATE = ("cohort.db", "cohort.db-wal", "cohort.db-shm", "signing-key", "bootstrap-token",
-           "redis-password", "artifacts", "cache", "uploads", "logs", "redis")
+PRIVATE = (
+    "cohort.db",
+    "cohort.db-wal",
+    "cohort.db-shm",
+    "signing-key",
+    "bootstrap-token",
+    "redis-password",
+    "artifacts",
+    "cache",
+    "uploads",
+    "logs",
+    "redis",
+)
 
 
 def assert_private_modes(data_dir: Path, names: tuple[str, ...] = PRIVATE) -> None:
@@ -195,11 +258,12 @@ def assert_private_modes(data_dir: Path, names: tuple[str, ...] = PRIVATE) -> No
     assert mode(data_dir) == 0o711
     assert mode(data_dir / "jobs") == 0o711
     modes = {name: oct(mode(data_dir / name)) for name in names}
-    assert modes == {name: oct(0o700 if (data_dir / name).is_dir() else 0o600)
-                     for name in names}
-    loose = {entry.name: oct(mode(Path(entry.path))) for entry in os.scandir(data_dir)
-             if entry.name != "jobs" and not entry.is_symlink()
-             and mode(Path(entry.path)) & 0o077}
+    assert modes == {name: oct(0o700 if (data_dir / name).is_dir() else 0o600) for name in names}
+    loose = {
+        entry.name: oct(mode(Path(entry.path)))
+        for entry in os.scandir(data_dir)
+        if entry.name != "jobs" and not entry.is_symlink() and mode(Path(entry.path)) & 0o077
+    }
     assert loose == {}, loose
 
 
@@ -207,8 +271,14 @@ def test_a_data_dir_an_older_version_left_open_is_closed_at_start(tmp_path: Path
     # As the code before left it (0755 directories, 0644 files, no umask), with a link
     # an operator made to a file elsewhere, which is not DATA_DIR's to change.
     data_dir = tmp_path / "var"
-    for directory in (data_dir, data_dir / "artifacts" / "bundles", data_dir / "cache",
-                      data_dir / "uploads", data_dir / "logs", data_dir / "redis"):
+    for directory in (
+        data_dir,
+        data_dir / "artifacts" / "bundles",
+        data_dir / "cache",
+        data_dir / "uploads",
+        data_dir / "logs",
+        data_dir / "redis",
+    ):
         directory.mkdir(parents=True, exist_ok=True)
         directory.chmod(0o755)
     old_db = sqlite3.connect(data_dir / "cohort.db")
@@ -222,17 +292,36 @@ def test_a_data_dir_an_older_version_left_open_is_closed_at_start(tmp_path: Path
     for path in (data_dir / "cohort.db", data_dir / "signing-key", elsewhere):
         path.chmod(0o644)
 
-    stack = Stack({"COHORT_DATABASE_URL": "", "COHORT_REDIS_URL": "",
-                   "COHORT_DATA_DIR": str(data_dir),
-                   "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
-                   "COHORT_PORT_RANGE_START": PORT_BASE,
-                   "COHORT_API_PORT": str(free_port())}, quiet=True)
+    stack = Stack(
+        {
+            "COHORT_DATABASE_URL": "",
+            "COHORT_REDIS_URL": "",
+            "COHORT_DATA_DIR": str(data_dir),
+            "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
+            "COHORT_PORT_RANGE_START": PORT_BASE,
+            "COHORT_API_PORT": str(free_port()),
+        },
+        quiet=True,
+    )
     stack.start()
     try:
         CohortClient(stack.url, stack.token).nodes()
-        assert_private_modes(data_dir, ("cohort.db", "cohort.db-wal", "cohort.db-shm",
-                                        "signing-key", "bootstrap-token", "redis-password",
-                                        "artifacts", "cache", "uploads", "logs", "redis"))
+        assert_private_modes(
+            data_dir,
+            (
+                "cohort.db",
+                "cohort.db-wal",
+                "cohort.db-shm",
+                "signing-key",
+                "bootstrap-token",
+                "redis-password",
+                "artifacts",
+                "cache",
+                "uploads",
+                "logs",
+                "redis",
+            ),
+        )
         assert stack.env["COHORT_SIGNING_KEY"] == "ab" * 32  # kept, only its mode changed
         assert mode(elsewhere) == 0o644 and (data_dir / "notes").is_symlink()
     finally:

@@ -55,8 +55,7 @@ def test_unknown_and_missing_tokens_are_refused(session: Session) -> None:
         tokens.authenticate(session=session, token="", now=T0)
 
 
-def test_last_use_is_kept_to_the_minute_and_authenticating_writes_nothing(
-        session: Session) -> None:
+def test_last_use_is_kept_to_the_minute_and_authenticating_writes_nothing(session: Session) -> None:
     secret = issue(session)
     row = tokens.authenticate(session=session, token=secret, now=T0)
     assert row.last_used_at is None and not session.dirty  # recorded apart, by record_use
@@ -64,8 +63,9 @@ def test_last_use_is_kept_to_the_minute_and_authenticating_writes_nothing(
     assert tokens.record_use(session=session, token_id=row.id, now=T0)
     session.refresh(row)
     assert row.last_used_at == T0 and not tokens.use_due(row, T0 + dt.timedelta(seconds=59))
-    assert not tokens.record_use(session=session, token_id=row.id,
-                                 now=T0 + dt.timedelta(seconds=59))
+    assert not tokens.record_use(
+        session=session, token_id=row.id, now=T0 + dt.timedelta(seconds=59)
+    )
     session.refresh(row)
     assert row.last_used_at == T0
     assert tokens.record_use(session=session, token_id=row.id, now=T0 + dt.timedelta(seconds=60))
@@ -78,14 +78,15 @@ def test_a_session_ends_at_its_lifetime_logout_or_its_tokens_end(session: Sessio
     row = tokens.authenticate(session=session, token=secret, now=T0)
     sid, opened = sessions.create_session(session=session, token=row, lifetime=HOUR, now=T0)
     assert sid != secret and opened.id_hash == tokens.hash_token(sid)
-    assert sessions.authenticate_session(session=session, session_id=sid,
-                                         now=T0 + 0.5 * HOUR).id == row.id
+    assert (
+        sessions.authenticate_session(session=session, session_id=sid, now=T0 + 0.5 * HOUR).id
+        == row.id
+    )
     with pytest.raises(Unauthorized, match="log in again"):
         sessions.authenticate_session(session=session, session_id=sid, now=T0 + HOUR)
 
     # Never past the token's own expiry.
-    _, late = sessions.create_session(session=session, token=row, lifetime=100 * HOUR,
-                                      now=T0)
+    _, late = sessions.create_session(session=session, token=row, lifetime=100 * HOUR, now=T0)
     assert late.expires_at == T0 + 10 * HOUR
 
     sid, _ = sessions.create_session(session=session, token=row, lifetime=HOUR, now=T0)
@@ -106,8 +107,13 @@ def test_a_login_clears_the_tokens_ended_sessions(session: Session) -> None:
     sessions.create_session(session=session, token=row, lifetime=HOUR, now=T0)  # expires
     live, _ = sessions.create_session(session=session, token=row, lifetime=3 * HOUR, now=T0)
     sessions.create_session(session=session, token=row, lifetime=HOUR, now=T0 + 2 * HOUR)
-    kept = session.execute(sa.select(DashboardSession.id_hash)
-                           .where(DashboardSession.token_id == row.id)).scalars().all()
+    kept = (
+        session.execute(
+            sa.select(DashboardSession.id_hash).where(DashboardSession.token_id == row.id)
+        )
+        .scalars()
+        .all()
+    )
     assert len(kept) == 2 and tokens.hash_token(live) in kept
 
 

@@ -52,9 +52,11 @@ def run_pass(fence: Fence) -> reconcile.PassResult:
 def job_state(job_id: int) -> tuple[JobStatus, list[tuple[int, ReplicaStatus]]]:
     with session_scope() as session:
         job = session.get_one(Job, job_id)
-        replicas = session.execute(sa.select(Replica.index, Replica.status)
-                                   .where(Replica.job_id == job_id)
-                                   .order_by(Replica.index)).all()
+        replicas = session.execute(
+            sa.select(Replica.index, Replica.status)
+            .where(Replica.job_id == job_id)
+            .order_by(Replica.index)
+        ).all()
         return job.status, [(index, status) for index, status in replicas]
 
 
@@ -75,8 +77,10 @@ def test_an_older_terms_pass_is_refused_and_writes_nothing(queued_job: int) -> N
 
     result = run_pass(new)
     assert result.placed == [queued_job]
-    assert job_state(queued_job) == (JobStatus.SCHEDULED, [(0, ReplicaStatus.PENDING),
-                                                          (1, ReplicaStatus.PENDING)])
+    assert job_state(queued_job) == (
+        JobStatus.SCHEDULED,
+        [(0, ReplicaStatus.PENDING), (1, ReplicaStatus.PENDING)],
+    )
 
 
 def test_an_older_terms_event_is_refused_and_the_newer_applies_it(queued_job: int) -> None:
@@ -85,8 +89,9 @@ def test_an_older_terms_event_is_refused_and_the_newer_applies_it(queued_job: in
 
     def replica_started(fence: Fence) -> None:
         with fence.scope() as session:
-            gangs.record_replica_started(session=session, job_id=queued_job, attempt=1,
-                                         index=0, pid=4242, at=utcnow())
+            gangs.record_replica_started(
+                session=session, job_id=queued_job, attempt=1, index=0, pid=4242, at=utcnow()
+            )
 
     new = begin_term(lease=10)
     with pytest.raises(Fenced):
@@ -180,4 +185,3 @@ def test_sqlite_refuses_an_older_token_and_serialises_the_newer(sqlite_engine: E
         check_token(session=session, token=old)
     with Session(sqlite_engine) as session, session.begin():
         check_token(session=session, token=old + 1)
-

@@ -38,12 +38,22 @@ class Leader:
 
     def beat(self, node: str | None = None, slots: int | None = None) -> Heartbeat:
         at = utcnow()
-        return Heartbeat(node_id=node or self.node, address="10.4.0.1",
-                         slots=slots or self.slots, gpus=0, at=at, after=at)
+        return Heartbeat(
+            node_id=node or self.node,
+            address="10.4.0.1",
+            slots=slots or self.slots,
+            gpus=0,
+            at=at,
+            after=at,
+        )
 
     def run(self, *beats: Heartbeat) -> reconcile.PassResult:
-        result = reconcile.run_pass(session=self.session, settings=get_settings(),
-                                    heartbeats=list(beats) or [self.beat()], memo=self.memo)
+        result = reconcile.run_pass(
+            session=self.session,
+            settings=get_settings(),
+            heartbeats=list(beats) or [self.beat()],
+            memo=self.memo,
+        )
         self.memo.committed()
         return result
 
@@ -62,20 +72,24 @@ def leader(session: Session, monkeypatch: pytest.MonkeyPatch) -> Leader:
     return leader
 
 
-def full_cluster(session: Session, leader: Leader, **limits: int | None
-                 ) -> tuple[int, Job, Job]:
+def full_cluster(session: Session, leader: Leader, **limits: int | None) -> tuple[int, Job, Job]:
     """A node of 2 slots held by a running 2-replica gang, and a 1-replica job waiting
     for it; two passes, the second idle. (project id, the running job, the waiting one)"""
     name = f"idle-{uuid.uuid4().hex[:8]}"
     _, token = create_token(session, name)
     if limits:
-        quotas.set_quota(session=session, project_name=name, quota_in=QuotaUpdate(**limits),
-                         settings=get_settings())
+        quotas.set_quota(
+            session=session,
+            project_name=name,
+            quota_in=QuotaUpdate(**limits),
+            settings=get_settings(),
+        )
     running = create_job(session, token.project_id, replicas=2, **JOB)
     leader.run()
     for replica in jobs.read_replicas(session=session, job=running):
-        gangs.record_replica_started(session=session, job_id=running.id, attempt=1,
-                                     index=replica.index, pid=1, at=utcnow())
+        gangs.record_replica_started(
+            session=session, job_id=running.id, attempt=1, index=replica.index, pid=1, at=utcnow()
+        )
     gangs.settle_job(session=session, job=running)
     assert running.status is JobStatus.RUNNING
     waiting = create_job(session, token.project_id, replicas=1, **JOB)
@@ -89,7 +103,8 @@ def full_cluster(session: Session, leader: Leader, **limits: int | None
 
 
 def test_an_idle_pass_skips_the_placer_and_keeps_every_reason(
-        session: Session, leader: Leader) -> None:
+    session: Session, leader: Leader
+) -> None:
     _, _, waiting = full_cluster(session, leader)
     reason = waiting.reason
     calls = leader.placer_calls
@@ -102,8 +117,15 @@ def test_an_idle_pass_skips_the_placer_and_keeps_every_reason(
 
 
 def _replica_exits(session: Session, leader: Leader, running: Job) -> list[Heartbeat]:
-    gangs.record_replica_exited(session=session, job_id=running.id, attempt=1, index=1,
-                                exit_code=0, log_tail="", at=utcnow())
+    gangs.record_replica_exited(
+        session=session,
+        job_id=running.id,
+        attempt=1,
+        index=1,
+        exit_code=0,
+        log_tail="",
+        at=utcnow(),
+    )
     return [leader.beat()]
 
 
@@ -116,13 +138,20 @@ def _another_node(_session: Session, leader: Leader, _running: Job) -> list[Hear
 
 
 def _job_cancelled(session: Session, leader: Leader, running: Job) -> list[Heartbeat]:
-    transition_job(session=session, job_id=running.id, target=JobStatus.CANCELLED,
-                   reason="cancelled")
+    transition_job(
+        session=session, job_id=running.id, target=JobStatus.CANCELLED, reason="cancelled"
+    )
     gangs.settle_job(session=session, job=running)
     for replica in jobs.read_replicas(session=session, job=running):
-        gangs.record_replica_exited(session=session, job_id=running.id, attempt=1,
-                                    index=replica.index, exit_code=143, log_tail="",
-                                    at=utcnow())
+        gangs.record_replica_exited(
+            session=session,
+            job_id=running.id,
+            attempt=1,
+            index=replica.index,
+            exit_code=143,
+            log_tail="",
+            at=utcnow(),
+        )
     return [leader.beat()]
 
 
@@ -137,14 +166,14 @@ CHANGES: dict[str, Callable[[Session, Leader, Job], list[Heartbeat]]] = {
 
 @pytest.mark.parametrize("change", list(CHANGES))
 def test_freed_or_new_capacity_places_the_waiting_job(
-        session: Session, leader: Leader, change: str) -> None:
+    session: Session, leader: Leader, change: str
+) -> None:
     _, running, waiting = full_cluster(session, leader)
     beats = CHANGES[change](session, leader, running)
     assert leader.run(*beats).placed == [waiting.id]
 
 
-def test_a_new_submission_is_placed_or_given_its_reason(
-        session: Session, leader: Leader) -> None:
+def test_a_new_submission_is_placed_or_given_its_reason(session: Session, leader: Leader) -> None:
     pid, _, _ = full_cluster(session, leader)
     calls = leader.placer_calls
     newer = create_job(session, pid, replicas=1, **JOB)
@@ -153,23 +182,31 @@ def test_a_new_submission_is_placed_or_given_its_reason(
     assert newer.status is JobStatus.QUEUED and newer.reason.startswith("needs 1 CPU slot")
 
 
-def test_a_raised_quota_places_the_job_it_held_back(
-        session: Session, leader: Leader) -> None:
+def test_a_raised_quota_places_the_job_it_held_back(session: Session, leader: Leader) -> None:
     leader.slots = 3  # room for the waiting job: the quota alone holds it back
     pid, _, waiting = full_cluster(session, leader, max_running_replicas=2)
     assert "quota" in waiting.reason, waiting.reason
-    name = session.execute(sa.text("SELECT name FROM projects WHERE id = :id"),
-                           {"id": pid}).scalar_one()
-    quotas.set_quota(session=session, project_name=name,
-                     quota_in=QuotaUpdate(max_running_replicas=3), settings=get_settings())
+    name = session.execute(
+        sa.text("SELECT name FROM projects WHERE id = :id"), {"id": pid}
+    ).scalar_one()
+    quotas.set_quota(
+        session=session,
+        project_name=name,
+        quota_in=QuotaUpdate(max_running_replicas=3),
+        settings=get_settings(),
+    )
     assert leader.run().placed == [waiting.id]
 
 
 def test_a_pass_with_a_job_in_its_restart_backoff_is_never_idle(
-        session: Session, leader: Leader) -> None:
+    session: Session, leader: Leader
+) -> None:
     pid, _, waiting = full_cluster(session, leader)
-    session.execute(sa.update(Job).where(Job.id == waiting.id)
-                    .values(not_before=utcnow() + dt.timedelta(seconds=60)))
+    session.execute(
+        sa.update(Job)
+        .where(Job.id == waiting.id)
+        .values(not_before=utcnow() + dt.timedelta(seconds=60))
+    )
     leader.run()
     assert leader.memo.idle is None  # its reason counts the seconds down: written anew
     reason = waiting.reason

@@ -83,8 +83,9 @@ def test_zero_needs_no_first_step_once_the_whole_gang_started(session: Session) 
     later = T0 + dt.timedelta(seconds=settings.STARTUP_TIMEOUT * 3)
     run(session, later, beat(later, gang_of(silent)))  # no progress ever seen
     assert silent.status is JobStatus.RUNNING
-    assert all(r.status is ReplicaStatus.RUNNING
-               for r in jobs.read_replicas(session=session, job=silent))
+    assert all(
+        r.status is ReplicaStatus.RUNNING for r in jobs.read_replicas(session=session, job=silent)
+    )
 
 
 def test_zero_still_fails_a_gang_whose_processes_did_not_all_start(session: Session) -> None:
@@ -93,8 +94,7 @@ def test_zero_still_fails_a_gang_whose_processes_did_not_all_start(session: Sess
     run(session, T0)
     assert job.status is JobStatus.SCHEDULED
     # Replica 0 starts; replica 1's start never happens.
-    gangs.record_replica_started(session=session, job_id=job.id, attempt=1, index=0,
-                                 pid=1, at=T0)
+    gangs.record_replica_started(session=session, job_id=job.id, attempt=1, index=0, pid=1, at=T0)
     gangs.settle_job(session=session, job=job, now=T0)
     started = frozenset({(job.id, 1, 0)})
     # Its agent still works on replica 1's start (fetching its code, say): not a start
@@ -106,8 +106,10 @@ def test_zero_still_fails_a_gang_whose_processes_did_not_all_start(session: Sess
     late = T0 + dt.timedelta(seconds=settings.STARTUP_TIMEOUT + 1)
     run(session, late, beat(late, started, preparing=fetching))
     assert job.status is JobStatus.FAILED
-    assert "hung: the gang's processes were not all started within " \
-           f"{settings.STARTUP_TIMEOUT:.0f}s" in job.reason
+    assert (
+        "hung: the gang's processes were not all started within "
+        f"{settings.STARTUP_TIMEOUT:.0f}s" in job.reason
+    )
 
 
 def test_a_gang_that_never_steps_is_still_hung_without_zero(session: Session) -> None:
@@ -122,13 +124,13 @@ def test_a_gang_that_never_steps_is_still_hung_without_zero(session: Session) ->
 
 def silent_pass(session: Session, now: dt.datetime) -> None:
     """A pass that reads no heartbeat and no progress beat at all (Redis lost them)."""
-    reconcile.run_pass(session=session, settings=get_settings(), heartbeats=[],
-                       progress=None, now=now)
+    reconcile.run_pass(
+        session=session, settings=get_settings(), heartbeats=[], progress=None, now=now
+    )
 
 
 @pytest.mark.parametrize("excused", [True, False])
-def test_a_redis_wipe_excuses_the_silence_it_caused_once(session: Session,
-                                                        excused: bool) -> None:
+def test_a_redis_wipe_excuses_the_silence_it_caused_once(session: Session, excused: bool) -> None:
     settings = get_settings()
     timeout = dt.timedelta(seconds=max(settings.PROGRESS_TIMEOUT, settings.NODE_TIMEOUT) + 1)
     job = job_with(session)
@@ -143,8 +145,9 @@ def test_a_redis_wipe_excuses_the_silence_it_caused_once(session: Session,
         assert job.status is not JobStatus.RUNNING, job.reason
         return
     assert job.status is JobStatus.RUNNING, job.reason
-    assert all(r.status is ReplicaStatus.RUNNING for r in jobs.read_replicas(session=session,
-                                                                              job=job))
+    assert all(
+        r.status is ReplicaStatus.RUNNING for r in jobs.read_replicas(session=session, job=job)
+    )
     # Excused once: still silent a timeout after the wipe, the gang is lost after all.
     silent_pass(session, wiped_at + timeout)
     assert job.status is not JobStatus.RUNNING

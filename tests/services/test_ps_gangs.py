@@ -29,14 +29,14 @@ def beats(at: dt.datetime) -> list[Heartbeat]:
 
 
 def run(session: Session, now: dt.datetime) -> reconcile.PassResult:
-    return reconcile.run_pass(session=session, settings=get_settings(), heartbeats=beats(now),
-                              now=now)
+    return reconcile.run_pass(
+        session=session, settings=get_settings(), heartbeats=beats(now), now=now
+    )
 
 
 def ps_job(session: Session, **spec: object) -> Job:
     _, token = create_token(session)
-    return create_job(session, token.project_id, strategy="parameter_server", roles=ROLES,
-                      **spec)
+    return create_job(session, token.project_id, strategy="parameter_server", roles=ROLES, **spec)
 
 
 def start(session: Session, job: Job, now: dt.datetime) -> list[Replica]:
@@ -45,17 +45,29 @@ def start(session: Session, job: Job, now: dt.datetime) -> list[Replica]:
     assert len([m for m in result.messages if isinstance(m, StartReplica)]) == 5
     replicas = jobs.read_replicas(session=session, job=job)
     for replica in replicas:
-        gangs.record_replica_started(session=session, job_id=job.id, attempt=job.attempt,
-                                     index=replica.index, pid=100 + replica.index, at=now)
+        gangs.record_replica_started(
+            session=session,
+            job_id=job.id,
+            attempt=job.attempt,
+            index=replica.index,
+            pid=100 + replica.index,
+            at=now,
+        )
     gangs.settle_job(session=session, job=job, now=now)
     assert job.status is JobStatus.RUNNING
     return replicas
 
 
-def exit_(session: Session, job: Job, index: int, code: int,
-          now: dt.datetime) -> list[object]:
-    gangs.record_replica_exited(session=session, job_id=job.id, attempt=job.attempt,
-                                index=index, exit_code=code, log_tail="", at=now)
+def exit_(session: Session, job: Job, index: int, code: int, now: dt.datetime) -> list[object]:
+    gangs.record_replica_exited(
+        session=session,
+        job_id=job.id,
+        attempt=job.attempt,
+        index=index,
+        exit_code=code,
+        log_tail="",
+        at=now,
+    )
     return list(gangs.settle_job(session=session, job=job, now=now))
 
 
@@ -65,20 +77,31 @@ def test_ps_gang_is_placed_with_roles_and_tf_config(session: Session) -> None:
     starts = {m.spec.index: m for m in result.messages if isinstance(m, StartReplica)}
     replicas = jobs.read_replicas(session=session, job=job)
     assert [(r.role, r.role_index) for r in replicas] == [
-        ("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0), ("evaluator", 0)]
+        ("chief", 0),
+        ("worker", 0),
+        ("worker", 1),
+        ("ps", 0),
+        ("evaluator", 0),
+    ]
     # The evaluator reads the chief's checkpoint directory: same node.
     assert replicas[EVALUATOR].node_id == replicas[CHIEF].node_id
     addresses = [r.address for r in replicas]
     assert len(set(addresses)) == 5  # a port for every process
     cluster = {"chief": addresses[:1], "worker": addresses[1:3], "ps": addresses[3:4]}
     for replica in replicas[:4]:
-        assert replica.tf_config == {"cluster": cluster, "task": {
-            "type": replica.role, "index": replica.role_index}}
-    assert replicas[EVALUATOR].tf_config == {"cluster": {"evaluator": [addresses[4]]},
-                                             "task": {"type": "evaluator", "index": 0}}
+        assert replica.tf_config == {
+            "cluster": cluster,
+            "task": {"type": replica.role, "index": replica.role_index},
+        }
+    assert replicas[EVALUATOR].tf_config == {
+        "cluster": {"evaluator": [addresses[4]]},
+        "task": {"type": "evaluator", "index": 0},
+    }
     for index, message in starts.items():
         assert (message.spec.role, message.spec.role_index) == (
-            replicas[index].role, replicas[index].role_index)
+            replicas[index].role,
+            replicas[index].role_index,
+        )
         assert message.spec.distribution.mixed_precision == "mixed_bfloat16"
         assert message.spec.replicas == 5
         assert message.spec.profile is None
@@ -86,8 +109,13 @@ def test_ps_gang_is_placed_with_roles_and_tf_config(session: Session) -> None:
 
 def test_a_profile_goes_only_to_the_replicas_it_names(session: Session) -> None:
     _, token = create_token(session)
-    create_job(session, token.project_id, strategy="multi_worker_mirrored", replicas=3,
-               profile={"steps": [3, 4], "replicas": [0, 2]})
+    create_job(
+        session,
+        token.project_id,
+        strategy="multi_worker_mirrored",
+        replicas=3,
+        profile={"steps": [3, 4], "replicas": [0, 2]},
+    )
     starts = [m for m in run(session, T0).messages if isinstance(m, StartReplica)]
     assert len(starts) == 3
     for message in starts:
@@ -96,8 +124,7 @@ def test_a_profile_goes_only_to_the_replicas_it_names(session: Session) -> None:
         assert profiled is None or (profiled.first_step, profiled.last_step) == (3, 4)
 
 
-def test_success_is_the_chiefs_exit_then_the_evaluator_gets_its_grace(
-        session: Session) -> None:
+def test_success_is_the_chiefs_exit_then_the_evaluator_gets_its_grace(session: Session) -> None:
     job = ps_job(session)
     start(session, job, T0)
     messages = exit_(session, job, CHIEF, 0, T0)
@@ -112,8 +139,7 @@ def test_success_is_the_chiefs_exit_then_the_evaluator_gets_its_grace(
     assert job.reason == "the chief exited 0"
 
 
-def test_an_evaluator_past_its_grace_is_stopped_and_the_job_succeeds(
-        session: Session) -> None:
+def test_an_evaluator_past_its_grace_is_stopped_and_the_job_succeeds(session: Session) -> None:
     job = ps_job(session)
     start(session, job, T0)
     exit_(session, job, CHIEF, 0, T0)
@@ -138,8 +164,9 @@ def test_the_evaluators_failure_never_fails_training(session: Session) -> None:
 def test_a_worker_restarted_in_place_keeps_the_gang(session: Session) -> None:
     job = ps_job(session)
     start(session, job, T0)
-    replica = gangs.record_replica_restarted(session=session, job_id=job.id, attempt=1,
-                                             index=WORKER, pid=999, restarts=1)
+    replica = gangs.record_replica_restarted(
+        session=session, job_id=job.id, attempt=1, index=WORKER, pid=999, restarts=1
+    )
     assert replica is not None and replica.status is ReplicaStatus.RUNNING
     assert (replica.pid, replica.restarts) == (999, 1)
     assert not gangs.settle_job(session=session, job=job, now=T0)
@@ -175,11 +202,18 @@ def test_only_the_chief_is_watched_for_progress(session: Session) -> None:
     replicas = start(session, job, T0)
     running = frozenset((job.id, 1, r.index) for r in replicas)
     late = T0 + dt.timedelta(seconds=get_settings().STARTUP_TIMEOUT + 1)
-    hb = [Heartbeat("n1", "10.1.0.1", 3, 0, late, running=running),
-          Heartbeat("n2", "10.1.0.2", 2, 0, late, running=running)]
+    hb = [
+        Heartbeat("n1", "10.1.0.1", 3, 0, late, running=running),
+        Heartbeat("n2", "10.1.0.2", 2, 0, late, running=running),
+    ]
     # The chief beats progress; its servers and the evaluator never do, and are fine.
-    reconcile.run_pass(session=session, settings=get_settings(), heartbeats=hb, now=late,
-                       progress={(job.id, 1, CHIEF): late.timestamp()})
+    reconcile.run_pass(
+        session=session,
+        settings=get_settings(),
+        heartbeats=hb,
+        now=late,
+        progress={(job.id, 1, CHIEF): late.timestamp()},
+    )
     assert job.status is JobStatus.RUNNING, job.reason
     # A chief without progress is hung: the gang restarts.
     later = late + dt.timedelta(seconds=get_settings().PROGRESS_TIMEOUT + 1)

@@ -35,14 +35,18 @@ def project(session: Session, **limits: int | None) -> int:
     """A project of its own with these limits set by an admin; its id."""
     name = f"quota-{uuid.uuid4().hex[:8]}"
     _, token = create_token(session, name)
-    quotas.set_quota(session=session, project_name=name, quota_in=QuotaUpdate(**limits),
-                     settings=get_settings())
+    quotas.set_quota(
+        session=session, project_name=name, quota_in=QuotaUpdate(**limits), settings=get_settings()
+    )
     return token.project_id
 
 
 def queued(session: Session, project_id: int) -> int:
-    return session.execute(sa.select(sa.func.count()).select_from(Job).where(
-        Job.project_id == project_id, Job.status == JobStatus.QUEUED)).scalar_one()
+    return session.execute(
+        sa.select(sa.func.count())
+        .select_from(Job)
+        .where(Job.project_id == project_id, Job.status == JobStatus.QUEUED)
+    ).scalar_one()
 
 
 def beat(node_id: str, slots: int) -> Heartbeat:
@@ -53,15 +57,17 @@ def run_pass(session: Session, *beats: Heartbeat) -> reconcile.PassResult:
     return reconcile.run_pass(session=session, settings=get_settings(), heartbeats=list(beats))
 
 
-def test_the_job_past_the_queued_quota_is_refused_and_nothing_is_stored(
-        session: Session) -> None:
+def test_the_job_past_the_queued_quota_is_refused_and_nothing_is_stored(session: Session) -> None:
     pid = project(session, max_queued_jobs=2)
     create_job(session, pid, **JOB)
     create_job(session, pid, **JOB)
     with pytest.raises(QuotaExceeded) as refused:
         create_job(session, pid, **JOB)
-    assert (refused.value.quota, refused.value.used, refused.value.allowed) == \
-        ("max_queued_jobs", 2, 2)
+    assert (refused.value.quota, refused.value.used, refused.value.allowed) == (
+        "max_queued_jobs",
+        2,
+        2,
+    )
     assert refused.value.message.startswith("project quota: 2 of 2 queued jobs")
     assert queued(session, pid) == 2
 
@@ -75,31 +81,59 @@ def test_a_job_that_started_frees_its_place_in_the_queued_quota(session: Session
 
 
 def test_a_retried_submission_is_answered_with_its_job_when_the_quota_is_full(
-        session: Session) -> None:
+    session: Session,
+) -> None:
     pid = project(session, max_queued_jobs=1)
     spec = JobCreate.model_validate(JOB)
-    first, created = create_job_service(session=session, project_id=pid, job_in=spec,
-                                        settings=get_settings(), idempotency_key="k1")
-    again, created_again = create_job_service(session=session, project_id=pid, job_in=spec,
-                                              settings=get_settings(), idempotency_key="k1")
+    first, created = create_job_service(
+        session=session, project_id=pid, job_in=spec, settings=get_settings(), idempotency_key="k1"
+    )
+    again, created_again = create_job_service(
+        session=session, project_id=pid, job_in=spec, settings=get_settings(), idempotency_key="k1"
+    )
     assert created and not created_again and again.id == first.id
 
 
-@pytest.mark.parametrize(("limits", "spec", "field", "quota", "used", "allowed"), [
-    ({"max_priority": 3}, {"priority": 4}, "priority", "max_priority", 4, 3),
-    ({"max_running_replicas": 2}, {"strategy": "multi_worker_mirrored", "replicas": 3},
-     "replicas", "max_running_replicas", 3, 2),
-    ({"max_gpus": 3}, {"strategy": "multi_worker_mirrored", "replicas": 2,
-                       "gpus_per_replica": 2}, "gpus_per_replica", "max_gpus", 4, 3),
-])
+@pytest.mark.parametrize(
+    ("limits", "spec", "field", "quota", "used", "allowed"),
+    [
+        ({"max_priority": 3}, {"priority": 4}, "priority", "max_priority", 4, 3),
+        (
+            {"max_running_replicas": 2},
+            {"strategy": "multi_worker_mirrored", "replicas": 3},
+            "replicas",
+            "max_running_replicas",
+            3,
+            2,
+        ),
+        (
+            {"max_gpus": 3},
+            {"strategy": "multi_worker_mirrored", "replicas": 2, "gpus_per_replica": 2},
+            "gpus_per_replica",
+            "max_gpus",
+            4,
+            3,
+        ),
+    ],
+)
 def test_a_job_the_quota_never_permits_is_refused_naming_the_field(
-        session: Session, limits: dict[str, int], spec: dict[str, Any], field: str,
-        quota: str, used: int, allowed: int) -> None:
+    session: Session,
+    limits: dict[str, int],
+    spec: dict[str, Any],
+    field: str,
+    quota: str,
+    used: int,
+    allowed: int,
+) -> None:
     pid = project(session, **limits)
     with pytest.raises(BeyondQuota) as refused:
         create_job(session, pid, **{**JOB, **spec})
-    assert (refused.value.field, refused.value.quota, refused.value.used,
-            refused.value.allowed) == (field, quota, used, allowed)
+    assert (
+        refused.value.field,
+        refused.value.quota,
+        refused.value.used,
+        refused.value.allowed,
+    ) == (field, quota, used, allowed)
     assert queued(session, pid) == 0
 
 
@@ -114,11 +148,16 @@ def test_the_default_priority_ceiling_comes_from_the_settings(session: Session) 
 
 def test_schedules_past_the_quota_are_refused(session: Session) -> None:
     pid = project(session, max_schedules=1, max_priority=0)
+
     def make(name: str, **job: Any) -> Any:
         return schedules.create_schedule(
-            session=session, project_id=pid, settings=get_settings(),
+            session=session,
+            project_id=pid,
+            settings=get_settings(),
             schedule_in=ScheduleCreate.model_validate(
-                {"name": name, "job": {**JOB, **job}, "interval_seconds": 60}))
+                {"name": name, "job": {**JOB, **job}, "interval_seconds": 60}
+            ),
+        )
 
     with pytest.raises(BeyondQuota) as above:
         make("urgent", priority=5)
@@ -131,23 +170,27 @@ def test_schedules_past_the_quota_are_refused(session: Session) -> None:
 
 def test_running_quota_keeps_jobs_queued_with_the_reason(session: Session) -> None:
     pid = project(session, max_running_replicas=4)
-    gangs = [create_job(session, pid, strategy="multi_worker_mirrored", replicas=2)
-             for _ in range(3)]
+    gangs = [
+        create_job(session, pid, strategy="multi_worker_mirrored", replicas=2) for _ in range(3)
+    ]
     run_pass(session, beat(f"r{pid}", 8))
     assert [g.status for g in gangs] == [JobStatus.SCHEDULED] * 2 + [JobStatus.QUEUED]
     assert gangs[2].reason == "project quota: 4 of 4 running replicas in use"
-    read = quotas.read_quota(session=session, project_name=gangs[0].project.name,
-                             settings=get_settings())
+    read = quotas.read_quota(
+        session=session, project_name=gangs[0].project.name, settings=get_settings()
+    )
     assert (read.used.running_replicas, read.used.queued_jobs) == (4, 1)
     assert read.limits.max_running_replicas == 4 and read.overrides.max_gpus is None
 
 
 def test_two_projects_take_turns_on_a_shared_node(session: Session) -> None:
     first, second = project(session), project(session)
-    early = [create_job(session, first, strategy="multi_worker_mirrored", replicas=2)
-             for _ in range(5)]
-    late = [create_job(session, second, strategy="multi_worker_mirrored", replicas=2)
-            for _ in range(5)]
+    early = [
+        create_job(session, first, strategy="multi_worker_mirrored", replicas=2) for _ in range(5)
+    ]
+    late = [
+        create_job(session, second, strategy="multi_worker_mirrored", replicas=2) for _ in range(5)
+    ]
     run_pass(session, beat(f"f{first}", 4))
     # Submission order alone would give both places to the first project's jobs.
     assert early[0].status is JobStatus.SCHEDULED and late[0].status is JobStatus.SCHEDULED
@@ -157,11 +200,19 @@ def test_two_projects_take_turns_on_a_shared_node(session: Session) -> None:
 def test_sweep_trials_wait_for_room_in_the_queued_quota(session: Session) -> None:
     pid = project(session, max_queued_jobs=2)
     sweep = sweeps.create_sweep(
-        session=session, project_id=pid, settings=get_settings(),
-        sweep_in=SweepCreate.model_validate({
-            "name": "lr", "template": {**JOB, "trainer": "mlp_digits"}, "max_concurrent": 4,
-            "space": {"grid": {"learning_rate": [0.1, 0.01, 0.001]}},
-            "objective": {"metric": "accuracy", "mode": "max"}}))
+        session=session,
+        project_id=pid,
+        settings=get_settings(),
+        sweep_in=SweepCreate.model_validate(
+            {
+                "name": "lr",
+                "template": {**JOB, "trainer": "mlp_digits"},
+                "max_concurrent": 4,
+                "space": {"grid": {"learning_rate": [0.1, 0.01, 0.001]}},
+                "objective": {"metric": "accuracy", "mode": "max"},
+            }
+        ),
+    )
     result = advance.advance_sweeps(session=session, settings=get_settings())
     assert len(result.created) == 2 and sweep.trials_created == 2
     assert sweep.reason.endswith("waiting: project quota: 2 of 2 queued jobs")
@@ -174,28 +225,41 @@ def test_a_sweep_above_the_priority_ceiling_is_refused(session: Session) -> None
     pid = project(session, max_priority=1)
     with pytest.raises(BeyondQuota) as refused:
         sweeps.create_sweep(
-            session=session, project_id=pid, settings=get_settings(),
-            sweep_in=SweepCreate.model_validate({
-                "name": "lr", "template": {**JOB, "trainer": "mlp_digits", "priority": 2},
-                "space": {"grid": {"learning_rate": [0.1]}},
-                "objective": {"metric": "accuracy", "mode": "max"}}))
+            session=session,
+            project_id=pid,
+            settings=get_settings(),
+            sweep_in=SweepCreate.model_validate(
+                {
+                    "name": "lr",
+                    "template": {**JOB, "trainer": "mlp_digits", "priority": 2},
+                    "space": {"grid": {"learning_rate": [0.1]}},
+                    "objective": {"metric": "accuracy", "mode": "max"},
+                }
+            ),
+        )
     assert refused.value.field == "template.priority"
 
 
-def test_a_fire_time_over_the_queued_quota_is_skipped_with_the_reason(
-        session: Session) -> None:
+def test_a_fire_time_over_the_queued_quota_is_skipped_with_the_reason(session: Session) -> None:
     pid = project(session, max_queued_jobs=1)
     start = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
     schedule = schedules.create_schedule(
-        session=session, project_id=pid, settings=get_settings(), now=start,
+        session=session,
+        project_id=pid,
+        settings=get_settings(),
+        now=start,
         schedule_in=ScheduleCreate.model_validate(
-            {"name": "nightly", "job": JOB, "interval_seconds": 10}))
+            {"name": "nightly", "job": JOB, "interval_seconds": 10}
+        ),
+    )
     create_job(session, pid, **JOB)
-    result = firing.fire_due_schedules(session=session, settings=get_settings(),
-                                       now=start + dt.timedelta(seconds=11))
+    result = firing.fire_due_schedules(
+        session=session, settings=get_settings(), now=start + dt.timedelta(seconds=11)
+    )
     assert result.jobs == []
-    run = session.execute(sa.select(ScheduleRun).where(
-        ScheduleRun.schedule_id == schedule.id)).scalar_one()
+    run = session.execute(
+        sa.select(ScheduleRun).where(ScheduleRun.schedule_id == schedule.id)
+    ).scalar_one()
     assert run.outcome == "skipped"
     assert run.reason == "project quota: 1 of 1 queued jobs; this fire time made no job"
     assert schedule.next_fire_at is not None and schedule.next_fire_at > start

@@ -32,11 +32,19 @@ def racing(engine: Engine) -> Iterator[tuple[Engine, int]]:
     flight at once, the rest queue for a connection) and a fresh project with the quota."""
     name = f"race-{uuid.uuid4().hex[:8]}"
     with Session(engine) as session, session.begin():
-        token = tokens.ensure_token(session=session, token="race_" + uuid.uuid4().hex,
-                                    project_name=name, name="t",
-                                    scopes=["read", "submit", "schedules"])
-        quotas.set_quota(session=session, project_name=name, settings=get_settings(),
-                         quota_in=QuotaUpdate(max_queued_jobs=QUOTA))
+        token = tokens.ensure_token(
+            session=session,
+            token="race_" + uuid.uuid4().hex,
+            project_name=name,
+            name="t",
+            scopes=["read", "submit", "schedules"],
+        )
+        quotas.set_quota(
+            session=session,
+            project_name=name,
+            settings=get_settings(),
+            quota_in=QuotaUpdate(max_queued_jobs=QUOTA),
+        )
         project_id = token.project_id
     own = sa.create_engine(engine.url, pool_size=25, max_overflow=0, pool_timeout=60)
     yield own, project_id
@@ -46,8 +54,7 @@ def racing(engine: Engine) -> Iterator[tuple[Engine, int]]:
         session.execute(sa.delete(Project).where(Project.id == project_id))
 
 
-def test_fifty_concurrent_submissions_admit_exactly_the_quota(
-        racing: tuple[Engine, int]) -> None:
+def test_fifty_concurrent_submissions_admit_exactly_the_quota(racing: tuple[Engine, int]) -> None:
     engine, project_id = racing
     barrier = threading.Barrier(SUBMISSIONS)
     created: list[int] = []
@@ -59,8 +66,9 @@ def test_fifty_concurrent_submissions_admit_exactly_the_quota(
         try:
             barrier.wait(timeout=30)
             with Session(engine, expire_on_commit=False) as session, session.begin():
-                job, _ = create_job(session=session, project_id=project_id, job_in=spec,
-                                    settings=get_settings())
+                job, _ = create_job(
+                    session=session, project_id=project_id, job_in=spec, settings=get_settings()
+                )
             created.append(job.id)
         except QuotaExceeded as exc:
             refused.append(exc)
@@ -76,6 +84,7 @@ def test_fifty_concurrent_submissions_admit_exactly_the_quota(
     assert len(created) == QUOTA and len(refused) == SUBMISSIONS - QUOTA
     assert all((r.used, r.allowed) == (QUOTA, QUOTA) for r in refused)
     with Session(engine) as session:
-        stored = session.execute(sa.select(sa.func.count()).select_from(Job).where(
-            Job.project_id == project_id)).scalar_one()
+        stored = session.execute(
+            sa.select(sa.func.count()).select_from(Job).where(Job.project_id == project_id)
+        ).scalar_one()
     assert stored == QUOTA

@@ -16,21 +16,43 @@ from tests.factories import create_job, create_token
 TRACING = 4.0  # the first step traces the graph: seconds, left out of the report
 
 
-def finished(session: Session, project_id: int, replicas: int, step_time: float,
-             steps: int = 150, status: JobStatus = JobStatus.SUCCEEDED,
-             job_fields: dict[str, object] | None = None,
-             **hyperparameters: object) -> Job:
+def finished(
+    session: Session,
+    project_id: int,
+    replicas: int,
+    step_time: float,
+    steps: int = 150,
+    status: JobStatus = JobStatus.SUCCEEDED,
+    job_fields: dict[str, object] | None = None,
+    **hyperparameters: object,
+) -> Job:
     """A job of `replicas` replicas that took `step_time` seconds a step for `steps`
     steps (after a slow first one), then ended in `status`."""
-    fields = {"strategy": "multi_worker_mirrored" if replicas > 1 else "one_device",
-              **(job_fields or {})}
-    job = create_job(session, project_id, replicas=replicas,
-                     hyperparameters={"epochs": 1, "steps_per_epoch": steps,
-                                      **hyperparameters}, **fields)
-    rows = [{"job_id": job.id, "attempt": 1, "replica": replica, "step": step, "epoch": 0,
-             "name": "step_time", "value": TRACING if step == 1 else step_time,
-             "ts": 1000.0 + step}
-            for replica in range(replicas) for step in range(1, steps + 1)]
+    fields = {
+        "strategy": "multi_worker_mirrored" if replicas > 1 else "one_device",
+        **(job_fields or {}),
+    }
+    job = create_job(
+        session,
+        project_id,
+        replicas=replicas,
+        hyperparameters={"epochs": 1, "steps_per_epoch": steps, **hyperparameters},
+        **fields,
+    )
+    rows = [
+        {
+            "job_id": job.id,
+            "attempt": 1,
+            "replica": replica,
+            "step": step,
+            "epoch": 0,
+            "name": "step_time",
+            "value": TRACING if step == 1 else step_time,
+            "ts": 1000.0 + step,
+        }
+        for replica in range(replicas)
+        for step in range(1, steps + 1)
+    ]
     store_points(session=session, rows=rows)
     for target in (JobStatus.SCHEDULED, JobStatus.RUNNING, status):
         transition_job(session=session, job_id=job.id, target=target)
@@ -43,7 +65,8 @@ def project_id(session: Session) -> int:
 
 
 def test_a_two_replica_run_is_set_against_the_one_replica_run_at_the_same_batch(
-        session: Session, project_id: int) -> None:
+    session: Session, project_id: int
+) -> None:
     base = finished(session, project_id, 1, step_time=0.1)  # 32 / 0.1 = 320 examples/s
     job = finished(session, project_id, 2, step_time=0.125)  # 256 per replica
     report = read_scaling(session=session, job=job)
@@ -56,19 +79,29 @@ def test_a_two_replica_run_is_set_against_the_one_replica_run_at_the_same_batch(
 
 
 def test_mirrored_counts_each_logical_device_of_its_one_process(
-        session: Session, project_id: int) -> None:
-    job = finished(session, project_id, 1, step_time=0.1,
-                   job_fields={"strategy": "mirrored", "distribution": {"cpu_devices": 2}})
+    session: Session, project_id: int
+) -> None:
+    job = finished(
+        session,
+        project_id,
+        1,
+        step_time=0.1,
+        job_fields={"strategy": "mirrored", "distribution": {"cpu_devices": 2}},
+    )
     report = read_scaling(session=session, job=job)
     assert report is not None  # 2 devices x 32 a step / 0.1 s
     assert report.per_replica_examples_per_second == pytest.approx(640.0)
 
 
-def test_a_parameter_server_gang_gets_no_efficiency(session: Session,
-                                                    project_id: int) -> None:
+def test_a_parameter_server_gang_gets_no_efficiency(session: Session, project_id: int) -> None:
     finished(session, project_id, 1, step_time=0.1)
-    job = finished(session, project_id, 4, step_time=0.1, job_fields={
-        "strategy": "parameter_server", "roles": {"chief": 1, "worker": 2, "ps": 1}})
+    job = finished(
+        session,
+        project_id,
+        4,
+        step_time=0.1,
+        job_fields={"strategy": "parameter_server", "roles": {"chief": 1, "worker": 2, "ps": 1}},
+    )
     report = read_scaling(session=session, job=job)
     assert report is not None and report.efficiency is None
     assert report.baseline_job_id is None and "parameter_server" in report.note
@@ -81,7 +114,8 @@ def test_the_per_replica_batch_scales_the_examples(session: Session, project_id:
 
 
 def test_without_a_one_replica_run_at_the_same_batch_the_report_says_so(
-        session: Session, project_id: int) -> None:
+    session: Session, project_id: int
+) -> None:
     finished(session, project_id, 1, step_time=0.1, batch_size=64)  # another batch
     finished(session, project_id, 1, step_time=0.1, status=JobStatus.FAILED)  # not a success
     other = create_token(session, "elsewhere")[1].project_id
@@ -95,7 +129,8 @@ def test_without_a_one_replica_run_at_the_same_batch_the_report_says_so(
 
 
 def test_a_run_with_the_same_hyperparameters_is_the_preferred_baseline(
-        session: Session, project_id: int) -> None:
+    session: Session, project_id: int
+) -> None:
     same = finished(session, project_id, 1, step_time=0.1, learning_rate=0.05)
     finished(session, project_id, 1, step_time=0.2)  # newer, another learning rate
     job = finished(session, project_id, 4, step_time=0.2, learning_rate=0.05)
@@ -112,7 +147,8 @@ def test_a_one_replica_run_is_its_own_baseline(session: Session, project_id: int
 
 
 def test_a_running_job_has_no_report_and_one_without_timings_says_why(
-        session: Session, project_id: int) -> None:
+    session: Session, project_id: int
+) -> None:
     running = create_job(session, project_id, replicas=2)
     assert read_scaling(session=session, job=running) is None
     quiet = finished(session, project_id, 2, step_time=0.1, steps=1)  # only the first step

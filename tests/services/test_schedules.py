@@ -20,16 +20,24 @@ from services.storage.store import open_store
 from tests.factories import create_token
 
 T0 = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
-JOB = {"trainer": "mlp_digits", "strategy": "one_device", "replicas": 1,
-       "hyperparameters": {"epochs": 1, "steps_per_epoch": 2}}
+JOB = {
+    "trainer": "mlp_digits",
+    "strategy": "one_device",
+    "replicas": 1,
+    "hyperparameters": {"epochs": 1, "steps_per_epoch": 2},
+}
 
 
 def make(session: Session, **spec: Any):  # noqa: ANN201 - a Schedule
     _, token = create_token(session)
     body = {"name": "nightly", "job": JOB, "interval_seconds": 10, **spec}
-    return schedules.create_schedule(session=session, project_id=token.project_id,
-                                     schedule_in=ScheduleCreate.model_validate(body),
-                                     settings=get_settings(), now=T0)
+    return schedules.create_schedule(
+        session=session,
+        project_id=token.project_id,
+        schedule_in=ScheduleCreate.model_validate(body),
+        settings=get_settings(),
+        now=T0,
+    )
 
 
 def fire(session: Session, now: dt.datetime) -> firing.FireResult:
@@ -37,8 +45,13 @@ def fire(session: Session, now: dt.datetime) -> firing.FireResult:
 
 
 def runs(session: Session, schedule_id: int) -> list[ScheduleRun]:
-    return list(session.execute(sa.select(ScheduleRun).where(
-        ScheduleRun.schedule_id == schedule_id).order_by(ScheduleRun.scheduled_for)).scalars())
+    return list(
+        session.execute(
+            sa.select(ScheduleRun)
+            .where(ScheduleRun.schedule_id == schedule_id)
+            .order_by(ScheduleRun.scheduled_for)
+        ).scalars()
+    )
 
 
 def finish(session: Session, job_id: int, status: JobStatus = JobStatus.SUCCEEDED) -> None:
@@ -77,8 +90,7 @@ def test_an_hour_of_downtime_fires_one_catch_up_run_not_a_burst(session: Session
     assert schedule.next_fire_at == T0 + dt.timedelta(hours=1, seconds=10)
 
 
-def test_a_run_later_than_the_starting_deadline_is_skipped_and_recorded(
-        session: Session) -> None:
+def test_a_run_later_than_the_starting_deadline_is_skipped_and_recorded(session: Session) -> None:
     schedule = make(session, starting_deadline_seconds=5)
     assert fire(session, T0 + dt.timedelta(seconds=17)).jobs == []  # 7 s late
     (run,) = runs(session, schedule.id)
@@ -119,18 +131,39 @@ def test_paused_schedules_do_not_fire_and_resume_from_now(session: Session) -> N
     schedule = make(session)
     schedules.pause_schedule(session=session, schedule=schedule)
     assert fire(session, T0 + dt.timedelta(minutes=5)).jobs == []
-    schedules.resume_schedule(session=session, schedule=schedule,
-                              now=T0 + dt.timedelta(minutes=5, seconds=1))
+    schedules.resume_schedule(
+        session=session, schedule=schedule, now=T0 + dt.timedelta(minutes=5, seconds=1)
+    )
     assert schedule.next_fire_at == T0 + dt.timedelta(minutes=5, seconds=10)
     assert runs(session, schedule.id) == []  # nothing made up for the pause
     assert len(fire(session, T0 + dt.timedelta(minutes=5, seconds=10)).jobs) == 1
 
 
 def _report(session: Session, job_id: int, value: float) -> None:
-    session.add(MetricPoint(job_id=job_id, attempt=1, replica=0, step=5, epoch=1,
-                            name="eval_accuracy", value=value, ts=0.0))
-    session.add(MetricPoint(job_id=job_id, attempt=1, replica=1, step=9, epoch=1,
-                            name="eval_accuracy", value=0.99, ts=0.0))  # not the chief
+    session.add(
+        MetricPoint(
+            job_id=job_id,
+            attempt=1,
+            replica=0,
+            step=5,
+            epoch=1,
+            name="eval_accuracy",
+            value=value,
+            ts=0.0,
+        )
+    )
+    session.add(
+        MetricPoint(
+            job_id=job_id,
+            attempt=1,
+            replica=1,
+            step=9,
+            epoch=1,
+            name="eval_accuracy",
+            value=0.99,
+            ts=0.0,
+        )
+    )  # not the chief
     session.flush()
 
 
@@ -144,8 +177,12 @@ def test_promotion_keeps_the_better_model(session: Session) -> None:
         _report(session, job_id, value)
         promotion.decide_pending(session=session)
     decisions = [(r.decision, r.metric_value) for r in runs(session, schedule.id)]
-    assert decisions == [("promoted", 0.90), ("kept", 0.85), ("promoted", 0.93),
-                         ("kept", 0.93)]  # a tie keeps the promoted model
+    assert decisions == [
+        ("promoted", 0.90),
+        ("kept", 0.85),
+        ("promoted", 0.93),
+        ("kept", 0.93),
+    ]  # a tie keeps the promoted model
     third = runs(session, schedule.id)[2]
     assert schedule.promoted_job_id == third.job_id and schedule.promoted_value == 0.93
     model = schedules.read_promoted_model(session=session, schedule=schedule)
@@ -174,9 +211,11 @@ def test_promotion_min_mode_and_failed_or_silent_runs(session: Session) -> None:
 
 
 def test_history_limits_delete_the_oldest_ended_jobs_but_keep_the_promoted(
-        session: Session) -> None:
-    schedule = make(session, successful_jobs_history_limit=1,
-                    promote={"metric": "eval_accuracy", "mode": "max"})
+    session: Session,
+) -> None:
+    schedule = make(
+        session, successful_jobs_history_limit=1, promote={"metric": "eval_accuracy", "mode": "max"}
+    )
     ids = []
     for second, value in ((10, 0.9), (20, 0.5), (30, 0.4)):
         (job_id,) = fire(session, T0 + dt.timedelta(seconds=second)).jobs
@@ -189,13 +228,13 @@ def test_history_limits_delete_the_oldest_ended_jobs_but_keep_the_promoted(
     assert left == {ids[0], ids[2]}  # the promoted one and the newest one
     assert len(runs(session, schedule.id)) == 4  # every run is still recorded
     # The pruned job's metric points went with it (they carry no foreign key).
-    kept = set(session.execute(sa.select(MetricPoint.job_id).where(
-        MetricPoint.job_id.in_(ids))).scalars())
+    kept = set(
+        session.execute(sa.select(MetricPoint.job_id).where(MetricPoint.job_id.in_(ids))).scalars()
+    )
     assert kept == {ids[0], ids[2]}
 
 
-@pytest.mark.parametrize("bad", [{"cron": "* * *"}, {"cron": "*/5 * * * *",
-                                                     "interval_seconds": 5}])
+@pytest.mark.parametrize("bad", [{"cron": "* * *"}, {"cron": "*/5 * * * *", "interval_seconds": 5}])
 def test_bad_timing_is_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="cron"):
         ScheduleCreate.model_validate({"name": "x", "job": JOB, **bad})

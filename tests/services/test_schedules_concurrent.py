@@ -30,12 +30,22 @@ JOB = {"strategy": "one_device", "replicas": 1}
 def schedule_id(engine: Engine) -> Iterator[int]:
     project = f"race-{uuid.uuid4().hex[:8]}"
     with Session(engine) as session, session.begin():
-        token = tokens.ensure_token(session=session, token="race_" + uuid.uuid4().hex,
-                                    project_name=project, name="t", scopes=["schedules"])
+        token = tokens.ensure_token(
+            session=session,
+            token="race_" + uuid.uuid4().hex,
+            project_name=project,
+            name="t",
+            scopes=["schedules"],
+        )
         schedule = schedules.create_schedule(
-            session=session, project_id=token.project_id, settings=get_settings(), now=T0,
+            session=session,
+            project_id=token.project_id,
+            settings=get_settings(),
+            now=T0,
             schedule_in=ScheduleCreate.model_validate(
-                {"name": "race", "job": JOB, "interval_seconds": 10}))
+                {"name": "race", "job": JOB, "interval_seconds": 10}
+            ),
+        )
         session.flush()
         ident = schedule.id
     yield ident
@@ -66,22 +76,34 @@ def race(engine: Engine, action: Callable[[Session], object]) -> list[BaseExcept
 
 def fired(engine: Engine, schedule_id: int) -> list[tuple[dt.datetime, int]]:
     with Session(engine) as session:
-        return [(t, n) for t, n in session.execute(
-            sa.select(Job.scheduled_for, sa.func.count()).where(Job.schedule_id == schedule_id)
-            .group_by(Job.scheduled_for).order_by(Job.scheduled_for)).all()]
+        return [
+            (t, n)
+            for t, n in session.execute(
+                sa.select(Job.scheduled_for, sa.func.count())
+                .where(Job.schedule_id == schedule_id)
+                .group_by(Job.scheduled_for)
+                .order_by(Job.scheduled_for)
+            ).all()
+        ]
 
 
 def test_two_passes_at_once_fire_each_due_time_once(engine: Engine, schedule_id: int) -> None:
     for second in (10, 20, 30, 40, 50):
         now = T0 + dt.timedelta(seconds=second, milliseconds=1)
-        assert race(engine, lambda s, now=now: firing.fire_due_schedules(
-            session=s, settings=get_settings(), now=now)) == []
+        assert (
+            race(
+                engine,
+                lambda s, now=now: firing.fire_due_schedules(
+                    session=s, settings=get_settings(), now=now
+                ),
+            )
+            == []
+        )
     times = fired(engine, schedule_id)
     assert times == [(T0 + dt.timedelta(seconds=s), 1) for s in (10, 20, 30, 40, 50)]
 
 
-def test_the_unique_key_holds_even_without_the_row_lock(engine: Engine,
-                                                        schedule_id: int) -> None:
+def test_the_unique_key_holds_even_without_the_row_lock(engine: Engine, schedule_id: int) -> None:
     """Both sessions read the schedule WITHOUT locking it and fire the same due time:
     the (schedule_id, scheduled_for) key lets exactly one job through."""
     now = T0 + dt.timedelta(seconds=10, milliseconds=1)
@@ -89,12 +111,16 @@ def test_the_unique_key_holds_even_without_the_row_lock(engine: Engine,
     def unlocked_fire(session: Session) -> None:
         schedule = session.get(Schedule, schedule_id)
         assert schedule is not None
-        firing.fire_schedule(session=session, settings=get_settings(),
-                                      schedule=schedule, now=now)
+        firing.fire_schedule(session=session, settings=get_settings(), schedule=schedule, now=now)
 
     assert race(engine, unlocked_fire) == []
     assert fired(engine, schedule_id) == [(T0 + dt.timedelta(seconds=10), 1)]
     with Session(engine) as session:
-        outcomes = session.execute(sa.select(ScheduleRun.outcome).where(
-            ScheduleRun.schedule_id == schedule_id)).scalars().all()
+        outcomes = (
+            session.execute(
+                sa.select(ScheduleRun.outcome).where(ScheduleRun.schedule_id == schedule_id)
+            )
+            .scalars()
+            .all()
+        )
     assert outcomes == ["fired"]

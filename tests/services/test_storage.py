@@ -35,7 +35,8 @@ def test_bytes_round_trip_with_exists_size_and_streaming_read(store: ArtifactSto
 
 
 def test_files_round_trip_and_a_missing_key_is_file_not_found(
-        store: ArtifactStore, tmp_path: Path) -> None:
+    store: ArtifactStore, tmp_path: Path
+) -> None:
     source = tmp_path / "source.txt"
     source.write_text("hello")
     store.put_file("bundles/x.tar.gz", source)
@@ -55,17 +56,21 @@ def test_list_is_by_directory_so_job_1_does_not_list_job_10(store: ArtifactStore
     store.put_bytes("jobs/1/model/a", b"a")
     store.put_bytes("jobs/1/logs/attempt-1/replica-0.log", b"log")
     store.put_bytes("jobs/10/model/b", b"bb")
-    assert store.list("jobs/1") == [("jobs/1/logs/attempt-1/replica-0.log", 3),
-                                    ("jobs/1/model/a", 1)]
+    assert store.list("jobs/1") == [
+        ("jobs/1/logs/attempt-1/replica-0.log", 3),
+        ("jobs/1/model/a", 1),
+    ]
     assert store.list("jobs/1/") == store.list("jobs/1")
     assert store.list("jobs/10") == [("jobs/10/model/b", 2)]
     assert store.list("jobs/2") == []
-    assert [key for key, _ in store.list()] == ["jobs/1/logs/attempt-1/replica-0.log",
-                                                "jobs/1/model/a", "jobs/10/model/b"]
+    assert [key for key, _ in store.list()] == [
+        "jobs/1/logs/attempt-1/replica-0.log",
+        "jobs/1/model/a",
+        "jobs/10/model/b",
+    ]
 
 
-def test_delete_prefix_deletes_that_prefix_only_and_never_everything(
-        store: ArtifactStore) -> None:
+def test_delete_prefix_deletes_that_prefix_only_and_never_everything(store: ArtifactStore) -> None:
     store.put_bytes("jobs/1/model/a", b"a")
     store.put_bytes("jobs/10/model/b", b"b")
     store.delete_prefix("jobs/1")
@@ -75,8 +80,20 @@ def test_delete_prefix_deletes_that_prefix_only_and_never_everything(
         store.delete_prefix("")
 
 
-@pytest.mark.parametrize("key", ["../x", "/etc/passwd", "jobs/../../x", "jobs//x", "jobs/./x",
-                                 "", "a\\b", "a/\x00", ".partial/x"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "../x",
+        "/etc/passwd",
+        "jobs/../../x",
+        "jobs//x",
+        "jobs/./x",
+        "",
+        "a\\b",
+        "a/\x00",
+        ".partial/x",
+    ],
+)
 def test_keys_that_could_leave_the_root_are_refused(store: ArtifactStore, key: str) -> None:
     with pytest.raises(ValueError):
         store.put_bytes(key, b"x")
@@ -85,7 +102,8 @@ def test_keys_that_could_leave_the_root_are_refused(store: ArtifactStore, key: s
 
 
 def test_put_tree_uploads_new_and_changed_files_only_and_mirrors_deletes(
-        store: ArtifactStore, tmp_path: Path) -> None:
+    store: ArtifactStore, tmp_path: Path
+) -> None:
     local = tmp_path / "ckpt"
     (local / "sub").mkdir(parents=True)
     (local / "checkpoint").write_text("step 1")
@@ -98,15 +116,20 @@ def test_put_tree_uploads_new_and_changed_files_only_and_mirrors_deletes(
     (local / "sub" / "data-1").write_bytes(b"1")
     (local / "sub" / "data-0").unlink()
     assert sorted(store.put_tree("jobs/5/checkpoints", local, mirror=True)) == [
-        "checkpoint", "sub/data-1"]
-    assert store.list("jobs/5/checkpoints") == [("jobs/5/checkpoints/checkpoint", 6),
-                                                ("jobs/5/checkpoints/sub/data-1", 1)]
+        "checkpoint",
+        "sub/data-1",
+    ]
+    assert store.list("jobs/5/checkpoints") == [
+        ("jobs/5/checkpoints/checkpoint", 6),
+        ("jobs/5/checkpoints/sub/data-1", 1),
+    ]
     with store.open_read("jobs/5/checkpoints/checkpoint") as handle:
         assert handle.read() == b"step 2"
 
 
 def test_get_tree_fetches_what_is_missing_or_changed_and_a_round_trip_uploads_nothing(
-        store: ArtifactStore, tmp_path: Path) -> None:
+    store: ArtifactStore, tmp_path: Path
+) -> None:
     store.put_bytes("jobs/6/checkpoints/checkpoint", b"one")
     store.put_bytes("jobs/6/checkpoints/sub/data", b"22")
     restored = tmp_path / "restored"
@@ -135,7 +158,8 @@ def test_versions_change_with_every_write(store: ArtifactStore) -> None:
 
 
 def test_default_store_is_a_directory_under_data_dir(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COHORT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("COHORT_ARTIFACT_URL", raising=False)
     get_settings.cache_clear()
@@ -161,7 +185,8 @@ def test_layout_keys() -> None:
 
 
 def test_delete_one_object_and_a_file_may_take_an_emptied_directorys_name(
-        store: ArtifactStore) -> None:
+    store: ArtifactStore,
+) -> None:
     store.put_bytes("data/1/a/b/c.csv", b"c")
     store.put_bytes("data/1/keep.csv", b"k")
     store.delete("data/1/a/b/c.csv")

@@ -37,8 +37,12 @@ def project(engine: Engine) -> Iterator[int]:
     name = f"batch-{uuid.uuid4().hex[:8]}"
     with Session(engine) as session, session.begin():
         project_id = tokens.ensure_project(session=session, name=name).id
-        quotas.set_quota(session=session, project_name=name, settings=get_settings(),
-                         quota_in=QuotaUpdate(max_queued_jobs=1000, max_priority=5))
+        quotas.set_quota(
+            session=session,
+            project_name=name,
+            settings=get_settings(),
+            quota_in=QuotaUpdate(max_queued_jobs=1000, max_priority=5),
+        )
     yield project_id
     with Session(engine) as session, session.begin():
         session.execute(sa.delete(Job).where(Job.project_id == project_id))
@@ -48,24 +52,35 @@ def project(engine: Engine) -> Iterator[int]:
 def set_queued_quota(engine: Engine, project_id: int, limit: int) -> None:
     with Session(engine) as session, session.begin():
         name = session.get_one(Project, project_id).name
-        quotas.set_quota(session=session, project_name=name, settings=get_settings(),
-                         quota_in=QuotaUpdate(max_queued_jobs=limit, max_priority=5))
+        quotas.set_quota(
+            session=session,
+            project_name=name,
+            settings=get_settings(),
+            quota_in=QuotaUpdate(max_queued_jobs=limit, max_priority=5),
+        )
 
 
 def stored(engine: Engine, project_id: int) -> list[Job]:
     with Session(engine) as session:
-        return list(session.execute(sa.select(Job).where(Job.project_id == project_id)
-                                    .order_by(Job.id)).scalars())
+        return list(
+            session.execute(
+                sa.select(Job).where(Job.project_id == project_id).order_by(Job.id)
+            ).scalars()
+        )
 
 
 def events_of(engine: Engine, job_ids: list[int]) -> int:
     with Session(engine) as session:
-        return session.execute(sa.select(sa.func.count()).select_from(JobEvent).where(
-            JobEvent.job_id.in_(job_ids), JobEvent.reason == "submitted")).scalar_one()
+        return session.execute(
+            sa.select(sa.func.count())
+            .select_from(JobEvent)
+            .where(JobEvent.job_id.in_(job_ids), JobEvent.reason == "submitted")
+        ).scalar_one()
 
 
-def submit_concurrently(batcher: SubmissionBatcher, submissions: list[Submission]
-                        ) -> list[Admitted | Exception]:
+def submit_concurrently(
+    batcher: SubmissionBatcher, submissions: list[Submission]
+) -> list[Admitted | Exception]:
     """Each submission from a thread of its own, all released at once; outcomes in order."""
     barrier = threading.Barrier(len(submissions))
     outcomes: list[Admitted | Exception | None] = [None] * len(submissions)
@@ -94,7 +109,8 @@ def batcher() -> Iterator[SubmissionBatcher]:
 
 
 def test_concurrent_requests_each_get_their_own_committed_job(
-        engine: Engine, project: int, batcher: SubmissionBatcher) -> None:
+    engine: Engine, project: int, batcher: SubmissionBatcher
+) -> None:
     submissions = [Submission(project, spec(name=f"j{i}")) for i in range(40)]
     outcomes = submit_concurrently(batcher, submissions)
     assert all(isinstance(o, Admitted) and o.created for o in outcomes), outcomes
@@ -116,8 +132,9 @@ def test_concurrent_requests_each_get_their_own_committed_job(
     assert {o.job.id: o.queue_position for o in admitted} == places
 
 
-def test_errors_stay_with_their_own_request(engine: Engine, project: int,
-                                            batcher: SubmissionBatcher) -> None:
+def test_errors_stay_with_their_own_request(
+    engine: Engine, project: int, batcher: SubmissionBatcher
+) -> None:
     first = batcher.submit(Submission(project, spec(name="keyed"), "key-1"), get_settings())
     submissions = [Submission(project, spec(name=f"ok{i}")) for i in range(10)]
     submissions[3] = Submission(project, spec(name="too-high", priority=9))
@@ -133,11 +150,13 @@ def test_errors_stay_with_their_own_request(engine: Engine, project: int,
     assert len(stored(engine, project)) == 1 + 7
 
 
-def test_the_quota_holds_across_concurrent_groups(engine: Engine, project: int,
-                                                  batcher: SubmissionBatcher) -> None:
+def test_the_quota_holds_across_concurrent_groups(
+    engine: Engine, project: int, batcher: SubmissionBatcher
+) -> None:
     set_queued_quota(engine, project, 5)
-    outcomes = submit_concurrently(batcher, [Submission(project, spec(name=f"q{i}"))
-                                             for i in range(30)])
+    outcomes = submit_concurrently(
+        batcher, [Submission(project, spec(name=f"q{i}")) for i in range(30)]
+    )
     admitted = [o for o in outcomes if isinstance(o, Admitted)]
     refused = [o for o in outcomes if isinstance(o, QuotaExceeded)]
     assert len(admitted) == 5 and len(refused) == 25, outcomes
@@ -147,10 +166,15 @@ def test_the_quota_holds_across_concurrent_groups(engine: Engine, project: int,
 
 def test_a_repeated_key_within_one_group_is_one_job(engine: Engine, project: int) -> None:
     with session_scope() as session:
-        outcomes = admit_submissions(session=session, settings=get_settings(), submissions=[
-            Submission(project, spec(name="a"), "same"),
-            Submission(project, spec(name="a"), "same"),
-            Submission(project, spec(name="b"), "same")])
+        outcomes = admit_submissions(
+            session=session,
+            settings=get_settings(),
+            submissions=[
+                Submission(project, spec(name="a"), "same"),
+                Submission(project, spec(name="a"), "same"),
+                Submission(project, spec(name="b"), "same"),
+            ],
+        )
     assert isinstance(outcomes[0], Admitted) and outcomes[0].created
     assert isinstance(outcomes[1], Admitted) and not outcomes[1].created
     assert outcomes[1].job.id == outcomes[0].job.id
@@ -160,11 +184,16 @@ def test_a_repeated_key_within_one_group_is_one_job(engine: Engine, project: int
 
 def test_a_failing_insert_fails_only_its_own_submission(engine: Engine, project: int) -> None:
     with session_scope() as session:
-        outcomes = admit_submissions(session=session, settings=get_settings(), submissions=[
-            Submission(project, spec(name="a")),
-            # A trial of a sweep that does not exist: its insert breaks a foreign key.
-            Submission(project, spec(name="orphan"), trial_of=(2**31 - 1, 0)),
-            Submission(project, spec(name="c"), "k")])
+        outcomes = admit_submissions(
+            session=session,
+            settings=get_settings(),
+            submissions=[
+                Submission(project, spec(name="a")),
+                # A trial of a sweep that does not exist: its insert breaks a foreign key.
+                Submission(project, spec(name="orphan"), trial_of=(2**31 - 1, 0)),
+                Submission(project, spec(name="c"), "k"),
+            ],
+        )
     assert isinstance(outcomes[1], IntegrityError)
     assert [o.job.name for o in outcomes if isinstance(o, Admitted)] == ["a", "c"]
     rows = stored(engine, project)
@@ -174,8 +203,9 @@ def test_a_failing_insert_fails_only_its_own_submission(engine: Engine, project:
     assert [o.queue_position for o in outcomes if isinstance(o, Admitted)] == [1, 2]
 
 
-def test_a_group_whose_transaction_fails_is_admitted_one_by_one(engine: Engine,
-                                                                project: int) -> None:
+def test_a_group_whose_transaction_fails_is_admitted_one_by_one(
+    engine: Engine, project: int
+) -> None:
     gate = threading.Event()
     transactions: list[int] = []
 
@@ -193,14 +223,22 @@ def test_a_group_whose_transaction_fails_is_admitted_one_by_one(engine: Engine,
     batcher = SubmissionBatcher(sessions=sessions, threads=1)  # one group at a time
     try:
         results: list[Admitted] = []
-        first = threading.Thread(target=lambda: results.append(
-            batcher.submit(Submission(project, spec(name="first")), get_settings())))
+        first = threading.Thread(
+            target=lambda: results.append(
+                batcher.submit(Submission(project, spec(name="first")), get_settings())
+            )
+        )
         first.start()
         while not transactions:
             threading.Event().wait(0.01)
-        others = [threading.Thread(target=lambda i=i: results.append(
-            batcher.submit(Submission(project, spec(name=f"o{i}")), get_settings())))
-            for i in range(5)]
+        others = [
+            threading.Thread(
+                target=lambda i=i: results.append(
+                    batcher.submit(Submission(project, spec(name=f"o{i}")), get_settings())
+                )
+            )
+            for i in range(5)
+        ]
         for thread in others:
             thread.start()
         while batcher._queue.qsize() < 5:
@@ -213,5 +251,11 @@ def test_a_group_whose_transaction_fails_is_admitted_one_by_one(engine: Engine,
     assert len(transactions) == 2 + 5  # the failed group, then each of its five alone
     assert sorted(o.job.name for o in results) == ["first", "o0", "o1", "o2", "o3", "o4"]
     assert len({o.job.id for o in results}) == 6
-    assert sorted(j.name for j in stored(engine, project)) == \
-        ["first", "o0", "o1", "o2", "o3", "o4"]
+    assert sorted(j.name for j in stored(engine, project)) == [
+        "first",
+        "o0",
+        "o1",
+        "o2",
+        "o3",
+        "o4",
+    ]

@@ -18,17 +18,31 @@ from services.sweeps.schemas import SweepCreate
 from services.sweeps.views import to_read
 from tests.factories import create_job, create_token
 
-TEMPLATE = {"trainer": "mlp_digits", "strategy": "one_device", "replicas": 1,
-            "hyperparameters": {"epochs": 1, "steps_per_epoch": 2}}
+TEMPLATE = {
+    "trainer": "mlp_digits",
+    "strategy": "one_device",
+    "replicas": 1,
+    "hyperparameters": {"epochs": 1, "steps_per_epoch": 2},
+}
 GRID = {"grid": {"learning_rate": [0.1, 0.01], "width": [8, 16]}}
 
 
 def make(session: Session, **spec: Any) -> Sweep:
     _, token = create_token(session)
-    body = {"name": "lr", "template": TEMPLATE, "space": GRID, "max_concurrent": 2,
-            "objective": {"metric": "eval_accuracy", "mode": "max"}, **spec}
-    return store.create_sweep(session=session, project_id=token.project_id,
-                              sweep_in=SweepCreate.model_validate(body), settings=get_settings())
+    body = {
+        "name": "lr",
+        "template": TEMPLATE,
+        "space": GRID,
+        "max_concurrent": 2,
+        "objective": {"metric": "eval_accuracy", "mode": "max"},
+        **spec,
+    }
+    return store.create_sweep(
+        session=session,
+        project_id=token.project_id,
+        sweep_in=SweepCreate.model_validate(body),
+        settings=get_settings(),
+    )
 
 
 def later(seconds: float) -> dt.datetime:
@@ -53,17 +67,32 @@ def start(session: Session, job: Job) -> None:
         transition_job(session=session, job_id=job.id, target=target, reason="test")
 
 
-def report(session: Session, job: Job, values: list[float], name: str = "eval_accuracy",
-           first_step: int = 1) -> None:
+def report(
+    session: Session,
+    job: Job,
+    values: list[float],
+    name: str = "eval_accuracy",
+    first_step: int = 1,
+) -> None:
     for offset, value in enumerate(values):
-        session.add(MetricPoint(job_id=job.id, attempt=job.attempt, replica=0,
-                                step=first_step + offset, epoch=None, name=name, value=value,
-                                ts=0.0))
+        session.add(
+            MetricPoint(
+                job_id=job.id,
+                attempt=job.attempt,
+                replica=0,
+                step=first_step + offset,
+                epoch=None,
+                name=name,
+                value=value,
+                ts=0.0,
+            )
+        )
     session.flush()
 
 
 def test_trials_are_created_lazily_never_more_than_max_concurrent_unfinished(
-        session: Session) -> None:
+    session: Session,
+) -> None:
     sweep = make(session)
     assert sweep.trials_total == 4 and sweep.trials_created == 0
     assert len(step(session).created) == 2
@@ -98,8 +127,9 @@ def test_a_sweep_succeeds_with_the_best_trial_by_its_objective(session: Session)
 
 
 def test_objective_best_value_and_min_mode(session: Session) -> None:
-    sweep = make(session, max_concurrent=4,
-                 objective={"metric": "loss", "mode": "min", "value": "best"})
+    sweep = make(
+        session, max_concurrent=4, objective={"metric": "loss", "mode": "min", "value": "best"}
+    )
     step(session)
     jobs = trials(session, sweep)
     for job, series in zip(jobs, [[3, 1, 2], [2, 2, 2], [5, 0.5, 9], [4, 4, 4]], strict=True):
@@ -148,8 +178,7 @@ def test_an_unschedulable_higher_priority_job_blocks_nobody(session: Session) ->
     assert len(step(session).created) == 1
 
 
-def test_median_rule_stops_a_trial_behind_and_the_sweep_still_succeeds(
-        session: Session) -> None:
+def test_median_rule_stops_a_trial_behind_and_the_sweep_still_succeeds(session: Session) -> None:
     sweep = make(session, max_concurrent=4, early_stopping={"rule": "median", "min_steps": 3})
     step(session)
     good, also_good, ok, bad = trials(session, sweep)
@@ -166,8 +195,7 @@ def test_median_rule_stops_a_trial_behind_and_the_sweep_still_succeeds(
     assert bad.status is JobStatus.CANCELLED
     assert bad.reason.startswith("stopped early: median rule at step 3")
     for job in (good, also_good, ok):
-        transition_job(session=session, job_id=job.id, target=JobStatus.SUCCEEDED,
-                       reason="test")
+        transition_job(session=session, job_id=job.id, target=JobStatus.SUCCEEDED, reason="test")
     step(session, 20)
     assert sweep.status is SweepStatus.SUCCEEDED and sweep.best_job_id == good.id
     assert "(1 stopped early)" in sweep.reason
@@ -175,10 +203,12 @@ def test_median_rule_stops_a_trial_behind_and_the_sweep_still_succeeds(
     assert [t.stopped_early for t in view.trials or []] == [False, False, False, True]
 
 
-def test_median_rule_keeps_a_trial_ahead_and_waits_for_enough_others(
-        session: Session) -> None:
-    sweep = make(session, max_concurrent=4, early_stopping={"rule": "median", "min_steps": 2,
-                                                            "min_trials": 3})
+def test_median_rule_keeps_a_trial_ahead_and_waits_for_enough_others(session: Session) -> None:
+    sweep = make(
+        session,
+        max_concurrent=4,
+        early_stopping={"rule": "median", "min_steps": 2, "min_trials": 3},
+    )
     step(session)
     a, b, c, d = trials(session, sweep)
     for job in (a, b, c, d):
@@ -198,7 +228,8 @@ def test_median_rule_keeps_a_trial_ahead_and_waits_for_enough_others(
 
 
 def test_cancelling_a_sweep_cancels_its_unfinished_trials_and_creates_no_more(
-        session: Session) -> None:
+    session: Session,
+) -> None:
     sweep = make(session)
     step(session)
     running, queued = trials(session, sweep)
@@ -212,21 +243,26 @@ def test_cancelling_a_sweep_cancels_its_unfinished_trials_and_creates_no_more(
 
 
 def test_random_sweep_with_a_seed_draws_the_same_parameters_twice(session: Session) -> None:
-    space = {"random": {"learning_rate": {"distribution": "log_uniform", "low": 1e-4,
-                                          "high": 0.1},
-                        "width": {"distribution": "int", "low": 8, "high": 64},
-                        "act": {"distribution": "choice", "values": ["relu", "tanh"]},
-                        "dropout": {"distribution": "uniform", "low": 0, "high": 0.5}},
-             "seed": 42}
+    space = {
+        "random": {
+            "learning_rate": {"distribution": "log_uniform", "low": 1e-4, "high": 0.1},
+            "width": {"distribution": "int", "low": 8, "high": 64},
+            "act": {"distribution": "choice", "values": ["relu", "tanh"]},
+            "dropout": {"distribution": "uniform", "low": 0, "high": 0.5},
+        },
+        "seed": 42,
+    }
     drawn = []
     for _ in range(2):
         sweep = make(session, space=space, trials=5, max_concurrent=5)
-        drawn.append([t.parameters for t in to_read(session=session, sweep=sweep).trials or []]
-                     or None)
+        drawn.append(
+            [t.parameters for t in to_read(session=session, sweep=sweep).trials or []] or None
+        )
         step(session)
-        drawn[-1] = [{k: job.hyperparameters[k] for k in ("learning_rate", "width", "act",
-                                                           "dropout")}
-                     for job in trials(session, sweep)]
+        drawn[-1] = [
+            {k: job.hyperparameters[k] for k in ("learning_rate", "width", "act", "dropout")}
+            for job in trials(session, sweep)
+        ]
     assert drawn[0] == drawn[1] and len(drawn[0]) == 5
     assert len({p["learning_rate"] for p in drawn[0]}) == 5
     for p in drawn[0]:
@@ -235,8 +271,11 @@ def test_random_sweep_with_a_seed_draws_the_same_parameters_twice(session: Sessi
 
 
 def test_a_trial_parameter_may_set_the_replica_count(session: Session) -> None:
-    sweep = make(session, template={**TEMPLATE, "strategy": "multi_worker_mirrored"},
-                 space={"grid": {"replicas": [1, 2]}})
+    sweep = make(
+        session,
+        template={**TEMPLATE, "strategy": "multi_worker_mirrored"},
+        space={"grid": {"replicas": [1, 2]}},
+    )
     step(session)
     assert [job.replicas for job in trials(session, sweep)] == [1, 2]
     assert "replicas" not in trials(session, sweep)[0].hyperparameters
@@ -247,8 +286,10 @@ def test_the_pass_runs_the_sweeps(session: Session) -> None:
 
     sweep = make(session)
     run_pass(session=session, settings=get_settings(), heartbeats=[])
-    assert session.execute(sa.select(sa.func.count()).where(Job.sweep_id == sweep.id)
-                           ).scalar_one() == 2
+    assert (
+        session.execute(sa.select(sa.func.count()).where(Job.sweep_id == sweep.id)).scalar_one()
+        == 2
+    )
 
 
 def sweep_schedule(session: Session) -> Schedule:
@@ -257,13 +298,23 @@ def sweep_schedule(session: Session) -> Schedule:
     from services.retraining.schemas import ScheduleCreate
 
     _, token = create_token(session)
-    body = {"name": "nightly-sweep", "interval_seconds": 3600,
-            "promote": {"metric": "eval_accuracy", "mode": "max"},
-            "sweep": {"template": TEMPLATE, "space": GRID, "max_concurrent": 4,
-                      "objective": {"metric": "eval_accuracy", "mode": "max"}}}
-    return schedules.create_schedule(session=session, project_id=token.project_id,
-                                     schedule_in=ScheduleCreate.model_validate(body),
-                                     settings=get_settings())
+    body = {
+        "name": "nightly-sweep",
+        "interval_seconds": 3600,
+        "promote": {"metric": "eval_accuracy", "mode": "max"},
+        "sweep": {
+            "template": TEMPLATE,
+            "space": GRID,
+            "max_concurrent": 4,
+            "objective": {"metric": "eval_accuracy", "mode": "max"},
+        },
+    }
+    return schedules.create_schedule(
+        session=session,
+        project_id=token.project_id,
+        schedule_in=ScheduleCreate.model_validate(body),
+        settings=get_settings(),
+    )
 
 
 def test_a_scheduled_sweep_promotes_its_best_trial(session: Session) -> None:
@@ -295,8 +346,14 @@ def test_a_scheduled_sweep_promotes_its_best_trial(session: Session) -> None:
     assert run.decision == "promoted" and run.job_id == jobs[2].id
     assert run.metric_value == 0.95
     assert schedule.promoted_job_id == jobs[2].id and schedule.promoted_value == 0.95
-    assert session.execute(sa.select(sa.func.count()).select_from(ScheduleRun)
-                           .where(ScheduleRun.schedule_id == schedule.id)).scalar_one() == 1
+    assert (
+        session.execute(
+            sa.select(sa.func.count())
+            .select_from(ScheduleRun)
+            .where(ScheduleRun.schedule_id == schedule.id)
+        ).scalar_one()
+        == 1
+    )
 
 
 def test_a_scheduled_sweep_without_a_best_trial_is_not_eligible(session: Session) -> None:

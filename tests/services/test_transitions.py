@@ -15,9 +15,11 @@ def test_transition_records_event_and_timestamps(session: Session) -> None:
     transition_job(session=session, job_id=job.id, target=JobStatus.SCHEDULED, reason="placed")
     transition_job(session=session, job_id=job.id, target=JobStatus.RUNNING, reason="started")
     transition_job(session=session, job_id=job.id, target=JobStatus.SUCCEEDED, reason="done")
-    events = session.execute(
-        sa.select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.id)
-    ).scalars().all()
+    events = (
+        session.execute(sa.select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.id))
+        .scalars()
+        .all()
+    )
     assert [(e.from_status, e.to_status, e.reason) for e in events] == [
         (None, JobStatus.QUEUED, "submitted"),
         (JobStatus.QUEUED, JobStatus.SCHEDULED, "placed"),
@@ -59,29 +61,43 @@ def test_restart_bumps_attempt_and_stale_attempt_is_refused(session: Session) ->
 
 def test_many_locked_jobs_move_at_once_each_with_its_event(session: Session) -> None:
     _, token = create_token(session)
-    first, second = (create_job(session, token.project_id, replicas=1, strategy="one_device")
-                     for _ in range(2))
+    first, second = (
+        create_job(session, token.project_id, replicas=1, strategy="one_device") for _ in range(2)
+    )
     locked = lock_jobs(session=session, job_ids=[second.id, first.id, 10**9])
     assert sorted(locked) == [first.id, second.id]  # a job that does not exist is left out
-    transition_locked(session=session, jobs=list(locked.values()), target=JobStatus.SCHEDULED,
-                      reasons={first.id: "placed on n1", second.id: "placed on n2"})
+    transition_locked(
+        session=session,
+        jobs=list(locked.values()),
+        target=JobStatus.SCHEDULED,
+        reasons={first.id: "placed on n1", second.id: "placed on n2"},
+    )
     assert (first.status, first.reason) == (JobStatus.SCHEDULED, "placed on n1")
     assert (second.status, second.reason) == (JobStatus.SCHEDULED, "placed on n2")
-    events = session.execute(
-        sa.select(JobEvent.job_id, JobEvent.from_status, JobEvent.to_status)
-        .where(JobEvent.to_status == JobStatus.SCHEDULED).order_by(JobEvent.job_id)
-    ).tuples().all()
-    assert events == [(first.id, JobStatus.QUEUED, JobStatus.SCHEDULED),
-                      (second.id, JobStatus.QUEUED, JobStatus.SCHEDULED)]
+    events = (
+        session.execute(
+            sa.select(JobEvent.job_id, JobEvent.from_status, JobEvent.to_status)
+            .where(JobEvent.to_status == JobStatus.SCHEDULED)
+            .order_by(JobEvent.job_id)
+        )
+        .tuples()
+        .all()
+    )
+    assert events == [
+        (first.id, JobStatus.QUEUED, JobStatus.SCHEDULED),
+        (second.id, JobStatus.QUEUED, JobStatus.SCHEDULED),
+    ]
 
 
 def test_many_locked_jobs_one_refused_moves_none(session: Session) -> None:
     _, token = create_token(session)
-    queued, cancelled = (create_job(session, token.project_id, replicas=1,
-                                    strategy="one_device") for _ in range(2))
+    queued, cancelled = (
+        create_job(session, token.project_id, replicas=1, strategy="one_device") for _ in range(2)
+    )
     transition_job(session=session, job_id=cancelled.id, target=JobStatus.CANCELLED)
     locked = lock_jobs(session=session, job_ids=[queued.id, cancelled.id])
     with pytest.raises(InvalidTransition):
-        transition_locked(session=session, jobs=list(locked.values()),
-                          target=JobStatus.SCHEDULED, reasons={})
+        transition_locked(
+            session=session, jobs=list(locked.values()), target=JobStatus.SCHEDULED, reasons={}
+        )
     assert queued.status is JobStatus.QUEUED

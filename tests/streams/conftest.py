@@ -56,9 +56,16 @@ def live_api(pg_url: str) -> Iterator[str]:  # noqa: ARG001
     from api.main import create_app
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off",
-                                           timeout_graceful_shutdown=1))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started, 30, "the api to start")
@@ -67,8 +74,9 @@ def live_api(pg_url: str) -> Iterator[str]:  # noqa: ARG001
     thread.join(10)
 
 
-def ingest_until(client: redis.Redis, expected: int, kind: str = "metric",
-                 timeout: float = 30) -> int:
+def ingest_until(
+    client: redis.Redis, expected: int, kind: str = "metric", timeout: float = 30
+) -> int:
     """Run the leader's ingest by hand until `expected` new rows are stored."""
     from services.db import session_scope
     from workers.control.ingest import LOGS, METRICS, ingest_once
@@ -90,9 +98,22 @@ class Server:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.dir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         probe = redis.Redis(port=self.port, socket_connect_timeout=0.2)
         wait_for(lambda: _answers(probe), 10, "redis-server to start")
 

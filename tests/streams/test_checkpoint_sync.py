@@ -41,7 +41,8 @@ def save(root: Path, number: int, *, shards: int = 1, state_too: bool = True) ->
     chief.mkdir(parents=True, exist_ok=True)
     for shard in range(shards):
         (chief / f"ckpt-{number}.data-{shard:05d}-of-{shards:05d}").write_bytes(
-            bytes([number]) * 1000)
+            bytes([number]) * 1000
+        )
     (chief / f"ckpt-{number}.index").write_bytes(b"index %d" % number)
     if state_too:
         (chief / "checkpoint").write_bytes(state(f"ckpt-{number}"))
@@ -52,7 +53,7 @@ def stored(store: ArtifactStore) -> dict[str, bytes]:
     result = {}
     for key, _ in store.list(prefix):
         with store.open_read(key) as handle:
-            result[key[len(prefix):]] = handle.read()
+            result[key[len(prefix) :]] = handle.read()
     return result
 
 
@@ -68,7 +69,8 @@ def test_scratch_and_state_files_are_told_apart() -> None:
 
 
 def test_the_chiefs_checkpoint_is_mirrored_and_never_a_partial_one(
-        artifact_env: str, tmp_path: Path) -> None:
+    artifact_env: str, tmp_path: Path
+) -> None:
     store = open_store(artifact_env)
     local = tmp_path / "node-a"
     mirror = CheckpointMirror(store, JOB, local)
@@ -77,10 +79,16 @@ def test_the_chiefs_checkpoint_is_mirrored_and_never_a_partial_one(
     (local / "workertemp_1" / "ckpt-1.index").write_bytes(b"a worker's scratch")
     (local / "chief" / "ckpt-2_temp").mkdir()
     (local / "chief" / "ckpt-2_temp" / "part-00000-of-00001.index").write_bytes(b"half")
-    assert sorted(mirror.sync()) == ["chief/checkpoint", "chief/ckpt-1.data-00000-of-00001",
-                                     "chief/ckpt-1.index"]
-    assert set(stored(store)) == {"chief/checkpoint", "chief/ckpt-1.data-00000-of-00001",
-                                  "chief/ckpt-1.index"}
+    assert sorted(mirror.sync()) == [
+        "chief/checkpoint",
+        "chief/ckpt-1.data-00000-of-00001",
+        "chief/ckpt-1.index",
+    ]
+    assert set(stored(store)) == {
+        "chief/checkpoint",
+        "chief/ckpt-1.data-00000-of-00001",
+        "chief/ckpt-1.index",
+    }
     assert mirror.sync() == []  # nothing changed, nothing sent
 
     # A state file naming a checkpoint whose shards are not all there yet is held back,
@@ -97,9 +105,12 @@ def test_the_chiefs_checkpoint_is_mirrored_and_never_a_partial_one(
     # Once it is whole, the state file goes, and the checkpoint it replaced is deleted.
     (local / "chief" / "ckpt-2.data-00001-of-00002").write_bytes(b"\x02" * 1000)
     mirror.sync()
-    assert set(stored(store)) == {"chief/checkpoint", "chief/ckpt-2.index",
-                                  "chief/ckpt-2.data-00000-of-00002",
-                                  "chief/ckpt-2.data-00001-of-00002"}
+    assert set(stored(store)) == {
+        "chief/checkpoint",
+        "chief/ckpt-2.index",
+        "chief/ckpt-2.data-00000-of-00002",
+        "chief/ckpt-2.data-00001-of-00002",
+    }
     assert stored(store)["chief/checkpoint"] == state("ckpt-2")
 
 
@@ -113,8 +124,11 @@ def test_another_node_restores_the_newest_checkpoint(artifact_env: str, tmp_path
     save(node_b, 2)
     restored = CheckpointMirror(open_store(artifact_env), JOB, node_b).restore()
     assert restored[-1] == "chief/checkpoint"  # the state file last
-    assert sorted(p.relative_to(node_b).as_posix() for p in node_b.rglob("*") if p.is_file()) \
-        == ["chief/checkpoint", "chief/ckpt-4.data-00000-of-00001", "chief/ckpt-4.index"]
+    assert sorted(p.relative_to(node_b).as_posix() for p in node_b.rglob("*") if p.is_file()) == [
+        "chief/checkpoint",
+        "chief/ckpt-4.data-00000-of-00001",
+        "chief/ckpt-4.index",
+    ]
     assert (node_b / "chief" / "checkpoint").read_bytes() == state("ckpt-4")
 
     # The same checkpoint here: nothing is fetched. A newer one here: it is kept.
@@ -133,7 +147,8 @@ def test_another_node_restores_the_newest_checkpoint(artifact_env: str, tmp_path
 
 
 def test_a_replica_without_the_stored_checkpoint_does_not_delete_it(
-        artifact_env: str, tmp_path: Path) -> None:
+    artifact_env: str, tmp_path: Path
+) -> None:
     store = open_store(artifact_env)
     save(tmp_path / "node-a", 3)
     CheckpointMirror(store, JOB, tmp_path / "node-a").sync()
@@ -144,14 +159,23 @@ def test_a_replica_without_the_stored_checkpoint_does_not_delete_it(
 
 
 def test_at_exit_a_replicas_files_reach_the_default_store_under_data_dir(
-        bus: redis.Redis, tmp_path: Path) -> None:
+    bus: redis.Redis, tmp_path: Path
+) -> None:
     settings = Settings(DATA_DIR=tmp_path / "data", ARTIFACT_URL="", NODE_ID="n1")
     data = settings.data_dir
     sidecars = Sidecars(settings, bus)
     for index in (1, 0):  # the worker exits first, then the chief
         key = ReplicaKey(JOB, 1, index)
-        sidecars.prepare(ReplicaSpec(job_id=JOB, attempt=1, index=index, replicas=2,
-                                     trainer="mlp_digits", strategy="multi_worker_mirrored"))
+        sidecars.prepare(
+            ReplicaSpec(
+                job_id=JOB,
+                attempt=1,
+                index=index,
+                replicas=2,
+                trainer="mlp_digits",
+                strategy="multi_worker_mirrored",
+            )
+        )
         sidecars.follow(key)
         sidecars.start(key)
         save(layout.checkpoint_dir(data, JOB), 1)
@@ -178,22 +202,34 @@ def test_at_exit_a_replicas_files_reach_the_default_store_under_data_dir(
     assert files[f"jobs/{JOB}/model/saved_model.pb"] == b"model of replica 0"
     assert files[f"jobs/{JOB}/checkpoints/chief/checkpoint"] == state("ckpt-1")
     for index in (0, 1):
-        assert files[f"jobs/{JOB}/tensorboard/replica-{index}/notes.txt"] == \
-            f"replica {index}".encode()
-        assert files[f"jobs/{JOB}/logs/attempt-1/replica-{index}.log"] == \
-            f"log of replica {index}\n".encode()
+        assert (
+            files[f"jobs/{JOB}/tensorboard/replica-{index}/notes.txt"]
+            == f"replica {index}".encode()
+        )
+        assert (
+            files[f"jobs/{JOB}/logs/attempt-1/replica-{index}.log"]
+            == f"log of replica {index}\n".encode()
+        )
     # The points of both metrics files went out before finish() returned.
-    rows = [row for _, fields in bus.xrange(METRICS_STREAM)
-            for row in parse_batch(fields["data"])]
-    assert {(r["replica"], r["step"], r["name"], r["value"]) for r in rows
-            if r["job_id"] == JOB} == {(0, 3, "loss", 0.5), (1, 3, "loss", 1.5)}
+    rows = [row for _, fields in bus.xrange(METRICS_STREAM) for row in parse_batch(fields["data"])]
+    assert {
+        (r["replica"], r["step"], r["name"], r["value"]) for r in rows if r["job_id"] == JOB
+    } == {(0, 3, "loss", 0.5), (1, 3, "loss", 1.5)}
 
 
 def run_chief(sidecars: Sidecars, attempt: int) -> ReplicaKey:
     """Replica 0 of `attempt` (the job's only one) prepared, followed and started."""
     key = ReplicaKey(JOB, attempt, 0)
-    sidecars.prepare(ReplicaSpec(job_id=JOB, attempt=attempt, index=0, replicas=1,
-                                 trainer="mlp_digits", strategy="multi_worker_mirrored"))
+    sidecars.prepare(
+        ReplicaSpec(
+            job_id=JOB,
+            attempt=attempt,
+            index=0,
+            replicas=1,
+            trainer="mlp_digits",
+            strategy="multi_worker_mirrored",
+        )
+    )
     sidecars.follow(key)
     sidecars.start(key)
     return key
@@ -206,26 +242,33 @@ def write_model(data: Path, text: bytes) -> None:
 
 
 def test_an_attempt_no_longer_current_sends_nothing_over_the_jobs_checkpoint_or_model(
-        bus: redis.Redis, artifact_env: str, tmp_path: Path) -> None:
+    bus: redis.Redis, artifact_env: str, tmp_path: Path
+) -> None:
     """A chief that froze, or whose node was cut off, is torn down and its gang placed
     again on another node; when it comes back, its late checkpoints and model must not
     replace the ones attempt 2 trains from and produced."""
-    node_a = Sidecars(Settings(DATA_DIR=tmp_path / "a", ARTIFACT_URL=artifact_env,
-                               NODE_ID="a"), bus)
-    node_b = Sidecars(Settings(DATA_DIR=tmp_path / "b", ARTIFACT_URL=artifact_env,
-                               NODE_ID="b"), bus)
+    node_a = Sidecars(
+        Settings(DATA_DIR=tmp_path / "a", ARTIFACT_URL=artifact_env, NODE_ID="a"), bus
+    )
+    node_b = Sidecars(
+        Settings(DATA_DIR=tmp_path / "b", ARTIFACT_URL=artifact_env, NODE_ID="b"), bus
+    )
     store = open_store(artifact_env)
     bus.set(attempt_key(JOB), 1)
     first = run_chief(node_a, 1)
     save(layout.checkpoint_dir(tmp_path / "a", JOB), 1)
-    wait_for(lambda: stored(store).get("chief/checkpoint") == state("ckpt-1"), 20,
-             "attempt 1's checkpoint in the store")
+    wait_for(
+        lambda: stored(store).get("chief/checkpoint") == state("ckpt-1"),
+        20,
+        "attempt 1's checkpoint in the store",
+    )
 
     # Attempt 1 torn down (its chief frozen); attempt 2 placed on node b, from ckpt-1.
     bus.set(attempt_key(JOB), 2)
     second = run_chief(node_b, 2)
-    assert (layout.checkpoint_dir(tmp_path / "b", JOB) / "chief" / "checkpoint"
-            ).read_bytes() == state("ckpt-1")
+    assert (
+        layout.checkpoint_dir(tmp_path / "b", JOB) / "chief" / "checkpoint"
+    ).read_bytes() == state("ckpt-1")
     save(layout.checkpoint_dir(tmp_path / "b", JOB), 2)
     write_model(tmp_path / "b", b"attempt 2's model")
     node_b.finish(second, tmp_path / "b" / "no.log", timeout=60)
@@ -243,13 +286,15 @@ def test_an_attempt_no_longer_current_sends_nothing_over_the_jobs_checkpoint_or_
 
 
 def test_a_chief_that_cannot_learn_whether_its_attempt_is_current_sends_nothing(
-        artifact_env: str, tmp_path: Path) -> None:
+    artifact_env: str, tmp_path: Path
+) -> None:
     """Redis out of reach at the exit, as from a node cut off (whose store may come back
     first): its last checkpoint and model wait for an answer, at most the upload timeout,
     then are not sent."""
     unreachable = redis.Redis(host="127.0.0.1", port=9, socket_connect_timeout=0.2)
-    node = Sidecars(Settings(DATA_DIR=tmp_path / "a", ARTIFACT_URL=artifact_env,
-                             NODE_ID="a"), unreachable)
+    node = Sidecars(
+        Settings(DATA_DIR=tmp_path / "a", ARTIFACT_URL=artifact_env, NODE_ID="a"), unreachable
+    )
     key = run_chief(node, 1)
     save(layout.checkpoint_dir(tmp_path / "a", JOB), 3)
     write_model(tmp_path / "a", b"a model")

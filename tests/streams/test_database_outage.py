@@ -25,16 +25,27 @@ def pending(bus: redis.Redis, stream: str) -> int:
 
 
 def test_metric_batches_read_while_the_database_is_down_are_stored_later_once(
-        bus: redis.Redis, committed: Any) -> None:
+    bus: redis.Redis, committed: Any
+) -> None:
     from services.db import session_scope
     from services.models import MetricPoint
     from workers.control.ingest import METRICS, ingest_once
 
     _, job_id = committed()
     for step in (1, 2, 3):
-        bus.xadd(METRICS_STREAM, {"data": json.dumps(
-            {"job_id": job_id, "attempt": 1, "replica": 0,
-             "points": [[step, 0, "loss", 1.0 / step, 1.0]]})})
+        bus.xadd(
+            METRICS_STREAM,
+            {
+                "data": json.dumps(
+                    {
+                        "job_id": job_id,
+                        "attempt": 1,
+                        "replica": 0,
+                        "points": [[step, 0, "loss", 1.0 / step, 1.0]],
+                    }
+                )
+            },
+        )
     with database_refused():
         for _ in range(2):  # the ingest retries while the database is down
             with pytest.raises(sa.exc.OperationalError):
@@ -44,13 +55,21 @@ def test_metric_batches_read_while_the_database_is_down_are_stored_later_once(
     assert ingest_until(bus, 1, timeout=1) == 0
     assert pending(bus, METRICS_STREAM) == 0
     with session_scope() as session:
-        steps = session.execute(sa.select(MetricPoint.step).where(
-            MetricPoint.job_id == job_id).order_by(MetricPoint.step)).scalars().all()
+        steps = (
+            session.execute(
+                sa.select(MetricPoint.step)
+                .where(MetricPoint.job_id == job_id)
+                .order_by(MetricPoint.step)
+            )
+            .scalars()
+            .all()
+        )
     assert steps == [1, 2, 3]
 
 
 def test_events_read_while_the_database_is_down_are_applied_later(
-        bus: redis.Redis, committed: Any) -> None:
+    bus: redis.Redis, committed: Any
+) -> None:
     from services.cluster.fencing import begin_term
     from services.settings import get_settings
     from services.wire.client import publish_node_event
@@ -71,9 +90,13 @@ def test_events_read_while_the_database_is_down_are_applied_later(
     scheduler = Scheduler(get_settings(), bus, Sent(), keyring)
     fence = begin_term(lease=10)  # this scheduler leads (taken while SQL answers)
     for index in (0, 1):
-        publish_node_event(bus, ReplicaExited(node_id="node-a", job_id=job_id, attempt=1,
-                                              index=index, exit_code=0, ts=time.time()),
-                           node_key(SIGNING_KEY, "node-a"))
+        publish_node_event(
+            bus,
+            ReplicaExited(
+                node_id="node-a", job_id=job_id, attempt=1, index=index, exit_code=0, ts=time.time()
+            ),
+            node_key(SIGNING_KEY, "node-a"),
+        )
     with database_refused():
         with pytest.raises(sa.exc.OperationalError):
             scheduler.handle_events(block_ms=100, fence=fence)

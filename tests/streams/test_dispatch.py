@@ -30,8 +30,11 @@ def queued(bus: redis.Redis, node_id: str) -> list[tuple[str, str]]:
 
 def test_each_message_reaches_its_node_sealed_for_it(bus: redis.Redis) -> None:
     app = make_celery(get_settings().redis_url)
-    messages: list[Message] = [StopReplica("n1", 7, 1, 0, 5.0), StopReplica("n2", 7, 1, 1, 5.0),
-                               CleanupJob("n1", 8)]
+    messages: list[Message] = [
+        StopReplica("n1", 7, 1, 0, 5.0),
+        StopReplica("n2", 7, 1, 1, 5.0),
+        CleanupJob("n1", 8),
+    ]
     CeleryDispatcher(app, bus, KEYRING).send(messages)
     for node_id in ("n1", "n2"):
         mine = [m for m in messages if m.node_id == node_id]
@@ -46,7 +49,8 @@ def test_more_messages_than_one_pipeline_holds_all_arrive(bus: redis.Redis) -> N
     app = make_celery(get_settings().redis_url)
     count = BATCH * 2 + 7
     CeleryDispatcher(app, bus, KEYRING).send(
-        [StopReplica("n1", job, 1, 0, 5.0) for job in range(1, count + 1)])
+        [StopReplica("n1", job, 1, 0, 5.0) for job in range(1, count + 1)]
+    )
     tasks = queued(bus, "n1")
     assert len(tasks) == count
     last = unseal(tasks[-1][1], KEYRING.node("n1"), purpose=tasks[-1][0], node_id="n1")

@@ -43,11 +43,13 @@ class Follower:
 
     async def wait_for(self, count: int, timeout: float = 15) -> list[Event]:
         """The first `count` events (fails after `timeout` s)."""
+
         async def enough() -> None:
             while len(self.events) < count:
                 if self.task.done():
                     self.task.result()  # the follow's own error, if it had one
                 await asyncio.sleep(0.02)
+
         await asyncio.wait_for(enough(), timeout)
         return self.events[:count]
 
@@ -69,7 +71,8 @@ async def ingest(bus: redis.Redis, expected: int, kind: str = "metric") -> None:
 
 
 def test_history_then_live_then_an_exact_resume_from_a_cursor(
-        bus: redis.Redis, committed: Any) -> None:
+    bus: redis.Redis, committed: Any
+) -> None:
     _, job_id = committed()
     history = emit(bus, job_id, range(1, 6))
     emit_logs(bus, job_id, ["one", "two"], first_seq=1)
@@ -107,7 +110,8 @@ def test_history_then_live_then_an_exact_resume_from_a_cursor(
 
 
 def test_rows_of_a_lost_or_unreadable_feed_entry_still_come(
-        bus: redis.Redis, committed: Any) -> None:
+    bus: redis.Redis, committed: Any
+) -> None:
     from services.db import session_scope
     from services.telemetry import metrics
 
@@ -118,16 +122,41 @@ def test_rows_of_a_lost_or_unreadable_feed_entry_still_come(
         await asyncio.sleep(0.5)  # caught up: past its (empty) history
         # Stored, but published as nothing this contract writes.
         with session_scope() as session:
-            metrics.insert_points(session=session, rows=[
-                {"job_id": job_id, "attempt": 1, "replica": 0, "step": s, "epoch": 0,
-                 "name": "loss", "value": 0.5, "ts": 1.0} for s in (1, 2)])
-        bus.xadd(live_key(job_id), {"kind": "metric", "rows": "[[\"x\"]]", "prev": 0})
+            metrics.insert_points(
+                session=session,
+                rows=[
+                    {
+                        "job_id": job_id,
+                        "attempt": 1,
+                        "replica": 0,
+                        "step": s,
+                        "epoch": 0,
+                        "name": "loss",
+                        "value": 0.5,
+                        "ts": 1.0,
+                    }
+                    for s in (1, 2)
+                ],
+            )
+        bus.xadd(live_key(job_id), {"kind": "metric", "rows": '[["x"]]', "prev": 0})
         assert keys(await follower.wait_for(2)) == [(0, 1, "loss"), (0, 2, "loss")]
         # Stored with no entry at all, then a later entry names them in `prev`.
         with session_scope() as session:
-            metrics.insert_points(session=session, rows=[
-                {"job_id": job_id, "attempt": 1, "replica": 0, "step": 3, "epoch": 0,
-                 "name": "loss", "value": 0.5, "ts": 1.0}])
+            metrics.insert_points(
+                session=session,
+                rows=[
+                    {
+                        "job_id": job_id,
+                        "attempt": 1,
+                        "replica": 0,
+                        "step": 3,
+                        "epoch": 0,
+                        "name": "loss",
+                        "value": 0.5,
+                        "ts": 1.0,
+                    }
+                ],
+            )
         later = emit(bus, job_id, range(4, 5))
         await ingest(bus, 2)
         assert keys((await follower.wait_for(5))[2:]) == [(0, 3, "loss"), *later]
@@ -136,20 +165,23 @@ def test_rows_of_a_lost_or_unreadable_feed_entry_still_come(
     run(scenario)
 
 
-def test_caught_up_followers_get_the_same_event_objects(
-        bus: redis.Redis, committed: Any) -> None:
+def test_caught_up_followers_get_the_same_event_objects(bus: redis.Redis, committed: Any) -> None:
     """What lets a transport encode each live event once for all its clients."""
     _, job_id = committed()
 
     async def scenario() -> None:
-        followers = [Follower(follow(job_id, kinds=kinds))
-                     for kinds in ({"metric"}, {"metric", "status"}, {"metric", "log"})]
+        followers = [
+            Follower(follow(job_id, kinds=kinds))
+            for kinds in ({"metric"}, {"metric", "status"}, {"metric", "log"})
+        ]
         await asyncio.sleep(0.5)
         emit(bus, job_id, range(1, 4))
         await ingest(bus, 6)
         with_status = [0, 1, 0]  # the second one's first event is the job's status
-        got = [[e for e in await f.wait_for(6 + extra) if e.kind == "metric"]
-               for f, extra in zip(followers, with_status, strict=True)]
+        got = [
+            [e for e in await f.wait_for(6 + extra) if e.kind == "metric"]
+            for f, extra in zip(followers, with_status, strict=True)
+        ]
         assert all(e.shared for e in got[0])
         for other in got[1:]:
             assert all(a is b for a, b in zip(got[0], other, strict=True))
@@ -174,26 +206,31 @@ def test_a_quiet_follow_yields_an_empty_batch_for_keep_alives(committed: Any) ->
 def feed_reader_connections(bus: redis.Redis) -> int:
     """This test worker's connections to Redis from feed readers (by their client name)."""
     db = bus.connection_pool.connection_kwargs.get("db", 0)
-    return sum(1 for c in bus.client_list()
-               if c.get("name") == READER_NAME and int(c.get("db", -1)) == db)
+    return sum(
+        1 for c in bus.client_list() if c.get("name") == READER_NAME and int(c.get("db", -1)) == db
+    )
 
 
 def test_the_followers_of_a_process_share_a_few_redis_connections(
-        bus: redis.Redis, committed: Any) -> None:
+    bus: redis.Redis, committed: Any
+) -> None:
     job_ids = [committed()[1] for _ in range(3)]
 
     async def scenario() -> None:
-        followers = [Follower(follow(job_id, kinds={"metric"}))
-                     for job_id in job_ids for _ in range(10)]
+        followers = [
+            Follower(follow(job_id, kinds={"metric"})) for job_id in job_ids for _ in range(10)
+        ]
         await asyncio.sleep(0.8)  # all caught up, the reader in XREAD on the three feeds
         assert 1 <= feed_reader_connections(bus) <= POOL_SIZE  # 30 followers
         emit(bus, job_ids[0], range(1, 3))
         emit(bus, job_ids[2], range(1, 2))
         await ingest(bus, 6)
         for index, follower in enumerate(followers):
-            expected = {0: [(0, 1, "loss"), (0, 1, "accuracy"), (0, 2, "loss"),
-                            (0, 2, "accuracy")], 1: [], 2: [(0, 1, "loss"),
-                                                         (0, 1, "accuracy")]}[index // 10]
+            expected = {
+                0: [(0, 1, "loss"), (0, 1, "accuracy"), (0, 2, "loss"), (0, 2, "accuracy")],
+                1: [],
+                2: [(0, 1, "loss"), (0, 1, "accuracy")],
+            }[index // 10]
             await follower.wait_for(len(expected))
             assert keys(follower.events) == expected
         for follower in followers:
@@ -205,7 +242,8 @@ def test_the_followers_of_a_process_share_a_few_redis_connections(
 
 
 def test_a_follow_ends_at_once_when_cancelled_while_waiting_for_its_feed(
-        bus: redis.Redis, committed: Any) -> None:
+    bus: redis.Redis, committed: Any
+) -> None:
     _, job_id = committed()
 
     async def scenario() -> None:
@@ -264,7 +302,8 @@ def test_a_job_event_when_the_place_in_the_queue_moves(committed: Any) -> None:
 
 
 def test_followers_of_many_jobs_share_one_status_read_a_period(
-        committed: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    committed: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The status checks of every job followed in a process are one SQL read per period
     (not one per job), and a job that changes still gets its status event."""
     from services.db import session_scope
@@ -290,8 +329,9 @@ def test_followers_of_many_jobs_share_one_status_read_a_period(
         # One read answers for all four (a follower whose last ask is more than two
         # periods old, on a loaded machine, may sit one read out: not every read must).
         joined = len(reads)
-        await asyncio.wait_for(_until(
-            lambda: any(ids == sorted(job_ids) for ids in reads[joined:])), 60)
+        await asyncio.wait_for(
+            _until(lambda: any(ids == sorted(job_ids) for ids in reads[joined:])), 60
+        )
         # And the reads come once a period, not once per job a period (four a period):
         # two more reads take at least a period (a slow machine only makes it longer).
         counted_from, since = len(reads), time.monotonic()
@@ -313,8 +353,9 @@ def test_followers_of_many_jobs_share_one_status_read_a_period(
     assert job_fingerprints([10**9]) == {10**9: ()}
 
 
-@pytest.mark.parametrize("raw", ["nope", "1.2", "1.2.3.4", "1.-2.3", "1.2.²", "1.2." + "9" * 19,
-                                 "", " . . "])
+@pytest.mark.parametrize(
+    "raw", ["nope", "1.2", "1.2.3.4", "1.-2.3", "1.2.²", "1.2." + "9" * 19, "", " . . "]
+)
 def test_a_cursor_is_three_ids_this_stream_sent(raw: str) -> None:
     with pytest.raises(InvalidEventId) as refused:
         Cursor.parse(raw, "last-event-id")
@@ -330,15 +371,22 @@ def test_a_project_stream_position_is_one_job_event_id(raw: str) -> None:
 
 
 def test_a_bad_resume_point_is_a_422_naming_where_it_came_from(
-        live_api: str, committed: Any) -> None:
+    live_api: str, committed: Any
+) -> None:
     token, job_id = committed()
     auth = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=live_api, timeout=15) as http:
         url = f"/api/v1/jobs/{job_id}/stream"
         bad = http.get(url, params={"last_event_id": "1.2.²"}, headers=auth)
         assert bad.status_code == 422
-        assert bad.json()["fields"] == [{"field": "last_event_id", "message": (
-            "'1.2.²' is not an event id of this stream (three numbers joined by dots); "
-            "omit it to start from the beginning")}]
+        assert bad.json()["fields"] == [
+            {
+                "field": "last_event_id",
+                "message": (
+                    "'1.2.²' is not an event id of this stream (three numbers joined by dots); "
+                    "omit it to start from the beginning"
+                ),
+            }
+        ]
         project = http.get("/api/v1/stream", headers={**auth, "Last-Event-ID": "x"})
         assert project.status_code == 422 and "last-event-id" in project.json()["message"]

@@ -9,8 +9,7 @@ from services.wire.generation import Generation
 from services.wire.keys import GENERATION_KEY
 
 
-def test_every_watcher_notices_a_flush_once_whoever_writes_the_new_marker(
-        bus: redis.Redis) -> None:
+def test_every_watcher_notices_a_flush_once_whoever_writes_the_new_marker(bus: redis.Redis) -> None:
     agent, sender, leader = Generation(), Generation(), Generation()
     assert [w.check(bus) for w in (agent, sender, leader)] == [False, False, False]
     assert agent.seen == sender.seen == leader.seen == bus.get(GENERATION_KEY)

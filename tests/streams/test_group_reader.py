@@ -15,7 +15,8 @@ def _read(reader: GroupReader) -> list[list[str]]:
 
 
 def test_unacknowledged_entries_come_back_first_and_acknowledged_ones_never(
-        bus: redis.Redis) -> None:
+    bus: redis.Redis,
+) -> None:
     reader = GroupReader(bus, STREAM, count=2)
     for n in range(3):
         bus.xadd(STREAM, {"n": str(n)})

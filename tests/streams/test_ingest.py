@@ -15,18 +15,27 @@ from tests.factories import assert_rollups_match_points
 from tests.streams.conftest import ingest_until
 
 
-def test_thousand_batches_delivered_twice_are_stored_once(bus: redis.Redis,
-                                                          committed: Any) -> None:
+def test_thousand_batches_delivered_twice_are_stored_once(bus: redis.Redis, committed: Any) -> None:
     from services.db import session_scope
     from services.models import MetricPoint
     from services.telemetry import live
     from services.wire import keys
 
     _, job_id = committed()
-    batches = [json.dumps({"job_id": job_id, "attempt": 1, "replica": i % 2,
-                           "points": [[i // 2 + 1, 0, name, float(i), 1.0 + i]
-                                      for name in ("loss", "accuracy", "step_time")]})
-               for i in range(1000)]
+    batches = [
+        json.dumps(
+            {
+                "job_id": job_id,
+                "attempt": 1,
+                "replica": i % 2,
+                "points": [
+                    [i // 2 + 1, 0, name, float(i), 1.0 + i]
+                    for name in ("loss", "accuracy", "step_time")
+                ],
+            }
+        )
+        for i in range(1000)
+    ]
     pipe = bus.pipeline()
     for raw in batches + batches:  # every batch delivered twice
         pipe.xadd("cohort:metrics", {"data": raw})
@@ -34,17 +43,26 @@ def test_thousand_batches_delivered_twice_are_stored_once(bus: redis.Redis,
     assert ingest_until(bus, 3000) == 3000
     assert ingest_until(bus, 1, timeout=1) == 0  # the second copies added nothing
     with session_scope() as session:
-        stored = session.execute(sa.select(sa.func.count()).select_from(MetricPoint)
-                                 .where(MetricPoint.job_id == job_id)).scalar_one()
-        distinct = session.execute(sa.select(sa.func.count()).select_from(
-            sa.select(MetricPoint.replica, MetricPoint.step, MetricPoint.name)
-            .where(MetricPoint.job_id == job_id).distinct().subquery())).scalar_one()
+        stored = session.execute(
+            sa.select(sa.func.count()).select_from(MetricPoint).where(MetricPoint.job_id == job_id)
+        ).scalar_one()
+        distinct = session.execute(
+            sa.select(sa.func.count()).select_from(
+                sa.select(MetricPoint.replica, MetricPoint.step, MetricPoint.name)
+                .where(MetricPoint.job_id == job_id)
+                .distinct()
+                .subquery()
+            )
+        ).scalar_one()
     assert stored == distinct == 3000
     with session_scope() as session:  # each point summed into its rollup once
         assert assert_rollups_match_points(session, job_id) == 2 * 3 * 6  # replica, name, 100s
     # The live feed carries each stored row once, with increasing ids.
-    ids = [row[0] for _, fields in bus.xrange(keys.live_key(job_id))
-           for row in json.loads(fields["rows"])]
+    ids = [
+        row[0]
+        for _, fields in bus.xrange(keys.live_key(job_id))
+        for row in json.loads(fields["rows"])
+    ]
     assert len(ids) == 3000 and ids == sorted(set(ids))
     assert live.read_stats(bus)["metric_rows"] == 3000
     assert bus.xpending("cohort:metrics", "cohort-scheduler")["pending"] == 0
@@ -56,37 +74,47 @@ def test_malformed_batches_do_not_stall_the_ingest(bus: redis.Redis, committed: 
 
     _, job_id = committed()
     good = {"job_id": job_id, "attempt": 1, "replica": 0}
-    for data in (json.dumps({**good, "points": [[1, 0, "loss", 1.0, 1.0],
-                                                [2**40, 0, "loss", 1.0, 1.0]]}),
-                 json.dumps({**good, "job_id": 2**40, "points": [[1, 0, "loss", 1.0, 1.0]]}),
-                 "{not json",
-                 json.dumps({**good, "points": [[2, 0, "lo\x00ss", 1.0, 1.0],
-                                                [2, 0, "loss", 2.0, 2.0]]})):
+    for data in (
+        json.dumps({**good, "points": [[1, 0, "loss", 1.0, 1.0], [2**40, 0, "loss", 1.0, 1.0]]}),
+        json.dumps({**good, "job_id": 2**40, "points": [[1, 0, "loss", 1.0, 1.0]]}),
+        "{not json",
+        json.dumps({**good, "points": [[2, 0, "lo\x00ss", 1.0, 1.0], [2, 0, "loss", 2.0, 2.0]]}),
+    ):
         bus.xadd("cohort:metrics", {"data": data})
     assert ingest_until(bus, 2) == 2
     with session_scope() as session:
-        steps = session.execute(sa.select(MetricPoint.step).where(
-            MetricPoint.job_id == job_id).order_by(MetricPoint.step)).scalars().all()
+        steps = (
+            session.execute(
+                sa.select(MetricPoint.step)
+                .where(MetricPoint.job_id == job_id)
+                .order_by(MetricPoint.step)
+            )
+            .scalars()
+            .all()
+        )
     assert steps == [1, 2]
     assert bus.xpending("cohort:metrics", "cohort-scheduler")["pending"] == 0
 
 
-def test_malformed_log_batches_do_not_stall_the_ingest(bus: redis.Redis,
-                                                       committed: Any) -> None:
+def test_malformed_log_batches_do_not_stall_the_ingest(bus: redis.Redis, committed: Any) -> None:
     from services.db import session_scope
     from services.telemetry import logs
 
     _, job_id = committed()
     head = {"job_id": job_id, "attempt": 1, "replica": 0}
-    for data in (json.dumps({**head, "lines": [[2**40, 1.0, "too far"], [1, 1.0, "one"]]}),
-                 # A lone surrogate (JSON-escaped): no SQL text column can hold it.
-                 json.dumps({**head, "lines": [[2, 1.0, "\ud800"]]}),
-                 json.dumps({**head, "lines": [[3, 2.0, "three"]]})):
+    for data in (
+        json.dumps({**head, "lines": [[2**40, 1.0, "too far"], [1, 1.0, "one"]]}),
+        # A lone surrogate (JSON-escaped): no SQL text column can hold it.
+        json.dumps({**head, "lines": [[2, 1.0, "\ud800"]]}),
+        json.dumps({**head, "lines": [[3, 2.0, "three"]]}),
+    ):
         bus.xadd(LOGS_STREAM, {"data": data})
     assert ingest_until(bus, 2, kind="log") == 2
     with session_scope() as session:
         assert [line.line for line in logs.read_logs(session=session, job_id=job_id)] == [
-            "one", "three"]
+            "one",
+            "three",
+        ]
     assert bus.xpending(LOGS_STREAM, "cohort-scheduler")["pending"] == 0
 
 
@@ -119,27 +147,46 @@ def test_a_job_being_ingested_is_not_deleted_under_its_points(committed: Any) ->
         with session_scope() as scheduler:
             scheduler.execute(sa.text("SET LOCAL lock_timeout = '300ms'"))
             try:
-                transition_job(session=scheduler, job_id=job_id, target=JobStatus.CANCELLED,
-                               reason="cancelled by user")
+                transition_job(
+                    session=scheduler,
+                    job_id=job_id,
+                    target=JobStatus.CANCELLED,
+                    reason="cancelled by user",
+                )
             except OperationalError as exc:
                 assert "lock timeout" in str(exc)
                 scheduler.rollback()
             else:
                 raise AssertionError("the job's status changed while its rows were stored")
-        metrics.insert_points(session=ingest, rows=[
-            {"job_id": job_id, "attempt": 1, "replica": 0, "step": 1, "epoch": 0,
-             "name": "loss", "value": 1.0, "ts": 1.0}])
+        metrics.insert_points(
+            session=ingest,
+            rows=[
+                {
+                    "job_id": job_id,
+                    "attempt": 1,
+                    "replica": 0,
+                    "step": 1,
+                    "epoch": 0,
+                    "name": "loss",
+                    "value": 1.0,
+                    "ts": 1.0,
+                }
+            ],
+        )
     with session_scope() as session:
         jobs.delete_jobs(session=session, job_ids=[job_id])
     with session_scope() as session:
         assert session.get(Job, job_id) is None
         for series in (MetricPoint, MetricRollup):  # its series went with it
-            assert session.execute(sa.select(sa.func.count()).select_from(series).where(
-                series.job_id == job_id)).scalar_one() == 0
+            assert (
+                session.execute(
+                    sa.select(sa.func.count()).select_from(series).where(series.job_id == job_id)
+                ).scalar_one()
+                == 0
+            )
 
 
-def test_log_shipper_lines_match_the_file(bus: redis.Redis, committed: Any,
-                                          tmp_path: Path) -> None:
+def test_log_shipper_lines_match_the_file(bus: redis.Redis, committed: Any, tmp_path: Path) -> None:
     from services.db import session_scope
     from services.telemetry import logs
     from workers.node.launcher import ReplicaKey
@@ -163,13 +210,18 @@ def test_log_shipper_lines_match_the_file(bus: redis.Redis, committed: Any,
     assert [r.line for r in everything] == printed
     assert [r.seq for r in everything] == list(range(1, len(printed) + 1))
     # A redelivered batch stores nothing new.
-    bus.xadd("cohort:logs", {"data": json.dumps({"job_id": job_id, "attempt": 1, "replica": 0,
-                                                 "lines": [[1, 0.0, "again"]]})})
+    bus.xadd(
+        "cohort:logs",
+        {
+            "data": json.dumps(
+                {"job_id": job_id, "attempt": 1, "replica": 0, "lines": [[1, 0.0, "again"]]}
+            )
+        },
+    )
     assert ingest_until(bus, 1, kind="log", timeout=1) == 0
 
 
-def test_a_job_deleted_while_its_points_are_being_stored_leaves_none_behind(
-        committed: Any) -> None:
+def test_a_job_deleted_while_its_points_are_being_stored_leaves_none_behind(committed: Any) -> None:
     """The delete waits for the ingest's commit, and then deletes what it stored."""
     import threading
 
@@ -189,15 +241,32 @@ def test_a_job_deleted_while_its_points_are_being_stored_leaves_none_behind(
 
     def someone_waits_for_a_lock() -> bool:
         with session_scope() as session:
-            return bool(session.execute(sa.text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'")).scalar_one())
+            return bool(
+                session.execute(
+                    sa.text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND wait_event_type = 'Lock'"
+                    )
+                ).scalar_one()
+            )
 
     deleter = threading.Thread(target=delete)
     with session_scope() as ingest:
-        metrics.insert_points(session=ingest, rows=[
-            {"job_id": job_id, "attempt": 1, "replica": 0, "step": 1, "epoch": 0,
-             "name": "loss", "value": 1.0, "ts": 1.0}])
+        metrics.insert_points(
+            session=ingest,
+            rows=[
+                {
+                    "job_id": job_id,
+                    "attempt": 1,
+                    "replica": 0,
+                    "step": 1,
+                    "epoch": 0,
+                    "name": "loss",
+                    "value": 1.0,
+                    "ts": 1.0,
+                }
+            ],
+        )
         deleter.start()
         wait_for(someone_waits_for_a_lock, 10, "the delete to wait for the ingest")
         assert not deleted.is_set()
@@ -205,12 +274,17 @@ def test_a_job_deleted_while_its_points_are_being_stored_leaves_none_behind(
     assert deleted.is_set()
     with session_scope() as session:
         for series in (MetricPoint, MetricRollup, LogLine):
-            assert session.execute(sa.select(sa.func.count()).select_from(series).where(
-                series.job_id == job_id)).scalar_one() == 0
+            assert (
+                session.execute(
+                    sa.select(sa.func.count()).select_from(series).where(series.job_id == job_id)
+                ).scalar_one()
+                == 0
+            )
 
 
 def test_a_new_leadership_term_never_runs_a_second_ingester(
-        bus: redis.Redis, committed: Any, monkeypatch: Any) -> None:
+    bus: redis.Redis, committed: Any, monkeypatch: Any
+) -> None:
     """A leader that lost its lock and won it back while its last ingest thread was still
     busy: the new term's thread waits, so at no time do two store the same entries; the
     old term's thread is fenced off by the new term's token and ends."""
@@ -228,8 +302,7 @@ def test_a_new_leadership_term_never_runs_a_second_ingester(
     real = ingest.ingest_once
     guard = threading.Lock()
 
-    def counted(client: redis.Redis, feed: Any, *, sessions: Any,
-                block_ms: int = 1000) -> int:  # noqa: ARG001
+    def counted(client: redis.Redis, feed: Any, *, sessions: Any, block_ms: int = 1000) -> int:  # noqa: ARG001
         nonlocal busy, most
         with guard:
             busy += 1
@@ -250,9 +323,19 @@ def test_a_new_leadership_term_never_runs_a_second_ingester(
     second = threading.Thread(target=ingest.ingest_while, args=(bus, ingest.METRICS, new))
     second.start()
     for step in range(1, 41):
-        bus.xadd(METRICS_STREAM, {"data": json.dumps(
-            {"job_id": job_id, "attempt": 1, "replica": 0,
-             "points": [[step, 0, "loss", 0.5, 1.0]]})})
+        bus.xadd(
+            METRICS_STREAM,
+            {
+                "data": json.dumps(
+                    {
+                        "job_id": job_id,
+                        "attempt": 1,
+                        "replica": 0,
+                        "points": [[step, 0, "loss", 0.5, 1.0]],
+                    }
+                )
+            },
+        )
         time.sleep(0.01)
     from services.db import session_scope
     from services.models import MetricPoint
@@ -260,8 +343,11 @@ def test_a_new_leadership_term_never_runs_a_second_ingester(
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with session_scope() as session:
-            stored = session.execute(sa.select(sa.func.count()).select_from(MetricPoint)
-                                     .where(MetricPoint.job_id == job_id)).scalar_one()
+            stored = session.execute(
+                sa.select(sa.func.count())
+                .select_from(MetricPoint)
+                .where(MetricPoint.job_id == job_id)
+            ).scalar_one()
         if stored == 40:
             break
         time.sleep(0.1)

@@ -23,14 +23,18 @@ def shipped(client: redis.Redis) -> dict[int, str]:
     return lines
 
 
-def test_no_log_line_is_lost_to_a_redis_outage_or_restart(server: Server,
-                                                          tmp_path: Path) -> None:
+def test_no_log_line_is_lost_to_a_redis_outage_or_restart(server: Server, tmp_path: Path) -> None:
     from workers.node.launcher import ReplicaKey
     from workers.node.logship import LogShipper
 
     # As the agent's client: fail fast, no hidden retries.
-    client = redis.Redis(port=server.port, decode_responses=True, socket_connect_timeout=0.5,
-                         socket_timeout=1.0, retry=Retry(NoBackoff(), 0))
+    client = redis.Redis(
+        port=server.port,
+        decode_responses=True,
+        socket_connect_timeout=0.5,
+        socket_timeout=1.0,
+        retry=Retry(NoBackoff(), 0),
+    )
     path = tmp_path / "replica-0.log"
     path.write_text("".join(f"before {i}\n" for i in range(1, 101)))
     shipper = LogShipper(client, ReplicaKey(7, 1, 0), path, poll_seconds=0.05)
@@ -53,15 +57,21 @@ def test_no_log_line_is_lost_to_a_redis_outage_or_restart(server: Server,
     assert shipper.failures == 0
 
 
-def test_lines_redis_refuses_are_shipped_once_it_takes_writes_again(server: Server,
-                                                                    tmp_path: Path) -> None:
+def test_lines_redis_refuses_are_shipped_once_it_takes_writes_again(
+    server: Server, tmp_path: Path
+) -> None:
     """The same Redis throughout (no restart, so no replay): refused lines are read
     again from the file."""
     from workers.node.launcher import ReplicaKey
     from workers.node.logship import LogShipper
 
-    client = redis.Redis(port=server.port, decode_responses=True, socket_connect_timeout=0.5,
-                         socket_timeout=1.0, retry=Retry(NoBackoff(), 0))
+    client = redis.Redis(
+        port=server.port,
+        decode_responses=True,
+        socket_connect_timeout=0.5,
+        socket_timeout=1.0,
+        retry=Retry(NoBackoff(), 0),
+    )
     path = tmp_path / "replica-0.log"
     path.write_text("one\n")
     shipper = LogShipper(client, ReplicaKey(7, 1, 0), path, poll_seconds=0.05)
@@ -79,19 +89,22 @@ def test_lines_redis_refuses_are_shipped_once_it_takes_writes_again(server: Serv
     assert lines[101] == "refused 101"
 
 
-def test_lines_sent_just_before_a_long_outage_are_replayed(server: Server,
-                                                           tmp_path: Path) -> None:
+def test_lines_sent_just_before_a_long_outage_are_replayed(server: Server, tmp_path: Path) -> None:
     """Redis away for longer than the replay window: what it held before it died is
     still sent again (the window counts back from its last answer, not from now)."""
     from workers.node.launcher import ReplicaKey
     from workers.node.logship import LogShipper
 
-    client = redis.Redis(port=server.port, decode_responses=True, socket_connect_timeout=0.5,
-                         socket_timeout=1.0, retry=Retry(NoBackoff(), 0))
+    client = redis.Redis(
+        port=server.port,
+        decode_responses=True,
+        socket_connect_timeout=0.5,
+        socket_timeout=1.0,
+        retry=Retry(NoBackoff(), 0),
+    )
     path = tmp_path / "replica-0.log"
     path.write_text("".join(f"before {i}\n" for i in range(1, 11)))
-    shipper = LogShipper(client, ReplicaKey(7, 1, 0), path, poll_seconds=0.05,
-                         replay_window=0.2)
+    shipper = LogShipper(client, ReplicaKey(7, 1, 0), path, poll_seconds=0.05, replay_window=0.2)
     shipper.start()
     wait_for(lambda: len(shipped(client)) == 10, 10, "the first lines to be shipped")
     server.kill()
@@ -104,8 +117,9 @@ def test_lines_sent_just_before_a_long_outage_are_replayed(server: Server,
     assert sorted(shipped(client)) == list(range(1, 12))
 
 
-def test_the_last_flush_keeps_lines_that_cross_a_read(server: Server, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_last_flush_keeps_lines_that_cross_a_read(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Everything left at the replica's exit is read in several reads: a line that a read
     boundary cuts stays one line."""
     import workers.node.logship

@@ -12,8 +12,7 @@ from services.wire.keys import PROGRESS_HASH
 from workers.control.scheduler import PROGRESS_FORGET, read_progress
 
 
-def test_progress_is_timed_by_arrival_plus_what_the_beat_vouched_ahead(
-        bus: redis.Redis) -> None:
+def test_progress_is_timed_by_arrival_plus_what_the_beat_vouched_ahead(bus: redis.Redis) -> None:
     now = [1000.0]
     arrivals: Arrivals[str] = Arrivals(lambda: now[0])
     # Written by hosts 5 minutes behind and 5 minutes ahead of the control plane; the
@@ -27,7 +26,8 @@ def test_progress_is_timed_by_arrival_plus_what_the_beat_vouched_ahead(
 
 
 def test_a_beat_unchanged_for_an_hour_of_the_control_planes_clock_is_forgotten(
-        bus: redis.Redis) -> None:
+    bus: redis.Redis,
+) -> None:
     now = [1000.0]
     arrivals: Arrivals[str] = Arrivals(lambda: now[0])
     # Dated far in the future by its host: its own time would keep it for ever.

@@ -17,8 +17,11 @@ from tests.streams.conftest import Server
 from tests.streams.test_logship import shipped
 from workers.replay import AfterEnd
 
-POINTS = [(step, 0, name, float(step), 1000.0 + step)
-          for step in range(1, 21) for name in ("loss", "accuracy")]
+POINTS = [
+    (step, 0, name, float(step), 1000.0 + step)
+    for step in range(1, 21)
+    for name in ("loss", "accuracy")
+]
 
 
 def points_on_stream(client: redis.Redis) -> set[tuple[int, str]]:
@@ -35,12 +38,12 @@ def points_on_stream(client: redis.Redis) -> set[tuple[int, str]]:
 def reporter_for(server: Server):  # type: ignore[no-untyped-def]
     from workers.reporter import MetricReporter, connect
 
-    return MetricReporter(connect(f"redis://127.0.0.1:{server.port}/0"),
-                          job_id=7, attempt=1, replica=0)
+    return MetricReporter(
+        connect(f"redis://127.0.0.1:{server.port}/0"), job_id=7, attempt=1, replica=0
+    )
 
 
-def test_last_points_a_wipe_erased_after_the_replicas_end_are_sent_again(
-        server: Server) -> None:
+def test_last_points_a_wipe_erased_after_the_replicas_end_are_sent_again(server: Server) -> None:
     reporter = reporter_for(server)
     for step, epoch, name, value, ts in POINTS:
         reporter.add(step, epoch, name, value, ts)
@@ -79,12 +82,18 @@ def test_last_points_redis_refused_at_the_end_go_out_when_it_is_back(server: Ser
 
 
 def test_a_log_shippers_last_lines_a_wipe_erased_after_its_end_are_shipped_again(
-        server: Server, tmp_path: Path) -> None:
+    server: Server, tmp_path: Path
+) -> None:
     from workers.node.launcher import ReplicaKey
     from workers.node.logship import LogShipper
 
-    client = redis.Redis(port=server.port, decode_responses=True, socket_connect_timeout=0.5,
-                         socket_timeout=1.0, retry=Retry(NoBackoff(), 0))
+    client = redis.Redis(
+        port=server.port,
+        decode_responses=True,
+        socket_connect_timeout=0.5,
+        socket_timeout=1.0,
+        retry=Retry(NoBackoff(), 0),
+    )
     path = tmp_path / "replica-0.log"
     path.write_text("".join(f"line {i}\n" for i in range(1, 31)) + "the last, unterminated")
     shipper = LogShipper(client, ReplicaKey(7, 1, 0), path, poll_seconds=3600)

@@ -25,11 +25,19 @@ STEPS = 8
 
 
 def shipper_for(bus: redis.Redis, job_id: int, tmp_path: Path, **kwargs: Any) -> ScalarShipper:
-    reporter = MetricReporter.from_url(os.environ["COHORT_REDIS_URL"], job_id=job_id,
-                                       attempt=1, replica=1)
-    return ScalarShipper(reporter, bus, job_id=job_id, attempt=1, index=1,
-                         metrics_file=tmp_path / "metrics.jsonl",
-                         tensorboard_dir=tmp_path / "tensorboard", **kwargs)
+    reporter = MetricReporter.from_url(
+        os.environ["COHORT_REDIS_URL"], job_id=job_id, attempt=1, replica=1
+    )
+    return ScalarShipper(
+        reporter,
+        bus,
+        job_id=job_id,
+        attempt=1,
+        index=1,
+        metrics_file=tmp_path / "metrics.jsonl",
+        tensorboard_dir=tmp_path / "tensorboard",
+        **kwargs,
+    )
 
 
 def beat_of(bus: redis.Redis, job_id: int) -> float | None:
@@ -43,15 +51,17 @@ def read_beat(bus: redis.Redis, job_id: int) -> ProgressBeat | None:
 
 
 def test_a_running_scripts_scalars_reach_the_stream_and_sql_with_progress_beats(
-        bus: redis.Redis, committed: Any, tmp_path: Path) -> None:
+    bus: redis.Redis, committed: Any, tmp_path: Path
+) -> None:
     from services.db import session_scope
     from services.models import MetricPoint
 
     _, job_id = committed()
     shipper = shipper_for(bus, job_id, tmp_path, poll_seconds=0.2)
     shipper.start()
-    script = start_writer(tmp_path / "tensorboard", STEPS, pause=0.4,
-                          metrics_file=tmp_path / "metrics.jsonl")
+    script = start_writer(
+        tmp_path / "tensorboard", STEPS, pause=0.4, metrics_file=tmp_path / "metrics.jsonl"
+    )
     # Beats come while the script runs, from its files alone.
     wait_for(lambda: beat_of(bus, job_id) is not None, 60, "a progress beat")
     first_beat = beat_of(bus, job_id)
@@ -59,21 +69,23 @@ def test_a_running_scripts_scalars_reach_the_stream_and_sql_with_progress_beats(
     shipper.finish()
     assert beat_of(bus, job_id) > first_beat  # later progress, later beats
 
-    rows = [row for _, fields in bus.xrange(METRICS_STREAM)
-            for row in parse_batch(fields["data"])]
+    rows = [row for _, fields in bus.xrange(METRICS_STREAM) for row in parse_batch(fields["data"])]
     expected = expected_scalars(STEPS) | expected_reports(STEPS)
     assert {(r["step"], r["name"], r["value"]) for r in rows} == expected
-    assert {(r["job_id"], r["attempt"], r["replica"], r["epoch"]) for r in rows} == \
-        {(job_id, 1, 1, None)}
+    assert {(r["job_id"], r["attempt"], r["replica"], r["epoch"]) for r in rows} == {
+        (job_id, 1, 1, None)
+    }
     assert ingest_until(bus, len(expected)) == len(expected)
     with session_scope() as session:
-        stored = session.execute(sa.select(MetricPoint.step, MetricPoint.name)
-                                 .where(MetricPoint.job_id == job_id)).all()
+        stored = session.execute(
+            sa.select(MetricPoint.step, MetricPoint.name).where(MetricPoint.job_id == job_id)
+        ).all()
     assert {(step, name) for step, name in stored} == {(s, n) for s, n, _ in expected}
 
 
 def test_an_agent_beat_never_shortens_one_the_replica_dated_ahead(
-        bus: redis.Redis, committed: Any, tmp_path: Path) -> None:
+    bus: redis.Redis, committed: Any, tmp_path: Path
+) -> None:
     _, job_id = committed()
     shipper = shipper_for(bus, job_id, tmp_path)
     saving_until = time.time() + 300  # the Keras callback's FINISH_GRACE while saving
@@ -91,7 +103,8 @@ def test_an_agent_beat_never_shortens_one_the_replica_dated_ahead(
 
 
 def test_a_beat_dated_ahead_says_how_far_ahead_as_a_duration(
-        bus: redis.Redis, committed: Any, tmp_path: Path) -> None:
+    bus: redis.Redis, committed: Any, tmp_path: Path
+) -> None:
     # The control plane times a beat by its own clock when it sees it; the replica's
     # "alive while I save" crosses as seconds, which mean the same on every clock.
     _, job_id = committed()
@@ -100,4 +113,3 @@ def test_a_beat_dated_ahead_says_how_far_ahead_as_a_duration(
     shipper.step()
     beat = read_beat(bus, job_id)
     assert beat is not None and 295 < beat.ahead <= 300
-

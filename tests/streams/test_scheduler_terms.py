@@ -41,15 +41,17 @@ def silent_gang(bus: redis.Redis, committed: Any) -> Iterator[tuple[int, str]]:
 
     settings = get_settings()
     long_ago = dt.datetime.now(dt.UTC) - dt.timedelta(
-        seconds=max(settings.PROGRESS_TIMEOUT, settings.NODE_TIMEOUT) + 30)
+        seconds=max(settings.PROGRESS_TIMEOUT, settings.NODE_TIMEOUT) + 30
+    )
     _, job_id = committed()
     with session_scope() as session:
         job = session.get(Job, job_id)
         assert job is not None
         start_gang(session, job, long_ago)
         assert job.status is JobStatus.RUNNING
-        session.execute(sa.update(Replica).where(Replica.job_id == job_id)
-                        .values(progress_at=long_ago))
+        session.execute(
+            sa.update(Replica).where(Replica.job_id == job_id).values(progress_at=long_ago)
+        )
     node_id = beat(long_ago).node_id
     bus.flushdb()
     yield job_id, node_id
@@ -85,7 +87,8 @@ def job_status(job_id: int) -> str:
 
 @pytest.mark.parametrize("blind", [True, False])
 def test_a_new_terms_first_pass_excuses_the_silence_redis_may_have_erased(
-        bus: redis.Redis, silent_gang: tuple[int, str], blind: bool) -> None:
+    bus: redis.Redis, silent_gang: tuple[int, str], blind: bool
+) -> None:
     job_id, _ = silent_gang
     scheduler = first_pass(bus, blind=blind)
     if not blind:  # the same silence, not excused: the node is lost, the gang torn down
@@ -98,8 +101,8 @@ def test_a_new_terms_first_pass_excuses_the_silence_redis_may_have_erased(
 
 
 def test_a_pass_that_fails_before_it_commits_excuses_in_the_next(
-        bus: redis.Redis, silent_gang: tuple[int, str], monkeypatch: pytest.MonkeyPatch
-        ) -> None:
+    bus: redis.Redis, silent_gang: tuple[int, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from services.cluster import reconcile
 
     job_id, _ = silent_gang

@@ -24,14 +24,17 @@ def two_streams_each(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     get_settings.cache_clear()
 
 
-def open_stream(stack: ExitStack, client: httpx.Client, path: str,
-                token: str) -> httpx.Response:
-    return stack.enter_context(client.stream(
-        "GET", path, headers={"Authorization": f"Bearer {token}"}))
+def open_stream(stack: ExitStack, client: httpx.Client, path: str, token: str) -> httpx.Response:
+    return stack.enter_context(
+        client.stream("GET", path, headers={"Authorization": f"Bearer {token}"})
+    )
 
 
 def test_streams_past_the_per_token_cap_get_429(
-        two_streams_each: None, live_api: str, committed: Any) -> None:  # noqa: ARG001
+    two_streams_each: None,  # noqa: ARG001
+    live_api: str,
+    committed: Any,
+) -> None:
     token, job_id = committed()
     other_token, other_job = committed(project="other")
     with httpx.Client(base_url=live_api, timeout=10) as client, ExitStack() as stack:
@@ -39,8 +42,9 @@ def test_streams_past_the_per_token_cap_get_429(
         first = open_stream(stack, client, f"/api/v1/jobs/{job_id}/stream", token)
         second = open_stream(stack, client, "/api/v1/stream", token)
         assert first.status_code == second.status_code == 200
-        refused = client.get(f"/api/v1/jobs/{job_id}/stream",
-                             headers={"Authorization": f"Bearer {token}"})
+        refused = client.get(
+            f"/api/v1/jobs/{job_id}/stream", headers={"Authorization": f"Bearer {token}"}
+        )
         assert refused.status_code == 429
         assert int(refused.headers["Retry-After"]) > 0
         body = refused.json()
@@ -53,8 +57,9 @@ def test_streams_past_the_per_token_cap_get_429(
         first.close()
         deadline = time.monotonic() + 10
         while True:
-            with client.stream("GET", f"/api/v1/jobs/{job_id}/stream",
-                               headers={"Authorization": f"Bearer {token}"}) as again:
+            with client.stream(
+                "GET", f"/api/v1/jobs/{job_id}/stream", headers={"Authorization": f"Bearer {token}"}
+            ) as again:
                 if again.status_code == 200:
                     break
                 assert again.status_code == 429

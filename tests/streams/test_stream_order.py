@@ -38,8 +38,10 @@ class Ingest:
         self.stop, self.running = threading.Event(), threading.Event()
         self.running.set()
         self.stored = {"metric": 0, "log": 0}
-        self.threads = [threading.Thread(target=self._loop, args=(client, feed, ingest_once),
-                                         daemon=True) for feed in (METRICS, LOGS)]
+        self.threads = [
+            threading.Thread(target=self._loop, args=(client, feed, ingest_once), daemon=True)
+            for feed in (METRICS, LOGS)
+        ]
 
     def _loop(self, client: redis.Redis, feed: Any, once: Any) -> None:
         from services.db import session_scope
@@ -76,18 +78,20 @@ def signature(event: Event) -> Signature:
 
 
 @contextmanager
-def connection(base: str, job_id: int, token: str, last_id: str | None
-               ) -> Iterator[Iterator[Event]]:
+def connection(
+    base: str, job_id: int, token: str, last_id: str | None
+) -> Iterator[Iterator[Event]]:
     """The stream's events from `last_id`; none when it answers 204 (the client has had
     the terminal status)."""
     headers = {"Authorization": f"Bearer {token}"}
     if last_id:
         headers["Last-Event-ID"] = last_id
-    with httpx.Client(base_url=base, timeout=httpx.Timeout(10.0, read=90.0)) as http, \
-            http.stream("GET", f"/api/v1/jobs/{job_id}/stream", headers=headers) as response:
+    with (
+        httpx.Client(base_url=base, timeout=httpx.Timeout(10.0, read=90.0)) as http,
+        http.stream("GET", f"/api/v1/jobs/{job_id}/stream", headers=headers) as response,
+    ):
         assert response.status_code in (200, 204)
-        yield parse_lines(response.iter_lines()) if response.status_code == 200 \
-            else iter(())
+        yield parse_lines(response.iter_lines()) if response.status_code == 200 else iter(())
 
 
 class Client(threading.Thread):
@@ -174,11 +178,13 @@ def run_job(bus: redis.Redis, job_id: int, ingest: Ingest, seed: int) -> tuple[i
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_clients_that_drop_at_random_points_reassemble_the_uninterrupted_stream(
-        live_api: str, bus: redis.Redis, committed: Any, seed: int) -> None:
+    live_api: str, bus: redis.Redis, committed: Any, seed: int
+) -> None:
     token, job_id = committed()
     with Ingest(bus) as ingest:
-        live = [Client(live_api, job_id, token)] + \
-            [Client(live_api, job_id, token, seed=seed * 100 + i) for i in range(2)]
+        live = [Client(live_api, job_id, token)] + [
+            Client(live_api, job_id, token, seed=seed * 100 + i) for i in range(2)
+        ]
         for client in live:
             client.start()
         points, lines = run_job(bus, job_id, ingest, seed)
@@ -187,8 +193,9 @@ def test_clients_that_drop_at_random_points_reassemble_the_uninterrupted_stream(
             assert client.result() == whole
             assert client.connections >= 3
         # The job has ended: the stream is history alone, in the same order.
-        after = [Client(live_api, job_id, token)] + \
-            [Client(live_api, job_id, token, seed=seed * 100 + 50 + i) for i in range(2)]
+        after = [Client(live_api, job_id, token)] + [
+            Client(live_api, job_id, token, seed=seed * 100 + 50 + i) for i in range(2)
+        ]
         for client in after:
             client.start()
         for client in after:
@@ -200,11 +207,13 @@ def test_clients_that_drop_at_random_points_reassemble_the_uninterrupted_stream(
     assert statuses == ["queued", "scheduled", "running", "succeeded"]
     assert whole[-1][0] == "status" and whole[-1][3] == "succeeded"
     assert [s for s in whole if s[0] == "log"][-1][2] == tuple(
-        sorted({"attempt": 1, "replica": 0, "ts": 2000.0, "line": "last line"}.items()))
+        sorted({"attempt": 1, "replica": 0, "ts": 2000.0, "line": "last line"}.items())
+    )
 
 
 def test_every_status_change_is_an_event_even_between_two_polls(
-        live_api: str, committed: Any) -> None:
+    live_api: str, committed: Any
+) -> None:
     """`scheduled` and `running` stored within one status poll, while no client was
     connected: a client resuming after `queued` gets both, in order."""
     token, job_id = committed()
@@ -215,8 +224,10 @@ def test_every_status_change_is_an_event_even_between_two_polls(
     transition(job_id, JobStatus.RUNNING)
     with connection(live_api, job_id, token, first.id) as events:
         got = [next(events), next(events)]
-    assert [(e.event, e.data["status"]) for e in got] == [("status", "scheduled"),
-                                                         ("status", "running")]
+    assert [(e.event, e.data["status"]) for e in got] == [
+        ("status", "scheduled"),
+        ("status", "running"),
+    ]
     assert [e.data["change"]["from_status"] for e in got] == ["queued", "scheduled"]
     # ...and so does a client that stays connected while they happen.
     transition(job_id, JobStatus.RESTARTING)
@@ -226,13 +237,18 @@ def test_every_status_change_is_an_event_even_between_two_polls(
         transition(job_id, JobStatus.SCHEDULED)
         transition(job_id, JobStatus.RUNNING)
         live = [next(events), next(events)]
-    assert [e.data["status"] for e in again + live] == ["restarting", "queued",
-                                                        "scheduled", "running"]
+    assert [e.data["status"] for e in again + live] == [
+        "restarting",
+        "queued",
+        "scheduled",
+        "running",
+    ]
     assert live[-1].data["attempt"] == 2
 
 
 def test_the_terminal_status_comes_after_the_last_rows_and_ends_the_stream(
-        live_api: str, bus: redis.Redis, committed: Any) -> None:
+    live_api: str, bus: redis.Redis, committed: Any
+) -> None:
     token, job_id = committed()
     transition(job_id, JobStatus.SCHEDULED)
     transition(job_id, JobStatus.RUNNING)
@@ -264,8 +280,10 @@ def test_the_terminal_status_comes_after_the_last_rows_and_ends_the_stream(
     # Resuming with the terminal status's id: the stream is over (204: SSE clients stop
     # reconnecting).
     with httpx.Client(base_url=live_api, timeout=10) as http:
-        over = http.get(f"/api/v1/jobs/{job_id}/stream", headers={
-            "Authorization": f"Bearer {token}", "Last-Event-ID": got[-1].id})
+        over = http.get(
+            f"/api/v1/jobs/{job_id}/stream",
+            headers={"Authorization": f"Bearer {token}", "Last-Event-ID": got[-1].id},
+        )
     assert over.status_code == 204 and over.content == b""
     # Resuming before it: the rest, in the same order.
     again = [e for e in _whole(live_api, job_id, token, got[4].id) if e.event != "job"]

@@ -40,12 +40,16 @@ def test_a_late_answer_to_an_older_beat_does_not_move_the_lease_back() -> None:
     assert lease.left() == 4.0
 
 
-@pytest.mark.parametrize("node_timeout, lease, stop_grace",
-                         [(6, 4, 5), (15, 10, 8), (15, 10, 1), (60, 10, 8), (10, 9.5, 8)])
+@pytest.mark.parametrize(
+    "node_timeout, lease, stop_grace",
+    [(6, 4, 5), (15, 10, 8), (15, 10, 1), (60, 10, 8), (10, 9.5, 8)],
+)
 def test_fenced_replicas_are_gone_before_the_node_can_be_declared_lost(
-        node_timeout: float, lease: float, stop_grace: float) -> None:
-    settings = Settings(NODE_TIMEOUT=node_timeout, AGENT_LEASE=lease, STOP_GRACE=stop_grace,
-                        HEARTBEAT_INTERVAL=0.5)
+    node_timeout: float, lease: float, stop_grace: float
+) -> None:
+    settings = Settings(
+        NODE_TIMEOUT=node_timeout, AGENT_LEASE=lease, STOP_GRACE=stop_grace, HEARTBEAT_INTERVAL=0.5
+    )
     grace = fence_grace(settings)
     assert 0 <= grace <= stop_grace
     # SIGKILL at lease + grace: still half of the rest of the node timeout to spare.
@@ -61,11 +65,14 @@ def test_the_faults_tests_timings_give_a_one_second_fence() -> None:
     assert fence_grace(settings) == 1.0
 
 
-@pytest.mark.parametrize("values", [
-    {"AGENT_LEASE": 15.0, "NODE_TIMEOUT": 15.0},  # as long as the node timeout
-    {"AGENT_LEASE": 20.0, "NODE_TIMEOUT": 15.0},
-    {"AGENT_LEASE": 2.0, "HEARTBEAT_INTERVAL": 2.0},  # would lapse between healthy beats
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"AGENT_LEASE": 15.0, "NODE_TIMEOUT": 15.0},  # as long as the node timeout
+        {"AGENT_LEASE": 20.0, "NODE_TIMEOUT": 15.0},
+        {"AGENT_LEASE": 2.0, "HEARTBEAT_INTERVAL": 2.0},  # would lapse between healthy beats
+    ],
+)
 def test_a_lease_outside_beat_and_node_timeout_is_refused(values: dict[str, float]) -> None:
     with pytest.raises(ValidationError, match="COHORT_AGENT_LEASE"):
         Settings(**values)

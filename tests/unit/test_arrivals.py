@@ -23,7 +23,9 @@ def test_a_beat_is_heard_when_its_value_is_first_seen_not_at_the_time_it_names()
     reads.at(1000.0, {})
     # The senders' clocks say 5 minutes behind and 5 minutes ahead: neither counts.
     assert reads.at(1010.0, {"a": "ts=710", "b": "ts=1310"}) == {
-        "a": Heard(at=1010.0, after=1000.0), "b": Heard(at=1010.0, after=1000.0)}
+        "a": Heard(at=1010.0, after=1000.0),
+        "b": Heard(at=1010.0, after=1000.0),
+    }
 
 
 def test_an_unchanged_value_keeps_its_first_arrival() -> None:

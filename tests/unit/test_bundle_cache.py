@@ -34,8 +34,7 @@ class CountingStore(ArtifactStore):
 
 @pytest.fixture
 def store(tmp_path: Path) -> CountingStore:
-    return CountingStore(open_store(str(tmp_path / "store"),
-                                    settings=Settings(DATA_DIR=tmp_path)))
+    return CountingStore(open_store(str(tmp_path / "store"), settings=Settings(DATA_DIR=tmp_path)))
 
 
 def upload(store: ArtifactStore, tmp_path: Path, name: str, body: str) -> str:
@@ -53,15 +52,15 @@ def cache(tmp_path: Path, store: ArtifactStore, max_bytes: int = 1 << 30) -> Bun
     return BundleCache(tmp_path / "cache", store, max_bytes, Limits())
 
 
-def test_each_replica_gets_its_own_copy_of_a_verified_bundle(tmp_path: Path,
-                                                             store: CountingStore) -> None:
+def test_each_replica_gets_its_own_copy_of_a_verified_bundle(
+    tmp_path: Path, store: CountingStore
+) -> None:
     digest = upload(store, tmp_path, "a", "print('a')\n")
     bundles = cache(tmp_path, store)
     first, second = tmp_path / "r0" / "code", tmp_path / "r1" / "code"
     bundles.checkout(digest, first)
     bundles.checkout(digest, second)
-    assert (first / "train.py").read_text() == (second / "train.py").read_text() == \
-        "print('a')\n"
+    assert (first / "train.py").read_text() == (second / "train.py").read_text() == "print('a')\n"
     assert len(store.fetches) == 1  # fetched once, unpacked into each replica's directory
     # One replica's writes never reach another's tree, nor the cache's.
     (first / "train.py").write_text("changed")
@@ -73,8 +72,9 @@ def test_each_replica_gets_its_own_copy_of_a_verified_bundle(tmp_path: Path,
     assert (third / "train.py").read_text() == "print('a')\n"
 
 
-def test_bytes_that_do_not_match_the_digest_are_refused(tmp_path: Path,
-                                                        store: CountingStore) -> None:
+def test_bytes_that_do_not_match_the_digest_are_refused(
+    tmp_path: Path, store: CountingStore
+) -> None:
     good = upload(store, tmp_path, "a", "print('a')\n")
     forged = "sha256:" + hashlib.sha256(b"something else").hexdigest()
     store.put_file(bundle_key(forged), tmp_path / "a.tar.gz")  # the wrong bytes
@@ -86,14 +86,12 @@ def test_bytes_that_do_not_match_the_digest_are_refused(tmp_path: Path,
     bundles.checkout(good, tmp_path / "r1" / "code")  # the cache still works
 
 
-def test_a_bundle_missing_from_the_store_is_refused(tmp_path: Path,
-                                                    store: CountingStore) -> None:
+def test_a_bundle_missing_from_the_store_is_refused(tmp_path: Path, store: CountingStore) -> None:
     with pytest.raises(BundleUnavailable, match="not in the artifact store"):
         cache(tmp_path, store).checkout("0" * 64, tmp_path / "r0" / "code")
 
 
-def test_a_bundle_over_the_size_limit_is_refused(tmp_path: Path,
-                                                 store: CountingStore) -> None:
+def test_a_bundle_over_the_size_limit_is_refused(tmp_path: Path, store: CountingStore) -> None:
     digest = upload(store, tmp_path, "a", "print('a')\n")
     bundles = BundleCache(tmp_path / "cache", store, 1 << 30, Limits(max_bytes=10))
     with pytest.raises(BundleUnavailable, match="over the limit"):
@@ -101,8 +99,9 @@ def test_a_bundle_over_the_size_limit_is_refused(tmp_path: Path,
     assert store.fetches == []
 
 
-def test_two_replicas_asking_at_once_fetch_a_digest_once(tmp_path: Path,
-                                                         store: CountingStore) -> None:
+def test_two_replicas_asking_at_once_fetch_a_digest_once(
+    tmp_path: Path, store: CountingStore
+) -> None:
     digest = upload(store, tmp_path, "a", "print('a')\n")
     bundles = cache(tmp_path, store)
     errors: list[BaseException] = []
@@ -124,14 +123,17 @@ def test_two_replicas_asking_at_once_fetch_a_digest_once(tmp_path: Path,
         assert (tmp_path / f"r{index}" / "code" / "train.py").read_text() == "print('a')\n"
 
 
-def test_the_least_recently_used_bundle_is_evicted(tmp_path: Path,
-                                                   store: CountingStore) -> None:
-    digests = [upload(store, tmp_path, name, f"print({name!r})\n" + "#" * 5000)
-               for name in ("a", "b", "c")]
+def test_the_least_recently_used_bundle_is_evicted(tmp_path: Path, store: CountingStore) -> None:
+    digests = [
+        upload(store, tmp_path, name, f"print({name!r})\n" + "#" * 5000) for name in ("a", "b", "c")
+    ]
     probe = cache(tmp_path / "probe", store)
     probe.checkout(digests[0], tmp_path / "probe-code")
-    one = sum(f.stat().st_size for f in (tmp_path / "probe" / "cache").rglob("*")
-              if f.is_file() and not f.name.endswith(".lock"))
+    one = sum(
+        f.stat().st_size
+        for f in (tmp_path / "probe" / "cache").rglob("*")
+        if f.is_file() and not f.name.endswith(".lock")
+    )
     bundles = cache(tmp_path, store, max_bytes=2 * one + one // 2)  # room for two
     bundles.checkout(digests[0], tmp_path / "r0")
     time.sleep(0.05)
@@ -153,19 +155,29 @@ def test_a_replicas_inputs_are_fetched_into_the_jobs_input_directory(tmp_path: P
     settings = Settings(DATA_DIR=tmp_path / "data", ARTIFACT_URL=str(tmp_path / "store"))
     open_store(settings=settings).put_bytes("data/3/train.csv", b"x,y\n1,2\n")
     preparer = Preparer(settings)
-    spec = ReplicaSpec(5, 1, 0, 1, None, "one_device", command=["python", "train.py"],
-                       inputs={"train.csv": "data/3/train.csv"})
+    spec = ReplicaSpec(
+        5,
+        1,
+        0,
+        1,
+        None,
+        "one_device",
+        command=["python", "train.py"],
+        inputs={"train.csv": "data/3/train.csv"},
+    )
     preparer.prepare(spec)
     fetched = layout.input_dir(settings.data_dir, 5) / "train.csv"
     assert fetched.read_bytes() == b"x,y\n1,2\n"
-    missing = ReplicaSpec(6, 1, 0, 1, None, "one_device", command=["true"],
-                          inputs={"a.csv": "data/3/none.csv"})
+    missing = ReplicaSpec(
+        6, 1, 0, 1, None, "one_device", command=["true"], inputs={"a.csv": "data/3/none.csv"}
+    )
     with pytest.raises(InputUnavailable, match="'data/3/none.csv' is not in the artifact"):
         preparer.prepare(missing)
 
 
-def test_a_disk_filled_by_the_unpack_is_reported_as_no_space(tmp_path: Path,
-                                                             store: CountingStore) -> None:
+def test_a_disk_filled_by_the_unpack_is_reported_as_no_space(
+    tmp_path: Path, store: CountingStore
+) -> None:
     """The child unpacks; its ENOSPC comes back as one (the replica's retryable exit),
     and the half-written code directory is gone."""
     from services.exit_codes import is_no_space

@@ -44,16 +44,31 @@ def test_packing_the_same_tree_twice_gives_the_same_digest(tmp_path: Path) -> No
 
 def test_fixed_excludes_and_cohortignore_are_honoured(tmp_path: Path) -> None:
     root = _tree(tmp_path / "code")
-    for junk in (".git/HEAD", "pkg/__pycache__/model.cpython-311.pyc", "myenv/lib/x.py",
-                 "data/big.bin", "notes.log", "data/keep.csv"):
+    for junk in (
+        ".git/HEAD",
+        "pkg/__pycache__/model.cpython-311.pyc",
+        "myenv/lib/x.py",
+        "data/big.bin",
+        "notes.log",
+        "data/keep.csv",
+    ):
         (root / junk).parent.mkdir(parents=True, exist_ok=True)
         (root / junk).write_text("junk")
     (root / "myenv" / "pyvenv.cfg").write_text("home = /usr/bin\n")  # a virtualenv by any name
-    (root / ".cohortignore").write_text("# data stays out, except the csv\n*.log\ndata/*\n"
-                                        "!data/keep.csv\n")
+    (root / ".cohortignore").write_text(
+        "# data stays out, except the csv\n*.log\ndata/*\n!data/keep.csv\n"
+    )
     entries = bundle_entries(root)
-    assert entries == [".cohortignore", "data/", "data/keep.csv", "pkg/", "pkg/__init__.py",
-                       "pkg/model.py", "run.sh", "train.py"]
+    assert entries == [
+        ".cohortignore",
+        "data/",
+        "data/keep.csv",
+        "pkg/",
+        "pkg/__init__.py",
+        "pkg/model.py",
+        "run.sh",
+        "train.py",
+    ]
 
 
 def test_a_symlink_out_of_the_tree_is_refused_when_packing(tmp_path: Path) -> None:

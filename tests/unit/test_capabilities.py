@@ -14,14 +14,17 @@ from tests.capabilities import (
 )
 
 
-@pytest.mark.parametrize(("path", "real"), [
-    ("tests/e2e/test_dashboard.py", True),
-    ("/work/x/tests/faults/test_node_faults.py", True),
-    ("tests/workers/test_runner_local.py", True),
-    ("tests/install/test_installed_wheel.py", True),
-    ("tests/api/test_jobs.py", False),
-    ("tests/unit/test_e2e_names.py", False),
-])
+@pytest.mark.parametrize(
+    ("path", "real"),
+    [
+        ("tests/e2e/test_dashboard.py", True),
+        ("/work/x/tests/faults/test_node_faults.py", True),
+        ("tests/workers/test_runner_local.py", True),
+        ("tests/install/test_installed_wheel.py", True),
+        ("tests/api/test_jobs.py", False),
+        ("tests/unit/test_e2e_names.py", False),
+    ],
+)
 def test_the_real_stack_directories(path: str, real: bool) -> None:
     assert is_real_stack(Path(path)) is real
 

@@ -14,14 +14,22 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 # The `node` extra's packages and TensorFlow, by import name (pyproject.toml).
-WORKER_ONLY = ["tensorflow", "tf_keras", "keras", "tensorboard", "sklearn", "numpy",
-               "crc32c", "pynvml"]
+WORKER_ONLY = [
+    "tensorflow",
+    "tf_keras",
+    "keras",
+    "tensorboard",
+    "sklearn",
+    "numpy",
+    "crc32c",
+    "pynvml",
+]
 
 CONTROL_PLANE = ["api", "services", "workers.control", "workers.celery_app", "cli"]
 
 # Walks the packages in a fresh interpreter whose import system refuses WORKER_ONLY; prints
 # each module that failed to import, with why.
-PROBE = textwrap.dedent('''
+PROBE = textwrap.dedent("""
     import importlib, importlib.abc, pkgutil, sys
 
     BLOCKED = set(sys.argv[1].split(","))
@@ -49,13 +57,18 @@ PROBE = textwrap.dedent('''
                     load(info.name)
     leaked = sorted(m for m in sys.modules if m.partition(".")[0] in BLOCKED)
     print("\\n".join(failed + [f"imported: {m}" for m in leaked]))
-''')
+""")
 
 
 def probe(blocked: list[str], packages: list[str]) -> list[str]:
     result = subprocess.run(
         [sys.executable, "-c", PROBE, ",".join(blocked), ",".join(packages)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     return [line for line in result.stdout.splitlines() if line]
 

@@ -13,9 +13,19 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "api" / "static" / "dashboard.js"
-LINES = ["python train.py --epochs 3", "python -c 'print(1 + 1)'", 'a "b c" d\\ e',
-         "x \"a\\\"b\" 'c\\d'", "  spaced   out  ", 'empty "" word', "mix\"ed\"'q'",
-         '"a\\\\b"', "a\\\\b", "echo $HOME `id` ; rm -rf /", "tab\tseparated\nlines"]
+LINES = [
+    "python train.py --epochs 3",
+    "python -c 'print(1 + 1)'",
+    'a "b c" d\\ e',
+    'x "a\\"b" \'c\\d\'',
+    "  spaced   out  ",
+    'empty "" word',
+    "mix\"ed\"'q'",
+    '"a\\\\b"',
+    "a\\\\b",
+    "echo $HOME `id` ; rm -rf /",
+    "tab\tseparated\nlines",
+]
 
 
 def split_in_node(lines: list[str]) -> list[list[str] | str]:
@@ -23,9 +33,11 @@ def split_in_node(lines: list[str]) -> list[list[str] | str]:
     assert source, "splitArgv is gone from dashboard.js"
     program = source.group(0) + (
         f"console.log(JSON.stringify({json.dumps(lines)}.map((l) => {{"
-        "try { return splitArgv(l); } catch (e) { return e.message; } })));")
-    done = subprocess.run(["node", "-e", program], capture_output=True, text=True, timeout=30,
-                          check=True)
+        "try { return splitArgv(l); } catch (e) { return e.message; } })));"
+    )
+    done = subprocess.run(
+        ["node", "-e", program], capture_output=True, text=True, timeout=30, check=True
+    )
     return json.loads(done.stdout)
 
 

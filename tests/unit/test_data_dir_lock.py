@@ -10,8 +10,7 @@ import pytest
 from workers.node.data_dir_lock import DataDirInUse, hold
 
 
-def test_a_second_hold_of_one_node_on_one_dir_is_refused_naming_the_holder(
-        tmp_path: Path) -> None:
+def test_a_second_hold_of_one_node_on_one_dir_is_refused_naming_the_holder(tmp_path: Path) -> None:
     first = hold(tmp_path / "data", "node-a")
     with pytest.raises(DataDirInUse) as refused:
         hold(tmp_path / "data", "node-a")

@@ -13,9 +13,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def requirements(*extras: str) -> list[str]:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "deploy" / "requirements.py"),
-         str(ROOT / "pyproject.toml"), *extras],
-        capture_output=True, text=True, check=False, timeout=60)
+        [
+            sys.executable,
+            str(ROOT / "deploy" / "requirements.py"),
+            str(ROOT / "pyproject.toml"),
+            *extras,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout.splitlines()
 
@@ -31,8 +39,14 @@ def test_every_requirement_is_pinned_exactly() -> None:
 
 
 def test_control_plane_has_no_tensorflow() -> None:
-    assert not names(requirements()) & {"tensorflow", "tensorflow-cpu", "tf-keras",
-                                        "tensorboard", "numpy", "scikit-learn"}
+    assert not names(requirements()) & {
+        "tensorflow",
+        "tensorflow-cpu",
+        "tf-keras",
+        "tensorboard",
+        "numpy",
+        "scikit-learn",
+    }
 
 
 def test_worker_is_cpu_and_gpu_is_cuda() -> None:
@@ -45,7 +59,15 @@ def test_worker_is_cpu_and_gpu_is_cuda() -> None:
 
 def test_an_unknown_extra_is_refused() -> None:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "deploy" / "requirements.py"),
-         str(ROOT / "pyproject.toml"), "wrokers"],
-        capture_output=True, text=True, check=False, timeout=60)
+        [
+            sys.executable,
+            str(ROOT / "deploy" / "requirements.py"),
+            str(ROOT / "pyproject.toml"),
+            "wrokers",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert result.returncode != 0 and "no extra 'wrokers'" in result.stderr

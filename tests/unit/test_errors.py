@@ -24,19 +24,42 @@ CASES = [
     (JobNotFound(7), 404, {"error": "not_found", "message": "job 7 not found"}),
     (ScheduleNotFound(3), 404, {"error": "not_found", "message": "schedule 3 not found"}),
     (NoPromotedModel(3), 404, {"error": "not_found", "message": str(NoPromotedModel(3))}),
-    (InvalidJobSpec("trainer", "unknown trainer 'x'"), 422,
-     {"error": "invalid_request", "message": "trainer: unknown trainer 'x'",
-      "fields": [{"field": "trainer", "message": "unknown trainer 'x'"}]}),
-    (InvalidTransition(5, "running", "queued"), 409,
-     {"error": "conflict", "message": "job 5 cannot go from running to queued"}),
-    (InvalidTransition(5, "cancelled", "cancelled"), 409,
-     {"error": "conflict",
-      "message": "job 5 cannot go from cancelled to cancelled: the job has already finished"}),
-    (IdempotencyConflict("key reused with another spec"), 409,
-     {"error": "idempotency_conflict", "message": "key reused with another spec"}),
-    (ScheduleConflict("name", "a schedule named n exists"), 409,
-     {"error": "conflict", "message": "name: a schedule named n exists",
-      "fields": [{"field": "name", "message": "a schedule named n exists"}]}),
+    (
+        InvalidJobSpec("trainer", "unknown trainer 'x'"),
+        422,
+        {
+            "error": "invalid_request",
+            "message": "trainer: unknown trainer 'x'",
+            "fields": [{"field": "trainer", "message": "unknown trainer 'x'"}],
+        },
+    ),
+    (
+        InvalidTransition(5, "running", "queued"),
+        409,
+        {"error": "conflict", "message": "job 5 cannot go from running to queued"},
+    ),
+    (
+        InvalidTransition(5, "cancelled", "cancelled"),
+        409,
+        {
+            "error": "conflict",
+            "message": "job 5 cannot go from cancelled to cancelled: the job has already finished",
+        },
+    ),
+    (
+        IdempotencyConflict("key reused with another spec"),
+        409,
+        {"error": "idempotency_conflict", "message": "key reused with another spec"},
+    ),
+    (
+        ScheduleConflict("name", "a schedule named n exists"),
+        409,
+        {
+            "error": "conflict",
+            "message": "name: a schedule named n exists",
+            "fields": [{"field": "name", "message": "a schedule named n exists"}],
+        },
+    ),
     (Unauthorized("no token"), 401, {"error": "unauthorized", "message": "no token"}),
 ]
 
@@ -53,8 +76,7 @@ def client() -> TestClient:
     return TestClient(app)
 
 
-@pytest.mark.parametrize("case", range(len(CASES)),
-                         ids=[type(c[0]).__name__ for c in CASES])
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[type(c[0]).__name__ for c in CASES])
 def test_each_domain_error_has_its_status_and_body(client: TestClient, case: int) -> None:
     _, status, body = CASES[case]
     response = client.get(f"/raise/{case}")
@@ -72,5 +94,8 @@ def test_a_bad_query_names_the_field_and_the_fix(client: TestClient) -> None:
     response = client.get("/raise/0?limit=0")
     assert response.status_code == 422
     message = "Input should be greater than or equal to 1 (use a larger value)"
-    assert response.json() == {"error": "invalid_request", "message": f"limit: {message}",
-                               "fields": [{"field": "limit", "message": message}]}
+    assert response.json() == {
+        "error": "invalid_request",
+        "message": f"limit: {message}",
+        "fields": [{"field": "limit", "message": message}],
+    }

@@ -14,8 +14,9 @@ class OpError(Exception):
 
 def test_enospc_is_found_wherever_it_is_in_the_chain() -> None:
     assert is_no_space(OSError(errno.ENOSPC, "No space left on device"))
-    assert is_no_space(OpError("/data/ckpt-1_temp/part-0.tempstate1; No space left on "
-                               "device [Op:SaveV2]"))
+    assert is_no_space(
+        OpError("/data/ckpt-1_temp/part-0.tempstate1; No space left on device [Op:SaveV2]")
+    )
     try:
         try:
             raise OSError(errno.ENOSPC, "No space left on device")

@@ -14,21 +14,27 @@ from tests.unit.test_placement_properties import clusters
 
 
 def _cpu_nodes(slots: list[int], used: Counter[str]) -> list[NodeCapacity]:
-    return [NodeCapacity(id=f"n{i}", address=f"10.0.0.{i}", slots=s,
-                         free_slots=s - used[f"n{i}"]) for i, s in enumerate(slots)]
+    return [
+        NodeCapacity(id=f"n{i}", address=f"10.0.0.{i}", slots=s, free_slots=s - used[f"n{i}"])
+        for i, s in enumerate(slots)
+    ]
 
 
 @settings(max_examples=200, deadline=None)
-@given(gang=st.integers(1, 3), slots=st.lists(st.integers(0, 6), min_size=1, max_size=4),
-       finishes=st.lists(st.lists(st.booleans(), max_size=12), min_size=1, max_size=12))
+@given(
+    gang=st.integers(1, 3),
+    slots=st.lists(st.integers(0, 6), min_size=1, max_size=4),
+    finishes=st.lists(st.lists(st.booleans(), max_size=12), min_size=1, max_size=12),
+)
 def test_two_projects_of_equal_priority_stay_within_one_gang_of_each_other(
-        gang: int, slots: list[int], finishes: list[list[bool]]) -> None:
+    gang: int, slots: list[int], finishes: list[list[bool]]
+) -> None:
     """Project 0 queued 30 gangs before project 1 queued its 30: pass after pass, as
     random gangs end, their running replicas differ by at most one gang while both
     still wait (submission order alone would run project 0's thirty first)."""
-    queue = [GangRequest(job_id=i, replicas=gang, seq=i, project=0) for i in range(30)] + \
-            [GangRequest(job_id=30 + i, replicas=gang, seq=30 + i, project=1)
-             for i in range(30)]
+    queue = [GangRequest(job_id=i, replicas=gang, seq=i, project=0) for i in range(30)] + [
+        GangRequest(job_id=30 + i, replicas=gang, seq=30 + i, project=1) for i in range(30)
+    ]
     running: dict[int, GangRequest] = {}
     placed_on: dict[int, Counter[str]] = {}
     for ending in finishes:
@@ -54,7 +60,8 @@ def test_two_projects_of_equal_priority_stay_within_one_gang_of_each_other(
 @settings(max_examples=300, deadline=None)
 @given(clusters(), st.integers(1, 4), st.integers(0, 20), st.integers(0, 12))
 def test_a_project_with_nothing_running_goes_before_a_busy_projects_older_jobs(
-        nodes: list[NodeCapacity], replicas: int, stream: int, busy: int) -> None:
+    nodes: list[NodeCapacity], replicas: int, stream: int, busy: int
+) -> None:
     """Project 0 runs `busy` replicas and has a stream of older jobs of the same shape
     queued; project 1's single, newest job is placed whenever it fits at all."""
     queue = [GangRequest(job_id=i, replicas=replicas, seq=i, project=0) for i in range(stream)]
@@ -84,21 +91,32 @@ def quota_cases(draw: st.DrawFn) -> tuple[list[GangRequest], dict[int, ProjectSt
         if max_replicas is not None:
             gpus = min(gpus, max_replicas)
             cpu = min(cpu, max_replicas - gpus)
-        projects[project] = ProjectState(replicas=cpu + gpus, cpu_slots=cpu, gpus=gpus,
-                                         max_replicas=max_replicas, max_gpus=max_gpus)
-    queue = [GangRequest(job_id=i, replicas=draw(st.integers(1, 4)),
-                         gpus_per_replica=draw(st.sampled_from([0, 0, 1, 2])),
-                         priority=draw(st.integers(0, 1)), seq=i,
-                         project=draw(st.integers(0, 2)))
-             for i in range(draw(st.integers(0, 14)))]
+        projects[project] = ProjectState(
+            replicas=cpu + gpus,
+            cpu_slots=cpu,
+            gpus=gpus,
+            max_replicas=max_replicas,
+            max_gpus=max_gpus,
+        )
+    queue = [
+        GangRequest(
+            job_id=i,
+            replicas=draw(st.integers(1, 4)),
+            gpus_per_replica=draw(st.sampled_from([0, 0, 1, 2])),
+            priority=draw(st.integers(0, 1)),
+            seq=i,
+            project=draw(st.integers(0, 2)),
+        )
+        for i in range(draw(st.integers(0, 14)))
+    ]
     return queue, projects
 
 
 @settings(max_examples=400, deadline=None)
 @given(clusters(), quota_cases())
 def test_a_project_never_exceeds_its_running_quotas(
-        nodes: list[NodeCapacity],
-        case: tuple[list[GangRequest], dict[int, ProjectState]]) -> None:
+    nodes: list[NodeCapacity], case: tuple[list[GangRequest], dict[int, ProjectState]]
+) -> None:
     queue, projects = case
     result = place(queue, nodes, projects)
     for project, state in projects.items():
@@ -112,21 +130,18 @@ def test_a_project_never_exceeds_its_running_quotas(
     for request in queue:
         reason = result.waiting.get(request.job_id, "")
         if reason.startswith("project quota:"):
-            assert " of " in reason and reason.endswith(("running replicas in use",
-                                                         "GPUs in use"))
+            assert " of " in reason and reason.endswith(("running replicas in use", "GPUs in use"))
 
 
-def _without_quota_waits(queue: list[GangRequest], result: PlacementResult
-                         ) -> list[GangRequest]:
-    return [r for r in queue
-            if not result.waiting.get(r.job_id, "").startswith("project quota:")]
+def _without_quota_waits(queue: list[GangRequest], result: PlacementResult) -> list[GangRequest]:
+    return [r for r in queue if not result.waiting.get(r.job_id, "").startswith("project quota:")]
 
 
 @settings(max_examples=400, deadline=None)
 @given(clusters(), quota_cases())
 def test_a_job_waiting_on_its_quota_holds_nothing_back(
-        nodes: list[NodeCapacity],
-        case: tuple[list[GangRequest], dict[int, ProjectState]]) -> None:
+    nodes: list[NodeCapacity], case: tuple[list[GangRequest], dict[int, ProjectState]]
+) -> None:
     """The same placements as if the jobs waiting on their quotas were not queued at all."""
     queue, projects = case
     result = place(queue, nodes, projects)
@@ -136,8 +151,9 @@ def test_a_job_waiting_on_its_quota_holds_nothing_back(
 
 @settings(max_examples=300, deadline=None)
 @given(clusters(), st.integers(1, 3), st.integers(0, 30))
-def test_priority_comes_before_any_share(nodes: list[NodeCapacity], replicas: int,
-                                         busy: int) -> None:
+def test_priority_comes_before_any_share(
+    nodes: list[NodeCapacity], replicas: int, busy: int
+) -> None:
     """A project holding much of the cluster still gets its urgent job placed first."""
     idle = [GangRequest(job_id=i, replicas=replicas, seq=i, project=1) for i in range(5)]
     urgent = GangRequest(job_id=9, replicas=replicas, priority=1, seq=9, project=0)

@@ -11,13 +11,26 @@ from cli.follow import _View
 
 
 def job(**fields: Any) -> dict[str, Any]:
-    return {"id": 7, "attempt": 1, "replicas": 1, "status": "running", "reason": None,
-            "hyperparameters": {}, **fields}
+    return {
+        "id": 7,
+        "attempt": 1,
+        "replicas": 1,
+        "status": "running",
+        "reason": None,
+        "hyperparameters": {},
+        **fields,
+    }
 
 
 def point(step: int, value: float, epoch: int | None) -> dict[str, Any]:
-    return {"attempt": 1, "replica": 0, "step": step, "epoch": epoch, "name": "loss",
-            "value": value}
+    return {
+        "attempt": 1,
+        "replica": 0,
+        "step": step,
+        "epoch": epoch,
+        "name": "loss",
+        "value": value,
+    }
 
 
 def lines(view_job: dict[str, Any], points: list[dict[str, Any]]) -> list[str]:

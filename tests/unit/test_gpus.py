@@ -11,8 +11,12 @@ import pytest
 from workers.node import gpus
 from workers.node.gpus import Gpu, discover, node_gpu_ids, parse_nvidia_smi, select_visible
 
-FOUR = [Gpu(0, "GPU-aaaa1111"), Gpu(1, "GPU-bbbb2222"), Gpu(2, "GPU-cccc3333"),
-        Gpu(3, "GPU-dddd4444")]
+FOUR = [
+    Gpu(0, "GPU-aaaa1111"),
+    Gpu(1, "GPU-bbbb2222"),
+    Gpu(2, "GPU-cccc3333"),
+    Gpu(3, "GPU-dddd4444"),
+]
 
 
 def test_parse_nvidia_smi_csv() -> None:
@@ -21,24 +25,30 @@ def test_parse_nvidia_smi_csv() -> None:
 
 
 def test_parse_nvidia_smi_reads_model_and_memory() -> None:
-    out = ("0, GPU-aaaa1111, 40960, NVIDIA A100-SXM4-40GB\n"
-           "1, GPU-bbbb2222, [N/A], Tesla T4, rev. B\n")
-    assert parse_nvidia_smi(out) == [Gpu(0, "GPU-aaaa1111", "NVIDIA A100-SXM4-40GB", 40960),
-                                     Gpu(1, "GPU-bbbb2222", "Tesla T4, rev. B", 0)]
+    out = (
+        "0, GPU-aaaa1111, 40960, NVIDIA A100-SXM4-40GB\n1, GPU-bbbb2222, [N/A], Tesla T4, rev. B\n"
+    )
+    assert parse_nvidia_smi(out) == [
+        Gpu(0, "GPU-aaaa1111", "NVIDIA A100-SXM4-40GB", 40960),
+        Gpu(1, "GPU-bbbb2222", "Tesla T4, rev. B", 0),
+    ]
 
 
-@pytest.mark.parametrize(("visible", "expected"), [
-    (None, [0, 1, 2, 3]),
-    ("", []),
-    ("2,0", [2, 0]),
-    ("1, 3", [1, 3]),
-    ("GPU-cccc3333,0", [2, 0]),
-    ("cccc", [2]),  # a UUID prefix without "GPU-"
-    ("1,7,2", [1]),  # CUDA stops at the first invalid entry
-    ("-1", []),
-    ("0,0", [0]),  # a repeated device is invalid from there on
-    ("GPU-", []),  # ambiguous prefix names no single GPU
-])
+@pytest.mark.parametrize(
+    ("visible", "expected"),
+    [
+        (None, [0, 1, 2, 3]),
+        ("", []),
+        ("2,0", [2, 0]),
+        ("1, 3", [1, 3]),
+        ("GPU-cccc3333,0", [2, 0]),
+        ("cccc", [2]),  # a UUID prefix without "GPU-"
+        ("1,7,2", [1]),  # CUDA stops at the first invalid entry
+        ("-1", []),
+        ("0,0", [0]),  # a repeated device is invalid from there on
+        ("GPU-", []),  # ambiguous prefix names no single GPU
+    ],
+)
 def test_cuda_visible_devices_is_honoured(visible: str | None, expected: list[int]) -> None:
     assert select_visible(FOUR, visible) == expected
 
@@ -56,12 +66,18 @@ def test_nvidia_smi_runs_the_query_and_fails_soft(monkeypatch: pytest.MonkeyPatc
 
     def run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         seen.append(argv)
-        return subprocess.CompletedProcess(argv, 0, stdout="0, GPU-aaaa1111, 16384, Tesla T4\n",
-                                           stderr="")
+        return subprocess.CompletedProcess(
+            argv, 0, stdout="0, GPU-aaaa1111, 16384, Tesla T4\n", stderr=""
+        )
 
     assert gpus.from_nvidia_smi(run) == [Gpu(0, "GPU-aaaa1111", "Tesla T4", 16384)]
-    assert seen == [["/usr/bin/nvidia-smi", "--query-gpu=index,uuid,memory.total,name",
-                     "--format=csv,noheader,nounits"]]
+    assert seen == [
+        [
+            "/usr/bin/nvidia-smi",
+            "--query-gpu=index,uuid,memory.total,name",
+            "--format=csv,noheader,nounits",
+        ]
+    ]
 
     def failing(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(argv, 9, stdout="", stderr="driver mismatch")
@@ -82,8 +98,10 @@ def test_configured_count_caps_or_names_gpus() -> None:
 
 def test_discover_keeps_model_and_memory_in_visible_order() -> None:
     found = [Gpu(0, "GPU-aaaa1111", "A100", 40960), Gpu(1, "GPU-bbbb2222", "T4", 16384)]
-    assert gpus.discover({"CUDA_VISIBLE_DEVICES": "1,0"}, nvml=lambda: found,
-                         smi=lambda: None) == found[::-1]
+    assert (
+        gpus.discover({"CUDA_VISIBLE_DEVICES": "1,0"}, nvml=lambda: found, smi=lambda: None)
+        == found[::-1]
+    )
 
 
 class FakeNvml:
@@ -112,8 +130,10 @@ class FakeNvml:
 
 def test_nvml_reports_uuid_model_and_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
-    assert gpus.from_nvml() == [Gpu(0, "GPU-000", "NVIDIA A100-SXM4-40GB", 40960),
-                                Gpu(1, "GPU-111", "NVIDIA H100 80GB HBM3", 81920)]
+    assert gpus.from_nvml() == [
+        Gpu(0, "GPU-000", "NVIDIA A100-SXM4-40GB", 40960),
+        Gpu(1, "GPU-111", "NVIDIA H100 80GB HBM3", 81920),
+    ]
 
 
 def test_the_probe_asks_the_replica_interpreter_with_pci_order() -> None:
@@ -130,8 +150,9 @@ def test_the_probe_asks_the_replica_interpreter_with_pci_order() -> None:
     assert not any(name.startswith("COHORT_") for name in env)
 
     def broken(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
-        return subprocess.CompletedProcess(argv, 1, stdout="",
-                                           stderr="ModuleNotFoundError: No module named 'x'\n")
+        return subprocess.CompletedProcess(
+            argv, 1, stdout="", stderr="ModuleNotFoundError: No module named 'x'\n"
+        )
 
     count, why = gpus.tensorflow_gpu_count("/opt/py", [0], broken)
     assert count is None and "No module named" in why
@@ -145,7 +166,10 @@ def test_gpus_tensorflow_cannot_see_are_not_offered(caplog: pytest.LogCaptureFix
         return answers[python]
 
     answers: dict[str, tuple[int | None, str]] = {
-        "cpu-only": (0, ""), "cuda": (2, ""), "absent": (None, "no tensorflow")}
+        "cpu-only": (0, ""),
+        "cuda": (2, ""),
+        "absent": (None, "no tensorflow"),
+    }
     with caplog.at_level("WARNING", logger="cohort.agent"):
         assert gpus.usable_gpus([0, 1], "cpu-only", True, count) == []
     assert "TensorFlow in cpu-only sees none" in caplog.text

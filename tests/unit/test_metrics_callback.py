@@ -32,14 +32,17 @@ def tiny_fit(callbacks: list[Any]) -> Any:
     y = (x.sum(axis=1) > 2).astype(np.int32)
     data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(BATCH)
     model = keras.Sequential([keras.layers.Input(shape=(4,)), keras.layers.Dense(2)])
-    model.compile(optimizer="sgd", metrics=["accuracy"],
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model.fit(data, epochs=EPOCHS, steps_per_epoch=STEPS, callbacks=callbacks,
-                     verbose=0)
+    model.compile(
+        optimizer="sgd",
+        metrics=["accuracy"],
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return model.fit(data, epochs=EPOCHS, steps_per_epoch=STEPS, callbacks=callbacks, verbose=0)
 
 
 def test_fit_reports_every_step_once_in_order_without_per_batch_conversion(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tf_keras.src import callbacks as keras_callbacks
 
     conversions = []
@@ -61,13 +64,18 @@ def test_fit_reports_every_step_once_in_order_without_per_batch_conversion(
 
     assert len(conversions) < STEPS, "Keras converted the logs at every batch"
     step_points = [(p.step, p.epoch, p.name) for p in points if not p.name.startswith("epoch_")]
-    assert step_points == [(epoch * STEPS + batch + 1, epoch, name)
-                           for epoch in range(EPOCHS) for batch in range(STEPS)
-                           for name in ("loss", "accuracy", "step_time", "examples_per_sec")]
+    assert step_points == [
+        (epoch * STEPS + batch + 1, epoch, name)
+        for epoch in range(EPOCHS)
+        for batch in range(STEPS)
+        for name in ("loss", "accuracy", "step_time", "examples_per_sec")
+    ]
     assert all(p.value > 0 for p in points if p.name == "step_time")
     epoch_loss = [(p.step, p.epoch, p.value) for p in points if p.name == "epoch_loss"]
-    assert epoch_loss == [((epoch + 1) * STEPS, epoch, pytest.approx(loss))
-                          for epoch, loss in enumerate(history.history["loss"])]
+    assert epoch_loss == [
+        ((epoch + 1) * STEPS, epoch, pytest.approx(loss))
+        for epoch, loss in enumerate(history.history["loss"])
+    ]
     assert [beat for beat in beats if beat is not None], "no beat at the end of training"
     assert max(beat for beat in beats if beat is not None) > points[-1].ts + FINISH_GRACE - 60
 
@@ -85,8 +93,7 @@ class Remote:
         return {"loss": np.float32(self.loss)}
 
 
-def test_the_coordinated_callback_reports_every_step_of_its_remote_values(
-        tmp_path: Path) -> None:
+def test_the_coordinated_callback_reports_every_step_of_its_remote_values(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
     reporter = ReplicaReporter(path, job_id=7, attempt=1, replica=0, flush_interval=3600)
     callback = metrics_callback(reporter, BATCH, coordinated=True)
@@ -120,13 +127,17 @@ class Gone:
         import tensorflow as tf
 
         raise tf.errors.UnavailableError(
-            None, None, "failed to connect to all addresses; last error: Connection refused\n"
+            None,
+            None,
+            "failed to connect to all addresses; last error: Connection refused\n"
             f"Additional GRPC error information from remote target /job:{self.task}/replica:0/"
-            "task:0/device:CPU:0 while calling /tensorflow.eager.EagerService/Enqueue")
+            "task:0/device:CPU:0 while calling /tensorflow.eager.EagerService/Enqueue",
+        )
 
 
 def test_figures_lost_with_their_worker_skip_that_step_and_a_lost_ps_fails(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import tensorflow as tf
 
     path = tmp_path / "metrics.jsonl"
@@ -145,13 +156,15 @@ def test_figures_lost_with_their_worker_skip_that_step_and_a_lost_ps_fails(
     points = MetricsFileReader(path).read(final=True)
     reporter.close()
     assert [p.step for p in points if p.name == "loss"] == [
-        step for step in range(1, steps + 1) if step not in lost]
+        step for step in range(1, steps + 1) if step not in lost
+    ]
     said = capsys.readouterr().out
     assert "cohort: step 3's figures were lost with the worker that ran it" in said
     assert f"cohort: step {steps}'s figures were lost" in said
 
-    reporter = ReplicaReporter(tmp_path / "ps.jsonl", job_id=7, attempt=1, replica=0,
-                               flush_interval=3600)
+    reporter = ReplicaReporter(
+        tmp_path / "ps.jsonl", job_id=7, attempt=1, replica=0, flush_interval=3600
+    )
     callback = metrics_callback(reporter, BATCH, coordinated=True)
     callback.set_params({"steps": steps})
     callback.on_train_begin()

@@ -88,7 +88,8 @@ def test_a_link_is_neither_listed_nor_read(tree_dir: Path, outside: Path) -> Non
 
 
 def test_a_directory_swapped_for_a_link_after_the_listing_is_not_followed(
-        tree_dir: Path, outside: Path, tmp_path: Path) -> None:
+    tree_dir: Path, outside: Path, tmp_path: Path
+) -> None:
     (tree_dir / "chief" / "sub").mkdir()
     (tree_dir / "chief" / "sub" / "f").write_bytes(b"the job's")
     said, on_skip = skips()
@@ -106,12 +107,14 @@ def test_a_directory_swapped_for_a_link_after_the_listing_is_not_followed(
 
 
 def test_a_directory_swapped_for_a_link_during_the_walk_is_not_entered(
-        tree_dir: Path, outside: Path, tmp_path: Path) -> None:
+    tree_dir: Path, outside: Path, tmp_path: Path
+) -> None:
     class Swapped(OwnedTree):
         """The replica renames a link over `chief` between its lstat and its open."""
 
-        def _enter(self, fd: int, name: str, rel: str, owner: int,
-                   found: dict[str, os.stat_result]) -> None:
+        def _enter(
+            self, fd: int, name: str, rel: str, owner: int, found: dict[str, os.stat_result]
+        ) -> None:
             if rel == "chief":
                 (tree_dir / "chief").rename(tmp_path / "moved")
                 (tree_dir / "chief").symlink_to(outside)
@@ -151,10 +154,15 @@ def test_another_users_file_is_refused(tree_dir: Path) -> None:
 
 @as_root
 def test_a_hard_link_to_roots_file_in_the_jobs_tree_is_refused(
-        tree_dir: Path, outside: Path) -> None:
+    tree_dir: Path, outside: Path
+) -> None:
     # The job's tree, as isolation.lay_out makes it: the directory and files the job's.
-    for path in (tree_dir, tree_dir / "chief", tree_dir / "chief" / "ckpt-1.index",
-                 tree_dir / "top"):
+    for path in (
+        tree_dir,
+        tree_dir / "chief",
+        tree_dir / "chief" / "ckpt-1.index",
+        tree_dir / "top",
+    ):
         os.chown(path, OTHER_UID, OTHER_UID)
     os.link(outside / "secret", tree_dir / "k")  # root's file, under a name of the job's
     said, on_skip = skips()
@@ -167,7 +175,8 @@ def test_a_hard_link_to_roots_file_in_the_jobs_tree_is_refused(
 
 
 def test_the_mirror_sends_the_regular_files_only_and_says_what_it_skipped(
-        tmp_path: Path, outside: Path) -> None:
+    tmp_path: Path, outside: Path
+) -> None:
     local = tmp_path / "checkpoints"
     (local / "chief").mkdir(parents=True)
     (local / "chief" / "ckpt-1.index").write_bytes(b"index")
@@ -188,8 +197,7 @@ def test_the_mirror_sends_the_regular_files_only_and_says_what_it_skipped(
     assert sorted(model) == ["chief/ckpt-1.data-00000-of-00001", "chief/ckpt-1.index"]
 
 
-def test_the_jobs_log_says_each_skipped_file_once_by_its_path_in_the_job(
-        tmp_path: Path) -> None:
+def test_the_jobs_log_says_each_skipped_file_once_by_its_path_in_the_job(tmp_path: Path) -> None:
     data = tmp_path / "data"
     log_path = layout.log_file(data, 3, 1, 0)
     log_path.parent.mkdir(parents=True)
@@ -203,13 +211,13 @@ def test_the_jobs_log_says_each_skipped_file_once_by_its_path_in_the_job(
     assert lines[0] == "the replica's own line"
     assert lines[1].startswith("cohort agent: checkpoints/k is not uploaded: a symbolic link")
     assert lines[2].startswith(
-        "cohort agent: tensorboard/replica-0/train/pipe is not uploaded: a fifo")
+        "cohort agent: tensorboard/replica-0/train/pipe is not uploaded: a fifo"
+    )
     assert len(lines) == 3
     assert str(tmp_path) not in log_path.read_text()
 
 
-def test_a_restore_never_writes_or_deletes_through_a_link(tmp_path: Path,
-                                                          outside: Path) -> None:
+def test_a_restore_never_writes_or_deletes_through_a_link(tmp_path: Path, outside: Path) -> None:
     # The store holds the job's checkpoint; here its directory `chief` is a link the
     # replica left, to a directory the agent must not write in.
     node_a, node_b = tmp_path / "a", tmp_path / "b"

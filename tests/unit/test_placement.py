@@ -2,10 +2,17 @@ from services.cluster.fair_share import ProjectState
 from services.cluster.placement import GangRequest, NodeCapacity, pick_ports, place
 
 
-def node(id: str, free: int, slots: int | None = None, gpus: int = 0,
-         free_gpus: tuple[int, ...] = ()) -> NodeCapacity:
-    return NodeCapacity(id=id, address=f"10.0.0.{id[-1]}", slots=slots or free, free_slots=free,
-                        gpus=gpus, free_gpus=free_gpus)
+def node(
+    id: str, free: int, slots: int | None = None, gpus: int = 0, free_gpus: tuple[int, ...] = ()
+) -> NodeCapacity:
+    return NodeCapacity(
+        id=id,
+        address=f"10.0.0.{id[-1]}",
+        slots=slots or free,
+        free_slots=free,
+        gpus=gpus,
+        free_gpus=free_gpus,
+    )
 
 
 def test_whole_gang_on_one_node_when_it_fits() -> None:
@@ -36,8 +43,10 @@ def test_head_of_line_blocks_smaller_jobs_behind_it() -> None:
     queue = [GangRequest(1, 4, seq=1), GangRequest(2, 1, seq=2)]
     result = place(queue, [node("n1", 3, slots=4)])
     assert result.assignments == {}
-    assert result.waiting[2] == "needs 1 CPU slots on ≥1 node; 3 CPU slots free, " \
+    assert (
+        result.waiting[2] == "needs 1 CPU slots on ≥1 node; 3 CPU slots free, "
         "held for job 1 ahead in the queue"
+    )
     assert result.positions == {1: 1, 2: 2}
 
 
@@ -70,11 +79,13 @@ def test_pick_ports_skips_used() -> None:
     assert pick_ports({29500, 29502}, 3, 29500, 29510) == [29501, 29503, 29504]
 
 
-def gpu_node(id: str, gpus: int, free: tuple[int, ...] | None = None, slots: int = 0
-             ) -> NodeCapacity:
+def gpu_node(
+    id: str, gpus: int, free: tuple[int, ...] | None = None, slots: int = 0
+) -> NodeCapacity:
     ids = tuple(range(gpus)) if free is None else free
-    return NodeCapacity(id=id, address=f"10.0.1.{id[-1]}", slots=slots, free_slots=slots,
-                        gpus=gpus, free_gpus=ids)
+    return NodeCapacity(
+        id=id, address=f"10.0.1.{id[-1]}", slots=slots, free_slots=slots, gpus=gpus, free_gpus=ids
+    )
 
 
 def test_pack_prefers_the_smallest_node_that_holds_the_gang() -> None:
@@ -111,10 +122,12 @@ def test_cpu_job_backfills_while_a_gpu_job_waits() -> None:
 def test_small_gpu_job_backfills_only_on_nodes_the_head_cannot_use() -> None:
     # Job 1 needs 4 GPUs per replica; n1 (4 GPUs) is busy, n2 (2 GPUs) can never host it.
     nodes = [gpu_node("n1", 4, free=(3,)), gpu_node("n2", 2)]
-    queue = [GangRequest(1, 1, gpus_per_replica=4, seq=1),
-             GangRequest(2, 1, gpus_per_replica=1, seq=2),
-             GangRequest(3, 1, gpus_per_replica=1, seq=3),
-             GangRequest(4, 1, gpus_per_replica=1, seq=4)]
+    queue = [
+        GangRequest(1, 1, gpus_per_replica=4, seq=1),
+        GangRequest(2, 1, gpus_per_replica=1, seq=2),
+        GangRequest(3, 1, gpus_per_replica=1, seq=3),
+        GangRequest(4, 1, gpus_per_replica=1, seq=4),
+    ]
     result = place(queue, nodes)
     assert sorted(result.assignments) == [2, 3]
     assert {p.node_id for j in (2, 3) for p in result.assignments[j]} == {"n2"}
@@ -124,30 +137,40 @@ def test_small_gpu_job_backfills_only_on_nodes_the_head_cannot_use() -> None:
 def test_gpu_job_bigger_than_any_node_is_unschedulable() -> None:
     nodes = [gpu_node("n1", 4), gpu_node("n2", 4)]
     result = place([GangRequest(1, 1, gpus_per_replica=8)], nodes)
-    assert result.waiting[1] == ("unschedulable: needs 8 GPUs (8 per replica × 1), "
-                                 "the cluster has 8 GPUs, at most 4 on one node")
+    assert result.waiting[1] == (
+        "unschedulable: needs 8 GPUs (8 per replica × 1), "
+        "the cluster has 8 GPUs, at most 4 on one node"
+    )
 
 
 def test_unschedulable_counts_the_whole_cluster() -> None:
     nodes = [gpu_node("n1", 4), gpu_node("n2", 4)]
     result = place([GangRequest(1, 16, gpus_per_replica=1)], nodes)
-    assert result.waiting[1] == ("unschedulable: needs 16 GPUs (1 per replica × 16), "
-                                 "the cluster has 8 GPUs")
+    assert result.waiting[1] == (
+        "unschedulable: needs 16 GPUs (1 per replica × 16), the cluster has 8 GPUs"
+    )
 
 
 def test_another_projects_job_ahead_is_not_named() -> None:
     queue = [GangRequest(1, 4, seq=1, project=7), GangRequest(2, 1, seq=2, project=8)]
     result = place(queue, [node("n1", 3, slots=4)])
-    assert result.waiting[2] == "needs 1 CPU slots on ≥1 node; 3 CPU slots free, " \
+    assert (
+        result.waiting[2] == "needs 1 CPU slots on ≥1 node; 3 CPU slots free, "
         "held for a job of another project ahead in the queue"
+    )
 
 
 def test_running_quotas_make_a_job_wait_with_the_reason() -> None:
-    queue = [GangRequest(1, 2, seq=1, project=1), GangRequest(2, 1, seq=2, project=1),
-             GangRequest(3, 1, gpus_per_replica=2, seq=3, project=2),
-             GangRequest(4, 1, seq=4, project=2)]
-    projects = {1: ProjectState(replicas=3, cpu_slots=3, max_replicas=4),
-                2: ProjectState(replicas=1, gpus=2, max_gpus=3)}
+    queue = [
+        GangRequest(1, 2, seq=1, project=1),
+        GangRequest(2, 1, seq=2, project=1),
+        GangRequest(3, 1, gpus_per_replica=2, seq=3, project=2),
+        GangRequest(4, 1, seq=4, project=2),
+    ]
+    projects = {
+        1: ProjectState(replicas=3, cpu_slots=3, max_replicas=4),
+        2: ProjectState(replicas=1, gpus=2, max_gpus=3),
+    }
     result = place(queue, [node("n1", 8, gpus=4, free_gpus=(0, 1, 2, 3))], projects)
     assert result.waiting[1] == "project quota: 3 of 4 running replicas in use"
     # Behind it, a job that would fit the quota waits too: it would take the room job 1

@@ -18,20 +18,33 @@ def clusters(draw: st.DrawFn) -> list[NodeCapacity]:
         slots = draw(st.integers(0, 4))
         gpus = draw(st.integers(0, 4))
         free_gpus = draw(st.sets(st.integers(0, gpus - 1))) if gpus else set()
-        nodes.append(NodeCapacity(id=f"n{i}", address=f"10.0.0.{i}", slots=slots,
-                                  free_slots=draw(st.integers(0, slots)), gpus=gpus,
-                                  free_gpus=tuple(sorted(free_gpus))))
+        nodes.append(
+            NodeCapacity(
+                id=f"n{i}",
+                address=f"10.0.0.{i}",
+                slots=slots,
+                free_slots=draw(st.integers(0, slots)),
+                gpus=gpus,
+                free_gpus=tuple(sorted(free_gpus)),
+            )
+        )
     return nodes
 
 
 @st.composite
 def queues(draw: st.DrawFn) -> list[GangRequest]:
-    return [GangRequest(job_id=i, replicas=draw(st.integers(1, 5)),
-                        gpus_per_replica=draw(st.sampled_from([0, 0, 1, 2, 3])),
-                        priority=draw(st.integers(-1, 1)), seq=draw(st.integers(0, 50)),
-                        policy=draw(st.sampled_from(["pack", "spread"])),
-                        project=draw(st.integers(0, 2)))
-            for i in range(draw(st.integers(0, 12)))]
+    return [
+        GangRequest(
+            job_id=i,
+            replicas=draw(st.integers(1, 5)),
+            gpus_per_replica=draw(st.sampled_from([0, 0, 1, 2, 3])),
+            priority=draw(st.integers(-1, 1)),
+            seq=draw(st.integers(0, 50)),
+            policy=draw(st.sampled_from(["pack", "spread"])),
+            project=draw(st.integers(0, 2)),
+        )
+        for i in range(draw(st.integers(0, 12)))
+    ]
 
 
 @st.composite
@@ -44,15 +57,19 @@ def holdings(draw: st.DrawFn) -> dict[int, ProjectState]:
     return states
 
 
-def run(queue: list[GangRequest], nodes: list[NodeCapacity],
-        projects: dict[int, ProjectState] | None = None) -> PlacementResult:
+def run(
+    queue: list[GangRequest],
+    nodes: list[NodeCapacity],
+    projects: dict[int, ProjectState] | None = None,
+) -> PlacementResult:
     return place(queue, nodes, projects)
 
 
 @settings(max_examples=400, deadline=None)
 @given(clusters(), queues())
-def test_whole_gangs_only_and_every_job_answered(nodes: list[NodeCapacity],
-                                                 queue: list[GangRequest]) -> None:
+def test_whole_gangs_only_and_every_job_answered(
+    nodes: list[NodeCapacity], queue: list[GangRequest]
+) -> None:
     result = run(queue, nodes)
     for request in queue:
         placed = request.job_id in result.assignments
@@ -64,8 +81,9 @@ def test_whole_gangs_only_and_every_job_answered(nodes: list[NodeCapacity],
 
 @settings(max_examples=400, deadline=None)
 @given(clusters(), queues())
-def test_never_over_commits_a_slot_a_gpu_or_a_port(nodes: list[NodeCapacity],
-                                                   queue: list[GangRequest]) -> None:
+def test_never_over_commits_a_slot_a_gpu_or_a_port(
+    nodes: list[NodeCapacity], queue: list[GangRequest]
+) -> None:
     result = run(queue, nodes)
     by_id = {n.id: n for n in nodes}
     cpu_used: Counter[str] = Counter()
@@ -105,8 +123,8 @@ def _order(queue: list[GangRequest], result: PlacementResult) -> list[GangReques
 @settings(max_examples=400, deadline=None)
 @given(clusters(), queues(), holdings())
 def test_priority_first_then_each_projects_submission_order(
-        nodes: list[NodeCapacity], queue: list[GangRequest],
-        projects: dict[int, ProjectState]) -> None:
+    nodes: list[NodeCapacity], queue: list[GangRequest], projects: dict[int, ProjectState]
+) -> None:
     result = run(queue, nodes, projects)
     ordered = _order(queue, result)
     assert sorted(result.order) == sorted(r.job_id for r in queue)  # each once
@@ -120,8 +138,8 @@ def test_priority_first_then_each_projects_submission_order(
 @settings(max_examples=400, deadline=None)
 @given(clusters(), queues(), holdings())
 def test_a_waiting_job_is_never_overtaken_on_capacity_it_could_use(
-        nodes: list[NodeCapacity], queue: list[GangRequest],
-        projects: dict[int, ProjectState]) -> None:
+    nodes: list[NodeCapacity], queue: list[GangRequest], projects: dict[int, ProjectState]
+) -> None:
     result = run(queue, nodes, projects)
     ordered = _order(queue, result)
     total = {n.id: n for n in nodes}
@@ -129,7 +147,7 @@ def test_a_waiting_job_is_never_overtaken_on_capacity_it_could_use(
         reason = result.waiting.get(blocked.job_id, "")
         if not reason or reason.startswith("unschedulable"):
             continue
-        for later in ordered[i + 1:]:
+        for later in ordered[i + 1 :]:
             if later.job_id not in result.assignments or later.kind != blocked.kind:
                 continue
             for p in result.assignments[later.job_id]:
@@ -137,13 +155,15 @@ def test_a_waiting_job_is_never_overtaken_on_capacity_it_could_use(
                 capacity = node.gpus if blocked.gpus_per_replica else node.slots
                 assert capacity < blocked.per, (
                     f"job {later.job_id} took {p.node_id}, which job {blocked.job_id} "
-                    "ahead of it could use")
+                    "ahead of it could use"
+                )
 
 
 @settings(max_examples=400, deadline=None)
 @given(clusters(), queues(), holdings())
-def test_the_head_starts_whenever_it_fits(nodes: list[NodeCapacity], queue: list[GangRequest],
-                                          projects: dict[int, ProjectState]) -> None:
+def test_the_head_starts_whenever_it_fits(
+    nodes: list[NodeCapacity], queue: list[GangRequest], projects: dict[int, ProjectState]
+) -> None:
     result = run(queue, nodes, projects)
     for head in _order(queue, result):
         if result.waiting.get(head.job_id, "").startswith("unschedulable"):
@@ -158,8 +178,9 @@ def test_the_head_starts_whenever_it_fits(nodes: list[NodeCapacity], queue: list
 
 @settings(max_examples=200, deadline=None)
 @given(clusters(), queues())
-def test_unschedulable_means_too_big_for_the_empty_cluster(nodes: list[NodeCapacity],
-                                                           queue: list[GangRequest]) -> None:
+def test_unschedulable_means_too_big_for_the_empty_cluster(
+    nodes: list[NodeCapacity], queue: list[GangRequest]
+) -> None:
     result = run(queue, nodes)
     for request in queue:
         if request.gpus_per_replica:

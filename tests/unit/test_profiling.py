@@ -69,15 +69,15 @@ def test_a_run_ending_inside_the_range_still_writes_it(calls: list[str], tmp_pat
     assert calls == ["start tb", "stop"]
 
 
-def test_a_run_resumed_inside_the_range_profiles_the_rest(
-        calls: list[str], tmp_path: Path) -> None:
+def test_a_run_resumed_inside_the_range_profiles_the_rest(calls: list[str], tmp_path: Path) -> None:
     profiler = StepProfiler(Profile(first_step=2, last_step=4), tmp_path / "tb")
     run_steps(profiler, range(3, 8))
     assert calls == ["start tb", "stop"]
 
 
 def test_custom_loop_steps_are_traced_only_while_profiling(
-        calls: list[str], tmp_path: Path) -> None:
+    calls: list[str], tmp_path: Path
+) -> None:
     profiler = StepProfiler(Profile(first_step=2, last_step=3), tmp_path / "tb")
     for step in range(1, 5):
         with profiler.step(step):
@@ -93,7 +93,8 @@ def test_no_profile_never_touches_the_profiler(calls: list[str], tmp_path: Path)
 
 
 def test_a_profiler_that_fails_to_start_does_not_fail_training(
-        calls: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def refuse(_logdir: str) -> None:
         raise RuntimeError("another profiler is running")
 
@@ -106,17 +107,31 @@ def test_a_profiler_that_fails_to_start_does_not_fail_training(
 
 def context(tmp_path: Path, **fields: Any) -> TrainerContext:
     return TrainerContext(
-        strategy=None, job_id=1, attempt=1, index=0, replicas=1, hyperparameters={},
-        job_dir=tmp_path, reporter=None,  # type: ignore[arg-type]
-        work_dir=tmp_path, checkpoint_dir=tmp_path, model_dir=tmp_path,
-        tensorboard_dir=tmp_path / "tb", input_dir=tmp_path, **fields)
+        strategy=None,
+        job_id=1,
+        attempt=1,
+        index=0,
+        replicas=1,
+        hyperparameters={},
+        job_dir=tmp_path,
+        reporter=None,  # type: ignore[arg-type]
+        work_dir=tmp_path,
+        checkpoint_dir=tmp_path,
+        model_dir=tmp_path,
+        tensorboard_dir=tmp_path / "tb",
+        input_dir=tmp_path,
+        **fields,
+    )
 
 
 def test_the_context_carries_the_options_and_one_profiler(tmp_path: Path) -> None:
     plain = context(tmp_path)
     assert plain.distribution == Distribution() and plain.accumulation_steps == 1
     assert plain.profile is None and plain.profiler.done
-    ctx = context(tmp_path, distribution=Distribution(gradient_accumulation_steps=4),
-                  profile=Profile(first_step=5, last_step=6))
+    ctx = context(
+        tmp_path,
+        distribution=Distribution(gradient_accumulation_steps=4),
+        profile=Profile(first_step=5, last_step=6),
+    )
     assert ctx.accumulation_steps == 4
     assert ctx.profiler.profile == ctx.profile and ctx.profiler.logdir == tmp_path / "tb"

@@ -62,12 +62,13 @@ def test_a_message_from_a_correct_host_opens_on_hosts_five_minutes_off() -> None
     sealed = seal_message(KEY, StopReplica("node-a", 1, 1, 0), now=clock_of(scheduler)[0].now())
     for agent in (ahead, behind):
         now = clock_of(agent)[0].now()
-        assert unseal(sealed, KEY, purpose=STOP_TASK, node_id="node-a",
-                      max_age=120, now=now).node_id == "node-a"
+        assert (
+            unseal(sealed, KEY, purpose=STOP_TASK, node_id="node-a", max_age=120, now=now).node_id
+            == "node-a"
+        )
         # Their own clocks would have refused it: stale, or from the future.
         with pytest.raises(Refused):
-            unseal(sealed, KEY, purpose=STOP_TASK, node_id="node-a",
-                   max_age=120, now=agent.wall())
+            unseal(sealed, KEY, purpose=STOP_TASK, node_id="node-a", max_age=120, now=agent.wall())
 
 
 def test_an_old_message_is_still_refused_on_redis_time() -> None:
@@ -76,8 +77,7 @@ def test_an_old_message_is_still_refused_on_redis_time() -> None:
     sealed = seal_message(KEY, StopReplica("node-a", 1, 1, 0), now=clock.now())
     host.advance(121)
     with pytest.raises(Refused) as refused:
-        unseal(sealed, KEY, purpose=STOP_TASK, node_id="node-a", max_age=120,
-               now=clock.now())
+        unseal(sealed, KEY, purpose=STOP_TASK, node_id="node-a", max_age=120, now=clock.now())
     assert refused.value.reason == "stale"
 
 

@@ -37,21 +37,33 @@ def rows(path: Path, *measured: dict[str, object]) -> Path:
 
 
 def row(fault: str, recover: float | None, at: str, load: float = 1.0) -> dict[str, object]:
-    return {"fault": fault, "action": f"handled {fault}", "detect_s": None,
-            "recover_s": recover, "lost": "nothing", "at": at, "load": load}
+    return {
+        "fault": fault,
+        "action": f"handled {fault}",
+        "detect_s": None,
+        "recover_s": recover,
+        "lost": "nothing",
+        "at": at,
+        "load": load,
+    }
 
 
 def test_the_newest_measurement_of_each_fault_in_the_tests_order(tmp_path: Path) -> None:
-    source = rows(tmp_path / "r.jsonl", row("b", 9.0, "2026-01-01 10:00:00"),
-                  row("named at run time", None, "2026-01-01 10:00:30"),
-                  row("a", 1.25, "2026-01-01 10:01:00", load=3.5),
-                  row("b", 2.0, "2026-01-01 10:02:00"))
+    source = rows(
+        tmp_path / "r.jsonl",
+        row("b", 9.0, "2026-01-01 10:00:00"),
+        row("named at run time", None, "2026-01-01 10:00:30"),
+        row("a", 1.25, "2026-01-01 10:01:00", load=3.5),
+        row("b", 2.0, "2026-01-01 10:02:00"),
+    )
     table = render(latest_rows(source), ["b", "a"]).splitlines()
     assert table[0].startswith("Measured 2026-01-01 10:00:30 – 2026-01-01 10:02:00")
     assert "load average 1.0–3.5" in table[0]
-    assert table[-3:] == ["| b | handled b | — | 2.0 s | nothing |",
-                          "| a | handled a | — | 1.2 s | nothing |",
-                          "| named at run time | handled named at run time | — | — | nothing |"]
+    assert table[-3:] == [
+        "| b | handled b | — | 2.0 s | nothing |",
+        "| a | handled a | — | 1.2 s | nothing |",
+        "| named at run time | handled named at run time | — | — | nothing |",
+    ]
 
 
 def test_a_fault_without_a_measurement_is_refused(tmp_path: Path) -> None:
@@ -64,8 +76,9 @@ def test_writing_replaces_the_table_alone(tmp_path: Path) -> None:
     document = tmp_path / "doc.md"
     document.write_text(f"# Title\nprose before\n{START}\nold table\n{END}\nprose after\n")
     write(document, "new table")
-    assert document.read_text() == \
-        f"# Title\nprose before\n{START}\nnew table\n{END}\nprose after\n"
+    assert (
+        document.read_text() == f"# Title\nprose before\n{START}\nnew table\n{END}\nprose after\n"
+    )
     without = tmp_path / "plain.md"
     without.write_text("no markers")
     with pytest.raises(SystemExit, match="markers"):
@@ -78,43 +91,57 @@ def test_the_document_has_a_row_for_every_fault_the_tests_record() -> None:
     text = DOCUMENT.read_text()
     table = text.split(START, 1)[1].split(END, 1)[0]
     missing = [fault for fault in faults if f"| {fault} |" not in table]
-    assert not missing, ("docs/reliability.md lacks rows for these faults; run "
-                         f"`make reliability-report`: {missing}")
+    assert not missing, (
+        f"docs/reliability.md lacks rows for these faults; run `make reliability-report`: {missing}"
+    )
 
 
 def soak(jobs: int, seed: int, at: str, **violations: int) -> dict[str, object]:
-    return {"kind": "soak", "jobs": jobs, "agents": 3, "seed": seed, "seconds": 241.6,
-            "faults": {"replica SIGKILL": 3, "Redis restart (empty)": 2},
-            "outcomes": {"succeeded": 8, "failed": 3, "cancelled": 1}, "restarted": 4,
-            "cancels_asked": 2, "violations": {"leftover": 0, "overlap": 0, **violations},
-            "examples": [], "at": at, "load": 3.5}
+    return {
+        "kind": "soak",
+        "jobs": jobs,
+        "agents": 3,
+        "seed": seed,
+        "seconds": 241.6,
+        "faults": {"replica SIGKILL": 3, "Redis restart (empty)": 2},
+        "outcomes": {"succeeded": 8, "failed": 3, "cancelled": 1},
+        "restarted": 4,
+        "cancels_asked": 2,
+        "violations": {"leftover": 0, "overlap": 0, **violations},
+        "examples": [],
+        "at": at,
+        "load": 3.5,
+    }
 
 
-def test_soak_records_have_a_table_of_their_own_the_newest_run_of_each_size(
-        tmp_path: Path) -> None:
-    source = rows(tmp_path / "r.jsonl", soak(200, 1, "2026-01-01 09:00:00", overlap=2),
-                  row("a", 1.0, "2026-01-01 10:00:00"),
-                  soak(12, 2, "2026-01-01 10:05:00"),
-                  soak(200, 3, "2026-01-01 11:00:00"))
+def test_soak_records_have_a_table_of_their_own_the_newest_run_of_each_size(tmp_path: Path) -> None:
+    source = rows(
+        tmp_path / "r.jsonl",
+        soak(200, 1, "2026-01-01 09:00:00", overlap=2),
+        row("a", 1.0, "2026-01-01 10:00:00"),
+        soak(12, 2, "2026-01-01 10:05:00"),
+        soak(200, 3, "2026-01-01 11:00:00"),
+    )
     assert list(latest_rows(source)) == ["a"]  # the soak is no fault row
     runs = latest_soaks(source)
     assert [(r["jobs"], r["seed"]) for r in runs] == [(12, 2), (200, 3)]
     table = render_soak(runs).splitlines()
-    assert table[0] == ("| run | faults injected by kind | jobs by outcome | "
-                        "invariant violations |")
+    assert table[0] == (
+        "| run | faults injected by kind | jobs by outcome | invariant violations |"
+    )
     assert table[2] == (
         "| 12 jobs on 3 agents, seed 2: 242 s, 2026-01-01 10:05:00, load 3.5 | "
         "replica SIGKILL: 3; Redis restart (empty): 2 (total 5) | "
         "succeeded: 8; failed: 3; cancelled: 1 (4 ran more than one attempt, 2 cancels "
-        "asked) | 0 (of 2 checks) |")
+        "asked) | 0 (of 2 checks) |"
+    )
     assert len(table) == 4
     exited = render_soak([{**runs[0], "exited_by_themselves": {"api": 1}}]).splitlines()[2]
     assert "(total 5); exited by themselves, started again: api: 1 |" in exited
 
 
 def test_a_soak_that_broke_an_invariant_says_which(tmp_path: Path) -> None:
-    runs = latest_soaks(rows(tmp_path / "r.jsonl", soak(12, 4, "2026-01-01 10:05:00",
-                                                        overlap=2)))
+    runs = latest_soaks(rows(tmp_path / "r.jsonl", soak(12, 4, "2026-01-01 10:05:00", overlap=2)))
     assert render_soak(runs).splitlines()[-1].endswith("| 2: overlap: 2 |")
 
 
@@ -122,15 +149,19 @@ def test_writing_the_soak_table_leaves_the_fault_table_alone(tmp_path: Path) -> 
     document = tmp_path / "doc.md"
     document.write_text(f"{START}\nfaults\n{END}\nprose\n{SOAK_START}\nold\n{SOAK_END}\n")
     write(document, "new soak", SOAK_START, SOAK_END)
-    assert document.read_text() == \
-        f"{START}\nfaults\n{END}\nprose\n{SOAK_START}\nnew soak\n{SOAK_END}\n"
+    assert (
+        document.read_text()
+        == f"{START}\nfaults\n{END}\nprose\n{SOAK_START}\nnew soak\n{SOAK_END}\n"
+    )
 
 
 def test_the_document_shows_a_soak_run_that_broke_no_invariant() -> None:
     text = DOCUMENT.read_text()
     table = text.split(SOAK_START, 1)[1].split(SOAK_END, 1)[0].strip().splitlines()
     runs = table[2:]
-    assert runs, "docs/reliability.md has no chaos soak run; run tests/chaos, then " \
-                 "bench/reliability_report.py --write"
+    assert runs, (
+        "docs/reliability.md has no chaos soak run; run tests/chaos, then "
+        "bench/reliability_report.py --write"
+    )
     for run in runs:
         assert run.split(" | ")[-1].startswith("0 ("), run

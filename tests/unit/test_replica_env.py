@@ -25,21 +25,47 @@ from workers.node.environment import (
 
 REDIS = "redis://secret-host:6379/0"
 CONTRACT = {
-    "COHORT_JOB_ID", "COHORT_NODE_ID", "COHORT_NODE_DATA_DIR", "COHORT_ATTEMPT",
-    "COHORT_REPLICA_INDEX", "COHORT_NUM_REPLICAS",
-    "COHORT_JOB_DIR", "COHORT_WORK_DIR", "COHORT_CHECKPOINT_DIR", "COHORT_MODEL_DIR",
-    "COHORT_TENSORBOARD_DIR", "COHORT_INPUT_DIR", "COHORT_METRICS_FILE",
-    "COHORT_HYPERPARAMETERS", "AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR",
+    "COHORT_JOB_ID",
+    "COHORT_NODE_ID",
+    "COHORT_NODE_DATA_DIR",
+    "COHORT_ATTEMPT",
+    "COHORT_REPLICA_INDEX",
+    "COHORT_NUM_REPLICAS",
+    "COHORT_JOB_DIR",
+    "COHORT_WORK_DIR",
+    "COHORT_CHECKPOINT_DIR",
+    "COHORT_MODEL_DIR",
+    "COHORT_TENSORBOARD_DIR",
+    "COHORT_INPUT_DIR",
+    "COHORT_METRICS_FILE",
+    "COHORT_HYPERPARAMETERS",
+    "AIP_MODEL_DIR",
+    "AIP_CHECKPOINT_DIR",
+    "AIP_TENSORBOARD_LOG_DIR",
 }
-TF_CONFIG = {"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]},
-             "task": {"type": "worker", "index": 1}}
+TF_CONFIG = {
+    "cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]},
+    "task": {"type": "worker", "index": 1},
+}
 
 
 def message(**fields: object) -> StartReplica:
-    spec = {"job_id": 7, "attempt": 2, "index": 1, "replicas": 2, "trainer": None,
-            "strategy": "multi_worker_mirrored", "command": ["python", "train.py"], **fields}
-    return StartReplica("n1", ReplicaSpec(**spec), tf_config=TF_CONFIG,  # type: ignore[arg-type]
-                        gpu_ids="3")
+    spec = {
+        "job_id": 7,
+        "attempt": 2,
+        "index": 1,
+        "replicas": 2,
+        "trainer": None,
+        "strategy": "multi_worker_mirrored",
+        "command": ["python", "train.py"],
+        **fields,
+    }
+    return StartReplica(
+        "n1",
+        ReplicaSpec(**spec),
+        tf_config=TF_CONFIG,  # type: ignore[arg-type]
+        gpu_ids="3",
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -48,15 +74,26 @@ def agent_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     else: the machine's own variables would blur what is inherited)."""
     for name in list(os.environ):
         monkeypatch.delenv(name)
-    for name, value in {"COHORT_REDIS_URL": REDIS, "COHORT_DATABASE_URL": "postgresql://x",
-                        "COHORT_BOOTSTRAP_TOKEN": "t0k", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
-                        "AWS_ACCESS_KEY_ID": "AK", "COHORT_ARTIFACT_URL": "s3://b/p",
-                        "TF_CONFIG": "{}", "AGENT_ONLY_SECRET": "hunter2",
-                        "HTTPS_PROXY": "http://user:pw@proxy:3128", "HOME": "/root",
-                        "PATH": "/usr/local/bin:/usr/bin", "LANG": "C.UTF-8",
-                        "LC_ALL": "C.UTF-8", "TZ": "UTC", "NVIDIA_VISIBLE_DEVICES": "all",
-                        "TF_CPP_MIN_LOG_LEVEL": "2", "NCCL_SOCKET_IFNAME": "eth0",
-                        "LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}.items():
+    for name, value in {
+        "COHORT_REDIS_URL": REDIS,
+        "COHORT_DATABASE_URL": "postgresql://x",
+        "COHORT_BOOTSTRAP_TOKEN": "t0k",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+        "AWS_ACCESS_KEY_ID": "AK",
+        "COHORT_ARTIFACT_URL": "s3://b/p",
+        "TF_CONFIG": "{}",
+        "AGENT_ONLY_SECRET": "hunter2",
+        "HTTPS_PROXY": "http://user:pw@proxy:3128",
+        "HOME": "/root",
+        "PATH": "/usr/local/bin:/usr/bin",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TZ": "UTC",
+        "NVIDIA_VISIBLE_DEVICES": "all",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "LD_LIBRARY_PATH": "/usr/local/cuda/lib64",
+    }.items():
         monkeypatch.setenv(name, value)
 
 
@@ -65,8 +102,9 @@ def paths(tmp_path: Path) -> ReplicaPaths:
 
 
 def test_a_command_gets_the_contract_and_no_control_plane_secret(tmp_path: Path) -> None:
-    env = replica_env(message(env={"MY_FLAG": "on", "CUDA_DEVICE_ORDER": "FASTEST_FIRST"}),
-                      paths(tmp_path))
+    env = replica_env(
+        message(env={"MY_FLAG": "on", "CUDA_DEVICE_ORDER": "FASTEST_FIRST"}), paths(tmp_path)
+    )
     assert CONTRACT <= env.keys()
     cohort = {name for name in env if name.startswith(("COHORT_", "AIP_"))}
     assert cohort == CONTRACT  # nothing else of Cohort's: no Redis URL, no spec file
@@ -85,14 +123,21 @@ def test_the_contract_names_the_node_layout(tmp_path: Path) -> None:
     env = replica_env(message(), paths(tmp_path))
     job = layout.job_dir(tmp_path, 7)
     work = job / "attempt-2" / "replica-1"
-    assert (env["COHORT_JOB_ID"], env["COHORT_ATTEMPT"], env["COHORT_REPLICA_INDEX"],
-            env["COHORT_NUM_REPLICAS"]) == ("7", "2", "1", "2")
+    assert (
+        env["COHORT_JOB_ID"],
+        env["COHORT_ATTEMPT"],
+        env["COHORT_REPLICA_INDEX"],
+        env["COHORT_NUM_REPLICAS"],
+    ) == ("7", "2", "1", "2")
     assert env["COHORT_JOB_DIR"] == str(job)
     assert env["COHORT_WORK_DIR"] == str(work)
     assert env["COHORT_CHECKPOINT_DIR"] == env["AIP_CHECKPOINT_DIR"] == str(job / "checkpoints")
     assert env["COHORT_MODEL_DIR"] == env["AIP_MODEL_DIR"] == str(job / "model")
-    assert env["COHORT_TENSORBOARD_DIR"] == env["AIP_TENSORBOARD_LOG_DIR"] == \
-        str(job / "tensorboard" / "replica-1")
+    assert (
+        env["COHORT_TENSORBOARD_DIR"]
+        == env["AIP_TENSORBOARD_LOG_DIR"]
+        == str(job / "tensorboard" / "replica-1")
+    )
     assert env["COHORT_INPUT_DIR"] == str(job / "inputs")
     assert env["COHORT_METRICS_FILE"] == str(work / "metrics.jsonl")
     assert env["COHORT_HYPERPARAMETERS"] == str(work / "hyperparameters.json")
@@ -118,11 +163,22 @@ def test_a_replica_inherits_only_the_allow_listed_variables(tmp_path: Path) -> N
     inherited = {name for name in env if name not in CONTRACT}
     assert inherited == {
         # the allow-list: programs, libraries, locale, time zone, the node's GPU stack
-        "PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES",
-        "TF_CPP_MIN_LOG_LEVEL", "NCCL_SOCKET_IFNAME",
+        "PATH",
+        "LANG",
+        "LC_ALL",
+        "TZ",
+        "LD_LIBRARY_PATH",
+        "NVIDIA_VISIBLE_DEVICES",
+        "TF_CPP_MIN_LOG_LEVEL",
+        "NCCL_SOCKET_IFNAME",
         # set by the agent
-        "HOME", "TMPDIR", "TF_CONFIG", "TF_USE_LEGACY_KERAS", "PYTHONUNBUFFERED",
-        "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES",
+        "HOME",
+        "TMPDIR",
+        "TF_CONFIG",
+        "TF_USE_LEGACY_KERAS",
+        "PYTHONUNBUFFERED",
+        "CUDA_DEVICE_ORDER",
+        "CUDA_VISIBLE_DEVICES",
     }
     # HOME is its own work dir, never the agent's; its scratch is the job's.
     assert env["HOME"] == str(paths(tmp_path).work_dir)
@@ -131,20 +187,35 @@ def test_a_replica_inherits_only_the_allow_listed_variables(tmp_path: Path) -> N
 
 
 def test_a_variable_is_inherited_by_name_or_prefix_only() -> None:
-    agent = {"PATH": "/bin", "LC_CTYPE": "C", "CUDA_HOME": "/cuda", "XLA_FLAGS": "--x",
-             "SECRET": "s", "PATHEXT": "x", "MY_TF_THING": "x", "TF_CONFIG": "{}",
-             "TF_TOKEN_app_terraform_io": "t", "TF_VAR_password": "p",
-             "TF_CPP_MIN_LOG_LEVEL": "2",
-             "REDIS_PASSWORD": "p", "COHORT_SIGNING_KEY": "k"}
-    assert inherited_env(agent) == {"PATH": "/bin", "LC_CTYPE": "C", "CUDA_HOME": "/cuda",
-                                    "XLA_FLAGS": "--x", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    agent = {
+        "PATH": "/bin",
+        "LC_CTYPE": "C",
+        "CUDA_HOME": "/cuda",
+        "XLA_FLAGS": "--x",
+        "SECRET": "s",
+        "PATHEXT": "x",
+        "MY_TF_THING": "x",
+        "TF_CONFIG": "{}",
+        "TF_TOKEN_app_terraform_io": "t",
+        "TF_VAR_password": "p",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "REDIS_PASSWORD": "p",
+        "COHORT_SIGNING_KEY": "k",
+    }
+    assert inherited_env(agent) == {
+        "PATH": "/bin",
+        "LC_CTYPE": "C",
+        "CUDA_HOME": "/cuda",
+        "XLA_FLAGS": "--x",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
 
 
-def test_python_is_the_replica_interpreter_and_other_names_come_from_path(
-        tmp_path: Path) -> None:
+def test_python_is_the_replica_interpreter_and_other_names_come_from_path(tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin"}
-    assert resolve_argv(["python", "train.py", "--steps", "3"], "/opt/py/bin/python", env,
-                        tmp_path) == ["/opt/py/bin/python", "train.py", "--steps", "3"]
+    assert resolve_argv(
+        ["python", "train.py", "--steps", "3"], "/opt/py/bin/python", env, tmp_path
+    ) == ["/opt/py/bin/python", "train.py", "--steps", "3"]
     assert resolve_argv(["python3", "x.py"], "", env, tmp_path)[0] == sys.executable
     assert resolve_argv(["true"], "", env, tmp_path)[0] in ("/usr/bin/true", "/bin/true")
     (tmp_path / "run.sh").write_text("#!/bin/sh\n")
@@ -155,29 +226,35 @@ def test_python_is_the_replica_interpreter_and_other_names_come_from_path(
         resolve_argv(["./missing.sh"], "", env, tmp_path)
 
 
-@pytest.mark.parametrize(("fields", "why"), [
-    ({"command": None, "trainer": "evil.module:run"}, "not allowed"),
-    ({"command": None, "trainer": "no_such_builtin"}, "unknown trainer"),
-    ({"env": {"LD_PRELOAD": "/tmp/x.so"}}, "reserved"),
-    ({"env": {"COHORT_REDIS_URL": "redis://x"}}, "reserved"),
-    ({"env": {"TF_CONFIG": "{}"}}, "reserved"),
-    ({"env": {"1BAD": "x"}}, "a name is letters"),
-    ({"command": ["python", "a\x00b"]}, "NUL"),
-    ({"command": ["x"] * 65}, "at most 64"),
-    ({"inputs": {"../escape": "data/1/a.csv"}}, "plain file name"),
-    ({"inputs": {"a.csv": "../../etc/passwd"}}, "'..'"),
-])
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"command": None, "trainer": "evil.module:run"}, "not allowed"),
+        ({"command": None, "trainer": "no_such_builtin"}, "unknown trainer"),
+        ({"env": {"LD_PRELOAD": "/tmp/x.so"}}, "reserved"),
+        ({"env": {"COHORT_REDIS_URL": "redis://x"}}, "reserved"),
+        ({"env": {"TF_CONFIG": "{}"}}, "reserved"),
+        ({"env": {"1BAD": "x"}}, "a name is letters"),
+        ({"command": ["python", "a\x00b"]}, "NUL"),
+        ({"command": ["x"] * 65}, "at most 64"),
+        ({"inputs": {"../escape": "data/1/a.csv"}}, "plain file name"),
+        ({"inputs": {"a.csv": "../../etc/passwd"}}, "'..'"),
+    ],
+)
 def test_the_agent_refuses_what_the_api_refuses(fields: dict[str, object], why: str) -> None:
     refused = refusal(message(**fields).spec, allowed_entrypoints=[])
     assert refused is not None and why in refused, refused
 
 
-@pytest.mark.parametrize("fields", [
-    {},
-    {"command": None, "trainer": "mlp_digits"},
-    {"command": None, "trainer": "trainer:train", "bundle": "a" * 64},
-    {"command": None, "trainer": "listed.mod:fn"},
-    {"env": {"MY_VAR": "1"}, "inputs": {"train.csv": "data/3/train.csv"}},
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"command": None, "trainer": "mlp_digits"},
+        {"command": None, "trainer": "trainer:train", "bundle": "a" * 64},
+        {"command": None, "trainer": "listed.mod:fn"},
+        {"env": {"MY_VAR": "1"}, "inputs": {"train.csv": "data/3/train.csv"}},
+    ],
+)
 def test_the_agent_runs_what_the_api_accepts(fields: dict[str, object]) -> None:
     assert refusal(message(**fields).spec, allowed_entrypoints=["listed.mod:fn"]) is None

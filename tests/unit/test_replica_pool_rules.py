@@ -18,7 +18,8 @@ from workers.node.environment import warm_env, warm_servable
 
 
 def test_pool_size_comes_from_the_environment_and_is_off_by_default(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("COHORT_REPLICA_POOL_SIZE", raising=False)
     assert Settings().REPLICA_POOL_SIZE == 0
     monkeypatch.setenv("COHORT_REPLICA_POOL_SIZE", "3")
@@ -37,13 +38,21 @@ def test_only_trainers_without_import_time_variables_are_served_warm() -> None:
     assert warm_servable(spec())
     assert warm_servable(spec(env={"WANDB_MODE": "offline", "MY_TF_SETTING": "1"}))
     assert not warm_servable(spec(trainer=None, command=["python", "train.py"]))
-    for name in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "KERAS_HOME",
-                 "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MALLOC_ARENA_MAX", "XLA_FLAGS"):
+    for name in (
+        "TF_CPP_MIN_LOG_LEVEL",
+        "TF_USE_LEGACY_KERAS",
+        "KERAS_HOME",
+        "CUDA_VISIBLE_DEVICES",
+        "OMP_NUM_THREADS",
+        "MALLOC_ARENA_MAX",
+        "XLA_FLAGS",
+    ):
         assert not warm_servable(spec(env={name: "1"})), name
 
 
 def test_a_warm_process_is_execd_as_this_agents_replica_with_no_secret(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "store-key")
     monkeypatch.setenv("COHORT_SIGNING_KEY", "agent-only")
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -56,8 +65,7 @@ def test_a_warm_process_is_execd_as_this_agents_replica_with_no_secret(
 
 def test_a_hand_off_carries_its_fields_and_the_log_descriptor() -> None:
     ours, theirs = socket.socketpair()
-    sent = handoff.HandOff({"TF_CONFIG": "{}", "BIG": "x" * 300_000}, "/work", 1234, 1234,
-                           0o077)
+    sent = handoff.HandOff({"TF_CONFIG": "{}", "BIG": "x" * 300_000}, "/work", 1234, 1234, 0o077)
     read_fd, write_fd = os.pipe()
     try:
         # Bigger than a socket's buffer: sent while the other side reads, as in the agent.
@@ -81,9 +89,9 @@ def test_a_hand_off_carries_its_fields_and_the_log_descriptor() -> None:
 def test_a_malformed_hand_off_is_refused() -> None:
     with pytest.raises(handoff.HandOffError):
         handoff.HandOff.decode(
-            b'{"env": {"A": 1}, "cwd": "/", "uid": null, "gid": null, "umask": 63}')
+            b'{"env": {"A": 1}, "cwd": "/", "uid": null, "gid": null, "umask": 63}'
+        )
     with pytest.raises(handoff.HandOffError):
-        handoff.HandOff.decode(
-            b'{"env": {}, "cwd": "/", "uid": 5, "gid": null, "umask": 63}')
+        handoff.HandOff.decode(b'{"env": {}, "cwd": "/", "uid": 5, "gid": null, "umask": 63}')
     with pytest.raises(handoff.HandOffError):
         handoff.HandOff.decode(b"not json")

@@ -29,19 +29,25 @@ def test_what_the_runner_writes_is_what_the_agent_ships(tmp_path: Path) -> None:
     reporter.close()
     points = MetricsFileReader(path).read(final=True)
     assert [(p.step, p.epoch, p.name, p.value, p.ts) for p in points][:5] == [
-        (1, 0, "loss", 1.0, 101.0), (1, 0, "accuracy", 0.25, 101.0),
-        (2, 0, "loss", 0.5, 102.0), (2, 0, "accuracy", 0.5, 102.0),
-        (2, None, "cpu_percent", 50.0, 103.0)]
+        (1, 0, "loss", 1.0, 101.0),
+        (1, 0, "accuracy", 0.25, 101.0),
+        (2, 0, "loss", 0.5, 102.0),
+        (2, 0, "accuracy", 0.5, 102.0),
+        (2, None, "cpu_percent", 50.0, 103.0),
+    ]
     final = points[5]
     assert (final.step, final.epoch, final.name, final.value) == (2, None, "eval_accuracy", 0.9)
     assert len(points) == 6  # the NaN is skipped, as the Redis reporter skips it
 
 
 def test_a_name_twice_at_one_step_gets_a_line_of_its_own() -> None:
-    lines = encode_chunk([(3, 1, "loss", 1.0, 5.0), (3, 1, "loss", 0.5, 5.0),
-                          (3, 1, "acc", 0.1, 5.0)]).splitlines()
+    lines = encode_chunk(
+        [(3, 1, "loss", 1.0, 5.0), (3, 1, "loss", 0.5, 5.0), (3, 1, "acc", 0.1, 5.0)]
+    ).splitlines()
     assert [decode_line(raw).points for raw in lines] == [
-        [(3, "loss", 1.0, 5.0, 1)], [(3, "loss", 0.5, 5.0, 1), (3, "acc", 0.1, 5.0, 1)]]
+        [(3, "loss", 1.0, 5.0, 1)],
+        [(3, "loss", 0.5, 5.0, 1), (3, "acc", 0.1, 5.0, 1)],
+    ]
 
 
 def test_a_beat_is_progress_dated_as_it_says_but_never_past_the_bound(tmp_path: Path) -> None:
@@ -59,9 +65,15 @@ def test_a_beat_is_progress_dated_as_it_says_but_never_past_the_bound(tmp_path: 
     assert follower.last_progress <= time.time() + MAX_BEAT_AHEAD
 
 
-@pytest.mark.parametrize("raw", [b'{"beat": "soon"}', b'{"beat": 1e999}',
-                                 b'{"beat": 5, "step": 1}',
-                                 b'{"step": 1, "epoch": -1, "metrics": {"a": 1}}'])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"beat": "soon"}',
+        b'{"beat": 1e999}',
+        b'{"beat": 5, "step": 1}',
+        b'{"step": 1, "epoch": -1, "metrics": {"a": 1}}',
+    ],
+)
 def test_a_malformed_beat_or_epoch_is_refused(raw: bytes) -> None:
     with pytest.raises(ValueError):
         decode_line(raw)
@@ -76,17 +88,21 @@ def test_each_job_gets_its_own_uid_never_root(monkeypatch: pytest.MonkeyPatch) -
     assert isolation.replica_user(settings, 1007) == isolation.ReplicaUser(200007, 200007)
     assert isolation.replica_user(settings, 8) == isolation.ReplicaUser(200008, 200008)
     assert isolation.popen_options(isolation.replica_user(settings, 8)) == {
-        "user": 200008, "group": 200008, "extra_groups": [], "umask": 0o077}
+        "user": 200008,
+        "group": 200008,
+        "extra_groups": [],
+        "umask": 0o077,
+    }
     # An agent that is not root runs replicas as itself (it cannot change user).
     monkeypatch.setattr(isolation.os, "geteuid", lambda: 1000)
     assert isolation.replica_user(settings, 7) is None
     assert isolation.popen_options(None) == {"umask": 0o077}
 
 
-@pytest.mark.parametrize(("base", "span"), [("0", "10"), ("999", "10"),
-                                            ("2147483000", "1000")])
+@pytest.mark.parametrize(("base", "span"), [("0", "10"), ("999", "10"), ("2147483000", "1000")])
 def test_a_uid_span_that_could_reach_root_or_overflow_is_refused(
-        monkeypatch: pytest.MonkeyPatch, base: str, span: str) -> None:
+    monkeypatch: pytest.MonkeyPatch, base: str, span: str
+) -> None:
     monkeypatch.setenv("COHORT_REPLICA_UID_BASE", base)
     monkeypatch.setenv("COHORT_REPLICA_UID_RANGE", span)
     with pytest.raises(ValueError, match="REPLICA_UID"):
@@ -94,14 +110,21 @@ def test_a_uid_span_that_could_reach_root_or_overflow_is_refused(
 
 
 def test_a_write_the_full_disk_cut_off_is_told_and_loses_no_point_once_space_is_freed(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     from tests.tmpfs import fill, small_tmpfs
 
     with small_tmpfs(tmp_path / "disk", 64 * 1024) as disk:
         path = disk / "metrics.jsonl"
         full: list[bool] = []  # the runner stops the replica from this call
-        reporter = ReplicaReporter(path, job_id=7, attempt=1, replica=0, flush_interval=3600,
-                                   on_no_space=lambda: full.append(True))
+        reporter = ReplicaReporter(
+            path,
+            job_id=7,
+            attempt=1,
+            replica=0,
+            flush_interval=3600,
+            on_no_space=lambda: full.append(True),
+        )
         reporter.add(1, 0, "loss", 1.0, ts=101.0)
         assert reporter.flush() is True
         # Blank lines (the reader skips them) up to 20 bytes before the end of the file's

@@ -26,12 +26,21 @@ def steps(points: list[Scalar]) -> list[tuple[int, str, float]]:
 
 def test_what_report_writes_is_what_the_agent_reads(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
-    subprocess.run([sys.executable, "-c", "from cohort import report\n"
-                    "for s in range(3): report(s, loss=1 / (s + 1), acc=s / 4)"],
-                   env={**os.environ, "COHORT_METRICS_FILE": str(path)}, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from cohort import report\nfor s in range(3): report(s, loss=1 / (s + 1), acc=s / 4)",
+        ],
+        env={**os.environ, "COHORT_METRICS_FILE": str(path)},
+        check=True,
+    )
     points = MetricsFileReader(path).read()
-    assert steps(points) == [(s, name, value) for s in range(3)
-                             for name, value in (("loss", 1 / (s + 1)), ("acc", s / 4))]
+    assert steps(points) == [
+        (s, name, value)
+        for s in range(3)
+        for name, value in (("loss", 1 / (s + 1)), ("acc", s / 4))
+    ]
     assert all(p.ts > 1e9 for p in points)
 
 
@@ -55,15 +64,31 @@ def test_an_unterminated_last_line_is_read_when_the_replica_has_exited(tmp_path:
     assert steps(reader.read(final=True)) == [(1, "loss", 1.0)]
 
 
-@pytest.mark.parametrize("bad", [
-    b"{not json", b"[1, 2]", b'"text"', b"\xff\xfe", b'{"metrics": {"a": 1}}',
-    line(True, a=1), line(1.5, a=1), line(-1, a=1), line(2**31, a=1), line(1),
-    line(1, a="1"), line(1, a=None), line(1, a=True), b'{"step": 1, "metrics": {"a": NaN}}',
-    b'{"step": 1, "metrics": {"a": 1e999}}', line(1, **{"x" * 65: 1}),
-    b'{"step": 1, "metrics": {"a": 1}, "ts": "now"}',
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"{not json",
+        b"[1, 2]",
+        b'"text"',
+        b"\xff\xfe",
+        b'{"metrics": {"a": 1}}',
+        line(True, a=1),
+        line(1.5, a=1),
+        line(-1, a=1),
+        line(2**31, a=1),
+        line(1),
+        line(1, a="1"),
+        line(1, a=None),
+        line(1, a=True),
+        b'{"step": 1, "metrics": {"a": NaN}}',
+        b'{"step": 1, "metrics": {"a": 1e999}}',
+        line(1, **{"x" * 65: 1}),
+        b'{"step": 1, "metrics": {"a": 1}, "ts": "now"}',
+    ],
+)
 def test_bad_lines_are_skipped_with_a_warning_and_never_stall(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture, bad: bytes) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, bad: bytes
+) -> None:
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(line(1, a=1) + bad.rstrip(b"\n") + b"\n" + line(2, a=2))
     reader = MetricsFileReader(path)
@@ -72,8 +97,9 @@ def test_bad_lines_are_skipped_with_a_warning_and_never_stall(
     assert reader.bad_lines == 1 and "skipping a bad line" in caplog.text
 
 
-def test_a_line_longer_than_a_read_is_dropped_whole(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_line_longer_than_a_read_is_dropped_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(report_file, "READ_BYTES", 64)
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b"x" * 200 + b"\n" + line(3, a=3))

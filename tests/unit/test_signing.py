@@ -73,10 +73,13 @@ def test_a_sealed_message_opens_with_its_nodes_key_for_its_purpose() -> None:
     assert sealed.ts == NOW
 
 
-@pytest.mark.parametrize(("message", "purpose"), [
-    (StopReplica("node-a", 7, 1, 0), STOP_TASK), (CleanupJob("node-a", 7), CLEANUP_TASK)])
-def test_stop_and_cleanup_messages_are_sealed_for_their_own_task(message: Any,
-                                                                 purpose: str) -> None:
+@pytest.mark.parametrize(
+    ("message", "purpose"),
+    [(StopReplica("node-a", 7, 1, 0), STOP_TASK), (CleanupJob("node-a", 7), CLEANUP_TASK)],
+)
+def test_stop_and_cleanup_messages_are_sealed_for_their_own_task(
+    message: Any, purpose: str
+) -> None:
     key = node_key(SIGNING_KEY, "node-a")
     raw = seal_message(key, message, now=NOW)
     assert unseal(raw, key, purpose=purpose, node_id="node-a").body == message.encode()
@@ -85,8 +88,9 @@ def test_stop_and_cleanup_messages_are_sealed_for_their_own_task(message: Any,
     assert caught.value.reason == "bad signature"
 
 
-@pytest.mark.parametrize("raw", [START.encode(), "", "not json", "[]", "{}",
-                                 json.dumps({"body": START.encode()})])
+@pytest.mark.parametrize(
+    "raw", [START.encode(), "", "not json", "[]", "{}", json.dumps({"body": START.encode()})]
+)
 def test_an_unsealed_message_is_refused_as_unsigned(raw: str) -> None:
     with pytest.raises(Refused) as caught:
         unseal(raw, node_key(SIGNING_KEY, "node-a"), purpose=START_TASK, node_id="node-a")
@@ -112,8 +116,13 @@ def test_a_message_for_another_node_is_refused_even_with_that_nodes_valid_seal()
 def test_changing_any_part_of_a_sealed_message_breaks_it(field: str) -> None:
     key = node_key(SIGNING_KEY, "node-a")
     sealed = json.loads(seal_message(key, START, now=NOW))
-    changed = {"body": START.encode().replace('"index":0', '"index":1'), "ts": NOW + 1,
-               "node_id": "node-b", "purpose": STOP_TASK, "sig": "0" * 64}[field]
+    changed = {
+        "body": START.encode().replace('"index":0', '"index":1'),
+        "ts": NOW + 1,
+        "node_id": "node-b",
+        "purpose": STOP_TASK,
+        "sig": "0" * 64,
+    }[field]
     assert sealed[field] != changed
     raw = json.dumps({**sealed, field: changed})
     with pytest.raises(Refused):
@@ -141,8 +150,9 @@ def test_whatever_is_sealed_opens_unchanged(node_id: str, body: str, ts: float) 
 
 def test_parts_are_length_prefixed_so_shifting_text_between_them_breaks_the_signature() -> None:
     key = "cd" * 32
-    assert sign_event(key, "node-a", "replica_exited", "{}") != \
-        sign_event(key, "node-a", "replica_exite", "d{}")
+    assert sign_event(key, "node-a", "replica_exited", "{}") != sign_event(
+        key, "node-a", "replica_exite", "d{}"
+    )
     assert sign_event(key, "node-a", "x", "y") != sign_event(key, "node-ax", "", "y")
 
 
@@ -162,8 +172,9 @@ def test_an_event_verifies_only_with_the_key_of_the_node_it_names() -> None:
     # The signature covers the kind and the data: a started event cannot be made of it.
     started = ReplicaStarted("node-a", 7, 1, 0, 42, NOW).entry()
     with pytest.raises(Refused):
-        verify_event(key_a, "node-a", {**{k: str(v) for k, v in started.items()},
-                                       "sig": signed["sig"]})
+        verify_event(
+            key_a, "node-a", {**{k: str(v) for k, v in started.items()}, "sig": signed["sig"]}
+        )
 
 
 def test_openssl_derives_the_same_node_key_as_the_compose_file_says() -> None:
@@ -173,6 +184,10 @@ def test_openssl_derives_the_same_node_key_as_the_compose_file_says() -> None:
 
     if shutil.which("openssl") is None:
         pytest.fail("openssl is not installed: the compose file's recipe cannot be checked")
-    done = subprocess.run(["openssl", "dgst", "-sha256", "-hmac", SIGNING_KEY, "-r"],
-                          input=b"node:agent-1", capture_output=True, check=True)
+    done = subprocess.run(
+        ["openssl", "dgst", "-sha256", "-hmac", SIGNING_KEY, "-r"],
+        input=b"node:agent-1",
+        capture_output=True,
+        check=True,
+    )
     assert done.stdout.split()[0].decode() == node_key(SIGNING_KEY, "agent-1")

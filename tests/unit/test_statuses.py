@@ -10,13 +10,19 @@ from services.statuses import (
 )
 
 ALLOWED = {
-    (JobStatus.QUEUED, JobStatus.SCHEDULED), (JobStatus.QUEUED, JobStatus.FAILED),
+    (JobStatus.QUEUED, JobStatus.SCHEDULED),
+    (JobStatus.QUEUED, JobStatus.FAILED),
     (JobStatus.QUEUED, JobStatus.CANCELLED),
-    (JobStatus.SCHEDULED, JobStatus.RUNNING), (JobStatus.SCHEDULED, JobStatus.RESTARTING),
-    (JobStatus.SCHEDULED, JobStatus.FAILED), (JobStatus.SCHEDULED, JobStatus.CANCELLED),
-    (JobStatus.RUNNING, JobStatus.SUCCEEDED), (JobStatus.RUNNING, JobStatus.FAILED),
-    (JobStatus.RUNNING, JobStatus.CANCELLED), (JobStatus.RUNNING, JobStatus.RESTARTING),
-    (JobStatus.RESTARTING, JobStatus.QUEUED), (JobStatus.RESTARTING, JobStatus.FAILED),
+    (JobStatus.SCHEDULED, JobStatus.RUNNING),
+    (JobStatus.SCHEDULED, JobStatus.RESTARTING),
+    (JobStatus.SCHEDULED, JobStatus.FAILED),
+    (JobStatus.SCHEDULED, JobStatus.CANCELLED),
+    (JobStatus.RUNNING, JobStatus.SUCCEEDED),
+    (JobStatus.RUNNING, JobStatus.FAILED),
+    (JobStatus.RUNNING, JobStatus.CANCELLED),
+    (JobStatus.RUNNING, JobStatus.RESTARTING),
+    (JobStatus.RESTARTING, JobStatus.QUEUED),
+    (JobStatus.RESTARTING, JobStatus.FAILED),
     (JobStatus.RESTARTING, JobStatus.CANCELLED),
 }
 PAIRS = list(itertools.product(JobStatus, JobStatus))

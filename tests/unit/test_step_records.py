@@ -56,16 +56,30 @@ def test_recorded_steps_are_shipped_by_the_sender_once_each_in_order(tmp_path: P
     converted_on: set[int] = set()
     steps = 300
     for step in range(1, steps + 1):
-        record(StepRecord(step, 0, {"loss": ThreadNoting(1.0 / step, converted_on)}, "",
-                          time.perf_counter(), 0.01, 64))
+        record(
+            StepRecord(
+                step,
+                0,
+                {"loss": ThreadNoting(1.0 / step, converted_on)},
+                "",
+                time.perf_counter(),
+                0.01,
+                64,
+            )
+        )
     wait_until(lambda: len(points_in(path)) == 3 * steps, "the sender to ship every step")
     assert threading.get_ident() not in converted_on  # never on the training thread
     assert converted_on, "the sender thread converted the values"
     reporter.close()
     assert points_in(path) == [
-        point for step in range(1, steps + 1)
-        for point in ((step, 0, "loss", 1.0 / step), (step, 0, "step_time", 0.01),
-                      (step, 0, "examples_per_sec", 6400.0))]
+        point
+        for step in range(1, steps + 1)
+        for point in (
+            (step, 0, "loss", 1.0 / step),
+            (step, 0, "step_time", 0.01),
+            (step, 0, "examples_per_sec", 6400.0),
+        )
+    ]
 
 
 def test_record_timestamps_are_wall_clock_times_of_the_steps(tmp_path: Path) -> None:
@@ -95,9 +109,13 @@ def test_points_added_after_recorded_steps_follow_them(tmp_path: Path) -> None:
     record(StepRecord(2, 0, {"loss": 0.125}, "epoch_", time.perf_counter(), None, 64))
     assert reporter.report_final({"eval_accuracy": 0.9}) is True
     reporter.close()
-    assert points_in(path) == [(1, 0, "loss", 0.5), (2, 0, "loss", 0.25),
-                               (2, None, "cpu_percent", 50.0), (2, 0, "epoch_loss", 0.125),
-                               (2, None, "eval_accuracy", 0.9)]
+    assert points_in(path) == [
+        (1, 0, "loss", 0.5),
+        (2, 0, "loss", 0.25),
+        (2, None, "cpu_percent", 50.0),
+        (2, 0, "epoch_loss", 0.125),
+        (2, None, "eval_accuracy", 0.9),
+    ]
 
 
 def test_a_flush_from_another_thread_ships_what_the_sender_has_not(tmp_path: Path) -> None:
@@ -138,7 +156,8 @@ class Flaky(PointBuffer):
 
 
 def test_the_sender_keeps_points_through_failed_sends(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr("workers.reporting.MAX_PAUSE", 0.02)
     buffer = Flaky(3, job_id=7, attempt=1, replica=0, flush_interval=0.005)
     record = buffer.step_recorder()
@@ -151,7 +170,8 @@ def test_the_sender_keeps_points_through_failed_sends(
 
 
 def test_progress_lines_flow_while_steps_are_recorded_and_stop_when_they_stop(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     # The agent's follower counts every line as progress; the sender writes only what
     # the training thread recorded, so a hung training loop goes quiet.
     path = tmp_path / "metrics.jsonl"

@@ -25,8 +25,9 @@ time.sleep(600)
 
 
 def start(code: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
-                            stdout=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE
+    )
 
 
 def group_alive(pgid: int) -> bool:

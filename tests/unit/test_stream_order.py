@@ -27,10 +27,15 @@ def change(i: int, to: str, metric_mark: int, log_mark: int) -> StatusChange:
     return StatusChange(i, 1, None, to, "", AT, metric_mark, log_mark)
 
 
-def segment(metrics: list[int], logs: list[tuple[LogRow, int]], events: list[StatusChange],
-            **complete: bool) -> Segment:
-    return Segment([point(i) for i in metrics], logs, events,
-                   {"metric": True, "log": True, "status": True, **complete})
+def segment(
+    metrics: list[int], logs: list[tuple[LogRow, int]], events: list[StatusChange], **complete: bool
+) -> Segment:
+    return Segment(
+        [point(i) for i in metrics],
+        logs,
+        events,
+        {"metric": True, "log": True, "status": True, **complete},
+    )
 
 
 def names(items: list[tuple[str, object, str]]) -> list[str]:
@@ -39,8 +44,11 @@ def names(items: list[tuple[str, object, str]]) -> list[str]:
 
 # Stored in this order: e1 queued, m1 m2, l1 (after m2), e2 running (after m2, l1),
 # m3, l2 l3 (after m3), m4.
-STORED = segment([1, 2, 3, 4], [line(1, 2), line(2, 3), line(3, 3)],
-                 [change(1, "queued", 0, 0), change(2, "running", 2, 1)])
+STORED = segment(
+    [1, 2, 3, 4],
+    [line(1, 2), line(2, 3), line(3, 3)],
+    [change(1, "queued", 0, 0), change(2, "running", 2, 1)],
+)
 
 
 def test_items_come_in_the_order_their_marks_record() -> None:
@@ -57,10 +65,20 @@ def test_a_resume_from_any_event_id_gives_the_rest_in_the_same_order(at: int) ->
     assert in_order(STORED, start, ALL) == whole[at:]
 
 
-@pytest.mark.parametrize("kinds", [("metric",), ("log",), ("status",), ("metric", "log"),
-                                   ("status", "log"), ("status", "metric")])
+@pytest.mark.parametrize(
+    "kinds",
+    [
+        ("metric",),
+        ("log",),
+        ("status",),
+        ("metric", "log"),
+        ("status", "log"),
+        ("status", "metric"),
+    ],
+)
 def test_a_follower_of_some_kinds_gets_the_same_order_without_the_others(
-        kinds: tuple[str, ...]) -> None:
+    kinds: tuple[str, ...],
+) -> None:
     whole = names(in_order(STORED, Cursor(), ALL))
     wanted = [n for n in whole if {"s": "status", "m": "metric", "l": "log"}[n[0]] in kinds]
     assert names(in_order(STORED, Cursor(), kinds)) == wanted

@@ -13,17 +13,35 @@ from rich.console import Console
 from cli.sweep_follow import follow_sweep
 
 
-def sweep(status: str, *trials: tuple[str, float | None], best: int | None = None
-          ) -> dict[str, Any]:
+def sweep(
+    status: str, *trials: tuple[str, float | None], best: int | None = None
+) -> dict[str, Any]:
     return {
-        "id": 7, "name": "lr", "status": status, "reason": f"it is {status}",
-        "trial_counts": {}, "trials_created": len(trials), "trials_total": 2,
-        "max_concurrent": 2, "best_job_id": best, "best_value": 0.9 if best else None,
+        "id": 7,
+        "name": "lr",
+        "status": status,
+        "reason": f"it is {status}",
+        "trial_counts": {},
+        "trials_created": len(trials),
+        "trials_total": 2,
+        "max_concurrent": 2,
+        "best_job_id": best,
+        "best_value": 0.9 if best else None,
         "best_parameters": {"learning_rate": 0.1} if best else None,
         "objective": {"metric": "eval_accuracy", "mode": "max"},
-        "trials": [{"index": i, "job_id": 10 + i, "status": s, "objective_value": v,
-                    "parameters": {"learning_rate": 0.1 / (i + 1)}, "reason": "",
-                    "stopped_early": False} for i, (s, v) in enumerate(trials)]}
+        "trials": [
+            {
+                "index": i,
+                "job_id": 10 + i,
+                "status": s,
+                "objective_value": v,
+                "parameters": {"learning_rate": 0.1 / (i + 1)},
+                "reason": "",
+                "stopped_early": False,
+            }
+            for i, (s, v) in enumerate(trials)
+        ],
+    }
 
 
 ANSWERS = [
@@ -78,7 +96,8 @@ def test_on_a_terminal_it_redraws_until_the_end_through_an_api_hiccup() -> None:
 
 def test_an_api_that_does_not_answer_for_a_moment_is_asked_again() -> None:
     out = io.StringIO()
-    final = follow_sweep(scripted([ANSWERS[0], ANSWERS[3]], fail_at=1),
-                         Console(file=out, width=160), poll=0)
+    final = follow_sweep(
+        scripted([ANSWERS[0], ANSWERS[3]], fail_at=1), Console(file=out, width=160), poll=0
+    )
     assert final["status"] == "succeeded"
     assert "trial 0 (job 10): succeeded, eval_accuracy 0.9" in out.getvalue()

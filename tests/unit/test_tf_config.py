@@ -5,15 +5,27 @@ import pytest
 from services.cluster.tf_config import build_tf_config, compose, dumps, gang_roles, is_distributed
 
 CASES = [
-    (["10.0.0.1:29500", "10.0.0.2:29500"], 0,
-     '{"cluster":{"worker":["10.0.0.1:29500","10.0.0.2:29500"]},"task":{"index":0,"type":"worker"}}'),
-    (["10.0.0.1:29500", "10.0.0.2:29500"], 1,
-     '{"cluster":{"worker":["10.0.0.1:29500","10.0.0.2:29500"]},"task":{"index":1,"type":"worker"}}'),
-    (["127.0.0.1:29500", "127.0.0.1:29501", "127.0.0.1:29502"], 2,
-     '{"cluster":{"worker":["127.0.0.1:29500","127.0.0.1:29501","127.0.0.1:29502"]},'
-     '"task":{"index":2,"type":"worker"}}'),
-    (["h1:1", "h2:2", "h3:3", "h4:4"], 3,
-     '{"cluster":{"worker":["h1:1","h2:2","h3:3","h4:4"]},"task":{"index":3,"type":"worker"}}'),
+    (
+        ["10.0.0.1:29500", "10.0.0.2:29500"],
+        0,
+        '{"cluster":{"worker":["10.0.0.1:29500","10.0.0.2:29500"]},"task":{"index":0,"type":"worker"}}',
+    ),
+    (
+        ["10.0.0.1:29500", "10.0.0.2:29500"],
+        1,
+        '{"cluster":{"worker":["10.0.0.1:29500","10.0.0.2:29500"]},"task":{"index":1,"type":"worker"}}',
+    ),
+    (
+        ["127.0.0.1:29500", "127.0.0.1:29501", "127.0.0.1:29502"],
+        2,
+        '{"cluster":{"worker":["127.0.0.1:29500","127.0.0.1:29501","127.0.0.1:29502"]},'
+        '"task":{"index":2,"type":"worker"}}',
+    ),
+    (
+        ["h1:1", "h2:2", "h3:3", "h4:4"],
+        3,
+        '{"cluster":{"worker":["h1:1","h2:2","h3:3","h4:4"]},"task":{"index":3,"type":"worker"}}',
+    ),
 ]
 
 
@@ -61,30 +73,79 @@ STRATEGY_CASES = [
     ("one_device", 1, None, ["h1:10"], 0, None),
     ("mirrored", 1, None, ["h1:10"], 0, None),
     ("multi_worker_mirrored", 1, None, ["h1:10"], 0, None),
-    ("multi_worker_mirrored", 2, None, ["h1:10", "h2:20"], 1,
-     '{"cluster":{"worker":["h1:10","h2:20"]},"task":{"index":1,"type":"worker"}}'),
-    ("parameter_server", 5, PS_ROLES, PS_ADDRESSES, 0,
-     '{' + PS_CLUSTER + ',"task":{"index":0,"type":"chief"}}'),
-    ("parameter_server", 5, PS_ROLES, PS_ADDRESSES, 1,
-     '{' + PS_CLUSTER + ',"task":{"index":0,"type":"worker"}}'),
-    ("parameter_server", 5, PS_ROLES, PS_ADDRESSES, 2,
-     '{' + PS_CLUSTER + ',"task":{"index":1,"type":"worker"}}'),
-    ("parameter_server", 5, PS_ROLES, PS_ADDRESSES, 3,
-     '{' + PS_CLUSTER + ',"task":{"index":0,"type":"ps"}}'),
+    (
+        "multi_worker_mirrored",
+        2,
+        None,
+        ["h1:10", "h2:20"],
+        1,
+        '{"cluster":{"worker":["h1:10","h2:20"]},"task":{"index":1,"type":"worker"}}',
+    ),
+    (
+        "parameter_server",
+        5,
+        PS_ROLES,
+        PS_ADDRESSES,
+        0,
+        "{" + PS_CLUSTER + ',"task":{"index":0,"type":"chief"}}',
+    ),
+    (
+        "parameter_server",
+        5,
+        PS_ROLES,
+        PS_ADDRESSES,
+        1,
+        "{" + PS_CLUSTER + ',"task":{"index":0,"type":"worker"}}',
+    ),
+    (
+        "parameter_server",
+        5,
+        PS_ROLES,
+        PS_ADDRESSES,
+        2,
+        "{" + PS_CLUSTER + ',"task":{"index":1,"type":"worker"}}',
+    ),
+    (
+        "parameter_server",
+        5,
+        PS_ROLES,
+        PS_ADDRESSES,
+        3,
+        "{" + PS_CLUSTER + ',"task":{"index":0,"type":"ps"}}',
+    ),
     # The evaluator runs outside the training cluster: its TF_CONFIG names only itself.
-    ("parameter_server", 5, PS_ROLES, PS_ADDRESSES, 4,
-     '{"cluster":{"evaluator":["h1:11"]},"task":{"index":0,"type":"evaluator"}}'),
+    (
+        "parameter_server",
+        5,
+        PS_ROLES,
+        PS_ADDRESSES,
+        4,
+        '{"cluster":{"evaluator":["h1:11"]},"task":{"index":0,"type":"evaluator"}}',
+    ),
     # No evaluator; two ps: ps indexes follow the gang's order.
-    ("parameter_server", 4, {"chief": 1, "worker": 1, "ps": 2}, ["a:1", "b:2", "c:3", "d:4"], 3,
-     '{"cluster":{"chief":["a:1"],"ps":["c:3","d:4"],"worker":["b:2"]},'
-     '"task":{"index":1,"type":"ps"}}'),
+    (
+        "parameter_server",
+        4,
+        {"chief": 1, "worker": 1, "ps": 2},
+        ["a:1", "b:2", "c:3", "d:4"],
+        3,
+        '{"cluster":{"chief":["a:1"],"ps":["c:3","d:4"],"worker":["b:2"]},'
+        '"task":{"index":1,"type":"ps"}}',
+    ),
 ]
 
 
-@pytest.mark.parametrize(("strategy", "replicas", "roles", "addresses", "index", "expected"),
-                         STRATEGY_CASES)
-def test_compose_exact_json(strategy: str, replicas: int, roles: dict[str, int] | None,
-                            addresses: list[str], index: int, expected: str | None) -> None:
+@pytest.mark.parametrize(
+    ("strategy", "replicas", "roles", "addresses", "index", "expected"), STRATEGY_CASES
+)
+def test_compose_exact_json(
+    strategy: str,
+    replicas: int,
+    roles: dict[str, int] | None,
+    addresses: list[str],
+    index: int,
+    expected: str | None,
+) -> None:
     slots = gang_roles(strategy, replicas, roles)
     config = compose(strategy, slots, addresses, index)
     assert (None if config is None else dumps(config)) == expected
@@ -92,7 +153,12 @@ def test_compose_exact_json(strategy: str, replicas: int, roles: dict[str, int] 
 
 def test_gang_roles_orders_chief_workers_ps_evaluator() -> None:
     assert gang_roles("parameter_server", 5, PS_ROLES) == [
-        ("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0), ("evaluator", 0)]
+        ("chief", 0),
+        ("worker", 0),
+        ("worker", 1),
+        ("ps", 0),
+        ("evaluator", 0),
+    ]
     assert gang_roles("multi_worker_mirrored", 3) == [("worker", 0), ("worker", 1), ("worker", 2)]
 
 
@@ -112,5 +178,7 @@ def test_ps_cluster_across_hosts_refuses_loopback() -> None:
 def test_every_ps_training_process_gets_the_same_cluster() -> None:
     slots = gang_roles("parameter_server", 5, PS_ROLES)
     clusters = [compose("parameter_server", slots, PS_ADDRESSES, i) for i in range(4)]
-    assert all(c is not None and c["cluster"] == clusters[0]["cluster"]  # type: ignore[index]
-               for c in clusters)
+    assert all(
+        c is not None and c["cluster"] == clusters[0]["cluster"]  # type: ignore[index]
+        for c in clusters
+    )

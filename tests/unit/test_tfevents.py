@@ -37,8 +37,9 @@ def triples(points: list[Scalar]) -> set[tuple[int, str, float]]:
 
 def follow(directory: Path) -> tuple[ReplicaFollower, list[Scalar]]:
     points: list[Scalar] = []
-    follower = ReplicaFollower(on_point=points.append, tensorboard_dir=directory,
-                               skip_existing=False)
+    follower = ReplicaFollower(
+        on_point=points.append, tensorboard_dir=directory, skip_existing=False
+    )
     return follower, points
 
 
@@ -63,15 +64,14 @@ def test_every_scalar_tf_summary_writes_is_read_with_its_step_and_value(written:
     assert follower.poll() == 0  # nothing is read twice
 
 
-def test_a_file_growing_while_read_yields_every_record_once(written: Path,
-                                                            tmp_path: Path) -> None:
+def test_a_file_growing_while_read_yields_every_record_once(written: Path, tmp_path: Path) -> None:
     data = root_file(written).read_bytes()
     growing = tmp_path / "events.out.tfevents.1.growing"
     reader = EventFileReader(growing)
     points: list[Scalar] = []
     with open(growing, "wb") as handle:
         for start in range(0, len(data), 7):  # every record is cut somewhere
-            handle.write(data[start:start + 7])
+            handle.write(data[start : start + 7])
             handle.flush()
             for event in reader.read():
                 points.extend(reader.scalars(event))
@@ -96,7 +96,8 @@ def test_a_truncated_last_record_is_read_once_complete(written: Path, tmp_path: 
 
 
 def test_a_record_failing_its_crc_is_skipped_and_the_rest_read(
-        written: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    written: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     data = bytearray(root_file(written).read_bytes())
     ends = record_ends(bytes(data))
     data[ends[1] + HEADER.size + 2] ^= 0xFF  # inside the third record's payload
@@ -109,8 +110,9 @@ def test_a_record_failing_its_crc_is_skipped_and_the_rest_read(
     assert reader.offset == len(data) and "fails its CRC" in caplog.text
 
 
-def test_a_corrupt_header_stops_that_file_only(written: Path, tmp_path: Path,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_a_corrupt_header_stops_that_file_only(
+    written: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     shutil.copytree(written, tmp_path / "tb")
     path = root_file(tmp_path / "tb")
     data = bytearray(path.read_bytes())
@@ -128,11 +130,15 @@ def test_a_corrupt_header_stops_that_file_only(written: Path, tmp_path: Path,
 
 
 def test_summaries_other_than_scalars_are_progress_and_headers_are_not(
-        written: Path, tmp_path: Path) -> None:
+    written: Path, tmp_path: Path
+) -> None:
     from tensorboard.compat.proto import event_pb2
 
-    histograms = [e for e in EventFileReader(root_file(written)).read()
-                  if any(v.tag == "weights" for v in e.summary.value)]
+    histograms = [
+        e
+        for e in EventFileReader(root_file(written)).read()
+        if any(v.tag == "weights" for v in e.summary.value)
+    ]
     follower, points = follow(tmp_path)
     write_events(tmp_path, [event_pb2.Event(wall_time=1e9, file_version="brain.Event:2")])
     follower.poll()
@@ -158,18 +164,22 @@ def test_files_changing_in_a_watched_directory_are_progress(tmp_path: Path) -> N
 def test_the_agent_side_never_imports_tensorflow(written: Path) -> None:
     # tensorboard's own gfile and writers load TensorFlow when it is installed:
     # reading and decoding real files here must not go near them.
-    code = ("import sys; from pathlib import Path; from workers.node.scalars import "
-            "ReplicaFollower; points = []; ReplicaFollower(on_point=points.append, "
-            "tensorboard_dir=Path(sys.argv[1]), skip_existing=False).poll(); "
-            "print(len(points), sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('tensorflow', 'keras', 'tf_keras')))")
-    out = subprocess.run([sys.executable, "-c", code, str(written)], capture_output=True,
-                         text=True, check=True).stdout
+    code = (
+        "import sys; from pathlib import Path; from workers.node.scalars import "
+        "ReplicaFollower; points = []; ReplicaFollower(on_point=points.append, "
+        "tensorboard_dir=Path(sys.argv[1]), skip_existing=False).poll(); "
+        "print(len(points), sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('tensorflow', 'keras', 'tf_keras')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(written)], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == f"{5 * STEPS} []"
 
 
-def write_events(directory: Path, events: list[Any],
-                 name: str = "events.out.tfevents.1.written") -> None:
+def write_events(
+    directory: Path, events: list[Any], name: str = "events.out.tfevents.1.written"
+) -> None:
     """Frame `events` with the tensorboard package's own record writer (not ours)."""
     from tensorboard.summary.writer.record_writer import RecordWriter
 
@@ -184,16 +194,21 @@ def write_events(directory: Path, events: list[Any],
 def scalar_event(step: int, tag: str, value: float) -> Any:
     from tensorboard.compat.proto import event_pb2, summary_pb2
 
-    return event_pb2.Event(step=step, wall_time=1e9, summary=summary_pb2.Summary(
-        value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)]))
+    return event_pb2.Event(
+        step=step,
+        wall_time=1e9,
+        summary=summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)]),
+    )
 
 
 def test_a_record_longer_than_a_read_is_passed_over(tmp_path: Path) -> None:
     from tensorboard.compat.proto import event_pb2, summary_pb2
 
     image = summary_pb2.Summary.Image(encoded_image_string=b"x" * (READ_BYTES + 100))
-    big = event_pb2.Event(step=1, summary=summary_pb2.Summary(
-        value=[summary_pb2.Summary.Value(tag="picture", image=image)]))
+    big = event_pb2.Event(
+        step=1,
+        summary=summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag="picture", image=image)]),
+    )
     write_events(tmp_path, [scalar_event(1, "loss", 1.0), big, scalar_event(2, "loss", 0.5)])
     follower, points = follow(tmp_path)
     for _ in range(4):
@@ -202,9 +217,17 @@ def test_a_record_longer_than_a_read_is_passed_over(tmp_path: Path) -> None:
 
 
 def test_scalars_the_store_cannot_hold_are_dropped_with_a_warning(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    write_events(tmp_path, [scalar_event(1, "x" * 65, 1.0), scalar_event(-1, "loss", 1.0),
-                            scalar_event(2**31, "loss", 1.0), scalar_event(3, "loss", 3.0)])
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_events(
+        tmp_path,
+        [
+            scalar_event(1, "x" * 65, 1.0),
+            scalar_event(-1, "loss", 1.0),
+            scalar_event(2**31, "loss", 1.0),
+            scalar_event(3, "loss", 3.0),
+        ],
+    )
     follower, points = follow(tmp_path)
     with caplog.at_level(logging.WARNING):
         follower.poll()
@@ -213,12 +236,16 @@ def test_scalars_the_store_cannot_hold_are_dropped_with_a_warning(
 
 
 def test_files_of_an_earlier_attempt_are_neither_metrics_nor_progress(
-        written: Path, tmp_path: Path) -> None:
+    written: Path, tmp_path: Path
+) -> None:
     shutil.copytree(written, tmp_path / "tb")
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "metrics": {"a": 1}}\n')
     points: list[Scalar] = []
-    follower = ReplicaFollower(on_point=points.append, tensorboard_dir=tmp_path / "tb",
-                               metrics_file=tmp_path / "metrics.jsonl")
+    follower = ReplicaFollower(
+        on_point=points.append,
+        tensorboard_dir=tmp_path / "tb",
+        metrics_file=tmp_path / "metrics.jsonl",
+    )
     follower.poll()
     assert points == [] and follower.last_progress is None
     write_events(tmp_path / "tb", [scalar_event(7, "loss", 0.125)])  # the new process

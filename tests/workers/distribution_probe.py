@@ -33,7 +33,8 @@ def main(strategy_name: str, tensorboard_dir: Path) -> dict[str, Any]:
 
     if strategy_name == "mirrored":
         strategy = tf.distribute.MirroredStrategy(
-            ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+            ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+        )
     else:
         strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     rng = np.random.default_rng(0)
@@ -41,14 +42,19 @@ def main(strategy_name: str, tensorboard_dir: Path) -> dict[str, Any]:
     y = rng.normal(size=(MICRO_BATCH * STEPS, 1)).astype(np.float32)
 
     def net() -> keras.Model:
-        return keras.Sequential([keras.layers.Input((8,)),
-                                 keras.layers.Dense(4, activation="tanh"),
-                                 keras.layers.Dense(1)])
+        return keras.Sequential(
+            [
+                keras.layers.Input((8,)),
+                keras.layers.Dense(4, activation="tanh"),
+                keras.layers.Dense(1),
+            ]
+        )
 
     def gap(a: keras.Model, b: keras.Model | list[Any]) -> float:
         other = b if isinstance(b, list) else b.get_weights()
-        return max(float(np.abs(wa - wb).max())
-                   for wa, wb in zip(a.get_weights(), other, strict=True))
+        return max(
+            float(np.abs(wa - wb).max()) for wa, wb in zip(a.get_weights(), other, strict=True)
+        )
 
     # Keras fit: 4 micro-batches of 16 through `accumulating` vs 1 batch of 64.
     with strategy.scope():
@@ -83,6 +89,7 @@ def main(strategy_name: str, tensorboard_dir: Path) -> dict[str, Any]:
             with tf.GradientTape() as tape:
                 loss = loss_of(small, features, labels, MICRO_BATCH)
             accumulator.step(small_opt, tape.gradient(loss, small.trainable_variables), step)
+
         strategy.run(replica_step, args=batch)
 
     @tf.function
@@ -92,6 +99,7 @@ def main(strategy_name: str, tensorboard_dir: Path) -> dict[str, Any]:
                 loss = loss_of(big, features, labels, MICRO_BATCH * STEPS)
             grads = tape.gradient(loss, big.trainable_variables)
             big_opt.apply_gradients(zip(grads, big.trainable_variables, strict=True))
+
         strategy.run(replica_step, args=batch)
 
     def batches(size: int) -> Any:
@@ -106,8 +114,9 @@ def main(strategy_name: str, tensorboard_dir: Path) -> dict[str, Any]:
         big_step(batch)
     result["loop_gap"] = gap(small, big)
     result["loop_optimizer_steps"] = int(small_opt.iterations.numpy())
-    result["profiles"] = sorted(str(p.relative_to(tensorboard_dir))
-                                for p in tensorboard_dir.rglob("*.xplane.pb"))
+    result["profiles"] = sorted(
+        str(p.relative_to(tensorboard_dir)) for p in tensorboard_dir.rglob("*.xplane.pb")
+    )
 
     options = distribution.dataset_options(Distribution(shard_policy="data"))
     result["shard_policy"] = options.experimental_distribute.auto_shard_policy.name
@@ -119,8 +128,7 @@ def main(strategy_name: str, tensorboard_dir: Path) -> dict[str, Any]:
         small = net()
         accumulating = distribution.accumulating(small, STEPS)
         accumulating.compile(keras.optimizers.Adam(0.05), "mse")
-    history = accumulating.fit(x, y, batch_size=MICRO_BATCH, epochs=2, shuffle=False,
-                               verbose=0)
+    history = accumulating.fit(x, y, batch_size=MICRO_BATCH, epochs=2, shuffle=False, verbose=0)
     result["float16_optimizer"] = type(accumulating.optimizer).__name__
     result["float16_optimizer_steps"] = int(accumulating.optimizer.iterations.numpy())
     result["float16_losses"] = [float(loss) for loss in history.history["loss"]]

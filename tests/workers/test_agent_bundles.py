@@ -56,8 +56,10 @@ class GatedStore(ArtifactStore):
 @pytest.fixture
 def bus() -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url("agent"), decode_responses=True)
-    client.delete(*(attempt_key(job) for job in range(JOB, JOB + 6)),
-                  *(claim_key(job, 1, i) for job in range(JOB, JOB + 6) for i in (0, 1)))
+    client.delete(
+        *(attempt_key(job) for job in range(JOB, JOB + 6)),
+        *(claim_key(job, 1, i) for job in range(JOB, JOB + 6) for i in (0, 1)),
+    )
     # The stream is shared with other tests of the agent (and earlier runs): each test
     # reads only what came after its start.
     newest = client.xrevrange(EVENTS_STREAM, count=1)
@@ -71,8 +73,15 @@ _since: list[str] = ["0-0"]
 
 @pytest.fixture
 def node(tmp_path: Path, bus: redis.Redis) -> Iterator[Agent]:
-    agent = Agent(Settings(DATA_DIR=tmp_path / "data", NODE_ID="bundles",
-                           NODE_KEY="ab" * 32, ARTIFACT_URL=str(tmp_path / "store")), bus)
+    agent = Agent(
+        Settings(
+            DATA_DIR=tmp_path / "data",
+            NODE_ID="bundles",
+            NODE_KEY="ab" * 32,
+            ARTIFACT_URL=str(tmp_path / "store"),
+        ),
+        bus,
+    )
     yield agent
     agent.shutdown(grace=2)
 
@@ -87,9 +96,18 @@ def upload(node: Agent, tmp_path: Path) -> str:
 
 
 def start(job_id: int, digest: str, index: int = 0, replicas: int = 1) -> StartReplica:
-    spec = ReplicaSpec(job_id, 1, index, replicas, None, "one_device", {"nested": {"a": [1]}},
-                       bundle=digest, command=["python", "run.py", "--x"],
-                       env={"MY_SETTING": "on"})
+    spec = ReplicaSpec(
+        job_id,
+        1,
+        index,
+        replicas,
+        None,
+        "one_device",
+        {"nested": {"a": [1]}},
+        bundle=digest,
+        command=["python", "run.py", "--x"],
+        env={"MY_SETTING": "on"},
+    )
     return StartReplica("bundles", spec)
 
 
@@ -102,8 +120,9 @@ def events(client: redis.Redis, job_id: int) -> list[dict[str, Any]]:
     return found
 
 
-def exits(client: redis.Redis, job_id: int, count: int = 1,
-          timeout: float = 30) -> list[dict[str, Any]]:
+def exits(
+    client: redis.Redis, job_id: int, count: int = 1, timeout: float = 30
+) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         done = [e for e in events(client, job_id) if e["kind"] == "replica_exited"]
@@ -113,8 +132,9 @@ def exits(client: redis.Redis, job_id: int, count: int = 1,
     raise AssertionError(f"no {count} exits of job {job_id}: {events(client, job_id)}")
 
 
-def test_a_command_runs_in_its_own_copy_of_the_bundle(node: Agent, tmp_path: Path,
-                                                      bus: redis.Redis) -> None:
+def test_a_command_runs_in_its_own_copy_of_the_bundle(
+    node: Agent, tmp_path: Path, bus: redis.Redis
+) -> None:
     digest = upload(node, tmp_path)
     for index in (0, 1):
         node.start_replica(start(JOB, digest, index, replicas=2))
@@ -126,8 +146,7 @@ def test_a_command_runs_in_its_own_copy_of_the_bundle(node: Agent, tmp_path: Pat
         env = seen["env"]
         assert env["MY_SETTING"] == "on" and env["COHORT_REPLICA_INDEX"] == str(index)
         assert "COHORT_REDIS_URL" not in env and "COHORT_REPLICA_SPEC" not in env
-        assert json.loads(Path(env["COHORT_HYPERPARAMETERS"]).read_text()) == \
-            {"nested": {"a": [1]}}
+        assert json.loads(Path(env["COHORT_HYPERPARAMETERS"]).read_text()) == {"nested": {"a": [1]}}
     # Each replica's copy was unpacked from the verified archive, the one thing cached:
     # no tree the agent unpacked (as root) is kept to copy from.
     cache = layout.bundle_cache_dir(node.data_dir)
@@ -135,8 +154,9 @@ def test_a_command_runs_in_its_own_copy_of_the_bundle(node: Agent, tmp_path: Pat
     assert (cache / f"{hex_digest}.tar.gz").is_file() and not (cache / hex_digest).exists()
 
 
-def test_a_stop_during_the_fetch_starts_nothing(node: Agent, tmp_path: Path,
-                                                bus: redis.Redis) -> None:
+def test_a_stop_during_the_fetch_starts_nothing(
+    node: Agent, tmp_path: Path, bus: redis.Redis
+) -> None:
     digest = upload(node, tmp_path)
     store = GatedStore(open_store(settings=node.settings))
     node.preparer._open()  # the agent's store, slowed: a big bundle on a slow network
@@ -155,8 +175,9 @@ def test_a_stop_during_the_fetch_starts_nothing(node: Agent, tmp_path: Path,
     assert not (layout.spec_file(node.data_dir, JOB + 1, 1, 0)).exists()
 
 
-def test_a_bundle_that_does_not_match_its_digest_is_refused(node: Agent, tmp_path: Path,
-                                                            bus: redis.Redis) -> None:
+def test_a_bundle_that_does_not_match_its_digest_is_refused(
+    node: Agent, tmp_path: Path, bus: redis.Redis
+) -> None:
     upload(node, tmp_path)
     forged = "sha256:" + hashlib.sha256(b"other bytes").hexdigest()
     open_store(settings=node.settings).put_file(bundle_key(forged), tmp_path / "code.tar.gz")
@@ -174,10 +195,18 @@ def test_a_missing_bundle_is_refused_with_the_reason(node: Agent, bus: redis.Red
 
 
 def test_a_bundle_fetched_onto_a_full_data_dir_is_refused_for_want_of_space(
-        tmp_path: Path, bus: redis.Redis) -> None:
+    tmp_path: Path, bus: redis.Redis
+) -> None:
     with small_tmpfs(tmp_path / "disk", 2**20) as disk:
-        node = Agent(Settings(DATA_DIR=disk, NODE_ID="bundles", NODE_KEY="ab" * 32,
-                              ARTIFACT_URL=str(tmp_path / "store")), bus)
+        node = Agent(
+            Settings(
+                DATA_DIR=disk,
+                NODE_ID="bundles",
+                NODE_KEY="ab" * 32,
+                ARTIFACT_URL=str(tmp_path / "store"),
+            ),
+            bus,
+        )
         try:
             digest = upload(node, tmp_path)
             filler = fill(disk)

@@ -74,9 +74,10 @@ while not os.path.exists(os.path.join(os.environ["COHORT_WORK_DIR"], "daemon.pid
 @pytest.fixture
 def bus() -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url("agent"), decode_responses=True)
-    client.delete(*(attempt_key(job) for job in range(JOB, JOB + 4)),
-                  *(claim_key(job, attempt, 0) for job in range(JOB, JOB + 4)
-                    for attempt in (1, 2)))
+    client.delete(
+        *(attempt_key(job) for job in range(JOB, JOB + 4)),
+        *(claim_key(job, attempt, 0) for job in range(JOB, JOB + 4) for attempt in (1, 2)),
+    )
     newest = client.xrevrange(EVENTS_STREAM, count=1)
     _since[:] = [str(newest[0][0]) if newest else "0-0"]
     yield client
@@ -95,26 +96,46 @@ def node(tmp_path: Path, bus: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> I
     monkeypatch.setenv("LC_MESSAGES", "C")
     monkeypatch.setenv("COHORT_REPLICA_UID_BASE", str(UID_BASE))
     monkeypatch.setenv("COHORT_REPLICA_UID_RANGE", str(UID_RANGE))
-    agent = Agent(Settings(DATA_DIR=tmp_path / "data", NODE_ID="isolation", NODE_KEY="ab" * 32,
-                           ARTIFACT_URL=str(tmp_path / "store")), bus)
+    agent = Agent(
+        Settings(
+            DATA_DIR=tmp_path / "data",
+            NODE_ID="isolation",
+            NODE_KEY="ab" * 32,
+            ARTIFACT_URL=str(tmp_path / "store"),
+        ),
+        bus,
+    )
     yield agent
     agent.shutdown(grace=2)
 
 
 def command_job(job_id: int, script: str, *args: str) -> StartReplica:
-    spec = ReplicaSpec(job_id, 1, 0, 1, None, "one_device", {},
-                       command=["python", "-c", script, *args], env={"JOB_SETTING": "on"})
+    spec = ReplicaSpec(
+        job_id,
+        1,
+        0,
+        1,
+        None,
+        "one_device",
+        {},
+        command=["python", "-c", script, *args],
+        env={"JOB_SETTING": "on"},
+    )
     return StartReplica("isolation", spec)
 
 
-def exit_of(client: redis.Redis, job_id: int, attempt: int = 1,
-            timeout: float = 30) -> dict[str, Any]:
+def exit_of(
+    client: redis.Redis, job_id: int, attempt: int = 1, timeout: float = 30
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for _, fields in client.xrange(EVENTS_STREAM, min=f"({_since[0]}"):
             data = json.loads(fields["data"])
-            if fields["kind"] == "replica_exited" and data.get("job_id") == job_id \
-                    and data.get("attempt") == attempt:
+            if (
+                fields["kind"] == "replica_exited"
+                and data.get("job_id") == job_id
+                and data.get("attempt") == attempt
+            ):
                 return data
         time.sleep(0.1)
     raise AssertionError(f"no exit of job {job_id} within {timeout:.0f}s")
@@ -137,20 +158,26 @@ def test_a_job_cannot_read_another_jobs_checkpoints(node: Agent, bus: redis.Redi
     assert owner_and_mode(layout.checkpoint_dir(data, JOB)) == (uid_a, uid_a, 0o700)
     assert owner_and_mode(layout.work_dir(data, JOB, 1, 0)) == (uid_a, uid_a, 0o700)
     assert owner_and_mode(layout.log_file(data, JOB, 1, 0).parent)[::2] == (0, 0o700)
-    assert owner_and_mode(layout.checkpoint_dir(data, JOB) / "secret.ckpt") == \
-        (uid_a, uid_a, 0o600)
+    assert owner_and_mode(layout.checkpoint_dir(data, JOB) / "secret.ckpt") == (uid_a, uid_a, 0o600)
 
     # Job B, on the same node, is refused job A's checkpoint directory by the kernel.
     target = layout.checkpoint_dir(data, JOB)
     node.start_replica(command_job(JOB + 1, READER, str(target)))
     refused = exit_of(bus, JOB + 1)
     assert refused["exit_code"] == 3, refused["log_tail"]
-    assert refused["log_tail"].count("refused: [Errno 13] Permission denied") == 2, \
-        refused["log_tail"]
+    assert refused["log_tail"].count("refused: [Errno 13] Permission denied") == 2, refused[
+        "log_tail"
+    ]
     # The same program as job A itself reads it: the refusal is the other uid's.
     bus.set(attempt_key(JOB), 2)
-    node.start_replica(StartReplica("isolation", ReplicaSpec(
-        JOB, 2, 0, 1, None, "one_device", {}, command=["python", "-c", READER, str(target)])))
+    node.start_replica(
+        StartReplica(
+            "isolation",
+            ReplicaSpec(
+                JOB, 2, 0, 1, None, "one_device", {}, command=["python", "-c", READER, str(target)]
+            ),
+        )
+    )
     own = exit_of(bus, JOB, attempt=2)
     assert own["exit_code"] == 0 and "read: ['secret.ckpt']" in own["log_tail"], own
 
@@ -158,10 +185,20 @@ def test_a_job_cannot_read_another_jobs_checkpoints(node: Agent, bus: redis.Redi
 def test_a_replica_inherits_none_of_the_agents_secrets(node: Agent, bus: redis.Redis) -> None:
     node.start_replica(command_job(JOB + 2, WRITER))
     assert exit_of(bus, JOB + 2)["exit_code"] == 0
-    env = json.loads((layout.work_dir(node.data_dir, JOB + 2, 1, 0) / "seen.json")
-                     .read_text())["env"]
-    leaked = {name for name in env if name in ("AGENT_ONLY_SECRET", "AWS_SECRET_ACCESS_KEY",
-                                              "COHORT_REDIS_URL", "COHORT_REPLICA_UID_BASE")}
+    env = json.loads((layout.work_dir(node.data_dir, JOB + 2, 1, 0) / "seen.json").read_text())[
+        "env"
+    ]
+    leaked = {
+        name
+        for name in env
+        if name
+        in (
+            "AGENT_ONLY_SECRET",
+            "AWS_SECRET_ACCESS_KEY",
+            "COHORT_REDIS_URL",
+            "COHORT_REPLICA_UID_BASE",
+        )
+    }
     assert leaked == set()
     assert not any("hunter2" in value or "agent-password" in value for value in env.values())
     assert env["JOB_SETTING"] == "on" and env["LC_MESSAGES"] == "C" and env["PATH"]
@@ -170,8 +207,7 @@ def test_a_replica_inherits_none_of_the_agents_secrets(node: Agent, bus: redis.R
     assert env["COHORT_CHECKPOINT_DIR"] == str(layout.checkpoint_dir(node.data_dir, JOB + 2))
 
 
-def test_the_agent_ships_cleans_up_and_ends_what_a_job_left(node: Agent,
-                                                            bus: redis.Redis) -> None:
+def test_the_agent_ships_cleans_up_and_ends_what_a_job_left(node: Agent, bus: redis.Redis) -> None:
     job = JOB + 3
     node.start_replica(command_job(job, WRITER + LEAVER + "print('to the log', flush=True)"))
     assert exit_of(bus, job)["exit_code"] == 0
@@ -183,8 +219,11 @@ def test_the_agent_ships_cleans_up_and_ends_what_a_job_left(node: Agent,
         time.sleep(0.1)
     uid = UID_BASE + job % UID_RANGE
     # (A zombie runs nothing: it waits for whoever adopted it to collect its status.)
-    assert not [p for p in psutil.process_iter(["uids", "status"])
-                if p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE]
+    assert not [
+        p
+        for p in psutil.process_iter(["uids", "status"])
+        if p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
     # The agent read the replica's files as they are (owned by the job's uid, 0600) and
     # shipped them: the checkpoint and the log.
     store = open_store(settings=node.settings)

@@ -42,7 +42,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="isolation needs an ag
 
 # The job's own code (a bundle): says what its process is, then returns, or runs until
 # it is stopped.
-PROBE = '''import json, os, tempfile, time
+PROBE = """import json, os, tempfile, time
 
 def train(ctx):
     import tensorflow as tf
@@ -62,7 +62,7 @@ def train(ctx):
     while ctx.hyperparameters.get("block"):
         time.sleep(0.1)
     return {"done": 1.0}
-'''
+"""
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -85,8 +85,10 @@ def alive(pid: int) -> bool:
 @pytest.fixture(scope="module")
 def bus() -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url("agent"), decode_responses=True)
-    client.delete(*(attempt_key(job) for job in range(JOB, JOB + 10)),
-                  *(claim_key(job, 1, 0) for job in range(JOB, JOB + 10)))
+    client.delete(
+        *(attempt_key(job) for job in range(JOB, JOB + 10)),
+        *(claim_key(job, 1, 0) for job in range(JOB, JOB + 10)),
+    )
     yield client
     client.close()
 
@@ -97,18 +99,26 @@ def node(replicas_tmp_root: Path, bus: redis.Redis) -> Iterator[Agent]:
     os.environ["AGENT_ONLY_SECRET"] = "hunter2"  # a replica must never see it
     root = replicas_tmp_root / "pool"
     root.mkdir(mode=0o711)
-    agent = Agent(Settings(DATA_DIR=root / "data", NODE_ID=NODE, NODE_KEY="ab" * 32,
-                           ARTIFACT_URL=str(root / "store"), REPLICA_POOL_SIZE=2,
-                           REPLICA_UID_BASE=UID_BASE, REPLICA_UID_RANGE=UID_RANGE,
-                           STOP_GRACE=2.0), bus)
+    agent = Agent(
+        Settings(
+            DATA_DIR=root / "data",
+            NODE_ID=NODE,
+            NODE_KEY="ab" * 32,
+            ARTIFACT_URL=str(root / "store"),
+            REPLICA_POOL_SIZE=2,
+            REPLICA_UID_BASE=UID_BASE,
+            REPLICA_UID_RANGE=UID_RANGE,
+            STOP_GRACE=2.0,
+        ),
+        bus,
+    )
     agent.start_pool()
     try:
         tree = root / "code"
         tree.mkdir()
         (tree / "probe.py").write_text(PROBE)
         info = pack(tree, root / "code.tar.gz")
-        open_store(settings=agent.settings).put_file(bundle_key(info.digest),
-                                                     root / "code.tar.gz")
+        open_store(settings=agent.settings).put_file(bundle_key(info.digest), root / "code.tar.gz")
         agent.bundle = info.digest  # type: ignore[attr-defined]
         yield agent
     finally:
@@ -119,13 +129,18 @@ def node(replicas_tmp_root: Path, bus: redis.Redis) -> Iterator[Agent]:
 
 
 def start(node: Agent, job_id: int, **spec: Any) -> StartReplica:
-    fields: dict[str, Any] = {"bundle": node.bundle, "trainer": "probe:train",  # type: ignore[attr-defined]
-                              "strategy": "one_device", **spec}
+    fields: dict[str, Any] = {
+        "bundle": node.bundle,
+        "trainer": "probe:train",  # type: ignore[attr-defined]
+        "strategy": "one_device",
+        **spec,
+    }
     return StartReplica(NODE, ReplicaSpec(job_id, 1, 0, 1, **fields))
 
 
-def event(client: redis.Redis, kind: str, job_id: int, since: str,
-          timeout: float = 120) -> dict[str, Any]:
+def event(
+    client: redis.Redis, kind: str, job_id: int, since: str, timeout: float = 120
+) -> dict[str, Any]:
     def found() -> dict[str, Any] | None:
         for _, entry in client.xrange(EVENTS_STREAM, min=f"({since}"):
             data = json.loads(entry["data"])
@@ -144,14 +159,18 @@ def newest(client: redis.Redis) -> str:
 def ready(node: Agent) -> set[int]:
     """The pool's two warm processes, once both are ready (minutes on a 2-core machine
     that other TensorFlow work keeps busy: each import takes ~5 CPU-seconds)."""
-    return set(wait_for(lambda: len(pids := node.pool.ready_pids()) == 2 and pids, 600,
-                        "two warm processes"))
+    return set(
+        wait_for(
+            lambda: len(pids := node.pool.ready_pids()) == 2 and pids, 600, "two warm processes"
+        )
+    )
 
 
 def seen(node: Agent, job_id: int) -> dict[str, Any]:
     path = layout.work_dir(node.data_dir, job_id, 1, 0) / "seen.json"
-    return json.loads(wait_for(lambda: path.is_file() and path.read_text(), 60,
-                               f"job {job_id}'s probe"))  # type: ignore[no-any-return]
+    return json.loads(
+        wait_for(lambda: path.is_file() and path.read_text(), 60, f"job {job_id}'s probe")
+    )  # type: ignore[no-any-return]
 
 
 def replica_log(node: Agent, job_id: int) -> str:
@@ -159,13 +178,15 @@ def replica_log(node: Agent, job_id: int) -> str:
 
 
 def test_a_trainer_replica_is_handed_to_a_warm_process_as_its_jobs_own(
-        node: Agent, bus: redis.Redis) -> None:
+    node: Agent, bus: redis.Redis
+) -> None:
     warm = ready(node)
     since = newest(bus)
     # Mirrored over two logical CPU devices: the split only applies to a TensorFlow
     # whose runtime has not started, so it shows the warm process left it untouched.
-    node.start_replica(start(node, JOB, strategy="mirrored",
-                             distribution=Distribution(cpu_devices=2)))
+    node.start_replica(
+        start(node, JOB, strategy="mirrored", distribution=Distribution(cpu_devices=2))
+    )
     pid = event(bus, "replica_started", JOB, since)["pid"]
     assert pid in warm
     assert event(bus, "replica_exited", JOB, since)["exit_code"] == 0, replica_log(node, JOB)
@@ -215,7 +236,8 @@ def test_a_pooled_replica_stops_on_request(node: Agent, bus: redis.Redis) -> Non
 
 
 def test_a_pooled_replica_killed_is_reported_and_its_leftovers_reaped(
-        node: Agent, bus: redis.Redis) -> None:
+    node: Agent, bus: redis.Redis
+) -> None:
     warm = ready(node)
     since = newest(bus)
     node.start_replica(start(node, JOB + 3, hyperparameters={"block": True}))
@@ -224,14 +246,23 @@ def test_a_pooled_replica_killed_is_reported_and_its_leftovers_reaped(
     # Something the job left outside the replica's group, under its uid.
     uid = UID_BASE + (JOB + 3) % UID_RANGE
     leftover = subprocess.Popen(  # noqa: S603
-        [sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
-        env=agent_marks(NODE, node.data_dir), user=uid, group=uid, extra_groups=[])
+        [sys.executable, "-c", "import time; time.sleep(300)"],
+        start_new_session=True,
+        env=agent_marks(NODE, node.data_dir),
+        user=uid,
+        group=uid,
+        extra_groups=[],
+    )
     # Another agent's replica on this host under the same node id and uid (a test stack
     # beside this one, with a DATA_DIR of its own): not this agent's to end.
     other = subprocess.Popen(  # noqa: S603
-        [sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
-        env=agent_marks(NODE, node.data_dir.parent / "another-stack"), user=uid, group=uid,
-        extra_groups=[])
+        [sys.executable, "-c", "import time; time.sleep(300)"],
+        start_new_session=True,
+        env=agent_marks(NODE, node.data_dir.parent / "another-stack"),
+        user=uid,
+        group=uid,
+        extra_groups=[],
+    )
     try:
         os.kill(pid, signal.SIGKILL)
         assert event(bus, "replica_exited", JOB + 3, since)["exit_code"] == 137
@@ -244,12 +275,15 @@ def test_a_pooled_replica_killed_is_reported_and_its_leftovers_reaped(
                 process.wait()
 
 
-def test_command_jobs_and_import_time_variables_start_cold(node: Agent,
-                                                           bus: redis.Redis) -> None:
+def test_command_jobs_and_import_time_variables_start_cold(node: Agent, bus: redis.Redis) -> None:
     warm = ready(node)
     since = newest(bus)
-    node.start_replica(StartReplica(NODE, ReplicaSpec(
-        JOB + 4, 1, 0, 1, None, "one_device", command=["python", "-c", "pass"])))
+    node.start_replica(
+        StartReplica(
+            NODE,
+            ReplicaSpec(JOB + 4, 1, 0, 1, None, "one_device", command=["python", "-c", "pass"]),
+        )
+    )
     # TensorFlow reads its log level when it is imported: a warm process has, already.
     node.start_replica(start(node, JOB + 5, env={"TF_CPP_MIN_LOG_LEVEL": "3"}))
     for job_id in (JOB + 4, JOB + 5):
@@ -282,8 +316,13 @@ try:
 except RuntimeError as exc:
     print("too late:", exc)
 """
-    done = subprocess.run([sys.executable, "-P", "-c", probe], capture_output=True,  # noqa: S603
-                          text=True, timeout=180, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", probe],
+        capture_output=True,  # noqa: S603
+        text=True,
+        timeout=180,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     assert done.returncode == 0, done.stderr
     assert "too late:" in done.stdout
 

@@ -38,11 +38,18 @@ def foreign_listener() -> Iterator[int]:
         yield int(sock.getsockname()[1])
 
 
-def test_taken_port_is_reported_and_refused(tmp_path: Path, bus: redis.Redis,
-                                            foreign_listener: int) -> None:
+def test_taken_port_is_reported_and_refused(
+    tmp_path: Path, bus: redis.Redis, foreign_listener: int
+) -> None:
     port = foreign_listener
-    settings = Settings(DATA_DIR=tmp_path, NODE_ID="ports", NODE_SLOTS=1,
-                        NODE_KEY="ab" * 32, PORT_RANGE_START=port, PORT_RANGE_END=port)
+    settings = Settings(
+        DATA_DIR=tmp_path,
+        NODE_ID="ports",
+        NODE_SLOTS=1,
+        NODE_KEY="ab" * 32,
+        PORT_RANGE_START=port,
+        PORT_RANGE_END=port,
+    )
     agent = Agent(settings, bus)
 
     agent.heartbeat()
@@ -50,11 +57,15 @@ def test_taken_port_is_reported_and_refused(tmp_path: Path, bus: redis.Redis,
     assert beat["busy_ports"] == [port]
     assert beat["port_space"] and beat["gpu_ids"] == [] and beat["gpus"] == 0
 
-    agent.start_replica(StartReplica("ports", ReplicaSpec(JOB, 1, 0, 1, "mlp_digits",
-                                                          "one_device"), port=port))
+    agent.start_replica(
+        StartReplica("ports", ReplicaSpec(JOB, 1, 0, 1, "mlp_digits", "one_device"), port=port)
+    )
     assert agent.processes == {}  # nothing was spawned
-    events = [json.loads(fields["data"]) for _, fields in bus.xrange(EVENTS_STREAM)
-              if fields["kind"] == "replica_exited"]
+    events = [
+        json.loads(fields["data"])
+        for _, fields in bus.xrange(EVENTS_STREAM)
+        if fields["kind"] == "replica_exited"
+    ]
     assert len(events) == 1
     assert events[0]["exit_code"] == PORT_TAKEN_EXIT and events[0]["job_id"] == JOB
     assert f"port {port} is held by another process" in events[0]["log_tail"]

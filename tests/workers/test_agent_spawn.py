@@ -44,15 +44,25 @@ UNRUNNABLE = "no-such-module:train"
 @pytest.fixture
 def bus() -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url("agent"), decode_responses=True)
-    client.delete(*(attempt_key(job) for job in range(JOB, JOB + 6)),
-                  *(claim_key(job, 1, 0) for job in range(JOB, JOB + 6)))
+    client.delete(
+        *(attempt_key(job) for job in range(JOB, JOB + 6)),
+        *(claim_key(job, 1, 0) for job in range(JOB, JOB + 6)),
+    )
     yield client
     client.close()
 
 
 def agent(tmp_path: Path, client: redis.Redis, **settings: Any) -> Agent:
-    return Agent(Settings(DATA_DIR=tmp_path, NODE_ID="spawn", ALLOWED_ENTRYPOINTS=[UNRUNNABLE],
-                          NODE_KEY="ab" * 32, **settings), client)
+    return Agent(
+        Settings(
+            DATA_DIR=tmp_path,
+            NODE_ID="spawn",
+            ALLOWED_ENTRYPOINTS=[UNRUNNABLE],
+            NODE_KEY="ab" * 32,
+            **settings,
+        ),
+        client,
+    )
 
 
 def start(job_id: int, trainer: str = UNRUNNABLE) -> StartReplica:
@@ -66,8 +76,7 @@ def newest_event(client: redis.Redis) -> str:
     return str(newest[0][0]) if newest else "0-0"
 
 
-def exit_event(client: redis.Redis, job_id: int, since: str,
-               timeout: float = 30) -> dict[str, Any]:
+def exit_event(client: redis.Redis, job_id: int, since: str, timeout: float = 30) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for _, fields in client.xrange(EVENTS_STREAM, min=f"({since}"):
@@ -78,8 +87,9 @@ def exit_event(client: redis.Redis, job_id: int, since: str,
     raise AssertionError(f"no exit of job {job_id} within {timeout:.0f}s")
 
 
-def test_the_spec_travels_in_a_file_only_the_replica_reads(tmp_path: Path,
-                                                           bus: redis.Redis) -> None:
+def test_the_spec_travels_in_a_file_only_the_replica_reads(
+    tmp_path: Path, bus: redis.Redis
+) -> None:
     node = agent(tmp_path, bus)
     since = newest_event(bus)
     node.start_replica(start(JOB))
@@ -95,7 +105,8 @@ def test_the_spec_travels_in_a_file_only_the_replica_reads(tmp_path: Path,
 
 
 def test_a_heartbeat_lists_an_ended_replica_as_running_or_exited_never_neither(
-        tmp_path: Path, bus: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, bus: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # After its process ends, the agent ships the last lines and points, may reap what
     # the job left, reads the log's tail, then publishes the exit: seconds on a loaded
     # machine. A beat in between that listed the replica neither as running nor as
@@ -120,8 +131,10 @@ def test_a_heartbeat_lists_an_ended_replica_as_running_or_exited_never_neither(
         assert reading.wait(30), "the replica never ended"
         with node.lock:  # what the heartbeat reads, as it reads it
             running = set(node.processes)
-            exited = {(job, attempt, index): code for job, attempt, index, code
-                      in node.exits.recent_codes(time.time())}
+            exited = {
+                (job, attempt, index): code
+                for job, attempt, index, code in node.exits.recent_codes(time.time())
+            }
         assert key not in running
         assert exited.get((key.job_id, key.attempt, key.index)) == 2, exited
     finally:
@@ -131,13 +144,16 @@ def test_a_heartbeat_lists_an_ended_replica_as_running_or_exited_never_neither(
 
 def exits_since(client: redis.Redis, job_id: int, since: str) -> list[dict[str, Any]]:
     """The exit events of `job_id` published after `since` (read now, not waited for)."""
-    events = [json.loads(fields["data"]) | {"kind": fields["kind"]}
-              for _, fields in client.xrange(EVENTS_STREAM, min=f"({since}")]
+    events = [
+        json.loads(fields["data"]) | {"kind": fields["kind"]}
+        for _, fields in client.xrange(EVENTS_STREAM, min=f"({since}")
+    ]
     return [e for e in events if e["kind"] == "replica_exited" and e["job_id"] == job_id]
 
 
 def test_a_start_this_nodes_previous_agent_claimed_is_reported_as_an_exit(
-        tmp_path: Path, bus: redis.Redis) -> None:
+    tmp_path: Path, bus: redis.Redis
+) -> None:
     # An agent killed between claiming a replica and reporting its start leaves the claim
     # under its node's name. Its successor ignored every re-sent start as "already
     # claimed", and the gang waited for that replica for good (the chaos soak found a
@@ -168,7 +184,8 @@ def test_a_start_another_node_claimed_is_ignored(tmp_path: Path, bus: redis.Redi
 
 
 def test_a_start_being_answered_is_listed_in_the_heartbeat_until_it_is(
-        tmp_path: Path, bus: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, bus: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A restore of the job's checkpoint (held here) may take minutes before the claim
     and the spawn: meanwhile the beats say the agent works on that start, so the control
     plane does not take it for one left unanswered (watchdog.settle_unanswered_starts)."""
@@ -199,8 +216,7 @@ def test_a_start_being_answered_is_listed_in_the_heartbeat_until_it_is(
     assert published()["preparing"] == []
 
 
-def test_a_missing_interpreter_is_the_replicas_exit_127(tmp_path: Path,
-                                                        bus: redis.Redis) -> None:
+def test_a_missing_interpreter_is_the_replicas_exit_127(tmp_path: Path, bus: redis.Redis) -> None:
     node = agent(tmp_path, bus, REPLICA_PYTHON=str(tmp_path / "no-such-python"))
     since = newest_event(bus)
     node.start_replica(start(JOB + 1))
@@ -212,8 +228,9 @@ def test_a_missing_interpreter_is_the_replicas_exit_127(tmp_path: Path,
     assert node.exited[ReplicaKey(JOB + 1, 1, 0)][0] == 127  # in the heartbeat too
 
 
-def test_a_spec_that_cannot_be_written_is_the_replicas_exit_126(tmp_path: Path,
-                                                                bus: redis.Redis) -> None:
+def test_a_spec_that_cannot_be_written_is_the_replicas_exit_126(
+    tmp_path: Path, bus: redis.Redis
+) -> None:
     node = agent(tmp_path, bus)
     # A file where the replica's directory goes (root may write anywhere: no chmod trick).
     blocker = spec_path(node.data_dir, ReplicaKey(JOB + 2, 1, 0)).parent
@@ -226,13 +243,16 @@ def test_a_spec_that_cannot_be_written_is_the_replicas_exit_126(tmp_path: Path,
     assert "could not start the process" in event["log_tail"]
 
 
-@pytest.mark.parametrize(("error", "code"), [
-    (FileNotFoundError(errno.ENOENT, "No such file"), 127),
-    (OSError(errno.E2BIG, "Argument list too long"), 126),
-    (PermissionError(errno.EACCES, "Permission denied"), 126),
-    (OSError(errno.EAGAIN, "Resource temporarily unavailable"), PORT_TAKEN_EXIT),
-    (OSError(errno.ENOSPC, "No space left on device"), NO_SPACE_EXIT),
-    (ValueError("embedded null byte"), 126),
-])
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (FileNotFoundError(errno.ENOENT, "No such file"), 127),
+        (OSError(errno.E2BIG, "Argument list too long"), 126),
+        (PermissionError(errno.EACCES, "Permission denied"), 126),
+        (OSError(errno.EAGAIN, "Resource temporarily unavailable"), PORT_TAKEN_EXIT),
+        (OSError(errno.ENOSPC, "No space left on device"), NO_SPACE_EXIT),
+        (ValueError("embedded null byte"), 126),
+    ],
+)
 def test_spawn_failures_map_to_exit_codes(error: Exception, code: int) -> None:
     assert spawn_exit_code(error) == code

@@ -43,16 +43,18 @@ READER = textwrap.dedent("""
 
 
 def test_every_restore_during_real_saves_loads_a_whole_checkpoint(
-        artifact_env: str, tmp_path: Path) -> None:
+    artifact_env: str, tmp_path: Path
+) -> None:
     store = open_store(artifact_env)
     local = tmp_path / "writer"
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(local), "40"],
-                              stderr=subprocess.PIPE)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(local), "40"], stderr=subprocess.PIPE
+    )
     mirror = CheckpointMirror(store, JOB, local)
     restored = []
     while writer.poll() is None or len(restored) < 3:
         mirror.sync()
-        if (store.exists(f"jobs/{JOB}/checkpoints/chief/checkpoint")):
+        if store.exists(f"jobs/{JOB}/checkpoints/chief/checkpoint"):
             target = tmp_path / f"restore-{len(restored)}"
             try:
                 CheckpointMirror(open_store(artifact_env), JOB, target).restore()
@@ -66,8 +68,12 @@ def test_every_restore_during_real_saves_loads_a_whole_checkpoint(
     mirror.sync()
     final = tmp_path / "final"
     CheckpointMirror(open_store(artifact_env), JOB, final).restore()
-    reader = subprocess.run([sys.executable, "-c", READER, *map(str, [*restored, final])],
-                            capture_output=True, text=True, timeout=120)
+    reader = subprocess.run(
+        [sys.executable, "-c", READER, *map(str, [*restored, final])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert reader.returncode == 0, reader.stderr[-3000:]
     steps = [int(line) for line in reader.stdout.split()]
     assert steps[-1] == 40  # the last save reached the store

@@ -38,8 +38,14 @@ def gang(job_id: int, job_dir: Path, **overrides: Any) -> list[dict[str, str]]:
     cluster = [f"127.0.0.1:{port}" for port in free_ports(2)]
     return [
         replica_env(
-            spec(job_id, job_dir, index=index, replicas=2,
-                 strategy="multi_worker_mirrored", **overrides),
+            spec(
+                job_id,
+                job_dir,
+                index=index,
+                replicas=2,
+                strategy="multi_worker_mirrored",
+                **overrides,
+            ),
             {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}},
         )
         for index in range(2)
@@ -62,9 +68,11 @@ def output(logs: Path, index: int = 0) -> str:
 @pytest.mark.parametrize("strategy", ["one_device", "mirrored"])
 def test_accumulated_micro_steps_equal_one_large_step(strategy: str, tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "tests.workers.distribution_probe", strategy,
-         str(tmp_path / "tb")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "tests.workers.distribution_probe", strategy, str(tmp_path / "tb")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**replica_env(None), "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -83,12 +91,17 @@ def test_accumulated_micro_steps_equal_one_large_step(strategy: str, tmp_path: P
 
 
 def test_mlp_digits_gang_accumulates_and_shards_by_data(
-    reports: Reports, tmp_path: Path  # noqa: F811
+    reports: Reports,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     job_id, logs = 161, tmp_path / "logs"
     distribution = {"gradient_accumulation_steps": 4, "shard_policy": "data"}
-    envs = gang(job_id, tmp_path / "job", distribution=distribution,
-                hyperparameters={"epochs": 2, "steps_per_epoch": 12, "learning_rate": 0.05})
+    envs = gang(
+        job_id,
+        tmp_path / "job",
+        distribution=distribution,
+        hyperparameters={"epochs": 2, "steps_per_epoch": 12, "learning_rate": 0.05},
+    )
     assert run_replicas(envs, logs) == [0, 0], logs_of(logs)
     for index in (0, 1):
         out = output(logs, index)
@@ -105,8 +118,12 @@ def test_mlp_digits_gang_accumulates_and_shards_by_data(
 
 def test_mixed_bfloat16_gang_trains(reports: Reports, tmp_path: Path) -> None:  # noqa: F811
     job_id, logs = 162, tmp_path / "logs"
-    envs = gang(job_id, tmp_path / "job", distribution={"mixed_precision": "mixed_bfloat16"},
-                hyperparameters={"epochs": 3})
+    envs = gang(
+        job_id,
+        tmp_path / "job",
+        distribution={"mixed_precision": "mixed_bfloat16"},
+        hyperparameters={"epochs": 3},
+    )
     assert run_replicas(envs, logs) == [0, 0], logs_of(logs)
     assert "cohort: mixed_precision=mixed_bfloat16" in output(logs)
     assert "compute_dtype=bfloat16" in output(logs)
@@ -117,8 +134,9 @@ def test_mixed_bfloat16_gang_trains(reports: Reports, tmp_path: Path) -> None:  
 
 def test_profile_of_a_step_range(tmp_path: Path) -> None:
     job_id, logs, job_dir = 163, tmp_path / "logs", tmp_path / "job"
-    env = replica_env(spec(job_id, job_dir, hyperparameters=SHORT,
-                           profile={"first_step": 3, "last_step": 5}))
+    env = replica_env(
+        spec(job_id, job_dir, hyperparameters=SHORT, profile={"first_step": 3, "last_step": 5})
+    )
     assert run_replicas([env], logs) == [0], logs_of(logs)
     out = output(logs)
     assert out.index("cohort: profiling steps 3..5") < out.index("cohort: profile written")
@@ -127,13 +145,19 @@ def test_profile_of_a_step_range(tmp_path: Path) -> None:
 
 
 def test_model_parallel_example_uses_two_logical_devices(
-    reports: Reports, tmp_path: Path  # noqa: F811
+    reports: Reports,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     job_id, logs = 164, tmp_path / "logs"
-    env = replica_env(spec(
-        job_id, tmp_path / "job", trainer="examples.model_parallel.trainer:train",
-        distribution={"devices_per_replica": 2, "cpu_devices": 2},
-        hyperparameters={"epochs": 2}))
+    env = replica_env(
+        spec(
+            job_id,
+            tmp_path / "job",
+            trainer="examples.model_parallel.trainer:train",
+            distribution={"devices_per_replica": 2, "cpu_devices": 2},
+            hyperparameters={"epochs": 2},
+        )
+    )
     assert run_replicas([env], logs) == [0], logs_of(logs)
     placed = [line for line in output(logs).splitlines() if line.startswith("placed ")]
     assert any(line.endswith("device:CPU:0") for line in placed), placed

@@ -22,8 +22,9 @@ def alive(pid: int) -> bool:
 
 
 def guarded(program: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([*GUARD, str(os.getpid()), "--", sys.executable, "-c", program],
-                            start_new_session=True)
+    return subprocess.Popen(
+        [*GUARD, str(os.getpid()), "--", sys.executable, "-c", program], start_new_session=True
+    )
 
 
 def test_the_programs_exit_status_is_the_guards() -> None:
@@ -33,8 +34,7 @@ def test_the_programs_exit_status_is_the_guards() -> None:
 
 def test_sigterm_to_the_group_stops_the_program_and_reports_it(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
-    guard = guarded(f"import pathlib, time; pathlib.Path({str(ready)!r}).touch(); "
-                    "time.sleep(60)")
+    guard = guarded(f"import pathlib, time; pathlib.Path({str(ready)!r}).touch(); time.sleep(60)")
     deadline = time.monotonic() + 30
     while not ready.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -44,13 +44,22 @@ def test_sigterm_to_the_group_stops_the_program_and_reports_it(tmp_path: Path) -
 
 def test_the_program_stops_when_its_agent_dies(tmp_path: Path) -> None:
     pid_file = tmp_path / "program.pid"
-    program = (f"import os, pathlib, time; pathlib.Path({str(pid_file)!r}).write_text("
-               "str(os.getpid())); time.sleep(120)")
+    program = (
+        f"import os, pathlib, time; pathlib.Path({str(pid_file)!r}).write_text("
+        "str(os.getpid())); time.sleep(120)"
+    )
     # A stand-in agent: starts the guard as the agent does, then waits to be killed.
-    agent = subprocess.Popen([sys.executable, "-c", (
-        "import os, subprocess, sys, time; "
-        f"subprocess.Popen({[*GUARD]!r} + [str(os.getpid()), '--', sys.executable, '-c', "
-        f"{program!r}], start_new_session=True); time.sleep(120)")])
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import os, subprocess, sys, time; "
+                f"subprocess.Popen({[*GUARD]!r} + [str(os.getpid()), '--', sys.executable, '-c', "
+                f"{program!r}], start_new_session=True); time.sleep(120)"
+            ),
+        ]
+    )
     deadline = time.monotonic() + 30
     while not pid_file.exists() and time.monotonic() < deadline:
         time.sleep(0.05)

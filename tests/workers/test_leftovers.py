@@ -26,17 +26,21 @@ def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
         process.wait()
 
 
-def sleeper(processes: list[subprocess.Popen[bytes]], node_id: str,
-            data_dir: Path) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(["sleep", "600"], start_new_session=True,
-                               env={**os.environ, **agent_marks(node_id, data_dir)})
+def sleeper(
+    processes: list[subprocess.Popen[bytes]], node_id: str, data_dir: Path
+) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        ["sleep", "600"],
+        start_new_session=True,
+        env={**os.environ, **agent_marks(node_id, data_dir)},
+    )
     processes.append(process)
     return process
 
 
 def test_a_predecessors_frozen_processes_are_ended_and_no_other_agents(
-        tmp_path: Path, spawned: list[subprocess.Popen[bytes]],
-        caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]], caplog: pytest.LogCaptureFixture
+) -> None:
     ours = [sleeper(spawned, "node-a", tmp_path / "data") for _ in range(2)]
     for process in ours:
         os.kill(process.pid, signal.SIGSTOP)  # frozen when its agent died
@@ -48,7 +52,8 @@ def test_a_predecessors_frozen_processes_are_ended_and_no_other_agents(
     with caplog.at_level(logging.WARNING, logger="cohort.agent"):
         assert leftovers.end_predecessors("node-a", tmp_path / "data", timeout=10) == 2
     assert [r.getMessage() for r in caplog.records] == [
-        "ended 2 processes a previous agent of node node-a left running"]
+        "ended 2 processes a previous agent of node node-a left running"
+    ]
     assert {psutil.Process(p.pid).status() for p in ours} == {psutil.STATUS_ZOMBIE}
     for process in ours:
         assert process.wait(timeout=5) == -signal.SIGKILL

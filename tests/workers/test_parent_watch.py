@@ -58,9 +58,13 @@ def start_agent(mode: str) -> tuple[subprocess.Popen[str], int, int]:
     """The agent, and the pids of its replica and of the replica's watcher."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("COHORT_AGENT_PID", None)
-    agent = subprocess.Popen([sys.executable, "-c", AGENT, REPLICA, mode, str(TERM_GRACE)],
-                             env=env,
-                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    agent = subprocess.Popen(
+        [sys.executable, "-c", AGENT, REPLICA, mode, str(TERM_GRACE)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert agent.stdout is not None
     replica, watcher = (int(x) for x in agent.stdout.readline().split())
     return agent, replica, watcher
@@ -80,8 +84,11 @@ def agent_and_replica(mode: str) -> Iterator[tuple[subprocess.Popen[str], int, i
     agent, replica, watcher = start_agent(mode)
     try:
         if mode == "wedge":
-            wait_for(lambda: "futex" in Path(f"/proc/{replica}/wchan").read_text(), 10,
-                     "the replica to wedge")
+            wait_for(
+                lambda: "futex" in Path(f"/proc/{replica}/wchan").read_text(),
+                10,
+                "the replica to wedge",
+            )
         yield agent, replica, watcher
     finally:
         for pid in (replica, watcher):
@@ -99,8 +106,11 @@ def test_a_replica_holding_the_gil_ends_when_its_agent_is_killed() -> None:
         assert psutil.Process(replica).status() == psutil.STATUS_RUNNING  # in the regex
         os.killpg(agent.pid, signal.SIGKILL)
         agent.wait()
-        wait_for(lambda: not alive(replica) and not alive(watcher), 10,
-                 "the replica (GIL held) and its watcher to end")
+        wait_for(
+            lambda: not alive(replica) and not alive(watcher),
+            10,
+            "the replica (GIL held) and its watcher to end",
+        )
 
 
 def test_the_watcher_ends_with_its_replica_and_harms_no_agent() -> None:
@@ -123,8 +133,11 @@ def test_a_replica_holding_the_gil_ends_after_sigterm_though_no_agent_kills_it()
         os.killpg(replica, signal.SIGTERM)
         time.sleep(TERM_GRACE / 2)  # half the grace: what must not happen yet
         assert alive(replica) and alive(watcher)
-        wait_for(lambda: not alive(replica) and not alive(watcher), TERM_GRACE + 5,
-                 "the watcher to kill the replica its SIGTERM did not stop")
+        wait_for(
+            lambda: not alive(replica) and not alive(watcher),
+            TERM_GRACE + 5,
+            "the watcher to kill the replica its SIGTERM did not stop",
+        )
         assert time.monotonic() - termed_at >= TERM_GRACE - 0.5
 
 
@@ -133,5 +146,8 @@ def test_sigterm_then_the_agent_killed_leaves_no_replica() -> None:
         os.killpg(replica, signal.SIGTERM)
         os.killpg(agent.pid, signal.SIGKILL)
         agent.wait()
-        wait_for(lambda: not alive(replica) and not alive(watcher), 5,
-                 "the replica whose agent died after its SIGTERM to end")
+        wait_for(
+            lambda: not alive(replica) and not alive(watcher),
+            5,
+            "the replica whose agent died after its SIGTERM to end",
+        )

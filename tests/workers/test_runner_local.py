@@ -66,8 +66,11 @@ def replica_env(
     spec: dict[str, Any] | None, tf_config: dict[str, Any] | None = None
 ) -> dict[str, str]:
     """The environment the node agent gives a replica (its metrics file next to its spec)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TF_CONFIG", "COHORT_REPLICA_SPEC") and not k.startswith("COHORT_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TF_CONFIG", "COHORT_REPLICA_SPEC") and not k.startswith("COHORT_")
+    }
     env.update(
         TF_USE_LEGACY_KERAS="1",
         CUDA_VISIBLE_DEVICES="",
@@ -170,8 +173,9 @@ class Reports:
             for raw in path.read_bytes().splitlines():
                 for step, name, value, ts, epoch in decode_line(raw).points:
                     assert isinstance(step, int) and isinstance(value, float)
-                    points.append((replica["attempt"], replica["index"], step, epoch, name,
-                                   value, ts))
+                    points.append(
+                        (replica["attempt"], replica["index"], step, epoch, name, value, ts)
+                    )
         return points
 
 
@@ -288,8 +292,10 @@ def test_one_device_without_tf_config(reports: Reports, tmp_path: Path) -> None:
     assert codes == [0], logs_of(tmp_path / "logs")
     assert "TF_CONFIG=none" in (tmp_path / "logs" / "replica-0.out").read_text()
     # The runner beat its progress in the file too (no Redis: the agent ships both).
-    beats = [decode_line(raw).beat for raw in
-             Path(envs[0]["COHORT_METRICS_FILE"]).read_bytes().splitlines()]
+    beats = [
+        decode_line(raw).beat
+        for raw in Path(envs[0]["COHORT_METRICS_FILE"]).read_bytes().splitlines()
+    ]
     assert [beat for beat in beats if beat is not None], "no progress beat written"
     names = {(step, name) for _, step, _, name, _, _ in read_points(reports, job_id)}
     assert (5, "loss") in names and (5, "eval_accuracy") in names

@@ -37,8 +37,14 @@ def gang_envs(job_id: int, job_dir: Path, communication: str) -> list[dict[str, 
     cluster = [f"127.0.0.1:{port}" for port in free_ports(2)]
     return [
         replica_env(
-            spec(job_id, job_dir, index=index, replicas=2, strategy="multi_worker_mirrored",
-                 distribution={"communication": communication}),
+            spec(
+                job_id,
+                job_dir,
+                index=index,
+                replicas=2,
+                strategy="multi_worker_mirrored",
+                distribution={"communication": communication},
+            ),
             {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}},
         )
         for index in range(2)
@@ -47,19 +53,26 @@ def gang_envs(job_id: int, job_dir: Path, communication: str) -> list[dict[str, 
 
 def eval_accuracy(reports: Reports, job_id: int) -> float:
     """The chief's held-out accuracy at the final step."""
-    final = {(replica, step): value for replica, step, _, name, value, _ in
-             read_points(reports, job_id) if name == "eval_accuracy"}
+    final = {
+        (replica, step): value
+        for replica, step, _, name, value, _ in read_points(reports, job_id)
+        if name == "eval_accuracy"
+    }
     assert final[(0, 100)] > 0, final
     return final[(0, 100)]
 
 
 def run_gang(reports: Reports, tmp_path: Path, job_id: int, communication: str) -> float:
     logs = tmp_path / f"logs-{communication}"
-    assert run_replicas(gang_envs(job_id, tmp_path / f"job-{job_id}", communication),
-                        logs) == [0, 0], logs_of(logs)
+    assert run_replicas(gang_envs(job_id, tmp_path / f"job-{job_id}", communication), logs) == [
+        0,
+        0,
+    ], logs_of(logs)
     for index in (0, 1):
-        assert (f"cohort: multi_worker_mirrored communication={communication.upper()}"
-                in (logs / f"replica-{index}.out").read_text())
+        assert (
+            f"cohort: multi_worker_mirrored communication={communication.upper()}"
+            in (logs / f"replica-{index}.out").read_text()
+        )
     return eval_accuracy(reports, job_id)
 
 
@@ -70,8 +83,10 @@ def test_mirrored_over_two_cpu_devices_matches_a_two_worker_gang(
     env = mirrored_env(301, tmp_path / "job-301", {"cpu_devices": 2})
     assert run_replicas([env], logs) == [0], logs_of(logs)
     out = (logs / "replica-0.out").read_text()
-    assert "cohort: mirrored devices=['/device:CPU:0', '/device:CPU:1'] " \
-           "cross_device_ops=ReductionToOneDevice" in out, out
+    assert (
+        "cohort: mirrored devices=['/device:CPU:0', '/device:CPU:1'] "
+        "cross_device_ops=ReductionToOneDevice" in out
+    ), out
     assert "cohort: strategy=mirrored num_replicas_in_sync=2 role=worker" in out
     mirrored = eval_accuracy(reports, 301)
 
@@ -90,5 +105,4 @@ def test_ring_under_mirrored_is_a_configuration_error(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     env = mirrored_env(304, tmp_path / "job", {"communication": "ring"})
     assert run_replicas([env], logs, timeout=60) == [2], logs_of(logs)
-    assert "communication 'ring' is not one of mirrored's" in (
-        logs / "replica-0.err").read_text()
+    assert "communication 'ring' is not one of mirrored's" in (logs / "replica-0.err").read_text()

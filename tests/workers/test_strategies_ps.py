@@ -41,9 +41,15 @@ CHIEF, EVALUATOR = 0, 4
 SERVERS = [1, 2, 3]
 
 
-def ps_envs(job_id: int, job_dir: Path, hyperparameters: dict[str, Any], *,
-            attempt: int = 1, roles: list[tuple[str, int]] = ROLES,
-            trainer: str = "mlp_digits") -> list[dict[str, str]]:
+def ps_envs(
+    job_id: int,
+    job_dir: Path,
+    hyperparameters: dict[str, Any],
+    *,
+    attempt: int = 1,
+    roles: list[tuple[str, int]] = ROLES,
+    trainer: str = "mlp_digits",
+) -> list[dict[str, str]]:
     """The environments of a parameter_server gang: the training cluster's TF_CONFIG
     for chief, workers and ps; one naming only itself for the evaluator."""
     ports = iter(free_ports(len(roles)))
@@ -58,23 +64,35 @@ def ps_envs(job_id: int, job_dir: Path, hyperparameters: dict[str, Any], *,
             "cluster": {"evaluator": [addresses[index]]} if role == "evaluator" else cluster,
             "task": {"type": role, "index": role_index},
         }
-        envs.append(replica_env(
-            spec(job_id, job_dir, index=index, replicas=len(roles), attempt=attempt,
-                 strategy="parameter_server", role=role, role_index=role_index,
-                 hyperparameters=hyperparameters, trainer=trainer),
-            tf_config,
-        ))
+        envs.append(
+            replica_env(
+                spec(
+                    job_id,
+                    job_dir,
+                    index=index,
+                    replicas=len(roles),
+                    attempt=attempt,
+                    strategy="parameter_server",
+                    role=role,
+                    role_index=role_index,
+                    hyperparameters=hyperparameters,
+                    trainer=trainer,
+                ),
+                tf_config,
+            )
+        )
     return envs
 
 
 def points_of(reports: Reports, job_id: int) -> list[tuple[int, int, int, str, float]]:
     """(attempt, replica, step, name, value) of every point of `job_id` the runners wrote."""
-    return [(attempt, replica, step, name, value)
-            for attempt, replica, step, _epoch, name, value, _ts in reports.points(job_id)]
+    return [
+        (attempt, replica, step, name, value)
+        for attempt, replica, step, _epoch, name, value, _ts in reports.points(job_id)
+    ]
 
 
-def finish(processes: list[subprocess.Popen[bytes]], indexes: list[int],
-           logs: Path) -> list[int]:
+def finish(processes: list[subprocess.Popen[bytes]], indexes: list[int], logs: Path) -> list[int]:
     """Exit codes of these processes, which end by themselves; all are killed and the
     test fails at once if one fails or they outlive PS_TIMEOUT."""
     deadline = time.monotonic() + PS_TIMEOUT
@@ -94,8 +112,9 @@ def stop(processes: list[subprocess.Popen[bytes]], indexes: list[int], logs: Pat
     return wait_replicas([processes[index] for index in indexes], logs, timeout=20)
 
 
-def wait_for(what: str, condition: Callable[[], bool],
-             processes: list[subprocess.Popen[bytes]], logs: Path) -> None:
+def wait_for(
+    what: str, condition: Callable[[], bool], processes: list[subprocess.Popen[bytes]], logs: Path
+) -> None:
     """Until `condition()` holds, while every process runs."""
     deadline = time.monotonic() + PS_TIMEOUT
     while not condition():
@@ -126,16 +145,18 @@ def test_chief_workers_ps_and_evaluator_train_to_success(
     assert "cohort: strategy=parameter_server num_replicas_in_sync=1 role=chief" in chief_out
     for index in SERVERS:
         role, role_index = ROLES[index]
-        assert f"cohort: server role={role} index={role_index}" in (
-            logs / f"replica-{index}.out").read_text()
+        assert (
+            f"cohort: server role={role} index={role_index}"
+            in (logs / f"replica-{index}.out").read_text()
+        )
 
     points = points_of(reports, job_id)
     # The chief reports every step (its workers ran them) and its final evaluation.
-    chief = [(step, name, value) for _, replica, step, name, value in points
-             if replica == CHIEF]
+    chief = [(step, name, value) for _, replica, step, name, value in points if replica == CHIEF]
     assert sorted(step for step, name, _ in chief if name == "loss") == list(range(1, 61))
     assert {"accuracy", "step_time", "examples_per_sec", "epoch_loss"} <= {
-        name for _, name, _ in chief}
+        name for _, name, _ in chief
+    }
     final = {name: (step, value) for step, name, value in chief if name.startswith("eval_")}
     # Trained: well above chance (0.1). Two workers update the ps asynchronously, so the
     # figure after 60 steps varies from run to run (0.62 to 0.9 seen on this machine).
@@ -145,8 +166,9 @@ def test_chief_workers_ps_and_evaluator_train_to_success(
 
     # The evaluator reported eval_* at the steps of the checkpoints it saw, the last
     # one at the final step, with the accuracy the chief measured on the same split.
-    evaluated = {(step, name): value for _, replica, step, name, value in points
-                 if replica == EVALUATOR}
+    evaluated = {
+        (step, name): value for _, replica, step, name, value in points if replica == EVALUATOR
+    }
     steps = sorted({step for step, name in evaluated if name == "eval_accuracy"})
     assert steps and steps[-1] == 60 and set(steps) <= {20, 40, 60}, steps
     assert evaluated[(60, "eval_accuracy")] == pytest.approx(final["eval_accuracy"][1])
@@ -154,9 +176,7 @@ def test_chief_workers_ps_and_evaluator_train_to_success(
     assert (job_dir / "model" / "saved_model.pb").is_file()
 
 
-def test_a_restarted_gang_resumes_from_the_chiefs_backup(
-    reports: Reports, tmp_path: Path
-) -> None:
+def test_a_restarted_gang_resumes_from_the_chiefs_backup(reports: Reports, tmp_path: Path) -> None:
     # The chief dies after its first epoch's backup; the gang started again (attempt
     # 2, as the control plane restarts it) resumes after that epoch.
     job_id, job_dir = 202, tmp_path / "job"
@@ -175,8 +195,11 @@ def test_a_restarted_gang_resumes_from_the_chiefs_backup(
     processes = start_replicas(ps_envs(job_id, job_dir, hp, attempt=2, roles=roles), logs)
     codes = finish(processes, [CHIEF], logs) + stop(processes, SERVERS, logs)
     assert codes == [0, 143, 143, 143], logs_of(logs)
-    resumed = sorted(step for attempt, replica, step, name, _ in points_of(reports, job_id)
-                     if attempt == 2 and replica == CHIEF and name == "loss")
+    resumed = sorted(
+        step
+        for attempt, replica, step, name, _ in points_of(reports, job_id)
+        if attempt == 2 and replica == CHIEF and name == "loss"
+    )
     assert resumed[0] > 20 and resumed[-1] == 60, resumed
     # The evaluator's checkpoints continue the epoch numbering of the first attempt.
     names = {path.name for path in (job_dir / "checkpoints" / "evaluator").iterdir()}
@@ -187,28 +210,41 @@ def test_an_evaluator_without_checkpoints_waits_until_sigterm(tmp_path: Path) ->
     logs = tmp_path / "logs"
     env = ps_envs(203, tmp_path / "job", {}, roles=[("evaluator", 0)])
     processes = start_replicas(env, logs)
-    wait_for("waiting", says(logs / "replica-0.out", "evaluator waiting for checkpoints"),
-             processes, logs)
+    wait_for(
+        "waiting",
+        says(logs / "replica-0.out", "evaluator waiting for checkpoints"),
+        processes,
+        logs,
+    )
     time.sleep(2)  # still waiting, not finished
     assert processes[0].poll() is None, logs_of(logs)
     assert stop(processes, [0], logs) == [143], logs_of(logs)
 
 
-@pytest.mark.parametrize(("role", "task"), [
-    ("ps", {"type": "worker", "index": 0}),
-    ("worker", {"type": "worker", "index": 1}),
-    ("chief", {"type": "worker", "index": 0}),
-])
+@pytest.mark.parametrize(
+    ("role", "task"),
+    [
+        ("ps", {"type": "worker", "index": 0}),
+        ("worker", {"type": "worker", "index": 1}),
+        ("chief", {"type": "worker", "index": 0}),
+    ],
+)
 def test_a_tf_config_naming_another_task_exits_2(
     tmp_path: Path, role: str, task: dict[str, Any]
 ) -> None:
     ports = free_ports(3)
-    tf_config = {"cluster": {"chief": [f"127.0.0.1:{ports[0]}"],
-                             "worker": [f"127.0.0.1:{ports[1]}"],
-                             "ps": [f"127.0.0.1:{ports[2]}"]},
-                 "task": task}
-    env = replica_env(spec(204, tmp_path / "job", index=0, replicas=3,
-                           strategy="parameter_server", role=role), tf_config)
+    tf_config = {
+        "cluster": {
+            "chief": [f"127.0.0.1:{ports[0]}"],
+            "worker": [f"127.0.0.1:{ports[1]}"],
+            "ps": [f"127.0.0.1:{ports[2]}"],
+        },
+        "task": task,
+    }
+    env = replica_env(
+        spec(204, tmp_path / "job", index=0, replicas=3, strategy="parameter_server", role=role),
+        tf_config,
+    )
     logs = tmp_path / "logs"
     assert wait_replicas(start_replicas([env], logs), logs, timeout=60) == [2], logs_of(logs)
     assert "is not this replica's role" in (logs / "replica-0.err").read_text()

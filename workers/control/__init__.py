@@ -1,7 +1,7 @@
 """Control-plane processes (hold SQL credentials).
 
-    scheduler.py  the scheduler process: leadership, the reconcile loop, agent events
-    ingest.py     metric batches and log lines from Redis streams into SQL
-    streams.py    reading a Redis stream through the leader's consumer group
-    dispatch.py   the scheduler's messages sent to node queues through Celery
+scheduler.py  the scheduler process: leadership, the reconcile loop, agent events
+ingest.py     metric batches and log lines from Redis streams into SQL
+streams.py    reading a Redis stream through the leader's consumer group
+dispatch.py   the scheduler's messages sent to node queues through Celery
 """

@@ -64,20 +64,33 @@ class CeleryDispatcher:
         declared once (kombu binds a copy of the queue for every declare)."""
         amqp = self.app.amqp
         message = amqp.create_task_message(
-            uuid(), task, [sealed], {}, reply_to=self.app.thread_oid,
-            create_sent_event=self.app.conf.task_send_sent_event, ignore_result=None,
+            uuid(),
+            task,
+            [sealed],
+            {},
+            reply_to=self.app.thread_oid,
+            create_sent_event=self.app.conf.task_send_sent_event,
+            ignore_result=None,
             # What Celery shows of the argument (its default is a repr of the whole
             # sealed message).
-            argsrepr=f"[<{task} for {queue}>]")
-        amqp.send_task_message(producer, task, message, queue=queue,
-                               **({} if queue not in self.declared else {"declare": []}))
+            argsrepr=f"[<{task} for {queue}>]",
+        )
+        amqp.send_task_message(
+            producer,
+            task,
+            message,
+            queue=queue,
+            **({} if queue not in self.declared else {"declare": []}),
+        )
         self.declared.add(queue)
 
     def _publish_attempts(self, messages: list[Message]) -> bool:
         # Before any start goes out, so an agent that gets an older attempt's message
         # late can tell it is stale. One write per job, not per replica.
-        return publish_attempts(self.redis, {m.spec.job_id: m.spec.attempt for m in messages
-                                             if isinstance(m, StartReplica)})
+        return publish_attempts(
+            self.redis,
+            {m.spec.job_id: m.spec.attempt for m in messages if isinstance(m, StartReplica)},
+        )
 
 
 def publish_attempts(client: redis.Redis, attempts: dict[int, int]) -> bool:

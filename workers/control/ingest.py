@@ -40,6 +40,7 @@ log = logging.getLogger("cohort.ingest")
 
 Sessions = Callable[[], AbstractContextManager[Session]]  # a transaction per call
 
+
 @dataclass(frozen=True)
 class Feed:
     """One stream the leader stores: how to parse an entry and how to store rows."""
@@ -54,14 +55,22 @@ class Feed:
     count: int  # entries per read
 
 
-METRICS = Feed(METRICS_STREAM, "metric", metrics.parse_batch, metrics.insert_point_rows,
-               metrics.newest_point_ids, 1000)
-LOGS = Feed(LOGS_STREAM, "log", logs.parse_log_batch, logs.insert_line_rows,
-            logs.newest_line_ids, 500)
+METRICS = Feed(
+    METRICS_STREAM,
+    "metric",
+    metrics.parse_batch,
+    metrics.insert_point_rows,
+    metrics.newest_point_ids,
+    1000,
+)
+LOGS = Feed(
+    LOGS_STREAM, "log", logs.parse_log_batch, logs.insert_line_rows, logs.newest_line_ids, 500
+)
 
 
-def publish_live(client: redis.Redis, kind: str, rows: list[tuple[Any, ...]],
-                 places: dict[int, Place]) -> None:
+def publish_live(
+    client: redis.Redis, kind: str, rows: list[tuple[Any, ...]], places: dict[int, Place]
+) -> None:
     """Publish committed rows to the live feeds; a failure costs live viewers only."""
     try:
         live.publish(client, kind, rows, places)
@@ -71,8 +80,9 @@ def publish_live(client: redis.Redis, kind: str, rows: list[tuple[Any, ...]],
         log.warning("could not publish %d %s rows to live feeds: %s", len(rows), kind, exc)
 
 
-def _store(feed: Feed, rows: list[dict[str, Any]], sessions: Sessions
-           ) -> tuple[list[tuple[Any, ...]], dict[int, Place]]:
+def _store(
+    feed: Feed, rows: list[dict[str, Any]], sessions: Sessions
+) -> tuple[list[tuple[Any, ...]], dict[int, Place]]:
     """Store rows; returns the new ones and, per job, where they stand in its stream."""
     session: Session
     with sessions() as session:
@@ -89,8 +99,9 @@ def _store(feed: Feed, rows: list[dict[str, Any]], sessions: Sessions
         return new_rows, {job: Place(prev[job], other[job], events[job]) for job in first}
 
 
-def ingest_once(client: redis.Redis, feed: Feed, *, sessions: Sessions,
-                block_ms: int = 1000) -> int:
+def ingest_once(
+    client: redis.Redis, feed: Feed, *, sessions: Sessions, block_ms: int = 1000
+) -> int:
     """Store one read of `feed` in SQL, then acknowledge it; returns the rows stored.
 
     `sessions` opens each transaction: the leader's term's `Fence.scope`, so a deposed

@@ -67,13 +67,16 @@ log = logging.getLogger("cohort.scheduler")
 PROGRESS_FORGET = 3600.0  # seconds
 
 
-def read_heartbeats(client: redis.Redis, keyring: Keyring, refusals: Refusals,
-                    arrivals: Arrivals[str]) -> list[Heartbeat]:
+def read_heartbeats(
+    client: redis.Redis, keyring: Keyring, refusals: Refusals, arrivals: Arrivals[str]
+) -> list[Heartbeat]:
     """The last heartbeat of every agent, each signed with its node's key (a node without
     its credential is not registered, nor kept alive), timed by when this scheduler saw
     it arrive: never by the agent's clock (services/cluster/arrivals.py)."""
-    raw_beats = {str(field): str(value)  # a decoding client (get_redis)
-                 for field, value in client.hgetall(NODES_HASH).items()}
+    raw_beats = {
+        str(field): str(value)  # a decoding client (get_redis)
+        for field, value in client.hgetall(NODES_HASH).items()
+    }
     heard = arrivals.observe(raw_beats)
     beats = []
     for node_id, raw in raw_beats.items():
@@ -106,8 +109,9 @@ def trusted_event(fields: dict[str, str], keyring: Keyring) -> Event:
     return event
 
 
-def read_progress(client: redis.Redis, arrivals: Arrivals[str]
-                  ) -> dict[tuple[int, int, int], float]:
+def read_progress(
+    client: redis.Redis, arrivals: Arrivals[str]
+) -> dict[tuple[int, int, int], float]:
     """The time (this scheduler's clock) each replica that sent a progress heartbeat is
     alive through: when its last beat was seen to arrive, plus what it vouched ahead.
 
@@ -134,16 +138,21 @@ def read_progress(client: redis.Redis, arrivals: Arrivals[str]
     return progress
 
 
-def _from_its_node(session: Session, event: ReplicaStarted | ReplicaExited | ReplicaRestarted
-                   ) -> None:
+def _from_its_node(
+    session: Session, event: ReplicaStarted | ReplicaExited | ReplicaRestarted
+) -> None:
     """Refuse a report about a replica from any node but the one SQL placed it on (a
     node's key proves who sent it, not that the replica is its own)."""
-    runs_on = gangs.replica_node(session=session, job_id=event.job_id,
-                                 attempt=event.attempt, index=event.index)
+    runs_on = gangs.replica_node(
+        session=session, job_id=event.job_id, attempt=event.attempt, index=event.index
+    )
     if runs_on is not None and runs_on != event.node_id:
-        raise Refused("another node", f"{event.KIND} of replica {event.job_id}/"
-                      f"{event.attempt}/{event.index} from node {event.node_id!r}, "
-                      f"which runs on {runs_on!r}")
+        raise Refused(
+            "another node",
+            f"{event.KIND} of replica {event.job_id}/"
+            f"{event.attempt}/{event.index} from node {event.node_id!r}, "
+            f"which runs on {runs_on!r}",
+        )
 
 
 def apply_event(event: Event, fence: Fence) -> list[Message]:
@@ -157,9 +166,14 @@ def apply_event(event: Event, fence: Fence) -> list[Message]:
     if isinstance(event, ReplicaRestarted):
         with fence.scope() as session:
             _from_its_node(session, event)
-            gangs.record_replica_restarted(session=session, job_id=event.job_id,
-                                           attempt=event.attempt, index=event.index,
-                                           pid=event.pid, restarts=event.restarts)
+            gangs.record_replica_restarted(
+                session=session,
+                job_id=event.job_id,
+                attempt=event.attempt,
+                index=event.index,
+                pid=event.pid,
+                restarts=event.restarts,
+            )
         return []  # the gang goes on: nothing to settle
     if not isinstance(event, ReplicaStarted | ReplicaExited):
         return []  # a `wake` only triggers a pass
@@ -169,14 +183,24 @@ def apply_event(event: Event, fence: Fence) -> list[Message]:
     with fence.scope() as session:
         _from_its_node(session, event)
         if isinstance(event, ReplicaStarted):
-            replica = gangs.record_replica_started(session=session, job_id=event.job_id,
-                                                   attempt=event.attempt, index=event.index,
-                                                   pid=event.pid, at=at)
+            replica = gangs.record_replica_started(
+                session=session,
+                job_id=event.job_id,
+                attempt=event.attempt,
+                index=event.index,
+                pid=event.pid,
+                at=at,
+            )
         else:
-            replica = gangs.record_replica_exited(session=session, job_id=event.job_id,
-                                                  attempt=event.attempt, index=event.index,
-                                                  exit_code=event.exit_code,
-                                                  log_tail=event.log_tail, at=at)
+            replica = gangs.record_replica_exited(
+                session=session,
+                job_id=event.job_id,
+                attempt=event.attempt,
+                index=event.index,
+                exit_code=event.exit_code,
+                log_tail=event.log_tail,
+                at=at,
+            )
         if replica is None:
             return []
         job = session.get(Job, event.job_id)
@@ -201,8 +225,9 @@ def cycles_collected_after() -> Iterator[None]:
 
 
 class Scheduler:
-    def __init__(self, settings: Settings, client: redis.Redis, dispatcher: Dispatcher,
-                 keyring: Keyring) -> None:
+    def __init__(
+        self, settings: Settings, client: redis.Redis, dispatcher: Dispatcher, keyring: Keyring
+    ) -> None:
         self.settings = settings
         self.redis = client
         self.dispatcher = dispatcher
@@ -248,17 +273,20 @@ class Scheduler:
             self.unheard = True
         if self.unheard:
             self.restore_attempts(fence)
-        heartbeats = read_heartbeats(self.redis, self.keyring, self.refusals,
-                                     self.node_arrivals)
+        heartbeats = read_heartbeats(self.redis, self.keyring, self.refusals, self.node_arrivals)
         progress = read_progress(self.redis, self.progress_arrivals)
         with fence.scope() as session:
             if self.unheard:  # beats Redis held may be gone: their senders are not silent
                 watchdog.excuse_silence(session=session, now=utcnow())
-            result = reconcile.run_pass(session=session, settings=self.settings,
-                                         heartbeats=heartbeats, progress=progress,
-                                         memo=self.placement_memo,
-                                         # excuse_silence rewrote the nodes' times
-                                         known_nodes=None if self.unheard else self.node_rows)
+            result = reconcile.run_pass(
+                session=session,
+                settings=self.settings,
+                heartbeats=heartbeats,
+                progress=progress,
+                memo=self.placement_memo,
+                # excuse_silence rewrote the nodes' times
+                known_nodes=None if self.unheard else self.node_rows,
+            )
         self.placement_memo.committed()
         self.node_rows = result.node_rows
         # Both done and committed: a pass that failed before here does them again.
@@ -299,8 +327,11 @@ class Scheduler:
                 except Fenced:
                     raise
                 except Refused as exc:  # logged once a minute per kind and reason
-                    self.refusals.note(exc.reason, f"a {str(fields.get('kind'))[:64]!r} event",
-                                       f"{entry_id}: {exc}")
+                    self.refusals.note(
+                        exc.reason,
+                        f"a {str(fields.get('kind'))[:64]!r} event",
+                        f"{entry_id}: {exc}",
+                    )
                 except WireError as exc:
                     log.warning("ignoring malformed event %s: %s", entry_id, exc)
                 except Exception as exc:
@@ -325,9 +356,15 @@ class Scheduler:
         log.info("scheduler is the leader (fencing token %d)", term.fence.token)
         self._new_term()
         # The leader alone ingests metrics too: one consumer, no duplicate reads.
-        ingesters = [threading.Thread(target=ingest_while, args=(self.redis, feed, term),
-                                      daemon=True, name=f"ingest-{feed.kind}")
-                     for feed in (METRICS, LOGS)]
+        ingesters = [
+            threading.Thread(
+                target=ingest_while,
+                args=(self.redis, feed, term),
+                daemon=True,
+                name=f"ingest-{feed.kind}",
+            )
+            for feed in (METRICS, LOGS)
+        ]
         for thread in ingesters:
             thread.start()
         try:
@@ -357,8 +394,9 @@ class Scheduler:
                 # Wait for events no longer than until the next pass is due; a burst of
                 # them is applied as it comes and joins one pass (pacing.py).
                 # (1 ms at least: a block of 0 would wait for ever.)
-                if self.handle_events(block_ms=max(1, round(pacer.due_in() * 1000)),
-                                      fence=term.fence):
+                if self.handle_events(
+                    block_ms=max(1, round(pacer.due_in() * 1000)), fence=term.fence
+                ):
                     pacer.want()
                 if pacer.due_in() == 0:
                     pacer.started()
@@ -399,8 +437,9 @@ def run_scheduler(settings: Settings | None = None) -> None:
 
     settings = settings or get_settings()
     keyring = Keyring(settings.SIGNING_KEY)  # MissingKey: the CLI says so in one line
-    scheduler = Scheduler(settings, get_redis(), CeleryDispatcher(app, get_redis(), keyring),
-                          keyring)
+    scheduler = Scheduler(
+        settings, get_redis(), CeleryDispatcher(app, get_redis(), keyring), keyring
+    )
     try:
         scheduler.run()
     except KeyboardInterrupt:

@@ -40,9 +40,13 @@ class GroupReader:
         """Unacknowledged entries, then new ones (waiting up to `block_ms` for them)."""
         ensure_group(self.client, self.stream)
         for start in ("0", ">"):
-            reply = self.client.xreadgroup(GROUP, CONSUMER, {self.stream: start},
-                                           count=self.count,
-                                           block=None if start == "0" else block_ms)
+            reply = self.client.xreadgroup(
+                GROUP,
+                CONSUMER,
+                {self.stream: start},
+                count=self.count,
+                block=None if start == "0" else block_ms,
+            )
             # redis-py types every protocol's reply shape; ours is RESP2 with decoded
             # strings (services.wire.client.get_redis): [[stream, [(id, fields), ...]]].
             for _stream, entries in cast(list[tuple[str, list[Entry]]], reply or []):

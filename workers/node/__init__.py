@@ -1,26 +1,26 @@
 """Node-side code: the agent and what it does for each replica (never SQL).
 
-    agent.py          the agent: heartbeats, start/stop, supervision, fencing
-    tasks.py          the Celery tasks it consumes from its own queue
-    respawn.py        a lost parameter_server worker started again in place
-    exits.py          exit codes, and exits/refusals reported until the scheduler has them
-    admission.py      what it agrees to run (the api's policy, checked again)
-    ports.py, gpus.py the host's ports and GPUs
-    prepare.py        a replica's code and inputs fetched before it starts
-    bundle_cache.py   code bundles fetched and verified once per digest
-    code_unpack.py    the child that unpacks one into a replica's code dir as the job's uid
-    environment.py    a replica's directories and variables; its command resolved
-    launcher.py       spawning one replica process (never through a shell)
-    guard.py          the wrapper that ends a job's process with the agent
-    processes.py      stopping a process and all it started
-    leftovers.py      what a job's code or a previous agent left running here
-    data_dir_lock.py  one agent per node id and DATA_DIR
-    layout.py         where a job's files go on a node
-    logship.py        a replica's log shipped line by line through Redis
-    sidecar.py        what runs beside each replica, whatever its loop:
-    artifact_sync.py    checkpoints, models and TensorBoard files to and from the store
-    attempts.py         a job's current attempt: no stale start, no stale checkpoint
-    scalars.py          metrics and progress read from the files the loop writes,
-    tfevents.py         from TensorBoard event files
-    report_file.py      and from the JSON-lines file `cohort.report()` appends to
+agent.py          the agent: heartbeats, start/stop, supervision, fencing
+tasks.py          the Celery tasks it consumes from its own queue
+respawn.py        a lost parameter_server worker started again in place
+exits.py          exit codes, and exits/refusals reported until the scheduler has them
+admission.py      what it agrees to run (the api's policy, checked again)
+ports.py, gpus.py the host's ports and GPUs
+prepare.py        a replica's code and inputs fetched before it starts
+bundle_cache.py   code bundles fetched and verified once per digest
+code_unpack.py    the child that unpacks one into a replica's code dir as the job's uid
+environment.py    a replica's directories and variables; its command resolved
+launcher.py       spawning one replica process (never through a shell)
+guard.py          the wrapper that ends a job's process with the agent
+processes.py      stopping a process and all it started
+leftovers.py      what a job's code or a previous agent left running here
+data_dir_lock.py  one agent per node id and DATA_DIR
+layout.py         where a job's files go on a node
+logship.py        a replica's log shipped line by line through Redis
+sidecar.py        what runs beside each replica, whatever its loop:
+artifact_sync.py    checkpoints, models and TensorBoard files to and from the store
+attempts.py         a job's current attempt: no stale start, no stale checkpoint
+scalars.py          metrics and progress read from the files the loop writes,
+tfevents.py         from TensorBoard event files
+report_file.py      and from the JSON-lines file `cohort.report()` appends to
 """

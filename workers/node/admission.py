@@ -29,4 +29,3 @@ def refusal(spec: ReplicaSpec, allowed_entrypoints: list[str]) -> str | None:
     except (InvalidJobSpec, InvalidKey, ValueError) as exc:
         return f"refused by the node's policy: {exc}"
     return None
-

@@ -94,8 +94,12 @@ class Fenced(NamedTuple):
 class Agent:
     """Supervises the replica processes of one node."""
 
-    def __init__(self, settings: Settings, client: redis.Redis,
-                 declare_queue: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        client: redis.Redis,
+        declare_queue: Callable[[], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.redis = client
         # Declares this node's queue again (its binding is a Redis key, gone with a wipe;
@@ -135,8 +139,9 @@ class Agent:
         # Ended replicas' senders, for a wipe of Redis just after an end (workers/replay.py).
         self.ended = AfterEnd()
         # Warm replica processes (COHORT_REPLICA_POOL_SIZE; none until start_pool).
-        self.pool = ReplicaPool(settings.REPLICA_POOL_SIZE, self.python, self.node_id,
-                                self.data_dir)
+        self.pool = ReplicaPool(
+            settings.REPLICA_POOL_SIZE, self.python, self.node_id, self.data_dir
+        )
 
     @property
     def python(self) -> str:
@@ -156,16 +161,20 @@ class Agent:
         """Offer the GPUs found (NVML, COHORT_NODE_GPUS) that the replicas' TensorFlow
         sees; asking it takes seconds, so the node offers no GPU until then."""
         found = {gpu.index: gpu for gpu in gpus.discover()}
-        ids = gpus.usable_gpus(gpus.node_gpu_ids(self.settings.NODE_GPUS, list(found)),
-                               self.settings.REPLICA_PYTHON or sys.executable,
-                               self.settings.NODE_GPU_PROBE)
-        models = tuple((found[i].name, found[i].memory_mb) if i in found else ("", 0)
-                       for i in ids)
+        ids = gpus.usable_gpus(
+            gpus.node_gpu_ids(self.settings.NODE_GPUS, list(found)),
+            self.settings.REPLICA_PYTHON or sys.executable,
+            self.settings.NODE_GPU_PROBE,
+        )
+        models = tuple((found[i].name, found[i].memory_mb) if i in found else ("", 0) for i in ids)
         with self.lock:
             self.gpu_ids, self.gpu_models = ids, models
         if ids:
-            log.info("offering GPUs %s: %s", ids,
-                     ", ".join(name or "unnamed" for name, _memory in models))
+            log.info(
+                "offering GPUs %s: %s",
+                ids,
+                ", ".join(name or "unnamed" for name, _memory in models),
+            )
 
     # -- tasks -------------------------------------------------------------
     def start_replica(self, message: StartReplica) -> None:
@@ -186,13 +195,17 @@ class Agent:
 
     def _start_replica(self, key: ReplicaKey, message: StartReplica) -> None:
         process, failure = None, None
-        if key not in self.started and not self.stopping.is_set() and \
-                admission.refusal(message.spec, self.settings.ALLOWED_ENTRYPOINTS) is None:
+        if (
+            key not in self.started
+            and not self.stopping.is_set()
+            and admission.refusal(message.spec, self.settings.ALLOWED_ENTRYPOINTS) is None
+        ):
             # Its directories, with their owners, before anything is fetched into them
             # (nothing for a message the policy refuses: it is answered below).
             try:
-                isolation.lay_out(self.data_dir, key.job_id, key.attempt, key.index,
-                                  self.replica_user(key.job_id))
+                isolation.lay_out(
+                    self.data_dir, key.job_id, key.attempt, key.index, self.replica_user(key.job_id)
+                )
             except OSError as exc:  # the spawn tries again, and reports it as the exit
                 log.warning("cannot lay out the directories of %s: %s", key, exc)
             # Outside the lock (it may download): the claim below still decides.
@@ -216,8 +229,12 @@ class Agent:
                 failure = PORT_TAKEN_EXIT, port_taken
             elif self.preparer.needed(message.spec):
                 self.preparing[key] = threading.Event()
-                threading.Thread(target=self._prepare_and_start, args=(message,), daemon=True,
-                                 name=f"prepare-{key.job_id}-{key.attempt}-{key.index}").start()
+                threading.Thread(
+                    target=self._prepare_and_start,
+                    args=(message,),
+                    daemon=True,
+                    name=f"prepare-{key.job_id}-{key.attempt}-{key.index}",
+                ).start()
             else:
                 process, failure = self._spawn(message)
         self._started_or_refused(key, process, failure)
@@ -240,13 +257,17 @@ class Agent:
             self.exits.never_started(key, until_sent=True)
         self._started_or_refused(key, process, failure)
 
-    def _spawn(self, message: StartReplica) -> tuple[ReplicaProcess | None,
-                                                       tuple[int, str] | None]:
+    def _spawn(self, message: StartReplica) -> tuple[ReplicaProcess | None, tuple[int, str] | None]:
         """Spawn the replica (lock held): its process, or its exit code and the reason."""
         self.sidecars.follow(ReplicaKey.of(message.spec))  # before the process writes
         try:
-            process = spawn(message, self.data_dir, self.python,
-                            self.replica_user(message.spec.job_id), self.pool)
+            process = spawn(
+                message,
+                self.data_dir,
+                self.python,
+                self.replica_user(message.spec.job_id),
+                self.pool,
+            )
         except CommandNotFound as exc:
             return None, (SPAWN_NOT_FOUND_EXIT, str(exc))
         except Exception as exc:  # noqa: BLE001 - any failure is this replica's exit
@@ -255,24 +276,37 @@ class Agent:
         self.respawns.started(process.key, message)
         return process, None
 
-    def _started_or_refused(self, key: ReplicaKey, process: ReplicaProcess | None,
-                            failure: tuple[int, str] | None) -> None:
+    def _started_or_refused(
+        self, key: ReplicaKey, process: ReplicaProcess | None, failure: tuple[int, str] | None
+    ) -> None:
         """Report a start (and supervise the process) or a refusal."""
         if failure is not None:
             self.exits.refused(key, *failure)
         if process is None:
             self.sidecars.discard(key)
             return
-        log.info("started %s as pid %d%s", key, process.popen.pid,
-                 " (a warm process)" if process.warm else "")
+        log.info(
+            "started %s as pid %d%s",
+            key,
+            process.popen.pid,
+            " (a warm process)" if process.warm else "",
+        )
         shipper = LogShipper(self.redis, key, process.log_path)
         shipper.start()
         self.sidecars.start(key)
-        publish_node_event(self.redis, ReplicaStarted(
-            self.node_id, key.job_id, key.attempt, key.index, process.popen.pid, time.time()),
-            self.node_key)
-        threading.Thread(target=self._watch, args=(process, shipper), daemon=True,
-                         name=f"watch-{key.job_id}-{key.attempt}-{key.index}").start()
+        publish_node_event(
+            self.redis,
+            ReplicaStarted(
+                self.node_id, key.job_id, key.attempt, key.index, process.popen.pid, time.time()
+            ),
+            self.node_key,
+        )
+        threading.Thread(
+            target=self._watch,
+            args=(process, shipper),
+            daemon=True,
+            name=f"watch-{key.job_id}-{key.attempt}-{key.index}",
+        ).start()
 
     def _fenced(self, key: ReplicaKey) -> Fenced | None:
         """Fencing for at-least-once delivery (lock held): no stale attempt, never two
@@ -290,9 +324,12 @@ class Agent:
         if holder == self.node_id:
             # Not in `started`: this node's previous agent claimed it, and was killed
             # before its start was reported (or its process ran at all).
-            return Fenced("this node's previous agent claimed it and stopped before "
-                          "reporting its start (the agent restarted)", logging.WARNING,
-                          interrupted=True)
+            return Fenced(
+                "this node's previous agent claimed it and stopped before "
+                "reporting its start (the agent restarted)",
+                logging.WARNING,
+                interrupted=True,
+            )
         # Another node started it: a copy of the message reached the wrong place, worth
         # a line at the worker's level.
         return Fenced(f"already claimed by {holder or 'a node'}", logging.WARNING)
@@ -300,8 +337,9 @@ class Agent:
     def _claim(self, client: Any, key: ReplicaKey) -> Any:
         """Claim replica `key` for this node unless a node holds it (SET NX): true when
         claimed here; on a pipeline, queued (its result comes with `execute`)."""
-        return client.set(claim_key(key.job_id, key.attempt, key.index), self.node_id,
-                          nx=True, ex=CLAIM_TTL)
+        return client.set(
+            claim_key(key.job_id, key.attempt, key.index), self.node_id, nx=True, ex=CLAIM_TTL
+        )
 
     def _check_generation(self) -> None:
         """If Redis lost its data (restarted, flushed, replaced), write again what it
@@ -314,28 +352,43 @@ class Agent:
         if not self.restore_due:
             return
         keys = sorted(self.started, key=lambda k: (k.job_id, k.attempt, k.index))
-        log.warning("Redis lost its data: declaring queue %s and claiming the %d replicas "
-                    "started here again", node_queue(self.node_id), len(keys))
+        log.warning(
+            "Redis lost its data: declaring queue %s and claiming the %d replicas "
+            "started here again",
+            node_queue(self.node_id),
+            len(keys),
+        )
         self.declare_queue()
         pipe = self.redis.pipeline(transaction=False)
         for key in keys:
             self._claim(pipe, key)
         for key, claimed in zip(keys, pipe.execute(), strict=True):
             if not claimed:  # another node's since the wipe: say so, it cannot be undone
-                log.error("replica %s was claimed by another node after Redis lost "
-                          "its data", key)
+                log.error("replica %s was claimed by another node after Redis lost its data", key)
         for process in self.processes.values():
-            publish_node_event(self.redis, ReplicaStarted(
-                self.node_id, process.key.job_id, process.key.attempt, process.key.index,
-                process.popen.pid, process.started_at), self.node_key)
+            publish_node_event(
+                self.redis,
+                ReplicaStarted(
+                    self.node_id,
+                    process.key.job_id,
+                    process.key.attempt,
+                    process.key.index,
+                    process.popen.pid,
+                    process.started_at,
+                ),
+                self.node_key,
+            )
         self.restore_due = False  # not before: a failure above is tried again
 
     def cleanup_job(self, message: CleanupJob) -> None:
         """Remove a finished job's scratch files here; its logs and saved model stay."""
         directory = job_dir(self.data_dir, message.job_id)
         # "backup": where jobs placed before the checkpoint directory kept theirs.
-        for path in (layout.checkpoint_dir(self.data_dir, message.job_id),
-                     directory / "backup", layout.tmp_dir(self.data_dir, message.job_id)):
+        for path in (
+            layout.checkpoint_dir(self.data_dir, message.job_id),
+            directory / "backup",
+            layout.tmp_dir(self.data_dir, message.job_id),
+        ):
             shutil.rmtree(path, ignore_errors=True)
         isolation.retire(directory)
         log.info("cleaned up scratch files of job %d", message.job_id)
@@ -379,7 +432,8 @@ class Agent:
             self.exits.note(process.key, code)  # a beat from now on lists it as exited
             # By uid, not job: two jobs a multiple of REPLICA_UID_RANGE apart share one.
             last_here = user is not None and not any(
-                self.replica_user(k.job_id) == user for k in (*self.processes, *self.preparing))
+                self.replica_user(k.job_id) == user for k in (*self.processes, *self.preparing)
+            )
         if last_here:
             # Nothing of the job runs here any more: whatever its code left running
             # under its uid (a daemon outside the process group) goes too.
@@ -395,25 +449,42 @@ class Agent:
             return None
         message, number = due
         with self.lock:  # the process stays listed meanwhile: the heartbeat still has it
-            if self.respawns.due(key, code, stop_requested=False) is None or \
-                    self.stopping.is_set():
+            if self.respawns.due(key, code, stop_requested=False) is None or self.stopping.is_set():
                 return None  # asked to stop while it waited
             try:
                 with open(process.log_path, "a", encoding="utf-8") as log_file:
                     log_file.write(respawn.log_line(code, number, self.respawns.budget))
-                again = spawn(message, self.data_dir, self.python,
-                              self.replica_user(key.job_id), self.pool)
+                again = spawn(
+                    message, self.data_dir, self.python, self.replica_user(key.job_id), self.pool
+                )
             except Exception:  # noqa: BLE001 - then its exit is reported as it was
                 log.exception("could not start %s again", key)
                 return None
             self.processes[key] = again
             self.respawns.done(key, number)
-        log.warning("%s exited with %d: started again as pid %d (%d of %d)", key, code,
-                    again.popen.pid, number, self.respawns.budget)
+        log.warning(
+            "%s exited with %d: started again as pid %d (%d of %d)",
+            key,
+            code,
+            again.popen.pid,
+            number,
+            self.respawns.budget,
+        )
         try:
-            publish_node_event(self.redis, ReplicaRestarted(
-                self.node_id, key.job_id, key.attempt, key.index, again.popen.pid, code,
-                number, time.time()), self.node_key)
+            publish_node_event(
+                self.redis,
+                ReplicaRestarted(
+                    self.node_id,
+                    key.job_id,
+                    key.attempt,
+                    key.index,
+                    again.popen.pid,
+                    code,
+                    number,
+                    time.time(),
+                ),
+                self.node_key,
+            )
         except redis.RedisError as exc:  # the replica runs on; only the count is late
             log.warning("could not report the restart of %s: %s", key, exc)
         return again
@@ -424,19 +495,34 @@ class Agent:
         now = time.time()
         with self.lock:
             running = tuple((k.job_id, k.attempt, k.index) for k in self.processes)
-            preparing = tuple((k.job_id, k.attempt, k.index)
-                              for k in {*self.preparing, *self.answering})
+            preparing = tuple(
+                (k.job_id, k.attempt, k.index) for k in {*self.preparing, *self.answering}
+            )
             exited = self.exits.recent_codes(now)
             gpu_ids, gpu_models = tuple(self.gpu_ids), self.gpu_models
         beat = NodeHeartbeat(
-            node_id=self.node_id, address=self.settings.NODE_ADDRESS,
-            slots=self.settings.NODE_SLOTS, ts=now, gpus=len(gpu_ids), replicas=running,
-            preparing=preparing, exited=exited, gpu_ids=gpu_ids, gpu_models=gpu_models,
-            busy_ports=tuple(sorted(ports.listening_ports(self.settings.PORT_RANGE_START,
-                                                          self.settings.PORT_RANGE_END))),
-            port_space=ports.port_space())
-        sealed = seal(self.node_key, purpose=HEARTBEAT, node_id=self.node_id,
-                      body=beat.encode(), now=now)
+            node_id=self.node_id,
+            address=self.settings.NODE_ADDRESS,
+            slots=self.settings.NODE_SLOTS,
+            ts=now,
+            gpus=len(gpu_ids),
+            replicas=running,
+            preparing=preparing,
+            exited=exited,
+            gpu_ids=gpu_ids,
+            gpu_models=gpu_models,
+            busy_ports=tuple(
+                sorted(
+                    ports.listening_ports(
+                        self.settings.PORT_RANGE_START, self.settings.PORT_RANGE_END
+                    )
+                )
+            ),
+            port_space=ports.port_space(),
+        )
+        sealed = seal(
+            self.node_key, purpose=HEARTBEAT, node_id=self.node_id, body=beat.encode(), now=now
+        )
         sent = self.lease.now()  # no later than Redis (and the control plane) gets it
         self.redis.hset(NODES_HASH, self.node_id, sealed)
         self.lease.renew(sent)
@@ -476,19 +562,25 @@ class Agent:
         # Redis that is out of reach (a start's claim, the generation check), for longer
         # than the lease. Copying a dict is one step under the GIL; a process a start adds
         # after it is caught by the next check (the lease stays lapsed).
-        processes = [p for p in self.processes.copy().values()
-                     if not p.stop_requested.is_set()]
+        processes = [p for p in self.processes.copy().values() if not p.stop_requested.is_set()]
         for cancelled in self.preparing.copy().values():
             cancelled.set()  # still fetching its code: it will not start
         if not processes:
             return
         grace = fence_grace(self.settings)
-        log.error("no heartbeat taken by Redis for %.0fs: stopping %d replicas (SIGKILL "
-                  "after %.1fs)", self.settings.AGENT_LEASE, len(processes), grace)
+        log.error(
+            "no heartbeat taken by Redis for %.0fs: stopping %d replicas (SIGKILL after %.1fs)",
+            self.settings.AGENT_LEASE,
+            len(processes),
+            grace,
+        )
         for process in processes:
-            threading.Thread(target=process.stop, args=(grace,), daemon=True,
-                             name=f"fence-{process.key.job_id}-{process.key.attempt}-"
-                                  f"{process.key.index}").start()
+            threading.Thread(
+                target=process.stop,
+                args=(grace,),
+                daemon=True,
+                name=f"fence-{process.key.job_id}-{process.key.attempt}-{process.key.index}",
+            ).start()
 
     def shutdown(self, grace: float = 5.0) -> None:
         """Stop every replica of this node (the agent is going away)."""
@@ -541,21 +633,33 @@ def run_agent(settings: Settings | None = None) -> None:
     agent.start_heartbeats()
     agent.start_pool()
     threading.Thread(target=agent.find_gpus, daemon=True, name="find-gpus").start()
-    log.info("agent %s at %s with %d slots, queue %s", agent.node_id,
-             settings.NODE_ADDRESS, settings.NODE_SLOTS, node_queue(agent.node_id))
+    log.info(
+        "agent %s at %s with %d slots, queue %s",
+        agent.node_id,
+        settings.NODE_ADDRESS,
+        settings.NODE_SLOTS,
+        node_queue(agent.node_id),
+    )
     overlap = ports.check_range(settings.PORT_RANGE_START, settings.PORT_RANGE_END)
     if overlap:
         log.warning("%s", overlap)
     # This node's own unacknowledged-message keys, not the ones every consumer shares, and
     # no remote control (a fanout every agent would read): what the agent's Redis user
     # may touch is its own (services/wire/acl.py).
-    app.conf.broker_transport_options = {**app.conf.broker_transport_options,
-                                         **acl.unacked_keys(agent.node_id)}
+    app.conf.broker_transport_options = {
+        **app.conf.broker_transport_options,
+        **acl.unacked_keys(agent.node_id),
+    }
     app.conf.worker_enable_remote_control = False
     worker = app.Worker(
-        hostname=f"agent@{agent.node_id}", queues=[node_queue(agent.node_id)],
-        pool="threads", concurrency=4, loglevel="WARNING",
-        without_heartbeat=True, without_mingle=True, without_gossip=True,
+        hostname=f"agent@{agent.node_id}",
+        queues=[node_queue(agent.node_id)],
+        pool="threads",
+        concurrency=4,
+        loglevel="WARNING",
+        without_heartbeat=True,
+        without_mingle=True,
+        without_gossip=True,
     )
 
     def tick(sender: Any, **_: Any) -> None:  # sender: the worker's consumer

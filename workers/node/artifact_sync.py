@@ -47,7 +47,8 @@ _SCRATCH_DIR = re.compile(r"workertemp_\d+|.*_temp(_[0-9a-f]+)?")
 _SCRATCH_FILE = re.compile(r".*\.tmp[0-9a-f]{32}|.*\.partial")
 _STATE_PATHS = re.compile(
     r'^\s*(?:model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"((?:[^"\\]|\\.)*)"',
-    re.MULTILINE)
+    re.MULTILINE,
+)
 _SHARD = re.compile(r"\.data-(\d+)-of-(\d+)")
 _NUMBER = re.compile(r"-(\d+)$")
 
@@ -79,7 +80,7 @@ def checkpoint_files(directory: str, prefix: str, present: set[str]) -> list[str
     paths, if `present` holds all of them (its .index and each data shard); else None."""
     base = f"{directory}/{prefix}" if directory else prefix
     shards = [rel for rel in present if rel.startswith(f"{base}.data-")]
-    counts = {int(m.group(2)) for rel in shards if (m := _SHARD.search(rel[len(base):]))}
+    counts = {int(m.group(2)) for rel in shards if (m := _SHARD.search(rel[len(base) :]))}
     if f"{base}.index" not in present or len(counts) != 1:
         return None
     total = counts.pop()
@@ -95,8 +96,10 @@ def _newer(stored: bytes, local: bytes | None) -> bool:
         return True
     if local == stored:
         return False
-    numbers = [_NUMBER.search(names[0]) if names else None
-               for names in (named_checkpoints(stored), named_checkpoints(local))]
+    numbers = [
+        _NUMBER.search(names[0]) if names else None
+        for names in (named_checkpoints(stored), named_checkpoints(local))
+    ]
     if numbers[0] and numbers[1]:  # CheckpointManager counts on across restores
         return int(numbers[0].group(1)) > int(numbers[1].group(1))
     return True  # the store holds the gang's checkpoint; a different one here is older
@@ -122,8 +125,9 @@ def _identity(tree: OwnedTree, rel: str) -> tuple[int, int, int]:
 class CheckpointMirror:
     """One job's checkpoint directory on this node and `jobs/<id>/checkpoints/`."""
 
-    def __init__(self, store: ArtifactStore, job_id: int, local_dir: Path, *,
-                 owner: int | None = None) -> None:
+    def __init__(
+        self, store: ArtifactStore, job_id: int, local_dir: Path, *, owner: int | None = None
+    ) -> None:
         """`owner`: the uid whose files are sent (None: the directory's owner)."""
         self.store = store
         self.prefix = keys.checkpoints_prefix(job_id)
@@ -143,7 +147,7 @@ class CheckpointMirror:
 
     def _list(self) -> set[str]:
         head = self.prefix + "/"
-        return {key[len(head):] for key, _ in self.store.list(self.prefix)}
+        return {key[len(head) :] for key, _ in self.store.list(self.prefix)}
 
     def restore(self, *, attempts: int = 3, store_wins: bool = False) -> list[str]:
         """Make the local directory hold the store's checkpoint if the local one is
@@ -176,8 +180,9 @@ class CheckpointMirror:
                 return []
             newer = _differs if store_wins else _newer
             tree = self.tree()
-            if states and not any(newer(data, tree.read_bytes(rel))
-                                  for rel, data in states.items()):
+            if states and not any(
+                newer(data, tree.read_bytes(rel)) for rel, data in states.items()
+            ):
                 return []
             before = self._named_here()
             try:
@@ -205,10 +210,15 @@ class CheckpointMirror:
         for state_rel in (rel for rel in local if is_state(rel)):
             data = tree.read_bytes(state_rel)
             directory = state_rel.rpartition("/")[0]
-            heads = [f"{directory}/{name}." if directory else f"{name}."
-                     for name in named_checkpoints(data or b"")]
-            named[state_rel] = {rel: _identity(tree, rel) for rel in local
-                                if any(rel.startswith(head) for head in heads)}
+            heads = [
+                f"{directory}/{name}." if directory else f"{name}."
+                for name in named_checkpoints(data or b"")
+            ]
+            named[state_rel] = {
+                rel: _identity(tree, rel)
+                for rel in local
+                if any(rel.startswith(head) for head in heads)
+            }
         return named
 
     def _forget_mixed(self, before: dict[str, dict[str, tuple[int, int, int]]]) -> None:
@@ -220,9 +230,12 @@ class CheckpointMirror:
         for state_rel, files in before.items():
             if all(_identity(tree, rel) == seen for rel, seen in files.items()):
                 continue
-            log.error("a restore of %s was cut off after replacing files of the checkpoint "
-                      "%s names: removed it; this attempt starts without it",
-                      self.prefix, state_rel)
+            log.error(
+                "a restore of %s was cut off after replacing files of the checkpoint "
+                "%s names: removed it; this attempt starts without it",
+                self.prefix,
+                state_rel,
+            )
             tree.unlink(state_rel)
             for rel in files:
                 tree.unlink(rel)
@@ -238,8 +251,12 @@ class CheckpointMirror:
             if self._stored is None:
                 self._stored = self._list()
             tree = self.tree(on_skip)
-            states = {rel: data for rel in _local_files(tree) if is_state(rel)
-                      if (data := tree.read_bytes(rel)) is not None}
+            states = {
+                rel: data
+                for rel in _local_files(tree)
+                if is_state(rel)
+                if (data := tree.read_bytes(rel)) is not None
+            }
             sent = self.store.put_tree(self.prefix, tree, select=is_data)
             local = _local_files(self.tree())  # after the upload: what it may have sent
             self._stored |= set(sent)
@@ -285,10 +302,15 @@ class CheckpointSyncer(threading.Thread):
     that poll sends nothing, and counts as a failure). `on_skip` hears of each file not
     sent (a link, ...), at every poll: the caller says it once."""
 
-    def __init__(self, mirror: CheckpointMirror, *, name: str,
-                 poll_seconds: float = POLL_SECONDS,
-                 superseded: Callable[[], bool] = lambda: False,
-                 on_skip: OnSkip | None = None) -> None:
+    def __init__(
+        self,
+        mirror: CheckpointMirror,
+        *,
+        name: str,
+        poll_seconds: float = POLL_SECONDS,
+        superseded: Callable[[], bool] = lambda: False,
+        on_skip: OnSkip | None = None,
+    ) -> None:
         super().__init__(daemon=True, name=name)
         self.mirror = mirror
         self.on_skip = on_skip
@@ -307,8 +329,11 @@ class CheckpointSyncer(threading.Thread):
         try:
             if not checked and self.superseded():
                 if not self._held:
-                    log.warning("%s: this attempt is no longer the job's; its checkpoints "
-                                "are not sent over the store's", self.mirror.prefix)
+                    log.warning(
+                        "%s: this attempt is no longer the job's; its checkpoints "
+                        "are not sent over the store's",
+                        self.mirror.prefix,
+                    )
                     self._held = True
                 return
             self.mirror.sync(self.on_skip)
@@ -316,8 +341,12 @@ class CheckpointSyncer(threading.Thread):
         except Exception as exc:  # noqa: BLE001 - the next poll tries again
             self._failures += 1
             if self._failures == 1 or self._failures % 60 == 0:
-                log.warning("syncing the checkpoints of %s failed (%d in a row): %s",
-                            self.mirror.prefix, self._failures, exc)
+                log.warning(
+                    "syncing the checkpoints of %s failed (%d in a row): %s",
+                    self.mirror.prefix,
+                    self._failures,
+                    exc,
+                )
 
     def finish(self, timeout: float, *, checked: bool = False) -> None:
         """The replica exited: stop polling, then send the last checkpoint (`checked`: the

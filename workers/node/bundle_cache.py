@@ -49,8 +49,9 @@ class BundleUnavailable(RuntimeError):
 UNPACK_TIMEOUT = 900.0
 
 
-def unpack_as(archive: IO[bytes], dest: Path, limits: Limits, *, python: str,
-              user: ReplicaUser | None) -> int:
+def unpack_as(
+    archive: IO[bytes], dest: Path, limits: Limits, *, python: str, user: ReplicaUser | None
+) -> int:
     """Unpack `archive` into the new directory `dest` in a child process running as
     `user` (None: as this agent's user); returns its file count.
 
@@ -61,9 +62,15 @@ def unpack_as(archive: IO[bytes], dest: Path, limits: Limits, *, python: str,
     """
     try:
         done = subprocess.run(  # noqa: S603 - an argv, never a shell
-            code_unpack.argv(python, dest, limits), stdin=archive, capture_output=True,
-            cwd="/", env={"PATH": os.defpath}, timeout=UNPACK_TIMEOUT, check=False,
-            **popen_options(user))
+            code_unpack.argv(python, dest, limits),
+            stdin=archive,
+            capture_output=True,
+            cwd="/",
+            env={"PATH": os.defpath},
+            timeout=UNPACK_TIMEOUT,
+            check=False,
+            **popen_options(user),
+        )
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"unpacking the bundle took over {UNPACK_TIMEOUT:.0f} s") from None
     why = done.stderr.decode(errors="replace").strip()[-2000:]
@@ -82,16 +89,21 @@ def unpack_as(archive: IO[bytes], dest: Path, limits: Limits, *, python: str,
 class BundleCache:
     """Bundles by digest, fetched from `store` into `root`, at most `max_bytes` kept."""
 
-    def __init__(self, root: Path, store: ArtifactStore, max_bytes: int,
-                 limits: Limits) -> None:
+    def __init__(self, root: Path, store: ArtifactStore, max_bytes: int, limits: Limits) -> None:
         self.root = Path(root)
         self.store = store
         self.max_bytes = max_bytes
         self.limits = limits
         self.root.mkdir(parents=True, exist_ok=True)
 
-    def checkout(self, digest: str, dest: Path, *, user: ReplicaUser | None = None,
-                 python: str = sys.executable) -> None:
+    def checkout(
+        self,
+        digest: str,
+        dest: Path,
+        *,
+        user: ReplicaUser | None = None,
+        python: str = sys.executable,
+    ) -> None:
         """Unpack bundle `digest` into the new directory `dest` as `user` (None: as this
         agent's user), with the interpreter `python`.
 
@@ -111,8 +123,9 @@ class BundleCache:
             with handle:
                 unpack_as(handle, dest, self.limits, python=python, user=user)
         except BundleRejected as exc:
-            raise BundleUnavailable(f"bundle sha256:{hex_digest} cannot be unpacked: "
-                                    f"{exc}") from None
+            raise BundleUnavailable(
+                f"bundle sha256:{hex_digest} cannot be unpacked: {exc}"
+            ) from None
         self.evict()
 
     @contextmanager
@@ -133,18 +146,23 @@ class BundleCache:
         try:
             size = self.store.size(key)
         except FileNotFoundError:
-            raise BundleUnavailable(f"bundle sha256:{hex_digest} is not in the artifact "
-                                    "store") from None
+            raise BundleUnavailable(
+                f"bundle sha256:{hex_digest} is not in the artifact store"
+            ) from None
         if size > self.limits.max_bytes:
-            raise BundleUnavailable(f"bundle sha256:{hex_digest} is {size} bytes, over the "
-                                    f"limit of {self.limits.max_bytes}")
+            raise BundleUnavailable(
+                f"bundle sha256:{hex_digest} is {size} bytes, over the "
+                f"limit of {self.limits.max_bytes}"
+            )
         partial = self.root / f".fetch-{hex_digest}-{uuid.uuid4().hex}"
         try:
             self.store.get_file(key, partial)
             actual = sha256_file(partial)
             if actual != f"sha256:{hex_digest}":
-                raise BundleUnavailable(f"bundle sha256:{hex_digest} does not match its "
-                                        f"digest (the stored bytes hash to {actual})")
+                raise BundleUnavailable(
+                    f"bundle sha256:{hex_digest} does not match its "
+                    f"digest (the stored bytes hash to {actual})"
+                )
             os.replace(partial, archive)
         finally:
             partial.unlink(missing_ok=True)

@@ -26,8 +26,15 @@ FAILED_EXIT = 5  # stderr: what failed, without the node's paths
 
 def argv(python: str, dest: Path, limits: Limits) -> list[str]:
     """The child's command line (the agent's side of this contract)."""
-    return [python, "-P", "-m", "workers.node.code_unpack", str(dest), str(limits.max_files),
-            str(limits.max_unpacked_bytes)]
+    return [
+        python,
+        "-P",
+        "-m",
+        "workers.node.code_unpack",
+        str(dest),
+        str(limits.max_files),
+        str(limits.max_unpacked_bytes),
+    ]
 
 
 def _fresh(dest: Path) -> None:
@@ -59,8 +66,7 @@ def main(args: list[str]) -> int:
             return NO_SPACE_EXIT
         # strerror and the member's own name, never the absolute path of the node.
         where = exc.filename if exc.filename and not os.path.isabs(exc.filename) else ""
-        sys.stderr.write(f"{exc.strerror or type(exc).__name__}" + (f": {where}" if where
-                                                                     else ""))
+        sys.stderr.write(f"{exc.strerror or type(exc).__name__}" + (f": {where}" if where else ""))
         return FAILED_EXIT
     sys.stdout.write(f"{files}\n")
     return 0

@@ -40,9 +40,11 @@ def hold(data_dir: Path, node_id: str) -> IO[str]:
         handle.seek(0)
         holder = handle.read().strip() or "another process"
         handle.close()
-        raise DataDirInUse(f"DATA_DIR {data_dir} is in use by another agent of node "
-                           f"{node_id} ({holder}): stop that one first, or give this one "
-                           "another COHORT_NODE_ID or COHORT_DATA_DIR") from None
+        raise DataDirInUse(
+            f"DATA_DIR {data_dir} is in use by another agent of node "
+            f"{node_id} ({holder}): stop that one first, or give this one "
+            "another COHORT_NODE_ID or COHORT_DATA_DIR"
+        ) from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"node {node_id}, pid {os.getpid()}\n")

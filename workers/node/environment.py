@@ -28,17 +28,33 @@ from workers.node import layout
 # TensorFlow's own TF_* settings by their families, never all of TF_*: Terraform's
 # TF_TOKEN_* and TF_VAR_* hold credentials.
 INHERITED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH"})
-INHERITED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "XLA_", "TF_CPP_", "TF_ENABLE_",
-                      "TF_FORCE_", "TF_GPU_", "TF_XLA_", "TF_NUM_", "TF_DETERMINISTIC_",
-                      "TF_CUDNN_", "TF_USE_")
+INHERITED_PREFIXES = (
+    "LC_",
+    "CUDA_",
+    "NVIDIA_",
+    "NCCL_",
+    "XLA_",
+    "TF_CPP_",
+    "TF_ENABLE_",
+    "TF_FORCE_",
+    "TF_GPU_",
+    "TF_XLA_",
+    "TF_NUM_",
+    "TF_DETERMINISTIC_",
+    "TF_CUDNN_",
+    "TF_USE_",
+)
 _NEVER_INHERITED = frozenset({"TF_CONFIG"})  # the replica's own is the contract's
 
 
 def inherited_env(agent_env: dict[str, str]) -> dict[str, str]:
     """The part of the agent's environment a replica inherits."""
-    return {name: value for name, value in agent_env.items()
-            if (name in INHERITED_NAMES or name.startswith(INHERITED_PREFIXES))
-            and name not in _NEVER_INHERITED}
+    return {
+        name: value
+        for name, value in agent_env.items()
+        if (name in INHERITED_NAMES or name.startswith(INHERITED_PREFIXES))
+        and name not in _NEVER_INHERITED
+    }
 
 
 @dataclass(frozen=True)
@@ -165,16 +181,29 @@ def warm_env(node_id: str, data_dir: Path, home: Path, tmp: Path) -> dict[str, s
 # MALLOC_*...): a warm process has read the node's values already when it is handed a
 # job. Conservative: the CUDA, NCCL and XLA ones are read later, at device or compiler
 # start, but nothing here rests on that.
-_READ_AT_IMPORT = ("TF_", "KERAS", "XLA_", "CUDA_", "NVIDIA_", "NCCL_", "OMP_", "KMP_",
-                   "MKL", "OPENBLAS_", "MALLOC_", "GLIBC_", "LD_", "PYTHON")
+_READ_AT_IMPORT = (
+    "TF_",
+    "KERAS",
+    "XLA_",
+    "CUDA_",
+    "NVIDIA_",
+    "NCCL_",
+    "OMP_",
+    "KMP_",
+    "MKL",
+    "OPENBLAS_",
+    "MALLOC_",
+    "GLIBC_",
+    "LD_",
+    "PYTHON",
+)
 
 
 def warm_servable(spec: ReplicaSpec) -> bool:
     """Whether a warm process may run this replica: Cohort's runner (a `trainer`, not the
     job's own `command`), with no variable of its job's `env` that would have had to be
     set before TensorFlow was imported (such a job gets a cold process, where it is)."""
-    return spec.command is None and not any(
-        name.startswith(_READ_AT_IMPORT) for name in spec.env)
+    return spec.command is None and not any(name.startswith(_READ_AT_IMPORT) for name in spec.env)
 
 
 class CommandNotFound(FileNotFoundError):

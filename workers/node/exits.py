@@ -82,8 +82,9 @@ def fetch_exit_code(error: Exception) -> int:
 class ExitReports:
     """The exits of one node's replicas: published as events, remembered for the heartbeat."""
 
-    def __init__(self, node_id: str, node_key: str, client: redis.Redis,
-                 lock: threading.Lock) -> None:
+    def __init__(
+        self, node_id: str, node_key: str, client: redis.Redis, lock: threading.Lock
+    ) -> None:
         self.node_id = node_id
         self.node_key = node_key  # signs each report (services/wire/signing.py)
         self.redis = client
@@ -94,23 +95,46 @@ class ExitReports:
         """Report a replica whose process exited with `code`."""
         log.info("%s exited with %d", key, code)
         self._remember(key, code)
-        self.publish_until_sent(ReplicaExited(self.node_id, key.job_id, key.attempt,
-                                              key.index, code, time.time(),
-                                              log_tail=log_tail))
+        self.publish_until_sent(
+            ReplicaExited(
+                self.node_id,
+                key.job_id,
+                key.attempt,
+                key.index,
+                code,
+                time.time(),
+                log_tail=log_tail,
+            )
+        )
 
     def refused(self, key: ReplicaKey, code: int, why: str) -> None:
         """Report a replica that could not be started here, with the reason for a person."""
         log.error("not starting %s: %s", key, why)
         self._remember(key, code)
-        self.publish_until_sent(ReplicaExited(
-            self.node_id, key.job_id, key.attempt, key.index, code, time.time(),
-            log_tail=f"cohort agent on {self.node_id}: {why}; replica not started",
-            never_started=True))
+        self.publish_until_sent(
+            ReplicaExited(
+                self.node_id,
+                key.job_id,
+                key.attempt,
+                key.index,
+                code,
+                time.time(),
+                log_tail=f"cohort agent on {self.node_id}: {why}; replica not started",
+                never_started=True,
+            )
+        )
 
     def never_started(self, key: ReplicaKey, *, until_sent: bool) -> None:
         """Report a replica stopped before its process started (nothing ran)."""
-        event = ReplicaExited(self.node_id, key.job_id, key.attempt, key.index,
-                              STOPPED_EXIT, time.time(), never_started=True)
+        event = ReplicaExited(
+            self.node_id,
+            key.job_id,
+            key.attempt,
+            key.index,
+            STOPPED_EXIT,
+            time.time(),
+            never_started=True,
+        )
         if until_sent:
             self.publish_until_sent(event)
         else:
@@ -120,8 +144,7 @@ class ExitReports:
         """(job, attempt, index, code) of the exits still remembered (lock held)."""
         for key in [k for k, (_, at) in self.recent.items() if now - at > EXITED_MEMORY]:
             del self.recent[key]
-        return tuple((k.job_id, k.attempt, k.index, code)
-                     for k, (code, _) in self.recent.items())
+        return tuple((k.job_id, k.attempt, k.index, code) for k, (code, _) in self.recent.items())
 
     def note(self, key: ReplicaKey, code: int) -> None:
         """Remember an exit for the heartbeat, the agent's lock held: in the same hold

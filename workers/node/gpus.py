@@ -47,9 +47,14 @@ def from_nvml() -> list[Gpu] | None:
         found = []
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            found.append(Gpu(index, _text(pynvml.nvmlDeviceGetUUID(handle)),
-                             _text(pynvml.nvmlDeviceGetName(handle)),
-                             int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // 2**20))
+            found.append(
+                Gpu(
+                    index,
+                    _text(pynvml.nvmlDeviceGetUUID(handle)),
+                    _text(pynvml.nvmlDeviceGetName(handle)),
+                    int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // 2**20,
+                )
+            )
         return found
     except pynvml.NVMLError:
         return None
@@ -81,15 +86,17 @@ def parse_nvidia_smi(output: str) -> list[Gpu]:
     return found
 
 
-def from_nvidia_smi(run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run
-                    ) -> list[Gpu] | None:
+def from_nvidia_smi(
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+) -> list[Gpu] | None:
     """The GPUs `nvidia-smi` lists, or None where it is missing or fails."""
     binary = shutil.which("nvidia-smi")
     if binary is None:
         return None
     try:
-        done = run([binary, *NVIDIA_SMI_QUERY],
-                   capture_output=True, text=True, timeout=15, check=False)
+        done = run(
+            [binary, *NVIDIA_SMI_QUERY], capture_output=True, text=True, timeout=15, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_nvidia_smi(done.stdout) if done.returncode == 0 else None
@@ -129,7 +136,6 @@ def discover(
     return [by_index[i] for i in select_visible(found or [], environ.get("CUDA_VISIBLE_DEVICES"))]
 
 
-
 def node_gpu_ids(configured: int, discovered: list[int]) -> list[int]:
     """COHORT_NODE_GPUS > 0 caps what was found (or names 0..n-1 where nothing was)."""
     if configured <= 0:
@@ -138,14 +144,15 @@ def node_gpu_ids(configured: int, discovered: list[int]) -> list[int]:
 
 
 # Run in the replicas' interpreter: how many GPUs its TensorFlow sees (one line).
-_PROBE = ("import tensorflow as tf; "
-          "print(len(tf.config.list_physical_devices('GPU')))")
+_PROBE = "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))"
 PROBE_TIMEOUT = 180.0  # importing TensorFlow takes seconds, more on a busy host
 
 
-def tensorflow_gpu_count(python: str, gpu_ids: Sequence[int],
-                         run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run
-                         ) -> tuple[int | None, str]:
+def tensorflow_gpu_count(
+    python: str,
+    gpu_ids: Sequence[int],
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+) -> tuple[int | None, str]:
     """How many of `gpu_ids` the TensorFlow of `python` sees, as a replica given them
     would; None where it could not be asked (no TensorFlow there), with why.
 
@@ -155,12 +162,20 @@ def tensorflow_gpu_count(python: str, gpu_ids: Sequence[int],
     of the CUDA libraries, which `tensorflow[and-cuda]` installs.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("COHORT_")}
-    env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID",
-               CUDA_VISIBLE_DEVICES=",".join(str(i) for i in gpu_ids),
-               TF_CPP_MIN_LOG_LEVEL="2")
+    env.update(
+        CUDA_DEVICE_ORDER="PCI_BUS_ID",
+        CUDA_VISIBLE_DEVICES=",".join(str(i) for i in gpu_ids),
+        TF_CPP_MIN_LOG_LEVEL="2",
+    )
     try:
-        done = run([python, "-c", _PROBE], capture_output=True, text=True, env=env,
-                   timeout=PROBE_TIMEOUT, check=False)
+        done = run(
+            [python, "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=PROBE_TIMEOUT,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"could not run {python}: {exc}"
     lines = done.stdout.strip().splitlines()
@@ -170,9 +185,12 @@ def tensorflow_gpu_count(python: str, gpu_ids: Sequence[int],
     return int(lines[-1]), ""
 
 
-def usable_gpus(gpu_ids: list[int], python: str, probe: bool,
-                count: Callable[[str, Sequence[int]], tuple[int | None, str]]
-                = tensorflow_gpu_count) -> list[int]:
+def usable_gpus(
+    gpu_ids: list[int],
+    python: str,
+    probe: bool,
+    count: Callable[[str, Sequence[int]], tuple[int | None, str]] = tensorflow_gpu_count,
+) -> list[int]:
     """The GPU ids to offer: none if the replicas' TensorFlow sees none of them (a
     replica given one would train on the CPU without saying so), all of them otherwise.
 
@@ -183,15 +201,21 @@ def usable_gpus(gpu_ids: list[int], python: str, probe: bool,
         return gpu_ids
     seen, why = count(python, gpu_ids)
     if seen is None:
-        log.warning("cannot tell whether TensorFlow can use GPUs %s (%s): offering them; "
-                    "a replica given GPUs TensorFlow cannot see fails at start-up",
-                    gpu_ids, why)
+        log.warning(
+            "cannot tell whether TensorFlow can use GPUs %s (%s): offering them; "
+            "a replica given GPUs TensorFlow cannot see fails at start-up",
+            gpu_ids,
+            why,
+        )
         return gpu_ids
     if seen == 0:
-        log.warning("offering no GPUs: NVML found %s but TensorFlow in %s sees none (a "
-                    "build without CUDA support, or without the CUDA libraries: install "
-                    "cohort[gpu]); set COHORT_NODE_GPU_PROBE=false to offer them anyway",
-                    gpu_ids, python)
+        log.warning(
+            "offering no GPUs: NVML found %s but TensorFlow in %s sees none (a "
+            "build without CUDA support, or without the CUDA libraries: install "
+            "cohort[gpu]); set COHORT_NODE_GPU_PROBE=false to offer them anyway",
+            gpu_ids,
+            python,
+        )
         return []
     if seen < len(gpu_ids):
         log.warning("TensorFlow in %s sees %d of GPUs %s", python, seen, gpu_ids)

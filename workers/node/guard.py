@@ -38,8 +38,10 @@ def _stop_group(child: subprocess.Popen[bytes]) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
-        print("usage: python -m workers.node.guard AGENT_PID -- PROGRAM [ARGS...]",  # noqa: T201
-              file=sys.stderr)
+        print(  # noqa: T201
+            "usage: python -m workers.node.guard AGENT_PID -- PROGRAM [ARGS...]",
+            file=sys.stderr,
+        )
         return 2
     agent_pid, program = int(argv[0]), argv[2:]
     # A handler, not SIG_IGN: an ignored signal stays ignored in the program after exec.

@@ -70,8 +70,7 @@ def popen_options(user: ReplicaUser | None) -> dict[str, Any]:
     """subprocess.Popen's arguments that make a child run as `user`."""
     if user is None:
         return {"umask": REPLICA_UMASK}
-    return {"user": user.uid, "group": user.gid, "extra_groups": [],
-            "umask": REPLICA_UMASK}
+    return {"user": user.uid, "group": user.gid, "extra_groups": [], "umask": REPLICA_UMASK}
 
 
 def _directory(path: Path, owner: int, group: int, mode: int) -> None:
@@ -86,8 +85,9 @@ def _directory(path: Path, owner: int, group: int, mode: int) -> None:
         os.close(fd)
 
 
-def lay_out(data_dir: Path, job_id: int, attempt: int, index: int,
-            user: ReplicaUser | None) -> None:
+def lay_out(
+    data_dir: Path, job_id: int, attempt: int, index: int, user: ReplicaUser | None
+) -> None:
     """Create (or fix) the directories of replica `index` of `attempt` with the owners
     and modes above; without a replica user, the agent's own, the job's tree 0700."""
     agent = os.geteuid(), os.getegid()
@@ -98,8 +98,11 @@ def lay_out(data_dir: Path, job_id: int, attempt: int, index: int,
     _directory(jobs, *agent, 0o711)
     job = layout.job_dir(data_dir, job_id)
     _directory(job, agent[0], g, shared)
-    for private in (layout.checkpoint_dir(data_dir, job_id),
-                    layout.model_dir(data_dir, job_id), layout.tmp_dir(data_dir, job_id)):
+    for private in (
+        layout.checkpoint_dir(data_dir, job_id),
+        layout.model_dir(data_dir, job_id),
+        layout.tmp_dir(data_dir, job_id),
+    ):
         _directory(private, u, g, 0o700)
     tensorboard = layout.tensorboard_dir(data_dir, job_id, index)
     _directory(tensorboard.parent, agent[0], g, shared)
@@ -213,14 +216,18 @@ def check_node(settings: Settings, python: str) -> None:
                 raise IsolationUnavailable(
                     f"cannot give files to uid {uid} ({exc}): this node's user namespace "
                     "does not map it; set COHORT_REPLICA_UID_BASE and COHORT_REPLICA_UID_RANGE "
-                    "to a span it maps") from None
-        script = ("import sys, workers.replica.runner; "
-                  "open(sys.argv[1] + '/written', 'w').close()")
+                    "to a span it maps"
+                ) from None
+        script = "import sys, workers.replica.runner; open(sys.argv[1] + '/written', 'w').close()"
         try:
             done = subprocess.run(  # noqa: S603 - an argv, never a shell
-                [python, "-P", "-c", script, str(probe)], cwd="/", capture_output=True,
-                env={"PATH": os.defpath, "HOME": str(probe)}, timeout=120,
-                **popen_options(ReplicaUser(last, last)))
+                [python, "-P", "-c", script, str(probe)],
+                cwd="/",
+                capture_output=True,
+                env={"PATH": os.defpath, "HOME": str(probe)},
+                timeout=120,
+                **popen_options(ReplicaUser(last, last)),
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             done = None
             why = str(exc)
@@ -231,6 +238,7 @@ def check_node(settings: Settings, python: str) -> None:
                 f"a replica running as uid {last} cannot run {python} with Cohort's code "
                 f"and write in {jobs} ({why}): every directory above them must be "
                 "searchable by other users (mode o+x), or set COHORT_REPLICA_PYTHON to an "
-                "interpreter they can run")
+                "interpreter they can run"
+            )
     finally:
         shutil.rmtree(probe, ignore_errors=True)

@@ -92,8 +92,9 @@ def write_spec(path: Path, launch: ReplicaLaunch) -> None:
     write_private(path, launch.encode())
 
 
-def process_argv(message: StartReplica, paths: ReplicaPaths, python: str,
-                 env: dict[str, str]) -> tuple[list[str], Path]:
+def process_argv(
+    message: StartReplica, paths: ReplicaPaths, python: str, env: dict[str, str]
+) -> tuple[list[str], Path]:
     """(argv, cwd) of the replica: Cohort's runner for a `trainer`, else the job's
     `command` (never through a shell) in its code directory."""
     spec = message.spec
@@ -109,8 +110,13 @@ def process_argv(message: StartReplica, paths: ReplicaPaths, python: str,
     return [*guard, *resolve_argv(spec.command, python, env, cwd)], cwd
 
 
-def spawn(message: StartReplica, data_dir: Path, python: str, user: ReplicaUser | None,
-          pool: ReplicaPool | None = None) -> ReplicaProcess:
+def spawn(
+    message: StartReplica,
+    data_dir: Path,
+    python: str,
+    user: ReplicaUser | None,
+    pool: ReplicaPool | None = None,
+) -> ReplicaProcess:
     """Start the replica's process in its own process group, as `user` (None: as the
     agent), output to its log file; raises OSError if it cannot be started
     (CommandNotFound: the job's command is not on this node), or its spec not written.
@@ -125,19 +131,31 @@ def spawn(message: StartReplica, data_dir: Path, python: str, user: ReplicaUser 
     argv, cwd = process_argv(message, paths, python, env)
     cwd.mkdir(parents=True, exist_ok=True)
     # What the agent wrote for it (spec, code, a restored checkpoint) becomes its own.
-    for tree in (paths.work_dir, paths.checkpoint_dir, paths.model_dir,
-                 paths.tensorboard_dir, paths.tmp_dir):
+    for tree in (
+        paths.work_dir,
+        paths.checkpoint_dir,
+        paths.model_dir,
+        paths.tensorboard_dir,
+        paths.tmp_dir,
+    ):
         isolation.hand_over(tree, user)
     # O_NOFOLLOW: the logs directory is the agent's alone, but never write through a link.
-    log_fd = os.open(paths.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-                     0o600)
+    log_fd = os.open(paths.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     with open(log_fd, "ab") as log_file:
         popen = None
         warm = pool.take() if pool is not None and warm_servable(message.spec) else None
         if pool is not None and warm is not None:
-            popen = pool.hand_off(warm, handoff.HandOff(
-                env, str(cwd), user.uid if user else None, user.gid if user else None,
-                isolation.REPLICA_UMASK), log_file.fileno())
+            popen = pool.hand_off(
+                warm,
+                handoff.HandOff(
+                    env,
+                    str(cwd),
+                    user.uid if user else None,
+                    user.gid if user else None,
+                    isolation.REPLICA_UMASK,
+                ),
+                log_file.fileno(),
+            )
         if popen is None:
             popen = subprocess.Popen(  # noqa: S603 - an argv, never a shell
                 argv,
@@ -149,8 +167,13 @@ def spawn(message: StartReplica, data_dir: Path, python: str, user: ReplicaUser 
                 start_new_session=True,  # its own process group: one killpg stops it all
                 **isolation.popen_options(user),
             )
-    return ReplicaProcess(key=key, popen=popen, log_path=paths.log_file,
-                          started_at=time.time(), warm=warm is not None and popen is warm.popen)
+    return ReplicaProcess(
+        key=key,
+        popen=popen,
+        log_path=paths.log_file,
+        started_at=time.time(),
+        warm=warm is not None and popen is warm.popen,
+    )
 
 
 def tail(path: Path, max_bytes: int = 4000) -> str:

@@ -59,8 +59,9 @@ def metrics_file(data_dir: Path, job_id: int, attempt: int, index: int) -> Path:
 
 def log_file(data_dir: Path, job_id: int, attempt: int, index: int) -> Path:
     """Where the replica's stdout and stderr go."""
-    return job_dir(data_dir, job_id) / "logs" / f"attempt-{int(attempt)}" / \
-        f"replica-{int(index)}.log"
+    return (
+        job_dir(data_dir, job_id) / "logs" / f"attempt-{int(attempt)}" / f"replica-{int(index)}.log"
+    )
 
 
 def checkpoint_dir(data_dir: Path, job_id: int) -> Path:

@@ -31,8 +31,7 @@ CHECK_EVERY = 0.1  # seconds between two looks at a lapsed lease
 
 def fence_grace(settings: Settings) -> float:
     """Seconds between SIGTERM and SIGKILL for the replicas of an agent whose lease lapsed."""
-    return max(0.0, min(settings.STOP_GRACE,
-                        (settings.NODE_TIMEOUT - settings.AGENT_LEASE) / 2))
+    return max(0.0, min(settings.STOP_GRACE, (settings.NODE_TIMEOUT - settings.AGENT_LEASE) / 2))
 
 
 class Lease:

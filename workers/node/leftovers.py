@@ -88,7 +88,13 @@ def end_predecessors(node_id: str, data_dir: Path, timeout: float = 10.0) -> int
     while alive and time.monotonic() < deadline:
         time.sleep(0.02)
         alive = [process for process in alive if _running(process)]
-    log.warning("ended %d processes a previous agent of node %s left running%s", len(killed),
-                node_id, f" ({len(alive)} still there after {timeout:.0f}s: pids "
-                f"{', '.join(str(p.pid) for p in alive)})" if alive else "")
+    log.warning(
+        "ended %d processes a previous agent of node %s left running%s",
+        len(killed),
+        node_id,
+        f" ({len(alive)} still there after {timeout:.0f}s: pids "
+        f"{', '.join(str(p.pid) for p in alive)})"
+        if alive
+        else "",
+    )
     return len(killed)

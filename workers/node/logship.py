@@ -46,9 +46,14 @@ class LogShipper(threading.Thread):
     after a Redis restart the lines of the last 30 s are shipped again (workers/replay.py).
     """
 
-    def __init__(self, client: redis.Redis, key: ReplicaKey, path: Path,
-                 poll_seconds: float = POLL_SECONDS,
-                 replay_window: float = REPLAY_WINDOW) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        key: ReplicaKey,
+        path: Path,
+        poll_seconds: float = POLL_SECONDS,
+        replay_window: float = REPLAY_WINDOW,
+    ) -> None:
         super().__init__(daemon=True, name=f"logs-{key.job_id}-{key.attempt}-{key.index}")
         self.client = client
         self.key = key
@@ -101,8 +106,11 @@ class LogShipper(threading.Thread):
         lost = self._recent.lost_to_restart(self.client)
         if not lost:
             return []
-        log.warning("Redis lost its data: shipping the log lines of %s again from line %d",
-                    self.key, lost[0].seq)
+        log.warning(
+            "Redis lost its data: shipping the log lines of %s again from line %d",
+            self.key,
+            lost[0].seq,
+        )
         self._rewind(lost[0])
         return self._read_lines(final=False)
 
@@ -122,8 +130,9 @@ class LogShipper(threading.Thread):
         now, lines, offset = time.time(), [], self._offset
         for raw in parts:
             self.seq += 1
-            lines.append(Line(offset, self.seq, now,
-                              raw.decode("utf-8", errors="replace").rstrip("\r")))
+            lines.append(
+                Line(offset, self.seq, now, raw.decode("utf-8", errors="replace").rstrip("\r"))
+            )
             offset += len(raw) + 1
         self._offset += len(data) - len(rest)
         return lines
@@ -134,18 +143,27 @@ class LogShipper(threading.Thread):
 
     def _ship(self, lines: list[Line]) -> bool:
         for start in range(0, len(lines), BATCH_LINES):
-            chunk = lines[start:start + BATCH_LINES]
-            payload = LogBatch(self.key.job_id, self.key.attempt, self.key.index,
-                               [(line.seq, line.ts, line.text) for line in chunk]).encode()
+            chunk = lines[start : start + BATCH_LINES]
+            payload = LogBatch(
+                self.key.job_id,
+                self.key.attempt,
+                self.key.index,
+                [(line.seq, line.ts, line.text) for line in chunk],
+            ).encode()
             try:
-                self.client.xadd(LOGS_STREAM, {"data": payload}, maxlen=STREAM_MAXLEN,
-                                 approximate=True)
+                self.client.xadd(
+                    LOGS_STREAM, {"data": payload}, maxlen=STREAM_MAXLEN, approximate=True
+                )
             except redis.RedisError as exc:
                 self._rewind(chunk[0])
                 self.failures += 1
                 if self.failures == 1:
-                    log.warning("could not ship log lines of %s (%s); trying again from "
-                                "line %d", self.key, exc, chunk[0].seq)
+                    log.warning(
+                        "could not ship log lines of %s (%s); trying again from line %d",
+                        self.key,
+                        exc,
+                        chunk[0].seq,
+                    )
                 return False
             self._recent.add(chunk[0])
         if self.failures:
@@ -153,7 +171,10 @@ class LogShipper(threading.Thread):
         self.failures = 0
         lost = self._recent.lost_to_restart(self.client)
         if lost:
-            log.warning("Redis lost its data: shipping the log lines of %s again from line "
-                        "%d", self.key, lost[0].seq)
+            log.warning(
+                "Redis lost its data: shipping the log lines of %s again from line %d",
+                self.key,
+                lost[0].seq,
+            )
             self._rewind(lost[0])
         return True

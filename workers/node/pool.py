@@ -93,8 +93,9 @@ class ReplicaPool:
             return
         isolation.lay_out_pool(self.directory)
         self._wake_read, self._wake_write = socket.socketpair()
-        self._keeper = threading.Thread(target=self._keep, args=(self._wake_read,),
-                                        daemon=True, name="replica-pool")
+        self._keeper = threading.Thread(
+            target=self._keep, args=(self._wake_read,), daemon=True, name="replica-pool"
+        )
         self._keeper.start()
         log.info("keeping %d warm replica processes", self.size)
 
@@ -122,8 +123,9 @@ class ReplicaPool:
                 self._failed(warm, f"exited with {warm.popen.returncode} while waiting")
         return None
 
-    def hand_off(self, warm: WarmProcess, message: handoff.HandOff,
-                 log_fd: int) -> subprocess.Popen[bytes] | None:
+    def hand_off(
+        self, warm: WarmProcess, message: handoff.HandOff, log_fd: int
+    ) -> subprocess.Popen[bytes] | None:
         """Hand `warm` its replica; its Popen once it says it is that replica, or None
         (it is killed, and the caller starts the replica cold)."""
         answer, why = b"", "it closed the channel"
@@ -179,8 +181,13 @@ class ReplicaPool:
                 # Never more processes warming up than failures the pool may still
                 # afford: a broken interpreter costs MAX_FAILURES starts, not more.
                 warming = sum(1 for warm in self._waiting if not warm.ready)
-                missing = 0 if self.off else min(self.size - len(self._waiting),
-                                                 MAX_FAILURES - self._failures - warming)
+                missing = (
+                    0
+                    if self.off
+                    else min(
+                        self.size - len(self._waiting), MAX_FAILURES - self._failures - warming
+                    )
+                )
             for _ in range(missing):
                 warm = self._start()
                 if warm is not None:
@@ -197,17 +204,25 @@ class ReplicaPool:
         """Start one warm process (it says READY on its channel once it has warmed up)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            log_fd = os.open(self.directory / "warm.log",
-                             os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            log_fd = os.open(
+                self.directory / "warm.log",
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                0o600,
+            )
             with open(log_fd, "ab") as log_file:
                 popen = subprocess.Popen(  # noqa: S603 - an argv, never a shell
-                    [self.python, "-P", "-m", "workers.replica.pool_entry",
-                     str(theirs.fileno())],
-                    env=warm_env(self.node_id, self.data_dir, self.directory / "home",
-                                 self.directory / "tmp"),
-                    cwd=self.directory, stdin=subprocess.DEVNULL, stdout=log_file,
-                    stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),),
-                    start_new_session=True, **isolation.popen_options(None))
+                    [self.python, "-P", "-m", "workers.replica.pool_entry", str(theirs.fileno())],
+                    env=warm_env(
+                        self.node_id, self.data_dir, self.directory / "home", self.directory / "tmp"
+                    ),
+                    cwd=self.directory,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,
+                    **isolation.popen_options(None),
+                )
         except OSError as exc:
             ours.close()
             with self._lock:
@@ -234,8 +249,11 @@ class ReplicaPool:
                 return  # shut down meanwhile
             if word == handoff.READY:
                 warm.ready = True
-                log.debug("warm process %d ready after %.1fs", warm.pid,
-                          time.monotonic() - warm.started_at)
+                log.debug(
+                    "warm process %d ready after %.1fs",
+                    warm.pid,
+                    time.monotonic() - warm.started_at,
+                )
                 return
             self._waiting.remove(warm)
         _kill(warm.popen)
@@ -258,10 +276,14 @@ class ReplicaPool:
 
     def _say_if_off(self, why: str) -> None:
         if self._failures == MAX_FAILURES:
-            log.error("replica pool off after %d warm processes failed in a row (last: "
-                      "%s); replicas start cold. Output of the warm processes: %s\n%s",
-                      MAX_FAILURES, why, self.directory / "warm.log",
-                      tail(self.directory / "warm.log", 2000))
+            log.error(
+                "replica pool off after %d warm processes failed in a row (last: "
+                "%s); replicas start cold. Output of the warm processes: %s\n%s",
+                MAX_FAILURES,
+                why,
+                self.directory / "warm.log",
+                tail(self.directory / "warm.log", 2000),
+            )
 
 
 def _kill(popen: subprocess.Popen[bytes]) -> None:
@@ -271,4 +293,3 @@ def _kill(popen: subprocess.Popen[bytes]) -> None:
     except ProcessLookupError:
         pass
     popen.wait()
-

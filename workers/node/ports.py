@@ -55,17 +55,20 @@ def port_problem(port: int) -> str | None:
     return None
 
 
-def check_range(start: int, end: int,
-                path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> str | None:
+def check_range(
+    start: int, end: int, path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")
+) -> str | None:
     """A warning if the replica range overlaps the kernel's ephemeral port range."""
     try:
         low, high = (int(v) for v in path.read_text().split())
     except (OSError, ValueError):
         return None
     if start <= high and low <= end:
-        return (f"replica ports {start}-{end} overlap the ephemeral range {low}-{high}: any "
-                "process may be given one of them; move COHORT_PORT_RANGE_* below "
-                f"{low} or reserve them in net.ipv4.ip_local_reserved_ports")
+        return (
+            f"replica ports {start}-{end} overlap the ephemeral range {low}-{high}: any "
+            "process may be given one of them; move COHORT_PORT_RANGE_* below "
+            f"{low} or reserve them in net.ipv4.ip_local_reserved_ports"
+        )
     return None
 
 

@@ -40,12 +40,17 @@ class Preparer:
         with self._lock:
             if self._store is None or self._cache is None:
                 self._store = open_store(settings=self.settings)
-                limits = Limits(max_bytes=self.settings.MAX_BUNDLE_BYTES,
-                                max_files=self.settings.MAX_BUNDLE_FILES,
-                                max_unpacked_bytes=self.settings.MAX_BUNDLE_UNPACKED_BYTES)
-                self._cache = BundleCache(layout.bundle_cache_dir(self.settings.data_dir),
-                                          self._store, self.settings.BUNDLE_CACHE_BYTES,
-                                          limits)
+                limits = Limits(
+                    max_bytes=self.settings.MAX_BUNDLE_BYTES,
+                    max_files=self.settings.MAX_BUNDLE_FILES,
+                    max_unpacked_bytes=self.settings.MAX_BUNDLE_UNPACKED_BYTES,
+                )
+                self._cache = BundleCache(
+                    layout.bundle_cache_dir(self.settings.data_dir),
+                    self._store,
+                    self.settings.BUNDLE_CACHE_BYTES,
+                    limits,
+                )
             return self._store, self._cache
 
     def prepare(self, spec: ReplicaSpec) -> None:
@@ -62,10 +67,12 @@ class Preparer:
         if spec.bundle is not None:
             # Unpacked as the job's own uid, by the interpreter its replicas run with
             # (isolation.check_node proved that uid can run it with Cohort's code).
-            cache.checkout(spec.bundle,
-                           layout.code_dir(data_dir, spec.job_id, spec.attempt, spec.index),
-                           user=user,
-                           python=self.settings.REPLICA_PYTHON or sys.executable)
+            cache.checkout(
+                spec.bundle,
+                layout.code_dir(data_dir, spec.job_id, spec.attempt, spec.index),
+                user=user,
+                python=self.settings.REPLICA_PYTHON or sys.executable,
+            )
         inputs = layout.input_dir(data_dir, spec.job_id)
         for name, key in sorted(spec.inputs.items()):
             self._fetch_input(store, key, inputs / name)

@@ -79,13 +79,15 @@ class MetricsFileReader:
             return []
         if decoded.beat is not None:
             self.beats += 1
-            self.alive_until = max(self.alive_until,
-                                   min(decoded.beat, time.time() + MAX_BEAT_AHEAD))
+            self.alive_until = max(
+                self.alive_until, min(decoded.beat, time.time() + MAX_BEAT_AHEAD)
+            )
         return [Scalar(*point) for point in decoded.points]
 
     def _bad(self, why: str) -> None:
         self.bad_lines += 1
         # Rate-limited: a script writing garbage in a loop must not flood the agent's log.
         if self.bad_lines <= 5 or self.bad_lines % 1000 == 0:
-            log.warning("%s: skipping a bad line (%s); %d bad lines so far",
-                        self.path, why, self.bad_lines)
+            log.warning(
+                "%s: skipping a bad line (%s); %d bad lines so far", self.path, why, self.bad_lines
+            )

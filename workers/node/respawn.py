@@ -27,17 +27,19 @@ def _respawnable(spec: ReplicaSpec) -> bool:
     return spec.strategy == "parameter_server" and spec.role == "worker"
 
 
-def may_respawn(spec: ReplicaSpec, exit_code: int, restarts: int, budget: int, *,
-                stop_asked: bool) -> bool:
+def may_respawn(
+    spec: ReplicaSpec, exit_code: int, restarts: int, budget: int, *, stop_asked: bool
+) -> bool:
     """Whether a replica whose process exited with `exit_code` is started again here."""
-    return (_respawnable(spec) and exit_code != 0 and not stop_asked
-            and restarts < budget)
+    return _respawnable(spec) and exit_code != 0 and not stop_asked and restarts < budget
 
 
 def log_line(exit_code: int, restarts: int, budget: int) -> str:
     """What the replica's log says about the restart."""
-    return (f"cohort agent: parameter_server worker exited with {exit_code}; started again "
-            f"in place ({restarts} of {budget}); the chief retries its work meanwhile\n")
+    return (
+        f"cohort agent: parameter_server worker exited with {exit_code}; started again "
+        f"in place ({restarts} of {budget}); the chief retries its work meanwhile\n"
+    )
 
 
 class Respawns:
@@ -66,14 +68,19 @@ class Respawns:
         self.counts.pop(key, None)
         self.stop_asked.discard(key)
 
-    def due(self, key: ReplicaKey, exit_code: int, *, stop_requested: bool
-            ) -> tuple[StartReplica, int] | None:
+    def due(
+        self, key: ReplicaKey, exit_code: int, *, stop_requested: bool
+    ) -> tuple[StartReplica, int] | None:
         """The message to start it again with, and which restart that is; or None."""
         message = self.messages.get(key)
         restarts = self.counts.get(key, 0)
         if message is None or not may_respawn(
-                message.spec, exit_code, restarts, self.budget,
-                stop_asked=stop_requested or key in self.stop_asked):
+            message.spec,
+            exit_code,
+            restarts,
+            self.budget,
+            stop_asked=stop_requested or key in self.stop_asked,
+        ):
             return None
         return message, restarts + 1
 

@@ -58,8 +58,9 @@ class PointSender(Protocol):
     batches, retries, replay after a Redis restart). A protocol, not an import, as
     node code never imports replica code (the import-linter contracts)."""
 
-    def add(self, step: int, epoch: int | None, name: str, value: Any,
-            ts: float | None = None) -> None: ...
+    def add(
+        self, step: int, epoch: int | None, name: str, value: Any, ts: float | None = None
+    ) -> None: ...
 
     def maybe_flush(self, *, force: bool = False) -> None: ...
 
@@ -70,9 +71,15 @@ class ReplicaFollower:
     """Reads one replica's metrics file and TensorBoard directory, calls `on_point` for
     each new point, and keeps the time of the replica's last sign of progress."""
 
-    def __init__(self, *, on_point: Callable[[Scalar], None],
-                 metrics_file: Path | None = None, tensorboard_dir: Path | None = None,
-                 watch_dirs: Sequence[Path] = (), skip_existing: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        on_point: Callable[[Scalar], None],
+        metrics_file: Path | None = None,
+        tensorboard_dir: Path | None = None,
+        watch_dirs: Sequence[Path] = (),
+        skip_existing: bool = True,
+    ) -> None:
         """Create it before the replica starts: with `skip_existing`, what the files
         hold already (an earlier attempt in the same directory) is neither this
         replica's metrics nor its progress; only what is written after counts."""
@@ -127,12 +134,17 @@ class ReplicaFollower:
                     if len(self.event_files) >= MAX_EVENT_FILES:
                         if not self._too_many_files:
                             self._too_many_files = True
-                            log.warning("%s: more than %d event files; following only "
-                                        "the first", self.tensorboard_dir, MAX_EVENT_FILES)
+                            log.warning(
+                                "%s: more than %d event files; following only the first",
+                                self.tensorboard_dir,
+                                MAX_EVENT_FILES,
+                            )
                         break
                     self.event_files[path] = EventFileReader(
-                        path, prefix=_run_prefix(self.tensorboard_dir, path),
-                        tree=OwnedTree(self.tensorboard_dir))
+                        path,
+                        prefix=_run_prefix(self.tensorboard_dir, path),
+                        tree=OwnedTree(self.tensorboard_dir),
+                    )
         return list(self.event_files.values())
 
     def _watch_signature(self) -> tuple[int, int, int]:
@@ -173,8 +185,11 @@ def _files_under(roots: Iterable[Path], limit: int) -> Iterable[os.DirEntry[str]
 
 
 def _event_files(root: Path) -> list[Path]:
-    found = [Path(entry.path) for entry in _files_under([root], MAX_EVENT_FILES * 10)
-             if entry.name.startswith(FILE_PREFIX)]
+    found = [
+        Path(entry.path)
+        for entry in _files_under([root], MAX_EVENT_FILES * 10)
+        if entry.name.startswith(FILE_PREFIX)
+    ]
     return sorted(found)
 
 
@@ -188,18 +203,32 @@ class ScalarShipper(threading.Thread):
     """Follows one replica until `finish()`: ships its points through `reporter` and
     beats its progress (at most once per BEAT_INTERVAL, dated when it was seen)."""
 
-    def __init__(self, reporter: PointSender, client: Any, *, job_id: int, attempt: int,
-                 index: int, metrics_file: Path | None = None,
-                 tensorboard_dir: Path | None = None, watch_dirs: Sequence[Path] = (),
-                 skip_existing: bool = True, poll_seconds: float = POLL_SECONDS) -> None:
+    def __init__(
+        self,
+        reporter: PointSender,
+        client: Any,
+        *,
+        job_id: int,
+        attempt: int,
+        index: int,
+        metrics_file: Path | None = None,
+        tensorboard_dir: Path | None = None,
+        watch_dirs: Sequence[Path] = (),
+        skip_existing: bool = True,
+        poll_seconds: float = POLL_SECONDS,
+    ) -> None:
         super().__init__(daemon=True, name=f"scalars-{job_id}-{attempt}-{index}")
         self.reporter = reporter
         self.key = (job_id, attempt, index)
         self.field = progress_field(job_id, attempt, index)
         self.poll_seconds = poll_seconds
-        self.follower = ReplicaFollower(on_point=self._add, metrics_file=metrics_file,
-                                        tensorboard_dir=tensorboard_dir, watch_dirs=watch_dirs,
-                                        skip_existing=skip_existing)
+        self.follower = ReplicaFollower(
+            on_point=self._add,
+            metrics_file=metrics_file,
+            tensorboard_dir=tensorboard_dir,
+            watch_dirs=watch_dirs,
+            skip_existing=skip_existing,
+        )
         self.beaten: float | None = None  # the progress time last sent
         self._beat_at = 0.0  # monotonic time of the last beat sent
         self._done = threading.Event()
@@ -229,8 +258,9 @@ class ScalarShipper(threading.Thread):
             return
         # How far ahead of now the beat vouches, as a duration: the control plane times
         # the beat by its own clock when it sees it (services/cluster/arrivals.py).
-        field, value = ProgressBeat(*self.key, until=seen,
-                                    ahead=max(0.0, seen - time.time())).encode()
+        field, value = ProgressBeat(
+            *self.key, until=seen, ahead=max(0.0, seen - time.time())
+        ).encode()
         try:
             self._beat(keys=[PROGRESS_HASH], args=[field, repr(seen), value])
         except Exception as exc:  # a missed beat is sent at the next poll

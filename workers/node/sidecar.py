@@ -50,8 +50,12 @@ CHIEF = 0  # the replica whose checkpoint and model are the job's
 class Sidecars:
     """The node's side of every replica: the store, each job's checkpoint mirror."""
 
-    def __init__(self, settings: Settings, client: Any,
-                 store_factory: Callable[[], ArtifactStore] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        client: Any,
+        store_factory: Callable[[], ArtifactStore] | None = None,
+    ) -> None:
         self.settings = settings
         self.client = client
         self.data_dir = Path(settings.data_dir)
@@ -70,8 +74,10 @@ class Sidecars:
                 try:
                     self._store = self._open_store()
                 except Exception:
-                    log.exception("cannot open the artifact store: checkpoints, models and "
-                                  "logs stay on this node")
+                    log.exception(
+                        "cannot open the artifact store: checkpoints, models and "
+                        "logs stay on this node"
+                    )
             return self._store
 
     def mirror(self, job_id: int) -> CheckpointMirror | None:
@@ -81,7 +87,8 @@ class Sidecars:
         with self._lock:
             if job_id not in self._mirrors:
                 self._mirrors[job_id] = CheckpointMirror(
-                    store, job_id, layout.checkpoint_dir(self.data_dir, job_id))
+                    store, job_id, layout.checkpoint_dir(self.data_dir, job_id)
+                )
             return self._mirrors[job_id]
 
     def prepare(self, spec: ReplicaSpec) -> None:
@@ -101,12 +108,21 @@ class Sidecars:
             try:
                 written = mirror.restore(store_wins=spec.replicas > 1)
             except Exception:
-                log.exception("restoring the checkpoint of job %d failed: attempt %d starts "
-                              "from what this node holds", key.job_id, key.attempt)
+                log.exception(
+                    "restoring the checkpoint of job %d failed: attempt %d starts "
+                    "from what this node holds",
+                    key.job_id,
+                    key.attempt,
+                )
                 return
             if written:
-                log.info("restored %d checkpoint files of job %d for attempt %d in %.2fs",
-                         len(written), key.job_id, key.attempt, time.monotonic() - started)
+                log.info(
+                    "restored %d checkpoint files of job %d for attempt %d in %.2fs",
+                    len(written),
+                    key.job_id,
+                    key.attempt,
+                    time.monotonic() - started,
+                )
 
     def follow(self, key: ReplicaKey) -> ReplicaSidecar:
         """Make the sidecar of replica `key` before its process starts, so what its files
@@ -130,8 +146,9 @@ class Sidecars:
         if sidecar is not None:
             sidecar.reporter.close()
 
-    def finish(self, key: ReplicaKey, log_path: Path,
-               timeout: float = EXIT_UPLOAD_TIMEOUT) -> ReplicaSidecar | None:
+    def finish(
+        self, key: ReplicaKey, log_path: Path, timeout: float = EXIT_UPLOAD_TIMEOUT
+    ) -> ReplicaSidecar | None:
         """Its process exited: the last points and the uploads, before the exit is
         reported (at most `timeout`; errors are logged). Returns its sidecar, whose
         reporter the caller closes (the agent, once past the replay window:
@@ -152,20 +169,33 @@ class ReplicaSidecar:
         self.checkpoint_dir = layout.checkpoint_dir(data_dir, job)
         self.model_dir = layout.model_dir(data_dir, job)
         self.tensorboard_dir = layout.tensorboard_dir(data_dir, job, key.index)
-        self.notes = LogNotes(layout.log_file(data_dir, job, key.attempt, key.index),
-                              layout.job_dir(data_dir, job))
-        self.reporter = MetricReporter.from_url(node.settings.redis_url, job_id=job,
-                                                attempt=key.attempt, replica=key.index)
+        self.notes = LogNotes(
+            layout.log_file(data_dir, job, key.attempt, key.index), layout.job_dir(data_dir, job)
+        )
+        self.reporter = MetricReporter.from_url(
+            node.settings.redis_url, job_id=job, attempt=key.attempt, replica=key.index
+        )
         self.shipper = ScalarShipper(
-            self.reporter, node.client, job_id=job, attempt=key.attempt, index=key.index,
+            self.reporter,
+            node.client,
+            job_id=job,
+            attempt=key.attempt,
+            index=key.index,
             metrics_file=layout.metrics_file(data_dir, job, key.attempt, key.index),
             tensorboard_dir=self.tensorboard_dir,
-            watch_dirs=(self.checkpoint_dir, self.model_dir))
+            watch_dirs=(self.checkpoint_dir, self.model_dir),
+        )
         mirror = node.mirror(job) if key.index == CHIEF else None
-        self.syncer = None if mirror is None else CheckpointSyncer(
-            mirror, name=f"checkpoints-{job}-{key.attempt}-{key.index}",
-            superseded=lambda: superseded(node.client, job, key.attempt),
-            on_skip=self.notes.skipper(self.checkpoint_dir))
+        self.syncer = (
+            None
+            if mirror is None
+            else CheckpointSyncer(
+                mirror,
+                name=f"checkpoints-{job}-{key.attempt}-{key.index}",
+                superseded=lambda: superseded(node.client, job, key.attempt),
+                on_skip=self.notes.skipper(self.checkpoint_dir),
+            )
+        )
 
     def start(self) -> None:
         self.shipper.start()
@@ -177,17 +207,22 @@ class ReplicaSidecar:
         The reporter stays open: a wipe of Redis right after may erase its last points."""
         self.shipper.finish()
         started = time.monotonic()
-        uploads = threading.Thread(target=self._upload, args=(log_path, timeout), daemon=True,
-                                   name=f"uploads-{self.key.job_id}-{self.key.attempt}-"
-                                        f"{self.key.index}")
+        uploads = threading.Thread(
+            target=self._upload,
+            args=(log_path, timeout),
+            daemon=True,
+            name=f"uploads-{self.key.job_id}-{self.key.attempt}-{self.key.index}",
+        )
         uploads.start()
         uploads.join(timeout)
         if uploads.is_alive():
-            log.error("the uploads of %s take over %.0fs: its exit is reported now and they "
-                      "go on", self.key, timeout)
+            log.error(
+                "the uploads of %s take over %.0fs: its exit is reported now and they go on",
+                self.key,
+                timeout,
+            )
         else:
-            log.info("uploaded the artifacts of %s in %.2fs", self.key,
-                     time.monotonic() - started)
+            log.info("uploaded the artifacts of %s in %.2fs", self.key, time.monotonic() - started)
 
     def _upload(self, log_path: Path, timeout: float) -> None:
         store = self.node.store()
@@ -200,24 +235,34 @@ class ReplicaSidecar:
             steps.append(("the last checkpoint", lambda: syncer.finish(timeout, checked=True)))
             model = OwnedTree(self.model_dir, on_skip=self.notes.skipper(self.model_dir))
             if model.files():
-                steps.append(("the model", lambda: store.put_tree(
-                    keys.model_prefix(job), model, mirror=True)))
+                steps.append(
+                    (
+                        "the model",
+                        lambda: store.put_tree(keys.model_prefix(job), model, mirror=True),
+                    )
+                )
         elif syncer is not None:
             syncer.finish(timeout)  # stops polling; sends nothing while superseded
-        board = OwnedTree(self.tensorboard_dir,
-                          on_skip=self.notes.skipper(self.tensorboard_dir))
+        board = OwnedTree(self.tensorboard_dir, on_skip=self.notes.skipper(self.tensorboard_dir))
         if board.files():
-            steps.append(("the TensorBoard files", lambda: store.put_tree(
-                keys.tensorboard_prefix(job, index), board)))
+            steps.append(
+                (
+                    "the TensorBoard files",
+                    lambda: store.put_tree(keys.tensorboard_prefix(job, index), board),
+                )
+            )
         if log_path.is_file():
-            steps.append(("the log", lambda: store.put_file(
-                keys.log_key(job, self.key.attempt, index), log_path)))
+            steps.append(
+                (
+                    "the log",
+                    lambda: store.put_file(keys.log_key(job, self.key.attempt, index), log_path),
+                )
+            )
         for what, step in steps:
             try:
                 step()
             except Exception:  # noqa: BLE001 - one failed upload must not skip the others
                 log.exception("uploading %s of %s failed", what, self.key)
-
 
     def _still_the_jobs(self, deadline: float) -> bool:
         """Whether this replica's attempt is still the job's, asked of Redis until it
@@ -229,15 +274,24 @@ class ReplicaSidecar:
         while True:
             try:
                 if superseded(self.node.client, job, attempt):
-                    log.warning("attempt %d is no longer job %d's: its last checkpoint and "
-                                "model are not sent over the store's", attempt, job)
+                    log.warning(
+                        "attempt %d is no longer job %d's: its last checkpoint and "
+                        "model are not sent over the store's",
+                        attempt,
+                        job,
+                    )
                     return False
                 return True
             except Exception as exc:  # noqa: BLE001 - redis-py's errors: ask again
                 if time.monotonic() >= deadline:
-                    log.error("%s: Redis did not say whether attempt %d is still job %d's "
-                              "(%s): its last checkpoint and model are not sent", self.key,
-                              attempt, job, exc)
+                    log.error(
+                        "%s: Redis did not say whether attempt %d is still job %d's "
+                        "(%s): its last checkpoint and model are not sent",
+                        self.key,
+                        attempt,
+                        job,
+                        exc,
+                    )
                     return False
                 time.sleep(0.5)
 
@@ -262,8 +316,10 @@ class LogNotes:
             if rel in self._said:
                 return  # polled every second: once is enough
             self._said.add(rel)
-        line = (f"cohort agent: {rel} is not uploaded: {why} (only regular files of the "
-                "job's own user are, never through a link)")
+        line = (
+            f"cohort agent: {rel} is not uploaded: {why} (only regular files of the "
+            "job's own user are, never through a link)"
+        )
         log.warning("job %s: %s", self.job_dir.name, line)
         try:
             # The logs directory is the agent's alone; still, never write through a link.

@@ -23,8 +23,14 @@ from workers.node.inbox import M, open_message
 
 def _opened(raw: str, kind: type[M]) -> tuple[Agent, M | None]:
     agent = current_agent()
-    return agent, open_message(raw, kind, node_id=agent.node_id, node_key=agent.node_key,
-                               max_age=agent.settings.MESSAGE_MAX_AGE, now=agent.clock.now())
+    return agent, open_message(
+        raw,
+        kind,
+        node_id=agent.node_id,
+        node_key=agent.node_key,
+        max_age=agent.settings.MESSAGE_MAX_AGE,
+        now=agent.clock.now(),
+    )
 
 
 @app.task(name=START_TASK)

@@ -107,8 +107,9 @@ class EventFileReader:
         (length, _) = HEADER.unpack_from(data)  # its CRC was checked by _next_record
         total = HEADER.size + length + FOOTER.size
         if total > READ_BYTES and self.offset + total <= size:
-            log.info("%s: passing over a record of %d bytes at byte %d", self.path,
-                     length, self.offset)
+            log.info(
+                "%s: passing over a record of %d bytes at byte %d", self.path, length, self.offset
+            )
             self.offset += total
 
     def _next_record(self, data: bytes, start: int) -> tuple[bytes | None, int] | None:
@@ -116,16 +117,19 @@ class EventFileReader:
         if len(data) - start < HEADER.size:
             return None
         length, length_crc = HEADER.unpack_from(data, start)
-        header = data[start:start + 8]
+        header = data[start : start + 8]
         if masked_crc(header) != length_crc or length > MAX_RECORD:
             self.broken = True
-            log.warning("%s: corrupt record header at byte %d; not reading it further",
-                        self.path, self.offset + start)
+            log.warning(
+                "%s: corrupt record header at byte %d; not reading it further",
+                self.path,
+                self.offset + start,
+            )
             return None
         end = start + HEADER.size + length + FOOTER.size
         if end > len(data):
             return None  # still being written (or longer than this read): next time
-        payload = data[start + HEADER.size:end - FOOTER.size]
+        payload = data[start + HEADER.size : end - FOOTER.size]
         (data_crc,) = FOOTER.unpack_from(data, end - FOOTER.size)
         if masked_crc(payload) != data_crc:
             self._skip(f"record at byte {self.offset + start} fails its CRC")
@@ -164,8 +168,14 @@ class EventFileReader:
             return True
         if name not in self._refused:
             self._refused.add(name)
-            log.warning("%s: scalar %r at step %d not shipped: names are 1..%d characters "
-                        "and steps 0..%d", self.path, name[:80], step, MAX_NAME, MAX_STEP)
+            log.warning(
+                "%s: scalar %r at step %d not shipped: names are 1..%d characters and steps 0..%d",
+                self.path,
+                name[:80],
+                step,
+                MAX_NAME,
+                MAX_STEP,
+            )
         return False
 
     def _scalar_value(self, value: summary_pb2.Summary.Value) -> float | None:

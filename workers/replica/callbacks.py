@@ -35,8 +35,9 @@ FINISH_GRACE = 300.0
 COORDINATED_STEPS_IN_FLIGHT = 16
 
 
-def metrics_callback(reporter: ReplicaReporter, global_batch_size: int, *,
-                     coordinated: bool = False) -> Any:
+def metrics_callback(
+    reporter: ReplicaReporter, global_batch_size: int, *, coordinated: bool = False
+) -> Any:
     """The tf_keras callback reporting per-step, per-epoch and throughput metrics;
     `coordinated` for a ParameterServerStrategy chief, whose steps run on workers."""
     if coordinated:
@@ -85,8 +86,17 @@ def _callback_class() -> type:
             # The training thread's whole per-step cost: keep it to a clock reading,
             # a little arithmetic and one deque append.
             now = time.perf_counter()
-            self._record(StepRecord(self._step_of(batch), self._epoch, logs, "", now,
-                                    now - self._last_batch_end, self._global_batch_size))
+            self._record(
+                StepRecord(
+                    self._step_of(batch),
+                    self._epoch,
+                    logs,
+                    "",
+                    now,
+                    now - self._last_batch_end,
+                    self._global_batch_size,
+                )
+            )
             self._last_batch_end = now
             if not self._announced:
                 self._announce_first_step()
@@ -105,10 +115,14 @@ def _callback_class() -> type:
                 self._step = self._seen
             return self._step
 
-        def _report_step(self, step: int, epoch: int, logs: Mapping[str, Any] | None,
-                         step_time: float) -> None:
-            self._record(StepRecord(step, epoch, logs, "", time.perf_counter(), step_time,
-                                    self._global_batch_size))
+        def _report_step(
+            self, step: int, epoch: int, logs: Mapping[str, Any] | None, step_time: float
+        ) -> None:
+            self._record(
+                StepRecord(
+                    step, epoch, logs, "", time.perf_counter(), step_time, self._global_batch_size
+                )
+            )
             if not self._announced:
                 self._announce_first_step()
 
@@ -117,8 +131,17 @@ def _callback_class() -> type:
             self._reporter.beat()
 
         def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
-            self._record(StepRecord(self._step, epoch, logs, "epoch_", time.perf_counter(),
-                                    None, self._global_batch_size))
+            self._record(
+                StepRecord(
+                    self._step,
+                    epoch,
+                    logs,
+                    "epoch_",
+                    time.perf_counter(),
+                    None,
+                    self._global_batch_size,
+                )
+            )
             self._reporter.wake_sender()  # an epoch's figures are shown at once
 
         def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
@@ -187,8 +210,10 @@ def _coordinated_callback_class() -> type:
                 # chief, and with it the gang, over one step's loss.
                 if not _worker_lost(error):
                     raise
-                announce(f"step {step}'s figures were lost with the worker that ran it: "
-                         f"{str(error).splitlines()[0][:200]}")
+                announce(
+                    f"step {step}'s figures were lost with the worker that ran it: "
+                    f"{str(error).splitlines()[0][:200]}"
+                )
                 return step, epoch, _LOST
 
     return CoordinatedMetricsCallback
@@ -206,6 +231,10 @@ def _worker_lost(error: BaseException) -> bool:
     import tensorflow as tf
 
     text = str(error)
-    return (isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError,
-                               tf.errors.CancelledError))
-            and "/job:worker" in text and "/job:ps" not in text)
+    return (
+        isinstance(
+            error, (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError)
+        )
+        and "/job:worker" in text
+        and "/job:ps" not in text
+    )

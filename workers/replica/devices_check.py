@@ -20,18 +20,19 @@ EXIT_NO_GPU = 78
 
 def given_gpus(environ: Mapping[str, str]) -> list[str]:
     """The GPU ids the agent gave this replica (CUDA_VISIBLE_DEVICES), none if empty."""
-    return [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-            if d.strip()]
+    return [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
 
 
 def missing_gpus(given: Sequence[str], seen: int) -> str | None:
     """Why a replica given `given` GPUs, of which TensorFlow sees `seen`, must not run."""
     if seen >= len(given):
         return None
-    return (f"this replica was given GPU {','.join(given)} but TensorFlow sees "
-            f"{seen} of {len(given)} (a TensorFlow without CUDA support, CUDA libraries "
-            "missing, or a driver too old for them): not training on the CPU instead. "
-            "Install cohort[gpu] on the node, or run the job without gpus_per_replica")
+    return (
+        f"this replica was given GPU {','.join(given)} but TensorFlow sees "
+        f"{seen} of {len(given)} (a TensorFlow without CUDA support, CUDA libraries "
+        "missing, or a driver too old for them): not training on the CPU instead. "
+        "Install cohort[gpu] on the node, or run the job without gpus_per_replica"
+    )
 
 
 def _tensorflow_gpus() -> list[Any]:
@@ -40,8 +41,9 @@ def _tensorflow_gpus() -> list[Any]:
     return list(tf.config.list_physical_devices("GPU"))
 
 
-def require_given_gpus(environ: Mapping[str, str] = os.environ,
-                       list_gpus: Callable[[], list[Any]] = _tensorflow_gpus) -> None:
+def require_given_gpus(
+    environ: Mapping[str, str] = os.environ, list_gpus: Callable[[], list[Any]] = _tensorflow_gpus
+) -> None:
     """Return if this replica was given no GPU or TensorFlow sees every one it was given.
 
     Raises:

@@ -74,8 +74,9 @@ def dataset_options(distribution: Distribution) -> Any:
     import tensorflow as tf
 
     options = tf.data.Options()
-    policy = getattr(tf.data.experimental.AutoShardPolicy,
-                     _SHARD_POLICIES[distribution.shard_policy])
+    policy = getattr(
+        tf.data.experimental.AutoShardPolicy, _SHARD_POLICIES[distribution.shard_policy]
+    )
     options.experimental_distribute.auto_shard_policy = policy
     return options
 
@@ -185,8 +186,12 @@ def accumulating(model: Any, steps: int) -> Any:
             "inputs; a subclassed model can use ctx.gradient_accumulator() in its own "
             "train_step or loop"
         )
-    return _accumulating_class()(inputs=model.inputs, outputs=model.outputs,
-                                 accumulation_steps=steps, name=f"{model.name}_accumulating")
+    return _accumulating_class()(
+        inputs=model.inputs,
+        outputs=model.outputs,
+        accumulation_steps=steps,
+        name=f"{model.name}_accumulating",
+    )
 
 
 @functools.cache
@@ -202,7 +207,10 @@ def _accumulating_class() -> type:
             self.accumulator = GradientAccumulator(self.trainable_variables, accumulation_steps)
             # Micro-steps taken, kept with the weights so a restored model stays in step.
             self.micro_steps = tf.Variable(
-                0, dtype=tf.int64, trainable=False, name="micro_steps",
+                0,
+                dtype=tf.int64,
+                trainable=False,
+                name="micro_steps",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
 
@@ -217,8 +225,7 @@ def _accumulating_class() -> type:
                 loss, self.trainable_variables, tape=tape
             )
             self.micro_steps.assign_add(1)
-            self.accumulator.step(self.optimizer, [g for g, _ in grads_and_vars],
-                                  self.micro_steps)
+            self.accumulator.step(self.optimizer, [g for g, _ in grads_and_vars], self.micro_steps)
             return self.compute_metrics(x, y, y_pred, sample_weight)
 
     return AccumulatingModel

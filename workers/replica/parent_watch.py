@@ -47,7 +47,7 @@ def stat_fields(pid: int | str) -> list[str] | None:
             text = handle.read().decode(errors="replace")
     except OSError:
         return None
-    return text[text.rfind(")") + 2:].split()
+    return text[text.rfind(")") + 2 :].split()
 
 
 def parent_of(pid: int) -> int | None:
@@ -64,16 +64,18 @@ def _say(text: str) -> None:
         pass
 
 
-def watch(agent: int, replica: int, ended: int, term_grace: float,
-          poll: float = POLL_SECONDS) -> None:
+def watch(
+    agent: int, replica: int, ended: int, term_grace: float, poll: float = POLL_SECONDS
+) -> None:
     """The watcher's loop (in the forked process): returns when the replica ended (`ended`
     reads as closed); ends the replica's process group (and so itself) when the agent is
     gone, or `term_grace` seconds after a SIGTERM if the replica is still running."""
     termed: list[float] = []  # when SIGTERM came (the agent signals the whole group)
     signal.signal(signal.SIGTERM, lambda _signum, _frame: termed.append(time.monotonic()))
     while True:
-        wait = poll if not termed else max(0.0, min(poll, termed[0] + term_grace
-                                                    - time.monotonic()))
+        wait = (
+            poll if not termed else max(0.0, min(poll, termed[0] + term_grace - time.monotonic()))
+        )
         if select.select([ended], [], [], wait)[0]:
             return  # the replica is gone
         parent = parent_of(replica)

@@ -78,8 +78,10 @@ def devices_untouched() -> bool:
     from tensorflow.python.eager import context
 
     ctx = context.context()
-    return getattr(ctx, "_context_handle", None) is None and \
-        getattr(ctx, "_physical_devices", None) is None
+    return (
+        getattr(ctx, "_context_handle", None) is None
+        and getattr(ctx, "_physical_devices", None) is None
+    )
 
 
 def become(hand_off: handoff.HandOff, log_fd: int) -> None:
@@ -113,8 +115,10 @@ def become(hand_off: handoff.HandOff, log_fd: int) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or not argv[0].isdigit():
-        print("usage: python -m workers.replica.pool_entry CHANNEL_FD",  # noqa: T201
-              file=sys.stderr)
+        print(  # noqa: T201
+            "usage: python -m workers.replica.pool_entry CHANNEL_FD",
+            file=sys.stderr,
+        )
         return 2
     channel = socket.socket(fileno=int(argv[0]))
     _set_priority(WARM_NICE)
@@ -123,8 +127,12 @@ def main(argv: list[str]) -> int:
     yielding.start()
     warm_up()
     if not devices_untouched():
-        print("cohort: importing TensorFlow initialized its devices: this interpreter "  # noqa: T201
-              "cannot serve as a warm replica", file=sys.stderr, flush=True)
+        print(  # noqa: T201
+            "cohort: importing TensorFlow initialized its devices: this interpreter "
+            "cannot serve as a warm replica",
+            file=sys.stderr,
+            flush=True,
+        )
         return EXIT_CANNOT_SERVE
     print(f"cohort: warm process {os.getpid()} ready", flush=True)  # noqa: T201 - its log
     try:
@@ -139,8 +147,11 @@ def main(argv: list[str]) -> int:
             raise OSError("TensorFlow's devices were initialized while waiting")
         become(hand_off, log_fd)
     except OSError as exc:
-        print(f"cohort: this warm process cannot become the replica: {exc}",  # noqa: T201
-              file=sys.stderr, flush=True)
+        print(  # noqa: T201
+            f"cohort: this warm process cannot become the replica: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             channel.sendall(handoff.FAILED + str(exc).encode()[:1000])
         except OSError:
@@ -154,9 +165,11 @@ def main(argv: list[str]) -> int:
     from workers.replica import runner
     from workers.replica.callbacks import announce
 
-    announce(f"warm replica: process {os.getpid()} was ready "
-             f"{time.monotonic() - ready_at:.1f}s before its hand-off, TensorFlow's "
-             "devices untouched until then")
+    announce(
+        f"warm replica: process {os.getpid()} was ready "
+        f"{time.monotonic() - ready_at:.1f}s before its hand-off, TensorFlow's "
+        "devices untouched until then"
+    )
     return runner.main()
 
 

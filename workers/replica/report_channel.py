@@ -50,8 +50,9 @@ class ReplicaReporter(PointBuffer):
 
     where = "the metrics file"
 
-    def __init__(self, path: Path, *, on_no_space: Callable[[], None] | None = None,
-                 **kwargs: object) -> None:
+    def __init__(
+        self, path: Path, *, on_no_space: Callable[[], None] | None = None, **kwargs: object
+    ) -> None:
         """`on_no_space`: called when a write fails for want of space (ENOSPC)."""
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.path = Path(path)
@@ -67,8 +68,11 @@ class ReplicaReporter(PointBuffer):
                 # O_APPEND: the runner's lines and the trainer's own cohort.report() lines
                 # (another descriptor of the same file) never overwrite each other, nor
                 # do a beat and a chunk written by two threads.
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT |
-                                   getattr(os, "O_NOFOLLOW", 0), 0o600)
+                self._fd = os.open(
+                    self.path,
+                    os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+                    0o600,
+                )
             return self._fd
 
     def _write(self, data: bytes) -> None:

@@ -47,14 +47,17 @@ class ResourceSampler(threading.Thread):
 
     def sample(self) -> dict[str, float]:
         """One set of figures for this replica's process."""
-        figures = {"cpu_percent": self._process.cpu_percent(None),
-                   "memory_mb": self._process.memory_info().rss / 2**20}
+        figures = {
+            "cpu_percent": self._process.cpu_percent(None),
+            "memory_mb": self._process.memory_info().rss / 2**20,
+        }
         nvml, handles = self._nvml
         for i, handle in enumerate(handles):
             suffix = "" if len(handles) == 1 else f"_{i}"
             try:
                 figures[f"gpu_utilization{suffix}"] = float(
-                    nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+                    nvml.nvmlDeviceGetUtilizationRates(handle).gpu
+                )
                 memory = nvml.nvmlDeviceGetMemoryInfo(handle)
                 figures[f"gpu_memory_mb{suffix}"] = memory.used / 2**20
             except Exception:  # noqa: BLE001 - a GPU error must not stop training

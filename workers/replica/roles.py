@@ -55,9 +55,13 @@ def check_task(spec: ReplicaSpec) -> None:
         raise RoleError(f"TF_CONFIG is not JSON: {exc}") from exc
     task = config.get("task") if isinstance(config, dict) else None
     if not isinstance(task, dict) or (task.get("type"), task.get("index")) != (
-            spec.role, spec.role_index):
-        raise RoleError(f"TF_CONFIG's task {task or 'none'} is not this replica's "
-                        f"role {spec.role!r} index {spec.role_index}")
+        spec.role,
+        spec.role_index,
+    ):
+        raise RoleError(
+            f"TF_CONFIG's task {task or 'none'} is not this replica's "
+            f"role {spec.role!r} index {spec.role_index}"
+        )
 
 
 def start_server(spec: ReplicaSpec) -> Any:
@@ -71,8 +75,11 @@ def start_server(spec: ReplicaSpec) -> Any:
 
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     server = tf.distribute.Server(
-        resolver.cluster_spec(), job_name=spec.role, task_index=spec.role_index,
-        protocol=resolver.rpc_layer or "grpc", start=True,
+        resolver.cluster_spec(),
+        job_name=spec.role,
+        task_index=spec.role_index,
+        protocol=resolver.rpc_layer or "grpc",
+        start=True,
     )
     announce(f"server role={spec.role} index={spec.role_index} target={server.target}")
     return server
@@ -108,19 +115,22 @@ def _evaluator_checkpoints_class() -> type:
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             if self._manager is None:
-                checkpoint = tf.train.Checkpoint(model=self.model,
-                                                 optimizer=self.model.optimizer)
+                checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer)
                 self._manager = tf.train.CheckpointManager(
-                    checkpoint, str(self._directory), max_to_keep=EVALUATOR_CHECKPOINTS_KEPT,
-                    checkpoint_name="ckpt")
+                    checkpoint,
+                    str(self._directory),
+                    max_to_keep=EVALUATOR_CHECKPOINTS_KEPT,
+                    checkpoint_name="ckpt",
+                )
             # Numbered by epoch, so a gang resumed from its backup continues the series.
             self._manager.save(checkpoint_number=epoch + 1)
 
     return EvaluatorCheckpoints
 
 
-def evaluate_checkpoints(ctx: TrainerContext, model: Any, data: Any, final_step: int,
-                         *, steps: int | None = None) -> dict[str, float]:
+def evaluate_checkpoints(
+    ctx: TrainerContext, model: Any, data: Any, final_step: int, *, steps: int | None = None
+) -> dict[str, float]:
     """The evaluator's loop, for a trainer module's `evaluate(ctx)`.
 
     Waits for the chief's checkpoints in `ctx.evaluation_dir`, restores the newest
@@ -154,14 +164,15 @@ def evaluate_checkpoints(ctx: TrainerContext, model: Any, data: Any, final_step:
             continue
         evaluated = path
         step = int(model.optimizer.iterations.numpy())
-        results = model.evaluate(data, steps=steps, verbose=0, return_dict=True,
-                                 callbacks=[beat])
+        results = model.evaluate(data, steps=steps, verbose=0, return_dict=True, callbacks=[beat])
         figures = {f"eval_{name}": float(value) for name, value in results.items()}
         ts = time.time()
         for name, value in figures.items():
             reporter.add(step, None, name, value, ts)
         reporter.flush()
-        announce(f"evaluated {Path(path).name} step={step} "
-                 + " ".join(f"{name}={value:.4f}" for name, value in figures.items()))
+        announce(
+            f"evaluated {Path(path).name} step={step} "
+            + " ".join(f"{name}={value:.4f}" for name, value in figures.items())
+        )
         if step >= final_step:
             return figures

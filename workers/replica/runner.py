@@ -101,7 +101,8 @@ def build_strategy(spec: ReplicaSpec) -> Any:
         raise ConfigError(f"strategy {name!r} runs workers only, not a {spec.role!r}")
     if name == "multi_worker_mirrored":
         return tf.distribute.MultiWorkerMirroredStrategy(
-            communication_options=_communication_options(spec.distribution.communication))
+            communication_options=_communication_options(spec.distribution.communication)
+        )
     if name == "mirrored":
         return _mirrored_strategy(spec.distribution)
     if name == "one_device":
@@ -122,14 +123,18 @@ def _communication_options(communication: str) -> Any:
     import tensorflow as tf
 
     implementations = tf.distribute.experimental.CommunicationImplementation
-    choices = {"auto": implementations.AUTO, "ring": implementations.RING,
-               "nccl": implementations.NCCL}
+    choices = {
+        "auto": implementations.AUTO,
+        "ring": implementations.RING,
+        "nccl": implementations.NCCL,
+    }
     if communication not in choices:
-        raise ConfigError(f"communication {communication!r} is not one of "
-                          f"multi_worker_mirrored's ({', '.join(choices)})")
+        raise ConfigError(
+            f"communication {communication!r} is not one of "
+            f"multi_worker_mirrored's ({', '.join(choices)})"
+        )
     announce(f"multi_worker_mirrored communication={choices[communication].name}")
-    return tf.distribute.experimental.CommunicationOptions(
-        implementation=choices[communication])
+    return tf.distribute.experimental.CommunicationOptions(implementation=choices[communication])
 
 
 def _mirrored_strategy(options: Distribution) -> Any:
@@ -153,10 +158,14 @@ def _mirrored_strategy(options: Distribution) -> Any:
     elif options.communication in ops:
         cross_device_ops = ops[options.communication]()
     else:
-        raise ConfigError(f"communication {options.communication!r} is not one of "
-                          f"mirrored's (auto, {', '.join(ops)})")
-    announce(f"mirrored devices={devices or [gpu.name for gpu in gpus]} "
-             f"cross_device_ops={type(cross_device_ops).__name__ if cross_device_ops else 'auto'}")
+        raise ConfigError(
+            f"communication {options.communication!r} is not one of "
+            f"mirrored's (auto, {', '.join(ops)})"
+        )
+    announce(
+        f"mirrored devices={devices or [gpu.name for gpu in gpus]} "
+        f"cross_device_ops={type(cross_device_ops).__name__ if cross_device_ops else 'auto'}"
+    )
     return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
 
 
@@ -172,10 +181,16 @@ def _parameter_server_strategy(spec: ReplicaSpec) -> Any:
     shards = len(resolver.cluster_spec().as_dict().get("ps", []))
     # Variables of 256 KiB or more are split across the ps tasks (large embeddings);
     # smaller ones stay whole on one ps each.
-    partitioner = (tf.distribute.experimental.partitioners.MinSizePartitioner(
-        min_shard_bytes=256 << 10, max_shards=shards) if shards > 1 else None)
+    partitioner = (
+        tf.distribute.experimental.partitioners.MinSizePartitioner(
+            min_shard_bytes=256 << 10, max_shards=shards
+        )
+        if shards > 1
+        else None
+    )
     return tf.distribute.experimental.ParameterServerStrategy(
-        resolver, variable_partitioner=partitioner)
+        resolver, variable_partitioner=partitioner
+    )
 
 
 # Set when the replica's metrics file cannot be written for want of space. From then on
@@ -244,12 +259,16 @@ def replica_dirs(launch: ReplicaLaunch) -> dict[str, Path]:
         "work_dir": ("COHORT_WORK_DIR", launch.job_dir),
         "checkpoint_dir": ("COHORT_CHECKPOINT_DIR", launch.job_dir / "checkpoints"),
         "model_dir": ("COHORT_MODEL_DIR", launch.job_dir / "model"),
-        "tensorboard_dir": ("COHORT_TENSORBOARD_DIR",
-                            launch.job_dir / "tensorboard" / f"replica-{launch.spec.index}"),
+        "tensorboard_dir": (
+            "COHORT_TENSORBOARD_DIR",
+            launch.job_dir / "tensorboard" / f"replica-{launch.spec.index}",
+        ),
         "input_dir": ("COHORT_INPUT_DIR", launch.job_dir / "inputs"),
     }
-    return {name: Path(os.environ.get(variable) or default)
-            for name, (variable, default) in defaults.items()}
+    return {
+        name: Path(os.environ.get(variable) or default)
+        for name, (variable, default) in defaults.items()
+    }
 
 
 def run(launch: ReplicaLaunch, reporter: ReplicaReporter) -> int:
@@ -267,8 +286,10 @@ def run(launch: ReplicaLaunch, reporter: ReplicaReporter) -> int:
     # own C-level SIGTERM handler (preemption notice) which neither exits nor calls
     # ours: without this the replica would ignore the agent's SIGTERM.
     handle_sigterm()
-    announce(f"strategy={spec.strategy} num_replicas_in_sync={strategy.num_replicas_in_sync} "
-             f"role={spec.role}")
+    announce(
+        f"strategy={spec.strategy} num_replicas_in_sync={strategy.num_replicas_in_sync} "
+        f"role={spec.role}"
+    )
     dirs = replica_dirs(launch)
     if spec.bundle is not None:
         # `module:function` resolves inside the job's own code first.
@@ -310,13 +331,16 @@ def run(launch: ReplicaLaunch, reporter: ReplicaReporter) -> int:
     return EXIT_OK
 
 
-def _evaluate(spec: ReplicaSpec, evaluate: Evaluator | None, ctx: TrainerContext,
-              reporter: ReplicaReporter) -> int:
+def _evaluate(
+    spec: ReplicaSpec, evaluate: Evaluator | None, ctx: TrainerContext, reporter: ReplicaReporter
+) -> int:
     """A parameter_server evaluator: the trainer module's `evaluate(ctx)`, which
     reports as it goes (`ctx.evaluate_checkpoints`); without one there is nothing to do."""
     if evaluate is None:
-        warn(f"trainer {spec.trainer!r} has no evaluate(ctx) next to it in its module; "
-             "the evaluator has nothing to do")
+        warn(
+            f"trainer {spec.trainer!r} has no evaluate(ctx) next to it in its module; "
+            "the evaluator has nothing to do"
+        )
         return EXIT_OK
     result = evaluate(ctx)
     announce(f"evaluator finished: {dict(result or {})}")
@@ -335,8 +359,9 @@ def _read_launch() -> tuple[ReplicaLaunch, Path]:
     """
     launch = read_config(os.environ.get("COHORT_REPLICA_SPEC"))
     if launch.spec.trainer is None:
-        raise ConfigError("the spec names no trainer (a `command` job runs its own "
-                          "program, not this runner)")
+        raise ConfigError(
+            "the spec names no trainer (a `command` job runs its own program, not this runner)"
+        )
     parse_trainer_name(launch.spec.trainer)
     metrics_file = os.environ.get("COHORT_METRICS_FILE")
     if not metrics_file:
@@ -362,7 +387,10 @@ def main() -> int:
         f"TF_CONFIG={os.environ.get('TF_CONFIG') or 'none'}"
     )
     reporter = ReplicaReporter(
-        metrics_file, job_id=spec.job_id, attempt=spec.attempt, replica=spec.index,
+        metrics_file,
+        job_id=spec.job_id,
+        attempt=spec.attempt,
+        replica=spec.index,
         on_no_space=_stop_for_no_space,
     )
     reporter_box.append(reporter)
@@ -393,8 +421,7 @@ def main() -> int:
             pass
         if _terminated.is_set():
             return EXIT_TERMINATED
-        return EXIT_NO_SPACE if _no_space.is_set() or exit_codes.is_no_space(exc) \
-            else EXIT_FAILED
+        return EXIT_NO_SPACE if _no_space.is_set() or exit_codes.is_no_space(exc) else EXIT_FAILED
     finally:
         sampler.stop()
         reporter.close()

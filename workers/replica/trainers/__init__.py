@@ -99,8 +99,11 @@ class TrainerContext:
 
         # Only a parameter_server gang has a chief; its steps run on the workers.
         coordinated = self.role == "chief"
-        callbacks = [metrics_callback(self.reporter, global_batch_size or self.global_batch_size,
-                                      coordinated=coordinated)]
+        callbacks = [
+            metrics_callback(
+                self.reporter, global_batch_size or self.global_batch_size, coordinated=coordinated
+            )
+        ]
         if self.profile is not None:
             callbacks.append(profiler_callback(self.profiler))
         if coordinated:
@@ -115,8 +118,9 @@ class TrainerContext:
         end for the evaluator (on the chief's node, which the evaluator shares)."""
         return self.checkpoint_dir / "evaluator"
 
-    def evaluate_checkpoints(self, model: Any, data: Any, final_step: int,
-                             steps: int | None = None) -> dict[str, float]:
+    def evaluate_checkpoints(
+        self, model: Any, data: Any, final_step: int, steps: int | None = None
+    ) -> dict[str, float]:
         """The evaluator's loop: evaluate `model` on `data` for each new checkpoint of
         the chief, report `eval_*` at the checkpoint's step, and return once the
         checkpoint of `final_step` is evaluated (workers/replica/roles.py)."""

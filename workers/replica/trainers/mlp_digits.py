@@ -48,8 +48,10 @@ def digits_file() -> Path:
     without running scikit-learn's package (`find_spec` only locates it)."""
     spec = importlib.util.find_spec("sklearn")
     if spec is None or spec.origin is None:
-        raise RuntimeError("mlp_digits reads scikit-learn's bundled digits: install "
-                           "scikit-learn (the worker extra pins it)")
+        raise RuntimeError(
+            "mlp_digits reads scikit-learn's bundled digits: install "
+            "scikit-learn (the worker extra pins it)"
+        )
     return Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz"
 
 
@@ -131,8 +133,11 @@ def _backup_callbacks(ctx: TrainerContext, every_steps: int) -> list[keras.callb
         # Under ParameterServerStrategy it saves nothing but at epoch ends.
         warn("parameter_server backs up at each epoch end; checkpoint_every_steps is ignored")
         every_steps = 0
-    return [keras.callbacks.BackupAndRestore(backup_dir=str(ctx.checkpoint_dir),
-                                             save_freq=every_steps or "epoch")]
+    return [
+        keras.callbacks.BackupAndRestore(
+            backup_dir=str(ctx.checkpoint_dir), save_freq=every_steps or "epoch"
+        )
+    ]
 
 
 def train(ctx: TrainerContext) -> dict[str, float]:
@@ -142,24 +147,34 @@ def train(ctx: TrainerContext) -> dict[str, float]:
     return fit(ctx, hp, lambda: mlp(int(hp["hidden_units"])), (64,))
 
 
-def _train_dataset(ctx: TrainerContext, x: np.ndarray, y: np.ndarray,
-                   global_batch: int, seed: int) -> tf.data.Dataset:
+def _train_dataset(
+    ctx: TrainerContext, x: np.ndarray, y: np.ndarray, global_batch: int, seed: int
+) -> tf.data.Dataset:
     policy = ctx.distribution.shard_policy
     if policy == "auto":
         # Each worker takes its own rows of the in-memory split, so TensorFlow must
         # not shard a second time (its AUTO would fall back to DATA sharding).
         x, y = x[ctx.index :: ctx.replicas], y[ctx.index :: ctx.replicas]
-    dataset = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=seed)
-               .repeat().batch(global_batch))
-    dataset = _unsharded(dataset) if policy == "auto" else dataset.with_options(
-        ctx.dataset_options())
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((x, y))
+        .shuffle(len(x), seed=seed)
+        .repeat()
+        .batch(global_batch)
+    )
+    dataset = (
+        _unsharded(dataset) if policy == "auto" else dataset.with_options(ctx.dataset_options())
+    )
     shard = dataset.options().experimental_distribute.auto_shard_policy
     announce(f"train dataset shard_policy={policy} auto_shard_policy={shard.name}")
     return dataset
 
 
-def fit(ctx: TrainerContext, hp: dict[str, Any], network: Callable[[], keras.Model],
-        input_shape: tuple[int, ...]) -> dict[str, float]:
+def fit(
+    ctx: TrainerContext,
+    hp: dict[str, Any],
+    network: Callable[[], keras.Model],
+    input_shape: tuple[int, ...],
+) -> dict[str, float]:
     """Train `network()` (built in the strategy's scope) on the digits with the job's
     hyperparameters `hp` and distribution options; evaluate, save, return metrics."""
     if ctx.role == "chief":
@@ -202,8 +217,10 @@ def fit(ctx: TrainerContext, hp: dict[str, Any], network: Callable[[], keras.Mod
         verbose=2,
     )
     results = trained.evaluate(test_ds, verbose=0, return_dict=True)
-    announce(f"trained optimizer_steps={int(trained.optimizer.iterations.numpy())} "
-             f"compute_dtype={model.layers[0].compute_dtype}")
+    announce(
+        f"trained optimizer_steps={int(trained.optimizer.iterations.numpy())} "
+        f"compute_dtype={model.layers[0].compute_dtype}"
+    )
 
     # Saving may run collectives, so every worker saves; only the chief's copy is kept.
     if ctx.is_chief:
@@ -218,9 +235,12 @@ def fit(ctx: TrainerContext, hp: dict[str, Any], network: Callable[[], keras.Mod
     return {"eval_loss": float(results["loss"]), "eval_accuracy": float(results["accuracy"])}
 
 
-def _fit_coordinated(ctx: TrainerContext, hp: dict[str, Any],
-                     network: Callable[[], keras.Model],
-                     input_shape: tuple[int, ...]) -> dict[str, float]:
+def _fit_coordinated(
+    ctx: TrainerContext,
+    hp: dict[str, Any],
+    network: Callable[[], keras.Model],
+    input_shape: tuple[int, ...],
+) -> dict[str, float]:
     """The chief of a parameter_server job: schedule the steps on the workers, then
     evaluate and save a local copy of the trained model."""
     epochs, steps_per_epoch = int(hp["epochs"]), int(hp["steps_per_epoch"])
@@ -230,19 +250,23 @@ def _fit_coordinated(ctx: TrainerContext, hp: dict[str, Any],
     x_train, x_test = x_train.reshape(-1, *input_shape), x_test.reshape(-1, *input_shape)
     global_batch = batch_size * ctx.strategy.num_replicas_in_sync
     if ctx.accumulation_steps > 1:
-        warn("gradient accumulation is not applied under parameter_server: every worker "
-             "step updates the variables")
+        warn(
+            "gradient accumulation is not applied under parameter_server: every worker "
+            "step updates the variables"
+        )
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         # Built on each worker: one input pipeline per worker, each its own part of
         # the training split. Every step is one worker's batch.
         part = slice(context.input_pipeline_id, None, context.num_input_pipelines)
         x, y = x_train[part], y_train[part]
-        return (tf.data.Dataset.from_tensor_slices((x, y))
-                .shuffle(len(x), seed=seed + context.input_pipeline_id)
-                .repeat()
-                .batch(context.get_per_replica_batch_size(global_batch))
-                .prefetch(2))
+        return (
+            tf.data.Dataset.from_tensor_slices((x, y))
+            .shuffle(len(x), seed=seed + context.input_pipeline_id)
+            .repeat()
+            .batch(context.get_per_replica_batch_size(global_batch))
+            .prefetch(2)
+        )
 
     learning_rate = float(hp["learning_rate"])
     with ctx.strategy.scope():
@@ -251,15 +275,16 @@ def _fit_coordinated(ctx: TrainerContext, hp: dict[str, Any],
         keras.utils.experimental.DatasetCreator(dataset_fn),
         epochs=epochs,
         steps_per_epoch=steps_per_epoch,
-        callbacks=[*ctx.callbacks(global_batch),
-                   *_backup_callbacks(ctx, int(hp["checkpoint_every_steps"]))],
+        callbacks=[
+            *ctx.callbacks(global_batch),
+            *_backup_callbacks(ctx, int(hp["checkpoint_every_steps"])),
+        ],
         verbose=2,
     )
     # The variables live on the ps tasks: evaluate and save a copy held here.
     local = compile_model(network(), learning_rate)
     local.set_weights(model.get_weights())
-    results = local.evaluate(_test_dataset(x_test, y_test, batch_size), verbose=0,
-                             return_dict=True)
+    results = local.evaluate(_test_dataset(x_test, y_test, batch_size), verbose=0, return_dict=True)
     local.save(str(ctx.model_dir))
     return {"eval_loss": float(results["loss"]), "eval_accuracy": float(results["accuracy"])}
 
@@ -268,9 +293,12 @@ def _test_dataset(x_test: np.ndarray, y_test: np.ndarray, batch_size: int) -> tf
     return tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(batch_size)
 
 
-def evaluate_network(ctx: TrainerContext, hp: dict[str, Any],
-                     network: Callable[[], keras.Model],
-                     input_shape: tuple[int, ...]) -> dict[str, float]:
+def evaluate_network(
+    ctx: TrainerContext,
+    hp: dict[str, Any],
+    network: Callable[[], keras.Model],
+    input_shape: tuple[int, ...],
+) -> dict[str, float]:
     """The evaluator of a parameter_server job: `network()` on the held-out split, at
     each checkpoint the chief saves, until the one of the last step."""
     seed = int(hp["seed"])
@@ -280,7 +308,8 @@ def evaluate_network(ctx: TrainerContext, hp: dict[str, Any],
     model = compile_model(network(), float(hp["learning_rate"]))
     final_step = int(hp["epochs"]) * int(hp["steps_per_epoch"])
     return ctx.evaluate_checkpoints(
-        model, _test_dataset(x_test, y_test, int(hp["batch_size"])), final_step)
+        model, _test_dataset(x_test, y_test, int(hp["batch_size"])), final_step
+    )
 
 
 def evaluate(ctx: TrainerContext) -> dict[str, float]:
