@@ -50,7 +50,7 @@ test: chromium replica-access $(STAMP)
 
 # Style and layout (ruff check, ruff format --check), the import contracts of pyproject.toml
 # (api -> services <- workers; node and replica code holds no SQL) and the types: seconds,
-# so they run before any test.
+# so they run before any test. .pre-commit-config.yaml runs the same as git hooks.
 lint: $(STAMP) lint-deploy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
