@@ -56,6 +56,7 @@ lint: $(STAMP) lint-deploy
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+	$(VENV)/bin/pre-commit validate-config .pre-commit-config.yaml
 
 # The deployment files, without a container engine: the Dockerfile through hadolint, every
 # compose file against the compose specification's schema (bundled, so offline). Images
