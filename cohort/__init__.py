@@ -5,6 +5,8 @@
 
 Only the standard library: this runs inside the user's process, next to their
 TensorFlow, and must add nothing to it. Outside Cohort every call is a no-op.
+
+    metrics.py  report(): one JSON line per call in $COHORT_METRICS_FILE
 """
 
 from cohort.metrics import report

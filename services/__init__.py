@@ -1,0 +1,24 @@
+"""The services: everything the api and the control plane share (rooms by domain), and
+what node code may use of them. Never imports FastAPI, Celery, `api`, `workers` or `cli`.
+
+The core, which imports no room:
+
+    settings.py    every process's settings, from `COHORT_*` environment variables
+    db.py          the engine, sessions and the transaction scope
+    models/        the ORM tables
+    statuses.py    job and replica statuses and the one table of allowed changes
+    exceptions.py  domain errors (api/errors.py maps them to HTTP answers)
+    exit_codes.py  what a replica's exit code means for a restart
+    data_dir.py    DATA_DIR's modes: what a replica on the same host may reach
+    auth/          token scopes, tokens issued, expired and revoked, dashboard sessions
+
+The rooms, higher ones importing lower ones only (pyproject.toml's import contracts):
+
+    cluster/       the scheduler's pass, nodes, gang placement, the watchdog
+    retraining/    schedules, cron, exactly-once firing, promotion
+    telemetry/     metric points and log lines stored once, live feeds, job views
+    sweeps/        sweeps: search spaces, trials in turn, median stopping
+    jobs/          the job spec and its schemas, store, transitions, quotas, bundles, data
+    storage/       the artifact store (node-safe: no SQL)
+    wire/          every contract that crosses a process, and every Redis key
+"""

@@ -1,0 +1,12 @@
+"""The processes besides the api: the control plane, node agents and replicas, each in a
+room of its own that never imports the others (they talk through Redis).
+
+    control/      the scheduler process (holds SQL): leadership, events, the ingest
+    node/         the node agent and what it does for each replica (no SQL)
+    replica/      the replica process: runner, callbacks, trainers (no SQL, no Redis)
+    celery_app.py the Celery application: per-node queues, short idempotent tasks
+    handoff.py    how an agent hands a warm replica process its job
+    reporting.py  `PointBuffer`: metric points buffered and sent in batches
+    reporter.py   `MetricReporter`: the `cohort:metrics` sender (node-side)
+    replay.py     what a sender keeps to send again after Redis lost its data
+"""

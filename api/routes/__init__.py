@@ -1,0 +1,21 @@
+"""The api's routers: one per resource under /api/v1, and the dashboard's pages.
+
+    jobs.py         submit, list, read, cancel, status history
+    metrics.py      a job's metric points (filters, downsampling)
+    logs.py         a job's log lines
+    streams.py      live streams (SSE): one job's events, the project's jobs
+    artifacts.py    a job's artifacts: list, download a file or directory
+    bundles.py      code bundles: ask whether the project has one, upload one
+    data.py         a project's data in the store: upload, list, delete
+    nodes.py        the node registry
+    schedules.py    retraining schedules, run now, the promoted model
+    sweeps.py       sweeps: create, list, read with every trial, cancel
+    quotas.py       projects' quotas (admins)
+    tokens.py       API tokens (admins): issue, list, revoke
+    health.py       liveness and readiness probes
+    prometheus.py   `GET /metrics` for a scraper holding METRICS_TOKEN
+    dashboard.py    the dashboard's pages and live fragments, login and logout
+    sweep_pages.py  the dashboard's sweep pages
+
+Each router carries its scope rule where it is made (api/deps.py, `scoped`).
+"""

@@ -2,6 +2,8 @@
 (placement, placement_pool, placement_roles, fair_share, tf_config), which node code may import.
 
     reconcile.py       one scheduling pass: heartbeats, lost nodes, gangs, the queue
+    placement_digest.py whether placement's inputs changed since the last idle pass
+    fencing.py         fencing tokens: only the newest leader's transactions commit
     pass_lock.py       one pass at a time across scheduler processes (in the database)
     nodes.py           the node registry: heartbeats in, lost nodes out, free capacity
     arrivals.py        when the control plane last heard from each node and replica

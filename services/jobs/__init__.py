@@ -5,6 +5,9 @@ control plane only (node code reaches none of it but `trainers`).
     file_schemas.py the I/O schemas of bundles, data and artifacts
     strategies.py   which options (roles, distribution, profile) fit which strategy
     store.py        create (idempotently), read, list with cursor pagination, cancel
+    submission_batcher.py grouped commits: many requests' submissions in one transaction
+    hyperparameters.py bounds on a job's hyperparameters (size, keys, depth, run length)
+    stream_marks.py where a job's stream stands: its newest point, line and status change
     transitions.py  transition_job(), the only writer of Job.status
     trainers.py     which trainers a job may name (built-ins, allow-listed entrypoints)
     queue.py        a queued job's place in the placer's order (within its project)

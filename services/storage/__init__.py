@@ -7,5 +7,6 @@
     archive_members.py  an archive's members as a tree decided from names alone: the one
                   check the api's and every unpack share
     unpacking.py  Cohort's own unpacker (never tarfile's extraction), no link followed
+    owned_tree.py a tree another user writes, read without following its links
 
 Node-safe: no SQL, no FastAPI, no Celery (agents import it)."""

@@ -4,4 +4,7 @@ scheduler.py  the scheduler process: leadership, the reconcile loop, agent event
 ingest.py     metric batches and log lines from Redis streams into SQL
 streams.py    reading a Redis stream through the leader's consumer group
 dispatch.py   the scheduler's messages sent to node queues through Celery
+term.py       one leadership term: its fencing token and whether it still lasts
+pacing.py     when the leader runs its next pass: wake-ups coalesced, bounded delay
+refusals.py   what the scheduler ignores: unsigned events, reports from the wrong node
 """

@@ -5,6 +5,10 @@ tasks.py          the Celery tasks it consumes from its own queue
 respawn.py        a lost parameter_server worker started again in place
 exits.py          exit codes, and exits/refusals reported until the scheduler has them
 admission.py      what it agrees to run (the api's policy, checked again)
+inbox.py          what it accepts off its queue: messages sealed for this node, lately
+lease.py          its lease: replicas stopped when Redis stops taking its beats
+isolation.py      who a replica runs as, and who owns each of its job's files
+pool.py           warm replica processes, each handed one replica
 ports.py, gpus.py the host's ports and GPUs
 prepare.py        a replica's code and inputs fetched before it starts
 bundle_cache.py   code bundles fetched and verified once per digest

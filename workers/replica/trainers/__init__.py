@@ -1,5 +1,8 @@
 """Trainer registry and the context a replica hands to its trainer.
 
+    mlp_digits.py  built-in `mlp_digits`: a small MLP on scikit-learn's 8x8 digits
+    cnn_digits.py  built-in `cnn_digits`: a small conv net on the same digits as images
+
 A trainer is a function `train(ctx: TrainerContext) -> dict[str, float]` that
 builds its model inside `ctx.strategy.scope()`, passes `ctx.callbacks()` to
 `model.fit` and returns its final metrics. Built-ins are named here; anything
