@@ -14,6 +14,7 @@ Run it by hand to see the pages: `.venv/bin/python docs/hooks.py OUT_DIR`.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -95,11 +96,15 @@ def _schema(name: str, schema: dict[str, Any]) -> list[str]:
     props = schema.get("properties", {})
     required = set(schema.get("required", []))
     if props:
-        lines += ["| field | type | required | description |", "|---|---|---|---|"]
+        lines += [
+            "| field | type | required | default | description |",
+            "|---|---|---|---|---|",
+        ]
         for field, spec in props.items():
+            default = f"`{json.dumps(spec['default'])}`" if "default" in spec else ""
             lines.append(
                 f"| `{field}` | {_type_of(spec)} | {'yes' if field in required else 'no'} | "
-                f"{_cell(spec.get('description', ''))} |"
+                f"{_cell(default)} | {_cell(spec.get('description', ''))} |"
             )
         lines.append("")
     elif "enum" in schema:
