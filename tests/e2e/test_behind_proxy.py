@@ -18,15 +18,22 @@ from tests.e2e.conftest import free_port, wait_for
 TOKEN = "proxy-bootstrap-token-for-tests-only"
 
 
-def start_api(pg_url: str, tmp_path: Path, allowed: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_api(
+    pg_url: str, tmp_path: Path, allowed: str | None, **settings: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`cohort api` as an operator starts it, trusting the proxies `allowed` lists
+    (FORWARDED_ALLOW_IPS; None: unset, the default), with `settings` as its environment's
+    further variables."""
     port = free_port()
-    env = {
-        **os.environ,
+    env = {name: value for name, value in os.environ.items() if name != "FORWARDED_ALLOW_IPS"}
+    env |= {
         "COHORT_DATABASE_URL": pg_url,
         "COHORT_BOOTSTRAP_TOKEN": TOKEN,
         "COHORT_DATA_DIR": str(tmp_path / "data"),
-        "FORWARDED_ALLOW_IPS": allowed,
+        **settings,
     }
+    if allowed is not None:
+        env["FORWARDED_ALLOW_IPS"] = allowed
     process = subprocess.Popen(
         [sys.executable, "-m", "cli", "api", "--port", str(port)],
         env=env,

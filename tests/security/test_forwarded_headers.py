@@ -6,9 +6,6 @@ the proxy it is told of); and it runs under umask 077 (services/data_dir.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,11 +14,10 @@ import pytest
 import redis
 
 from tests.conftest import redis_url
-from tests.e2e.conftest import free_port, wait_for
+from tests.e2e.test_behind_proxy import start_api
 
 pytestmark = pytest.mark.e2e
 
-TOKEN = "forwarded-bootstrap-token-for-tests-only"
 GUESSES = 3  # COHORT_LOGIN_MAX_FAILURES
 
 
@@ -30,32 +26,10 @@ def api(pg_url: str, tmp_path: Path) -> Iterator[tuple[str, int]]:
     """`cohort api` as an operator starts it, FORWARDED_ALLOW_IPS unset."""
     bus = redis_url("stack")
     redis.Redis.from_url(bus).flushdb()  # no earlier failures counted for 127.0.0.1
-    port = free_port()
-    env = {name: value for name, value in os.environ.items() if name != "FORWARDED_ALLOW_IPS"}
-    env |= {
-        "COHORT_DATABASE_URL": pg_url,
-        "COHORT_REDIS_URL": bus,
-        "COHORT_BOOTSTRAP_TOKEN": TOKEN,
-        "COHORT_DATA_DIR": str(tmp_path / "data"),
-        "COHORT_LOGIN_MAX_FAILURES": str(GUESSES),
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cli", "api", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    process, url = start_api(
+        pg_url, tmp_path, None, COHORT_REDIS_URL=bus, COHORT_LOGIN_MAX_FAILURES=str(GUESSES)
     )
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        assert process.poll() is None, "cohort api exited"
-        try:
-            return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
     try:
-        wait_for(ready, 60, "the api to listen")
         yield url, process.pid
     finally:
         process.terminate()
