@@ -40,25 +40,10 @@ sys.path.insert(0, str(ROOT))
 from cli.stack import Stack  # noqa: E402
 from services.storage.bundles import Limits, check_archive  # noqa: E402
 from tests.e2e.conftest import free_port  # noqa: E402
+from tests.hostile_bundles import Zeros  # noqa: E402
 
 JOB = {"name": "beside-the-upload", "trainer": "mlp_digits", "replicas": 1}
 SLOW = 1.0  # seconds: a request of B's this long waited on something
-
-
-class Zeros(io.RawIOBase):
-    """`size` zero bytes, never held whole."""
-
-    def __init__(self, size: int) -> None:
-        self.left = size
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        count = min(len(buffer), self.left)
-        buffer[:count] = bytes(count)
-        self.left -= count
-        return count
 
 
 def make_bundle(path: Path, megabytes: int, round_no: int, zeros: bool) -> str:

@@ -15,6 +15,24 @@ def tar_gz(add: Callable[[tarfile.TarFile], None]) -> bytes:
     return buffer.getvalue()
 
 
+class Zeros(io.RawIOBase):
+    """`size` zero bytes, read without ever holding them (a bundle that unpacks to far
+    more than it weighs: tests/security/test_bundle_check_blocks_nothing.py,
+    bench/bundle_check.py)."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        count = min(len(buffer), self.left)
+        buffer[:count] = bytes(count)
+        self.left -= count
+        return count
+
+
 def _file(tar: tarfile.TarFile, name: str, data: bytes = b"x") -> None:
     info = tarfile.TarInfo(name)
     info.size = len(data)

@@ -25,6 +25,7 @@ import pytest
 
 from cli.stack import Stack
 from tests.e2e.conftest import PORT_BASE, free_port
+from tests.hostile_bundles import Zeros
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow(30)]
 
@@ -35,22 +36,6 @@ ANSWER_WITHIN = 1.0  # seconds, for each of B's submissions
 # B's jobs stay queued (no agent: see `default_stack`); the scheduler's passes over them
 # are SQLite's other writer, as on a busy cluster.
 B_JOB = {"name": "beside-the-check", "trainer": "mlp_digits", "replicas": 1}
-
-
-class Zeros(io.RawIOBase):
-    """`size` zero bytes, read without ever holding them."""
-
-    def __init__(self, size: int) -> None:
-        self.left = size
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        count = min(len(buffer), self.left)
-        buffer[:count] = bytes(count)
-        self.left -= count
-        return count
 
 
 @pytest.fixture(scope="module")

@@ -306,22 +306,7 @@ def test_a_data_dir_an_older_version_left_open_is_closed_at_start(tmp_path: Path
     stack.start()
     try:
         CohortClient(stack.url, stack.token).nodes()
-        assert_private_modes(
-            data_dir,
-            (
-                "cohort.db",
-                "cohort.db-wal",
-                "cohort.db-shm",
-                "signing-key",
-                "bootstrap-token",
-                "redis-password",
-                "artifacts",
-                "cache",
-                "uploads",
-                "logs",
-                "redis",
-            ),
-        )
+        assert_private_modes(data_dir)
         assert stack.env["COHORT_SIGNING_KEY"] == "ab" * 32  # kept, only its mode changed
         assert mode(elsewhere) == 0o644 and (data_dir / "notes").is_symlink()
     finally:
