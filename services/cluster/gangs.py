@@ -211,7 +211,8 @@ def _may_restart(job: Job, broken: Replica) -> tuple[bool, str]:
 def restart_backoff(attempt: int) -> float:
     """Seconds before attempt `attempt + 1` may be placed: doubling from RESTART_BACKOFF."""
     settings = get_settings()
-    return min(settings.RESTART_BACKOFF * 2 ** (attempt - 1), settings.RESTART_BACKOFF_MAX)
+    doubling: float = 2 ** (attempt - 1)
+    return min(settings.RESTART_BACKOFF * doubling, settings.RESTART_BACKOFF_MAX)
 
 
 def _declared_hung(replica: Replica) -> bool:

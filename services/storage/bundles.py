@@ -83,7 +83,7 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 # -- packing ---------------------------------------------------------------------------------
 
 
-def _ignore_spec(root: Path) -> pathspec.PathSpec:
+def _ignore_spec(root: Path) -> pathspec.GitIgnoreSpec:
     lines = list(FIXED_EXCLUDES)
     ignore = root / IGNORE_FILE
     if ignore.is_file():

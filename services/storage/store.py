@@ -136,7 +136,8 @@ class ArtifactStore:
         Raises:
             FileNotFoundError: no object at `key`.
         """
-        return self.fs.open(self._path(key), "rb")
+        stream: IO[bytes] = self.fs.open(self._path(key), "rb")  # fsspec has no types
+        return stream
 
     def exists(self, key: str) -> bool:
         """Whether an object (not a directory) is stored at `key`."""

@@ -153,7 +153,8 @@ def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[t
             "last_ts = greatest(metric_rollups.last_ts, excluded.last_ts)) "
             f"SELECT {', '.join(STORED)} FROM new ORDER BY id"
         )
-        return cursor.fetchall()
+        rows: list[tuple[Any, ...]] = cursor.fetchall()  # a DB-API cursor: untyped
+        return rows
 
 
 def _insert_sqlite(session: Session, values: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -173,7 +174,7 @@ def _insert_sqlite(session: Session, values: list[dict[str, Any]]) -> list[tuple
         cursor.execute(
             f"SELECT {', '.join(STORED)} FROM metric_points WHERE id > ? ORDER BY id", (before,)
         )
-        inserted = cursor.fetchall()
+        inserted: list[tuple[Any, ...]] = cursor.fetchall()  # a DB-API cursor: untyped
         # SQLite's max() of a NULL is NULL: an absent epoch is -1 for the comparison.
         cursor.executemany(
             f"{_ROLLUP_INSERT} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "

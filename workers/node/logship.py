@@ -86,7 +86,8 @@ class LogShipper(threading.Thread):
             self._ship_available(final=True)
 
     def _pause(self) -> float:
-        return min(MAX_BACKOFF, self.poll_seconds * 2 ** min(self.failures, 16))
+        doubling: int = 2 ** min(self.failures, 16)  # failures >= 0
+        return min(MAX_BACKOFF, self.poll_seconds * doubling)
 
     def _ship_available(self, *, final: bool) -> bool:
         """Ship what the file holds now; False if Redis refused (to be tried again)."""

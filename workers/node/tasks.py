@@ -8,6 +8,9 @@ takes one message encoded by services/wire/replica.py and sealed by the control 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
 from services.wire.replica import (
     CLEANUP_TASK,
     START_TASK,
@@ -19,6 +22,16 @@ from services.wire.replica import (
 from workers.celery_app import app
 from workers.node.agent import Agent, current_agent
 from workers.node.inbox import M, open_message
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _task(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Celery's `app.task(name=...)`, typed: Celery ships no types, and the task it makes
+    is called as the function is."""
+    decorator: Callable[[Callable[P, R]], Callable[P, R]] = app.task(name=name)
+    return decorator
 
 
 def _opened(raw: str, kind: type[M]) -> tuple[Agent, M | None]:
@@ -33,7 +46,7 @@ def _opened(raw: str, kind: type[M]) -> tuple[Agent, M | None]:
     )
 
 
-@app.task(name=START_TASK)
+@_task(START_TASK)
 def start_replica(message: str) -> None:
     """Start replica (job, attempt, index) on this node, unless it was started already."""
     agent, start = _opened(message, StartReplica)
@@ -41,7 +54,7 @@ def start_replica(message: str) -> None:
         agent.start_replica(start)
 
 
-@app.task(name=STOP_TASK)
+@_task(STOP_TASK)
 def stop_replica(message: str) -> None:
     """Stop replica (job, attempt, index): SIGTERM to its process group, SIGKILL after grace."""
     agent, stop = _opened(message, StopReplica)
@@ -49,7 +62,7 @@ def stop_replica(message: str) -> None:
         agent.stop_replica(stop)
 
 
-@app.task(name=CLEANUP_TASK)
+@_task(CLEANUP_TASK)
 def cleanup_job(message: str) -> None:
     """Remove a finished job's scratch files on this node (checkpoints, temp)."""
     agent, cleanup = _opened(message, CleanupJob)

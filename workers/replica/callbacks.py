@@ -50,7 +50,7 @@ def _callback_class() -> type:
     # Imported here so that importing this module never loads TensorFlow.
     import tf_keras as keras
 
-    class MetricsCallback(keras.callbacks.Callback):
+    class MetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # tf_keras has no types
         """Feeds Keras logs plus step_time and examples_per_sec to a ReplicaReporter.
 
         Per batch it only appends a `StepRecord` to the reporter's deque; the sender

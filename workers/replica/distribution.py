@@ -199,7 +199,7 @@ def _accumulating_class() -> type:
     import tensorflow as tf
     import tf_keras as keras
 
-    class AccumulatingModel(keras.Model):
+    class AccumulatingModel(keras.Model):  # type: ignore[misc]  # tf_keras has no types
         """A functional model whose train step accumulates gradients (see `accumulating`)."""
 
         def __init__(self, *args: Any, accumulation_steps: int, **kwargs: Any) -> None:

@@ -92,7 +92,7 @@ def profiler_callback(profiler: StepProfiler) -> Any:
 def _callback_class() -> type:
     import tf_keras as keras
 
-    class ProfilerCallback(keras.callbacks.Callback):
+    class ProfilerCallback(keras.callbacks.Callback):  # type: ignore[misc]  # tf_keras has no types
         def __init__(self, profiler: StepProfiler) -> None:
             super().__init__()
             self._profiler = profiler

@@ -107,7 +107,7 @@ def _evaluator_checkpoints_class() -> type:
     import tensorflow as tf
     import tf_keras as keras
 
-    class EvaluatorCheckpoints(keras.callbacks.Callback):
+    class EvaluatorCheckpoints(keras.callbacks.Callback):  # type: ignore[misc]  # tf_keras has no types
         def __init__(self, directory: Path) -> None:
             super().__init__()
             self._directory = directory
