@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install replica-access demo up test test-fast test-e2e test-install lint lint-deploy migrate bench clean chromium reliability-report
+.PHONY: install replica-access demo up test test-fast test-e2e test-install lint lint-deploy migrate bench clean chromium reliability-report coverage-report
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,10 +43,14 @@ migrate: $(STAMP)
 # time": a third worker was tried there and made every test 1.6x slower).
 # Lint (mostly one core: mypy) runs beside the fast suite (about 1.4 cores), each
 # target's output shown whole when it ends (--output-sync); the real-process suite after.
+# Both suites measure the product's line coverage (COV; pyproject.toml [tool.coverage]),
+# the second adding to the first's, and coverage-report prints the figure and holds its floor.
 PYTEST := $(PY) -m pytest -q -ra
+COV := --cov --cov-report=
 test: chromium replica-access $(STAMP)
 	$(MAKE) --no-print-directory -j2 --output-sync=target lint test-fast
-	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder --durations=25 --junitxml=test-artifacts/junit-real.xml tests/security tests/workers tests/e2e tests/faults tests/chaos tests/install
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder --durations=25 --junitxml=test-artifacts/junit-real.xml $(COV) --cov-append tests/security tests/workers tests/e2e tests/faults tests/chaos tests/install
+	$(MAKE) --no-print-directory coverage-report
 
 # Style and layout (ruff check, ruff format --check), the import contracts of pyproject.toml
 # (api -> services <- workers; node and replica code holds no SQL) and the types: seconds,
@@ -67,7 +71,19 @@ lint-deploy: $(STAMP)
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec $(COMPOSE_FILES)
 
 test-fast: $(STAMP)
-	$(PYTEST) -n 2 tests/unit tests/services tests/api tests/streams
+	$(PYTEST) -n 2 $(COV) tests/unit tests/services tests/api tests/streams
+
+# The line coverage of the product (api, services, workers, cli, cohort) that the last
+# suites measured: the tests' own processes and every Python process they start with their
+# environment (api, scheduler, agents, the CLI), not replicas (pyproject.toml
+# [tool.coverage.run] says why). The floor is the figure `make test` reached, less a point
+# for what varies between runs (retries, timings, the soak's random faults); the table per
+# file goes to test-artifacts/coverage/report.txt.
+COVERAGE_FLOOR ?= 91
+coverage-report: $(STAMP)
+	$(PY) -m coverage report > test-artifacts/coverage/report.txt
+	@echo "Line coverage of the product (api, services, workers, cli, cohort), by the tests and the processes they start, replicas excepted: $$($(PY) -m coverage report --format=total)% (floor $(COVERAGE_FLOOR)%; per file: test-artifacts/coverage/report.txt)"
+	@$(PY) -m coverage report --format=total --fail-under=$(COVERAGE_FLOOR) > /dev/null || { echo "line coverage is under its floor of $(COVERAGE_FLOOR)%"; exit 1; }
 
 test-e2e: $(STAMP) chromium replica-access
 	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder tests/security tests/workers tests/e2e tests/faults
