@@ -61,6 +61,7 @@ lint: $(STAMP) lint-deploy
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pre-commit validate-config .pre-commit-config.yaml
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 # The deployment files, without a container engine: the Dockerfile through hadolint, every
 # compose file against the compose specification's schema (bundled, so offline). Images
