@@ -180,6 +180,20 @@ class OwnedTree(os.PathLike[str]):
             raise Refused(rel, why)
         return file_fd
 
+    def names(self, rel_dir: str) -> list[str]:
+        """The names in the directory `rel_dir` of the tree ('' for the root), reached
+        without following a link; [] if it is not there. One directory, not a walk."""
+        try:
+            fd, last, _owner = self._parent(f"{rel_dir}/-" if rel_dir else "-", create=False)
+        except (OSError, ValueError):
+            return []
+        try:
+            return os.listdir(fd)
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
+
     def read_bytes(self, rel: str) -> bytes | None:
         """The whole of the regular file `rel`, or None if it is gone or refused."""
         try:

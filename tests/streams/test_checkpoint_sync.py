@@ -41,7 +41,7 @@ def save(root: Path, number: int, *, shards: int = 1, state_too: bool = True) ->
     chief.mkdir(parents=True, exist_ok=True)
     for shard in range(shards):
         (chief / f"ckpt-{number}.data-{shard:05d}-of-{shards:05d}").write_bytes(
-            bytes([number]) * 1000
+            bytes([number % 256]) * 1000
         )
     (chief / f"ckpt-{number}.index").write_bytes(b"index %d" % number)
     if state_too:
@@ -333,3 +333,57 @@ def test_a_restore_cut_off_by_a_full_disk_leaves_no_mixed_checkpoint(tmp_path: P
         # Nothing of it goes back over the store's checkpoint, which stays whole.
         assert mirror.sync() == []
         assert stored(store) == before
+
+
+def test_a_trainer_saving_faster_than_a_sync_takes_still_gets_its_checkpoints_stored(
+    tmp_path: Path,
+) -> None:
+    """BackupAndRestore keeps one checkpoint: a trainer that saves every few milliseconds
+    while the mirror's walk of a big tree takes tens (a busy node, a slow agent) has
+    rotated out, by the time they are listed, the files the state file read at the sync's
+    start names. Each sync must still store a whole checkpoint: until 2026-11-28 none did
+    (0 of 15 here), and a job that ran to its end stored no checkpoint at all (its
+    BackupAndRestore deletes the directory at the end)."""
+    import os
+    import threading
+
+    store = open_store(str(tmp_path / "store"))
+    local = tmp_path / "node"
+    chief, assets = local / "chief", local / "assets"
+    chief.mkdir(parents=True)
+    assets.mkdir()
+    for i in range(3000):  # what makes a walk of the tree slower than a save
+        (assets / f"f{i}").write_bytes(b"x")
+    mirror = CheckpointMirror(store, JOB, local)
+    mirror.sync()
+    stop = threading.Event()
+
+    def trainer() -> None:
+        number = 0
+        while not stop.is_set():
+            number += 1
+            save(local, number, state_too=False)
+            aside = chief / "checkpoint.tmp"
+            aside.write_bytes(state(f"ckpt-{number}"))
+            os.replace(aside, chief / "checkpoint")
+            for old in chief.glob(f"ckpt-{number - 1}.*"):
+                old.unlink()
+            stop.wait(0.003)
+
+    saving = threading.Thread(target=trainer)
+    saving.start()
+    states_sent = 0
+    try:
+        for _ in range(15):
+            stop.wait(0.05)
+            states_sent += "chief/checkpoint" in mirror.sync()
+    finally:
+        stop.set()
+        saving.join()
+    assert states_sent >= 5, f"only {states_sent} of 15 syncs stored a whole checkpoint"
+    # What the store holds is one whole checkpoint: the one its state file names.
+    held = stored(store)
+    (name,) = named_checkpoints(held["chief/checkpoint"])[:1]
+    number = int(name.removeprefix("ckpt-"))
+    assert held[f"chief/{name}.index"] == b"index %d" % number
+    assert held[f"chief/{name}.data-00000-of-00001"] == bytes([number % 256]) * 1000

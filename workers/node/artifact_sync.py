@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from services.storage import keys
-from services.storage.owned_tree import OnSkip, OwnedTree
+from services.storage.owned_tree import OnSkip, OwnedTree, descriptor_path
 from services.storage.store import ArtifactStore
 
 log = logging.getLogger("cohort.artifacts")
@@ -262,6 +262,13 @@ class CheckpointMirror:
             self._stored |= set(sent)
             self._seen |= local
             for rel, data in states.items():
+                if self._sent_states.get(rel) == data:
+                    continue
+                if not self._complete(rel, data):
+                    fresh, named = self._send_named(tree, rel)
+                    sent += named
+                    self._seen |= set(named)  # pruned from the store once rotated out here
+                    data = fresh if fresh is not None else data
                 if self._sent_states.get(rel) != data and self._complete(rel, data):
                     self.store.put_bytes(self._key(rel), data)
                     self._stored.add(rel)
@@ -269,6 +276,46 @@ class CheckpointMirror:
                     sent.append(rel)
             self._prune(local)
             return sent
+
+    def _send_named(self, tree: OwnedTree, state_rel: str) -> tuple[bytes | None, list[str]]:
+        """Read the state file `state_rel` again and send the files of the checkpoint it
+        names (its newest) from descriptors opened at once, before any is sent; returns
+        the state as read and the files sent.
+
+        The listing `put_tree` sends from is older than the state file by a whole upload:
+        a trainer that saves more often than a sync takes (BackupAndRestore keeps one
+        checkpoint; a busy agent walks the tree slower than 25 steps take) has rotated the
+        named files out by the time they are listed, sync after sync, and no state file
+        would ever be complete. Here the state's read, one directory's listing and the
+        openings follow each other within milliseconds, and an open descriptor keeps a
+        file's bytes after the trainer deletes it, so the checkpoint goes whole."""
+        data = tree.read_bytes(state_rel)
+        names = named_checkpoints(data or b"")
+        if not names:
+            return data, []
+        directory = state_rel.rpartition("/")[0]
+        head = f"{directory}/" if directory else ""
+        listed = {head + name for name in tree.names(directory)}
+        files = checkpoint_files(directory, names[0], listed)
+        if files is None:
+            return data, []
+        opened: dict[str, int] = {}
+        try:
+            for rel in files:
+                opened[rel] = tree.open(rel)
+        except OSError:  # rotated out since the listing, or refused: the next sync
+            for fd in opened.values():
+                os.close(fd)
+            return data, []
+        assert self._stored is not None
+        try:
+            for rel, fd in opened.items():
+                self.store.put_file(self._key(rel), descriptor_path(fd))
+                self._stored.add(rel)
+        finally:
+            for fd in opened.values():
+                os.close(fd)
+        return data, list(opened)
 
     def _complete(self, state_rel: str, data: bytes) -> bool:
         names = named_checkpoints(data)
