@@ -1,6 +1,6 @@
 """Projects' quotas: the limits in force, what a project holds, and every quota check.
 
-Where each limit acts (README, "Quotas and fair sharing"):
+Where each limit acts (docs/scheduling.md, "Quotas and fair sharing"):
 
 * `max_queued_jobs`, `max_schedules`: counted when a job or a schedule is created, under
   a lock on the project's row, so concurrent submissions cannot all pass the count

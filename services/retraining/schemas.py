@@ -241,7 +241,9 @@ class ScheduleList(BaseModel):
 
 
 class PromotedModel(BaseModel):
-    """Where the promoted model of a schedule is: the chief's node and its path there."""
+    """The promoted model of a schedule: the job that made it and where to fetch it (the
+    artifact store's prefix and the download URL); node_id and path say where the chief
+    wrote it, which matters only to an operator of that node."""
 
     schedule_id: int
     job_id: int
