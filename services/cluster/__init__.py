@@ -1,7 +1,7 @@
 """The cluster: the scheduler's view of nodes and gangs. SQL-side except the pure modules
 (placement, placement_pool, placement_roles, fair_share, tf_config), which node code may import.
 
-    reconcile.py       one scheduling pass: heartbeats, lost nodes, gangs, the queue
+    queue_placement.py the queue placed: gangs stored with their start messages, reasons
     placement_digest.py whether placement's inputs changed since the last idle pass
     fencing.py         fencing tokens: only the newest leader's transactions commit
     pass_lock.py       one pass at a time across scheduler processes (in the database)

@@ -327,7 +327,7 @@ def settle_unanswered_starts(
     after its placement on a `ready` node whose agent, in a beat written after that
     (`after`), neither runs it nor works on any start (one whose exit the beat lists is
     settled by that exit: its refusal's event was lost). The re-sent starts
-    (reconcile._resend_stale_starts) reach an agent that cannot act on them: nothing else
+    (queue_placement.resend_stale_starts) reach an agent that cannot act on them: nothing else
     would ever settle the replica, and its job would stay `scheduled`, holding its slots.
     Returns the replicas declared lost; `gangs.settle_job` tears the gang down and the
     restart policy decides (a lost replica's failure is retryable)."""

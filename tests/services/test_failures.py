@@ -8,10 +8,11 @@ import datetime as dt
 import pytest
 from sqlalchemy.orm import Session
 
-from services.cluster import gangs, reconcile
+from services.cluster import gangs
 from services.cluster.nodes import Heartbeat
 from services.jobs import store as jobs
 from services.models import Job, utcnow
+from services.scheduling import scheduler_pass
 from services.settings import get_settings
 from services.statuses import JobStatus, ReplicaStatus
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
@@ -44,8 +45,8 @@ def run(
     now: dt.datetime,
     *beats: Heartbeat,
     progress: dict[tuple[int, int, int], float] | None = None,
-) -> reconcile.PassResult:
-    return reconcile.run_pass(
+) -> scheduler_pass.PassResult:
+    return scheduler_pass.run_pass(
         session=session,
         settings=get_settings(),
         heartbeats=list(beats) or [beat(now)],
