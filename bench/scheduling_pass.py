@@ -318,7 +318,7 @@ STEPS = (
     ("workers.control.scheduler", "read_heartbeats", "read heartbeats"),
     ("workers.control.scheduler", "read_progress", "read progress beats"),
     ("services.cluster.nodes", "record_heartbeats", "record heartbeats"),
-    ("services.cluster.watchdog", "check_running", "check running replicas"),
+    ("services.cluster.running_checks", "check_running", "check running replicas"),
     ("services.cluster.gangs", "jobs_to_settle", "jobs to settle"),
     ("services.cluster.placement_digest", "read_digest", "placement digest"),
     ("services.cluster.queue_placement", "_place_all", "queue, place, reasons"),

@@ -14,4 +14,5 @@
     gangs.py           replica reports applied to a job's gang, its status settled
     tf_config.py       each replica's role in its gang, and the TF_CONFIG it is told
     watchdog.py        what broke without telling anyone, for the pass to act on
+    running_checks.py  running replicas against their beats and limits: lost exits, hangs
 """

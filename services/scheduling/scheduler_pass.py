@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.cluster import gangs, nodes, queue_placement, watchdog
+from services.cluster import gangs, nodes, queue_placement, running_checks, watchdog
 from services.cluster.pass_lock import lock_pass
 from services.cluster.placement_digest import PlacementMemo
 from services.models import utcnow
@@ -100,7 +100,7 @@ def _watch(
     that their agents still run, which settling must not place again."""
     result.lost_nodes = watchdog.reap_lost_nodes(session=session, settings=settings, now=now)
     nodes.mark_rows_lost(result.node_rows, result.lost_nodes)
-    checked = watchdog.check_running(
+    checked = running_checks.check_running(
         session=session, settings=settings, heartbeats=heartbeats, progress=progress, now=now
     )
     ready = {
