@@ -12,6 +12,7 @@
     placement_roles.py a gang placed by parts: a parameter_server chief with its evaluator
     fair_share.py      the queue's order between projects (fair shares) and running quotas
     gangs.py           replica reports applied to a job's gang, its status settled
+    gang_outcome.py    a gang's success or break, and whether and when it restarts
     tf_config.py       each replica's role in its gang, and the TF_CONFIG it is told
     watchdog.py        what broke without telling anyone, for the pass to act on
     running_checks.py  running replicas against their beats and limits: lost exits, hangs
