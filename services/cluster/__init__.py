@@ -5,7 +5,8 @@
     placement_digest.py whether placement's inputs changed since the last idle pass
     fencing.py         fencing tokens: only the newest leader's transactions commit
     pass_lock.py       one pass at a time across scheduler processes (in the database)
-    nodes.py           the node registry: heartbeats in, lost nodes out, free capacity
+    nodes.py           the node registry: heartbeats in, lost nodes out, nodes read for views
+    node_capacity.py   free slots, GPUs and ports of the ready nodes, read for placement
     arrivals.py        when the control plane last heard from each node and replica
     placement.py       gang placement: (queue, nodes) -> all-or-nothing assignments
     placement_pool.py  free capacity of one kind (CPU slots or GPUs), bucketed

@@ -18,8 +18,9 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
-from services.cluster import nodes, placement_digest, tf_config
+from services.cluster import placement_digest, tf_config
 from services.cluster.fair_share import ProjectState
+from services.cluster.node_capacity import read_capacity
 from services.cluster.placement import GangRequest, ReplicaPlacement, pick_ports, place
 from services.cluster.placement_digest import PlacementMemo
 from services.cluster.placement_roles import ps_parts
@@ -197,7 +198,7 @@ def _place_all(
     messages: list[Message] = []
     placed: list[int] = []
     if ready:
-        capacity, used_ports = nodes.read_capacity(session=session)
+        capacity, used_ports = read_capacity(session=session)
         requests = [
             GangRequest(
                 job.id,
