@@ -113,7 +113,7 @@ def start_message(job: Job, replica: Replica | PlacedReplica) -> StartReplica:
     )
 
 
-def resend_stale_starts(session: Session, settings: Settings, now: dt.datetime) -> list[Message]:
+def resend_stale_starts(*, session: Session, settings: Settings, now: dt.datetime) -> list[Message]:
     # A start message lost between commit and send (crash, Redis restart) is
     # sent again; the agent ignores a start it has already acted on.
     cutoff = now - dt.timedelta(seconds=settings.START_RESEND_AFTER)
@@ -154,7 +154,7 @@ _QUEUE_COLUMNS = (
 
 
 def place_queue(
-    session: Session, settings: Settings, now: dt.datetime, memo: PlacementMemo | None
+    *, session: Session, settings: Settings, now: dt.datetime, memo: PlacementMemo | None
 ) -> tuple[list[Message], list[int]]:
     """Place what fits of the queue, and store why the rest waits; the start messages
     and the jobs placed. With `memo`, a pass whose inputs are those the last committed

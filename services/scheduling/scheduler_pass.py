@@ -81,9 +81,13 @@ def run_pass(
     # After settling (a trial that just ended frees its sweep's turn), before placing
     # (a trial created now is placed in this pass).
     advance_sweeps(session=session, settings=settings, now=now)
-    result.messages.extend(queue_placement.resend_stale_starts(session, settings, now))
+    result.messages.extend(
+        queue_placement.resend_stale_starts(session=session, settings=settings, now=now)
+    )
     result.messages.extend(watchdog.clean_up_finished(session=session, now=now))
-    placed_messages, result.placed = queue_placement.place_queue(session, settings, now, memo)
+    placed_messages, result.placed = queue_placement.place_queue(
+        session=session, settings=settings, now=now, memo=memo
+    )
     result.messages.extend(placed_messages)
     return result
 
