@@ -30,10 +30,10 @@ sys.path.insert(0, str(ROOT))
 
 from cli.stack import migrate  # noqa: E402
 from services.auth import tokens  # noqa: E402
-from services.cluster import reconcile  # noqa: E402
 from services.db import make_engine  # noqa: E402
 from services.retraining import schedules  # noqa: E402
 from services.retraining.schemas import ScheduleCreate  # noqa: E402
+from services.scheduling import scheduler_pass  # noqa: E402
 from services.settings import Settings  # noqa: E402
 
 JOB = {"strategy": "one_device", "replicas": 1, "gpus_per_replica": 1}  # stays queued
@@ -92,7 +92,7 @@ def add_schedules(url: str, count: int, settings: Settings) -> None:
 def timed_pass(engine: sa.Engine, settings: Settings, now: dt.datetime) -> float:
     start = time.perf_counter()
     with Session(engine) as session, session.begin():
-        reconcile.run_pass(session=session, settings=settings, heartbeats=[], now=now)
+        scheduler_pass.run_pass(session=session, settings=settings, heartbeats=[], now=now)
     return time.perf_counter() - start
 
 

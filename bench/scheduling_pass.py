@@ -318,12 +318,12 @@ STEPS = (
     ("workers.control.scheduler", "read_heartbeats", "read heartbeats"),
     ("workers.control.scheduler", "read_progress", "read progress beats"),
     ("services.cluster.nodes", "record_heartbeats", "record heartbeats"),
-    ("services.cluster.watchdog", "check_running", "check running replicas"),
+    ("services.cluster.running_checks", "check_running", "check running replicas"),
     ("services.cluster.gangs", "jobs_to_settle", "jobs to settle"),
     ("services.cluster.placement_digest", "read_digest", "placement digest"),
-    ("services.cluster.reconcile", "_place_all", "queue, place, reasons"),
-    ("services.cluster.reconcile", "place", "  the placer"),
-    ("services.cluster.reconcile", "_schedule_gangs", "  store placed gangs"),
+    ("services.cluster.queue_placement", "_place_all", "queue, place, reasons"),
+    ("services.cluster.queue_placement", "place", "  the placer"),
+    ("services.cluster.queue_placement", "_schedule_gangs", "  store placed gangs"),
 )
 
 
@@ -431,11 +431,11 @@ class Leader:
 
     def run(self, profile: bool) -> dict[str, float]:
         """One pass, timed; where it spent its time printed if `profile`."""
-        from services.cluster import reconcile
+        from services.cluster import queue_placement
 
         self.use()
-        original_place = reconcile.place
-        reconcile.place = self.watch.around(original_place, "place", "placed")
+        original_place = queue_placement.place
+        queue_placement.place = self.watch.around(original_place, "place", "placed")
         self.watch.marks.clear()
         if self.steps is not None:
             self.steps.spent.clear()
@@ -454,7 +454,7 @@ class Leader:
             end = time.perf_counter()
             cpu = time.process_time() - cpu
         finally:
-            reconcile.place = original_place
+            queue_placement.place = original_place
             if profiler is not None:
                 profiler.stop()
         statements = self.statements - statements

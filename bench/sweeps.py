@@ -34,9 +34,9 @@ sys.path.insert(0, str(ROOT))
 from bench.schedules import drop_databases, fresh_database  # noqa: E402
 from cli.stack import migrate  # noqa: E402
 from services.auth import tokens  # noqa: E402
-from services.cluster import reconcile  # noqa: E402
 from services.db import make_engine  # noqa: E402
 from services.models import Job, Sweep  # noqa: E402
+from services.scheduling import scheduler_pass  # noqa: E402
 from services.settings import Settings  # noqa: E402
 from services.statuses import JobStatus  # noqa: E402
 from services.sweeps import advance, store  # noqa: E402
@@ -127,7 +127,7 @@ def timed(engine: sa.Engine, settings: Settings, sweeps_only: bool) -> float:
         if sweeps_only:
             advance.advance_sweeps(session=session, settings=settings)
         else:
-            reconcile.run_pass(session=session, settings=settings, heartbeats=[])
+            scheduler_pass.run_pass(session=session, settings=settings, heartbeats=[])
     return time.perf_counter() - start
 
 

@@ -14,10 +14,11 @@ The core, which imports no room:
 
 The rooms, higher ones importing lower ones only (pyproject.toml's import contracts):
 
-    cluster/       the scheduler's pass, nodes, gang placement, the watchdog
+    scheduling/    the scheduler's pass: the cluster, sweeps and retraining in one order
     retraining/    schedules, cron, exactly-once firing, promotion
     telemetry/     metric points and log lines stored once, live feeds, job views
     sweeps/        sweeps: search spaces, trials in turn, median stopping
+    cluster/       nodes, the queue placed, gang placement, gangs settled, the watchdog
     jobs/          the job spec and its schemas, store, transitions, quotas, bundles, data
     storage/       the artifact store (node-safe: no SQL)
     wire/          every contract that crosses a process, and every Redis key

@@ -14,6 +14,9 @@ A parameter_server gang, as TensorFlow intends it:
 * a chief or ps that fails, or any training process on a lost node, restarts the gang
   from its checkpoint (per restart_policy);
 * the evaluator's failure never fails training.
+
+What the replicas add up to (a success, a break, whether and when it restarts) is
+gang_outcome.py's; the replica reports, the stops and the settling are here.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import datetime as dt
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services import exit_codes
+from services.cluster import gang_outcome
 from services.jobs.transitions import transition_job
 from services.models import Job, Replica, utcnow
 from services.settings import get_settings
@@ -35,11 +38,6 @@ from services.statuses import (
     ReplicaStatus,
 )
 from services.wire.replica import Message, StopReplica
-
-# How long a stop message may take to reach its agent and be acted on (a scheduling
-# pass, the broker, a busy agent): the margin on STOP_GRACE before a hung replica's
-# process is taken to be gone.
-STOP_DELIVERY_SECONDS = 3.0
 
 
 def _replica(session: Session, job_id: int, attempt: int, index: int) -> Replica | None:
@@ -186,88 +184,6 @@ def _stop_live(replicas: list[Replica], now: dt.datetime, held: Held = None) -> 
     return messages
 
 
-def _failure_reason(replica: Replica) -> str:
-    if replica.failure:
-        return f"replica {replica.index} on {replica.node_id} {replica.failure}"
-    tail = [line for line in replica.log_tail.strip().splitlines() if line.strip()][-3:]
-    detail = (": " + " | ".join(tail)) if tail else ""
-    return (
-        f"replica {replica.index} on {replica.node_id} exited with "
-        f"{exit_codes.describe(replica.exit_code)}{detail}"
-    )
-
-
-def _may_restart(job: Job, broken: Replica) -> tuple[bool, str]:
-    """Whether the policy and the budget allow another attempt, and if not, why."""
-    if job.restart_policy == "never":
-        return False, "restart_policy is never"
-    if job.attempt > job.max_restarts:
-        return False, f"restart budget spent ({job.max_restarts} restarts)"
-    if job.restart_policy == "exit_code" and not exit_codes.is_retryable(broken.exit_code):
-        return False, "the exit code is not retryable"
-    return True, ""
-
-
-def restart_backoff(attempt: int) -> float:
-    """Seconds before attempt `attempt + 1` may be placed: doubling from RESTART_BACKOFF."""
-    settings = get_settings()
-    doubling: float = 2 ** (attempt - 1)
-    return min(settings.RESTART_BACKOFF * doubling, settings.RESTART_BACKOFF_MAX)
-
-
-def _declared_hung(replica: Replica) -> bool:
-    """Declared failed by Cohort on a node that still answers (the watchdog's hang
-    finding: lost replicas are LOST), with no exit of its own: its process may be there,
-    frozen, until its agent's SIGKILL after STOP_GRACE."""
-    return (
-        replica.status is ReplicaStatus.FAILED
-        and replica.exit_code is None
-        and bool(replica.failure)
-    )
-
-
-def restart_delay(job: Job, current: list[Replica]) -> float:
-    """Seconds before the next attempt of a gang torn down now may be placed: the backoff,
-    and never less than the stop of a hung replica takes (its SIGTERM, SIGKILL after
-    STOP_GRACE, and the stop message's way there), so that no process of this attempt
-    still runs when the next one starts (the chaos soak found two alive at once)."""
-    delay = restart_backoff(job.attempt)
-    if any(_declared_hung(r) for r in current):
-        delay = max(delay, get_settings().STOP_GRACE + STOP_DELIVERY_SECONDS)
-    return delay
-
-
-def _breaks_gang(replica: Replica) -> bool:
-    """A failed or lost replica tears its gang down, unless it is an evaluator."""
-    return (
-        replica.status in (ReplicaStatus.FAILED, ReplicaStatus.LOST) and replica.role != "evaluator"
-    )
-
-
-def _success(
-    job: Job, current: list[Replica], now: dt.datetime
-) -> tuple[str | None, list[Replica]]:
-    """Why the gang has succeeded (None: not yet), and the replicas to stop now."""
-    if job.strategy != "parameter_server":
-        done = all(r.status is ReplicaStatus.SUCCEEDED for r in current)
-        return (f"all {len(current)} replicas exited 0" if done else None), []
-    chief = next((r for r in current if r.role == "chief"), None)
-    if chief is None or chief.status is not ReplicaStatus.SUCCEEDED:
-        return None, []
-    servers = [r for r in current if r.role in ("worker", "ps")]
-    evaluating = [
-        r for r in current if r.role == "evaluator" and r.status not in TERMINAL_REPLICA_STATUSES
-    ]
-    if (
-        evaluating
-        and chief.finished_at is not None
-        and (now - chief.finished_at) < dt.timedelta(seconds=get_settings().EVALUATOR_GRACE)
-    ):
-        return None, servers  # the evaluator is finishing its last evaluation
-    late = "; the evaluator was stopped after its grace" if evaluating else ""
-    return f"the chief exited 0{late}", servers + evaluating
-
-
 def settle_job(
     *,
     session: Session,
@@ -309,33 +225,25 @@ def settle_job(
         any(r.role == "chief" and r.status is ReplicaStatus.SUCCEEDED for r in current)
         and job.strategy == "parameter_server"
     )
-    broken = [] if chief_done else [r for r in current if _breaks_gang(r)]
+    broken = [] if chief_done else [r for r in current if gang_outcome.breaks_gang(r)]
     if broken:
-        reason = _failure_reason(broken[0])
-        restart, why_not = _may_restart(job, broken[0])
-        if restart:
-            delay = restart_delay(job, current)
-            job.not_before = now + dt.timedelta(seconds=delay)
-            transition_job(
-                session=session,
-                job_id=job.id,
-                target=JobStatus.RESTARTING,
-                reason=f"restarting (attempt {job.attempt + 1} of at most "
-                f"{job.max_restarts + 1}, in {delay:.0f}s) after: {reason}",
-            )
-        else:
-            transition_job(
-                session=session,
-                job_id=job.id,
-                target=JobStatus.FAILED,
-                reason=f"{reason}; not restarted: {why_not}",
-            )
+        gang_outcome.tear_down(session=session, job=job, current=current, broken=broken[0], now=now)
         return messages + _stop_live(current, now)
-    succeeded, to_stop = _success(job, current, now)
+    return messages + _follow_replicas(session, job, current, now)
+
+
+def _follow_replicas(
+    session: Session, job: Job, current: list[Replica], now: dt.datetime
+) -> list[Message]:
+    """Move a job whose gang is whole on: scheduled to running once every replica runs,
+    running to succeeded once the gang has (gang_outcome.success); the stop messages of
+    the replicas a success leaves behind."""
+    succeeded, to_stop = gang_outcome.success(job, current, now)
     if job.status is JobStatus.SCHEDULED and (
         succeeded
         or all(
-            r.status in (ReplicaStatus.RUNNING, ReplicaStatus.SUCCEEDED) or _gone_evaluator(r)
+            r.status in (ReplicaStatus.RUNNING, ReplicaStatus.SUCCEEDED)
+            or gang_outcome.gone_evaluator(r)
             for r in current
         )
     ):
@@ -345,7 +253,7 @@ def settle_job(
             target=JobStatus.RUNNING,
             reason=f"all {len(current)} replicas started",
         )
-    messages += _stop_live(to_stop, now)
+    messages = _stop_live(to_stop, now)
     if job.status is JobStatus.RUNNING and succeeded:
         transition_job(session=session, job_id=job.id, target=JobStatus.SUCCEEDED, reason=succeeded)
     return messages
@@ -374,11 +282,6 @@ def _still_running(current: list[Replica], held: Held, now: dt.datetime) -> bool
     if not declared:
         return False
     return held is None or any(_key(r) in held for r in declared)
-
-
-def _gone_evaluator(replica: Replica) -> bool:
-    # An evaluator that already ended (even failed) does not hold its gang back.
-    return replica.role == "evaluator" and replica.status in TERMINAL_REPLICA_STATUSES
 
 
 def replicas_of(*, session: Session, job_ids: list[int]) -> dict[int, list[Replica]]:

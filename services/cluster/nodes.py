@@ -1,4 +1,7 @@
-"""Node registry: heartbeats in, lost nodes out, free capacity for placement."""
+"""Node registry: heartbeats in, lost nodes out, nodes and their replicas read for views.
+
+The free capacity placement reads is node_capacity.py's.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,6 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
 from services.cluster.arrivals import Heard
-from services.cluster.placement import NodeCapacity
 from services.db import read_rows
 from services.models import Job, Node, Replica
 from services.statuses import TERMINAL_REPLICA_STATUSES, NodeStatus
@@ -91,10 +93,10 @@ def split_ids(text: str) -> list[int]:
 
 def node_gpu_ids(node: Node) -> list[int]:
     """The GPU ids a node offers: the ones its agent found, else 0..gpus-1."""
-    return _offered_gpus(node.gpu_ids, node.gpus)
+    return offered_gpus(node.gpu_ids, node.gpus)
 
 
-def _offered_gpus(gpu_ids: str, gpus: int) -> list[int]:
+def offered_gpus(gpu_ids: str, gpus: int) -> list[int]:
     return split_ids(gpu_ids)[:gpus] if gpu_ids else list(range(gpus))
 
 
@@ -269,64 +271,6 @@ def read_nodes(*, session: Session) -> list[tuple[Node, int]]:
         counts[replica.node_id] = counts.get(replica.node_id, 0) + 1
     nodes = session.execute(sa.select(Node).order_by(Node.id)).scalars()
     return [(node, counts.get(node.id, 0)) for node in nodes]
-
-
-def read_capacity(*, session: Session) -> tuple[list[NodeCapacity], dict[str, set[int]]]:
-    """Free capacity of every ready node, and the ports in use on each node."""
-    used_slots: dict[str, int] = {}
-    used_gpus: dict[str, set[int]] = {}
-    used_ports: dict[str, set[int]] = {}
-    # Three columns of each live replica, not whole rows: read on every pass.
-    for node_id, port, gpu_ids in read_rows(
-        session,
-        sa.select(
-            Replica.node_id,
-            Replica.port,
-            Replica.gpu_ids,
-        ).where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES)),
-    ):
-        used_ports.setdefault(node_id, set()).add(port)
-        if not gpu_ids:  # a GPU replica holds GPUs, not a CPU slot (placement.py)
-            used_slots[node_id] = used_slots.get(node_id, 0) + 1
-        else:
-            used_gpus.setdefault(node_id, set()).update(int(g) for g in gpu_ids.split(","))
-    # The columns placement needs of each ready node, not whole rows: read on every pass.
-    nodes = read_rows(
-        session,
-        sa.select(
-            Node.id,
-            Node.address,
-            Node.slots,
-            Node.gpus,
-            Node.gpu_ids,
-            Node.port_space,
-            Node.busy_ports,
-        )
-        .where(Node.status == NodeStatus.READY)
-        .order_by(Node.id),
-    )
-    capacity = []
-    # Nodes on one network stack (several agents on one host) draw from one set of
-    # ports: the same set object, so a port chosen for one is taken for all of them.
-    spaces: dict[str, set[int]] = {}
-    for node_id, address, slots, gpus, gpu_ids, port_space, busy_ports in nodes:
-        held = used_gpus.get(node_id, ())
-        capacity.append(
-            NodeCapacity(
-                id=node_id,
-                address=address,
-                slots=slots,
-                free_slots=max(0, slots - used_slots.get(node_id, 0)),
-                gpus=gpus,
-                free_gpus=tuple(g for g in _offered_gpus(gpu_ids, gpus) if g not in held),
-            )
-        )
-        shared = spaces.setdefault(port_space or f"address:{address}", set())
-        shared.update(used_ports.get(node_id, ()))
-        if busy_ports:
-            shared.update(split_ids(busy_ports))  # held by processes outside Cohort
-        used_ports[node_id] = shared
-    return capacity, used_ports
 
 
 def read_node_details(

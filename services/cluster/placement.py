@@ -114,6 +114,11 @@ class PlacementResult:
     positions: dict[int, int] = field(default_factory=dict)  # job id -> place among waiting, 1..
     order: list[int] = field(default_factory=list)  # job ids in the order considered
 
+    def wait(self, job_id: int, reason: str) -> None:
+        """The job waits, behind those that waited before it in this pass."""
+        self.positions[job_id] = len(self.positions) + 1
+        self.waiting[job_id] = reason
+
 
 class _Cluster:
     """The pass's mutable view of the nodes: one pool per kind, reservations."""
@@ -218,34 +223,15 @@ def place(
     fair = FairQueue(queue, projects or {}, cluster.total_units[CPU], cluster.total_units[GPU])
     # kind -> the first job of that kind that waits for capacity (its id and project)
     first_blocked: dict[str, tuple[int, int]] = {}
-    position = 0
     for request in fair:
         result.order.append(request.job_id)
         # Locals, not properties: this loop runs once per queued job.
         per = request.gpus_per_replica or 1
         kind = GPU if request.gpus_per_replica else CPU
-        unit = "GPUs" if request.gpus_per_replica else "CPU slots"
         rooms = cluster.empty_rooms(kind, per)
-        if (
-            not rooms
-            or rooms[-1] < request.replicas
-            or (request.parts and not cluster.parts_fit_empty(request, kind, per))
-        ):
-            position += 1
-            result.positions[request.job_id] = position
-            total, per_node = cluster.total_units[kind], cluster.largest[kind]
-            detail = f"the cluster has {total} {unit}"
-            if request.gpus_per_replica and total >= request.replicas * per:
-                detail += f", at most {per_node} on one node"
-            result.waiting[request.job_id] = (
-                f"unschedulable: needs {request.describe_need()}, {detail}"
-            )
-            continue
-        over_quota = fair.quota_wait(request)
-        if over_quota is not None:
-            position += 1
-            result.positions[request.job_id] = position
-            result.waiting[request.job_id] = over_quota
+        why = _unschedulable(cluster, request, kind, per, rooms) or fair.quota_wait(request)
+        if why is not None:
+            result.wait(request.job_id, why)
             continue
         pool = cluster.pools[kind]
         parts, chosen = None, None
@@ -254,25 +240,7 @@ def place(
         elif pool.units >= request.replicas * per:
             parts = choose_parts(pool, request.parts, per, request.policy == SPREAD)
         if chosen is None and parts is None:
-            position += 1
-            result.positions[request.job_id] = position
-            min_nodes = bisect_left(rooms, request.replicas) + 1
-            reason = (
-                f"needs {request.describe_need()} on ≥{min_nodes} "
-                f"node{'s' if min_nodes > 1 else ''}; "
-                f"{cluster.free_units[kind]} {unit} free"
-            )
-            if kind in first_blocked:
-                ahead, owner = first_blocked[kind]
-                # Another project's job is not this caller's to know by id.
-                reason += (
-                    f", held for job {ahead} ahead in the queue"
-                    if owner == request.project
-                    else ", held for a job of another project ahead in the queue"
-                )
-            else:
-                first_blocked[kind] = (request.job_id, request.project)
-            result.waiting[request.job_id] = reason
+            result.wait(request.job_id, _blocked(cluster, request, kind, rooms, first_blocked))
             cluster.reserve(kind, per)
             continue
         if parts is not None:
@@ -284,6 +252,52 @@ def place(
             )
         fair.took(request)
     return result
+
+
+def _unit(kind: str) -> str:
+    return "GPUs" if kind == GPU else "CPU slots"
+
+
+def _unschedulable(
+    cluster: _Cluster, request: GangRequest, kind: str, per: int, rooms: list[int]
+) -> str | None:
+    """Why the job can never be placed, even on the empty cluster; None if it can."""
+    if (
+        rooms
+        and rooms[-1] >= request.replicas
+        and not (request.parts and not cluster.parts_fit_empty(request, kind, per))
+    ):
+        return None
+    total, per_node = cluster.total_units[kind], cluster.largest[kind]
+    detail = f"the cluster has {total} {_unit(kind)}"
+    if request.gpus_per_replica and total >= request.replicas * per:
+        detail += f", at most {per_node} on one node"
+    return f"unschedulable: needs {request.describe_need()}, {detail}"
+
+
+def _blocked(
+    cluster: _Cluster,
+    request: GangRequest,
+    kind: str,
+    rooms: list[int],
+    first_blocked: dict[str, tuple[int, int]],
+) -> str:
+    """Why a job that fits the empty cluster waits now; the first such job of its kind
+    is noted in `first_blocked` (what it needs is held for it)."""
+    min_nodes = bisect_left(rooms, request.replicas) + 1
+    reason = (
+        f"needs {request.describe_need()} on ≥{min_nodes} "
+        f"node{'s' if min_nodes > 1 else ''}; "
+        f"{cluster.free_units[kind]} {_unit(kind)} free"
+    )
+    if kind not in first_blocked:
+        first_blocked[kind] = (request.job_id, request.project)
+        return reason
+    ahead, owner = first_blocked[kind]
+    # Another project's job is not this caller's to know by id.
+    if owner == request.project:
+        return reason + f", held for job {ahead} ahead in the queue"
+    return reason + ", held for a job of another project ahead in the queue"
 
 
 def pick_ports(used: set[int], count: int, start: int, end: int) -> list[int]:

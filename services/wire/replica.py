@@ -1,7 +1,7 @@
 """Control plane -> agent -> replica: the replica spec, and the messages to node agents.
 
 `ReplicaSpec` is everything a replica process needs from the control plane. The
-scheduler fills it from SQL (services/cluster/reconcile.py), the agent writes it to
+scheduler fills it from SQL (services/cluster/queue_placement.py), the agent writes it to
 the replica's own directory as a `ReplicaLaunch` (with that directory), and the
 runner decodes it there (workers/replica/runner.py). A new field of the spec is one
 line in `ReplicaSpec`, plus where it is filled and where it is used.

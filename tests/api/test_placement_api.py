@@ -6,9 +6,9 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from services.cluster import reconcile
 from services.cluster.nodes import Heartbeat, record_heartbeat
 from services.models import Job, utcnow
+from services.scheduling import scheduler_pass
 from services.settings import get_settings
 from tests.factories import create_job, create_token
 
@@ -44,12 +44,12 @@ def test_queued_job_shows_its_place_and_reason(
         Heartbeat("n2", "10.3.0.2", 2, 0, utcnow()),
     ]
     client.post("/api/v1/jobs", json={"replicas": 2}, headers=auth)
-    reconcile.run_pass(session=session, settings=get_settings(), heartbeats=beats)
+    scheduler_pass.run_pass(session=session, settings=get_settings(), heartbeats=beats)
     first = client.post("/api/v1/jobs", json={"replicas": 3}, headers=auth).json()
     second = client.post(
         "/api/v1/jobs", json={"replicas": 1, "strategy": "one_device"}, headers=auth
     ).json()
-    reconcile.run_pass(session=session, settings=get_settings(), heartbeats=[])
+    scheduler_pass.run_pass(session=session, settings=get_settings(), heartbeats=[])
     one = client.get(f"/api/v1/jobs/{first['id']}", headers=auth).json()
     two = client.get(f"/api/v1/jobs/{second['id']}", headers=auth).json()
     assert one["status"] == "queued" and one["queue_position"] == 1
@@ -71,7 +71,7 @@ def test_nodes_show_gpus_and_only_own_replicas(
     record_heartbeat(
         session=session, beat=Heartbeat("g9", "10.3.0.9", 2, 2, utcnow(), gpu_ids=(2, 3))
     )
-    reconcile.run_pass(session=session, settings=get_settings(), heartbeats=[])
+    scheduler_pass.run_pass(session=session, settings=get_settings(), heartbeats=[])
     assert theirs.status.value == "scheduled"
     node = next(n for n in client.get("/api/v1/nodes", headers=auth).json() if n["id"] == "g9")
     assert node["gpu_ids"] == [2, 3] and node["free_gpus"] == 1
@@ -86,7 +86,7 @@ def test_a_page_of_jobs_costs_the_same_queries_whatever_its_size(
     and each queued job's place follows the placer's order: priority, then submission."""
     beats = [Heartbeat("n1", "10.3.1.1", 2, 0, utcnow())]
     running = client.post("/api/v1/jobs", json={"replicas": 2}, headers=auth).json()
-    reconcile.run_pass(session=session, settings=get_settings(), heartbeats=beats)
+    scheduler_pass.run_pass(session=session, settings=get_settings(), heartbeats=beats)
     queued = [
         client.post("/api/v1/jobs", json={"replicas": 2, "priority": p}, headers=auth).json()["id"]
         for p in (0, 5, 0, 5, 1, 0, 0, 0)

@@ -250,8 +250,9 @@ def test_the_job_page_shows_roles_and_resubmits_a_ps_job_as_is(
     import json
     import re
 
-    from services.cluster import gangs, reconcile
+    from services.cluster import gangs
     from services.cluster.nodes import Heartbeat
+    from services.scheduling import scheduler_pass
     from services.settings import get_settings
     from tests.api.test_dashboard import login
     from tests.factories import create_job, create_token
@@ -261,7 +262,7 @@ def test_the_job_page_shows_roles_and_resubmits_a_ps_job_as_is(
         session, row.project_id, **PS, distribution={"mixed_precision": "mixed_bfloat16"}
     )
     now = dt.datetime.now(dt.UTC)
-    reconcile.run_pass(
+    scheduler_pass.run_pass(
         session=session,
         settings=get_settings(),
         now=now,

@@ -22,7 +22,7 @@ prints how many of each and fails on any.
 * leftover process: no replica process alive once everything settled;
 * slots and ports: no replica row holding a slot (not terminal) when every job has
   ended, every ready node's free slots all its slots (the scheduler's own
-  services.cluster.nodes.read_capacity), no port of the replica range listened on
+  services.cluster.node_capacity.read_capacity), no port of the replica range listened on
   (this host's /proc/net/tcp, and what each agent's last heartbeat reported);
 * nodes: every agent ready again after the faults.
 """
@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from cohort.metrics import decode_line
-from services.cluster.nodes import read_capacity
+from services.cluster.node_capacity import read_capacity
 from services.models import Job, JobEvent, MetricPoint, Node, Replica
 from services.statuses import (
     TERMINAL_REPLICA_STATUSES,

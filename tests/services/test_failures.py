@@ -8,10 +8,11 @@ import datetime as dt
 import pytest
 from sqlalchemy.orm import Session
 
-from services.cluster import gangs, reconcile
+from services.cluster import gang_outcome, gangs
 from services.cluster.nodes import Heartbeat
 from services.jobs import store as jobs
 from services.models import Job, utcnow
+from services.scheduling import scheduler_pass
 from services.settings import get_settings
 from services.statuses import JobStatus, ReplicaStatus
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
@@ -44,8 +45,8 @@ def run(
     now: dt.datetime,
     *beats: Heartbeat,
     progress: dict[tuple[int, int, int], float] | None = None,
-) -> reconcile.PassResult:
-    return reconcile.run_pass(
+) -> scheduler_pass.PassResult:
+    return scheduler_pass.run_pass(
         session=session,
         settings=get_settings(),
         heartbeats=list(beats) or [beat(now)],
@@ -155,9 +156,9 @@ def test_budget_holds_for_every_policy(session: Session, policy: str) -> None:
 
 def test_backoff_doubles_and_holds_placement(session: Session) -> None:
     settings = get_settings()
-    assert gangs.restart_backoff(1) == settings.RESTART_BACKOFF
-    assert gangs.restart_backoff(2) == 2 * settings.RESTART_BACKOFF
-    assert gangs.restart_backoff(50) == settings.RESTART_BACKOFF_MAX
+    assert gang_outcome.restart_backoff(1) == settings.RESTART_BACKOFF
+    assert gang_outcome.restart_backoff(2) == 2 * settings.RESTART_BACKOFF
+    assert gang_outcome.restart_backoff(50) == settings.RESTART_BACKOFF_MAX
     job = restarted_job(session)
     early = run(session, T0 + dt.timedelta(seconds=settings.RESTART_BACKOFF / 2))
     assert not [m for m in early.messages if isinstance(m, StartReplica)]
@@ -208,7 +209,10 @@ def test_no_progress_fails_the_replica_and_restarts(session: Session) -> None:
     # Its process may live until its agent's SIGKILL after STOP_GRACE: the next attempt
     # is not placed before then, whatever the backoff.
     assert job.not_before == t2 + dt.timedelta(
-        seconds=max(gangs.restart_backoff(1), settings.STOP_GRACE + gangs.STOP_DELIVERY_SECONDS)
+        seconds=max(
+            gang_outcome.restart_backoff(1),
+            settings.STOP_GRACE + gang_outcome.STOP_DELIVERY_SECONDS,
+        )
     )
     finish_teardown(session, job, t2)
     # An agent's event does not say whether the frozen process is gone: a pass decides,
@@ -339,7 +343,7 @@ def test_a_replica_that_exited_holds_the_restart_for_the_backoff_only(session: S
     start_gang(session, job, T0)
     fail_replica(session, job, 0, 137, T0)  # its own exit: nothing of it is left
     assert job.status is JobStatus.RESTARTING
-    assert job.not_before == T0 + dt.timedelta(seconds=gangs.restart_backoff(1))
+    assert job.not_before == T0 + dt.timedelta(seconds=gang_outcome.restart_backoff(1))
 
 
 def test_gang_that_never_steps_is_hung(session: Session) -> None:

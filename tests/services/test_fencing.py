@@ -17,12 +17,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from services.cluster import gangs, reconcile
+from services.cluster import gangs
 from services.cluster.fencing import Fence, Fenced, begin_term, check_token, issue_token
 from services.cluster.nodes import Heartbeat
 from services.db import make_engine, session_scope
 from services.jobs import store as jobs
 from services.models import Job, Node, Replica, utcnow
+from services.scheduling import scheduler_pass
 from services.settings import get_settings
 from services.statuses import JobStatus, ReplicaStatus
 from tests.e2e.conftest import wait_for
@@ -43,10 +44,10 @@ def queued_job(engine: Engine) -> Iterator[int]:  # noqa: ARG001 - the test data
         session.execute(sa.delete(Node).where(Node.id == NODE))
 
 
-def run_pass(fence: Fence) -> reconcile.PassResult:
+def run_pass(fence: Fence) -> scheduler_pass.PassResult:
     beat = Heartbeat(node_id=NODE, address="10.9.0.1", slots=2, gpus=0, at=utcnow())
     with fence.scope() as session:
-        return reconcile.run_pass(session=session, settings=get_settings(), heartbeats=[beat])
+        return scheduler_pass.run_pass(session=session, settings=get_settings(), heartbeats=[beat])
 
 
 def job_state(job_id: int) -> tuple[JobStatus, list[tuple[int, ReplicaStatus]]]:

@@ -6,12 +6,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from services.cluster import reconcile
 from services.cluster.nodes import Heartbeat
 from services.cluster.pass_lock import PASS_LOCK_KEY
 from services.jobs import queue
 from services.jobs import store as jobs
 from services.models import Job, utcnow
+from services.scheduling import scheduler_pass
 from services.settings import Settings, get_settings
 from services.statuses import JobStatus
 from tests.factories import create_job, create_token
@@ -36,8 +36,8 @@ def beat(
 
 def run(
     session: Session, *beats: Heartbeat, settings: Settings | None = None
-) -> reconcile.PassResult:
-    return reconcile.run_pass(
+) -> scheduler_pass.PassResult:
+    return scheduler_pass.run_pass(
         session=session, settings=settings or get_settings(), heartbeats=list(beats)
     )
 

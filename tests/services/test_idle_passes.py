@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.cluster import gangs, reconcile
+from services.cluster import gangs, queue_placement
 from services.cluster.nodes import Heartbeat
 from services.cluster.placement_digest import PlacementMemo
 from services.jobs import quotas
@@ -21,6 +21,7 @@ from services.jobs import store as jobs
 from services.jobs.quota_schemas import QuotaUpdate
 from services.jobs.transitions import transition_job
 from services.models import Job, utcnow
+from services.scheduling import scheduler_pass
 from services.settings import get_settings
 from services.statuses import JobStatus
 from tests.factories import create_job, create_token
@@ -47,8 +48,8 @@ class Leader:
             after=at,
         )
 
-    def run(self, *beats: Heartbeat) -> reconcile.PassResult:
-        result = reconcile.run_pass(
+    def run(self, *beats: Heartbeat) -> scheduler_pass.PassResult:
+        result = scheduler_pass.run_pass(
             session=self.session,
             settings=get_settings(),
             heartbeats=list(beats) or [self.beat()],
@@ -62,13 +63,13 @@ class Leader:
 def leader(session: Session, monkeypatch: pytest.MonkeyPatch) -> Leader:
     node = f"idle-{uuid.uuid4().hex[:6]}"
     leader = Leader(session, node)
-    real = reconcile.place
+    real = queue_placement.place
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         leader.placer_calls += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(reconcile, "place", counted)
+    monkeypatch.setattr(queue_placement, "place", counted)
     return leader
 
 

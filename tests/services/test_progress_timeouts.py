@@ -9,9 +9,10 @@ import datetime as dt
 import pytest
 from sqlalchemy.orm import Session
 
-from services.cluster import gangs, reconcile, watchdog
+from services.cluster import gangs, watchdog
 from services.jobs import store as jobs
 from services.models import Job
+from services.scheduling import scheduler_pass
 from services.settings import get_settings
 from services.statuses import JobStatus, ReplicaStatus
 from tests.factories import create_job, create_token
@@ -124,7 +125,7 @@ def test_a_gang_that_never_steps_is_still_hung_without_zero(session: Session) ->
 
 def silent_pass(session: Session, now: dt.datetime) -> None:
     """A pass that reads no heartbeat and no progress beat at all (Redis lost them)."""
-    reconcile.run_pass(
+    scheduler_pass.run_pass(
         session=session, settings=get_settings(), heartbeats=[], progress=None, now=now
     )
 

@@ -9,10 +9,11 @@ import datetime as dt
 
 from sqlalchemy.orm import Session
 
-from services.cluster import gangs, reconcile
+from services.cluster import gangs
 from services.cluster.nodes import Heartbeat
 from services.jobs import store as jobs
 from services.models import Job, Replica
+from services.scheduling import scheduler_pass
 from services.settings import get_settings
 from services.statuses import JobStatus, ReplicaStatus
 from services.wire.replica import StartReplica, StopReplica
@@ -28,8 +29,8 @@ def beats(at: dt.datetime) -> list[Heartbeat]:
     return [Heartbeat("n1", "10.1.0.1", 3, 0, at), Heartbeat("n2", "10.1.0.2", 2, 0, at)]
 
 
-def run(session: Session, now: dt.datetime) -> reconcile.PassResult:
-    return reconcile.run_pass(
+def run(session: Session, now: dt.datetime) -> scheduler_pass.PassResult:
+    return scheduler_pass.run_pass(
         session=session, settings=get_settings(), heartbeats=beats(now), now=now
     )
 
@@ -207,7 +208,7 @@ def test_only_the_chief_is_watched_for_progress(session: Session) -> None:
         Heartbeat("n2", "10.1.0.2", 2, 0, late, running=running),
     ]
     # The chief beats progress; its servers and the evaluator never do, and are fine.
-    reconcile.run_pass(
+    scheduler_pass.run_pass(
         session=session,
         settings=get_settings(),
         heartbeats=hb,
@@ -218,6 +219,6 @@ def test_only_the_chief_is_watched_for_progress(session: Session) -> None:
     # A chief without progress is hung: the gang restarts.
     later = late + dt.timedelta(seconds=get_settings().PROGRESS_TIMEOUT + 1)
     hb = [Heartbeat(b.node_id, b.address, b.slots, 0, later, running=running) for b in hb]
-    reconcile.run_pass(session=session, settings=get_settings(), heartbeats=hb, now=later)
+    scheduler_pass.run_pass(session=session, settings=get_settings(), heartbeats=hb, now=later)
     assert job.status is JobStatus.RESTARTING
     assert "replica 0" in job.reason and "hung" in job.reason

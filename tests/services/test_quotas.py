@@ -11,7 +11,6 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.cluster import reconcile
 from services.cluster.nodes import Heartbeat
 from services.exceptions import BeyondQuota, QuotaExceeded
 from services.jobs import quotas
@@ -21,6 +20,7 @@ from services.jobs.store import create_job as create_job_service
 from services.models import Job, ScheduleRun, utcnow
 from services.retraining import firing, schedules
 from services.retraining.schemas import ScheduleCreate
+from services.scheduling import scheduler_pass
 from services.settings import get_settings
 from services.statuses import JobStatus
 from services.sweeps import advance
@@ -53,8 +53,8 @@ def beat(node_id: str, slots: int) -> Heartbeat:
     return Heartbeat(node_id=node_id, address="10.3.0.1", slots=slots, gpus=0, at=utcnow())
 
 
-def run_pass(session: Session, *beats: Heartbeat) -> reconcile.PassResult:
-    return reconcile.run_pass(session=session, settings=get_settings(), heartbeats=list(beats))
+def run_pass(session: Session, *beats: Heartbeat) -> scheduler_pass.PassResult:
+    return scheduler_pass.run_pass(session=session, settings=get_settings(), heartbeats=list(beats))
 
 
 def test_the_job_past_the_queued_quota_is_refused_and_nothing_is_stored(session: Session) -> None:

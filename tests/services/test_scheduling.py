@@ -5,11 +5,12 @@ import datetime as dt
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.cluster import gangs, reconcile
+from services.cluster import gangs, queue_placement
 from services.cluster.nodes import Heartbeat, mark_lost_nodes, record_heartbeats
 from services.cluster.placement import ReplicaPlacement
 from services.jobs import store as jobs
 from services.models import Job, Node, utcnow
+from services.scheduling import scheduler_pass
 from services.settings import get_settings
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
 from services.wire.replica import StartReplica, StopReplica
@@ -25,8 +26,8 @@ def beat(node_id: str, slots: int = 2, at: dt.datetime | None = None) -> Heartbe
 
 def run(
     session: Session, *beats: Heartbeat, now: dt.datetime | None = None
-) -> reconcile.PassResult:
-    return reconcile.run_pass(
+) -> scheduler_pass.PassResult:
+    return scheduler_pass.run_pass(
         session=session, settings=get_settings(), heartbeats=list(beats), now=now
     )
 
@@ -211,7 +212,9 @@ def test_a_job_cancelled_after_the_queue_was_read_is_not_placed(session: Session
         job.id: [ReplicaPlacement("n1", "10.1.0.1")],
         other.id: [ReplicaPlacement("n1", "10.1.0.1")],
     }
-    messages, placed = reconcile._schedule_gangs(session, get_settings(), placements, {}, utcnow())
+    messages, placed = queue_placement._schedule_gangs(
+        session, get_settings(), placements, {}, utcnow()
+    )
     assert placed == [other.id]
     assert [m.spec.job_id for m in messages if isinstance(m, StartReplica)] == [other.id]
     assert job.status is JobStatus.CANCELLED
@@ -291,7 +294,7 @@ def test_a_node_lost_while_known_is_ready_again_when_it_beats_again(session: Ses
     timeout = get_settings().NODE_TIMEOUT
     later = start + dt.timedelta(seconds=timeout + 1)
     # Its last beat is still in Redis (no news since): lost, and the pass's rows say so.
-    second = reconcile.run_pass(
+    second = scheduler_pass.run_pass(
         session=session,
         settings=get_settings(),
         heartbeats=[Heartbeat(node_id="n1", address="10.1.0.1", slots=2, gpus=0, at=start)],
@@ -301,7 +304,7 @@ def test_a_node_lost_while_known_is_ready_again_when_it_beats_again(session: Ses
     assert second.lost_nodes == ["n1"]
     assert second.node_rows["n1"]["status"] is NodeStatus.LOST
     back = later + dt.timedelta(seconds=1)
-    reconcile.run_pass(
+    scheduler_pass.run_pass(
         session=session,
         settings=get_settings(),
         heartbeats=[beat("n1", at=back)],

@@ -282,7 +282,7 @@ def test_a_trial_parameter_may_set_the_replica_count(session: Session) -> None:
 
 
 def test_the_pass_runs_the_sweeps(session: Session) -> None:
-    from services.cluster.reconcile import run_pass
+    from services.scheduling.scheduler_pass import run_pass
 
     sweep = make(session)
     run_pass(session=session, settings=get_settings(), heartbeats=[])
@@ -318,9 +318,9 @@ def sweep_schedule(session: Session) -> Schedule:
 
 
 def test_a_scheduled_sweep_promotes_its_best_trial(session: Session) -> None:
-    from services.cluster.reconcile import run_pass
     from services.models import ScheduleRun
     from services.retraining import firing
+    from services.scheduling.scheduler_pass import run_pass
 
     schedule = sweep_schedule(session)
     assert schedule.job_template == {} and schedule.sweep_template is not None

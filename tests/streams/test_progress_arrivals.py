@@ -9,7 +9,7 @@ import redis
 from services.cluster.arrivals import Arrivals
 from services.wire.batches import ProgressBeat
 from services.wire.keys import PROGRESS_HASH
-from workers.control.scheduler import PROGRESS_FORGET, read_progress
+from workers.control.beats import PROGRESS_FORGET, read_progress
 
 
 def test_progress_is_timed_by_arrival_plus_what_the_beat_vouched_ahead(bus: redis.Redis) -> None:

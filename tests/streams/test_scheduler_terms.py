@@ -103,7 +103,7 @@ def test_a_new_terms_first_pass_excuses_the_silence_redis_may_have_erased(
 def test_a_pass_that_fails_before_it_commits_excuses_in_the_next(
     bus: redis.Redis, silent_gang: tuple[int, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from services.cluster import reconcile
+    from services.scheduling import scheduler_pass
 
     job_id, _ = silent_gang
     from services.cluster.fencing import begin_term
@@ -113,16 +113,16 @@ def test_a_pass_that_fails_before_it_commits_excuses_in_the_next(
 
     scheduler = Scheduler(get_settings(), bus, Kept(), Keyring(SIGNING_KEY))
     fence = begin_term(lease=10)
-    real_pass = reconcile.run_pass
+    real_pass = scheduler_pass.run_pass
 
     def failing(**_: Any) -> Any:
         raise RuntimeError("the pass failed")
 
-    monkeypatch.setattr(reconcile, "run_pass", failing)
+    monkeypatch.setattr(scheduler_pass, "run_pass", failing)
     with pytest.raises(RuntimeError):
         scheduler.run_pass(fence)
     assert scheduler.unheard is True  # not done: kept for the next pass
-    monkeypatch.setattr(reconcile, "run_pass", real_pass)
+    monkeypatch.setattr(scheduler_pass, "run_pass", real_pass)
     scheduler.run_pass(fence)
     assert job_status(job_id) == "running"
     assert scheduler.unheard is False

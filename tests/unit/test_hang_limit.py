@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.cluster.watchdog import hang_limit
+from services.cluster.running_checks import hang_limit
 
 
 @pytest.mark.parametrize(

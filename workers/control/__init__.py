@@ -1,6 +1,8 @@
 """Control-plane processes (hold SQL credentials).
 
-scheduler.py  the scheduler process: leadership, the reconcile loop, agent events
+scheduler.py  the scheduler process: leadership, the pass loop, events as they come
+beats.py      heartbeats and progress beats read from Redis, checked and timed on arrival
+events.py     agent events (replica started, exited, restarted) checked and applied to SQL
 ingest.py     metric batches and log lines from Redis streams into SQL
 streams.py    reading a Redis stream through the leader's consumer group
 dispatch.py   the scheduler's messages sent to node queues through Celery

@@ -1,4 +1,4 @@
-"""The scheduler process: the single active placer and reconciler, and the metrics ingester.
+"""The scheduler process: the single active placer, and the metrics ingester.
 
 Leadership is a Redis lock; only the holder runs passes, so one placement pass
 runs at a time however many scheduler processes are started. Each term of leadership
@@ -23,39 +23,29 @@ from contextlib import contextmanager
 
 import redis
 from redis.exceptions import LockNotOwnedError
-from sqlalchemy.orm import Session
 
-from services.cluster import gangs, reconcile, watchdog
+from services.cluster import gangs, watchdog
 from services.cluster.arrivals import Arrivals
 from services.cluster.fencing import Fence, Fenced, begin_term
-from services.cluster.nodes import Heartbeat, NodeRows, heartbeat_of
+from services.cluster.nodes import NodeRows
 from services.cluster.placement_digest import PlacementMemo
 from services.db import database_unreachable
-from services.models import Job, utcnow
+from services.models import utcnow
+from services.scheduling import scheduler_pass
 from services.settings import Settings, get_settings
-from services.wire.batches import ProgressBeat
 from services.wire.client import get_redis
 from services.wire.contract import WireError
-from services.wire.events import (
-    Event,
-    NodeHeartbeat,
-    ReplicaExited,
-    ReplicaRestarted,
-    ReplicaStarted,
-    Wake,
-    decode_event,
-)
 from services.wire.generation import Generation
 from services.wire.keys import (
     EVENTS_STREAM,
-    NODES_HASH,
-    PROGRESS_HASH,
     SCHEDULER_LOCK,
     SCHEDULER_PASS,
 )
-from services.wire.replica import Dispatcher, Message
-from services.wire.signing import HEARTBEAT, Keyring, Refused, unseal, verify_event
+from services.wire.replica import Dispatcher
+from services.wire.signing import Keyring, Refused
+from workers.control.beats import read_heartbeats, read_progress
 from workers.control.dispatch import publish_attempts
+from workers.control.events import apply_event, trusted_event
 from workers.control.ingest import LOGS, METRICS, ingest_while
 from workers.control.pacing import PassPacer
 from workers.control.refusals import Refusals
@@ -63,148 +53,6 @@ from workers.control.streams import GroupReader
 from workers.control.term import Term
 
 log = logging.getLogger("cohort.scheduler")
-
-PROGRESS_FORGET = 3600.0  # seconds
-
-
-def read_heartbeats(
-    client: redis.Redis, keyring: Keyring, refusals: Refusals, arrivals: Arrivals[str]
-) -> list[Heartbeat]:
-    """The last heartbeat of every agent, each signed with its node's key (a node without
-    its credential is not registered, nor kept alive), timed by when this scheduler saw
-    it arrive: never by the agent's clock (services/cluster/arrivals.py)."""
-    raw_beats = {
-        str(field): str(value)  # a decoding client (get_redis)
-        for field, value in client.hgetall(NODES_HASH).items()
-    }
-    heard = arrivals.observe(raw_beats)
-    beats = []
-    for node_id, raw in raw_beats.items():
-        try:
-            sealed = unseal(raw, keyring.node(node_id), purpose=HEARTBEAT, node_id=node_id)
-            beat = NodeHeartbeat.decode(sealed.body)
-            if beat.node_id != node_id:
-                raise Refused("another node", f"it names node {beat.node_id!r}")
-            beats.append(heartbeat_of(beat, heard[node_id]))
-        except Refused as exc:
-            refusals.heartbeat(node_id, raw, exc.reason, str(exc))
-        # WireError is a ValueError, as is a `ts` past the year 9999.
-        except (ValueError, OverflowError, OSError) as exc:
-            log.warning("ignoring malformed heartbeat %r: %s", raw[:200], exc)
-    return beats
-
-
-def trusted_event(fields: dict[str, str], keyring: Keyring) -> Event:
-    """The event in a stream entry, if the node it names signed it (a `wake` needs no
-    signature: it only asks for a pass).
-
-    Raises:
-        WireError: malformed.
-        Refused: a node's event without its node's signature.
-    """
-    event = decode_event(fields)
-    if not isinstance(event, Wake):  # every other kind, present or future: a node's
-        node_id = str(getattr(event, "node_id", ""))
-        verify_event(keyring.node(node_id), node_id, fields)
-    return event
-
-
-def read_progress(
-    client: redis.Redis, arrivals: Arrivals[str]
-) -> dict[tuple[int, int, int], float]:
-    """The time (this scheduler's clock) each replica that sent a progress heartbeat is
-    alive through: when its last beat was seen to arrive, plus what it vouched ahead.
-
-    A running replica beats every second, so a beat unchanged for PROGRESS_FORGET
-    belongs to a replica long finished: it is removed, or the hash read on every
-    pass would grow with every replica ever run.
-    """
-    raw_beats = {str(field): str(value) for field, value in client.hgetall(PROGRESS_HASH).items()}
-    heard = arrivals.observe(raw_beats)
-    progress, stale = {}, []
-    cutoff = arrivals.read_at - PROGRESS_FORGET
-    for field, value in raw_beats.items():
-        try:
-            key, _until, ahead = ProgressBeat.parse(field, value)
-        except WireError:
-            stale.append(field)
-            continue
-        at = heard[field].at
-        progress[key] = at + ahead
-        if at < cutoff:
-            stale.append(field)
-    if stale:
-        client.hdel(PROGRESS_HASH, *stale)
-    return progress
-
-
-def _from_its_node(
-    session: Session, event: ReplicaStarted | ReplicaExited | ReplicaRestarted
-) -> None:
-    """Refuse a report about a replica from any node but the one SQL placed it on (a
-    node's key proves who sent it, not that the replica is its own)."""
-    runs_on = gangs.replica_node(
-        session=session, job_id=event.job_id, attempt=event.attempt, index=event.index
-    )
-    if runs_on is not None and runs_on != event.node_id:
-        raise Refused(
-            "another node",
-            f"{event.KIND} of replica {event.job_id}/"
-            f"{event.attempt}/{event.index} from node {event.node_id!r}, "
-            f"which runs on {runs_on!r}",
-        )
-
-
-def apply_event(event: Event, fence: Fence) -> list[Message]:
-    """Apply one agent event in its own transaction, fenced; returns the messages it
-    calls for.
-
-    Raises:
-        Refused: the event is about a replica that another node runs.
-        Fenced: a newer leader took over; nothing was written.
-    """
-    if isinstance(event, ReplicaRestarted):
-        with fence.scope() as session:
-            _from_its_node(session, event)
-            gangs.record_replica_restarted(
-                session=session,
-                job_id=event.job_id,
-                attempt=event.attempt,
-                index=event.index,
-                pid=event.pid,
-                restarts=event.restarts,
-            )
-        return []  # the gang goes on: nothing to settle
-    if not isinstance(event, ReplicaStarted | ReplicaExited):
-        return []  # a `wake` only triggers a pass
-    # Timed by the control plane's clock as it applies the event, not by `event.ts` (the
-    # agent's): the start-up timeout counts from here (services/cluster/arrivals.py).
-    at = utcnow()
-    with fence.scope() as session:
-        _from_its_node(session, event)
-        if isinstance(event, ReplicaStarted):
-            replica = gangs.record_replica_started(
-                session=session,
-                job_id=event.job_id,
-                attempt=event.attempt,
-                index=event.index,
-                pid=event.pid,
-                at=at,
-            )
-        else:
-            replica = gangs.record_replica_exited(
-                session=session,
-                job_id=event.job_id,
-                attempt=event.attempt,
-                index=event.index,
-                exit_code=event.exit_code,
-                log_tail=event.log_tail,
-                at=at,
-            )
-        if replica is None:
-            return []
-        job = session.get(Job, event.job_id)
-        return gangs.settle_job(session=session, job=job) if job else []
 
 
 @contextmanager
@@ -278,7 +126,7 @@ class Scheduler:
         with fence.scope() as session:
             if self.unheard:  # beats Redis held may be gone: their senders are not silent
                 watchdog.excuse_silence(session=session, now=utcnow())
-            result = reconcile.run_pass(
+            result = scheduler_pass.run_pass(
                 session=session,
                 settings=self.settings,
                 heartbeats=heartbeats,

@@ -1,14 +1,16 @@
-"""One scheduling pass: register heartbeats, reap lost nodes, settle gangs, place the queue.
+"""The queue placed: what fits is stored as gangs of pending replicas with their start
+messages, the rest keeps a reason to show; starts lost on the way are sent again.
 
-The pass only reads and writes SQL and returns the messages to send; the caller
-commits first and sends after (a message must never announce uncommitted state).
+Part of the scheduling pass (services/scheduling/): it only reads and writes SQL and
+returns the messages to send; the caller commits first and sends after (a message must
+never announce uncommitted state).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -16,9 +18,9 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
-from services.cluster import gangs, nodes, placement_digest, tf_config, watchdog
+from services.cluster import placement_digest, tf_config
 from services.cluster.fair_share import ProjectState
-from services.cluster.pass_lock import lock_pass
+from services.cluster.node_capacity import read_capacity
 from services.cluster.placement import GangRequest, ReplicaPlacement, pick_ports, place
 from services.cluster.placement_digest import PlacementMemo
 from services.cluster.placement_roles import ps_parts
@@ -26,11 +28,9 @@ from services.db import read_rows
 from services.jobs import quotas
 from services.jobs.inputs import resolve_inputs
 from services.jobs.transitions import lock_jobs, transition_locked
-from services.models import Job, Node, Replica, utcnow
-from services.retraining import firing, promotion
+from services.models import Job, Node, Replica
 from services.settings import Settings
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
-from services.sweeps.advance import advance_sweeps
 from services.wire.replica import (
     Distribution,
     Message,
@@ -40,16 +40,6 @@ from services.wire.replica import (
     StartReplica,
     Strategy,
 )
-
-
-@dataclass
-class PassResult:
-    messages: list[Message] = field(default_factory=list)
-    placed: list[int] = field(default_factory=list)
-    lost_nodes: list[str] = field(default_factory=list)
-    # The beating nodes' beat columns as this pass leaves them: the next pass's `known`
-    # once this one has committed (nodes.record_heartbeats).
-    node_rows: nodes.NodeRows = field(default_factory=dict)
 
 
 def _profile(job: Job, index: int) -> Profile | None:
@@ -123,7 +113,7 @@ def start_message(job: Job, replica: Replica | PlacedReplica) -> StartReplica:
     )
 
 
-def _resend_stale_starts(session: Session, settings: Settings, now: dt.datetime) -> list[Message]:
+def resend_stale_starts(*, session: Session, settings: Settings, now: dt.datetime) -> list[Message]:
     # A start message lost between commit and send (crash, Redis restart) is
     # sent again; the agent ignores a start it has already acted on.
     cutoff = now - dt.timedelta(seconds=settings.START_RESEND_AFTER)
@@ -163,8 +153,8 @@ _QUEUE_COLUMNS = (
 )
 
 
-def _place_queue(
-    session: Session, settings: Settings, now: dt.datetime, memo: PlacementMemo | None
+def place_queue(
+    *, session: Session, settings: Settings, now: dt.datetime, memo: PlacementMemo | None
 ) -> tuple[list[Message], list[int]]:
     """Place what fits of the queue, and store why the rest waits; the start messages
     and the jobs placed. With `memo`, a pass whose inputs are those the last committed
@@ -208,7 +198,7 @@ def _place_all(
     messages: list[Message] = []
     placed: list[int] = []
     if ready:
-        capacity, used_ports = nodes.read_capacity(session=session)
+        capacity, used_ports = read_capacity(session=session)
         requests = [
             GangRequest(
                 job.id,
@@ -347,71 +337,3 @@ def _schedule_gangs(
         session.execute(sa.insert(Replica), rows)
     transition_locked(session=session, jobs=jobs, target=JobStatus.SCHEDULED, reasons=reasons)
     return messages, [job.id for job in jobs]
-
-
-def run_pass(
-    *,
-    session: Session,
-    settings: Settings,
-    heartbeats: list[nodes.Heartbeat],
-    progress: dict[tuple[int, int, int], float] | None = None,
-    now: dt.datetime | None = None,
-    memo: PlacementMemo | None = None,
-    known_nodes: nodes.NodeRows | None = None,
-) -> PassResult:
-    """One full pass; the caller commits, then sends `result.messages`.
-
-    Args:
-        heartbeats: the last heartbeat of every agent.
-        progress: the last progress heartbeat (unix time) of each running replica,
-            keyed by (job, attempt, index).
-        memo: the leader's memory of its last idle pass (placement_digest.py); the
-            caller calls `memo.committed()` once this pass's transaction has committed.
-        known_nodes: the `node_rows` of the leader's last committed pass (None: none,
-            or the nodes' rows were written outside passes since, as `excuse_silence`).
-    """
-    if memo is not None:
-        memo.begin()
-    lock_pass(session=session)  # before reading anything the pass decides on
-    if session.get_bind().dialect.name == "postgresql":
-        # Its queries are many and short, over tables of every job and replica: the
-        # planner's cost estimate calls for JIT compilation, whose set-up (~150 ms a
-        # query on the 10k-job benchmark) is longer than the queries themselves.
-        session.execute(sa.text("SET LOCAL jit = off"))
-    now = now or utcnow()
-    result = PassResult()
-    result.node_rows = nodes.record_heartbeats(session=session, beats=heartbeats, known=known_nodes)
-    result.lost_nodes = watchdog.reap_lost_nodes(session=session, settings=settings, now=now)
-    nodes.mark_rows_lost(result.node_rows, result.lost_nodes)
-    checked = watchdog.check_running(
-        session=session, settings=settings, heartbeats=heartbeats, progress=progress or {}, now=now
-    )
-    ready = {
-        node_id for node_id, row in result.node_rows.items() if row["status"] == NodeStatus.READY
-    }
-    held = watchdog.declared_but_running(
-        session=session, heartbeats=heartbeats, running=checked.running, ready=ready
-    )
-    watchdog.settle_unanswered_starts(
-        session=session, settings=settings, heartbeats=heartbeats, ready=ready, now=now
-    )
-    watchdog.enforce_deadlines(session=session, now=now)
-    # Cron schedules fire before settling, so a `replace` cancel is acted on in this pass.
-    firing.fire_due_schedules(session=session, settings=settings, now=now)
-    promotion.decide_pending(session=session, now=now)
-    to_settle = gangs.jobs_to_settle(session=session, held=held)
-    replicas = gangs.replicas_of(session=session, job_ids=[job.id for job in to_settle])
-    for job in to_settle:
-        result.messages.extend(
-            gangs.settle_job(
-                session=session, job=job, now=now, held=held, replicas=replicas.get(job.id, [])
-            )
-        )
-    # After settling (a trial that just ended frees its sweep's turn), before placing
-    # (a trial created now is placed in this pass).
-    advance_sweeps(session=session, settings=settings, now=now)
-    result.messages.extend(_resend_stale_starts(session, settings, now))
-    result.messages.extend(watchdog.clean_up_finished(session=session, now=now))
-    placed_messages, result.placed = _place_queue(session, settings, now, memo)
-    result.messages.extend(placed_messages)
-    return result
