@@ -31,19 +31,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from services.wire.keys import METRICS_STREAM  # noqa: E402
-from services.wire.replica import Distribution, ReplicaLaunch, ReplicaSpec  # noqa: E402
+from services.wire.replica import DistributionOptions, ReplicaLaunch, ReplicaSpec  # noqa: E402
 
 HP = {"epochs": 3, "steps_per_epoch": 40, "batch_size": 64}
-VARIANTS: dict[str, Distribution] = {
-    "baseline (float32, k=1)": Distribution(),
-    "mixed_bfloat16": Distribution(mixed_precision="mixed_bfloat16"),
-    "accumulation k=4": Distribution(gradient_accumulation_steps=4),
+VARIANTS: dict[str, DistributionOptions] = {
+    "baseline (float32, k=1)": DistributionOptions(),
+    "mixed_bfloat16": DistributionOptions(mixed_precision="mixed_bfloat16"),
+    "accumulation k=4": DistributionOptions(gradient_accumulation_steps=4),
 }
 TRAINERS = ("mlp_digits", "cnn_digits")
 
 
 def run_once(
-    job_id: int, trainer: str, distribution: Distribution, workdir: Path, redis_url: str
+    job_id: int, trainer: str, distribution: DistributionOptions, workdir: Path, redis_url: str
 ) -> tuple[float, float]:
     """(steps/s after the first epoch, eval_accuracy) of one one_device run."""
     job_dir = workdir / f"job-{job_id}"

@@ -22,6 +22,7 @@ from api.openapi import errors
 from api.params import NO_NUL, OptionalId, PageCursor
 from services.auth.scopes import Scope
 from services.jobs import store as jobs
+from services.jobs.admission import Admitted, Submission
 from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead
 from services.statuses import JobStatus
 from services.telemetry.job_views import read_job_view, read_job_views
@@ -55,9 +56,7 @@ def create_job(
     # at most): it ends here, and its connection goes back to the pool while this
     # request waits for the batcher's commit.
     session.commit()
-    admitted = submitter.submit(
-        jobs.Submission(token.project_id, job_in, idempotency_key), settings
-    )
+    admitted = submitter.submit(Submission(token.project_id, job_in, idempotency_key), settings)
     if not admitted.created:
         response.headers["Idempotent-Replayed"] = "true"
     # Runs after the response, hence after the commit: the scheduler never sees
@@ -70,7 +69,7 @@ def create_job(
     )
 
 
-def submitted_view(admitted: jobs.Admitted) -> JobRead:
+def submitted_view(admitted: Admitted) -> JobRead:
     """A job just created, as `read_job_view` shows it, without reading it back: it has
     no replicas yet, and its place in its project's queue was counted at admission."""
     view = JobRead.model_validate(admitted.job)

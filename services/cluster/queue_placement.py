@@ -26,28 +26,12 @@ from services.cluster.placement_digest import PlacementMemo
 from services.cluster.placement_roles import ps_parts
 from services.db import read_rows
 from services.jobs import quotas
-from services.jobs.inputs import resolve_inputs
+from services.jobs.replica_specs import start_message
 from services.jobs.transitions import lock_jobs, transition_locked
 from services.models import Job, Node, Replica
 from services.settings import Settings
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
-from services.wire.replica import (
-    Distribution,
-    Message,
-    Profile,
-    ReplicaSpec,
-    Role,
-    StartReplica,
-    Strategy,
-)
-
-
-def _profile(job: Job, index: int) -> Profile | None:
-    """The job's profile range, on the replicas it names (default: the chief)."""
-    if not job.profile or index not in job.profile.get("replicas", [0]):
-        return None
-    first, last = job.profile["steps"]
-    return Profile(first_step=first, last_step=last)
+from services.wire.replica import Message
 
 
 @dataclass(slots=True)
@@ -81,36 +65,6 @@ class PlacedReplica:
             "tf_config": self.tf_config,
             **more,
         }
-
-
-def start_message(job: Job, replica: Replica | PlacedReplica) -> StartReplica:
-    """Everything an agent needs to start one replica (agents cannot read SQL)."""
-    spec = ReplicaSpec(
-        job_id=job.id,
-        attempt=replica.attempt,
-        index=replica.index,
-        replicas=job.replicas,
-        trainer=job.trainer,
-        # Stored from a JobCreate; the spec checks it again as it is built.
-        strategy=cast(Strategy, job.strategy),
-        hyperparameters=job.hyperparameters,
-        bundle=job.bundle,
-        command=job.command,
-        env=dict(job.env or {}),
-        inputs=resolve_inputs(job),
-        progress_timeout_seconds=job.progress_timeout_seconds,
-        role=cast(Role, replica.role),
-        role_index=replica.role_index,
-        distribution=Distribution(**(job.distribution or {})),
-        profile=_profile(job, replica.index),
-    )
-    return StartReplica(
-        replica.node_id,
-        spec,
-        tf_config=replica.tf_config,
-        port=replica.port,
-        gpu_ids=replica.gpu_ids,
-    )
 
 
 def resend_stale_starts(*, session: Session, settings: Settings, now: dt.datetime) -> list[Message]:

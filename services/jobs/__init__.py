@@ -1,10 +1,15 @@
 """Jobs: what a job is and what belongs to it. SQL-side: imported by the api and the
 control plane only (node code reaches none of it but `trainers`).
 
-    schemas.py      the job spec and the REST/CLI I/O schemas of jobs, metrics, logs, nodes
+    spec.py         the job spec: the fields a user gives, declared once; their stored form
+    spec_parts.py   the spec's nested blocks: hyperparameters, roles, role placement, profile
+    schemas.py      the views derived from the spec (JobCreate, JobRead) and the REST/CLI I/O
+                    schemas of replicas, events, metrics, logs, nodes
     file_schemas.py the I/O schemas of bundles, data and artifacts
     strategies.py   which options (roles, distribution, profile) fit which strategy
     store.py        create (idempotently), read, list with cursor pagination, cancel
+    admission.py    a submission's outcome, its job row, its inserts, an Idempotency-Key's replay
+    replica_specs.py the replica spec a stored job gives each replica (its start message)
     submission_batcher.py grouped commits: many requests' submissions in one transaction
     hyperparameters.py bounds on a job's hyperparameters (size, keys, depth, run length)
     stream_marks.py where a job's stream stands: its newest point, line and status change

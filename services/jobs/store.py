@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services.db import MAX_SQL_INT, newest_first_page
 from services.exceptions import (
     CohortError,
-    IdempotencyConflict,
     InvalidJobSpec,
     InvalidTransition,
     JobNotFound,
 )
-from services.jobs import quotas
+from services.jobs import admission, quotas
+from services.jobs.admission import Admitted, Submission
 from services.jobs.bundles import check_bundle
 from services.jobs.hyperparameters import check_hyperparameters
 from services.jobs.inputs import check_inputs_exist
 from services.jobs.quota_schemas import QuotaLimits
-from services.jobs.schemas import DistributionOptions, JobCreate
+from services.jobs.schemas import JobCreate
+from services.jobs.spec import added_fields_at_default
 from services.jobs.strategies import check_strategy_options
 from services.jobs.trainers import check_trainer
 from services.jobs.transitions import transition_job
@@ -39,23 +38,11 @@ from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, JobStatus
 from services.storage.store import ArtifactStore
 
-# Fields added after jobs were first stored: left out of the hash while unset, so a retry
-# of a spec stored before they existed still matches its Idempotency-Key.
-_LATER_FIELDS: dict[str, object] = {
-    "command": None,
-    "bundle": None,
-    "env": {},
-    "progress_timeout_seconds": None,
-    "inputs": {},
-    "roles": None,
-    "role_placement": None,
-    "distribution": DistributionOptions(),
-    "profile": None,
-}
-
 
 def _spec_hash(job_in: JobCreate) -> str:
-    unset = {name for name, empty in _LATER_FIELDS.items() if getattr(job_in, name) == empty}
+    """What a replayed Idempotency-Key is compared by: the sha256 of the spec's JSON,
+    without the fields added since the first jobs that are still at their defaults."""
+    unset = added_fields_at_default(job_in)
     return hashlib.sha256(job_in.model_dump_json(exclude=unset).encode()).hexdigest()
 
 
@@ -135,27 +122,6 @@ def create_job(
     return outcome.job, outcome.created
 
 
-@dataclass(frozen=True)
-class Submission:
-    """A checked spec (`check_submission`) waiting for admission."""
-
-    project_id: int
-    job_in: JobCreate
-    idempotency_key: str | None = None
-    trial_of: tuple[int, int] | None = None  # (sweep id, trial index)
-
-
-@dataclass(frozen=True)
-class Admitted:
-    """A submission's job: created now, or the one its Idempotency-Key already named."""
-
-    job: Job
-    created: bool
-    # A created job's place in its project's queue when it was admitted (None otherwise):
-    # the place `queue.queue_positions` would give it then, without reading the queue again.
-    queue_position: int | None = None
-
-
 def admit_submissions(
     *, session: Session, settings: Settings, submissions: list[Submission]
 ) -> list[Admitted | Exception]:
@@ -204,29 +170,18 @@ def _admission_round(
     keys: set[str] = set()
     for index, submission in pending:
         job_in, key = submission.job_in, submission.idempotency_key
-        spec_hash = _spec_hash(job_in)
-        try:
-            if key is not None:
-                if key in keys:
-                    later.append((index, submission))
-                    continue
-                existing = _by_idempotency_key(session, submission.project_id, key)
-                if existing is not None:
-                    outcomes[index] = Admitted(_replay(existing, spec_hash), False)
-                    continue
-            quotas.check_spec(job_in=job_in, limits=limits)
-            quotas.check_room(limits=limits, used=sum(queued.values()))
-        except CohortError as exc:
-            outcomes[index] = exc
+        if key is not None and key in keys:
+            later.append((index, submission))
             continue
-        job = _new_job(submission.project_id, job_in, key, spec_hash)
-        if submission.trial_of is not None:
-            job.sweep_id, job.trial_index = submission.trial_of
-        if project is not None:
-            job.project = project
+        spec_hash = _spec_hash(job_in)
+        decided = _replay_or_refusal(session, submission, spec_hash, limits, queued)
+        if decided is not None:
+            outcomes[index] = decided
+            continue
+        job = admission.new_job(submission, spec_hash, project)
         place = 1 + sum(n for priority, n in queued.items() if priority >= job_in.priority)
         if one_by_one:
-            outcome = _insert_one(session, submission, job, spec_hash, place)
+            outcome = admission.insert_one(session, submission, job, spec_hash, place)
             outcomes[index] = outcome
             if isinstance(outcome, Admitted) and outcome.created:
                 queued[job_in.priority] = queued.get(job_in.priority, 0) + 1
@@ -235,121 +190,38 @@ def _admission_round(
         queued[job_in.priority] = queued.get(job_in.priority, 0) + 1
         if key is not None:
             keys.add(key)
-    if not accepted:
-        return later
-    try:
-        # One savepoint for the round: a failing insert (a key that another process has
-        # just used) undoes only the round, which is then retried one insert at a time.
-        with session.begin_nested():
-            # One INSERT per row, of one SQL text: a multi-row INSERT of jobs' 38
-            # columns is text that psycopg parses anew for each group size (it caches
-            # statements of at most 50 parameters), which cost more CPU than the round
-            # trips it saves.
-            session.connection().execution_options(insertmanyvalues_page_size=1)
-            session.add_all([job for _, _, job, _ in accepted])
-            session.flush()
-            session.add_all([_submitted_event(job) for _, _, job, _ in accepted])
-            session.flush()
-    except IntegrityError:
+    if accepted and not admission.insert_round(session, [job for _, _, job, _ in accepted]):
+        # The round was undone: retried one insert at a time.
         for _, submission, _, _ in accepted:
             queued[submission.job_in.priority] -= 1
-        _admission_round(
-            session,
-            project,
-            limits,
-            queued,
-            [(i, s) for i, s, _, _ in accepted],
-            outcomes,
-            one_by_one=True,
-        )
+        retry = [(i, s) for i, s, _, _ in accepted]
+        _admission_round(session, project, limits, queued, retry, outcomes, one_by_one=True)
         return later
     for index, _, job, place in accepted:
         outcomes[index] = Admitted(job, True, place)
     return later
 
 
-def _insert_one(
-    session: Session, submission: Submission, job: Job, spec_hash: str, place: int
-) -> Admitted | Exception:
+def _replay_or_refusal(
+    session: Session,
+    submission: Submission,
+    spec_hash: str,
+    limits: QuotaLimits,
+    queued: dict[int, int],
+) -> Admitted | CohortError | None:
+    """A submission's outcome known before any insert: the job its Idempotency-Key
+    already names, or the error refusing it; None when it is to be inserted."""
+    key = submission.idempotency_key
     try:
-        # A savepoint, so that losing a race on the idempotency key leaves the
-        # outer transaction usable for reading the winner.
-        with session.begin_nested():
-            session.add(job)
-            session.flush()
-            session.add(_submitted_event(job))
-            session.flush()
-    except IntegrityError as exc:
-        key = submission.idempotency_key
-        existing = None if key is None else _by_idempotency_key(session, submission.project_id, key)
-        if existing is None:
-            return exc
-        try:
-            return Admitted(_replay(existing, spec_hash), False)
-        except IdempotencyConflict as conflict:
-            return conflict
-    return Admitted(job, True, place)
-
-
-def _submitted_event(job: Job) -> JobEvent:
-    return JobEvent(
-        job_id=job.id,
-        attempt=job.attempt or 1,
-        from_status=None,
-        to_status=JobStatus.QUEUED,
-        reason="submitted",
-    )
-
-
-def _new_job(
-    project_id: int, job_in: JobCreate, idempotency_key: str | None, spec_hash: str
-) -> Job:
-    """The queued job a checked spec describes (not yet added to the session)."""
-    return Job(
-        project_id=project_id,
-        name=job_in.name,
-        trainer=job_in.trainer,
-        command=job_in.command,
-        bundle=job_in.bundle,
-        env=job_in.env,
-        inputs=job_in.inputs,
-        progress_timeout_seconds=job_in.progress_timeout_seconds,
-        strategy=job_in.strategy,
-        replicas=job_in.replicas,
-        gpus_per_replica=job_in.gpus_per_replica,
-        roles=None if job_in.roles is None else job_in.roles.model_dump(),
-        role_placement=None
-        if job_in.role_placement is None
-        else job_in.role_placement.model_dump(),
-        distribution=job_in.distribution.model_dump(),
-        profile=None if job_in.profile is None else job_in.profile.model_dump(mode="json"),
-        hyperparameters=job_in.hyperparameters.model_dump(),
-        restart_policy=job_in.restart_policy,
-        max_restarts=job_in.max_restarts,
-        priority=job_in.priority,
-        placement=job_in.placement,
-        active_deadline_seconds=job_in.active_deadline_seconds,
-        ttl_seconds_after_finished=job_in.ttl_seconds_after_finished,
-        idempotency_key=idempotency_key,
-        spec_hash=spec_hash,
-        status=JobStatus.QUEUED,
-        reason="waiting for the scheduler",
-    )
-
-
-def _by_idempotency_key(session: Session, project_id: int, key: str) -> Job | None:
-    return session.execute(
-        sa.select(Job).where(Job.project_id == project_id, Job.idempotency_key == key)
-    ).scalar_one_or_none()
-
-
-def _replay(existing: Job, spec_hash: str) -> Job:
-    if existing.spec_hash != spec_hash:
-        raise IdempotencyConflict(
-            f"Idempotency-Key already used for job {existing.id} with a different spec; "
-            "use a new key for a new job"
-        )
-    return existing
+        if key is not None:
+            existing = admission.by_idempotency_key(session, submission.project_id, key)
+            if existing is not None:
+                return Admitted(admission.replay(existing, spec_hash), False)
+        quotas.check_spec(job_in=submission.job_in, limits=limits)
+        quotas.check_room(limits=limits, used=sum(queued.values()))
+    except CohortError as exc:
+        return exc
+    return None
 
 
 def read_job(*, session: Session, project_id: int, job_id: int) -> Job:

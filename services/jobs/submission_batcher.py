@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session
 
 from services.db import session_scope
-from services.jobs.store import Admitted, Submission, admit_submissions
+from services.jobs.admission import Admitted, Submission
+from services.jobs.store import admit_submissions
 from services.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -36,6 +36,9 @@ class Job(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     project_id: Mapped[int] = mapped_column(sa.ForeignKey("projects.id", ondelete="CASCADE"))
+    # From `name` to `ttl_seconds_after_finished`: a column per field of the job spec
+    # (services/jobs/spec.py), of the same name, filled from it by `stored_columns`;
+    # tests/unit/test_job_spec.py fails when one has no counterpart in the other.
     name: Mapped[str] = mapped_column(sa.String(128))
     # Exactly one of `trainer` (a built-in or `module:function`) and `command` (argv).
     trainer: Mapped[str | None] = mapped_column(sa.String(256))
@@ -54,7 +57,7 @@ class Job(Base):
     # {"chief"|"ps": "any"|"separate"}; NULL for the other strategies.
     roles: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
     role_placement: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
-    # services/wire/replica.Distribution as a dict; {} for jobs stored before it.
+    # services/wire/replica.DistributionOptions as a dict; {} for jobs stored before it.
     distribution: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # {"steps": [first, last], "replicas": [indexes]}, or NULL: no profile.
     profile: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)

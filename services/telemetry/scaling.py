@@ -18,7 +18,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.jobs.schemas import Hyperparameters, JobScaling
+from services.jobs.schemas import JobScaling
+from services.jobs.spec_parts import Hyperparameters
 from services.models import Job, MetricPoint, MetricRollup
 from services.statuses import TERMINAL_STATUSES, JobStatus
 

@@ -62,7 +62,9 @@ class Contract:
     def decode(cls, raw: str | bytes) -> Self:
         """The message in `raw`; raises WireError naming the first bad field."""
         try:
-            decoded: Self = _adapter(cls).validate_json(raw)
+            # extra="ignore" reaches the nested models too: a block declared once for the
+            # API and the wire (DistributionOptions) refuses unknown keys only at the API.
+            decoded: Self = _adapter(cls).validate_json(raw, extra="ignore")
             return decoded
         except ValidationError as exc:
             raise WireError.of(cls.__name__, exc) from None

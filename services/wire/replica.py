@@ -1,10 +1,11 @@
 """Control plane -> agent -> replica: the replica spec, and the messages to node agents.
 
 `ReplicaSpec` is everything a replica process needs from the control plane. The
-scheduler fills it from SQL (services/cluster/queue_placement.py), the agent writes it to
+scheduler fills it from SQL (services/jobs/replica_specs.py), the agent writes it to
 the replica's own directory as a `ReplicaLaunch` (with that directory), and the
-runner decodes it there (workers/replica/runner.py). A new field of the spec is one
-line in `ReplicaSpec`, plus where it is filled and where it is used.
+runner decodes it there (workers/replica/runner.py). A job field (services/jobs/spec.py)
+that replicas need is one line in `ReplicaSpec`, under the same name: it is copied
+from the stored job by name, and tests/unit/test_job_spec.py checks the two agree.
 
 Services decide *what* to send; workers/control/dispatch.py sends it through Celery,
 only after the transaction that decided it has committed.
@@ -15,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, model_validator
 from pydantic.dataclasses import dataclass
 
 from services.wire.contract import STRICT, Attempt, Contract, Id
@@ -35,21 +36,53 @@ STOP_TASK = "workers.node.tasks.stop_replica"
 CLEANUP_TASK = "workers.node.tasks.cleanup_job"
 
 
-@dataclass(frozen=True, config=STRICT)
-class Distribution(Contract):
-    """How a replica's strategy distributes the work (the job's `distribution:` block).
+class DistributionOptions(BaseModel):
+    """How a replica's strategy distributes the work: the job's `distribution:` block, as
+    users write it and as the replica spec carries it (one class for both).
 
-    The API checks which options fit which strategy (a 422 naming the field); the
-    runner applies them before the trainer builds its model."""
+    The API refuses unknown keys, each named; a replica ignores them (`Contract.decode`),
+    as every contract does. Which options fit which strategy: services/jobs/strategies.py
+    (a 422 naming the field); the runner applies them before the trainer builds its model."""
 
-    communication: Communication = "auto"  # MWMS CommunicationOptions / Mirrored's ops
-    mixed_precision: MixedPrecision | None = None  # the Keras global policy
-    gradient_accumulation_steps: Annotated[int, Field(ge=1, le=1024)] = 1
-    shard_policy: ShardPolicy = "auto"  # tf.data AutoShardPolicy of the built-ins' datasets
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    communication: Communication = Field(  # MWMS CommunicationOptions / Mirrored's ops
+        "auto",
+        examples=["ring"],
+        description="multi_worker_mirrored: auto|ring|nccl; mirrored: auto|nccl|"
+        "hierarchical_copy|reduce_to_one; others: auto",
+    )
+    mixed_precision: MixedPrecision | None = Field(  # the Keras global policy
+        None,
+        examples=["mixed_float16"],
+        description="a Keras mixed-precision policy; unset: float32",
+    )
+    gradient_accumulation_steps: StrictInt = Field(
+        1,
+        ge=1,
+        le=1024,
+        examples=[4],
+        description="batches whose gradients are summed "
+        "before each optimizer step (a larger effective batch)",
+    )
+    shard_policy: ShardPolicy = Field(  # tf.data AutoShardPolicy of the built-ins' datasets
+        "auto",
+        examples=["data"],
+        description="how tf.data shards the input across workers "
+        "(file is refused for the built-in trainers)",
+    )
     # Logical CPU devices to split this process's CPU into (mirrored on CPU, tests).
-    cpu_devices: Annotated[int, Field(ge=1, le=64)] | None = None
+    cpu_devices: StrictInt | None = Field(
+        None,
+        ge=1,
+        le=64,
+        examples=[2],
+        description="logical CPU devices of the process (mirrored, one_device)",
+    )
     # Devices one replica spreads its model over (model parallelism), listed in the context.
-    devices_per_replica: Annotated[int, Field(ge=1, le=64)] = 1
+    devices_per_replica: StrictInt = Field(
+        1, ge=1, le=64, examples=[1], description="model parallelism"
+    )
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -89,7 +122,7 @@ class ReplicaSpec(Contract):
     # among its role's processes; `index` stays its place in the whole gang.
     role: Role = "worker"
     role_index: Id = 0
-    distribution: Distribution = Field(default_factory=Distribution)
+    distribution: DistributionOptions = Field(default_factory=DistributionOptions)
     profile: Profile | None = None  # None: no profile on this replica
 
     @model_validator(mode="after")

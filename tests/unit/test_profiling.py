@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from services.wire.replica import Distribution, Profile
+from services.wire.replica import DistributionOptions, Profile
 from workers.replica.profiling import StepProfiler
 from workers.replica.trainers import TrainerContext
 
@@ -126,11 +126,11 @@ def context(tmp_path: Path, **fields: Any) -> TrainerContext:
 
 def test_the_context_carries_the_options_and_one_profiler(tmp_path: Path) -> None:
     plain = context(tmp_path)
-    assert plain.distribution == Distribution() and plain.accumulation_steps == 1
+    assert plain.distribution == DistributionOptions() and plain.accumulation_steps == 1
     assert plain.profile is None and plain.profiler.done
     ctx = context(
         tmp_path,
-        distribution=Distribution(gradient_accumulation_steps=4),
+        distribution=DistributionOptions(gradient_accumulation_steps=4),
         profile=Profile(first_step=5, last_step=6),
     )
     assert ctx.accumulation_steps == 4

@@ -382,16 +382,3 @@ def test_a_progress_beat_refuses_malformed_input_by_name(
     with pytest.raises(WireError) as caught:
         ProgressBeat.decode(field, value)
     assert caught.value.field == named
-
-
-def test_the_jobs_distribution_block_is_the_replica_specs() -> None:
-    # The API's `distribution:` (users' spelling, unknown keys refused) and the wire's
-    # Distribution must not drift apart: same fields, same defaults.
-    import dataclasses
-
-    from services.jobs.schemas import DistributionOptions
-    from services.wire.replica import Distribution
-
-    wire_fields = {field.name for field in dataclasses.fields(Distribution)}
-    assert set(DistributionOptions.model_fields) == wire_fields
-    assert DistributionOptions().wire() == Distribution()

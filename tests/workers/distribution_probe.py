@@ -18,7 +18,7 @@ from typing import Any
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from services.wire.replica import Distribution, Profile  # noqa: E402
+from services.wire.replica import DistributionOptions, Profile  # noqa: E402
 from workers.replica import distribution  # noqa: E402
 from workers.replica.profiling import StepProfiler  # noqa: E402
 
@@ -26,7 +26,7 @@ MICRO_BATCH, STEPS = 16, 4
 
 
 def main(strategy_name: str, tensorboard_dir: Path) -> dict[str, Any]:
-    distribution.configure_devices(Distribution(cpu_devices=2))
+    distribution.configure_devices(DistributionOptions(cpu_devices=2))
     import numpy as np
     import tensorflow as tf
     import tf_keras as keras
@@ -118,12 +118,12 @@ def main(strategy_name: str, tensorboard_dir: Path) -> dict[str, Any]:
         str(p.relative_to(tensorboard_dir)) for p in tensorboard_dir.rglob("*.xplane.pb")
     )
 
-    options = distribution.dataset_options(Distribution(shard_policy="data"))
+    options = distribution.dataset_options(DistributionOptions(shard_policy="data"))
     result["shard_policy"] = options.experimental_distribute.auto_shard_policy.name
 
     # mixed_float16: compile wraps the optimizer in a LossScaleOptimizer, whose
     # scaled gradients the accumulating train step unscales before summing them.
-    distribution.apply_precision(Distribution(mixed_precision="mixed_float16"))
+    distribution.apply_precision(DistributionOptions(mixed_precision="mixed_float16"))
     with strategy.scope():
         small = net()
         accumulating = distribution.accumulating(small, STEPS)

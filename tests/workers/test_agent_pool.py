@@ -26,7 +26,7 @@ from services.storage.bundles import pack
 from services.storage.keys import bundle_key
 from services.storage.store import open_store
 from services.wire.keys import EVENTS_STREAM, attempt_key, claim_key
-from services.wire.replica import Distribution, ReplicaSpec, StartReplica, StopReplica
+from services.wire.replica import DistributionOptions, ReplicaSpec, StartReplica, StopReplica
 from tests.conftest import redis_url
 from workers.node import layout
 from workers.node.agent import Agent
@@ -185,7 +185,7 @@ def test_a_trainer_replica_is_handed_to_a_warm_process_as_its_jobs_own(
     # Mirrored over two logical CPU devices: the split only applies to a TensorFlow
     # whose runtime has not started, so it shows the warm process left it untouched.
     node.start_replica(
-        start(node, JOB, strategy="mirrored", distribution=Distribution(cpu_devices=2))
+        start(node, JOB, strategy="mirrored", distribution=DistributionOptions(cpu_devices=2))
     )
     pid = event(bus, "replica_started", JOB, since)["pid"]
     assert pid in warm
@@ -304,7 +304,7 @@ def test_an_idle_warm_process_ends_with_its_channel(node: Agent) -> None:
 
 def test_importing_tensorflow_leaves_devices_alone_and_the_check_sees_when_not() -> None:
     probe = """
-from services.wire.replica import Distribution
+from services.wire.replica import DistributionOptions
 from workers.replica import distribution, pool_entry
 pool_entry.warm_up()
 assert pool_entry.devices_untouched()
@@ -312,7 +312,7 @@ import tensorflow as tf
 tf.constant(1.0)  # starts the runtime
 assert not pool_entry.devices_untouched()
 try:
-    distribution.configure_devices(Distribution(cpu_devices=2))
+    distribution.configure_devices(DistributionOptions(cpu_devices=2))
 except RuntimeError as exc:
     print("too late:", exc)
 """

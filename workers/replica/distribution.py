@@ -17,13 +17,13 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from services.wire.replica import Distribution
+from services.wire.replica import DistributionOptions
 from workers.replica.callbacks import announce
 
 _SHARD_POLICIES = {"auto": "AUTO", "file": "FILE", "data": "DATA", "off": "OFF"}
 
 
-def configure_devices(distribution: Distribution) -> None:
+def configure_devices(distribution: DistributionOptions) -> None:
     """Split the CPU into `cpu_devices` logical devices (mirrored or model parallelism
     on a machine without GPUs). Must run before TensorFlow's runtime starts: once any
     op has run the split is impossible, and a second call is a no-op."""
@@ -38,7 +38,7 @@ def configure_devices(distribution: Distribution) -> None:
     tf.config.set_logical_device_configuration(cpu, wanted)
 
 
-def apply_precision(distribution: Distribution) -> None:
+def apply_precision(distribution: DistributionOptions) -> None:
     """Set the Keras global mixed-precision policy, before any model is built.
 
     Layers built afterwards compute in float16/bfloat16 and keep float32 variables;
@@ -53,7 +53,7 @@ def apply_precision(distribution: Distribution) -> None:
     announce(f"mixed_precision={distribution.mixed_precision}")
 
 
-def replica_devices(distribution: Distribution) -> list[str]:
+def replica_devices(distribution: DistributionOptions) -> list[str]:
     """The logical devices one replica spreads its model over (model parallelism):
     the first `devices_per_replica` GPUs, or CPUs when there are no GPUs."""
     import tensorflow as tf
@@ -69,7 +69,7 @@ def replica_devices(distribution: Distribution) -> list[str]:
     return [device.name for device in devices[:wanted]]
 
 
-def dataset_options(distribution: Distribution) -> Any:
+def dataset_options(distribution: DistributionOptions) -> Any:
     """`tf.data.Options` with the job's AutoShardPolicy, for `dataset.with_options`."""
     import tensorflow as tf
 

@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 from services import exit_codes
 from services.wire.contract import WireError
-from services.wire.replica import Distribution, ReplicaLaunch, ReplicaSpec
+from services.wire.replica import DistributionOptions, ReplicaLaunch, ReplicaSpec
 from workers.replica import distribution, parent_watch, roles
 from workers.replica.callbacks import ReplicaReporter, announce, warn
 from workers.replica.devices_check import require_given_gpus
@@ -137,7 +137,7 @@ def _communication_options(communication: str) -> Any:
     return tf.distribute.experimental.CommunicationOptions(implementation=choices[communication])
 
 
-def _mirrored_strategy(options: Distribution) -> Any:
+def _mirrored_strategy(options: DistributionOptions) -> Any:
     """One process over all of its GPUs, or over its logical CPU devices (`cpu_devices`,
     split by distribution.configure_devices before TensorFlow started)."""
     import tensorflow as tf

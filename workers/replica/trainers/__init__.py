@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 # One registry for the control plane (which checks job specs) and the replicas.
 from services.jobs.trainers import BUILTIN_TRAINERS
-from services.wire.replica import Distribution, Profile
+from services.wire.replica import DistributionOptions, Profile
 
 if TYPE_CHECKING:
     from workers.replica.callbacks import ReplicaReporter
@@ -67,7 +67,7 @@ class TrainerContext:
     model_dir: Path  # where the chief saves the trained model
     tensorboard_dir: Path  # this replica's TensorBoard event files
     input_dir: Path  # the job's input files, fetched from the store
-    distribution: Distribution = field(default_factory=Distribution)
+    distribution: DistributionOptions = field(default_factory=DistributionOptions)
     profile: Profile | None = None  # the steps to profile on this replica, if any
     # The process's part in its gang: `worker` for every strategy but
     # parameter_server, where the trainer runs as `chief` and a sidecar as `evaluator`.

@@ -1,0 +1,87 @@
+"""What a stored job tells each of its replicas: the `ReplicaSpec` in a start message.
+
+The replica spec's fields that the job spec (services/jobs/spec.py) declares too are
+copied from the stored job by name, so a job field replicas need is one line in
+`ReplicaSpec`; `REPLICA_FORMS` lists the ones whose replica form differs from the
+stored one. The other fields say which replica it is (`PER_REPLICA`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol, cast
+
+from services.jobs.inputs import resolve_inputs
+from services.jobs.spec import JobSpec
+from services.models import Job
+from services.wire.replica import DistributionOptions, Profile, ReplicaSpec, Role, StartReplica
+
+
+class PlacedOn(Protocol):
+    """One replica of an attempt where it was placed: a `Replica` row, or one the
+    scheduler's pass is placing (not yet an ORM object)."""
+
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def role_index(self) -> int: ...
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def gpu_ids(self) -> str: ...
+    @property
+    def tf_config(self) -> dict[str, Any] | None: ...
+
+
+def _profile(job: Job, index: int) -> Profile | None:
+    """The job's profile range, on the replicas it names (default: the chief)."""
+    if not job.profile or index not in job.profile.get("replicas", [0]):
+        return None
+    first, last = job.profile["steps"]
+    return Profile(first_step=first, last_step=last)
+
+
+# Spec fields a replica gets in another form than the stored one.
+REPLICA_FORMS: dict[str, Callable[[Job, int], Any]] = {
+    "inputs": lambda job, _: resolve_inputs(job),  # "data/<path>" -> the store's key
+    "distribution": lambda job, _: DistributionOptions(**(job.distribution or {})),
+    "profile": _profile,  # only on the replicas it names
+}
+# The replica spec's fields that are not the job's: which replica of which attempt.
+PER_REPLICA = frozenset({"job_id", "attempt", "index", "role", "role_index"})
+FROM_JOB = tuple(
+    field.name for field in dataclasses.fields(ReplicaSpec) if field.name in JobSpec.model_fields
+)
+
+
+def start_message(job: Job, replica: PlacedOn) -> StartReplica:
+    """Everything an agent needs to start one replica (agents cannot read SQL). The spec
+    checks the stored values again as it is built."""
+    values = {
+        name: REPLICA_FORMS[name](job, replica.index)
+        if name in REPLICA_FORMS
+        else getattr(job, name)
+        for name in FROM_JOB
+    }
+    spec = ReplicaSpec(
+        job_id=job.id,
+        attempt=replica.attempt,
+        index=replica.index,
+        role=cast(Role, replica.role),  # stored by placement from the same Literal
+        role_index=replica.role_index,
+        **values,
+    )
+    return StartReplica(
+        replica.node_id,
+        spec,
+        tf_config=replica.tf_config,
+        port=replica.port,
+        gpu_ids=replica.gpu_ids,
+    )
