@@ -186,10 +186,17 @@ def list_jobs(
 
 
 @app.command("show")
-def get_job(
-    job_id: JobArg, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False
+def show_job(
+    job_id: JobArg,
+    follow: FollowOpt = False,
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Show one job: status, progress and where its replicas run."""
+    """Show one job: status, progress and where its replicas run; with --follow, its
+    progress until it ends, exiting with its outcome."""
+    if follow:
+        follow_to_end(connect(url, token), job_id, as_json)
     job = guarded(lambda: connect(url, token).job(job_id))
     emit_json(job) if as_json else print_job(job)
 
