@@ -4,7 +4,7 @@ the REST API.
     main.py         the `cohort` app: every command and group registered, one way
     aliases.py      the old spellings, accepted for one release with a line naming the new
     __main__.py     `python -m cli`
-    services.py     `cohort api | scheduler | agent | migrate | up | demo | create-token`
+    processes.py    `cohort api | scheduler | agent | migrate | up | demo | create-token`
     stack.py        the whole stack on one machine (`cohort up`, `cohort demo`)
     stack_secrets.py    the stack's secrets kept on disk (token, keys, password)
     health.py       `cohort health api|scheduler|agent`

@@ -20,9 +20,9 @@ from cli import (
     data,
     jobs,
     nodes,
+    processes,
     quotas,
     schedules,
-    services,
     sweeps,
     tokens,
 )
@@ -41,13 +41,13 @@ app = typer.Typer(
 # The commands that run Cohort's own processes, or write its database, then the tools
 # an operator runs beside them.
 COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
-    ("api", services.api),
-    ("scheduler", services.scheduler),
-    ("agent", services.agent),
-    ("migrate", services.migrate),
-    ("up", services.up),
-    ("demo", services.demo),
-    ("create-token", services.create_token),
+    ("api", processes.api),
+    ("scheduler", processes.scheduler),
+    ("agent", processes.agent),
+    ("migrate", processes.migrate),
+    ("up", processes.up),
+    ("demo", processes.demo),
+    ("create-token", processes.create_token),
     ("health", health),
     ("node-key", node_key_command),
     ("redis-acl", redis_acl_command),
