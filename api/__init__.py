@@ -4,6 +4,7 @@ Imports `services`, never `workers`.
     main.py             create_app(): the routers, middleware and error mapping, assembled
     routes/             one router per resource, and the dashboard's pages
     deps.py             the SQL session, the settings, the caller's token and scope rule
+    credentials.py      who is calling (bearer or session cookie), a token's use, a stream's
     errors.py           domain errors and validation failures mapped to JSON answers
     openapi.py          the OpenAPI document: bearer scheme, every error status
     docs.py             `GET /docs`: Swagger UI from the copy shipped in static/vendor/

@@ -11,7 +11,7 @@ them, and a script that does not can send `Authorization: Bearer` instead of a c
 Requests that a bearer token authenticates are not checked: another site's page cannot
 make a browser add that header (it would need a CORS preflight this api never grants).
 Whether the bearer or the cookie authenticates is decided by one function
-(`api.deps.bearer_token`): an empty or malformed `Authorization` header falls back to the
+(`api.credentials.bearer_token`): an empty or malformed `Authorization` header falls back to the
 cookie there, so it is checked here. `POST /login` is checked with or
 without a cookie (login CSRF: another site logging the browser in as the attacker).
 
@@ -28,7 +28,8 @@ from starlette.requests import cookie_parser
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.deps import SESSION_COOKIE, bearer_token
+from api.credentials import bearer_token
+from api.deps import SESSION_COOKIE
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # The dashboard's login cookie (api/deps.py); with it a browser acts as its user.

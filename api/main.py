@@ -24,11 +24,13 @@ from api.routes import (
     data,
     health,
     jobs,
+    logs,
     metrics,
     nodes,
+    prometheus,
     quotas,
     schedules,
-    sweep_pages,
+    streams,
     sweeps,
     tokens,
 )
@@ -109,6 +111,23 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         retrying.cancel()
 
 
+# The REST API's routers, in the order their paths are matched (the live streams first).
+API_V1 = (
+    logs,
+    streams,
+    jobs,
+    metrics,
+    nodes,
+    schedules,
+    sweeps,
+    quotas,
+    bundles,
+    artifacts,
+    data,
+    tokens,
+)
+
+
 def create_app() -> FastAPI:
     """Build the application."""
     app = FastAPI(
@@ -128,21 +147,10 @@ def create_app() -> FastAPI:
     app.add_middleware(SecurityHeaders)
     docs.install(app)
     app.include_router(health.router)
-    from api.routes import logs, prometheus, streams  # live metrics and logs (issue 5)
-
     app.include_router(prometheus.router)  # GET /metrics
-    for stream_module in (logs, streams):
-        app.include_router(stream_module.router, prefix="/api/v1")
-    for module in (jobs, metrics, nodes):
+    for module in API_V1:
         app.include_router(module.router, prefix="/api/v1")
-    app.include_router(schedules.router, prefix="/api/v1")
-    app.include_router(sweeps.router, prefix="/api/v1")  # sweeps (issue 17)
-    app.include_router(quotas.router, prefix="/api/v1")  # projects' quotas (issue 14)
-    for module in (bundles, artifacts, data):  # code, artifacts and data (issue 12)
-        app.include_router(module.router, prefix="/api/v1")
-    app.include_router(tokens.router, prefix="/api/v1")  # admins: tokens (issue 14)
-    dashboard.install(app)  # the web dashboard at `/`, its assets at `/static`
-    app.include_router(sweep_pages.router)  # its sweep pages
+    dashboard.install(app)  # every page, login and logout, the assets at /static
     install_openapi(app)  # last: it documents the routes included above
     return app
 

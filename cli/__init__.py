@@ -1,19 +1,25 @@
 """The `cohort` command (Typer and Rich): the services, the local stack, and a client of
 the REST API.
 
-    main.py         the `cohort` app: service commands, every group registered
+    main.py         the `cohort` app: every command and group registered, one way
+    aliases.py      the old spellings, accepted for one release with a line naming the new
     __main__.py     `python -m cli`
+    processes.py    `cohort api | scheduler | agent | migrate | up | demo | create-token`
     stack.py        the whole stack on one machine (`cohort up`, `cohort demo`)
+    stack_secrets.py    the stack's secrets kept on disk (token, keys, password)
     health.py       `cohort health api|scheduler|agent`
     keys.py         `cohort node-key`, `cohort redis-acl`
-    commands.py     `cohort jobs | get | logs | metrics | cancel | nodes`
-    code.py         `cohort bundle push`, `artifacts`, `download`, and `--code`
-    data.py         `cohort data push | ls | rm`
-    schedules.py    `cohort schedules ...`
-    sweeps.py       `cohort sweep ...`
-    sweep_follow.py `cohort sweep show ID --follow`: a live table of trials
+    jobs.py         `cohort job submit | list | show | logs | metrics | cancel`
+    nodes.py        `cohort node list`
+    artifacts.py    `cohort artifact list | download`
+    bundles.py      `cohort bundle push`, and `--code` of `cohort job submit`
+    data.py         `cohort data push | list | delete`
+    schedules.py    `cohort schedule list | show | create | update | pause | resume | delete |
+                    run | model`
+    sweeps.py       `cohort sweep create | list | show | cancel`
+    sweep_follow.py `--follow` of a sweep: a live table of trials
     quotas.py       `cohort quota show | set`
-    tokens.py       `cohort tokens list | create | revoke`
+    tokens.py       `cohort token list | create | revoke`
     options.py      the options every API command shares, one guarded call, spec files
     client.py       a small client of the REST API (CLI, demo, benchmarks)
     follow.py       following a job from its SSE stream: a bar per replica

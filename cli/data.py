@@ -1,5 +1,5 @@
-"""A project's data from the command line: `cohort data push FILE PATH`, `cohort data ls`,
-`cohort data rm PATH`. A job names a file as `data/<PATH>` in its `inputs`."""
+"""A project's data from the command line: `cohort data push FILE PATH`, `cohort data list`,
+`cohort data delete PATH`. A job names a file as `data/<PATH>` in its `inputs`."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from rich.table import Table
 
 from cli.options import JsonOpt, TokenOpt, UrlOpt, connect, console, emit_json, guarded
 
-data_app = typer.Typer(
-    help="The project's data in the artifact store (job `inputs`).", no_args_is_help=True
+app = typer.Typer(
+    name="data",
+    help="The project's data in the artifact store (job `inputs`).",
+    no_args_is_help=True,
 )
 PathArg = Annotated[str, typer.Argument(help="path in the project's data, e.g. digits/train.csv")]
 
 
-@data_app.command("push")
+@app.command("push")
 def push(
     file: Annotated[Path, typer.Argument(help="the local file", exists=True, dir_okay=False)],
     path: PathArg,
@@ -38,7 +40,7 @@ def push(
         )
 
 
-@data_app.command("ls")
+@app.command("list")
 def list_data(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
     """List the project's data: path and size (a job names a path as data/<path>)."""
     items = guarded(lambda: connect(url, token).data())
@@ -51,13 +53,13 @@ def list_data(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = Fal
     console.print(table)
 
 
-@data_app.command("rm")
-def remove(path: PathArg, token: TokenOpt = None, url: UrlOpt = None) -> None:
+@app.command("delete")
+def remove(
+    path: PathArg, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False
+) -> None:
     """Delete PATH of the project's data."""
     guarded(lambda: connect(url, token).delete_data(path))
-    console.print(f"deleted {path}")
-
-
-def register(app: typer.Typer) -> None:
-    """Add `data` to the `cohort` app."""
-    app.add_typer(data_app, name="data")
+    if as_json:
+        emit_json({"deleted": path})
+    else:
+        console.print(f"deleted {path}")

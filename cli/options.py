@@ -25,6 +25,12 @@ err = Console(stderr=True)
 TokenOpt = Annotated[str | None, typer.Option(envvar="COHORT_TOKEN", help="API token")]
 UrlOpt = Annotated[str | None, typer.Option(envvar="COHORT_URL", help="API address")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the API's JSON (for scripts)")]
+FollowOpt = Annotated[
+    bool,
+    typer.Option(
+        "--follow", "-f", help="show progress until it ends; exit 0 if it succeeded, 1 if not"
+    ),
+]
 JobArg = Annotated[int, typer.Argument(help="job id")]
 SpecFile = Annotated[Path, typer.Argument(exists=True, dir_okay=False)]
 T = TypeVar("T")
@@ -68,6 +74,6 @@ def load_spec(spec_file: Path, what: str) -> dict[str, Any]:
 
 
 def emit_json(value: Any) -> None:
-    """Machine-readable output: one JSON document on stdout."""
+    """Machine-readable output (`--json`): one JSON document on stdout."""
     sys.stdout.write(json.dumps(value) + "\n")
     sys.stdout.flush()

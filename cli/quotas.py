@@ -11,6 +11,7 @@ from rich.table import Table
 from cli.options import JsonOpt, TokenOpt, UrlOpt, api, console, emit_json, err
 
 app = typer.Typer(
+    name="quota",
     help="Projects' quotas: queued jobs, running replicas, GPUs, schedules, "
     "priority ceiling (admin tokens only).",
     no_args_is_help=True,

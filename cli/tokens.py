@@ -1,5 +1,5 @@
 """API tokens from the command line, over the API (an admin token is needed):
-`cohort tokens list`, `cohort tokens create`, `cohort tokens revoke ID`."""
+`cohort token list`, `cohort token create`, `cohort token revoke ID`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from rich.table import Table
 from cli.options import JsonOpt, TokenOpt, UrlOpt, api, console, emit_json, err
 from services.auth.scopes import GRANTS, Scope
 
-tokens_app = typer.Typer(
-    help="API tokens: list, issue and revoke them (admins).", no_args_is_help=True
+app = typer.Typer(
+    name="token", help="API tokens: list, issue and revoke them (admins).", no_args_is_help=True
 )
 _DURATION = re.compile(r"^(\d+)([smhd]?)$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -39,7 +39,7 @@ def _when(value: str | None) -> str:
     return value[:16].replace("T", " ") if value else "—"
 
 
-@tokens_app.command("list")
+@app.command("list")
 def list_tokens(
     project: Annotated[str | None, typer.Option(help="only this project's")] = None,
     token: TokenOpt = None,
@@ -67,7 +67,7 @@ def list_tokens(
     console.print(table)
 
 
-@tokens_app.command("create")
+@app.command("create")
 def create(
     name: Annotated[str, typer.Option(help="what it is for, e.g. ci")],
     scope: ScopeOpt,
@@ -97,9 +97,9 @@ def create(
     console.print(created["token"], markup=False, soft_wrap=True)
 
 
-@tokens_app.command("revoke")
+@app.command("revoke")
 def revoke(
-    token_id: Annotated[int, typer.Argument(help="the token's id (cohort tokens list)")],
+    token_id: Annotated[int, typer.Argument(help="the token's id (cohort token list)")],
     token: TokenOpt = None,
     url: UrlOpt = None,
     as_json: JsonOpt = False,
@@ -113,8 +113,3 @@ def revoke(
         f"revoked token {revoked['id']} ({revoked['name']}, project {revoked['project']})",
         markup=False,
     )
-
-
-def register(app: typer.Typer) -> None:
-    """Add `tokens` to the `cohort` app."""
-    app.add_typer(tokens_app, name="tokens")

@@ -14,8 +14,12 @@
     tokens.py       API tokens (admins): issue, list, revoke
     health.py       liveness and readiness probes
     prometheus.py   `GET /metrics` for a scraper holding METRICS_TOKEN
-    dashboard.py    the dashboard's pages and live fragments, login and logout
+    dashboard.py    the dashboard: every page family, login, the static assets
+    pages.py        what every dashboard page is built with: router, render, 404
+    login.py        the dashboard's login and logout
+    job_pages.py    the dashboard's job pages: the jobs table, one job, live fragments
     sweep_pages.py  the dashboard's sweep pages
+    cluster_pages.py  the dashboard's cluster page and schedules page
 
 Each router carries its scope rule where it is made (api/deps.py, `scoped`).
 """

@@ -1,22 +1,28 @@
 """The dashboard's sweep pages: the project's sweeps, and one sweep with its trials
 (sortable by the objective), every trial's objective curve on one chart, and the best
-trial's parameters and model. Server-rendered like the job pages (api/routes/dashboard.py:
-login, templates, the 404 page), from the same views as REST `/api/v1/sweeps`.
+trial's parameters and model. Built as every page is (api/routes/pages.py), from the same
+views as REST `/api/v1/sweeps`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Request
 from fastapi.responses import Response
 
-from api.deps import PageScopeRule, SessionDep, Viewer, scoped
+from api.deps import SessionDep, Viewer
 from api.params import DbId
-from api.routes.dashboard import PAGE_SIZE, _render
-from services.auth.scopes import Scope
+from api.routes.pages import (
+    PAGE_SIZE,
+    CursorQuery,
+    cursor_before,
+    not_found,
+    page_router,
+    render,
+)
 from services.exceptions import SweepNotFound
-from services.jobs.store import decode_cursor, encode_cursor
+from services.jobs.store import encode_cursor
 from services.models import ApiToken, Sweep
 from services.statuses import TERMINAL_SWEEP_STATUSES
 from services.sweeps import store as sweeps
@@ -25,11 +31,7 @@ from services.sweeps.store import read_trials
 from services.sweeps.views import to_list_read, to_read
 from services.telemetry.curves import read_curves
 
-router = APIRouter(
-    tags=["dashboard"],
-    include_in_schema=False,
-    dependencies=scoped(write=Scope.SUBMIT, rule=PageScopeRule),
-)
+router = page_router()
 
 # A chart of more lines than this is a blur: past it, the best trials' curves are drawn.
 MAX_CURVES = 50
@@ -94,16 +96,15 @@ def sweeps_page(
     request: Request,
     session: SessionDep,
     viewer: Viewer,
-    cursor: Annotated[str | None, Query(max_length=256)] = None,
+    cursor: CursorQuery = None,
 ) -> Response:
-    try:
-        before = decode_cursor(cursor) if cursor else None
-    except ValueError:
-        before = None  # a stale or hand-edited link: start again from the newest
     rows, next_before = sweeps.list_sweeps(
-        session=session, project_id=viewer.project_id, before=before, limit=PAGE_SIZE
+        session=session,
+        project_id=viewer.project_id,
+        before=cursor_before(cursor),
+        limit=PAGE_SIZE,
     )
-    return _render(
+    return render(
         request,
         "sweeps.html",
         viewer,
@@ -118,8 +119,8 @@ def sweep_page(
 ) -> Response:
     sweep = _sweep_or_none(session, viewer, sweep_id)
     if sweep is None:
-        return _render(request, "not_found.html", viewer, code=404, what="sweep", job_id=sweep_id)
-    return _render(request, "sweep.html", viewer, **_sweep_context(session, sweep, sort))
+        return not_found(request, viewer, "sweep", sweep_id)
+    return render(request, "sweep.html", viewer, **_sweep_context(session, sweep, sort))
 
 
 @router.get("/partials/sweeps/{sweep_id}", response_model=None)
@@ -129,4 +130,4 @@ def sweep_fragment(
     sweep = _sweep_or_none(session, viewer, sweep_id)
     if sweep is None:
         return Response(status_code=404)
-    return _render(request, "_sweep_live.html", viewer, **_sweep_context(session, sweep, sort))
+    return render(request, "_sweep_live.html", viewer, **_sweep_context(session, sweep, sort))

@@ -189,7 +189,7 @@ def test_artifacts_and_download_of_a_file_and_a_directory(
 
 def test_a_hostile_download_is_not_unpacked(tmp_path: Path) -> None:
     """The client checks what it unpacks, whatever the server sends."""
-    from cli.code import save_artifact
+    from cli.artifacts import save_artifact
 
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:

@@ -1,0 +1,167 @@
+"""The CLI has one style: every command that prints data takes --json and prints one JSON
+document; the old spellings still run, each naming its new one; no group is listed twice.
+
+The commands run against a fake API (an httpx transport answering every call with a
+small JSON body), so this checks the CLI's side only: what it prints, not what it asks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import cli.client
+from cli.aliases import OLD_SPELLINGS
+from cli.main import app
+
+# argv of every command that talks to the API ({spec}, {dir}, {file}: made by the test).
+CALLS: dict[tuple[str, ...], list[str]] = {
+    ("job", "submit"): ["{spec}"],
+    ("job", "list"): [],
+    ("job", "show"): ["1"],
+    ("job", "cancel"): ["1"],
+    ("job", "logs"): ["1"],
+    ("job", "metrics"): ["1"],
+    ("sweep", "create"): ["{spec}"],
+    ("sweep", "list"): [],
+    ("sweep", "show"): ["1"],
+    ("sweep", "cancel"): ["1"],
+    ("schedule", "list"): [],
+    ("schedule", "show"): ["1"],
+    ("schedule", "create"): ["{spec}"],
+    ("schedule", "update"): ["1", "{spec}"],
+    ("schedule", "pause"): ["1"],
+    ("schedule", "resume"): ["1"],
+    ("schedule", "delete"): ["1"],
+    ("schedule", "run"): ["1"],
+    ("schedule", "model"): ["1"],
+    ("artifact", "list"): ["1"],
+    ("artifact", "download"): ["1", "model", "-o", "{dir}"],
+    ("bundle", "push"): ["{dir}"],
+    ("data", "push"): ["{file}", "digits/train.csv"],
+    ("data", "list"): [],
+    ("data", "delete"): ["digits/train.csv"],
+    ("node", "list"): [],
+    ("quota", "show"): ["default"],
+    ("quota", "set"): ["default", "--max-gpus", "2"],
+    ("token", "list"): [],
+    ("token", "create"): ["--name", "ci", "--scope", "read"],
+    ("token", "revoke"): ["1"],
+}
+ANSWER: dict[str, Any] = {
+    "id": 1,
+    "items": [],
+    "status": "queued",
+    "overrides": {},
+    "job_id": None,
+    "sweep_id": None,
+    "outcome": "skipped",
+    "reason": "a run is in progress",
+}
+
+LOG_LINE = {"id": 1, "ts": 0.0, "attempt": 1, "replica": 0, "line": "epoch 1"}
+
+
+def fake_api(request: httpx.Request) -> httpx.Response:
+    path = request.url.path
+    if request.method == "HEAD":
+        return httpx.Response(404)
+    if path.endswith("/artifacts/download"):
+        return httpx.Response(200, content=b"weights", headers={"content-type": "text/plain"})
+    if path.endswith("/logs"):
+        return httpx.Response(200, json={"items": [LOG_LINE]})
+    if path == "/api/v1/nodes":
+        return httpx.Response(200, json=[])
+    if request.method == "DELETE" and "/tokens/" not in path:
+        return httpx.Response(204)
+    return httpx.Response(200, json=ANSWER)
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    real = httpx.Client
+
+    def client(**kwargs: Any) -> httpx.Client:
+        return real(transport=httpx.MockTransport(fake_api), **kwargs)
+
+    monkeypatch.setattr(cli.client.httpx, "Client", client)
+    monkeypatch.setenv("COHORT_TOKEN", "coh_test")
+    return CliRunner()
+
+
+def client_commands() -> dict[tuple[str, ...], Any]:
+    """Every command of the app that takes --token (the API's clients), by its words."""
+    found: dict[tuple[str, ...], Any] = {}
+
+    # Typer's own (vendored) click: a group is what has subcommands.
+    def walk(command: Any, words: tuple[str, ...]) -> None:
+        if hasattr(command, "commands"):
+            for name, sub in command.commands.items():
+                walk(sub, (*words, name))
+        elif any("--token" in p.opts for p in command.params):
+            found[words] = command
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
+def argv(words: tuple[str, ...], tmp_path: Path) -> list[str]:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: style\n")
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    (code / "train.py").write_text("print('hi')\n")
+    given = {"{spec}": str(spec), "{dir}": str(code), "{file}": str(code / "train.py")}
+    return [*words, *(given.get(arg, arg) for arg in CALLS[words]), "--json"]
+
+
+def test_every_client_command_is_called_here() -> None:
+    assert set(client_commands()) == set(CALLS)
+
+
+@pytest.mark.parametrize("words", sorted(CALLS), ids=" ".join)
+def test_json_everywhere(words: tuple[str, ...], runner: CliRunner, tmp_path: Path) -> None:
+    command = client_commands()[words]
+    assert any("--json" in p.opts for p in command.params), f"cohort {' '.join(words)}"
+    result = runner.invoke(app, argv(words, tmp_path))
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    # One JSON document; `job logs`, which can follow, one per line (JSON Lines).
+    assert result.stdout.strip()
+    for line in result.stdout.splitlines():
+        json.loads(line)
+
+
+@pytest.mark.parametrize("old", sorted(OLD_SPELLINGS), ids=" ".join)
+def test_old_spelling_runs_and_names_the_new(
+    old: tuple[str, ...], runner: CliRunner, tmp_path: Path
+) -> None:
+    new = OLD_SPELLINGS[old]
+    words = next(w for w in sorted(CALLS) if w[: len(new)] == new)
+    current = runner.invoke(app, argv(words, tmp_path))
+    before = runner.invoke(app, [*old, *argv(words, tmp_path)[len(new) :]])
+    assert before.exit_code == 0, (before.stdout, before.stderr)
+    assert before.stdout == current.stdout
+    lines = before.stderr.splitlines()
+    assert lines == [
+        f"cohort: `cohort {' '.join(old)}` is now `cohort {' '.join(new)}`; "
+        "the old spelling goes in the next release"
+    ]
+    assert current.stderr == ""
+
+
+def test_no_group_under_two_names() -> None:
+    top: Any = typer.main.get_command(app)
+    shown = {name for name, c in top.commands.items() if not c.hidden}
+    groups = {name for name in shown if hasattr(top.commands[name], "commands")}
+    for group in groups:
+        assert not {f"{group}s", group.removesuffix("s")} - {group} & shown, group
+    # The old spellings are no commands of the app: --help and the reference page
+    # (generated from the same app) list the new ones alone.
+    old_names = {old[0] for old in OLD_SPELLINGS if len(old) == 1}
+    assert not old_names & set(top.commands)
