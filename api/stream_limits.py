@@ -32,7 +32,7 @@ class StreamSlots:
             raise TooManyStreams(
                 f"this token already has {limit} live streams open (the most one token "
                 "may hold, COHORT_MAX_STREAMS_PER_TOKEN): close one (another dashboard "
-                "tab, a `cohort logs --follow`) and try again",
+                "tab, a `cohort job logs --follow`) and try again",
                 retry_after=RETRY_AFTER,
             )
         self.open[token_id] += 1

@@ -122,7 +122,7 @@ class BundleNotFound(NotFound):
         super().__init__("bundle", digest)
         self.args = (
             f"bundle {digest} not found in this project: upload it with "
-            "`cohort submit JOB.yaml --code DIR` or `cohort bundle push DIR` "
+            "`cohort job submit JOB.yaml --code DIR` or `cohort bundle push DIR` "
             f"(PUT /api/v1/bundles/{digest})",
         )
 
@@ -176,7 +176,7 @@ class DataNotFound(NotFound):
         self.args = (
             f"data {path!r} not found in this project: upload it with "
             f"`cohort data push FILE {path}` (PUT /api/v1/data/{path}); "
-            "`cohort data ls` lists what the project has",
+            "`cohort data list` lists what the project has",
         )
 
 

@@ -15,7 +15,7 @@ from services.exceptions import BundleNotFound
 from services.jobs import bundles
 from services.jobs.file_schemas import BundleRead
 
-# HEAD is part of uploading (`cohort submit --code` asks before it sends), so both need
+# HEAD is part of uploading (`cohort job submit --code` asks before it sends), so both need
 # `submit`: a CI token that only submits can still ship its code. The token is read in a
 # short transaction of its own (UploadScopeRule): an upload holds no session while its
 # body comes in and is checked.

@@ -4,7 +4,7 @@ Cohort starts this script once per replica (`command: [python, train.py, ...]`) 
 `TF_CONFIG` set for MultiWorkerMirroredStrategy, and names the directories to write to
 in the environment. Scalars written with `tf.summary` to `COHORT_TENSORBOARD_DIR` are
 streamed live (SSE, dashboard charts, CLI) and count as progress for the hang watchdog.
-The chief saves a SavedModel to `COHORT_MODEL_DIR`, which `cohort download` fetches.
+The chief saves a SavedModel to `COHORT_MODEL_DIR`, which `cohort artifact download` fetches.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ class Scope(StrEnum):
     ADMIN = "admin"
 
 
-# What a scope lets a token do, as the 403 and `cohort tokens create --help` say it.
+# What a scope lets a token do, as the 403 and `cohort token create --help` say it.
 GRANTS: dict[Scope, str] = {
     Scope.READ: "read the project's jobs, metrics, logs, streams, artifacts, data, sweeps, "
     "schedules and the nodes, and use the dashboard",
@@ -47,7 +47,7 @@ def check_scope(token: ApiToken, needed: Scope) -> None:
     raise Forbidden(
         f"token {token.name!r} (project {project}) lacks the {needed.value!r} scope, needed "
         f"to {GRANTS[needed]}; it has {', '.join(token.scopes) or 'none'}. Ask an admin "
-        f"for a token with it: cohort tokens create --project {project} --name NAME "
+        f"for a token with it: cohort token create --project {project} --name NAME "
         f"--scope {needed.value}",
         needed.value,
     )

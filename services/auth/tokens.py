@@ -257,7 +257,7 @@ def revoke_token(
     if token_id == caller_id:
         raise SelfRevocation(
             f"token {token_id} is the one making this request: revoke it with another "
-            "admin token (cohort tokens create --scope admin), so that one admin remains"
+            "admin token (cohort token create --scope admin), so that one admin remains"
         )
     _revoke(session=session, token_id=token_id, now=now or utcnow())
     session.refresh(row)

@@ -62,7 +62,7 @@ def check_free(store: ArtifactStore, project_id: int, path: str) -> str:
         raise DataPathConflict(
             "path",
             f"{path!r} is a directory of other data: pick "
-            "another path, or `cohort data rm` what is under it",
+            "another path, or `cohort data delete` what is under it",
         )
     parent = posixpath.dirname(path)
     while parent:

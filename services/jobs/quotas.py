@@ -198,7 +198,7 @@ def admit_schedule(*, session: Session, project_id: int, settings: Settings) -> 
         raise QuotaExceeded(
             "max_schedules",
             f"project quota: {used} of {allowed} schedules; delete one "
-            f"(cohort schedules delete) or {ADMIN_HINT}",
+            f"(cohort schedule delete) or {ADMIN_HINT}",
             quota="max_schedules",
             used=used,
             allowed=allowed,

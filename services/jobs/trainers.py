@@ -19,7 +19,7 @@ def check_trainer(trainer: str, allowed_entrypoints: list[str], *, in_bundle: bo
             raise InvalidJobSpec(
                 "trainer",
                 f"entrypoint {trainer!r} is not allowed; an operator must add it to "
-                "COHORT_ALLOWED_ENTRYPOINTS, ship it in a code bundle (`cohort submit "
+                "COHORT_ALLOWED_ENTRYPOINTS, ship it in a code bundle (`cohort job submit "
                 "--code DIR`), or use a built-in trainer "
                 f"({', '.join(sorted(BUILTIN_TRAINERS))})",
             )

@@ -258,6 +258,6 @@ class PromotedModel(BaseModel):
     )
     download_url: str = Field(
         description="GET it (with the token) for the model as a "
-        ".tar.gz; `cohort download <job_id> model` does the same"
+        ".tar.gz; `cohort artifact download <job_id> model` does the same"
     )
     promoted_at: dt.datetime | None

@@ -169,7 +169,7 @@ def test_a_job_can_name_only_its_projects_bundles(
     }
     missing = client.post("/api/v1/jobs", json=spec, headers=auth)
     assert missing.status_code == 404
-    assert digest in missing.json()["message"] and "cohort submit" in missing.json()["message"]
+    assert digest in missing.json()["message"] and "cohort job submit" in missing.json()["message"]
     assert client.put(f"/api/v1/bundles/{digest}", content=data, headers=auth).status_code == 201
     created = client.post("/api/v1/jobs", json=spec, headers=auth)
     assert created.status_code == 201, created.text

@@ -249,7 +249,7 @@ def test_the_job_page_lists_artifacts_by_group_with_download_links(
         assert "2.0 KiB" in page
         # How to open the TensorBoard files (and the profiles among them).
         assert "tensorboard --logdir out/tensorboard" in page
-        assert f"cohort download {job.id} tensorboard -o out/" in page
+        assert f"cohort artifact download {job.id} tensorboard -o out/" in page
     # The links work with the login cookie alone: a file as it is, a group as a .tar.gz.
     log = client.get(f"/api/v1/jobs/{job.id}/artifacts/download?path=logs/attempt-1/replica-0.log")
     assert log.status_code == 200 and log.content == b"hello\n"

@@ -138,7 +138,7 @@ def test_a_schedule_template_names_its_bundle_by_digest(
         "job": {**COMMAND_JOB, "bundle": "sha256:" + "b" * 64},
     }
     missing = client.post("/api/v1/schedules", json=schedule, headers=auth)
-    assert missing.status_code == 404 and "cohort submit" in missing.json()["message"]
+    assert missing.status_code == 404 and "cohort job submit" in missing.json()["message"]
     schedule["job"]["bundle"] = upload(client, auth)
     created = client.post("/api/v1/schedules", json=schedule, headers=auth)
     assert created.status_code == 201, created.text

@@ -100,7 +100,7 @@ def assert_forbidden(response: Any, scope: str) -> None:
     body = response.json()
     assert body["error"] == "forbidden"
     assert f"lacks the '{scope}' scope" in body["message"]
-    assert f"cohort tokens create --project default --name NAME --scope {scope}" in body["message"]
+    assert f"cohort token create --project default --name NAME --scope {scope}" in body["message"]
 
 
 def test_a_read_token_reads_and_is_refused_every_write(
@@ -134,7 +134,7 @@ def test_a_submit_token_submits_and_cancels_but_reads_nothing_else(
     assert created.status_code == 201
     job_id = created.json()["id"]
     assert client.post(f"/api/v1/jobs/{job_id}/cancel", headers=submit).status_code == 200
-    # `cohort submit --code` asks whether the bundle is there before uploading it.
+    # `cohort job submit --code` asks whether the bundle is there before uploading it.
     assert client.head("/api/v1/bundles/sha256:" + "0" * 64, headers=submit).status_code == 404
     assert_forbidden(client.get("/api/v1/jobs", headers=submit), "read")
     assert_forbidden(client.get(f"/api/v1/jobs/{job_id}", headers=submit), "read")

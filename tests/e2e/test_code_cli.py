@@ -1,6 +1,6 @@
-"""`cohort submit --code`, `cohort bundle push`, `cohort artifacts` and `cohort download`,
-run as the installed command against a real api process (PostgreSQL; a directory store or
-a real S3 server)."""
+"""`cohort job submit --code`, `cohort bundle push`, `cohort artifact list` and
+`cohort artifact download`, run as the installed command against a real api process
+(PostgreSQL; a directory store or a real S3 server)."""
 
 from __future__ import annotations
 

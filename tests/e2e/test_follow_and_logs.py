@@ -1,4 +1,4 @@
-"""End to end: `cohort submit --follow` of a real 2-replica job, then its logs and metrics.
+"""End to end: `cohort job submit --follow` of a real 2-replica job, then its logs and metrics.
 
 The CLI follows the job over SSE and exits with the job's outcome; the replicas' logs,
 shipped by the agent through Redis, match the files the replicas wrote and outlive them.

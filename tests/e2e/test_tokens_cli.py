@@ -1,5 +1,5 @@
 """Tokens the way an admin handles them: `cohort api` started with COHORT_BOOTSTRAP_TOKEN in
-its environment, `cohort tokens create|list|revoke` run as commands against it, and the
+its environment, `cohort token create|list|revoke` run as commands against it, and the
 bootstrap token rotated by restarting the api with a new value."""
 
 from __future__ import annotations

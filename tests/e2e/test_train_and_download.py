@@ -1,8 +1,8 @@
 """End to end, on a user's path: a custom `strategy.run` loop under
 MultiWorkerMirroredStrategy, written by the test into a temporary directory (no Cohort
-import), submitted with the installed `cohort submit job.yaml --code DIR` on 2 replicas;
+import), submitted with the installed `cohort job submit job.yaml --code DIR` on 2 replicas;
 its `tf.summary` scalars arrive on the job's SSE stream per replica and step; its
-SavedModel comes back with `cohort download` and loads with `tf.saved_model.load`."""
+SavedModel comes back with `cohort artifact download` and loads with `tf.saved_model.load`."""
 
 from __future__ import annotations
 

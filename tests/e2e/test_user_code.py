@@ -1,6 +1,6 @@
 """End to end: the node runs users' own code. A bundle's `module:function` trainer and a
 bundle's `command` script (2 replicas, MultiWorkerMirroredStrategy) succeed, submitted
-with the installed `cohort submit --code`; a command not on the node fails its job with
+with the installed `cohort job submit --code`; a command not on the node fails its job with
 exit 127 and the reason; a forged start message naming an unlisted trainer is refused by
 the agent (reported, never started)."""
 
@@ -34,7 +34,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def submit(stack: Stack, tmp_path: Path, spec: dict[str, Any], code: Path | None) -> int:
-    """`cohort submit job.yaml [--code DIR]` as a user's shell runs it; the job's id."""
+    """`cohort job submit job.yaml [--code DIR]` as a user's shell runs it; the job's id."""
     path = tmp_path / f"job-{time.monotonic_ns()}.yaml"
     path.write_text(yaml.safe_dump(spec))
     env = {key: value for key, value in os.environ.items() if not key.startswith("COHORT_")}

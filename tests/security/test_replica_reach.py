@@ -112,7 +112,7 @@ def project_token(stack: Stack, project: str) -> str:
 
 
 def submit_as(stack: Stack, token: str, tmp_path: Path, spec: dict[str, Any], code: Path) -> int:
-    """`cohort submit job.yaml --code DIR` with a project's token; the job's id."""
+    """`cohort job submit job.yaml --code DIR` with a project's token; the job's id."""
     path = tmp_path / f"job-{time.monotonic_ns()}.yaml"
     path.write_text(yaml.safe_dump(spec))
     out = cohort(stack, token, "submit", str(path), "--code", str(code), "--json")

@@ -1,4 +1,4 @@
-"""`cohort submit --follow`'s plain output for jobs whose length is known and unknown."""
+"""`cohort job submit --follow`'s plain output for jobs whose length is known and unknown."""
 
 from __future__ import annotations
 
