@@ -1,5 +1,5 @@
 """Replica-side training metrics: the tf_keras callback that feeds the replica's
-`ReplicaReporter` (workers/replica/report_channel.py) from `model.fit`, and the replica's
+`ReplicaReporter` (workers/replica/report_writer.py) from `model.fit`, and the replica's
 status lines.
 TensorFlow is imported only when the callback is first built, so this module can be
 imported (and tested) without TensorFlow.
@@ -13,9 +13,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from workers.point_buffer import StepRecord, status_line, warn
+
 # Replica code imports the reporter from here.
-from workers.replica.report_channel import ReplicaReporter
-from workers.reporting import StepRecord, status_line, warn
+from workers.replica.report_writer import ReplicaReporter
 
 __all__ = ["FINISH_GRACE", "ReplicaReporter", "announce", "metrics_callback", "warn"]
 
@@ -54,7 +55,7 @@ def _callback_class() -> type:
         """Feeds Keras logs plus step_time and examples_per_sec to a ReplicaReporter.
 
         Per batch it only appends a `StepRecord` to the reporter's deque; the sender
-        thread converts and writes (workers/reporting.py). It takes the logs as
+        thread converts and writes (workers/point_buffer.py). It takes the logs as
         tensors (`_supports_tf_logs`), so when every batch-level callback does the
         same, Keras skips its per-batch `sync_to_numpy_or_python_type` of the logs
         and the values are read on the sender thread instead.

@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 from services import exit_codes
 from services.wire.contract import WireError
 from services.wire.replica import Distribution, ReplicaLaunch, ReplicaSpec
+from workers.point_buffer import status_line
 from workers.replica import distribution, parent_watch, roles
 from workers.replica.callbacks import ReplicaReporter, announce, warn
 from workers.replica.devices_check import require_given_gpus
@@ -43,7 +44,6 @@ from workers.replica.trainers import (
     load_trainer,
     parse_trainer_name,
 )
-from workers.reporting import status_line
 
 # Keras 3's model.fit breaks under MultiWorkerMirroredStrategy. Nothing above
 # imports tensorflow (it is imported lazily), so this still comes first.
