@@ -1,6 +1,7 @@
 """Replica-side code (the user's process; never SQL, never the api).
 
     runner.py     `python -m workers.replica.runner`: one training replica
+    strategies.py the tf.distribute strategy the replica builds for its job
     callbacks.py  the tf_keras callback that feeds the replica's metrics
     resources.py  CPU, memory and GPU figures of the replica
     distribution.py  the job's distribution options: CPU split, mixed precision,
