@@ -312,7 +312,7 @@ async def _client(
 
 
 def _emit(redis_url: str, job_id: int, seconds: float, rate: int) -> int:
-    from workers.reporter import MetricReporter
+    from workers.node.report_shipper import MetricReporter
 
     reporter = MetricReporter.from_url(redis_url, job_id=job_id, attempt=1, replica=0)
     step, deadline = 0, time.monotonic() + seconds

@@ -42,11 +42,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from services.wire.keys import METRICS_STREAM, PROGRESS_HASH  # noqa: E402
-from workers.node.report_file import MetricsFileReader  # noqa: E402
+from workers.node.report_shipper import MetricReporter, MetricsFileReader  # noqa: E402
+from workers.point_buffer import PointBuffer  # noqa: E402
 from workers.replica.callbacks import metrics_callback  # noqa: E402
-from workers.replica.report_channel import ReplicaReporter  # noqa: E402
-from workers.reporter import MetricReporter  # noqa: E402
-from workers.reporting import PointBuffer  # noqa: E402
+from workers.replica.report_writer import ReplicaReporter  # noqa: E402
 
 GLOBAL_BATCH = 64
 

@@ -4,7 +4,7 @@ PostgreSQL, measuring stored points/s and emit -> SSE latency at the same time.
 Real parts: a `cohort api` (uvicorn) and a `cohort scheduler` (whose leader runs the metrics
 and logs ingest threads, as in a stack) on a fresh PostgreSQL database and a Redis it may
 flush. An emitter process plays the agents: for each of the 2N replicas an agent's
-`MetricReporter` (workers/reporter.py: one `MetricBatch` XADD per flush on
+`MetricReporter` (workers/node/report_shipper.py: one `MetricBatch` XADD per flush on
 `cohort:metrics`, with its Redis-restart check) is fed STEPS steps a second of NAMES metric
 names and flushed every 0.25 s, the replicas' flushes spread over the 0.25 s as
 unsynchronised replicas' are. Every point's `value` is the time of the flush that sends it
@@ -71,7 +71,7 @@ NAMES = (
 def emit(redis_url: str, job_ids: list[int], steps: float, names: int, seconds: float) -> None:
     """Play 2 replicas of each job for `seconds`; print one JSON line a second,
     {"t": unix time, "points": emitted so far}, then {"done": ...}."""
-    from workers.reporter import MetricReporter
+    from workers.node.report_shipper import MetricReporter
 
     chosen = NAMES[:names]
     replicas = [(job, index) for job in job_ids for index in (0, 1)]

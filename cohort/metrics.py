@@ -4,8 +4,8 @@ Each line is `{"step": int, "metrics": {name: float, ...}, "ts": unix time}` (pl
 `"epoch": int` when Cohort's own runner writes it), or `{"beat": unix time}`: "this
 replica is alive through then" (the runner's progress heartbeat, dated ahead while it
 saves). This module owns the format: `encode_line` for report(), `points_record` and
-`encode_beat` for the runner (workers/replica/report_channel.py), `decode_line` for the
-node agent (workers/node/report_file.py), which ships the points as this replica's
+`encode_beat` for the runner (workers/replica/report_writer.py), `decode_line` for the
+node agent (workers/node/report_shipper.py), which ships the points as this replica's
 metrics and counts each line as progress for the hang watchdog. Replicas hold no Redis
 credentials: this file is how every replica reports.
 

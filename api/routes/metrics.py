@@ -1,4 +1,7 @@
-"""Routes for a job's metrics."""
+"""Routes for a job's metrics.
+
+A point's REST view is its stored row's (services/wire/feed.py `MetricRow.payload`, what
+the job's stream sends too), never a field list of its own."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from api.params import NO_NUL, AttemptNumber, ReplicaIndex, Step
 from services.auth.scopes import Scope
 from services.jobs.schemas import MetricList, MetricPointRead
 from services.telemetry import downsample, metrics
+from services.wire.feed import MetricRow
 
 router = APIRouter(prefix="/jobs", tags=["metrics"], dependencies=scoped(write=Scope.SUBMIT))
 
@@ -56,17 +60,4 @@ def read_job_metrics(
         since_step=since_step,
         limit=limit,
     )
-    return MetricList(
-        items=[
-            MetricPointRead(
-                attempt=r.attempt,
-                replica=r.replica,
-                step=r.step,
-                epoch=r.epoch,
-                name=r.name,
-                value=r.value,
-                ts=r.ts,
-            )
-            for r in rows
-        ]
-    )
+    return MetricList(items=[MetricPointRead(**MetricRow.of(r).payload()) for r in rows])

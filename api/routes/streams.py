@@ -37,7 +37,8 @@ from services.auth.scopes import Scope
 from services.db import session_scope
 from services.jobs import store as jobs
 from services.telemetry.cursor import Cursor, Event, parse_project_position
-from services.telemetry.follow import KINDS, follow, follow_project, stream_over
+from services.telemetry.follow import KINDS, follow, stream_over
+from services.telemetry.project_follow import follow_project
 
 # Streams read the token in a short session of their own (api/deps.get_stream_token),
 # and again every REAUTH_SECONDS while they last.

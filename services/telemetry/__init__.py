@@ -8,6 +8,8 @@ progress.py      a job's epoch/step, percent done and ETA
 scaling.py       a finished job's examples/s and scaling against a 1-replica run
 live.py          the live feeds' writer: what the ingest publishes after each commit
 follow.py        following a job: its events after a cursor, history then live, to the end
+project_follow.py following a project: its jobs' status changes
+shared_reads.py  the SQL reads a process's followers share, once a period
 feed_hub.py      one reader of the live feeds for all the followers of a process
 stream_order.py  a job's points, lines and status changes in the one order they were stored
 settling.py      when a finished job will have no more points or lines

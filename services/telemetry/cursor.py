@@ -147,3 +147,15 @@ def decoded(job_id: int, entry_id: str, fields: dict[str, Any]) -> SharedEntry:
         if len(_entries) > SHARED_ENTRIES:
             _entries.popitem(last=False)
     return hit
+
+
+def place_bound(entry: FeedEntry) -> Cursor | None:
+    """The stream position after an entry's rows: its rows, and what was stored before
+    them (None: an entry of a writer that did not say)."""
+    place = entry.place
+    if place.other < 0 or place.event < 0:
+        return None
+    bound = Cursor(event=place.event)
+    bound.move(entry.kind, entry.rows[-1].id)
+    bound.move("log" if entry.kind == "metric" else "metric", place.other)
+    return bound

@@ -135,22 +135,36 @@ def _series_buckets(
         ).all()
     if whole and aligned >= ROLLUP_STEPS:
         width = math.ceil(aligned / ROLLUP_STEPS) * ROLLUP_STEPS  # still <= budget buckets
-        bucket = (MetricRollup.bucket * ROLLUP_STEPS - origin) // width
-        return session.execute(
-            sa.select(
-                sa.func.max(MetricRollup.last_step),
-                sa.func.max(MetricRollup.last_epoch),
-                sa.func.sum(MetricRollup.total) / sa.func.sum(MetricRollup.points),
-                sa.func.max(MetricRollup.last_ts),
-            )
-            .where(
-                *_series_filters(MetricRollup, job_id, [s_name], s_replica, s_attempt),
-                MetricRollup.bucket <= high // ROLLUP_STEPS,
-            )
-            .group_by(bucket)
-            .order_by(bucket)
-        ).all()
-    width = math.ceil((high - low + 1) / budget)
+        return _rollup_means(session, job_id, series, origin, width, high)
+    return _point_means(session, where, low, math.ceil((high - low + 1) / budget))
+
+
+def _rollup_means(
+    session: Session, job_id: int, series: tuple[int, int, str], origin: int, width: int, high: int
+) -> Sequence[Any]:
+    """(step, epoch, value, ts) of one whole series: the exact means of buckets `width`
+    steps wide (a multiple of ROLLUP_STEPS) from `origin`, summed from its rollups."""
+    s_attempt, s_replica, s_name = series
+    bucket = (MetricRollup.bucket * ROLLUP_STEPS - origin) // width
+    return session.execute(
+        sa.select(
+            sa.func.max(MetricRollup.last_step),
+            sa.func.max(MetricRollup.last_epoch),
+            sa.func.sum(MetricRollup.total) / sa.func.sum(MetricRollup.points),
+            sa.func.max(MetricRollup.last_ts),
+        )
+        .where(
+            *_series_filters(MetricRollup, job_id, [s_name], s_replica, s_attempt),
+            MetricRollup.bucket <= high // ROLLUP_STEPS,
+        )
+        .group_by(bucket)
+        .order_by(bucket)
+    ).all()
+
+
+def _point_means(session: Session, where: list[Any], low: int, width: int) -> Sequence[Any]:
+    """(step, epoch, value, ts) of the points `where` picks, averaged by buckets `width`
+    steps wide from `low`."""
     bucket = (MetricPoint.step - low) // width  # floor division on both databases
     return session.execute(
         sa.select(

@@ -23,6 +23,7 @@ rows; the follow ends there. Other changes of the job (its place in the queue, i
 replicas) come as `job` events without an id: they are not part of the order.
 
 No transport here: api/routes/streams.py frames what `follow` yields as Server-Sent Events.
+The SQL reads shared by every follower of a process are services/telemetry/shared_reads.py's.
 """
 
 from __future__ import annotations
@@ -33,18 +34,25 @@ import functools
 import logging
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Collection
 from contextlib import aclosing
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import redis
 
 from services.settings import get_settings
 from services.statuses import TERMINAL_STATUSES, JobStatus
-from services.telemetry.cursor import Cursor, Event, decoded
+from services.telemetry.cursor import Cursor, Event, decoded, place_bound
 from services.telemetry.feed_hub import Entry, Subscription, feed_hub
 from services.telemetry.settling import Settling
+from services.telemetry.shared_reads import (
+    KEEPALIVE,
+    STATUS_POLL,
+    EveryJob,
+    PerJob,
+    sql_in_thread,
+)
 from services.telemetry.stream_order import (
     Item,
     StatusChange,
@@ -56,7 +64,6 @@ from services.telemetry.stream_state import (
     job_fingerprints,
     job_snapshot,
     newest_ids,
-    project_changes,
 )
 from services.wire.client import get_redis
 from services.wire.feed import FeedEntry, FeedError
@@ -66,19 +73,11 @@ log = logging.getLogger("cohort.follow")
 
 KINDS = ("status", "metric", "log")
 ROW_KINDS = ("metric", "log")
-STATUS_POLL = 1.0  # seconds between status checks (statuses change rarely)
 # Seconds a finished job's stream waits for it to settle (its replicas' exits, the ingest)
 # before it sends the terminal status after what SQL has: a node that never answers
 # again must not hold a stream open for ever.
 SETTLE_LIMIT = 60.0
-KEEPALIVE = 15.0  # seconds of silence before an empty batch (a transport's keep-alive)
 FEED_READ = 200  # feed entries per XREAD
-T = TypeVar("T")
-
-
-async def _sql(fn: Callable[..., T], *args: Any) -> T:
-    # Sync SQLAlchemy off the event loop; short reads only.
-    return await anyio.to_thread.run_sync(fn, *args)
 
 
 def _raise_if_cancelled() -> None:
@@ -93,65 +92,12 @@ def _raise_if_cancelled() -> None:
         raise asyncio.CancelledError
 
 
-class _PerJob:
-    """One SQL read per job per STATUS_POLL s, shared by every follower in this process:
-    100 followers of one job cost one read a second, not 100."""
-
-    def __init__(self, read: Callable[[int], Any]) -> None:
-        self.read = read
-        self.values: dict[int, tuple[float, Any]] = {}
-
-    async def __call__(self, job_id: int) -> Any:
-        now = time.monotonic()
-        hit = self.values.get(job_id)
-        if hit is not None and now - hit[0] < STATUS_POLL:
-            return hit[1]
-        value = await _sql(self.read, job_id)
-        if len(self.values) > 10_000:
-            self.values.clear()
-        self.values[job_id] = (now, value)
-        return value
-
-
-_snapshot = _PerJob(job_snapshot)  # (the job as JSON, its newest event id, a fingerprint)
-_newest = _PerJob(newest_ids)  # the job's newest point and line ids
-
-
-class _EveryJob:
-    """One SQL read per STATUS_POLL s for every job followed in this process (`read`
-    takes the jobs' ids and answers for each): 100 jobs followed cost one read a second,
-    not 100. A job is read while it was asked for in the last two periods."""
-
-    def __init__(self, read: Callable[[list[int]], dict[int, Any]]) -> None:
-        self.read = read
-        self.values: dict[int, Any] = {}
-        self.asked: dict[int, float] = {}
-        self.read_at = float("-inf")
-        self.reading: asyncio.Task[None] | None = None
-
-    async def __call__(self, job_id: int) -> Any:
-        self.asked[job_id] = time.monotonic()
-        while job_id not in self.values or time.monotonic() - self.read_at >= STATUS_POLL:
-            if self.reading is None:
-                self.reading = asyncio.get_running_loop().create_task(self._read())
-            # Shielded: a follower that leaves does not cancel the others' read.
-            await asyncio.shield(self.reading)
-        return self.values[job_id]
-
-    async def _read(self) -> None:
-        try:
-            started = time.monotonic()
-            self.asked = {
-                job: at for job, at in self.asked.items() if at >= started - 2 * STATUS_POLL
-            }
-            self.values = await _sql(self.read, list(self.asked))
-            self.read_at = started
-        finally:
-            self.reading = None
+_snapshot = PerJob(job_snapshot)  # (the job as JSON, its newest event id, a fingerprint)
+_newest = PerJob(newest_ids)  # the job's newest point and line ids
 
 
 # Per event loop: a read in flight is a task of the loop that started it.
-_every_job: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _EveryJob] = (
+_every_job: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EveryJob] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -161,7 +107,7 @@ async def _fingerprint(job_id: int) -> Any:
     loop = asyncio.get_running_loop()
     every = _every_job.get(loop)
     if every is None:
-        every = _every_job[loop] = _EveryJob(job_fingerprints)
+        every = _every_job[loop] = EveryJob(job_fingerprints)
     return await every(job_id)
 
 
@@ -169,18 +115,6 @@ async def _fingerprint(job_id: int) -> Any:
 def _redis(url: str) -> redis.Redis:
     """The process's client for the settle checks (blocking calls, run in threads)."""
     return get_redis(url)
-
-
-def _place_bound(entry: FeedEntry) -> Cursor | None:
-    """The stream position after an entry's rows: its rows, and what was stored before
-    them (None: an entry of a writer that did not say)."""
-    place = entry.place
-    if place.other < 0 or place.event < 0:
-        return None
-    bound = Cursor(event=place.event)
-    bound.move(entry.kind, entry.rows[-1].id)
-    bound.move("log" if entry.kind == "metric" else "metric", place.other)
-    return bound
 
 
 class _Follower:
@@ -207,15 +141,15 @@ class _Follower:
         if any(kind == "status" for kind, _, _ in items):
             snapshot = (await _snapshot(self.job_id))[0]
         return [
-            Event(kind, event_id, _status_data(snapshot, item) if kind == "status" else item)
+            Event(kind, event_id, item.event_data(snapshot) if kind == "status" else item)
             for kind, item, event_id in items
         ]
 
-    async def from_sql(self, bound: Cursor | None = None) -> list[Event]:
+    async def fromsql_in_thread(self, bound: Cursor | None = None) -> list[Event]:
         """What SQL holds after the cursor (up to `bound`), in stream order."""
         items: list[Item] = []
         while True:
-            segment = await _sql(read_segment, self.job_id, self.cursor, self.kinds, bound)
+            segment = await sql_in_thread(read_segment, self.job_id, self.cursor, self.kinds, bound)
             got = in_order(segment, self.cursor, self.kinds)
             items += got
             if not got or all(segment.complete.values()):
@@ -229,13 +163,13 @@ class _Follower:
         if self.row_kinds:
             self.feed = await feed_hub().subscribe(self.key)
         _, _, self.fingerprint = await _snapshot(self.job_id)
-        self.terminal = await _sql(terminal_change, self.job_id)
+        self.terminal = await sql_in_thread(terminal_change, self.job_id)
         # (Only a follower of statuses has had the terminal status: for the others the
         # event part of an id is where the rows stand, which can be past it.)
         if self.terminal is not None and self.status and self.cursor.event >= self.terminal.id:
             self.settle_by = -1.0  # had it all: the follow ends at once
             return
-        events = await self.from_sql()
+        events = await self.fromsql_in_thread()
         if events:
             yield events
         self.next_status = self.next_check = time.monotonic() + STATUS_POLL
@@ -261,12 +195,12 @@ class _Follower:
             else:
                 # Something stored before these rows has not been sent (a lost entry, a
                 # status change): SQL, in order, up to and with these rows.
-                events += await self.from_sql(_place_bound(shared.entry))
+                events += await self.fromsql_in_thread(place_bound(shared.entry))
         return events
 
     def _caught_up(self, entry: FeedEntry) -> bool:
         """Whether the follower has had everything stored before the entry's rows."""
-        bound = _place_bound(entry)
+        bound = place_bound(entry)
         if bound is None or self.cursor.at(entry.kind) < entry.place.prev:
             return False
         other = "log" if entry.kind == "metric" else "metric"
@@ -302,7 +236,7 @@ class _Follower:
             return []
         newest = await _newest(self.job_id)
         if any(newest[kind] > self.cursor.at(kind) for kind in self.row_kinds):
-            return await self.from_sql()
+            return await self.fromsql_in_thread()
         return []
 
     async def status_changed(self) -> list[Event]:
@@ -320,7 +254,7 @@ class _Follower:
             self.settle_by = -1.0
             return []
         if self.terminal is None and JobStatus(fingerprint[0]) in TERMINAL_STATUSES:
-            self.terminal = await _sql(terminal_change, self.job_id)
+            self.terminal = await sql_in_thread(terminal_change, self.job_id)
         events: list[Event] = []
         # A status change not sent yet, also when the job looks as at the last check: a
         # change can wait in SQL for rows stored just before it (stream_order.in_order).
@@ -329,7 +263,7 @@ class _Follower:
             self.terminal is None or fingerprint[4] != self.terminal.id or changed
         )
         if self.status and unsent:
-            events = await self.from_sql()
+            events = await self.fromsql_in_thread()
         # Not once the job is terminal: its status is told by the last event alone.
         if self.status and changed and self.terminal is None and not events:
             snapshot = (await _snapshot(self.job_id))[0]
@@ -346,7 +280,7 @@ class _Follower:
         if self.settle_by >= 0 and time.monotonic() < self.settle_by:
             client = _redis(get_settings().redis_url)
             try:
-                done = await _sql(self.settling.settled, self.job_id, client)
+                done = await sql_in_thread(self.settling.settled, self.job_id, client)
             except redis.RedisError:
                 log.warning("job %s: cannot see the ingest; waiting", self.job_id)
                 done = False
@@ -358,7 +292,7 @@ class _Follower:
                 self.job_id,
                 SETTLE_LIMIT,
             )
-        events = await self.from_sql()
+        events = await self.fromsql_in_thread()
         # Whatever the kinds followed: the terminal status says the stream is over.
         self.cursor.event = self.terminal.id
         events += await self._events([("status", self.terminal, str(self.cursor))])
@@ -388,18 +322,6 @@ class _Follower:
                 return
 
 
-def _status_data(snapshot: dict[str, Any], change: StatusChange) -> dict[str, Any]:
-    """A status event's data: the job as `GET /jobs/{id}` sends it now, with the status
-    and attempt of the change, and the change itself (`change`: its id, statuses, attempt,
-    reason and time). The newest change's event is the job as REST reads it."""
-    return {
-        **snapshot,
-        "status": change.to_status,
-        "attempt": change.attempt,
-        "change": change.payload(),
-    }
-
-
 def stream_over(job_id: int, cursor: Cursor) -> bool:
     """Whether a follower of statuses at `cursor` has had the job's terminal status: its
     stream is over (blocking: one short SQL read)."""
@@ -426,22 +348,3 @@ async def follow(
     finally:
         if follower.feed is not None:
             follower.feed.close()
-
-
-async def follow_project(
-    project_id: int, after: int | None = None, *, keepalive: float = KEEPALIVE
-) -> AsyncGenerator[list[Event]]:
-    """The project's jobs as their statuses change, forever: `status` events whose ids
-    are job-event ids. With no `after`, the project's newest jobs come first; an empty
-    batch after `keepalive` seconds without any (a quiet spell)."""
-    cursor = after
-    idle_since = time.monotonic()
-    while True:
-        changed, cursor = await _sql(project_changes, project_id, cursor)
-        if changed:
-            idle_since = time.monotonic()
-            yield [Event("status", str(cursor), snapshot) for snapshot in changed]
-        elif time.monotonic() - idle_since >= keepalive:
-            idle_since = time.monotonic()
-            yield []
-        await anyio.sleep(STATUS_POLL)

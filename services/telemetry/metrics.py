@@ -1,8 +1,14 @@
-"""Metrics: store replica batches once (idempotent), read them back with filters."""
+"""Metrics: store replica batches once (idempotent), read them back with filters.
+
+A point's shapes here, each said once: a stream entry (services/wire/batches.py
+`MetricBatch` of `Point`s) becomes the staging row `COLUMNS` (the replica's head, then the
+point's own fields), which COPY writes as is; the stored row comes back as `STORED` (the
+job, then the live feed's `MetricRow`), which services/telemetry/live.py publishes.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from operator import itemgetter
 from typing import Any
 
@@ -11,51 +17,49 @@ from sqlalchemy.orm import Session
 
 from services.jobs.stream_marks import newest_id, newest_ids_before
 from services.models import Job, MetricPoint
-from services.wire.batches import MetricBatch
+from services.wire.batches import MetricBatch, Point
+from services.wire.feed import MetricRow
+
+# A point as the ingest stores it: whose (the replica's head), then the point itself.
+COLUMNS = ("job_id", "attempt", "replica", *Point._fields)
+# A stored point as the ingest gets it back: the job, then the live feed's row.
+STORED = ("job_id", *MetricRow._fields)
+_row_of = itemgetter(*COLUMNS)  # C-level: runs once per point of a dict caller
+
+
+def parse_rows(raw: str | bytes) -> list[tuple[Any, ...]]:
+    """The rows (in COLUMNS order) of one metrics stream entry (services/wire/batches.py:
+    MetricBatch), the ingest's hot path: no dict per point. Malformed points are
+    dropped; a malformed entry or head raises WireError, a ValueError (the caller drops
+    the whole entry)."""
+    batch = MetricBatch.decode(raw)
+    head = (batch.job_id, batch.attempt, batch.replica)
+    return [head + point for point in batch.points]
 
 
 def parse_batch(raw: str | bytes) -> list[dict[str, Any]]:
-    """Rows from one metrics stream entry (services/wire/batches.py: MetricBatch).
-    Malformed points are dropped; a malformed entry or head raises WireError, a
-    ValueError (the caller drops the whole entry)."""
-    batch = MetricBatch.decode(raw)
-    job_id, attempt, replica = batch.job_id, batch.attempt, batch.replica
-    return [
-        {
-            "job_id": job_id,
-            "attempt": attempt,
-            "replica": replica,
-            "step": step,
-            "epoch": epoch,
-            "name": name,
-            "value": value,
-            "ts": ts,
-        }
-        for step, epoch, name, value, ts in batch.points
-    ]
+    """`parse_rows` with the columns named, for callers that read the rows by name."""
+    return [dict(zip(COLUMNS, row, strict=True)) for row in parse_rows(raw)]
 
 
-def store_points(*, session: Session, rows: Iterable[dict[str, Any]]) -> int:
+def store_points(*, session: Session, rows: Iterable[Mapping[str, Any]]) -> int:
     """Insert metric rows, skipping any `(job, attempt, replica, step, name)` already stored
     and any row of a job that does not exist. Returns how many rows were new."""
     return len(insert_points(session=session, rows=rows))
 
 
-def insert_points(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def insert_points(*, session: Session, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Like `store_points`, but returns the new rows with their ids (for the live streams),
-    in id order: `insert_point_rows` as dicts."""
-    return [
-        dict(zip(STORED, row, strict=True)) for row in insert_point_rows(session=session, rows=rows)
-    ]
+    in id order: `insert_point_rows` with the columns named, of rows given by name."""
+    stored = insert_point_rows(session=session, rows=map(_row_of, rows))
+    return [dict(zip(STORED, row, strict=True)) for row in stored]
 
 
-# The new rows as the ingest gets them: the job, then the live feed's row (MetricRow).
-STORED = ("job_id", "id", "attempt", "replica", "step", "epoch", "name", "value", "ts")
-
-
-def insert_point_rows(*, session: Session, rows: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """Store metric rows once; returns the new ones as tuples in STORED order, in id
-    order (the ingest's hot path: no dict per stored point).
+def insert_point_rows(
+    *, session: Session, rows: Iterable[tuple[Any, ...]]
+) -> list[tuple[Any, ...]]:
+    """Store metric rows (in COLUMNS order) once; returns the new ones as tuples in STORED
+    order, in id order (the ingest's hot path: no dict per point).
 
     Fenced by attempt: a point of an attempt that is no longer the job's current one
     (a replica of a torn-down gang still talking) is refused, like every other late
@@ -64,10 +68,10 @@ def insert_point_rows(*, session: Session, rows: Iterable[dict[str, Any]]) -> li
     rows = list(rows)
     if not rows:
         return []
-    current = current_attempts(session=session, job_ids={row["job_id"] for row in rows})
+    current = current_attempts(session=session, job_ids={row[0] for row in rows})
     # A key that comes twice (a redelivered stream entry) needs no filtering here:
     # ON CONFLICT DO NOTHING / INSERT OR IGNORE skip it within one statement too.
-    values = [row for row in rows if current.get(row["job_id"]) == row["attempt"]]
+    values = [row for row in rows if current.get(row[0]) == row[1]]  # job_id, attempt
     if not values:
         return []
     if session.get_bind().dialect.name == "postgresql":
@@ -95,7 +99,6 @@ def current_attempts(*, session: Session, job_ids: set[int]) -> dict[int, int]:
     )
 
 
-_COLUMNS = ("job_id", "attempt", "replica", "step", "epoch", "name", "value", "ts")
 # Steps per rollup bucket (alembic 0008 filled the table with this width: changing it
 # needs a migration that rebuilds metric_rollups).
 ROLLUP_STEPS = 100
@@ -115,11 +118,11 @@ def _driver_connection(session: Session) -> Any:
     return raw
 
 
-def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+def _insert_postgresql(session: Session, values: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     # COPY into a session-local staging table, then one INSERT ... SELECT: several times
     # faster than a multi-row INSERT ... RETURNING, and still one statement decides
     # what is new (ON CONFLICT DO NOTHING against the unique key).
-    columns = ", ".join(_COLUMNS)
+    columns = ", ".join(COLUMNS)
     raw = _driver_connection(session)
     with raw.cursor() as cursor:
         # Two statements, one round trip (no parameters: the simple query protocol).
@@ -132,9 +135,8 @@ def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[t
         # Binary COPY: the server skips parsing text, the client encodes in C.
         with cursor.copy(f"COPY metric_stage ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(_COPY_TYPES)
-            fields = itemgetter(*_COLUMNS)  # C-level: this loop runs once per point
             for row in values:
-                copy.write_row(fields(row))
+                copy.write_row(row)
         # One statement stores the new points and adds exactly them to the rollups.
         cursor.execute(
             f"WITH new AS (INSERT INTO metric_points ({columns}) "
@@ -157,19 +159,19 @@ def _insert_postgresql(session: Session, values: list[dict[str, Any]]) -> list[t
         return rows
 
 
-def _insert_sqlite(session: Session, values: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+def _insert_sqlite(session: Session, values: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     # SQLite has one writer at a time and the leader's ingest is the only writer of
     # metric points, so the new rows are exactly those above the largest id before. A
     # DB-API executemany of INSERT OR IGNORE runs in C: several times faster than
     # SQLAlchemy's multi-row INSERT ... RETURNING.
-    columns = ", ".join(_COLUMNS)
+    columns = ", ".join(COLUMNS)
     cursor = _driver_connection(session).cursor()
     try:
         cursor.execute("SELECT coalesce(max(id), 0) FROM metric_points")
         before = cursor.fetchone()[0]
         cursor.executemany(
             f"INSERT OR IGNORE INTO metric_points ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            list(map(itemgetter(*_COLUMNS), values)),
+            values,
         )
         cursor.execute(
             f"SELECT {', '.join(STORED)} FROM metric_points WHERE id > ? ORDER BY id", (before,)

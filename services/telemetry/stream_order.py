@@ -68,6 +68,17 @@ class StatusChange(NamedTuple):
             "at": self.at.isoformat(),
         }
 
+    def event_data(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        """Its status event's data: the job as `GET /jobs/{id}` sends it now (`snapshot`),
+        with the status and attempt of the change, and the change itself (`change`). The
+        newest change's event is the job as REST reads it."""
+        return {
+            **snapshot,
+            "status": self.to_status,
+            "attempt": self.attempt,
+            "change": self.payload(),
+        }
+
 
 @dataclasses.dataclass
 class Segment:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 import orjson
 
@@ -27,9 +27,20 @@ MAX_LINE = 4000  # characters kept of a log line; a progress bar without newline
 # FINISH_GRACE = 300 s ahead while it saves): a script cannot blind the hang watchdog.
 MAX_BEAT_AHEAD = 600.0
 
-# (step, epoch, name, value, ts): `step` the global 1-based training step, `epoch`
-# 0-based or None, `value` a finite float, `ts` the unix time it was observed.
-Point = tuple[int, int | None, str, float, float]
+
+class Point(NamedTuple):
+    """One metric point of one replica: the one declaration of its fields, from the
+    replica's metrics file to the SQL row (services/models/series.py `MetricPoint` adds
+    the job, attempt, replica and id; services/wire/feed.py `MetricRow` reads it back).
+    On the metrics stream it travels as a positional array in this order."""
+
+    step: int  # the global training step
+    epoch: int | None  # 0-based, None when the loop does not say
+    name: str
+    value: float  # finite
+    ts: float  # the unix time it was observed
+
+
 # (seq, ts, text): `seq` the 1-based line number in the replica's log file, `ts` the unix
 # time the agent read it.
 Line = tuple[int, float, str]
@@ -83,7 +94,8 @@ class MetricBatch:
                 "attempt": self.attempt,
                 "replica": self.replica,
                 "points": self.points,
-            }
+            },
+            default=tuple,  # orjson writes tuples, not NamedTuples: each Point as one
         )
 
     @classmethod
@@ -115,7 +127,7 @@ class MetricBatch:
                 and 0 < len(name) <= MAX_NAME
                 and "\x00" not in name
             ):
-                append((step, epoch, name, value, ts))
+                append(Point(step, epoch, name, value, ts))
         return cls(job_id, attempt, replica, points)
 
 

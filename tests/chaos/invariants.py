@@ -14,7 +14,7 @@ prints how many of each and fails on any.
 * attempts overlap: never processes of two attempts of one job alive in one sample
   (tests/chaos/processes.py);
 * metrics: every (step, metric) a replica of a succeeded attempt wrote to its metrics
-  file (the file the agent ships: workers/replica/report_channel.py) is stored, and
+  file (the file the agent ships: workers/replica/report_writer.py) is stored, and
   nothing else is stored for it; for every other attempt nothing is stored that its
   replica did not write. The table's unique key, (job, attempt, replica, step, name),
   makes a second copy of a point impossible to store; "exactly once" is checked as

@@ -2,7 +2,7 @@
 
 A replica's own files on its node are the source of truth (workers/node/layout.py): its
 metrics file (every point and beat Cohort's runner or `cohort.report()` wrote,
-workers/replica/report_channel.py) and its log (stdout and stderr). Neither is removed
+workers/replica/report_writer.py) and its log (stdout and stderr). Neither is removed
 when a job ends (cleanup takes the checkpoints and scratch only), so they are read after
 the job, on whichever node's DATA_DIR ran the replica. SQL is read first and the files
 after, so nothing stored can be newer than what is compared with it.

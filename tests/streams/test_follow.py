@@ -18,7 +18,9 @@ import redis
 from services.exceptions import InvalidEventId
 from services.telemetry.cursor import Cursor, Event, parse_project_position
 from services.telemetry.feed_hub import POOL_SIZE, READER_NAME
-from services.telemetry.follow import STATUS_POLL, follow, follow_project
+from services.telemetry.follow import follow
+from services.telemetry.project_follow import follow_project
+from services.telemetry.shared_reads import STATUS_POLL
 from services.wire.feed import LogRow, MetricRow
 from services.wire.keys import live_key
 from tests.streams.conftest import ingest_until

@@ -1,4 +1,4 @@
-"""A replica's senders outlive it by the replay window (workers/replay.py AfterEnd): a
+"""A replica's senders outlive it by the replay window (workers/node/replay.py AfterEnd): a
 wipe of Redis just after a replica ended, before the leader stored its last points and
 log lines, must not lose them (the chaos soak, tests/chaos, found a succeeded attempt
 whose last points were never stored). Against a real redis-server that dies or is
@@ -15,7 +15,7 @@ from redis.retry import Retry
 from tests.e2e.conftest import wait_for
 from tests.streams.conftest import Server
 from tests.streams.test_logship import shipped
-from workers.replay import AfterEnd
+from workers.node.replay import AfterEnd
 
 POINTS = [
     (step, 0, name, float(step), 1000.0 + step)
@@ -36,7 +36,7 @@ def points_on_stream(client: redis.Redis) -> set[tuple[int, str]]:
 
 
 def reporter_for(server: Server):  # type: ignore[no-untyped-def]
-    from workers.reporter import MetricReporter, connect
+    from workers.node.report_shipper import MetricReporter, connect
 
     return MetricReporter(
         connect(f"redis://127.0.0.1:{server.port}/0"), job_id=7, attempt=1, replica=0

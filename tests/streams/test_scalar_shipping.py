@@ -18,8 +18,8 @@ from services.wire.keys import METRICS_STREAM, PROGRESS_HASH, progress_field
 from tests.e2e.conftest import wait_for
 from tests.streams.conftest import ingest_until
 from tests.tfsummaries import expected_reports, expected_scalars, start_writer
+from workers.node.report_shipper import MetricReporter
 from workers.node.scalars import ScalarShipper
-from workers.reporter import MetricReporter
 
 STEPS = 8
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from cohort.metrics import decode_line
-from workers.node.report_file import MetricsFileReader
+from workers.node.report_shipper import MetricsFileReader
 from workers.replica.callbacks import (
     COORDINATED_STEPS_IN_FLIGHT,
     FINISH_GRACE,
     metrics_callback,
 )
-from workers.replica.report_channel import ReplicaReporter
+from workers.replica.report_writer import ReplicaReporter
 
 EPOCHS, STEPS, BATCH = 3, 20, 8
 

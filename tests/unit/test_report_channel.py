@@ -12,9 +12,9 @@ import pytest
 from cohort.metrics import decode_line, encode_beat
 from services.settings import Settings
 from workers.node import isolation
-from workers.node.report_file import MAX_BEAT_AHEAD, MetricsFileReader
+from workers.node.report_shipper import MAX_BEAT_AHEAD, MetricsFileReader
 from workers.node.scalars import ReplicaFollower
-from workers.replica.report_channel import ReplicaReporter, encode_chunk
+from workers.replica.report_writer import ReplicaReporter, encode_chunk
 
 
 def test_what_the_runner_writes_is_what_the_agent_ships(tmp_path: Path) -> None:

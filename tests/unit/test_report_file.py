@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from workers.node import report_file
-from workers.node.report_file import MetricsFileReader
-from workers.node.tfevents import Scalar
+from services.wire.batches import Point
+from workers.node import report_shipper
+from workers.node.report_shipper import MetricsFileReader
 
 
 def line(step: object, **metrics: object) -> bytes:
     return json.dumps({"step": step, "metrics": metrics, "ts": 5.0}).encode() + b"\n"
 
 
-def steps(points: list[Scalar]) -> list[tuple[int, str, float]]:
+def steps(points: list[Point]) -> list[tuple[int, str, float]]:
     return [(p.step, p.name, p.value) for p in points]
 
 
@@ -100,7 +100,7 @@ def test_bad_lines_are_skipped_with_a_warning_and_never_stall(
 def test_a_line_longer_than_a_read_is_dropped_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(report_file, "READ_BYTES", 64)
+    monkeypatch.setattr(report_shipper, "READ_BYTES", 64)
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b"x" * 200 + b"\n" + line(3, a=3))
     reader = MetricsFileReader(path)

@@ -16,10 +16,10 @@ import pytest
 
 from cohort.metrics import decode_line
 from services.wire.batches import Point
-from workers.node.report_file import MetricsFileReader
+from workers.node.report_shipper import MetricsFileReader
 from workers.node.scalars import ReplicaFollower
-from workers.replica.report_channel import ReplicaReporter
-from workers.reporting import BEAT_INTERVAL, PointBuffer, StepRecord
+from workers.point_buffer import BEAT_INTERVAL, PointBuffer, StepRecord
+from workers.replica.report_writer import ReplicaReporter
 
 DEADLINE = 10.0
 
@@ -158,7 +158,7 @@ class Flaky(PointBuffer):
 def test_the_sender_keeps_points_through_failed_sends(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("workers.reporting.MAX_PAUSE", 0.02)
+    monkeypatch.setattr("workers.point_buffer.MAX_PAUSE", 0.02)
     buffer = Flaky(3, job_id=7, attempt=1, replica=0, flush_interval=0.005)
     record = buffer.step_recorder()
     for step in range(1, 101):
@@ -199,7 +199,7 @@ def test_progress_lines_flow_while_steps_are_recorded_and_stop_when_they_stop(
 
 def test_beats_are_rate_limited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
-    monkeypatch.setattr("workers.reporting.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("workers.point_buffer.time.monotonic", lambda: now[0])
     path = tmp_path / "metrics.jsonl"
     reporter = ReplicaReporter(path, job_id=7, attempt=1, replica=0, flush_interval=3600)
     for _ in range(1000):

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from services.wire.batches import Point
 from tests.tfsummaries import expected_scalars, write_summaries
 from workers.node.scalars import ReplicaFollower
-from workers.node.tfevents import HEADER, READ_BYTES, EventFileReader, Scalar
+from workers.node.tfevents import HEADER, READ_BYTES, EventFileReader
 
 STEPS = 5
 
@@ -31,12 +32,12 @@ def root_file(directory: Path) -> Path:
     return path
 
 
-def triples(points: list[Scalar]) -> set[tuple[int, str, float]]:
+def triples(points: list[Point]) -> set[tuple[int, str, float]]:
     return {(p.step, p.name, p.value) for p in points}
 
 
-def follow(directory: Path) -> tuple[ReplicaFollower, list[Scalar]]:
-    points: list[Scalar] = []
+def follow(directory: Path) -> tuple[ReplicaFollower, list[Point]]:
+    points: list[Point] = []
     follower = ReplicaFollower(
         on_point=points.append, tensorboard_dir=directory, skip_existing=False
     )
@@ -68,7 +69,7 @@ def test_a_file_growing_while_read_yields_every_record_once(written: Path, tmp_p
     data = root_file(written).read_bytes()
     growing = tmp_path / "events.out.tfevents.1.growing"
     reader = EventFileReader(growing)
-    points: list[Scalar] = []
+    points: list[Point] = []
     with open(growing, "wb") as handle:
         for start in range(0, len(data), 7):  # every record is cut somewhere
             handle.write(data[start : start + 7])
@@ -240,7 +241,7 @@ def test_files_of_an_earlier_attempt_are_neither_metrics_nor_progress(
 ) -> None:
     shutil.copytree(written, tmp_path / "tb")
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "metrics": {"a": 1}}\n')
-    points: list[Scalar] = []
+    points: list[Point] = []
     follower = ReplicaFollower(
         on_point=points.append,
         tensorboard_dir=tmp_path / "tb",

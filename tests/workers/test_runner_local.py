@@ -25,7 +25,7 @@ import redis
 
 from cohort.metrics import decode_line
 from services.wire.keys import METRICS_STREAM
-from workers.reporter import MetricReporter
+from workers.node.report_shipper import MetricReporter
 
 ROOT = Path(__file__).resolve().parents[2]
 GANG_TIMEOUT = 120.0

@@ -47,7 +47,7 @@ class Feed:
 
     stream: str
     kind: str  # the live-feed event kind
-    parse: Callable[[str], list[dict[str, Any]]]
+    parse: Callable[[str], list[Any]]  # the entry's rows, as `store` takes them
     # (session=, rows=) -> the new rows in id order, each (job id, *the feed row)
     store: Callable[..., list[tuple[Any, ...]]]
     # (session=, firsts={job: id}) -> {job: its newest id below that}, in one statement
@@ -58,7 +58,7 @@ class Feed:
 METRICS = Feed(
     METRICS_STREAM,
     "metric",
-    metrics.parse_batch,
+    metrics.parse_rows,
     metrics.insert_point_rows,
     metrics.newest_point_ids,
     1000,
@@ -81,7 +81,7 @@ def publish_live(
 
 
 def _store(
-    feed: Feed, rows: list[dict[str, Any]], sessions: Sessions
+    feed: Feed, rows: list[Any], sessions: Sessions
 ) -> tuple[list[tuple[Any, ...]], dict[int, Place]]:
     """Store rows; returns the new ones and, per job, where they stand in its stream."""
     session: Session

@@ -21,10 +21,11 @@ leftovers.py      what a job's code or a previous agent left running here
 data_dir_lock.py  one agent per node id and DATA_DIR
 layout.py         where a job's files go on a node
 logship.py        a replica's log shipped line by line through Redis
+replay.py         what a sender keeps to send again after Redis lost its data
 sidecar.py        what runs beside each replica, whatever its loop:
 artifact_sync.py    checkpoints, models and TensorBoard files to and from the store
 attempts.py         a job's current attempt: no stale start, no stale checkpoint
 scalars.py          metrics and progress read from the files the loop writes,
 tfevents.py         from TensorBoard event files
-report_file.py      and from the JSON-lines file `cohort.report()` appends to
+report_shipper.py   and from the replica's metrics file; its points shipped to Redis
 """

@@ -56,8 +56,8 @@ from workers.node.lease import CHECK_EVERY, Lease, fence_grace
 from workers.node.logship import LogShipper
 from workers.node.pool import ReplicaPool
 from workers.node.prepare import Preparer
+from workers.node.replay import AfterEnd
 from workers.node.sidecar import Sidecars
-from workers.replay import AfterEnd
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -136,7 +136,7 @@ class Agent:
         self.answering: dict[ReplicaKey, int] = {}  # start messages being handled, per key
         self.preparer = Preparer(settings)
         self.sidecars = Sidecars(settings, client)  # checkpoints, metrics from files
-        # Ended replicas' senders, for a wipe of Redis just after an end (workers/replay.py).
+        # Ended replicas' senders, for a wipe of Redis just after an end (workers/node/replay.py).
         self.ended = AfterEnd()
         # Warm replica processes (COHORT_REPLICA_POOL_SIZE; none until start_pool).
         self.pool = ReplicaPool(

@@ -20,7 +20,7 @@ import redis
 from services.wire.batches import LogBatch
 from services.wire.keys import LOGS_STREAM, STREAM_MAXLEN
 from workers.node.launcher import ReplicaKey
-from workers.replay import REPLAY_WINDOW, RecentlySent
+from workers.node.replay import REPLAY_WINDOW, RecentlySent
 
 log = logging.getLogger("cohort.logship")
 
@@ -43,7 +43,7 @@ class LogShipper(threading.Thread):
 
     Nothing is dropped: the file is the buffer. A batch Redis refuses is read again from
     the file once Redis answers (each line keeps its number, so SQL stores it once), and
-    after a Redis restart the lines of the last 30 s are shipped again (workers/replay.py).
+    after a Redis restart the lines of the last 30 s are shipped again (workers/node/replay.py).
     """
 
     def __init__(
@@ -80,7 +80,7 @@ class LogShipper(threading.Thread):
 
     def send_again(self) -> None:
         """After the replica ended and this thread shipped its last lines
-        (workers/replay.py AfterEnd): what is still unshipped, and again the lines a
+        (workers/node/replay.py AfterEnd): what is still unshipped, and again the lines a
         wipe erased."""
         if not self.is_alive():  # else the thread still ships, and looks itself
             self._ship_available(final=True)

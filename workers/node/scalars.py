@@ -4,7 +4,7 @@ Whatever the loop (Keras fit, a custom `strategy.run` loop, any script), the age
 follows, for each replica it runs:
 
 * the JSON lines `cohort.report()` (and Cohort's own runner: every `trainer` job's
-  metrics and progress beats, workers/replica/report_channel.py) append to
+  metrics and progress beats, workers/replica/report_writer.py) append to
   $COHORT_METRICS_FILE;
 * the TensorBoard event files tf.summary writes anywhere under
   $COHORT_TENSORBOARD_DIR (a file in a subdirectory `train/` names its scalars
@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from services.storage.owned_tree import OwnedTree
-from services.wire.batches import ProgressBeat
+from services.wire.batches import Point, ProgressBeat
 from services.wire.keys import PROGRESS_HASH, progress_field
-from workers.node.report_file import MetricsFileReader
-from workers.node.tfevents import FILE_PREFIX, EventFileReader, Scalar
+from workers.node.report_shipper import MetricsFileReader
+from workers.node.tfevents import FILE_PREFIX, EventFileReader
 
 log = logging.getLogger("cohort.scalars")
 
@@ -74,7 +74,7 @@ class ReplicaFollower:
     def __init__(
         self,
         *,
-        on_point: Callable[[Scalar], None],
+        on_point: Callable[[Point], None],
         metrics_file: Path | None = None,
         tensorboard_dir: Path | None = None,
         watch_dirs: Sequence[Path] = (),
@@ -273,5 +273,5 @@ class ScalarShipper(threading.Thread):
         self._done.set()
         self.join(timeout)
 
-    def _add(self, point: Scalar) -> None:
-        self.reporter.add(point.step, point.epoch, point.name, point.value, point.ts)
+    def _add(self, point: Point) -> None:
+        self.reporter.add(*point)

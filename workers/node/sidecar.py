@@ -38,8 +38,8 @@ from workers.node import layout
 from workers.node.artifact_sync import CheckpointMirror, CheckpointSyncer
 from workers.node.attempts import superseded
 from workers.node.launcher import ReplicaKey
+from workers.node.report_shipper import MetricReporter
 from workers.node.scalars import ScalarShipper
-from workers.reporter import MetricReporter
 
 log = logging.getLogger("cohort.artifacts")
 
@@ -152,7 +152,7 @@ class Sidecars:
         """Its process exited: the last points and the uploads, before the exit is
         reported (at most `timeout`; errors are logged). Returns its sidecar, whose
         reporter the caller closes (the agent, once past the replay window:
-        workers/replay.py AfterEnd)."""
+        workers/node/replay.py AfterEnd)."""
         with self._lock:
             sidecar = self._followed.pop(key, None)
         if sidecar is not None:

@@ -19,7 +19,6 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 import crc32c
 from google.protobuf.message import DecodeError
@@ -28,6 +27,7 @@ from tensorboard.util import tensor_util
 
 from cohort.metrics import MAX_NAME, MAX_STEP
 from services.storage.owned_tree import OwnedTree
+from services.wire.batches import Point
 
 log = logging.getLogger("cohort.tfevents")
 
@@ -37,14 +37,6 @@ READ_BYTES = 4 << 20  # per call and file: bounds memory and the time a poll tak
 MAX_RECORD = 256 << 20  # a longer "length" means the framing is corrupt
 SCALARS_PLUGIN = "scalars"
 FILE_PREFIX = "events.out.tfevents."
-
-
-class Scalar(NamedTuple):
-    step: int
-    name: str
-    value: float
-    ts: float  # the event's wall time
-    epoch: int | None = None  # only Cohort's runner says (in its metrics file)
 
 
 def masked_crc(data: bytes) -> int:
@@ -150,8 +142,9 @@ class EventFileReader:
         if self.skipped == 1 or self.skipped % 100 == 0:
             log.warning("%s: %s; skipped (%d so far)", self.path, why, self.skipped)
 
-    def scalars(self, event: event_pb2.Event) -> list[Scalar]:
-        """The scalar values of one event, named `<prefix><tag>`."""
+    def scalars(self, event: event_pb2.Event) -> list[Point]:
+        """The scalar values of one event, named `<prefix><tag>`, at the event's wall
+        time (no epoch: TensorBoard events have none)."""
         found = []
         for value in event.summary.value:
             number = self._scalar_value(value)
@@ -159,7 +152,7 @@ class EventFileReader:
                 continue
             name = self.prefix + value.tag
             if self._storable(name, event.step):
-                found.append(Scalar(int(event.step), name, number, float(event.wall_time)))
+                found.append(Point(int(event.step), None, name, number, float(event.wall_time)))
         return found
 
     def _storable(self, name: str, step: int) -> bool:

@@ -222,17 +222,21 @@ def fit(
         f"compute_dtype={model.layers[0].compute_dtype}"
     )
 
-    # Saving may run collectives, so every worker saves; only the chief's copy is kept.
+    _save(ctx, model)
+    return {"eval_loss": float(results["loss"]), "eval_accuracy": float(results["accuracy"])}
+
+
+def _save(ctx: TrainerContext, model: keras.Model) -> None:
+    """Save the trained model. Saving may run collectives, so every worker saves; only
+    the chief's copy is kept."""
     if ctx.is_chief:
         model.save(str(ctx.model_dir))
-    else:
-        scratch = ctx.job_dir / "tmp" / f"worker-{ctx.index}"
-        model.save(str(scratch))
-        shutil.rmtree(scratch, ignore_errors=True)
-        with contextlib.suppress(OSError):  # other workers may still be using it
-            scratch.parent.rmdir()
-
-    return {"eval_loss": float(results["loss"]), "eval_accuracy": float(results["accuracy"])}
+        return
+    scratch = ctx.job_dir / "tmp" / f"worker-{ctx.index}"
+    model.save(str(scratch))
+    shutil.rmtree(scratch, ignore_errors=True)
+    with contextlib.suppress(OSError):  # other workers may still be using it
+        scratch.parent.rmdir()
 
 
 def _fit_coordinated(

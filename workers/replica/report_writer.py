@@ -1,12 +1,13 @@
 """`ReplicaReporter`: how Cohort's runner reports a replica's metrics and progress — as
 lines appended to the replica's metrics file ($COHORT_METRICS_FILE), which its agent
-follows and ships (workers/node/scalars.py), exactly as it ships a `command`'s
-`cohort.report()` lines.
+follows and ships (workers/node/report_shipper.py), exactly as it ships a `command`'s
+`cohort.report()` lines. The replica's side of reporting: it writes, the node ships,
+the control plane ingests (workers/control/ingest.py).
 
 A replica holds no Redis credentials: whatever code runs in it (a bundle's trainer is
 the user's code) can only write its own replica's points and beats, and the agent,
 which reads them as untrusted lines, bounds what a beat may claim. The per-step cost is
-that of the shared buffer (workers/reporting.py): one step record appended to a deque;
+that of the shared buffer (workers/point_buffer.py): one step record appended to a deque;
 the sender thread converts the records and writes them every FLUSH_INTERVAL in one
 write (bench/replica_reporting.py measures it).
 """
@@ -23,7 +24,7 @@ import orjson
 
 from cohort.metrics import encode_beat, points_record
 from services.wire.batches import Point
-from workers.reporting import PointBuffer
+from workers.point_buffer import PointBuffer
 
 __all__ = ["ReplicaReporter"]
 

@@ -1,10 +1,11 @@
 """`PointBuffer`: one replica's metric points, buffered and sent in batches, and its
 progress heartbeat; what the points travel over is a subclass's.
 
-Two senders share it: the agent's `MetricReporter` (workers/reporter.py), which appends
-batches to Redis, and the replica's `ReplicaReporter` (workers/replica/report_channel.py),
-which appends lines to the replica's metrics file for its agent to ship. Replicas hold no
-Redis credentials, so this module imports nothing that dials Redis.
+Two senders share it: the replica's `ReplicaReporter` (workers/replica/report_writer.py),
+which appends lines to the replica's metrics file, and its agent's `MetricReporter`
+(workers/node/report_shipper.py), which ships the points read there to Redis in
+batches. Replicas hold no Redis credentials, so this module imports nothing that dials
+Redis.
 
 A training loop reports its steps through `step_recorder()`: per step it appends one
 `StepRecord` (the logs as Keras gave them, unconverted) to a deque, and nothing else. A
@@ -243,7 +244,7 @@ class PointBuffer:
             return
         step = int(step)
         buffer = self._buffer
-        buffer.append((step, epoch, name, number, ts))
+        buffer.append(Point(step, epoch, name, number, ts))
         if len(buffer) > self._max_buffer:
             # Drop a tenth at once so a long outage does not make every add O(n).
             excess = len(buffer) - self._max_buffer + self._max_buffer // 10
