@@ -19,7 +19,7 @@ from cli.stack import Stack
 from tests.conftest import create_database, drop_database
 from tests.e2e.conftest import PORT_BASE, free_port, job_story, wait_for
 from tests.faults.processes import attempt_processes
-from workers.node import layout
+from workers import layout
 from workers.node.artifact_sync import named_checkpoints
 
 # COHORT_BOOTSTRAP_TOKEN: an admin token needs at least 32 characters.

@@ -19,7 +19,7 @@ from services.wire.keys import METRICS_STREAM, attempt_key
 from services.wire.replica import ReplicaSpec
 from tests.e2e.conftest import wait_for
 from tests.tmpfs import small_tmpfs
-from workers.node import layout
+from workers import layout
 from workers.node.artifact_sync import CheckpointMirror, is_scratch, named_checkpoints
 from workers.node.launcher import ReplicaKey
 from workers.node.sidecar import Sidecars

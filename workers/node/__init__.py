@@ -19,7 +19,6 @@ guard.py          the wrapper that ends a job's process with the agent
 processes.py      stopping a process and all it started
 leftovers.py      what a job's code or a previous agent left running here
 data_dir_lock.py  one agent per node id and DATA_DIR
-layout.py         where a job's files go on a node
 logship.py        a replica's log shipped line by line through Redis
 sidecar.py        what runs beside each replica, whatever its loop:
 artifact_sync.py    checkpoints, models and TensorBoard files to and from the store

@@ -27,12 +27,12 @@ from services.wire.generation import Generation
 from services.wire.keys import NODES_HASH, claim_key, node_queue
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
 from services.wire.signing import HEARTBEAT, check_node_key, seal
+from workers import layout
 from workers.node import (
     admission,
     data_dir_lock,
     gpus,
     isolation,
-    layout,
     leftovers,
     ports,
     respawn,
@@ -51,7 +51,7 @@ from workers.node.exits import (
     fetch_exit_code,
     spawn_exit_code,
 )
-from workers.node.launcher import ReplicaKey, ReplicaProcess, job_dir, spawn, tail
+from workers.node.launcher import ReplicaKey, ReplicaProcess, spawn, tail
 from workers.node.lease import CHECK_EVERY, Lease, fence_grace
 from workers.node.logship import LogShipper
 from workers.node.pool import ReplicaPool
@@ -382,15 +382,10 @@ class Agent:
 
     def cleanup_job(self, message: CleanupJob) -> None:
         """Remove a finished job's scratch files here; its logs and saved model stay."""
-        directory = job_dir(self.data_dir, message.job_id)
-        # "backup": where jobs placed before the checkpoint directory kept theirs.
-        for path in (
-            layout.checkpoint_dir(self.data_dir, message.job_id),
-            directory / "backup",
-            layout.tmp_dir(self.data_dir, message.job_id),
-        ):
+        job = layout.job_dirs(self.data_dir, message.job_id)
+        for path in job.scratch():
             shutil.rmtree(path, ignore_errors=True)
-        isolation.retire(directory)
+        isolation.retire(job.root)
         log.info("cleaned up scratch files of job %d", message.job_id)
 
     def stop_replica(self, message: StopReplica) -> None:

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 
 from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
 from workers import handoff
-from workers.node import isolation, layout
-from workers.node.environment import ReplicaPaths, replica_env, resolve_argv, warm_servable
+from workers.layout import ReplicaPaths
+from workers.node import isolation
+from workers.node.environment import replica_env, resolve_argv, warm_servable
 from workers.node.isolation import ReplicaUser
 from workers.node.processes import stop_process_group
 
@@ -51,21 +52,6 @@ class ReplicaProcess:
         """SIGTERM the replica's process group, SIGKILL it after the grace period."""
         self.stop_requested.set()
         stop_process_group(self.popen, grace_seconds)
-
-
-def job_dir(data_dir: Path, job_id: int) -> Path:
-    """A job's directory on this node: checkpoints, saved model, logs."""
-    return layout.job_dir(data_dir, job_id)
-
-
-def log_path(data_dir: Path, key: ReplicaKey) -> Path:
-    """Where replica `key` writes its stdout and stderr."""
-    return layout.log_file(data_dir, key.job_id, key.attempt, key.index)
-
-
-def spec_path(data_dir: Path, key: ReplicaKey) -> Path:
-    """Where replica `key` reads its spec (the runner's COHORT_REPLICA_SPEC)."""
-    return layout.spec_file(data_dir, key.job_id, key.attempt, key.index)
 
 
 def write_private(path: Path, text: str) -> None:

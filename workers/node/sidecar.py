@@ -34,7 +34,7 @@ from services.storage import keys
 from services.storage.owned_tree import OnSkip, OwnedTree
 from services.storage.store import ArtifactStore, open_store
 from services.wire.replica import ReplicaSpec
-from workers.node import layout
+from workers import layout
 from workers.node.artifact_sync import CheckpointMirror, CheckpointSyncer
 from workers.node.attempts import superseded
 from workers.node.launcher import ReplicaKey
