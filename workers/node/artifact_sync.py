@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from services.storage import keys
-from services.storage.owned_tree import OnSkip, OwnedTree, descriptor_path
+from services.storage.owned_tree import OnSkip, OwnedTree
 from services.storage.store import ArtifactStore
 
 log = logging.getLogger("cohort.artifacts")
@@ -299,23 +299,11 @@ class CheckpointMirror:
         files = checkpoint_files(directory, names[0], listed)
         if files is None:
             return data, []
-        opened: dict[str, int] = {}
-        try:
-            for rel in files:
-                opened[rel] = tree.open(rel)
-        except OSError:  # rotated out since the listing, or refused: the next sync
-            for fd in opened.values():
-                os.close(fd)
-            return data, []
+        if not self.store.put_whole(self.prefix, tree, files):
+            return data, []  # one was rotated out since the listing, or refused: next sync
         assert self._stored is not None
-        try:
-            for rel, fd in opened.items():
-                self.store.put_file(self._key(rel), descriptor_path(fd))
-                self._stored.add(rel)
-        finally:
-            for fd in opened.values():
-                os.close(fd)
-        return data, list(opened)
+        self._stored.update(files)
+        return data, files
 
     def _complete(self, state_rel: str, data: bytes) -> bool:
         names = named_checkpoints(data)
