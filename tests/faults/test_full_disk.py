@@ -19,7 +19,7 @@ from tests.e2e.conftest import job_story, wait_for, wait_terminal
 from tests.faults.conftest import event_time, record, steps_redone, steps_seen
 from tests.tmpfs import fill, small_tmpfs
 from workers import layout
-from workers.node.artifact_sync import checkpoint_files, named_checkpoints
+from workers.node.checkpoint_names import checkpoint_files, named_checkpoints
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,9 @@ leftovers.py      what a job's code or a previous agent left running here
 data_dir_lock.py  one agent per node id and DATA_DIR
 logship.py        a replica's log shipped line by line through Redis
 sidecar.py        what runs beside each replica, whatever its loop:
-artifact_sync.py    checkpoints, models and TensorBoard files to and from the store
+checkpoint_mirror.py  a job's checkpoints to and from the store, never half of one
+checkpoint_syncer.py  the thread that keeps a running replica's checkpoints mirrored
+checkpoint_names.py   a checkpoint directory's state files, data and scratch, by name
 attempts.py         a job's current attempt: no stale start, no stale checkpoint
 scalars.py          metrics and progress read from the files the loop writes,
 tfevents.py         from TensorBoard event files
