@@ -113,17 +113,17 @@ def test_a_heartbeat_lists_an_ended_replica_as_running_or_exited_never_neither(
     # machine. A beat in between that listed the replica neither as running nor as
     # exited made the control plane call it lost ("its agent no longer runs it").
     # The tail is held here to keep that stretch open.
-    import workers.node.agent as agent_module
+    import workers.node.supervision as supervision_module
 
     reading, release = threading.Event(), threading.Event()
-    real_tail = agent_module.tail
+    real_tail = supervision_module.tail
 
     def held_tail(path: Path) -> str:
         reading.set()
         release.wait(30)
         return real_tail(path)
 
-    monkeypatch.setattr(agent_module, "tail", held_tail)
+    monkeypatch.setattr(supervision_module, "tail", held_tail)
     node = agent(tmp_path, bus)
     key = ReplicaKey(JOB + 3, 1, 0)
     since = newest_event(bus)

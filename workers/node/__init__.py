@@ -1,6 +1,10 @@
 """Node-side code: the agent and what it does for each replica (never SQL).
 
-agent.py          the agent: heartbeats, start/stop, supervision, fencing
+agent.py          the agent: starts and stops replicas, reports starts and exits
+agent_process.py  the agent's process: its one Agent and the Celery worker feeding it
+claims.py         a replica's claim: fencing of stale and duplicate starts, after a wipe too
+supervision.py    a replica's process from its end to its reported exit, or its respawn
+heartbeat.py      the node's heartbeat, and its lease: replicas stopped when it lapses
 tasks.py          the Celery tasks it consumes from its own queue
 respawn.py        a lost parameter_server worker started again in place
 exits.py          exit codes, and exits/refusals reported until the scheduler has them
