@@ -192,11 +192,12 @@ def one_store(
 
 
 def code_tree(root: Path, files: int) -> Path:
-    """A code directory of `files` Python modules of ~4 KB in ten packages."""
+    """A code directory of `files` Python modules of ~10 KB in ten packages (200 make
+    about 2 MB, like a bundle of a real project's code)."""
     for i in range(files):
         package = root / f"pkg{i % 10}"
         package.mkdir(parents=True, exist_ok=True)
-        (package / f"mod{i:04d}.py").write_text(f"VALUE_{i} = {i}\n" + "# padding\n" * 400)
+        (package / f"mod{i:04d}.py").write_text(f"VALUE_{i} = {os.urandom(5000).hex()!r}\n")
     return root
 
 
