@@ -11,6 +11,14 @@ Bundles of random (incompressible) bytes, 10 MB and 100 MB by default; the api o
 the store a directory under DATA_DIR, and a real S3 server (moto's standalone server).
 
     .venv/bin/python bench/bundles.py [--sizes 10,100] [--repeat 3] [--stores local,s3]
+
+`--checkout` measures instead what each replica's copy of the code costs: the agent's
+unpack in a child process as the job's uid (workers/node/code_unpack.py, what a replica
+gets) against copying a tree unpacked once (what a node could do instead). Rounds
+interleave the two, alternating which goes first; the figure is the median of the
+per-round ratios.
+
+    .venv/bin/python bench/bundles.py --checkout [--files 200] [--rounds 30]
 """
 
 from __future__ import annotations
@@ -42,7 +50,8 @@ from services.storage.keys import bundle_digest_hex, bundle_key  # noqa: E402
 from services.storage.store import ArtifactStore, open_store  # noqa: E402
 from tests.e2e.conftest import free_port  # noqa: E402
 from tests.s3server import CREDENTIALS, create_bucket, moto_server  # noqa: E402
-from workers.node.bundle_cache import BundleCache  # noqa: E402
+from workers.node import isolation  # noqa: E402
+from workers.node.bundle_cache import BundleCache, unpack_as  # noqa: E402
 
 
 def tree(root: Path, megabytes: int) -> Path:
@@ -182,12 +191,83 @@ def one_store(
             get_settings.cache_clear()
 
 
+def code_tree(root: Path, files: int) -> Path:
+    """A code directory of `files` Python modules of ~10 KB in ten packages (200 make
+    about 2 MB, like a bundle of a real project's code)."""
+    for i in range(files):
+        package = root / f"pkg{i % 10}"
+        package.mkdir(parents=True, exist_ok=True)
+        (package / f"mod{i:04d}.py").write_text(f"VALUE_{i} = {os.urandom(5000).hex()!r}\n")
+    return root
+
+
+def checkout_round(
+    archive: Path, unpacked: Path, tmp: Path, user: isolation.ReplicaUser | None, child_first: bool
+) -> tuple[float, float]:
+    """One replica's checkout both ways: (unpack in a child as `user`, copy of the tree) s."""
+    parent = Path(tempfile.mkdtemp(dir=tmp))
+    if user is not None:  # as the agent lays a replica's work directory out: the job's own
+        os.chown(parent, user.uid, user.gid)
+
+    def child() -> float:
+        started = time.perf_counter()
+        with open(archive, "rb") as handle:
+            unpack_as(handle, parent / "child", Limits(), python=sys.executable, user=user)
+        return time.perf_counter() - started
+
+    def copy() -> float:
+        started = time.perf_counter()
+        shutil.copytree(unpacked, parent / "copy", symlinks=True)
+        return time.perf_counter() - started
+
+    if child_first:
+        child_s, copy_s = child(), copy()
+    else:
+        copy_s, child_s = copy(), child()
+    shutil.rmtree(parent)
+    return child_s, copy_s
+
+
+def checkout(files: int, rounds: int) -> None:
+    """Print the table of one bundle of `files` files checked out both ways."""
+    with tempfile.TemporaryDirectory(prefix="cohort-bench-checkout-") as scratch:
+        tmp = Path(scratch)
+        tmp.chmod(0o711)  # the job's uid passes through to its own directory
+        archive = tmp / "bundle.tar.gz"
+        info = pack(code_tree(tmp / "code", files), archive)
+        user = isolation.replica_user(get_settings(), 1)
+        unpacked = tmp / "unpacked-once"
+        with open(archive, "rb") as handle:
+            unpack_as(handle, unpacked, Limits(), python=sys.executable, user=None)
+        times = [checkout_round(archive, unpacked, tmp, user, i % 2 == 0) for i in range(rounds)]
+        med = statistics.median
+        child_s, copy_s = med(t[0] for t in times), med(t[1] for t in times)
+        ratio = med(t[0] / t[1] for t in times)
+        print(
+            f"# {platform.node()} {platform.processor() or platform.machine()}, "
+            f"{os.cpu_count()} cores; {rounds} interleaved rounds; unpack as "
+            f"{'uid ' + str(user.uid) if user else 'this user'}"
+        )
+        print("| bundle | unpack in a child (median) | copy of a tree (median) | ratio (median) |")
+        print("|---|---|---|---|")
+        print(
+            f"| {info.files} files, {info.size / 1024:.0f} KiB | {child_s:.3f} s | "
+            f"{copy_s:.3f} s | {ratio:.1f}x |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,100", help="bundle sizes in MB")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--stores", default="local,s3", help="local and/or s3 (moto)")
+    parser.add_argument("--checkout", action="store_true", help="a replica's checkout only")
+    parser.add_argument("--files", type=int, default=200, help="--checkout: bundle files")
+    parser.add_argument("--rounds", type=int, default=30, help="--checkout: rounds")
     args = parser.parse_args()
+    if args.checkout:
+        checkout(args.files, args.rounds)
+        return
     with tempfile.TemporaryDirectory(prefix="cohort-bench-bundles-") as scratch:
         tmp = Path(scratch)
         bundles = {mb: packed(tmp, mb, args.repeat) for mb in map(int, args.sizes.split(","))}

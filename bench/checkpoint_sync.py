@@ -38,12 +38,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from services.storage.store import ArtifactStore, open_store  # noqa: E402
 from tests.e2e.conftest import free_port  # noqa: E402
 from tests.s3server import CREDENTIALS, create_bucket, moto_server  # noqa: E402
-from workers.node.artifact_sync import CheckpointMirror  # noqa: E402
+from workers.node.checkpoint_mirror import CheckpointMirror  # noqa: E402
 
 SYNCER = textwrap.dedent("""
     import sys, time
     from services.storage.store import open_store
-    from workers.node.artifact_sync import CheckpointMirror, CheckpointSyncer
+    from workers.node.checkpoint_mirror import CheckpointMirror
+    from workers.node.checkpoint_syncer import CheckpointSyncer
     syncer = CheckpointSyncer(CheckpointMirror(open_store(sys.argv[1]), 1, sys.argv[2]),
                               name="bench")
     syncer.start()

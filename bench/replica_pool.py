@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 from services.settings import Settings  # noqa: E402
 from services.wire.keys import attempt_key, claim_key  # noqa: E402
 from services.wire.replica import ReplicaSpec, StartReplica  # noqa: E402
-from workers.node import layout  # noqa: E402
+from workers import layout  # noqa: E402
 from workers.node.agent import Agent  # noqa: E402
 
 HP = {"epochs": 1, "steps_per_epoch": 5, "batch_size": 32, "learning_rate": 0.01}

@@ -121,7 +121,7 @@ def scheduler() -> None:
 
 def agent() -> None:
     """Run this machine's node agent (a Celery worker on its own queue)."""
-    from workers.node.agent import run_agent
+    from workers.node.agent_process import run_agent
     from workers.node.data_dir_lock import DataDirInUse
     from workers.node.isolation import IsolationUnavailable
 

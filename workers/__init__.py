@@ -6,6 +6,7 @@ room of its own that never imports the others (they talk through Redis).
     replica/      the replica process: runner, callbacks, trainers (no SQL, no Redis)
     celery_app.py the Celery application: per-node queues, short idempotent tasks
     handoff.py    how an agent hands a warm replica process its job
+    layout.py     where a job's files go on a node (asked by agent and runner alike)
     point_buffer.py `PointBuffer`: a replica's metric points buffered and sent in
                   batches (the replica's writer and the node's shipper share it)
 """

@@ -6,6 +6,7 @@
     bundles.py    code bundles: packed deterministically, checked, unpacked safely
     archive_members.py  an archive's members as a tree decided from names alone: the one
                   check the api's and every unpack share
+    archive_stream.py   a .tar.gz read as a stream: each admitted member and its data, bounded
     unpacking.py  Cohort's own unpacker (never tarfile's extraction), no link followed
     owned_tree.py a tree another user writes, read without following its links
 

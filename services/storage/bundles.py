@@ -21,13 +21,8 @@ from typing import IO
 
 import pathspec
 
-from services.storage.archive_members import (
-    ArchiveRead,
-    BundleRejected,
-    Limits,
-    opened,
-    read_archive,
-)
+from services.storage.archive_members import BundleRejected, Limits
+from services.storage.archive_stream import ArchiveRead, opened, read_archive
 from services.storage.unpacking import write_archive
 
 __all__ = [
@@ -185,7 +180,7 @@ def pack(root: str | os.PathLike[str], dest: str | os.PathLike[str]) -> BundleIn
 def check_archive(source: str | os.PathLike[str] | IO[bytes], limits: Limits) -> int:
     """Read a `.tar.gz` through once and return its number of files (non-directories).
 
-    The same reading as an unpack's (archive_members.read_archive), so what this admits
+    The same reading as an unpack's (archive_stream.read_archive), so what this admits
     is exactly what `unpack` writes.
 
     Raises:

@@ -184,7 +184,7 @@ class OwnedTree(os.PathLike[str]):
         """The names in the directory `rel_dir` of the tree ('' for the root), reached
         without following a link; [] if it is not there. One directory, not a walk."""
         try:
-            fd, last, _owner = self._parent(f"{rel_dir}/-" if rel_dir else "-", create=False)
+            fd, _owner = self._open_dir(rel_dir)
         except (OSError, ValueError):
             return []
         try:
@@ -206,12 +206,22 @@ class OwnedTree(os.PathLike[str]):
     def _parent(self, rel: str, *, create: bool) -> tuple[int, str, int]:
         """(descriptor of the directory `rel` is in, its last name, the owner): each
         directory on the way opened (with `create`, made first: 0700) following no link."""
-        parts = rel.split("/")
-        if any(part in ("", ".", "..") for part in parts):
+        rel_dir, _, last = rel.rpartition("/")
+        if last in ("", ".", ".."):
             raise ValueError(f"not a relative path in the tree: {rel!r}")
+        fd, owner = self._open_dir(rel_dir, create=create)
+        return fd, last, owner
+
+    def _open_dir(self, rel_dir: str, *, create: bool = False) -> tuple[int, int]:
+        """(descriptor of the directory `rel_dir` ('' for the root), the tree's owner):
+        each directory on the way opened (with `create`, made first: 0700) following no
+        link."""
+        parts = rel_dir.split("/") if rel_dir else []
+        if any(part in ("", ".", "..") for part in parts):
+            raise ValueError(f"not a relative path in the tree: {rel_dir!r}")
         fd, owner = self._open_root()
         try:
-            for part in parts[:-1]:
+            for part in parts:
                 if create:
                     with contextlib.suppress(FileExistsError):
                         os.mkdir(part, 0o700, dir_fd=fd)
@@ -221,7 +231,7 @@ class OwnedTree(os.PathLike[str]):
         except BaseException:
             os.close(fd)
             raise
-        return fd, parts[-1], owner
+        return fd, owner
 
     def replace(
         self, rel: str, write: Callable[[BinaryIO], object], mtime: float | None = None

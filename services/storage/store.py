@@ -22,6 +22,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from services.settings import Settings, get_settings
 from services.storage.keys import check_key, check_prefix
+from services.storage.owned_tree import OwnedTree
 from services.storage.tree_sync import TreeSync, object_version
 
 # Local writes go here first and are renamed into place, so a reader never sees half
@@ -235,6 +236,10 @@ class ArtifactStore:
     ) -> builtins.list[str]:
         """Upload what changed under `local_dir` to `prefix` (TreeSync.put_tree)."""
         return self._trees.put_tree(prefix, local_dir, mirror=mirror, select=select)
+
+    def put_whole(self, prefix: str, tree: OwnedTree, rels: builtins.list[str]) -> bool:
+        """Send files `rels` of `tree` under `prefix`, all or none (TreeSync.put_whole)."""
+        return self._trees.put_whole(prefix, tree, rels)
 
     def get_tree(
         self,

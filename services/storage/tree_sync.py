@@ -98,29 +98,51 @@ class TreeSync:
                     else stat.st_mtime > _mtime(info)
                 )
             ):
-                sent = self._put_opened(tree, rel, key)
-                if sent is not None:
-                    self._synced[(str(path), key)] = sent
+                if self._put_opened(tree, rel, key) is not None:
                     uploaded.append(rel)
         if mirror:
             for rel in stored.keys() - local.keys():
                 self.store.delete(f"{head}/{rel}" if head else rel, missing_ok=True)
         return uploaded
 
-    def _put_opened(self, tree: OwnedTree, rel: str, key: str) -> tuple[int, int] | None:
-        """Send `rel` from the descriptor `tree` opens and checks, never from its path
-        (the replica may have renamed a link over it since the listing); its (size,
-        mtime_ns) as sent, or None if it is gone or refused."""
+    def put_whole(self, prefix: str, tree: OwnedTree, rels: builtins.list[str]) -> bool:
+        """Send the files `rels` of `tree` as one set: every one is opened before any is
+        sent, so a writer that deletes them meanwhile (a checkpoint rotated out) cannot
+        leave half the set stored; an open descriptor keeps a file's bytes. Returns
+        whether they were sent (False: one was gone or refused when opened, none sent)."""
+        head = check_prefix(prefix)
+        opened: dict[str, int] = {}
         try:
-            fd = tree.open(rel)
+            for rel in rels:
+                opened[rel] = tree.open(rel)
         except OSError:
-            return None  # removed since listed (a checkpoint rotated out), or refused
+            for fd in opened.values():
+                os.close(fd)
+            return False
+        for rel, fd in opened.items():
+            self._put_opened(tree, rel, f"{head}/{rel}" if head else rel, fd)
+        return True
+
+    def _put_opened(
+        self, tree: OwnedTree, rel: str, key: str, fd: int | None = None
+    ) -> tuple[int, int] | None:
+        """Send `rel` from the descriptor `tree` opens and checks (or `fd`, opened so
+        already, and closed here), never from its path (the replica may have renamed a
+        link over it since the listing), and note it as sent: its (size, mtime_ns) as
+        sent, or None if it is gone or refused."""
+        if fd is None:
+            try:
+                fd = tree.open(rel)
+            except OSError:
+                return None  # removed since listed (a checkpoint rotated out), or refused
         try:
             opened = os.fstat(fd)
             self.store.put_file(key, descriptor_path(fd))
         finally:
             os.close(fd)
-        return opened.st_size, opened.st_mtime_ns
+        sent = opened.st_size, opened.st_mtime_ns
+        self._synced[(str(tree.root / rel), key)] = sent
+        return sent
 
     def get_tree(
         self,

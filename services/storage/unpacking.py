@@ -19,7 +19,8 @@ import os
 from collections.abc import Iterable
 from typing import IO
 
-from services.storage.archive_members import ArchiveRead, Limits, Placed, read_archive
+from services.storage.archive_members import Limits, Placed
+from services.storage.archive_stream import ArchiveRead, read_archive
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -128,7 +129,7 @@ def write_archive(source: IO[bytes], dest_fd: int, limits: Limits, *, replace: b
     (bundles.check_archive) to write nothing at all.
 
     Raises:
-        BundleRejected: what archive_members.read_archive refuses.
+        BundleRejected: what archive_stream.read_archive refuses.
         OSError: the disk refused a write (ENOSPC, or a name in the way when not
             `replace`).
     """

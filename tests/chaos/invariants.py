@@ -49,7 +49,7 @@ from services.statuses import (
     is_allowed,
 )
 from tests.chaos.processes import Overlap, ReplicaSeen
-from workers.node import layout
+from workers import layout
 from workers.node.ports import listening_ports
 
 TERMINAL = "job not in exactly one terminal state"

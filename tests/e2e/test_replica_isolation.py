@@ -17,7 +17,7 @@ from cli.client import CohortClient
 from cli.stack import Stack
 from tests.e2e.conftest import pg_stack_with, wait_terminal
 from tests.e2e.test_user_code import failure_of, submit
-from workers.node import layout
+from workers import layout
 
 pytestmark = [
     pytest.mark.e2e,

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import secrets
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,9 +34,56 @@ MISSING_PYTHON = {"COHORT_REPLICA_PYTHON": "/nonexistent/no-such-python"}
 
 @pytest.fixture
 def missing_python_stack(tmp_path: Path) -> Iterator[tuple[Stack, CohortClient]]:
-    """The stack on PostgreSQL, its agent configured with a Python that does not exist."""
-    with pg_stack_with(tmp_path, MISSING_PYTHON) as stack:
-        yield stack
+    """The stack on PostgreSQL, its agent configured with a Python that does not exist
+    and running as a user that is not root: as root, replicas run as their job's uid and
+    the agent refuses such an interpreter at start (the test above), so as root the agent
+    runs as an unprivileged account made for this test."""
+    if os.geteuid() != 0:
+        with pg_stack_with(tmp_path, MISSING_PYTHON) as stack:
+            yield stack
+        return
+    with unprivileged_user() as user:
+        data = tmp_path / "data"
+        data.mkdir()
+        os.chown(data, user.pw_uid, user.pw_gid)  # the agent's DATA_DIR is its own
+        with pg_stack_with(tmp_path, MISSING_PYTHON, parts=("api", "scheduler")) as started:
+            stack, client = started
+            stack._spawn(
+                "agent",
+                [*as_user(user), sys.executable, "-m", "cli", "agent"],
+                {**stack.agent_env(stack.env["COHORT_NODE_ID"]), "HOME": str(data)},
+            )
+            stack._wait_for_node(client)
+            yield started
+
+
+def as_user(user: pwd.struct_passwd) -> list[str]:
+    """The argv prefix that runs a program as `user`, with no other group (exec, no fork)."""
+    return ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--"]
+
+
+@contextmanager
+def unprivileged_user() -> Iterator[pwd.struct_passwd]:
+    """A system account with no home and no login, made for one test and removed after."""
+    name = f"cohort-{secrets.token_hex(4)}"
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        user = pwd.getpwnam(name)
+        can_run = subprocess.run(
+            [*as_user(user), sys.executable, "-c", "import workers.node.agent"],
+            capture_output=True,
+            cwd="/",
+        )
+        if can_run.returncode != 0:
+            # Then no replica could run as its job's uid either: every root stack fails.
+            pytest.skip(LACKS + f"an interpreter other users can run ({sys.executable})")
+        yield user
+    finally:
+        subprocess.run(["userdel", name], check=False, capture_output=True)
 
 
 @pytest.mark.e2e
@@ -75,11 +127,6 @@ def test_big_hyperparameters_start_and_succeed(pg_stack: tuple[Stack, CohortClie
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(
-    os.geteuid() == 0,
-    reason=LACKS + "a non-root user (as root the agent "
-    "refuses an interpreter its replicas cannot run: the test above)",
-)
 def test_a_replica_that_cannot_start_fails_its_job_with_the_reason(
     missing_python_stack: tuple[Stack, CohortClient],
 ) -> None:

@@ -24,8 +24,8 @@ from services.wire.keys import EVENTS_STREAM
 from services.wire.replica import START_TASK, ReplicaSpec, StartReplica
 from services.wire.signing import node_key, seal_message
 from tests.e2e.conftest import wait_for, wait_terminal
+from workers import layout
 from workers.celery_app import make_celery
-from workers.node import layout
 
 pytestmark = pytest.mark.e2e
 

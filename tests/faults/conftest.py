@@ -19,8 +19,8 @@ from cli.stack import Stack
 from tests.conftest import create_database, drop_database
 from tests.e2e.conftest import PORT_BASE, free_port, job_story, wait_for
 from tests.faults.processes import attempt_processes
-from workers.node import layout
-from workers.node.artifact_sync import named_checkpoints
+from workers import layout
+from workers.node.checkpoint_names import named_checkpoints
 
 # COHORT_BOOTSTRAP_TOKEN: an admin token needs at least 32 characters.
 FAULT_TOKEN = "fault-bootstrap-token-for-tests-only"

@@ -1,6 +1,6 @@
 """What the replicas wrote against what Cohort stored: the check each fault test ends with.
 
-A replica's own files on its node are the source of truth (workers/node/layout.py): its
+A replica's own files on its node are the source of truth (workers/layout.py): its
 metrics file (every point and beat Cohort's runner or `cohort.report()` wrote,
 workers/replica/report_writer.py) and its log (stdout and stderr). Neither is removed
 when a job ends (cleanup takes the checkpoints and scratch only), so they are read after
@@ -24,7 +24,7 @@ from cohort.metrics import decode_line
 from services.models import Job, LogLine, MetricPoint, MetricRollup, Replica
 from services.statuses import JobStatus
 from services.telemetry.metrics import ROLLUP_STEPS
-from workers.node import layout
+from workers import layout
 
 Key = tuple[int, int]  # (attempt, replica)
 PointKey = tuple[int, str]  # (step, name)

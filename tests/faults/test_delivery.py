@@ -33,7 +33,7 @@ from tests.faults.lost_messages import (
 )
 from tests.faults.nothing_lost import agent_data_dirs, assert_nothing_lost
 from tests.faults.processes import attempt_processes
-from workers.node import layout
+from workers import layout
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow(100)]
 

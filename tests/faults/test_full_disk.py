@@ -18,8 +18,8 @@ from services.exit_codes import NO_SPACE, NO_SPACE_REASON
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
 from tests.faults.conftest import event_time, record, steps_redone, steps_seen
 from tests.tmpfs import fill, small_tmpfs
-from workers.node import layout
-from workers.node.artifact_sync import checkpoint_files, named_checkpoints
+from workers import layout
+from workers.node.checkpoint_names import checkpoint_files, named_checkpoints
 
 pytestmark = pytest.mark.e2e
 

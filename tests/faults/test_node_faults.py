@@ -127,7 +127,7 @@ def test_cancel_reaches_every_replica_on_every_node(make_stack) -> None:  # type
     gone = time.time() - cancelled_at
     assert gone >= resend, f"gone {gone:.1f}s after the cancel: before a re-send"
     # Each exit is reported once its last log lines, points and files are out
-    # (Agent._watch): seconds on a loaded machine.
+    # (supervision.watch): seconds on a loaded machine.
     final = wait_for(
         lambda: (
             (j := client.job(job["id"]))

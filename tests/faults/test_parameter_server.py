@@ -19,7 +19,7 @@ from cli.stack import Stack
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
 from tests.faults.conftest import old_attempt_gone, record, saved_checkpoint, steps_seen
 from tests.faults.nothing_lost import agent_data_dirs, assert_nothing_lost, written_points
-from workers.node import layout
+from workers import layout
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow(75)]
 

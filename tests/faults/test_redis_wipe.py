@@ -35,7 +35,7 @@ from tests.e2e.stepper import stepping_job
 from tests.faults.conftest import GANG, record, steps_seen
 from tests.faults.lost_messages import claimed, log_of, send_start
 from tests.faults.test_two_leaders import LEADS, tokens_led
-from workers.node import layout
+from workers import layout
 
 pytestmark = pytest.mark.e2e
 

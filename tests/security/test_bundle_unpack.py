@@ -297,7 +297,8 @@ def prepare(settings: Settings, job: int, digest: str) -> Path:
     """What the agent does for a replica with a bundle: lay out its directories, then
     fetch and unpack (workers/node/agent.py); returns the replica's code directory."""
     from services.wire.replica import ReplicaSpec
-    from workers.node import isolation, layout
+    from workers import layout
+    from workers.node import isolation
     from workers.node.prepare import Preparer
 
     isolation.lay_out(settings.data_dir, job, 1, 0, isolation.replica_user(settings, job))

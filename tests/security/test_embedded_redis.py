@@ -22,7 +22,7 @@ from services.wire.batches import LogBatch
 from services.wire.keys import LOGS_STREAM, NODES_HASH
 from tests.e2e.conftest import embedded_stack, wait_for, wait_terminal
 from tests.security.test_replica_reach import code_dir, job_spec, project_token, submit_as
-from workers.node import layout
+from workers import layout
 
 __all__ = ["embedded_stack"]  # the default stack, as `cohort up` runs it
 

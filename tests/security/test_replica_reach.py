@@ -26,7 +26,7 @@ import yaml
 from cli.client import CohortClient
 from cli.stack import Stack
 from tests.e2e.conftest import PORT_BASE, embedded_stack, free_port, wait_for, wait_terminal
-from workers.node import layout
+from workers import layout
 
 __all__ = ["embedded_stack"]  # the default stack, as `cohort up` runs it
 

@@ -19,8 +19,9 @@ from services.wire.keys import METRICS_STREAM, attempt_key
 from services.wire.replica import ReplicaSpec
 from tests.e2e.conftest import wait_for
 from tests.tmpfs import small_tmpfs
-from workers.node import layout
-from workers.node.artifact_sync import CheckpointMirror, is_scratch, named_checkpoints
+from workers import layout
+from workers.node.checkpoint_mirror import CheckpointMirror
+from workers.node.checkpoint_names import is_scratch, named_checkpoints
 from workers.node.launcher import ReplicaKey
 from workers.node.sidecar import Sidecars
 

@@ -149,7 +149,7 @@ def test_the_least_recently_used_bundle_is_evicted(tmp_path: Path, store: Counti
 
 def test_a_replicas_inputs_are_fetched_into_the_jobs_input_directory(tmp_path: Path) -> None:
     from services.wire.replica import ReplicaSpec
-    from workers.node import layout
+    from workers import layout
     from workers.node.prepare import InputUnavailable, Preparer
 
     settings = Settings(DATA_DIR=tmp_path / "data", ARTIFACT_URL=str(tmp_path / "store"))

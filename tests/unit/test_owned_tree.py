@@ -17,8 +17,8 @@ import pytest
 
 from services.storage.owned_tree import OwnedTree, Refused
 from services.storage.store import open_store
-from workers.node import layout
-from workers.node.artifact_sync import CheckpointMirror
+from workers import layout
+from workers.node.checkpoint_mirror import CheckpointMirror
 from workers.node.report_shipper import MetricsFileReader
 from workers.node.sidecar import LogNotes
 from workers.node.tfevents import EventFileReader

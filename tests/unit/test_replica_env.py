@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from services.wire.replica import ReplicaSpec, StartReplica
-from workers.node import layout
+from workers import layout
 from workers.node.admission import refusal
 from workers.node.environment import (
     CommandNotFound,

@@ -27,7 +27,7 @@ from services.wire.keys import EVENTS_STREAM, attempt_key, claim_key
 from services.wire.replica import ReplicaSpec, StartReplica, StopReplica
 from tests.conftest import redis_url
 from tests.tmpfs import fill, small_tmpfs
-from workers.node import layout
+from workers import layout
 from workers.node.agent import Agent
 from workers.node.launcher import ReplicaKey
 

@@ -23,7 +23,7 @@ from services.storage.store import open_store
 from services.wire.keys import EVENTS_STREAM, attempt_key, claim_key
 from services.wire.replica import CleanupJob, ReplicaSpec, StartReplica
 from tests.conftest import redis_url
-from workers.node import layout
+from workers import layout
 from workers.node.agent import Agent
 
 JOB = 990_401

@@ -28,7 +28,7 @@ from services.storage.store import open_store
 from services.wire.keys import EVENTS_STREAM, attempt_key, claim_key
 from services.wire.replica import DistributionOptions, ReplicaSpec, StartReplica, StopReplica
 from tests.conftest import redis_url
-from workers.node import layout
+from workers import layout
 from workers.node.agent import Agent
 from workers.node.environment import agent_marks
 from workers.node.pool import MAX_FAILURES, ReplicaPool
@@ -345,4 +345,4 @@ def test_pool_size_0_keeps_no_process(tmp_path: Path) -> None:
     pool = ReplicaPool(0, sys.executable, "off", tmp_path)
     pool.start()
     assert pool.off and pool.waiting_pids() == [] and pool.take() is None
-    assert not layout.pool_dir(tmp_path).exists()
+    assert not layout.pool_dirs(tmp_path).root.exists()

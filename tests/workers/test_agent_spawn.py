@@ -21,6 +21,7 @@ from services.settings import Settings
 from services.wire.keys import EVENTS_STREAM, NODES_HASH, attempt_key, claim_key
 from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
 from tests.conftest import redis_url
+from workers import layout
 from workers.node.agent import Agent
 from workers.node.exits import (
     INTERRUPTED_START_EXIT,
@@ -30,7 +31,7 @@ from workers.node.exits import (
     SPAWN_NOT_FOUND_EXIT,
     spawn_exit_code,
 )
-from workers.node.launcher import ReplicaKey, spec_path
+from workers.node.launcher import ReplicaKey
 
 JOB = 990_101
 # More than Linux takes in one environment string (128 KiB): this spec could not
@@ -97,7 +98,7 @@ def test_the_spec_travels_in_a_file_only_the_replica_reads(
     # The runner read the whole spec from the file: it got as far as the trainer's name.
     assert event["exit_code"] == 2, event
     assert f"unknown trainer '{UNRUNNABLE}'" in event["log_tail"]
-    path = spec_path(node.data_dir, ReplicaKey(JOB, 1, 0))
+    path = layout.spec_file(node.data_dir, JOB, 1, 0)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     launch = ReplicaLaunch.decode(path.read_bytes())
@@ -112,17 +113,17 @@ def test_a_heartbeat_lists_an_ended_replica_as_running_or_exited_never_neither(
     # machine. A beat in between that listed the replica neither as running nor as
     # exited made the control plane call it lost ("its agent no longer runs it").
     # The tail is held here to keep that stretch open.
-    import workers.node.agent as agent_module
+    import workers.node.supervision as supervision_module
 
     reading, release = threading.Event(), threading.Event()
-    real_tail = agent_module.tail
+    real_tail = supervision_module.tail
 
     def held_tail(path: Path) -> str:
         reading.set()
         release.wait(30)
         return real_tail(path)
 
-    monkeypatch.setattr(agent_module, "tail", held_tail)
+    monkeypatch.setattr(supervision_module, "tail", held_tail)
     node = agent(tmp_path, bus)
     key = ReplicaKey(JOB + 3, 1, 0)
     since = newest_event(bus)
@@ -233,7 +234,7 @@ def test_a_spec_that_cannot_be_written_is_the_replicas_exit_126(
 ) -> None:
     node = agent(tmp_path, bus)
     # A file where the replica's directory goes (root may write anywhere: no chmod trick).
-    blocker = spec_path(node.data_dir, ReplicaKey(JOB + 2, 1, 0)).parent
+    blocker = layout.spec_file(node.data_dir, JOB + 2, 1, 0).parent
     blocker.parent.mkdir(parents=True)
     blocker.write_text("")
     since = newest_event(bus)

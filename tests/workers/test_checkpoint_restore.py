@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from services.storage.store import open_store
-from workers.node.artifact_sync import CheckpointMirror
+from workers.node.checkpoint_mirror import CheckpointMirror
 
 JOB = 42
 

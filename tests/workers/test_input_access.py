@@ -14,7 +14,8 @@ import pytest
 
 from services.settings import Settings
 from services.wire.replica import ReplicaSpec
-from workers.node import isolation, layout
+from workers import layout
+from workers.node import isolation
 from workers.node.prepare import Preparer
 
 UID_BASE = 1_931_000_000  # COHORT_REPLICA_UID_BASE of these tests alone

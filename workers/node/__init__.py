@@ -1,6 +1,10 @@
 """Node-side code: the agent and what it does for each replica (never SQL).
 
-agent.py          the agent: heartbeats, start/stop, supervision, fencing
+agent.py          the agent: starts and stops replicas, reports starts and exits
+agent_process.py  the agent's process: its one Agent and the Celery worker feeding it
+claims.py         a replica's claim: fencing of stale and duplicate starts, after a wipe too
+supervision.py    a replica's process from its end to its reported exit, or its respawn
+heartbeat.py      the node's heartbeat, and its lease: replicas stopped when it lapses
 tasks.py          the Celery tasks it consumes from its own queue
 respawn.py        a lost parameter_server worker started again in place
 exits.py          exit codes, and exits/refusals reported until the scheduler has them
@@ -19,11 +23,12 @@ guard.py          the wrapper that ends a job's process with the agent
 processes.py      stopping a process and all it started
 leftovers.py      what a job's code or a previous agent left running here
 data_dir_lock.py  one agent per node id and DATA_DIR
-layout.py         where a job's files go on a node
 logship.py        a replica's log shipped line by line through Redis
 replay.py         what a sender keeps to send again after Redis lost its data
 sidecar.py        what runs beside each replica, whatever its loop:
-artifact_sync.py    checkpoints, models and TensorBoard files to and from the store
+checkpoint_mirror.py  a job's checkpoints to and from the store, never half of one
+checkpoint_syncer.py  the thread that keeps a running replica's checkpoints mirrored
+checkpoint_names.py   a checkpoint directory's state files, data and scratch, by name
 attempts.py         a job's current attempt: no stale start, no stale checkpoint
 scalars.py          metrics and progress read from the files the loop writes,
 tfevents.py         from TensorBoard event files

@@ -1,8 +1,9 @@
-"""The node agent: heartbeats, starts and stops replica processes, reports their exits.
+"""The node agent: starts and stops replica processes, reports their starts and exits.
 
-One agent per machine. It consumes only its own Celery queue (`node.<id>`), with a
-thread pool so that tasks run in this process, next to the processes they start.
-It talks to the control plane through Redis alone (no SQL credentials).
+One agent per machine (workers/node/agent_process.py runs it). It talks to the control
+plane through Redis alone (no SQL credentials). What it does for a replica lives in
+modules of its own: its claim (claims.py), its process's end (supervision.py), the
+node's heartbeat and lease (heartbeat.py).
 """
 
 from __future__ import annotations
@@ -14,30 +15,19 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import redis
 
-from services.settings import Settings, get_settings
-from services.wire import acl
-from services.wire.client import get_redis, publish_node_event
+from services.settings import Settings
+from services.wire.client import publish_node_event
 from services.wire.clock import RedisClock
-from services.wire.events import NodeHeartbeat, ReplicaRestarted, ReplicaStarted
+from services.wire.events import ReplicaStarted
 from services.wire.generation import Generation
-from services.wire.keys import NODES_HASH, claim_key, node_queue
+from services.wire.keys import NODES_HASH
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
-from services.wire.signing import HEARTBEAT, check_node_key, seal
-from workers.node import (
-    admission,
-    data_dir_lock,
-    gpus,
-    isolation,
-    layout,
-    leftovers,
-    ports,
-    respawn,
-)
-from workers.node.attempts import current_attempt
+from services.wire.signing import check_node_key
+from workers import layout
+from workers.node import admission, claims, gpus, heartbeat, isolation, ports, respawn, supervision
 from workers.node.bundle_cache import BundleUnavailable
 from workers.node.environment import CommandNotFound
 from workers.node.exits import (
@@ -47,48 +37,18 @@ from workers.node.exits import (
     PORT_TAKEN_EXIT,
     SPAWN_NOT_FOUND_EXIT,
     ExitReports,
-    exit_code_of,
     fetch_exit_code,
     spawn_exit_code,
 )
-from workers.node.launcher import ReplicaKey, ReplicaProcess, job_dir, spawn, tail
-from workers.node.lease import CHECK_EVERY, Lease, fence_grace
+from workers.node.launcher import ReplicaKey, ReplicaProcess, spawn
+from workers.node.lease import Lease
 from workers.node.logship import LogShipper
 from workers.node.pool import ReplicaPool
 from workers.node.prepare import Preparer
 from workers.node.replay import AfterEnd
 from workers.node.sidecar import Sidecars
 
-if TYPE_CHECKING:
-    from celery import Celery
-
 log = logging.getLogger("cohort.agent")
-
-_agent: Agent | None = None
-_data_dir_lock: IO[str] | None = None  # this process's hold on DATA_DIR (run_agent)
-
-CLAIM_TTL = 30 * 86400  # seconds: far past any message's redelivery
-
-# Celery's worker loop notices a SIGTERM when its poll returns, and with nothing else
-# scheduled that poll waits a second: a tick this often bounds how long a stop waits.
-STOP_TICK = 0.1
-
-
-def current_agent() -> Agent:
-    """The agent of this process (set by run_agent before the worker consumes)."""
-    if _agent is None:
-        raise RuntimeError("no agent in this process: start it with `cohort agent`")
-    return _agent
-
-
-class Fenced(NamedTuple):
-    """Why a start message does not start its replica here."""
-
-    why: str
-    level: int  # of the log line that says so
-    # Claimed by this node's previous agent, never reported: the replica is reported as
-    # exited (INTERRUPTED_START_EXIT), not ignored, so that its gang does not wait for it.
-    interrupted: bool = False
 
 
 class Agent:
@@ -125,7 +85,7 @@ class Agent:
         self.exited = self.exits.recent  # recent exits: code, when
         self.stopping = threading.Event()
         # Its right to run replicas, renewed by every heartbeat Redis takes
-        # (workers/node/lease.py); `lease_loop` stops them all when it lapses.
+        # (workers/node/lease.py); heartbeat.lease_loop stops them all when it lapses.
         self.lease = Lease(settings.AGENT_LEASE)
         # The GPUs offered, and each one's model and memory (the nodes API shows them):
         # none until find_gpus has checked that the replicas' TensorFlow can use them.
@@ -214,7 +174,7 @@ class Agent:
             if key in self.started or self.stopping.is_set():
                 log.info("ignoring start of %s: already started here", key)
                 return
-            fenced = self._fenced(key)
+            fenced = claims.fenced(self, key)
             if fenced is not None and not fenced.interrupted:
                 log.log(fenced.level, "ignoring start of %s: %s", key, fenced.why)
                 return
@@ -302,95 +262,18 @@ class Agent:
             self.node_key,
         )
         threading.Thread(
-            target=self._watch,
-            args=(process, shipper),
+            target=supervision.watch,
+            args=(self, process, shipper),
             daemon=True,
             name=f"watch-{key.job_id}-{key.attempt}-{key.index}",
         ).start()
 
-    def _fenced(self, key: ReplicaKey) -> Fenced | None:
-        """Fencing for at-least-once delivery (lock held): no stale attempt, never two
-        processes. None: claimed here now, start it; else why not."""
-        self._check_generation()  # the claims of what runs here first, after a wipe
-        current = current_attempt(self.redis, key.job_id)
-        if current is not None and current != key.attempt:
-            return Fenced(f"attempt {current} is current", logging.INFO)
-        # Compare-and-set on the replica's claim: whichever delivery gets here
-        # first (on any node) starts it; every other copy of the message is ignored.
-        if self._claim(self.redis, key):
-            return None
-        held = self.redis.get(claim_key(key.job_id, key.attempt, key.index))
-        holder = held.decode() if isinstance(held, bytes) else held
-        if holder == self.node_id:
-            # Not in `started`: this node's previous agent claimed it, and was killed
-            # before its start was reported (or its process ran at all).
-            return Fenced(
-                "this node's previous agent claimed it and stopped before "
-                "reporting its start (the agent restarted)",
-                logging.WARNING,
-                interrupted=True,
-            )
-        # Another node started it: a copy of the message reached the wrong place, worth
-        # a line at the worker's level.
-        return Fenced(f"already claimed by {holder or 'a node'}", logging.WARNING)
-
-    def _claim(self, client: Any, key: ReplicaKey) -> Any:
-        """Claim replica `key` for this node unless a node holds it (SET NX): true when
-        claimed here; on a pipeline, queued (its result comes with `execute`)."""
-        return client.set(
-            claim_key(key.job_id, key.attempt, key.index), self.node_id, nx=True, ex=CLAIM_TTL
-        )
-
-    def _check_generation(self) -> None:
-        """If Redis lost its data (restarted, flushed, replaced), write again what it
-        lost of this node's (lock held): its queue's binding, the claim of every replica
-        started or stopped here, so no start message (a re-sent one, a redelivered one)
-        starts a second copy on any node, and a `replica_started` event for each process
-        running, whose first event may have been lost before the scheduler read it."""
-        if self.generation.check(self.redis):
-            self.restore_due = True
-        if not self.restore_due:
-            return
-        keys = sorted(self.started, key=lambda k: (k.job_id, k.attempt, k.index))
-        log.warning(
-            "Redis lost its data: declaring queue %s and claiming the %d replicas "
-            "started here again",
-            node_queue(self.node_id),
-            len(keys),
-        )
-        self.declare_queue()
-        pipe = self.redis.pipeline(transaction=False)
-        for key in keys:
-            self._claim(pipe, key)
-        for key, claimed in zip(keys, pipe.execute(), strict=True):
-            if not claimed:  # another node's since the wipe: say so, it cannot be undone
-                log.error("replica %s was claimed by another node after Redis lost its data", key)
-        for process in self.processes.values():
-            publish_node_event(
-                self.redis,
-                ReplicaStarted(
-                    self.node_id,
-                    process.key.job_id,
-                    process.key.attempt,
-                    process.key.index,
-                    process.popen.pid,
-                    process.started_at,
-                ),
-                self.node_key,
-            )
-        self.restore_due = False  # not before: a failure above is tried again
-
     def cleanup_job(self, message: CleanupJob) -> None:
         """Remove a finished job's scratch files here; its logs and saved model stay."""
-        directory = job_dir(self.data_dir, message.job_id)
-        # "backup": where jobs placed before the checkpoint directory kept theirs.
-        for path in (
-            layout.checkpoint_dir(self.data_dir, message.job_id),
-            directory / "backup",
-            layout.tmp_dir(self.data_dir, message.job_id),
-        ):
+        job = layout.job_dirs(self.data_dir, message.job_id)
+        for path in job.scratch():
             shutil.rmtree(path, ignore_errors=True)
-        isolation.retire(directory)
+        isolation.retire(job.root)
         log.info("cleaned up scratch files of job %d", message.job_id)
 
     def stop_replica(self, message: StopReplica) -> None:
@@ -410,177 +293,22 @@ class Agent:
             return
         process.stop(message.grace_seconds)
 
-    # -- supervision -------------------------------------------------------
-    def _watch(self, process: ReplicaProcess, shipper: LogShipper | None = None) -> None:
-        returncode = process.popen.wait()
-        while (again := self._respawn(process, exit_code_of(returncode))) is not None:
-            process = again
-            returncode = process.popen.wait()
-        with self.lock:
-            self.respawns.ended(process.key)
-        if shipper is not None:
-            shipper.finish()  # the last lines go out before the exit is reported
-            self.ended.keep(shipper.send_again)
-        # So do the last points, checkpoint, model, TensorBoard files and the log.
-        sidecar = self.sidecars.finish(process.key, process.log_path)
-        if sidecar is not None:
-            self.ended.keep(sidecar.reporter.send_again, sidecar.reporter.close)
-        user = self.replica_user(process.key.job_id)
-        code = exit_code_of(returncode)
-        with self.lock:
-            self.processes.pop(process.key, None)
-            self.exits.note(process.key, code)  # a beat from now on lists it as exited
-            # By uid, not job: two jobs a multiple of REPLICA_UID_RANGE apart share one.
-            last_here = user is not None and not any(
-                self.replica_user(k.job_id) == user for k in (*self.processes, *self.preparing)
-            )
-        if last_here:
-            # Nothing of the job runs here any more: whatever its code left running
-            # under its uid (a daemon outside the process group) goes too.
-            isolation.reap(user, self.node_id, self.data_dir)
-        self.exits.exited(process.key, code, tail(process.log_path))
-
-    def _respawn(self, process: ReplicaProcess, code: int) -> ReplicaProcess | None:
-        """Start an exited replica again in place if workers/node/respawn.py says so."""
-        key = process.key
-        with self.lock:
-            due = self.respawns.due(key, code, stop_requested=process.stop_requested.is_set())
-        if due is None or self.stopping.wait(respawn.RESPAWN_DELAY):
-            return None
-        message, number = due
-        with self.lock:  # the process stays listed meanwhile: the heartbeat still has it
-            if self.respawns.due(key, code, stop_requested=False) is None or self.stopping.is_set():
-                return None  # asked to stop while it waited
-            try:
-                with open(process.log_path, "a", encoding="utf-8") as log_file:
-                    log_file.write(respawn.log_line(code, number, self.respawns.budget))
-                again = spawn(
-                    message, self.data_dir, self.python, self.replica_user(key.job_id), self.pool
-                )
-            except Exception:  # noqa: BLE001 - then its exit is reported as it was
-                log.exception("could not start %s again", key)
-                return None
-            self.processes[key] = again
-            self.respawns.done(key, number)
-        log.warning(
-            "%s exited with %d: started again as pid %d (%d of %d)",
-            key,
-            code,
-            again.popen.pid,
-            number,
-            self.respawns.budget,
-        )
-        try:
-            publish_node_event(
-                self.redis,
-                ReplicaRestarted(
-                    self.node_id,
-                    key.job_id,
-                    key.attempt,
-                    key.index,
-                    again.popen.pid,
-                    code,
-                    number,
-                    time.time(),
-                ),
-                self.node_key,
-            )
-        except redis.RedisError as exc:  # the replica runs on; only the count is late
-            log.warning("could not report the restart of %s: %s", key, exc)
-        return again
-
+    # -- the node's heartbeat and lease (workers/node/heartbeat.py) ----------
     def heartbeat(self) -> None:
-        """Publish this node's address, capacity and running replicas; once Redis has
-        taken it, the lease runs again from the moment it was sent."""
-        now = time.time()
-        with self.lock:
-            running = tuple((k.job_id, k.attempt, k.index) for k in self.processes)
-            preparing = tuple(
-                (k.job_id, k.attempt, k.index) for k in {*self.preparing, *self.answering}
-            )
-            exited = self.exits.recent_codes(now)
-            gpu_ids, gpu_models = tuple(self.gpu_ids), self.gpu_models
-        beat = NodeHeartbeat(
-            node_id=self.node_id,
-            address=self.settings.NODE_ADDRESS,
-            slots=self.settings.NODE_SLOTS,
-            ts=now,
-            gpus=len(gpu_ids),
-            replicas=running,
-            preparing=preparing,
-            exited=exited,
-            gpu_ids=gpu_ids,
-            gpu_models=gpu_models,
-            busy_ports=tuple(
-                sorted(
-                    ports.listening_ports(
-                        self.settings.PORT_RANGE_START, self.settings.PORT_RANGE_END
-                    )
-                )
-            ),
-            port_space=ports.port_space(),
-        )
-        sealed = seal(
-            self.node_key, purpose=HEARTBEAT, node_id=self.node_id, body=beat.encode(), now=now
-        )
-        sent = self.lease.now()  # no later than Redis (and the control plane) gets it
-        self.redis.hset(NODES_HASH, self.node_id, sealed)
-        self.lease.renew(sent)
+        """Publish what runs here once; the lease runs again once Redis has it."""
+        heartbeat.beat(self)
 
     def start_heartbeats(self) -> None:
-        """Beat on one thread, watch the lease on another (a beat on a cut link blocks
-        far longer than the lease: workers/node/lease.py)."""
-        threading.Thread(target=self.heartbeat_loop, daemon=True, name="heartbeat").start()
-        threading.Thread(target=self.lease_loop, daemon=True, name="lease").start()
+        """Beat on one thread, watch the lease on another."""
+        heartbeat.start(self)
 
     def heartbeat_loop(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                self.heartbeat()
-                with self.lock:
-                    self._check_generation()
-                self.ended.tick()
-            except redis.RedisError as exc:
-                log.warning("heartbeat failed: %s", exc)
-            except Exception:  # noqa: BLE001 - the broker refused the queue's declaration
-                log.exception("could not restore what Redis lost; trying again")
-            self.stopping.wait(self.settings.HEARTBEAT_INTERVAL)
-
-    def lease_loop(self) -> None:
-        """Stop every replica whenever the lease has lapsed; sleep until it may."""
-        while not self.stopping.is_set():
-            left = self.lease.left()
-            if left <= 0:
-                self.fence()
-            # A renewal only moves the end later: sleeping until the end seen is safe.
-            self.stopping.wait(left if left > 0 else CHECK_EVERY)
+        """Beat until the agent stops."""
+        heartbeat.beat_loop(self)
 
     def fence(self) -> None:
-        """The lease lapsed: stop every replica before the control plane declares this
-        node lost and places the gang elsewhere (never two copies)."""
-        # Read without the agent's lock: its holder may be blocked in a call to the very
-        # Redis that is out of reach (a start's claim, the generation check), for longer
-        # than the lease. Copying a dict is one step under the GIL; a process a start adds
-        # after it is caught by the next check (the lease stays lapsed).
-        processes = [p for p in self.processes.copy().values() if not p.stop_requested.is_set()]
-        for cancelled in self.preparing.copy().values():
-            cancelled.set()  # still fetching its code: it will not start
-        if not processes:
-            return
-        grace = fence_grace(self.settings)
-        log.error(
-            "no heartbeat taken by Redis for %.0fs: stopping %d replicas (SIGKILL after %.1fs)",
-            self.settings.AGENT_LEASE,
-            len(processes),
-            grace,
-        )
-        for process in processes:
-            threading.Thread(
-                target=process.stop,
-                args=(grace,),
-                daemon=True,
-                name=f"fence-{process.key.job_id}-{process.key.attempt}-{process.key.index}",
-            ).start()
+        """The lease lapsed: stop every replica here."""
+        heartbeat.fence(self)
 
     def shutdown(self, grace: float = 5.0) -> None:
         """Stop every replica of this node (the agent is going away)."""
@@ -597,77 +325,3 @@ class Agent:
             self.redis.hdel(NODES_HASH, self.node_id)
         except redis.RedisError:
             pass
-
-
-def declare_queue(app: Celery, name: str) -> None:
-    """Declare Celery queue `name` (its exchange binding) on the broker, as the worker
-    does when it connects: a wipe of Redis erases the binding, which a worker whose
-    connection never broke does not write again."""
-    with app.connection_for_write() as connection:
-        app.amqp.queues[name].bind(connection.default_channel).declare()
-
-
-def run_agent(settings: Settings | None = None) -> None:
-    """Run this machine's agent until it is told to stop (SIGTERM / Ctrl-C)."""
-    global _agent
-    settings = settings or get_settings()
-    from celery import signals
-
-    from workers.celery_app import app
-
-    # First of all: a second agent of this node on this DATA_DIR would end the first one's
-    # replicas as a predecessor's leftovers (below). Held until the process ends.
-    global _data_dir_lock
-    _data_dir_lock = data_dir_lock.hold(settings.data_dir, settings.node_id)
-    # Before consuming: a node whose replicas could not run as their own users (a uid
-    # its user namespace does not map, an interpreter they cannot reach) says so now.
-    isolation.check_node(settings, settings.REPLICA_PYTHON or sys.executable)
-    # Before the first beat, which says what runs here: nothing of a previous agent of this
-    # node still does (a frozen replica would outlive its guard's SIGTERM for seconds while
-    # the scheduler, told the node runs nothing, places its gang again).
-    leftovers.end_predecessors(settings.node_id, settings.data_dir)
-    agent = Agent(settings, get_redis(), lambda: declare_queue(app, node_queue(settings.node_id)))
-    _agent = agent
-    # The heartbeat thread beats at once, and through a Redis that is away: a first beat
-    # made here, unguarded, ended an agent started while Redis restarted (the chaos soak).
-    agent.start_heartbeats()
-    agent.start_pool()
-    threading.Thread(target=agent.find_gpus, daemon=True, name="find-gpus").start()
-    log.info(
-        "agent %s at %s with %d slots, queue %s",
-        agent.node_id,
-        settings.NODE_ADDRESS,
-        settings.NODE_SLOTS,
-        node_queue(agent.node_id),
-    )
-    overlap = ports.check_range(settings.PORT_RANGE_START, settings.PORT_RANGE_END)
-    if overlap:
-        log.warning("%s", overlap)
-    # This node's own unacknowledged-message keys, not the ones every consumer shares, and
-    # no remote control (a fanout every agent would read): what the agent's Redis user
-    # may touch is its own (services/wire/acl.py).
-    app.conf.broker_transport_options = {
-        **app.conf.broker_transport_options,
-        **acl.unacked_keys(agent.node_id),
-    }
-    app.conf.worker_enable_remote_control = False
-    worker = app.Worker(
-        hostname=f"agent@{agent.node_id}",
-        queues=[node_queue(agent.node_id)],
-        pool="threads",
-        concurrency=4,
-        loglevel="WARNING",
-        without_heartbeat=True,
-        without_mingle=True,
-        without_gossip=True,
-    )
-
-    def tick(sender: Any, **_: Any) -> None:  # sender: the worker's consumer
-        if getattr(sender, "hub", None) is not None:  # an event loop (Redis has one)
-            sender.hub.call_repeatedly(STOP_TICK, lambda: None)
-
-    signals.worker_ready.connect(tick, weak=False)
-    try:
-        worker.start()
-    finally:
-        agent.shutdown()

@@ -12,12 +12,11 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from services.cluster import tf_config
 from services.wire.replica import ReplicaSpec, StartReplica
-from workers.node import layout
+from workers.layout import ReplicaPaths
 
 # The only variables a replica inherits from the agent: finding programs and libraries,
 # the locale and time zone, and the node's CUDA / NVIDIA / TensorFlow / NCCL / XLA
@@ -55,44 +54,6 @@ def inherited_env(agent_env: dict[str, str]) -> dict[str, str]:
         if (name in INHERITED_NAMES or name.startswith(INHERITED_PREFIXES))
         and name not in _NEVER_INHERITED
     }
-
-
-@dataclass(frozen=True)
-class ReplicaPaths:
-    """Where one replica's files are on this node (workers/node/layout.py)."""
-
-    data_dir: Path  # the agent's DATA_DIR, absolute
-    job_dir: Path
-    work_dir: Path
-    code_dir: Path
-    checkpoint_dir: Path
-    model_dir: Path
-    tensorboard_dir: Path
-    input_dir: Path
-    tmp_dir: Path
-    metrics_file: Path
-    hyperparameters_file: Path
-    spec_file: Path
-    log_file: Path
-
-    @classmethod
-    def of(cls, data_dir: Path, job_id: int, attempt: int, index: int) -> ReplicaPaths:
-        data_dir = Path(data_dir).absolute()
-        return cls(
-            data_dir=data_dir,
-            job_dir=layout.job_dir(data_dir, job_id),
-            work_dir=layout.work_dir(data_dir, job_id, attempt, index),
-            code_dir=layout.code_dir(data_dir, job_id, attempt, index),
-            checkpoint_dir=layout.checkpoint_dir(data_dir, job_id),
-            model_dir=layout.model_dir(data_dir, job_id),
-            tensorboard_dir=layout.tensorboard_dir(data_dir, job_id, index),
-            input_dir=layout.input_dir(data_dir, job_id),
-            tmp_dir=layout.tmp_dir(data_dir, job_id),
-            metrics_file=layout.metrics_file(data_dir, job_id, attempt, index),
-            hyperparameters_file=layout.hyperparameters_file(data_dir, job_id, attempt, index),
-            spec_file=layout.spec_file(data_dir, job_id, attempt, index),
-            log_file=layout.log_file(data_dir, job_id, attempt, index),
-        )
 
 
 def agent_marks(node_id: str, data_dir: Path) -> dict[str, str]:

@@ -8,7 +8,7 @@ lets the agent end every process a job left behind (`reap`) by its uid alone. An
 that is not root cannot change user: its replicas run as its own user (docs/security.md
 says what that leaves open).
 
-The job's directory (workers/node/layout.py) with the job's uid and gid U:
+The job's directory (workers/layout.py) with the job's uid and gid U:
 
     jobs/                         agent        0711  replicas pass through, list nothing
     jobs/<job>/                   agent:U      0750  the job's replicas only
@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from services.settings import Settings
-from workers.node import layout, leftovers
+from workers import layout
+from workers.node import leftovers
 
 log = logging.getLogger("cohort.isolation")
 
@@ -93,36 +94,31 @@ def lay_out(
     agent = os.geteuid(), os.getegid()
     u, g = (user.uid, user.gid) if user else agent
     shared = 0o750 if user else 0o700
-    jobs = layout.job_dir(data_dir, job_id).parent
+    paths = layout.ReplicaPaths.of(data_dir, job_id, attempt, index)
+    jobs = paths.job_dir.parent
     jobs.mkdir(parents=True, exist_ok=True)
     _directory(jobs, *agent, 0o711)
-    job = layout.job_dir(data_dir, job_id)
-    _directory(job, agent[0], g, shared)
-    for private in (
-        layout.checkpoint_dir(data_dir, job_id),
-        layout.model_dir(data_dir, job_id),
-        layout.tmp_dir(data_dir, job_id),
-    ):
+    _directory(paths.job_dir, agent[0], g, shared)
+    for private in (paths.checkpoint_dir, paths.model_dir, paths.tmp_dir):
         _directory(private, u, g, 0o700)
-    tensorboard = layout.tensorboard_dir(data_dir, job_id, index)
+    tensorboard = paths.tensorboard_dir
     _directory(tensorboard.parent, agent[0], g, shared)
     _directory(tensorboard, u, g, 0o700)
-    _directory(layout.input_dir(data_dir, job_id), agent[0], g, shared)
-    logs = layout.log_file(data_dir, job_id, attempt, index).parent
-    _directory(logs.parent, *agent, 0o700)
-    _directory(logs, *agent, 0o700)
-    work = layout.work_dir(data_dir, job_id, attempt, index)
+    _directory(paths.input_dir, agent[0], g, shared)
+    _directory(paths.log_dir.parent, *agent, 0o700)
+    _directory(paths.log_dir, *agent, 0o700)
+    work = paths.work_dir
     _directory(work.parent, agent[0], g, shared)
     _directory(work, u, g, 0o700)
 
 
-def lay_out_pool(pool_dir: Path) -> None:
+def lay_out_pool(pool: layout.PoolDirs) -> None:
     """The warm replica processes' directory, with their HOME and TMPDIR: the agent's
     alone (0700). They run as the agent's user until a hand-off makes each a job's
     replica (workers/node/pool.py); what they left there stays out of every job's reach."""
     agent = os.geteuid(), os.getegid()
-    pool_dir.parent.mkdir(parents=True, exist_ok=True)
-    for path in (pool_dir, pool_dir / "home", pool_dir / "tmp"):
+    pool.root.parent.mkdir(parents=True, exist_ok=True)
+    for path in (pool.root, pool.home, pool.tmp):
         _directory(path, *agent, 0o700)
 
 
@@ -203,7 +199,7 @@ def check_node(settings: Settings, python: str) -> None:
     """
     if not is_root():
         return
-    jobs = layout.job_dir(settings.data_dir, 0).parent.absolute()
+    jobs = layout.jobs_dir(settings.data_dir).absolute()
     jobs.mkdir(parents=True, exist_ok=True)
     _directory(jobs, os.geteuid(), os.getegid(), 0o711)
     last = settings.REPLICA_UID_BASE + settings.REPLICA_UID_RANGE - 1

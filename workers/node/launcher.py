@@ -14,12 +14,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
 from workers import handoff
-from workers.node import isolation, layout
-from workers.node.environment import ReplicaPaths, replica_env, resolve_argv, warm_servable
+from workers.layout import ReplicaPaths
+from workers.node import isolation
+from workers.node.environment import replica_env, resolve_argv, warm_servable
 from workers.node.isolation import ReplicaUser
 from workers.node.processes import stop_process_group
 
@@ -51,21 +52,6 @@ class ReplicaProcess:
         """SIGTERM the replica's process group, SIGKILL it after the grace period."""
         self.stop_requested.set()
         stop_process_group(self.popen, grace_seconds)
-
-
-def job_dir(data_dir: Path, job_id: int) -> Path:
-    """A job's directory on this node: checkpoints, saved model, logs."""
-    return layout.job_dir(data_dir, job_id)
-
-
-def log_path(data_dir: Path, key: ReplicaKey) -> Path:
-    """Where replica `key` writes its stdout and stderr."""
-    return layout.log_file(data_dir, key.job_id, key.attempt, key.index)
-
-
-def spec_path(data_dir: Path, key: ReplicaKey) -> Path:
-    """Where replica `key` reads its spec (the runner's COHORT_REPLICA_SPEC)."""
-    return layout.spec_file(data_dir, key.job_id, key.attempt, key.index)
 
 
 def write_private(path: Path, text: str) -> None:
@@ -124,9 +110,7 @@ def spawn(
     environment, directory, log and user), else started cold."""
     key = ReplicaKey.of(message.spec)
     paths = ReplicaPaths.of(data_dir, key.job_id, key.attempt, key.index)
-    isolation.lay_out(data_dir, key.job_id, key.attempt, key.index, user)
-    write_spec(paths.spec_file, ReplicaLaunch(message.spec, paths.job_dir))
-    write_private(paths.hyperparameters_file, json.dumps(message.spec.hyperparameters))
+    _write_inputs(message, paths, user)
     env = replica_env(message, paths)
     argv, cwd = process_argv(message, paths, python, env)
     cwd.mkdir(parents=True, exist_ok=True)
@@ -142,37 +126,49 @@ def spawn(
     # O_NOFOLLOW: the logs directory is the agent's alone, but never write through a link.
     log_fd = os.open(paths.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     with open(log_fd, "ab") as log_file:
-        popen = None
         warm = pool.take() if pool is not None and warm_servable(message.spec) else None
+        popen = None
         if pool is not None and warm is not None:
-            popen = pool.hand_off(
-                warm,
-                handoff.HandOff(
-                    env,
-                    str(cwd),
-                    user.uid if user else None,
-                    user.gid if user else None,
-                    isolation.REPLICA_UMASK,
-                ),
-                log_file.fileno(),
+            hand_off = handoff.HandOff(
+                env,
+                str(cwd),
+                user.uid if user else None,
+                user.gid if user else None,
+                isolation.REPLICA_UMASK,
             )
+            popen = pool.hand_off(warm, hand_off, log_file.fileno())
         if popen is None:
-            popen = subprocess.Popen(  # noqa: S603 - an argv, never a shell
-                argv,
-                env=env,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: one killpg stops it all
-                **isolation.popen_options(user),
-            )
+            popen = _start_cold(argv, env, cwd, log_file, user)
     return ReplicaProcess(
         key=key,
         popen=popen,
         log_path=paths.log_file,
         started_at=time.time(),
         warm=warm is not None and popen is warm.popen,
+    )
+
+
+def _write_inputs(message: StartReplica, paths: ReplicaPaths, user: ReplicaUser | None) -> None:
+    """The replica's directories, its spec and its hyperparameters file."""
+    spec = message.spec
+    isolation.lay_out(paths.data_dir, spec.job_id, spec.attempt, spec.index, user)
+    write_spec(paths.spec_file, ReplicaLaunch(spec, paths.job_dir))
+    write_private(paths.hyperparameters_file, json.dumps(spec.hyperparameters))
+
+
+def _start_cold(
+    argv: list[str], env: dict[str, str], cwd: Path, log_file: IO[bytes], user: ReplicaUser | None
+) -> subprocess.Popen[bytes]:
+    """A fresh interpreter for the replica, output to `log_file`."""
+    return subprocess.Popen(  # noqa: S603 - an argv, never a shell
+        argv,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: one killpg stops it all
+        **isolation.popen_options(user),
     )
 
 

@@ -8,7 +8,7 @@ stopped its replicas, to the last process, before then. The rules, all here:
 * The lease runs AGENT_LEASE from the moment the last heartbeat Redis took was *sent*:
   the control plane cannot have heard it earlier (services/cluster/arrivals.py times a
   beat by when it sees it), so the lease lapses before the node can be declared lost.
-* It is watched on a thread of its own (`Agent.lease_loop`), never by the heartbeat
+* It is watched on a thread of its own (`heartbeat.lease_loop`), never by the heartbeat
   call: on a cut link a Redis call blocks for its socket timeout and its retries (tens
   of seconds), far past any lease, and reports nothing meanwhile.
 * When it lapses every replica gets SIGTERM, and SIGKILL `fence_grace` later: STOP_GRACE,

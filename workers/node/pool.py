@@ -35,8 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers import handoff
-from workers.node import isolation, layout
+from workers import handoff, layout
+from workers.node import isolation
 from workers.node.environment import warm_env
 from workers.node.launcher import tail
 from workers.node.processes import stop_process_group
@@ -72,7 +72,7 @@ class ReplicaPool:
         self.python = python
         self.node_id = node_id
         self.data_dir = data_dir
-        self.directory = layout.pool_dir(data_dir)
+        self.dirs = layout.pool_dirs(data_dir)
         self._waiting: list[WarmProcess] = []  # started, not yet handed a replica
         self._failures = 0
         self.started = 0  # warm processes started so far
@@ -91,7 +91,7 @@ class ReplicaPool:
         """Start the keeper, which starts the warm processes (none when the size is 0)."""
         if self.size == 0 or self._keeper is not None:
             return
-        isolation.lay_out_pool(self.directory)
+        isolation.lay_out_pool(self.dirs)
         self._wake_read, self._wake_write = socket.socketpair()
         self._keeper = threading.Thread(
             target=self._keep, args=(self._wake_read,), daemon=True, name="replica-pool"
@@ -205,17 +205,15 @@ class ReplicaPool:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             log_fd = os.open(
-                self.directory / "warm.log",
+                self.dirs.log_file,
                 os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
                 0o600,
             )
             with open(log_fd, "ab") as log_file:
                 popen = subprocess.Popen(  # noqa: S603 - an argv, never a shell
                     [self.python, "-P", "-m", "workers.replica.pool_entry", str(theirs.fileno())],
-                    env=warm_env(
-                        self.node_id, self.data_dir, self.directory / "home", self.directory / "tmp"
-                    ),
-                    cwd=self.directory,
+                    env=warm_env(self.node_id, self.data_dir, self.dirs.home, self.dirs.tmp),
+                    cwd=self.dirs.root,
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
@@ -281,8 +279,8 @@ class ReplicaPool:
                 "%s); replicas start cold. Output of the warm processes: %s\n%s",
                 MAX_FAILURES,
                 why,
-                self.directory / "warm.log",
-                tail(self.directory / "warm.log", 2000),
+                self.dirs.log_file,
+                tail(self.dirs.log_file, 2000),
             )
 
 

@@ -14,7 +14,8 @@ from services.settings import Settings
 from services.storage.bundles import Limits
 from services.storage.store import ArtifactStore, open_store
 from services.wire.replica import ReplicaSpec
-from workers.node import isolation, layout
+from workers import layout
+from workers.node import isolation
 from workers.node.bundle_cache import BundleCache, BundleUnavailable
 
 

@@ -1,7 +1,7 @@
 """What the agent does beside each replica it runs, whatever the replica's loop.
 
 * Before a replica of a new attempt starts here: the job's newest checkpoint is
-  restored from the artifact store (once per node and attempt; workers/node/artifact_sync.py).
+  restored from the artifact store (once per node and attempt; workers/node/checkpoint_mirror.py).
 * While it runs: its metrics file and TensorBoard event files are followed and shipped,
   and any sign of progress is beaten (workers/node/scalars.py); replica 0 (the chief,
   which owns the real checkpoint) mirrors the checkpoint directory to the store, while
@@ -34,9 +34,10 @@ from services.storage import keys
 from services.storage.owned_tree import OnSkip, OwnedTree
 from services.storage.store import ArtifactStore, open_store
 from services.wire.replica import ReplicaSpec
-from workers.node import layout
-from workers.node.artifact_sync import CheckpointMirror, CheckpointSyncer
+from workers import layout
 from workers.node.attempts import superseded
+from workers.node.checkpoint_mirror import CheckpointMirror
+from workers.node.checkpoint_syncer import CheckpointSyncer
 from workers.node.launcher import ReplicaKey
 from workers.node.report_shipper import MetricReporter
 from workers.node.scalars import ScalarShipper

@@ -20,7 +20,8 @@ from services.wire.replica import (
     StopReplica,
 )
 from workers.celery_app import app
-from workers.node.agent import Agent, current_agent
+from workers.node.agent import Agent
+from workers.node.agent_process import current_agent
 from workers.node.inbox import M, open_message
 
 P = ParamSpec("P")

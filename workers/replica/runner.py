@@ -31,6 +31,7 @@ from typing import NoReturn
 from services import exit_codes
 from services.wire.contract import WireError
 from services.wire.replica import ReplicaLaunch, ReplicaSpec
+from workers import layout
 from workers.point_buffer import status_line
 from workers.replica import distribution, parent_watch, roles
 from workers.replica.callbacks import ReplicaReporter, announce, warn
@@ -146,16 +147,14 @@ def _install_termination(reporter_box: list[ReplicaReporter]) -> None:
 def replica_dirs(launch: ReplicaLaunch) -> dict[str, Path]:
     """The replica's directories, as the agent names them in the environment
     (workers/node/environment.py); a runner started by hand, without them, keeps
-    everything under the job directory."""
+    everything under the job directory (workers/layout.py)."""
+    job = layout.JobDirs(launch.job_dir)
     defaults = {
         "work_dir": ("COHORT_WORK_DIR", launch.job_dir),
-        "checkpoint_dir": ("COHORT_CHECKPOINT_DIR", launch.job_dir / "checkpoints"),
-        "model_dir": ("COHORT_MODEL_DIR", launch.job_dir / "model"),
-        "tensorboard_dir": (
-            "COHORT_TENSORBOARD_DIR",
-            launch.job_dir / "tensorboard" / f"replica-{launch.spec.index}",
-        ),
-        "input_dir": ("COHORT_INPUT_DIR", launch.job_dir / "inputs"),
+        "checkpoint_dir": ("COHORT_CHECKPOINT_DIR", job.checkpoint_dir),
+        "model_dir": ("COHORT_MODEL_DIR", job.model_dir),
+        "tensorboard_dir": ("COHORT_TENSORBOARD_DIR", job.tensorboard_dir(launch.spec.index)),
+        "input_dir": ("COHORT_INPUT_DIR", job.input_dir),
     }
     return {
         name: Path(os.environ.get(variable) or default)
@@ -185,7 +184,7 @@ def run(launch: ReplicaLaunch, reporter: ReplicaReporter) -> int:
     dirs = replica_dirs(launch)
     if spec.bundle is not None:
         # `module:function` resolves inside the job's own code first.
-        sys.path.insert(0, str(dirs["work_dir"] / "code"))
+        sys.path.insert(0, str(layout.code_dir_in(dirs["work_dir"])))
     try:
         trainer = load_trainer(spec.trainer or "")
         evaluate = load_evaluator(spec.trainer or "") if spec.role == "evaluator" else None

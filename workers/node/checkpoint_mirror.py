@@ -24,8 +24,6 @@ deletes through it too: a directory swapped for a link is never written through.
 from __future__ import annotations
 
 import logging
-import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -33,80 +31,19 @@ from pathlib import Path
 from typing import BinaryIO
 
 from services.storage import keys
-from services.storage.owned_tree import OnSkip, OwnedTree, descriptor_path
+from services.storage.owned_tree import OnSkip, OwnedTree
 from services.storage.store import ArtifactStore
+from workers.node.checkpoint_names import (
+    checkpoint_files,
+    differs,
+    is_data,
+    is_scratch,
+    is_state,
+    named_checkpoints,
+    newer,
+)
 
 log = logging.getLogger("cohort.artifacts")
-
-POLL_SECONDS = 1.0  # how often a running chief's checkpoint directory is looked at
-STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's state file
-# Scratch that is never the real checkpoint: a non-chief worker's copy (tf-keras'
-# distributed_file_utils), TensorFlow's shards before they are merged (`<prefix>_temp/`,
-# `<prefix>_temp_<hex>/`) and its atomic writes in progress (`<name>.tmp<hex>`).
-_SCRATCH_DIR = re.compile(r"workertemp_\d+|.*_temp(_[0-9a-f]+)?")
-_SCRATCH_FILE = re.compile(r".*\.tmp[0-9a-f]{32}|.*\.partial")
-_STATE_PATHS = re.compile(
-    r'^\s*(?:model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"((?:[^"\\]|\\.)*)"',
-    re.MULTILINE,
-)
-_SHARD = re.compile(r"\.data-(\d+)-of-(\d+)")
-_NUMBER = re.compile(r"-(\d+)$")
-
-
-def is_scratch(rel: str) -> bool:
-    """Whether a path under the checkpoint directory is scratch, never mirrored."""
-    *dirs, name = rel.split("/")
-    return any(_SCRATCH_DIR.fullmatch(d) for d in dirs) or bool(_SCRATCH_FILE.fullmatch(name))
-
-
-def is_state(rel: str) -> bool:
-    return rel.rsplit("/", 1)[-1] == STATE_FILE and not is_scratch(rel)
-
-
-def is_data(rel: str) -> bool:
-    return not is_scratch(rel) and not is_state(rel)
-
-
-def named_checkpoints(state: bytes) -> list[str]:
-    """The checkpoint prefixes a state file names, the newest first (its
-    model_checkpoint_path, then all_model_checkpoint_paths), as base names."""
-    text = state.decode("utf-8", errors="replace")
-    names = [os.path.basename(m.replace('\\"', '"')) for m in _STATE_PATHS.findall(text)]
-    return list(dict.fromkeys(name for name in names if name))
-
-
-def checkpoint_files(directory: str, prefix: str, present: set[str]) -> list[str] | None:
-    """Every file of checkpoint `prefix` in `directory` ('' for the top), as relative
-    paths, if `present` holds all of them (its .index and each data shard); else None."""
-    base = f"{directory}/{prefix}" if directory else prefix
-    shards = [rel for rel in present if rel.startswith(f"{base}.data-")]
-    counts = {int(m.group(2)) for rel in shards if (m := _SHARD.search(rel[len(base) :]))}
-    if f"{base}.index" not in present or len(counts) != 1:
-        return None
-    total = counts.pop()
-    wanted = [f"{base}.data-{i:05d}-of-{total:05d}" for i in range(total)]
-    if not set(wanted) <= present:
-        return None
-    return [f"{base}.index", *wanted]
-
-
-def _newer(stored: bytes, local: bytes | None) -> bool:
-    """Whether the stored state file names a newer checkpoint than the local one."""
-    if local is None:
-        return True
-    if local == stored:
-        return False
-    numbers = [
-        _NUMBER.search(names[0]) if names else None
-        for names in (named_checkpoints(stored), named_checkpoints(local))
-    ]
-    if numbers[0] and numbers[1]:  # CheckpointManager counts on across restores
-        return int(numbers[0].group(1)) > int(numbers[1].group(1))
-    return True  # the store holds the gang's checkpoint; a different one here is older
-
-
-def _differs(stored: bytes, local: bytes | None) -> bool:
-    return stored != local
 
 
 def _local_files(tree: OwnedTree) -> set[str]:
@@ -178,10 +115,10 @@ class CheckpointMirror:
             self._stored, self._sent_states, self._seen = stored, dict(states), set()
             if not stored:
                 return []
-            newer = _differs if store_wins else _newer
+            is_newer = differs if store_wins else newer
             tree = self.tree()
             if states and not any(
-                newer(data, tree.read_bytes(rel)) for rel, data in states.items()
+                is_newer(data, tree.read_bytes(rel)) for rel, data in states.items()
             ):
                 return []
             before = self._named_here()
@@ -299,23 +236,11 @@ class CheckpointMirror:
         files = checkpoint_files(directory, names[0], listed)
         if files is None:
             return data, []
-        opened: dict[str, int] = {}
-        try:
-            for rel in files:
-                opened[rel] = tree.open(rel)
-        except OSError:  # rotated out since the listing, or refused: the next sync
-            for fd in opened.values():
-                os.close(fd)
-            return data, []
+        if not self.store.put_whole(self.prefix, tree, files):
+            return data, []  # one was rotated out since the listing, or refused: next sync
         assert self._stored is not None
-        try:
-            for rel, fd in opened.items():
-                self.store.put_file(self._key(rel), descriptor_path(fd))
-                self._stored.add(rel)
-        finally:
-            for fd in opened.values():
-                os.close(fd)
-        return data, list(opened)
+        self._stored.update(files)
+        return data, files
 
     def _complete(self, state_rel: str, data: bytes) -> bool:
         names = named_checkpoints(data)
@@ -341,64 +266,3 @@ class CheckpointMirror:
             if not any(rel.startswith(f"{name}.") for name in named):
                 self.store.delete(self._key(rel), missing_ok=True)
                 self._stored.discard(rel)
-
-
-class CheckpointSyncer(threading.Thread):
-    """Calls `mirror.sync()` every `poll_seconds` until `finish()`, which syncs once more;
-    each only while `superseded()` says its attempt is still the job's (it may raise:
-    that poll sends nothing, and counts as a failure). `on_skip` hears of each file not
-    sent (a link, ...), at every poll: the caller says it once."""
-
-    def __init__(
-        self,
-        mirror: CheckpointMirror,
-        *,
-        name: str,
-        poll_seconds: float = POLL_SECONDS,
-        superseded: Callable[[], bool] = lambda: False,
-        on_skip: OnSkip | None = None,
-    ) -> None:
-        super().__init__(daemon=True, name=name)
-        self.mirror = mirror
-        self.on_skip = on_skip
-        self.poll_seconds = poll_seconds
-        self.superseded = superseded
-        self._done = threading.Event()
-        self._failures = 0
-        self._held = False  # said once that it sends no more
-
-    def run(self) -> None:
-        while not self._done.wait(self.poll_seconds):
-            self.sync()
-
-    def sync(self, *, checked: bool = False) -> None:
-        """Send what changed; `checked`: the caller has just asked `superseded()`."""
-        try:
-            if not checked and self.superseded():
-                if not self._held:
-                    log.warning(
-                        "%s: this attempt is no longer the job's; its checkpoints "
-                        "are not sent over the store's",
-                        self.mirror.prefix,
-                    )
-                    self._held = True
-                return
-            self.mirror.sync(self.on_skip)
-            self._failures = 0
-        except Exception as exc:  # noqa: BLE001 - the next poll tries again
-            self._failures += 1
-            if self._failures == 1 or self._failures % 60 == 0:
-                log.warning(
-                    "syncing the checkpoints of %s failed (%d in a row): %s",
-                    self.mirror.prefix,
-                    self._failures,
-                    exc,
-                )
-
-    def finish(self, timeout: float, *, checked: bool = False) -> None:
-        """The replica exited: stop polling, then send the last checkpoint (`checked`: the
-        caller has just asked `superseded()`)."""
-        self._done.set()
-        if self.is_alive():
-            self.join(timeout)
-        self.sync(checked=checked)
