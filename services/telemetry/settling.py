@@ -3,7 +3,7 @@ its stream send the terminal status last and end.
 
 A job's status turns terminal when the control plane decides it (the chief's exit, a
 failure, a cancel, a deadline), which can be before its replicas' last points and lines
-are stored: the agent ships them before it reports a replica's exit (workers/node/agent.py:
+are stored: the agent ships them before it reports a replica's exit (workers/node/supervision.py:
 the log shipper's and the sidecars' `finish` come first), but the leader's ingest stores
 them in its own time. So the job is *settled* when
 

@@ -11,7 +11,7 @@ receive gang traffic. So:
 * messages to N (start, stop, cleanup) are sealed with N's key, stamped with the time
   (Redis's clock at both ends: services/wire/clock.py) and N's id, and refused by N's
   agent when unsigned, badly signed, for another node or older
-  than MESSAGE_MAX_AGE (the claim and attempt fencing of workers/node/agent.py still
+  than MESSAGE_MAX_AGE (the claim and attempt fencing of workers/node/claims.py still
   stop a replay inside that window from starting anything twice);
 * N's events and heartbeats are signed with N's key: the scheduler derives it from the
   node id they name, so a compromised node can neither speak as another node nor read or
