@@ -32,9 +32,9 @@ from typing import IO, Any
 
 import redis
 
-from cli.stack_secrets import kept_secret, write_private
+from cli.stack_secrets import kept_secret
 from services.auth.tokens import check_bootstrap_token
-from services.data_dir import PROCESS_UMASK
+from services.data_dir import PROCESS_UMASK, write_private
 from services.settings import Settings, get_settings
 from services.wire.signing import node_key
 from workers.node.processes import stop_process_groups

@@ -3,23 +3,10 @@ made on first use, written whole with mode 0600, never through a link."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-
-def write_private(path: Path, text: str) -> None:
-    """Write `path` whole, mode 0600: a fresh file renamed over it (which replaces a
-    link there rather than writing through it)."""
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+from services.data_dir import write_private
 
 
 def kept_secret(path: Path, make: Callable[[], str]) -> str:

@@ -20,6 +20,7 @@ import errno
 import logging
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 log = logging.getLogger("cohort.data_dir")
@@ -79,3 +80,20 @@ def private_data_dir(path: Path) -> Path:
     finally:
         os.close(fd)
     return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `path` whole or not at all, readable by this user only (mkstemp's 0600).
+
+    The directory may be a replica's (one started again in place): the temporary file
+    gets a fresh name, created exclusively (never through a link put there), and
+    replaces `path` by rename, which replaces a link rather than follows it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -13,6 +13,18 @@ from services.db import read_rows
 from services.models import Node, Replica
 from services.statuses import TERMINAL_REPLICA_STATUSES, NodeStatus
 
+# What placement reads of each ready node, in this order; the pass's digest
+# (placement_digest.py) covers the same columns, so a change to any of them places again.
+PLACED_NODE_COLUMNS = (
+    Node.id,
+    Node.address,
+    Node.slots,
+    Node.gpus,
+    Node.gpu_ids,
+    Node.port_space,
+    Node.busy_ports,
+)
+
 
 def read_capacity(*, session: Session) -> tuple[list[NodeCapacity], dict[str, set[int]]]:
     """Free capacity of every ready node, and the ports in use on each node."""
@@ -36,17 +48,7 @@ def read_capacity(*, session: Session) -> tuple[list[NodeCapacity], dict[str, se
     # The columns placement needs of each ready node, not whole rows: read on every pass.
     nodes = read_rows(
         session,
-        sa.select(
-            Node.id,
-            Node.address,
-            Node.slots,
-            Node.gpus,
-            Node.gpu_ids,
-            Node.port_space,
-            Node.busy_ports,
-        )
-        .where(Node.status == NodeStatus.READY)
-        .order_by(Node.id),
+        sa.select(*PLACED_NODE_COLUMNS).where(Node.status == NodeStatus.READY).order_by(Node.id),
     )
     capacity = []
     # Nodes on one network stack (several agents on one host) draw from one set of

@@ -35,6 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.orm import Session
 
+from services.cluster.node_capacity import PLACED_NODE_COLUMNS
 from services.models import Job, Node, ProjectQuota, Replica
 from services.statuses import TERMINAL_REPLICA_STATUSES, JobStatus, NodeStatus
 
@@ -90,18 +91,7 @@ def read_digest(*, session: Session, now: dt.datetime) -> Digest | None:
         .subquery()
     )
     ready = (
-        sa.select(
-            _rows_md5(
-                Node.id,
-                Node.address,
-                Node.slots,
-                Node.gpus,
-                Node.gpu_ids,
-                Node.port_space,
-                Node.busy_ports,
-                key=Node.id,
-            )
-        )
+        sa.select(_rows_md5(*PLACED_NODE_COLUMNS, key=Node.id))
         .where(Node.status == NodeStatus.READY)
         .subquery()
     )

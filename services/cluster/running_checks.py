@@ -257,21 +257,26 @@ def _startup_failure(
     )
 
 
+def record_beat_exit(session: Session, key: Key, beat: nodes.Heartbeat) -> None:
+    """Record the exit of a replica that its agent's beat lists among its exits."""
+    gangs.record_replica_exited(
+        session=session,
+        job_id=key[0],
+        attempt=key[1],
+        index=key[2],
+        exit_code=beat.exited[key],
+        log_tail="",
+        at=beat.at,
+    )
+
+
 def _settled_by_beat(
     session: Session, rid: int, key: Key, started_at: dt.datetime, beat: nodes.Heartbeat
 ) -> bool:
     """Settle a running replica whose exit its agent reports only in its heartbeat (or
     that the agent no longer runs); whether it did."""
     if key in beat.exited:
-        gangs.record_replica_exited(
-            session=session,
-            job_id=key[0],
-            attempt=key[1],
-            index=key[2],
-            exit_code=beat.exited[key],
-            log_tail="",
-            at=beat.at,
-        )
+        record_beat_exit(session, key, beat)
         return True
     # Only a beat written well after the spawn says the process is gone: `after`
     # bounds when it was written from below (None: unknown, so no conclusion).

@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from services.cluster import gangs, nodes
-from services.cluster.running_checks import Key
+from services.cluster.running_checks import Key, record_beat_exit
 from services.jobs.transitions import transition_job
 from services.models import Job, Node, Replica
 from services.settings import Settings
@@ -160,7 +160,7 @@ def settle_unanswered_starts(
         if beat.after is None or beat.after < replica.created_at + limit or key in beat.running:
             continue
         if key in beat.exited:  # refused, and the event that said so was lost
-            _record_beat_exit(session, key, beat)
+            record_beat_exit(session, key, beat)
             continue
         gangs.record_replica_failure(
             replica=replica,
@@ -191,19 +191,6 @@ def _pending_since(session: Session, placed_before: dt.datetime) -> list[Replica
                 Replica.created_at < placed_before,
             )
         ).scalars()
-    )
-
-
-def _record_beat_exit(session: Session, key: Key, beat: nodes.Heartbeat) -> None:
-    """Record the exit of a replica that its agent's beat lists among its exits."""
-    gangs.record_replica_exited(
-        session=session,
-        job_id=key[0],
-        attempt=key[1],
-        index=key[2],
-        exit_code=beat.exited[key],
-        log_tail="",
-        at=beat.at,
     )
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from services.data_dir import write_private
 from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
 from workers import handoff
 from workers.layout import ReplicaPaths
@@ -52,23 +52,6 @@ class ReplicaProcess:
         """SIGTERM the replica's process group, SIGKILL it after the grace period."""
         self.stop_requested.set()
         stop_process_group(self.popen, grace_seconds)
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a file readable by this user only, whole or not at all.
-
-    The directory may be a replica's (a replica started again in place): the temporary
-    file gets a fresh name, created exclusively (never through a link the replica put
-    there), and replaces `path` by rename, which replaces a link rather than follows it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def write_spec(path: Path, launch: ReplicaLaunch) -> None:
