@@ -24,7 +24,7 @@ def list_nodes(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = Fa
         table.add_row(
             n["id"],
             n["address"],
-            n["status"],
+            "inventory pending" if n["status"] == "pending" else n["status"],
             str(n["slots"]),
             str(n["free_slots"]),
             str(n["gpus"]),

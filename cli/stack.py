@@ -268,12 +268,17 @@ class Stack:
 
         assert isinstance(client, CohortClient)
         deadline = time.monotonic() + timeout
+        statuses: set[str] = set()
         while time.monotonic() < deadline:
             self.check_children()
-            if any(node["status"] == "ready" for node in client.nodes()):
+            statuses = {node["status"] for node in client.nodes()}
+            if "ready" in statuses:
                 return
             time.sleep(0.1)
-        raise TimeoutError("the local agent did not register; see var/logs/agent.log")
+        # Registered, still listing its GPUs (a TensorFlow probe can take minutes): jobs
+        # wait for it, saying "inventory pending".
+        if "pending" not in statuses:
+            raise TimeoutError("the local agent did not register; see var/logs/agent.log")
 
     def add_agent(
         self, node_id: str, slots: int, env: dict[str, str] | None = None, **settings: str

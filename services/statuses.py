@@ -74,3 +74,11 @@ TERMINAL_SWEEP_STATUSES: frozenset[SweepStatus] = frozenset(
 class NodeStatus(StrEnum):
     READY = "ready"
     LOST = "lost"
+    # Beating, but its agent has not yet said which GPUs it offers (discovery and the
+    # TensorFlow probe take seconds): alive, but not offered to the placer, whose
+    # "unschedulable" would otherwise count a node with GPUs as one without.
+    PENDING = "pending"
+
+
+# A node whose agent beats: its replicas are its agent's to report.
+LIVE_NODE_STATUSES = frozenset({NodeStatus.READY, NodeStatus.PENDING})

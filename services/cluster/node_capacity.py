@@ -1,5 +1,6 @@
 """Free capacity of every ready node, as placement reads it on every pass: slots and
-GPUs not held by a live replica, and the ports in use on each node's network stack.
+GPUs not held by a live replica, and the ports in use on each node's network stack; and
+the nodes whose inventory is pending, which placement is not offered yet.
 """
 
 from __future__ import annotations
@@ -24,6 +25,16 @@ PLACED_NODE_COLUMNS = (
     Node.port_space,
     Node.busy_ports,
 )
+
+
+def read_pending(*, session: Session) -> list[str]:
+    """The nodes whose agents beat but have not yet listed their GPUs, in id order: not
+    offered to placement (read_capacity), and no job is unschedulable while they are."""
+    return list(
+        session.execute(
+            sa.select(Node.id).where(Node.status == NodeStatus.PENDING).order_by(Node.id)
+        ).scalars()
+    )
 
 
 def read_capacity(*, session: Session) -> tuple[list[NodeCapacity], dict[str, set[int]]]:

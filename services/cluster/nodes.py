@@ -18,7 +18,7 @@ from sqlalchemy.orm.util import identity_key
 from services.cluster.arrivals import Heard
 from services.db import read_rows
 from services.models import Job, Node, Replica
-from services.statuses import TERMINAL_REPLICA_STATUSES, NodeStatus
+from services.statuses import LIVE_NODE_STATUSES, TERMINAL_REPLICA_STATUSES, NodeStatus
 from services.wire.events import NodeHeartbeat
 
 
@@ -40,6 +40,7 @@ class Heartbeat:
     busy_ports: frozenset[int] = frozenset()
     port_space: str = ""  # the agent's network stack (workers/node/ports.py): shared ports
     gpu_models: tuple[tuple[str, int], ...] = ()  # (model, MiB) per id of gpu_ids
+    inventory_pending: bool = False  # the agent does not know its GPUs yet: not placed on
     # The beat was written after this time (the control plane's read before the one that
     # saw it); None when its age is unknown (there at a leader's first read): no news.
     after: dt.datetime | None = None
@@ -71,6 +72,7 @@ def heartbeat_of(beat: NodeHeartbeat, heard: Heard) -> Heartbeat:
         busy_ports=frozenset(beat.busy_ports),
         port_space=beat.port_space,
         gpu_models=beat.gpu_models,
+        inventory_pending=beat.inventory_pending,
     )
 
 
@@ -211,12 +213,17 @@ def _new_node(beat: Heartbeat) -> Node:
         gpus=beat.gpus,
         last_heartbeat=beat.at,
         registered_at=beat.at,
-        status=NodeStatus.READY,
+        status=_live_status(beat),
         gpu_ids=_join(beat.gpu_ids),
         busy_ports=_join(beat.busy_ports),
         port_space=beat.port_space,
         gpu_inventory=gpu_inventory(beat),
     )
+
+
+def _live_status(beat: Heartbeat) -> NodeStatus:
+    """A beating node is ready, or pending while its agent's GPU inventory is."""
+    return NodeStatus.PENDING if beat.inventory_pending else NodeStatus.READY
 
 
 def _changes(current: dict[str, Any], beat: Heartbeat) -> dict[str, Any]:
@@ -234,20 +241,20 @@ def _changes(current: dict[str, Any], beat: Heartbeat) -> dict[str, Any]:
         "port_space": beat.port_space,
         "gpu_inventory": gpu_inventory(beat),
     }
-    # A beat of unknown age (a new leader's first read) gives a ready node one more
+    # A beat of unknown age (a new leader's first read) gives a live node one more
     # NODE_TIMEOUT; only a beat written while the control plane watched revives a
     # lost one (the dead node's last beat stays in the hash).
-    if beat.news:
-        fresh["status"] = NodeStatus.READY
+    if beat.news or current["status"] != NodeStatus.LOST:
+        fresh["status"] = _live_status(beat)
     return {name: value for name, value in fresh.items() if current[name] != value}
 
 
 def mark_lost_nodes(*, session: Session, now: dt.datetime, timeout: float) -> list[str]:
-    """Mark ready nodes whose last heartbeat is older than `timeout` seconds as lost."""
+    """Mark live nodes whose last heartbeat is older than `timeout` seconds as lost."""
     cutoff = now - dt.timedelta(seconds=timeout)
     lost = list(
         session.execute(
-            sa.select(Node).where(Node.status == NodeStatus.READY, Node.last_heartbeat < cutoff)
+            sa.select(Node).where(Node.status.in_(LIVE_NODE_STATUSES), Node.last_heartbeat < cutoff)
         ).scalars()
     )
     for node in lost:

@@ -48,6 +48,7 @@ from services.cluster.placement_pool import Pool, choose
 from services.cluster.placement_roles import GangPart, choose_parts
 
 PACK, SPREAD = "pack", "spread"
+UNSCHEDULABLE = "unschedulable: "  # how the reason of a job no cluster this size fits starts
 POLICIES = (PACK, SPREAD)
 CPU, GPU = "cpu", "gpu"
 
@@ -272,7 +273,7 @@ def _unschedulable(
     detail = f"the cluster has {total} {_unit(kind)}"
     if request.gpus_per_replica and total >= request.replicas * per:
         detail += f", at most {per_node} on one node"
-    return f"unschedulable: needs {request.describe_need()}, {detail}"
+    return f"{UNSCHEDULABLE}needs {request.describe_need()}, {detail}"
 
 
 def _blocked(

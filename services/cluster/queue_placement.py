@@ -20,8 +20,14 @@ from sqlalchemy.orm.util import identity_key
 
 from services.cluster import placement_digest, tf_config
 from services.cluster.fair_share import ProjectState
-from services.cluster.node_capacity import read_capacity
-from services.cluster.placement import GangRequest, ReplicaPlacement, pick_ports, place
+from services.cluster.node_capacity import read_capacity, read_pending
+from services.cluster.placement import (
+    UNSCHEDULABLE,
+    GangRequest,
+    ReplicaPlacement,
+    pick_ports,
+    place,
+)
 from services.cluster.placement_digest import PlacementMemo
 from services.cluster.placement_roles import ps_parts
 from services.db import read_rows
@@ -30,7 +36,7 @@ from services.jobs.replica_specs import start_message
 from services.jobs.transitions import lock_jobs, transition_locked
 from services.models import Job, Node, Replica
 from services.settings import Settings
-from services.statuses import JobStatus, NodeStatus, ReplicaStatus
+from services.statuses import LIVE_NODE_STATUSES, JobStatus, ReplicaStatus
 from services.wire.replica import Message
 
 
@@ -80,7 +86,7 @@ def resend_stale_starts(*, session: Session, settings: Settings, now: dt.datetim
             Replica.attempt == Job.attempt,
             Job.status == JobStatus.SCHEDULED,
             Replica.dispatched_at < cutoff,
-            Node.status == NodeStatus.READY,
+            Node.status.in_(LIVE_NODE_STATUSES),
         )
     ).all()
     messages: list[Message] = []
@@ -168,13 +174,36 @@ def _place_all(
         ]
         projects = _project_states(session, settings, {job.project_id for job in ready})
         result = place(requests, capacity, projects)
-        for job_id, reason in result.waiting.items():
-            reasons[job_id] = "waiting for a node agent to register" if not capacity else reason
+        reasons.update(_waiting_reasons(session, result.waiting, bool(capacity)))
         messages, placed = _schedule_gangs(session, settings, result.assignments, used_ports, now)
     before = {job.id: job.reason for job in queued}
     changed = {job_id: reason for job_id, reason in reasons.items() if before[job_id] != reason}
     _store_reasons(session, changed)
     return messages, placed, bool(changed)
+
+
+def _waiting_reasons(session: Session, waiting: dict[int, str], any_ready: bool) -> dict[int, str]:
+    """What each waiting job shows. A node whose GPU inventory is pending may be what a
+    job needs (its GPUs are not known yet): no job is unschedulable while one is."""
+    unfit = {job_id for job_id, why in waiting.items() if why.startswith(UNSCHEDULABLE)}
+    pending = read_pending(session=session) if unfit or not any_ready else []
+    if not any_ready:
+        if not pending:
+            return dict.fromkeys(waiting, "waiting for a node agent to register")
+        unfit = set(waiting)
+    if not pending:
+        return waiting
+    names = ", ".join(pending[:3]) + (f" and {len(pending) - 3} more" if len(pending) > 3 else "")
+    note = f"inventory pending on node{'s' if len(pending) > 1 else ''} {names}"
+    return {
+        job_id: f"{note}: {_so_far(why)}" if job_id in unfit else why
+        for job_id, why in waiting.items()
+    }
+
+
+def _so_far(reason: str) -> str:
+    # The placer counted the ready nodes only.
+    return reason.removeprefix(UNSCHEDULABLE).replace("the cluster has", "the ready nodes have")
 
 
 def _store_reasons(session: Session, reasons: dict[int, str]) -> None:

@@ -37,10 +37,10 @@ from services.jobs.transitions import transition_job
 from services.models import Job, Node, Replica
 from services.settings import Settings
 from services.statuses import (
+    LIVE_NODE_STATUSES,
     TERMINAL_REPLICA_STATUSES,
     TERMINAL_STATUSES,
     JobStatus,
-    NodeStatus,
     ReplicaStatus,
 )
 from services.wire.replica import CleanupJob, Message
@@ -80,7 +80,7 @@ def excuse_silence(*, session: Session, now: dt.datetime) -> None:
     the beats it finds in Redis by their arrival, its first read, anyway.)"""
     session.execute(
         sa.update(Node)
-        .where(Node.status == NodeStatus.READY, Node.last_heartbeat < now)
+        .where(Node.status.in_(LIVE_NODE_STATUSES), Node.last_heartbeat < now)
         .values(last_heartbeat=now)
     )
     session.execute(

@@ -19,7 +19,7 @@ from services.cluster.placement_digest import PlacementMemo
 from services.models import utcnow
 from services.retraining import firing, promotion
 from services.settings import Settings
-from services.statuses import NodeStatus
+from services.statuses import LIVE_NODE_STATUSES
 from services.sweeps.advance import advance_sweeps
 from services.wire.replica import Message
 
@@ -108,7 +108,7 @@ def _watch(
         session=session, settings=settings, heartbeats=heartbeats, progress=progress, now=now
     )
     ready = {
-        node_id for node_id, row in result.node_rows.items() if row["status"] == NodeStatus.READY
+        node_id for node_id, row in result.node_rows.items() if row["status"] in LIVE_NODE_STATUSES
     }
     held = watchdog.declared_but_running(
         session=session, heartbeats=heartbeats, running=checked.running, ready=ready

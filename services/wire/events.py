@@ -134,3 +134,7 @@ class NodeHeartbeat(Contract):
     # an agent busy with starts is not judged to leave one unanswered
     # (services/cluster/watchdog.py settle_unanswered_starts).
     preparing: tuple[Replica, ...] = ()
+    # True until the agent knows which GPUs it offers (workers/node/gpus.py): until then
+    # `gpus` says nothing, and the node is not offered to the placer. An agent that
+    # does not send it has always known.
+    inventory_pending: bool = False

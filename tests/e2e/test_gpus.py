@@ -84,3 +84,74 @@ def test_gpus_tensorflow_cannot_use_are_not_offered_nor_silently_ignored(tmp_pat
         assert "given GPU 0 but TensorFlow sees 0 of 1" in replica_log
         assert "num_replicas_in_sync" not in replica_log  # no strategy, nothing trained
         assert "TensorFlow sees 0 of 1" in done["reason"], done["reason"]
+
+
+# Lists the GPUs only after a few seconds the first time, as NVML and a TensorFlow probe
+# take seconds on a real host; at once after that.
+SLOW_NVIDIA_SMI = """#!/bin/sh
+marker="$(dirname "$0")/listed-once"
+if [ ! -e "$marker" ]; then
+    touch "$marker"
+    sleep {delay}
+fi
+exec "$(dirname "$0")/nvidia-smi-now" "$@"
+"""
+
+
+def slow_gpu_path(tmp_path: Path, delay: float) -> str:
+    bin_dir = tmp_path / "slow-bin"
+    bin_dir.mkdir()
+    for name, text in (
+        ("nvidia-smi", SLOW_NVIDIA_SMI.format(delay=delay)),
+        ("nvidia-smi-now", FAKE_NVIDIA_SMI),
+    ):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def test_a_gpu_job_submitted_before_the_inventory_waits_for_it_never_unschedulable(
+    tmp_path: Path,
+) -> None:
+    with pg_stack_with(tmp_path) as (stack, client):  # its own agent: CPU slots, no GPU
+        stack.add_agent("late", 1, env={"PATH": slow_gpu_path(tmp_path, 8)}, node_gpu_probe="false")
+        registered = wait_for(
+            lambda: next((n for n in client.nodes() if n["id"] == "late"), None),
+            60,
+            "the late agent's first beat",
+            interval=0.05,
+        )
+        job = client.submit(
+            {
+                "name": "gpu-at-once",
+                "command": ["python", "-c", SEES_GPUS],
+                "replicas": 1,
+                "gpus_per_replica": 1,
+                "max_restarts": 0,
+            }
+        )
+        reasons: list[str] = []
+
+        def placed() -> dict[str, Any] | None:
+            seen = client.job(job["id"])
+            reasons.append(seen["reason"] or "")
+            return seen if seen["status"] != "queued" else None
+
+        wait_for(placed, 60, "the job to be placed", interval=0.1)
+        # While its GPUs were being listed the node was offered to no job, and the job
+        # said why, never that no cluster could run it.
+        unfit = [r for r in reasons if r.startswith("unschedulable")]
+        assert not unfit, unfit
+        assert registered["status"] == "pending" and registered["gpus"] == 0, registered
+        assert any(r.startswith("inventory pending on node late") for r in reasons), reasons
+        done = wait_terminal(client, job["id"])
+        assert done["status"] == "succeeded", done
+        assert [r["node_id"] for r in done["replica_list"]] == ["late"]
+        lines = [line["line"] for line in client.logs(job["id"], limit=1000)]
+        assert "CUDA_VISIBLE_DEVICES=0" in lines, lines
+        own = node(client, "late")
+        assert own is not None and own["gpus"] == 2
+
+
+# A replica of a `command` job: what CUDA was told to show it.
+SEES_GPUS = "import os; print('CUDA_VISIBLE_DEVICES=' + os.environ['CUDA_VISIBLE_DEVICES'])"

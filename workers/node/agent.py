@@ -91,6 +91,10 @@ class Agent:
         # none until find_gpus has checked that the replicas' TensorFlow can use them.
         self.gpu_ids: list[int] = []
         self.gpu_models: tuple[tuple[str, int], ...] = ()
+        # Until find_gpus is done the beats say so, and the control plane offers this
+        # node to no job (a node beating "0 GPUs" meanwhile made GPU jobs unschedulable).
+        self.inventory_pending = True
+        self.beating = threading.Lock()  # one beat sent at a time (heartbeat.beat)
         # Replicas whose code or inputs are being fetched; set: stopped meanwhile.
         self.preparing: dict[ReplicaKey, threading.Event] = {}
         self.answering: dict[ReplicaKey, int] = {}  # start messages being handled, per key
@@ -119,22 +123,31 @@ class Agent:
 
     def find_gpus(self) -> None:
         """Offer the GPUs found (NVML, COHORT_NODE_GPUS) that the replicas' TensorFlow
-        sees; asking it takes seconds, so the node offers no GPU until then."""
-        found = {gpu.index: gpu for gpu in gpus.discover()}
-        ids = gpus.usable_gpus(
-            gpus.node_gpu_ids(self.settings.NODE_GPUS, list(found)),
-            self.settings.REPLICA_PYTHON or sys.executable,
-            self.settings.NODE_GPU_PROBE,
-        )
-        models = tuple((found[i].name, found[i].memory_mb) if i in found else ("", 0) for i in ids)
+        sees; asking it takes seconds, so the node's beats say its inventory is pending
+        until then, and the first beat after it goes at once."""
+        try:
+            found = {gpu.index: gpu for gpu in gpus.discover()}
+            ids = gpus.usable_gpus(
+                gpus.node_gpu_ids(self.settings.NODE_GPUS, list(found)),
+                self.settings.REPLICA_PYTHON or sys.executable,
+                self.settings.NODE_GPU_PROBE,
+            )
+            models = tuple(
+                (found[i].name, found[i].memory_mb) if i in found else ("", 0) for i in ids
+            )
+        except Exception:  # noqa: BLE001 - a node that cannot list GPUs offers none
+            log.exception("could not list this node's GPUs: offering none")
+            ids, models = [], ()
         with self.lock:
             self.gpu_ids, self.gpu_models = ids, models
+            self.inventory_pending = False
         if ids:
             log.info(
                 "offering GPUs %s: %s",
                 ids,
                 ", ".join(name or "unnamed" for name, _memory in models),
             )
+        heartbeat.beat_once(self)
 
     # -- tasks -------------------------------------------------------------
     def start_replica(self, message: StartReplica) -> None:

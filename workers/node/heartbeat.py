@@ -26,7 +26,21 @@ log = logging.getLogger("cohort.agent")
 
 def beat(agent: Agent) -> None:
     """Publish this node's address, capacity and running replicas; once Redis has
-    taken it, the lease runs again from the moment it was sent."""
+    taken it, the lease runs again from the moment it was sent. One at a time, each
+    made when its turn comes: the last one Redis takes is the newest."""
+    with agent.beating:
+        _beat(agent)
+
+
+def beat_once(agent: Agent) -> None:
+    """A beat now, off the beat loop (news the control plane should not wait for)."""
+    try:
+        beat(agent)
+    except redis.RedisError as exc:
+        log.warning("heartbeat failed: %s", exc)
+
+
+def _beat(agent: Agent) -> None:
     now = time.time()
     with agent.lock:
         running = tuple((k.job_id, k.attempt, k.index) for k in agent.processes)
@@ -35,6 +49,7 @@ def beat(agent: Agent) -> None:
         )
         exited = agent.exits.recent_codes(now)
         gpu_ids, gpu_models = tuple(agent.gpu_ids), agent.gpu_models
+        pending = agent.inventory_pending
     beat = NodeHeartbeat(
         node_id=agent.node_id,
         address=agent.settings.NODE_ADDRESS,
@@ -54,6 +69,7 @@ def beat(agent: Agent) -> None:
             )
         ),
         port_space=ports.port_space(),
+        inventory_pending=pending,
     )
     sealed = seal(
         agent.node_key, purpose=HEARTBEAT, node_id=agent.node_id, body=beat.encode(), now=now
