@@ -343,6 +343,7 @@ def main() -> int:
     say(f"nvidia-smi lists {len(listed)} GPUs: " + ", ".join(f"{i} {u}" for i, u in listed))
     if len(listed) < GPUS:
         say(f"FAIL: the check needs {GPUS} GPUs")
+        shutil.rmtree(tools, ignore_errors=True)
         return 1
     gpus = dict(listed[:GPUS])
     stack = start_stack(env, log)
