@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-GPUS = 2  # the GPUs the check offers (the host's first two)
+GPUS = 2  # the GPUs the check offers (the host's first two); a one-GPU host runs it on one
 MARK = "GPU-CHECK "
 
 # The fake of tests/e2e/test_gpus.py: answers the agent's query, and the replicas' (whose
@@ -148,7 +148,9 @@ def has_tensorflow(python: str) -> bool:
     return subprocess.run([python, "-c", probe], check=False).returncode == 0
 
 
-def stack_env(args: argparse.Namespace, tools: Path, data_dir: Path, token: str) -> dict[str, str]:
+def stack_env(
+    args: argparse.Namespace, tools: Path, data_dir: Path, token: str, gpus: int
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COHORT_")}
     env["PATH"] = f"{tools / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}"
     probe = has_tensorflow(args.replica_python)
@@ -166,7 +168,7 @@ def stack_env(args: argparse.Namespace, tools: Path, data_dir: Path, token: str)
         COHORT_PORT_RANGE_END=str(args.port_base + 199),
         COHORT_BOOTSTRAP_TOKEN=token,
         COHORT_NODE_ID="gpu-check",
-        COHORT_NODE_GPUS=str(GPUS),
+        COHORT_NODE_GPUS=str(gpus),
         COHORT_NODE_GPU_PROBE="true" if probe else "false",
         COHORT_REPLICA_PYTHON=str(tools / "bin" / "replica-python"),
     )
@@ -223,15 +225,16 @@ def seen_by_replicas(client: Any, job: dict[str, Any]) -> dict[int, dict[str, An
     return result
 
 
-def run_jobs(client: Any, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
-    """The three jobs, ended; and the reason (b) showed while (a) ran."""
-    a = client.submit(job_spec("gpu-check-a", 2, 1, args.hold))
+def run_jobs(client: Any, args: argparse.Namespace, n: int) -> tuple[list[dict[str, Any]], str]:
+    """The three jobs, ended; and the reason (b) showed while (a) ran. `n` GPUs: (a) and
+    (b) have n replicas of one GPU each, (c) one replica of n GPUs."""
+    a = client.submit(job_spec("gpu-check-a", n, 1, args.hold))
     wait(
         "job a to run",
         lambda: client.job(a["id"])["status"] == "running",
         args.timeout,
     )
-    b = client.submit(job_spec("gpu-check-b", 2, 1, 0))
+    b = client.submit(job_spec("gpu-check-b", n, 1, 0))
 
     def b_waits() -> str | None:
         seen = client.job(b["id"])
@@ -243,7 +246,7 @@ def run_jobs(client: Any, args: argparse.Namespace) -> tuple[list[dict[str, Any]
     if client.job(a["id"])["status"] != "running":
         waited = f"(a ended before b was seen waiting) {waited}"
     ends = [finished(client, a["id"], args.timeout), finished(client, b["id"], args.timeout)]
-    c = client.submit(job_spec("gpu-check-c", 1, 2, 0))
+    c = client.submit(job_spec("gpu-check-c", 1, n, 0))
     ends.append(finished(client, c["id"], args.timeout))
     return ends, waited
 
@@ -282,7 +285,7 @@ def check(
         wrong.append(f"gpu-check-b started at {b_start}, before a ended at {a_end}")
     c_given = sorted(seen[2][0]["uuids"]) if 0 in seen[2] else []
     if c_given != every:
-        wrong.append(f"gpu-check-c should see both GPUs {every}, saw {c_given}")
+        wrong.append(f"gpu-check-c should see every offered GPU {every}, saw {c_given}")
     return wrong
 
 
@@ -338,14 +341,20 @@ def main() -> int:
     tools = tool_dir(args)
     data_dir, log = tools / "data", tools / "cohort-up.log"
     token = secrets.token_urlsafe(32)
-    env = stack_env(args, tools, data_dir, token)
-    listed = host_gpus(env["PATH"])
+    listed = host_gpus(f"{tools / 'bin'}{os.pathsep}{os.environ.get('PATH', os.defpath)}")
     say(f"nvidia-smi lists {len(listed)} GPUs: " + ", ".join(f"{i} {u}" for i, u in listed))
-    if len(listed) < GPUS:
-        say(f"FAIL: the check needs {GPUS} GPUs")
+    if not listed:
+        say("FAIL: the check needs a GPU")
         shutil.rmtree(tools, ignore_errors=True)
         return 1
-    gpus = dict(listed[:GPUS])
+    n = min(GPUS, len(listed))
+    if n < GPUS:
+        say(
+            f"a {n}-GPU host: each job asks for {n} GPU(s); that two replicas get different "
+            "GPUs is checked only on a host of two or more"
+        )
+    gpus = dict(listed[:n])
+    env = stack_env(args, tools, data_dir, token, n)
     stack = start_stack(env, log)
     STACK.append(stack)
     failed = True
@@ -358,10 +367,10 @@ def main() -> int:
             300,
         )
         say(f"node {node['id']} offers GPUs {node['gpu_ids']}: {node['gpu_devices']}")
-        if node["gpus"] != GPUS:
-            say(f"FAIL: the node offers {node['gpus']} GPUs, not {GPUS} (see {log})")
+        if node["gpus"] != n:
+            say(f"FAIL: the node offers {node['gpus']} GPUs, not {n} (see {log})")
             return 1
-        jobs, waited = run_jobs(client, args)
+        jobs, waited = run_jobs(client, args, n)
         seen = [seen_by_replicas(client, job) for job in jobs]
         say(f"gpu-check-b waited while gpu-check-a ran: {waited}")
         report(jobs, seen)
