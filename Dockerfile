@@ -22,15 +22,15 @@ WORKDIR /build
 COPY pyproject.toml deploy/requirements.py ./
 RUN python -m venv /opt/cohort \
     && python requirements.py pyproject.toml > requirements.txt \
-    && pip install --no-cache-dir -r requirements.txt
+    && /opt/cohort/bin/python -m pip install --no-cache-dir -r requirements.txt
 
 FROM deps-control AS deps-worker
 RUN python requirements.py pyproject.toml worker > requirements-worker.txt \
-    && pip install --no-cache-dir -r requirements-worker.txt
+    && /opt/cohort/bin/python -m pip install --no-cache-dir -r requirements-worker.txt
 
 FROM deps-control AS deps-gpu
 RUN python requirements.py pyproject.toml gpu > requirements-gpu.txt \
-    && pip install --no-cache-dir -r requirements-gpu.txt
+    && /opt/cohort/bin/python -m pip install --no-cache-dir -r requirements-gpu.txt
 
 # -- Cohort itself, as a wheel (migrations, templates and assets inside) ------------------
 FROM base AS wheel
@@ -42,7 +42,10 @@ COPY services ./services
 COPY workers ./workers
 COPY cli ./cli
 COPY cohort ./cohort
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+# pip from a virtualenv of its own: the slim base has a `pip` on PATH, a base of Debian's
+# packages only the system's (which refuses to install: PEP 668); a venv has one on both.
+RUN python -m venv /opt/build \
+    && /opt/build/bin/python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
 # -- the images: a dependency layer, then Cohort's wheel, run as an unprivileged user -----
 FROM base AS runtime
@@ -59,7 +62,8 @@ FROM runtime AS worker
 ENV TF_USE_LEGACY_KERAS=1
 COPY --from=deps-worker /opt/cohort /opt/cohort
 COPY --from=wheel /dist /dist
-RUN pip install --no-cache-dir --no-deps /dist/cohort-*.whl && rm -rf /dist
+RUN /opt/cohort/bin/python -m pip install --no-cache-dir --no-deps /dist/cohort-*.whl \
+    && rm -rf /dist
 USER 10001:10001
 HEALTHCHECK --interval=15s --timeout=10s --start-period=30s --retries=3 \
     CMD ["cohort", "health", "agent"]
@@ -72,7 +76,8 @@ ENV TF_USE_LEGACY_KERAS=1 \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 COPY --from=deps-gpu /opt/cohort /opt/cohort
 COPY --from=wheel /dist /dist
-RUN pip install --no-cache-dir --no-deps /dist/cohort-*.whl && rm -rf /dist
+RUN /opt/cohort/bin/python -m pip install --no-cache-dir --no-deps /dist/cohort-*.whl \
+    && rm -rf /dist
 USER 10001:10001
 HEALTHCHECK --interval=15s --timeout=10s --start-period=30s --retries=3 \
     CMD ["cohort", "health", "agent"]
@@ -83,7 +88,8 @@ CMD ["cohort", "agent"]
 FROM runtime AS control
 COPY --from=deps-control /opt/cohort /opt/cohort
 COPY --from=wheel /dist /dist
-RUN pip install --no-cache-dir --no-deps /dist/cohort-*.whl && rm -rf /dist
+RUN /opt/cohort/bin/python -m pip install --no-cache-dir --no-deps /dist/cohort-*.whl \
+    && rm -rf /dist
 USER 10001:10001
 # The address in settings, not flags: `cohort health api` reads the same settings.
 ENV COHORT_API_HOST=0.0.0.0 \
