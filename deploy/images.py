@@ -87,7 +87,10 @@ def pinned_base() -> str:
 def docker_answers() -> bool:
     if shutil.which("docker") is None:
         return False
-    probe = subprocess.run(["docker", "info"], capture_output=True, timeout=60, check=False)
+    try:
+        probe = subprocess.run(["docker", "info"], capture_output=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        return False
     return probe.returncode == 0
 
 
