@@ -5,7 +5,10 @@
 #               the host through the NVIDIA container toolkit)
 # Dependencies are installed from pyproject.toml alone, in layers built before any source
 # is copied: a code change rebuilds only the small layer that installs Cohort's own wheel.
-# The base is pinned by tag and by the digest of its multi-architecture index.
+# Each image grows from its dependency stage rather than copying the virtualenv out of it,
+# so that rebuild neither re-copies nor re-hashes the virtualenv (2.4 GB in worker).
+# The base is pinned by tag and by the digest of its multi-architecture index; `make
+# images` passes another (PYTHON_IMAGE) only where that one cannot be pulled.
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
 FROM ${PYTHON_IMAGE} AS base
@@ -16,21 +19,32 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PATH=/opt/cohort/bin:$PATH
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
+# -- the service user, under every image ------------------------------------------------
+# The data directory (bundle cache, replica working directories, logs) belongs to the
+# service user; its uid is fixed so volumes keep their owner across image versions.
+FROM base AS runtime
+RUN groupadd --gid 10001 cohort \
+    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /data cohort \
+    && mkdir -p /data && chown 10001:10001 /data
+ENV COHORT_DATA_DIR=/data
+
 # -- dependencies: one virtualenv per image, from the pins of pyproject.toml ---------------
-FROM base AS deps-control
+# Each stage's pip is its virtualenv's: the slim base has a `pip` on PATH, a base of
+# Debian's packages has the system's at most (which PEP 668 keeps from installing).
+FROM runtime AS deps-control
 WORKDIR /build
 COPY pyproject.toml deploy/requirements.py ./
 RUN python -m venv /opt/cohort \
     && python requirements.py pyproject.toml > requirements.txt \
-    && pip install --no-cache-dir -r requirements.txt
+    && /opt/cohort/bin/python -m pip install --no-cache-dir -r requirements.txt
 
 FROM deps-control AS deps-worker
 RUN python requirements.py pyproject.toml worker > requirements-worker.txt \
-    && pip install --no-cache-dir -r requirements-worker.txt
+    && /opt/cohort/bin/python -m pip install --no-cache-dir -r requirements-worker.txt
 
 FROM deps-control AS deps-gpu
 RUN python requirements.py pyproject.toml gpu > requirements-gpu.txt \
-    && pip install --no-cache-dir -r requirements-gpu.txt
+    && /opt/cohort/bin/python -m pip install --no-cache-dir -r requirements-gpu.txt
 
 # -- Cohort itself, as a wheel (migrations, templates and assets inside) ------------------
 FROM base AS wheel
@@ -42,37 +56,32 @@ COPY services ./services
 COPY workers ./workers
 COPY cli ./cli
 COPY cohort ./cohort
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+RUN python -m venv /opt/build \
+    && /opt/build/bin/python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
-# -- the images: a dependency layer, then Cohort's wheel, run as an unprivileged user -----
-FROM base AS runtime
-# The data directory (bundle cache, replica working directories, logs) belongs to the
-# service user; its uid is fixed so volumes keep their owner across image versions.
-RUN groupadd --gid 10001 cohort \
-    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /data cohort \
-    && mkdir -p /data && chown 10001:10001 /data
-ENV COHORT_DATA_DIR=/data
+# -- the images: a dependency stage, then Cohort's wheel, run as the service user ---------
+FROM deps-worker AS worker
+ENV TF_USE_LEGACY_KERAS=1
+COPY --from=wheel /dist /dist
+RUN /opt/cohort/bin/python -m pip install --no-cache-dir --no-deps /dist/cohort-*.whl \
+    && rm -rf /dist
 WORKDIR /data
 VOLUME ["/data"]
-
-FROM runtime AS worker
-ENV TF_USE_LEGACY_KERAS=1
-COPY --from=deps-worker /opt/cohort /opt/cohort
-COPY --from=wheel /dist /dist
-RUN pip install --no-cache-dir --no-deps /dist/cohort-*.whl && rm -rf /dist
 USER 10001:10001
 HEALTHCHECK --interval=15s --timeout=10s --start-period=30s --retries=3 \
     CMD ["cohort", "health", "agent"]
 CMD ["cohort", "agent"]
 
-FROM runtime AS gpu-worker
+FROM deps-gpu AS gpu-worker
 ENV TF_USE_LEGACY_KERAS=1 \
     CUDA_DEVICE_ORDER=PCI_BUS_ID \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
-COPY --from=deps-gpu /opt/cohort /opt/cohort
 COPY --from=wheel /dist /dist
-RUN pip install --no-cache-dir --no-deps /dist/cohort-*.whl && rm -rf /dist
+RUN /opt/cohort/bin/python -m pip install --no-cache-dir --no-deps /dist/cohort-*.whl \
+    && rm -rf /dist
+WORKDIR /data
+VOLUME ["/data"]
 USER 10001:10001
 HEALTHCHECK --interval=15s --timeout=10s --start-period=30s --retries=3 \
     CMD ["cohort", "health", "agent"]
@@ -80,10 +89,12 @@ CMD ["cohort", "agent"]
 
 # Last, so a plain `docker build .` makes it. `cohort migrate`, `cohort scheduler` and
 # `cohort api` all run from it; the HEALTHCHECK is the api's (compose sets the others').
-FROM runtime AS control
-COPY --from=deps-control /opt/cohort /opt/cohort
+FROM deps-control AS control
 COPY --from=wheel /dist /dist
-RUN pip install --no-cache-dir --no-deps /dist/cohort-*.whl && rm -rf /dist
+RUN /opt/cohort/bin/python -m pip install --no-cache-dir --no-deps /dist/cohort-*.whl \
+    && rm -rf /dist
+WORKDIR /data
+VOLUME ["/data"]
 USER 10001:10001
 # The address in settings, not flags: `cohort health api` reads the same settings.
 ENV COHORT_API_HOST=0.0.0.0 \

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install replica-access demo up test test-fast test-e2e test-install lint lint-deploy migrate bench clean chromium reliability-report coverage-report
+.PHONY: images install replica-access demo up test test-fast test-e2e test-install lint lint-deploy migrate bench clean chromium reliability-report coverage-report
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,13 @@ test: chromium replica-access $(STAMP)
 	$(MAKE) --no-print-directory -j2 --output-sync=target lint test-fast
 	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder --durations=25 --junitxml=test-artifacts/junit-real.xml $(COV) --cov-append tests/security tests/workers tests/e2e tests/faults tests/chaos tests/install
 	$(MAKE) --no-print-directory coverage-report
+
+# Cohort's images (cohort-control, cohort-worker; GPU=1 adds cohort-gpu-worker, ~3 GB of
+# CUDA wheels) from the one Dockerfile, with docker or podman (COHORT_ENGINE to choose). Where
+# the pinned python image cannot be pulled, on a base made from Debian's packages
+# (deploy/images.py says how; docs/operations.md, "Containers").
+images:
+	$(PYTHON) deploy/images.py $(if $(filter 1,$(GPU)),--gpu)
 
 # Style and layout (ruff check, ruff format --check), the import contracts of pyproject.toml
 # (api -> services <- workers; node and replica code holds no SQL) and the types: seconds,

@@ -3,12 +3,13 @@
 A test of the real stack may skip only because the machine lacks something it needs: root
 and iproute2 (network namespaces), Debian's Chromium, a redis-server binary, PostgreSQL's
 server programs and an account to run them (a server of a test's own), libfaketime (a
-process's clock set off). Those skips
-go through the functions here, whose reasons start with `LACKS`. Any other skip of a test
-under tests/e2e, tests/faults, tests/workers or tests/install is turned into a failure by
-tests/conftest.py: on a machine that has what a test needs, a broken setup (an `ip`
-command that fails as root, a Chromium that will not start) fails the run instead of
-hiding in the skip count. `make test` prints every skip with its reason (`-ra`).
+process's clock set off), a container engine (docker or podman: the images' tests). Those
+skips go through the functions here, whose reasons start with `LACKS`. Any other skip of a
+test under tests/e2e, tests/faults, tests/workers, tests/install or tests/containers is
+turned into a failure by tests/conftest.py: on a machine that has what a test needs, a
+broken setup (an `ip` command that fails as root, a Chromium that will not start, an
+engine that cannot build) fails the run instead of hiding in the skip count. `make test`
+prints every skip with its reason (`-ra`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 # (libfaketime issue 426), and without it every timed thread wait hangs.
 LIBFAKETIME_PACKAGE = "libfaketime"
 LIBFAKETIME_SO = Path("vendor", "libfaketime", "src", "libfaketime.so.1")
-REAL_STACK_DIRS = frozenset({"e2e", "faults", "workers", "install"})
+REAL_STACK_DIRS = frozenset({"e2e", "faults", "workers", "install", "containers"})
 
 
 def has_namespaces() -> bool:
@@ -120,3 +121,24 @@ def need_mount() -> None:
     """Skip unless this process may mount a filesystem of its own (a small tmpfs)."""
     if not has_mount():
         pytest.skip(LACKS + "root with CAP_SYS_ADMIN and `mount` (a small tmpfs of its own)")
+
+
+CONTAINER_ENGINES = ("docker", "podman")
+
+
+def container_engine() -> str | None:
+    """COHORT_ENGINE, else docker, else podman: the first installed, if any. Whether it
+    works is not asked here (`make images` chooses among those that answer): an engine
+    installed but broken fails the tests instead of skipping them."""
+    chosen = os.environ.get("COHORT_ENGINE")
+    if chosen:
+        return chosen if shutil.which(chosen) else None
+    return next((engine for engine in CONTAINER_ENGINES if shutil.which(engine)), None)
+
+
+def need_container_engine() -> str:
+    """docker or podman (`.ci/run` installs podman and runc), or skip."""
+    engine = container_engine()
+    if engine is None:
+        pytest.skip(LACKS + "a container engine (docker or podman: .ci/run installs them)")
+    return engine

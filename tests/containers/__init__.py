@@ -1,0 +1,1 @@
+"""The images `make images` builds, as they are shipped."""
