@@ -35,6 +35,8 @@ migrate: $(STAMP)
 # ports of its own (tests/e2e/conftest.py: each xdist worker takes its own Redis db and
 # replica ports), and an agent ends only processes that carry its own marks (node id and
 # DATA_DIR), so two stacks on one host never touch each other's replicas.
+# tests/containers builds the images with `make images` (once per run; a warm layer cache
+# makes it about a minute) and runs what each image runs, first, so the build overlaps.
 # tests/install builds the wheel and runs it installed (not editable) in a virtualenv of
 # its own, as the images do (its dependencies: a layer installed once per set of pins).
 # `-ra` lists every skip with its reason; a real-stack test may
@@ -49,7 +51,7 @@ PYTEST := $(PY) -m pytest -q -ra
 COV := --cov --cov-report=
 test: chromium replica-access $(STAMP)
 	$(MAKE) --no-print-directory -j2 --output-sync=target lint test-fast
-	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder --durations=25 --junitxml=test-artifacts/junit-real.xml $(COV) --cov-append tests/security tests/workers tests/e2e tests/faults tests/chaos tests/install
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder --durations=25 --junitxml=test-artifacts/junit-real.xml $(COV) --cov-append tests/containers tests/security tests/workers tests/e2e tests/faults tests/chaos tests/install
 	$(MAKE) --no-print-directory coverage-report
 
 # Cohort's images (cohort-control, cohort-worker; GPU=1 adds cohort-gpu-worker, ~3 GB of
