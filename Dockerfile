@@ -67,7 +67,13 @@ RUN /opt/cohort/bin/python -m pip install --no-cache-dir --no-deps /dist/cohort-
     && rm -rf /dist
 WORKDIR /data
 VOLUME ["/data"]
-USER 10001:10001
+# The agent runs as root in its container, and only the agent: it starts each job's
+# replicas as a uid of the job's own (workers/node/isolation.py), so a replica can read
+# neither another job's files nor the agent's environment (its Redis password, node key
+# and the store's keys). Were the agent the service user, its replicas would share its uid
+# and could read all of that through /proc. README, "Running with containers".
+# hadolint ignore=DL3002
+USER 0:0
 HEALTHCHECK --interval=15s --timeout=10s --start-period=30s --retries=3 \
     CMD ["cohort", "health", "agent"]
 CMD ["cohort", "agent"]
@@ -82,7 +88,9 @@ RUN /opt/cohort/bin/python -m pip install --no-cache-dir --no-deps /dist/cohort-
     && rm -rf /dist
 WORKDIR /data
 VOLUME ["/data"]
-USER 10001:10001
+# As worker: the agent is root so that its replicas are not (see there).
+# hadolint ignore=DL3002
+USER 0:0
 HEALTHCHECK --interval=15s --timeout=10s --start-period=30s --retries=3 \
     CMD ["cohort", "health", "agent"]
 CMD ["cohort", "agent"]

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: images install replica-access demo up test test-fast test-e2e test-install lint lint-deploy migrate bench clean chromium reliability-report coverage-report
+.PHONY: images compose-up compose-down install replica-access demo up test test-fast test-e2e test-install lint lint-deploy migrate bench clean chromium reliability-report coverage-report
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,17 @@ test: chromium replica-access $(STAMP)
 images:
 	$(PYTHON) deploy/images.py $(if $(filter 1,$(GPU)),--gpu)
 
+# docker-compose.yml on this host (deploy/compose.py): `compose-up` builds the images, makes
+# the secrets once (var/compose/, 0600), starts the stack and returns once the api answers,
+# printing its address and an admin token (var/compose/token); where postgres, redis and
+# minio cannot be pulled, stand-ins from Debian's packages and moto (compose.standins.yaml).
+# `compose-down` keeps the volumes; `compose-down VOLUMES=1` removes them too.
+compose-up:
+	$(PYTHON) deploy/compose.py up
+
+compose-down:
+	$(PYTHON) deploy/compose.py down $(if $(filter 1,$(VOLUMES)),--volumes)
+
 # Style and layout (ruff check, ruff format --check), the import contracts of pyproject.toml
 # (api -> services <- workers; node and replica code holds no SQL) and the types: seconds,
 # so they run before any test. .pre-commit-config.yaml runs the same as git hooks.
@@ -75,9 +86,9 @@ lint: $(STAMP) lint-deploy
 # The deployment files, without a container engine: the Dockerfile through hadolint, every
 # compose file against the compose specification's schema (bundled, so offline). Images
 # are not built here: see README, "Running in production".
-COMPOSE_FILES := docker-compose.yml $(wildcard compose.*.yaml)
+COMPOSE_FILES := docker-compose.yml $(wildcard compose.*.yaml) $(wildcard tests/containers/compose.*.yaml)
 lint-deploy: $(STAMP)
-	$(VENV)/bin/hadolint Dockerfile
+	$(VENV)/bin/hadolint Dockerfile deploy/standins/Dockerfile
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec $(COMPOSE_FILES)
 
 test-fast: $(STAMP)

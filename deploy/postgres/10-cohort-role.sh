@@ -12,7 +12,7 @@
 #   COHORT_DB_USER    the services' role                             default cohort
 #   COHORT_DB_PASSWORD  its password                                 required
 set -eu
-: "${COHORT_DB_PASSWORD:?set COHORT_DB_PASSWORD: the password of the services' role}"
+: "${COHORT_DB_PASSWORD:?set COHORT_DB_PASSWORD: the password of the role the services log in as}"
 owner="${POSTGRES_USER:-postgres}"
 database="${POSTGRES_DB:-$owner}"
 role="${COHORT_DB_USER:-cohort}"

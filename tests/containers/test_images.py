@@ -2,7 +2,8 @@
 
 Each image imports every module its processes run (an undeclared dependency fails here,
 not in a scheduler that cannot dispatch), answers `cohort --help` and
-`cohort health --help`, runs as uid 10001 and carries its HEALTHCHECK. The control image
+`cohort health --help`, runs as its user (control: uid 10001; worker: root, for the
+agent's per-job replica uids) and carries its HEALTHCHECK. The control image
 then runs for real against the host's PostgreSQL and Redis: `cohort migrate` on an empty
 database, the api until its own HEALTHCHECK command passes, the scheduler until it has run
 a pass, each as uid 10001, and a Celery message goes to Redis as the scheduler sends one.
@@ -57,6 +58,7 @@ IMPORTS = {
     ),
 }
 HEALTHCHECKS = {"control": "api", "worker": "agent"}
+RUN_AS = {"control": SERVICE_UID, "worker": 0}
 SENT_QUEUE = "cohort.images-test"
 
 
@@ -89,14 +91,18 @@ def test_cli_answers_in_each_image(images: Images, target: str) -> None:
 
 
 @pytest.mark.parametrize("target", ["control", "worker"])
-def test_image_runs_as_the_service_user_with_its_healthcheck(images: Images, target: str) -> None:
+def test_image_runs_as_its_user_with_its_healthcheck(images: Images, target: str) -> None:
+    """Control runs as the service user, with /data its own; worker's agent as root, so
+    that it can run each job's replicas as a uid of the job's (tests/containers/
+    test_compose.py checks what a replica then sees)."""
+    uid = RUN_AS[target]
     inspected = images.inspect(target)
     config = inspected.get("Config") or {}
-    assert config.get("User") == f"{SERVICE_UID}:{SERVICE_UID}"
+    assert config.get("User") == f"{uid}:{uid}"
     healthcheck = config.get("Healthcheck") or inspected.get("Healthcheck") or {}
     assert healthcheck.get("Test") == ["CMD", "cohort", "health", HEALTHCHECKS[target]]
     ids = images.run(target, "sh", "-c", "id -u; id -g; stat -c %u /data; touch /data/written")
-    assert ids.split() == [str(SERVICE_UID)] * 3
+    assert ids.split() == [str(uid), str(uid), str(SERVICE_UID)]
 
 
 def free_port() -> int:

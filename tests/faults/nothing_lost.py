@@ -104,11 +104,14 @@ def _rollup_problems(
     return problems
 
 
-def problems_of(stack: Stack, job_id: int, agent_died_in: Iterable[int] = ()) -> list[str]:
-    """Every difference between what job `job_id`'s replicas wrote and what is stored;
-    see `assert_nothing_lost`."""
+def problems_of(
+    database_url: str, dirs: dict[str, Path], job_id: int, agent_died_in: Iterable[int] = ()
+) -> list[str]:
+    """Every difference between what job `job_id`'s replicas wrote (in `dirs`: each node's
+    DATA_DIR by node id) and what the database at `database_url` stored; see
+    `assert_nothing_lost`."""
     died = set(agent_died_in)
-    engine = sa.create_engine(stack.settings.database_url, poolclass=NullPool)
+    engine = sa.create_engine(database_url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
             job = connection.execute(
@@ -146,7 +149,6 @@ def problems_of(stack: Stack, job_id: int, agent_died_in: Iterable[int] = ()) ->
         engine.dispose()
 
     problems = _rollup_problems(stored, rollups)
-    dirs = agent_data_dirs(stack)
     known = {(r.attempt, r.index) for r in replicas}
     problems += [
         f"points of {key}, which is no replica of the job" for key in stored if key not in known
@@ -225,9 +227,28 @@ def assert_nothing_lost(
 
     Waits up to `timeout` for what is still on its way, then fails naming what differs.
     """
+    assert_stored_as_written(
+        stack.settings.database_url,
+        agent_data_dirs(stack),
+        job_id,
+        agent_died_in=agent_died_in,
+        timeout=timeout,
+    )
+
+
+def assert_stored_as_written(
+    database_url: str,
+    dirs: dict[str, Path],
+    job_id: int,
+    *,
+    agent_died_in: Iterable[int] = (),
+    timeout: float = 60.0,
+) -> None:
+    """`assert_nothing_lost` for any deployment: its database and each node's DATA_DIR
+    (for containers, the agents' volumes as the host sees them)."""
     deadline = time.monotonic() + timeout
     while True:
-        problems = problems_of(stack, job_id, agent_died_in)
+        problems = problems_of(database_url, dirs, job_id, agent_died_in)
         if not problems or time.monotonic() > deadline:
             break
         time.sleep(1.0)
