@@ -9,6 +9,7 @@ MinIO's volume does. The health check looks for READY, written once the replay i
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -36,6 +37,11 @@ Recorder._record_request = _record_one_at_a_time  # type: ignore[method-assign]
 
 
 def main() -> None:
+    # Blocked before any thread starts (they inherit the mask), then waited for: PID 1 of a
+    # container gets no default action for SIGTERM, and `compose down` would wait its 10 s
+    # timeout and kill it mid-write.
+    stop_signals = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     READY.unlink(missing_ok=True)
     server = ThreadedMotoServer(ip_address="0.0.0.0", port=PORT)
     server.start()
@@ -43,13 +49,14 @@ def main() -> None:
     if recording.exists() and recording.stat().st_size:
         started = time.monotonic()
         recorder.replay_recording(target_host=f"http://127.0.0.1:{PORT}")
-        sys.stdout.write(
-            f"stand-in s3: replayed {recording} in {time.monotonic() - started:.1f} s\n"
-        )
+        took = time.monotonic() - started
+        sys.stdout.write(f"stand-in s3: replayed {recording} in {took:.1f} s\n")
     READY.touch()
     sys.stdout.write(f"stand-in s3: serving on :{PORT}\n")
     sys.stdout.flush()
-    threading.Event().wait()
+    signal.sigwait(stop_signals)
+    with _lock:  # no request's line half written
+        server.stop()
 
 
 if __name__ == "__main__":
