@@ -103,6 +103,10 @@ class Settings(BaseSettings):
     # (0x70000000 up); the agent checks at start that it can hand files to it.
     REPLICA_UID_BASE: int = Field(0x7000_0000, ge=1000, le=2**31 - 2)
     REPLICA_UID_RANGE: int = Field(1 << 24, ge=1)
+    # An agent running as root gives each replica its own /tmp and /dev/shm (a mount
+    # namespace with a tmpfs on each: workers/private_tmp.py) where the node allows it
+    # (CAP_SYS_ADMIN: not in a container started without it); false: the node's own.
+    REPLICA_PRIVATE_TMP: bool = True
     # Where a job sets no placement policy: "pack" (fewest nodes) or "spread".
     PLACEMENT_POLICY: Literal["pack", "spread"] = "pack"
 

@@ -9,4 +9,6 @@ room of its own that never imports the others (they talk through Redis).
     layout.py     where a job's files go on a node (asked by agent and runner alike)
     point_buffer.py `PointBuffer`: a replica's metric points buffered and sent in
                   batches (the replica's writer and the node's shipper share it)
+    private_tmp.py a replica's own /tmp and /dev/shm (a mount namespace), made before
+                  it becomes its job's user (cold spawns and warm hand-offs alike)
 """

@@ -41,6 +41,9 @@ class HandOff:
     uid: int | None  # None: stay the agent's user (an agent that is not root)
     gid: int | None
     umask: int
+    # Its own /tmp and /dev/shm with these paths kept (workers/private_tmp.py); None:
+    # the node's.
+    private_tmp: list[str] | None = None
 
     def encode(self) -> bytes:
         body = json.dumps(
@@ -50,6 +53,7 @@ class HandOff:
                 "uid": self.uid,
                 "gid": self.gid,
                 "umask": self.umask,
+                "private_tmp": self.private_tmp,
             }
         ).encode()
         return _LENGTH.pack(len(body)) + body
@@ -59,7 +63,7 @@ class HandOff:
         try:
             data = json.loads(body)
             env, cwd, uid, gid = data["env"], data["cwd"], data["uid"], data["gid"]
-            umask = data["umask"]
+            umask, private = data["umask"], data.get("private_tmp")
         except (ValueError, KeyError, TypeError) as exc:
             raise HandOffError(f"malformed hand-off: {exc}") from None
         if not (
@@ -69,9 +73,10 @@ class HandOff:
             and (uid is None) == (gid is None)
             and all(v is None or isinstance(v, int) for v in (uid, gid))
             and isinstance(umask, int)
+            and (private is None or all(isinstance(p, str) for p in private))
         ):
             raise HandOffError("malformed hand-off: wrong field types")
-        return cls(env, cwd, uid, gid, umask)
+        return cls(env, cwd, uid, gid, umask, private)
 
 
 def send(channel: socket.socket, hand_off: HandOff, log_fd: int) -> None:

@@ -3,8 +3,16 @@ progress beats and its limits (watchdog.py's docstring says what each finding me
 
 * an exit the agent reports only in its heartbeat is recorded; a replica the agent no
   longer runs is lost;
-* a replica without a first training step within STARTUP_TIMEOUT, or without progress
+* a replica without a first sign of progress within STARTUP_TIMEOUT, or without one
   for its limit (the job's own, else PROGRESS_TIMEOUT), is hung and fails.
+
+What counts as progress: a training step or metric point, a file written under the
+checkpoint or model directory (the agent's progress beats), and the replica's output once
+every replica of its gang has started. Output alone before that is no sign: TensorFlow
+keeps logging while a gang waits for a peer that never joins, so a gang that never forms
+is still caught at STARTUP_TIMEOUT; once it has formed, a script that prints its epochs
+and nothing else is alive, and a replica stuck with every peer alive goes silent (its
+peers wait in the collective, silent too) and is caught at its limit.
 
 A busy cluster runs thousands of replicas: they are read once as a few columns and
 judged in plain numbers; rows are loaded only for what changes.
@@ -53,20 +61,23 @@ def check_running(
     heartbeats: list[nodes.Heartbeat],
     progress: dict[Key, float],
     now: dt.datetime,
+    output: dict[Key, float] | None = None,
 ) -> Checked:
     """Every running replica, read once as a few columns, checked in turn against:
 
     * its agent's heartbeat: an exit the agent reports only there is recorded; a replica
       the agent no longer runs is lost;
     * its progress: `progress` gives the time (the control plane's clock, arrivals.py)
-      each replica is alive through; SQL keeps it coarsely (PROGRESS_STORE_EVERY);
+      each replica is alive through, `output` when its output last grew (progress too
+      once every replica of its gang has started); SQL keeps it coarsely
+      (PROGRESS_STORE_EVERY);
     * its limits: a replica without progress for its limit, or without a first step
       within STARTUP_TIMEOUT, is hung and fails.
 
     Returns the hung replicas, and the keys of every replica read as running and not
     declared hung here.
     """
-    check = _Check(session, settings, heartbeats, progress, now)
+    check = _Check(session, settings, heartbeats, progress, now, output or {})
     hung: list[Replica] = []
     for row in read_rows(session, _RUNNING):
         failure = check.judge(row)
@@ -119,8 +130,10 @@ class _Check:
         heartbeats: list[nodes.Heartbeat],
         progress: dict[Key, float],
         now: dt.datetime,
+        output: dict[Key, float],
     ) -> None:
         self.session = session
+        self.output = output
         self.settings = settings
         self.by_node = {beat.node_id: beat for beat in heartbeats}
         self.progress = progress
@@ -159,6 +172,9 @@ class _Check:
             return None
         alive = None if progress_at is None else progress_at.timestamp()
         seen = self.progress.get(key)
+        spoke = self.output.get(key)
+        if spoke is not None and (seen is None or spoke > seen) and self._formed(job_id, attempt):
+            seen = spoke  # output is progress once the whole gang has started
         if seen is not None:
             if alive is None or seen - alive > self.store_every:
                 self.stored[rid] = seen
@@ -189,14 +205,17 @@ class _Check:
         if alive is None:
             if self.now_s - started_s <= self.settings.STARTUP_TIMEOUT:
                 return None
-            if self.not_started is None and limit is None:
-                self.not_started = _gangs_not_started(self.session)
-            return _startup_failure(
-                job_id, attempt, limit, self.settings, self.not_started or set()
-            )
+            formed = self._formed(job_id, attempt)
+            return _startup_failure(limit, self.settings, formed)
         if limit is not None and self.now_s - alive > limit:
-            return f"hung: no progress for {limit:.0f}s"
+            return f"hung: no progress for {limit:.0f}s: {_SIGNS}"
         return None
+
+    def _formed(self, job_id: int, attempt: int) -> bool:
+        """Whether every replica of the gang has started (none still pending)."""
+        if self.not_started is None:  # one query a pass, and only when needed
+            self.not_started = _gangs_not_started(self.session)
+        return (job_id, attempt) not in self.not_started
 
 
 def hang_limit(job_progress_timeout: int | None, default: float) -> float | None:
@@ -233,27 +252,36 @@ def _gangs_not_started(session: Session) -> set[tuple[int, int]]:
     )
 
 
-def _startup_failure(
-    job_id: int,
-    attempt: int,
-    limit: float | None,
-    settings: Settings,
-    not_started: set[tuple[int, int]],
-) -> str | None:
-    """Why a running replica that has not shown progress yet is hung, if it is."""
+# What the watchdog counts as progress, named in a hang's reason (docs/your-code.md,
+# "What counts as progress").
+_SIGNS = (
+    "no output, training step, metric (TensorBoard scalar or cohort.report()) or file "
+    "written under $COHORT_CHECKPOINT_DIR or $COHORT_MODEL_DIR"
+)
+
+
+def _startup_failure(limit: float | None, settings: Settings, formed: bool) -> str | None:
+    """Why a running replica that has not shown progress yet is hung, if it is.
+    `formed`: every replica of its gang has started."""
     startup = settings.STARTUP_TIMEOUT
     if limit is None:
         # The job turned the progress watchdog off: its loop may never show progress,
         # so the start-up limit covers only the gang's processes being started.
-        if (job_id, attempt) in not_started:
+        if not formed:
             return (
                 f"hung: the gang's processes were not all started within {startup:.0f}s "
                 "of this one's start"
             )
         return None
+    if not formed:
+        return (
+            f"hung: no training step within {startup:.0f}s of its start, and its gang never "
+            "formed: a replica of it was never started (its output counts as progress only "
+            "once every replica has started)"
+        )
     return (
-        f"hung: no training step within {startup:.0f}s "
-        "of its start (did every replica of the gang join?)"
+        f"hung: no training step within {startup:.0f}s of its start: {_SIGNS} "
+        "(did every replica of the gang join?)"
     )
 
 

@@ -40,6 +40,7 @@ def run_pass(
     settings: Settings,
     heartbeats: list[nodes.Heartbeat],
     progress: dict[tuple[int, int, int], float] | None = None,
+    output: dict[tuple[int, int, int], float] | None = None,
     now: dt.datetime | None = None,
     memo: PlacementMemo | None = None,
     known_nodes: nodes.NodeRows | None = None,
@@ -50,6 +51,8 @@ def run_pass(
         heartbeats: the last heartbeat of every agent.
         progress: the last progress heartbeat (unix time) of each running replica,
             keyed by (job, attempt, index).
+        output: when each running replica's output last grew (unix time, this
+            scheduler's clock), keyed alike: progress too once its gang has formed.
         memo: the leader's memory of its last idle pass (placement_digest.py); the
             caller calls `memo.committed()` once this pass's transaction has committed.
         known_nodes: the `node_rows` of the leader's last committed pass (None: none,
@@ -66,7 +69,7 @@ def run_pass(
     now = now or utcnow()
     result = PassResult()
     result.node_rows = nodes.record_heartbeats(session=session, beats=heartbeats, known=known_nodes)
-    held = _watch(session, settings, heartbeats, progress or {}, now, result)
+    held = _watch(session, settings, heartbeats, (progress or {}, output or {}), now, result)
     # Cron schedules fire before settling, so a `replace` cancel is acted on in this pass.
     firing.fire_due_schedules(session=session, settings=settings, now=now)
     promotion.decide_pending(session=session, now=now)
@@ -96,16 +99,22 @@ def _watch(
     session: Session,
     settings: Settings,
     heartbeats: list[nodes.Heartbeat],
-    progress: dict[tuple[int, int, int], float],
+    beats: tuple[dict[tuple[int, int, int], float], dict[tuple[int, int, int], float]],
     now: dt.datetime,
     result: PassResult,
 ) -> frozenset[tuple[int, int, int]]:
     """The watchdog's findings recorded (lost nodes into `result`); the replicas settled
-    that their agents still run, which settling must not place again."""
+    that their agents still run, which settling must not place again. `beats`: the
+    replicas' progress and output times (run_pass's `progress` and `output`)."""
     result.lost_nodes = watchdog.reap_lost_nodes(session=session, settings=settings, now=now)
     nodes.mark_rows_lost(result.node_rows, result.lost_nodes)
     checked = running_checks.check_running(
-        session=session, settings=settings, heartbeats=heartbeats, progress=progress, now=now
+        session=session,
+        settings=settings,
+        heartbeats=heartbeats,
+        progress=beats[0],
+        output=beats[1],
+        now=now,
     )
     ready = {
         node_id for node_id, row in result.node_rows.items() if row["status"] in LIVE_NODE_STATUSES

@@ -30,6 +30,7 @@ from services.wire.keys import (
     LOGS_STREAM,
     METRICS_STREAM,
     NODES_HASH,
+    OUTPUT_HASH,
     PROGRESS_HASH,
     node_queue,
 )
@@ -100,6 +101,7 @@ def agent_rule(node_id: str, password: str) -> str:
         f"%W~{METRICS_STREAM}",
         f"%W~{LOGS_STREAM}",
         f"%RW~{PROGRESS_HASH}",
+        f"%W~{OUTPUT_HASH}",
         # Read, and written again when missing: how an agent notices that Redis lost
         # its data (services/wire/generation.py).
         f"%RW~{GENERATION_KEY}",

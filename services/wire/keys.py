@@ -12,6 +12,10 @@ NODES_HASH = "cohort:nodes"  # agents -> scheduler: heartbeat per node id
 SCHEDULER_LOCK = "cohort:scheduler:lock"  # one active scheduler at a time
 SCHEDULER_PASS = "cohort:scheduler:pass"  # the leader's last pass, unix time (`cohort health`)
 PROGRESS_HASH = "cohort:progress"  # replicas -> scheduler: "job:attempt:index" -> unix time
+# agents -> scheduler: "job:attempt:index" -> how many bytes of output the replica has
+# written (its log file's size): output is a sign of life once its gang has formed
+# (services/cluster/running_checks.py).
+OUTPUT_HASH = "cohort:output"
 LOGS_STREAM = "cohort:logs"  # agents -> ingester: replica log lines
 STATS_HASH = "cohort:stats"  # ingester -> api /metrics: counters
 # The leader's consumer group on the streams it reads (ingest, events): the api's job
@@ -38,7 +42,8 @@ def node_queue(node_id: str) -> str:
 
 
 def progress_field(job_id: int, attempt: int, index: int) -> str:
-    """The field of PROGRESS_HASH holding replica (job, attempt, index)'s last beat."""
+    """The field of PROGRESS_HASH (and OUTPUT_HASH) holding replica (job, attempt,
+    index)'s last beat."""
     return f"{int(job_id)}:{int(attempt)}:{int(index)}"
 
 

@@ -82,6 +82,7 @@ def test_a_malformed_beat_or_epoch_is_refused(raw: bytes) -> None:
 def test_each_job_gets_its_own_uid_never_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COHORT_REPLICA_UID_BASE", "200000")
     monkeypatch.setenv("COHORT_REPLICA_UID_RANGE", "1000")
+    monkeypatch.setenv("COHORT_REPLICA_PRIVATE_TMP", "false")  # not what this test is about
     settings = Settings()
     monkeypatch.setattr(isolation.os, "geteuid", lambda: 0)
     assert isolation.replica_user(settings, 7) == isolation.ReplicaUser(200007, 200007)

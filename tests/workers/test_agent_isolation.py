@@ -148,13 +148,14 @@ def owner_and_mode(path: Path) -> tuple[int, int, int]:
 
 def test_a_job_cannot_read_another_jobs_checkpoints(node: Agent, bus: redis.Redis) -> None:
     node.start_replica(command_job(JOB, WRITER))
-    assert exit_of(bus, JOB)["exit_code"] == 0
+    done = exit_of(bus, JOB)
+    assert done["exit_code"] == 0, done["log_tail"]
     uid_a = UID_BASE + JOB % UID_RANGE
     seen = json.loads((layout.work_dir(node.data_dir, JOB, 1, 0) / "seen.json").read_text())
     # Job A ran as its own uid and gid, no supplementary groups, umask 077.
     assert (seen["uid"], seen["gid"], seen["groups"], seen["umask"]) == (uid_a, uid_a, [], 0o077)
     data = node.data_dir
-    assert owner_and_mode(layout.job_dir(data, JOB)) == (0, uid_a, 0o750)
+    assert owner_and_mode(layout.job_dir(data, JOB)) == (0, uid_a, 0o1770)
     assert owner_and_mode(layout.checkpoint_dir(data, JOB)) == (uid_a, uid_a, 0o700)
     assert owner_and_mode(layout.work_dir(data, JOB, 1, 0)) == (uid_a, uid_a, 0o700)
     assert owner_and_mode(layout.log_file(data, JOB, 1, 0).parent)[::2] == (0, 0o700)
@@ -239,3 +240,73 @@ def test_the_agent_ships_cleans_up_and_ends_what_a_job_left(node: Agent, bus: re
     # What stays (its log, here) is the agent's alone now: a later job with this uid
     # (a multiple of the uid range away) reads nothing of it.
     assert owner_and_mode(layout.job_dir(node.data_dir, job)) == (0, 0, 0o700)
+
+
+# What a first job leaves in /tmp and /dev/shm, and writes beside its model directory (as
+# TensorFlow's Keras tutorial writes a worker's copy of the model).
+LITTERER = """import json, os
+os.makedirs("/tmp/backup", exist_ok=True)
+open("/tmp/backup/state", "w").write("job A")
+open("/dev/shm/segment", "w").write("job A")
+beside = os.path.join(os.path.dirname(os.environ["COHORT_MODEL_DIR"]), "workertemp_1")
+os.makedirs(beside)
+open(os.path.join(beside, "model"), "w").write("a worker's copy")
+found = {"tmp": sorted(os.listdir("/tmp")), "shm": sorted(os.listdir("/dev/shm"))}
+for name in ("logs", "inputs"):  # the agent's entries of the job's directory stay its own
+    try:
+        os.rename(os.path.join(os.environ["COHORT_JOB_DIR"], name),
+                  os.path.join(os.environ["COHORT_JOB_DIR"], "taken"))
+        found[name] = "renamed"
+    except OSError as exc:
+        found[name] = exc.strerror
+# A link named as the next attempt's directory, to somewhere the agent would chown.
+os.symlink("/etc", os.path.join(os.environ["COHORT_JOB_DIR"], "attempt-2"))
+with open(os.path.join(os.environ["COHORT_WORK_DIR"], "found.json"), "w") as handle:
+    json.dump(found, handle)
+"""
+# A second job (or attempt) looks for what the first left.
+LOOKER = """import json, os
+seen = {"backup": os.path.exists("/tmp/backup"), "shm": sorted(os.listdir("/dev/shm")),
+        "uid": os.getuid()}
+os.makedirs("/tmp/backup")  # the tutorial's BackupAndRestore directory, free again
+with open(os.path.join(os.environ["COHORT_WORK_DIR"], "seen.json"), "w") as handle:
+    json.dump(seen, handle)
+"""
+
+
+def test_each_replica_has_its_own_tmp_and_can_write_its_job_dir(
+    node: Agent, bus: redis.Redis
+) -> None:
+    job = JOB + 2
+    host_file = Path("/tmp") / f"cohort-host-{os.getpid()}"
+    host_file.write_text("the node's")
+    try:
+        node.start_replica(command_job(job, LITTERER))
+        done = exit_of(bus, job)
+        assert done["exit_code"] == 0, done["log_tail"]
+    finally:
+        host_file.unlink()
+    found = json.loads((layout.work_dir(node.data_dir, job, 1, 0) / "found.json").read_text())
+    # Its /tmp held only what it wrote (and the paths it needs, bound back), not the node's.
+    assert host_file.name not in found["tmp"] and "backup" in found["tmp"], found
+    assert found["shm"] == ["segment"], found
+    assert found["logs"] == found["inputs"] == "Operation not permitted", found
+    job_dir = layout.job_dir(node.data_dir, job)
+    assert (job_dir / "workertemp_1" / "model").read_text() == "a worker's copy"
+    assert not Path("/tmp/backup/state").exists() and not Path("/dev/shm/segment").exists()
+    etc = os.stat("/etc")
+    # Its next attempt: the link it planted is replaced by the agent's directory, /etc
+    # untouched, and /tmp is empty again.
+    bus.set(attempt_key(job), 2)
+    node.start_replica(
+        StartReplica(
+            "isolation",
+            ReplicaSpec(job, 2, 0, 1, None, "one_device", {}, command=["python", "-c", LOOKER]),
+        )
+    )
+    again = exit_of(bus, job, attempt=2)
+    assert again["exit_code"] == 0, again["log_tail"]
+    assert (os.stat("/etc").st_uid, os.stat("/etc").st_mode) == (etc.st_uid, etc.st_mode)
+    assert not (job_dir / "attempt-2").is_symlink()
+    seen = json.loads((layout.work_dir(node.data_dir, job, 2, 0) / "seen.json").read_text())
+    assert seen == {"backup": False, "shm": [], "uid": UID_BASE + job % UID_RANGE}

@@ -14,7 +14,7 @@ from services.cluster.nodes import Heartbeat, heartbeat_of
 from services.wire.batches import ProgressBeat
 from services.wire.contract import WireError
 from services.wire.events import NodeHeartbeat
-from services.wire.keys import NODES_HASH, PROGRESS_HASH
+from services.wire.keys import NODES_HASH, OUTPUT_HASH, PROGRESS_HASH, progress_field
 from services.wire.signing import HEARTBEAT, Keyring, Refused, unseal
 from workers.control.refusals import Refusals
 
@@ -77,3 +77,28 @@ def read_progress(
     if stale:
         client.hdel(PROGRESS_HASH, *stale)
     return progress
+
+
+def read_output(client: redis.Redis, arrivals: Arrivals[str]) -> dict[tuple[int, int, int], float]:
+    """When each replica's output was last seen to grow (this scheduler's clock: the
+    arrival of its agent's last output beat, whose value is the output's size so far).
+    A beat unchanged for PROGRESS_FORGET is removed, as read_progress does."""
+    raw = {str(field): str(value) for field, value in client.hgetall(OUTPUT_HASH).items()}
+    heard = arrivals.observe(raw)
+    output, stale = {}, []
+    cutoff = arrivals.read_at - PROGRESS_FORGET
+    for field in raw:
+        parts = field.split(":")
+        if len(parts) != 3 or not all(part.isdigit() for part in parts):
+            stale.append(field)
+            continue
+        key = (int(parts[0]), int(parts[1]), int(parts[2]))
+        if progress_field(*key) != field:  # not in its one spelling: not an agent's
+            stale.append(field)
+            continue
+        output[key] = heard[field].at
+        if heard[field].at < cutoff:
+            stale.append(field)
+    if stale:
+        client.hdel(OUTPUT_HASH, *stale)
+    return output

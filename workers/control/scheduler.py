@@ -43,7 +43,7 @@ from services.wire.keys import (
 )
 from services.wire.replica import Dispatcher
 from services.wire.signing import Keyring, Refused
-from workers.control.beats import read_heartbeats, read_progress
+from workers.control.beats import read_heartbeats, read_output, read_progress
 from workers.control.dispatch import publish_attempts
 from workers.control.events import apply_event, trusted_event
 from workers.control.ingest import LOGS, METRICS, ingest_while
@@ -100,6 +100,7 @@ class Scheduler:
         # (or by another leader) says nothing of what arrived in between.
         self.node_arrivals: Arrivals[str] = Arrivals()
         self.progress_arrivals: Arrivals[str] = Arrivals()
+        self.output_arrivals: Arrivals[str] = Arrivals()
         # What this term's last idle pass left (services/cluster/placement_digest.py).
         self.placement_memo = PlacementMemo()
         # The beating nodes' rows as this term's last committed pass left them
@@ -123,6 +124,7 @@ class Scheduler:
             self.restore_attempts(fence)
         heartbeats = read_heartbeats(self.redis, self.keyring, self.refusals, self.node_arrivals)
         progress = read_progress(self.redis, self.progress_arrivals)
+        output = read_output(self.redis, self.output_arrivals)
         with fence.scope() as session:
             if self.unheard:  # beats Redis held may be gone: their senders are not silent
                 watchdog.excuse_silence(session=session, now=utcnow())
@@ -131,6 +133,7 @@ class Scheduler:
                 settings=self.settings,
                 heartbeats=heartbeats,
                 progress=progress,
+                output=output,
                 memo=self.placement_memo,
                 # excuse_silence rewrote the nodes' times
                 known_nodes=None if self.unheard else self.node_rows,

@@ -103,8 +103,13 @@ class Agent:
         # Ended replicas' senders, for a wipe of Redis just after an end (workers/node/replay.py).
         self.ended = AfterEnd()
         # Warm replica processes (COHORT_REPLICA_POOL_SIZE; none until start_pool).
+        user = self.replica_user(0)
         self.pool = ReplicaPool(
-            settings.REPLICA_POOL_SIZE, self.python, self.node_id, self.data_dir
+            settings.REPLICA_POOL_SIZE,
+            self.python,
+            self.node_id,
+            self.data_dir,
+            private_tmp=user is not None and user.private_tmp,
         )
 
     @property

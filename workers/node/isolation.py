@@ -11,7 +11,9 @@ says what that leaves open).
 The job's directory (workers/layout.py) with the job's uid and gid U:
 
     jobs/                         agent        0711  replicas pass through, list nothing
-    jobs/<job>/                   agent:U      0750  the job's replicas only
+    jobs/<job>/                   agent:U      1770  the job's replicas read and write
+                                                     (sticky: what the agent made there
+                                                     stays the agent's)
         checkpoints/ model/ tmp/  U:U          0700  written by the replicas (tmp: TMPDIR)
         tensorboard/              agent:U      0750
             replica-<i>/          U:U          0700
@@ -21,24 +23,33 @@ The job's directory (workers/layout.py) with the job's uid and gid U:
         attempt-<n>/              agent:U      0750
             replica-<i>/          U:U          0700  work dir and HOME: spec, code, metrics
 
-Every directory a replica can write is a leaf in a directory only the agent can write,
-so a replica can never swap a directory the agent writes into for a link; the agent
+The job's directory is the replicas' to write too, as the README promises (TensorFlow's
+Keras tutorial writes a worker's copy of the model next to the model directory): its
+sticky bit keeps every entry the agent made there (logs/, inputs/, tensorboard/,
+attempt-<n>/) from being renamed or removed by a replica, and an entry the agent is about
+to make that a replica made first (a link, say, named as the next attempt) is removed and
+made again as the agent's (`_directory`). Every other directory a replica can write is a
+leaf in a directory only the agent can write; what the agent reads from the replicas'
+own directories it reads through OwnedTree (no link followed, the owner checked), and it
 hands a tree over (`hand_over`) through directory descriptors that follow no link.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
+import stat
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from services.settings import Settings
-from workers import layout
+from workers import layout, private_tmp
 from workers.node import leftovers
 
 log = logging.getLogger("cohort.isolation")
@@ -48,10 +59,34 @@ REPLICA_UMASK = 0o077  # what a replica creates is its job's alone
 
 @dataclass(frozen=True)
 class ReplicaUser:
-    """The uid and gid a job's replicas run as on this node."""
+    """The uid and gid a job's replicas run as on this node; `private_tmp`: each replica
+    gets its own /tmp and /dev/shm (workers/private_tmp.py)."""
 
     uid: int
     gid: int
+    private_tmp: bool = False
+
+
+@functools.cache
+def private_tmp_refusal(python: str) -> str | None:
+    """None if this node can give replicas their own /tmp and /dev/shm (a mount
+    namespace: root with CAP_SYS_ADMIN), else why not. Asked once, of a child process."""
+    if not is_root():
+        return "the agent is not root"
+    try:
+        done = subprocess.run(  # noqa: S603 - an argv, never a shell
+            private_tmp.probe_argv(python),
+            capture_output=True,
+            env={"PATH": os.defpath},
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    if done.returncode == 0:
+        return None
+    said = done.stderr.decode(errors="replace").strip().splitlines()
+    return said[-1] if said else f"exit {done.returncode}"
 
 
 def is_root() -> bool:
@@ -60,11 +95,13 @@ def is_root() -> bool:
 
 def replica_user(settings: Settings, job_id: int) -> ReplicaUser | None:
     """Job `job_id`'s replica user, or None when the agent is not root (its replicas
-    then run as the agent's own user)."""
+    then run as the agent's own user, with the node's /tmp)."""
     if not is_root():
         return None
     uid = settings.REPLICA_UID_BASE + int(job_id) % settings.REPLICA_UID_RANGE
-    return ReplicaUser(uid, uid)
+    python = settings.REPLICA_PYTHON or sys.executable
+    private = settings.REPLICA_PRIVATE_TMP and private_tmp_refusal(python) is None
+    return ReplicaUser(uid, uid, private)
 
 
 def popen_options(user: ReplicaUser | None) -> dict[str, Any]:
@@ -75,7 +112,22 @@ def popen_options(user: ReplicaUser | None) -> dict[str, Any]:
 
 
 def _directory(path: Path, owner: int, group: int, mode: int) -> None:
-    """Make `path` a directory owned by owner:group with `mode` (never through a link)."""
+    """Make `path` a directory owned by owner:group with `mode` (never through a link).
+    Anything else found there (a link), or one of the agent's own (`owner` is this
+    process's uid) that a replica made first in the job's directory, which it can write,
+    is removed and made again."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        found = None
+    if found is not None and (
+        not stat.S_ISDIR(found.st_mode) or (owner == os.geteuid() and found.st_uid != owner)
+    ):
+        log.warning("%s was not a directory of its owner's: made again", path)
+        if stat.S_ISDIR(found.st_mode):
+            shutil.rmtree(path)  # never follows a link inside
+        else:
+            path.unlink()
     path.mkdir(exist_ok=True)
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
@@ -98,7 +150,7 @@ def lay_out(
     jobs = paths.job_dir.parent
     jobs.mkdir(parents=True, exist_ok=True)
     _directory(jobs, *agent, 0o711)
-    _directory(paths.job_dir, agent[0], g, shared)
+    _directory(paths.job_dir, agent[0], g, 0o1770 if user else 0o700)
     for private in (paths.checkpoint_dir, paths.model_dir, paths.tmp_dir):
         _directory(private, u, g, 0o700)
     tensorboard = paths.tensorboard_dir

@@ -6,6 +6,7 @@ loaded in a process that forks, and each replica gets a fresh interpreter.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from services.data_dir import write_private
 from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
@@ -118,10 +119,11 @@ def spawn(
                 user.uid if user else None,
                 user.gid if user else None,
                 isolation.REPLICA_UMASK,
+                kept_paths(data_dir, python) if user is not None and user.private_tmp else None,
             )
             popen = pool.hand_off(warm, hand_off, log_file.fileno())
         if popen is None:
-            popen = _start_cold(argv, env, cwd, log_file, user)
+            popen = _start_cold(argv, env, cwd, log_file, user, kept_paths(data_dir, python))
     return ReplicaProcess(
         key=key,
         popen=popen,
@@ -139,20 +141,63 @@ def _write_inputs(message: StartReplica, paths: ReplicaPaths, user: ReplicaUser 
     write_private(paths.hyperparameters_file, json.dumps(spec.hyperparameters))
 
 
+def kept_paths(data_dir: Path, python: str) -> list[str]:
+    """What a replica with its own /tmp must still reach where a node keeps it under /tmp
+    (a checkout, a test's directory): DATA_DIR, the interpreter's environment, Cohort's
+    code (workers/private_tmp.py binds these back)."""
+    code = Path(handoff.__file__).resolve().parent.parent
+    return [str(data_dir.absolute()), str(Path(python).parent.parent), str(code)]
+
+
 def _start_cold(
-    argv: list[str], env: dict[str, str], cwd: Path, log_file: IO[bytes], user: ReplicaUser | None
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    log_file: IO[bytes],
+    user: ReplicaUser | None,
+    keep: list[str],
 ) -> subprocess.Popen[bytes]:
     """A fresh interpreter for the replica, output to `log_file`."""
-    return subprocess.Popen(  # noqa: S603 - an argv, never a shell
-        argv,
-        env=env,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group: one killpg stops it all
-        **isolation.popen_options(user),
-    )
+    options: dict[str, Any] = {
+        "cwd": cwd,
+        "stdin": subprocess.DEVNULL,
+        "stdout": log_file,
+        "stderr": subprocess.STDOUT,
+        "start_new_session": True,  # its own process group: one killpg stops it all
+    }
+    if user is None or not user.private_tmp:
+        return subprocess.Popen(  # noqa: S603 - an argv, never a shell
+            argv, env=env, **options, **isolation.popen_options(user)
+        )
+    # Through workers/private_tmp.py, root until it has made the replica's own /tmp and
+    # /dev/shm, then the job's user: its environment goes through a pipe, so nothing the
+    # job wrote into it (LD_PRELOAD, PYTHONPATH) reaches the part that runs as root.
+    read, write = os.pipe()
+    try:
+        wrapper = [
+            argv[0],
+            "-I",
+            "-m",
+            "workers.private_tmp",
+            f"--uid={user.uid}",
+            f"--gid={user.gid}",
+            f"--env-fd={read}",
+            *(f"--keep={path}" for path in keep),
+            "--",
+            *argv,
+        ]
+        popen = subprocess.Popen(  # noqa: S603 - an argv, never a shell
+            wrapper,
+            env={"PATH": os.defpath},
+            pass_fds=(read,),
+            umask=isolation.REPLICA_UMASK,
+            **options,
+        )
+    finally:
+        os.close(read)
+    with open(write, "wb", buffering=0) as channel, contextlib.suppress(BrokenPipeError):
+        channel.write(json.dumps(env).encode())  # it died first: its exit says why
+    return popen
 
 
 def tail(path: Path, max_bytes: int = 4000) -> str:

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers import handoff, layout
+from workers import handoff, layout, private_tmp
 from workers.node import isolation
 from workers.node.environment import warm_env
 from workers.node.launcher import tail
@@ -67,8 +67,13 @@ class WarmProcess:
 class ReplicaPool:
     """`size` warm processes of `python`, kept by a thread once `start`ed."""
 
-    def __init__(self, size: int, python: str, node_id: str, data_dir: Path) -> None:
+    def __init__(
+        self, size: int, python: str, node_id: str, data_dir: Path, private_tmp: bool = False
+    ) -> None:
         self.size = size
+        # Each warm process in a mount namespace of its own, to mount the replica's own
+        # /tmp and /dev/shm in at its hand-off (workers/private_tmp.py).
+        self.private_tmp = private_tmp
         self.python = python
         self.node_id = node_id
         self.data_dir = data_dir
@@ -210,8 +215,11 @@ class ReplicaPool:
                 0o600,
             )
             with open(log_fd, "ab") as log_file:
+                argv = [self.python, "-P", "-m", "workers.replica.pool_entry", str(theirs.fileno())]
+                if self.private_tmp:
+                    argv = private_tmp.namespace_only_argv(self.python, argv)
                 popen = subprocess.Popen(  # noqa: S603 - an argv, never a shell
-                    [self.python, "-P", "-m", "workers.replica.pool_entry", str(theirs.fileno())],
+                    argv,
                     env=warm_env(self.node_id, self.data_dir, self.dirs.home, self.dirs.tmp),
                     cwd=self.dirs.root,
                     stdin=subprocess.DEVNULL,

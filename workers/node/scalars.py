@@ -15,8 +15,13 @@ follows, for each replica it runs:
 Every new point is shipped through a `MetricReporter` for the replica (the same
 batches on `cohort:metrics` as the Keras callback's, epoch null), and every sign of
 progress is sent as the replica's progress heartbeat, so the hang watchdog sees a
-loop that imports nothing from Cohort. The replica's log output is NOT progress:
-TensorFlow keeps logging while a gang waits for a peer that never joins.
+loop that imports nothing from Cohort.
+
+The replica's output (its log file growing) is beaten apart, on OUTPUT_HASH: the control
+plane counts it as progress only once every replica of the gang has started
+(services/cluster/running_checks.py), since TensorFlow keeps logging while a gang waits
+for a peer that never joins, while a script that prints its epochs and nothing else is
+the most common one there is.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any, Protocol
 
 from services.storage.owned_tree import OwnedTree
 from services.wire.batches import Point, ProgressBeat
-from services.wire.keys import PROGRESS_HASH, progress_field
+from services.wire.keys import OUTPUT_HASH, PROGRESS_HASH, progress_field
 from workers.node.report_shipper import MetricsFileReader
 from workers.node.tfevents import FILE_PREFIX, EventFileReader
 
@@ -78,12 +83,16 @@ class ReplicaFollower:
         metrics_file: Path | None = None,
         tensorboard_dir: Path | None = None,
         watch_dirs: Sequence[Path] = (),
+        output_file: Path | None = None,
         skip_existing: bool = True,
     ) -> None:
         """Create it before the replica starts: with `skip_existing`, what the files
         hold already (an earlier attempt in the same directory) is neither this
-        replica's metrics nor its progress; only what is written after counts."""
+        replica's metrics nor its progress; only what is written after counts.
+        `output_file`: the replica's log, whose size is its output so far."""
         self.on_point = on_point
+        self.output_file = output_file
+        self.output_bytes = _size(output_file) if output_file and skip_existing else 0
         self.metrics = MetricsFileReader(metrics_file) if metrics_file else None
         self.tensorboard_dir = tensorboard_dir
         self.event_files: dict[Path, EventFileReader] = {}
@@ -118,6 +127,8 @@ class ReplicaFollower:
         signature = self._watch_signature()
         if signature != self._watched:
             self._watched, progressed = signature, True
+        if self.output_file is not None:
+            self.output_bytes = max(self.output_bytes, _size(self.output_file))
         for point in new:
             self.on_point(point)
         self.points += len(new)
@@ -214,6 +225,7 @@ class ScalarShipper(threading.Thread):
         metrics_file: Path | None = None,
         tensorboard_dir: Path | None = None,
         watch_dirs: Sequence[Path] = (),
+        output_file: Path | None = None,
         skip_existing: bool = True,
         poll_seconds: float = POLL_SECONDS,
     ) -> None:
@@ -227,11 +239,15 @@ class ScalarShipper(threading.Thread):
             metrics_file=metrics_file,
             tensorboard_dir=tensorboard_dir,
             watch_dirs=watch_dirs,
+            output_file=output_file,
             skip_existing=skip_existing,
         )
         self.beaten: float | None = None  # the progress time last sent
         self._beat_at = 0.0  # monotonic time of the last beat sent
+        self.output_beaten = self.follower.output_bytes  # the output size last sent
+        self._output_beat_at = 0.0
         self._done = threading.Event()
+        self._client = client
         self._beat = client.register_script(_BEAT_IF_NEWER)
 
     def run(self) -> None:
@@ -247,6 +263,7 @@ class ScalarShipper(threading.Thread):
         except Exception:  # a reader bug must not end the thread: the loop goes on
             log.exception("reading the metrics of replica %s failed", self.field)
         self.beat()
+        self.beat_output()
         self.reporter.maybe_flush()
 
     def beat(self) -> None:
@@ -267,6 +284,19 @@ class ScalarShipper(threading.Thread):
             log.debug("progress beat of %s failed: %s", self.field, exc)
             return
         self.beaten, self._beat_at = seen, time.monotonic()
+
+    def beat_output(self) -> None:
+        """Send the replica's output size, if it grew (at most once per BEAT_INTERVAL):
+        the control plane times its arrival by its own clock (arrivals.py)."""
+        size = self.follower.output_bytes
+        if size == self.output_beaten or time.monotonic() - self._output_beat_at < BEAT_INTERVAL:
+            return
+        try:
+            self._client.hset(OUTPUT_HASH, self.field, str(size))
+        except Exception as exc:  # a missed beat is sent at the next poll
+            log.debug("output beat of %s failed: %s", self.field, exc)
+            return
+        self.output_beaten, self._output_beat_at = size, time.monotonic()
 
     def finish(self, timeout: float = 10.0) -> None:
         """The replica exited: read what is left (an unterminated line too), ship it."""

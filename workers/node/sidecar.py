@@ -185,6 +185,7 @@ class ReplicaSidecar:
             metrics_file=layout.metrics_file(data_dir, job, key.attempt, key.index),
             tensorboard_dir=self.tensorboard_dir,
             watch_dirs=(self.checkpoint_dir, self.model_dir),
+            output_file=layout.log_file(data_dir, job, key.attempt, key.index),
         )
         mirror = node.mirror(job) if key.index == CHIEF else None
         self.syncer = (

@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 
-from workers import handoff
+from workers import handoff, private_tmp
 
 # A warm process usually starts right after a hand-off, next to the replica that just
 # began: for its first WARM_YIELD_SECONDS it runs at the lowest priority (the scheduler
@@ -97,6 +97,8 @@ def become(hand_off: handoff.HandOff, log_fd: int) -> None:
     os.dup2(log_fd, 2)
     os.close(log_fd)
     _set_priority(0)  # while still allowed to (as root: before the uid changes)
+    if hand_off.private_tmp is not None:  # started in a namespace of its own for this
+        private_tmp.mount_private(hand_off.private_tmp)
     if hand_off.uid is not None and hand_off.gid is not None:
         os.setgroups([])
         os.setresgid(hand_off.gid, hand_off.gid, hand_off.gid)
