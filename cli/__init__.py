@@ -7,6 +7,7 @@ the REST API.
     processes.py    `cohort api | scheduler | agent | migrate | up | demo | create-token`
     stack.py        the whole stack on one machine (`cohort up`, `cohort demo`)
     stack_secrets.py    the stack's secrets kept on disk (token, keys, password)
+    stack_ports.py  the stack's ports: the api's, the embedded Redis's, the replicas' range
     health.py       `cohort health api|scheduler|agent`
     keys.py         `cohort node-key`, `cohort redis-acl`
     jobs.py         `cohort job submit | list | show | logs | metrics | cancel`
@@ -20,6 +21,8 @@ the REST API.
     sweep_follow.py `--follow` of a sweep: a live table of trials
     quotas.py       `cohort quota show | set`
     tokens.py       `cohort token list | create | revoke`
+    login.py        `cohort login`: check a token, save it with its URL for this user
+    user_config.py  the per-user config, and where a command's URL and token come from
     options.py      the options every API command shares, one guarded call, spec files
     client.py       a small client of the REST API (CLI, demo, benchmarks)
     follow.py       following a job from its SSE stream: a bar per replica

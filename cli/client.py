@@ -12,45 +12,43 @@ from urllib.parse import quote
 import httpx
 
 from cli.sse import Event, parse_lines
-from services.settings import get_settings
+from cli.user_config import resolve, unauthorized_hint
 from services.statuses import TERMINAL_STATUSES
 
 
 class ApiError(RuntimeError):
-    """The API answered with an error; the message is the API's own."""
+    """The API answered with an error; the message is the API's own (and, for a 401,
+    which token was refused and how to fix it)."""
 
-    def __init__(self, status: int, body: Any) -> None:
+    def __init__(self, status: int, body: Any, hint: str = "") -> None:
         message = body.get("message") if isinstance(body, dict) else str(body)
-        super().__init__(f"HTTP {status}: {message}")
+        super().__init__(f"HTTP {status}: {message}" + (f"; {hint}" if hint else ""))
         self.status = status
         self.body = body
 
 
 def resolve_token(explicit: str | None = None) -> str | None:
-    """--token, else COHORT_TOKEN, else ~/.config/cohort/token, else the local stack's token."""
-    if explicit:
-        return explicit
-    if os.environ.get("COHORT_TOKEN"):
-        return os.environ["COHORT_TOKEN"]
-    for path in (
-        Path.home() / ".config" / "cohort" / "token",
-        get_settings().data_dir / "bootstrap-token",
-    ):
-        if path.is_file():
-            return path.read_text().strip() or None
-    return None
+    """--token, else COHORT_TOKEN, else the per-user config's or the local stack's
+    (cli/user_config.py)."""
+    return resolve(None, explicit or os.environ.get("COHORT_TOKEN") or None).token
 
 
 def default_url() -> str:
-    settings = get_settings()
-    return os.environ.get("COHORT_URL") or f"http://{settings.API_HOST}:{settings.API_PORT}"
+    return os.environ.get("COHORT_URL") or resolve(None, None).url
 
 
 class CohortClient:
     def __init__(
-        self, base_url: str | None = None, token: str | None = None, timeout: float = 30.0
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        timeout: float = 30.0,
+        token_source: str | None = None,
     ) -> None:
+        """`token_source`: where the token came from, named when the API refuses it
+        (None: a caller that chose it, such as the stack's own)."""
         self.base_url = (base_url or default_url()).rstrip("/")
+        self.token_source = token_source
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
 
@@ -60,7 +58,10 @@ class CohortClient:
         except ValueError:
             body = response.text
         if response.status_code >= 400:
-            raise ApiError(response.status_code, body)
+            hint = ""
+            if response.status_code == 401 and self.token_source is not None:
+                hint = unauthorized_hint(self.token_source)
+            raise ApiError(response.status_code, body, hint)
         return body
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:

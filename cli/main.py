@@ -29,6 +29,7 @@ from cli import (
 from cli.aliases import AliasedGroup
 from cli.health import health
 from cli.keys import node_key_command, redis_acl_command
+from cli.login import login
 from services.data_dir import PROCESS_UMASK
 
 app = typer.Typer(
@@ -49,6 +50,7 @@ COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("demo", processes.demo),
     ("create-token", processes.create_token),
     ("health", health),
+    ("login", login),
     ("node-key", node_key_command),
     ("redis-acl", redis_acl_command),
 )

@@ -1,7 +1,9 @@
 """What every API command of the CLI shares: its options, one guarded call, spec files.
 
-A command takes its token from `--token`, `COHORT_TOKEN` or `~/.config/cohort/token` and
-the address from `--url` or `COHORT_URL`; an API error is printed on stderr and exits 2.
+A command takes its address from `--url`, `COHORT_URL` or the per-user config, and its
+token from `--token`, `COHORT_TOKEN`, the per-user config or the local stack
+(cli/user_config.py); an API error is printed on stderr and exits 2, a refused token
+saying where it came from.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import typer
 import yaml
 from rich.console import Console
 
-from cli.client import ApiError, CohortClient, resolve_token
+from cli.client import ApiError, CohortClient
+from cli.user_config import resolve
 
 console = Console()
 err = Console(stderr=True)
@@ -37,7 +40,9 @@ T = TypeVar("T")
 
 
 def connect(url: str | None, token: str | None) -> CohortClient:
-    return CohortClient(url, resolve_token(token))
+    """A client of the API these options (or the config) name, with its token's source."""
+    found = resolve(url, token)
+    return CohortClient(found.url, found.token, token_source=found.token_source)
 
 
 def guarded(fn: Callable[[], T]) -> T:

@@ -147,6 +147,8 @@ def migrate() -> None:
 def up() -> None:
     """Run the whole stack in the foreground (Ctrl-C stops all of it)."""
     from cli.stack import Stack
+    from cli.stack_ports import StackPortTaken
+    from cli.user_config import save_for_stack
     from services.exceptions import WeakBootstrapToken
 
     _sigterm_as_interrupt()
@@ -155,11 +157,12 @@ def up() -> None:
         stack.start()
         console.print(f"[green]Cohort is up[/]: API and docs at {stack.url}/docs")
         console.print(f"token: {stack.token}  (also in {get_settings().data_dir}/bootstrap-token)")
+        console.print(save_for_stack(stack.url, stack.token), soft_wrap=True)
         stack.wait()
     except KeyboardInterrupt:
         console.print("stopping…")
-    except WeakBootstrapToken as exc:
-        typer.echo(f"cohort: {exc}", err=True)
+    except (WeakBootstrapToken, StackPortTaken) as exc:
+        typer.echo(f"cohort: {exc}", err=True)  # one line: what to fix
         raise typer.Exit(1) from None
     finally:
         stack.stop()

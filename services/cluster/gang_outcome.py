@@ -29,18 +29,26 @@ def _failure_reason(replica: Replica) -> str:
     detail = (": " + " | ".join(tail)) if tail else ""
     return (
         f"replica {replica.index} on {replica.node_id} exited with "
-        f"{exit_codes.describe(replica.exit_code)}{detail}"
+        f"{exit_codes.describe(replica.exit_code, replica.log_tail)}{detail}"
     )
 
 
 def _may_restart(job: Job, broken: Replica) -> tuple[bool, str]:
-    """Whether the policy and the budget allow another attempt, and if not, why."""
+    """Whether the policy and the budget allow another attempt, and if not, why.
+
+    A permanent failure (services/exit_codes.py: a program that cannot run as given)
+    is restarted under no policy: the next attempt would fail the same way, after a
+    backoff, as often as the budget allows. `on_failure` restarts the rest, a program's
+    own errors included; `exit_code` only what came from outside the program."""
     if job.restart_policy == "never":
         return False, "restart_policy is never"
+    kind = exit_codes.classify(broken.exit_code, broken.log_tail)
+    if job.restart_policy == "exit_code" and kind is not exit_codes.FailureKind.RETRYABLE:
+        return False, "the exit code is not retryable"
+    if kind is exit_codes.FailureKind.PERMANENT:
+        return False, "the failure is permanent (another attempt would fail the same way)"
     if job.attempt > job.max_restarts:
         return False, f"restart budget spent ({job.max_restarts} restarts)"
-    if job.restart_policy == "exit_code" and not exit_codes.is_retryable(broken.exit_code):
-        return False, "the exit code is not retryable"
     return True, ""
 
 

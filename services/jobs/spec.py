@@ -134,8 +134,8 @@ class JobSpec(BaseModel):
     restart_policy: RestartPolicy = Field(
         "never",
         examples=["on_failure"],
-        description="never; on_failure: any failed "
-        "replica; exit_code: only a retryable exit code (e.g. 137, a lost node)",
+        description="never; on_failure: any failure but a permanent one (e.g. 127, a "
+        "SyntaxError); exit_code: only a retryable one (e.g. 137, a lost node)",
     )
     max_restarts: StrictInt = Field(
         0, ge=0, le=100, examples=[3], description="restarts of the whole gang at most"

@@ -168,3 +168,15 @@ def test_revoking_a_token_that_is_not_there(
     assert response.status_code == status, response.text
     if status == 404:
         assert response.json()["message"] == f"token {token_id} not found"
+
+
+def test_any_token_reads_its_own_project_and_scopes_without_its_secret(
+    client: TestClient, session: Session
+) -> None:
+    secret, _row = create_token(session, "team-b", (Scope.READ,))
+    response = client.get("/api/v1/whoami", headers={"Authorization": f"Bearer {secret}"})
+    assert response.status_code == 200, response.text
+    mine = response.json()
+    assert mine["project"] == "team-b" and mine["scopes"] == ["read"]
+    assert mine["state"] == "active" and secret not in response.text
+    assert client.get("/api/v1/whoami").status_code == 401

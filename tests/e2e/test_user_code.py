@@ -1,7 +1,8 @@
 """End to end: the node runs users' own code. A bundle's `module:function` trainer and a
 bundle's `command` script (2 replicas, MultiWorkerMirroredStrategy) succeed, submitted
 with the installed `cohort job submit --code`; a command not on the node fails its job with
-exit 127 and the reason; a forged start message naming an unlisted trainer is refused by
+exit 127 and the reason; a script with a SyntaxError fails its job after one attempt under
+`on_failure`, its reason saying why; a forged start message naming an unlisted trainer is refused by
 the agent (reported, never started)."""
 
 from __future__ import annotations
@@ -129,6 +130,38 @@ def test_a_command_not_found_fails_the_job_with_127_and_the_reason(
     assert final["status"] == "failed"
     assert "command not found: pythno" in failure_of(client, job_id)
     assert [r["exit_code"] for r in final["replica_list"]] == [127]
+
+
+def test_a_syntax_error_under_on_failure_fails_after_one_attempt_saying_why(
+    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+) -> None:
+    stack, client = module_stack
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('starting')\ndef train(:\n    pass\n")
+    job_id = submit(
+        stack,
+        tmp_path,
+        {
+            "name": "syntax-error",
+            "command": ["python", "train.py"],
+            "replicas": 1,
+            "strategy": "one_device",
+            "restart_policy": "on_failure",
+            "max_restarts": 3,
+        },
+        code,
+    )
+    final = wait_terminal(client, job_id, timeout=60)
+    story = failure_of(client, job_id)
+    assert final["status"] == "failed", story
+    assert final["attempt"] == 1, story
+    assert [r["exit_code"] for r in final["replica_list"]] == [1]
+    assert "exited with code 1 (SyntaxError, permanent)" in final["reason"], story
+    assert final["reason"].endswith(
+        "not restarted: the failure is permanent (another attempt would fail the same way)"
+    )
+    assert "restarting" not in [e["to_status"] for e in client.events(job_id)]
 
 
 def test_a_signed_start_naming_an_unlisted_trainer_is_refused_by_the_nodes_policy(

@@ -66,14 +66,16 @@ def start_gang(session: Session, job: Job, now: dt.datetime) -> None:
     assert job.status is JobStatus.RUNNING
 
 
-def fail_replica(session: Session, job: Job, index: int, code: int, now: dt.datetime) -> None:
+def fail_replica(
+    session: Session, job: Job, index: int, code: int, now: dt.datetime, log_tail: str = ""
+) -> None:
     gangs.record_replica_exited(
         session=session,
         job_id=job.id,
         attempt=job.attempt,
         index=index,
         exit_code=code,
-        log_tail="",
+        log_tail=log_tail,
         at=now,
     )
     gangs.settle_job(session=session, job=job, now=now)
@@ -134,6 +136,40 @@ def test_exit_code_policy_restarts_only_retryable(
     assert job.status is expected, job.reason
     if not restarts:
         assert "not restarted: the exit code is not retryable" in job.reason
+
+
+@pytest.mark.parametrize(
+    ("code", "log_tail", "restarts"),
+    [
+        (137, "", True),
+        (138, "", True),
+        (1, "Traceback\nConnectionResetError: [Errno 104] reset by peer", True),
+        (3, "", True),
+        (1, '  File "train.py", line 2\n    def (:\nSyntaxError: invalid syntax\n', False),
+        (1, "ModuleNotFoundError: No module named 'tensorflw'", False),
+        (2, "", False),
+        (126, "", False),
+        (127, "", False),
+    ],
+)
+def test_on_failure_restarts_every_failure_but_a_permanent_one(
+    session: Session, code: int, log_tail: str, restarts: bool
+) -> None:
+    _, token = create_token(session)
+    job = create_job(
+        session, token.project_id, replicas=2, restart_policy="on_failure", max_restarts=3
+    )
+    start_gang(session, job, T0)
+    fail_replica(session, job, 0, code, T0, log_tail)
+    expected = JobStatus.RESTARTING if restarts else JobStatus.FAILED
+    assert job.status is expected, job.reason
+    if restarts:
+        assert "(permanent)" not in job.reason and ", permanent)" not in job.reason
+    else:
+        assert "permanent)" in job.reason
+        assert job.reason.endswith(
+            "not restarted: the failure is permanent (another attempt would fail the same way)"
+        )
 
 
 @pytest.mark.parametrize("policy", ["on_failure", "exit_code"])
@@ -458,10 +494,11 @@ def test_a_refused_start_whose_event_was_lost_is_settled_by_its_exit_in_the_beat
     run(
         session,
         later,
-        beat(later, running=frozenset({(job.id, 1, 1)}), exited={(job.id, 1, 0): 126}),
+        # 138: refused for a port another process holds (workers/node/exits.py), retryable.
+        beat(later, running=frozenset({(job.id, 1, 1)}), exited={(job.id, 1, 0): 138}),
     )
     replicas = {r.index: r for r in jobs.read_replicas(session=session, job=job)}
-    assert replicas[0].status is ReplicaStatus.FAILED and replicas[0].exit_code == 126
+    assert replicas[0].status is ReplicaStatus.FAILED and replicas[0].exit_code == 138
     assert replicas[0].failure == ""  # its own exit, not declared lost
     assert job.status is JobStatus.RESTARTING and "exited with" in job.reason
 

@@ -115,7 +115,7 @@ def test_one_failure_tears_the_gang_down(session: Session) -> None:
     messages = gangs.settle_job(session=session, job=job)
     assert job.status is JobStatus.FAILED
     assert job.reason == (
-        "replica 1 on n1 exited with code 1 (permanent): Traceback | "
+        "replica 1 on n1 exited with code 1 (program error): Traceback | "
         "ValueError: boom; not restarted: restart_policy is never"
     )
     assert messages == [StopReplica("n1", job.id, 1, 0, get_settings().STOP_GRACE)]

@@ -53,6 +53,7 @@ CALLS: dict[tuple[str, ...], list[str]] = {
     ("token", "list"): [],
     ("token", "create"): ["--name", "ci", "--scope", "read"],
     ("token", "revoke"): ["1"],
+    ("login",): ["--url", "http://cohort.example", "--token", "coh_test"],
 }
 ANSWER: dict[str, Any] = {
     "id": 1,
@@ -84,7 +85,7 @@ def fake_api(request: httpx.Request) -> httpx.Response:
 
 
 @pytest.fixture
-def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> CliRunner:
     real = httpx.Client
 
     def client(**kwargs: Any) -> httpx.Client:
@@ -92,6 +93,7 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
 
     monkeypatch.setattr(cli.client.httpx, "Client", client)
     monkeypatch.setenv("COHORT_TOKEN", "coh_test")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # `cohort login` saves
     return CliRunner()
 
 
