@@ -29,6 +29,7 @@ from cli import (
 from cli.aliases import AliasedGroup
 from cli.health import health
 from cli.keys import node_key_command, redis_acl_command
+from cli.run import run
 from services.data_dir import PROCESS_UMASK
 
 app = typer.Typer(
@@ -39,7 +40,8 @@ app = typer.Typer(
 )
 
 # The commands that run Cohort's own processes, or write its database, then the tools
-# an operator runs beside them.
+# an operator runs beside them; last, `run`, the one client command at the top: a job
+# from a command line, the first thing a user types (docs/cli-guide.md).
 COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("api", processes.api),
     ("scheduler", processes.scheduler),
@@ -51,6 +53,7 @@ COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("health", health),
     ("node-key", node_key_command),
     ("redis-acl", redis_acl_command),
+    ("run", run),
 )
 # The client's groups, one per thing the REST API serves.
 GROUPS: tuple[typer.Typer, ...] = (
