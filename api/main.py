@@ -33,6 +33,7 @@ from api.routes import (
     streams,
     sweeps,
     tokens,
+    validation,
 )
 from api.security_headers import SecurityHeaders
 from api.uploads import takes_upload
@@ -125,6 +126,7 @@ API_V1 = (
     artifacts,
     data,
     tokens,
+    validation,
 )
 
 

@@ -75,7 +75,7 @@ class CohortClient:
     def validate(self, spec: dict[str, Any], bundle_pending: bool = False) -> dict[str, Any]:
         """The spec as a submission would store it; a refused one raises ApiError (422)."""
         params = {"bundle_pending": "true"} if bundle_pending else {}
-        return self._check(self.http.post("/api/v1/jobs/validate", json=spec, params=params))
+        return self._check(self.http.post("/api/v1/validate/job", json=spec, params=params))
 
     def job(self, job_id: int) -> dict[str, Any]:
         return self._check(self.http.get(f"/api/v1/jobs/{job_id}"))

@@ -23,9 +23,7 @@ from api.params import NO_NUL, OptionalId, PageCursor
 from services.auth.scopes import Scope
 from services.jobs import store as jobs
 from services.jobs.admission import Admitted, Submission
-from services.jobs.quotas import check_template
 from services.jobs.schemas import JobCreate, JobEventRead, JobList, JobRead
-from services.jobs.spec import JobSpec
 from services.statuses import JobStatus
 from services.telemetry.job_views import read_job_view, read_job_views
 from services.wire.client import wake_scheduler
@@ -69,43 +67,6 @@ def create_job(
     return read_job_view(
         session=session, job=admitted.job, with_progress=False, cluster_wide=is_admin(token)
     )
-
-
-@router.post("/validate", responses=errors(404))
-def validate_job(
-    job_in: JobCreate,
-    session: SessionDep,
-    settings: SettingsDep,
-    token: TokenDep,
-    store: StoreDep,
-    bundle_pending: Annotated[
-        bool,
-        Query(
-            description="the spec's `bundle` is code not uploaded yet (a client checks the "
-            "spec before it packs and uploads): its digest is not looked up"
-        ),
-    ] = False,
-) -> JobSpec:
-    """Check a job spec as POST /api/v1/jobs does, storing nothing: 200 with the spec as it
-    would be stored, or the 422 (403 past the project's quota, 404 for inputs or a bundle
-    it has not uploaded) the submission would get. How many jobs are queued is not
-    checked: that can change before the submission."""
-    jobs.check_submission(
-        session=session,
-        project_id=token.project_id,
-        job_in=job_in,
-        settings=settings,
-        store=store,
-        bundle_pending=bundle_pending,
-    )
-    check_template(
-        session=session,
-        project_id=token.project_id,
-        job_in=job_in,
-        settings=settings,
-        field_prefix="",
-    )
-    return job_in
 
 
 def submitted_view(admitted: Admitted) -> JobRead:

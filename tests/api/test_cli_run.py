@@ -66,7 +66,7 @@ def test_a_misspelt_field_fails_before_anything_is_packed_or_sent(
     result = CliRunner().invoke(app, ["run", "--set", "replica=2", "--", "python", "train.py"])
     assert result.exit_code == 2, result.output
     assert "unknown field `replica`: did you mean `replicas`?" in result.stderr
-    assert sent == ["POST /api/v1/jobs/validate"]
+    assert sent == ["POST /api/v1/validate/job"]
     assert rows(session, Bundle) == [] and rows(session, Job) == []
     assert [p for p in (tmp_path / "store").rglob("*") if p.is_file()] == []
 
@@ -79,7 +79,7 @@ def test_job_submit_with_code_checks_the_spec_first(
     result = CliRunner().invoke(app, ["job", "submit", str(spec), "--code", str(code)])
     assert result.exit_code == 2, result.output
     assert "unknown field `prioity`: did you mean `priority`?" in result.stderr
-    assert sent == ["POST /api/v1/jobs/validate"]
+    assert sent == ["POST /api/v1/validate/job"]
     assert rows(session, Bundle) == [] and rows(session, Job) == []
 
 
@@ -93,7 +93,7 @@ def test_run_submits_the_command_with_the_current_directory_as_its_code(
     result = CliRunner().invoke(app, [*argv, "--", "python", "train.py", "--epochs", "3"])
     assert result.exit_code == 0, result.output
     assert "train.py is in the current directory" in result.stdout
-    assert sent[0] == "POST /api/v1/jobs/validate" and sent[-1] == "POST /api/v1/jobs"
+    assert sent[0] == "POST /api/v1/validate/job" and sent[-1] == "POST /api/v1/jobs"
     ((bundle,), (job,)) = rows(session, Bundle), rows(session, Job)
     assert job.bundle == bundle.digest
     assert (job.name, job.command, job.trainer) == (

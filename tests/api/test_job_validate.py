@@ -1,4 +1,4 @@
-"""Checking a spec without submitting it (`POST /api/v1/jobs/validate`), and the field a
+"""Checking a spec without submitting it (`POST /api/v1/validate/job`), and the field a
 misspelt one was meant to be, at every level of jobs, sweeps and schedules."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_a_valid_spec_answers_the_spec_as_stored_and_stores_nothing(
     client: TestClient, auth: dict[str, str], session: Session
 ) -> None:
     before = stored(session)
-    response = client.post("/api/v1/jobs/validate", json=JOB, headers=auth)
+    response = client.post("/api/v1/validate/job", json=JOB, headers=auth)
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["command"] == ["python", "train.py"] and body["trainer"] is None
@@ -54,10 +54,10 @@ def test_a_bundle_not_uploaded_yet_passes_only_when_pending(
     client: TestClient, auth: dict[str, str], session: Session
 ) -> None:
     spec = {**JOB, "bundle": PENDING}
-    refused = client.post("/api/v1/jobs/validate", json=spec, headers=auth)
+    refused = client.post("/api/v1/validate/job", json=spec, headers=auth)
     assert refused.status_code == 404, refused.text
     pending = client.post(
-        "/api/v1/jobs/validate", params={"bundle_pending": "true"}, json=spec, headers=auth
+        "/api/v1/validate/job", params={"bundle_pending": "true"}, json=spec, headers=auth
     )
     assert pending.status_code == 200, pending.text
     assert pending.json()["bundle"] == PENDING
@@ -81,7 +81,7 @@ def test_a_refused_spec_gets_the_submissions_422_and_nothing_is_stored(
     words: str,
 ) -> None:
     spec = {**JOB, **patch}
-    checked = client.post("/api/v1/jobs/validate", json=spec, headers=auth)
+    checked = client.post("/api/v1/validate/job", json=spec, headers=auth)
     submitted = client.post("/api/v1/jobs", json=spec, headers=auth)
     assert checked.status_code == submitted.status_code == 422, checked.text
     assert checked.json() == submitted.json()
@@ -94,7 +94,7 @@ def test_a_refused_spec_gets_the_submissions_422_and_nothing_is_stored(
     ("path", "body", "field", "near"),
     [
         ("/api/v1/jobs", {**JOB, "replica": 2}, "replica", "replicas"),
-        ("/api/v1/jobs/validate", {**JOB, "replica": 2}, "replica", "replicas"),
+        ("/api/v1/validate/job", {**JOB, "replica": 2}, "replica", "replicas"),
         ("/api/v1/jobs", {**JOB, "restart_polcy": "never"}, "restart_polcy", "restart_policy"),
         (
             "/api/v1/jobs",
