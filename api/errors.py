@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 import sqlalchemy.exc
@@ -37,6 +39,7 @@ from services.exceptions import (
     TooManyRequests,
     Unauthorized,
 )
+from services.field_suggestions import close_field
 from services.statuses import TERMINAL_STATUSES
 
 _HINTS = {
@@ -78,17 +81,34 @@ def _field(loc: tuple[object, ...], kind: object = None) -> str:
     return ".".join(parts) or "body"
 
 
-def _validation_payload(exc: RequestValidationError) -> dict[str, object]:
+def _body_model(request: Request) -> Any:
+    """What the matched route declares its JSON body as (None for a route without one)."""
+    body_field = getattr(request.scope.get("route"), "body_field", None)
+    return None if body_field is None else body_field.field_info.annotation
+
+
+def _did_you_mean(error: Mapping[str, Any], body: Any) -> str | None:
+    """For an unknown field of the body, the message naming the declared field closest to
+    it at the same level (`replica` -> `replicas`, `roles.chef` -> `chief`), if any."""
+    loc = tuple(error.get("loc", ()))
+    if error.get("type") != "extra_forbidden" or loc[:1] != ("body",) or body is None:
+        return None
+    near = close_field(body, loc[1:])
+    return None if near is None else f"unknown field `{loc[-1]}`: did you mean `{near}`?"
+
+
+def _validation_payload(exc: RequestValidationError, body: Any = None) -> dict[str, object]:
     fields = []
     for error in exc.errors():
         message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
         if error.get("type") == "json_invalid":
             message += f" ({error.get('ctx', {}).get('error', 'invalid')})"
         hint = _HINTS.get(str(error.get("type")))
+        suggestion = _did_you_mean(error, body)
         fields.append(
             {
                 "field": _field(tuple(error.get("loc", ())), error.get("type")),
-                "message": message + (f" ({hint})" if hint else ""),
+                "message": suggestion or message + (f" ({hint})" if hint else ""),
             }
         )
     summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
@@ -223,8 +243,8 @@ def install_error_handlers(app: FastAPI) -> None:
     every domain error in ANSWERS; nothing else turns errors into HTTP."""
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(status_code=422, content=_validation_payload(exc))
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(status_code=422, content=_validation_payload(exc, _body_model(request)))
 
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
     # DBAPIError: every error the driver raised (OperationalError, InterfaceError, a

@@ -33,6 +33,7 @@ from api.routes import (
     streams,
     sweeps,
     tokens,
+    validation,
     whoami,
 )
 from api.security_headers import SecurityHeaders
@@ -126,6 +127,7 @@ API_V1 = (
     artifacts,
     data,
     tokens,
+    validation,
     whoami,
 )
 

@@ -11,6 +11,8 @@ the REST API.
     health.py       `cohort health api|scheduler|agent`
     keys.py         `cohort node-key`, `cohort redis-acl`
     jobs.py         `cohort job submit | list | show | logs | metrics | cancel`
+    run.py          `cohort run -- python train.py`: a command job, no spec file
+    submission.py   check the spec, upload the code, submit, follow (`job submit`, `run`)
     nodes.py        `cohort node list`
     artifacts.py    `cohort artifact list | download`
     bundles.py      `cohort bundle push`, and `--code` of `cohort job submit`

@@ -73,6 +73,11 @@ class CohortClient:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return self._check(self.http.post("/api/v1/jobs", json=spec, headers=headers))
 
+    def validate(self, spec: dict[str, Any], bundle_pending: bool = False) -> dict[str, Any]:
+        """The spec as a submission would store it; a refused one raises ApiError (422)."""
+        params = {"bundle_pending": "true"} if bundle_pending else {}
+        return self._check(self.http.post("/api/v1/validate/job", json=spec, params=params))
+
     def job(self, job_id: int) -> dict[str, Any]:
         return self._check(self.http.get(f"/api/v1/jobs/{job_id}"))
 

@@ -135,23 +135,20 @@ def submit_job(
     idempotency_key: str | None = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Submit a job from a spec file; with --code, upload that directory first (once: an
-    unchanged one is not sent again); with --follow, show progress and exit with its outcome."""
-    from cli.bundles import push_bundle
+    """Submit a job from a spec file; with --code, check the spec, then upload that
+    directory (once: an unchanged one is not sent again); with --follow, show progress
+    and exit with its outcome."""
+    from cli.submission import submit_spec
 
-    spec = load_spec(spec_file, "job")
-    client = connect(url, token)
-    if code is not None:
-        spec["bundle"] = guarded(
-            lambda: push_bundle(client, code, err if as_json else console)
-        ).digest
-    job = guarded(lambda: client.submit(spec, idempotency_key=idempotency_key))
-    if as_json and not follow:
-        emit_json(job)
-        return
-    (err if as_json else console).print(f"submitted job {job['id']} ({job['status']})")
-    if follow:
-        follow_to_end(client, job["id"], as_json)
+    submit_spec(
+        load_spec(spec_file, "job"),
+        code=code,
+        follow=follow,
+        token=token,
+        url=url,
+        idempotency_key=idempotency_key,
+        as_json=as_json,
+    )
 
 
 @app.command("list")

@@ -30,6 +30,7 @@ from cli.aliases import AliasedGroup
 from cli.health import health
 from cli.keys import node_key_command, redis_acl_command
 from cli.login import login
+from cli.run import run
 from services.data_dir import PROCESS_UMASK
 
 app = typer.Typer(
@@ -40,7 +41,8 @@ app = typer.Typer(
 )
 
 # The commands that run Cohort's own processes, or write its database, then the tools
-# an operator runs beside them.
+# an operator runs beside them; last, `run`, the one client command at the top: a job
+# from a command line, the first thing a user types (docs/cli-guide.md).
 COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("api", processes.api),
     ("scheduler", processes.scheduler),
@@ -53,6 +55,7 @@ COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("login", login),
     ("node-key", node_key_command),
     ("redis-acl", redis_acl_command),
+    ("run", run),
 )
 # The client's groups, one per thing the REST API serves.
 GROUPS: tuple[typer.Typer, ...] = (

@@ -10,6 +10,7 @@ The core, which imports no room:
     exceptions.py  domain errors (api/errors.py maps them to HTTP answers)
     exit_codes.py  what a replica's exit code means for a restart
     data_dir.py    DATA_DIR's modes: what a replica on the same host may reach
+    field_suggestions.py  the declared field an unknown one was meant to be ("did you mean")
     auth/          token scopes, tokens issued, expired and revoked, dashboard sessions
 
 The rooms, higher ones importing lower ones only (pyproject.toml's import contracts):

@@ -1,6 +1,7 @@
 """The api's routers: one per resource under /api/v1, and the dashboard's pages.
 
     jobs.py         submit, list, read, cancel, status history
+    validation.py   a job spec checked as a submission is, nothing stored
     metrics.py      a job's metric points (filters, downsampling)
     logs.py         a job's log lines
     streams.py      live streams (SSE): one job's events, the project's jobs

@@ -74,9 +74,11 @@ def check_submission(
     job_in: JobCreate,
     settings: Settings,
     store: ArtifactStore | None = None,
+    bundle_pending: bool = False,
 ) -> None:
     """What a submission is checked for before admission: the spec against the settings,
-    its bundle and its inputs (nothing is locked; nothing is written).
+    its bundle (unless `bundle_pending`: not uploaded yet) and its inputs (nothing is
+    locked; nothing is written).
 
     Raises:
         InvalidJobSpec: a setting refuses the spec.
@@ -84,7 +86,8 @@ def check_submission(
         DataNotFound: an input names data the project has not uploaded.
     """
     check_job_spec(job_in=job_in, settings=settings)
-    check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
+    if not bundle_pending:
+        check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
     check_inputs_exist(project_id=project_id, inputs=job_in.inputs, settings=settings, store=store)
 
 

@@ -89,7 +89,8 @@ def test_idempotency_key_with_other_spec_conflicts(
             "hyperparameters",
             "COHORT_MAX_HYPERPARAMETERS_BYTES",
         ),
-        ({"gpus": 1}, "gpus", "remove this field"),
+        ({"gpus": 1}, "gpus", "did you mean `gpus_per_replica`?"),
+        ({"colour": "blue"}, "colour", "remove this field"),
     ],
 )
 def test_bad_spec_is_422_naming_the_field(

@@ -22,6 +22,7 @@ from cli.main import app
 
 # argv of every command that talks to the API ({spec}, {dir}, {file}: made by the test).
 CALLS: dict[tuple[str, ...], list[str]] = {
+    ("run",): ["python", "{file}"],  # argv without `--`: --json, after it, is an option
     ("job", "submit"): ["{spec}"],
     ("job", "list"): [],
     ("job", "show"): ["1"],
