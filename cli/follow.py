@@ -47,6 +47,16 @@ def output_line(item: dict[str, Any]) -> Text:
     return Text.assemble((f"[{who}] ", "dim"), item["line"])
 
 
+def status_change(job: dict[str, Any]) -> tuple[tuple[Any, ...], str]:
+    """A status event's change as said once (`job 7 restarting: <why>`), and what tells
+    one change from the next. A stream's status event carries the change (`change`: its
+    own reason); the job's view has the newest reason only."""
+    change = job.get("change") or {}
+    reason = change.get("reason", job.get("reason")) or ""
+    key = (job["status"], job["attempt"], change.get("id", reason))
+    return key, f"job {job['id']} {job['status']}" + (f": {reason}" if reason else "")
+
+
 def log_id(event_id: str | None) -> int | None:
     """The log line id in a stream event's id (`<metric id>.<log id>.<event id>`)."""
     parts = (event_id or "").split(".")
@@ -114,11 +124,10 @@ class _View:
         final = job["status"] in TERMINAL_STATUSES
         if final:
             self.render(force=True)
-        change = (job["status"], job["attempt"], job.get("reason"))
-        if change != self.said:
-            self.said = change
-            reason = f": {job['reason']}" if job.get("reason") else ""
-            self.console.print(f"job {job['id']} {job['status']}{reason}", highlight=False)
+        key, said = status_change(job)
+        if key != self.said:
+            self.said = key
+            self.console.print(said, highlight=False)
         if not final:
             self.render(force=True)
 
@@ -149,8 +158,14 @@ class _View:
         for index, state in sorted(self.state.items()):
             info = self.describe(index)
             if self.progress is not None:
+                # A bar of unknown length pulses while it runs, and is full once it ended.
+                ended = self.total is None and self.job["status"] in TERMINAL_STATUSES
                 self.progress.update(
-                    self.tasks[index], completed=state["step"], status=self.job["status"], info=info
+                    self.tasks[index],
+                    completed=state["step"],
+                    total=max(state["step"], 1) if ended else self.total,
+                    status=self.job["status"],
+                    info=info,
                 )
                 continue
             now = time.monotonic()

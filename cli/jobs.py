@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from cli.follow import log_id, progress_text
+from cli.follow import log_id, progress_text, status_change
 from cli.options import (
     FollowOpt,
     JobArg,
@@ -241,12 +241,11 @@ def job_logs(
     # their changes are said on stderr (stdout holds the lines alone).
     for event in client.stream(job_id, kinds=("status", "log"), last_event_id=f"0.{last_log}.0"):
         if event.event == "status":
-            job = event.data
-            if (job["status"], job["attempt"]) != said:
-                said = (job["status"], job["attempt"])
-                reason = f": {job['reason']}" if job.get("reason") else ""
-                err.print(f"job {job_id} {job['status']}{reason}", highlight=False)
-            if job["status"] in TERMINAL_STATUSES:
+            key, text = status_change(event.data)
+            if key != said:
+                said = key
+                err.print(text, highlight=False)
+            if event.data["status"] in TERMINAL_STATUSES:
                 break
             continue
         line_id = log_id(event.id)

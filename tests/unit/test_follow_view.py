@@ -85,11 +85,14 @@ def test_a_sized_job_shows_epochs_and_steps_of_its_total() -> None:
 def test_status_changes_are_said_once_each_with_their_reason() -> None:
     running = job(status="running", reason="")
     view, out = view_of(running)
+    # A status event replayed from the start: the change's own reason, not the newest.
+    view.on_status(job(status="queued", reason="placed", change={"id": 1, "reason": "waiting"}))
     view.on_status(running)
     view.on_status(running)  # the same status again (a progress update): nothing to say
     view.on_status(job(status="restarting", reason="replica 1 exited 1"))
     view.on_status(job(status="succeeded", reason="replica 0 exited 0", attempt=2))
     assert out.getvalue().splitlines() == [
+        "job 7 queued: waiting",
         "job 7 running",
         "job 7 restarting: replica 1 exited 1",
         "job 7 succeeded: replica 0 exited 0",
