@@ -166,3 +166,22 @@ def test_the_fields_a_replica_gets_in_another_form() -> None:
         replica.profile.last_step,
     ) == (3, 5)
     assert start_message(_stored(spec), _Placed(index=2)).spec.profile is None
+    # A command reads its hyperparameters as it gave them, no built-in defaults.
+    assert replica.hyperparameters == EVERY_FIELD_SET["hyperparameters"]
+
+
+def test_a_trainer_of_the_jobs_own_code_gets_the_built_in_knobs_defaults() -> None:
+    own = JobCreate.model_validate(
+        {
+            "trainer": "trainer:train",
+            "bundle": "sha256:" + "0" * 64,
+            "hyperparameters": {"epochs": 2},
+        }
+    )
+    replica = start_message(_stored(own), _Placed()).spec
+    assert replica.hyperparameters == {
+        "epochs": 2,
+        "steps_per_epoch": 20,
+        "batch_size": 32,
+        "learning_rate": 0.01,
+    }
