@@ -195,7 +195,7 @@ def show_job(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one job: status, progress and where its replicas run; with --follow, its
-    replicas' output (from its last OUTPUT_TAIL lines) and progress until it ends,
+    replicas' output (from its last 50 lines) and progress until it ends,
     exiting with its outcome."""
     if follow:
         follow_to_end(connect(url, token), job_id, as_json, output=output, output_tail=OUTPUT_TAIL)
