@@ -10,11 +10,14 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
+from cli.follow import log_id, progress_text, status_change
 from cli.options import (
     FollowOpt,
     JobArg,
     JsonOpt,
+    OutputOpt,
     TokenOpt,
     UrlOpt,
     connect,
@@ -25,6 +28,9 @@ from cli.options import (
     load_spec,
 )
 from services.statuses import TERMINAL_STATUSES
+from services.telemetry.hints import no_metrics_hint
+
+OUTPUT_TAIL = 50  # lines of a job's output `job show --follow` begins with
 
 app = typer.Typer(
     name="job", help="Jobs: submit, list, show, follow, cancel.", no_args_is_help=True
@@ -35,22 +41,11 @@ def _clock(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%H:%M:%S.%f")[:-3]
 
 
-def _progress_text(job: dict[str, Any]) -> str:
-    p = job.get("progress")
-    if not p:
-        return ""
-    eta = f", ETA {p['eta_seconds']:.0f}s" if p.get("eta_seconds") else ""
-    return (
-        f"epoch {p['epoch']}/{p['epochs']}, step {p['step']}/{p['total_steps']} "
-        f"({p['percent']:.0f}%{eta})"
-    )
-
-
 def print_job(job: dict[str, Any]) -> None:
     """A job and its replicas, for people."""
     console.print(
         f"job {job['id']} [bold]{job['name']}[/]: {job['status']} "
-        f"(attempt {job['attempt']}) {_progress_text(job)}"
+        f"(attempt {job['attempt']}) {progress_text(job.get('progress'))}"
     )
     if job.get("reason"):
         console.print(f"  reason: {job['reason']}")
@@ -68,12 +63,9 @@ def print_job(job: dict[str, Any]) -> None:
 
 
 def print_log_line(item: dict[str, Any]) -> None:
-    console.print(
-        f"[dim]{_clock(item['ts'])} a{item['attempt']} r{item['replica']}[/] {item['line']}",
-        markup=True,
-        highlight=False,
-        soft_wrap=True,
-    )
+    # A Text, not markup: a line is the replica's own, brackets and all.
+    when = f"{_clock(item['ts'])} a{item['attempt']} r{item['replica']} "
+    console.print(Text.assemble((when, "dim"), item["line"]), highlight=False, soft_wrap=True)
 
 
 def report(client: Any, job: dict[str, Any]) -> int:
@@ -100,15 +92,21 @@ def report(client: Any, job: dict[str, Any]) -> int:
     losses = client.metrics(job["id"], replica=0, name=["loss"], attempt=job["attempt"])
     last = f": last loss {losses[-1]['value']:.4f} at step {losses[-1]['step']}" if losses else ""
     console.print(f"[green]job {job['id']} succeeded[/]{last}")
+    if not losses and not client.metrics(job["id"], limit=1):
+        console.print(no_metrics_hint(job["id"], job["trainer"], finished=True), highlight=False)
     return 0
 
 
-def follow_to_end(client: Any, job_id: int, as_json: bool) -> None:
-    """Show a job's progress until it ends, then exit with its outcome (the final job
-    on stdout with --json)."""
+def follow_to_end(
+    client: Any, job_id: int, as_json: bool, *, output: bool = True, output_tail: int | None = None
+) -> None:
+    """Show a job's progress (and with `output` its replicas' lines) until it ends, then
+    exit with its outcome (the final job on stdout with --json; the rest on stderr)."""
     from cli.follow import follow_job
 
-    job = follow_job(client, job_id, err if as_json else console)
+    job = follow_job(
+        client, job_id, err if as_json else console, output=output, output_tail=output_tail
+    )
     if as_json:
         emit_json(job)
         raise typer.Exit(0 if job["status"] == "succeeded" else 1)
@@ -130,20 +128,22 @@ def submit_job(
         ),
     ] = None,
     follow: FollowOpt = False,
+    output: OutputOpt = True,
     token: TokenOpt = None,
     url: UrlOpt = None,
     idempotency_key: str | None = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a job from a spec file; with --code, check the spec, then upload that
-    directory (once: an unchanged one is not sent again); with --follow, show progress
-    and exit with its outcome."""
+    directory (once: an unchanged one is not sent again); with --follow, show its
+    replicas' output and progress, and exit with its outcome."""
     from cli.submission import submit_spec
 
     submit_spec(
         load_spec(spec_file, "job"),
         code=code,
         follow=follow,
+        output=output,
         token=token,
         url=url,
         idempotency_key=idempotency_key,
@@ -186,14 +186,16 @@ def list_jobs(
 def show_job(
     job_id: JobArg,
     follow: FollowOpt = False,
+    output: OutputOpt = True,
     token: TokenOpt = None,
     url: UrlOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show one job: status, progress and where its replicas run; with --follow, its
-    progress until it ends, exiting with its outcome."""
+    replicas' output (from its last 50 lines) and progress until it ends,
+    exiting with its outcome."""
     if follow:
-        follow_to_end(connect(url, token), job_id, as_json)
+        follow_to_end(connect(url, token), job_id, as_json, output=output, output_tail=OUTPUT_TAIL)
     job = guarded(lambda: connect(url, token).job(job_id))
     emit_json(job) if as_json else print_job(job)
 
@@ -231,17 +233,38 @@ def job_logs(
     if not follow:
         return
     last_log = max([item["id"] for item in items], default=0)
-    # Resume the stream after the lines printed; status events say when to stop.
+    said = None
+    # Resume the stream after the lines printed; status events say when to stop, and
+    # their changes are said on stderr (stdout holds the lines alone).
     for event in client.stream(job_id, kinds=("status", "log"), last_event_id=f"0.{last_log}.0"):
-        if event.event == "status" and event.data["status"] in TERMINAL_STATUSES:
-            break
+        if event.event == "status":
+            key, text = status_change(event.data)
+            if key != said:
+                said = key
+                err.print(text, highlight=False)
+            if event.data["status"] in TERMINAL_STATUSES:
+                break
+            continue
+        line_id = log_id(event.id)
         if (
             event.event != "log"
+            or (line_id is not None and line_id <= last_log)  # never a line twice
             or (replica is not None and event.data["replica"] != replica)
             or (attempt is not None and event.data["attempt"] != attempt)
         ):
             continue
+        last_log = line_id or last_log
         emit_json(event.data) if as_json else print_log_line(event.data)
+
+
+def _why_no_points(client: Any, job_id: int, filtered: bool) -> str:
+    """None of the job's points were listed: filters that match none, or a job that
+    reported nothing (and how its code would)."""
+    if filtered and client.metrics(job_id, limit=1):
+        return f"no metric points of job {job_id} match these filters"
+    job = client.job(job_id)
+    finished = job["status"] in TERMINAL_STATUSES
+    return no_metrics_hint(job_id, job["trainer"], finished=finished)
 
 
 @app.command("metrics")
@@ -268,9 +291,14 @@ def job_metrics(
         }.items()
         if v is not None
     }
-    points = guarded(lambda: connect(url, token).metrics(job_id, **params))
+    client = connect(url, token)
+    points = guarded(lambda: client.metrics(job_id, **params))
     if as_json:
         emit_json(points)
+        return
+    if not points:
+        hint = guarded(lambda: _why_no_points(client, job_id, filtered=bool(params)))
+        err.print(hint, highlight=False)
         return
     table = Table("attempt", "replica", "step", "epoch", "name", "value")
     for p in points:

@@ -34,6 +34,14 @@ FollowOpt = Annotated[
         "--follow", "-f", help="show progress until it ends; exit 0 if it succeeded, 1 if not"
     ),
 ]
+OutputOpt = Annotated[
+    bool,
+    typer.Option(
+        "--logs/--no-logs",
+        help="with --follow: print the replicas' output as it comes, each line after its "
+        "replica ([r0])",
+    ),
+]
 JobArg = Annotated[int, typer.Argument(help="job id")]
 SpecFile = Annotated[Path, typer.Argument(exists=True, dir_okay=False)]
 T = TypeVar("T")

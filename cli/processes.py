@@ -185,7 +185,8 @@ def demo() -> None:
         client = CohortClient(stack.url, stack.token)
         job = client.submit(DEMO_JOB, idempotency_key=f"demo-{uuid.uuid4()}")
         console.print(f"submitted job {job['id']}: 2 replicas of mlp_digits")
-        job = follow_job(client, job["id"], console)
+        # The bars alone: the built-in trainer's own output is TensorFlow's start-up talk.
+        job = follow_job(client, job["id"], console, output=False)
         code = report(client, job)
     except KeyboardInterrupt:
         err.print("interrupted")

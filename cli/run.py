@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from cli.options import FollowOpt, JsonOpt, TokenOpt, UrlOpt, console, err
+from cli.options import FollowOpt, JsonOpt, OutputOpt, TokenOpt, UrlOpt, console, err
 from services.jobs.spec import JobSpec
 
 _PYTHON = re.compile(r"python[0-9.]*")
@@ -128,13 +128,15 @@ def run(
         ),
     ] = None,
     follow: FollowOpt = False,
+    output: OutputOpt = True,
     token: TokenOpt = None,
     url: UrlOpt = None,
     idempotency_key: str | None = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a command as a job, no spec file: `cohort run --replicas 2 -- python train.py
-    --lr 0.1`; with --follow, show progress and exit with its outcome."""
+    --lr 0.1`; with --follow, show its replicas' output and progress, and exit with its
+    outcome."""
     from cli.submission import submit_spec
 
     spec = parse_sets(sets or [])
@@ -153,6 +155,7 @@ def run(
         spec,
         code=code,
         follow=follow,
+        output=output,
         token=token,
         url=url,
         idempotency_key=idempotency_key,

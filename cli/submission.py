@@ -22,10 +22,12 @@ def submit_spec(
     url: str | None,
     idempotency_key: str | None,
     as_json: bool,
+    output: bool = True,
 ) -> None:
     """Submit `spec`; with `code`, the server checks the spec first (a typo fails in a
     second, before anything is packed or sent), then the directory is uploaded (once: an
-    unchanged one is not sent again) and the spec names it."""
+    unchanged one is not sent again) and the spec names it. `output`: --follow shows the
+    replicas' output too."""
     from cli.bundles import push_bundle
     from cli.jobs import follow_to_end
 
@@ -40,4 +42,4 @@ def submit_spec(
         return
     say.print(f"submitted job {job['id']} ({job['status']})")
     if follow:
-        follow_to_end(client, job["id"], as_json)
+        follow_to_end(client, job["id"], as_json, output=output)

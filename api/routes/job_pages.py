@@ -29,7 +29,7 @@ from services.jobs.trainers import BUILTIN_TRAINERS
 from services.models import ApiToken, Job
 from services.statuses import TERMINAL_REPLICA_STATUSES, TERMINAL_STATUSES, JobStatus
 from services.storage.store import ArtifactStore
-from services.telemetry import scaling, summaries
+from services.telemetry import hints, scaling, summaries
 
 router = page_router()
 log = logging.getLogger(__name__)
@@ -159,7 +159,19 @@ def job_page(
         for key in JobCreate.model_fields
         if getattr(job, key, None) is not None
     }
-    return render(request, "job.html", viewer, spec=spec, **_job_context(session, store, job))
+    # Where the charts would be, while it has no points: how its code reports them.
+    no_metrics = {
+        "finished": hints.no_metrics_hint(job.id, job.trainer, finished=True),
+        "running": hints.no_metrics_hint(job.id, job.trainer, finished=False),
+    }
+    return render(
+        request,
+        "job.html",
+        viewer,
+        spec=spec,
+        no_metrics=no_metrics,
+        **_job_context(session, store, job),
+    )
 
 
 @router.get("/partials/jobs/{job_id}", response_model=None)

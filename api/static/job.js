@@ -108,6 +108,17 @@ window.jobPage = function jobPage() {
       charts[id] = { plot, shape, starts: markerStarts };
     }
     document.getElementById("points").textContent = `${count} points`;
+    showNoMetricsHint();
+  }
+
+  /* No points once the job runs: say how its code would report them (a command writes
+     TensorBoard scalars or calls cohort.report()), rather than leave the charts empty. */
+  function showNoMetricsHint() {
+    const hint = document.getElementById("no-metrics");
+    const status = live.querySelector(".summary")?.dataset.status;
+    const started = terminal || ["running", "restarting"].includes(status);
+    hint.hidden = count > 0 || !started;
+    hint.textContent = terminal ? hint.dataset.finished : hint.dataset.running;
   }
   const redraw = Cohort.throttle(draw, 300);
   window.addEventListener("resize", Cohort.throttle(() => {
@@ -176,6 +187,7 @@ window.jobPage = function jobPage() {
       document.getElementById("cancel-btn").hidden = terminal;
       if (terminal && !wasTerminal && poll) loadNewPoints();  // the final points
       if (terminal) showLogTails();
+      showNoMetricsHint();
     }
   }
   const statusChanged = Cohort.throttle(updateLive, 500);
@@ -196,11 +208,12 @@ window.jobPage = function jobPage() {
 
   if (terminal) {
     // Nothing will change: the stored history is all there is.
-    loadHistory(); loadLogs();
+    loadHistory().then(showNoMetricsHint); loadLogs();
   } else {
     // The charts' history downsampled and the log's tail, then the stream from there
     // on: the points and lines stored since, and the status.
     Promise.all([loadHistory(), loadLogs()]).then(([lastId, lastLogId]) => {
+      showNoMetricsHint();
       // Without the history's ids, poll rather than have the stream replay everything.
       if (lastId === null || lastLogId === null) { startPolling(); return; }
       const source = Cohort.stream(`/api/v1/jobs/${jobId}/stream?last_event_id=${lastId}.${lastLogId}.0`, {

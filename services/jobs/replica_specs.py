@@ -14,6 +14,7 @@ from typing import Any, Protocol, cast
 
 from services.jobs.inputs import resolve_inputs
 from services.jobs.spec import JobSpec
+from services.jobs.spec_parts import Hyperparameters
 from services.models import Job
 from services.wire.replica import DistributionOptions, Profile, ReplicaSpec, Role, StartReplica
 
@@ -48,8 +49,18 @@ def _profile(job: Job, index: int) -> Profile | None:
     return Profile(first_step=first, last_step=last)
 
 
+def _hyperparameters(job: Job, _index: int) -> dict[str, Any]:
+    """A trainer's context holds the built-in knobs' defaults under what the job gave (as
+    it always has: trainers read `ctx.hyperparameters["epochs"]`); a command gets what
+    the job gave, no more (services/jobs/spec.py `stored_hyperparameters`)."""
+    if job.trainer is None:
+        return dict(job.hyperparameters)
+    return {**Hyperparameters().model_dump(mode="json"), **job.hyperparameters}
+
+
 # Spec fields a replica gets in another form than the stored one.
 REPLICA_FORMS: dict[str, Callable[[Job, int], Any]] = {
+    "hyperparameters": _hyperparameters,
     "inputs": lambda job, _: resolve_inputs(job),  # "data/<path>" -> the store's key
     "distribution": lambda job, _: DistributionOptions(**(job.distribution or {})),
     "profile": _profile,  # only on the replicas it names

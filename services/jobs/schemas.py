@@ -7,9 +7,18 @@ import datetime as dt
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from services.jobs.spec import JobSpec
+from services.jobs.spec_parts import Hyperparameters
+from services.jobs.trainers import BUILTIN_TRAINERS
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
 from services.storage.keys import bundle_digest_hex
 from services.wire.policy import check_command, check_env, check_inputs
@@ -108,15 +117,17 @@ class ReplicaRead(BaseModel):
 
 
 class JobProgress(BaseModel):
-    """Where a job is, from its chief's stored steps."""
+    """Where a job is, from its chief's stored steps. The totals, percent and ETA are
+    known for the built-in trainers and a trainer whose job gave epochs and
+    steps_per_epoch; a command (or another trainer) has only what it reported."""
 
-    step: int
-    total_steps: int
-    epoch: int
-    epochs: int
-    percent: float
+    step: int = Field(description="the chief's latest step reported in this attempt")
+    total_steps: int | None = Field(description="epochs x steps_per_epoch; null: unknown")
+    epoch: int | None = Field(description="1-based; null when no point carried one")
+    epochs: int | None = Field(description="null: unknown")
+    percent: float | None = Field(description="of total_steps; null: unknown")
     steps_per_second: float | None
-    eta_seconds: float | None
+    eta_seconds: float | None = Field(description="null: unknown (no total, or no rate)")
 
 
 class JobScaling(BaseModel):
@@ -175,6 +186,14 @@ class JobRead(JobSpec):
     replica_list: list[ReplicaRead] = Field(
         default_factory=list, description="the replicas of the current attempt"
     )
+
+    @field_serializer("hyperparameters")
+    def _hyperparameters_as_stored(self, value: Hyperparameters) -> dict[str, Any]:
+        # What the job runs with: a built-in trainer's knobs with their defaults, a
+        # command's values as given, never defaults it did not ask for (spec.py).
+        builtin = self.trainer in BUILTIN_TRAINERS
+        return value.model_dump(mode="json", exclude_unset=not builtin)
+
     progress: JobProgress | None = Field(
         None,
         description="current step/epoch of the total, percent and ETA (one job: "

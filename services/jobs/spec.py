@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, StrictInt
 
 from services.jobs.spec_parts import Hyperparameters, ProfileRequest, RolePlacement, Roles
+from services.jobs.trainers import BUILTIN_TRAINERS
 from services.wire.policy import MAX_COMMAND_ARGS
 from services.wire.replica import DistributionOptions, Strategy
 
@@ -201,6 +202,17 @@ def added_fields_at_default(spec: JobSpec) -> set[str]:
     }
 
 
+def stored_hyperparameters(spec: JobSpec) -> dict[str, Any]:
+    """The hyperparameters a job stores: a built-in trainer's with the defaults of the
+    knobs it reads (epochs, steps_per_epoch, ...); a command's or the job's own trainer's
+    only as the job gave them. Their code reads its own defaults, and a default it never
+    asked for would show as a length it does not run (services/telemetry/progress.py)."""
+    given = spec.trainer is None or spec.trainer not in BUILTIN_TRAINERS
+    return spec.hyperparameters.model_dump(mode="json", exclude_unset=given)
+
+
 def stored_columns(spec: JobSpec) -> dict[str, Any]:
     """The spec as the `jobs` row stores it: a column per field, nested blocks as JSON."""
-    return spec.model_dump(mode="json", include=set(JobSpec.model_fields))
+    columns = spec.model_dump(mode="json", include=set(JobSpec.model_fields))
+    columns["hyperparameters"] = stored_hyperparameters(spec)
+    return columns

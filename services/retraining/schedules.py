@@ -18,6 +18,7 @@ from services.jobs import quotas
 from services.jobs.bundles import check_bundle
 from services.jobs.inputs import check_inputs_exist
 from services.jobs.schemas import JobCreate
+from services.jobs.spec import stored_hyperparameters
 from services.jobs.store import check_job_spec
 from services.models import Job, Replica, Schedule, ScheduleRun, utcnow
 from services.retraining.cron import Timing
@@ -73,7 +74,11 @@ def _set_template(
     schedule: Schedule, job_in: JobCreate | None, sweep_in: SweepCreate | None
 ) -> None:
     """A schedule fires a job or a sweep: set one template, clear the other."""
-    schedule.job_template = job_in.model_dump(mode="json") if job_in else {}
+    schedule.job_template = (
+        {**job_in.model_dump(mode="json"), "hyperparameters": stored_hyperparameters(job_in)}
+        if job_in
+        else {}
+    )
     schedule.sweep_template = (
         sweep_in.model_dump(mode="json", exclude_unset=True) if sweep_in else None
     )

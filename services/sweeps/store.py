@@ -21,6 +21,7 @@ from services.jobs.bundles import check_bundle
 from services.jobs.inputs import check_inputs_exist
 from services.jobs.quota_schemas import QuotaLimits
 from services.jobs.schemas import JobCreate
+from services.jobs.spec import stored_hyperparameters
 from services.models import Job, Sweep, utcnow
 from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, TERMINAL_SWEEP_STATUSES, JobStatus, SweepStatus
@@ -46,7 +47,7 @@ def trial_job(spec: SweepCreate, seed: int, index: int) -> JobCreate:
     return JobCreate.model_validate(
         trial_spec(
             spec.template.model_dump(mode="json", exclude_unset=True)
-            | {"hyperparameters": spec.template.hyperparameters.model_dump(mode="json")},
+            | {"hyperparameters": stored_hyperparameters(spec.template)},
             params,
             trial_name(spec.name, index),
         )

@@ -18,4 +18,5 @@ stream_state.py  what the live streams read about jobs, one short transaction ea
 job_views.py     the job view (`JobRead`) REST answers and the streams send
 prometheus.py    the service's own Prometheus figures, read at scrape time
 summaries.py     the dashboard's read-only summaries
+hints.py         what to tell a person whose job reported no metrics
 """

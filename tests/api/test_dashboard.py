@@ -220,6 +220,21 @@ def test_the_job_page_carries_a_spec_that_resubmits_as_is(
     assert response.json()["id"] != job.id
 
 
+def test_the_job_page_says_how_a_command_reports_metrics_where_its_charts_would_be(
+    client: TestClient, session: Session
+) -> None:
+    token, row = create_token(session, "silent")
+    job = create_job(session, row.project_id, command=["python", "train.py"])
+    login(client, token)
+    page = client.get(f"/jobs/{job.id}").text
+    hint = re.search(r'<p id="no-metrics"[^>]*data-finished="([^"]*)"', page, re.S)
+    assert hint is not None, page
+    assert hint.group(1) == (
+        f"job {job.id} reported no metrics: write TensorBoard scalars under "
+        "$COHORT_TENSORBOARD_DIR or call cohort.report()"
+    )
+
+
 @pytest.mark.usefixtures("artifact_env")
 @pytest.mark.parametrize("artifact_env", ["local"], indirect=True)
 def test_the_job_page_lists_artifacts_by_group_with_download_links(

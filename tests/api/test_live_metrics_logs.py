@@ -127,6 +127,64 @@ def test_progress_and_eta(client: TestClient, session: Session) -> None:
     assert progress["steps_per_second"] == 10.0 and progress["eta_seconds"] == 7.0
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"command": ["python", "train.py"]},
+        # A command's own epochs are its script's business: it reports its steps.
+        {"command": ["python", "train.py"], "hyperparameters": {"epochs": 3}},
+        {"trainer": "trainer:train", "bundle": "sha256:" + "0" * 64},
+    ],
+    ids=["command", "command-with-epochs", "own-trainer-without-length"],
+)
+def test_progress_of_a_job_of_unknown_length_is_what_it_reported(
+    client: TestClient, session: Session, spec: dict[str, Any]
+) -> None:
+    from services.models import Bundle
+
+    token, row = create_token(session)
+    if "bundle" in spec:  # as if uploaded: the trainer is the job's own code
+        session.add(Bundle(project_id=row.project_id, digest=spec["bundle"], size=1, files=1))
+        session.flush()
+    job = create_job(session, row.project_id, **spec)
+    auth = {"Authorization": f"Bearer {token}"}
+    body = client.get(f"/api/v1/jobs/{job.id}", headers=auth).json()
+    assert body["hyperparameters"] == spec.get("hyperparameters", {})  # no defaults shown
+    assert body["progress"] == {
+        "step": 0,
+        "total_steps": None,
+        "epoch": None,
+        "epochs": None,
+        "percent": None,
+        "steps_per_second": None,
+        "eta_seconds": None,
+    }
+    for target in (JobStatus.SCHEDULED, JobStatus.RUNNING):
+        transition_job(session=session, job_id=job.id, target=target)
+    points = _points(job.id, 30, ("loss",))  # cohort.report(step, loss=...): no step_time
+    for p in points:
+        p["epoch"] = None
+    metrics.store_points(session=session, rows=points)
+    progress = client.get(f"/api/v1/jobs/{job.id}", headers=auth).json()["progress"]
+    assert progress == {**progress, "step": 30, "total_steps": None, "percent": None}
+    assert progress["epoch"] is None and progress["eta_seconds"] is None
+    assert progress["steps_per_second"] == 10.0
+    transition_job(session=session, job_id=job.id, target=JobStatus.SUCCEEDED)
+    done = client.get(f"/api/v1/jobs/{job.id}", headers=auth).json()["progress"]
+    assert done["step"] == 30 and done["total_steps"] is None  # not a made-up 100/100
+
+
+def test_progress_carries_the_epoch_a_command_reported(
+    client: TestClient, session: Session
+) -> None:
+    token, row = create_token(session)
+    job = create_job(session, row.project_id, command=["python", "train.py"])
+    metrics.store_points(session=session, rows=_points(job.id, 12, ("epoch_loss",)))
+    auth = {"Authorization": f"Bearer {token}"}
+    progress = client.get(f"/api/v1/jobs/{job.id}", headers=auth).json()["progress"]
+    assert (progress["step"], progress["epoch"], progress["epochs"]) == (12, 1, None)
+
+
 def test_logs_tail_and_filters(client: TestClient, session: Session) -> None:
     token, row = create_token(session)
     job = create_job(session, row.project_id)

@@ -183,7 +183,7 @@ def test_parameter_server_refusals_name_the_field(
         (
             {"replicas": 2, "distribution": {"comunication": "ring"}},
             "distribution.comunication",
-            "remove this field",
+            "did you mean `communication`?",
         ),
         (
             {"replicas": 2, "distribution": {"communication": "fast"}},

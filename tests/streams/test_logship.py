@@ -161,3 +161,30 @@ def test_lines_a_flushall_erased_are_shipped_again(server: Server, tmp_path: Pat
     lines = shipped(client)
     assert sorted(lines) == list(range(1, 61))
     assert lines[1] == "before 1" and lines[60] == "after 60"
+
+
+def test_a_keras_progress_bar_is_shipped_at_its_last_state(server: Server, tmp_path: Path) -> None:
+    """The lines shipped read as a terminal showed them; the file keeps every byte."""
+    from workers.node.launcher import ReplicaKey, tail
+    from workers.node.logship import LogShipper
+
+    client = redis.Redis(port=server.port, decode_responses=True)
+    written = (
+        Path(__file__).parents[1] / "unit" / "data" / "tf_keras_fit_verbose1.log"
+    ).read_bytes()
+    path = tmp_path / "replica-0.log"
+    path.write_bytes(written)
+    shipper = LogShipper(client, ReplicaKey(7, 1, 0), path, poll_seconds=0.05)
+    shipper.start()
+    shipper.finish(timeout=30)
+    lines = shipped(client)
+    assert [lines[seq] for seq in sorted(lines)][:2] == [
+        "Epoch 1/2",
+        "10/10 [==============================] - 0s 2ms/step - loss: 0.5409 - accuracy: 0.7188",
+    ]
+    assert not any("\b" in text or "\r" in text for text in lines.values())
+    assert path.read_bytes() == written
+    assert tail(path).splitlines()[-2:] == [
+        "10/10 [==============================] - 0s 1ms/step - loss: 0.5309 - accuracy: 0.7312",
+        "done",
+    ]

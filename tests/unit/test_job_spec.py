@@ -94,8 +94,31 @@ def test_every_spec_field_has_its_column_and_every_other_column_is_the_control_p
 def test_a_spec_stored_and_read_back_is_the_spec() -> None:
     spec = JobCreate.model_validate(EVERY_FIELD_SET)
     view = JobRead.model_validate(_stored(spec))
-    assert view.model_dump(include=set(JobSpec.model_fields)) == spec.model_dump()
+    # A command's hyperparameters read back as it gave them: no built-in trainer's defaults.
+    given = {**spec.model_dump(), "hyperparameters": EVERY_FIELD_SET["hyperparameters"]}
+    assert view.model_dump(include=set(JobSpec.model_fields)) == given
     assert (view.id, view.project, view.status) == (7, "p", JobStatus.QUEUED)
+
+
+def test_a_command_stores_only_the_hyperparameters_it_gave() -> None:
+    command = JobCreate.model_validate({"command": ["python", "train.py"]})
+    assert stored_columns(command)["hyperparameters"] == {}
+    assert JobRead.model_validate(_stored(command)).model_dump()["hyperparameters"] == {}
+    own = JobCreate.model_validate(
+        {
+            "trainer": "trainer:train",
+            "bundle": "sha256:" + "0" * 64,
+            "hyperparameters": {"epochs": 2},
+        }
+    )
+    assert stored_columns(own)["hyperparameters"] == {"epochs": 2}
+
+
+def test_a_built_in_trainer_stores_and_shows_its_defaults() -> None:
+    builtin = JobCreate.model_validate({"trainer": "mlp_digits", "hyperparameters": {"epochs": 2}})
+    full = {"epochs": 2, "steps_per_epoch": 20, "batch_size": 32, "learning_rate": 0.01}
+    assert stored_columns(builtin)["hyperparameters"] == full
+    assert JobRead.model_validate(_stored(builtin)).model_dump()["hyperparameters"] == full
 
 
 def test_the_create_schema_and_the_read_view_are_the_spec_plus_their_own() -> None:
@@ -143,3 +166,22 @@ def test_the_fields_a_replica_gets_in_another_form() -> None:
         replica.profile.last_step,
     ) == (3, 5)
     assert start_message(_stored(spec), _Placed(index=2)).spec.profile is None
+    # A command reads its hyperparameters as it gave them, no built-in defaults.
+    assert replica.hyperparameters == EVERY_FIELD_SET["hyperparameters"]
+
+
+def test_a_trainer_of_the_jobs_own_code_gets_the_built_in_knobs_defaults() -> None:
+    own = JobCreate.model_validate(
+        {
+            "trainer": "trainer:train",
+            "bundle": "sha256:" + "0" * 64,
+            "hyperparameters": {"epochs": 2},
+        }
+    )
+    replica = start_message(_stored(own), _Placed()).spec
+    assert replica.hyperparameters == {
+        "epochs": 2,
+        "steps_per_epoch": 20,
+        "batch_size": 32,
+        "learning_rate": 0.01,
+    }

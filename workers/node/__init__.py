@@ -24,6 +24,7 @@ processes.py      stopping a process and all it started
 leftovers.py      what a job's code or a previous agent left running here
 data_dir_lock.py  one agent per node id and DATA_DIR
 logship.py        a replica's log shipped line by line through Redis
+log_text.py       a log line as a terminal shows it (a progress bar's last state)
 replay.py         what a sender keeps to send again after Redis lost its data
 sidecar.py        what runs beside each replica, whatever its loop:
 checkpoint_mirror.py  a job's checkpoints to and from the store, never half of one

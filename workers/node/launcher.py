@@ -23,6 +23,7 @@ from workers.layout import ReplicaPaths
 from workers.node import isolation
 from workers.node.environment import replica_env, resolve_argv, warm_servable
 from workers.node.isolation import ReplicaUser
+from workers.node.log_text import screen_text
 from workers.node.processes import stop_process_group
 
 if TYPE_CHECKING:
@@ -207,6 +208,6 @@ def tail(path: Path, max_bytes: int = 4000) -> str:
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             handle.seek(max(0, size - max_bytes))
-            return handle.read().decode("utf-8", errors="replace")
+            return screen_text(handle.read().decode("utf-8", errors="replace"))
     except OSError:
         return ""

@@ -4,7 +4,9 @@ The agent starts one `LogShipper` thread per replica it spawns. It follows the
 replica's log file (stdout and stderr), stamps each complete line with its number
 and the time it was read, and appends batches to `cohort:logs` (a LogBatch,
 services/wire/batches.py), where the scheduler leader stores them in SQL, once per number. So
-logs survive the job's files and node, and the api never needs the agents' disks.
+logs survive the job's files and node, and the api never needs the agents' disks. A line
+travels as a terminal shows it (log_text.py: a progress bar's last state); the file keeps
+every byte.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import redis
 from services.wire.batches import LogBatch
 from services.wire.keys import LOGS_STREAM, STREAM_MAXLEN
 from workers.node.launcher import ReplicaKey
+from workers.node.log_text import screen_line
 from workers.node.replay import REPLAY_WINDOW, RecentlySent
 
 log = logging.getLogger("cohort.logship")
@@ -131,9 +134,9 @@ class LogShipper(threading.Thread):
         now, lines, offset = time.time(), [], self._offset
         for raw in parts:
             self.seq += 1
-            lines.append(
-                Line(offset, self.seq, now, raw.decode("utf-8", errors="replace").rstrip("\r"))
-            )
+            # The line as a terminal shows it: a progress bar's last state (log_text.py).
+            text = screen_line(raw.decode("utf-8", errors="replace"))
+            lines.append(Line(offset, self.seq, now, text))
             offset += len(raw) + 1
         self._offset += len(data) - len(rest)
         return lines
