@@ -135,8 +135,7 @@ def run(
     as_json: JsonOpt = False,
 ) -> None:
     """Run a command as a job, no spec file: `cohort run --replicas 2 -- python train.py
-    --lr 0.1`; with --follow, show its replicas' output and progress, and exit with its
-    outcome."""
+    --lr 0.1`; with --follow, show its replicas' output and progress, and its outcome."""
     from cli.submission import submit_spec
 
     spec = parse_sets(sets or [])
