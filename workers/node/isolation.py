@@ -251,6 +251,12 @@ def check_node(settings: Settings, python: str) -> None:
     """
     if not is_root():
         return
+    if settings.REPLICA_PRIVATE_TMP and (refusal := private_tmp_refusal(python)) is not None:
+        log.warning(
+            "replicas share this node's /tmp and /dev/shm (%s): a mount namespace needs "
+            "CAP_SYS_ADMIN; COHORT_REPLICA_PRIVATE_TMP=false says this is meant",
+            refusal,
+        )
     jobs = layout.jobs_dir(settings.data_dir).absolute()
     jobs.mkdir(parents=True, exist_ok=True)
     _directory(jobs, os.geteuid(), os.getegid(), 0o711)
