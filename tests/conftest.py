@@ -192,7 +192,11 @@ def replicas_tmp_root() -> Iterator[Path]:
     (workers/node/isolation.py): they must reach their DATA_DIR, as on a real node.
     pytest's own directories cannot serve: every pytest session that starts on the
     machine resets /tmp/pytest-of-<user> to 0700, cutting off running replicas."""
-    root = Path(tempfile.mkdtemp(prefix="cohort-tests-"))
+    # Not under /tmp: an agent as root gives each replica a /tmp of its own
+    # (workers/private_tmp.py), where another node's DATA_DIR of a test with two agents
+    # on this host (a parameter_server gang writing the chief's checkpoint path) would not
+    # be; a real node's DATA_DIR is not under /tmp either.
+    root = Path(tempfile.mkdtemp(prefix="cohort-tests-", dir="/var/tmp"))
     root.chmod(0o711)
     yield root
     shutil.rmtree(root, ignore_errors=True)

@@ -39,7 +39,9 @@ from workers import layout
 
 pytestmark = pytest.mark.e2e
 
-STEPS = 400
+# Long enough to run through the second agent's start, the wipe and the checks after it
+# on a slow machine (400 ended before the freeze on a VM 2.4x slower than the usual).
+STEPS = 1000
 # Steppers (tests/e2e/stepper.py) for 12 s: what is tested is what Redis forgot.
 JOB: dict[str, Any] = stepping_job(STEPS, 0.03, name="wiped", **GANG)
 # What ends a scheduler's term in its log (workers/control/scheduler.py, term.py).

@@ -233,10 +233,11 @@ def test_a_spec_that_cannot_be_written_is_the_replicas_exit_126(
     tmp_path: Path, bus: redis.Redis
 ) -> None:
     node = agent(tmp_path, bus)
-    # A file where the replica's directory goes (root may write anywhere: no chmod trick).
-    blocker = layout.spec_file(node.data_dir, JOB + 2, 1, 0).parent
-    blocker.parent.mkdir(parents=True)
-    blocker.write_text("")
+    # A directory, not empty, where the spec file goes (root may write anywhere: no chmod
+    # trick; a file where one of the replica's directories goes the agent replaces).
+    blocker = layout.spec_file(node.data_dir, JOB + 2, 1, 0)
+    blocker.mkdir(parents=True)
+    (blocker / "in-the-way").write_text("")
     since = newest_event(bus)
     node.start_replica(start(JOB + 2))
     event = exit_event(bus, JOB + 2, since)
