@@ -199,7 +199,8 @@ def replicas_tmp_root() -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="cohort-tests-", dir="/var/tmp"))
     root.chmod(0o711)
     yield root
-    shutil.rmtree(root, ignore_errors=True)
+    if not os.environ.get("COHORT_KEEP_TEST_DIRS"):  # set: kept for a failure's post-mortem
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def reachable_dir(root: Path, prefix: str) -> Path:

@@ -30,6 +30,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
 from services.cluster import gangs, nodes
+from services.cluster.hang_reasons import SIGNS, hang_limit, startup_failure
 from services.db import read_rows
 from services.models import Job, Replica
 from services.settings import Settings
@@ -172,6 +173,7 @@ class _Check:
             return None
         alive = None if progress_at is None else progress_at.timestamp()
         seen = self.progress.get(key)
+        stepped = seen is not None  # a step, metric or file: more than output
         spoke = self.output.get(key)
         if spoke is not None and (seen is None or spoke > seen) and self._formed(job_id, attempt):
             seen = spoke  # output is progress once the whole gang has started
@@ -188,7 +190,8 @@ class _Check:
             # silence is the node's, which reap_lost_nodes settles at NODE_TIMEOUT. Judged
             # hung first, the gang would be placed again on that silent node.
             return None
-        return self._hung(job_id, attempt, started_at.timestamp(), alive, job_timeout)
+        started_s = started_at.timestamp()
+        return self._hung(job_id, attempt, started_s, alive, stepped, job_timeout)
 
     def _hung(
         self,
@@ -196,19 +199,25 @@ class _Check:
         attempt: int,
         started_s: float,
         alive: float | None,
+        stepped: bool,
         job_timeout: int | None,
     ) -> str | None:
-        """Why a watched, started replica is hung, if it is."""
+        """Why a watched, started replica is hung, if it is. Until its first step (or
+        metric, or file) a replica has STARTUP_TIMEOUT from its start whatever it printed:
+        output extends the start-up, never shortens it to the progress limit (a chief
+        that prints, then restores a checkpoint in silence, is setting up, not hung)."""
         if job_timeout not in self.limits:  # a few distinct values among thousands of rows
             self.limits[job_timeout] = hang_limit(job_timeout, self.settings.PROGRESS_TIMEOUT)
         limit = self.limits[job_timeout]
-        if alive is None:
-            if self.now_s - started_s <= self.settings.STARTUP_TIMEOUT:
+        startup_end = started_s + self.settings.STARTUP_TIMEOUT
+        if alive is None or not stepped:
+            if self.now_s <= startup_end:
                 return None
-            formed = self._formed(job_id, attempt)
-            return _startup_failure(limit, self.settings, formed)
+            if alive is None or limit is None or alive + limit <= startup_end:
+                # Nothing, or output gone quiet before the start-up limit: that limit ran out.
+                return startup_failure(limit, self.settings, self._formed(job_id, attempt))
         if limit is not None and self.now_s - alive > limit:
-            return f"hung: no progress for {limit:.0f}s: {_SIGNS}"
+            return f"hung: no progress for {limit:.0f}s: {SIGNS}"
         return None
 
     def _formed(self, job_id: int, attempt: int) -> bool:
@@ -216,18 +225,6 @@ class _Check:
         if self.not_started is None:  # one query a pass, and only when needed
             self.not_started = _gangs_not_started(self.session)
         return (job_id, attempt) not in self.not_started
-
-
-def hang_limit(job_progress_timeout: int | None, default: float) -> float | None:
-    """Seconds a running replica may go without progress: the job's own
-    `progress_timeout_seconds` if set, else the cluster's `default`; None when the
-    job set 0 (no progress watchdog: the start-up timeout and the deadline still apply).
-    """
-    if job_progress_timeout is None:
-        return default
-    if job_progress_timeout < 0:
-        raise ValueError(f"progress_timeout_seconds must be 0 or more, not {job_progress_timeout}")
-    return float(job_progress_timeout) if job_progress_timeout else None
 
 
 def _watched(role: str, strategy: str) -> bool:
@@ -249,39 +246,6 @@ def _gangs_not_started(session: Session) -> set[tuple[int, int]]:
         )
         .tuples()
         .all()
-    )
-
-
-# What the watchdog counts as progress, named in a hang's reason (docs/your-code.md,
-# "What counts as progress").
-_SIGNS = (
-    "no output, training step, metric (TensorBoard scalar or cohort.report()) or file "
-    "written under $COHORT_CHECKPOINT_DIR or $COHORT_MODEL_DIR"
-)
-
-
-def _startup_failure(limit: float | None, settings: Settings, formed: bool) -> str | None:
-    """Why a running replica that has not shown progress yet is hung, if it is.
-    `formed`: every replica of its gang has started."""
-    startup = settings.STARTUP_TIMEOUT
-    if limit is None:
-        # The job turned the progress watchdog off: its loop may never show progress,
-        # so the start-up limit covers only the gang's processes being started.
-        if not formed:
-            return (
-                f"hung: the gang's processes were not all started within {startup:.0f}s "
-                "of this one's start"
-            )
-        return None
-    if not formed:
-        return (
-            f"hung: no training step within {startup:.0f}s of its start, and its gang never "
-            "formed: a replica of it was never started (its output counts as progress only "
-            "once every replica has started)"
-        )
-    return (
-        f"hung: no training step within {startup:.0f}s of its start: {_SIGNS} "
-        "(did every replica of the gang join?)"
     )
 
 

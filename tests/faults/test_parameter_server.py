@@ -84,7 +84,13 @@ def running_pid(
             return int(replica["pid"])
         return None
 
-    return wait_for(ready, 240, f"the chief past step {after_step}", interval=0.1)
+    return wait_for(
+        ready,
+        240,
+        f"the chief past step {after_step}",
+        interval=0.1,
+        explain=lambda: job_story(client, job_id),
+    )
 
 
 def test_a_killed_worker_is_restarted_alone(make_stack, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -86,3 +86,24 @@ def test_a_silent_replica_beside_a_printing_peer_is_hung(session: Session) -> No
     assert replicas[0].failure is None or "hung" not in (replicas[0].failure or "")
     assert "replica 1" in job.reason and "no training step within" in job.reason
     assert "no output" in job.reason
+
+
+def test_output_never_shortens_the_start_up_limit(session: Session) -> None:
+    """A replica that printed as it started, then sets up in silence (restores a
+    checkpoint, connects to its parameter servers) for longer than the progress limit,
+    is not hung before STARTUP_TIMEOUT: output only extends the start-up, it never turns
+    the start-up limit into the shorter progress limit. (A restarted parameter_server
+    chief on a slow machine was judged hung 20 s after its first lines, well inside its
+    90 s start-up limit: two CI runs of 2026-11-28.)"""
+    settings = get_settings()
+    assert settings.PROGRESS_TIMEOUT + 5 < settings.STARTUP_TIMEOUT
+    job = started(session, 0, 1)
+    printed = {key: T0 + dt.timedelta(seconds=2) for key in gang_of(job)}
+    silent = T0 + dt.timedelta(seconds=settings.PROGRESS_TIMEOUT + 5)
+    passes(session, gang_of(job), printed, silent)
+    assert job.status is JobStatus.RUNNING, job.reason
+    # Past the start-up limit with neither a step nor recent output: hung.
+    late = T0 + dt.timedelta(seconds=settings.STARTUP_TIMEOUT + 1)
+    passes(session, gang_of(job), printed, late)
+    assert job.status is JobStatus.FAILED
+    assert f"no training step within {settings.STARTUP_TIMEOUT:.0f}s" in job.reason

@@ -45,16 +45,17 @@ def test_a_jobs_own_limit_replaces_the_clusters(session: Session, factor: float)
     start_gang(session, job, T0)
     t1 = T0 + dt.timedelta(seconds=1)
     beating(session, job, t1, t1)
-    # Past the shorter of the two limits only: hung only if that is the job's own.
+    # Past the shorter of the two limits only: hung only if that is the job's own. (The
+    # progress hash keeps each replica's last beat: every pass reads t1 again.)
     shorter = t1 + dt.timedelta(seconds=min(own, default) + 1)
-    run(session, shorter, beat(shorter, gang_of(job)))
+    beating(session, job, shorter, t1)
     if own < default:
         assert job.status is JobStatus.FAILED
         assert f"hung: no progress for {own:.0f}s" in job.reason
         return
     assert job.status is JobStatus.RUNNING
     longer = t1 + dt.timedelta(seconds=own + 1)
-    run(session, longer, beat(longer, gang_of(job)))
+    beating(session, job, longer, t1)
     assert job.status is JobStatus.FAILED
     assert f"hung: no progress for {own:.0f}s" in job.reason
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.cluster.running_checks import hang_limit
+from services.cluster.hang_reasons import hang_limit
 
 
 @pytest.mark.parametrize(
