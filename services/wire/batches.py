@@ -210,13 +210,7 @@ class ProgressBeat:
         Raises:
             WireError: not a beat.
         """
-        parts = field.split(":")
-        if len(parts) != 3 or not (
-            parts[0].isdigit() and parts[1].isdigit() and parts[2].isdigit()
-        ):
-            raise WireError(
-                "ProgressBeat", "field", f"must be job:attempt:index, got {field[:64]!r}"
-            )
+        key = ProgressBeat.key_of(field)
         numbers = str(value).split(" ")
         until = _finite("until", numbers[0])
         ahead = _finite("ahead", numbers[1]) if len(numbers) > 1 else 0.0
@@ -226,7 +220,22 @@ class ProgressBeat:
                 "ahead",
                 f"must be one number of seconds, 0 or more, got {str(value)[:64]!r}",
             )
-        return (int(parts[0]), int(parts[1]), int(parts[2])), until, min(ahead, MAX_BEAT_AHEAD)
+        return key, until, min(ahead, MAX_BEAT_AHEAD)
+
+    @staticmethod
+    def key_of(field: str) -> tuple[int, int, int]:
+        """(job, attempt, index) of a field of the progress (or output) hash, written in
+        its one spelling (progress_field's): anything else is not an agent's.
+
+        Raises:
+            WireError: not such a field.
+        """
+        parts = field.split(":")
+        if len(parts) == 3 and all(part.isascii() and part.isdigit() for part in parts):
+            key = (int(parts[0]), int(parts[1]), int(parts[2]))
+            if progress_field(*key) == field:
+                return key
+        raise WireError("ProgressBeat", "field", f"must be job:attempt:index, got {field[:64]!r}")
 
 
 def _finite(name: str, text: str) -> float:

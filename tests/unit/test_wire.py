@@ -382,3 +382,12 @@ def test_a_progress_beat_refuses_malformed_input_by_name(
     with pytest.raises(WireError) as caught:
         ProgressBeat.decode(field, value)
     assert caught.value.field == named
+
+
+@pytest.mark.parametrize("field", ["01:1:1", "1:1", "1:1:1:1", "\u0661:1:1", "1:+1:1", "a:b:c"])
+def test_a_beat_field_in_any_other_spelling_is_not_an_agents(field: str) -> None:
+    with pytest.raises(WireError):
+        ProgressBeat.key_of(field)
+    with pytest.raises(WireError):
+        ProgressBeat.parse(field, "1.0 0")
+    assert ProgressBeat.key_of("3:1:0") == (3, 1, 0)

@@ -6,6 +6,7 @@ each timed by when this scheduler saw it arrive (services/cluster/arrivals.py).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import redis
 
@@ -14,7 +15,7 @@ from services.cluster.nodes import Heartbeat, heartbeat_of
 from services.wire.batches import ProgressBeat
 from services.wire.contract import WireError
 from services.wire.events import NodeHeartbeat
-from services.wire.keys import NODES_HASH, OUTPUT_HASH, PROGRESS_HASH, progress_field
+from services.wire.keys import NODES_HASH, OUTPUT_HASH, PROGRESS_HASH
 from services.wire.signing import HEARTBEAT, Keyring, Refused, unseal
 from workers.control.refusals import Refusals
 
@@ -54,51 +55,51 @@ def read_progress(
     client: redis.Redis, arrivals: Arrivals[str]
 ) -> dict[tuple[int, int, int], float]:
     """The time (this scheduler's clock) each replica that sent a progress heartbeat is
-    alive through: when its last beat was seen to arrive, plus what it vouched ahead.
+    alive through: when its last beat was seen to arrive, plus what it vouched ahead."""
 
-    A running replica beats every second, so a beat unchanged for PROGRESS_FORGET
-    belongs to a replica long finished: it is removed, or the hash read on every
-    pass would grow with every replica ever run.
-    """
-    raw_beats = {str(field): str(value) for field, value in client.hgetall(PROGRESS_HASH).items()}
-    heard = arrivals.observe(raw_beats)
-    progress, stale = {}, []
-    cutoff = arrivals.read_at - PROGRESS_FORGET
-    for field, value in raw_beats.items():
-        try:
-            key, _until, ahead = ProgressBeat.parse(field, value)
-        except WireError:
-            stale.append(field)
-            continue
-        at = heard[field].at
-        progress[key] = at + ahead
-        if at < cutoff:
-            stale.append(field)
-    if stale:
-        client.hdel(PROGRESS_HASH, *stale)
-    return progress
+    def ahead(field: str, value: str) -> tuple[Key, float]:
+        key, _until, vouched = ProgressBeat.parse(field, value)
+        return key, vouched
+
+    return _read_beats(client, PROGRESS_HASH, arrivals, ahead)
 
 
 def read_output(client: redis.Redis, arrivals: Arrivals[str]) -> dict[tuple[int, int, int], float]:
     """When each replica's output was last seen to grow (this scheduler's clock: the
-    arrival of its agent's last output beat, whose value is the output's size so far).
-    A beat unchanged for PROGRESS_FORGET is removed, as read_progress does."""
-    raw = {str(field): str(value) for field, value in client.hgetall(OUTPUT_HASH).items()}
+    arrival of its agent's last output beat, whose value is the output's size so far)."""
+    return _read_beats(
+        client, OUTPUT_HASH, arrivals, lambda field, _value: (ProgressBeat.key_of(field), 0.0)
+    )
+
+
+Key = tuple[int, int, int]
+
+
+def _read_beats(
+    client: redis.Redis,
+    name: str,
+    arrivals: Arrivals[str],
+    parse: Callable[[str, str], tuple[Key, float]],
+) -> dict[Key, float]:
+    """Each replica's beat in hash `name`: when it was seen to arrive plus the seconds
+    `parse` says it vouches ahead. A running replica beats every second, so a beat
+    unchanged for PROGRESS_FORGET belongs to a replica long finished: it is removed (or
+    the hash read on every pass would grow with every replica ever run), as is a field
+    that is not a beat (WireError)."""
+    raw = {str(field): str(value) for field, value in client.hgetall(name).items()}
     heard = arrivals.observe(raw)
-    output, stale = {}, []
+    beats, stale = {}, []
     cutoff = arrivals.read_at - PROGRESS_FORGET
-    for field in raw:
-        parts = field.split(":")
-        if len(parts) != 3 or not all(part.isdigit() for part in parts):
+    for field, value in raw.items():
+        try:
+            key, ahead = parse(field, value)
+        except WireError:
             stale.append(field)
             continue
-        key = (int(parts[0]), int(parts[1]), int(parts[2]))
-        if progress_field(*key) != field:  # not in its one spelling: not an agent's
-            stale.append(field)
-            continue
-        output[key] = heard[field].at
-        if heard[field].at < cutoff:
+        at = heard[field].at
+        beats[key] = at + ahead
+        if at < cutoff:
             stale.append(field)
     if stale:
-        client.hdel(OUTPUT_HASH, *stale)
-    return output
+        client.hdel(name, *stale)
+    return beats
