@@ -126,15 +126,16 @@ def run_pip(build: Path, uid: int | None, log_file: IO[str], marks: dict[str, st
         umask=0o022,
         **user,
     ) as pip:
-        timer = _deadline(pip, BUILD_TIMEOUT)
-        assert pip.stdout is not None
-        for line in pip.stdout:
-            last.append(line.rstrip("\n"))
-            log_file.write(line)
-            log_file.flush()
-        code = pip.wait()
-        timer.cancel()
-    _end_leftovers(pip.pid, build)
+        # Its output is read on a thread until pip itself exits: a process it started
+        # that keeps the pipe open (a daemon) must not hold the build past pip's end.
+        reader = threading.Thread(target=_copy, args=(pip.stdout, log_file, last), daemon=True)
+        reader.start()
+        try:
+            code = pip.wait(timeout=BUILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            code = -signal.SIGKILL
+        _end_leftovers(pip.pid, build)
+        reader.join(timeout=10)
     if code != 0:
         errors = [line for line in last if line.startswith("ERROR:")] or list(last)
         said = "\n".join(errors[-ERROR_LINES:]) or "(no output)"
@@ -142,11 +143,11 @@ def run_pip(build: Path, uid: int | None, log_file: IO[str], marks: dict[str, st
         raise RequirementsFailed(f"pip could not install the job's requirements ({why}): {said}")
 
 
-def _deadline(pip: subprocess.Popen[str], seconds: float) -> threading.Timer:
-    timer = threading.Timer(seconds, _kill_group, args=(pip.pid,))
-    timer.daemon = True
-    timer.start()
-    return timer
+def _copy(stream: IO[str] | None, log_file: IO[str], last: collections.deque[str]) -> None:
+    for line in stream or ():
+        last.append(line.rstrip("\n"))
+        log_file.write(line)
+        log_file.flush()
 
 
 def _kill_group(pid: int) -> None:
@@ -157,8 +158,8 @@ def _kill_group(pid: int) -> None:
 
 
 def _end_leftovers(pid: int, build: Path) -> None:
-    """Kill whatever the build started that is still running: its process group, and
-    any process that left it but still carries the build's mark."""
+    """Kill whatever the build started that is still running (pip itself past its time):
+    its process group, and any process that left it but still carries the build's mark."""
     _kill_group(pid)
     marked = []
     for process in psutil.process_iter():
