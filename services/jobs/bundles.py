@@ -179,6 +179,10 @@ def read_bundle_file(
             found = read_top_file(handle, name, limits_of(settings), MAX_REQUIREMENTS_BYTES)
     except BundleRejected as exc:
         raise InvalidBundle("bundle", f"the bundle's {exc}") from exc
+    except FileNotFoundError:
+        # Recorded but not in the store (a store restored from an older copy): the agent
+        # refuses the bundle when it fetches it, saying so; nothing is remembered here.
+        return None
     with _top_files_lock:
         _top_files[key] = found
         while len(_top_files) > _TOP_FILES_KEPT:

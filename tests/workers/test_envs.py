@@ -22,6 +22,7 @@ import redis
 
 from services.exit_codes import FailureKind, classify
 from services.settings import Settings
+from services.wire.keys import attempt_key, claim_key
 from services.wire.replica import ReplicaSpec, StartReplica
 from tests.workers.test_agent_bundles import bus as bus  # the fixture
 from tests.workers.test_agent_bundles import exits
@@ -31,6 +32,7 @@ from workers.node.envs import EnvCache, RequirementsFailed, env_key
 from workers.node.isolation import is_root
 
 PYTHON = sys.executable
+JOBS = (730001, 730002)
 # Small, pure Python, and not in the node's environment (checked below).
 PACKAGE = "tabulate==0.9.0"
 OTHER = "text-unidecode==1.3"
@@ -186,6 +188,8 @@ def test_a_packages_setup_py_runs_as_the_build_uid_and_leaves_nothing_running(
 
 @pytest.fixture
 def agent(tmp_path: Path, bus: redis.Redis) -> Iterator[Agent]:
+    # This node's claims of earlier runs' replicas would fence these starts.
+    bus.delete(*(key(job) for job in JOBS for key in (attempt_key, lambda j: claim_key(j, 1, 0))))
     node = Agent(
         Settings(
             DATA_DIR=tmp_path / "data",
