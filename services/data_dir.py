@@ -28,7 +28,8 @@ log = logging.getLogger("cohort.data_dir")
 DATA_DIR_MODE = 0o711  # others pass through to their job's directory, list nothing
 PROCESS_UMASK = 0o077  # of every Cohort service process and what it starts
 # Entries other users must pass through, with the modes isolation.py gives them.
-PASS_THROUGH = {"jobs": 0o711}
+# envs/: the job environments replicas run their interpreter from (workers/node/envs.py).
+PASS_THROUGH = {"jobs": 0o711, "envs": 0o711}
 
 
 def owner_only(mode: int) -> int:

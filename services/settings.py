@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     # A node's cache of fetched bundles (archives and unpacked trees), least recently
     # used evicted past this many bytes.
     BUNDLE_CACHE_BYTES: int = Field(2 * 1024 * 1024 * 1024, ge=0)
+    # A node's job environments (workers/node/envs.py: one virtualenv per requirements),
+    # least recently used evicted past this many bytes; one in use is never evicted.
+    ENV_CACHE_BYTES: int = Field(5 * 1024 * 1024 * 1024, ge=0)
     # A project's data file (PUT /api/v1/data/{path}): bytes of one upload.
     MAX_DATA_BYTES: int = Field(1024 * 1024 * 1024, ge=1)
 

@@ -49,14 +49,17 @@ def create_job(
     """Submit a job; 201 means it is committed. A retried POST with the same
     Idempotency-Key returns the first job. Over the project's quota: 429 (queued jobs),
     403 (a priority above its ceiling, a gang larger than its running limits)."""
-    jobs.check_submission(
+    requirements = jobs.check_submission(
         session=session, project_id=token.project_id, job_in=job_in, settings=settings, store=store
     )
     # The request's transaction holds nothing the admission needs (the token's last use
     # at most): it ends here, and its connection goes back to the pool while this
     # request waits for the batcher's commit.
     session.commit()
-    admitted = submitter.submit(Submission(token.project_id, job_in, idempotency_key), settings)
+    admitted = submitter.submit(
+        Submission(token.project_id, job_in, idempotency_key, requirements=tuple(requirements)),
+        settings,
+    )
     if not admitted.created:
         response.headers["Idempotent-Replayed"] = "true"
     # Runs after the response, hence after the commit: the scheduler never sees

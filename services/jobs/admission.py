@@ -25,6 +25,8 @@ class Submission:
     job_in: JobCreate
     idempotency_key: str | None = None
     trial_of: tuple[int, int] | None = None  # (sweep id, trial index)
+    # What check_submission resolved: its `pip`, or its bundle's requirements.txt.
+    requirements: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ def new_job(submission: Submission, spec_hash: str, project: Project | None) -> 
         project_id=submission.project_id,
         idempotency_key=submission.idempotency_key,
         spec_hash=spec_hash,
+        requirements="\n".join(submission.requirements or submission.job_in.pip),
         status=JobStatus.QUEUED,
         reason="waiting for the scheduler",
     )

@@ -7,20 +7,27 @@ from a HEAD or a job spec that another one holds some code.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from services.exceptions import BundleNotFound, BundleTooLarge, InvalidBundle
+from services.exceptions import BundleNotFound, BundleTooLarge, InvalidBundle, InvalidJobSpec
 from services.jobs.uploads import SpooledUpload
 from services.models import Bundle
 from services.settings import Settings
-from services.storage.bundles import BundleRejected, Limits, check_archive
+from services.storage.bundles import BundleRejected, Limits, check_archive, read_top_file
 from services.storage.keys import bundle_digest_hex, bundle_key
 from services.storage.store import ArtifactStore, open_store
+from services.wire.requirements import RequirementRefused, normalise_requirements
+
+if TYPE_CHECKING:
+    from services.jobs.schemas import JobCreate
 
 # Short transactions, each committed as its block ends (services.db.session_scope).
 Transactions = Callable[[], AbstractContextManager[Session]]
@@ -145,3 +152,70 @@ def record_bundle(
             raise
         return existing, False
     return bundle, True
+
+
+REQUIREMENTS_FILE = "requirements.txt"
+MAX_REQUIREMENTS_BYTES = 256 * 1024
+# A bundle's bytes never change under its digest: its requirements.txt is read once per
+# process, not on every submission of the same code (a sweep submits hundreds).
+_top_files: OrderedDict[str, bytes | None] = OrderedDict()
+_top_files_lock = threading.Lock()
+_TOP_FILES_KEPT = 256
+
+
+def read_bundle_file(
+    *, digest: str, name: str, settings: Settings, store: ArtifactStore | None = None
+) -> bytes | None:
+    """The top-level file `name` of a stored bundle (None: it has none), at most
+    MAX_REQUIREMENTS_BYTES. InvalidBundle names the file and the fix otherwise."""
+    key = f"{normalise_digest(digest)}/{name}"
+    with _top_files_lock:
+        if key in _top_files:
+            _top_files.move_to_end(key)
+            return _top_files[key]
+    store = store or open_store(settings=settings)
+    try:
+        with store.open_read(bundle_key(normalise_digest(digest))) as handle:
+            found = read_top_file(handle, name, limits_of(settings), MAX_REQUIREMENTS_BYTES)
+    except BundleRejected as exc:
+        raise InvalidBundle("bundle", f"the bundle's {exc}") from exc
+    except FileNotFoundError:
+        # Recorded but not in the store (a store restored from an older copy): the agent
+        # refuses the bundle when it fetches it, saying so; nothing is remembered here.
+        return None
+    with _top_files_lock:
+        _top_files[key] = found
+        while len(_top_files) > _TOP_FILES_KEPT:
+            _top_files.popitem(last=False)
+    return found
+
+
+def job_requirements(
+    *, job_in: JobCreate, settings: Settings, store: ArtifactStore | None, bundle_pending: bool
+) -> list[str]:
+    """The normalised requirement lines a submission's environment installs: its `pip`
+    (checked by the schema already), or its bundle's requirements.txt (not both).
+
+    Raises:
+        InvalidJobSpec: requirements.txt and `pip` both given, or a line of it refused.
+        InvalidBundle: requirements.txt is not a file, or too large.
+    """
+    if job_in.bundle is None or bundle_pending:
+        return list(job_in.pip)
+    found = read_bundle_file(
+        digest=job_in.bundle, name=REQUIREMENTS_FILE, settings=settings, store=store
+    )
+    if found is None:
+        return list(job_in.pip)
+    if job_in.pip:
+        raise InvalidJobSpec(
+            "pip",
+            f"the bundle has a {REQUIREMENTS_FILE} at its top level and the spec gives "
+            f"`pip` too: keep one (move the `pip` lines into {REQUIREMENTS_FILE}, or "
+            "rename the file)",
+        )
+    text = found.decode("utf-8", errors="replace")
+    try:
+        return normalise_requirements(text.splitlines(), REQUIREMENTS_FILE)
+    except RequirementRefused as exc:
+        raise InvalidJobSpec("bundle", f"{exc} (in the bundle's {REQUIREMENTS_FILE})") from exc

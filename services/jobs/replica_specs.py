@@ -3,7 +3,8 @@
 The replica spec's fields that the job spec (services/jobs/spec.py) declares too are
 copied from the stored job by name, so a job field replicas need is one line in
 `ReplicaSpec`; `REPLICA_FORMS` lists the ones whose replica form differs from the
-stored one. The other fields say which replica it is (`PER_REPLICA`).
+stored one. The other fields say which replica it is (`PER_REPLICA`), or what the
+control plane resolved at submission (`RESOLVED`: the job's requirements).
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ REPLICA_FORMS: dict[str, Callable[[Job, int], Any]] = {
 }
 # The replica spec's fields that are not the job's: which replica of which attempt.
 PER_REPLICA = frozenset({"job_id", "attempt", "index", "role", "role_index"})
+# Fields the control plane resolved at submission, from columns of its own: the
+# requirements come from the job's `pip` or its bundle's requirements.txt.
+RESOLVED: dict[str, Callable[[Job], Any]] = {
+    "requirements": lambda job: (job.requirements or "").splitlines(),
+}
 FROM_JOB = tuple(
     field.name for field in dataclasses.fields(ReplicaSpec) if field.name in JobSpec.model_fields
 )
@@ -88,6 +94,7 @@ def start_message(job: Job, replica: PlacedOn) -> StartReplica:
         role=cast(Role, replica.role),  # stored by placement from the same Literal
         role_index=replica.role_index,
         **values,
+        **{name: resolve(job) for name, resolve in RESOLVED.items()},
     )
     return StartReplica(
         replica.node_id,

@@ -11,6 +11,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    computed_field,
     field_serializer,
     field_validator,
     model_validator,
@@ -22,6 +23,12 @@ from services.jobs.trainers import BUILTIN_TRAINERS
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
 from services.storage.keys import bundle_digest_hex
 from services.wire.policy import check_command, check_env, check_inputs
+from services.wire.requirements import (
+    RequirementRefused,
+    normalise_requirements,
+    package_count,
+    requirements_digest,
+)
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _NAME = re.compile(r"^[\w.\- ]+$")
@@ -66,6 +73,14 @@ class JobCreate(JobSpec):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         return check_env(value)
+
+    @field_validator("pip")
+    @classmethod
+    def _requirement_lines(cls, value: list[str]) -> list[str]:
+        try:
+            return normalise_requirements(value, "pip", indexed=True)
+        except RequirementRefused as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("inputs")
     @classmethod
@@ -182,6 +197,33 @@ class JobRead(JobSpec):
     @classmethod
     def _project_name(cls, value: Any) -> Any:
         return getattr(value, "name", value)
+
+    requirements: list[str] = Field(
+        default_factory=list,
+        description="what the job's environment installs: its `pip` lines or its bundle's "
+        "requirements.txt, normalised; empty: the node's interpreter as it is",
+    )
+
+    @field_validator("requirements", mode="before")
+    @classmethod
+    def _requirement_lines(cls, value: Any) -> Any:
+        # The column's text, one line each ("" or a row not yet flushed: none).
+        if value is None:
+            return []
+        return value.splitlines() if isinstance(value, str) else value
+
+    @computed_field(description="how many packages `requirements` names")  # type: ignore[prop-decorator]
+    @property
+    def requirements_count(self) -> int:
+        return package_count(self.requirements)
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description="sha256 of the normalised requirements: the environment's name on the "
+        "nodes (empty: none)"
+    )
+    @property
+    def requirements_digest(self) -> str:
+        return requirements_digest(self.requirements)
 
     replica_list: list[ReplicaRead] = Field(
         default_factory=list, description="the replicas of the current attempt"

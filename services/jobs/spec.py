@@ -70,6 +70,14 @@ class JobSpec(BaseModel):
         description="environment "
         "variables for the replicas (not TF_CONFIG, COHORT_*, AIP_*, LD_*, PYTHON*)",
     )
+    pip: list[str] = Field(
+        default_factory=list,
+        max_length=500,
+        examples=[["tabulate==0.9.0"]],
+        description="requirement lines the job's environment installs (pip's "
+        "requirements.txt syntax, --hash allowed; not TensorFlow, Keras, tf-keras or "
+        "cohort); or a requirements.txt at the bundle's top level, not both",
+    )
     inputs: dict[str, str] = Field(
         default_factory=dict,
         examples=[{"train.csv": "data/digits/train.csv"}],

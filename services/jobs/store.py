@@ -16,7 +16,7 @@ from services.exceptions import (
 )
 from services.jobs import admission, quotas
 from services.jobs.admission import Admitted, Submission
-from services.jobs.bundles import check_bundle
+from services.jobs.bundles import check_bundle, job_requirements
 from services.jobs.hyperparameters import check_hyperparameters
 from services.jobs.inputs import check_inputs_exist
 from services.jobs.quota_schemas import QuotaLimits
@@ -75,10 +75,10 @@ def check_submission(
     settings: Settings,
     store: ArtifactStore | None = None,
     bundle_pending: bool = False,
-) -> None:
+) -> list[str]:
     """What a submission is checked for before admission: the spec against the settings,
     its bundle (unless `bundle_pending`: not uploaded yet) and its inputs (nothing is
-    locked; nothing is written).
+    locked; nothing is written). Returns its requirement lines (`Submission.requirements`).
 
     Raises:
         InvalidJobSpec: a setting refuses the spec.
@@ -89,6 +89,9 @@ def check_submission(
     if not bundle_pending:
         check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
     check_inputs_exist(project_id=project_id, inputs=job_in.inputs, settings=settings, store=store)
+    return job_requirements(
+        job_in=job_in, settings=settings, store=store, bundle_pending=bundle_pending
+    )
 
 
 def create_job(
@@ -112,13 +115,13 @@ def create_job(
         BeyondQuota: the project's quota never permits this job (priority, gang size).
         QuotaExceeded: the project has as many jobs queued as its quota allows.
     """
-    check_submission(
+    lines = check_submission(
         session=session, project_id=project_id, job_in=job_in, settings=settings, store=store
     )
     outcome = admit_submissions(
         session=session,
         settings=settings,
-        submissions=[Submission(project_id, job_in, idempotency_key, trial_of)],
+        submissions=[Submission(project_id, job_in, idempotency_key, trial_of, tuple(lines))],
     )[0]
     if isinstance(outcome, Exception):
         raise outcome

@@ -46,6 +46,8 @@ class Job(Base):
     # The code bundle ("sha256:<hex>") unpacked into each replica's working directory.
     bundle: Mapped[str | None] = mapped_column(sa.String(71))
     env: Mapped[dict[str, Any]] = mapped_column(default=dict)  # NAME -> value, validated
+    # Requirement lines as the job gave them in `pip` (normalised: services/wire/requirements.py).
+    pip: Mapped[list[str]] = mapped_column(sa.JSON, default=list)
     # Local file name -> "data/<path>" of the project's data, fetched before each start.
     inputs: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # None: the cluster's PROGRESS_TIMEOUT; 0: no progress watchdog.
@@ -76,6 +78,9 @@ class Job(Base):
     cleaned_at: Mapped[dt.datetime | None]
     idempotency_key: Mapped[str | None] = mapped_column(sa.String(128))
     spec_hash: Mapped[str] = mapped_column(sa.String(64))
+    # The normalised requirement lines its environment installs, one per line: its `pip`,
+    # or its bundle's requirements.txt read at submission ("" for none).
+    requirements: Mapped[str] = mapped_column(sa.Text, default="")
 
     status: Mapped[JobStatus] = mapped_column(enum_column(JobStatus), default=JobStatus.QUEUED)
     attempt: Mapped[int] = mapped_column(default=1)

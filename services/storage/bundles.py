@@ -32,6 +32,7 @@ __all__ = [
     "bundle_entries",
     "check_archive",
     "pack",
+    "read_top_file",
     "sha256_file",
     "unpack",
 ]
@@ -228,3 +229,29 @@ def unpack(
         finally:
             os.close(dest_fd)
     return files
+
+
+def read_top_file(
+    archive: str | os.PathLike[str] | IO[bytes], name: str, limits: Limits, max_bytes: int
+) -> bytes | None:
+    """The bytes of the regular file `name` at the archive's top level (None: there is
+    none), read through the same checked reading as an unpack; the archive is read only
+    as far as that member (`pack` sorts its entries).
+
+    Raises:
+        BundleRejected: the member is larger than `max_bytes`, or is not a regular file
+            (a link, a directory), or the archive is refused (see check_archive).
+    """
+    with opened(archive) as handle:
+        for placed, chunks in read_archive(handle, ArchiveRead(limits)):
+            if placed.parts != (name,):
+                continue
+            if placed.kind != "file":
+                raise BundleRejected(f"{name} is a {placed.kind}, not a file: make it a file")
+            data = bytearray()
+            for chunk in chunks:
+                data += chunk
+                if len(data) > max_bytes:
+                    raise BundleRejected(f"{name} is larger than {max_bytes} bytes: shorten it")
+            return bytes(data)
+    return None

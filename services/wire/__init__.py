@@ -9,6 +9,7 @@ and every Redis key and stream name.
     batches.py   metric and log batches, progress beats (hand-decoded: the hot path)
     feed.py      the rows of a job's live feed (`cohort:live:<job>`), written by the ingest
     policy.py    the checks on a job's argv and environment (the api's and the agent's)
+    requirements.py a job's requirement lines: checked, normalised, and their digest
     signing.py   HMAC signatures between the control plane and each node agent
     clock.py     Redis's clock: what signed messages are stamped with and judged by
     generation.py noticing that Redis lost its data (the `cohort:generation` marker)

@@ -124,6 +124,9 @@ class ReplicaSpec(Contract):
     role_index: Id = 0
     distribution: DistributionOptions = Field(default_factory=DistributionOptions)
     profile: Profile | None = None  # None: no profile on this replica
+    # The normalised requirement lines (services/wire/requirements.py) of the environment
+    # the agent builds and runs it in (workers/node/envs.py); empty: the node's interpreter.
+    requirements: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _index_in_gang(self) -> ReplicaSpec:

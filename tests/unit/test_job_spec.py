@@ -11,7 +11,13 @@ from typing import Any, get_args
 import pytest
 
 from services.jobs.inputs import resolve_inputs
-from services.jobs.replica_specs import FROM_JOB, PER_REPLICA, REPLICA_FORMS, start_message
+from services.jobs.replica_specs import (
+    FROM_JOB,
+    PER_REPLICA,
+    REPLICA_FORMS,
+    RESOLVED,
+    start_message,
+)
 from services.jobs.schemas import JobCreate, JobRead
 from services.jobs.spec import HASHED_ALWAYS, JobSpec, stored_columns
 from services.models import Job, Project
@@ -38,6 +44,7 @@ CONTROL_PLANE_COLUMNS = {
     "scheduled_for",
     "sweep_id",
     "trial_index",
+    "requirements",
 }
 
 # A spec that sets every field away from its default.
@@ -47,6 +54,7 @@ EVERY_FIELD_SET: dict[str, Any] = {
     "bundle": "sha256:" + "a" * 64,
     "env": {"LOG_LEVEL": "debug"},
     "inputs": {"train.csv": "data/digits/train.csv"},
+    "pip": ["tabulate==0.9.0"],
     "progress_timeout_seconds": 600,
     "strategy": "parameter_server",
     "gpus_per_replica": 1,
@@ -131,8 +139,8 @@ def test_the_create_schema_and_the_read_view_are_the_spec_plus_their_own() -> No
 
 def test_every_replica_spec_field_is_a_job_field_or_says_which_replica() -> None:
     replica_fields = {field.name for field in dataclasses.fields(ReplicaSpec)}
-    assert replica_fields == set(FROM_JOB) | PER_REPLICA
-    assert not PER_REPLICA & set(JobSpec.model_fields)
+    assert replica_fields == set(FROM_JOB) | PER_REPLICA | set(RESOLVED)
+    assert not (PER_REPLICA | set(RESOLVED)) & set(JobSpec.model_fields)
     assert set(REPLICA_FORMS) <= set(FROM_JOB)
 
 

@@ -14,7 +14,9 @@ lease.py          its lease: replicas stopped when Redis stops taking its beats
 isolation.py      who a replica runs as, and who owns each of its job's files
 pool.py           warm replica processes, each handed one replica
 ports.py, gpus.py the host's ports and GPUs
-prepare.py        a replica's code and inputs fetched before it starts
+prepare.py        a replica's code and inputs fetched, its environment built, before it starts
+envs.py           job environments: a virtualenv per requirements, cached, LRU-evicted
+envs_build.py     one environment's build: pip as the build uid, sealed, renamed into place
 bundle_cache.py   code bundles fetched and verified once per digest
 code_unpack.py    the child that unpacks one into a replica's code dir as the job's uid
 environment.py    a replica's directories and variables; its command resolved

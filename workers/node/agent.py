@@ -27,9 +27,10 @@ from services.wire.keys import NODES_HASH
 from services.wire.replica import CleanupJob, StartReplica, StopReplica
 from services.wire.signing import check_node_key
 from workers import layout
-from workers.node import admission, claims, gpus, heartbeat, isolation, ports, respawn, supervision
+from workers.node import admission, claims, heartbeat, isolation, ports, respawn, supervision
 from workers.node.bundle_cache import BundleUnavailable
 from workers.node.environment import CommandNotFound
+from workers.node.envs import RequirementsFailed
 from workers.node.exits import (
     BUNDLE_REFUSED_EXIT,
     INTERRUPTED_START_EXIT,
@@ -99,6 +100,8 @@ class Agent:
         self.preparing: dict[ReplicaKey, threading.Event] = {}
         self.answering: dict[ReplicaKey, int] = {}  # start messages being handled, per key
         self.preparer = Preparer(settings)
+        # Replicas running in their job's environment (workers/node/envs.py): its python.
+        self.interpreters: dict[ReplicaKey, str] = {}
         self.sidecars = Sidecars(settings, client)  # checkpoints, metrics from files
         # Ended replicas' senders, for a wipe of Redis just after an end (workers/node/replay.py).
         self.ended = AfterEnd()
@@ -127,32 +130,8 @@ class Agent:
             self.pool.start()
 
     def find_gpus(self) -> None:
-        """Offer the GPUs found (NVML, COHORT_NODE_GPUS) that the replicas' TensorFlow
-        sees; asking it takes seconds, so the node's beats say its inventory is pending
-        until then, and the first beat after it goes at once."""
-        try:
-            found = {gpu.index: gpu for gpu in gpus.discover()}
-            ids = gpus.usable_gpus(
-                gpus.node_gpu_ids(self.settings.NODE_GPUS, list(found)),
-                self.settings.REPLICA_PYTHON or sys.executable,
-                self.settings.NODE_GPU_PROBE,
-            )
-            models = tuple(
-                (found[i].name, found[i].memory_mb) if i in found else ("", 0) for i in ids
-            )
-        except Exception:  # noqa: BLE001 - a node that cannot list GPUs offers none
-            log.exception("could not list this node's GPUs: offering none")
-            ids, models = [], ()
-        with self.lock:
-            self.gpu_ids, self.gpu_models = ids, models
-            self.inventory_pending = False
-        if ids:
-            log.info(
-                "offering GPUs %s: %s",
-                ids,
-                ", ".join(name or "unnamed" for name, _memory in models),
-            )
-        heartbeat.beat_once(self)
+        """Offer the GPUs found that the replicas' TensorFlow sees (heartbeat.find_gpus)."""
+        heartbeat.find_gpus(self)
 
     # -- tasks -------------------------------------------------------------
     def start_replica(self, message: StartReplica) -> None:
@@ -219,31 +198,40 @@ class Agent:
 
     def _prepare_and_start(self, message: StartReplica) -> None:
         key = ReplicaKey.of(message.spec)
-        process, failure = None, None
+        process, failure, python = None, None, None
+        # Live while its environment builds: the job's logs show pip at work.
+        shipper = self._shipper(key) if message.spec.requirements else None
         try:
-            self.preparer.prepare(message.spec)
-        except BundleUnavailable as exc:
-            failure = BUNDLE_REFUSED_EXIT, str(exc)
+            python = self.preparer.prepare(message.spec)
+        except (BundleUnavailable, RequirementsFailed) as exc:
+            failure = BUNDLE_REFUSED_EXIT, str(exc)  # permanent: the same fails again
         except Exception as exc:  # noqa: BLE001 - the store or the disk failed: retryable
             failure = fetch_exit_code(exc), f"could not fetch the job's code or inputs: {exc}"
         with self.lock:
             cancelled = self.preparing.pop(key).is_set() or self.stopping.is_set()
             if failure is None and not cancelled:
-                process, failure = self._spawn(message)
+                process, failure = self._spawn(message, python)
+        if process is None:
+            self.preparer.release(python)
         if cancelled and failure is None:
             # Stopped while its code was fetched: nothing was started.
             self.exits.never_started(key, until_sent=True)
-        self._started_or_refused(key, process, failure)
+        self._started_or_refused(key, process, failure, shipper)
 
-    def _spawn(self, message: StartReplica) -> tuple[ReplicaProcess | None, tuple[int, str] | None]:
-        """Spawn the replica (lock held): its process, or its exit code and the reason."""
-        self.sidecars.follow(ReplicaKey.of(message.spec))  # before the process writes
+    def _spawn(
+        self, message: StartReplica, python: str | None = None
+    ) -> tuple[ReplicaProcess | None, tuple[int, str] | None]:
+        """Spawn the replica (lock held) with `python` (None: the node's interpreter)."""
+        key = ReplicaKey.of(message.spec)
+        self.sidecars.follow(key)  # before the process writes
+        if python is not None:
+            self.interpreters[key] = python
         try:
             process = spawn(
                 message,
                 self.data_dir,
-                self.python,
-                self.replica_user(message.spec.job_id),
+                self.python_of(key),
+                self.replica_user(key.job_id),
                 self.pool,
             )
         except CommandNotFound as exc:
@@ -254,13 +242,31 @@ class Agent:
         self.respawns.started(process.key, message)
         return process, None
 
+    def python_of(self, key: ReplicaKey) -> str:
+        """The interpreter replica `key` runs with: its job environment's, or the node's."""
+        return self.interpreters.get(key, self.python)
+
+    def _shipper(self, key: ReplicaKey) -> LogShipper:
+        shipper = LogShipper(
+            self.redis, key, layout.log_file(self.data_dir, key.job_id, key.attempt, key.index)
+        )
+        shipper.start()
+        return shipper
+
     def _started_or_refused(
-        self, key: ReplicaKey, process: ReplicaProcess | None, failure: tuple[int, str] | None
+        self,
+        key: ReplicaKey,
+        process: ReplicaProcess | None,
+        failure: tuple[int, str] | None,
+        shipper: LogShipper | None = None,
     ) -> None:
         """Report a start (and supervise the process) or a refusal."""
+        if process is None and shipper is not None:
+            shipper.finish()  # pip's lines reach the job's logs before its exit does
         if failure is not None:
             self.exits.refused(key, *failure)
         if process is None:
+            self.interpreters.pop(key, None)
             self.sidecars.discard(key)
             return
         log.info(
@@ -269,8 +275,7 @@ class Agent:
             process.popen.pid,
             " (a warm process)" if process.warm else "",
         )
-        shipper = LogShipper(self.redis, key, process.log_path)
-        shipper.start()
+        shipper = shipper or self._shipper(key)
         self.sidecars.start(key)
         publish_node_event(
             self.redis,

@@ -163,8 +163,15 @@ _READ_AT_IMPORT = (
 def warm_servable(spec: ReplicaSpec) -> bool:
     """Whether a warm process may run this replica: Cohort's runner (a `trainer`, not the
     job's own `command`), with no variable of its job's `env` that would have had to be
-    set before TensorFlow was imported (such a job gets a cold process, where it is)."""
-    return spec.command is None and not any(name.startswith(_READ_AT_IMPORT) for name in spec.env)
+    set before TensorFlow was imported (such a job gets a cold process, where it is), and
+    no requirements: the pool's processes run on the node's interpreter, and a job with
+    requirements runs on its environment's (workers/node/envs.py). It starts cold; a pool
+    per environment would hold ~250 MiB per process for environments few jobs share."""
+    return (
+        spec.command is None
+        and not spec.requirements
+        and not any(name.startswith(_READ_AT_IMPORT) for name in spec.env)
+    )
 
 
 class CommandNotFound(FileNotFoundError):

@@ -6,6 +6,7 @@ and every replica stopped when Redis has taken no beat for the lease's length
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ import redis
 from services.wire.events import NodeHeartbeat
 from services.wire.keys import NODES_HASH
 from services.wire.signing import HEARTBEAT, seal
-from workers.node import claims, ports
+from workers.node import claims, gpus, ports
 from workers.node.lease import CHECK_EVERY, fence_grace
 
 if TYPE_CHECKING:
@@ -138,3 +139,30 @@ def fence(agent: Agent) -> None:
             daemon=True,
             name=f"fence-{process.key.job_id}-{process.key.attempt}-{process.key.index}",
         ).start()
+
+
+def find_gpus(agent: Agent) -> None:
+    """Offer the GPUs found (NVML, COHORT_NODE_GPUS) that the replicas' TensorFlow
+    sees; asking it takes seconds, so the node's beats say its inventory is pending
+    until then, and the first beat after it goes at once."""
+    try:
+        found = {gpu.index: gpu for gpu in gpus.discover()}
+        ids = gpus.usable_gpus(
+            gpus.node_gpu_ids(agent.settings.NODE_GPUS, list(found)),
+            agent.settings.REPLICA_PYTHON or sys.executable,
+            agent.settings.NODE_GPU_PROBE,
+        )
+        models = tuple((found[i].name, found[i].memory_mb) if i in found else ("", 0) for i in ids)
+    except Exception:  # noqa: BLE001 - a node that cannot list GPUs offers none
+        log.exception("could not list this node's GPUs: offering none")
+        ids, models = [], ()
+    with agent.lock:
+        agent.gpu_ids, agent.gpu_models = ids, models
+        agent.inventory_pending = False
+    if ids:
+        log.info(
+            "offering GPUs %s: %s",
+            ids,
+            ", ".join(name or "unnamed" for name, _memory in models),
+        )
+    beat_once(agent)

@@ -13,6 +13,9 @@ log descriptor, the job's uid and gid) over a socket pair only it and that proce
 says so, and from then on is that replica: the agent wraps its Popen in a ReplicaProcess,
 and stops, fences, reaps and reports it as any other. It serves that replica and exits.
 With no warm process ready, the replica starts cold at once; nothing ever waits for one.
+A job with requirements always starts cold: the warm processes run the node's
+interpreter, its replicas their environment's (workers/node/envs.py), and a pool per
+environment would keep ~250 MiB processes for environments few jobs share.
 
 A keeper thread starts a replacement as soon as one is taken, and replaces any that dies
 waiting. Warm processes that fail (die before or while waiting, refuse a hand-off)

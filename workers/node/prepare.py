@@ -1,4 +1,5 @@
-"""Before a replica's process starts: its code and its input files, from the store.
+"""Before a replica's process starts: its code and its input files, from the store, and
+the environment its requirements install (workers/node/envs.py).
 
 Run on a thread of its own, never on a Celery task's (a 100 MB bundle takes a while, and
 a task must stay short); the agent starts the process when this returns.
@@ -6,6 +7,7 @@ a task must stay short); the agent starts the process when this returns.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from pathlib import Path
@@ -15,8 +17,10 @@ from services.storage.bundles import Limits
 from services.storage.store import ArtifactStore, open_store
 from services.wire.replica import ReplicaSpec
 from workers import layout
-from workers.node import isolation
+from workers.node import envs_build, isolation
 from workers.node.bundle_cache import BundleCache, BundleUnavailable
+from workers.node.environment import agent_marks
+from workers.node.envs import EnvCache
 
 
 class InputUnavailable(BundleUnavailable):
@@ -31,11 +35,19 @@ class Preparer:
         self._lock = threading.Lock()
         self._store: ArtifactStore | None = None
         self._cache: BundleCache | None = None
+        python = settings.REPLICA_PYTHON or sys.executable
+        self.envs = EnvCache(
+            settings.data_dir,
+            python,
+            settings.ENV_CACHE_BYTES,
+            envs_build.build_uid(settings.REPLICA_UID_BASE) if isolation.is_root() else None,
+        )
+        self.envs.marks = agent_marks(settings.node_id, settings.data_dir)
 
     @staticmethod
     def needed(spec: ReplicaSpec) -> bool:
-        """Whether `spec` needs anything fetched before its process starts."""
-        return spec.bundle is not None or bool(spec.inputs)
+        """Whether `spec` needs anything fetched or built before its process starts."""
+        return spec.bundle is not None or bool(spec.inputs) or bool(spec.requirements)
 
     def _open(self) -> tuple[ArtifactStore, BundleCache]:
         with self._lock:
@@ -54,14 +66,33 @@ class Preparer:
                 )
             return self._store, self._cache
 
-    def prepare(self, spec: ReplicaSpec) -> None:
-        """Unpack the bundle into the replica's code directory (as the job's user) and
-        fetch its inputs.
+    def prepare(self, spec: ReplicaSpec) -> str | None:
+        """Unpack the bundle into the replica's code directory (as the job's user), fetch
+        its inputs and build (or reuse) its requirements' environment; returns that
+        environment's interpreter (None: the node's), to `release` once the replica ends.
 
         Raises:
             BundleUnavailable: the bundle cannot be had, or InputUnavailable: an input
-                (the message says why).
+                (the message says why). RequirementsFailed: pip failed (its last lines).
         """
+        self._fetch(spec)
+        if not spec.requirements:
+            return None
+        paths = layout.ReplicaPaths.of(
+            self.settings.data_dir, spec.job_id, spec.attempt, spec.index
+        )
+        # Into the replica's log (the agent ships it live while this runs): the job's
+        # logs say "installing N packages", then pip's own lines.
+        fd = os.open(paths.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        with open(fd, "a", encoding="utf-8", errors="replace") as log_file:
+            return self.envs.ensure(spec.requirements, log_file)
+
+    def release(self, python: str | None) -> None:
+        """The replica that `prepare` returned `python` for has ended (or never started)."""
+        if python is not None:
+            self.envs.release(python)
+
+    def _fetch(self, spec: ReplicaSpec) -> None:
         store, cache = self._open()
         data_dir = self.settings.data_dir
         user = isolation.replica_user(self.settings, spec.job_id)

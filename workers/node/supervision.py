@@ -44,6 +44,7 @@ def watch(agent: Agent, process: ReplicaProcess, shipper: LogShipper | None = No
     code = exit_code_of(returncode)
     with agent.lock:
         agent.processes.pop(process.key, None)
+        agent.preparer.release(agent.interpreters.pop(process.key, None))
         agent.exits.note(process.key, code)  # a beat from now on lists it as exited
         # By uid, not job: two jobs a multiple of REPLICA_UID_RANGE apart share one.
         last_here = user is not None and not any(
@@ -71,7 +72,11 @@ def respawn_in_place(agent: Agent, process: ReplicaProcess, code: int) -> Replic
             with open(process.log_path, "a", encoding="utf-8") as log_file:
                 log_file.write(respawn.log_line(code, number, agent.respawns.budget))
             again = spawn(
-                message, agent.data_dir, agent.python, agent.replica_user(key.job_id), agent.pool
+                message,
+                agent.data_dir,
+                agent.python_of(key),
+                agent.replica_user(key.job_id),
+                agent.pool,
             )
         except Exception:  # noqa: BLE001 - then its exit is reported as it was
             log.exception("could not start %s again", key)
