@@ -17,5 +17,6 @@
     tf_config.py       each replica's role in its gang, and the TF_CONFIG it is told
     watchdog.py        what broke without telling anyone, for the pass to act on
     running_checks.py  running replicas against their beats and limits: lost exits, hangs
+    preparing.py       what a pending replica's agent says it is doing before its start
     hang_reasons.py    how long a replica may be silent, and what its hang is called
 """

@@ -84,6 +84,7 @@ def record_replica_started(
     replica.status = ReplicaStatus.RUNNING
     replica.pid = pid
     replica.started_at = at
+    replica.preparing = ""
     session.flush()
     return replica
 

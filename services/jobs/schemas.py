@@ -126,6 +126,9 @@ class ReplicaRead(BaseModel):
     pid: int | None
     exit_code: int | None
     failure: str = ""
+    preparing: str = Field(
+        "", description="what its agent is doing before its start (installing its packages)"
+    )
     tf_config: dict[str, Any] | None
     started_at: dt.datetime | None
     finished_at: dt.datetime | None

@@ -79,6 +79,31 @@ def transition_job(
     return job
 
 
+def note_job(*, session: Session, job_id: int, attempt: int, reason: str) -> bool:
+    """Record what a job is doing without a change of status (a replica installing its
+    packages while the job is scheduled): an event from its status to the same, in its
+    stream's order like any other. Not for a stale attempt, nor a job that has ended;
+    whether it was recorded."""
+    job = lock_job(session=session, job_id=job_id)
+    if job.attempt != attempt or job.status in TERMINAL_STATUSES:
+        return False
+    marks = stream_marks(session, [job.id])[job.id]
+    session.add(
+        JobEvent(
+            job_id=job.id,
+            attempt=job.attempt,
+            from_status=job.status,
+            to_status=job.status,
+            reason=reason,
+            created_at=utcnow(),
+            metric_mark=marks[0],
+            log_mark=marks[1],
+        )
+    )
+    session.flush()
+    return True
+
+
 def transition_locked(
     *, session: Session, jobs: Sequence[Job], target: JobStatus, reasons: Mapping[int, str]
 ) -> None:

@@ -156,6 +156,8 @@ class Replica(Base):
     log_tail: Mapped[str] = mapped_column(sa.Text, default="")
     # Why Cohort ended it when no exit code tells (lost node, no progress).
     failure: Mapped[str] = mapped_column(sa.Text, default="")
+    # What its agent is doing before its start ("installing 3 packages: ..."); cleared at it.
+    preparing: Mapped[str] = mapped_column(sa.Text, default="")
     progress_at: Mapped[dt.datetime | None]  # last progress heartbeat seen
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     dispatched_at: Mapped[dt.datetime | None]  # last start message sent

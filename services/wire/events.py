@@ -88,12 +88,27 @@ class ReplicaRestarted(Event):
     ts: Seconds
 
 
+@dataclass(frozen=True, config=STRICT)
+class ReplicaPreparing(Event):
+    """An agent is working on a placed replica's start, and says what: `note`, as
+    "installing 3 packages: ..." (workers/node/envs.py). The replica stays pending."""
+
+    KIND: ClassVar[str] = "replica_preparing"
+    node_id: str
+    job_id: Id
+    attempt: Attempt
+    index: Id
+    note: Annotated[str, _clipped(300)]
+    ts: Seconds
+
+
 # What a node reports: signed with its key (services/wire/signing.py), and applied only to
 # replicas that node runs (workers/control/scheduler.py). A `wake` carries nothing to trust.
-NodeEvent = ReplicaStarted | ReplicaExited | ReplicaRestarted
+NodeEvent = ReplicaStarted | ReplicaExited | ReplicaRestarted | ReplicaPreparing
 
 _KINDS: dict[str, type[Event]] = {
-    cls.KIND: cls for cls in (Wake, ReplicaStarted, ReplicaExited, ReplicaRestarted)
+    cls.KIND: cls
+    for cls in (Wake, ReplicaStarted, ReplicaExited, ReplicaRestarted, ReplicaPreparing)
 }
 
 

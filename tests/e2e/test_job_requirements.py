@@ -50,7 +50,11 @@ def lines(client: CohortClient, job_id: int) -> list[str]:
 
 def prepare_seconds(client: CohortClient, job: dict[str, Any]) -> float:
     """From the job's placement to its last replica's start: what preparing took."""
-    (placed,) = [e for e in client.events(job["id"]) if e["to_status"] == "scheduled"]
+    (placed,) = [  # the change to scheduled (its preparing notes stay there)
+        e
+        for e in client.events(job["id"])
+        if e["to_status"] == "scheduled" and e["from_status"] != "scheduled"
+    ]
     started = max(dt.datetime.fromisoformat(r["started_at"]) for r in job["replica_list"])
     return (started - dt.datetime.fromisoformat(placed["created_at"])).total_seconds()
 
@@ -79,7 +83,17 @@ def test_a_gang_imports_its_requirements_and_a_second_job_reuses_them(
     assert first["status"] == "succeeded", failure_of(client, first["id"])
     assert first["requirements"] == [PACKAGE] and first["requirements_count"] == 1
     said = lines(client, first["id"])
-    assert "cohort: installing 1 packages: tabulate==0.9.0" in said
+    assert "cohort: installing 1 package: tabulate==0.9.0" in said
+    # The events (and so the live stream and the dashboard) say what the start waited for:
+    # at least one replica's agent built it; the other's waited for that build or reused it.
+    preparing = [e for e in client.events(first["id"]) if "preparing" in e["reason"]]
+    assert preparing, client.events(first["id"])
+    assert all(
+        e["from_status"] == e["to_status"] == "scheduled"
+        and e["reason"].endswith(" preparing: installing 1 package: tabulate==0.9.0")
+        for e in preparing
+    ), preparing
+    assert all(not r["preparing"] for r in first["replica_list"])  # cleared at the start
     assert sum(line.split() == ["worker", str(i), "sum", "2"] for line in said for i in (0, 1)) == 2
     envs = str(stack.settings.data_dir / "envs")
     interpreters = [line for line in said if line.startswith("interpreter ")]
@@ -93,6 +107,7 @@ def test_a_gang_imports_its_requirements_and_a_second_job_reuses_them(
     assert second["requirements_digest"] == first["requirements_digest"]
     reused = lines(client, second["id"])
     assert not any("Successfully installed" in line for line in reused), reused
+    assert not [e for e in client.events(second["id"]) if "preparing" in e["reason"]]
     assert sum("cohort: using the environment of 1 packages" in line for line in reused) == 2
     cold, warm = prepare_seconds(client, first), prepare_seconds(client, second)
     print(f"prepare: {cold:.2f}s building the environment, {warm:.2f}s reusing it")  # noqa: T201

@@ -58,7 +58,7 @@ def test_the_package_is_not_the_nodes_already() -> None:
 def test_an_environment_has_its_packages_and_the_nodes(tmp_path: Path) -> None:
     envs = cache(tmp_path)
     python, log, took = ensure(envs, [PACKAGE])
-    assert log.startswith("cohort: installing 1 packages: tabulate==0.9.0\n")
+    assert log.startswith("cohort: installing 1 package: tabulate==0.9.0\n")
     assert "Successfully installed tabulate-0.9.0" in log
     script = (
         "import importlib.util as u, tabulate, workers.replica.runner; "
@@ -229,7 +229,7 @@ def test_the_agent_runs_a_replica_in_its_jobs_environment(
     assert done["exit_code"] == 0, done
     log = (tmp_path / "data").rglob("replica-0.log")
     text = "\n".join(path.read_text() for path in log)
-    assert "cohort: installing 1 packages: tabulate==0.9.0" in text and "0.9.0" in text
+    assert "cohort: installing 1 package: tabulate==0.9.0" in text and "0.9.0" in text
     assert f"python {tmp_path / 'data' / 'envs'}" in text
     assert agent.preparer.envs._in_use == {}  # released once the replica ended
 

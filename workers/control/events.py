@@ -8,10 +8,12 @@ from sqlalchemy.orm import Session
 
 from services.cluster import gangs
 from services.cluster.fencing import Fence
+from services.cluster.preparing import record_replica_preparing
 from services.models import Job, utcnow
 from services.wire.events import (
     Event,
     ReplicaExited,
+    ReplicaPreparing,
     ReplicaRestarted,
     ReplicaStarted,
     Wake,
@@ -37,7 +39,7 @@ def trusted_event(fields: dict[str, str], keyring: Keyring) -> Event:
 
 
 def _from_its_node(
-    session: Session, event: ReplicaStarted | ReplicaExited | ReplicaRestarted
+    session: Session, event: ReplicaStarted | ReplicaExited | ReplicaRestarted | ReplicaPreparing
 ) -> None:
     """Refuse a report about a replica from any node but the one SQL placed it on (a
     node's key proves who sent it, not that the replica is its own)."""
@@ -61,18 +63,11 @@ def apply_event(event: Event, fence: Fence) -> list[Message]:
         Refused: the event is about a replica that another node runs.
         Fenced: a newer leader took over; nothing was written.
     """
-    if isinstance(event, ReplicaRestarted):
+    if isinstance(event, ReplicaPreparing | ReplicaRestarted):
         with fence.scope() as session:
             _from_its_node(session, event)
-            gangs.record_replica_restarted(
-                session=session,
-                job_id=event.job_id,
-                attempt=event.attempt,
-                index=event.index,
-                pid=event.pid,
-                restarts=event.restarts,
-            )
-        return []  # the gang goes on: nothing to settle
+            _apply_without_settling(session, event)
+        return []  # the replica stays pending, or runs on: nothing to settle
     if not isinstance(event, ReplicaStarted | ReplicaExited):
         return []  # a `wake` only triggers a pass
     # Timed by the control plane's clock as it applies the event, not by `event.ts` (the
@@ -103,3 +98,26 @@ def apply_event(event: Event, fence: Fence) -> list[Message]:
             return []
         job = session.get(Job, event.job_id)
         return gangs.settle_job(session=session, job=job) if job else []
+
+
+def _apply_without_settling(session: Session, event: ReplicaPreparing | ReplicaRestarted) -> None:
+    """An event that changes no replica's status: a pending replica being prepared (what
+    for), a parameter_server worker started again in place (it stays running)."""
+    if isinstance(event, ReplicaPreparing):
+        record_replica_preparing(
+            session=session,
+            job_id=event.job_id,
+            attempt=event.attempt,
+            index=event.index,
+            node_id=event.node_id,
+            note=event.note,
+        )
+        return
+    gangs.record_replica_restarted(
+        session=session,
+        job_id=event.job_id,
+        attempt=event.attempt,
+        index=event.index,
+        pid=event.pid,
+        restarts=event.restarts,
+    )

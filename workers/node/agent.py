@@ -99,7 +99,7 @@ class Agent:
         # Replicas whose code or inputs are being fetched; set: stopped meanwhile.
         self.preparing: dict[ReplicaKey, threading.Event] = {}
         self.answering: dict[ReplicaKey, int] = {}  # start messages being handled, per key
-        self.preparer = Preparer(settings)
+        self.preparer = Preparer(settings, client, self.node_key)
         # Replicas running in their job's environment (workers/node/envs.py): its python.
         self.interpreters: dict[ReplicaKey, str] = {}
         self.sidecars = Sidecars(settings, client)  # checkpoints, metrics from files

@@ -41,7 +41,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -79,10 +79,14 @@ class EnvCache:
     def interpreter(self, key: str) -> str:
         return str(self.root / key / "bin" / "python")
 
-    def ensure(self, lines: list[str], log_file: IO[str]) -> str:
+    def ensure(
+        self, lines: list[str], log_file: IO[str], announce: Callable[[str], None] | None = None
+    ) -> str:
         """The interpreter of the environment of `lines`, built first if need be (pip's
         output to `log_file`, after a first line saying how many packages). The caller
         `release`s it once its replica has ended; until then it is never evicted.
+        `announce` is told "installing N packages: ..." when it must be built (or waited
+        for: another job's build of it).
 
         Raises:
             RequirementsFailed: pip failed (the message: its last error lines).
@@ -92,18 +96,27 @@ class EnvCache:
         with self._lock:
             self._in_use[key] += 1
         try:
-            self._ensure(key, lines, log_file)
+            self._ensure(key, lines, log_file, announce)
         except BaseException:
             self.release(key)
             raise
         return self.interpreter(key)
 
-    def _ensure(self, key: str, lines: list[str], log_file: IO[str]) -> None:
+    def _ensure(
+        self,
+        key: str,
+        lines: list[str],
+        log_file: IO[str],
+        announce: Callable[[str], None] | None,
+    ) -> None:
         count = package_count(lines)
         done = self.root / key
         if not done.is_dir():
-            log_file.write(f"cohort: installing {count} packages: {', '.join(lines)}\n")
+            note = f"installing {count} package{'s' if count != 1 else ''}: {', '.join(lines)}"
+            log_file.write(f"cohort: {note}\n")
             log_file.flush()
+            if announce is not None:
+                announce(note[:300])
         with self._locked(key):
             if done.is_dir():
                 log_file.write(f"cohort: using the environment of {count} packages ({key})\n")

@@ -7,20 +7,28 @@ a task must stay short); the agent starts the process when this returns.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
+import time
 from pathlib import Path
+
+import redis
 
 from services.settings import Settings
 from services.storage.bundles import Limits
 from services.storage.store import ArtifactStore, open_store
+from services.wire.client import publish_node_event
+from services.wire.events import ReplicaPreparing
 from services.wire.replica import ReplicaSpec
 from workers import layout
 from workers.node import envs_build, isolation
 from workers.node.bundle_cache import BundleCache, BundleUnavailable
 from workers.node.environment import agent_marks
 from workers.node.envs import EnvCache
+
+log = logging.getLogger("cohort.agent")
 
 
 class InputUnavailable(BundleUnavailable):
@@ -30,8 +38,11 @@ class InputUnavailable(BundleUnavailable):
 class Preparer:
     """Fetches what replicas need from the artifact store (opened on first use)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, client: redis.Redis | None = None, node_key: str = ""
+    ) -> None:
         self.settings = settings
+        self._events = client, node_key  # where it says what a start waits for
         self._lock = threading.Lock()
         self._store: ArtifactStore | None = None
         self._cache: BundleCache | None = None
@@ -85,7 +96,23 @@ class Preparer:
         # logs say "installing N packages", then pip's own lines.
         fd = os.open(paths.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         with open(fd, "a", encoding="utf-8", errors="replace") as log_file:
-            return self.envs.ensure(spec.requirements, log_file)
+            return self.envs.ensure(
+                spec.requirements, log_file, lambda note: self._announce(spec, note)
+            )
+
+    def _announce(self, spec: ReplicaSpec, note: str) -> None:
+        """Tell the control plane what replica `spec`'s start waits for: the job view,
+        its events and its live stream show it (services/cluster/preparing.py)."""
+        client, node_key = self._events
+        if client is None:
+            return
+        event = ReplicaPreparing(
+            self.settings.node_id, spec.job_id, spec.attempt, spec.index, note, time.time()
+        )
+        try:
+            publish_node_event(client, event, node_key)
+        except redis.RedisError as exc:  # the start goes on: only the note is lost
+            log.warning("could not say that job %d's replica is %s: %s", spec.job_id, note, exc)
 
     def release(self, python: str | None) -> None:
         """The replica that `prepare` returned `python` for has ended (or never started)."""

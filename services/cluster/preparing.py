@@ -1,0 +1,36 @@
+"""What a placed replica's agent is doing before its start, as it says
+(services/wire/events.py ReplicaPreparing): kept on the pending replica for the job
+view, and recorded as an event of its job (the events list and the job's live stream)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from services.jobs.transitions import note_job
+from services.models import Replica
+from services.statuses import ReplicaStatus
+
+
+def record_replica_preparing(
+    *, session: Session, job_id: int, attempt: int, index: int, node_id: str, note: str
+) -> bool:
+    """Replica (job, attempt, index), pending on `node_id`, is being prepared: `note`.
+    Nothing for a replica no longer pending (a late report); whether it was recorded."""
+    replica = session.execute(
+        sa.select(Replica).where(
+            Replica.job_id == job_id, Replica.attempt == attempt, Replica.index == index
+        )
+    ).scalar_one_or_none()
+    if replica is None or replica.status is not ReplicaStatus.PENDING:
+        return False
+    if not note_job(
+        session=session,
+        job_id=job_id,
+        attempt=attempt,
+        reason=f"replica {index} on {node_id} preparing: {note}",
+    ):
+        return False
+    replica.preparing = note
+    session.flush()
+    return True
