@@ -45,6 +45,7 @@ EVERY_FIELD_SET: dict[str, Any] = {
     "name": "all fields",
     "command": ["python", "train.py"],
     "bundle": "sha256:" + "a" * 64,
+    "image": "localhost/team-tf:1",
     "env": {"LOG_LEVEL": "debug"},
     "inputs": {"train.csv": "data/digits/train.csv"},
     "progress_timeout_seconds": 600,

@@ -245,6 +245,7 @@ class Agent:
                 self.python,
                 self.replica_user(message.spec.job_id),
                 self.pool,
+                self.settings.CONTAINER_ENGINE,
             )
         except CommandNotFound as exc:
             return None, (SPAWN_NOT_FOUND_EXIT, str(exc))

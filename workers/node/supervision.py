@@ -71,7 +71,12 @@ def respawn_in_place(agent: Agent, process: ReplicaProcess, code: int) -> Replic
             with open(process.log_path, "a", encoding="utf-8") as log_file:
                 log_file.write(respawn.log_line(code, number, agent.respawns.budget))
             again = spawn(
-                message, agent.data_dir, agent.python, agent.replica_user(key.job_id), agent.pool
+                message,
+                agent.data_dir,
+                agent.python,
+                agent.replica_user(key.job_id),
+                agent.pool,
+                agent.settings.CONTAINER_ENGINE,
             )
         except Exception:  # noqa: BLE001 - then its exit is reported as it was
             log.exception("could not start %s again", key)
