@@ -8,7 +8,8 @@ fetched beforehand and copied in: the build needs no network).
 - a cancel removes both containers within the grace;
 - an agent SIGKILLed mid-run, with its guards: its containers outlive it, and are gone
   once the next agent has started (found by their labels);
-- an agent SIGKILLed alone: its guards stop the containers without any agent.
+- an agent SIGKILLed alone: its guards stop the containers without any agent;
+- an image the engine cannot find fails the job, the engine's words in its logs.
 """
 
 from __future__ import annotations
@@ -247,3 +248,17 @@ def test_an_agent_killed_alone_has_its_guards_stop_its_containers(
         30,
         "the guards to stop the containers",
     )
+
+
+def test_an_image_the_engine_cannot_find_fails_the_job_saying_so(
+    image_stack: tuple[Stack, CohortClient], tmp_path: Path
+) -> None:
+    stack, client = image_stack
+    missing = "localhost/cohort-test-no-such-image:0"
+    job_id = submit(stack, tmp_path, image_job(missing), code_dir(tmp_path))
+    final = wait_terminal(client, job_id, timeout=120)
+    assert final["status"] == "failed", job_story(client, job_id)
+    said = failure_of(client, job_id)
+    assert "cohort-test-no-such-image" in said, said  # the engine's own message
+    # 125: the engine could not run the container (its gang's other replica is torn down).
+    assert "exited with code 125" in final["reason"], said

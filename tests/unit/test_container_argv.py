@@ -61,6 +61,7 @@ def test_the_argv_runs_the_command_as_the_jobs_user_on_the_hosts_network() -> No
     assert options(argv, "--user") == ["1879048199:1879048199"]
     assert options(argv, "--workdir") == [str(DATA / "jobs/7/attempt-2/replica-1")]
     assert "--no-healthcheck" in argv and options(argv, "--cap-drop") == ["ALL"]
+    assert options(argv, "--log-driver") == ["none"]  # the log is the client's output
     # The command's program is the entrypoint; the image, then its arguments, end the argv.
     assert argv[-5:] == [
         "--entrypoint=python",

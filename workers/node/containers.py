@@ -121,6 +121,9 @@ def run_argv(
     # The image's HEALTHCHECK is an agent's (cohort-worker's), not a replica's; a replica
     # gains no privilege (no setuid) and holds no capability, as a process of its uid.
     argv += ["--no-healthcheck", "--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
+    # Its output is the client's, into the replica's log: the engine keeps no second copy
+    # (one growing without bound on the engine's disk for a chatty job).
+    argv += ["--log-driver", "none"]
     source = str(Path(job_dir).absolute())
     if "," in source:
         raise ValueError(f"a job directory with a ',' cannot be mounted: {source}")
