@@ -5,6 +5,7 @@ fetched beforehand and copied in: the build needs no network).
 
 - a 2-replica MultiWorkerMirrored `command` job whose script imports the package succeeds,
   its output reaches the job's logs, and its model downloads;
+- the built-in trainer runs Cohort's runner from the image, reporting its metrics;
 - a cancel removes both containers within the grace;
 - an agent SIGKILLed mid-run, with its guards: its containers outlive it, and are gone
   once the next agent has started (found by their labels);
@@ -164,6 +165,7 @@ def test_a_two_replica_job_runs_in_its_image_and_its_model_downloads(
     final = wait_terminal(client, job_id, timeout=300)
     assert final["status"] == "succeeded", failure_of(client, job_id)
     assert final["image"] == job_image
+    assert {node["container_engine"] for node in client.nodes()} == {images.engine}
     lines = [line["line"] for line in client.logs(job_id, limit=500)]
     said = [line for line in lines if "ImagePerJob" in line]  # the package ran, in both
     assert len(said) == 2, lines
@@ -175,6 +177,23 @@ def test_a_two_replica_job_runs_in_its_image_and_its_model_downloads(
     assert any(name.endswith("saved_model.pb") for name in names), names
     # --rm: nothing of the job is left on the engine.
     assert containers_of(images.engine, stack.settings.data_dir, job_id) == []
+
+
+def test_a_builtin_trainer_runs_cohorts_runner_from_the_image(
+    job_image: str, image_stack: tuple[Stack, CohortClient]
+) -> None:
+    _, client = image_stack
+    spec = {
+        "image": job_image,
+        "replicas": 2,
+        "hyperparameters": {"epochs": 1, "steps_per_epoch": 5},
+    }
+    job = client.submit(spec)
+    final = wait_terminal(client, job["id"], timeout=300)
+    assert final["status"] == "succeeded", failure_of(client, job["id"])
+    points = client.metrics(job["id"], name=["loss"], limit=1000)  # through its metrics file
+    assert 0 in {p["replica"] for p in points}, points  # the chief reports, at least
+    assert max(p["step"] for p in points) >= 1, points
 
 
 def test_a_cancel_removes_both_containers_within_the_grace(

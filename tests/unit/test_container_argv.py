@@ -133,7 +133,11 @@ def test_podman_gets_its_gpus_as_cdi_devices() -> None:
 
 
 def test_a_trainer_runs_cohorts_runner_from_the_image() -> None:
-    argv = argv_of(message(trainer="mlp_digits", command=None))
+    start = message(trainer="mlp_digits", command=None)
+    env = replica_env(start, ReplicaPaths.of(DATA, 7, 2, 1), container=True)
+    assert env["COHORT_REPLICA_SPEC"] == str(DATA / "jobs/7/attempt-2/replica-1/spec.json")
+    assert "COHORT_AGENT_PID" not in env
+    argv = argv_of(start)
     assert argv[-5:] == [
         "--entrypoint=python",
         "localhost/team-tf:1",

@@ -27,6 +27,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -242,7 +243,7 @@ def stop(container: Container, client: subprocess.Popen[bytes], grace: float) ->
     except subprocess.TimeoutExpired:
         _engine(container.engine, "kill", container.name, timeout=ENGINE_MARGIN)
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(client.pid, 9)
+            os.killpg(client.pid, signal.SIGKILL)
     # `--rm` removes a container that ran; one created but never started stays.
     _engine(container.engine, "rm", "--force", container.name, timeout=ENGINE_MARGIN)
     return client.wait()

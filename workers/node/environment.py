@@ -130,12 +130,13 @@ def replica_env(
         given = [g for g in message.gpu_ids.split(",") if g]
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(given)))
         env["NVIDIA_VISIBLE_DEVICES"] = message.gpu_ids or "void"
-        return env  # no COHORT_AGENT_PID: the agent's pid is not in the container's view
     if message.spec.command is None:
         # The runner (Cohort's own code) reports in the metrics file, like any command,
-        # and stops itself when the agent dies (workers/replica/parent_watch.py).
+        # and stops itself when the agent dies (workers/replica/parent_watch.py); in a
+        # container the agent's pid means nothing, and its guard stops the container.
         env["COHORT_REPLICA_SPEC"] = str(paths.spec_file)
-        env["COHORT_AGENT_PID"] = str(os.getpid())
+        if not container:
+            env["COHORT_AGENT_PID"] = str(os.getpid())
     return env
 
 
