@@ -112,6 +112,10 @@ class Settings(BaseSettings):
     # namespace with a tmpfs on each: workers/private_tmp.py) where the node allows it
     # (CAP_SYS_ADMIN: not in a container started without it); false: the node's own.
     REPLICA_PRIVATE_TMP: bool = True
+    # The container engine that runs the replicas of jobs with an `image`
+    # (workers/node/containers.py): "docker" or "podman", its CLI on PATH; "": none, and
+    # the node takes no such job. The node advertises it in its heartbeat.
+    CONTAINER_ENGINE: Literal["", "docker", "podman"] = ""
     # Where a job sets no placement policy: "pack" (fewest nodes) or "spread".
     PLACEMENT_POLICY: Literal["pack", "spread"] = "pack"
 

@@ -34,6 +34,7 @@ def read_nodes(session: SessionDep, token: TokenDep) -> list[NodeRead]:
                 free_gpus=len(set(gpu_ids) - used_gpus),
                 replicas=mine,
                 gpu_devices=[GpuRead(**gpu) for gpu in nodes.node_gpus(node)],
+                container_engine=node.container_engine,
             )
         )
     return out

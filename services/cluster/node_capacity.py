@@ -24,6 +24,7 @@ PLACED_NODE_COLUMNS = (
     Node.gpu_ids,
     Node.port_space,
     Node.busy_ports,
+    Node.container_engine,
 )
 
 
@@ -65,7 +66,7 @@ def read_capacity(*, session: Session) -> tuple[list[NodeCapacity], dict[str, se
     # Nodes on one network stack (several agents on one host) draw from one set of
     # ports: the same set object, so a port chosen for one is taken for all of them.
     spaces: dict[str, set[int]] = {}
-    for node_id, address, slots, gpus, gpu_ids, port_space, busy_ports in nodes:
+    for node_id, address, slots, gpus, gpu_ids, port_space, busy_ports, engine in nodes:
         held = used_gpus.get(node_id, ())
         capacity.append(
             NodeCapacity(
@@ -75,6 +76,7 @@ def read_capacity(*, session: Session) -> tuple[list[NodeCapacity], dict[str, se
                 free_slots=max(0, slots - used_slots.get(node_id, 0)),
                 gpus=gpus,
                 free_gpus=tuple(g for g in offered_gpus(gpu_ids, gpus) if g not in held),
+                engine=engine,
             )
         )
         shared = spaces.setdefault(port_space or f"address:{address}", set())

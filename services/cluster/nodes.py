@@ -41,6 +41,7 @@ class Heartbeat:
     port_space: str = ""  # the agent's network stack (workers/node/ports.py): shared ports
     gpu_models: tuple[tuple[str, int], ...] = ()  # (model, MiB) per id of gpu_ids
     inventory_pending: bool = False  # the agent does not know its GPUs yet: not placed on
+    container_engine: str = ""  # what runs image jobs' replicas there ("": none)
     # The beat was written after this time (the control plane's read before the one that
     # saw it); None when its age is unknown (there at a leader's first read): no news.
     after: dt.datetime | None = None
@@ -73,6 +74,7 @@ def heartbeat_of(beat: NodeHeartbeat, heard: Heard) -> Heartbeat:
         port_space=beat.port_space,
         gpu_models=beat.gpu_models,
         inventory_pending=beat.inventory_pending,
+        container_engine=beat.container_engine,
     )
 
 
@@ -129,6 +131,7 @@ _BEAT_FIELDS = (
     "busy_ports",
     "port_space",
     "gpu_inventory",
+    "container_engine",
     "status",
 )
 
@@ -218,6 +221,7 @@ def _new_node(beat: Heartbeat) -> Node:
         busy_ports=_join(beat.busy_ports),
         port_space=beat.port_space,
         gpu_inventory=gpu_inventory(beat),
+        container_engine=beat.container_engine,
     )
 
 
@@ -240,6 +244,7 @@ def _changes(current: dict[str, Any], beat: Heartbeat) -> dict[str, Any]:
         "busy_ports": _join(beat.busy_ports),
         "port_space": beat.port_space,
         "gpu_inventory": gpu_inventory(beat),
+        "container_engine": beat.container_engine,
     }
     # A beat of unknown age (a new leader's first read) gives a live node one more
     # NODE_TIMEOUT; only a beat written while the control plane watched revives a

@@ -28,6 +28,9 @@ The rule:
   holds it, else fills the fullest nodes first: the fewest nodes, and big holes
   stay whole for big jobs. `spread` puts one replica per node on as many nodes
   as possible, the emptiest first.
+* A job with an `image` goes only to nodes whose agent has a container engine, and
+  waits with NO_ENGINE while no ready node has one; what it holds back when blocked is
+  those nodes' capacity only.
 
 Cost: one sort of the queue (per priority and project; where several projects share a
 priority, a heap of them: log P per job), then per job a walk over at most one bucket per
@@ -50,6 +53,7 @@ from services.cluster.placement_roles import GangPart, choose_parts
 PACK, SPREAD = "pack", "spread"
 UNSCHEDULABLE = "unschedulable: "  # how the reason of a job no cluster this size fits starts
 POLICIES = (PACK, SPREAD)
+NO_ENGINE = "waiting: no ready node runs containers (an agent needs COHORT_CONTAINER_ENGINE)"
 CPU, GPU = "cpu", "gpu"
 
 
@@ -63,6 +67,7 @@ class NodeCapacity:
     free_slots: int
     gpus: int = 0  # GPUs in total
     free_gpus: tuple[int, ...] = ()  # ids of the free GPUs
+    engine: str = ""  # its agent's container engine ("": takes no job with an `image`)
 
 
 class GangRequest(NamedTuple):
@@ -79,6 +84,7 @@ class GangRequest(NamedTuple):
     # Parts with constraints (a parameter_server gang: placement_roles.py); empty: the
     # whole gang is one part of interchangeable replicas.
     parts: tuple[GangPart, ...] = ()
+    container: bool = False  # the job has an `image`: nodes with an engine only
 
     @property
     def kind(self) -> str:
@@ -138,9 +144,12 @@ class _Cluster:
         self.free_units = {kind: pool.units for kind, pool in self.pools.items()}
         self.total_units = {kind: sum(t.values()) for kind, t in self.totals.items()}
         self.largest = {kind: max(t.values(), default=0) for kind, t in self.totals.items()}
-        self._empty: dict[tuple[str, int], list[int]] = {}
-        self._fits: dict[tuple[str, int, str, tuple[GangPart, ...]], bool] = {}
-        self._empty_pools: dict[str, Pool] = {}
+        # Nodes that take no job with an `image`: withdrawn while one is placed.
+        self.engineless = [n.id for n in nodes if not n.engine]
+        self.any_engine = len(self.engineless) < len(nodes)
+        self._empty: dict[tuple[str, int, bool], list[int]] = {}
+        self._fits: dict[tuple[str, int, str, tuple[GangPart, ...], bool], bool] = {}
+        self._empty_pools: dict[tuple[str, bool], Pool] = {}
         # Reservations: nodes by total capacity, largest first; every node whose
         # total is >= the smallest per-replica need of a blocked job is held.
         # reverse=True keeps equal totals in node order, as a sort by -total does.
@@ -149,16 +158,35 @@ class _Cluster:
         }
         self._held_upto = {CPU: 0, GPU: 0}
 
-    def empty_rooms(self, kind: str, per: int) -> list[int]:
+    def totals_for(self, kind: str, container: bool) -> dict[str, int]:
+        """Each node's total of `kind`; for a job with an image, of nodes with an engine."""
+        totals = self.totals[kind]
+        if not container:
+            return totals
+        return {n: t for n, t in totals.items() if self.nodes[n].engine}
+
+    def empty_rooms(self, kind: str, per: int, container: bool = False) -> list[int]:
         """Prefix sums of replicas-that-fit per node on an empty cluster, largest first."""
-        key = (kind, per)
+        key = (kind, per, container)
         if key not in self._empty:
-            rooms = sorted((t // per for t in self.totals[kind].values()), reverse=True)
+            totals = self.totals_for(kind, container).values()
+            rooms = sorted((t // per for t in totals), reverse=True)
             self._empty[key] = list(accumulate(r for r in rooms if r))
         return self._empty[key]
 
-    def reserve(self, kind: str, per: int) -> None:
-        """Withhold from later jobs every node that could host a replica of `per` units."""
+    def withdraw_engineless(self, pool: Pool) -> dict[str, int]:
+        """Take the nodes without an engine out of `pool`; what `give_back` returns."""
+        taken = {node_id: pool.remove(node_id) for node_id in self.engineless}
+        return {node_id: units for node_id, units in taken.items() if units}
+
+    def reserve(self, kind: str, per: int, container: bool = False) -> None:
+        """Withhold from later jobs every node that could host a replica of `per` units
+        (of a job with an image: every such node with an engine)."""
+        if container:
+            for node_id, total in self.totals_for(kind, True).items():
+                if total >= per:
+                    self.pools[kind].remove(node_id)
+            return
         order, totals, pool = self._by_total[kind], self.totals[kind], self.pools[kind]
         i = self._held_upto[kind]
         while i < len(order) and totals[order[i]] >= per:
@@ -170,12 +198,13 @@ class _Cluster:
         """Whether a gang's parts fit the whole cluster, empty (else it is unschedulable)."""
         # Gangs of the same shape have the same answer; one pool of the empty cluster
         # serves every shape (choose_parts gives back what it borrows).
-        key = (kind, per, request.policy, request.parts)
+        key = (kind, per, request.policy, request.parts, request.container)
         if key not in self._fits:
-            if kind not in self._empty_pools:
-                self._empty_pools[kind] = Pool(dict(self.totals[kind]))
+            empty = (kind, request.container)
+            if empty not in self._empty_pools:
+                self._empty_pools[empty] = Pool(dict(self.totals_for(kind, request.container)))
             self._fits[key] = (
-                choose_parts(self._empty_pools[kind], request.parts, per, request.policy == SPREAD)
+                choose_parts(self._empty_pools[empty], request.parts, per, request.policy == SPREAD)
                 is not None
             )
         return self._fits[key]
@@ -229,20 +258,24 @@ def place(
         # Locals, not properties: this loop runs once per queued job.
         per = request.gpus_per_replica or 1
         kind = GPU if request.gpus_per_replica else CPU
-        rooms = cluster.empty_rooms(kind, per)
+        rooms = cluster.empty_rooms(kind, per, request.container)
         why = _unschedulable(cluster, request, kind, per, rooms) or fair.quota_wait(request)
         if why is not None:
             result.wait(request.job_id, why)
             continue
         pool = cluster.pools[kind]
+        # A job with an image sees the nodes with an engine only (given back below).
+        withdrawn = cluster.withdraw_engineless(pool) if request.container else {}
         parts, chosen = None, None
         if not request.parts:
             chosen = choose(pool, request.replicas, per, request.policy == SPREAD)
         elif pool.units >= request.replicas * per:
             parts = choose_parts(pool, request.parts, per, request.policy == SPREAD)
+        for node_id, units in withdrawn.items():
+            pool.give(node_id, units)
         if chosen is None and parts is None:
             result.wait(request.job_id, _blocked(cluster, request, kind, rooms, first_blocked))
-            cluster.reserve(kind, per)
+            cluster.reserve(kind, per, request.container)
             continue
         if parts is not None:
             result.assignments[request.job_id] = cluster.commit_parts(request, kind, per, parts)
@@ -263,14 +296,18 @@ def _unschedulable(
     cluster: _Cluster, request: GangRequest, kind: str, per: int, rooms: list[int]
 ) -> str | None:
     """Why the job can never be placed, even on the empty cluster; None if it can."""
+    if request.container and not cluster.any_engine:
+        return NO_ENGINE
     if (
         rooms
         and rooms[-1] >= request.replicas
         and not (request.parts and not cluster.parts_fit_empty(request, kind, per))
     ):
         return None
-    total, per_node = cluster.total_units[kind], cluster.largest[kind]
-    detail = f"the cluster has {total} {_unit(kind)}"
+    totals = cluster.totals_for(kind, request.container).values()
+    total, per_node = sum(totals), max(totals, default=0)
+    where = "the nodes that run containers have" if request.container else "the cluster has"
+    detail = f"{where} {total} {_unit(kind)}"
     if request.gpus_per_replica and total >= request.replicas * per:
         detail += f", at most {per_node} on one node"
     return f"{UNSCHEDULABLE}needs {request.describe_need()}, {detail}"

@@ -110,6 +110,7 @@ _QUEUE_COLUMNS = (
     Job.project_id,
     Job.not_before,
     Job.reason,
+    Job.image,
 )
 
 
@@ -169,6 +170,7 @@ def _place_all(
                 policy=job.placement or settings.PLACEMENT_POLICY,
                 parts=ps_parts(job.roles, job.role_placement) if job.roles else (),
                 project=job.project_id,
+                container=job.image is not None,
             )
             for job in ready
         ]

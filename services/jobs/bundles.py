@@ -194,12 +194,29 @@ def job_requirements(
     *, job_in: JobCreate, settings: Settings, store: ArtifactStore | None, bundle_pending: bool
 ) -> list[str]:
     """The normalised requirement lines a submission's environment installs: its `pip`
-    (checked by the schema already), or its bundle's requirements.txt (not both).
+    (checked by the schema already), or its bundle's requirements.txt (not both); none
+    for a job with an `image`, whose packages are the image's.
 
     Raises:
-        InvalidJobSpec: requirements.txt and `pip` both given, or a line of it refused.
+        InvalidJobSpec: requirements.txt and `pip` both given, or a line of it refused,
+            or requirements for a job with an `image`.
         InvalidBundle: requirements.txt is not a file, or too large.
     """
+    lines = _requirement_lines(job_in, settings, store, bundle_pending)
+    if lines and job_in.image is not None:
+        given = "`pip`" if job_in.pip else f"the bundle's {REQUIREMENTS_FILE}"
+        raise InvalidJobSpec(
+            "image",
+            f"a job with an `image` runs the image's packages, and {given} asks for more: "
+            "install them in the image (`RUN python -m pip install ...` in its Dockerfile), "
+            f"or drop `image` to have the node install them",
+        )
+    return lines
+
+
+def _requirement_lines(
+    job_in: JobCreate, settings: Settings, store: ArtifactStore | None, bundle_pending: bool
+) -> list[str]:
     if job_in.bundle is None or bundle_pending:
         return list(job_in.pip)
     found = read_bundle_file(

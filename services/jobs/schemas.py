@@ -22,7 +22,7 @@ from services.jobs.spec_parts import Hyperparameters
 from services.jobs.trainers import BUILTIN_TRAINERS
 from services.statuses import JobStatus, NodeStatus, ReplicaStatus
 from services.storage.keys import bundle_digest_hex
-from services.wire.policy import check_command, check_env, check_inputs
+from services.wire.policy import check_command, check_env, check_image, check_inputs
 from services.wire.requirements import (
     RequirementRefused,
     normalise_requirements,
@@ -68,6 +68,11 @@ class JobCreate(JobSpec):
     @classmethod
     def _command_argv(cls, value: list[str] | None) -> list[str] | None:
         return None if value is None else check_command(value)
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, value: str | None) -> str | None:
+        return None if value is None else check_image(value)
 
     @field_validator("env")
     @classmethod
@@ -327,4 +332,7 @@ class NodeRead(BaseModel):
     gpu_devices: list[GpuRead] = Field(default_factory=list)
     replicas: list[str] = Field(
         default_factory=list, description="live replicas here: 'job/attempt/index'"
+    )
+    container_engine: str = Field(
+        "", description="docker or podman: runs jobs with an `image`; empty: none"
     )

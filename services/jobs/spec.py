@@ -64,6 +64,14 @@ class JobSpec(BaseModel):
         description="the code bundle (`sha256:<hex>`) unpacked into each replica's "
         "working directory; upload it with PUT /api/v1/bundles/{digest}",
     )
+    image: str | None = Field(
+        None,
+        max_length=255,
+        examples=["localhost/team-tf:1"],
+        description="run each replica as a container of this image (built FROM "
+        "cohort-worker) on a node whose agent has a container engine; unset: a process "
+        "on the node's own interpreter",
+    )
     env: dict[str, str] = Field(
         default_factory=dict,
         examples=[{"LOG_LEVEL": "debug"}],

@@ -45,6 +45,8 @@ class Job(Base):
     command: Mapped[list[str] | None] = mapped_column(sa.JSON)
     # The code bundle ("sha256:<hex>") unpacked into each replica's working directory.
     bundle: Mapped[str | None] = mapped_column(sa.String(71))
+    # An image reference: the replicas run as its containers (NULL: as processes).
+    image: Mapped[str | None] = mapped_column(sa.String(255))
     env: Mapped[dict[str, Any]] = mapped_column(default=dict)  # NAME -> value, validated
     # Requirement lines as the job gave them in `pip` (normalised: services/wire/requirements.py).
     pip: Mapped[list[str]] = mapped_column(sa.JSON, default=list)
@@ -208,3 +210,6 @@ class Node(Base):
     # Per GPU offered, in gpu_ids' order: [{"index", "name", "memory_mb"}] (what the
     # nodes API and the cluster page show).
     gpu_inventory: Mapped[list[dict[str, Any]]] = mapped_column(sa.JSON, default=list)
+    # The container engine its agent runs image jobs' replicas with ("docker", "podman");
+    # "": none, and placement puts no job with an `image` here.
+    container_engine: Mapped[str] = mapped_column(sa.String(16), default="")

@@ -153,3 +153,6 @@ class NodeHeartbeat(Contract):
     # `gpus` says nothing, and the node is not offered to the placer. An agent that
     # does not send it has always known.
     inventory_pending: bool = False
+    # The container engine image jobs' replicas run with here (COHORT_CONTAINER_ENGINE:
+    # "docker" or "podman"); "": none, and no job with an `image` is placed here.
+    container_engine: Annotated[str, _clipped(16)] = ""

@@ -1,6 +1,6 @@
 """Checks on the parts of a job spec that reach a replica's process: its argv, its
-environment and the names of its input files. Plain functions in the wire room, so the api
-(services/jobs/schemas.py) and the node agent (workers/node/admission.py, on every start
+environment, the names of its input files and its image. Plain functions in the wire room,
+so the api (services/jobs/schemas.py) and the node agent (workers/node/admission.py, on every start
 message it receives) apply the same rules."""
 
 from __future__ import annotations
@@ -20,6 +20,18 @@ MAX_COMMAND_ARG = 4096
 MAX_INPUTS = 32
 MAX_INPUT_NAME = 100
 _INPUT_NAME_BAD = re.compile(r"[/\\\x00-\x1f\x7f]")
+# An image reference as docker's and podman's reference grammar spells it
+# (distribution/reference): [registry[:port]/]path[:tag][@digest]. Nothing else gets
+# through, so no shell character, space or leading '-' (an option) reaches the engine.
+_IMAGE_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_IMAGE_DOMAIN = rf"{_IMAGE_LABEL}(?:\.{_IMAGE_LABEL})*"
+_IMAGE_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REFERENCE = re.compile(
+    rf"(?:{_IMAGE_DOMAIN}(?::[0-9]{{1,5}})?/)?{_IMAGE_PATH}(?:/{_IMAGE_PATH})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,128})?"
+)
+MAX_IMAGE_REFERENCE = 255
 
 
 def check_command(argv: list[str]) -> list[str]:
@@ -107,3 +119,18 @@ def check_inputs(inputs: dict[str, str]) -> dict[str, str]:
         except InvalidKey as exc:
             raise ValueError(f"input {name!r}: {exc}") from exc
     return inputs
+
+
+def check_image(reference: str) -> str:
+    """Return `reference` if it is an image reference, e.g. `localhost/team-tf:1`.
+
+    Raises:
+        ValueError: saying what an image reference looks like.
+    """
+    if len(reference) > MAX_IMAGE_REFERENCE or not IMAGE_REFERENCE.fullmatch(reference):
+        raise ValueError(
+            f"{reference[:80]!r} is not an image reference: give NAME[:TAG] or "
+            "NAME@sha256:DIGEST, e.g. 'localhost/team-tf:1' (lowercase path; letters, "
+            "digits, '.', '_', '-' and '/'; no spaces or shell characters)"
+        )
+    return reference

@@ -20,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, mo
 from pydantic.dataclasses import dataclass
 
 from services.wire.contract import STRICT, Attempt, Contract, Id
+from services.wire.policy import check_image
 
 Strategy = Literal["multi_worker_mirrored", "mirrored", "one_device", "parameter_server"]
 # A process's part in its gang. Every strategy but parameter_server runs `worker`s only.
@@ -113,6 +114,9 @@ class ReplicaSpec(Contract):
     # The job's code bundle (sha256 digest), unpacked into the replica's work_dir/code.
     bundle: Annotated[str, Field(pattern=r"^(sha256:)?[0-9a-f]{64}$")] | None = None
     command: list[str] | None = None  # argv, never through a shell
+    # None: a process on the node's interpreter; else a container of this image
+    # (workers/node/containers.py), checked again here as the agent decodes it.
+    image: Annotated[str, AfterValidator(check_image)] | None = None
     env: dict[str, str] = Field(default_factory=dict)  # the job's own variables
     # Local file name -> full store key, fetched into the job's input directory.
     inputs: dict[str, str] = Field(default_factory=dict)

@@ -52,6 +52,7 @@ EVERY_FIELD_SET: dict[str, Any] = {
     "name": "all fields",
     "command": ["python", "train.py"],
     "bundle": "sha256:" + "a" * 64,
+    "image": "localhost/team-tf:1",
     "env": {"LOG_LEVEL": "debug"},
     "inputs": {"train.csv": "data/digits/train.csv"},
     "pip": ["tabulate==0.9.0"],

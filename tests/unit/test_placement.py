@@ -1,5 +1,12 @@
 from services.cluster.fair_share import ProjectState
-from services.cluster.placement import GangRequest, NodeCapacity, pick_ports, place
+from services.cluster.placement import (
+    NO_ENGINE,
+    UNSCHEDULABLE,
+    GangRequest,
+    NodeCapacity,
+    pick_ports,
+    place,
+)
 
 
 def node(
@@ -179,3 +186,46 @@ def test_running_quotas_make_a_job_wait_with_the_reason() -> None:
     assert result.waiting[3] == "project quota: 2 of 3 GPUs in use"
     assert list(result.assignments) == [4]  # a CPU job is not held by the GPU quota
     assert result.positions == {1: 1, 2: 2, 3: 3}
+
+
+# -- jobs with an image: nodes whose agent has a container engine only ------------------
+
+
+def test_a_job_with_an_image_goes_only_to_a_node_with_an_engine() -> None:
+    nodes = [
+        NodeCapacity("plain", "10.0.0.1", 4, 4),
+        NodeCapacity("box", "10.0.0.2", 2, 2, engine="docker"),
+    ]
+    result = place([GangRequest(1, 2, container=True), GangRequest(2, 2)], nodes)
+    assert [p.node_id for p in result.assignments[1]] == ["box", "box"]
+    assert [p.node_id for p in result.assignments[2]] == ["plain", "plain"]
+
+
+def test_a_job_with_an_image_waits_saying_why_while_no_node_has_an_engine() -> None:
+    nodes = [NodeCapacity("plain", "10.0.0.1", 4, 4)]
+    result = place([GangRequest(1, 2, container=True), GangRequest(2, 2)], nodes)
+    assert result.waiting == {1: NO_ENGINE}
+    assert "COHORT_CONTAINER_ENGINE" in NO_ENGINE
+    assert [p.node_id for p in result.assignments[2]] == ["plain", "plain"]  # blocks nobody
+
+
+def test_a_job_with_an_image_too_big_for_the_engine_nodes_is_unschedulable() -> None:
+    nodes = [
+        NodeCapacity("plain", "10.0.0.1", 8, 8),
+        NodeCapacity("box", "10.0.0.2", 2, 2, engine="podman"),
+    ]
+    result = place([GangRequest(1, 4, container=True)], nodes)
+    assert result.waiting[1].startswith(UNSCHEDULABLE)
+    assert "the nodes that run containers have 2 CPU slots" in result.waiting[1]
+
+
+def test_a_blocked_job_with_an_image_holds_back_only_the_engine_nodes() -> None:
+    nodes = [
+        NodeCapacity("plain", "10.0.0.1", 2, 2),
+        NodeCapacity("box", "10.0.0.2", 2, 1, engine="docker"),
+    ]
+    result = place([GangRequest(1, 2, container=True), GangRequest(2, 1), GangRequest(3, 2)], nodes)
+    assert 1 in result.waiting
+    # What the image job can never use is not held for it; what it can is.
+    assert [p.node_id for p in result.assignments[2]] == ["plain"]
+    assert 3 in result.waiting and 3 not in result.assignments

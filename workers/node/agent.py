@@ -100,8 +100,7 @@ class Agent:
         self.preparing: dict[ReplicaKey, threading.Event] = {}
         self.answering: dict[ReplicaKey, int] = {}  # start messages being handled, per key
         self.preparer = Preparer(settings, client, self.node_key)
-        # Replicas running in their job's environment (workers/node/envs.py): its python.
-        self.interpreters: dict[ReplicaKey, str] = {}
+        self.interpreters: dict[ReplicaKey, str] = {}  # a job environment's python (envs.py)
         self.sidecars = Sidecars(settings, client)  # checkpoints, metrics from files
         # Ended replicas' senders, for a wipe of Redis just after an end (workers/node/replay.py).
         self.ended = AfterEnd()
@@ -233,6 +232,7 @@ class Agent:
                 self.python_of(key),
                 self.replica_user(key.job_id),
                 self.pool,
+                self.settings.CONTAINER_ENGINE,
             )
         except CommandNotFound as exc:
             return None, (SPAWN_NOT_FOUND_EXIT, str(exc))

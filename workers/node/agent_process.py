@@ -15,7 +15,7 @@ from services.settings import Settings, get_settings
 from services.wire import acl
 from services.wire.client import get_redis
 from services.wire.keys import node_queue
-from workers.node import data_dir_lock, isolation, leftovers, ports
+from workers.node import containers, data_dir_lock, isolation, leftovers, ports
 from workers.node.agent import Agent
 
 if TYPE_CHECKING:
@@ -90,6 +90,8 @@ def _claim_node(settings: Settings) -> None:
     # node still does (a frozen replica would outlive its guard's SIGTERM for seconds while
     # the scheduler, told the node runs nothing, places its gang again).
     leftovers.end_predecessors(settings.node_id, settings.data_dir)
+    # And its containers, found by their labels (workers/node/containers.py).
+    containers.remove_leftovers(settings.CONTAINER_ENGINE, settings.node_id, settings.data_dir)
 
 
 def _node_worker(app: Celery, node_id: str) -> Any:

@@ -92,10 +92,12 @@ def contract_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
     return env
 
 
-def _node_env(home: Path, tmp: Path) -> dict[str, str]:
-    """What every process the agent starts for replicas gets before the job's own part."""
-    env = inherited_env(dict(os.environ))
-    env.setdefault("PATH", os.defpath)
+def _node_env(home: Path, tmp: Path, inherit: bool = True) -> dict[str, str]:
+    """What every process the agent starts for replicas gets before the job's own part
+    (`inherit`: the node's variables too; a container has its image's PATH and libraries)."""
+    env = inherited_env(dict(os.environ)) if inherit else {}
+    if inherit:
+        env.setdefault("PATH", os.defpath)
     env["HOME"] = str(home)
     env["TMPDIR"] = str(tmp)
     # Keras 3's fit() breaks under MultiWorkerMirroredStrategy; tf-keras works. A job
@@ -104,12 +106,16 @@ def _node_env(home: Path, tmp: Path) -> dict[str, str]:
     return env
 
 
-def replica_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
+def replica_env(
+    message: StartReplica, paths: ReplicaPaths, container: bool = False
+) -> dict[str, str]:
     """The whole environment of a replica process: what it inherits from the node, the
-    job's own `env`, then Cohort's contract (which the job's names can never shadow)."""
+    job's own `env`, then Cohort's contract (which the job's names can never shadow).
+    In a `container` (workers/node/containers.py) nothing of the node's: the image has
+    its own PATH and libraries, and the engine gives it only the GPUs it was given."""
     # Its own directory as HOME (caches such as ~/.keras land there, not in the agent's
     # home) and the job's scratch as TMPDIR (never a /tmp other jobs share).
-    env = _node_env(paths.work_dir, paths.tmp_dir)
+    env = _node_env(paths.work_dir, paths.tmp_dir, inherit=not container)
     env.update(message.spec.env)
     env.update(contract_env(message, paths))
     env["PYTHONUNBUFFERED"] = "1"
@@ -117,11 +123,20 @@ def replica_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
     # first unless told otherwise, and would hand the replica another card.
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["CUDA_VISIBLE_DEVICES"] = message.gpu_ids
+    if container:
+        # The engine hands the container only its GPUs, which CUDA numbers from 0 there;
+        # none at all (an image's NVIDIA_VISIBLE_DEVICES=all) for a CPU replica.
+        # A job's own NVIDIA_VISIBLE_DEVICES would reach past them: the given ids win.
+        given = [g for g in message.gpu_ids.split(",") if g]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(given)))
+        env["NVIDIA_VISIBLE_DEVICES"] = message.gpu_ids or "void"
     if message.spec.command is None:
         # The runner (Cohort's own code) reports in the metrics file, like any command,
-        # and stops itself when the agent dies (workers/replica/parent_watch.py).
+        # and stops itself when the agent dies (workers/replica/parent_watch.py); in a
+        # container the agent's pid means nothing, and its guard stops the container.
         env["COHORT_REPLICA_SPEC"] = str(paths.spec_file)
-        env["COHORT_AGENT_PID"] = str(os.getpid())
+        if not container:
+            env["COHORT_AGENT_PID"] = str(os.getpid())
     return env
 
 
@@ -170,6 +185,7 @@ def warm_servable(spec: ReplicaSpec) -> bool:
     return (
         spec.command is None
         and not spec.requirements
+        and spec.image is None  # a container of its own image, started cold
         and not any(name.startswith(_READ_AT_IMPORT) for name in spec.env)
     )
 

@@ -8,7 +8,12 @@ the program as its child (same group, same environment), waits for it and exits 
 status (128+N for a signal, as a shell reports it); if its parent changes (the agent is
 gone) it stops the group: SIGTERM, then SIGKILL after a grace period. SIGTERM from the
 agent reaches the whole group, the program included; the guard itself only waits.
-Standard library only: it starts in milliseconds and imports nothing of Cohort's.
+Standard library only: it starts in milliseconds and imports nothing of Cohort's (the
+agent runs it by its file for a container, so the guard is the agent's own).
+
+`--container ENGINE NAME`: the program is the engine's client running container NAME
+(workers/node/containers.py), which a signal to the client does not stop for certain:
+when the agent is gone the guard has the engine stop it (SIGTERM, SIGKILL after the grace).
 """
 
 from __future__ import annotations
@@ -36,10 +41,28 @@ def _stop_group(child: subprocess.Popen[bytes]) -> int:
         return 137
 
 
+def _stop_container(child: subprocess.Popen[bytes], engine: str, name: str) -> int:
+    grace = str(int(GRACE_SECONDS))
+    try:
+        subprocess.run(  # noqa: S603 - an argv, never a shell
+            [engine, "stop", "--time", grace, name],
+            capture_output=True,
+            timeout=GRACE_SECONDS + 60,
+            check=False,
+        )
+        return _status(child.wait(timeout=GRACE_SECONDS))
+    except (OSError, subprocess.TimeoutExpired):
+        return _stop_group(child)
+
+
 def main(argv: list[str]) -> int:
+    container: list[str] = []
+    if len(argv) > 3 and argv[1] == "--container":
+        container, argv = argv[2:4], [argv[0], *argv[4:]]
     if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
         print(  # noqa: T201
-            "usage: python -m workers.node.guard AGENT_PID -- PROGRAM [ARGS...]",
+            "usage: python -m workers.node.guard AGENT_PID [--container ENGINE NAME] "
+            "-- PROGRAM [ARGS...]",
             file=sys.stderr,
         )
         return 2
@@ -58,7 +81,7 @@ def main(argv: list[str]) -> int:
             pass
         if os.getppid() != agent_pid:
             print(f"cohort: agent {agent_pid} is gone; stopping", file=sys.stderr)  # noqa: T201
-            return _stop_group(child)
+            return _stop_container(child, *container) if container else _stop_group(child)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ def _beat(agent: Agent) -> None:
         ),
         port_space=ports.port_space(),
         inventory_pending=pending,
+        container_engine=agent.settings.CONTAINER_ENGINE,
     )
     sealed = seal(
         agent.node_key, purpose=HEARTBEAT, node_id=agent.node_id, body=beat.encode(), now=now

@@ -20,7 +20,7 @@ from services.data_dir import write_private
 from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
 from workers import handoff
 from workers.layout import ReplicaPaths
-from workers.node import isolation
+from workers.node import containers, isolation
 from workers.node.environment import replica_env, resolve_argv, warm_servable
 from workers.node.isolation import ReplicaUser
 from workers.node.log_text import screen_text
@@ -49,11 +49,17 @@ class ReplicaProcess:
     started_at: float
     stop_requested: threading.Event = field(default_factory=threading.Event)
     warm: bool = False  # a warm process of the pool was handed it (workers/node/pool.py)
+    # A job with an image: `popen` is its engine client's guard (workers/node/containers.py).
+    container: containers.Container | None = None
 
     def stop(self, grace_seconds: float) -> None:
-        """SIGTERM the replica's process group, SIGKILL it after the grace period."""
+        """SIGTERM the replica's process group (its container), SIGKILL it after the grace
+        period."""
         self.stop_requested.set()
-        stop_process_group(self.popen, grace_seconds)
+        if self.container is not None:
+            containers.stop(self.container, self.popen, grace_seconds)
+        else:
+            stop_process_group(self.popen, grace_seconds)
 
 
 def write_spec(path: Path, launch: ReplicaLaunch) -> None:
@@ -87,17 +93,21 @@ def spawn(
     python: str,
     user: ReplicaUser | None,
     pool: ReplicaPool | None = None,
+    engine: str = "",
 ) -> ReplicaProcess:
     """Start the replica's process in its own process group, as `user` (None: as the
     agent), output to its log file; raises OSError if it cannot be started
     (CommandNotFound: the job's command is not on this node), or its spec not written.
     A `trainer` replica is handed to a warm process of `pool` if one is ready (the same
-    environment, directory, log and user), else started cold."""
+    environment, directory, log and user), else started cold. A job's `image`: a
+    container of it, through `engine` (workers/node/containers.py)."""
     key = ReplicaKey.of(message.spec)
     paths = ReplicaPaths.of(data_dir, key.job_id, key.attempt, key.index)
     _write_inputs(message, paths, user)
-    env = replica_env(message, paths)
-    argv, cwd = process_argv(message, paths, python, env)
+    image = message.spec.image is not None
+    env = {} if image else replica_env(message, paths)
+    cwd = paths.code_dir if message.spec.bundle else paths.work_dir
+    argv, cwd = ([], cwd) if image else process_argv(message, paths, python, env)
     cwd.mkdir(parents=True, exist_ok=True)
     # What the agent wrote for it (spec, code, a restored checkpoint) becomes its own.
     for tree in (
@@ -110,6 +120,10 @@ def spawn(
         isolation.hand_over(tree, user)
     # O_NOFOLLOW: the logs directory is the agent's alone, but never write through a link.
     log_fd = os.open(paths.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    if image:
+        with open(log_fd, "ab") as log_file:
+            box, client = containers.start(message, paths, python, user, engine, log_file.fileno())
+        return ReplicaProcess(key, client, paths.log_file, time.time(), container=box)
     with open(log_fd, "ab") as log_file:
         warm = pool.take() if pool is not None and warm_servable(message.spec) else None
         popen = None
