@@ -95,40 +95,43 @@ def _database_url(name: str) -> str:
     return make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
 
 
-def _migrated_template(admin: Engine) -> str:
+def _migrated_template(connection: sa.Connection) -> str:
     """The name of a database migrated to the newest schema, made once per migration
     tree (its name carries a digest of the migration files, so an edited migration makes
-    a new one) by whichever test process comes first; older ones are dropped."""
+    a new one) by whichever test process comes first. The caller holds _TEMPLATE_LOCK.
+
+    The newest KEEP_TEMPLATES stay: two checkouts' test sessions on one machine (a
+    branch's and main's) each copy their own, and dropping the other's made its next copy
+    fail ("template database ... does not exist": a CI run beside a session of 2026-11-29).
+    Older ones go, by age (their oid)."""
     from cli.stack import migrate, migrations_directory
 
     digest = hashlib.sha1()
     for path in sorted(Path(migrations_directory()).rglob("*.py")):
         digest.update(path.read_bytes())
     name = f"cohort_template_{digest.hexdigest()[:12]}"
-    with admin.connect() as connection:
-        # One process makes it; the others wait here, then find it made.
-        connection.execute(sa.select(sa.func.pg_advisory_lock(_TEMPLATE_LOCK)))
-        try:
-            found = set(
-                connection.execute(
-                    sa.text(
-                        "SELECT datname FROM pg_database WHERE datname LIKE 'cohort\\_template\\_%'"
-                    )
-                ).scalars()
+    found = list(
+        connection.execute(
+            sa.text(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'cohort\\_template\\_%' "
+                "ORDER BY oid DESC"
             )
-            if name not in found:
-                for old in found:
-                    connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)'))
-                connection.execute(sa.text(f'CREATE DATABASE "{name}.new"'))
-                migrate(_database_url(f"{name}.new"))
-                # Renamed only once migrated: a half-made template is never copied.
-                connection.execute(sa.text(f'ALTER DATABASE "{name}.new" RENAME TO "{name}"'))
-        finally:
-            connection.execute(sa.select(sa.func.pg_advisory_unlock(_TEMPLATE_LOCK)))
+        ).scalars()
+    )
+    if name not in found:
+        connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}.new" WITH (FORCE)'))
+        connection.execute(sa.text(f'CREATE DATABASE "{name}.new"'))
+        migrate(_database_url(f"{name}.new"))
+        # Renamed only once migrated: a half-made template is never copied.
+        connection.execute(sa.text(f'ALTER DATABASE "{name}.new" RENAME TO "{name}"'))
+        found.insert(0, name)
+    for old in [other for other in found if other != name][KEEP_TEMPLATES - 1 :]:
+        connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)'))
     return name
 
 
 _TEMPLATE_LOCK = 0x436F686F7254  # "CohorT": tests' template database
+KEEP_TEMPLATES = 3
 
 
 def create_database(name: str) -> str:
@@ -137,13 +140,18 @@ def create_database(name: str) -> str:
     A copy of a template migrated once (`CREATE DATABASE ... TEMPLATE`: a file copy, well
     under a second) instead of running every migration again for each test's database.
     The migrations themselves run for the template, and `cohort migrate` runs on a new
-    database in tests/install."""
+    database in tests/install. The template is made and copied under one lock, held by
+    one test process at a time on the machine: no other drops it in between."""
     admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     try:
-        template = _migrated_template(admin)
         with admin.connect() as connection:
-            connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            connection.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+            connection.execute(sa.select(sa.func.pg_advisory_lock(_TEMPLATE_LOCK)))
+            try:
+                template = _migrated_template(connection)
+                connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                connection.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+            finally:
+                connection.execute(sa.select(sa.func.pg_advisory_unlock(_TEMPLATE_LOCK)))
     finally:
         admin.dispose()
     return _database_url(name)
