@@ -23,6 +23,7 @@ from tests.e2e.conftest import wait_for, wait_terminal
 pytestmark = pytest.mark.e2e
 
 COHORT = str(Path(sys.executable).parent / "cohort")
+STOP_WITHIN = 30  # seconds from Ctrl-C to `cohort up` gone, its whole stack stopped
 STEP = (
     "import time\nfor step in range(3):\n    print('step', step, flush=True)\n    time.sleep(0.1)\n"
 )
@@ -47,6 +48,9 @@ def cohort_up(root: Path) -> Iterator[tuple[CohortClient, Path]]:
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        # As from a terminal, where Ctrl-C reaches it: a job a non-interactive shell starts
+        # in the background (CI's `make test`) inherits SIGINT ignored, and so would this.
+        preexec_fn=_ctrl_c_as_in_a_terminal,  # noqa: PLW1509 - one call, no lock taken
     )
     config = home / ".config" / "cohort" / "config.json"
     try:
@@ -59,13 +63,21 @@ def cohort_up(root: Path) -> Iterator[tuple[CohortClient, Path]]:
         saved = json.loads(config.read_text())
         yield CohortClient(saved["url"], saved["token"]), home
     finally:
-        os.killpg(process.pid, signal.SIGINT)
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C
         try:
-            process.wait(timeout=60)
+            stopped = process.wait(timeout=STOP_WITHIN)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+            stopped = None
         log.close()
+    up_log = (root / "up.log").read_text()
+    assert stopped == 0, f"cohort up did not stop on Ctrl-C within {STOP_WITHIN}s:\n{up_log}"
+    assert "stopping" in up_log
+
+
+def _ctrl_c_as_in_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def cli(home: Path, *argv: str, **extra: str) -> subprocess.CompletedProcess[str]:
