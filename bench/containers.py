@@ -31,22 +31,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.first_step import first_step  # noqa: E402
 from bench.pg import DEFAULT_SERVER, drop_database, new_database  # noqa: E402
 from cli.client import CohortClient  # noqa: E402
 from cli.stack import Stack  # noqa: E402
-from services.statuses import TERMINAL_STATUSES  # noqa: E402
 from tests.e2e.conftest import free_port  # noqa: E402
-
-JOB: dict[str, Any] = {
-    "name": "bench-first-step",
-    "replicas": 2,
-    "hyperparameters": {"epochs": 1, "steps_per_epoch": 20},
-}
 
 
 def compose(verb: str, env: dict[str, str], *flags: str) -> float:
@@ -58,22 +51,6 @@ def compose(verb: str, env: dict[str, str], *flags: str) -> float:
         stdout=subprocess.DEVNULL,
     )
     return time.monotonic() - started
-
-
-def first_step(client: CohortClient) -> float:
-    """Seconds from the POST to the later replica's first stored step."""
-    posted = time.time()
-    job = client.submit(JOB)
-    while client.job(job["id"])["status"] not in TERMINAL_STATUSES:
-        time.sleep(0.25)
-    done = client.job(job["id"])
-    assert done["status"] == "succeeded", done["reason"]
-    firsts = []
-    for replica in range(2):
-        points = client.metrics(job["id"], name=["loss"], replica=replica, limit=100_000)
-        first = min(p["step"] for p in points)
-        firsts.append(min(p["ts"] for p in points if p["step"] == first))
-    return max(firsts) - posted
 
 
 def main() -> None:

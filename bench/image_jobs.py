@@ -25,25 +25,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.first_step import JOB, first_step  # noqa: E402
 from bench.pg import DEFAULT_SERVER, drop_database, new_database  # noqa: E402
 from cli.client import CohortClient  # noqa: E402
 from cli.stack import Stack  # noqa: E402
-from services.statuses import TERMINAL_STATUSES  # noqa: E402
 from tests.e2e.conftest import free_port  # noqa: E402
 
 IMAGE = "localhost/cohort-bench-image-job:1"
-JOB: dict[str, Any] = {
-    "name": "bench-first-step",
-    "replicas": 2,
-    "hyperparameters": {"epochs": 1, "steps_per_epoch": 20},
-}
 
 
 def build_image(engine: str, base: str, scratch: Path) -> None:
@@ -54,22 +47,6 @@ def build_image(engine: str, base: str, scratch: Path) -> None:
     subprocess.run(
         [engine, "build", "--tag", IMAGE, str(context)], check=True, stdout=subprocess.DEVNULL
     )
-
-
-def first_step(client: CohortClient, spec: dict[str, Any]) -> float:
-    """Seconds from the POST to the later replica's first stored step."""
-    posted = time.time()
-    job = client.submit(spec)
-    while client.job(job["id"])["status"] not in TERMINAL_STATUSES:
-        time.sleep(0.25)
-    done = client.job(job["id"])
-    assert done["status"] == "succeeded", done["reason"]
-    firsts = []
-    for replica in range(2):
-        points = client.metrics(job["id"], name=["loss"], replica=replica, limit=100_000)
-        first = min(p["step"] for p in points)
-        firsts.append(min(p["ts"] for p in points if p["step"] == first))
-    return max(firsts) - posted
 
 
 def main() -> None:
