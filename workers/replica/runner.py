@@ -119,8 +119,13 @@ def handle_sigterm() -> None:
 
 
 def _install_termination(reporter_box: list[ReplicaReporter]) -> None:
-    """Handle SIGTERM: SystemExit(143) in the main thread, and a watchdog for when it can't."""
+    """Handle SIGTERM: SystemExit(143) in the main thread, and a watchdog for when it can't;
+    and SIGINT as Python does by default."""
     handle_sigterm()
+    # The stop for want of space interrupts the main thread (_thread.interrupt_main), which
+    # does nothing while SIGINT is ignored: as a replica inherits it from an agent that a
+    # non-interactive shell started in the background (CI's `make test`, `cohort up &`).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # A Python handler only runs once the main thread is back in the interpreter.
     # The C-level handler also writes the signal number to this pipe, which a
     # thread can read at once; it gives the main thread a grace period and then
