@@ -58,8 +58,9 @@ def download_artifact(
             media_type="application/gzip",
             headers={"Content-Disposition": disposition},
         )
+    assert target.handle is not None and target.size is not None  # a file's
     return StreamingResponse(
-        artifacts.stream_file(store, str(target.key)),
+        artifacts.stream_file(target.handle, target.size),
         media_type="application/octet-stream",
         headers={"Content-Disposition": disposition, "Content-Length": str(target.size)},
     )

@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from threading import Lock
+from typing import IO
 
 from services.exceptions import ArtifactNotFound, InvalidArtifactPath
 from services.storage import keys
@@ -48,6 +49,7 @@ class Download:
     prefix: str | None = None
     base: str = ""  # a directory's entries are named relative to this (the job's prefix)
     size: int | None = None
+    handle: IO[bytes] | None = None  # a file's, opened: what is sent is what was sized
 
 
 def _sha256(store: ArtifactStore, key: str, size: int, version: str) -> str:
@@ -127,18 +129,29 @@ def resolve_download(*, store: ArtifactStore, job_id: int, path: str) -> Downloa
     rel = normalise_path(path)
     prefix = keys.job_prefix(job_id)
     key = f"{prefix}/{rel}" if rel else prefix
-    if rel and store.exists(key):
-        return Download(name=posixpath.basename(rel), key=key, size=store.size(key))
+    if rel:
+        # Opened, not looked at then opened: a checkpoint mirrored while it is asked for is
+        # replaced, or removed, between two such steps (a 500, or a Content-Length that
+        # was another version's).
+        try:
+            handle, size = store.open_sized(key)
+        except FileNotFoundError:
+            pass
+        else:
+            return Download(name=posixpath.basename(rel), key=key, size=size, handle=handle)
     if store.list(key):
         name = posixpath.basename(rel) if rel else f"job-{job_id}"
         return Download(name=f"{name}.tar.gz", prefix=key, base=prefix)
     raise ArtifactNotFound(job_id, rel or ".")
 
 
-def stream_file(store: ArtifactStore, key: str) -> Iterator[bytes]:
-    """The object's bytes, a chunk at a time."""
-    with store.open_read(key) as handle:
-        while chunk := handle.read(CHUNK):
+def stream_file(handle: IO[bytes], size: int) -> Iterator[bytes]:
+    """An opened object's first `size` bytes (its size when opened), a chunk at a time;
+    closed at the end."""
+    with handle:
+        sent = 0
+        while sent < size and (chunk := handle.read(min(CHUNK, size - sent))):
+            sent += len(chunk)
             yield chunk
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import stat
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -139,6 +140,28 @@ class ArtifactStore:
         """
         stream: IO[bytes] = self.fs.open(self._path(key), "rb")  # fsspec has no types
         return stream
+
+    def open_sized(self, key: str) -> tuple[IO[bytes], int]:
+        """The object at `key` opened, and its size: the size of the version opened, which
+        a writer replacing the object meanwhile does not change (a local file: its open
+        descriptor's; S3: the object as it was when opened).
+
+        Raises:
+            FileNotFoundError: no object at `key` (a directory is none).
+        """
+        path = self._path(key)
+        if self.is_local:
+            try:
+                handle: IO[bytes] = open(path, "rb")  # noqa: SIM115 - the caller closes it
+            except (IsADirectoryError, NotADirectoryError):
+                raise FileNotFoundError(key) from None
+            opened = os.fstat(handle.fileno())
+            if not stat.S_ISREG(opened.st_mode):
+                handle.close()
+                raise FileNotFoundError(key)
+            return handle, opened.st_size
+        handle = self.fs.open(path, "rb")
+        return handle, int(getattr(handle, "size", None) or self.size(key))
 
     def exists(self, key: str) -> bool:
         """Whether an object (not a directory) is stored at `key`."""

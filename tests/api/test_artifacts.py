@@ -157,3 +157,69 @@ def test_a_job_without_artifacts_lists_none(
     job = create_job(session, authenticate(session=session, token=token).project_id)
     response = client.get(f"/api/v1/jobs/{job.id}/artifacts", headers=auth)
     assert response.json() == {"items": []}
+
+
+# The directory store (the default): on S3, s3fs reads the opened object by ETag and a
+# replaced one ends the download mid-way (FileExpired): never a mix of versions.
+@pytest.mark.parametrize("artifact_env", ["local"], indirect=True)
+def test_a_file_replaced_after_it_was_asked_for_arrives_whole_as_it_was(
+    stored: tuple[int, ArtifactStore],
+) -> None:
+    """What a download sends is the version it opened, of the size it announced, however
+    the mirror replaces the object meanwhile (a checkpoint rewritten every second)."""
+    from services.jobs import artifacts
+
+    job_id, store = stored
+    key = f"{keys.job_prefix(job_id)}/checkpoints/k"
+    store.put_bytes(key, b"first version " * 1000)
+    target = artifacts.resolve_download(store=store, job_id=job_id, path="checkpoints/k")
+    store.put_bytes(key, b"second, shorter")
+    assert target.handle is not None and target.size == len(b"first version " * 1000)
+    sent = b"".join(artifacts.stream_file(target.handle, target.size))
+    assert sent == b"first version " * 1000
+
+
+# The directory store (the default): on S3, s3fs reads the opened object by ETag and a
+# replaced one ends the download mid-way (FileExpired): never a mix of versions.
+@pytest.mark.parametrize("artifact_env", ["local"], indirect=True)
+def test_downloads_racing_a_replaced_and_removed_file_get_a_whole_version_or_404(
+    client: TestClient, auth: dict[str, str], stored: tuple[int, ArtifactStore]
+) -> None:
+    """The attack of tests/security/test_checkpoint_links.py, at the api alone: while one
+    thread replaces the object with versions of other sizes and removes it, each download
+    is a 200 with one whole version, or a 404; never a 500 (found, then gone before it was
+    sized) nor a body short of its Content-Length."""
+    import threading
+
+    job_id, store = stored
+    key = f"{keys.job_prefix(job_id)}/checkpoints/k"
+    versions = [bytes([65 + n]) * (1000 * (n + 1)) for n in range(4)]
+    store.put_bytes(key, versions[0])
+    done = threading.Event()
+
+    def churn() -> None:
+        n = 0
+        while not done.is_set():
+            store.put_bytes(key, versions[n % len(versions)])
+            if n % 3 == 0:
+                store.delete(key, missing_ok=True)
+            n += 1
+
+    writer = threading.Thread(target=churn, daemon=True)
+    writer.start()
+    answers: dict[int, int] = {}
+    try:
+        for _ in range(300):
+            response = client.get(
+                f"/api/v1/jobs/{job_id}/artifacts/download",
+                params={"path": "checkpoints/k"},
+                headers=auth,
+            )
+            answers[response.status_code] = answers.get(response.status_code, 0) + 1
+            assert response.status_code in (200, 404), (response.status_code, response.text)
+            if response.status_code == 200:
+                assert response.content in versions, len(response.content)
+    finally:
+        done.set()
+        writer.join()
+    assert answers.get(200), answers  # the race ran: versions were sent
