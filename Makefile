@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: images compose-up compose-down install replica-access demo up test test-fast test-e2e test-install lint lint-deploy migrate bench clean chromium reliability-report coverage-report
+.PHONY: sdk-models images compose-up compose-down install replica-access demo up test test-fast test-e2e test-install lint lint-deploy migrate bench clean chromium reliability-report coverage-report
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ test: chromium replica-access $(STAMP)
 # CUDA wheels) from the one Dockerfile, with docker or podman (COHORT_ENGINE to choose). Where
 # the pinned python image cannot be pulled, on a base made from Debian's packages
 # (deploy/images.py says how; docs/operations.md, "Containers").
+# The Python SDK's typed models, generated from the API's OpenAPI document (a test fails
+# when they differ: run this after changing an API schema).
+sdk-models: $(STAMP)
+	$(PY) deploy/sdk_models.py
+
 images:
 	$(PYTHON) deploy/images.py $(if $(filter 1,$(GPU)),--gpu)
 

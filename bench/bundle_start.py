@@ -27,10 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cli.client import CohortClient  # noqa: E402
 from cli.stack import Stack  # noqa: E402
+from cohort.bundles import pack  # noqa: E402
+from cohort.client import Client  # noqa: E402
 from services.statuses import TERMINAL_STATUSES  # noqa: E402
-from services.storage.bundles import pack  # noqa: E402
 from tests.e2e.conftest import free_port  # noqa: E402
 
 TRAIN = "import tensorflow as tf\nfrom cohort import report\n\nreport(1, loss=1.0)\n"
@@ -41,14 +41,14 @@ def stamp(value: str) -> float:
     return dt.datetime.fromisoformat(value).timestamp()
 
 
-def push(client: CohortClient, code: Path, archive: Path) -> str:
+def push(client: Client, code: Path, archive: Path) -> str:
     info = pack(code, archive)
     if not client.has_bundle(info.digest):
         client.upload_bundle(info.digest, archive)
     return info.digest
 
 
-def run_job(client: CohortClient, digest: str, replicas: int) -> dict[str, float]:
+def run_job(client: Client, digest: str, replicas: int) -> dict[str, float]:
     """Submit the job naming `digest`; seconds from the POST to each milestone."""
     t0 = time.time()
     job = client.submit(
@@ -101,7 +101,7 @@ def main() -> None:
         )
         stack.start()
         try:
-            client = CohortClient(stack.url, stack.token, timeout=300)
+            client = Client(stack.url, stack.token, timeout=300)
             for round_ in range(args.rounds):
                 code = tmp / f"code-{round_}"
                 code.mkdir()

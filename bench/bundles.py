@@ -42,10 +42,11 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cli.client import CohortClient  # noqa: E402
 from cli.stack import Stack  # noqa: E402
+from cohort.bundles import BundleInfo, pack  # noqa: E402
+from cohort.client import Client  # noqa: E402
 from services.settings import get_settings  # noqa: E402
-from services.storage.bundles import BundleInfo, Limits, pack  # noqa: E402
+from services.storage.bundles import Limits  # noqa: E402
 from services.storage.keys import bundle_digest_hex, bundle_key  # noqa: E402
 from services.storage.store import ArtifactStore, open_store  # noqa: E402
 from tests.e2e.conftest import free_port  # noqa: E402
@@ -97,7 +98,7 @@ def packed(tmp: Path, megabytes: int, repeat: int) -> tuple[list[BundleInfo], li
 
 
 def upload(
-    client: CohortClient, api_pid: int, info: BundleInfo, archive: Path
+    client: Client, api_pid: int, info: BundleInfo, archive: Path
 ) -> tuple[float, float, float]:
     """Seconds for HEAD + PUT, for the second push (HEAD), and the api's growth in MiB."""
     watcher = PeakRss(api_pid)
@@ -166,7 +167,7 @@ def one_store(
         )
         stack.start(parts=("api",))
         try:
-            client = CohortClient(stack.url, stack.token, timeout=300)
+            client = Client(stack.url, stack.token, timeout=300)
             store = open_store(env.get("COHORT_ARTIFACT_URL") or str(data_dir / "artifacts"))
             for megabytes, (infos, archives, pack_s) in bundles.items():
                 ups = [

@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.first_step import first_step  # noqa: E402
 from bench.pg import DEFAULT_SERVER, drop_database, new_database  # noqa: E402
-from cli.client import CohortClient  # noqa: E402
 from cli.stack import Stack  # noqa: E402
+from cohort.client import Client  # noqa: E402
 from tests.e2e.conftest import free_port  # noqa: E402
 
 
@@ -74,7 +74,7 @@ def main() -> None:
         compose("down", env, "--volumes")
     compose("up", env)
     token = (state / "token").read_text().strip()
-    containers = CohortClient(f"http://127.0.0.1:{env['COHORT_COMPOSE_PORT']}", token, 120)
+    containers = Client(f"http://127.0.0.1:{env['COHORT_COMPOSE_PORT']}", token, 120)
     ratios, c_times, p_times = [], [], []
     with tempfile.TemporaryDirectory(prefix="cohort-bench-containers-") as scratch:
         workdir = Path(scratch)
@@ -91,7 +91,7 @@ def main() -> None:
         )
         try:
             stack.start()
-            processes = CohortClient(stack.url, stack.token, timeout=120)
+            processes = Client(stack.url, stack.token, timeout=120)
             for round_ in range(args.rounds + 1):  # round 0 warms both up
                 c, p = first_step(containers), first_step(processes)
                 label = "warm-up" if round_ == 0 else f"round {round_}"

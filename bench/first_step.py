@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from cli.client import CohortClient
+from cohort.client import Client
 from services.statuses import TERMINAL_STATUSES
 
 JOB: dict[str, Any] = {
@@ -17,7 +17,7 @@ JOB: dict[str, Any] = {
 }
 
 
-def first_step(client: CohortClient, spec: dict[str, Any] = JOB) -> float:
+def first_step(client: Client, spec: dict[str, Any] = JOB) -> float:
     """Seconds from the POST of `spec` to the later replica's first stored step; the job
     must succeed."""
     posted = time.time()

@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.first_step import JOB, first_step  # noqa: E402
 from bench.pg import DEFAULT_SERVER, drop_database, new_database  # noqa: E402
-from cli.client import CohortClient  # noqa: E402
 from cli.stack import Stack  # noqa: E402
+from cohort.client import Client  # noqa: E402
 from tests.e2e.conftest import free_port  # noqa: E402
 
 IMAGE = "localhost/cohort-bench-image-job:1"
@@ -73,7 +73,7 @@ def main() -> None:
         )
         try:
             stack.start()
-            client = CohortClient(stack.url, stack.token, timeout=120)
+            client = Client(stack.url, stack.token, timeout=120)
             for round_ in range(args.rounds + 1):  # round 0 warms both up
                 order = ("I", "P") if round_ % 2 == 0 else ("P", "I")
                 took = {

@@ -420,9 +420,9 @@ def main() -> None:
             }
             procs = [start(["api"], env), start(["scheduler"], env)]
             try:
-                from cli.client import CohortClient
+                from cohort.client import Client
 
-                CohortClient(f"http://127.0.0.1:{port}").wait_ready(60)
+                Client(f"http://127.0.0.1:{port}").wait_ready(60)
                 for clients in (1, 100):
                     asyncio.run(
                         bench_latency(

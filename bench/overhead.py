@@ -50,10 +50,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.pg import DEFAULT_SERVER, drop_database, new_database  # noqa: E402
-from cli.client import CohortClient  # noqa: E402
 from cli.stack import Stack  # noqa: E402
+from cohort.bundles import pack  # noqa: E402
+from cohort.client import Client  # noqa: E402
 from services.statuses import TERMINAL_STATUSES  # noqa: E402
-from services.storage.bundles import pack  # noqa: E402
 from tests.e2e.conftest import free_port  # noqa: E402
 
 SCRIPT = ROOT / "bench" / "plain_mlp.py"
@@ -103,7 +103,7 @@ def hand_launch(run: int, workdir: Path) -> dict[str, float]:
     }
 
 
-def cohort_launch(run: int, client: CohortClient, digest: str) -> dict[str, float]:
+def cohort_launch(run: int, client: Client, digest: str) -> dict[str, float]:
     """The same script's `train` as a 2-replica job through the REST API."""
     t0 = time.time()
     job = client.submit(
@@ -146,7 +146,7 @@ def stamp(value: str) -> float:
     return dt.datetime.fromisoformat(value).timestamp()
 
 
-def push_script(client: CohortClient, workdir: Path) -> str:
+def push_script(client: Client, workdir: Path) -> str:
     code = workdir / "code"
     code.mkdir()
     shutil.copy(SCRIPT, code / SCRIPT.name)
@@ -233,7 +233,7 @@ def main() -> None:
         stack = Stack(stack_settings(args, workdir, database), quiet=True)
         try:
             stack.start()
-            client = CohortClient(stack.url, stack.token, timeout=120)
+            client = Client(stack.url, stack.token, timeout=120)
             digest = push_script(client, workdir)
             for run in range(args.runs + 1):  # run 0 warms the page cache and the bundle
                 h = hand_launch(run, workdir)

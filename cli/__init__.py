@@ -1,5 +1,5 @@
 """The `cohort` command (Typer and Rich): the services, the local stack, and a client of
-the REST API.
+the REST API built on the SDK.
 
     main.py         the `cohort` app: every command and group registered, one way
     aliases.py      the old spellings, accepted for one release with a line naming the new
@@ -25,8 +25,10 @@ the REST API.
     tokens.py       `cohort token list | create | revoke`
     login.py        `cohort login`: check a token, save it with its URL for this user
     user_config.py  the per-user config, and where a command's URL and token come from
-    options.py      the options every API command shares, one guarded call, spec files
-    client.py       a small client of the REST API (CLI, demo, benchmarks)
+    options.py      the options every API command shares, one guarded call, spec files,
+                    --json and --output
+    transfers.py    the progress bar of an upload or download (on a terminal only)
     follow.py       following a job from its SSE stream: a bar per replica
-    sse.py          a small Server-Sent Events reader over httpx
+
+Every API call goes through the Python SDK (cohort/client.py): one client, not two.
 """

@@ -12,8 +12,22 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from cli.client import CohortClient
-from cli.options import JobArg, JsonOpt, TokenOpt, UrlOpt, connect, console, emit_json, err, guarded
+from cli.options import (
+    FormatOpt,
+    JobArg,
+    JsonOpt,
+    ListFormat,
+    TokenOpt,
+    UrlOpt,
+    connect,
+    console,
+    emit_as,
+    emit_json,
+    err,
+    guarded,
+)
+from cli.transfers import transfer_bar
+from cohort.client import Client
 from services.storage.bundles import BundleRejected, Limits, unpack
 
 app = typer.Typer(
@@ -26,12 +40,16 @@ DOWNLOAD_LIMITS = Limits(max_files=1_000_000, max_unpacked_bytes=1 << 50)
 
 @app.command("list")
 def list_artifacts(
-    job_id: JobArg, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False
+    job_id: JobArg,
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+    output: FormatOpt = ListFormat.table,
 ) -> None:
     """List a job's artifacts: path, size and sha256."""
     items = guarded(lambda: connect(url, token).artifacts(job_id))
-    if as_json:
-        emit_json(items)
+    if as_json or output != "table":
+        emit_as(items, "json" if as_json else output)
         return
     table = Table("path", "size", "sha256")
     for item in items:
@@ -56,14 +74,15 @@ def download(
         console.print(f"wrote {written}")
 
 
-def save_artifact(client: CohortClient, job_id: int, path: str, output: Path) -> Path:
+def save_artifact(client: Client, job_id: int, path: str, output: Path) -> Path:
     """Download `path` of the job into `output`: a file as itself, a .tar.gz unpacked with
     the bundle checks. Returns what was written."""
     output.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=output, prefix=".cohort-download-")
     os.close(fd)
     try:
-        kind = guarded(lambda: client.download(job_id, path, Path(partial)))
+        with transfer_bar(f"downloading {path}", None) as bar:
+            kind = guarded(lambda: client.download(job_id, path, Path(partial), bar))
         if kind.startswith("application/gzip"):
             try:
                 # replace: a second download of the same path updates the files in place

@@ -10,10 +10,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from cli.client import CohortClient
 from cli.options import JsonOpt, TokenOpt, UrlOpt, connect, emit_json, err, guarded
+from cli.transfers import transfer_bar
+from cohort.bundles import BundleInfo, PackRefused, pack
+from cohort.client import Client
 from services.settings import get_settings
-from services.storage.bundles import BundleInfo, BundleRejected, pack
 
 app = typer.Typer(
     name="bundle", help="Code bundles: pack and upload a directory.", no_args_is_help=True
@@ -24,14 +25,14 @@ def _mib(size: int) -> str:
     return f"{size / 2**20:.1f}"
 
 
-def push_bundle(client: CohortClient, directory: Path, say: Console) -> BundleInfo:
+def push_bundle(client: Client, directory: Path, say: Console) -> BundleInfo:
     """Pack `directory` and upload it unless the project has it; exits 2 on refusal."""
     limit = get_settings().MAX_BUNDLE_BYTES
     with tempfile.TemporaryDirectory(prefix="cohort-bundle-") as scratch:
         archive = Path(scratch) / "bundle.tar.gz"
         try:
             info = pack(directory, archive)
-        except BundleRejected as exc:
+        except PackRefused as exc:
             err.print(f"[red]cannot pack {directory}:[/] {exc}")
             raise typer.Exit(2) from exc
         if info.size > limit:
@@ -47,7 +48,8 @@ def push_bundle(client: CohortClient, directory: Path, say: Console) -> BundleIn
                 "is already uploaded"
             )
         else:
-            guarded(lambda: client.upload_bundle(info.digest, archive))
+            with transfer_bar("uploading code", info.size) as bar:
+                guarded(lambda: client.upload_bundle(info.digest, archive, bar))
             say.print(f"uploaded bundle {info.digest} ({info.files} files, {_mib(info.size)} MiB)")
     return info
 

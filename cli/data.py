@@ -9,7 +9,19 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from cli.options import JsonOpt, TokenOpt, UrlOpt, connect, console, emit_json, guarded
+from cli.options import (
+    FormatOpt,
+    JsonOpt,
+    ListFormat,
+    TokenOpt,
+    UrlOpt,
+    connect,
+    console,
+    emit_as,
+    emit_json,
+    guarded,
+)
+from cli.transfers import transfer_bar
 
 app = typer.Typer(
     name="data",
@@ -28,7 +40,8 @@ def push(
     as_json: JsonOpt = False,
 ) -> None:
     """Upload FILE to PATH of the project's data (replacing what was there)."""
-    stored = guarded(lambda: connect(url, token).upload_data(path, file))
+    with transfer_bar(f"uploading {file.name}", file.stat().st_size) as bar:
+        stored = guarded(lambda: connect(url, token).upload_data(path, file, bar))
     if as_json:
         emit_json(stored)
     else:
@@ -41,11 +54,16 @@ def push(
 
 
 @app.command("list")
-def list_data(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+def list_data(
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+    output: FormatOpt = ListFormat.table,
+) -> None:
     """List the project's data: path and size (a job names a path as data/<path>)."""
     items = guarded(lambda: connect(url, token).data())
-    if as_json:
-        emit_json(items)
+    if as_json or output != "table":
+        emit_as(items, "json" if as_json else output)
         return
     table = Table("path", "size")
     for item in items:

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from cli.client import CohortClient
+from cohort.client import Client
 from services.statuses import TERMINAL_STATUSES
 
 LINE_EVERY = 2.0  # seconds between plain progress lines per replica
@@ -191,7 +191,7 @@ def _bars(console: Console) -> Progress:
 
 
 def follow_job(
-    client: CohortClient,
+    client: Client,
     job_id: int,
     console: Console,
     *,
@@ -201,7 +201,7 @@ def follow_job(
     """Show a job's progress, and with `output` its replicas' lines, until it finishes;
     returns the final job. `output_tail`: begin with the last N lines rather than all (a
     job that has run for a while), and follow on from them."""
-    job = client.job(job_id)
+    job = client.job(job_id).to_dict()
     progress = _bars(console) if console.is_terminal else None
     view = _View(job, console, progress)
     kinds: tuple[str, ...] = ("status", "metric", "log") if output else ("status", "metric")
@@ -212,7 +212,7 @@ def follow_job(
         if output and output_tail:
             tail = client.logs(job_id, tail=output_tail)
             for item in tail:
-                view.on_log(item, item["id"])
+                view.on_log(item.to_dict(), item.id)
             start = f"0.{view.last_log}.0" if tail else None
         for event in client.stream(job_id, kinds=kinds, last_event_id=start):
             if event.event == "status":
@@ -227,4 +227,4 @@ def follow_job(
     finally:
         if progress is not None:
             progress.stop()
-    return client.job(job_id)
+    return client.job(job_id).to_dict()

@@ -15,13 +15,16 @@ from rich.text import Text
 from cli.follow import log_id, progress_text, status_change
 from cli.options import (
     FollowOpt,
+    FormatOpt,
     JobArg,
     JsonOpt,
+    ListFormat,
     OutputOpt,
     TokenOpt,
     UrlOpt,
     connect,
     console,
+    emit_as,
     emit_json,
     err,
     guarded,
@@ -159,14 +162,15 @@ def list_jobs(
     token: TokenOpt = None,
     url: UrlOpt = None,
     as_json: JsonOpt = False,
+    output: FormatOpt = ListFormat.table,
 ) -> None:
     """List the project's jobs, newest first."""
     params = {
         k: v for k, v in {"status": status, "name": name, "limit": limit}.items() if v is not None
     }
     page = guarded(lambda: connect(url, token).jobs(**params))
-    if as_json:
-        emit_json(page)
+    if as_json or output != "table":
+        emit_as(page, "json" if as_json else output)
         return
     table = Table("id", "name", "status", "attempt", "replicas", "trainer", "created")
     for job in page["items"]:
@@ -197,7 +201,7 @@ def show_job(
     if follow:
         follow_to_end(connect(url, token), job_id, as_json, output=output, output_tail=OUTPUT_TAIL)
     job = guarded(lambda: connect(url, token).job(job_id))
-    emit_json(job) if as_json else print_job(job)
+    emit_json(job) if as_json else print_job(job.to_dict())
 
 
 @app.command("cancel")
@@ -229,7 +233,7 @@ def job_logs(
     }
     items = guarded(lambda: client.logs(job_id, **params))
     for item in items:
-        emit_json(item) if as_json else print_log_line(item)
+        emit_json(item) if as_json else print_log_line(item.to_dict())
     if not follow:
         return
     last_log = max([item["id"] for item in items], default=0)

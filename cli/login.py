@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.client import CohortClient
 from cli.options import JsonOpt, UrlOpt, console, emit_json, guarded
 from cli.user_config import read_config, resolve, save_config
+from cohort.client import Client
 
 
 def login(
@@ -24,7 +24,7 @@ def login(
     secret = (token or typer.prompt(f"token for {target}", hide_input=True)).strip()
     if not secret:
         raise typer.BadParameter("an empty token", param_hint="--token")
-    client = CohortClient(target, secret, token_source="--token" if token else "the prompt")
+    client = Client(target, secret, token_source="--token" if token else "the prompt")
     me: dict[str, Any] = guarded(lambda: client.request("GET", "/api/v1/whoami"))
     path = save_config(client.base_url, secret)
     if as_json:

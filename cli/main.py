@@ -8,9 +8,10 @@ docs/cli-guide.md says why and which verbs to use.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -37,7 +38,9 @@ app = typer.Typer(
     cls=AliasedGroup,
     help="Cohort: distributed TensorFlow training jobs as a service.",
     no_args_is_help=True,
-    add_completion=False,
+    # `cohort --install-completion` installs completion for the user's shell (bash, zsh,
+    # fish, PowerShell); `--show-completion` prints it.
+    add_completion=True,
 )
 
 # The commands that run Cohort's own processes, or write its database, then the tools
@@ -76,8 +79,20 @@ GROUPS: tuple[typer.Typer, ...] = (
 SERVICE_COMMANDS = frozenset({"api", "scheduler", "agent", "migrate", "up", "demo", "create-token"})
 
 
+def _version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"cohort {importlib.metadata.version('cohort')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main(ctx: typer.Context) -> None:
+def main(
+    ctx: typer.Context,
+    version: Annotated[  # noqa: ARG001 - read by its callback (eager: before any command)
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="print the version"),
+    ] = False,
+) -> None:
     """Cohort: distributed TensorFlow training jobs as a service."""
     if ctx.invoked_subcommand in SERVICE_COMMANDS:
         os.umask(PROCESS_UMASK)

@@ -8,6 +8,7 @@ saying where it came from.
 
 from __future__ import annotations
 
+import enum
 import json
 import sys
 from collections.abc import Callable
@@ -17,10 +18,13 @@ from typing import Annotated, Any, TypeVar
 import httpx
 import typer
 import yaml
+from pydantic_core import to_jsonable_python
 from rich.console import Console
 
-from cli.client import ApiError, CohortClient
 from cli.user_config import resolve
+from cohort.client import Client
+from cohort.errors import ApiError
+from cohort.specs import SpecFileError, load_spec_file
 
 console = Console()
 err = Console(stderr=True)
@@ -42,15 +46,29 @@ OutputOpt = Annotated[
         "replica ([r0])",
     ),
 ]
+
+
+class ListFormat(enum.StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+FormatOpt = Annotated[
+    ListFormat,
+    typer.Option(
+        "--output", help="table (for people), json or yaml (for scripts; --json is --output json)"
+    ),
+]
 JobArg = Annotated[int, typer.Argument(help="job id")]
 SpecFile = Annotated[Path, typer.Argument(exists=True, dir_okay=False)]
 T = TypeVar("T")
 
 
-def connect(url: str | None, token: str | None) -> CohortClient:
+def connect(url: str | None, token: str | None) -> Client:
     """A client of the API these options (or the config) name, with its token's source."""
     found = resolve(url, token)
-    return CohortClient(found.url, found.token, token_source=found.token_source)
+    return Client(found.url, found.token, token_source=found.token_source)
 
 
 def guarded(fn: Callable[[], T]) -> T:
@@ -79,14 +97,23 @@ def api(
 
 def load_spec(spec_file: Path, what: str) -> dict[str, Any]:
     """A YAML (or JSON) file holding one mapping, e.g. a schedule or sweep spec."""
-    data = yaml.safe_load(spec_file.read_text())
-    if not isinstance(data, dict):
-        err.print(f"[red]{spec_file} must hold a mapping (a {what} spec)[/]")
-        raise typer.Exit(2)
-    return data
+    try:
+        return load_spec_file(spec_file, what)
+    except SpecFileError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from exc
+
+
+def emit_as(value: Any, fmt: str) -> None:
+    """A listing in a machine-readable format (`--output json|yaml`): the API's JSON."""
+    if fmt == "yaml":
+        sys.stdout.write(yaml.safe_dump(to_jsonable_python(value), sort_keys=False))
+        sys.stdout.flush()
+    else:
+        emit_json(value)
 
 
 def emit_json(value: Any) -> None:
     """Machine-readable output (`--json`): one JSON document on stdout."""
-    sys.stdout.write(json.dumps(value) + "\n")
+    sys.stdout.write(json.dumps(to_jsonable_python(value)) + "\n")
     sys.stdout.flush()

@@ -170,10 +170,10 @@ def up() -> None:
 
 def demo() -> None:
     """Start the stack, run a 2-replica MultiWorkerMirroredStrategy job, show it, stop."""
-    from cli.client import CohortClient
     from cli.follow import follow_job
     from cli.jobs import report
     from cli.stack import Stack
+    from cohort.client import Client
 
     _sigterm_as_interrupt()
     stack = Stack(quiet=True)
@@ -182,12 +182,11 @@ def demo() -> None:
         console.print("starting Cohort (embedded SQLite + Redis, api, scheduler, one agent)…")
         stack.start()
         console.print(f"dashboard/API: {stack.url}  (docs: {stack.url}/docs)")
-        client = CohortClient(stack.url, stack.token)
-        job = client.submit(DEMO_JOB, idempotency_key=f"demo-{uuid.uuid4()}")
-        console.print(f"submitted job {job['id']}: 2 replicas of mlp_digits")
+        client = Client(stack.url, stack.token)
+        job_id = client.submit(DEMO_JOB, idempotency_key=f"demo-{uuid.uuid4()}").id
+        console.print(f"submitted job {job_id}: 2 replicas of mlp_digits")
         # The bars alone: the built-in trainer's own output is TensorFlow's start-up talk.
-        job = follow_job(client, job["id"], console, output=False)
-        code = report(client, job)
+        code = report(client, follow_job(client, job_id, console, output=False))
     except KeyboardInterrupt:
         err.print("interrupted")
     except Exception as exc:

@@ -10,12 +10,15 @@ from rich.table import Table
 
 from cli.options import (
     FollowOpt,
+    FormatOpt,
     JsonOpt,
+    ListFormat,
     TokenOpt,
     UrlOpt,
     api,
     connect,
     console,
+    emit_as,
     emit_json,
     err,
     load_spec,
@@ -72,11 +75,16 @@ def _show(schedule: dict[str, Any], as_json: bool) -> None:
 
 
 @app.command("list")
-def list_schedules(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+def list_schedules(
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+    output: FormatOpt = ListFormat.table,
+) -> None:
     """List the project's schedules."""
     items = _call(url, token, "GET", "")["items"]
-    if as_json:
-        emit_json(items)
+    if as_json or output != "table":
+        emit_as(items, "json" if as_json else output)
         return
     table = Table("id", "name", "when", "policy", "next fire", "last outcome", "promoted job")
     for s in items:

@@ -227,7 +227,7 @@ class Stack:
     # -- lifecycle -----------------------------------------------------------
     def start(self, parts: tuple[str, ...] = ("api", "scheduler", "agent")) -> None:
         """Start everything (or only `parts`) and wait until the API is ready."""
-        from cli.client import CohortClient
+        from cohort.client import Client
 
         self.env["COHORT_DATA_DIR"] = str(self.settings.data_dir)
         self.token = self._token()
@@ -243,7 +243,7 @@ class Stack:
         for part in parts:
             extra = self.agent_env(self.env["COHORT_NODE_ID"]) if part == "agent" else None
             self._spawn(part, [*python, part], extra)
-        client = CohortClient(self.url, self.token)
+        client = Client(self.url, self.token)
         try:
             client.wait_ready(timeout=60)
             if "agent" in parts:
@@ -263,9 +263,9 @@ class Stack:
         }
 
     def _wait_for_node(self, client: object, timeout: float = 30.0) -> None:
-        from cli.client import CohortClient
+        from cohort.client import Client
 
-        assert isinstance(client, CohortClient)
+        assert isinstance(client, Client)
         deadline = time.monotonic() + timeout
         statuses: set[str] = set()
         while time.monotonic() < deadline:

@@ -7,10 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.options import connect, console, emit_json, err, guarded
-
-# What a spec's `bundle` is while its code is not uploaded yet: the server checks the
-# rest of the spec (`bundle_pending`), and knows a bundle will be there.
-PENDING_BUNDLE = "sha256:" + "0" * 64
+from cohort.uploads import PENDING_BUNDLE
 
 
 def submit_spec(

@@ -8,21 +8,24 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from cli.client import CohortClient
 from cli.options import (
     FollowOpt,
+    FormatOpt,
     JsonOpt,
+    ListFormat,
     SpecFile,
     TokenOpt,
     UrlOpt,
     api,
     connect,
     console,
+    emit_as,
     emit_json,
     err,
     guarded,
     load_spec,
 )
+from cohort.client import Client
 
 app = typer.Typer(
     name="sweep",
@@ -111,11 +114,16 @@ def create_sweep(
 
 
 @app.command("list")
-def list_sweeps(token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False) -> None:
+def list_sweeps(
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+    output: FormatOpt = ListFormat.table,
+) -> None:
     """List the project's sweeps, newest first."""
     items = call(url, token, "GET", "")["items"]
-    if as_json:
-        emit_json(items)
+    if as_json or output != "table":
+        emit_as(items, "json" if as_json else output)
         return
     table = Table("id", "name", "status", "trials", "best job", "best value", "reason")
     for s in items:
@@ -150,7 +158,7 @@ def show(
     show_sweep(sweep)
 
 
-def follow_to_end(client: CohortClient, sweep_id: int, as_json: bool) -> None:
+def follow_to_end(client: Client, sweep_id: int, as_json: bool) -> None:
     """A live table of the sweep's trials until it ends, then exit with its outcome (the
     final sweep on stdout with --json)."""
     from cli.sweep_follow import follow_sweep

@@ -9,7 +9,18 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from cli.options import JsonOpt, TokenOpt, UrlOpt, api, console, emit_json, err
+from cli.options import (
+    FormatOpt,
+    JsonOpt,
+    ListFormat,
+    TokenOpt,
+    UrlOpt,
+    api,
+    console,
+    emit_as,
+    emit_json,
+    err,
+)
 from services.auth.scopes import GRANTS, Scope
 
 app = typer.Typer(
@@ -45,12 +56,13 @@ def list_tokens(
     token: TokenOpt = None,
     url: UrlOpt = None,
     as_json: JsonOpt = False,
+    output: FormatOpt = ListFormat.table,
 ) -> None:
     """List tokens (no secrets): project, name, scopes, state, expiry, last use."""
     path = "/api/v1/tokens" + (f"?project={project}" if project else "")
     items: list[dict[str, Any]] = api(url, token, "GET", path)["items"]
-    if as_json:
-        emit_json(items)
+    if as_json or output != "table":
+        emit_as(items, "json" if as_json else output)
         return
     table = Table("id", "project", "name", "scopes", "state", "expires", "last used")
     for item in items:

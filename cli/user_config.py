@@ -17,47 +17,17 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from cohort.config import Credentials, config_dir, config_path, read_config, same_url
 from services.data_dir import write_private
 from services.settings import get_settings
 
-CONFIG_NAME = "config.json"
+__all__ = ["Credentials", "config_dir", "config_path", "read_config", "resolve", "save_config"]
+
 LEGACY_TOKEN_NAME = "token"
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """Where an API command connects, with which token, and where that token came from."""
-
-    url: str
-    token: str | None
-    token_source: str
-
-
-def config_dir() -> Path:
-    """`$XDG_CONFIG_HOME/cohort`, else `~/.config/cohort`."""
-    base = os.environ.get("XDG_CONFIG_HOME", "").strip()
-    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".config"
-    return root / "cohort"
-
-
-def config_path() -> Path:
-    return config_dir() / CONFIG_NAME
-
-
-def read_config() -> dict[str, str]:
-    """The saved URL and token ({} when none, or unreadable)."""
-    try:
-        data = json.loads(config_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {key: value for key, value in data.items() if isinstance(value, str) and value}
 
 
 def save_config(url: str, token: str) -> Path:
@@ -72,10 +42,6 @@ def save_config(url: str, token: str) -> Path:
 def local_url() -> str:
     settings = get_settings()
     return f"http://{settings.API_HOST}:{settings.API_PORT}"
-
-
-def _same(a: str, b: str) -> bool:
-    return a.rstrip("/") == b.rstrip("/")
 
 
 def _file_token(path: Path) -> str | None:
@@ -93,7 +59,7 @@ def resolve(url: str | None, token: str | None) -> Credentials:
     if token:
         source = "COHORT_TOKEN" if token == os.environ.get("COHORT_TOKEN") else "--token"
         return Credentials(target, token, source)
-    if config.get("token") and _same(config.get("url", ""), target):
+    if config.get("token") and same_url(config.get("url", ""), target):
         return Credentials(target, config["token"], f"{config_path()} (cohort login)")
     # DATA_DIR as a path only: `Settings.data_dir` would create it (and fix its modes)
     # wherever the command runs, / included.
@@ -105,21 +71,13 @@ def resolve(url: str | None, token: str | None) -> Credentials:
     return Credentials(target, None, "")
 
 
-def unauthorized_hint(source: str) -> str:
-    """What a 401 adds: which token was refused, and how to fix it."""
-    fix = "run `cohort login` (or pass --token / set COHORT_TOKEN)"
-    if not source:
-        return f"no token was sent: {fix}"
-    return f"the token from {source} was refused: {fix}"
-
-
 def save_for_stack(url: str, token: str) -> str:
     """`cohort up`'s config: always the stack it started; the line to print says so, and
     names the live stack the config pointed at before, if any."""
     before = read_config().get("url", "")
     path = save_config(url, token)
     line = f"CLI config: {path} now points at {url}"
-    if before and not _same(before, url) and _answers(before):
+    if before and not same_url(before, url) and _answers(before):
         line += f" (it pointed at {before}, which is running: `cohort login --url {before}`)"
     return line
 

@@ -336,7 +336,7 @@ def stop_stack(process: subprocess.Popen[bytes]) -> None:
 
 def main() -> int:
     args = parse_args()
-    from cli.client import CohortClient
+    from cohort.client import Client
 
     tools = tool_dir(args)
     data_dir, log = tools / "data", tools / "cohort-up.log"
@@ -359,7 +359,7 @@ def main() -> int:
     STACK.append(stack)
     failed = True
     try:
-        client = CohortClient(f"http://127.0.0.1:{args.port_base}", token)
+        client = Client(f"http://127.0.0.1:{args.port_base}", token)
         wait("the api", lambda: _ready(client), 120, 1.0)
         node = wait(
             "the node's GPUs",

@@ -40,7 +40,8 @@ from services.statuses import (
 from services.wire.replica import Message, StopReplica
 
 
-def _replica(session: Session, job_id: int, attempt: int, index: int) -> Replica | None:
+def find_replica(session: Session, job_id: int, attempt: int, index: int) -> Replica | None:
+    """Replica `index` of the job's `attempt`, if there is one."""
     return session.execute(
         sa.select(Replica).where(
             Replica.job_id == job_id, Replica.attempt == attempt, Replica.index == index
@@ -64,7 +65,7 @@ def current_attempts(*, session: Session) -> dict[int, int]:
 
 def replica_node(*, session: Session, job_id: int, attempt: int, index: int) -> str | None:
     """The node replica (job, attempt, index) was placed on; None for no such replica."""
-    replica = _replica(session, job_id, attempt, index)
+    replica = find_replica(session, job_id, attempt, index)
     return replica.node_id if replica is not None else None
 
 
@@ -78,7 +79,7 @@ def record_replica_started(
     at: dt.datetime,
 ) -> Replica | None:
     """An agent started the process of replica (job, attempt, index)."""
-    replica = _replica(session, job_id, attempt, index)
+    replica = find_replica(session, job_id, attempt, index)
     if replica is None or replica.status in TERMINAL_REPLICA_STATUSES:
         return None  # unknown, or a late report of a replica already settled
     replica.status = ReplicaStatus.RUNNING
@@ -100,7 +101,7 @@ def record_replica_exited(
     at: dt.datetime,
 ) -> Replica | None:
     """An agent saw the process of replica (job, attempt, index) exit."""
-    replica = _replica(session, job_id, attempt, index)
+    replica = find_replica(session, job_id, attempt, index)
     if replica is None or replica.status in TERMINAL_REPLICA_STATUSES:
         return None
     if exit_code == 0:
@@ -127,7 +128,7 @@ def record_replica_restarted(
 ) -> Replica | None:
     """An agent started the process of a running replica again in place (a lost
     parameter_server worker); the replica stays running."""
-    replica = _replica(session, job_id, attempt, index)
+    replica = find_replica(session, job_id, attempt, index)
     if replica is None or replica.status in TERMINAL_REPLICA_STATUSES:
         return None
     replica.pid = pid

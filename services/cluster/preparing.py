@@ -4,11 +4,10 @@ view, and recorded as an event of its job (the events list and the job's live st
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from services.cluster.gangs import find_replica
 from services.jobs.transitions import note_job
-from services.models import Replica
 from services.statuses import ReplicaStatus
 
 
@@ -17,11 +16,7 @@ def record_replica_preparing(
 ) -> bool:
     """Replica (job, attempt, index), pending on `node_id`, is being prepared: `note`.
     Nothing for a replica no longer pending (a late report); whether it was recorded."""
-    replica = session.execute(
-        sa.select(Replica).where(
-            Replica.job_id == job_id, Replica.attempt == attempt, Replica.index == index
-        )
-    ).scalar_one_or_none()
+    replica = find_replica(session, job_id, attempt, index)
     if replica is None or replica.status is not ReplicaStatus.PENDING:
         return False
     if not note_job(

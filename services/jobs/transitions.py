@@ -88,18 +88,7 @@ def note_job(*, session: Session, job_id: int, attempt: int, reason: str) -> boo
     if job.attempt != attempt or job.status in TERMINAL_STATUSES:
         return False
     marks = stream_marks(session, [job.id])[job.id]
-    session.add(
-        JobEvent(
-            job_id=job.id,
-            attempt=job.attempt,
-            from_status=job.status,
-            to_status=job.status,
-            reason=reason,
-            created_at=utcnow(),
-            metric_mark=marks[0],
-            log_mark=marks[1],
-        )
-    )
+    session.add(JobEvent(**_event_row(job, job.status, reason, utcnow(), marks)))
     session.flush()
     return True
 
@@ -144,13 +133,23 @@ def _move(
         job.started_at = now
     if target in TERMINAL_STATUSES:
         job.finished_at = now
+    event = _event_row(job, previous, reason, now, marks)
     job.status = target
     job.reason = reason
+    return {**event, "to_status": target}
+
+
+def _event_row(
+    job: Job, previous: JobStatus, reason: str, now: dt.datetime, marks: tuple[int, int]
+) -> dict[str, Any]:
+    """A JobEvent row's values: the job's move from `previous` to its status now (the
+    same status for a note), at its place in the job's stream (`marks`: the job's newest
+    point and line, read under its lock)."""
     return {
         "job_id": job.id,
         "attempt": job.attempt,
         "from_status": previous,
-        "to_status": target,
+        "to_status": job.status,
         "reason": reason,
         "created_at": now,
         "metric_mark": marks[0],

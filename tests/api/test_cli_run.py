@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
-import cli.client
+import cohort.client
 from cli.main import app
 from services.models import Bundle, Job
 from services.settings import get_settings
@@ -35,7 +35,7 @@ def sent(
 
         return real(transport=client._transport, event_hooks={"request": [log]}, **kwargs)
 
-    monkeypatch.setattr(cli.client.httpx, "Client", recorded)
+    monkeypatch.setattr(cohort.client.httpx, "Client", recorded)
     monkeypatch.setenv("COHORT_URL", "http://testserver")
     monkeypatch.setenv("COHORT_TOKEN", token)
     monkeypatch.setenv("COHORT_ARTIFACT_URL", str(tmp_path / "store"))

@@ -33,7 +33,7 @@ from typing import Any
 import boto3
 import pytest
 
-from cli.client import CohortClient
+from cohort.client import Client
 from services.wire.signing import node_key
 from tests.conftest import worker_number
 from tests.containers.conftest import ROOT, Images
@@ -101,8 +101,8 @@ class ComposeStack:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def client(self) -> CohortClient:
-        return CohortClient(self.url, self.token)
+    def client(self) -> Client:
+        return Client(self.url, self.token)
 
     @staticmethod
     def running(container: str) -> bool:
@@ -475,7 +475,7 @@ def test_down_then_up_keeps_jobs_tokens_schedules_and_artifacts(stack: ComposeSt
 
     client = stack.client()
     assert {j["id"]: j["status"] for j in client.jobs(limit=100)["items"]} == jobs
-    kept = CohortClient(stack.url, issued["token"])
+    kept = Client(stack.url, issued["token"])
     assert kept.jobs(limit=1)["items"]
     names = [s["name"] for s in client.request("GET", "/api/v1/schedules")["items"]]
     assert schedule["name"] in names

@@ -28,8 +28,8 @@ from typing import Any
 import psutil
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from tests.containers.conftest import Images
 from tests.e2e.conftest import job_story, pg_stack_with, wait_for, wait_terminal
 from tests.e2e.test_user_code import failure_of, submit
@@ -111,7 +111,7 @@ def containers_of(engine: str, data_dir: Path, job_id: int | None = None) -> lis
 
 
 @pytest.fixture
-def image_stack(images: Images, tmp_path: Path) -> Iterator[tuple[Stack, CohortClient]]:
+def image_stack(images: Images, tmp_path: Path) -> Iterator[tuple[Stack, Client]]:
     env = {
         "COHORT_CONTAINER_ENGINE": images.engine,
         "COHORT_NODE_SLOTS": "2",
@@ -145,7 +145,7 @@ def image_job(image: str, **more: Any) -> dict[str, Any]:
     }
 
 
-def running_containers(images: Images, stack: Stack, client: CohortClient, job_id: int) -> None:
+def running_containers(images: Images, stack: Stack, client: Client, job_id: int) -> None:
     """Wait until both replicas hold (their containers up, both printed 'holding')."""
 
     def holding() -> bool:
@@ -158,7 +158,7 @@ def running_containers(images: Images, stack: Stack, client: CohortClient, job_i
 
 
 def test_a_two_replica_job_runs_in_its_image_and_its_model_downloads(
-    images: Images, job_image: str, image_stack: tuple[Stack, CohortClient], tmp_path: Path
+    images: Images, job_image: str, image_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = image_stack
     job_id = submit(stack, tmp_path, image_job(job_image), code_dir(tmp_path))
@@ -180,7 +180,7 @@ def test_a_two_replica_job_runs_in_its_image_and_its_model_downloads(
 
 
 def test_a_builtin_trainer_runs_cohorts_runner_from_the_image(
-    job_image: str, image_stack: tuple[Stack, CohortClient]
+    job_image: str, image_stack: tuple[Stack, Client]
 ) -> None:
     _, client = image_stack
     spec = {
@@ -197,7 +197,7 @@ def test_a_builtin_trainer_runs_cohorts_runner_from_the_image(
 
 
 def test_a_cancel_removes_both_containers_within_the_grace(
-    images: Images, job_image: str, image_stack: tuple[Stack, CohortClient], tmp_path: Path
+    images: Images, job_image: str, image_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = image_stack
     spec = image_job(job_image, env={"HOLD_SECONDS": "600"})
@@ -227,7 +227,7 @@ def guards_of(names: list[str]) -> list[psutil.Process]:
 
 
 def test_containers_an_agent_killed_with_its_guards_left_are_gone_once_the_next_starts(
-    images: Images, job_image: str, image_stack: tuple[Stack, CohortClient], tmp_path: Path
+    images: Images, job_image: str, image_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = image_stack
     spec = image_job(job_image, env={"HOLD_SECONDS": "600"})
@@ -254,7 +254,7 @@ def test_containers_an_agent_killed_with_its_guards_left_are_gone_once_the_next_
 
 
 def test_an_agent_killed_alone_has_its_guards_stop_its_containers(
-    images: Images, job_image: str, image_stack: tuple[Stack, CohortClient], tmp_path: Path
+    images: Images, job_image: str, image_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = image_stack
     spec = image_job(job_image, env={"HOLD_SECONDS": "600"})
@@ -270,7 +270,7 @@ def test_an_agent_killed_alone_has_its_guards_stop_its_containers(
 
 
 def test_an_image_the_engine_cannot_find_fails_the_job_saying_so(
-    image_stack: tuple[Stack, CohortClient], tmp_path: Path
+    image_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = image_stack
     missing = "localhost/cohort-test-no-such-image:0"

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import redis
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from services.statuses import TERMINAL_STATUSES
 from tests.capabilities import need_chromium
 from tests.conftest import (
@@ -60,7 +60,7 @@ def wait_for(
     raise AssertionError(message)
 
 
-def job_story(client: CohortClient, job_id: int) -> str:
+def job_story(client: Client, job_id: int) -> str:
     """A job's state for a failure message: its status and reason, its replicas and the
     path of its events. A replica reads (index, node, status, exit code, restarts)."""
     job = client.job(job_id)
@@ -75,7 +75,7 @@ def job_story(client: CohortClient, job_id: int) -> str:
     )
 
 
-def wait_terminal(client: CohortClient, job_id: int, timeout: float = 180) -> dict[str, Any]:
+def wait_terminal(client: Client, job_id: int, timeout: float = 180) -> dict[str, Any]:
     def done() -> dict[str, Any] | None:
         job = client.job(job_id)
         return job if job["status"] in TERMINAL_STATUSES else None
@@ -88,7 +88,7 @@ def pg_stack_with(
     tmp_path: Any,
     env: dict[str, str] | None = None,
     parts: tuple[str, ...] = ("api", "scheduler", "agent"),
-) -> Iterator[tuple[Stack, CohortClient]]:
+) -> Iterator[tuple[Stack, Client]]:
     """The stack (or only `parts` of it) on a PostgreSQL database of its own and the
     machine's Redis (a db of its own, flushed), with `env` added to its settings."""
     name = f"cohort_e2e_{free_port()}"
@@ -110,14 +110,14 @@ def pg_stack_with(
     )
     stack.start(parts)
     try:
-        yield stack, CohortClient(stack.url, stack.token)
+        yield stack, Client(stack.url, stack.token)
     finally:
         stack.stop()
         drop_database(name)
 
 
 @pytest.fixture
-def pg_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
+def pg_stack(tmp_path: Any) -> Iterator[tuple[Stack, Client]]:
     """The stack on PostgreSQL and the machine's Redis (a db of its own, flushed)."""
     with pg_stack_with(tmp_path) as stack:
         yield stack
@@ -126,7 +126,7 @@ def pg_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
 @pytest.fixture(scope="module")
 def module_stack(
     request: pytest.FixtureRequest, replicas_tmp_root: Path
-) -> Iterator[tuple[Stack, CohortClient]]:
+) -> Iterator[tuple[Stack, Client]]:
     """One `pg_stack` for all of a module's tests: a stack costs about 5 s and 9 CPU-s to
     start and stop (docs/benchmarks.md, "A stack's start and stop"). For tests whose
     claims are about their own jobs only; a test that restarts a part, counts what a log
@@ -142,7 +142,7 @@ def module_stack(
 
 
 @pytest.fixture
-def embedded_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
+def embedded_stack(tmp_path: Any) -> Iterator[tuple[Stack, Client]]:
     """The stack on the embedded defaults: SQLite under DATA_DIR and an embedded Redis."""
     stack = Stack(
         {
@@ -157,7 +157,7 @@ def embedded_stack(tmp_path: Any) -> Iterator[tuple[Stack, CohortClient]]:
     )
     stack.start()
     try:
-        yield stack, CohortClient(stack.url, stack.token)
+        yield stack, Client(stack.url, stack.token)
     finally:
         stack.stop()
 

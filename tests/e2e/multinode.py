@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from cli.client import CohortClient
+from cohort.client import Client
 from services.statuses import TERMINAL_STATUSES
 from services.wire.signing import node_key
 from tests.capabilities import need_redis_server
@@ -113,7 +113,7 @@ def stop_agent(process: subprocess.Popen[bytes], grace: float = 20.0) -> None:
     stop_process_group(process, grace)
 
 
-def wait_nodes(client: CohortClient, node_ids: set[str], timeout: float = 60) -> None:
+def wait_nodes(client: Client, node_ids: set[str], timeout: float = 60) -> None:
     def ready() -> bool:
         return node_ids <= {n["id"] for n in client.nodes() if n["status"] == "ready"}
 
@@ -124,12 +124,12 @@ def when(text: str) -> float:
     return dt.datetime.fromisoformat(text).timestamp()
 
 
-def scheduled_events(client: CohortClient, job_id: int) -> list[dict[str, Any]]:
+def scheduled_events(client: Client, job_id: int) -> list[dict[str, Any]]:
     return [e for e in client.events(job_id) if e["to_status"] == "scheduled"]
 
 
 def wait_all_terminal(
-    client: CohortClient, job_ids: list[int], timeout: float
+    client: Client, job_ids: list[int], timeout: float
 ) -> dict[int, dict[str, Any]]:
     deadline = time.monotonic() + timeout
     done: dict[int, dict[str, Any]] = {}

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.bundles import pack
+from cohort.client import Client
 from services.settings import get_settings
 from services.storage import keys
-from services.storage.bundles import pack
 from services.storage.store import open_store
 from tests.conftest import create_database, drop_database, redis_url
 from tests.e2e.conftest import free_port
@@ -35,7 +35,7 @@ COHORT = str(Path(sys.executable).parent / "cohort")
 
 
 @contextmanager
-def api_process(tmp_path: Path, **server: str) -> Iterator[tuple[CohortClient, dict[str, str]]]:
+def api_process(tmp_path: Path, **server: str) -> Iterator[tuple[Client, dict[str, str]]]:
     """The api process alone (no scheduler, no agent: jobs stay queued), and the
     environment a user's shell would have to reach it."""
     name = f"cohort_cli_{free_port()}"
@@ -61,7 +61,7 @@ def api_process(tmp_path: Path, **server: str) -> Iterator[tuple[CohortClient, d
         "COLUMNS": "200",
     }
     try:
-        yield CohortClient(stack.url, stack.token), user
+        yield Client(stack.url, stack.token), user
     finally:
         stack.stop()
         drop_database(name)
@@ -70,7 +70,7 @@ def api_process(tmp_path: Path, **server: str) -> Iterator[tuple[CohortClient, d
 @pytest.fixture(params=["local", "s3"])
 def api(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[CohortClient, dict[str, str]]]:
+) -> Iterator[tuple[Client, dict[str, str]]]:
     """The api on a directory store, or on a real S3 server (moto) by URL and endpoint;
     this process's environment names the same store, for open_store() in the tests."""
     server = {}
@@ -104,7 +104,7 @@ def code_dir(root: Path) -> Path:
 
 
 def test_submit_with_code_uploads_once_and_the_job_names_the_bundle(
-    api: tuple[CohortClient, dict[str, str]], tmp_path: Path
+    api: tuple[Client, dict[str, str]], tmp_path: Path
 ) -> None:
     client, env = api
     code = code_dir(tmp_path / "code")
@@ -135,7 +135,7 @@ def test_submit_with_code_uploads_once_and_the_job_names_the_bundle(
 
 
 def test_a_bundle_over_the_limit_is_refused_before_uploading(
-    api: tuple[CohortClient, dict[str, str]], tmp_path: Path
+    api: tuple[Client, dict[str, str]], tmp_path: Path
 ) -> None:
     client, env = api
     code = code_dir(tmp_path / "code")
@@ -162,7 +162,7 @@ def test_the_servers_own_limit_answers_413_while_the_body_is_sent(tmp_path: Path
 
 
 def test_artifacts_and_download_of_a_file_and_a_directory(
-    api: tuple[CohortClient, dict[str, str]], tmp_path: Path
+    api: tuple[Client, dict[str, str]], tmp_path: Path
 ) -> None:
     client, env = api
     job = client.submit({"replicas": 1, "strategy": "one_device"})
@@ -198,7 +198,7 @@ def test_a_hostile_download_is_not_unpacked(tmp_path: Path) -> None:
         tar.addfile(info, io.BytesIO(b"x"))
 
     class HostileServer:
-        def download(self, job_id: int, path: str, dest: Path) -> str:  # noqa: ARG002
+        def download(self, job_id: int, path: str, dest: Path, progress: object = None) -> str:  # noqa: ARG002
             dest.write_bytes(buffer.getvalue())
             return "application/gzip"
 

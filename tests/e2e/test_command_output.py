@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 
 COHORT = [str(Path(sys.executable).parent / "cohort")]  # the installed console script
 
@@ -65,7 +65,7 @@ def spec_file(tmp_path: Path, name: str, script: str) -> Path:
 
 @pytest.mark.e2e
 def test_submit_follow_shows_each_replicas_output_once_and_only_reported_progress(
-    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+    module_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = module_stack
     done = cohort(stack, "job", "submit", str(spec_file(tmp_path, "talker", TALKER)), "--follow")
@@ -98,7 +98,7 @@ def test_submit_follow_shows_each_replicas_output_once_and_only_reported_progres
 
 @pytest.mark.e2e
 def test_a_job_that_reports_no_metrics_is_told_how_and_json_stays_json(
-    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+    module_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, _client = module_stack
     spec = spec_file(tmp_path, "silent", SILENT)

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from services.statuses import TERMINAL_STATUSES
 from tests.capabilities import CHROMIUM, LACKS
 from tests.e2e.conftest import wait_for
@@ -31,7 +31,7 @@ pytestmark = [
 
 
 @pytest.fixture
-def page(browser: Any, pg_stack: tuple[Stack, CohortClient]) -> Iterator[Any]:
+def page(browser: Any, pg_stack: tuple[Stack, Client]) -> Iterator[Any]:
     stack, _ = pg_stack
     context = browser.new_context(base_url=stack.url, viewport={"width": 1366, "height": 900})
     page = context.new_page()
@@ -69,7 +69,7 @@ def job_status(page: Any) -> str:
     return page.locator("#job-status").inner_text().strip()
 
 
-def stored_log_lines(client: CohortClient, job_id: int) -> list[str]:
+def stored_log_lines(client: Client, job_id: int) -> list[str]:
     """The job's stored log lines as the viewer shows them, sorted."""
     return sorted(
         f"[a{line['attempt']} r{line['replica']}] {line['line']}"
@@ -78,7 +78,7 @@ def stored_log_lines(client: CohortClient, job_id: int) -> list[str]:
 
 
 def test_log_in_submit_a_job_watch_it_train_and_succeed(
-    page: Any, pg_stack: tuple[Stack, CohortClient]
+    page: Any, pg_stack: tuple[Stack, Client]
 ) -> None:
     stack, client = pg_stack
     # A wrong token: refused, the reason next to the field.
@@ -245,9 +245,7 @@ def test_log_in_submit_a_job_watch_it_train_and_succeed(
     )
 
 
-def test_cancel_a_running_job_from_its_page(
-    page: Any, pg_stack: tuple[Stack, CohortClient]
-) -> None:
+def test_cancel_a_running_job_from_its_page(page: Any, pg_stack: tuple[Stack, Client]) -> None:
     stack, client = pg_stack
     # This page gets no SSE streams (as on a server without them): it must poll instead.
     page.route("**/api/v1/**stream*", lambda route: route.fulfill(status=404, body="{}"))

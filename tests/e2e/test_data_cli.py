@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from cli.client import CohortClient
+from cohort.client import Client
 from services.storage import keys
 from services.storage.store import open_store
 
@@ -20,7 +20,7 @@ CSV = b"p0,p1,label\n0.1,0.2,3\n0.5,0.0,7\n"
 
 
 def test_push_list_use_and_remove_data(
-    api: tuple[CohortClient, dict[str, str]],  # noqa: F811
+    api: tuple[Client, dict[str, str]],  # noqa: F811
     tmp_path: Path,
 ) -> None:
     client, env = api
@@ -71,7 +71,7 @@ def test_push_list_use_and_remove_data(
 
 
 def test_refusals_are_reported_and_nothing_is_stored(
-    api: tuple[CohortClient, dict[str, str]],  # noqa: F811
+    api: tuple[Client, dict[str, str]],  # noqa: F811
     tmp_path: Path,
 ) -> None:
     _, env = api

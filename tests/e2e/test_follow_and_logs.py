@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from tests.e2e.conftest import wait_for
 
 COHORT = [sys.executable, "-m", "cli"]
@@ -31,7 +31,7 @@ def cohort(stack: Stack, *args: str, timeout: float = 300) -> subprocess.Complet
 
 
 @pytest.mark.e2e
-def test_submit_follow_then_logs(pg_stack: tuple[Stack, CohortClient], tmp_path: Path) -> None:
+def test_submit_follow_then_logs(pg_stack: tuple[Stack, Client], tmp_path: Path) -> None:
     stack, client = pg_stack
     spec = tmp_path / "job.yaml"
     spec.write_text(

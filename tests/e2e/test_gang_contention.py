@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from tests.e2e.multinode import (
     scheduled_events,
     start_agent,
@@ -35,9 +35,7 @@ STEPS, STEP_SECONDS = 60, 0.05
 
 
 @pytest.fixture
-def two_nodes(
-    pg_stack: tuple[Stack, CohortClient], tmp_path: Path
-) -> Iterator[tuple[Stack, CohortClient]]:
+def two_nodes(pg_stack: tuple[Stack, Client], tmp_path: Path) -> Iterator[tuple[Stack, Client]]:
     stack, client = pg_stack
     agent = start_agent(stack.env, "e2e-node-b", 2, tmp_path / "node-b")
     try:
@@ -47,7 +45,7 @@ def two_nodes(
         stop_agent(agent)
 
 
-def test_eight_gangs_on_two_nodes(two_nodes: tuple[Stack, CohortClient]) -> None:
+def test_eight_gangs_on_two_nodes(two_nodes: tuple[Stack, Client]) -> None:
     _stack, client = two_nodes
     specs = [
         stepping_job(STEPS, STEP_SECONDS, name=f"gang-{i}", replicas=replicas, priority=priority)

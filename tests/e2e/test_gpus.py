@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cli.client import CohortClient
+from cohort.client import Client
 from tests.e2e.conftest import pg_stack_with, wait_for, wait_terminal
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
@@ -30,7 +30,7 @@ def fake_gpu_path(tmp_path: Path) -> str:
     return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-def node(client: CohortClient, node_id: str) -> dict[str, Any] | None:
+def node(client: Client, node_id: str) -> dict[str, Any] | None:
     return next((n for n in client.nodes() if n["id"] == node_id and n["status"] == "ready"), None)
 
 

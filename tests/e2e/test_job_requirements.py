@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from tests.e2e.conftest import wait_terminal
 from tests.e2e.test_user_code import failure_of, submit
 
@@ -44,11 +44,11 @@ print(tabulate.tabulate([["worker", index, "sum", float(total)]], tablefmt="plai
 QUICK = "import sys, text_unidecode; print('interpreter', sys.executable)"
 
 
-def lines(client: CohortClient, job_id: int) -> list[str]:
+def lines(client: Client, job_id: int) -> list[str]:
     return [line["line"] for line in client.logs(job_id, limit=500)]
 
 
-def prepare_seconds(client: CohortClient, job: dict[str, Any]) -> float:
+def prepare_seconds(client: Client, job: dict[str, Any]) -> float:
     """From the job's placement to its last replica's start: what preparing took."""
     (placed,) = [  # the change to scheduled (its preparing notes stay there)
         e
@@ -65,7 +65,7 @@ def test_the_package_is_not_the_nodes() -> None:
 
 
 def test_a_gang_imports_its_requirements_and_a_second_job_reuses_them(
-    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+    module_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = module_stack
     code = tmp_path / "code"
@@ -114,7 +114,7 @@ def test_a_gang_imports_its_requirements_and_a_second_job_reuses_them(
 
 
 def test_two_jobs_with_the_same_new_requirements_build_once(
-    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+    module_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = module_stack
     spec = {
@@ -131,7 +131,7 @@ def test_two_jobs_with_the_same_new_requirements_build_once(
 
 
 def test_a_misspelt_package_fails_the_job_for_good_with_pips_words(
-    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+    module_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = module_stack
     spec = {

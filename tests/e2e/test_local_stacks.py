@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.client import CohortClient
 from cli.stack_ports import FIRST_RANGE, RANGE_WIDTH
+from cohort.client import Client
 from tests.e2e.conftest import wait_for, wait_terminal
 
 pytestmark = pytest.mark.e2e
@@ -36,7 +36,7 @@ def user_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def cohort_up(root: Path) -> Iterator[tuple[CohortClient, Path]]:
+def cohort_up(root: Path) -> Iterator[tuple[Client, Path]]:
     """`cohort up` on DATA_DIR root/var, for the user whose HOME is root/home."""
     home = root / "home"
     home.mkdir(parents=True)
@@ -61,7 +61,7 @@ def cohort_up(root: Path) -> Iterator[tuple[CohortClient, Path]]:
 
         wait_for(up, 90, "cohort up", explain=lambda: (root / "up.log").read_text())
         saved = json.loads(config.read_text())
-        yield CohortClient(saved["url"], saved["token"]), home
+        yield Client(saved["url"], saved["token"]), home
     finally:
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C
         try:
@@ -93,7 +93,7 @@ def cli(home: Path, *argv: str, **extra: str) -> subprocess.CompletedProcess[str
     )
 
 
-def run_step_job(home: Path, client: CohortClient, code: Path) -> int:
+def run_step_job(home: Path, client: Client, code: Path) -> int:
     """A command job submitted with `cohort submit --code` as that user; its port."""
     spec = code.parent / "job.json"
     spec.write_text(

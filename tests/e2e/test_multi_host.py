@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from tests.capabilities import need_namespaces
 from tests.e2e.conftest import PORT_BASE, free_port, wait_terminal
 from tests.e2e.multinode import redis_and_database, start_agent, stop_agent, wait_nodes
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[CohortClient, list[Machine]]]:
+def cluster(tmp_path: Path) -> Iterator[tuple[Client, list[Machine]]]:
     """api + scheduler (+ a 0-slot agent) on the host, one 1-slot agent per namespace."""
     with ExitStack() as cleanup:  # undone in reverse: agents, stack, db, redis, namespaces
         # Skipped only where namespaces cannot exist; as root, a failing `ip` fails.
@@ -43,7 +43,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[CohortClient, list[Machine]]]:
         )
         stack.start()
         cleanup.callback(stack.stop)
-        client = CohortClient(stack.url, stack.token)
+        client = Client(stack.url, stack.token)
         # Agents hold no SQL credentials; they reach Redis over their own link.
         env = {k: v for k, v in stack.env.items() if k != "COHORT_DATABASE_URL"}
         for machine, host in zip(machines, hosts, strict=True):
@@ -62,7 +62,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[CohortClient, list[Machine]]]:
 
 
 def test_one_gang_across_two_namespaces(
-    cluster: tuple[CohortClient, list[Machine]], tmp_path: Path
+    cluster: tuple[Client, list[Machine]], tmp_path: Path
 ) -> None:
     client, machines = cluster
     job = client.submit(

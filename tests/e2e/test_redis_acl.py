@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import redis
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from services.wire.acl import acl_file
 from services.wire.keys import (
     EVENTS_STREAM,
@@ -85,7 +85,7 @@ def test_an_agent_as_its_own_acl_user_runs_a_job_and_reads_nothing_else(tmp_path
         try:
             stack.start(parts=("api", "scheduler"))
             stack.add_agent("acl-node", 1, redis_url=agent_url)
-            client = CohortClient(stack.url, stack.token)
+            client = Client(stack.url, stack.token)
             wait_nodes(client, {"acl-node"})
             admin.acl_log_reset()
             job_id = client.submit(JOB)["id"]

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from tests.e2e.conftest import pg_stack_with, wait_terminal
 from tests.e2e.test_user_code import failure_of, submit
 from workers import layout
@@ -37,7 +37,7 @@ READ = "import os, sys; print(os.listdir(sys.argv[1]))"
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[Stack, CohortClient]]:
+def stack(tmp_path: Path) -> Iterator[tuple[Stack, Client]]:
     # The agent's environment holds a secret of its own.
     with pg_stack_with(
         tmp_path,
@@ -51,7 +51,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[Stack, CohortClient]]:
 
 
 def test_replicas_run_as_their_job_and_report_through_their_agent(
-    stack: tuple[Stack, CohortClient], tmp_path: Path
+    stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     running, client = stack
     code = tmp_path / "code"

@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from tests.conftest import reachable_dir
 from tests.e2e.conftest import pg_stack_with, wait_for, wait_terminal
 from tests.e2e.test_two_replica_job import JOB, check_two_replica_job
@@ -33,7 +33,7 @@ POOLED = {
 
 
 @pytest.fixture(scope="module")
-def pooled_stack(replicas_tmp_root: Path) -> Iterator[tuple[Stack, CohortClient]]:
+def pooled_stack(replicas_tmp_root: Path) -> Iterator[tuple[Stack, Client]]:
     """One stack for the module's tests: two warm processes are started once."""
     with pg_stack_with(reachable_dir(replicas_tmp_root, "pool-e2e-"), POOLED) as stack:
         yield stack
@@ -91,7 +91,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_a_two_replica_job_on_warm_processes(pooled_stack: tuple[Stack, CohortClient]) -> None:
+def test_a_two_replica_job_on_warm_processes(pooled_stack: tuple[Stack, Client]) -> None:
     stack, client = pooled_stack
     warm = warm_ready(stack)
     check_two_replica_job(stack, client)  # everything a cold run is checked for
@@ -99,7 +99,7 @@ def test_a_two_replica_job_on_warm_processes(pooled_stack: tuple[Stack, CohortCl
     assert_pooled(stack, client.job(job["id"]), warm)
 
 
-def test_cancel_stops_pooled_replicas(pooled_stack: tuple[Stack, CohortClient]) -> None:
+def test_cancel_stops_pooled_replicas(pooled_stack: tuple[Stack, Client]) -> None:
     stack, client = pooled_stack
     warm = warm_ready(stack)
     job = client.submit(
@@ -128,7 +128,7 @@ def test_cancel_stops_pooled_replicas(pooled_stack: tuple[Stack, CohortClient]) 
 
 
 def test_kill_9_of_a_pooled_replica_restarts_the_gang(
-    pooled_stack: tuple[Stack, CohortClient],
+    pooled_stack: tuple[Stack, Client],
 ) -> None:
     stack, client = pooled_stack
     warm = warm_ready(stack)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from services.wire.replica import ReplicaLaunch
 from tests.capabilities import LACKS
 from tests.e2e.conftest import pg_stack_with, wait_terminal
@@ -33,7 +33,7 @@ MISSING_PYTHON = {"COHORT_REPLICA_PYTHON": "/nonexistent/no-such-python"}
 
 
 @pytest.fixture
-def missing_python_stack(tmp_path: Path) -> Iterator[tuple[Stack, CohortClient]]:
+def missing_python_stack(tmp_path: Path) -> Iterator[tuple[Stack, Client]]:
     """The stack on PostgreSQL, its agent configured with a Python that does not exist
     and running as a user that is not root: as root, replicas run as their job's uid and
     the agent refuses such an interpreter at start (the test above), so as root the agent
@@ -98,7 +98,7 @@ def test_an_agent_whose_replicas_cannot_run_its_python_does_not_start(tmp_path: 
 
 
 @pytest.mark.e2e
-def test_big_hyperparameters_start_and_succeed(pg_stack: tuple[Stack, CohortClient]) -> None:
+def test_big_hyperparameters_start_and_succeed(pg_stack: tuple[Stack, Client]) -> None:
     stack, client = pg_stack
     hyperparameters = {"epochs": 1, "steps_per_epoch": 5, **BIG}
     assert len(json.dumps(hyperparameters)) > 200_000 > ENV_STRING_LIMIT
@@ -128,7 +128,7 @@ def test_big_hyperparameters_start_and_succeed(pg_stack: tuple[Stack, CohortClie
 
 @pytest.mark.e2e
 def test_a_replica_that_cannot_start_fails_its_job_with_the_reason(
-    missing_python_stack: tuple[Stack, CohortClient],
+    missing_python_stack: tuple[Stack, Client],
 ) -> None:
     _, client = missing_python_stack
     job = client.submit(

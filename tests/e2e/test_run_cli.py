@@ -12,15 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from tests.e2e.stepper import SCRIPT
 
 
 @pytest.mark.e2e
-def test_run_a_script_from_its_directory(
-    pg_stack: tuple[Stack, CohortClient], tmp_path: Path
-) -> None:
+def test_run_a_script_from_its_directory(pg_stack: tuple[Stack, Client], tmp_path: Path) -> None:
     stack, client = pg_stack
     here = tmp_path / "project"
     here.mkdir()

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from services.statuses import TERMINAL_STATUSES
 from tests.e2e.conftest import wait_for, wait_terminal
 from tests.e2e.stepper import stepping_job
@@ -34,13 +34,13 @@ TINY = {
 LONG = stepping_job(1_000_000, 0.01, strategy="one_device", replicas=1)
 
 
-def api(client: CohortClient, method: str, path: str, **kwargs: Any) -> Any:
+def api(client: Client, method: str, path: str, **kwargs: Any) -> Any:
     response = client.http.request(method, f"/api/v1/schedules{path}", **kwargs)
     assert response.status_code < 400, response.text
     return response.json() if response.status_code != 204 else None
 
 
-def scheduled_jobs(client: CohortClient, schedule_id: int) -> list[dict[str, Any]]:
+def scheduled_jobs(client: Client, schedule_id: int) -> list[dict[str, Any]]:
     return client.jobs(schedule_id=schedule_id, limit=500)["items"][::-1]  # oldest first
 
 
@@ -49,7 +49,7 @@ def parse(moment: str) -> dt.datetime:
 
 
 def test_a_schedule_every_5s_spawns_real_jobs(
-    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+    module_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = module_stack
     spec = tmp_path / "schedule.yaml"
@@ -117,7 +117,7 @@ def test_a_schedule_every_5s_spawns_real_jobs(
             client.cancel(job["id"])
 
 
-def test_promotion_keeps_the_better_model(module_stack: tuple[Stack, CohortClient]) -> None:
+def test_promotion_keeps_the_better_model(module_stack: tuple[Stack, Client]) -> None:
     stack, client = module_stack
     good = {**TINY, "hyperparameters": {"epochs": 3, "steps_per_epoch": 20}}
     bad = {**TINY, "hyperparameters": {"epochs": 1, "steps_per_epoch": 1, "learning_rate": 0.00001}}
@@ -159,7 +159,7 @@ def test_promotion_keeps_the_better_model(module_stack: tuple[Stack, CohortClien
 
 
 def test_forbid_then_replace_with_a_long_running_job(
-    module_stack: tuple[Stack, CohortClient],
+    module_stack: tuple[Stack, Client],
 ) -> None:
     _, client = module_stack
     schedule = api(
@@ -211,7 +211,7 @@ def _leader(stack: Stack) -> tuple[str, subprocess.Popen[bytes]]:
     raise AssertionError("no scheduler leads")
 
 
-def test_two_schedulers_fire_one_job_per_fire_time(pg_stack: tuple[Stack, CohortClient]) -> None:
+def test_two_schedulers_fire_one_job_per_fire_time(pg_stack: tuple[Stack, Client]) -> None:
     stack, client = pg_stack
     stack._spawn("scheduler-2", [sys.executable, "-m", "cli", "scheduler"])
     # A GPU job on a CPU-only node waits in the queue: firing is exercised, not TensorFlow.

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from tests.capabilities import CHROMIUM, need_chromium
 from tests.e2e.conftest import pg_stack_with
 from tests.e2e.test_sweeps import wait_ended
@@ -74,7 +74,7 @@ def cohort_follow(
 
 
 @pytest.fixture
-def three_slots(tmp_path: Path) -> Iterator[tuple[Stack, CohortClient]]:
+def three_slots(tmp_path: Path) -> Iterator[tuple[Stack, Client]]:
     """The stack with an agent of 3 slots: both trials at once, to keep the test short
     (the figures are not what it checks; a real measurement runs one trial at a time)."""
     with pg_stack_with(tmp_path, {"COHORT_NODE_SLOTS": "3"}) as stack:
@@ -82,7 +82,7 @@ def three_slots(tmp_path: Path) -> Iterator[tuple[Stack, CohortClient]]:
 
 
 def test_a_sweep_over_replicas_yields_a_scaling_report_followed_live(
-    three_slots: tuple[Stack, CohortClient], tmp_path: Path
+    three_slots: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = three_slots
     spec = tmp_path / "scaling.yaml"

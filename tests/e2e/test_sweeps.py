@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from services.statuses import TERMINAL_STATUSES
 from tests.e2e.conftest import wait_for
 from tests.e2e.stepper import stepping_job
@@ -38,13 +38,13 @@ objective: {metric: eval_accuracy, mode: max}
 """
 
 
-def sweep_api(client: CohortClient, method: str, path: str = "", **kwargs: Any) -> Any:
+def sweep_api(client: Client, method: str, path: str = "", **kwargs: Any) -> Any:
     response = client.http.request(method, f"/api/v1/sweeps{path}", **kwargs)
     assert response.status_code < 400, response.text
     return response.json()
 
 
-def wait_ended(client: CohortClient, sweep_id: int, timeout: float = 420) -> dict[str, Any]:
+def wait_ended(client: Client, sweep_id: int, timeout: float = 420) -> dict[str, Any]:
     def ended() -> dict[str, Any] | None:
         sweep = sweep_api(client, "GET", f"/{sweep_id}")
         return sweep if sweep["status"] != "running" else None
@@ -70,7 +70,7 @@ def most_at_once(intervals: list[tuple[dt.datetime, dt.datetime]]) -> int:
 
 
 def intervals_from_events(
-    client: CohortClient, job_ids: list[int], begin: set[str]
+    client: Client, job_ids: list[int], begin: set[str]
 ) -> list[tuple[dt.datetime, dt.datetime]]:
     """Per job, from its first event into a status of `begin` to its terminal event."""
     spans = []
@@ -82,13 +82,13 @@ def intervals_from_events(
     return spans
 
 
-def last_value(client: CohortClient, job_id: int, name: str) -> float:
+def last_value(client: Client, job_id: int, name: str) -> float:
     points = client.metrics(job_id, name=[name], replica=0)
     return max(points, key=lambda p: p["step"])["value"]
 
 
 def test_a_grid_sweep_runs_every_trial_two_at_a_time_and_finds_the_best(
-    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+    module_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = module_stack
     spec = tmp_path / "sweep.yaml"
@@ -141,7 +141,7 @@ def test_a_grid_sweep_runs_every_trial_two_at_a_time_and_finds_the_best(
     assert shown.returncode == 0 and "succeeded" in shown.stdout, shown.stderr
 
 
-def test_median_rule_stops_a_bad_trial_early(module_stack: tuple[Stack, CohortClient]) -> None:
+def test_median_rule_stops_a_bad_trial_early(module_stack: tuple[Stack, Client]) -> None:
     _, client = module_stack
     # Steppers (tests/e2e/stepper.py) whose accuracy climbs at their learning rate: the
     # rule is under test, not what TensorFlow learns. 15 s a trial, far longer than the
@@ -178,7 +178,7 @@ def test_median_rule_stops_a_bad_trial_early(module_stack: tuple[Stack, CohortCl
 
 
 def test_cancelling_a_sweep_cancels_its_running_trials(
-    module_stack: tuple[Stack, CohortClient],
+    module_stack: tuple[Stack, Client],
 ) -> None:
     _, client = module_stack
     sweep = sweep_api(

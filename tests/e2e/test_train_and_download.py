@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cli.client import CohortClient
-from cli.sse import parse_lines
 from cli.stack import Stack
+from cohort.client import Client
+from cohort.sse import parse_lines
 from services.statuses import TERMINAL_STATUSES
 from tests.e2e.test_user_code import COHORT, failure_of, submit
 
@@ -115,7 +115,7 @@ class Until:
 
 
 def follow_losses(
-    client: CohortClient, job_id: int, timeout: float = 180
+    client: Client, job_id: int, timeout: float = 180
 ) -> tuple[list[str], dict[int, dict[int, float]]]:
     """Read the job's SSE stream from its start to its terminal status, which is its last
     event (after every point the job will have: README, the job stream), or `timeout`:
@@ -148,7 +148,7 @@ def run(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_custom_loop_from_a_directory_streams_its_scalars_and_its_model_comes_back(
-    pg_stack: tuple[Stack, CohortClient], tmp_path: Path
+    pg_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = pg_stack
     code = tmp_path / "project"

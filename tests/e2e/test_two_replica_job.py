@@ -9,8 +9,8 @@ from typing import Any
 import psutil
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from tests.e2e.conftest import wait_terminal
 
 JOB = {
@@ -22,7 +22,7 @@ JOB = {
 }
 
 
-def check_two_replica_job(stack: Stack, client: CohortClient) -> None:
+def check_two_replica_job(stack: Stack, client: Client) -> None:
     submitted = client.submit(JOB, idempotency_key="e2e-1")
     job = wait_terminal(client, submitted["id"])
     assert job["status"] == "succeeded", job["reason"]
@@ -98,19 +98,19 @@ def check_two_replica_job(stack: Stack, client: CohortClient) -> None:
 
 
 @pytest.mark.e2e
-def test_two_replica_job_on_postgres(module_stack: tuple[Stack, CohortClient]) -> None:
+def test_two_replica_job_on_postgres(module_stack: tuple[Stack, Client]) -> None:
     check_two_replica_job(*module_stack)
 
 
 @pytest.mark.e2e
-def test_two_replica_job_on_embedded_defaults(embedded_stack: tuple[Stack, CohortClient]) -> None:
+def test_two_replica_job_on_embedded_defaults(embedded_stack: tuple[Stack, Client]) -> None:
     stack, client = embedded_stack
     check_two_replica_job(stack, client)
     assert (stack.settings.data_dir / "cohort.db").exists()
 
 
 @pytest.mark.e2e
-def test_cancel_stops_every_replica(module_stack: tuple[Stack, CohortClient]) -> None:
+def test_cancel_stops_every_replica(module_stack: tuple[Stack, Client]) -> None:
     stack, client = module_stack
     job = client.submit(
         {**JOB, "name": "long", "hyperparameters": {"epochs": 200, "steps_per_epoch": 50}}
@@ -147,7 +147,7 @@ def test_cancel_stops_every_replica(module_stack: tuple[Stack, CohortClient]) ->
 
 
 @pytest.mark.e2e
-def test_failing_job_says_why(module_stack: tuple[Stack, CohortClient]) -> None:
+def test_failing_job_says_why(module_stack: tuple[Stack, Client]) -> None:
     _, client = module_stack
     # The api checks every knob it knows; the user's own code fails as it pleases, and
     # the failure must surface as a readable reason.

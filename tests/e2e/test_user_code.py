@@ -19,8 +19,8 @@ import pytest
 import redis
 import yaml
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from services.wire.keys import EVENTS_STREAM
 from services.wire.replica import START_TASK, ReplicaSpec, StartReplica
 from services.wire.signing import node_key, seal_message
@@ -50,7 +50,7 @@ def submit(stack: Stack, tmp_path: Path, spec: dict[str, Any], code: Path | None
     return int(done.stdout.split("submitted job ")[1].split()[0])
 
 
-def failure_of(client: CohortClient, job_id: int) -> str:
+def failure_of(client: Client, job_id: int) -> str:
     job = client.job(job_id)
     return f"{job['reason']}\n" + "\n".join(
         f"{line['replica']}: {line['line']}" for line in client.logs(job_id, limit=200)
@@ -58,7 +58,7 @@ def failure_of(client: CohortClient, job_id: int) -> str:
 
 
 def test_a_bundle_trainer_runs_from_the_bundle(
-    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+    module_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = module_stack
     job_id = submit(
@@ -86,7 +86,7 @@ def test_a_bundle_trainer_runs_from_the_bundle(
 
 
 def test_a_command_script_from_a_bundle_runs_on_two_replicas(
-    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+    module_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = module_stack
     job_id = submit(
@@ -111,7 +111,7 @@ def test_a_command_script_from_a_bundle_runs_on_two_replicas(
 
 
 def test_a_command_not_found_fails_the_job_with_127_and_the_reason(
-    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+    module_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = module_stack
     job_id = submit(
@@ -133,7 +133,7 @@ def test_a_command_not_found_fails_the_job_with_127_and_the_reason(
 
 
 def test_a_syntax_error_under_on_failure_fails_after_one_attempt_saying_why(
-    module_stack: tuple[Stack, CohortClient], tmp_path: Path
+    module_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = module_stack
     code = tmp_path / "code"
@@ -165,7 +165,7 @@ def test_a_syntax_error_under_on_failure_fails_after_one_attempt_saying_why(
 
 
 def test_a_signed_start_naming_an_unlisted_trainer_is_refused_by_the_nodes_policy(
-    module_stack: tuple[Stack, CohortClient],
+    module_stack: tuple[Stack, Client],
 ) -> None:
     # Sealed with the node's key, as the scheduler would: the agent's own policy check
     # still refuses it (tests/e2e/test_wire_trust.py: messages not signed so).

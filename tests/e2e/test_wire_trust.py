@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import redis
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from services.wire.events import NodeHeartbeat, ReplicaExited
 from services.wire.keys import (
     EVENTS_STREAM,
@@ -70,7 +70,7 @@ def passes_after(stack: Stack, moment: float, passes: int = 3) -> None:
 
 
 def test_start_messages_without_the_nodes_valid_seal_start_nothing(
-    pg_stack: tuple[Stack, CohortClient],
+    pg_stack: tuple[Stack, Client],
 ) -> None:
     stack, _client = pg_stack
     signing_key = stack.env["COHORT_SIGNING_KEY"]
@@ -131,7 +131,7 @@ def test_start_messages_without_the_nodes_valid_seal_start_nothing(
 
 
 def test_a_heartbeat_without_the_nodes_key_registers_no_node(
-    pg_stack: tuple[Stack, CohortClient],
+    pg_stack: tuple[Stack, Client],
 ) -> None:
     stack, client = pg_stack
     redis_client = bus(stack)
@@ -172,7 +172,7 @@ def test_a_heartbeat_without_the_nodes_key_registers_no_node(
     assert "ignoring the heartbeat of node 'intruder': unsigned" in log
 
 
-def test_a_forged_exit_does_not_end_a_running_job(pg_stack: tuple[Stack, CohortClient]) -> None:
+def test_a_forged_exit_does_not_end_a_running_job(pg_stack: tuple[Stack, Client]) -> None:
     stack, client = pg_stack
     job = client.submit(
         {

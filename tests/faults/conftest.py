@@ -14,8 +14,8 @@ from typing import Any
 import psutil
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from tests.conftest import create_database, drop_database
 from tests.e2e.conftest import PORT_BASE, free_port, job_story, wait_for
 from tests.faults.processes import attempt_processes
@@ -63,15 +63,13 @@ LONG_JOB_STEPS = (
 
 
 @pytest.fixture
-def make_stack(tmp_path: Path) -> Iterator[Callable[..., tuple[Stack, CohortClient]]]:
+def make_stack(tmp_path: Path) -> Iterator[Callable[..., tuple[Stack, Client]]]:
     """Start a stack: `make_stack(slots=2)`; stopped and its database dropped after.
     `database_url`: a migrated database of the test's own instead of one on the shared
     server (a test that restarts PostgreSQL: tests/pgserver.py)."""
     made: list[tuple[Stack, str | None]] = []
 
-    def make(
-        slots: int = 2, database_url: str | None = None, **env: str
-    ) -> tuple[Stack, CohortClient]:
+    def make(slots: int = 2, database_url: str | None = None, **env: str) -> tuple[Stack, Client]:
         name = None if database_url else f"cohort_fault_{free_port()}"
         url = database_url or create_database(str(name))
         stack = Stack(
@@ -92,7 +90,7 @@ def make_stack(tmp_path: Path) -> Iterator[Callable[..., tuple[Stack, CohortClie
         )
         made.append((stack, name))
         stack.start()
-        return stack, CohortClient(stack.url, stack.token)
+        return stack, Client(stack.url, stack.token)
 
     yield make
     for stack, name in made:
@@ -109,13 +107,13 @@ def alive(pid: int) -> bool:
         return False
 
 
-def steps_seen(client: CohortClient, job_id: int, attempt: int) -> list[int]:
+def steps_seen(client: Client, job_id: int, attempt: int) -> list[int]:
     points = client.metrics(job_id, name=["loss"], replica=0, attempt=attempt, limit=100_000)
     return [p["step"] for p in points]
 
 
 def event_time(
-    client: CohortClient, job_id: int, status: str, attempt: int | None = None
+    client: Client, job_id: int, status: str, attempt: int | None = None
 ) -> float | None:
     import datetime as dt
 
@@ -131,7 +129,7 @@ DELIVERY_SLACK = 5.0
 
 
 def old_attempt_gone(
-    stack: Stack, client: CohortClient, job_id: int, attempt: int, timeout: float = 120
+    stack: Stack, client: Client, job_id: int, attempt: int, timeout: float = 120
 ) -> float:
     """Wait until no process of attempt `attempt` is left (processes.attempt_processes:
     the replicas and whatever they started), and assert that it was within the stop
@@ -170,9 +168,7 @@ def chief_checkpoints(stack: Stack, job_id: int) -> Path:
     return layout.checkpoint_dir(stack.settings.data_dir, job_id) / "chief"
 
 
-def past_first_checkpoint(
-    stack: Stack, client: CohortClient, spec: dict[str, Any]
-) -> dict[str, Any]:
+def past_first_checkpoint(stack: Stack, client: Client, spec: dict[str, Any]) -> dict[str, Any]:
     """Submit `spec` and return the job once its first checkpoint is on the stack's own
     node's disk: the moment to break it, whatever the metrics' way to SQL lags (on a busy
     machine, a hundred steps and more)."""

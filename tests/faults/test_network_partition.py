@@ -24,8 +24,8 @@ import psutil
 import pytest
 import redis
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES
 from services.wire.events import ReplicaExited, decode_event
@@ -63,7 +63,7 @@ SLACK = 1.5
 
 @dataclass(frozen=True)
 class Cluster:
-    client: CohortClient
+    client: Client
     bus: redis.Redis  # the control plane's Redis, read from the host
     machines: dict[str, Machine]  # by node id
     data_dirs: dict[str, str]  # each namespaced agent's DATA_DIR (resolved) -> node id
@@ -100,7 +100,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         )
         stack.start()
         cleanup.callback(stack.stop)
-        client = CohortClient(stack.url, stack.token)
+        client = Client(stack.url, stack.token)
         # Agents hold no SQL credentials; each reaches Redis over its own link.
         env = {k: v for k, v in stack.env.items() if k != "COHORT_DATABASE_URL"}
         data_dirs, logs = {}, {}
@@ -190,7 +190,7 @@ def timeline(samples: list[Sample], since: float) -> list[tuple[float, list[tupl
     return changes
 
 
-def node_status(client: CohortClient, node_id: str) -> str:
+def node_status(client: Client, node_id: str) -> str:
     return next(n["status"] for n in client.nodes() if n["id"] == node_id)
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
 from tests.faults.conftest import old_attempt_gone, record, saved_checkpoint, steps_seen
 from tests.faults.nothing_lost import agent_data_dirs, assert_nothing_lost, written_points
@@ -41,8 +41,8 @@ def ps_job(epochs: int, steps: int, **extra: Any) -> dict[str, Any]:
 
 
 def two_nodes(
-    make_stack: Callable[..., tuple[Stack, CohortClient]], tmp_path: Any
-) -> tuple[Stack, CohortClient]:
+    make_stack: Callable[..., tuple[Stack, Client]], tmp_path: Any
+) -> tuple[Stack, Client]:
     # 3 + 3 slots: the gang of 5 spans both nodes (pack fills node-a, then node-b).
     stack, client = make_stack(slots=3, COHORT_EVALUATOR_GRACE="60")
     stack.add_agent("node-b", 3, data_dir=str(tmp_path / "data-node-b"))
@@ -67,9 +67,7 @@ def chief_step(stack: Stack, job: dict[str, Any]) -> int:
     return max((step for step, name in written_points(path) if name == "loss"), default=0)
 
 
-def running_pid(
-    stack: Stack, client: CohortClient, job_id: int, index: int, after_step: int
-) -> int:
+def running_pid(stack: Stack, client: Client, job_id: int, index: int, after_step: int) -> int:
     """The pid of replica `index` once the chief has trained past `after_step`."""
 
     def ready() -> int | None:

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import redis
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from services.wire.acl import BINDING_PREFIXES
 from services.wire.keys import (
     EVENTS_STREAM,
@@ -82,7 +82,7 @@ def replace_with_an_empty_server(stack: Stack) -> None:
 
 
 def wipe_mid_job(
-    make_stack: Callable[..., tuple[Stack, CohortClient]],
+    make_stack: Callable[..., tuple[Stack, Client]],
     tmp_path: Path,
     wipe: Callable[[Stack], None],
     fault: str,

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from tests.e2e.conftest import job_story, wait_terminal
 from tests.faults.conftest import (
     LONG_JOB,
@@ -40,7 +40,7 @@ def last_epoch_checkpoint(stack: Stack, job_id: int) -> int:
     return saved * STEPS_PER_EPOCH
 
 
-def first_step_ts(client: CohortClient, job_id: int, attempt: int) -> tuple[int, float]:
+def first_step_ts(client: Client, job_id: int, attempt: int) -> tuple[int, float]:
     """The first step attempt `attempt` stored, and when the chief made it."""
     points = client.metrics(job_id, attempt=attempt, name=["loss"], replica=0, limit=100_000)
     first = min(p["step"] for p in points)

@@ -27,7 +27,7 @@ import redis
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from cli.client import CohortClient
+from cohort.client import Client
 from tests.conftest import PG_ADMIN_URL, drop_database, redis_url
 from tests.e2e.conftest import PORT_BASE, free_port, wait_for, wait_terminal
 
@@ -330,7 +330,7 @@ def test_installed_cohort_migrates_starts_and_trains(installed: Path, tmp_path: 
                 start_new_session=True,
             )
         try:
-            client = CohortClient(f"http://127.0.0.1:{port}", INSTALL_TOKEN)
+            client = Client(f"http://127.0.0.1:{port}", INSTALL_TOKEN)
 
             def node_ready() -> bool:
                 assert up.poll() is None, log.read_text()

@@ -20,8 +20,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from cohort.bundles import pack
 from services.settings import Settings
-from services.storage.bundles import BundleRejected, Limits, check_archive, pack, unpack
+from services.storage.bundles import BundleRejected, Limits, check_archive, unpack
 from tests.factories import create_token
 from tests.hostile_bundles import (
     HOSTILE,

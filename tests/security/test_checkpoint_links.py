@@ -23,8 +23,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cli.client import ApiError, CohortClient
 from cli.stack import Stack
+from cohort.client import Client
+from cohort.errors import ApiError
 from services.statuses import TERMINAL_STATUSES
 from tests.e2e.conftest import embedded_stack, wait_terminal
 from tests.e2e.test_user_code import failure_of
@@ -68,12 +69,12 @@ print(f"swapped {swaps} times", flush=True)
 """
 
 
-def _running(client: CohortClient, job_id: int) -> bool:
+def _running(client: Client, job_id: int) -> bool:
     return client.job(job_id)["status"] not in TERMINAL_STATUSES
 
 
 def _download_while_running(
-    client: CohortClient, job_id: int, dest: Path, stored: Path, forbidden: dict[str, bytes]
+    client: Client, job_id: int, dest: Path, stored: Path, forbidden: dict[str, bytes]
 ) -> tuple[int, int]:
     """Download checkpoints/k through REST, and read the store's copy `stored` directly,
     until the job ends: (downloads, decoys seen); fails at the first that holds any of
@@ -109,7 +110,7 @@ def _download_while_running(
 
 
 def test_a_link_swapped_into_the_checkpoint_directory_never_reaches_the_store(
-    embedded_stack: tuple[Stack, CohortClient], tmp_path: Path
+    embedded_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, client = embedded_stack
     secret = tmp_path / "node-secret"

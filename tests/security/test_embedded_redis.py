@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import redis
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from services.wire.batches import LogBatch
 from services.wire.keys import LOGS_STREAM, NODES_HASH
 from tests.e2e.conftest import embedded_stack, wait_for, wait_terminal
@@ -100,11 +100,11 @@ def run_attack(
 
 
 def test_a_replica_gets_nothing_from_the_embedded_redis(
-    embedded_stack: tuple[Stack, CohortClient], tmp_path: Path
+    embedded_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, _admin = embedded_stack
     token_a, token_b = project_token(stack, "alpha"), project_token(stack, "bravo")
-    client_b = CohortClient(stack.url, token_b)
+    client_b = Client(stack.url, token_b)
     victim = submit_as(
         stack,
         token_b,
@@ -120,7 +120,7 @@ def test_a_replica_gets_nothing_from_the_embedded_redis(
     assert [command for command, _ in answers] == [a[0] for a in attacks(victim)]
     # Every command refused for want of a password: none ran.
     assert all(answer.startswith("-NOAUTH") for _, answer in answers), json.dumps(answers)
-    client_a = CohortClient(stack.url, token_a)
+    client_a = Client(stack.url, token_a)
     assert wait_terminal(client_a, attacker)["status"] == "succeeded"
     # Its own output went through the logs stream after its forged entry would have:
     # once that is in SQL, the ingest has been past the forgery.

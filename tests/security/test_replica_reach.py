@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cli.client import CohortClient
 from cli.stack import Stack
+from cohort.client import Client
 from tests.e2e.conftest import PORT_BASE, embedded_stack, free_port, wait_for, wait_terminal
 from workers import layout
 
@@ -147,12 +147,12 @@ def job_spec(name: str, argv: list[str], **more: Any) -> dict[str, Any]:
 
 
 def test_a_replica_opens_nothing_of_the_node_but_its_own_job_s_directory(
-    embedded_stack: tuple[Stack, CohortClient], tmp_path: Path
+    embedded_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
     stack, _admin = embedded_stack
     data_dir = stack.settings.data_dir
     token_a, token_b = project_token(stack, "alpha"), project_token(stack, "bravo")
-    client_b = CohortClient(stack.url, token_b)
+    client_b = Client(stack.url, token_b)
 
     data = tmp_path / "b-data.csv"
     data.write_text(f"x,y\n1,{SECRET}\n")
@@ -203,7 +203,7 @@ def test_a_replica_opens_nothing_of_the_node_but_its_own_job_s_directory(
         job_spec("a-walks", ["python", "walk.py", str(data_dir)]),
         code_dir(tmp_path, "a-code", {"walk.py": WALKER, "paths.json": json.dumps(targets)}),
     )
-    final = wait_terminal(CohortClient(stack.url, token_a), job_a)
+    final = wait_terminal(Client(stack.url, token_a), job_a)
     assert final["status"] == "succeeded", final["reason"]
     report = json.loads((layout.work_dir(data_dir, job_a, 1, 0) / "reach.json").read_text())
 
@@ -305,7 +305,7 @@ def test_a_data_dir_an_older_version_left_open_is_closed_at_start(tmp_path: Path
     )
     stack.start()
     try:
-        CohortClient(stack.url, stack.token).nodes()
+        Client(stack.url, stack.token).nodes()
         assert_private_modes(data_dir)
         assert stack.env["COHORT_SIGNING_KEY"] == "ab" * 32  # kept, only its mode changed
         assert mode(elsewhere) == 0o644 and (data_dir / "notes").is_symlink()

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import redis
 
-from cli.sse import Event, parse_lines
+from cohort.sse import Event, parse_lines
 from tests.streams.conftest import ingest_until
 
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import redis
 
-from cli.sse import Event, parse_lines
+from cohort.sse import Event, parse_lines
 from services.statuses import JobStatus
 from tests.e2e.conftest import wait_for
 from tests.streams.test_sse import emit, emit_logs

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from cohort.bundles import pack
 from services.settings import Settings
-from services.storage.bundles import Limits, pack
+from services.storage.bundles import Limits
 from services.storage.keys import bundle_key
 from services.storage.store import ArtifactStore, open_store
 from workers.node.bundle_cache import BundleCache, BundleUnavailable

@@ -7,16 +7,20 @@ small JSON body), so this checks the CLI's side only: what it prints, not what i
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import typer
+import yaml
 from typer.testing import CliRunner
 
-import cli.client
+import cohort.client
 from cli.aliases import OLD_SPELLINGS
 from cli.main import app
 
@@ -67,7 +71,22 @@ ANSWER: dict[str, Any] = {
     "reason": "a run is in progress",
 }
 
-LOG_LINE = {"id": 1, "ts": 0.0, "attempt": 1, "replica": 0, "line": "epoch 1"}
+LOG_LINE = {"id": 1, "seq": 0, "ts": 0.0, "attempt": 1, "replica": 0, "line": "epoch 1"}
+# A job as the API answers one (the SDK checks every answer against the API's schemas).
+NONE_FIELDS = (
+    "trainer bundle image progress_timeout_seconds roles role_placement profile placement "
+    "active_deadline_seconds ttl_seconds_after_finished queue_position cluster_queue_position "
+    "schedule_id scheduled_for sweep_id trial_index started_at finished_at progress scaling"
+)
+JOB: dict[str, Any] = {
+    **dict.fromkeys(NONE_FIELDS.split()),
+    **{"id": 1, "name": "style", "project": "default", "status": "queued", "attempt": 0},
+    **{"reason": "", "created_at": "2026-01-01T00:00:00Z", "command": ["python", "t.py"]},
+    **{"env": {}, "pip": [], "inputs": {}, "strategy": "one_device", "replicas": 1},
+    **{"gpus_per_replica": 0, "distribution": {}, "hyperparameters": {}, "priority": 0},
+    **{"restart_policy": "never", "max_restarts": 0, "requirements": [], "replica_list": []},
+    **{"requirements_count": 0, "requirements_digest": ""},
+}
 
 
 def fake_api(request: httpx.Request) -> httpx.Response:
@@ -78,6 +97,14 @@ def fake_api(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=b"weights", headers={"content-type": "text/plain"})
     if path.endswith("/logs"):
         return httpx.Response(200, json={"items": [LOG_LINE]})
+    if path == "/api/v1/jobs" and request.method == "GET":
+        return httpx.Response(200, json={"items": [JOB], "next_cursor": None})
+    if path.endswith("/artifacts"):
+        return httpx.Response(200, json={"items": []})
+    if path.startswith(("/api/v1/jobs", "/api/v1/validate/job")) and "/metrics" not in path:
+        return httpx.Response(200, json=JOB)
+    if path.startswith("/api/v1/data/") and request.method == "PUT":
+        return httpx.Response(200, json={"path": path.removeprefix("/api/v1/data/"), "size": 3})
     if path == "/api/v1/nodes":
         return httpx.Response(200, json=[])
     if request.method == "DELETE" and "/tokens/" not in path:
@@ -92,7 +119,7 @@ def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> CliRunner:
     def client(**kwargs: Any) -> httpx.Client:
         return real(transport=httpx.MockTransport(fake_api), **kwargs)
 
-    monkeypatch.setattr(cli.client.httpx, "Client", client)
+    monkeypatch.setattr(cohort.client.httpx, "Client", client)
     monkeypatch.setenv("COHORT_TOKEN", "coh_test")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # `cohort login` saves
     return CliRunner()
@@ -168,3 +195,34 @@ def test_no_group_under_two_names() -> None:
     # (generated from the same app) list the new ones alone.
     old_names = {old[0] for old in OLD_SPELLINGS if len(old) == 1}
     assert not old_names & set(top.commands)
+
+
+LISTINGS = sorted(words for words in CALLS if words[-1] == "list")
+
+
+def test_every_listing_is_here() -> None:
+    assert len(LISTINGS) == 7  # job, sweep, schedule, artifact, data, node, token
+
+
+@pytest.mark.parametrize("words", LISTINGS, ids=" ".join)
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_every_listing_prints_json_or_yaml(
+    words: tuple[str, ...], fmt: str, runner: CliRunner, tmp_path: Path
+) -> None:
+    as_json = runner.invoke(app, argv(words, tmp_path))
+    result = runner.invoke(app, [*argv(words, tmp_path)[:-1], "--output", fmt])
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    loader = json.loads if fmt == "json" else yaml.safe_load
+    assert loader(result.stdout) == json.loads(as_json.stdout)
+
+
+def test_version_and_completion() -> None:
+    """As the installed script answers them (completion is named after the program)."""
+    cohort = str(Path(sys.executable).parent / "cohort")
+    version = subprocess.run([cohort, "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout == f"cohort {importlib.metadata.version('cohort')}\n"
+    shown = subprocess.run(
+        [cohort, "--show-completion", "bash"], capture_output=True, text=True, check=False
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "_COHORT_COMPLETE=complete_bash" in shown.stdout

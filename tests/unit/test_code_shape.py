@@ -3,7 +3,9 @@ they own are what a newcomer can read in one sitting.
 
 Data tables are excepted, by one narrow rule: a module or function whose lines are at
 least three quarters one literal (a dict, list, tuple or set written out) is a table, not
-logic to split. Each failure names every offender with its size.
+logic to split. So are generated modules, listed in GENERATED with the test that keeps
+each equal to its source: nobody edits them. Each failure names every offender with its
+size.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ MAX_MODULE_LINES = 350
 MAX_FUNCTION_LINES = 60
 TABLE_SHARE = 0.75  # of a module's or function's lines in one literal: a data table
 _LITERALS = (ast.Dict, ast.List, ast.Tuple, ast.Set)
+# Written by a generator, checked against their source by a test (named beside each).
+GENERATED = {
+    "cohort/api_models.py",  # deploy/sdk_models.py; tests/unit/test_sdk_models.py
+}
 
 
 def product_modules() -> Iterator[Path]:
@@ -45,6 +51,8 @@ def oversized() -> tuple[list[str], list[str]]:
     are not tables, as 'path: N lines' and 'path: name: N lines'."""
     modules, functions = [], []
     for path in product_modules():
+        if path.relative_to(REPO).as_posix() in GENERATED:
+            continue
         source = path.read_text()
         tree = ast.parse(source)
         name = path.relative_to(REPO)

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import redis
 
+from cohort.bundles import pack
 from services.exit_codes import NO_SPACE, NO_SPACE_REASON, describe
 from services.settings import Settings
-from services.storage.bundles import pack
 from services.storage.keys import bundle_key
 from services.storage.store import ArtifactStore, open_store
 from services.wire.keys import EVENTS_STREAM, attempt_key, claim_key

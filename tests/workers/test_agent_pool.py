@@ -21,8 +21,8 @@ import psutil
 import pytest
 import redis
 
+from cohort.bundles import pack
 from services.settings import Settings
-from services.storage.bundles import pack
 from services.storage.keys import bundle_key
 from services.storage.store import open_store
 from services.wire.keys import EVENTS_STREAM, attempt_key, claim_key

@@ -95,8 +95,9 @@ def contract_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
 def _node_env(home: Path, tmp: Path, inherit: bool = True) -> dict[str, str]:
     """What every process the agent starts for replicas gets before the job's own part
     (`inherit`: the node's variables too; a container has its image's PATH and libraries)."""
-    env = inherited_env(dict(os.environ)) if inherit else {}
+    env: dict[str, str] = {}
     if inherit:
+        env = inherited_env(dict(os.environ))
         env.setdefault("PATH", os.defpath)
     env["HOME"] = str(home)
     env["TMPDIR"] = str(tmp)
@@ -122,7 +123,6 @@ def replica_env(
     # The ids are NVML's, which number GPUs in PCI bus order; CUDA numbers them fastest
     # first unless told otherwise, and would hand the replica another card.
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    env["CUDA_VISIBLE_DEVICES"] = message.gpu_ids
     if container:
         # The engine hands the container only its GPUs, which CUDA numbers from 0 there;
         # none at all (an image's NVIDIA_VISIBLE_DEVICES=all) for a CPU replica.
@@ -130,6 +130,8 @@ def replica_env(
         given = [g for g in message.gpu_ids.split(",") if g]
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(given)))
         env["NVIDIA_VISIBLE_DEVICES"] = message.gpu_ids or "void"
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = message.gpu_ids
     if message.spec.command is None:
         # The runner (Cohort's own code) reports in the metrics file, like any command,
         # and stops itself when the agent dies (workers/replica/parent_watch.py); in a

@@ -1,4 +1,4 @@
-"""A small Server-Sent Events reader over httpx, for the CLI, the tests and the benchmark."""
+"""A small Server-Sent Events reader (standard library only): the SDK, CLI and tests."""
 
 from __future__ import annotations
 

@@ -1,0 +1,172 @@
+"""The REST calls the SDK makes, each declared once: its method, path, parameters and the
+typed model of its answer. Client (cohort/client.py) and AsyncClient
+(cohort/async_client.py) only send them, so the two never differ in what they ask.
+
+No HTTP here: a Call is data; `answer()` turns a response body into the Call's model.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from pydantic import TypeAdapter
+
+from cohort import api_models as m
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request, and how its JSON answer becomes a T."""
+
+    method: str
+    path: str
+    answer: Callable[[Any], T]
+    params: dict[str, Any] = field(default_factory=dict)
+    json: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    timeout: float | None = None
+    # Safe to send again after a 503 (a GET, or a POST made idempotent by its key); a 429
+    # is always safe (the request was refused, not run).
+    repeatable: bool = True
+
+
+def typed(model: type[T]) -> Callable[[Any], T]:
+    adapter: TypeAdapter[T] = TypeAdapter(model)
+    return adapter.validate_python
+
+
+def items(model: type[T]) -> Callable[[Any], list[T]]:
+    """A list answer `{"items": [...]}` as a list of `model`."""
+    adapter: TypeAdapter[list[T]] = TypeAdapter(list[model])  # type: ignore[valid-type]
+    return lambda body: adapter.validate_python(body["items"])
+
+
+def _none(_body: Any) -> None:
+    return None
+
+
+def _params(**given: Any) -> dict[str, Any]:
+    return {k: v for k, v in given.items() if v is not None}
+
+
+# Jobs
+def submit(spec: dict[str, Any], idempotency_key: str | None) -> Call[m.JobRead]:
+    # Every submission carries a key: sent again after a dropped answer or a 503, it is
+    # answered with the job it made, never a second job.
+    key = idempotency_key or f"sdk-{uuid.uuid4()}"
+    headers = {"Idempotency-Key": key}
+    return Call("POST", "/api/v1/jobs", typed(m.JobRead), json=spec, headers=headers)
+
+
+def validate(spec: dict[str, Any], bundle_pending: bool) -> Call[m.JobSpec]:
+    params = {"bundle_pending": "true"} if bundle_pending else {}
+    return Call("POST", "/api/v1/validate/job", typed(m.JobSpec), params=params, json=spec)
+
+
+def job(job_id: int) -> Call[m.JobRead]:
+    return Call("GET", f"/api/v1/jobs/{int(job_id)}", typed(m.JobRead))
+
+
+def jobs(**filters: Any) -> Call[m.JobList]:
+    return Call("GET", "/api/v1/jobs", typed(m.JobList), params=_params(**filters))
+
+
+def cancel(job_id: int) -> Call[m.JobRead]:
+    return Call("POST", f"/api/v1/jobs/{int(job_id)}/cancel", typed(m.JobRead), repeatable=False)
+
+
+def events(job_id: int) -> Call[list[m.JobEventRead]]:
+    return Call("GET", f"/api/v1/jobs/{int(job_id)}/events", typed(list[m.JobEventRead]))
+
+
+def metrics(job_id: int, **filters: Any) -> Call[list[m.MetricPointRead]]:
+    path = f"/api/v1/jobs/{int(job_id)}/metrics"
+    return Call("GET", path, items(m.MetricPointRead), params=_params(**filters))
+
+
+def logs(job_id: int, **filters: Any) -> Call[list[m.LogLineRead]]:
+    path = f"/api/v1/jobs/{int(job_id)}/logs"
+    return Call("GET", path, items(m.LogLineRead), params=_params(**filters))
+
+
+def artifacts(job_id: int) -> Call[list[m.ArtifactRead]]:
+    path = f"/api/v1/jobs/{int(job_id)}/artifacts"
+    return Call("GET", path, items(m.ArtifactRead), timeout=300.0)
+
+
+def nodes() -> Call[list[m.NodeRead]]:
+    return Call("GET", "/api/v1/nodes", typed(list[m.NodeRead]))
+
+
+# Sweeps
+def create_sweep(spec: dict[str, Any]) -> Call[m.SweepRead]:
+    return Call("POST", "/api/v1/sweeps", typed(m.SweepRead), json=spec, repeatable=False)
+
+
+def sweep(sweep_id: int) -> Call[m.SweepRead]:
+    return Call("GET", f"/api/v1/sweeps/{int(sweep_id)}", typed(m.SweepRead))
+
+
+def sweeps(**filters: Any) -> Call[m.SweepList]:
+    return Call("GET", "/api/v1/sweeps", typed(m.SweepList), params=_params(**filters))
+
+
+def cancel_sweep(sweep_id: int) -> Call[m.SweepRead]:
+    path = f"/api/v1/sweeps/{int(sweep_id)}/cancel"
+    return Call("POST", path, typed(m.SweepRead), repeatable=False)
+
+
+# Schedules
+def create_schedule(spec: dict[str, Any]) -> Call[m.ScheduleRead]:
+    return Call("POST", "/api/v1/schedules", typed(m.ScheduleRead), json=spec, repeatable=False)
+
+
+def schedule(schedule_id: int) -> Call[m.ScheduleRead]:
+    return Call("GET", f"/api/v1/schedules/{int(schedule_id)}", typed(m.ScheduleRead))
+
+
+def schedules() -> Call[list[m.ScheduleRead]]:
+    return Call("GET", "/api/v1/schedules", items(m.ScheduleRead))
+
+
+def update_schedule(schedule_id: int, changes: dict[str, Any]) -> Call[m.ScheduleRead]:
+    path = f"/api/v1/schedules/{int(schedule_id)}"
+    return Call("PATCH", path, typed(m.ScheduleRead), json=changes, repeatable=False)
+
+
+def schedule_action(schedule_id: int, action: str) -> Call[m.ScheduleRead]:
+    """`pause` or `resume`."""
+    path = f"/api/v1/schedules/{int(schedule_id)}/{action}"
+    return Call("POST", path, typed(m.ScheduleRead), repeatable=False)
+
+
+def trigger_schedule(schedule_id: int) -> Call[m.ScheduleRunRead]:
+    path = f"/api/v1/schedules/{int(schedule_id)}/trigger"
+    return Call("POST", path, typed(m.ScheduleRunRead), repeatable=False)
+
+
+def delete_schedule(schedule_id: int) -> Call[None]:
+    return Call("DELETE", f"/api/v1/schedules/{int(schedule_id)}", _none, repeatable=False)
+
+
+def promoted_model(schedule_id: int) -> Call[m.PromotedModel]:
+    return Call("GET", f"/api/v1/schedules/{int(schedule_id)}/model", typed(m.PromotedModel))
+
+
+# Data
+def data() -> Call[list[m.DataRead]]:
+    return Call("GET", "/api/v1/data", items(m.DataRead), timeout=300.0)
+
+
+def delete_data(path: str) -> Call[None]:
+    return Call("DELETE", f"/api/v1/data/{quote(path)}", _none)
+
+
+def whoami() -> Call[m.TokenRead]:
+    return Call("GET", "/api/v1/whoami", typed(m.TokenRead))
