@@ -1,6 +1,6 @@
-"""End to end: the node runs users' own code. A bundle's `module:function` trainer and a
-bundle's `command` script (2 replicas, MultiWorkerMirroredStrategy) succeed, submitted
-with the installed `cohort job submit --code`; a command not on the node fails its job with
+"""End to end: the node runs users' own code. A bundle's `module:function` trainer,
+submitted with the installed `cohort job submit --code`, and a bundle's `command` script,
+submitted by the SDK example (2 replicas each, MultiWorkerMirroredStrategy) succeed; a command not on the node fails its job with
 exit 127 and the reason; a script with a SyntaxError fails its job after one attempt under
 `on_failure`, its reason saying why; a forged start message naming an unlisted trainer is refused by
 the agent (reported, never started)."""
@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -85,27 +86,31 @@ def test_a_bundle_trainer_runs_from_the_bundle(
         assert json.loads(hyperparameters.read_text())["layers"] == [8]
 
 
-def test_a_command_script_from_a_bundle_runs_on_two_replicas(
+def test_the_sdk_example_runs_a_command_script_on_two_replicas(
     module_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
+    """examples/sdk/submit_and_follow.py as shipped, as a user runs it: it submits
+    examples/custom_loop (a command script, 2 replicas) with the SDK, follows it, and
+    downloads its model."""
     stack, client = module_stack
-    job_id = submit(
-        stack,
-        tmp_path,
-        {
-            "name": "custom-loop",
-            "command": ["python", "train.py", "--steps", "5"],
-            "replicas": 2,
-            "strategy": "multi_worker_mirrored",
-            "restart_policy": "never",
-            "env": {"EXAMPLE_SETTING": "1"},
-        },
-        EXAMPLES / "custom_loop",
+    env = {key: value for key, value in os.environ.items() if not key.startswith("COHORT_")}
+    env |= {"COHORT_URL": stack.url, "COHORT_TOKEN": stack.token, "XDG_CONFIG_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "sdk" / "submit_and_follow.py")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
-    final = wait_terminal(client, job_id)
-    assert final["status"] == "succeeded", failure_of(client, job_id)
+    assert done.returncode == 0, done.stdout + done.stderr
+    job_id = int(done.stdout.split("job ")[1].split(":")[0])
+    assert f"job {job_id} succeeded" in done.stdout, done.stdout + failure_of(client, job_id)
+    assert "status: running" in done.stdout and "step 60:" in done.stdout, done.stdout
+    with tarfile.open(tmp_path / "model.tar.gz") as tar:
+        assert any(name.endswith("saved_model.pb") for name in tar.getnames())
     data_dir = stack.settings.data_dir
-    assert (layout.model_dir(data_dir, job_id) / "saved_model.pb").is_file()
     for index in (0, 1):  # the scalars went where COHORT_TENSORBOARD_DIR said
         assert list(layout.tensorboard_dir(data_dir, job_id, index).glob("events.out.*"))
 
