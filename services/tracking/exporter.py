@@ -37,6 +37,7 @@ log = logging.getLogger("cohort.mlflow")
 Sessions = Callable[[], AbstractContextManager[Session]]  # a transaction per call
 BATCH = 1000  # points a log_batch call (MLflow's most)
 BATCHES_PER_RUN = 20  # a round's share for one run: the other runs' points are not held up
+PAGE = 500  # open runs read at a time
 
 
 def _ms(moment: dt.datetime) -> int:
@@ -74,31 +75,37 @@ class Exporter:
         with session_scope() as session:
             found = targets.read_targets(session=session, settings=self.settings)
             started = targets.any_started(session=session)
-            open_runs = exports.read_open_runs(session=session, now=now)
         if found or started:  # else nothing to write (a fenced transaction locks SQLite)
             with self.sessions() as session:
                 done.discovered = targets.discover_jobs(session=session, targets=found, now=now)
-            if done.discovered:
-                with session_scope() as session:
-                    open_runs = exports.read_open_runs(session=session, now=now)
         down: dict[str, str] = {}  # servers that failed this round: why
-        for open_run in open_runs:
-            if not open_run.needs_work():
-                continue
-            uri = open_run.export.tracking_uri
-            try:
-                if uri in down:
-                    raise TrackingError(down[uri], server_down=True)
-                done.points += self._export(open_run)
-                done.ended += open_run.export.ended_at is not None
-            except TrackingError as exc:
-                done.failed += 1
-                if exc.server_down:
-                    down[uri] = str(exc)
-                self._failed(open_run, str(exc))
-            else:
-                self._succeeded(open_run)
-        return done
+        after = 0
+        while True:
+            with session_scope() as session:
+                page = exports.read_open_runs(
+                    session=session, now=now, after_job_id=after, limit=PAGE
+                )
+            for open_run in page:
+                if open_run.needs_work():
+                    self._bring_up_to_date(open_run, down, done)
+            if len(page) < PAGE:
+                return done
+            after = page[-1].job.id
+
+    def _bring_up_to_date(self, open_run: OpenRun, down: dict[str, str], done: Round) -> None:
+        uri = open_run.export.tracking_uri
+        try:
+            if uri in down:  # not called again this round
+                raise TrackingError(down[uri], server_down=True)
+            done.points += self._export(open_run)
+            done.ended += open_run.export.ended_at is not None
+        except TrackingError as exc:
+            done.failed += 1
+            if exc.server_down:
+                down[uri] = str(exc)
+            self._failed(open_run, str(exc))
+        else:
+            self._succeeded(open_run)
 
     def _writer(self, uri: str) -> RunWriter:
         if uri not in self.writers:

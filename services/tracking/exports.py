@@ -48,15 +48,24 @@ class OpenRun:
         )
 
 
-def read_open_runs(*, session: Session, now: dt.datetime, limit: int = 1000) -> list[OpenRun]:
-    """The open exports not waiting for a retry, in job order, with their jobs and newest
-    points (three statements)."""
+def read_open_runs(
+    *, session: Session, now: dt.datetime, after_job_id: int = 0, limit: int = 500
+) -> list[OpenRun]:
+    """A page of the open exports not waiting for a retry, of jobs above `after_job_id` in
+    job order, with their jobs and newest points (three statements). Jobs still waiting in
+    the queue are left out: nothing of them goes to MLflow yet."""
     rows = session.execute(
         sa.select(MlflowRun, Job)
         .join(Job, Job.id == MlflowRun.job_id)
         .where(
             MlflowRun.ended_at.is_(None),
+            MlflowRun.job_id > after_job_id,
             sa.or_(MlflowRun.retry_at.is_(None), MlflowRun.retry_at <= now),
+            sa.or_(
+                MlflowRun.run_id.is_not(None),
+                Job.started_at.is_not(None),
+                Job.status.in_(TERMINAL_STATUSES),
+            ),
         )
         .order_by(MlflowRun.job_id)
         .limit(limit)

@@ -21,7 +21,7 @@ from services.jobs.transitions import transition_job
 from services.models import JobEvent, MetricPoint, MlflowRun, utcnow
 from services.settings import get_settings
 from services.statuses import JobStatus
-from services.tracking import targets
+from services.tracking import exports, targets
 from services.tracking.client import RunWriter
 from services.tracking.exporter import Exporter
 from services.tracking.run_fields import metric_key
@@ -258,7 +258,14 @@ def test_tracking_turned_on_sends_jobs_in_flight_and_to_come_never_history(
     assert discover() == {live}  # in flight: exported; finished before: not
     later = running_job(tracked)
     finish(later)  # even a job that ends between two rounds
-    assert discover() == {live, later}
+    with session_scope() as session:
+        queued = create_job(session, tracked["project_id"], name="waiting", replicas=1).id
+        tracked["jobs"].append(queued)
+    assert discover() == {live, later, queued}
     with session_scope() as session:
         uris = dict(session.execute(sa.select(MlflowRun.job_id, MlflowRun.tracking_uri)).all())
+        # A page of the open runs holds none still queued: a queue longer than a page
+        # never keeps the running jobs' runs out of a round.
+        page = exports.read_open_runs(session=session, now=utcnow(), limit=2)
     assert uris[later] == "http://mlflow.example:5000"
+    assert {open_run.job.id for open_run in page} == {live, later}
