@@ -269,3 +269,23 @@ def test_tracking_turned_on_sends_jobs_in_flight_and_to_come_never_history(
         page = exports.read_open_runs(session=session, now=utcnow(), limit=2)
     assert uris[later] == "http://mlflow.example:5000"
     assert {open_run.job.id for open_run in page} == {live, later}
+
+
+def test_a_run_mlflow_refuses_waits_alone_while_its_servers_other_runs_go_on(
+    bus: redis.Redis, tracked: dict[str, Any], mlflow_server: MlflowServer
+) -> None:
+    from mlflow import MlflowClient
+
+    exporter = Exporter(get_settings(), bus)
+    exporter.run_round()
+    gone, kept = running_job(tracked), running_job(tracked)
+    exporter.run_round()  # both runs made
+    MlflowClient(tracking_uri=mlflow_server.uri).delete_run(export_row(gone).run_id)
+    report(bus, gone, range(1, 11))
+    report(bus, kept, range(1, 11))
+    done = exporter.run_round()
+    assert (done.failed, done.points) == (1, 40)  # the refused run alone; the other's points
+    row = export_row(gone)
+    assert row.failures == 1 and row.retry_at is not None and "unreachable" not in row.error
+    assert export_row(kept).failures == 0 and export_row(kept).points == 40
+    assert any(e.startswith("MLflow export failing, retrying: ") for e in events(gone))
