@@ -33,6 +33,7 @@ from api.routes import (
     streams,
     sweeps,
     tokens,
+    tracking,
     validation,
     whoami,
 )
@@ -123,6 +124,7 @@ API_V1 = (
     schedules,
     sweeps,
     quotas,
+    tracking,
     bundles,
     artifacts,
     data,

@@ -16,6 +16,7 @@ The core, which imports no room:
 The rooms, higher ones importing lower ones only (pyproject.toml's import contracts):
 
     scheduling/    the scheduler's pass: the cluster, sweeps and retraining in one order
+    tracking/      the MLflow export: each tracked job an MLflow run, from the leader
     retraining/    schedules, cron, exactly-once firing, promotion
     telemetry/     metric points and log lines stored once, live feeds, job views
     sweeps/        sweeps: search spaces, trials in turn, median stopping

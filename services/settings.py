@@ -7,12 +7,31 @@ import secrets
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.data_dir import private_data_dir
+
+
+def tracking_uri_problem(uri: str) -> str | None:
+    """What is wrong with an MLflow tracking URI, or None: an MLflow server over HTTP(S)
+    (`http(s)://host[:port][/path]`) or Databricks' (`databricks`, `databricks://profile`);
+    "" is none. A local path or database URI would be the scheduler's own disk, out of
+    every other machine's reach, and the control plane installs MLflow's client only."""
+    uri = uri.strip()
+    if not uri:
+        return None
+    parsed = urlsplit(uri)
+    if parsed.scheme in ("http", "https") and parsed.hostname:
+        return None
+    if parsed.scheme == "databricks" or uri == "databricks":
+        return None
+    return (
+        f"{uri[:100]!r} is not an MLflow server's address: give http(s)://host[:port] "
+        "(or databricks, databricks://PROFILE)"
+    )
 
 
 class Settings(BaseSettings):
@@ -177,6 +196,21 @@ class Settings(BaseSettings):
     QUOTA_MAX_GPUS: int | None = Field(None, ge=0)
     QUOTA_MAX_SCHEDULES: int | None = Field(100, ge=0)
     QUOTA_MAX_PRIORITY: int | None = Field(10, ge=-1000, le=1000)
+
+    # MLflow (services/tracking/, docs/telemetry.md#mlflow): every job of a project tracked
+    # here becomes an MLflow run on this server (http(s)://host[:port][/path], or
+    # `databricks`), written by the scheduler's leader every MLFLOW_EXPORT_INTERVAL
+    # seconds. "": no export. An admin sets a project's own (PUT /api/v1/projects/{name}/mlflow).
+    MLFLOW_TRACKING_URI: str = ""
+    MLFLOW_EXPORT_INTERVAL: float = Field(2.0, gt=0, le=3600)
+
+    @field_validator("MLFLOW_TRACKING_URI")
+    @classmethod
+    def _tracking_uri(cls, value: str) -> str:
+        problem = tracking_uri_problem(value)
+        if problem:
+            raise ValueError(f"COHORT_MLFLOW_TRACKING_URI: {problem}")
+        return value.strip()
 
     @field_validator(
         "QUOTA_MAX_QUEUED_JOBS",

@@ -14,12 +14,16 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session
+
+if TYPE_CHECKING:
+    from tests.mlflowserver import MlflowServer
 
 # The machine is shared: how fast Hypothesis generates inputs, or runs one example, says
 # nothing about the code under test, so neither is a failure (the examples still run).
@@ -281,6 +285,20 @@ def s3_endpoint() -> Iterator[str]:
     with moto_server(free_port()) as endpoint:
         create_bucket(endpoint, "cohort-test")
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(replicas_tmp_root: Path) -> Iterator[MlflowServer]:
+    """A real MLflow tracking server (tests/mlflowserver.py) for this test session."""
+    from tests.e2e.conftest import free_port
+    from tests.mlflowserver import MlflowServer
+
+    server = MlflowServer(
+        Path(tempfile.mkdtemp(prefix="mlflow-", dir=replicas_tmp_root)), free_port()
+    )
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -12,6 +12,7 @@
     schedules.py    retraining schedules, run now, the promoted model
     sweeps.py       sweeps: create, list, read with every trial, cancel
     quotas.py       projects' quotas (admins)
+    tracking.py     projects' MLflow settings (admins)
     tokens.py       API tokens (admins): issue, list, revoke
     whoami.py       the caller's own token: project, name, scopes
     health.py       liveness and readiness probes

@@ -8,6 +8,7 @@
     sweeps.py     sweeps (their trials are jobs)
     quotas.py     projects' quotas over the cluster's defaults
     leadership.py the scheduler's fencing token
+    tracking.py   the MLflow export: projects' tracking URIs, where each starts, each job's run
 
 Every model is imported here, so `Base.metadata` holds every table (Alembic, tests).
 """
@@ -20,6 +21,7 @@ from services.models.quotas import ProjectQuota
 from services.models.schedules import Schedule, ScheduleRun
 from services.models.series import LogLine, MetricPoint, MetricRollup
 from services.models.sweeps import Sweep
+from services.models.tracking import MlflowRun, ProjectTracking, TrackingStart
 
 __all__ = [
     "ApiToken",
@@ -31,14 +33,17 @@ __all__ = [
     "LogLine",
     "MetricPoint",
     "MetricRollup",
+    "MlflowRun",
     "Node",
     "Project",
     "ProjectQuota",
+    "ProjectTracking",
     "Replica",
     "Schedule",
     "ScheduleRun",
     "SchedulerFence",
     "Sweep",
+    "TrackingStart",
     "UTCDateTime",
     "utcnow",
 ]

@@ -51,6 +51,15 @@ def open_store(url: str | None = None, *, settings: Settings | None = None) -> A
     return ArtifactStore(fs, root.rstrip("/"), url=url)
 
 
+def store_uri(key: str, *, settings: Settings | None = None) -> str:
+    """Where `key` is in the store the settings name, as a URI another tool can open:
+    `s3://bucket/prefix/<key>`, or `file:///<absolute root>/<key>` for a directory."""
+    settings = settings or get_settings()
+    url = settings.ARTIFACT_URL or str(settings.data_dir / "artifacts")
+    root = url.rstrip("/") if "://" in url else Path(url).expanduser().resolve().as_uri()
+    return f"{root}/{check_key(key)}"
+
+
 class ArtifactStore:
     """Bytes under relative keys, in a directory or an S3 bucket prefix."""
 

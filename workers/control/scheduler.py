@@ -1,4 +1,4 @@
-"""The scheduler process: the single active placer, and the metrics ingester.
+"""The scheduler process: the single active placer, the metrics ingester, the MLflow exporter.
 
 Leadership is a Redis lock; only the holder runs passes, so one placement pass
 runs at a time however many scheduler processes are started. Each term of leadership
@@ -51,6 +51,7 @@ from workers.control.pacing import PassPacer
 from workers.control.refusals import Refusals
 from workers.control.streams import GroupReader
 from workers.control.term import Term
+from workers.control.tracking import export_while
 
 log = logging.getLogger("cohort.scheduler")
 
@@ -216,6 +217,15 @@ class Scheduler:
             )
             for feed in (METRICS, LOGS)
         ]
+        # And exports runs to MLflow, in a thread of its own (workers/control/tracking.py).
+        ingesters.append(
+            threading.Thread(
+                target=export_while,
+                args=(self.redis, term, self.settings),
+                daemon=True,
+                name="mlflow-export",
+            )
+        )
         for thread in ingesters:
             thread.start()
         try:
