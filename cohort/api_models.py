@@ -274,6 +274,19 @@ class TokenRead(ApiModel):
     state: Literal["active", "expired", "revoked"]
 
 
+class TrackingSettings(ApiModel):
+    experiment: str | None = None
+    tracking_uri: str | None = None
+
+
+class TrackingUpdate(ApiModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    experiment: str | None = None
+    tracking_uri: str | None = None
+
+
 class TrialRead(ApiModel):
     attempt: int
     created_at: AwareDatetime
@@ -526,6 +539,14 @@ class SweepRead(ApiModel):
 
 class TokenList(ApiModel):
     items: list[TokenRead]
+
+
+class TrackingRead(ApiModel):
+    default_tracking_uri: str
+    experiment: str
+    overrides: TrackingSettings
+    project: str
+    tracking_uri: str
 
 
 class JobRead(ApiModel):

@@ -1,9 +1,10 @@
 """End to end: the node runs users' own code. A bundle's `module:function` trainer,
 submitted with the installed `cohort job submit --code`, and a bundle's `command` script,
-submitted by the SDK example (2 replicas each, MultiWorkerMirroredStrategy) succeed; a command not on the node fails its job with
-exit 127 and the reason; a script with a SyntaxError fails its job after one attempt under
-`on_failure`, its reason saying why; a forged start message naming an unlisted trainer is refused by
-the agent (reported, never started)."""
+submitted by the SDK example (2 replicas each, MultiWorkerMirroredStrategy) succeed; a
+command not on the node fails its job with exit 127 and the reason; a script with a
+SyntaxError fails its job after one attempt under `on_failure`, its reason saying why; a
+forged start message naming an unlisted trainer is refused by the agent (reported, never
+started)."""
 
 from __future__ import annotations
 
