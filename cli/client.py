@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import httpx
@@ -14,6 +15,12 @@ import httpx
 from cli.sse import Event, parse_lines
 from cli.user_config import resolve, unauthorized_hint
 from services.statuses import TERMINAL_STATUSES
+
+
+class Sink(Protocol):
+    """Where a download goes when it is not a path: a binary file open for writing."""
+
+    def write(self, data: bytes, /) -> object: ...
 
 
 class ApiError(RuntimeError):
@@ -147,25 +154,40 @@ class CohortClient:
         """PUT a bundle file, streamed from disk."""
         return self._put_file(f"/api/v1/bundles/{digest}", path, "application/gzip", 300.0)
 
-    def artifacts(self, job_id: int) -> list[dict[str, Any]]:
-        return self._check(self.http.get(f"/api/v1/jobs/{job_id}/artifacts", timeout=300.0))[
-            "items"
-        ]
+    def artifacts(self, job_id: int, path: str = "") -> list[dict[str, Any]]:
+        """The job's files (with `path`, those under that directory of the job)."""
+        params = {"path": path} if path else {}
+        return self._check(
+            self.http.get(f"/api/v1/jobs/{job_id}/artifacts", params=params, timeout=300.0)
+        )["items"]
 
-    def download(self, job_id: int, path: str, dest: Path) -> str:
-        """Stream one artifact (a file, or a directory as .tar.gz) into `dest`; returns its
-        Content-Type."""
+    def download(
+        self, job_id: int, path: str, dest: Path | Sink, *, start: int = 0, end: int | None = None
+    ) -> str:
+        """Stream one artifact (a file, or a directory as .tar.gz) into `dest` (a path, or
+        a binary file open for writing); returns its Content-Type. `start`, `end` (end
+        excluded): only those bytes of a file (a Range; an API that sends the whole file
+        anyway has the rest cut off here)."""
+        ranged = start > 0 or end is not None
+        last = "" if end is None else str(end - 1)
         with self.http.stream(
             "GET",
             f"/api/v1/jobs/{job_id}/artifacts/download",
             params={"path": path},
+            headers={"Range": f"bytes={start}-{last}"} if ranged else {},
             timeout=httpx.Timeout(30.0, read=300.0),
         ) as response:
             if response.status_code >= 400:
                 response.read()
                 self._check(response)
-            with open(dest, "wb") as out:
+            skip = start if ranged and response.status_code != 206 else 0
+            left = None if end is None else end - start
+            with contextlib.ExitStack() as stack:
+                out = stack.enter_context(open(dest, "wb")) if isinstance(dest, Path) else dest
                 for chunk in response.iter_bytes(1 << 20):
+                    chunk, skip = chunk[skip:], max(0, skip - len(chunk))
+                    if left is not None:
+                        chunk, left = chunk[:left], max(0, left - len(chunk))
                     out.write(chunk)
             return response.headers.get("content-type", "")
 
