@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import redis
 
 from services.settings import Settings
@@ -14,7 +13,6 @@ from services.storage.store import open_store
 from tests.e2e.conftest import wait_for
 from tests.tfsummaries import start_writer
 from workers import layout
-from workers.node import board_syncer
 from workers.node.launcher import ReplicaKey
 from workers.node.sidecar import Sidecars
 
@@ -22,10 +20,11 @@ JOB = 43
 
 
 def test_event_files_reach_the_store_while_the_replica_writes_them(
-    bus: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    bus: redis.Redis, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(board_syncer, "POLL_SECONDS", 0.2)  # the agent's: 10 s
-    settings = Settings(DATA_DIR=tmp_path / "data", ARTIFACT_URL="", NODE_ID="n1")
+    settings = Settings(
+        DATA_DIR=tmp_path / "data", ARTIFACT_URL="", NODE_ID="n1", TENSORBOARD_SYNC_INTERVAL=0.2
+    )
     sidecars = Sidecars(settings, bus)
     key = ReplicaKey(JOB, 1, 0)
     sidecars.follow(key)

@@ -18,14 +18,12 @@ from services.storage.store import ArtifactStore
 
 log = logging.getLogger("cohort.artifacts")
 
-# How often a running replica's TensorBoard directory is looked at: TensorBoard itself
-# reloads every 5 s, and tf.summary flushes every 2 (Keras' callback) to 120 s.
-POLL_SECONDS = 10.0
-
 
 class BoardSyncer(threading.Thread):
     """Sends what changed under `tree` to `jobs/<id>/tensorboard/replica-<i>/` every
-    `poll_seconds` until `finish()` (the exit's own upload sends the rest)."""
+    `poll_seconds` (the agent's TENSORBOARD_SYNC_INTERVAL, 10 s: TensorBoard reloads every
+    5, tf.summary flushes every 2 to 120) until `finish()` (the exit's own upload sends
+    the rest)."""
 
     def __init__(
         self,
@@ -34,12 +32,12 @@ class BoardSyncer(threading.Thread):
         index: int,
         tree: OwnedTree,
         *,
-        poll_seconds: float | None = None,
+        poll_seconds: float,
     ) -> None:
         super().__init__(daemon=True, name=f"tensorboard-{job_id}-{index}")
         self.store, self.tree = store, tree
         self.prefix = keys.tensorboard_prefix(job_id, index)
-        self.poll_seconds = POLL_SECONDS if poll_seconds is None else poll_seconds
+        self.poll_seconds = poll_seconds
         self._done = threading.Event()
         self._failures = 0
 

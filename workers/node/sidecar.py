@@ -192,7 +192,10 @@ class ReplicaSidecar:
         )
         board = OwnedTree(self.tensorboard_dir, on_skip=self.notes.skipper(self.tensorboard_dir))
         store = node.store()
-        self.board = None if store is None else BoardSyncer(store, job, key.index, board)
+        every = node.settings.TENSORBOARD_SYNC_INTERVAL
+        self.board = (
+            None if store is None else BoardSyncer(store, job, key.index, board, poll_seconds=every)
+        )
         mirror = node.mirror(job) if key.index == CHIEF else None
         self.syncer = (
             None
