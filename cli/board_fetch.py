@@ -146,6 +146,10 @@ class BoardFetcher:
             except OSError as exc:  # a link on the way, a file where a directory is
                 done.refused.append(f"{item['path']!r}: cannot be written here: {exc}")
                 continue
+            except ApiError as exc:
+                if exc.status == 404:  # gone since it was listed: nothing to fetch
+                    continue
+                raise
             if how is not None:
                 (done.appended if how == "appended" else done.downloaded).append(rel)
         return done

@@ -93,6 +93,8 @@ def tensorboard(
     source = BoardSource(connect(url, token))
     statuses = {job: guarded(partial(source.status, job)) for job in job_ids}
     argv = None if no_serve else tensorboard_argv()
+    if argv is not None:
+        _sigterm_as_interrupt()  # from here on: the directory it makes is removed
     temporary = logdir is None
     root = Path(tempfile.mkdtemp(prefix="cohort-tensorboard-")) if logdir is None else logdir
     root = root.resolve()
@@ -104,7 +106,6 @@ def tensorboard(
             _said_refused(fetched)
             _report_fetch(root, statuses, fetched, as_json)
             return
-        _sigterm_as_interrupt()
         _serve(argv, _board_args(root, port, bind_all), fetcher, statuses, every, as_json)
     finally:
         if temporary:

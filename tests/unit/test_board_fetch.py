@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from cli.board_fetch import BoardFetcher, BoardSource, UnsafePath, local_path
+from cli.client import ApiError
 
 GOOD = b"an event file"
 
@@ -22,6 +23,7 @@ class FakeSource(BoardSource):
 
     def __init__(self, files: dict[str, bytes]) -> None:
         self.served = files
+        self.gone: set[str] = set()  # listed, then removed before it is fetched
         self.fetched: list[tuple[str, int, int]] = []
 
     def status(self, job_id: int) -> str:  # noqa: ARG002
@@ -35,6 +37,8 @@ class FakeSource(BoardSource):
 
     def fetch(self, job_id: int, path: str, out: Any, start: int = 0, end: int = 0) -> None:  # noqa: ARG002
         self.fetched.append((path, start, end))
+        if path in self.gone:
+            raise ApiError(404, {"message": f"job {job_id} has no artifact {path!r}"})
         data = self.served[path]
         out.write(data[start : end or len(data)])
 
@@ -116,3 +120,13 @@ def test_a_hostile_listing_writes_nothing_outside_the_logdir(tmp_path: Path) -> 
         "tensorboard/replica-0/events.out.tfevents.1",
         "tensorboard/replica-0/events.out.tfevents.2",
     }
+
+
+def test_a_file_removed_after_the_listing_is_skipped(tmp_path: Path) -> None:
+    source = FakeSource(
+        {"tensorboard/replica-0/gone": b"x", "tensorboard/replica-0/events.out.tfevents.1": GOOD}
+    )
+    source.gone.add("tensorboard/replica-0/gone")
+    fetched = BoardFetcher(source, tmp_path).fetch(7)
+    assert fetched.downloaded == ["job-7/replica-0/events.out.tfevents.1"]
+    assert not fetched.refused and not (tmp_path / "job-7" / "replica-0" / "gone").exists()
