@@ -158,6 +158,7 @@ bench: $(STAMP) replica-access
 	$(PY) bench/sweeps.py
 	$(PY) bench/bundles.py
 	$(PY) bench/bundle_start.py
+	$(PY) bench/tensorboard_first_paint.py --rounds 5
 
 # The dashboard's browser tests drive Debian's Chromium (never `playwright install`).
 chromium:

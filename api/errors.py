@@ -38,6 +38,7 @@ from services.exceptions import (
     TooLarge,
     TooManyRequests,
     Unauthorized,
+    UnsatisfiableRange,
 )
 from services.field_suggestions import close_field
 from services.statuses import TERMINAL_STATUSES
@@ -68,6 +69,7 @@ CODES = {
     409: "conflict",
     413: "too_large",
     415: "unsupported_media_type",
+    416: "range_not_satisfiable",
     422: "invalid_request",
     429: "too_many_requests",
     503: "unavailable",
@@ -140,6 +142,7 @@ ANSWERS: dict[type[Exception], Answer] = {
     TooLarge: Answer(413, "too_large"),  # a bundle or a data file past its limit
     InvalidBundle: Answer(422, "invalid_request"),
     InvalidArtifactPath: Answer(422, "invalid_request"),
+    UnsatisfiableRange: Answer(416, "range_not_satisfiable"),  # with Content-Range (below)
     InvalidDataPath: Answer(422, "invalid_request"),
     DataPathConflict: Answer(409, "conflict"),
     SweepEnded: Answer(409, "conflict"),
@@ -169,6 +172,8 @@ def answer(exc: Exception) -> JSONResponse:
         body.update(quota=exc.quota, used=exc.used, allowed=exc.allowed)
     if isinstance(exc, TooManyRequests):
         headers["Retry-After"] = str(exc.retry_after)
+    if isinstance(exc, UnsatisfiableRange):  # RFC 9110 15.5.17: the file's whole length
+        headers["Content-Range"] = f"bytes */{exc.size}"
     return JSONResponse(status_code=spec.status, content=body, headers=headers or None)
 
 

@@ -13,6 +13,8 @@ the REST API built on the SDK.
     jobs.py         `cohort job submit | list | show | logs | metrics | cancel`
     run.py          `cohort run -- python train.py`: a command job, no spec file
     submission.py   check the spec, upload the code, submit, follow (`job submit`, `run`)
+    tensorboard.py  `cohort tensorboard JOB...`: the jobs' TensorBoard files in a TensorBoard
+    board_fetch.py  their files fetched into a local directory, only what is new
     nodes.py        `cohort node list`
     artifacts.py    `cohort artifact list | download`
     bundles.py      `cohort bundle push`, and `--code` of `cohort job submit`

@@ -32,6 +32,7 @@ from cli.health import health
 from cli.keys import node_key_command, redis_acl_command
 from cli.login import login
 from cli.run import run
+from cli.tensorboard import tensorboard
 from services.data_dir import PROCESS_UMASK
 
 app = typer.Typer(
@@ -44,8 +45,9 @@ app = typer.Typer(
 )
 
 # The commands that run Cohort's own processes, or write its database, then the tools
-# an operator runs beside them; last, `run`, the one client command at the top: a job
-# from a command line, the first thing a user types (docs/cli-guide.md).
+# an operator runs beside them; last, the client commands at the top: `run`, a job from a
+# command line, the first thing a user types, and `tensorboard`, the jobs' TensorBoard
+# files in a TensorBoard of the user's own (docs/cli-guide.md).
 COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("api", processes.api),
     ("scheduler", processes.scheduler),
@@ -59,6 +61,7 @@ COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("node-key", node_key_command),
     ("redis-acl", redis_acl_command),
     ("run", run),
+    ("tensorboard", tensorboard),
 )
 # The client's groups, one per thing the REST API serves.
 GROUPS: tuple[typer.Typer, ...] = (

@@ -95,9 +95,10 @@ def logs(job_id: int, **filters: Any) -> Call[list[m.LogLineRead]]:
     return Call("GET", path, items(m.LogLineRead), params=_params(**filters))
 
 
-def artifacts(job_id: int) -> Call[list[m.ArtifactRead]]:
+def artifacts(job_id: int, under: str = "") -> Call[list[m.ArtifactRead]]:
     path = f"/api/v1/jobs/{int(job_id)}/artifacts"
-    return Call("GET", path, items(m.ArtifactRead), timeout=300.0)
+    params = {"path": under} if under else {}
+    return Call("GET", path, items(m.ArtifactRead), params=params, timeout=300.0)
 
 
 def nodes() -> Call[list[m.NodeRead]]:

@@ -15,6 +15,7 @@ to send again, is sent again after its Retry-After (at most `retries` times).
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +33,7 @@ from cohort.jobs import Job
 from cohort.specs import Spec, spec_dict
 from cohort.sse import Event, parse_lines
 from cohort.transport import answer, client_settings, error_of, request_args, retry_wait
-from cohort.uploads import PENDING_BUNDLE, file_body
+from cohort.uploads import PENDING_BUNDLE, Sink, file_body, ranged_chunks
 
 T = TypeVar("T")
 Progress = Callable[[int], None]  # called with each chunk's size in bytes
@@ -133,25 +134,41 @@ class Client:
         """Stored output lines, oldest first (`replica`, `attempt`, `tail`, `limit`)."""
         return self.send(calls.logs(job_id, **filters))
 
-    def artifacts(self, job_id: int) -> list[m.ArtifactRead]:
-        return self.send(calls.artifacts(job_id))
+    def artifacts(self, job_id: int, path: str = "") -> list[m.ArtifactRead]:
+        """The job's files with their size and sha256 (with `path`, those under that
+        directory of the job only)."""
+        return self.send(calls.artifacts(job_id, path))
 
     def download(
-        self, job_id: int, path: str, dest: str | Path, progress: Progress | None = None
+        self,
+        job_id: int,
+        path: str,
+        dest: str | Path | Sink,
+        progress: Progress | None = None,
+        *,
+        start: int = 0,
+        end: int | None = None,
     ) -> str:
-        """Stream one artifact (a file, or a directory as .tar.gz) into `dest`; returns its
-        Content-Type."""
+        """Stream one artifact (a file, or a directory as .tar.gz) into `dest` (a path, or
+        a binary file open for writing); returns its Content-Type. `start`, `end` (end
+        excluded): only those bytes of a file (a Range; from an API that sends the whole
+        file anyway, the rest is cut off here)."""
+        ranged = start > 0 or end is not None
+        last = "" if end is None else str(end - 1)
         with self.http.stream(
             "GET",
             f"/api/v1/jobs/{int(job_id)}/artifacts/download",
             params={"path": path},
+            headers={"Range": f"bytes={start}-{last}"} if ranged else {},
             timeout=httpx.Timeout(30.0, read=300.0),
         ) as response:
             if response.status_code >= 400:
                 response.read()
                 raise error_of(response, self.token_source)
-            with open(dest, "wb") as out:
-                for chunk in response.iter_bytes(1 << 20):
+            skip = start if ranged and response.status_code != 206 else 0
+            with contextlib.ExitStack() as stack:
+                out = dest if isinstance(dest, Sink) else stack.enter_context(open(dest, "wb"))
+                for chunk in ranged_chunks(response.iter_bytes(1 << 20), skip, end, start):
                     out.write(chunk)
                     if progress is not None:
                         progress(len(chunk))

@@ -167,6 +167,17 @@ class InvalidArtifactPath(FieldError):
         self.path = path
 
 
+class UnsatisfiableRange(CohortError):
+    """A download's Range that starts past the end of the file (416)."""
+
+    def __init__(self, header: str, size: int) -> None:
+        super().__init__(
+            f"Range {header!r} starts past the end of the file ({size} bytes): ask for "
+            f"bytes=N- with N below {size}, or leave Range out for the whole file"
+        )
+        self.size = size
+
+
 class DataNotFound(NotFound):
     """No file at that path of the project's data (404): named by a job's `inputs`, or
     asked for by a delete."""

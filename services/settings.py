@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     # s3://bucket/prefix; ENDPOINT_URL for MinIO and other S3-compatible servers.
     ARTIFACT_URL: str = ""
     ARTIFACT_ENDPOINT_URL: str = ""
+    # Seconds between two copies of a running replica's TensorBoard directory to the store
+    # (what changed: workers/node/board_syncer.py), which `cohort tensorboard` follows.
+    TENSORBOARD_SYNC_INTERVAL: float = Field(10.0, gt=0)
     # Code bundles: compressed bytes, entries, and bytes once unpacked.
     MAX_BUNDLE_BYTES: int = Field(100 * 1024 * 1024, ge=1)
     MAX_BUNDLE_FILES: int = Field(10_000, ge=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
 from api.deps import CurrentJob, StoreDep, scoped
@@ -17,12 +17,23 @@ router = APIRouter(prefix="/jobs", tags=["artifacts"], dependencies=scoped(write
 
 
 @router.get("/{job_id}/artifacts")
-def read_artifacts(job: CurrentJob, store: StoreDep) -> ArtifactList:
+def read_artifacts(
+    job: CurrentJob,
+    store: StoreDep,
+    path: Annotated[
+        str,
+        Query(
+            max_length=900,
+            description="a directory of the job, e.g. tensorboard: only the files under "
+            "it; empty: all of them",
+        ),
+    ] = "",
+) -> ArtifactList:
     """The job's files in the artifact store: path (relative to the job), size, sha256."""
     return ArtifactList(
         items=[
             ArtifactRead.model_validate(a)
-            for a in artifacts.list_artifacts(store=store, job_id=job.id)
+            for a in artifacts.list_artifacts(store=store, job_id=job.id, path=path)
         ]
     )
 
@@ -34,7 +45,12 @@ def read_artifacts(job: CurrentJob, store: StoreDep) -> ArtifactList:
         200: {
             "content": {"application/octet-stream": {}, "application/gzip": {}},
             "description": "the file as stored, or the directory as a .tar.gz",
-        }
+        },
+        206: {
+            "content": {"application/octet-stream": {}},
+            "description": "the bytes of the file that Range asked for",
+        },
+        416: {"description": "Range starts past the end of the file"},
     },
 )
 def download_artifact(
@@ -48,8 +64,17 @@ def download_artifact(
             "job, no backslash or control character); empty: everything",
         ),
     ] = "",
+    range_header: Annotated[
+        str | None,
+        Header(
+            alias="Range",
+            description="of a file: bytes=N- (from byte N: what a copy of a growing file "
+            "lacks), bytes=N-M or bytes=-N; a directory's .tar.gz is always whole",
+        ),
+    ] = None,
 ) -> StreamingResponse:
-    """One file as it is, or a directory as a .tar.gz built while it is sent."""
+    """One file as it is (or the bytes Range asks for), or a directory as a .tar.gz built
+    while it is sent."""
     target = artifacts.resolve_download(store=store, job_id=job.id, path=path)
     disposition = f"attachment; filename*=UTF-8''{quote(target.name)}"
     if target.prefix is not None:
@@ -59,8 +84,22 @@ def download_artifact(
             headers={"Content-Disposition": disposition},
         )
     assert target.handle is not None and target.size is not None  # a file's
+    try:
+        asked = artifacts.byte_range(range_header, target.size)
+    except BaseException:
+        target.handle.close()
+        raise
+    start, end = asked or (0, target.size)
+    headers = {
+        "Content-Disposition": disposition,
+        "Content-Length": str(end - start),
+        "Accept-Ranges": "bytes",
+    }
+    if asked is not None:
+        headers["Content-Range"] = f"bytes {start}-{end - 1}/{target.size}"
     return StreamingResponse(
-        artifacts.stream_file(target.handle, target.size),
+        artifacts.stream_file(target.handle, end, start),
+        status_code=206 if asked is not None else 200,
         media_type="application/octet-stream",
-        headers={"Content-Disposition": disposition, "Content-Length": str(target.size)},
+        headers=headers,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import re
 import tarfile
 import zlib
 from collections import OrderedDict
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from threading import Lock
 from typing import IO
 
-from services.exceptions import ArtifactNotFound, InvalidArtifactPath
+from services.exceptions import ArtifactNotFound, InvalidArtifactPath, UnsatisfiableRange
 from services.storage import keys
 from services.storage.store import ArtifactStore
 
@@ -71,14 +72,22 @@ def _sha256(store: ArtifactStore, key: str, size: int, version: str) -> str:
     return value
 
 
-def list_artifacts(*, store: ArtifactStore, job_id: int) -> list[ArtifactFile]:
-    """Every file of the job, by path relative to `jobs/<id>/`, with size and sha256."""
+def list_artifacts(*, store: ArtifactStore, job_id: int, path: str = "") -> list[ArtifactFile]:
+    """Every file of the job (with `path`, a directory of it: only the files under it), by
+    path relative to `jobs/<id>/`, with size and sha256. Only the files listed are hashed:
+    a client following one directory (`cohort tensorboard`: `tensorboard`) while the job
+    runs does not hash its checkpoints at every look.
+
+    Raises:
+        InvalidArtifactPath: see normalise_path.
+    """
     prefix = keys.job_prefix(job_id)
+    rel = normalise_path(path)
     return [
         ArtifactFile(
             path=key[len(prefix) + 1 :], size=size, sha256=_sha256(store, key, size, version)
         )
-        for key, size, version in store.list_versions(prefix)
+        for key, size, version in store.list_versions(f"{prefix}/{rel}" if rel else prefix)
     ]
 
 
@@ -145,12 +154,45 @@ def resolve_download(*, store: ArtifactStore, job_id: int, path: str) -> Downloa
     raise ArtifactNotFound(job_id, rel or ".")
 
 
-def stream_file(handle: IO[bytes], size: int) -> Iterator[bytes]:
-    """An opened object's first `size` bytes (its size when opened), a chunk at a time;
-    closed at the end."""
+# RFC 9110 14.1.2, one range: first-last, first- (to the end), -N (the last N bytes).
+# Twenty digits at most: past the size of any file, and never a costly int().
+_BYTE_RANGE = re.compile(r"bytes=(\d{0,20})-(\d{0,20})")
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """(start, end), end excluded, of the bytes a Range header asks of a file of `size`
+    bytes; None for the whole file: no header, or one this server ignores as RFC 9110 lets
+    it (another unit, several ranges, a malformed or backwards one). A client following a
+    file that grows (`cohort tensorboard`: an event file) asks for what it lacks.
+
+    Raises:
+        UnsatisfiableRange: a range that starts at or past the end (answered 416).
+    """
+    match = _BYTE_RANGE.fullmatch(header.strip()) if header else None
+    if match is None or match.group(1) == match.group(2) == "":
+        return None
+    assert header is not None
+    first, last = match.groups()
+    if first == "":  # the last N bytes
+        if int(last) == 0 or size == 0:
+            raise UnsatisfiableRange(header, size)
+        return max(0, size - int(last)), size
+    start = int(first)
+    if last and int(last) < start:
+        return None
+    if start >= size:
+        raise UnsatisfiableRange(header, size)
+    return start, size if last == "" else min(size, int(last) + 1)
+
+
+def stream_file(handle: IO[bytes], end: int, start: int = 0) -> Iterator[bytes]:
+    """Bytes start..end of an opened object (end: at most its size when opened), a chunk
+    at a time; closed at the end."""
     with handle:
-        sent = 0
-        while sent < size and (chunk := handle.read(min(CHUNK, size - sent))):
+        if start:
+            handle.seek(start)
+        sent = start
+        while sent < end and (chunk := handle.read(min(CHUNK, end - sent))):
             sent += len(chunk)
             yield chunk
 

@@ -259,6 +259,43 @@ class OwnedTree(os.PathLike[str]):
         finally:
             os.close(fd)
 
+    def append(self, rel: str, write: Callable[[BinaryIO], object]) -> os.stat_result:
+        """Add what `write(handle)` writes at the end of the regular file `rel` of the owner,
+        reached without following a link (on the way or in its place); its stat after.
+        For a file a reader follows as it grows (a TensorBoard event file, which a rename
+        over it would hide from a reader that holds it open).
+
+        Raises:
+            Refused: a link on the way or in its place, not a regular file, another
+                user's file (also reported to `skip`).
+            FileNotFoundError: no such file.
+        """
+        try:
+            fd, name, owner = self._parent(rel, create=False)
+            try:
+                # O_NONBLOCK: a fifo without a reader is refused (ENXIO), never waited on.
+                flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC
+                out = os.open(name, flags, dir_fd=fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            if exc.errno in _REFUSED_ERRNOS:
+                self.skip(rel, "a symbolic link (or lies under one)")
+                raise Refused(rel, "a symbolic link") from None
+            raise
+        info = os.fstat(out)
+        why = None if stat.S_ISREG(info.st_mode) else describe(info.st_mode)
+        if why is None and info.st_uid != owner:
+            why = f"owned by uid {info.st_uid}, not the tree's"
+        if why is not None:
+            os.close(out)
+            self.skip(rel, why)
+            raise Refused(rel, why)
+        with os.fdopen(out, "ab") as handle:
+            write(handle)
+            handle.flush()
+            return os.fstat(handle.fileno())
+
     def unlink(self, rel: str) -> None:
         """Remove `rel` (a link itself, never what it names); gone already is no error."""
         try:

@@ -223,3 +223,106 @@ def test_downloads_racing_a_replaced_and_removed_file_get_a_whole_version_or_404
         done.set()
         writer.join()
     assert answers.get(200), answers  # the race ran: versions were sent
+
+
+def test_list_of_one_directory_gives_only_its_files(
+    client: TestClient, auth: dict[str, str], stored: tuple[int, ArtifactStore]
+) -> None:
+    job_id, store = stored
+    store.put_bytes(f"{keys.tensorboard_prefix(job_id, 1)}/train/events.out", b"run")
+    store.put_bytes(f"{keys.job_prefix(job_id)}/tensorboard-old/x", b"not under it")
+    for path in ("tensorboard", "tensorboard/", "./tensorboard"):
+        response = client.get(
+            f"/api/v1/jobs/{job_id}/artifacts", params={"path": path}, headers=auth
+        )
+        assert response.status_code == 200, response.text
+        assert [i["path"] for i in response.json()["items"]] == [
+            "tensorboard/replica-0/events.out",
+            "tensorboard/replica-1/train/events.out",
+        ]
+        assert response.json()["items"][1]["sha256"] == hashlib.sha256(b"run").hexdigest()
+    nothing = client.get(
+        f"/api/v1/jobs/{job_id}/artifacts", params={"path": "nothing"}, headers=auth
+    )
+    assert nothing.json() == {"items": []}
+
+
+@pytest.mark.parametrize("path", ["../1/model", "/etc", "tensorboard/\x7f"])
+def test_list_of_a_directory_outside_the_job_is_refused(
+    client: TestClient, auth: dict[str, str], stored: tuple[int, ArtifactStore], path: str
+) -> None:
+    job_id, _ = stored
+    response = client.get(f"/api/v1/jobs/{job_id}/artifacts", params={"path": path}, headers=auth)
+    assert response.status_code == 422, response.text
+    assert response.json()["fields"][0]["field"] == "path"
+    assert "another job's" not in response.text
+
+
+@pytest.mark.parametrize(
+    ("header", "status", "body", "content_range"),
+    [
+        ("bytes=1000-", 206, slice(1000, None), "bytes 1000-2999/3000"),
+        ("bytes=0-9", 206, slice(0, 10), "bytes 0-9/3000"),
+        ("bytes=2990-5000", 206, slice(2990, None), "bytes 2990-2999/3000"),
+        ("bytes=-100", 206, slice(2900, None), "bytes 2900-2999/3000"),
+        ("bytes=-5000", 206, slice(0, None), "bytes 0-2999/3000"),
+        # Ignored, as RFC 9110 lets a server: the whole file.
+        ("bytes=0-9, 20-29", 200, slice(None), None),
+        ("bytes=9-1", 200, slice(None), None),
+        ("items=0-9", 200, slice(None), None),
+        ("bytes=" + "9" * 30 + "-", 200, slice(None), None),
+        ("bytes=-", 200, slice(None), None),
+    ],
+)
+def test_a_range_of_a_file_downloads_those_bytes(
+    client: TestClient,
+    auth: dict[str, str],
+    stored: tuple[int, ArtifactStore],
+    header: str,
+    status: int,
+    body: slice,
+    content_range: str | None,
+) -> None:
+    job_id, store = stored
+    key = f"{keys.tensorboard_prefix(job_id, 0)}/events.out"
+    with store.open_read(key) as handle:
+        whole = handle.read()
+    response = client.get(
+        f"/api/v1/jobs/{job_id}/artifacts/download",
+        params={"path": "tensorboard/replica-0/events.out"},
+        headers={**auth, "Range": header},
+    )
+    assert response.status_code == status, response.text
+    assert response.content == whole[body]
+    assert response.headers["content-length"] == str(len(whole[body]))
+    assert response.headers.get("content-range") == content_range
+    assert response.headers["accept-ranges"] == "bytes"
+
+
+@pytest.mark.parametrize("header", ["bytes=3000-", "bytes=5000-6000", "bytes=-0"])
+def test_a_range_past_the_end_is_416_saying_the_size(
+    client: TestClient, auth: dict[str, str], stored: tuple[int, ArtifactStore], header: str
+) -> None:
+    job_id, _ = stored
+    response = client.get(
+        f"/api/v1/jobs/{job_id}/artifacts/download",
+        params={"path": "tensorboard/replica-0/events.out"},
+        headers={**auth, "Range": header},
+    )
+    assert response.status_code == 416, response.text
+    assert response.headers["content-range"] == "bytes */3000"
+    assert "3000 bytes" in response.json()["message"]
+
+
+def test_a_range_of_a_directory_is_ignored(
+    client: TestClient, auth: dict[str, str], stored: tuple[int, ArtifactStore]
+) -> None:
+    job_id, _ = stored
+    response = client.get(
+        f"/api/v1/jobs/{job_id}/artifacts/download",
+        params={"path": "model"},
+        headers={**auth, "Range": "bytes=10-"},
+    )
+    assert response.status_code == 200
+    with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as tar:
+        assert "model/saved_model.pb" in tar.getnames()

@@ -263,14 +263,15 @@ def test_the_job_page_lists_artifacts_by_group_with_download_links(
             assert f"/api/v1/jobs/{job.id}/artifacts/download?path={path}" in links, path
         assert "2.0 KiB" in page
         # How to open the TensorBoard files (and the profiles among them).
-        assert "tensorboard --logdir out/tensorboard" in page
-        assert f"cohort artifact download {job.id} tensorboard -o out/" in page
+        assert f"open in TensorBoard with <code>cohort tensorboard {job.id}</code>" in page
     # The links work with the login cookie alone: a file as it is, a group as a .tar.gz.
     log = client.get(f"/api/v1/jobs/{job.id}/artifacts/download?path=logs/attempt-1/replica-0.log")
     assert log.status_code == 200 and log.content == b"hello\n"
     model = client.get(f"/api/v1/jobs/{job.id}/artifacts/download?path=model")
     assert model.status_code == 200 and model.headers["content-type"] == "application/gzip"
     assert "None yet" in client.get(f"/jobs/{other.id}").text
+    # Before it has any file, the job's page says how to follow it in TensorBoard.
+    assert f"<code>cohort tensorboard {other.id}</code>" in client.get(f"/jobs/{other.id}").text
 
 
 @pytest.mark.usefixtures("artifact_env")

@@ -27,6 +27,7 @@ from cli.main import app
 # argv of every command that talks to the API ({spec}, {dir}, {file}: made by the test).
 CALLS: dict[tuple[str, ...], list[str]] = {
     ("run",): ["python", "{file}"],  # argv without `--`: --json, after it, is an option
+    ("tensorboard",): ["1", "--no-serve", "--logdir", "{dir}"],  # fetch only: no server
     ("job", "submit"): ["{spec}"],
     ("job", "list"): [],
     ("job", "show"): ["1"],

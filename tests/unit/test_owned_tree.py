@@ -249,3 +249,32 @@ def test_a_restore_never_writes_or_deletes_through_a_link(tmp_path: Path, outsid
     (node_b / "old").symlink_to(outside)
     tree.unlink("old/secret")
     assert (outside / "secret").exists()
+
+
+def test_an_append_adds_to_the_file_itself_and_never_through_a_link(
+    tree_dir: Path, outside: Path
+) -> None:
+    tree = OwnedTree(tree_dir)
+    before = (tree_dir / "top").stat().st_ino
+    after = tree.append("top", lambda out: out.write(b" and more"))
+    assert (tree_dir / "top").read_bytes() == b"top and more"
+    assert after.st_ino == before and after.st_size == len(b"top and more")  # in place
+    (tree_dir / "k").symlink_to(outside / "secret")
+    (tree_dir / "chief" / "d").symlink_to(outside / "sub")
+    os.mkfifo(tree_dir / "fifo")
+
+    def refused(rel: str) -> bool:
+        try:
+            tree.append(rel, lambda out: out.write(b"x"))
+        except Refused:
+            return True
+        return False
+
+    for rel in ("k", "chief/d/f", "fifo"):
+        assert within(5, lambda rel=rel: refused(rel)), rel  # a fifo: without hanging
+    with pytest.raises(FileNotFoundError):
+        tree.append("missing", lambda out: out.write(b"x"))
+    with pytest.raises(IsADirectoryError):
+        tree.append("chief", lambda out: out.write(b"x"))
+    assert (outside / "secret").read_bytes() == b"the node's secret"
+    assert (outside / "sub" / "f").read_bytes() == b"the node's secret too"

@@ -33,6 +33,7 @@ sidecar.py        what runs beside each replica, whatever its loop:
 checkpoint_mirror.py  a job's checkpoints to and from the store, never half of one
 checkpoint_syncer.py  the thread that keeps a running replica's checkpoints mirrored
 checkpoint_names.py   a checkpoint directory's state files, data and scratch, by name
+board_syncer.py     the thread that copies a running replica's TensorBoard files to the store
 attempts.py         a job's current attempt: no stale start, no stale checkpoint
 scalars.py          metrics and progress read from the files the loop writes,
 tfevents.py         from TensorBoard event files

@@ -3,11 +3,13 @@
 * Before a replica of a new attempt starts here: the job's newest checkpoint is
   restored from the artifact store (once per node and attempt; workers/node/checkpoint_mirror.py).
 * While it runs: its metrics file and TensorBoard event files are followed and shipped,
-  and any sign of progress is beaten (workers/node/scalars.py); replica 0 (the chief,
-  which owns the real checkpoint) mirrors the checkpoint directory to the store, while
-  its attempt is still the job's (workers/node/attempts.py).
+  and any sign of progress is beaten (workers/node/scalars.py); its TensorBoard
+  directory is copied to the store as it grows (workers/node/board_syncer.py), for
+  `cohort tensorboard` to follow; replica 0 (the chief, which owns the real checkpoint)
+  mirrors the checkpoint directory to the store, while its attempt is still the job's
+  (workers/node/attempts.py).
 * When it exits, before the exit is reported: the last points, a final checkpoint sync,
-  the chief's saved model, the replica's TensorBoard files and its log file go to the
+  the chief's saved model, the replica's last TensorBoard files and its log file go to the
   store (jobs/<id>/...), so a job that is `succeeded` has its model downloadable (the
   checkpoint and model only if Redis says the attempt is still the job's). That
   takes at most EXIT_UPLOAD_TIMEOUT; past it the exit is reported anyway, the uploads
@@ -36,6 +38,7 @@ from services.storage.store import ArtifactStore, open_store
 from services.wire.replica import ReplicaSpec
 from workers import layout
 from workers.node.attempts import superseded
+from workers.node.board_syncer import BoardSyncer
 from workers.node.checkpoint_mirror import CheckpointMirror
 from workers.node.checkpoint_syncer import CheckpointSyncer
 from workers.node.launcher import ReplicaKey
@@ -187,6 +190,12 @@ class ReplicaSidecar:
             watch_dirs=(self.checkpoint_dir, self.model_dir),
             output_file=layout.log_file(data_dir, job, key.attempt, key.index),
         )
+        board = OwnedTree(self.tensorboard_dir, on_skip=self.notes.skipper(self.tensorboard_dir))
+        store = node.store()
+        every = node.settings.TENSORBOARD_SYNC_INTERVAL
+        self.board = (
+            None if store is None else BoardSyncer(store, job, key.index, board, poll_seconds=every)
+        )
         mirror = node.mirror(job) if key.index == CHIEF else None
         self.syncer = (
             None
@@ -201,8 +210,9 @@ class ReplicaSidecar:
 
     def start(self) -> None:
         self.shipper.start()
-        if self.syncer is not None:
-            self.syncer.start()
+        for thread in (self.syncer, self.board):
+            if thread is not None:
+                thread.start()
 
     def finish(self, log_path: Path, timeout: float = EXIT_UPLOAD_TIMEOUT) -> None:
         """The replica exited: ship the last points, upload its artifacts (bounded).
@@ -246,6 +256,8 @@ class ReplicaSidecar:
         elif syncer is not None:
             syncer.finish(timeout)  # stops polling; sends nothing while superseded
         board = OwnedTree(self.tensorboard_dir, on_skip=self.notes.skipper(self.tensorboard_dir))
+        if self.board is not None:
+            self.board.finish(timeout)  # its last look done: what changed since, below
         if board.files():
             steps.append(
                 (
