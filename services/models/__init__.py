@@ -5,7 +5,7 @@
     access.py     API tokens (scopes, expiry, revocation) and dashboard sessions
     series.py     metric points, their rollups, log lines
     schedules.py  retraining schedules and their runs
-    sweeps.py     sweeps (their trials are jobs)
+    sweeps.py     sweeps and their trials' search state (the trials run as jobs)
     quotas.py     projects' quotas over the cluster's defaults
     leadership.py the scheduler's fencing token
 
@@ -19,7 +19,7 @@ from services.models.leadership import SchedulerFence
 from services.models.quotas import ProjectQuota
 from services.models.schedules import Schedule, ScheduleRun
 from services.models.series import LogLine, MetricPoint, MetricRollup
-from services.models.sweeps import Sweep
+from services.models.sweeps import Sweep, SweepTrial
 
 __all__ = [
     "ApiToken",
@@ -39,6 +39,7 @@ __all__ = [
     "ScheduleRun",
     "SchedulerFence",
     "Sweep",
+    "SweepTrial",
     "UTCDateTime",
     "utcnow",
 ]

@@ -5,19 +5,23 @@ A sweep spec (YAML for `cohort sweep create`, JSON for `POST /api/v1/sweeps`):
     name: lr-width
     template: {trainer: mlp_digits, replicas: 1, strategy: one_device,
                hyperparameters: {epochs: 3}}          # any JobCreate
+    algorithm: tpe         # grid | random | tpe | cmaes (left out: grid or random, by space)
     space:
-      grid: {learning_rate: [0.01, 0.001], width: [32, 64]}
-      # or random: {learning_rate: {distribution: log_uniform, low: 1e-4, high: 0.1},
-      #             width: {distribution: int, low: 16, high: 128},
-      #             optimizer: {distribution: choice, values: [adam, sgd]}}
-      # seed: 7   (random only; drawn and stored when left out)
-    trials: 20             # random only; a grid runs every combination
+      random: {learning_rate: {distribution: log_uniform, low: 1e-4, high: 0.1},
+               width: {distribution: int, low: 16, high: 128},
+               optimizer: {distribution: choice, values: [adam, sgd]}}
+      # or grid: {learning_rate: [0.01, 0.001], width: [32, 64]}   (algorithm: grid)
+      # seed: 7   (sampled spaces only; drawn and stored when left out)
+    trials: 20             # sampled spaces only; a grid runs every combination
     max_concurrent: 2
     objective: {metric: eval_accuracy, mode: max, replica: 0, value: last}
-    early_stopping: {rule: median, min_steps: 3}
+    early_stopping: {rule: asha, min_steps: 10, reduction_factor: 3}   # or median, hyperband
 
 A parameter named `replicas`, `gpus_per_replica` or `strategy` sets that field of the
-trial's job; every other parameter is merged into its hyperparameters.
+trial's job; every other parameter is merged into its hyperparameters. Optuna carries
+out the algorithm and the rule (services/sweeps/study.py); the checks that need the
+space and the algorithm together (grid with distributions, cmaes without two numeric
+parameters) are made by `store.check_sweep`, naming the field.
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     StrictFloat,
     StrictInt,
+    Tag,
     field_validator,
     model_validator,
 )
@@ -102,7 +108,8 @@ def _check_names(names: dict[str, Any]) -> None:
 
 
 class SearchSpace(BaseModel):
-    """Exactly one of `grid` (every combination) and `random` (`trials` draws)."""
+    """Exactly one of `grid` (every combination) and `random` (distributions that the
+    random, tpe and cmaes algorithms sample `trials` times)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -110,14 +117,16 @@ class SearchSpace(BaseModel):
         None, description="parameter -> the values to try; a trial per combination"
     )
     random: dict[str, Distribution] | None = Field(
-        None, description="parameter -> {distribution: uniform|log_uniform|int|choice, ...}"
+        None,
+        description="parameter -> {distribution: uniform|log_uniform|int|choice, ...}, "
+        "sampled by the random, tpe or cmaes algorithm",
     )
     seed: StrictInt | None = Field(
         None,
         ge=0,
         le=MAX_SEED,
-        description="random only: the same seed draws the same "
-        "parameters; left out, one is drawn and shown in the sweep",
+        description="sampled spaces only: the same seed draws the same parameters (for "
+        "tpe and cmaes, given the same results); left out, one is drawn and shown",
     )
 
     @model_validator(mode="after")
@@ -130,7 +139,7 @@ class SearchSpace(BaseModel):
         if self.grid and self.random:
             raise ValueError("give either `grid` or `random`, not both")
         if self.grid and self.seed is not None:
-            raise ValueError("`seed` is for a random space; a grid has no draws")
+            raise ValueError("`seed` is for a sampled (`random`) space; a grid has no draws")
         _check_names(self.grid or self.random or {})
         return self
 
@@ -157,8 +166,9 @@ class Objective(BaseModel):
         return value
 
 
-class EarlyStopping(BaseModel):
-    """The median stopping rule (services/sweeps/stopping.py has its exact form)."""
+class MedianStopping(BaseModel):
+    """Optuna's MedianPruner: stop a trial whose best value so far is worse than the
+    median of the finished trials' values at the same step."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -167,8 +177,73 @@ class EarlyStopping(BaseModel):
         1, ge=0, le=MAX_STEP, description="judge a trial only from this step on"
     )
     min_trials: StrictInt = Field(
-        2, ge=1, le=1_000_000, description="how many other trials must have reached the step"
+        2,
+        ge=1,
+        le=1_000_000,
+        description="how many finished trials must have reported the step to judge by",
     )
+
+
+class AshaStopping(BaseModel):
+    """Asynchronous successive halving (Optuna's SuccessiveHalvingPruner): rung k is at
+    step min_steps × reduction_factor^k; a trial reaching a rung goes on only if it is in
+    the top 1/reduction_factor of the trials that reached that rung."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: Literal["asha"]
+    min_steps: StrictInt = Field(
+        ge=1, le=MAX_STEP, description="the step of the first rung: every trial runs this far"
+    )
+    reduction_factor: StrictInt = Field(
+        4, ge=2, le=100, description="rungs are this many times further apart, each keeps 1/this"
+    )
+
+
+class HyperbandStopping(BaseModel):
+    """Hyperband (Optuna's HyperbandPruner): several successive-halving brackets, from
+    aggressive to none, over a trial's full budget of steps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: Literal["hyperband"]
+    min_steps: StrictInt = Field(
+        1, ge=1, le=MAX_STEP, description="the first rung of the most aggressive bracket"
+    )
+    max_steps: StrictInt = Field(
+        ge=2, le=MAX_STEP, description="a trial's full length in steps: its step budget"
+    )
+    reduction_factor: StrictInt = Field(
+        3, ge=2, le=100, description="rungs are this many times further apart, each keeps 1/this"
+    )
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> HyperbandStopping:
+        if self.min_steps >= self.max_steps:
+            raise ValueError(
+                f"min_steps ({self.min_steps}) must be below max_steps ({self.max_steps})"
+            )
+        return self
+
+
+def _rule_of(value: Any) -> str:
+    # A spec stored before the rules were many has no `rule`: it was the median rule.
+    if isinstance(value, dict):
+        return str(value.get("rule", "median"))
+    return str(getattr(value, "rule", "median"))
+
+
+EarlyStopping = Annotated[
+    Annotated[MedianStopping, Tag("median")]
+    | Annotated[AshaStopping, Tag("asha")]
+    | Annotated[HyperbandStopping, Tag("hyperband")],
+    Discriminator(
+        _rule_of,
+        custom_error_type="invalid_rule",
+        custom_error_message="`rule` must be median, asha or hyperband",
+    ),
+]
+Algorithm = Literal["grid", "random", "tpe", "cmaes"]
 
 
 class SweepCreate(BaseModel):
@@ -178,12 +253,18 @@ class SweepCreate(BaseModel):
 
     name: str = Field("sweep", min_length=1, max_length=100)
     template: JobCreate = Field(description="the same spec as POST /api/v1/jobs")
+    algorithm: Algorithm | None = Field(
+        None,
+        description="grid (every combination of space.grid), random, tpe or cmaes (sampling "
+        "space.random), carried out by Optuna's samplers; left out: grid for a grid space, "
+        "random otherwise",
+    )
     space: SearchSpace
     trials: StrictInt | None = Field(
         None,
         ge=1,
         le=1_000_000,
-        description="random: how many trials (at most "
+        description="sampled spaces: how many trials (at most "
         "COHORT_MAX_SWEEP_TRIALS); a grid runs one per combination",
     )
     max_concurrent: StrictInt = Field(
@@ -199,6 +280,11 @@ class SweepCreate(BaseModel):
         if self.space.random and self.trials is None:
             raise ValueError("a random space needs `trials`: how many draws to run")
         return self
+
+    @property
+    def search_algorithm(self) -> Algorithm:
+        """The algorithm, as given or as the space implies."""
+        return self.algorithm or ("grid" if self.space.grid else "random")
 
 
 class TrialRead(BaseModel):
@@ -227,8 +313,9 @@ class SweepRead(BaseModel):
     status: SweepStatus
     reason: str
     template: dict[str, Any] = Field(description="the job template, as stored")
+    algorithm: Algorithm
     space: dict[str, Any]
-    seed: int | None = Field(None, description="a random space's seed (as drawn if not given)")
+    seed: int | None = Field(None, description="a sampled space's seed (as drawn if not given)")
     objective: Objective
     early_stopping: EarlyStopping | None
     max_concurrent: int
