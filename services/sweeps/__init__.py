@@ -2,6 +2,7 @@
 Optuna carries out the search algorithm and the early-stopping rule.
 
 schemas.py    the sweep spec (template, algorithm, space, objective, early stopping), views
+rules.py      the early-stopping rules' specs: median, asha, hyperband
 space.py      the space apart from Optuna: its size, the points checked up front (pure)
 store.py      create (every check up front), read, list, cancel
 views.py      the API view: trials with parameters and objective values, the best

@@ -5,15 +5,18 @@ A trial's state for Optuna follows from its job:
 - not ended (queued, scheduled, running, restarting): RUNNING (asked, not told yet);
 - succeeded with a value of the objective: COMPLETE with that value;
 - cancelled by the early-stopping rule: PRUNED;
-- anything else (failed, cancelled, succeeded without the metric, a NaN): FAIL.
+- anything else (failed, cancelled, succeeded without the metric, a NaN, its job
+  deleted): FAIL.
 Its points are the objective metric's values of its current attempt on the objective's
 replica, by step: Optuna's intermediate values (read only when a rule needs them).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,10 +25,53 @@ from sqlalchemy.orm import Session
 
 from services.models import Job, MetricPoint, Sweep, SweepTrial
 from services.statuses import TERMINAL_STATUSES, JobStatus
-from services.sweeps.objective import objective_values
+from services.sweeps.objective import Attempt, objective_values
 from services.sweeps.schemas import Objective, SweepCreate
 from services.sweeps.store import is_stopped_early
 from services.sweeps.study import StoredTrial
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """The columns of a trial's job that its state for Optuna needs."""
+
+    id: int
+    trial_index: int
+    attempt: int
+    status: JobStatus
+    reason: str
+    ended_at: dt.datetime | None  # None while not ended
+
+    @property
+    def stopped_early(self) -> bool:
+        return is_stopped_early(self)
+
+
+def read_trial_jobs(*, session: Session, sweep: Sweep) -> list[TrialJob]:
+    """The sweep's trial jobs, by index: only the columns above (not whole jobs)."""
+    rows = session.execute(
+        sa.select(
+            Job.id,
+            Job.trial_index,
+            Job.attempt,
+            Job.status,
+            Job.reason,
+            sa.func.coalesce(Job.finished_at, Job.updated_at),
+        )
+        .where(Job.sweep_id == sweep.id)
+        .order_by(Job.trial_index)
+    )
+    return [
+        TrialJob(
+            job_id,
+            index or 0,
+            attempt,
+            status,
+            reason,
+            ended if status in TERMINAL_STATUSES else None,
+        )
+        for job_id, index, attempt, status, reason, ended in rows
+    ]
 
 
 def read_rows(*, session: Session, sweep: Sweep) -> dict[int, SweepTrial]:
@@ -36,7 +82,7 @@ def read_rows(*, session: Session, sweep: Sweep) -> dict[int, SweepTrial]:
 
 
 def objective_points(
-    *, session: Session, jobs: Sequence[Job], objective: Objective
+    *, session: Session, jobs: Sequence[Attempt], objective: Objective
 ) -> dict[int, dict[int, float]]:
     """Job id -> {step: value} of the objective metric (current attempt, one query)."""
     if not jobs:
@@ -57,23 +103,24 @@ def objective_points(
     return points
 
 
-def _state(job: Job, value: float | None) -> TrialState:
+def _state(job: TrialJob, value: float | None) -> TrialState:
     if job.status not in TERMINAL_STATUSES:
         return TrialState.RUNNING
     if job.status is JobStatus.SUCCEEDED and value is not None and not math.isnan(value):
         return TrialState.COMPLETE
-    return TrialState.PRUNED if is_stopped_early(job) else TrialState.FAIL
+    return TrialState.PRUNED if job.stopped_early else TrialState.FAIL
 
 
 def read_history(
     *,
     session: Session,
     spec: SweepCreate,
-    jobs: Sequence[Job],
+    jobs: Sequence[TrialJob],
     rows: dict[int, SweepTrial],
+    count: int,
     with_points: bool,
 ) -> list[StoredTrial]:
-    """The sweep's trials, by index, for its study (`jobs`: every trial job, by index)."""
+    """The sweep's `count` trials, by index, for its study (`jobs`: their jobs)."""
     succeeded = [job for job in jobs if job.status is JobStatus.SUCCEEDED]
     values = objective_values(session=session, jobs=succeeded, objective=spec.objective)
     points = (
@@ -81,12 +128,14 @@ def read_history(
         if with_points
         else {}
     )
+    by_index = {job.trial_index: job for job in jobs}
     trials = []
-    for job in jobs:
-        index = job.trial_index or 0
-        row = rows.get(index)
-        value = values.get(job.id)
-        state = _state(job, value)
+    # Every index up to the last, so a trial's number in the study is its index: a trial
+    # whose job is gone (deleted) is a failed one.
+    for index in range(max(count, max(by_index, default=-1) + 1)):
+        row, job = rows.get(index), by_index.get(index)
+        value = values.get(job.id) if job else None
+        state = _state(job, value) if job else TrialState.FAIL
         trials.append(
             StoredTrial(
                 index=index,
@@ -94,7 +143,7 @@ def read_history(
                 system_attrs=dict(row.system_attrs) if row else {},
                 state=state,
                 value=value if state is TrialState.COMPLETE else None,
-                points=points.get(job.id, {}),
+                points=points.get(job.id, {}) if job else {},
             )
         )
     return trials

@@ -19,7 +19,7 @@ A sweep spec (YAML for `cohort sweep create`, JSON for `POST /api/v1/sweeps`):
 
 A parameter named `replicas`, `gpus_per_replica` or `strategy` sets that field of the
 trial's job; every other parameter is merged into its hyperparameters. Optuna carries
-out the algorithm and the rule (services/sweeps/study.py); the checks that need the
+out the algorithm and the rule (rules.py) (services/sweeps/study.py); the checks that need the
 space and the algorithm together (grid with distributions, cmaes without two numeric
 parameters) are made by `store.check_sweep`, naming the field.
 """
@@ -27,29 +27,29 @@ parameters) are made by `store.check_sweep`, naming the field.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
-    Discriminator,
     Field,
     StrictFloat,
     StrictInt,
-    Tag,
     field_validator,
     model_validator,
 )
 
 from services.jobs.schemas import JobCreate, check_name
 from services.statuses import JobStatus, SweepStatus
+from services.sweeps.rules import MAX_STEP, EarlyStopping
 
 _PARAM = re.compile(r"^[A-Za-z_]\w{0,63}$")
 _METRIC = re.compile(r"^[A-Za-z_][\w./-]{0,63}$")
 Number = StrictInt | StrictFloat
 MAX_SEED = 2**63 - 1
-MAX_STEP = 2**31 - 1  # steps and replica indexes are SQL INTEGER columns
+MAX_EXACT_INT = 2**53
 
 
 class _Range(BaseModel):
@@ -64,11 +64,19 @@ class _Range(BaseModel):
 
 
 class Uniform(_Range):
-    """A float drawn uniformly from [low, high)."""
+    """A float drawn uniformly from [low, high]."""
 
     distribution: Literal["uniform"]
     low: Number
     high: Number
+
+    @model_validator(mode="after")
+    def _finite_width(self) -> Uniform:
+        # The samplers draw in [low, high] with numpy: a width past the largest float
+        # overflows.
+        if not math.isfinite(float(self.high) - float(self.low)):
+            raise ValueError("high - low must be a finite number")
+        return self
 
 
 class LogUniform(_Range):
@@ -83,8 +91,9 @@ class IntRange(_Range):
     """A whole number from low to high, both included."""
 
     distribution: Literal["int"]
-    low: StrictInt
-    high: StrictInt
+    # Whole numbers a float holds exactly: the samplers work in floats.
+    low: StrictInt = Field(ge=-MAX_EXACT_INT, le=MAX_EXACT_INT)
+    high: StrictInt = Field(ge=-MAX_EXACT_INT, le=MAX_EXACT_INT)
 
 
 class Choice(BaseModel):
@@ -166,83 +175,6 @@ class Objective(BaseModel):
         return value
 
 
-class MedianStopping(BaseModel):
-    """Optuna's MedianPruner: stop a trial whose best value so far is worse than the
-    median of the finished trials' values at the same step."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    rule: Literal["median"] = "median"
-    min_steps: StrictInt = Field(
-        1, ge=0, le=MAX_STEP, description="judge a trial only from this step on"
-    )
-    min_trials: StrictInt = Field(
-        2,
-        ge=1,
-        le=1_000_000,
-        description="how many finished trials must have reported the step to judge by",
-    )
-
-
-class AshaStopping(BaseModel):
-    """Asynchronous successive halving (Optuna's SuccessiveHalvingPruner): rung k is at
-    step min_steps × reduction_factor^k; a trial reaching a rung goes on only if it is in
-    the top 1/reduction_factor of the trials that reached that rung."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    rule: Literal["asha"]
-    min_steps: StrictInt = Field(
-        ge=1, le=MAX_STEP, description="the step of the first rung: every trial runs this far"
-    )
-    reduction_factor: StrictInt = Field(
-        4, ge=2, le=100, description="rungs are this many times further apart, each keeps 1/this"
-    )
-
-
-class HyperbandStopping(BaseModel):
-    """Hyperband (Optuna's HyperbandPruner): several successive-halving brackets, from
-    aggressive to none, over a trial's full budget of steps."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    rule: Literal["hyperband"]
-    min_steps: StrictInt = Field(
-        1, ge=1, le=MAX_STEP, description="the first rung of the most aggressive bracket"
-    )
-    max_steps: StrictInt = Field(
-        ge=2, le=MAX_STEP, description="a trial's full length in steps: its step budget"
-    )
-    reduction_factor: StrictInt = Field(
-        3, ge=2, le=100, description="rungs are this many times further apart, each keeps 1/this"
-    )
-
-    @model_validator(mode="after")
-    def _min_below_max(self) -> HyperbandStopping:
-        if self.min_steps >= self.max_steps:
-            raise ValueError(
-                f"min_steps ({self.min_steps}) must be below max_steps ({self.max_steps})"
-            )
-        return self
-
-
-def _rule_of(value: Any) -> str:
-    # A spec stored before the rules were many has no `rule`: it was the median rule.
-    if isinstance(value, dict):
-        return str(value.get("rule", "median"))
-    return str(getattr(value, "rule", "median"))
-
-
-EarlyStopping = Annotated[
-    Annotated[MedianStopping, Tag("median")]
-    | Annotated[AshaStopping, Tag("asha")]
-    | Annotated[HyperbandStopping, Tag("hyperband")],
-    Discriminator(
-        _rule_of,
-        custom_error_type="invalid_rule",
-        custom_error_message="`rule` must be median, asha or hyperband",
-    ),
-]
 Algorithm = Literal["grid", "random", "tpe", "cmaes"]
 
 

@@ -8,7 +8,7 @@ Service functions only add and flush; the caller commits.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from pydantic import ValidationError
@@ -33,8 +33,16 @@ from services.sweeps.space import draw_seed, grid_size, probe_points, trial_spec
 STOPPED_EARLY = "stopped early"  # the start of the reason of a trial the rule stopped
 
 
-def is_stopped_early(job: Job) -> bool:
-    """Whether the early-stopping rule cancelled this trial."""
+class _Outcome(Protocol):
+    @property
+    def status(self) -> JobStatus: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
+def is_stopped_early(job: _Outcome) -> bool:
+    """Whether the early-stopping rule cancelled this trial (a `Job`, or its columns)."""
     return job.status is JobStatus.CANCELLED and job.reason.startswith(STOPPED_EARLY)
 
 

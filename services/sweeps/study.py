@@ -57,16 +57,8 @@ from optuna.samplers import BaseSampler, CmaEsSampler, GridSampler, RandomSample
 from optuna.storages import InMemoryStorage
 from optuna.trial import Trial, TrialState, create_trial
 
-from services.sweeps.schemas import (
-    AshaStopping,
-    Choice,
-    EarlyStopping,
-    HyperbandStopping,
-    IntRange,
-    LogUniform,
-    SearchSpace,
-    SweepCreate,
-)
+from services.sweeps.rules import AshaStopping, EarlyStopping, HyperbandStopping
+from services.sweeps.schemas import Choice, IntRange, LogUniform, SearchSpace, SweepCreate
 
 # The pass builds a study for each decision: Optuna's INFO line for every new study would
 # flood the scheduler's log. Its warnings go through the process's logging like any

@@ -12,31 +12,44 @@ results and do not wait.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from sqlalchemy.orm import Session
 
-from services.exceptions import QuotaExceeded
+from services.exceptions import InvalidJobSpec, QuotaExceeded
 from services.jobs import store as jobs
-from services.models import Job, Sweep
+from services.models import Sweep
 from services.settings import Settings
-from services.statuses import TERMINAL_STATUSES
-from services.sweeps.history import read_history, read_rows, store_trial
+from services.sweeps.history import (
+    TrialJob,
+    read_history,
+    read_rows,
+    read_trial_jobs,
+    store_trial,
+)
 from services.sweeps.schemas import SweepCreate
-from services.sweeps.store import read_trials, trial_job
+from services.sweeps.store import trial_job
 from services.sweeps.study import SweepStudy
 
 METRIC_SETTLE_SECONDS = 3.0
 LEARNING = ("tpe", "cmaes")  # the algorithms whose next trial depends on the results
 
 
-def _settling(trials: list[Job], now: dt.datetime) -> bool:
+def _settling(trials: list[TrialJob], now: dt.datetime) -> bool:
     """Whether a trial ended too recently for all its metrics to be in."""
     settle = dt.timedelta(seconds=METRIC_SETTLE_SECONDS)
-    return any(
-        now - (job.finished_at or job.updated_at) < settle
-        for job in trials
-        if job.status in TERMINAL_STATUSES
-    )
+    return any(job.ended_at is not None and now - job.ended_at < settle for job in trials)
+
+
+def _ask(
+    study: SweepStudy, index: int, fixed: dict[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    try:
+        return study.ask(index, fixed)
+    except (ValueError, TypeError, ArithmeticError) as exc:
+        # Nothing the checks let through should get here; if it does, the sweep ends
+        # saying so, and the pass goes on for the others.
+        raise InvalidJobSpec("space", f"Optuna could not draw its parameters: {exc}") from exc
 
 
 def create_trials(
@@ -52,7 +65,7 @@ def create_trials(
     """Create up to `count` trials, each with the parameters its study asks; the project's
     queued-jobs quota may stop it early (returned: the trials behind wait for a later
     pass)."""
-    trials = read_trials(session=session, sweep=sweep)
+    trials = read_trial_jobs(session=session, sweep=sweep)
     if spec.search_algorithm in LEARNING and _settling(trials, now):
         return None
     rows = read_rows(session=session, sweep=sweep)
@@ -61,15 +74,16 @@ def create_trials(
         spec=spec,
         jobs=trials,
         rows=rows,
-        # A rule's records and the pruned trials' points are part of what TPE weighs.
-        with_points=spec.early_stopping is not None,
+        count=sweep.trials_created,
+        # TPE ranks the trials a rule stopped by their last point; no other sampler reads
+        # a point when asked.
+        with_points=spec.early_stopping is not None and spec.search_algorithm == "tpe",
     )
     study = SweepStudy(sweep_id=sweep.id, spec=spec, seed=sweep.seed, trials=history)
     first = sweep.trials_created
     full: QuotaExceeded | None = None
     for index in range(first, first + count):
-        fixed = rows[index].parameters if index in rows else None
-        params, attrs = study.ask(index, fixed)
+        params, attrs = _ask(study, index, rows[index].parameters if index in rows else None)
         try:
             job, _created = jobs.create_job(
                 session=session,

@@ -179,6 +179,24 @@ def test_sampled_sweeps_report_their_seed_algorithm_and_rule(
             "a trial with learning_rate=0.001, replicas=4",
         ),
         ({"space": {"grid": {"lr": [1]}}, "trials": 3}, "trials", "one trial per combination"),
+        (
+            {
+                "space": {
+                    "random": {"lr": {"distribution": "uniform", "low": -1e308, "high": 1e308}}
+                },
+                "trials": 3,
+            },
+            "space.random.lr.uniform",
+            "high - low must be a finite number",
+        ),
+        (
+            {
+                "space": {"random": {"w": {"distribution": "int", "low": 0, "high": 2**60}}},
+                "trials": 3,
+            },
+            "space.random.w.int.high",
+            "less than or equal to 9007199254740992",
+        ),
         ({"space": {"grid": {"lr": [1]}, "seed": 3}}, "space", "`seed` is for a sampled"),
         ({"algorithm": "bayes"}, "algorithm", "'grid', 'random', 'tpe' or 'cmaes'"),
         ({"algorithm": "tpe"}, "algorithm", "tpe samples distributions (`space.random`)"),

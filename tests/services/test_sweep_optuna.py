@@ -267,10 +267,30 @@ def test_hyperband_stops_trials_behind_within_the_step_budget(session: Session) 
     stopped = [job for job in jobs if store.is_stopped_early(job)]
     assert stopped and all("hyperband rule at step" in j.reason for j in stopped)
     assert "HyperbandPruner" in stopped[0].reason
-    # Judged at every step, a trial is stopped on a rung: 1, 3 or 9 (reduction factor 3).
-    assert {int(j.reason.split(" at step ")[1].split()[0]) for j in stopped} <= {1, 3, 9}
+    # Judged at every step, a trial is stopped on a rung: 1, 3, 9 or 27 (factor 3).
+    assert {int(j.reason.split(" at step ")[1].split()[0]) for j in stopped} <= {1, 3, 9, 27}
     running = [job for job in jobs if job.status is JobStatus.RUNNING]
     assert running, "hyperband's least aggressive bracket stops nobody"
+
+
+def test_a_trial_whose_job_was_deleted_counts_as_failed(session: Session) -> None:
+    from services.jobs import store as job_store
+
+    sweep = make(
+        session, algorithm="tpe", space={"random": XY, "seed": 2}, trials=4, max_concurrent=2
+    )
+    clock = Clock()
+    assert sweep.trials_created == 0
+    first, second = (session.get(Job, i) for i in a_pass(session, clock).created)
+    assert first is not None and second is not None
+    report(session, first, {1: 3.0})
+    move(session, first, JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.SUCCEEDED)
+    job_store.delete_jobs(session=session, job_ids=[second.id])
+    session.expire_all()
+    # Trial 1 is a failed trial to the study now; trials 2 and 3 are asked after it.
+    created = [session.get(Job, i) for i in a_pass(session, clock).created]
+    assert [job.trial_index for job in created if job] == [2, 3]
+    assert sweep.trials_created == 4 and sweep.status is SweepStatus.RUNNING
 
 
 def test_a_spec_stored_before_optuna_still_loads_and_runs(session: Session) -> None:
