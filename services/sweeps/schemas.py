@@ -60,6 +60,14 @@ class _Range(BaseModel):
         low, high = getattr(self, "low"), getattr(self, "high")  # noqa: B009 - set by subclasses
         if low >= high:
             raise ValueError(f"low ({low}) must be below high ({high})")
+        # The samplers work in floats (numpy): a bound or a width past the largest float
+        # cannot be drawn from.
+        try:
+            finite = math.isfinite(float(high) - float(low))
+        except OverflowError:
+            finite = False
+        if not finite:
+            raise ValueError("low, high and high - low must be finite floats")
         return self
 
 
@@ -69,14 +77,6 @@ class Uniform(_Range):
     distribution: Literal["uniform"]
     low: Number
     high: Number
-
-    @model_validator(mode="after")
-    def _finite_width(self) -> Uniform:
-        # The samplers draw in [low, high] with numpy: a width past the largest float
-        # overflows.
-        if not math.isfinite(float(self.high) - float(self.low)):
-            raise ValueError("high - low must be a finite number")
-        return self
 
 
 class LogUniform(_Range):

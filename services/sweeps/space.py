@@ -44,6 +44,13 @@ def _ends(dist: Distribution) -> list[Any]:
     return list(dist.values) if isinstance(dist, Choice) else [dist.low, dist.high]
 
 
+def probe_count(space: SearchSpace) -> int:
+    """How many parameter sets `probe_points` gives."""
+    if space.grid:
+        return grid_size(space)
+    return 1 + sum(len(_ends(dist)) - 1 for dist in (space.random or {}).values())
+
+
 def probe_points(space: SearchSpace) -> Iterator[dict[str, Any]]:
     """The parameter sets a sweep is checked on before it is stored (module docstring)."""
     if space.grid:

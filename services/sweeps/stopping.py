@@ -13,6 +13,7 @@ it does not fail the sweep, is PRUNED to Optuna from then on, and is never the b
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -24,6 +25,8 @@ from services.sweeps.history import read_history, read_rows, read_trial_jobs, st
 from services.sweeps.schemas import SweepCreate
 from services.sweeps.store import STOPPED_EARLY
 from services.sweeps.study import SweepStudy, make_pruner
+
+log = logging.getLogger("cohort.sweeps")
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,13 @@ def judge_running(*, session: Session, sweep: Sweep, spec: SweepCreate) -> list[
 
 def stop_behind(*, session: Session, sweep: Sweep, spec: SweepCreate) -> list[int]:
     """Cancel the running trials the rule stops; their job ids."""
-    verdicts = judge_running(session=session, sweep=sweep, spec=spec)
+    try:
+        verdicts = judge_running(session=session, sweep=sweep, spec=spec)
+    except (ValueError, TypeError, ArithmeticError):
+        # Nothing stored should make a pruner raise; if it does, the trials run on
+        # unjudged and the pass goes on.
+        log.exception("sweep %d: its rule could not judge its trials", sweep.id)
+        return []
     pruner = type(make_pruner(spec.early_stopping)).__name__
     for verdict in verdicts:
         job = session.get(Job, verdict.job_id)

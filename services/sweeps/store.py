@@ -28,7 +28,7 @@ from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, TERMINAL_SWEEP_STATUSES, JobStatus, SweepStatus
 from services.sweeps.objective import best_of, objective_values
 from services.sweeps.schemas import Choice, SweepCreate
-from services.sweeps.space import draw_seed, grid_size, probe_points, trial_spec
+from services.sweeps.space import draw_seed, grid_size, probe_count, probe_points, trial_spec
 
 STOPPED_EARLY = "stopped early"  # the start of the reason of a trial the rule stopped
 
@@ -83,6 +83,14 @@ def _shown(params: dict[str, Any]) -> str:
 
 def _check_trials(spec: SweepCreate, settings: Settings, limits: QuotaLimits) -> None:
     """Check the job of every parameter set `probe_points` gives (services/sweeps/space.py)."""
+    count = probe_count(spec.space)
+    if count > settings.MAX_SWEEP_TRIALS:  # a grid's is its size, refused before
+        # Each is a job checked while the request waits: as many as a sweep may have trials.
+        raise InvalidJobSpec(
+            "space.random",
+            f"{count} values to check (every choice, each range's two ends), over the limit "
+            f"of {settings.MAX_SWEEP_TRIALS} (COHORT_MAX_SWEEP_TRIALS); use fewer choices",
+        )
     for params in probe_points(spec.space):
         try:
             job_in = trial_job(spec, params, 0)

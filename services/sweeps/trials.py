@@ -12,7 +12,9 @@ results and do not wait.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -31,6 +33,7 @@ from services.sweeps.schemas import SweepCreate
 from services.sweeps.store import trial_job
 from services.sweeps.study import SweepStudy
 
+T = TypeVar("T")
 METRIC_SETTLE_SECONDS = 3.0
 LEARNING = ("tpe", "cmaes")  # the algorithms whose next trial depends on the results
 
@@ -41,14 +44,12 @@ def _settling(trials: list[TrialJob], now: dt.datetime) -> bool:
     return any(job.ended_at is not None and now - job.ended_at < settle for job in trials)
 
 
-def _ask(
-    study: SweepStudy, index: int, fixed: dict[str, Any] | None
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def _optuna(call: Callable[[], T]) -> T:
+    """`call()`, an error of Optuna's as the sweep's: nothing the checks let through
+    should raise one; if it does, the sweep ends saying so and the pass goes on."""
     try:
-        return study.ask(index, fixed)
+        return call()
     except (ValueError, TypeError, ArithmeticError) as exc:
-        # Nothing the checks let through should get here; if it does, the sweep ends
-        # saying so, and the pass goes on for the others.
         raise InvalidJobSpec("space", f"Optuna could not draw its parameters: {exc}") from exc
 
 
@@ -79,11 +80,14 @@ def create_trials(
         # a point when asked.
         with_points=spec.early_stopping is not None and spec.search_algorithm == "tpe",
     )
-    study = SweepStudy(sweep_id=sweep.id, spec=spec, seed=sweep.seed, trials=history)
+    study = _optuna(
+        lambda: SweepStudy(sweep_id=sweep.id, spec=spec, seed=sweep.seed, trials=history)
+    )
     first = sweep.trials_created
     full: QuotaExceeded | None = None
     for index in range(first, first + count):
-        params, attrs = _ask(study, index, rows[index].parameters if index in rows else None)
+        fixed = rows[index].parameters if index in rows else None
+        params, attrs = _optuna(partial(study.ask, index, fixed))
         try:
             job, _created = jobs.create_job(
                 session=session,

@@ -187,7 +187,17 @@ def test_sampled_sweeps_report_their_seed_algorithm_and_rule(
                 "trials": 3,
             },
             "space.random.lr.uniform",
-            "high - low must be a finite number",
+            "high - low must be finite floats",
+        ),
+        (
+            {
+                "space": {
+                    "random": {"lr": {"distribution": "log_uniform", "low": 1, "high": 10**400}}
+                },
+                "trials": 3,
+            },
+            "space.random.lr.log_uniform",
+            "must be finite floats",
         ),
         (
             {
@@ -198,6 +208,19 @@ def test_sampled_sweeps_report_their_seed_algorithm_and_rule(
             "less than or equal to 9007199254740992",
         ),
         ({"space": {"grid": {"lr": [1]}, "seed": 3}}, "space", "`seed` is for a sampled"),
+        (
+            {
+                "space": {
+                    "random": {
+                        name: {"distribution": "choice", "values": list(range(600))}
+                        for name in ("a", "b")
+                    }
+                },
+                "trials": 3,
+            },
+            "space.random",
+            "1199 values to check",
+        ),
         ({"algorithm": "bayes"}, "algorithm", "'grid', 'random', 'tpe' or 'cmaes'"),
         ({"algorithm": "tpe"}, "algorithm", "tpe samples distributions (`space.random`)"),
         (

@@ -326,3 +326,21 @@ def test_parameters_fixed_ahead_are_the_ones_a_trial_gets(session: Session) -> N
     run_to_end(session, sweep, bowl)
     assert [parameters(session, j)["x"] for j in trials(session, sweep)] == [2.0, 0.0, 1.0]
     assert [j.hyperparameters["x"] for j in trials(session, sweep)] == [2.0, 0.0, 1.0]
+
+
+def test_an_error_of_optunas_ends_the_sweep_not_the_pass(session: Session) -> None:
+    broken = make(session, space={"random": XY, "seed": 1}, trials=3)
+    other = make(session, space={"random": XY, "seed": 2}, trials=3)
+    clock = Clock()
+    first = [session.get(Job, i) for i in a_pass(session, clock).created]
+    # A stored parameter outside its distribution: the study cannot be rebuilt.
+    row = session.get(SweepTrial, (broken.id, 0))
+    assert row is not None
+    row.parameters = {"x": 99.0, "y": 0.0}
+    for job in first:
+        assert job is not None
+        move(session, job, JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.FAILED)
+    created = a_pass(session, clock).created
+    assert broken.status is SweepStatus.FAILED
+    assert broken.reason.startswith("trial 1 was refused: ") and "Optuna could not" in broken.reason
+    assert [session.get(Job, i).sweep_id for i in created] == [other.id]  # type: ignore[union-attr]
