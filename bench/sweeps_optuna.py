@@ -15,6 +15,11 @@ Optuna costs the scheduler's pass.
     (`advance_sweeps` in its own transaction: the studies, the 100 jobs and rows created)
     and the Optuna part of it (building the studies and asking them), median over rounds.
 
+(d) With --pg, Cohort's in-memory study against Optuna's own RDBStorage (on a database of
+    its own: on Cohort's it refuses to start, its schema check reading Cohort's
+    `alembic_version`): a study with 20 trials told, then 100 random asks, each trial's
+    sampler seeded as Cohort seeds it; interleaved, median over rounds.
+
     .venv/bin/python bench/sweeps_optuna.py [--seeds 9] [--target 0.5] [--rounds 5]
         [--pg postgresql+psycopg://postgres@127.0.0.1:5432/postgres]
 """
@@ -32,7 +37,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import optuna
 import sqlalchemy as sa
+from optuna.samplers import RandomSampler
 from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
@@ -49,7 +56,7 @@ from services.statuses import JobStatus, SweepStatus  # noqa: E402
 from services.sweeps import advance, store  # noqa: E402
 from services.sweeps import trials as trials_module  # noqa: E402
 from services.sweeps.schemas import SweepCreate  # noqa: E402
-from services.sweeps.study import StoredTrial, SweepStudy  # noqa: E402
+from services.sweeps.study import StoredTrial, SweepStudy, trial_seed  # noqa: E402
 
 SPACE = {
     "x": {"distribution": "uniform", "low": -5.0, "high": 5.0},
@@ -116,6 +123,34 @@ def trials_to_target(algorithm: str, seed: int, target: float, cap: int) -> tupl
         if value <= target:
             return index + 1, spent / (index + 1)
     return cap + 1, spent / cap
+
+
+def rdb_against_memory(url: str, round_: int) -> tuple[float, float]:
+    """Seconds for 100 asks after 20 told trials: on RDBStorage at `url`, then in memory
+    as the pass does it (the study rebuilt from the 20, then asked 100 times)."""
+    sweep_in = spec("random", 1, 120, concurrent=100)
+    dists = SweepStudy(sweep_id=0, spec=sweep_in, seed=1, trials=[]).space.distributions
+    study = optuna.create_study(
+        storage=optuna.storages.RDBStorage(url), study_name=f"r{round_}", direction="minimize"
+    )
+    history = []
+    for index in range(20):
+        study.sampler = RandomSampler(seed=trial_seed(1, index))
+        trial = study.ask(dists)
+        study.tell(trial, bowl(trial.params))
+        history.append(
+            StoredTrial(index, trial.params, {}, TrialState.COMPLETE, bowl(trial.params))
+        )
+    start = time.perf_counter()
+    for index in range(20, 120):
+        study.sampler = RandomSampler(seed=trial_seed(1, index))
+        study.ask(dists)
+    rdb = time.perf_counter() - start
+    start = time.perf_counter()
+    memory = SweepStudy(sweep_id=0, spec=sweep_in, seed=1, trials=history)
+    for index in range(20, 120):
+        memory.ask(index)
+    return rdb, time.perf_counter() - start
 
 
 class TimedStudy(SweepStudy):
@@ -268,12 +303,24 @@ def main() -> None:
                     figures.setdefault((shape, algorithm), []).append((total, optuna_part))
         engine.dispose()
         drop_databases(args.pg, [url])
+        if args.pg:
+            url = fresh_database(args.pg, Path(tmp), "rdb")
+            pairs = [rdb_against_memory(url, round_) for round_ in range(args.rounds)]
+            drop_databases(args.pg, [url])
     print(f"(b) the sweep part of a pass creating 100 trials, {kind}, {args.rounds} rounds:")
     for (shape, algorithm), runs in figures.items():
         what = "1 sweep x 100 asks  " if shape == "one" else "100 sweeps x 1 ask  "
         total = statistics.median(t for t, _ in runs) * 1000
         part = statistics.median(o for _, o in runs) * 1000
         print(f"    {what} {algorithm:6}: {total:7.1f} ms, Optuna {part:6.1f} ms (median)")
+    if args.pg:
+        rdb = statistics.median(r for r, _ in pairs) * 1000
+        memory = statistics.median(m for _, m in pairs) * 1000
+        ratio = statistics.median(r / m for r, m in pairs)
+        print(
+            f"(d) 100 random asks after 20 told: RDBStorage {rdb:.1f} ms, in memory (rebuilt) "
+            f"{memory:.1f} ms; median of per-round ratios {ratio:.1f}"
+        )
 
 
 if __name__ == "__main__":

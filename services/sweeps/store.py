@@ -202,7 +202,7 @@ def create_sweep(
     total = check_sweep(
         session=session, project_id=project_id, sweep_in=sweep_in, settings=settings
     )
-    seed = 0  # a grid's order is GridSampler's, the same for every grid of those values
+    seed = 0  # a grid's order is GridSampler's, the same for every grid of its shape
     if sweep_in.space.random:
         seed = sweep_in.space.seed if sweep_in.space.seed is not None else draw_seed()
     now = now or utcnow()
