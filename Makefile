@@ -156,6 +156,7 @@ bench: $(STAMP) replica-access
 	$(PY) bench/metrics.py
 	$(PY) bench/schedules.py
 	$(PY) bench/sweeps.py
+	$(PY) bench/sweeps_optuna.py
 	$(PY) bench/bundles.py
 	$(PY) bench/bundle_start.py
 	$(PY) bench/tensorboard_first_paint.py --rounds 5

@@ -35,7 +35,7 @@ from bench.schedules import drop_databases, fresh_database  # noqa: E402
 from cli.stack import migrate  # noqa: E402
 from services.auth import tokens  # noqa: E402
 from services.db import make_engine  # noqa: E402
-from services.models import Job, Sweep  # noqa: E402
+from services.models import Job, Sweep, SweepTrial  # noqa: E402
 from services.scheduling import scheduler_pass  # noqa: E402
 from services.settings import Settings  # noqa: E402
 from services.statuses import JobStatus  # noqa: E402
@@ -77,7 +77,7 @@ def add_sweeps(
         first = store.create_sweep(
             session=session, project_id=token.project_id, sweep_in=spec, settings=settings
         )
-        rows = []
+        rows, trial_rows = [], []
         for s in range(sweeps):
             sweep = (
                 first
@@ -98,7 +98,16 @@ def add_sweeps(
             session.flush()
             sweep.trials_created = queued
             for index in range(queued):
-                job_in = store.trial_job(spec, sweep.seed, index)
+                params = {"learning_rate": 1e-4 * (index + 1)}
+                job_in = store.trial_job(spec, params, index)
+                trial_rows.append(
+                    {
+                        "sweep_id": sweep.id,
+                        "trial_index": index,
+                        "parameters": params,
+                        "system_attrs": {},
+                    }
+                )
                 rows.append(
                     {
                         "project_id": first.project_id,
@@ -116,8 +125,10 @@ def add_sweeps(
                     }
                 )
         session.execute(sa.insert(Job), rows)
+        session.execute(sa.insert(SweepTrial), trial_rows)
         if not as_sweeps:
             session.execute(sa.update(Job).values(sweep_id=None, trial_index=None))
+            session.execute(sa.delete(SweepTrial))
             session.execute(sa.delete(Sweep))
 
 

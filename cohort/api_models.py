@@ -16,6 +16,15 @@ class ArtifactRead(ApiModel):
     size: int
 
 
+class AshaStopping(ApiModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    min_steps: int
+    reduction_factor: int | None = 4
+    rule: Literal["asha"]
+
+
 class BundleRead(ApiModel):
     created_at: AwareDatetime
     digest: str
@@ -51,15 +60,6 @@ class DistributionOptions(ApiModel):
     shard_policy: Literal["auto", "file", "data", "off"] | None = "auto"
 
 
-class EarlyStopping(ApiModel):
-    model_config = ConfigDict(
-        extra="forbid",
-    )
-    min_steps: int | None = 1
-    min_trials: int | None = 2
-    rule: Literal["median"] = "median"
-
-
 class FieldProblem(ApiModel):
     field: str
     message: str
@@ -69,6 +69,16 @@ class GpuRead(ApiModel):
     index: int
     memory_mb: int | None = 0
     name: str | None = ""
+
+
+class HyperbandStopping(ApiModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    max_steps: int
+    min_steps: int | None = 1
+    reduction_factor: int | None = 3
+    rule: Literal["hyperband"]
 
 
 class Hyperparameters(ApiModel):
@@ -128,6 +138,15 @@ class LogUniform(ApiModel):
     distribution: Literal["log_uniform"]
     high: int | float
     low: int | float
+
+
+class MedianStopping(ApiModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    min_steps: int | None = 1
+    min_trials: int | None = 2
+    rule: Literal["median"] = "median"
 
 
 class MetricPointRead(ApiModel):
@@ -503,7 +522,8 @@ class SweepCreate(ApiModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    early_stopping: EarlyStopping | None = None
+    algorithm: Literal["grid", "random", "tpe", "cmaes"] | None = None
+    early_stopping: MedianStopping | AshaStopping | HyperbandStopping | None = None
     max_concurrent: int | None = 1
     name: str | None = "sweep"
     objective: Objective
@@ -513,11 +533,12 @@ class SweepCreate(ApiModel):
 
 
 class SweepRead(ApiModel):
+    algorithm: Literal["grid", "random", "tpe", "cmaes"]
     best_job_id: int | None = None
     best_parameters: dict[str, Any] | None = None
     best_value: float | None
     created_at: AwareDatetime
-    early_stopping: EarlyStopping | None
+    early_stopping: MedianStopping | AshaStopping | HyperbandStopping | None
     finished_at: AwareDatetime | None
     id: int
     max_concurrent: int

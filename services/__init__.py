@@ -19,7 +19,7 @@ The rooms, higher ones importing lower ones only (pyproject.toml's import contra
     tracking/      the MLflow export: each tracked job an MLflow run, from the leader
     retraining/    schedules, cron, exactly-once firing, promotion
     telemetry/     metric points and log lines stored once, live feeds, job views
-    sweeps/        sweeps: search spaces, trials in turn, median stopping
+    sweeps/        sweeps: search spaces, trials in turn, early stopping (Optuna)
     cluster/       nodes, the queue placed, gang placement, gangs settled, the watchdog
     jobs/          the job spec and its schemas, store, transitions, quotas, bundles, data
     storage/       the artifact store (node-safe: no SQL)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import difflib
 import types
 from collections.abc import Sequence
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Tag
 
 
 def _unwrapped(annotation: Any) -> Any:
@@ -29,11 +29,17 @@ def field_names_at(annotation: Any, path: Sequence[str | int]) -> set[str]:
     origin = get_origin(annotation)
     if origin in (Union, types.UnionType):
         names: set[str] = set()
-        for arm in get_args(annotation):
+        # A tagged union's member stands in the location under its tag (`median` in
+        # `early_stopping.median.min_steps`): then only that member is meant.
+        tagged = [arm for arm in get_args(annotation) if path and _claims(arm, str(path[0]))]
+        for arm in tagged:
+            names |= field_names_at(arm, path[1:])
+        for arm in [] if tagged else get_args(annotation):
             names |= field_names_at(arm, path)
             # A union's member may stand in the location under its tag or class name
             # (`random.lr.uniform.low`): try the rest of the path past that part too.
-            if path and str(path[0]) not in _fields(arm):
+            fields = _fields(arm)  # (a nested union stands under no name of its own)
+            if path and fields and str(path[0]) not in fields:
                 names |= field_names_at(arm, path[1:])
         return names
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -52,6 +58,22 @@ def field_names_at(annotation: Any, path: Sequence[str | int]) -> set[str]:
         item = args[0] if args[-1] is Ellipsis else args[min(path[0], len(args) - 1)]
         return field_names_at(item, path[1:])
     return set()
+
+
+def _claims(arm: Any, tag: str) -> bool:
+    """Whether a union member is the one that `tag` names: its `Tag`, or the single value
+    of one of its `Literal` fields (a discriminator's)."""
+    if get_origin(arm) is Annotated and any(
+        isinstance(meta, Tag) and meta.tag == tag for meta in get_args(arm)[1:]
+    ):
+        return True
+    arm = _unwrapped(arm)
+    if not (isinstance(arm, type) and issubclass(arm, BaseModel)):
+        return False
+    return any(
+        get_origin(field.annotation) is Literal and get_args(field.annotation) == (tag,)
+        for field in arm.model_fields.values()
+    )
 
 
 def _fields(arm: Any) -> set[str]:

@@ -5,7 +5,7 @@
     access.py     API tokens (scopes, expiry, revocation) and dashboard sessions
     series.py     metric points, their rollups, log lines
     schedules.py  retraining schedules and their runs
-    sweeps.py     sweeps (their trials are jobs)
+    sweeps.py     sweeps and their trials' search state (the trials run as jobs)
     quotas.py     projects' quotas over the cluster's defaults
     leadership.py the scheduler's fencing token
     tracking.py   the MLflow export: projects' tracking URIs, where each starts, each job's run
@@ -20,7 +20,7 @@ from services.models.leadership import SchedulerFence
 from services.models.quotas import ProjectQuota
 from services.models.schedules import Schedule, ScheduleRun
 from services.models.series import LogLine, MetricPoint, MetricRollup
-from services.models.sweeps import Sweep
+from services.models.sweeps import Sweep, SweepTrial
 from services.models.tracking import MlflowRun, ProjectTracking, TrackingStart
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "ScheduleRun",
     "SchedulerFence",
     "Sweep",
+    "SweepTrial",
     "TrackingStart",
     "UTCDateTime",
     "utcnow",

@@ -1,7 +1,9 @@
-"""The table of sweeps: many trials of one job template over a search space.
+"""The tables of sweeps: many trials of one job template over a search space.
 
 Each trial is an ordinary job (`Job.sweep_id`, `Job.trial_index`), created lazily by
-the scheduler pass (services/sweeps/); the sweep row holds the spec and the outcome.
+the scheduler pass (services/sweeps/); the sweep row holds the spec and the outcome, and
+a `SweepTrial` row per trial what Optuna chose for it and its own state, from which the
+pass rebuilds the sweep's study.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class Sweep(Base):
     project_id: Mapped[int] = mapped_column(sa.ForeignKey("projects.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(sa.String(128))
     spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    # The resolved seed of a random space (drawn at creation when the spec gave none).
+    # The resolved seed of a sampled space (drawn at creation when the spec gave none).
     seed: Mapped[int] = mapped_column(sa.BigInteger, default=0)
     trials_total: Mapped[int]
     trials_created: Mapped[int] = mapped_column(default=0)
@@ -61,3 +63,19 @@ class Sweep(Base):
     scheduled_for: Mapped[dt.datetime | None]
 
     project: Mapped[Project] = relationship(lazy="joined")
+
+
+class SweepTrial(Base):
+    """One trial of a sweep, by index: the parameters its job got, and Optuna's system
+    attributes of the trial (the grid point, CMA-ES's generation and saved state, the
+    values a successive-halving pruner recorded at each rung). Its job is the one with the
+    same `(sweep_id, trial_index)`; a row may precede its job (parameters fixed ahead)."""
+
+    __tablename__ = "sweep_trials"
+
+    sweep_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("sweeps.id", ondelete="CASCADE"), primary_key=True
+    )
+    trial_index: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    parameters: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    system_attrs: Mapped[dict[str, Any]] = mapped_column(default=dict)

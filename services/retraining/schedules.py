@@ -64,7 +64,6 @@ def _check_sweep_template(
             project_id=project_id,
             sweep_in=sweep_in,
             settings=settings,
-            seed=sweep_in.space.seed or 0,
         )
     except InvalidJobSpec as exc:
         raise exc.under("sweep.") from exc

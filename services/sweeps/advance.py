@@ -1,10 +1,12 @@
-"""The sweeps' part of a scheduler pass: create trials in turn, stop the ones behind,
-and end the sweeps whose trials have all ended.
+"""The sweeps' part of a scheduler pass: create trials in turn (their parameters asked
+of the sweep's Optuna study), stop the ones its rule stops, and end the sweeps whose
+trials have all ended.
 
 Cheap by construction: it reads the running sweeps (an index on status) with their
 trial counts in one query (see `_running_sweeps`), and reads a sweep's spec,
-metrics or trials only when there is something to do for it (a trial to create, a
-sweep to end, or, every STOPPING_INTERVAL_SECONDS, running trials to judge).
+metrics or trials, and builds its study, only when there is something to do for it (a
+trial to create, a sweep to end, or, every STOPPING_INTERVAL_SECONDS, running trials to
+judge).
 
 Capacity rules:
 - never more than `max_concurrent` trials of a sweep are unfinished (a trial is
@@ -28,19 +30,18 @@ from pydantic import ValidationError
 from sqlalchemy import orm
 from sqlalchemy.orm import Session
 
-from services.exceptions import BundleNotFound, DataNotFound, InvalidJobSpec, QuotaExceeded
-from services.jobs import store as jobs
+from services.exceptions import BundleNotFound, DataNotFound, InvalidJobSpec
 from services.models import Job, Sweep, utcnow
 from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, JobStatus, SweepStatus
 from services.sweeps.schemas import SweepCreate
-from services.sweeps.stopping import find_trials_to_stop
-from services.sweeps.store import STOPPED_EARLY, read_trials, record_best, spec_of, trial_job
+from services.sweeps.stopping import stop_behind
+from services.sweeps.store import is_stopped_early, read_trials, record_best, spec_of
+from services.sweeps.trials import METRIC_SETTLE_SECONDS, create_trials
 
-# Metrics reach SQL through a Redis stream, apart from the replicas' exits: a sweep
-# picks its best this long after its last trial ended, so the last points are in;
-# when no succeeded trial has the objective metric, it waits up to the grace first.
-METRIC_SETTLE_SECONDS = 3.0
+# A sweep picks its best METRIC_SETTLE_SECONDS after its last trial ended, so the last
+# points are in (services/sweeps/trials.py says why); when no succeeded trial has the
+# objective metric, it waits up to the grace first.
 METRIC_GRACE_SECONDS = 60.0
 # The stopping rule looks at a sweep's running trials at most this often: it reads their
 # metrics, and a trial clearly behind stays behind for a few seconds more.
@@ -108,71 +109,8 @@ def _waiting_priority(session: Session) -> int | None:
     ).scalar_one_or_none()
 
 
-def _stop_behind(session: Session, sweep: Sweep, spec: SweepCreate, result: SweepsResult) -> int:
-    """Cancel the running trials the median rule stops; how many."""
-    assert spec.early_stopping is not None
-    running = list(
-        session.execute(
-            sa.select(Job).where(Job.sweep_id == sweep.id, Job.status == JobStatus.RUNNING)
-        ).scalars()
-    )
-    verdicts = find_trials_to_stop(
-        session=session,
-        sweep=sweep,
-        running=running,
-        objective=spec.objective,
-        rule=spec.early_stopping,
-    )
-    by_id = {job.id: job for job in running}
-    for verdict in verdicts:
-        metric = spec.objective.metric
-        jobs.request_cancel(
-            session=session,
-            job=by_id[verdict.job_id],
-            reason=f"{STOPPED_EARLY}: median rule at step {verdict.step} (best {metric}="
-            f"{verdict.best:.6g}, behind the median {verdict.median:.6g} of "
-            f"{verdict.others} other trials' running averages)",
-        )
-        result.stopped.append(verdict.job_id)
-    return len(verdicts)
-
-
-def _create_trials(
-    session: Session,
-    settings: Settings,
-    sweep: Sweep,
-    spec: SweepCreate,
-    count: int,
-    result: SweepsResult,
-) -> QuotaExceeded | None:
-    """Create up to `count` trials; the project's queued-jobs quota may stop it early
-    (returned: the trials behind wait for a later pass)."""
-    first = sweep.trials_created
-    made = 0
-    full: QuotaExceeded | None = None
-    for index in range(first, first + count):
-        try:
-            job, _created = jobs.create_job(
-                session=session,
-                project_id=sweep.project_id,
-                job_in=trial_job(spec, sweep.seed, index),
-                settings=settings,
-                trial_of=(sweep.id, index),
-            )
-        except QuotaExceeded as exc:  # refused before anything was written
-            full = exc
-            break
-        result.created.append(job.id)
-        made += 1
-    sweep.trials_created = first + made
-    session.flush()
-    return full
-
-
 def _summary(trials: list[Job]) -> str:
-    stopped = sum(
-        1 for j in trials if j.status is JobStatus.CANCELLED and j.reason.startswith(STOPPED_EARLY)
-    )
+    stopped = sum(1 for j in trials if is_stopped_early(j))
     parts = [
         f"{sum(1 for j in trials if j.status is status)} {status}"
         for status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
@@ -289,13 +227,23 @@ def _advance_one(
     spec = spec_of(sweep)
     if stopping:
         sweep.stopping_checked_at = now
-        unfinished -= _stop_behind(session, sweep, spec, result)
+        stopped = stop_behind(session=session, sweep=sweep, spec=spec)
+        result.stopped.extend(stopped)
+        unfinished -= len(stopped)
         to_create = _free_turns(sweep, unfinished)
     if to_create and blocked_by is not None:
         sweep.reason = note
     elif to_create:
         try:
-            full = _create_trials(session, settings, sweep, spec, to_create, result)
+            full = create_trials(
+                session=session,
+                settings=settings,
+                sweep=sweep,
+                spec=spec,
+                count=to_create,
+                now=now,
+                created=result.created,
+            )
         except (InvalidJobSpec, BundleNotFound, DataNotFound, ValidationError) as exc:
             # A setting or a quota changed, or the bundle/data went away, since the
             # sweep was checked.

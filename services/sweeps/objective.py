@@ -8,12 +8,23 @@ lowest (min) value.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.models import Job, MetricPoint
+from services.models import MetricPoint
 from services.sweeps.schemas import Objective
+
+
+class Attempt(Protocol):
+    """A trial's job as far as its metrics go (a `Job`, or the columns of one)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def attempt(self) -> int: ...
 
 
 def is_better(value: float, other: float | None, mode: str) -> bool:
@@ -24,7 +35,7 @@ def is_better(value: float, other: float | None, mode: str) -> bool:
 
 
 def objective_values(
-    *, session: Session, jobs: Sequence[Job], objective: Objective
+    *, session: Session, jobs: Sequence[Attempt], objective: Objective
 ) -> dict[int, float]:
     """Job id -> objective value, for the jobs that reported the metric (one query)."""
     if not jobs:

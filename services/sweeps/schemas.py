@@ -5,24 +5,29 @@ A sweep spec (YAML for `cohort sweep create`, JSON for `POST /api/v1/sweeps`):
     name: lr-width
     template: {trainer: mlp_digits, replicas: 1, strategy: one_device,
                hyperparameters: {epochs: 3}}          # any JobCreate
+    algorithm: tpe         # grid | random | tpe | cmaes (left out: grid or random, by space)
     space:
-      grid: {learning_rate: [0.01, 0.001], width: [32, 64]}
-      # or random: {learning_rate: {distribution: log_uniform, low: 1e-4, high: 0.1},
-      #             width: {distribution: int, low: 16, high: 128},
-      #             optimizer: {distribution: choice, values: [adam, sgd]}}
-      # seed: 7   (random only; drawn and stored when left out)
-    trials: 20             # random only; a grid runs every combination
+      random: {learning_rate: {distribution: log_uniform, low: 1e-4, high: 0.1},
+               width: {distribution: int, low: 16, high: 128},
+               optimizer: {distribution: choice, values: [adam, sgd]}}
+      # or grid: {learning_rate: [0.01, 0.001], width: [32, 64]}   (algorithm: grid)
+      # seed: 7   (sampled spaces only; drawn and stored when left out)
+    trials: 20             # sampled spaces only; a grid runs every combination
     max_concurrent: 2
     objective: {metric: eval_accuracy, mode: max, replica: 0, value: last}
-    early_stopping: {rule: median, min_steps: 3}
+    early_stopping: {rule: asha, min_steps: 10, reduction_factor: 3}   # or median, hyperband
 
 A parameter named `replicas`, `gpus_per_replica` or `strategy` sets that field of the
-trial's job; every other parameter is merged into its hyperparameters.
+trial's job; every other parameter is merged into its hyperparameters. Optuna carries
+out the algorithm and the rule (rules.py) (services/sweeps/study.py); the checks that need the
+space and the algorithm together (grid with distributions, cmaes without two numeric
+parameters) are made by `store.check_sweep`, naming the field.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -38,12 +43,13 @@ from pydantic import (
 
 from services.jobs.schemas import JobCreate, check_name
 from services.statuses import JobStatus, SweepStatus
+from services.sweeps.rules import MAX_STEP, EarlyStopping
 
 _PARAM = re.compile(r"^[A-Za-z_]\w{0,63}$")
 _METRIC = re.compile(r"^[A-Za-z_][\w./-]{0,63}$")
 Number = StrictInt | StrictFloat
 MAX_SEED = 2**63 - 1
-MAX_STEP = 2**31 - 1  # steps and replica indexes are SQL INTEGER columns
+MAX_EXACT_INT = 2**53
 
 
 class _Range(BaseModel):
@@ -54,11 +60,19 @@ class _Range(BaseModel):
         low, high = getattr(self, "low"), getattr(self, "high")  # noqa: B009 - set by subclasses
         if low >= high:
             raise ValueError(f"low ({low}) must be below high ({high})")
+        # The samplers work in floats (numpy): a bound or a width past the largest float
+        # cannot be drawn from.
+        try:
+            finite = math.isfinite(float(high) - float(low))
+        except OverflowError:
+            finite = False
+        if not finite:
+            raise ValueError("low, high and high - low must be finite floats")
         return self
 
 
 class Uniform(_Range):
-    """A float drawn uniformly from [low, high)."""
+    """A float drawn uniformly from [low, high]."""
 
     distribution: Literal["uniform"]
     low: Number
@@ -77,8 +91,9 @@ class IntRange(_Range):
     """A whole number from low to high, both included."""
 
     distribution: Literal["int"]
-    low: StrictInt
-    high: StrictInt
+    # Whole numbers a float holds exactly: the samplers work in floats.
+    low: StrictInt = Field(ge=-MAX_EXACT_INT, le=MAX_EXACT_INT)
+    high: StrictInt = Field(ge=-MAX_EXACT_INT, le=MAX_EXACT_INT)
 
 
 class Choice(BaseModel):
@@ -102,7 +117,8 @@ def _check_names(names: dict[str, Any]) -> None:
 
 
 class SearchSpace(BaseModel):
-    """Exactly one of `grid` (every combination) and `random` (`trials` draws)."""
+    """Exactly one of `grid` (every combination) and `random` (distributions that the
+    random, tpe and cmaes algorithms sample `trials` times)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -110,14 +126,16 @@ class SearchSpace(BaseModel):
         None, description="parameter -> the values to try; a trial per combination"
     )
     random: dict[str, Distribution] | None = Field(
-        None, description="parameter -> {distribution: uniform|log_uniform|int|choice, ...}"
+        None,
+        description="parameter -> {distribution: uniform|log_uniform|int|choice, ...}, "
+        "sampled by the random, tpe or cmaes algorithm",
     )
     seed: StrictInt | None = Field(
         None,
         ge=0,
         le=MAX_SEED,
-        description="random only: the same seed draws the same "
-        "parameters; left out, one is drawn and shown in the sweep",
+        description="sampled spaces only: the same seed draws the same parameters (for "
+        "tpe and cmaes, given the same results); left out, one is drawn and shown",
     )
 
     @model_validator(mode="after")
@@ -130,7 +148,7 @@ class SearchSpace(BaseModel):
         if self.grid and self.random:
             raise ValueError("give either `grid` or `random`, not both")
         if self.grid and self.seed is not None:
-            raise ValueError("`seed` is for a random space; a grid has no draws")
+            raise ValueError("`seed` is for a sampled (`random`) space; a grid has no draws")
         _check_names(self.grid or self.random or {})
         return self
 
@@ -157,18 +175,7 @@ class Objective(BaseModel):
         return value
 
 
-class EarlyStopping(BaseModel):
-    """The median stopping rule (services/sweeps/stopping.py has its exact form)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    rule: Literal["median"] = "median"
-    min_steps: StrictInt = Field(
-        1, ge=0, le=MAX_STEP, description="judge a trial only from this step on"
-    )
-    min_trials: StrictInt = Field(
-        2, ge=1, le=1_000_000, description="how many other trials must have reached the step"
-    )
+Algorithm = Literal["grid", "random", "tpe", "cmaes"]
 
 
 class SweepCreate(BaseModel):
@@ -178,12 +185,18 @@ class SweepCreate(BaseModel):
 
     name: str = Field("sweep", min_length=1, max_length=100)
     template: JobCreate = Field(description="the same spec as POST /api/v1/jobs")
+    algorithm: Algorithm | None = Field(
+        None,
+        description="grid (every combination of space.grid), random, tpe or cmaes (sampling "
+        "space.random), carried out by Optuna's samplers; left out: grid for a grid space, "
+        "random otherwise",
+    )
     space: SearchSpace
     trials: StrictInt | None = Field(
         None,
         ge=1,
         le=1_000_000,
-        description="random: how many trials (at most "
+        description="sampled spaces: how many trials (at most "
         "COHORT_MAX_SWEEP_TRIALS); a grid runs one per combination",
     )
     max_concurrent: StrictInt = Field(
@@ -199,6 +212,11 @@ class SweepCreate(BaseModel):
         if self.space.random and self.trials is None:
             raise ValueError("a random space needs `trials`: how many draws to run")
         return self
+
+    @property
+    def search_algorithm(self) -> Algorithm:
+        """The algorithm, as given or as the space implies."""
+        return self.algorithm or ("grid" if self.space.grid else "random")
 
 
 class TrialRead(BaseModel):
@@ -227,8 +245,9 @@ class SweepRead(BaseModel):
     status: SweepStatus
     reason: str
     template: dict[str, Any] = Field(description="the job template, as stored")
+    algorithm: Algorithm
     space: dict[str, Any]
-    seed: int | None = Field(None, description="a random space's seed (as drawn if not given)")
+    seed: int | None = Field(None, description="a sampled space's seed (as drawn if not given)")
     objective: Objective
     early_stopping: EarlyStopping | None
     max_concurrent: int

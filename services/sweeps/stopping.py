@@ -1,88 +1,102 @@
-"""The median stopping rule: stop a running trial that is clearly behind the others.
+"""Early stopping: the sweep's rule, carried out by its Optuna pruner, judges each running
+trial at its last reported step.
 
-The rule (Golovin et al., "Google Vizier", 2017; Ray Tune's MedianStoppingRule),
-in this exact form. For a running trial T whose objective metric has reached step
-s >= `min_steps` (its highest stored step, current attempt, objective replica):
+The study is rebuilt with every trial's objective points (services/sweeps/study.py), and
+each running trial is asked `should_prune()`: MedianPruner (`median`),
+SuccessiveHalvingPruner (`asha`) or HyperbandPruner (`hyperband`) decides. What a pruner
+records on the way (the value each trial had at each rung it reached) is written back to
+the trial's row, so the next judgement, in any scheduler, goes on from it.
 
-- T's score is its best value of the metric up to s (max or min, per the mode);
-- every other trial of the sweep (whatever its status, stopped ones included) that
-  has reported the metric at some step >= s contributes its running average: the
-  mean of its values at steps <= s;
-- with at least `min_trials` such trials, T is stopped when its score is strictly
-  worse than the median of those running averages.
-
-A stopped trial is cancelled with the reason "stopped early: median rule at step s
-...": it does not fail the sweep, and is never its best.
+A stopped trial is cancelled with the reason "stopped early: <rule> rule at step s ...":
+it does not fail the sweep, is PRUNED to Optuna from then on, and is never the best.
 """
 
 from __future__ import annotations
 
-import statistics
+import logging
 from dataclasses import dataclass
 
-import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.models import Job, MetricPoint, Sweep
-from services.sweeps.objective import is_better
-from services.sweeps.schemas import EarlyStopping, Objective
+from services.jobs import store as jobs
+from services.models import Job, Sweep
+from services.statuses import JobStatus
+from services.sweeps.history import read_history, read_rows, read_trial_jobs, store_trial
+from services.sweeps.schemas import SweepCreate
+from services.sweeps.store import STOPPED_EARLY
+from services.sweeps.study import SweepStudy, make_pruner
+
+log = logging.getLogger("cohort.sweeps")
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """Stop trial `job_id`: at `step` its best is behind the others' median."""
+    """Stop trial `job_id`: behind the others at `step`, its best value so far `best`."""
 
     job_id: int
     step: int
     best: float
-    median: float
-    others: int
 
 
-def median_verdict(
-    *, best: float, averages: list[float], rule: EarlyStopping, mode: str
-) -> float | None:
-    """The median T is behind (None: keep T running)."""
-    if len(averages) < rule.min_trials:
-        return None
-    median = statistics.median(averages)
-    return median if is_better(median, best, mode) else None
+def _reason(spec: SweepCreate, pruner: str, verdict: Verdict) -> str:
+    assert spec.early_stopping is not None
+    return (
+        f"{STOPPED_EARLY}: {spec.early_stopping.rule} rule at step {verdict.step} (best "
+        f"{spec.objective.metric} so far {verdict.best:.6g}; Optuna's {pruner})"
+    )
 
 
-def _objective_points(objective: Objective) -> tuple[sa.ColumnElement[bool], ...]:
-    return (MetricPoint.replica == objective.replica, MetricPoint.name == objective.metric)
-
-
-def find_trials_to_stop(
-    *, session: Session, sweep: Sweep, running: list[Job], objective: Objective, rule: EarlyStopping
-) -> list[Verdict]:
-    """The running trials of `sweep` the median rule stops now."""
+def judge_running(*, session: Session, sweep: Sweep, spec: SweepCreate) -> list[Verdict]:
+    """Judge the sweep's running trials; store what the pruner recorded; the verdicts."""
+    trials = read_trial_jobs(session=session, sweep=sweep)
+    running = [job for job in trials if job.status is JobStatus.RUNNING]
     if not running:
         return []
-    pick = sa.func.max if objective.mode == "max" else sa.func.min
-    progress = session.execute(
-        sa.select(MetricPoint.job_id, sa.func.max(MetricPoint.step), pick(MetricPoint.value))
-        .where(
-            sa.tuple_(MetricPoint.job_id, MetricPoint.attempt).in_(
-                [(job.id, job.attempt) for job in running]
-            ),
-            *_objective_points(objective),
-        )
-        .group_by(MetricPoint.job_id)
-    ).all()
+    rows = read_rows(session=session, sweep=sweep)
+    history = read_history(
+        session=session,
+        spec=spec,
+        jobs=trials,
+        rows=rows,
+        count=sweep.trials_created,
+        with_points=True,
+    )
+    study = SweepStudy(sweep_id=sweep.id, spec=spec, seed=sweep.seed, trials=history)
     verdicts = []
-    for job_id, step, best in progress:
-        if step is None or step < rule.min_steps:
+    pick = max if spec.objective.mode == "max" else min
+    for job in running:
+        index = job.trial_index
+        points = history[index].points
+        if not points:
             continue
-        upto = sa.case((MetricPoint.step <= step, MetricPoint.value))
-        others = session.execute(
-            sa.select(sa.func.avg(upto), sa.func.max(MetricPoint.step))
-            .join(Job, sa.and_(Job.id == MetricPoint.job_id, Job.attempt == MetricPoint.attempt))
-            .where(Job.sweep_id == sweep.id, Job.id != job_id, *_objective_points(objective))
-            .group_by(MetricPoint.job_id)
-        ).all()
-        averages = [float(avg) for avg, reached in others if avg is not None and reached >= step]
-        median = median_verdict(best=float(best), averages=averages, rule=rule, mode=objective.mode)
-        if median is not None:
-            verdicts.append(Verdict(job_id, int(step), float(best), median, len(averages)))
+        stop = study.should_stop(index)
+        attrs = study.system_attrs(index)
+        if attrs != history[index].system_attrs:
+            store_trial(
+                session=session,
+                sweep=sweep,
+                rows=rows,
+                index=index,
+                parameters=history[index].parameters,
+                system_attrs=attrs,
+            )
+        if stop:
+            verdicts.append(Verdict(job.id, max(points), pick(points.values())))
     return verdicts
+
+
+def stop_behind(*, session: Session, sweep: Sweep, spec: SweepCreate) -> list[int]:
+    """Cancel the running trials the rule stops; their job ids."""
+    try:
+        verdicts = judge_running(session=session, sweep=sweep, spec=spec)
+    except (ValueError, TypeError, ArithmeticError):
+        # Nothing stored should make a pruner raise; if it does, the trials run on
+        # unjudged and the pass goes on.
+        log.exception("sweep %d: its rule could not judge its trials", sweep.id)
+        return []
+    pruner = type(make_pruner(spec.early_stopping)).__name__
+    for verdict in verdicts:
+        job = session.get(Job, verdict.job_id)
+        assert job is not None
+        jobs.request_cancel(session=session, job=job, reason=_reason(spec, pruner, verdict))
+    return [verdict.job_id for verdict in verdicts]

@@ -1,4 +1,5 @@
-"""Sweeps: create (every trial's job spec checked up front), read, list, cancel.
+"""Sweeps: create (checked up front: the algorithm against the space, the trials' jobs on
+the points that bound them), read, list, cancel.
 
 Trials are created later, by the scheduler pass (services/sweeps/advance.py).
 Service functions only add and flush; the caller commits.
@@ -7,7 +8,7 @@ Service functions only add and flush; the caller commits.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from pydantic import ValidationError
@@ -26,10 +27,23 @@ from services.models import Job, Sweep, utcnow
 from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, TERMINAL_SWEEP_STATUSES, JobStatus, SweepStatus
 from services.sweeps.objective import best_of, objective_values
-from services.sweeps.schemas import SweepCreate
-from services.sweeps.space import draw_seed, grid_size, trial_parameters, trial_spec
+from services.sweeps.schemas import Choice, SweepCreate
+from services.sweeps.space import draw_seed, grid_size, probe_count, probe_points, trial_spec
 
 STOPPED_EARLY = "stopped early"  # the start of the reason of a trial the rule stopped
+
+
+class _Outcome(Protocol):
+    @property
+    def status(self) -> JobStatus: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
+def is_stopped_early(job: _Outcome) -> bool:
+    """Whether the early-stopping rule cancelled this trial (a `Job`, or its columns)."""
+    return job.status is JobStatus.CANCELLED and job.reason.startswith(STOPPED_EARLY)
 
 
 def spec_of(sweep: Sweep) -> SweepCreate:
@@ -41,9 +55,8 @@ def trial_name(sweep_name: str, index: int) -> str:
     return f"{sweep_name}-t{index}"[:128]
 
 
-def trial_job(spec: SweepCreate, seed: int, index: int) -> JobCreate:
-    """The job of trial `index` (ValidationError when its parameters do not fit a job)."""
-    params = trial_parameters(spec.space, seed, index)
+def trial_job(spec: SweepCreate, params: dict[str, Any], index: int) -> JobCreate:
+    """The job of trial `index` with `params` (ValidationError when they do not fit a job)."""
     return JobCreate.model_validate(
         trial_spec(
             spec.template.model_dump(mode="json", exclude_unset=True)
@@ -64,18 +77,29 @@ def _space_field(spec: SweepCreate, loc: tuple[Any, ...]) -> str:
     return "template." + ".".join(str(p) for p in loc) if loc else "space"
 
 
-def _check_trials(
-    spec: SweepCreate, seed: int, total: int, settings: Settings, limits: QuotaLimits
-) -> None:
-    for index in range(total):
+def _shown(params: dict[str, Any]) -> str:
+    return ", ".join(f"{name}={value!r}" for name, value in params.items())
+
+
+def _check_trials(spec: SweepCreate, settings: Settings, limits: QuotaLimits) -> None:
+    """Check the job of every parameter set `probe_points` gives (services/sweeps/space.py)."""
+    count = probe_count(spec.space)
+    if count > settings.MAX_SWEEP_TRIALS:  # a grid's is its size, refused before
+        # Each is a job checked while the request waits: as many as a sweep may have trials.
+        raise InvalidJobSpec(
+            "space.random",
+            f"{count} values to check (every choice, each range's two ends), over the limit "
+            f"of {settings.MAX_SWEEP_TRIALS} (COHORT_MAX_SWEEP_TRIALS); use fewer choices",
+        )
+    for params in probe_points(spec.space):
         try:
-            job_in = trial_job(spec, seed, index)
+            job_in = trial_job(spec, params, 0)
         except ValidationError as exc:
             error = exc.errors()[0]
             field = _space_field(spec, tuple(error.get("loc", ())))
             raise InvalidJobSpec(
                 field,
-                f"trial {index} is not a valid job: "
+                f"a trial with {_shown(params)} is not a valid job: "
                 f"{str(error['msg']).removeprefix('Value error, ')}",
             ) from exc
         try:
@@ -83,18 +107,36 @@ def _check_trials(
             quotas.check_spec(job_in=job_in, limits=limits)
         except InvalidJobSpec as exc:
             raise exc.renamed(
-                _space_field(spec, tuple(exc.field.split("."))), f"trial {index}: {exc.message}"
+                _space_field(spec, tuple(exc.field.split("."))),
+                f"a trial with {_shown(params)}: {exc.message}",
             ) from exc
 
 
-def check_sweep(
-    *, session: Session, project_id: int, sweep_in: SweepCreate, settings: Settings, seed: int
-) -> int:
-    """Every check a sweep must pass before it is stored; returns its number of trials.
+def _check_algorithm(sweep_in: SweepCreate) -> None:
+    """The algorithm fits the space (the schema checks each apart)."""
+    algorithm, space = sweep_in.search_algorithm, sweep_in.space
+    if algorithm == "grid" and space.random:
+        raise InvalidJobSpec(
+            "algorithm",
+            "grid runs every combination of `space.grid`; distributions (`space.random`) "
+            "are sampled by random, tpe or cmaes",
+        )
+    if algorithm != "grid" and space.grid:
+        raise InvalidJobSpec(
+            "algorithm",
+            f"{algorithm} samples distributions (`space.random`); the combinations of "
+            "`space.grid` are run by `algorithm: grid`",
+        )
+    dists = space.random or {}
+    if algorithm == "cmaes" and all(isinstance(d, Choice) for d in dists.values()):
+        raise InvalidJobSpec(
+            "algorithm",
+            "cmaes searches numeric parameters (uniform, log_uniform, int) and this space "
+            "has only choices, which it would leave to chance: use tpe or random",
+        )
 
-    Raises:
-        InvalidJobSpec: naming the field (`space.grid`, `trials`, `template.<field>`, ...).
-    """
+
+def _count_trials(sweep_in: SweepCreate, settings: Settings) -> int:
     if sweep_in.space.grid:
         total = grid_size(sweep_in.space)
         if total > settings.MAX_SWEEP_TRIALS:
@@ -108,14 +150,28 @@ def check_sweep(
             raise InvalidJobSpec(
                 "trials", f"a grid runs one trial per combination ({total}); leave `trials` out"
             )
-    else:
-        total = sweep_in.trials or 0
-        if total > settings.MAX_SWEEP_TRIALS:
-            raise InvalidJobSpec(
-                "trials",
-                f"{total} trials, over the limit of "
-                f"{settings.MAX_SWEEP_TRIALS} (COHORT_MAX_SWEEP_TRIALS)",
-            )
+        return total
+    total = sweep_in.trials or 0
+    if total > settings.MAX_SWEEP_TRIALS:
+        raise InvalidJobSpec(
+            "trials",
+            f"{total} trials, over the limit of "
+            f"{settings.MAX_SWEEP_TRIALS} (COHORT_MAX_SWEEP_TRIALS)",
+        )
+    return total
+
+
+def check_sweep(
+    *, session: Session, project_id: int, sweep_in: SweepCreate, settings: Settings
+) -> int:
+    """Every check a sweep must pass before it is stored; returns its number of trials.
+
+    Raises:
+        InvalidJobSpec: naming the field (`algorithm`, `space.grid`, `trials`,
+            `template.<field>`, ...).
+    """
+    _check_algorithm(sweep_in)
+    total = _count_trials(sweep_in, settings)
     try:
         jobs.check_job_spec(job_in=sweep_in.template, settings=settings)
     except InvalidJobSpec as exc:
@@ -126,7 +182,7 @@ def check_sweep(
     quotas.check_spec(job_in=sweep_in.template, limits=limits, field_prefix="template.")
     check_bundle(session=session, project_id=project_id, digest=sweep_in.template.bundle)
     check_inputs_exist(project_id=project_id, inputs=sweep_in.template.inputs, settings=settings)
-    _check_trials(sweep_in, seed, total, settings, limits)
+    _check_trials(sweep_in, settings, limits)
     return total
 
 
@@ -143,12 +199,12 @@ def create_sweep(
     Raises:
         InvalidJobSpec, BundleNotFound, DataNotFound: the spec is refused.
     """
-    seed = 0
+    total = check_sweep(
+        session=session, project_id=project_id, sweep_in=sweep_in, settings=settings
+    )
+    seed = 0  # a grid's order is GridSampler's, the same for every grid of its shape
     if sweep_in.space.random:
         seed = sweep_in.space.seed if sweep_in.space.seed is not None else draw_seed()
-    total = check_sweep(
-        session=session, project_id=project_id, sweep_in=sweep_in, settings=settings, seed=seed
-    )
     now = now or utcnow()
     sweep = Sweep(
         project_id=project_id,

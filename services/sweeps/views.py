@@ -7,12 +7,11 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.models import Job, Sweep
+from services.models import Job, Sweep, SweepTrial
 from services.statuses import JobStatus, SweepStatus
 from services.sweeps.objective import best_of, objective_values
 from services.sweeps.schemas import SweepCreate, SweepRead, TrialRead
-from services.sweeps.space import trial_parameters
-from services.sweeps.store import STOPPED_EARLY, read_trials, spec_of
+from services.sweeps.store import is_stopped_early, read_trials, spec_of
 
 
 def trial_counts(*, session: Session, sweeps: Sequence[Sweep]) -> dict[int, dict[str, int]]:
@@ -39,6 +38,7 @@ def _base(sweep: Sweep, spec: SweepCreate, counts: dict[str, int]) -> SweepRead:
         status=sweep.status,
         reason=sweep.reason,
         template=dict(sweep.spec.get("template", {})),
+        algorithm=spec.search_algorithm,
         space=dict(sweep.spec.get("space", {})),
         seed=sweep.seed if spec.space.random else None,
         objective=spec.objective,
@@ -61,19 +61,33 @@ def to_list_read(*, session: Session, sweeps: Sequence[Sweep]) -> list[SweepRead
     counts = trial_counts(session=session, sweeps=sweeps)
     views = []
     for sweep in sweeps:
-        spec = spec_of(sweep)
-        view = _base(sweep, spec, counts[sweep.id])
+        view = _base(sweep, spec_of(sweep), counts[sweep.id])
         if sweep.best_job_id is not None and sweep.trials_created:
-            view.best_parameters = _best_parameters(sweep, spec, session)
+            view.best_parameters = _best_parameters(sweep, session)
         views.append(view)
     return views
 
 
-def _best_parameters(sweep: Sweep, spec: SweepCreate, session: Session) -> dict[str, object]:
-    index = session.execute(
-        sa.select(Job.trial_index).where(Job.id == sweep.best_job_id)
+def _best_parameters(sweep: Sweep, session: Session) -> dict[str, object]:
+    parameters = session.execute(
+        sa.select(SweepTrial.parameters)
+        .join(
+            Job,
+            sa.and_(Job.sweep_id == SweepTrial.sweep_id, Job.trial_index == SweepTrial.trial_index),
+        )
+        .where(Job.id == sweep.best_job_id)
     ).scalar_one_or_none()
-    return trial_parameters(spec.space, sweep.seed, index) if index is not None else {}
+    return dict(parameters or {})
+
+
+def _parameters(session: Session, sweep: Sweep) -> dict[int, dict[str, object]]:
+    """Trial index -> the parameters its job got (one query)."""
+    rows = session.execute(
+        sa.select(SweepTrial.trial_index, SweepTrial.parameters).where(
+            SweepTrial.sweep_id == sweep.id
+        )
+    )
+    return {index: dict(parameters) for index, parameters in rows}
 
 
 def to_read(*, session: Session, sweep: Sweep) -> SweepRead:
@@ -85,9 +99,8 @@ def to_read(*, session: Session, sweep: Sweep) -> SweepRead:
         counts[str(job.status)] = counts.get(str(job.status), 0) + 1
     view = _base(sweep, spec, counts)
     values = objective_values(session=session, jobs=trials, objective=spec.objective)
-    params = {
-        job.id: trial_parameters(spec.space, sweep.seed, job.trial_index or 0) for job in trials
-    }
+    by_index = _parameters(session, sweep)
+    params = {job.id: by_index.get(job.trial_index or 0, {}) for job in trials}
     view.trials = [
         TrialRead(
             index=job.trial_index or 0,
@@ -98,9 +111,7 @@ def to_read(*, session: Session, sweep: Sweep) -> SweepRead:
             attempt=job.attempt,
             parameters=params[job.id],
             objective_value=values.get(job.id),
-            stopped_early=(
-                job.status is JobStatus.CANCELLED and job.reason.startswith(STOPPED_EARLY)
-            ),
+            stopped_early=is_stopped_early(job),
             created_at=job.created_at,
             started_at=job.started_at,
             finished_at=job.finished_at,

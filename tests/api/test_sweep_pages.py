@@ -62,7 +62,11 @@ def sweep_with_trials(client: TestClient, session: Session, token: str) -> dict[
         )
         for target in (JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.SUCCEEDED):
             transition_job(session=session, job_id=job.id, target=target)
-    return {"id": response.json()["id"], "jobs": {i: j.id for i, j in trials.items()}}
+    return {
+        "id": response.json()["id"],
+        "jobs": {i: j.id for i, j in trials.items()},
+        "hyperparameters": {i: j.hyperparameters for i, j in trials.items()},
+    }
 
 
 def row_order(page: str) -> list[int]:
@@ -83,12 +87,16 @@ def test_a_sweeps_page_shows_trials_best_model_and_curves(
     assert 'href="/sweeps" aria-current="page"' in listed
 
     page = client.get(f"/sweeps/{sweep['id']}").text
-    # Parameters as columns; the best so far (trial 1: learning_rate 0.1, width 16).
+    assert "<dt>Search</dt><dd>grid</dd>" in page
+    # Parameters as columns; the best so far (trial 1, with its job's parameters).
     assert '<th scope="col">learning_rate</th><th scope="col">width</th>' in page
     best = page.split('id="best"', 1)[1].split("</section>", 1)[0]
     assert f'href="/jobs/{jobs[1]}">trial 1 · job #{jobs[1]}</a>' in best
     assert "<strong>0.91</strong>" in best
-    assert "<dt>learning_rate</dt><dd>0.1</dd>" in best and "<dt>width</dt><dd>16</dd>" in best
+    lr, width = (sweep["hyperparameters"][1][k] for k in ("learning_rate", "width"))
+    assert (
+        f"<dt>learning_rate</dt><dd>{lr}</dd>" in best and f"<dt>width</dt><dd>{width}</dd>" in best
+    )
     assert f"/api/v1/jobs/{jobs[1]}/artifacts/download?path=model" in best
     assert f'<tr data-job-id="{jobs[1]}" data-status="succeeded" class="best">' in page
     # One curve per trial that reported the objective, the best one marked.

@@ -28,6 +28,13 @@ BODY: dict[str, Any] = {
 }
 
 
+RANGE: dict[str, Any] = {
+    "learning_rate": {"distribution": "log_uniform", "low": 0.001, "high": 0.1},
+}
+INTS: dict[str, Any] = {"distribution": "int", "low": 1, "high": 4}
+CHOICE: dict[str, Any] = {"distribution": "choice", "values": ["relu", "tanh"]}
+
+
 def count(session: Session, model: type) -> int:
     return session.execute(sa.select(sa.func.count()).select_from(model)).scalar_one()
 
@@ -51,6 +58,7 @@ def test_create_read_list_cancel(
         "value": "last",
     }
     assert body["template"]["strategy"] == "one_device" and body["seed"] is None
+    assert body["algorithm"] == "grid" and body["early_stopping"] is None
 
     from services.settings import get_settings
     from services.sweeps.advance import advance_sweeps
@@ -58,12 +66,17 @@ def test_create_read_list_cancel(
     advance_sweeps(session=session, settings=get_settings())
     one = client.get(f"/api/v1/sweeps/{body['id']}", headers=auth).json()
     assert [t["index"] for t in one["trials"]] == [0, 1]
-    assert one["trials"][1]["parameters"] == {"learning_rate": 0.1, "width": 16}
     assert one["trial_counts"] == {"queued": 2}
 
     jobs = client.get(f"/api/v1/jobs?sweep_id={body['id']}", headers=auth).json()["items"]
     assert sorted(j["trial_index"] for j in jobs) == [0, 1]
     assert {j["sweep_id"] for j in jobs} == {body["id"]}
+    # A trial's parameters are the ones its job got.
+    for trial in one["trials"]:
+        job = next(j for j in jobs if j["trial_index"] == trial["index"])
+        assert trial["parameters"] == {
+            k: job["hyperparameters"][k] for k in ("learning_rate", "width")
+        }
 
     listed = client.get("/api/v1/sweeps", headers=auth).json()
     assert [s["id"] for s in listed["items"]] == [body["id"]]
@@ -76,12 +89,23 @@ def test_create_read_list_cancel(
     assert again.status_code == 409 and "already ended" in again.json()["message"]
 
 
-def test_random_sweep_reports_its_seed(client: TestClient, auth: dict[str, str]) -> None:
+def test_sampled_sweeps_report_their_seed_algorithm_and_rule(
+    client: TestClient, auth: dict[str, str]
+) -> None:
     space = {"random": {"learning_rate": {"distribution": "uniform", "low": 0.001, "high": 0.1}}}
     drawn = create(client, auth, space=space, trials=3)
     assert isinstance(drawn["seed"], int) and drawn["trials_total"] == 3
-    given = create(client, auth, space={**space, "seed": 7}, trials=3)
-    assert given["seed"] == 7
+    assert drawn["algorithm"] == "random"
+    given = create(
+        client,
+        auth,
+        space={**space, "seed": 7},
+        trials=3,
+        algorithm="tpe",
+        early_stopping={"rule": "asha", "min_steps": 5},
+    )
+    assert given["seed"] == 7 and given["algorithm"] == "tpe"
+    assert given["early_stopping"] == {"rule": "asha", "min_steps": 5, "reduction_factor": 4}
 
 
 @pytest.mark.parametrize(
@@ -143,10 +167,94 @@ def test_random_sweep_reports_its_seed(client: TestClient, auth: dict[str, str])
         (
             {"space": {"grid": {"learning_rate": [0.1, 50.0]}}},
             "space.grid.learning_rate",
-            "trial 1 is not a valid job",
+            "a trial with learning_rate=50.0 is not a valid job",
         ),
-        ({"space": {"grid": {"replicas": [1, 2]}}}, "space.grid.replicas", "trial 1"),
+        ({"space": {"grid": {"replicas": [1, 2]}}}, "space.grid.replicas", "with replicas=2"),
+        (
+            {
+                "space": {"random": {"learning_rate": RANGE["learning_rate"], "replicas": INTS}},
+                "trials": 3,
+            },
+            "space.random.replicas",
+            "a trial with learning_rate=0.001, replicas=4",
+        ),
         ({"space": {"grid": {"lr": [1]}}, "trials": 3}, "trials", "one trial per combination"),
+        (
+            {
+                "space": {
+                    "random": {"lr": {"distribution": "uniform", "low": -1e308, "high": 1e308}}
+                },
+                "trials": 3,
+            },
+            "space.random.lr.uniform",
+            "high - low must be finite floats",
+        ),
+        (
+            {
+                "space": {
+                    "random": {"lr": {"distribution": "log_uniform", "low": 1, "high": 10**400}}
+                },
+                "trials": 3,
+            },
+            "space.random.lr.log_uniform",
+            "must be finite floats",
+        ),
+        (
+            {
+                "space": {"random": {"w": {"distribution": "int", "low": 0, "high": 2**60}}},
+                "trials": 3,
+            },
+            "space.random.w.int.high",
+            "less than or equal to 9007199254740992",
+        ),
+        ({"space": {"grid": {"lr": [1]}, "seed": 3}}, "space", "`seed` is for a sampled"),
+        (
+            {
+                "space": {
+                    "random": {
+                        name: {"distribution": "choice", "values": list(range(600))}
+                        for name in ("a", "b")
+                    }
+                },
+                "trials": 3,
+            },
+            "space.random",
+            "1199 values to check",
+        ),
+        ({"algorithm": "bayes"}, "algorithm", "'grid', 'random', 'tpe' or 'cmaes'"),
+        ({"algorithm": "tpe"}, "algorithm", "tpe samples distributions (`space.random`)"),
+        (
+            {"algorithm": "grid", "space": {"random": RANGE}, "trials": 3},
+            "algorithm",
+            "grid runs every combination of `space.grid`",
+        ),
+        (
+            {"algorithm": "cmaes", "space": {"random": {"act": CHOICE}}, "trials": 3},
+            "algorithm",
+            "cmaes searches numeric parameters",
+        ),
+        ({"early_stopping": {"rule": "fancy"}}, "early_stopping", "median, asha or hyperband"),
+        ({"early_stopping": {"rule": "asha"}}, "early_stopping.asha.min_steps", "required"),
+        (
+            {"early_stopping": {"rule": "asha", "min_steps": 0}},
+            "early_stopping.asha.min_steps",
+            "greater than or equal to 1",
+        ),
+        (
+            {"early_stopping": {"rule": "hyperband", "min_steps": 5}},
+            "early_stopping.hyperband.max_steps",
+            "required",
+        ),
+        (
+            {"early_stopping": {"rule": "hyperband", "min_steps": 50, "max_steps": 50}},
+            "early_stopping.hyperband",
+            "min_steps (50) must be below max_steps (50)",
+        ),
+        (
+            {"early_stopping": {"rule": "median", "reduction_factor": 3}},
+            "early_stopping.median.reduction_factor",
+            "remove this field",
+        ),
     ],
 )
 def test_bad_sweeps_get_422_naming_the_field_and_store_nothing(

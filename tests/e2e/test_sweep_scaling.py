@@ -104,7 +104,8 @@ def test_a_sweep_over_replicas_yields_a_scaling_report_followed_live(
     sweep = wait_ended(client, sweep_id)
     assert sweep["status"] == "succeeded", sweep["reason"]
     assert live.wait(timeout=30) == 0 and piped.wait(timeout=30) == 0
-    one, two = sweep["trials"]
+    # In GridSampler's order (the 2-replica trial first): the trial with each count.
+    one, two = sorted(sweep["trials"], key=lambda t: t["parameters"]["replicas"])
     assert (one["parameters"], two["parameters"]) == ({"replicas": 1}, {"replicas": 2})
 
     # On a terminal: the table redrawn in place while the trials ran, ending succeeded.

@@ -154,7 +154,9 @@ def test_median_rule_stops_a_bad_trial_early(module_stack: tuple[Stack, Client])
             "name": "median",
             "template": stepping_job(steps, 0.05, strategy="one_device", replicas=1),
             # Two good trials run first (max_concurrent 2); the third barely learns.
-            "space": {"grid": {"learning_rate": [0.05, 0.04, 1e-7]}},
+            # GridSampler runs a grid of three values in the order 2, 1, 0 (the same for
+            # every such grid): the bad one last, judged against the two finished ones.
+            "space": {"grid": {"learning_rate": [1e-7, 0.04, 0.05]}},
             "max_concurrent": 2,
             "objective": {"metric": "accuracy", "mode": "max", "value": "best"},
             "early_stopping": {"rule": "median", "min_steps": 20, "min_trials": 2},
@@ -163,6 +165,7 @@ def test_median_rule_stops_a_bad_trial_early(module_stack: tuple[Stack, Client])
     sweep = wait_ended(client, sweep["id"])
     assert sweep["status"] == "succeeded", sweep["reason"]
     good, also_good, bad = sweep["trials"]
+    assert bad["parameters"] == {"learning_rate": 1e-7}, sweep["trials"]
     assert good["status"] == also_good["status"] == "succeeded"
     assert bad["status"] == "cancelled" and bad["stopped_early"], bad
     assert bad["reason"].startswith("stopped early: median rule at step"), bad["reason"]

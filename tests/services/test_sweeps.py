@@ -1,5 +1,6 @@
 """Sweeps against PostgreSQL: the state machine the scheduler pass drives, capacity
-rules, the median stopping rule on stored metrics, cancel, and the objective."""
+rules, the median rule (Optuna's MedianPruner) on stored metrics, cancel, and the
+objective. tests/services/test_sweep_optuna.py has the algorithms and the other rules."""
 
 from __future__ import annotations
 
@@ -100,13 +101,24 @@ def test_trials_are_created_lazily_never_more_than_max_concurrent_unfinished(
     first, second = trials(session, sweep)
     assert (first.trial_index, second.trial_index) == (0, 1)
     assert first.sweep_id == sweep.id and first.name == "lr-t0"
-    assert first.hyperparameters["learning_rate"] == 0.1
-    assert first.hyperparameters["width"] == 8 and first.hyperparameters["epochs"] == 1
-    assert second.hyperparameters["width"] == 16
+    assert first.hyperparameters["epochs"] == 1 and first.hyperparameters["steps_per_epoch"] == 2
     finish(session, first)
     assert len(step(session).created) == 1
     assert len(step(session).created) == 0
     assert sweep.trials_created == 3
+    finish(session, second, JobStatus.FAILED)
+    assert len(step(session).created) == 1 and sweep.trials_created == 4
+    # GridSampler ran every combination once, each job with its own.
+    combos = {
+        (j.hyperparameters["learning_rate"], j.hyperparameters["width"])
+        for j in trials(session, sweep)
+    }
+    assert combos == {(0.1, 8), (0.1, 16), (0.01, 8), (0.01, 16)}
+    view = to_read(session=session, sweep=sweep)
+    assert [(t.parameters["learning_rate"], t.parameters["width"]) for t in view.trials or []] == [
+        (j.hyperparameters["learning_rate"], j.hyperparameters["width"])
+        for j in trials(session, sweep)
+    ]
 
 
 def test_a_sweep_succeeds_with_the_best_trial_by_its_objective(session: Session) -> None:
@@ -122,7 +134,11 @@ def test_a_sweep_succeeds_with_the_best_trial_by_its_objective(session: Session)
     assert sweep.best_job_id == jobs[1].id and sweep.best_value == 0.9
     assert "best: trial 1" in sweep.reason and "4 succeeded" in sweep.reason
     view = to_read(session=session, sweep=sweep)
-    assert view.best_parameters == {"learning_rate": 0.1, "width": 16}
+    hyper = jobs[1].hyperparameters
+    assert view.best_parameters == {
+        "learning_rate": hyper["learning_rate"],
+        "width": hyper["width"],
+    }
     assert [t.objective_value for t in view.trials or []] == [0.5, 0.9, 0.7, 0.2]
 
 
@@ -182,20 +198,24 @@ def test_median_rule_stops_a_trial_behind_and_the_sweep_still_succeeds(session: 
     sweep = make(session, max_concurrent=4, early_stopping={"rule": "median", "min_steps": 3})
     step(session)
     good, also_good, ok, bad = trials(session, sweep)
-    for job in (good, also_good, ok, bad):
+    for job in (ok, bad):
         start(session, job)
     report(session, good, [0.5, 0.7, 0.8, 0.9])
-    report(session, also_good, [0.4, 0.6, 0.8])
-    report(session, ok, [0.45, 0.65, 0.75, 0.85])
+    report(session, also_good, [0.4, 0.6, 0.8, 0.85])
+    for job in (good, also_good):
+        finish(session, job)
+    report(session, ok, [0.45, 0.65, 0.85])
     report(session, bad, [0.1, 0.1])
     assert step(session).stopped == []  # bad is at step 2, below min_steps
     report(session, bad, [0.12], first_step=3)
     assert step(session, 1).stopped == []  # judged at most every STOPPING_INTERVAL_SECONDS
+    # At step 3 the finished trials had 0.8 and 0.8: bad's best (0.12) is below their
+    # median, ok's (0.85) is not.
     assert step(session, advance.STOPPING_INTERVAL_SECONDS + 1).stopped == [bad.id]
-    assert bad.status is JobStatus.CANCELLED
-    assert bad.reason.startswith("stopped early: median rule at step 3")
-    for job in (good, also_good, ok):
-        transition_job(session=session, job_id=job.id, target=JobStatus.SUCCEEDED, reason="test")
+    assert bad.status is JobStatus.CANCELLED and ok.status is JobStatus.RUNNING
+    assert bad.reason.startswith("stopped early: median rule at step 3 (best eval_accuracy")
+    assert "MedianPruner" in bad.reason
+    transition_job(session=session, job_id=ok.id, target=JobStatus.SUCCEEDED, reason="test")
     step(session, 20)
     assert sweep.status is SweepStatus.SUCCEEDED and sweep.best_job_id == good.id
     assert "(1 stopped early)" in sweep.reason
@@ -203,28 +223,35 @@ def test_median_rule_stops_a_trial_behind_and_the_sweep_still_succeeds(session: 
     assert [t.stopped_early for t in view.trials or []] == [False, False, False, True]
 
 
-def test_median_rule_keeps_a_trial_ahead_and_waits_for_enough_others(session: Session) -> None:
+def test_median_rule_keeps_a_trial_ahead_and_waits_for_enough_finished_trials(
+    session: Session,
+) -> None:
     sweep = make(
         session,
-        max_concurrent=4,
+        space={"random": {"learning_rate": {"distribution": "uniform", "low": 0.01, "high": 0.1}}},
+        trials=5,
+        max_concurrent=5,
         early_stopping={"rule": "median", "min_steps": 2, "min_trials": 3},
     )
     step(session)
-    a, b, c, d = trials(session, sweep)
-    for job in (a, b, c, d):
+    a, b, c, d, e = trials(session, sweep)
+    for job in (a, b):
         start(session, job)
     report(session, a, [0.1, 0.2])
-    report(session, b, [0.5, 0.6])
-    assert step(session).stopped == []  # a is behind b, but one other trial is not three
-    report(session, c, [0.3, 0.9])
-    # Still only two others for a: not judged yet.
+    report(session, b, [0.5, 0.95])
+    report(session, c, [0.5, 0.6])
+    finish(session, c)
+    assert step(session).stopped == []  # a is behind c, but one finished trial is not three
+    report(session, d, [0.3, 0.9])
+    finish(session, d)
+    # Still two finished trials for a: not judged yet.
     assert step(session, advance.STOPPING_INTERVAL_SECONDS + 1).stopped == []
-    report(session, d, [0.4, 0.7])
-    # Three others now: a (best 0.2) is behind their median at step 2 and is stopped;
-    # b, c and d are ahead of their others' median (mode max) and run on.
+    report(session, e, [0.4, 0.7])
+    finish(session, e)
+    # Three finished now (0.6, 0.9, 0.7 at step 2): a (best 0.2) is behind their median and
+    # is stopped; b (0.95) is ahead and runs on.
     assert step(session, 2 * advance.STOPPING_INTERVAL_SECONDS + 2).stopped == [a.id]
-    assert {job.status for job in (b, c, d)} == {JobStatus.RUNNING}
-    assert sweep.status is SweepStatus.RUNNING
+    assert b.status is JobStatus.RUNNING and sweep.status is SweepStatus.RUNNING
 
 
 def test_cancelling_a_sweep_cancels_its_unfinished_trials_and_creates_no_more(
@@ -255,19 +282,20 @@ def test_random_sweep_with_a_seed_draws_the_same_parameters_twice(session: Sessi
     drawn = []
     for _ in range(2):
         sweep = make(session, space=space, trials=5, max_concurrent=5)
-        drawn.append(
-            [t.parameters for t in to_read(session=session, sweep=sweep).trials or []] or None
-        )
         step(session)
-        drawn[-1] = [
-            {k: job.hyperparameters[k] for k in ("learning_rate", "width", "act", "dropout")}
-            for job in trials(session, sweep)
-        ]
+        drawn.append(
+            [
+                {k: job.hyperparameters[k] for k in ("learning_rate", "width", "act", "dropout")}
+                for job in trials(session, sweep)
+            ]
+        )
+        view = to_read(session=session, sweep=sweep)
+        assert [t.parameters for t in view.trials or []] == drawn[-1]
     assert drawn[0] == drawn[1] and len(drawn[0]) == 5
     assert len({p["learning_rate"] for p in drawn[0]}) == 5
     for p in drawn[0]:
         assert 1e-4 <= p["learning_rate"] <= 0.1 and 8 <= p["width"] <= 64
-        assert p["act"] in ("relu", "tanh") and 0 <= p["dropout"] < 0.5
+        assert p["act"] in ("relu", "tanh") and 0 <= p["dropout"] <= 0.5
 
 
 def test_a_trial_parameter_may_set_the_replica_count(session: Session) -> None:
@@ -277,7 +305,7 @@ def test_a_trial_parameter_may_set_the_replica_count(session: Session) -> None:
         space={"grid": {"replicas": [1, 2]}},
     )
     step(session)
-    assert [job.replicas for job in trials(session, sweep)] == [1, 2]
+    assert sorted(job.replicas for job in trials(session, sweep)) == [1, 2]
     assert "replicas" not in trials(session, sweep)[0].hyperparameters
 
 

@@ -44,9 +44,10 @@ def test_control_plane_has_no_tensorflow() -> None:
         "tensorflow-cpu",
         "tf-keras",
         "tensorboard",
-        "numpy",
         "scikit-learn",
     }
+    # The scheduler's sweeps: Optuna and CMA-ES, with numpy at the agents' version.
+    assert {"optuna==5.0.0", "cmaes==0.13.1", "numpy==2.4.6"} <= set(requirements())
 
 
 def test_worker_is_cpu_and_gpu_is_cuda() -> None:

@@ -26,6 +26,11 @@ from services.sweeps.schemas import SweepCreate
         (ScheduleCreate, ("promote", "metrc"), "metric"),
         (SweepCreate, ("space", "random", "lr", "log_uniform", "hgih"), "high"),
         (SweepCreate, ("early_stopping", "min_step"), "min_steps"),
+        (SweepCreate, ("early_stopping", "asha", "reduction_factr"), "reduction_factor"),
+        (SweepCreate, ("early_stopping", "hyperband", "max_step"), "max_steps"),
+        (SweepCreate, ("algoritm",), "algorithm"),
+        # The tag names the one member meant: the median rule has no reduction factor.
+        (SweepCreate, ("early_stopping", "median", "reduction_factor"), None),
         # Nothing close, or no model where the key sits (the values of `env`).
         (JobCreate, ("colour",), None),
         (JobCreate, ("env", "FOO", "replica"), None),

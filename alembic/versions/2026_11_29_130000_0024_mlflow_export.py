@@ -2,7 +2,7 @@
 and each job's run with its cursor
 
 Revision ID: 0024_mlflow_export
-Revises: 0022_image_jobs
+Revises: 0023_sweep_trials
 Create Date: 2026-11-29 12:00:00
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0024_mlflow_export"
-down_revision: str | Sequence[str] | None = "0022_image_jobs"
+down_revision: str | Sequence[str] | None = "0023_sweep_trials"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

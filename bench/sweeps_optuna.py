@@ -1,0 +1,327 @@
+"""Sweeps carried out by Optuna: how many trials each algorithm needs, and what asking
+Optuna costs the scheduler's pass.
+
+(a) Trials to a target. The toy objective is a bowl, (x - 1)² + (y + 2)² over
+    x, y uniform in [-5, 5] (minimised, 0 at its bottom); each algorithm runs sequential
+    trials, one at a time, exactly as the pass makes them (the study rebuilt from the
+    trials told so far, then asked), until a trial's value is at or under the target;
+    several seeds, the median count. Nothing here touches a database: the figures are
+    Optuna's, through Cohort's study (services/sweeps/study.py).
+(b) A pass that creates 100 trials, on a database, after trials that were told a value
+    (tpe then past its 10 random startup trials): one sweep of 120 trials, 20 told, with
+    100 free turns (100 asks of one study), and 100 sweeps of 12 trials, 11 told, with one
+    free turn each (100 studies built and asked once); random and tpe interleaved, round
+    after round, each round on new sweeps. The figure is the sweep part of the pass
+    (`advance_sweeps` in its own transaction: the studies, the 100 jobs and rows created)
+    and the Optuna part of it (building the studies and asking them), median over rounds.
+
+(d) With --pg, Cohort's in-memory study against Optuna's own RDBStorage (on a database of
+    its own: on Cohort's it refuses to start, its schema check reading Cohort's
+    `alembic_version`): a study with 20 trials told, then 100 random asks, each trial's
+    sampler seeded as Cohort seeds it; interleaved, median over rounds.
+
+    .venv/bin/python bench/sweeps_optuna.py [--seeds 9] [--target 0.5] [--rounds 5]
+        [--pg postgresql+psycopg://postgres@127.0.0.1:5432/postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import optuna
+import sqlalchemy as sa
+from optuna.samplers import RandomSampler
+from optuna.trial import TrialState
+from sqlalchemy.orm import Session
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.schedules import drop_databases, fresh_database  # noqa: E402
+from cli.stack import migrate  # noqa: E402
+from services.auth import tokens  # noqa: E402
+from services.db import make_engine  # noqa: E402
+from services.models import Job, MetricPoint, Sweep, SweepTrial  # noqa: E402
+from services.settings import Settings  # noqa: E402
+from services.statuses import JobStatus, SweepStatus  # noqa: E402
+from services.sweeps import advance, store  # noqa: E402
+from services.sweeps import trials as trials_module  # noqa: E402
+from services.sweeps.schemas import SweepCreate  # noqa: E402
+from services.sweeps.study import StoredTrial, SweepStudy, trial_seed  # noqa: E402
+
+SPACE = {
+    "x": {"distribution": "uniform", "low": -5.0, "high": 5.0},
+    "y": {"distribution": "uniform", "low": -5.0, "high": 5.0},
+}
+# Trials ask for a GPU on a cluster without nodes: they stay queued.
+TEMPLATE = {"strategy": "one_device", "replicas": 1, "gpus_per_replica": 1}
+LONG_AGO = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def bowl(params: dict[str, Any]) -> float:
+    return float((params["x"] - 1) ** 2 + (params["y"] + 2) ** 2)
+
+
+def spec(algorithm: str, seed: int, trials: int, concurrent: int = 1) -> SweepCreate:
+    return SweepCreate.model_validate(
+        {
+            "name": "bench",
+            "template": TEMPLATE,
+            "algorithm": algorithm,
+            "space": {"random": SPACE, "seed": seed},
+            "trials": trials,
+            "max_concurrent": concurrent,
+            "objective": {"metric": "loss", "mode": "min"},
+        }
+    )
+
+
+def judging(rule: dict[str, Any], finished: int, running: int, steps: int) -> float:
+    """Seconds to build a study of `finished` trials of `steps` points and `running` ones
+    halfway, and ask the pruner about each running one (the pass's judgement)."""
+    sweep_in = SweepCreate.model_validate(
+        spec("random", 1, finished + running).model_dump(exclude_unset=True)
+        | {"early_stopping": rule}
+    )
+    history = []
+    for index in range(finished + running):
+        quality = (index * 7919 % 100) / 100
+        done = index < finished
+        points = {s: quality * s / steps for s in range(1, (steps if done else steps // 2) + 1)}
+        state = TrialState.COMPLETE if done else TrialState.RUNNING
+        value = points[steps] if done else None
+        params = {"x": quality, "y": 0.0}
+        history.append(StoredTrial(index, params, {}, state, value, points))
+    start = time.perf_counter()
+    study = SweepStudy(sweep_id=1, spec=sweep_in, seed=1, trials=history)
+    for index in range(finished, finished + running):
+        study.should_stop(index)
+    return time.perf_counter() - start
+
+
+def trials_to_target(algorithm: str, seed: int, target: float, cap: int) -> tuple[int, float]:
+    """Trials until one is at or under `target` (cap + 1: never), and the seconds per ask."""
+    sweep_in = spec(algorithm, seed, cap)
+    history: list[StoredTrial] = []
+    spent = 0.0
+    for index in range(cap):
+        start = time.perf_counter()
+        study = SweepStudy(sweep_id=1, spec=sweep_in, seed=seed, trials=history)
+        params, attrs = study.ask(index)
+        spent += time.perf_counter() - start
+        value = bowl(params)
+        history.append(StoredTrial(index, params, attrs, TrialState.COMPLETE, value))
+        if value <= target:
+            return index + 1, spent / (index + 1)
+    return cap + 1, spent / cap
+
+
+def rdb_against_memory(url: str, round_: int) -> tuple[float, float]:
+    """Seconds for 100 asks after 20 told trials: on RDBStorage at `url`, then in memory
+    as the pass does it (the study rebuilt from the 20, then asked 100 times)."""
+    sweep_in = spec("random", 1, 120, concurrent=100)
+    dists = SweepStudy(sweep_id=0, spec=sweep_in, seed=1, trials=[]).space.distributions
+    study = optuna.create_study(
+        storage=optuna.storages.RDBStorage(url), study_name=f"r{round_}", direction="minimize"
+    )
+    history = []
+    for index in range(20):
+        study.sampler = RandomSampler(seed=trial_seed(1, index))
+        trial = study.ask(dists)
+        study.tell(trial, bowl(trial.params))
+        history.append(
+            StoredTrial(index, trial.params, {}, TrialState.COMPLETE, bowl(trial.params))
+        )
+    start = time.perf_counter()
+    for index in range(20, 120):
+        study.sampler = RandomSampler(seed=trial_seed(1, index))
+        study.ask(dists)
+    rdb = time.perf_counter() - start
+    start = time.perf_counter()
+    memory = SweepStudy(sweep_id=0, spec=sweep_in, seed=1, trials=history)
+    for index in range(20, 120):
+        memory.ask(index)
+    return rdb, time.perf_counter() - start
+
+
+class TimedStudy(SweepStudy):
+    """The pass's study, timing what it spends in Optuna: building it, asking it."""
+
+    spent = 0.0
+
+    def __init__(self, **kwargs: Any) -> None:
+        start = time.perf_counter()
+        super().__init__(**kwargs)
+        TimedStudy.spent += time.perf_counter() - start
+
+    def ask(
+        self, index: int, fixed: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        start = time.perf_counter()
+        try:
+            return super().ask(index, fixed)
+        finally:
+            TimedStudy.spent += time.perf_counter() - start
+
+
+def add_sweeps(engine: sa.Engine, algorithm: str, shape: str, seed: int) -> list[int]:
+    """Sweeps whose next pass creates 100 trials, after trials told a value (tpe past its
+    10 random startup trials): `one`, a sweep of 120 trials with 20 told and 100 free
+    turns; `many`, 100 sweeps of 12 trials with 11 told and one free turn each."""
+    done, total, concurrent, count = (20, 120, 100, 1) if shape == "one" else (11, 12, 1, 100)
+    settings = Settings(QUOTA_MAX_QUEUED_JOBS=None)  # 1,100 trials queued at once
+    with Session(engine) as session, session.begin():
+        token = tokens.ensure_token(
+            session=session,
+            token="bench_" + uuid.uuid4().hex,
+            project_name="bench",
+            name="bench",
+            scopes=["read", "submit"],
+        )
+        ids = [
+            store.create_sweep(
+                session=session,
+                project_id=token.project_id,
+                sweep_in=spec(algorithm, seed + s, total, concurrent=done),
+                settings=settings,
+            ).id
+            for s in range(count)
+        ]
+        # The told trials first, at most `done` a sweep at once, then told.
+        advance.advance_sweeps(session=session, settings=settings)
+        told = session.execute(
+            sa.select(Job, SweepTrial.parameters)
+            .join(
+                SweepTrial,
+                sa.and_(
+                    SweepTrial.sweep_id == Job.sweep_id,
+                    SweepTrial.trial_index == Job.trial_index,
+                ),
+            )
+            .where(Job.sweep_id.in_(ids))
+        ).all()
+        assert len(told) == done * count, len(told)
+        session.execute(
+            sa.insert(MetricPoint),
+            [
+                {
+                    "job_id": job.id,
+                    "attempt": job.attempt,
+                    "replica": 0,
+                    "step": 1,
+                    "epoch": None,
+                    "name": "loss",
+                    "value": bowl(params),
+                    "ts": 0.0,
+                }
+                for job, params in told
+            ],
+        )
+        for job, _ in told:  # ended long enough ago for tpe to ask again
+            job.status, job.finished_at = JobStatus.SUCCEEDED, LONG_AGO
+        session.execute(sa.update(Sweep).where(Sweep.id.in_(ids)).values(max_concurrent=concurrent))
+        return ids
+
+
+def timed_pass(engine: sa.Engine, ids: list[int]) -> tuple[float, float, int]:
+    """The sweep part of one pass: seconds, of which Optuna's, and trials created."""
+    TimedStudy.spent = 0.0
+    start = time.perf_counter()
+    with Session(engine) as session, session.begin():
+        created = advance.advance_sweeps(session=session, settings=Settings()).created
+    total = time.perf_counter() - start
+    with Session(engine) as session, session.begin():  # out of the next round's way
+        session.execute(
+            sa.update(Sweep).where(Sweep.id.in_(ids)).values(status=SweepStatus.CANCELLED)
+        )
+        session.execute(
+            sa.update(Job).where(Job.sweep_id.in_(ids)).values(status=JobStatus.CANCELLED)
+        )
+    return total, TimedStudy.spent, len(created)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, default=9)
+    parser.add_argument("--target", type=float, default=0.5)
+    parser.add_argument("--cap", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--pg", default=None, help="PostgreSQL admin URL (default: SQLite)")
+    args = parser.parse_args()
+    print(f"{dt.date.today()} {platform.node()} {platform.python_version()}")
+
+    algorithms = ("random", "tpe", "cmaes")
+    counts: dict[str, list[int]] = {a: [] for a in algorithms}
+    ask_ms: dict[str, list[float]] = {a: [] for a in algorithms}
+    for seed in range(1, args.seeds + 1):
+        for algorithm in algorithms:
+            count, per_ask = trials_to_target(algorithm, seed, args.target, args.cap)
+            counts[algorithm].append(count)
+            ask_ms[algorithm].append(per_ask * 1000)
+    print(f"(a) trials until one is <= {args.target} on the bowl, {args.seeds} seeds:")
+    for algorithm in algorithms:
+        print(
+            f"    {algorithm:7} median {statistics.median(counts[algorithm]):6.1f} trials "
+            f"{sorted(counts[algorithm])}; {statistics.median(ask_ms[algorithm]):.2f} ms "
+            "an ask (study rebuilt each time)"
+        )
+    ratios = [r / t for r, t in zip(counts["random"], counts["tpe"], strict=True)]
+    print(f"    random/tpe per seed: median {statistics.median(ratios):.2f}")
+
+    rules = {
+        "median": {"rule": "median", "min_steps": 1},
+        "asha": {"rule": "asha", "min_steps": 1},
+        "hyperband": {"rule": "hyperband", "min_steps": 1, "max_steps": 100},
+    }
+    print("(c) a judgement: 100 finished trials of 100 points, 10 running at 50:")
+    for name, rule in rules.items():
+        ms = statistics.median(judging(rule, 100, 10, 100) for _ in range(args.rounds)) * 1000
+        print(f"    {name:9} {ms:6.1f} ms (median of {args.rounds})")
+
+    trials_module.SweepStudy = TimedStudy  # type: ignore[misc]
+    with tempfile.TemporaryDirectory() as tmp:
+        url = fresh_database(args.pg, Path(tmp), "optuna")
+        migrate(url)
+        engine = make_engine(url)
+        kind = "PostgreSQL" if args.pg else "SQLite"
+        figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for round_ in range(args.rounds):
+            for shape in ("one", "many"):
+                for algorithm in ("random", "tpe"):
+                    ids = add_sweeps(engine, algorithm, shape, seed=round_ * 1000)
+                    total, optuna_part, created = timed_pass(engine, ids)
+                    assert created == 100, (shape, algorithm, created)
+                    figures.setdefault((shape, algorithm), []).append((total, optuna_part))
+        engine.dispose()
+        drop_databases(args.pg, [url])
+        if args.pg:
+            url = fresh_database(args.pg, Path(tmp), "rdb")
+            pairs = [rdb_against_memory(url, round_) for round_ in range(args.rounds)]
+            drop_databases(args.pg, [url])
+    print(f"(b) the sweep part of a pass creating 100 trials, {kind}, {args.rounds} rounds:")
+    for (shape, algorithm), runs in figures.items():
+        what = "1 sweep x 100 asks  " if shape == "one" else "100 sweeps x 1 ask  "
+        total = statistics.median(t for t, _ in runs) * 1000
+        part = statistics.median(o for _, o in runs) * 1000
+        print(f"    {what} {algorithm:6}: {total:7.1f} ms, Optuna {part:6.1f} ms (median)")
+    if args.pg:
+        rdb = statistics.median(r for r, _ in pairs) * 1000
+        memory = statistics.median(m for _, m in pairs) * 1000
+        ratio = statistics.median(r / m for r, m in pairs)
+        print(
+            f"(d) 100 random asks after 20 told: RDBStorage {rdb:.1f} ms, in memory (rebuilt) "
+            f"{memory:.1f} ms; median of per-round ratios {ratio:.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""A sweep's trials as its Optuna study sees them, read from the database (a few
+queries, whatever the number of trials), and the trials' search state written back.
+
+A trial's state for Optuna follows from its job:
+- not ended (queued, scheduled, running, restarting): RUNNING (asked, not told yet);
+- succeeded with a value of the objective: COMPLETE with that value;
+- cancelled by the early-stopping rule: PRUNED;
+- anything else (failed, cancelled, succeeded without the metric, a NaN, its job
+  deleted): FAIL.
+Its points are the objective metric's values of its current attempt on the objective's
+replica, by step: Optuna's intermediate values (read only when a rule needs them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from optuna.trial import TrialState
+from sqlalchemy.orm import Session
+
+from services.models import Job, MetricPoint, Sweep, SweepTrial
+from services.statuses import TERMINAL_STATUSES, JobStatus
+from services.sweeps.objective import Attempt, objective_values
+from services.sweeps.schemas import Objective, SweepCreate
+from services.sweeps.store import is_stopped_early
+from services.sweeps.study import StoredTrial
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """The columns of a trial's job that its state for Optuna needs."""
+
+    id: int
+    trial_index: int
+    attempt: int
+    status: JobStatus
+    reason: str
+    ended_at: dt.datetime | None  # None while not ended
+
+    @property
+    def stopped_early(self) -> bool:
+        return is_stopped_early(self)
+
+
+def read_trial_jobs(*, session: Session, sweep: Sweep) -> list[TrialJob]:
+    """The sweep's trial jobs, by index: only the columns above (not whole jobs)."""
+    rows = session.execute(
+        sa.select(
+            Job.id,
+            Job.trial_index,
+            Job.attempt,
+            Job.status,
+            Job.reason,
+            sa.func.coalesce(Job.finished_at, Job.updated_at),
+        )
+        .where(Job.sweep_id == sweep.id)
+        .order_by(Job.trial_index)
+    )
+    return [
+        TrialJob(
+            job_id,
+            index or 0,
+            attempt,
+            status,
+            reason,
+            ended if status in TERMINAL_STATUSES else None,
+        )
+        for job_id, index, attempt, status, reason, ended in rows
+    ]
+
+
+def read_rows(*, session: Session, sweep: Sweep) -> dict[int, SweepTrial]:
+    """The sweep's trial rows by index (created trials, and any whose parameters were
+    fixed ahead)."""
+    rows = session.execute(sa.select(SweepTrial).where(SweepTrial.sweep_id == sweep.id))
+    return {row.trial_index: row for row in rows.scalars()}
+
+
+def objective_points(
+    *, session: Session, jobs: Sequence[Attempt], objective: Objective
+) -> dict[int, dict[int, float]]:
+    """Job id -> {step: value} of the objective metric (current attempt, one query)."""
+    if not jobs:
+        return {}
+    rows = session.execute(
+        sa.select(MetricPoint.job_id, MetricPoint.step, MetricPoint.value).where(
+            sa.tuple_(MetricPoint.job_id, MetricPoint.attempt).in_(
+                [(job.id, job.attempt) for job in jobs]
+            ),
+            MetricPoint.replica == objective.replica,
+            MetricPoint.name == objective.metric,
+        )
+    )
+    points: dict[int, dict[int, float]] = {job.id: {} for job in jobs}
+    for job_id, step, value in rows:
+        if value is not None and not math.isnan(value):
+            points[job_id][step] = float(value)
+    return points
+
+
+def _state(job: TrialJob, value: float | None) -> TrialState:
+    if job.status not in TERMINAL_STATUSES:
+        return TrialState.RUNNING
+    if job.status is JobStatus.SUCCEEDED and value is not None and not math.isnan(value):
+        return TrialState.COMPLETE
+    return TrialState.PRUNED if job.stopped_early else TrialState.FAIL
+
+
+def read_history(
+    *,
+    session: Session,
+    spec: SweepCreate,
+    jobs: Sequence[TrialJob],
+    rows: dict[int, SweepTrial],
+    count: int,
+    with_points: bool,
+) -> list[StoredTrial]:
+    """The sweep's `count` trials, by index, for its study (`jobs`: their jobs)."""
+    succeeded = [job for job in jobs if job.status is JobStatus.SUCCEEDED]
+    values = objective_values(session=session, jobs=succeeded, objective=spec.objective)
+    points = (
+        objective_points(session=session, jobs=jobs, objective=spec.objective)
+        if with_points
+        else {}
+    )
+    by_index = {job.trial_index: job for job in jobs}
+    trials = []
+    # Every index up to the last, so a trial's number in the study is its index: a trial
+    # whose job is gone (deleted) is a failed one.
+    for index in range(max(count, max(by_index, default=-1) + 1)):
+        row, job = rows.get(index), by_index.get(index)
+        value = values.get(job.id) if job else None
+        state = _state(job, value) if job else TrialState.FAIL
+        trials.append(
+            StoredTrial(
+                index=index,
+                parameters=dict(row.parameters) if row else {},
+                system_attrs=dict(row.system_attrs) if row else {},
+                state=state,
+                value=value if state is TrialState.COMPLETE else None,
+                points=points.get(job.id, {}) if job else {},
+            )
+        )
+    return trials
+
+
+def store_trial(
+    *,
+    session: Session,
+    sweep: Sweep,
+    rows: dict[int, SweepTrial],
+    index: int,
+    parameters: dict[str, Any],
+    system_attrs: dict[str, Any],
+) -> None:
+    """Write trial `index`'s parameters and Optuna system attributes (added or updated)."""
+    row = rows.get(index)
+    if row is None:
+        row = SweepTrial(sweep_id=sweep.id, trial_index=index)
+        session.add(row)
+        rows[index] = row
+    row.parameters, row.system_attrs = parameters, system_attrs
