@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import PrivateAttr
 
@@ -35,18 +35,26 @@ class JobTimeout(TimeoutError):
         self.job = job
 
 
-class Job(JobRead):
-    _client: Client = PrivateAttr()
-
-    @classmethod
-    def bind(cls, client: Client, read: JobRead) -> Job:
-        job = cls.model_validate(read.model_dump())
-        job._client = client
-        return job
+class _Handle(JobRead):
+    """What Job and AsyncJob share: the job's fields, and whether it has ended."""
 
     @property
     def ended(self) -> bool:
         return self.status in TERMINAL
+
+    @classmethod
+    def copy_of(cls, read: JobRead) -> Self:
+        return cls.model_validate(read.model_dump())
+
+
+class Job(_Handle):
+    _client: Client = PrivateAttr()
+
+    @classmethod
+    def bind(cls, client: Client, read: JobRead) -> Job:
+        job = cls.copy_of(read)
+        job._client = client
+        return job
 
     def refresh(self) -> Job:
         return self._client.job(self.id)
@@ -85,18 +93,14 @@ class Job(JobRead):
         return self._client.cancel(self.id)
 
 
-class AsyncJob(JobRead):
+class AsyncJob(_Handle):
     _client: AsyncClient = PrivateAttr()
 
     @classmethod
     def bind(cls, client: AsyncClient, read: JobRead) -> AsyncJob:
-        job = cls.model_validate(read.model_dump())
+        job = cls.copy_of(read)
         job._client = client
         return job
-
-    @property
-    def ended(self) -> bool:
-        return self.status in TERMINAL
 
     async def refresh(self) -> AsyncJob:
         return await self._client.job(self.id)

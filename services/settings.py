@@ -3,34 +3,34 @@
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.data_dir import private_data_dir
 
+# An MLflow server's address: http(s)://host[:port][/path], databricks[://profile], or ""
+# (none). Also the pattern the API's schema gives (services/tracking/schemas.py).
+TRACKING_URI_PATTERN = (
+    r"^\s*(https?://[A-Za-z0-9._~%!$&'()*+,;=-]+(:[0-9]*)?(/\S*)?|databricks(://\S*)?)?\s*$"
+)
+
 
 def tracking_uri_problem(uri: str) -> str | None:
-    """What is wrong with an MLflow tracking URI, or None: an MLflow server over HTTP(S)
-    (`http(s)://host[:port][/path]`) or Databricks' (`databricks`, `databricks://profile`);
-    "" is none. A local path or database URI would be the scheduler's own disk, out of
-    every other machine's reach, and the control plane installs MLflow's client only."""
-    uri = uri.strip()
-    if not uri:
-        return None
-    parsed = urlsplit(uri)
-    if parsed.scheme in ("http", "https") and parsed.hostname:
-        return None
-    if parsed.scheme == "databricks" or uri == "databricks":
+    """What is wrong with an MLflow tracking URI, or None (TRACKING_URI_PATTERN). A local
+    path or database URI would be the scheduler's own disk, out of every other machine's
+    reach, and the control plane installs MLflow's client only."""
+    if re.fullmatch(TRACKING_URI_PATTERN, uri):
         return None
     return (
-        f"{uri[:100]!r} is not an MLflow server's address: give http(s)://host[:port] "
-        "(or databricks, databricks://PROFILE)"
+        f"{uri.strip()[:100]!r} is not an MLflow server's address: give "
+        "http(s)://host[:port] (or databricks, databricks://PROFILE)"
     )
 
 

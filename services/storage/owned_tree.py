@@ -159,10 +159,15 @@ class OwnedTree(os.PathLike[str]):
                 user's file (also reported to `skip`).
             FileNotFoundError: no such file (removed since listed).
         """
+        return self._open_file(rel, FILE_FLAGS)
+
+    def _open_file(self, rel: str, flags: int) -> int:
+        """`rel` opened with `flags` (which hold O_NOFOLLOW), reached without following a
+        link, and kept only if it is a regular file of the owner; else Refused."""
         try:
             fd, name, owner = self._parent(rel, create=False)
             try:
-                file_fd = os.open(name, FILE_FLAGS, dir_fd=fd)
+                file_fd = os.open(name, flags, dir_fd=fd)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -270,27 +275,8 @@ class OwnedTree(os.PathLike[str]):
                 user's file (also reported to `skip`).
             FileNotFoundError: no such file.
         """
-        try:
-            fd, name, owner = self._parent(rel, create=False)
-            try:
-                # O_NONBLOCK: a fifo without a reader is refused (ENXIO), never waited on.
-                flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC
-                out = os.open(name, flags, dir_fd=fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            if exc.errno in _REFUSED_ERRNOS:
-                self.skip(rel, "a symbolic link (or lies under one)")
-                raise Refused(rel, "a symbolic link") from None
-            raise
-        info = os.fstat(out)
-        why = None if stat.S_ISREG(info.st_mode) else describe(info.st_mode)
-        if why is None and info.st_uid != owner:
-            why = f"owned by uid {info.st_uid}, not the tree's"
-        if why is not None:
-            os.close(out)
-            self.skip(rel, why)
-            raise Refused(rel, why)
+        # O_NONBLOCK: a fifo without a reader is refused (ENXIO), never waited on.
+        out = self._open_file(rel, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC)
         with os.fdopen(out, "ab") as handle:
             write(handle)
             handle.flush()

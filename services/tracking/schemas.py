@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from services.settings import tracking_uri_problem
+from services.settings import TRACKING_URI_PATTERN, tracking_uri_problem
 
 
 class TrackingSettings(BaseModel):
@@ -13,6 +13,8 @@ class TrackingSettings(BaseModel):
     tracking_uri: str | None = Field(
         None,
         max_length=1024,
+        # What tracking_uri_problem accepts, said in the OpenAPI document too.
+        pattern=TRACKING_URI_PATTERN,
         description="the MLflow server its jobs become runs on (http(s)://host[:port], or "
         "databricks); \"\": none, whatever the cluster's; null: the cluster's "
         "(COHORT_MLFLOW_TRACKING_URI)",
@@ -33,11 +35,12 @@ class TrackingUpdate(TrackingSettings):
 
     model_config = ConfigDict(extra="forbid")
 
-    @field_validator("tracking_uri")
+    # Before the schema's pattern: a refusal says what an address looks like.
+    @field_validator("tracking_uri", mode="before")
     @classmethod
-    def _an_mlflow_server(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
+    def _an_mlflow_server(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
         problem = tracking_uri_problem(value)
         if problem:
             raise ValueError(problem)

@@ -88,10 +88,12 @@ def _claim_node(settings: Settings) -> None:
     isolation.check_node(settings, settings.REPLICA_PYTHON or sys.executable)
     # Before the first beat, which says what runs here: nothing of a previous agent of this
     # node still does (a frozen replica would outlive its guard's SIGTERM for seconds while
-    # the scheduler, told the node runs nothing, places its gang again).
-    leftovers.end_predecessors(settings.node_id, settings.data_dir)
-    # And its containers, found by their labels (workers/node/containers.py).
+    # the scheduler, told the node runs nothing, places its gang again). Its containers
+    # first, found by their labels (workers/node/containers.py): ending its `docker run`
+    # clients first would stop some of them through the client's signal proxy, racing
+    # the removal, so that what was removed, and said, would depend on timing.
     containers.remove_leftovers(settings.CONTAINER_ENGINE, settings.node_id, settings.data_dir)
+    leftovers.end_predecessors(settings.node_id, settings.data_dir)
 
 
 def _node_worker(app: Celery, node_id: str) -> Any:
