@@ -36,14 +36,25 @@ class Call(Generic[T]):
     repeatable: bool = True
 
 
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _adapter(shape: Any) -> TypeAdapter[Any]:
+    """The shape's adapter, built once: building one costs far more than the parse it does."""
+    found = _ADAPTERS.get(shape)
+    if found is None:
+        found = _ADAPTERS[shape] = TypeAdapter(shape)
+    return found
+
+
 def typed(model: type[T]) -> Callable[[Any], T]:
-    adapter: TypeAdapter[T] = TypeAdapter(model)
+    adapter: TypeAdapter[T] = _adapter(model)
     return adapter.validate_python
 
 
 def items(model: type[T]) -> Callable[[Any], list[T]]:
     """A list answer `{"items": [...]}` as a list of `model`."""
-    adapter: TypeAdapter[list[T]] = TypeAdapter(list[model])  # type: ignore[valid-type]
+    adapter: TypeAdapter[list[T]] = _adapter(list[model])  # type: ignore[valid-type]
     return lambda body: adapter.validate_python(body["items"])
 
 

@@ -44,7 +44,9 @@ class _Handle(JobRead):
 
     @classmethod
     def copy_of(cls, read: JobRead) -> Self:
-        return cls.model_validate(read.model_dump())
+        # From the parsed values (nested models are taken as they are): no second
+        # parse of the JSON, no dump.
+        return cls.model_validate({**read.__dict__, **(read.model_extra or {})})
 
 
 class Job(_Handle):
