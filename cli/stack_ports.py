@@ -90,8 +90,9 @@ def candidate_ranges() -> list[int]:
     return upward + downward
 
 
-def _lock(start: int) -> int | None:
-    """An open descriptor holding the range's lock, or None if another stack holds it."""
+def hold_range(start: int) -> int | None:
+    """An open descriptor holding the range's lock (until it is closed), or None if
+    another stack holds it."""
     RANGE_LOCKS.mkdir(mode=0o1777, exist_ok=True)
     with contextlib.suppress(OSError):
         os.chmod(RANGE_LOCKS, 0o1777)  # mkdir's mode passes through the umask
@@ -115,7 +116,7 @@ def claim_range(settings: Settings) -> tuple[int, int, int | None]:
         return settings.PORT_RANGE_START, settings.PORT_RANGE_END, None
     for start in candidate_ranges():
         end = start + RANGE_WIDTH - 1
-        fd = _lock(start)
+        fd = hold_range(start)
         if fd is None:
             continue
         if listening_ports(start, end):

@@ -76,6 +76,29 @@ def worker_number() -> int:
     return int(worker.removeprefix("gw") or 0)
 
 
+# Where this worker's stacks' replica ports start (COHORT_PORT_RANGE_START): concurrent runs
+# on one machine give distinct bases (COHORT_TEST_PORT_BASE), and each pytest-xdist worker
+# of a run takes its own thousand.
+PORT_BASE = str(int(os.environ.get("COHORT_TEST_PORT_BASE", "29500")) + 1000 * worker_number())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _port_base_claimed() -> Iterator[None]:
+    """This worker's thousand replica ports held, for the whole session, as a `cohort up`
+    stack holds its range (cli/stack_ports.py): a stack given its range explicitly (every
+    test stack) takes no claim, so a `cohort up` a test starts on another worker could
+    choose a range of this one while nothing listens there, and its replica then find the
+    port held by one of this worker's (test_local_stacks, once in four CI runs)."""
+    from cli.stack_ports import RANGE_WIDTH, hold_range
+
+    base = int(PORT_BASE)
+    held = [hold_range(start) for start in (base, base + RANGE_WIDTH)]
+    yield
+    for fd in held:
+        if fd is not None:
+            os.close(fd)
+
+
 # The Redis dbs of the tests on the machine's Redis (COHORT_TEST_REDIS), shared out in
 # this one place: each xdist worker owns one db per use, so tests running at the same time
 # on two workers never share (nor flush) one. A worker runs one test file at a time

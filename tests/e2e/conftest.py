@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -18,19 +17,15 @@ from cohort.client import Client
 from services.statuses import TERMINAL_STATUSES
 from tests.capabilities import need_chromium
 from tests.conftest import (
+    PORT_BASE,
     create_database,
     drop_database,
     reachable_dir,
     redis_url,
-    worker_number,
 )
 
 # COHORT_BOOTSTRAP_TOKEN: an admin token needs at least 32 characters.
 E2E_TOKEN = "e2e-bootstrap-token-for-tests-only"
-
-# Where replica ports start: concurrent runs on one machine give distinct bases
-# (COHORT_TEST_PORT_BASE), and each pytest-xdist worker of a run takes its own thousand.
-PORT_BASE = str(int(os.environ.get("COHORT_TEST_PORT_BASE", "29500")) + 1000 * worker_number())
 
 
 def free_port() -> int:
