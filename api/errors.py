@@ -29,6 +29,7 @@ from services.exceptions import (
     InvalidJobSpec,
     InvalidTokenSpec,
     InvalidTransition,
+    InvalidWebhook,
     NotFound,
     QuotaError,
     QuotaExceeded,
@@ -144,6 +145,7 @@ ANSWERS: dict[type[Exception], Answer] = {
     InvalidArtifactPath: Answer(422, "invalid_request"),
     UnsatisfiableRange: Answer(416, "range_not_satisfiable"),  # with Content-Range (below)
     InvalidDataPath: Answer(422, "invalid_request"),
+    InvalidWebhook: Answer(422, "invalid_request"),  # a URL refused (SSRF)
     DataPathConflict: Answer(409, "conflict"),
     SweepEnded: Answer(409, "conflict"),
     SelfRevocation: Answer(409, "conflict"),

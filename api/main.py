@@ -35,6 +35,7 @@ from api.routes import (
     tokens,
     tracking,
     validation,
+    webhooks,
     whoami,
 )
 from api.security_headers import SecurityHeaders
@@ -125,6 +126,7 @@ API_V1 = (
     sweeps,
     quotas,
     tracking,
+    webhooks,
     bundles,
     artifacts,
     data,

@@ -26,6 +26,7 @@ from cli import (
     schedules,
     sweeps,
     tokens,
+    webhooks,
 )
 from cli.aliases import AliasedGroup
 from cli.health import health
@@ -74,6 +75,7 @@ GROUPS: tuple[typer.Typer, ...] = (
     nodes.app,
     quotas.app,
     tokens.app,
+    webhooks.app,
 )
 # What those commands (and every process they start: uvicorn's workers, the stack's
 # children, the embedded Redis) create is their user's alone, on a host where replicas

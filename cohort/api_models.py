@@ -25,6 +25,14 @@ class AshaStopping(ApiModel):
     rule: Literal["asha"]
 
 
+class AttemptRead(ApiModel):
+    answer: str
+    duration_ms: int
+    error: str
+    started_at: AwareDatetime
+    status_code: int | None
+
+
 class BundleRead(ApiModel):
     created_at: AwareDatetime
     digest: str
@@ -44,6 +52,16 @@ class DataRead(ApiModel):
     path: str
     sha256: str | None = None
     size: int
+
+
+class DeliveryRead(ApiModel):
+    attempts: list[AttemptRead]
+    created_at: AwareDatetime
+    event: str
+    finished_at: AwareDatetime | None
+    id: str
+    next_attempt_at: AwareDatetime | None
+    state: str
 
 
 class DistributionOptions(ApiModel):
@@ -338,12 +356,55 @@ class Uniform(ApiModel):
     low: int | float
 
 
+class WebhookCreate(ApiModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    events: list[
+        Literal[
+            "job.succeeded",
+            "job.failed",
+            "job.cancelled",
+            "sweep.ended",
+            "schedule.fired",
+            "model.version_registered",
+            "model.alias_moved",
+        ]
+    ]
+    url: str
+
+
+class WebhookCreated(ApiModel):
+    created_at: AwareDatetime
+    events: list[str]
+    failed: int
+    id: int
+    pending: int
+    project: str
+    secret: str
+    url: str
+
+
+class WebhookRead(ApiModel):
+    created_at: AwareDatetime
+    events: list[str]
+    failed: int
+    id: int
+    pending: int
+    project: str
+    url: str
+
+
 class ArtifactList(ApiModel):
     items: list[ArtifactRead]
 
 
 class DataList(ApiModel):
     items: list[DataRead]
+
+
+class DeliveryList(ApiModel):
+    items: list[DeliveryRead]
 
 
 class ErrorBody(ApiModel):
@@ -568,6 +629,10 @@ class TrackingRead(ApiModel):
     overrides: TrackingSettings
     project: str
     tracking_uri: str
+
+
+class WebhookList(ApiModel):
+    items: list[WebhookRead]
 
 
 class JobRead(ApiModel):

@@ -182,3 +182,27 @@ def delete_data(path: str) -> Call[None]:
 
 def whoami() -> Call[m.TokenRead]:
     return Call("GET", "/api/v1/whoami", typed(m.TokenRead))
+
+
+# Webhooks (admin tokens)
+def create_webhook(url: str, events: list[str], description: str) -> Call[m.WebhookCreated]:
+    body = {"url": url, "events": events, "description": description}
+    return Call("POST", "/api/v1/webhooks", typed(m.WebhookCreated), json=body, repeatable=False)
+
+
+def webhooks() -> Call[list[m.WebhookRead]]:
+    return Call("GET", "/api/v1/webhooks", items(m.WebhookRead))
+
+
+def delete_webhook(webhook_id: int) -> Call[None]:
+    return Call("DELETE", f"/api/v1/webhooks/{int(webhook_id)}", _none, repeatable=False)
+
+
+def ping_webhook(webhook_id: int) -> Call[m.DeliveryRead]:
+    path = f"/api/v1/webhooks/{int(webhook_id)}/ping"
+    return Call("POST", path, typed(m.DeliveryRead), repeatable=False)
+
+
+def webhook_deliveries(webhook_id: int, limit: int) -> Call[list[m.DeliveryRead]]:
+    path = f"/api/v1/webhooks/{int(webhook_id)}/deliveries"
+    return Call("GET", path, items(m.DeliveryRead), params={"limit": limit})

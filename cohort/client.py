@@ -273,7 +273,7 @@ class Client:
             raise error_of(response, self.token_source)
         return response.json()
 
-    # Sweeps, schedules, the caller
+    # Sweeps, schedules, the caller, webhooks (admins: the created one's secret shown once)
     def create_sweep(self, spec: Spec) -> m.SweepRead:
         return self.send(calls.create_sweep(spec_dict(spec, "sweep")))
 
@@ -315,6 +315,23 @@ class Client:
 
     def whoami(self) -> m.TokenRead:
         return self.send(calls.whoami())
+
+    def create_webhook(
+        self, url: str, events: list[str], description: str = ""
+    ) -> m.WebhookCreated:
+        return self.send(calls.create_webhook(url, events, description))
+
+    def webhooks(self) -> list[m.WebhookRead]:
+        return self.send(calls.webhooks())
+
+    def delete_webhook(self, webhook_id: int) -> None:
+        self.send(calls.delete_webhook(webhook_id))
+
+    def ping_webhook(self, webhook_id: int) -> m.DeliveryRead:
+        return self.send(calls.ping_webhook(webhook_id))
+
+    def webhook_deliveries(self, webhook_id: int, limit: int = 50) -> list[m.DeliveryRead]:
+        return self.send(calls.webhook_deliveries(webhook_id, limit))
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Wait until /readyz says the API, SQL and Redis are up."""

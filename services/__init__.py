@@ -22,6 +22,7 @@ The rooms, higher ones importing lower ones only (pyproject.toml's import contra
     sweeps/        sweeps: search spaces, trials in turn, early stopping (Optuna)
     cluster/       nodes, the queue placed, gang placement, gangs settled, the watchdog
     jobs/          the job spec and its schemas, store, transitions, quotas, bundles, data
+    webhooks/      webhooks: the outbox, SSRF checks, signed deliveries sent by the leader
     storage/       the artifact store (node-safe: no SQL)
     wire/          every contract that crosses a process, and every Redis key
 """

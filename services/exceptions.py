@@ -254,3 +254,13 @@ class TooManyRequests(CohortError):
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class InvalidWebhook(FieldError):
+    """A webhook the cluster will not send to (its URL refused: server-side request
+    forgery, services/webhooks/targets.py)."""
+
+
+class WebhookNotFound(NotFound):
+    def __init__(self, webhook_id: int) -> None:
+        super().__init__("webhook", webhook_id)

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.data_dir import private_data_dir
+from services.webhooks.settings import WebhookSettings
 
 # An MLflow server's address: http(s)://host[:port][/path], databricks[://profile], or ""
 # (none). Also the pattern the API's schema gives (services/tracking/schemas.py).
@@ -34,7 +35,7 @@ def tracking_uri_problem(uri: str) -> str | None:
     )
 
 
-class Settings(BaseSettings):
+class Settings(WebhookSettings, BaseSettings):
     """Configuration shared by the api, the scheduler, agents and the CLI."""
 
     model_config = SettingsConfigDict(env_prefix="COHORT_", extra="ignore", case_sensitive=False)

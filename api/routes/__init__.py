@@ -13,6 +13,7 @@
     sweeps.py       sweeps: create, list, read with every trial, cancel
     quotas.py       projects' quotas (admins)
     tracking.py     projects' MLflow settings (admins)
+    webhooks.py     webhooks (admins): create, list, delete, ping, deliveries
     tokens.py       API tokens (admins): issue, list, revoke
     whoami.py       the caller's own token: project, name, scopes
     health.py       liveness and readiness probes

@@ -13,6 +13,8 @@ from services.exceptions import InvalidTransition, JobNotFound
 from services.jobs.stream_marks import stream_marks
 from services.models import Job, JobEvent, utcnow
 from services.statuses import TERMINAL_STATUSES, JobStatus, is_allowed
+from services.webhooks import payloads
+from services.webhooks.outbox import emit
 
 
 def lock_jobs(*, session: Session, job_ids: Sequence[int]) -> dict[int, Job]:
@@ -76,7 +78,21 @@ def transition_job(
         JobEvent(**_move(job, target, reason, utcnow(), stream_marks(session, [job.id])[job.id]))
     )
     session.flush()
+    _announce(session, [job])
     return job
+
+
+def _announce(session: Session, jobs: Sequence[Job]) -> None:
+    """The webhooks' events of the jobs that just ended, in this transaction: they are
+    sent if and only if the change commits (services/webhooks/outbox.py)."""
+    for job in jobs:
+        if job.status in TERMINAL_STATUSES:
+            emit(
+                session,
+                project_id=job.project_id,
+                event=payloads.job_event(job.status),
+                payload=payloads.job_payload(job),
+            )
 
 
 def note_job(*, session: Session, job_id: int, attempt: int, reason: str) -> bool:
@@ -115,6 +131,7 @@ def transition_locked(
     # changes in the flush below, one batch of updates.
     session.execute(sa.insert(JobEvent), events)
     session.flush()
+    _announce(session, jobs)
 
 
 def _move(

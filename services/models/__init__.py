@@ -9,6 +9,7 @@
     quotas.py     projects' quotas over the cluster's defaults
     leadership.py the scheduler's fencing token
     tracking.py   the MLflow export: projects' tracking URIs, where each starts, each job's run
+    webhooks.py   webhooks, their deliveries (the outbox) and each delivery's attempts
 
 Every model is imported here, so `Base.metadata` holds every table (Alembic, tests).
 """
@@ -22,6 +23,7 @@ from services.models.schedules import Schedule, ScheduleRun
 from services.models.series import LogLine, MetricPoint, MetricRollup
 from services.models.sweeps import Sweep, SweepTrial
 from services.models.tracking import MlflowRun, ProjectTracking, TrackingStart
+from services.models.webhooks import Webhook, WebhookAttempt, WebhookDelivery
 
 __all__ = [
     "ApiToken",
@@ -47,4 +49,7 @@ __all__ = [
     "TrackingStart",
     "UTCDateTime",
     "utcnow",
+    "Webhook",
+    "WebhookAttempt",
+    "WebhookDelivery",
 ]

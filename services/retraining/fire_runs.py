@@ -22,6 +22,8 @@ from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, SweepStatus
 from services.sweeps import store as sweeps
 from services.sweeps.schemas import SweepCreate
+from services.webhooks import payloads
+from services.webhooks.outbox import emit
 
 
 def stamp(moment: dt.datetime) -> str:
@@ -130,7 +132,20 @@ def start_run(
     schedule.last_outcome = outcome
     schedule.last_fired_at = fire_time
     promotion.prune_history(session=session, schedule=schedule)
+    _announce(session, schedule, run)
     return run
+
+
+def _announce(session: Session, schedule: Schedule, run: ScheduleRun | None) -> None:
+    """The webhooks' `schedule.fired` of a fire time that made a job or a sweep, in the
+    transaction that made it (services/webhooks/outbox.py)."""
+    if run is not None:
+        emit(
+            session,
+            project_id=schedule.project_id,
+            event="schedule.fired",
+            payload=payloads.schedule_fired_payload(schedule, run),
+        )
 
 
 def _create_job(
@@ -206,6 +221,7 @@ def _start_sweep(
             )
     schedule.last_outcome = outcome
     schedule.last_fired_at = fire_time
+    _announce(session, schedule, run)
     return run
 
 

@@ -36,7 +36,13 @@ from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, JobStatus, SweepStatus
 from services.sweeps.schemas import SweepCreate
 from services.sweeps.stopping import stop_behind
-from services.sweeps.store import is_stopped_early, read_trials, record_best, spec_of
+from services.sweeps.store import (
+    announce_end,
+    is_stopped_early,
+    read_trials,
+    record_best,
+    spec_of,
+)
 from services.sweeps.trials import METRIC_SETTLE_SECONDS, create_trials
 
 # A sweep picks its best METRIC_SETTLE_SECONDS after its last trial ended, so the last
@@ -123,6 +129,9 @@ def _end(
 ) -> None:
     sweep.status, sweep.reason, sweep.finished_at = status, reason, now
     result.ended.append(sweep.id)
+    session = orm.object_session(sweep)
+    assert session is not None  # the pass's sweeps are its session's rows
+    announce_end(session=session, sweep=sweep)
 
 
 def _try_to_end(

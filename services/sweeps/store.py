@@ -29,6 +29,8 @@ from services.statuses import TERMINAL_STATUSES, TERMINAL_SWEEP_STATUSES, JobSta
 from services.sweeps.objective import best_of, objective_values
 from services.sweeps.schemas import Choice, SweepCreate
 from services.sweeps.space import draw_seed, grid_size, probe_count, probe_points, trial_spec
+from services.webhooks import payloads
+from services.webhooks.outbox import emit
 
 STOPPED_EARLY = "stopped early"  # the start of the reason of a trial the rule stopped
 
@@ -295,4 +297,16 @@ def cancel_sweep(
     sweep.status, sweep.reason = SweepStatus.CANCELLED, reason
     sweep.finished_at = now or utcnow()
     session.flush()
+    announce_end(session=session, sweep=sweep)
     return sweep
+
+
+def announce_end(*, session: Session, sweep: Sweep) -> None:
+    """The webhooks' `sweep.ended` of a sweep that has just ended, in the caller's
+    transaction (services/webhooks/outbox.py)."""
+    emit(
+        session,
+        project_id=sweep.project_id,
+        event="sweep.ended",
+        payload=payloads.sweep_payload(sweep),
+    )

@@ -1,4 +1,5 @@
-"""The scheduler process: the single active placer, the metrics ingester, the MLflow exporter.
+"""The scheduler process: the single active placer, the metrics ingester, the MLflow exporter,
+the webhook sender.
 
 Leadership is a Redis lock; only the holder runs passes, so one placement pass
 runs at a time however many scheduler processes are started. Each term of leadership
@@ -52,6 +53,7 @@ from workers.control.refusals import Refusals
 from workers.control.streams import GroupReader
 from workers.control.term import Term
 from workers.control.tracking import export_while
+from workers.control.webhooks import send_while
 
 log = logging.getLogger("cohort.scheduler")
 
@@ -224,6 +226,12 @@ class Scheduler:
                 args=(self.redis, term, self.settings),
                 daemon=True,
                 name="mlflow-export",
+            )
+        )
+        # And sends webhooks' deliveries (workers/control/webhooks.py).
+        ingesters.append(
+            threading.Thread(
+                target=send_while, args=(term, self.settings), daemon=True, name="webhooks"
             )
         )
         for thread in ingesters:

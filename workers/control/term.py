@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
 from services.cluster.fencing import Fence
@@ -34,3 +35,9 @@ class Term:
         if self.leading.is_set():
             log.warning("stepping down: %s", why)
         self.leading.clear()
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep up to `seconds`, waking early when the term ends."""
+        deadline = time.monotonic() + seconds
+        while self.leading.is_set() and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 0.25))

@@ -58,13 +58,6 @@ def export_while(client: redis.Redis, term: Term, settings: Settings) -> None:
                 time.thread_time() - cpu,
                 settings.MLFLOW_EXPORT_INTERVAL,
             )
-            _sleep_while(term, rest)
+            term.sleep(rest)
     finally:
         _EXPORTING.release()
-
-
-def _sleep_while(term: Term, seconds: float) -> None:
-    """Sleep up to `seconds`, waking early when the term ends."""
-    deadline = time.monotonic() + seconds
-    while term.leading.is_set() and (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(left, 0.25))

@@ -1,0 +1,25 @@
+"""The cluster's webhook settings, a part of `Settings` (services/settings.py)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+
+class WebhookSettings(BaseSettings):
+    """Webhook delivery (services/webhooks/sender.py) and its address checks (targets.py)."""
+
+    # Networks a webhook may reach although they are loopback, private, link-local or
+    # otherwise not public (CIDRs, comma-separated: "10.20.0.0/16,127.0.0.1/32"). Empty:
+    # public addresses only, so a project's admin cannot make the control plane call
+    # into the cluster's own network (server-side request forgery).
+    WEBHOOK_ALLOWED_NETWORKS: str = ""
+    # One attempt's limit, connecting and waiting for the answer, in seconds.
+    WEBHOOK_TIMEOUT: float = Field(10.0, gt=0, le=120)
+    # A delivery is retried (with backoff) until this many seconds after its event, then
+    # marked failed.
+    WEBHOOK_RETRY_FOR: float = Field(24 * 3600.0, gt=0, le=30 * 24 * 3600)
+    # Seconds before the first retry; each later wait doubles (up to an hour), with jitter.
+    WEBHOOK_FIRST_RETRY: float = Field(10.0, gt=0, le=3600)
+    # The sender's round: how often it looks for due deliveries, in seconds.
+    WEBHOOK_DELIVERY_INTERVAL: float = Field(1.0, gt=0, le=3600)
