@@ -57,7 +57,8 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | No
     if address.teredo is not None:
         return address.teredo[1]
     packed = address.packed
-    if packed[:12] == bytes(12) and packed[12:] != bytes(4):  # ::a.b.c.d (deprecated form)
+    # ::a.b.c.d, the deprecated IPv4-compatible form (:: and ::1 are IPv6's own).
+    if packed[:12] == bytes(12) and int.from_bytes(packed[12:]) > 1:
         return ipaddress.IPv4Address(packed[12:])
     return None
 
@@ -73,10 +74,10 @@ def address_problem(address: IPAddress, allowed: list[Network]) -> str | None:
     for kind, flag in (
         ("loopback", address.is_loopback),
         ("link-local", address.is_link_local),
-        ("private", address.is_private),
         ("unspecified", address.is_unspecified),
         ("multicast", address.is_multicast),
         ("reserved", address.is_reserved),
+        ("private", address.is_private),  # last: Python counts most of the above in it
     ):
         if flag:
             return f"{address} is a {kind} address"
