@@ -25,6 +25,7 @@ the REST API built on the SDK.
     sweep_follow.py `--follow` of a sweep: a live table of trials
     quotas.py       `cohort quota show | set`
     tokens.py       `cohort token list | create | revoke`
+    webhooks.py     `cohort webhook create | list | delete | ping | deliveries`
     login.py        `cohort login`: check a token, save it with its URL for this user
     user_config.py  the per-user config, and where a command's URL and token come from
     options.py      the options every API command shares, one guarded call, spec files,

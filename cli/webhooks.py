@@ -42,13 +42,13 @@ def _when(value: Any) -> str:
 def create_webhook(
     target: Annotated[str, typer.Argument(metavar="URL", help="http(s):// URL to POST to")],
     event: EventOpt,
-    description: Annotated[str, typer.Option(help="a note for people")] = "",
+    note: Annotated[str, typer.Option(help="what it is for, for people")] = "",
     token: TokenOpt = None,
     url: UrlOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Send the project's EVENTs to URL; prints the signing secret, this once."""
-    created = guarded(lambda: connect(url, token).create_webhook(target, event, description))
+    created = guarded(lambda: connect(url, token).create_webhook(target, event, note))
     if as_json:
         emit_json(created)
         return

@@ -371,6 +371,7 @@ class WebhookCreate(ApiModel):
             "model.alias_moved",
         ]
     ]
+    note: str | None = ""
     url: str
 
 
@@ -379,6 +380,7 @@ class WebhookCreated(ApiModel):
     events: list[str]
     failed: int
     id: int
+    note: str
     pending: int
     project: str
     secret: str
@@ -390,6 +392,7 @@ class WebhookRead(ApiModel):
     events: list[str]
     failed: int
     id: int
+    note: str
     pending: int
     project: str
     url: str

@@ -185,8 +185,8 @@ def whoami() -> Call[m.TokenRead]:
 
 
 # Webhooks (admin tokens)
-def create_webhook(url: str, events: list[str], description: str) -> Call[m.WebhookCreated]:
-    body = {"url": url, "events": events, "description": description}
+def create_webhook(url: str, events: list[str], note: str) -> Call[m.WebhookCreated]:
+    body = {"url": url, "events": events, "note": note}
     return Call("POST", "/api/v1/webhooks", typed(m.WebhookCreated), json=body, repeatable=False)
 
 

@@ -316,10 +316,8 @@ class Client:
     def whoami(self) -> m.TokenRead:
         return self.send(calls.whoami())
 
-    def create_webhook(
-        self, url: str, events: list[str], description: str = ""
-    ) -> m.WebhookCreated:
-        return self.send(calls.create_webhook(url, events, description))
+    def create_webhook(self, url: str, events: list[str], note: str = "") -> m.WebhookCreated:
+        return self.send(calls.create_webhook(url, events, note))
 
     def webhooks(self) -> list[m.WebhookRead]:
         return self.send(calls.webhooks())

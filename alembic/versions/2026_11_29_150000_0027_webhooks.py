@@ -24,7 +24,7 @@ def upgrade() -> None:
         sa.Column("project_id", sa.Integer(), nullable=False),
         sa.Column("url", sa.String(length=2048), nullable=False),
         sa.Column("events", sa.JSON(), nullable=False),
-        sa.Column("description", sa.String(length=256), nullable=False),
+        sa.Column("note", sa.String(length=256), nullable=False),
         sa.Column("secret", sa.String(length=128), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["project_id"], ["projects.id"], ondelete="CASCADE"),

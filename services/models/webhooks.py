@@ -24,7 +24,7 @@ class Webhook(Base):
     )
     url: Mapped[str] = mapped_column(sa.String(2048))
     events: Mapped[list[str]] = mapped_column(sa.JSON)
-    description: Mapped[str] = mapped_column(sa.String(256), default="")
+    note: Mapped[str] = mapped_column(sa.String(256), default="")
     # Kept to sign every delivery; never read back by the API after creation.
     secret: Mapped[str] = mapped_column(sa.String(128))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

@@ -9,6 +9,7 @@ outbox.py    emit(): one delivery per subscribed webhook, in the caller's transa
 payloads.py  what an event says about a job, a sweep, a schedule's fire (small)
 signing.py   the signature headers (HMAC-SHA256 over the timestamp and the body)
 store.py     webhooks created, read, deleted; deliveries listed; a test event
+posting.py   one attempt's POST, to the checked address, redirects not followed
 sender.py    one round of the control plane's sender: claim due deliveries, POST, record
 
 The api imports all but sender.py; the scheduler's leader runs sender.py in a thread.

@@ -28,7 +28,7 @@ class WebhookCreate(BaseModel):
         description="the events it receives",
         examples=[["job.succeeded", "job.failed"]],
     )
-    description: str = Field("", max_length=256)
+    note: str = Field("", max_length=256, description="what it is for, for people")
 
     @field_validator("events")
     @classmethod
@@ -41,7 +41,7 @@ class WebhookRead(BaseModel):
     project: str
     url: str
     events: list[str]
-    description: str
+    note: str
     created_at: dt.datetime
     pending: int = Field(description="deliveries not yet delivered nor given up")
     failed: int = Field(description="deliveries given up after retrying")

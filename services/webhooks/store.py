@@ -41,7 +41,7 @@ def create_webhook(
         project_id=project_id,
         url=webhook_in.url.strip(),
         events=list(webhook_in.events),
-        description=webhook_in.description,
+        note=webhook_in.note,
         secret=signing.new_secret(),
     )
     session.add(webhook)
@@ -83,7 +83,7 @@ def to_read(*, session: Session, webhook: Webhook) -> WebhookRead:
         project=project.name if project else "",
         url=webhook.url,
         events=list(webhook.events),
-        description=webhook.description,
+        note=webhook.note,
         created_at=webhook.created_at,
         pending=counts.get("pending", 0),
         failed=counts.get("failed", 0),

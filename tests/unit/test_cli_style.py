@@ -59,6 +59,11 @@ CALLS: dict[tuple[str, ...], list[str]] = {
     ("token", "list"): [],
     ("token", "create"): ["--name", "ci", "--scope", "read"],
     ("token", "revoke"): ["1"],
+    ("webhook", "create"): ["https://hooks.example.com/x", "--event", "job.succeeded"],
+    ("webhook", "list"): [],
+    ("webhook", "delete"): ["1"],
+    ("webhook", "ping"): ["1"],
+    ("webhook", "deliveries"): ["1"],
     ("login",): ["--url", "http://cohort.example", "--token", "coh_test"],
 }
 ANSWER: dict[str, Any] = {
@@ -89,6 +94,16 @@ JOB: dict[str, Any] = {
     **{"requirements_count": 0, "requirements_digest": ""},
 }
 
+WEBHOOK = {
+    **{"id": 1, "project": "default", "url": "https://hooks.example.com/x", "note": ""},
+    **{"events": ["job.succeeded"], "created_at": "2026-01-01T00:00:00Z"},
+    **{"pending": 0, "failed": 0, "secret": "whsec_x"},
+}
+DELIVERY = {
+    **{"id": "d1", "event": "ping", "state": "pending", "created_at": "2026-01-01T00:00:00Z"},
+    **{"next_attempt_at": None, "finished_at": None, "attempts": []},
+}
+
 
 def fake_api(request: httpx.Request) -> httpx.Response:
     path = request.url.path
@@ -106,6 +121,10 @@ def fake_api(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json=JOB)
     if path.startswith("/api/v1/data/") and request.method == "PUT":
         return httpx.Response(200, json={"path": path.removeprefix("/api/v1/data/"), "size": 3})
+    if path == "/api/v1/webhooks" and request.method == "POST":
+        return httpx.Response(201, json=WEBHOOK)
+    if path.endswith("/ping"):
+        return httpx.Response(202, json=DELIVERY)
     if path == "/api/v1/nodes":
         return httpx.Response(200, json=[])
     if request.method == "DELETE" and "/tokens/" not in path:
@@ -202,7 +221,7 @@ LISTINGS = sorted(words for words in CALLS if words[-1] == "list")
 
 
 def test_every_listing_is_here() -> None:
-    assert len(LISTINGS) == 7  # job, sweep, schedule, artifact, data, node, token
+    assert len(LISTINGS) == 8  # job, sweep, schedule, artifact, data, node, token, webhook
 
 
 @pytest.mark.parametrize("words", LISTINGS, ids=" ".join)

@@ -5,6 +5,7 @@ beats.py      heartbeats and progress beats read from Redis, checked and timed o
 events.py     agent events (replica started, exited, restarted) checked and applied to SQL
 ingest.py     metric batches and log lines from Redis streams into SQL
 tracking.py   the MLflow export's thread: rounds paced to a share of a core
+webhooks.py   the webhook sender's thread: deliveries claimed, sent, recorded
 streams.py    reading a Redis stream through the leader's consumer group
 dispatch.py   the scheduler's messages sent to node queues through Celery
 term.py       one leadership term: its fencing token and whether it still lasts
