@@ -79,18 +79,18 @@ class Sender:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.client.close()
 
-    def run_round(self) -> int:
+    def run_round(self) -> bool:
         """Claim due deliveries, as many as fit beside those still being sent, and hand
-        them to the sending threads; returns how many were claimed. A round never waits
-        for a send: a receiver that hangs holds one thread until its timeout, not the
-        others' deliveries."""
+        them to the sending threads; whether more may be due at once (the claim was full).
+        A round never waits for a send: a receiver that hangs holds one thread until its
+        timeout, not the others' deliveries."""
         self.inflight = {future for future in self.inflight if not future.done()}
         room = BATCH - len(self.inflight)
         if room <= 0:
-            return 0
+            return True
         claimed = self.claim(room)
         self.inflight |= {self.pool.submit(self._send_and_record, c) for c in claimed}
-        return len(claimed)
+        return len(claimed) == room
 
     def drain(self, timeout: float) -> None:
         """Wait up to `timeout` seconds for the sends under way (tests, shutdown)."""

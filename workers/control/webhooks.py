@@ -24,6 +24,7 @@ log = logging.getLogger("cohort.webhooks")
 # One sender a process: a leader that lost its lock and won it back may start a new term
 # while the last term's thread is still inside a round.
 _SENDING = threading.Lock()
+BACKLOG_PAUSE = 0.05  # seconds between rounds while deliveries are due faster than sent
 
 
 def send_while(term: Term, settings: Settings) -> None:
@@ -37,8 +38,9 @@ def send_while(term: Term, settings: Settings) -> None:
     try:
         while term.leading.is_set():
             started, cpu = time.monotonic(), time.thread_time()
+            backlog = False
             try:
-                sender.run_round()
+                backlog = sender.run_round()
             except Fenced as exc:
                 term.step_down(str(exc))
             except Exception:  # SQL away: the deliveries wait in SQL
@@ -46,7 +48,9 @@ def send_while(term: Term, settings: Settings) -> None:
             rest = rest_after(
                 time.monotonic() - started,
                 time.thread_time() - cpu,
-                settings.WEBHOOK_DELIVERY_INTERVAL,
+                # A backlog (a receiver back after a day down) is worked through at once,
+                # within the CPU share, rather than a batch per interval.
+                BACKLOG_PAUSE if backlog else settings.WEBHOOK_DELIVERY_INTERVAL,
             )
             term.sleep(rest)
     finally:
