@@ -59,8 +59,9 @@ def test_only_an_admin_manages_webhooks(
     assert stored(session) == 0
 
 
+@pytest.mark.usefixtures("loopback_allowed")
 def test_an_unknown_event_names_the_field_and_the_valid_names(
-    client: TestClient, session: Session, loopback_allowed: None
+    client: TestClient, session: Session
 ) -> None:
     headers = project_admin(session)
     for events, field in ((["job.done"], "events.0"), ([], "events")):
@@ -102,8 +103,9 @@ def test_a_target_inside_the_network_is_refused_naming_url(
     assert stored(session) == 0
 
 
+@pytest.mark.usefixtures("loopback_allowed")
 def test_the_secret_is_shown_once_and_another_project_never_sees_the_webhook(
-    client: TestClient, session: Session, loopback_allowed: None
+    client: TestClient, session: Session
 ) -> None:
     mine, theirs = project_admin(session), project_admin(session)
     created = client.post("/api/v1/webhooks", json=HOOK, headers=mine)
@@ -127,8 +129,9 @@ def test_the_secret_is_shown_once_and_another_project_never_sees_the_webhook(
     assert session.get(Webhook, hook["id"]) is not None
 
 
+@pytest.mark.usefixtures("loopback_allowed")
 def test_a_ping_is_a_delivery_listed_with_its_attempts_until_deleted(
-    client: TestClient, session: Session, loopback_allowed: None
+    client: TestClient, session: Session
 ) -> None:
     headers = project_admin(session)
     hook = client.post("/api/v1/webhooks", json=HOOK, headers=headers).json()
