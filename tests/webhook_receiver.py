@@ -27,8 +27,9 @@ class Received:
 
 
 class Receiver:
-    """Start with `up()`; `mode` is "ok", "error" (500), "redirect" (to `location`) or
-    "hang" (no answer until `stop_hanging()`); `down()` closes the socket."""
+    """Start with `up()`; `mode` is "ok", "big" (200 with a megabyte), "error" (500),
+    "redirect" (to `location`) or "hang" (no answer until `stop_hanging()`); `down()`
+    closes the socket."""
 
     def __init__(self) -> None:
         with socket.socket() as sock:
@@ -63,9 +64,10 @@ class Receiver:
                     self.send_response(500)
                 else:
                     self.send_response(200)
-                self.send_header("Content-Length", "2")
+                answer = b"x" * 1_000_000 if mode == "big" else b"ok"
+                self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
-                self.wfile.write(b"ok")
+                self.wfile.write(answer)
 
             def log_message(self, *_: Any) -> None:
                 pass

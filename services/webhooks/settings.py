@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
+
+from services.webhooks.targets import allowed_networks
 
 
 class WebhookSettings(BaseSettings):
@@ -23,3 +25,16 @@ class WebhookSettings(BaseSettings):
     WEBHOOK_FIRST_RETRY: float = Field(10.0, gt=0, le=3600)
     # The sender's round: how often it looks for due deliveries, in seconds.
     WEBHOOK_DELIVERY_INTERVAL: float = Field(1.0, gt=0, le=3600)
+
+    @field_validator("WEBHOOK_ALLOWED_NETWORKS")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        # Refused when a process starts, not at a webhook's creation (a 500) or its send.
+        try:
+            allowed_networks(value)
+        except ValueError as exc:
+            raise ValueError(
+                f"COHORT_WEBHOOK_ALLOWED_NETWORKS: {exc}; give CIDRs, comma-separated, "
+                "e.g. 10.20.0.0/16,127.0.0.1/32"
+            ) from None
+        return value
