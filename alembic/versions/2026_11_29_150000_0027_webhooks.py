@@ -56,6 +56,14 @@ def upgrade() -> None:
     op.create_index(
         "ix_webhook_deliveries_webhook", "webhook_deliveries", ["webhook_id", "created_at"]
     )
+    # Only the finished ones: the sender deletes those past COHORT_WEBHOOK_KEEP_FOR.
+    op.create_index(
+        "ix_webhook_deliveries_finished",
+        "webhook_deliveries",
+        ["finished_at"],
+        postgresql_where=sa.text("state != 'pending'"),
+        sqlite_where=sa.text("state != 'pending'"),
+    )
     op.create_table(
         "webhook_attempts",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
@@ -74,6 +82,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_webhook_attempts_delivery_id", table_name="webhook_attempts")
     op.drop_table("webhook_attempts")
+    op.drop_index("ix_webhook_deliveries_finished", table_name="webhook_deliveries")
     op.drop_index("ix_webhook_deliveries_webhook", table_name="webhook_deliveries")
     op.drop_index("ix_webhook_deliveries_due", table_name="webhook_deliveries")
     op.drop_table("webhook_deliveries")

@@ -44,6 +44,13 @@ class WebhookDelivery(Base):
             sqlite_where=sa.text("state = 'pending'"),
         ),
         sa.Index("ix_webhook_deliveries_webhook", "webhook_id", "created_at"),
+        # The sender deletes the finished ones past COHORT_WEBHOOK_KEEP_FOR.
+        sa.Index(
+            "ix_webhook_deliveries_finished",
+            "finished_at",
+            postgresql_where=sa.text("state != 'pending'"),
+            sqlite_where=sa.text("state != 'pending'"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)  # a UUID, the body's id

@@ -39,6 +39,8 @@ Sessions = Callable[[], AbstractContextManager[Session]]
 BATCH = 32  # deliveries claimed a round
 PARALLEL = 8  # sent at once
 LONGEST_WAIT = 3600.0  # between two attempts
+PRUNE_EVERY = 60.0  # seconds between two deletions of finished deliveries
+PRUNE_BATCH = 1000  # deleted at most at once (a short transaction)
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class Sender:
         self.client = posting.new_client(timeout)
         self.pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="webhook-send")
         self.inflight: set[Future[None]] = set()
+        self.pruned_at = float("-inf")
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -84,6 +87,8 @@ class Sender:
         them to the sending threads; whether more may be due at once (the claim was full).
         A round never waits for a send: a receiver that hangs holds one thread until its
         timeout, not the others' deliveries."""
+        if time.monotonic() - self.pruned_at >= PRUNE_EVERY:
+            self.prune()
         self.inflight = {future for future in self.inflight if not future.done()}
         room = BATCH - len(self.inflight)
         if room <= 0:
@@ -91,6 +96,21 @@ class Sender:
         claimed = self.claim(room)
         self.inflight |= {self.pool.submit(self._send_and_record, c) for c in claimed}
         return len(claimed) == room
+
+    def prune(self) -> int:
+        """Delete finished deliveries (and their attempts) older than
+        COHORT_WEBHOOK_KEEP_FOR, a batch at a time; returns how many."""
+        self.pruned_at = time.monotonic()
+        before = utcnow() - dt.timedelta(seconds=self.settings.WEBHOOK_KEEP_FOR)
+        with self.sessions() as session:
+            old = (
+                sa.select(WebhookDelivery.id)
+                .where(WebhookDelivery.state != "pending", WebhookDelivery.finished_at < before)
+                .limit(PRUNE_BATCH)
+                .scalar_subquery()
+            )
+            result = session.execute(sa.delete(WebhookDelivery).where(WebhookDelivery.id.in_(old)))
+        return int(getattr(result, "rowcount", 0) or 0)
 
     def drain(self, timeout: float) -> None:
         """Wait up to `timeout` seconds for the sends under way (tests, shutdown)."""

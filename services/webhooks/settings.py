@@ -21,6 +21,9 @@ class WebhookSettings(BaseSettings):
     # A delivery is retried (with backoff) until this many seconds after its event, then
     # marked failed.
     WEBHOOK_RETRY_FOR: float = Field(24 * 3600.0, gt=0, le=30 * 24 * 3600)
+    # Delivered and failed deliveries (with their attempts) are deleted this many seconds
+    # after they finished; pending ones are kept until they finish.
+    WEBHOOK_KEEP_FOR: float = Field(7 * 24 * 3600.0, gt=0)
     # Seconds before the first retry; each later wait doubles (up to an hour), with jitter.
     WEBHOOK_FIRST_RETRY: float = Field(10.0, gt=0, le=3600)
     # The sender's round: how often it looks for due deliveries, in seconds.

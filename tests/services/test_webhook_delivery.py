@@ -7,6 +7,7 @@ COHORT_WEBHOOK_RETRY_FOR; an address no longer allowed is refused at the attempt
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import re
 import time
@@ -286,3 +287,38 @@ def test_the_retry_waits_double_up_to_an_hour_with_jitter() -> None:
         full = min(3600.0, 10.0 * 2 ** (n - 1))
         assert full / 2 <= wait <= full
     assert len({round(w, 6) for w in waits}) == len(waits)  # jittered, not one value
+
+
+def test_finished_deliveries_are_deleted_after_the_keeping_period(
+    project: dict[str, Any], receiver: Receiver
+) -> None:
+    hook, _ = subscribe(project, receiver.url)
+    for _ in range(3):
+        finish_job(project)
+    sender = Sender(settings(WEBHOOK_KEEP_FOR=3600), session_scope)
+    try:
+        send_until(sender, lambda: all(d.state == "delivered" for d in deliveries(hook)))
+        made = deliveries(hook)
+        old, recent, pending = made[0].id, made[1].id, made[2].id
+        with session_scope() as session:
+            for delivery_id, state, age in ((old, "delivered", 7200), (recent, "failed", 60)):
+                session.execute(
+                    sa.update(WebhookDelivery)
+                    .where(WebhookDelivery.id == delivery_id)
+                    .values(state=state, finished_at=sa.func.now() - dt.timedelta(seconds=age))
+                )
+            session.execute(
+                sa.update(WebhookDelivery)
+                .where(WebhookDelivery.id == pending)
+                .values(
+                    state="pending",
+                    finished_at=None,
+                    created_at=sa.func.now() - dt.timedelta(days=2),
+                )
+            )
+        assert attempts(old)
+        assert sender.prune() == 1
+    finally:
+        sender.close()
+    assert {d.id for d in deliveries(hook)} == {recent, pending}
+    assert attempts(old) == []  # its attempts went with it
