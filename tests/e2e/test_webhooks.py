@@ -8,12 +8,17 @@ one id each."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from cli.stack import Stack
 from cohort.client import Client
@@ -204,3 +209,66 @@ def test_two_schedulers_deliver_every_event_at_least_once_under_one_id(
     assert ended == {j["id"] for j in first + later}
     for copies in seen.values():  # a repeat, if any, is the same delivery, byte for byte
         assert len({c.body for c in copies}) == 1
+
+
+def test_an_admin_creates_pings_lists_and_deletes_a_webhook_with_the_cli(
+    stack: tuple[Stack, Client], receiver: Receiver
+) -> None:
+    running, client = stack
+    made = cohort(
+        running.url,
+        running.token,
+        "webhook",
+        "create",
+        receiver.url,
+        "--event",
+        "job.failed",
+        "--event",
+        "sweep.ended",
+        "--json",
+    )
+    assert made.returncode == 0, made.stderr
+    hook = json.loads(made.stdout)
+    assert hook["secret"].startswith("whsec_") and hook["events"] == ["job.failed", "sweep.ended"]
+    shown = cohort(
+        running.url, running.token, "webhook", "create", receiver.url, "--event", "job.done"
+    )
+    assert shown.returncode == 2 and "events" in shown.stderr and "job.succeeded" in shown.stderr
+    refused = cohort(
+        running.url,
+        running.token,
+        "webhook",
+        "create",
+        "http://169.254.169.254/",
+        "--event",
+        "job.failed",
+    )
+    assert refused.returncode == 2 and "link-local" in refused.stderr
+
+    assert cohort(running.url, running.token, "webhook", "ping", str(hook["id"])).returncode == 0
+    wait_for(lambda: receiver.bodies("ping"), 30, "the ping")
+    [ping] = receiver.bodies("ping")
+    assert documented_verify()(hook["secret"], ping.headers, ping.body)
+
+    def delivered() -> list[Any] | None:
+        out = cohort(
+            running.url, running.token, "webhook", "deliveries", str(hook["id"]), "--output", "yaml"
+        )
+        listed = yaml.safe_load(out.stdout)
+        return listed if listed and listed[0]["state"] == "delivered" else None
+
+    [listed] = wait_for(delivered, 30, "the ping delivered")
+    assert listed["id"] == ping.headers["Cohort-Webhook-Id"]
+    assert [a["status_code"] for a in listed["attempts"]] == [200]
+    table = cohort(running.url, running.token, "webhook", "list")
+    assert receiver.url in table.stdout and "job.failed" in table.stdout
+    assert "whsec_" not in table.stdout
+    assert cohort(running.url, running.token, "webhook", "delete", str(hook["id"])).returncode == 0
+    assert hook["id"] not in [h.id for h in client.webhooks()]
+
+
+def cohort(url: str, token: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COHORT_URL": url, "COHORT_TOKEN": token, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args], env=env, capture_output=True, text=True, timeout=60
+    )
