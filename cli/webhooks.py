@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from cli.options import (
+    Cell,
     FormatOpt,
     JsonOpt,
     ListFormat,
@@ -16,9 +16,9 @@ from cli.options import (
     UrlOpt,
     connect,
     console,
-    emit_as,
     emit_json,
     guarded,
+    print_listing,
 )
 from services.webhooks.events import EVENTS
 
@@ -69,20 +69,15 @@ def list_webhooks(
 ) -> None:
     """List the project's webhooks: URL, events, deliveries pending and failed."""
     items = guarded(lambda: connect(url, token).webhooks())
-    if as_json or output != "table":
-        emit_as(items, "json" if as_json else output)
-        return
-    table = Table("id", "url", "events", "pending", "failed", "created")
-    for hook in items:
-        table.add_row(
-            str(hook.id),
-            hook.url,
-            ", ".join(hook.events),
-            str(hook.pending),
-            str(hook.failed),
-            _when(hook.created_at),
-        )
-    console.print(table)
+    columns: dict[str, Cell] = {
+        "id": lambda h: h.id,
+        "url": lambda h: h.url,
+        "events": lambda h: ", ".join(h.events),
+        "pending": lambda h: h.pending,
+        "failed": lambda h: h.failed,
+        "created": lambda h: _when(h.created_at),
+    }
+    print_listing(items, columns, as_json=as_json, output=output)
 
 
 @app.command("delete")
@@ -120,14 +115,19 @@ def list_deliveries(
 ) -> None:
     """A webhook's newest deliveries and their attempts: status code, answer or error."""
     items = guarded(lambda: connect(url, token).webhook_deliveries(webhook_id, limit))
-    if as_json or output != "table":
-        emit_as(items, "json" if as_json else output)
-        return
-    table = Table("delivery", "event", "state", "attempts", "last answer", "next attempt")
-    for d in items:
-        last = d.attempts[-1] if d.attempts else None
-        said = "—" if last is None else f"{last.status_code or '-'} {last.error or last.answer}"
-        table.add_row(
-            d.id, d.event, d.state, str(len(d.attempts)), said[:80], _when(d.next_attempt_at)
-        )
-    console.print(table)
+    columns: dict[str, Cell] = {
+        "delivery": lambda d: d.id,
+        "event": lambda d: d.event,
+        "state": lambda d: d.state,
+        "attempts": lambda d: len(d.attempts),
+        "last answer": _last_answer,
+        "next attempt": lambda d: _when(d.next_attempt_at),
+    }
+    print_listing(items, columns, as_json=as_json, output=output)
+
+
+def _last_answer(delivery: Any) -> str:
+    if not delivery.attempts:
+        return "—"
+    last = delivery.attempts[-1]
+    return f"{last.status_code or '-'} {last.error or last.answer}"[:80]

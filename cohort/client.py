@@ -32,8 +32,15 @@ from cohort.events import JobEvent, is_last, typed_event
 from cohort.jobs import Job
 from cohort.specs import Spec, spec_dict
 from cohort.sse import Event, parse_lines
-from cohort.transport import answer, client_settings, error_of, request_args, retry_wait
-from cohort.uploads import PENDING_BUNDLE, Sink, file_body, ranged_chunks
+from cohort.transport import (
+    answer,
+    client_settings,
+    error_of,
+    open_stream,
+    request_args,
+    retry_wait,
+)
+from cohort.uploads import CHUNK, PENDING_BUNDLE, Sink, file_body
 
 T = TypeVar("T")
 Progress = Callable[[int], None]  # called with each chunk's size in bytes
@@ -153,25 +160,19 @@ class Client:
         a binary file open for writing); returns its Content-Type. `start`, `end` (end
         excluded): only those bytes of a file (a Range; from an API that sends the whole
         file anyway, the rest is cut off here)."""
-        ranged = start > 0 or end is not None
-        last = "" if end is None else str(end - 1)
-        with self.http.stream(
-            "GET",
-            f"/api/v1/jobs/{int(job_id)}/artifacts/download",
-            params={"path": path},
-            headers={"Range": f"bytes={start}-{last}"} if ranged else {},
-            timeout=httpx.Timeout(30.0, read=300.0),
-        ) as response:
+        call = calls.download(job_id, path, start, end)
+        with open_stream(self.http, call) as response:
             if response.status_code >= 400:
                 response.read()
                 raise error_of(response, self.token_source)
-            skip = start if ranged and response.status_code != 206 else 0
+            cut = call.cut(response.status_code)
             with contextlib.ExitStack() as stack:
                 out = dest if isinstance(dest, Sink) else stack.enter_context(open(dest, "wb"))
-                for chunk in ranged_chunks(response.iter_bytes(1 << 20), skip, end, start):
-                    out.write(chunk)
-                    if progress is not None:
-                        progress(len(chunk))
+                for chunk in response.iter_bytes(CHUNK):
+                    if kept := cut(chunk):
+                        out.write(kept)
+                        if progress is not None:
+                            progress(len(kept))
             return str(response.headers.get("content-type", ""))
 
     def stream(
@@ -184,15 +185,9 @@ class Client:
         """A job's SSE events as sent (JSON data), to its terminal status; resumes with
         Last-Event-ID after a dropped connection."""
         while True:
-            headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
+            call = calls.job_stream(job_id, kinds, last_event_id)
             try:
-                with self.http.stream(
-                    "GET",
-                    f"/api/v1/jobs/{int(job_id)}/stream",
-                    params={"kinds": list(kinds)},
-                    headers=headers,
-                    timeout=httpx.Timeout(10.0, read=60.0),
-                ) as response:
+                with open_stream(self.http, call) as response:
                     if response.status_code == 204:  # had the terminal status: over
                         return
                     if response.status_code >= 400:
