@@ -4,7 +4,7 @@
     jobs.py       projects, jobs, code bundles, replicas, job events, nodes
     access.py     API tokens (scopes, expiry, revocation) and dashboard sessions
     series.py     metric points, their rollups, log lines
-    schedules.py  retraining schedules and their runs
+    schedules.py  retraining schedules, their runs and their models' evaluations
     sweeps.py     sweeps and their trials' search state (the trials run as jobs)
     quotas.py     projects' quotas over the cluster's defaults
     leadership.py the scheduler's fencing token
@@ -18,7 +18,7 @@ from services.models.base import Base, UTCDateTime, utcnow
 from services.models.jobs import Bundle, Job, JobEvent, Node, Project, Replica
 from services.models.leadership import SchedulerFence
 from services.models.quotas import ProjectQuota
-from services.models.schedules import Schedule, ScheduleRun
+from services.models.schedules import Evaluation, Schedule, ScheduleRun
 from services.models.series import LogLine, MetricPoint, MetricRollup
 from services.models.sweeps import Sweep, SweepTrial
 from services.models.tracking import MlflowRun, ProjectTracking, TrackingStart
@@ -28,6 +28,7 @@ __all__ = [
     "Base",
     "Bundle",
     "DashboardSession",
+    "Evaluation",
     "Job",
     "JobEvent",
     "LogLine",
