@@ -54,7 +54,7 @@ def finish(session: Session, job_id: int, status: JobStatus = JobStatus.SUCCEEDE
         transition_job(session=session, job_id=job_id, target=target, reason="test")
 
 
-def trained(session: Session, schedule: Schedule, second: int) -> int:
+def trained(session: Session, second: int) -> int:
     """A fired run's job, succeeded, with a model artifact in the store."""
     (job_id,) = firing.fire_due_schedules(
         session=session, settings=get_settings(), now=T0 + dt.timedelta(seconds=second)
@@ -102,7 +102,7 @@ def test_new_models_are_judged_against_the_holder_on_one_holdout_digest(
     _, token = create_token(session)
     put_holdout(token.project_id, b"1,2,3\n")
     schedule = make(session, token.project_id)
-    a = trained(session, schedule, 10)
+    a = trained(session, 10)
     decide(session)
     (ev_a,) = evaluations(session, schedule)
     assert run_of(session, a).decision == "pending"  # waits for its evaluation job
@@ -130,7 +130,7 @@ def test_new_models_are_judged_against_the_holder_on_one_holdout_digest(
     assert schedule.promoted_value == 0.8
 
     # The holder was judged on this digest: only the new model is evaluated.
-    b = trained(session, schedule, 20)
+    b = trained(session, 20)
     decide(session)
     ev_b = evaluations(session, schedule)[-1]
     assert len(evaluations(session, schedule)) == 2 and ev_b.model_job_id == b
@@ -141,7 +141,7 @@ def test_new_models_are_judged_against_the_holder_on_one_holdout_digest(
 
     # A new holdout: the holder is evaluated again, on the same files as the new model.
     put_holdout(token.project_id, b"4,5,6\n")
-    c = trained(session, schedule, 30)
+    c = trained(session, 30)
     decide(session)
     ev_c, ev_holder = evaluations(session, schedule)[-2:]
     assert (ev_c.model_job_id, ev_holder.model_job_id) == (c, a)
@@ -164,11 +164,11 @@ def test_a_failed_evaluation_keeps_the_holder(session: Session, outcome: str) ->
     _, token = create_token(session)
     put_holdout(token.project_id, b"1\n")
     schedule = make(session, token.project_id)
-    a = trained(session, schedule, 10)
+    a = trained(session, 10)
     decide(session)
     evaluated(session, evaluations(session, schedule)[0].job_id or 0, 0.5)
     decide(session)
-    b = trained(session, schedule, 20)
+    b = trained(session, 20)
     decide(session)
     ev_b = evaluations(session, schedule)[-1]
     if outcome == "failed":
@@ -215,7 +215,7 @@ def pending_run(engine: Engine) -> Iterator[tuple[int, int]]:
         )
         put_holdout(token.project_id, b"1\n")
         schedule = make(session, token.project_id, "race")
-        job_id = trained(session, schedule, 10)
+        job_id = trained(session, 10)
         ids = schedule.id, job_id
     yield ids
     with Session(engine) as session, session.begin():
@@ -254,7 +254,9 @@ def test_without_the_schedule_lock_the_unique_key_makes_one_job(
     schedule_id, job_id = pending_run
 
     def judge(session: Session) -> None:
-        run = session.execute(sa.select(ScheduleRun).where(ScheduleRun.job_id == job_id)).scalar_one()
+        run = session.execute(
+            sa.select(ScheduleRun).where(ScheduleRun.job_id == job_id)
+        ).scalar_one()
         job, schedule = session.get(Job, job_id), session.get(Schedule, schedule_id)
         assert job is not None and schedule is not None
         judged = evaluation.judge(
@@ -272,7 +274,9 @@ def test_without_the_schedule_lock_the_unique_key_makes_one_job(
     assert len(made) == 1 and made[0][0] == job_id
     with Session(engine) as session:
         count = session.execute(
-            sa.select(sa.func.count()).select_from(Job).where(Job.evaluation.is_not(None))
+            sa.select(sa.func.count())
+            .select_from(Job)
+            .where(Job.evaluation.is_not(None))
             .where(Job.name == f"evaluate-job{job_id}-race")
         ).scalar_one()
         assert count == 1
