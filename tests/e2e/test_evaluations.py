@@ -3,7 +3,9 @@ the real stack (PostgreSQL, Redis, scheduler, agent) with real TensorFlow replic
 
 The built-in trainer's `evaluate(ctx)` loads each saved model and scores it on a holdout
 of the digits table; the command form runs a script given COHORT_MODEL_DIR and
-COHORT_HOLDOUT_DIR. Jobs are one-replica `one_device` runs of a few steps.
+COHORT_HOLDOUT_DIR, which hold the model's and the holdout's files read-only (the stack's
+agent, as root, runs each job as its own uid). Jobs are one-replica `one_device`
+runs of a few steps.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +152,15 @@ from cohort.metrics import report
 model, holdout = Path(os.environ["COHORT_MODEL_DIR"]), Path(os.environ["COHORT_HOLDOUT_DIR"])
 rows = len((holdout / "part-0.csv").read_text().splitlines())
 quality = json.loads((model / "weights.json").read_text())["q"]
-report(0, accuracy=quality, rows=rows)
+writable = 0
+for target in (model / "weights.json", model / "new.txt", holdout / "new.txt"):
+    try:
+        with open(target, "a") as handle:
+            handle.write("x")
+        writable += 1
+    except OSError:
+        pass
+report(0, accuracy=quality, rows=rows, writable=writable)
 """
 
 
@@ -187,6 +198,8 @@ def test_a_command_job_evaluates_with_its_own_script(
     evaluation_job = first["evaluations"][0]["job_id"]
     rows = client.metrics(evaluation_job, name="rows")
     assert rows and rows[-1].value == 3  # it read the holdout
+    if os.geteuid() == 0:  # the model and the holdout are the agent's, read-only to the job
+        assert [p.value for p in client.metrics(evaluation_job, name="writable")] == [0]
     second = run_and_decide(client, schedule["id"], job("0.6"))
     assert second["decision"] == "kept" and second["metric_value"] == 0.6, second
     third = run_and_decide(client, schedule["id"], job("0.9"))
