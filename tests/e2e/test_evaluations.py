@@ -14,6 +14,8 @@ import datetime as dt
 import gzip
 import importlib.util
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +169,7 @@ report(0, accuracy=quality, rows=rows, writable=writable)
 def test_a_command_job_evaluates_with_its_own_script(
     module_stack: tuple[Stack, Client], tmp_path: Path
 ) -> None:
-    _stack, client = module_stack
+    stack, client = module_stack
     put_holdout(client, tmp_path, ["a", "b", "c"], "rows.csv")
 
     def job(quality: str) -> dict[str, Any]:
@@ -205,4 +207,11 @@ def test_a_command_job_evaluates_with_its_own_script(
     third = run_and_decide(client, schedule["id"], job("0.9"))
     assert third["decision"] == "promoted", third
     assert api(client, "GET", f"/{schedule['id']}")["promoted_job_id"] == third["job_id"]
+    env = {**os.environ, "COHORT_URL": stack.url, "COHORT_TOKEN": stack.token, "COLUMNS": "250"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "cli", "schedule", "show", str(schedule["id"])],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert "evaluated on data/holdout by python -c" in shown, shown
+    assert f"job {third['job_id']}: accuracy=0.9 (evaluation job" in shown, shown
     api(client, "DELETE", f"/{schedule['id']}")
