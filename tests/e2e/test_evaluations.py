@@ -24,6 +24,7 @@ import pytest
 from cli.stack import Stack
 from cohort.client import Client
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
+from tests.e2e.test_dashboard import log_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow(240)]
 
@@ -166,28 +167,26 @@ report(0, accuracy=quality, rows=rows, writable=writable)
 """
 
 
-def test_a_command_job_evaluates_with_its_own_script(
-    module_stack: tuple[Stack, Client], tmp_path: Path
-) -> None:
-    stack, client = module_stack
+def scripted(quality: str) -> dict[str, Any]:
+    """A command job whose "model" is the quality it is given."""
+    return {
+        "command": ["python", "-c", TRAIN],
+        "env": {"QUALITY": quality},
+        "strategy": "one_device",
+        "replicas": 1,
+    }
+
+
+def scripted_schedule(client: Client, tmp_path: Path, name: str) -> dict[str, Any]:
     put_holdout(client, tmp_path, ["a", "b", "c"], "rows.csv")
-
-    def job(quality: str) -> dict[str, Any]:
-        return {
-            "command": ["python", "-c", TRAIN],
-            "env": {"QUALITY": quality},
-            "strategy": "one_device",
-            "replicas": 1,
-        }
-
-    schedule = api(
+    return api(
         client,
         "POST",
         "",
         json={
-            "name": "scripted",
+            "name": name,
             "cron": "0 0 1 1 *",
-            "job": job("0.7"),
+            "job": scripted("0.7"),
             "evaluate": {
                 "data": "data/holdout",
                 "metric": "accuracy",
@@ -195,6 +194,13 @@ def test_a_command_job_evaluates_with_its_own_script(
             },
         },
     )
+
+
+def test_a_command_job_evaluates_with_its_own_script(
+    module_stack: tuple[Stack, Client], tmp_path: Path
+) -> None:
+    stack, client = module_stack
+    schedule = scripted_schedule(client, tmp_path, "scripted")
     first = run_and_decide(client, schedule["id"])
     assert first["decision"] == "promoted" and first["metric_value"] == 0.7, first
     evaluation_job = first["evaluations"][0]["job_id"]
@@ -202,9 +208,9 @@ def test_a_command_job_evaluates_with_its_own_script(
     assert rows and rows[-1].value == 3  # it read the holdout
     if os.geteuid() == 0:  # the model and the holdout are the agent's, read-only to the job
         assert [p.value for p in client.metrics(evaluation_job, name="writable")] == [0]
-    second = run_and_decide(client, schedule["id"], job("0.6"))
+    second = run_and_decide(client, schedule["id"], scripted("0.6"))
     assert second["decision"] == "kept" and second["metric_value"] == 0.6, second
-    third = run_and_decide(client, schedule["id"], job("0.9"))
+    third = run_and_decide(client, schedule["id"], scripted("0.9"))
     assert third["decision"] == "promoted", third
     assert api(client, "GET", f"/{schedule['id']}")["promoted_job_id"] == third["job_id"]
     env = {**os.environ, "COHORT_URL": stack.url, "COHORT_TOKEN": stack.token, "COLUMNS": "250"}
@@ -214,4 +220,26 @@ def test_a_command_job_evaluates_with_its_own_script(
     ).stdout  # fmt: skip
     assert "evaluated on data/holdout by python -c" in shown, shown
     assert f"job {third['job_id']}: accuracy=0.9 (evaluation job" in shown, shown
+    api(client, "DELETE", f"/{schedule['id']}")
+
+
+def test_the_dashboard_shows_a_runs_evaluations(
+    module_stack: tuple[Stack, Client], tmp_path: Path, browser: Any
+) -> None:
+    stack, client = module_stack
+    schedule = scripted_schedule(client, tmp_path, "on-the-page")
+    run = run_and_decide(client, schedule["id"])
+    (evaluation,) = run["evaluations"]
+    context = browser.new_context(base_url=stack.url)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    log_in(page, stack.token)
+    page.goto("/schedules")
+    page.wait_for_selector("#schedules:not([aria-busy])")
+    cell = page.locator("td[data-label=Evaluations] li").first.inner_text()
+    assert f"model #{run['job_id']} accuracy=0.7000 on data/holdout" in cell, cell
+    assert f"by #{evaluation['job_id']}" in cell, cell
+    context.close()
+    assert not errors, errors
     api(client, "DELETE", f"/{schedule['id']}")
