@@ -213,7 +213,7 @@ def update_schedule(
         promote = schedule_in.promote
         schedule.promote_metric = promote.metric if promote else None
         schedule.promote_mode = promote.mode if promote else "max"
-    if given & {"evaluate", "job", "sweep"}:
+    if given & {"evaluate", "job", "sweep", "promote"}:  # an evaluation sets the promotion
         _update_evaluate(session, schedule, schedule_in, settings)
     if given & {"cron", "interval_seconds", "timezone"} and not schedule.paused:
         schedule.next_fire_at = timing_of(schedule).next_after(now)

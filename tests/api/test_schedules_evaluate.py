@@ -51,7 +51,12 @@ def test_an_evaluated_schedule_is_stored_and_shown(
     assert body["promote"] == {"metric": "accuracy", "mode": "max"}
     shown = client.get(f"/api/v1/schedules/{body['id']}", headers=auth).json()
     assert shown["evaluate"]["data"] == "data/holdout" and shown["recent_runs"] == []
-    cleared = client.patch(f"/api/v1/schedules/{body['id']}", json={"evaluate": None}, headers=auth)
+    # While it evaluates, the evaluation's metric and mode are the promotion's.
+    url = f"/api/v1/schedules/{body['id']}"
+    patched = client.patch(url, json={"promote": {"metric": "loss", "mode": "min"}}, headers=auth)
+    assert patched.json()["promote"] == {"metric": "accuracy", "mode": "max"}
+    assert client.patch(url, json={"promote": None}, headers=auth).json()["promote"] is not None
+    cleared = client.patch(url, json={"evaluate": None}, headers=auth)
     assert cleared.status_code == 200 and cleared.json()["evaluate"] is None
 
 
