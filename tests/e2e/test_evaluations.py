@@ -81,11 +81,8 @@ def run_and_decide(
     return wait_for(decided, 300, f"a decision on job {run['job_id']}", 0.5, story)
 
 
-def seconds(client: Client, run: dict[str, Any]) -> float:
-    """From the run's job's end to its decision."""
-    finished = client.job(run["job_id"])["finished_at"]
-    parse = dt.datetime.fromisoformat
-    return (parse(run["decided_at"]) - parse(finished)).total_seconds()
+def between(start: str, end: str) -> float:
+    return (dt.datetime.fromisoformat(end) - dt.datetime.fromisoformat(start)).total_seconds()
 
 
 def test_the_alias_holder_is_judged_on_the_same_holdout(
@@ -129,8 +126,10 @@ def test_the_alias_holder_is_judged_on_the_same_holdout(
     mine, holder = third["evaluations"]
     assert (mine["model_job_id"], holder["model_job_id"]) == (third["job_id"], first["job_id"])
     assert mine["holdout_digest"] == holder["holdout_digest"] != ev1["holdout_digest"]
-    took = seconds(client, third)
-    print(f"\nsuccess -> decision with two evaluation jobs: {took:.1f} s")  # noqa: T201
+    took = between(client.job(third["job_id"])["finished_at"], third["decided_at"])
+    ran = [client.job(e["job_id"]) for e in third["evaluations"]]
+    each = ", ".join(f"{between(j['started_at'], j['finished_at']):.1f}" for j in ran)
+    print(f"\nsuccess -> decision with two evaluation jobs: {took:.1f} s (each ran {each} s)")  # noqa: T201
     promoted = api(client, "GET", f"/{sid}")["promoted_job_id"]
 
     # A holdout the evaluation cannot read: evaluation_failed, and the holder stays.
