@@ -47,14 +47,16 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], ondelete="SET NULL"),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint(
-            "schedule_id", "model_job_id", "holdout_digest", name="uq_evaluations_model_holdout"
+            "run_id", "model_job_id", "holdout_digest", name="uq_evaluations_run_model_holdout"
         ),
     )
-    op.create_index("ix_evaluations_run_id", "evaluations", ["run_id"])
+    op.create_index(
+        "ix_evaluations_model", "evaluations", ["schedule_id", "model_job_id", "holdout_digest"]
+    )
 
 
 def downgrade() -> None:
-    op.drop_index("ix_evaluations_run_id", table_name="evaluations")
+    op.drop_index("ix_evaluations_model", table_name="evaluations")
     op.drop_table("evaluations")
     op.drop_column("jobs", "evaluation")
     op.execute(

@@ -83,20 +83,21 @@ class ScheduleRun(Base):
 
 class Evaluation(Base):
     """One model (a job's model artifact) evaluated on one content of a schedule's holdout
-    by an evaluation job; unique per (schedule, model, holdout digest), so two schedulers
-    or a retried pass make each evaluation job once."""
+    by an evaluation job, for a run's decision; unique per (run, model, holdout digest), so
+    two schedulers or a retried pass make each evaluation job once."""
 
     __tablename__ = "evaluations"
     __table_args__ = (
         sa.UniqueConstraint(
-            "schedule_id", "model_job_id", "holdout_digest", name="uq_evaluations_model_holdout"
+            "run_id", "model_job_id", "holdout_digest", name="uq_evaluations_run_model_holdout"
         ),
-        sa.Index("ix_evaluations_run_id", "run_id"),
+        # A holder's evaluation on a digest, which later runs reuse.
+        sa.Index("ix_evaluations_model", "schedule_id", "model_job_id", "holdout_digest"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     schedule_id: Mapped[int] = mapped_column(sa.ForeignKey("schedules.id", ondelete="CASCADE"))
-    # The run whose decision asked for it first (a holder's evaluation may serve later ones).
+    # The run whose decision asked for it (a holder's evaluation may serve later ones too).
     run_id: Mapped[int | None] = mapped_column(
         sa.ForeignKey("schedule_runs.id", ondelete="SET NULL")
     )

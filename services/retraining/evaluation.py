@@ -12,8 +12,9 @@ An evaluation job is a one_device job of the schedule's project, with the run's 
 (trainer, bundle, image, command, environment): the trainer module's `evaluate(ctx)`
 runs, or the block's `command`, with the model's files and the holdout's fetched
 read-only (COHORT_MODEL_DIR, COHORT_HOLDOUT_DIR; `Job.evaluation` lists them). Each
-`Evaluation` row is unique per (schedule, model job, holdout digest): two schedulers or a
-retried pass make each evaluation job once.
+`Evaluation` row is unique per (run, model job, holdout digest): two schedulers or a
+retried pass make each evaluation job once. A holder's evaluation serves every later run
+on the same digest, unless it failed (then the next run evaluates the holder again).
 """
 
 from __future__ import annotations
@@ -165,24 +166,37 @@ def _holder_evaluation(
     job: Job,
     mine: Evaluation,
 ) -> Evaluation | None:
-    """The holder's evaluation on the digest `mine` ran on: the one it has, or a new one
-    on the same files; None when nothing is promoted."""
-    schedule = context[0]
+    """The holder's evaluation on the digest `mine` ran on: one it has (succeeded, or
+    still running for another run), or a new one on the same files; None when nothing is
+    promoted. A failed one is not reused: this run evaluates the holder again."""
+    schedule, run, spec = context
     holder_id = schedule.promoted_job_id
     if holder_id is None or holder_id == job.id:
         return None
-    found = _find(session, schedule.id, holder_id, mine.holdout_digest)
+    found = session.execute(
+        sa.select(Evaluation)
+        .where(
+            Evaluation.schedule_id == schedule.id,
+            Evaluation.model_job_id == holder_id,
+            Evaluation.holdout_digest == mine.holdout_digest,
+            (Evaluation.status != "failed") | (Evaluation.run_id == run.id),
+        )
+        .order_by(Evaluation.id.desc())
+        .limit(1)
+    ).scalar_one_or_none()
     if found is not None:
         return found
     mine_job = session.get(Job, mine.job_id) if mine.job_id else None
-    holdout = dict((mine_job.evaluation or {}).get("holdout", {})) if mine_job else {}
+    holdout = (mine_job.evaluation or {}).get("holdout") if mine_job else None
+    if not holdout:  # the new model's evaluation made no job: the holdout as it is now
+        holdout = _files(store, keys.data_key(schedule.project_id, _path(spec)))
     return _start(session, settings, store, context, holder_id, (mine.holdout_digest, holdout))
 
 
-def _find(session: Session, schedule_id: int, model_job_id: int, digest: str) -> Evaluation | None:
+def _find(session: Session, run_id: int, model_job_id: int, digest: str) -> Evaluation | None:
     return session.execute(
         sa.select(Evaluation).where(
-            Evaluation.schedule_id == schedule_id,
+            Evaluation.run_id == run_id,
             Evaluation.model_job_id == model_job_id,
             Evaluation.holdout_digest == digest,
         )
@@ -229,7 +243,7 @@ def _start(
                 )
             session.flush()
     except IntegrityError:
-        found = _find(session, schedule.id, model_job_id, digest)
+        found = _find(session, run.id, model_job_id, digest)
         assert found is not None  # the row that made this insert fail
         return found
     return evaluation

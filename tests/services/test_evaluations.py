@@ -187,6 +187,36 @@ def test_a_failed_evaluation_keeps_the_holder(session: Session, outcome: str) ->
     assert schedule.promoted_job_id == a and ev_b.status == "failed"
 
 
+def test_a_holder_whose_evaluation_failed_is_evaluated_again_by_the_next_run(
+    session: Session,
+) -> None:
+    _, token = create_token(session)
+    put_holdout(token.project_id, b"1\n")
+    schedule = make(session, token.project_id)
+    a = trained(session, 10)
+    decide(session)
+    evaluated(session, evaluations(session, schedule)[0].job_id or 0, 0.5)
+    decide(session)
+    put_holdout(token.project_id, b"2\n")  # a new digest: the holder is evaluated again
+    b = trained(session, 20)
+    decide(session)
+    ev_b, holder_b = evaluations(session, schedule)[-2:]
+    evaluated(session, ev_b.job_id or 0, 0.9)
+    evaluated(session, holder_b.job_id or 0, None, ok=False)  # say, its node was lost
+    decide(session)
+    assert run_of(session, b).decision == "evaluation_failed"
+    assert f"evaluation of job {a}" in run_of(session, b).decision_reason
+    c = trained(session, 30)
+    decide(session)
+    ev_c, holder_c = evaluations(session, schedule)[-2:]
+    assert (ev_c.model_job_id, holder_c.model_job_id) == (c, a)
+    assert holder_c.id != holder_b.id and holder_c.holdout_digest == holder_b.holdout_digest
+    evaluated(session, ev_c.job_id or 0, 0.4)
+    evaluated(session, holder_c.job_id or 0, 0.6)
+    decide(session)
+    assert run_of(session, c).decision == "kept" and schedule.promoted_job_id == a
+
+
 def test_a_model_without_artifact_fails_its_evaluation_without_a_job(session: Session) -> None:
     _, token = create_token(session)
     put_holdout(token.project_id, b"1\n")
