@@ -62,7 +62,13 @@ def _show(schedule: dict[str, Any], as_json: bool) -> None:
             f"  promote on {promote['metric']} ({promote['mode']}): job "
             f"{schedule['promoted_job_id']} = {schedule['promoted_value']}"
         )
-    table = Table("fire time", "outcome", "job", "decision", "reason")
+    if schedule.get("evaluate"):
+        evaluate = schedule["evaluate"]
+        how = (
+            " ".join(evaluate["command"]) if evaluate["command"] else "the trainer's evaluate(ctx)"
+        )
+        console.print(f"  evaluated on {evaluate['data']} by {how}")
+    table = Table("fire time", "outcome", "job", "decision", "reason", "evaluations")
     for run in schedule["recent_runs"]:
         table.add_row(
             run["scheduled_for"],
@@ -70,8 +76,19 @@ def _show(schedule: dict[str, Any], as_json: bool) -> None:
             str(run["job_id"] or "-"),
             run["decision"] or "-",
             run["decision_reason"] or run["reason"],
+            _evaluations(run.get("evaluations") or []),
         )
     console.print(table)
+
+
+def _evaluations(evaluations: list[dict[str, Any]]) -> str:
+    """Each model a run's decision had evaluated: its value (or status), by which job."""
+    return "\n".join(
+        f"job {e['model_job_id']}: "
+        + (f"{e['metric']}={e['value']:.4g}" if e["value"] is not None else e["status"])
+        + f" (evaluation job {e['job_id'] or '-'}, {e['holdout_digest'][:15]})"
+        for e in evaluations
+    )
 
 
 @app.command("list")

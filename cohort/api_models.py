@@ -78,6 +78,29 @@ class DistributionOptions(ApiModel):
     shard_policy: Literal["auto", "file", "data", "off"] | None = "auto"
 
 
+class Evaluate(ApiModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    command: list[str] | None = None
+    data: str
+    metric: str
+    mode: Literal["max", "min"] | None = "max"
+
+
+class EvaluationRead(ApiModel):
+    created_at: AwareDatetime
+    finished_at: AwareDatetime | None
+    holdout_digest: str
+    holdout_path: str
+    job_id: int | None
+    metric: str
+    model_job_id: int | None
+    reason: str
+    status: str
+    value: float | None
+
+
 class FieldProblem(ApiModel):
     field: str
     message: str
@@ -265,6 +288,7 @@ class ScheduleRunRead(ApiModel):
     decided_at: AwareDatetime | None
     decision: str | None
     decision_reason: str
+    evaluations: list[EvaluationRead] | None = None
     job_id: int | None
     metric_value: float | None
     outcome: str
@@ -553,6 +577,7 @@ class ScheduleRead(ApiModel):
     concurrency_policy: str
     created_at: AwareDatetime
     cron: str | None
+    evaluate: Evaluate | None = None
     failed_jobs_history_limit: int | None
     id: int
     interval_seconds: int | None
@@ -698,6 +723,7 @@ class ScheduleCreate(ApiModel):
     )
     concurrency_policy: Literal["allow", "forbid", "replace"] | None = "allow"
     cron: str | None = None
+    evaluate: Evaluate | None = None
     failed_jobs_history_limit: int | None = None
     interval_seconds: int | None = None
     job: JobCreate | None = None
@@ -720,6 +746,7 @@ class ScheduleUpdate(ApiModel):
     )
     concurrency_policy: Literal["allow", "forbid", "replace"] | None = None
     cron: str | None = None
+    evaluate: Evaluate | None = None
     failed_jobs_history_limit: int | None = None
     interval_seconds: int | None = None
     job: JobCreate | None = None

@@ -5,6 +5,8 @@
         model/                                     COHORT_MODEL_DIR
         tensorboard/replica-<i>/                   COHORT_TENSORBOARD_DIR
         inputs/                                    COHORT_INPUT_DIR (the job's data files)
+            model/ holdout/                        an evaluation job's: COHORT_MODEL_DIR
+                                                   and COHORT_HOLDOUT_DIR, read-only
         tmp/                                       TMPDIR: scratch shared by the job's replicas
         logs/attempt-<n>/replica-<i>.log           the replica's stdout and stderr
         attempt-<n>/replica-<i>/                   work_dir (0700): one replica of one attempt
@@ -49,6 +51,16 @@ class JobDirs:
     def input_dir(self) -> Path:
         """The job's input files fetched from the store (COHORT_INPUT_DIR)."""
         return self.root / "inputs"
+
+    @property
+    def evaluated_model_dir(self) -> Path:
+        """An evaluation job's model, fetched read-only (its COHORT_MODEL_DIR)."""
+        return self.input_dir / "model"
+
+    @property
+    def holdout_dir(self) -> Path:
+        """An evaluation job's holdout, fetched read-only (COHORT_HOLDOUT_DIR)."""
+        return self.input_dir / "holdout"
 
     @property
     def tmp_dir(self) -> Path:

@@ -252,6 +252,22 @@ function tableOf(headers, rows) {
   return wrap;
 }
 
+/* A run's evaluations: each model (its job) judged on the holdout's digest, by a job. */
+function evaluationsOf(evaluations) {
+  if (!evaluations.length) return text("span", null);
+  const list = document.createElement("ul");
+  list.className = "evaluations";
+  for (const e of evaluations) {
+    const item = document.createElement("li");
+    const value = e.value === null || e.value === undefined ? e.status : `${e.metric}=${e.value.toPrecision(4)}`;
+    item.append("model ", jobLink(e.model_job_id), ` ${value} on ${e.holdout_path} ` +
+      `(${e.holdout_digest.slice(0, 15)}…) by `, jobLink(e.job_id));
+    if (e.reason) item.append(text("span", ` ${e.reason}`, "muted"));
+    list.append(item);
+  }
+  return list;
+}
+
 async function schedulesPage() {
   const box = document.getElementById("schedules");
   const response = await Cohort.api("/api/v1/schedules");
@@ -281,9 +297,10 @@ async function schedulesPage() {
     section.append(text("h2", `History of ${s.name}`));
     const runs = s.recent_runs || [];
     section.append(runs.length ? tableOf(
-      ["Scheduled for", "Job", "Outcome", "Reason", "Decision"],
+      ["Scheduled for", "Job", "Outcome", "Reason", "Decision", "Evaluations"],
       runs.map((r) => [when(r.scheduled_for), jobLink(r.job_id), r.outcome, r.reason,
-        r.decision ? `${r.decision}${r.decision_reason ? ": " + r.decision_reason : ""}` : null]))
+        r.decision ? `${r.decision}${r.decision_reason ? ": " + r.decision_reason : ""}` : null,
+        evaluationsOf(r.evaluations || [])]))
       : text("p", "Not run yet.", "muted"));
     box.append(section);
   }

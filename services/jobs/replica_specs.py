@@ -4,7 +4,8 @@ The replica spec's fields that the job spec (services/jobs/spec.py) declares too
 copied from the stored job by name, so a job field replicas need is one line in
 `ReplicaSpec`; `REPLICA_FORMS` lists the ones whose replica form differs from the
 stored one. The other fields say which replica it is (`PER_REPLICA`), or what the
-control plane resolved at submission (`RESOLVED`: the job's requirements).
+control plane resolved at submission (`RESOLVED`: the job's requirements, an evaluation
+job's files).
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from services.jobs.inputs import resolve_inputs
 from services.jobs.spec import JobSpec
 from services.jobs.spec_parts import Hyperparameters
 from services.models import Job
-from services.wire.replica import DistributionOptions, Profile, ReplicaSpec, Role, StartReplica
+from services.wire.replica import (
+    DistributionOptions,
+    EvaluationFiles,
+    Profile,
+    ReplicaSpec,
+    Role,
+    StartReplica,
+)
 
 
 class PlacedOn(Protocol):
@@ -72,6 +80,8 @@ PER_REPLICA = frozenset({"job_id", "attempt", "index", "role", "role_index"})
 # requirements come from the job's `pip` or its bundle's requirements.txt.
 RESOLVED: dict[str, Callable[[Job], Any]] = {
     "requirements": lambda job: (job.requirements or "").splitlines(),
+    # An evaluation job's model and holdout files (services/retraining/evaluation.py).
+    "evaluation": lambda job: EvaluationFiles(**job.evaluation) if job.evaluation else None,
 }
 FROM_JOB = tuple(
     field.name for field in dataclasses.fields(ReplicaSpec) if field.name in JobSpec.model_fields

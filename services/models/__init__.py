@@ -4,7 +4,7 @@
     jobs.py       projects, jobs, code bundles, replicas, job events, nodes
     access.py     API tokens (scopes, expiry, revocation) and dashboard sessions
     series.py     metric points, their rollups, log lines
-    schedules.py  retraining schedules and their runs
+    schedules.py  retraining schedules, their runs and their models' evaluations
     data_files.py the contents of projects' data files (digests, for triggers and lineage)
     sweeps.py     sweeps and their trials' search state (the trials run as jobs)
     quotas.py     projects' quotas over the cluster's defaults
@@ -21,7 +21,7 @@ from services.models.data_files import DataFileRecord
 from services.models.jobs import Bundle, Job, JobEvent, Node, Project, Replica
 from services.models.leadership import SchedulerFence
 from services.models.quotas import ProjectQuota
-from services.models.schedules import Schedule, ScheduleRun
+from services.models.schedules import Evaluation, Schedule, ScheduleRun
 from services.models.series import LogLine, MetricPoint, MetricRollup
 from services.models.sweeps import Sweep, SweepTrial
 from services.models.tracking import MlflowRun, ProjectTracking, TrackingStart
@@ -33,6 +33,7 @@ __all__ = [
     "Bundle",
     "DashboardSession",
     "DataFileRecord",
+    "Evaluation",
     "Job",
     "JobEvent",
     "LogLine",

@@ -103,6 +103,9 @@ class Job(Base):
         sa.ForeignKey("sweeps.id", ondelete="SET NULL", use_alter=True, name="fk_jobs_sweep_id")
     )
     trial_index: Mapped[int | None]
+    # An evaluation job's files (services/retraining/evaluation.py): {"model": {relpath:
+    # store key}, "holdout": {relpath: store key}}, fetched read-only; NULL for other jobs.
+    evaluation: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
 
     project: Mapped[Project] = relationship(lazy="joined")
     replica_rows: Mapped[list[Replica]] = relationship(

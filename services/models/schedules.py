@@ -46,6 +46,9 @@ class Schedule(Base):
         )
     )
     promoted_value: Mapped[float | None] = mapped_column(sa.Float)
+    # Champion against challenger (services/retraining/evaluation.py): the schedule's
+    # `evaluate:` block as given (an Evaluate), or NULL to judge on the training metric.
+    evaluate: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -69,9 +72,43 @@ class ScheduleRun(Base):
     sweep_id: Mapped[int | None] = mapped_column(sa.ForeignKey("sweeps.id", ondelete="SET NULL"))
     outcome: Mapped[str] = mapped_column(sa.String(32))  # fired, triggered, skipped, missed
     reason: Mapped[str] = mapped_column(sa.Text, default="")
-    # Promotion: pending until the job ends; then promoted, kept, no_metric or not_eligible.
-    decision: Mapped[str | None] = mapped_column(sa.String(16))
+    # Promotion: pending until the job ends (and its evaluations, with `evaluate:`); then
+    # promoted, kept, no_metric, not_eligible or evaluation_failed.
+    decision: Mapped[str | None] = mapped_column(sa.String(32))
     metric_value: Mapped[float | None] = mapped_column(sa.Float)
     decision_reason: Mapped[str] = mapped_column(sa.Text, default="")
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     decided_at: Mapped[dt.datetime | None]
+
+
+class Evaluation(Base):
+    """One model (a job's model artifact) evaluated on one content of a schedule's holdout
+    by an evaluation job, for a run's decision; unique per (run, model, holdout digest), so
+    two schedulers or a retried pass make each evaluation job once."""
+
+    __tablename__ = "evaluations"
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "run_id", "model_job_id", "holdout_digest", name="uq_evaluations_run_model_holdout"
+        ),
+        # A holder's evaluation on a digest, which later runs reuse.
+        sa.Index("ix_evaluations_model", "schedule_id", "model_job_id", "holdout_digest"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    schedule_id: Mapped[int] = mapped_column(sa.ForeignKey("schedules.id", ondelete="CASCADE"))
+    # The run whose decision asked for it (a holder's evaluation may serve later ones too).
+    run_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("schedule_runs.id", ondelete="SET NULL")
+    )
+    model_job_id: Mapped[int | None] = mapped_column(sa.ForeignKey("jobs.id", ondelete="SET NULL"))
+    job_id: Mapped[int | None] = mapped_column(sa.ForeignKey("jobs.id", ondelete="SET NULL"))
+    holdout_path: Mapped[str] = mapped_column(sa.String(1024))
+    holdout_digest: Mapped[str] = mapped_column(sa.String(80))
+    metric: Mapped[str] = mapped_column(sa.String(64))
+    value: Mapped[float | None] = mapped_column(sa.Float)
+    # running, succeeded (value set), failed (reason says why)
+    status: Mapped[str] = mapped_column(sa.String(16), default="running")
+    reason: Mapped[str] = mapped_column(sa.Text, default="")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[dt.datetime | None]

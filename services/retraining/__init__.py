@@ -6,4 +6,5 @@ cron.py       fire times of a schedule (cron expressions or an interval)
 firing.py     each due fire time creates one job, exactly once; missed fire times
 fire_runs.py  one fire time's job or sweep under the concurrency policy, and its record
 promotion.py  promotion of scheduled runs' models; job history limits
+evaluation.py champion against challenger: evaluation jobs on a schedule's holdout
 """

@@ -8,6 +8,10 @@ model); otherwise `kept`, `no_metric` or `not_eligible` (the job did not succeed
 A run that fired a sweep waits for the sweep to end; its candidate is then the
 sweep's best trial (by the sweep's objective), judged as above on the schedule's
 metric; a sweep without a best trial is `not_eligible`.
+
+A schedule with `evaluate:` judges on its holdout instead (services/retraining/
+evaluation.py): the run waits for its evaluation jobs, then compares the new model's value
+with the holder's on the same holdout digest, or is `evaluation_failed`.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from sqlalchemy.orm import Session
 
 from services.jobs import store as jobs
 from services.models import Job, MetricPoint, Schedule, ScheduleRun, Sweep, utcnow
+from services.retraining import evaluation
+from services.settings import Settings, get_settings
 from services.statuses import TERMINAL_STATUSES, TERMINAL_SWEEP_STATUSES, JobStatus
 
 # Metrics reach SQL through a Redis stream, separately from the replica's exit:
@@ -49,14 +55,31 @@ def is_better(value: float, current: float | None, mode: str) -> bool:
 
 
 def _decide(
-    session: Session, run: ScheduleRun, job: Job, schedule: Schedule, now: dt.datetime
+    session: Session,
+    run: ScheduleRun,
+    job: Job,
+    schedule: Schedule,
+    now: dt.datetime,
+    settings: Settings | None = None,
 ) -> bool:
     """Record the decision for one ended run; False when it must wait for metrics."""
     metric = schedule.promote_metric or ""
+    judged = None
+    if job.status is JobStatus.SUCCEEDED and schedule.evaluate:
+        judged = evaluation.judge(
+            session=session, settings=settings or get_settings(), run=run, job=job,
+            schedule=schedule, now=now,
+        )  # fmt: skip
+        if judged is None:
+            return False  # its evaluation jobs are running
     if job.status is not JobStatus.SUCCEEDED:
         run.decision, run.decision_reason = "not_eligible", f"job {job.status}"
+    elif judged is not None and judged.failure:
+        run.decision, run.decision_reason = "evaluation_failed", judged.failure
     else:
-        value = last_metric(session=session, job=job, name=metric)
+        value = (
+            last_metric(session=session, job=job, name=metric) if judged is None else judged.value
+        )
         if value is None:
             finished = job.finished_at or now
             if (now - finished).total_seconds() < METRIC_GRACE_SECONDS:
@@ -66,6 +89,8 @@ def _decide(
         else:
             run.metric_value = value
             previous, previous_job = schedule.promoted_value, schedule.promoted_job_id
+            if judged is not None:  # the holder's value on the same holdout
+                previous = judged.previous
             if is_better(value, previous, schedule.promote_mode):
                 schedule.promoted_job_id, schedule.promoted_value = job.id, value
                 run.decision = "promoted"
@@ -111,8 +136,11 @@ def _pick_sweep_candidates(session: Session, now: dt.datetime) -> list[ScheduleR
     return decided
 
 
-def decide_pending(*, session: Session, now: dt.datetime | None = None) -> list[ScheduleRun]:
-    """Decide every pending run whose job (or sweep) has ended; returns the runs decided."""
+def decide_pending(
+    *, session: Session, now: dt.datetime | None = None, settings: Settings | None = None
+) -> list[ScheduleRun]:
+    """Decide every pending run whose job (or sweep) has ended; returns the runs decided.
+    `settings`: what evaluation jobs are made under (a schedule with `evaluate:`)."""
     now = now or utcnow()
     decided = _pick_sweep_candidates(session, now)
     rows = session.execute(
@@ -143,7 +171,7 @@ def decide_pending(*, session: Session, now: dt.datetime | None = None) -> list[
         if not schedule.promote_metric:
             run.decision, run.decision_reason = None, "promotion was turned off"
             continue
-        if _decide(session, run, job, schedule, now):
+        if _decide(session, run, job, schedule, now, settings):
             decided.append(run)
     session.flush()
     return decided

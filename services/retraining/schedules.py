@@ -21,13 +21,14 @@ from services.jobs.schemas import JobCreate
 from services.jobs.spec import stored_hyperparameters
 from services.jobs.store import check_job_spec
 from services.models import Job, Replica, Schedule, ScheduleRun, utcnow
+from services.retraining import evaluation
 from services.retraining.cron import Timing
 from services.retraining.schemas import (
+    Evaluate,
     PromotedModel,
     Promotion,
     ScheduleCreate,
     ScheduleRead,
-    ScheduleRunRead,
     ScheduleUpdate,
 )
 from services.settings import Settings
@@ -114,6 +115,10 @@ def create_schedule(
         _check_template(schedule_in.job, settings, session, project_id)
     if schedule_in.sweep is not None:
         _check_sweep_template(schedule_in.sweep, settings, session, project_id)
+    evaluation.check_evaluate(
+        evaluate=schedule_in.evaluate, job_in=schedule_in.job, project_id=project_id,
+        session=session, settings=settings,
+    )  # fmt: skip
     quotas.admit_schedule(session=session, project_id=project_id, settings=settings)
     promote = schedule_in.promote
     schedule = Schedule(
@@ -134,6 +139,7 @@ def create_schedule(
         updated_at=now,
     )
     _set_template(schedule, schedule_in.job, schedule_in.sweep)
+    evaluation.apply(schedule, schedule_in.evaluate)
     schedule.next_fire_at = timing_of(schedule).next_after(now)
     try:
         # A savepoint: a duplicate name must leave the caller's transaction usable.
@@ -207,11 +213,28 @@ def update_schedule(
         promote = schedule_in.promote
         schedule.promote_metric = promote.metric if promote else None
         schedule.promote_mode = promote.mode if promote else "max"
+    if given & {"evaluate", "job", "sweep", "promote"}:  # an evaluation sets the promotion
+        _update_evaluate(session, schedule, schedule_in, settings)
     if given & {"cron", "interval_seconds", "timezone"} and not schedule.paused:
         schedule.next_fire_at = timing_of(schedule).next_after(now)
     schedule.updated_at = now
     session.flush()
     return schedule
+
+
+def _update_evaluate(
+    session: Session, schedule: Schedule, schedule_in: ScheduleUpdate, settings: Settings
+) -> None:
+    """A new evaluate block, or the stored one checked again against a new template."""
+    given = schedule_in.model_fields_set
+    stored = Evaluate.model_validate(schedule.evaluate) if schedule.evaluate else None
+    evaluate = schedule_in.evaluate if "evaluate" in given else stored
+    job_in = JobCreate.model_validate(schedule.job_template) if schedule.job_template else None
+    evaluation.check_evaluate(
+        evaluate=evaluate, job_in=job_in, project_id=schedule.project_id,
+        session=session, settings=settings,
+    )  # fmt: skip
+    evaluation.apply(schedule, evaluate)
 
 
 def pause_schedule(*, session: Session, schedule: Schedule) -> Schedule:
@@ -272,6 +295,7 @@ def to_read(*, session: Session, schedule: Schedule, runs: int = 20) -> Schedule
         successful_jobs_history_limit=schedule.successful_jobs_history_limit,
         failed_jobs_history_limit=schedule.failed_jobs_history_limit,
         promote=promote,
+        evaluate=Evaluate.model_validate(schedule.evaluate) if schedule.evaluate else None,
         paused=schedule.paused,
         next_fire_at=schedule.next_fire_at,
         last_fired_at=schedule.last_fired_at,
@@ -279,10 +303,9 @@ def to_read(*, session: Session, schedule: Schedule, runs: int = 20) -> Schedule
         promoted_job_id=schedule.promoted_job_id,
         promoted_value=schedule.promoted_value,
         created_at=schedule.created_at,
-        recent_runs=[
-            ScheduleRunRead.model_validate(r)
-            for r in read_runs(session=session, schedule=schedule, limit=runs)
-        ],
+        recent_runs=evaluation.run_reads(
+            session=session, runs=read_runs(session=session, schedule=schedule, limit=runs)
+        ),
     )
 
 

@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 
 from services.jobs.schemas import JobCreate
 from services.retraining.cron import InvalidCron, load_zone, parse_cron
+from services.storage.keys import DATA_PREFIX, InvalidKey, check_data_path
 from services.sweeps.schemas import SweepCreate
+from services.wire.policy import check_command
 
 ConcurrencyPolicy = Literal["allow", "forbid", "replace"]
 _NAME = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
@@ -38,6 +40,56 @@ class Promotion(BaseModel):
         if not _METRIC.fullmatch(value):
             raise ValueError("use a metric name such as 'eval_accuracy'")
         return value
+
+
+class Evaluate(BaseModel):
+    """Champion against challenger: each new model, and the promoted one when the
+    holdout changed, is evaluated on one holdout; the better value there is promoted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: str = Field(
+        max_length=905,
+        examples=["data/digits/holdout"],
+        description='the holdout: a file or prefix of the project\'s data, "data/<path>"',
+    )
+    metric: str = Field(
+        examples=["accuracy"], description="the metric the evaluation reports (replica 0, last)"
+    )
+    mode: Literal["max", "min"] = Field(
+        "max", examples=["max"], description="max: higher is better"
+    )
+    command: list[str] | None = Field(
+        None,
+        min_length=1,
+        examples=[["python", "evaluate.py"]],
+        description="command jobs: argv run in the job's bundle/image with COHORT_MODEL_DIR "
+        "and COHORT_HOLDOUT_DIR; unset: the trainer module's evaluate(ctx)",
+    )
+
+    @field_validator("data")
+    @classmethod
+    def _data_path(cls, value: str) -> str:
+        path = value.removeprefix(f"{DATA_PREFIX}/")
+        if path == value:
+            raise ValueError("name the project's data as 'data/<path>', e.g. 'data/digits/holdout'")
+        try:
+            check_data_path(path)
+        except InvalidKey as exc:
+            raise ValueError(str(exc)) from exc
+        return value
+
+    @field_validator("metric")
+    @classmethod
+    def _metric_name(cls, value: str) -> str:
+        if not _METRIC.fullmatch(value):
+            raise ValueError("use a metric name such as 'accuracy'")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command_argv(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else check_command(value)
 
 
 def _check_cron(value: str | None) -> str | None:
@@ -107,6 +159,12 @@ class _Timing(BaseModel):
         None,
         examples=[{"metric": "eval_accuracy", "mode": "max"}],
         description="promote a run's model only when its metric beats the promoted one's",
+    )
+    evaluate: Evaluate | None = Field(
+        None,
+        examples=[{"data": "data/digits/holdout", "metric": "accuracy", "mode": "max"}],
+        description="judge each new model against the promoted one on this holdout "
+        "(evaluation jobs) instead of on its training metric; implies promotion",
     )
 
     @field_validator("cron")
@@ -197,6 +255,23 @@ class ScheduleUpdate(_Timing):
         return self
 
 
+class EvaluationRead(BaseModel):
+    """One model evaluated on one content of the schedule's holdout."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    model_job_id: int | None = Field(description="the job whose model was evaluated")
+    job_id: int | None = Field(description="the evaluation job")
+    holdout_path: str
+    holdout_digest: str = Field(description="sha256 of the holdout's content it ran on")
+    metric: str
+    value: float | None
+    status: str = Field(description="running, succeeded or failed")
+    reason: str
+    created_at: dt.datetime
+    finished_at: dt.datetime | None
+
+
 class ScheduleRunRead(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -210,6 +285,9 @@ class ScheduleRunRead(BaseModel):
     decision_reason: str
     created_at: dt.datetime
     decided_at: dt.datetime | None
+    evaluations: list[EvaluationRead] = Field(
+        default_factory=list, description="the evaluations this run's decision asked for"
+    )
 
 
 class ScheduleRead(BaseModel):
@@ -226,6 +304,7 @@ class ScheduleRead(BaseModel):
     successful_jobs_history_limit: int | None
     failed_jobs_history_limit: int | None
     promote: Promotion | None
+    evaluate: Evaluate | None = None
     paused: bool
     next_fire_at: dt.datetime | None
     last_fired_at: dt.datetime | None

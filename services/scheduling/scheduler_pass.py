@@ -72,7 +72,7 @@ def run_pass(
     held = _watch(session, settings, heartbeats, (progress or {}, output or {}), now, result)
     # Cron schedules fire before settling, so a `replace` cancel is acted on in this pass.
     firing.fire_due_schedules(session=session, settings=settings, now=now)
-    promotion.decide_pending(session=session, now=now)
+    promotion.decide_pending(session=session, now=now, settings=settings)
     to_settle = gangs.jobs_to_settle(session=session, held=held)
     replicas = gangs.replicas_of(session=session, job_ids=[job.id for job in to_settle])
     for job in to_settle:

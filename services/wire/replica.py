@@ -100,6 +100,30 @@ class Profile(Contract):
         return self
 
 
+def _relative_files(files: dict[str, str]) -> dict[str, str]:
+    """Refuse a local path that could leave its directory: absolute, with an empty,
+    '.' or '..' segment, a backslash or a control character."""
+    for rel in files:
+        parts = rel.split("/")
+        bad = any(not part or part in (".", "..") for part in parts)
+        if bad or "\\" in rel or any(ord(c) < 32 for c in rel):
+            raise ValueError(f"{rel!r} is not a relative path inside its directory")
+    return files
+
+
+Files = Annotated[dict[str, str], AfterValidator(_relative_files)]
+
+
+@dataclass(frozen=True, config=STRICT)
+class EvaluationFiles(Contract):
+    """An evaluation job's inputs (services/retraining/evaluation.py): {relative path:
+    store key} of the evaluated model's files and of the holdout's, which the agent
+    fetches read-only under the job's input directory (workers/layout.py)."""
+
+    model: Files
+    holdout: Files
+
+
 @dataclass(frozen=True, config=STRICT)
 class ReplicaSpec(Contract):
     """One replica of one attempt of a job, as its process runs it."""
@@ -131,6 +155,8 @@ class ReplicaSpec(Contract):
     # The normalised requirement lines (services/wire/requirements.py) of the environment
     # the agent builds and runs it in (workers/node/envs.py); empty: the node's interpreter.
     requirements: list[str] = Field(default_factory=list)
+    # An evaluation job: the trainer module's evaluate(ctx), or the command, runs on these.
+    evaluation: EvaluationFiles | None = None
 
     @model_validator(mode="after")
     def _index_in_gang(self) -> ReplicaSpec:

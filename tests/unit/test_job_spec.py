@@ -45,6 +45,7 @@ CONTROL_PLANE_COLUMNS = {
     "sweep_id",
     "trial_index",
     "requirements",
+    "evaluation",  # an evaluation job's files (services/retraining/evaluation.py)
 }
 
 # A spec that sets every field away from its default.

@@ -30,6 +30,7 @@ from services.wire.events import (
 )
 from services.wire.replica import (
     CleanupJob,
+    EvaluationFiles,
     ReplicaLaunch,
     ReplicaSpec,
     StartReplica,
@@ -211,6 +212,25 @@ def test_the_spec_names_an_index_outside_the_gang() -> None:
     )
     with pytest.raises(WireError, match="'index' 2 is out of range for 2 replicas"):
         ReplicaSpec.decode(raw)
+
+
+@pytest.mark.parametrize(
+    "rel", ["../x", "/etc/passwd", "a//b", "a/./b", "a/..", "a\\b", "a\nb", ""]
+)
+def test_an_evaluation_file_cannot_leave_its_directory(rel: str) -> None:
+    # The agent fetches each under the job's inputs/model or inputs/holdout.
+    with pytest.raises(WireError, match="relative path inside its directory"):
+        ReplicaSpec.decode(
+            ReplicaSpec(
+                3, 1, 0, 1, "mlp_digits", "one_device",
+                evaluation=EvaluationFiles(model={"ok.pb": "jobs/1/model/ok.pb"}, holdout={}),
+            ).encode().replace('"ok.pb":', json.dumps(rel) + ":", 1)
+        )  # fmt: skip
+    spec = ReplicaSpec(
+        3, 1, 0, 1, "mlp_digits", "one_device",
+        evaluation=EvaluationFiles(model={"variables/v.index": "k"}, holdout={"part.csv": "d"}),
+    )  # fmt: skip
+    assert ReplicaSpec.decode(spec.encode()) == spec
 
 
 def test_a_launch_needs_an_absolute_job_dir() -> None:

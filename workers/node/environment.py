@@ -16,7 +16,7 @@ from pathlib import Path
 
 from services.cluster import tf_config
 from services.wire.replica import ReplicaSpec, StartReplica
-from workers.layout import ReplicaPaths
+from workers.layout import JobDirs, ReplicaPaths
 
 # The only variables a replica inherits from the agent: finding programs and libraries,
 # the locale and time zone, and the node's CUDA / NVIDIA / TensorFlow / NCCL / XLA
@@ -87,6 +87,11 @@ def contract_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
         "AIP_CHECKPOINT_DIR": str(paths.checkpoint_dir),
         "AIP_TENSORBOARD_LOG_DIR": str(paths.tensorboard_dir),
     }
+    if spec.evaluation is not None:
+        # An evaluation job reads the model it evaluates (fetched read-only) and the holdout.
+        evaluated = JobDirs(paths.job_dir)
+        env["COHORT_MODEL_DIR"] = env["AIP_MODEL_DIR"] = str(evaluated.evaluated_model_dir)
+        env["COHORT_HOLDOUT_DIR"] = str(evaluated.holdout_dir)
     if message.tf_config:
         env["TF_CONFIG"] = tf_config.dumps(message.tf_config)
     return env

@@ -18,6 +18,7 @@ The job's directory (workers/layout.py) with the job's uid and gid U:
         tensorboard/              agent:U      0750
             replica-<i>/          U:U          0700
         inputs/                   agent:U      0750  fetched by the agent, read-only
+            model/ holdout/ ...   agent:U      0750  an evaluation job's (share_directory)
         logs/                     agent        0700  the replica writes its log through
                                                      the descriptor it is given
         attempt-<n>/              agent:U      0750
@@ -187,6 +188,12 @@ def share_read_only(path: Path, user: ReplicaUser | None) -> None:
         os.fchmod(fd, 0o640 if user is not None else 0o600)
     finally:
         os.close(fd)
+
+
+def share_directory(path: Path, user: ReplicaUser | None) -> None:
+    """A directory of files the agent fetched for the job (an evaluation's model and
+    holdout, under `inputs/`): agent:U 0750, which the replicas read and cannot write."""
+    _directory(path, os.geteuid(), user.gid if user else os.getegid(), 0o750 if user else 0o700)
 
 
 def retire(job_dir: Path) -> None:

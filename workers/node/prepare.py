@@ -58,7 +58,12 @@ class Preparer:
     @staticmethod
     def needed(spec: ReplicaSpec) -> bool:
         """Whether `spec` needs anything fetched or built before its process starts."""
-        return spec.bundle is not None or bool(spec.inputs) or bool(spec.requirements)
+        return (
+            spec.bundle is not None
+            or bool(spec.inputs)
+            or bool(spec.requirements)
+            or spec.evaluation is not None
+        )
 
     def _open(self) -> tuple[ArtifactStore, BundleCache]:
         with self._lock:
@@ -136,6 +141,31 @@ class Preparer:
         for name, key in sorted(spec.inputs.items()):
             self._fetch_input(store, key, inputs / name)
             isolation.share_read_only(inputs / name, user)
+        if spec.evaluation is not None:
+            dirs = layout.job_dirs(data_dir, spec.job_id)
+            for root, files in (
+                (dirs.evaluated_model_dir, spec.evaluation.model),
+                (dirs.holdout_dir, spec.evaluation.holdout),
+            ):
+                self._fetch_tree(store, root, files, user)
+
+    def _fetch_tree(
+        self,
+        store: ArtifactStore,
+        root: Path,
+        files: dict[str, str],
+        user: isolation.ReplicaUser | None,
+    ) -> None:
+        """{relative path: store key} fetched under `root`, each directory and file the
+        agent's and read-only to the job (the wire contract refused paths leaving it)."""
+        isolation.share_directory(root, user)
+        for rel, key in sorted(files.items()):
+            path = root
+            for part in rel.split("/")[:-1]:
+                path = path / part
+                isolation.share_directory(path, user)
+            self._fetch_input(store, key, root / rel)
+            isolation.share_read_only(root / rel, user)
 
     @staticmethod
     def _fetch_input(store: ArtifactStore, key: str, path: Path) -> None:

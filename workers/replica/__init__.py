@@ -9,6 +9,7 @@
     profiling.py  a TensorBoard profile of the job's `profile:` steps
     report_writer.py `ReplicaReporter`: the replica's metric points and progress
                   beats written as lines of its metrics file
+    evaluation_job.py an evaluation job: the trainer's evaluate(ctx) on a saved model
     roles.py      what a parameter_server worker, ps or evaluator does besides training
     devices_check.py a replica given GPUs trains on them, or fails at once saying why
     parent_watch.py the replica ends when the agent that started it dies

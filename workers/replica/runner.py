@@ -33,7 +33,7 @@ from services.wire.contract import WireError
 from services.wire.replica import ReplicaLaunch, ReplicaSpec
 from workers import layout
 from workers.point_buffer import status_line
-from workers.replica import distribution, parent_watch, roles
+from workers.replica import distribution, evaluation_job, parent_watch, roles
 from workers.replica.callbacks import ReplicaReporter, announce, warn
 from workers.replica.devices_check import require_given_gpus
 from workers.replica.resources import ResourceSampler
@@ -192,7 +192,8 @@ def run(launch: ReplicaLaunch, reporter: ReplicaReporter) -> int:
         sys.path.insert(0, str(layout.code_dir_in(dirs["work_dir"])))
     try:
         trainer = load_trainer(spec.trainer or "")
-        evaluate = load_evaluator(spec.trainer or "") if spec.role == "evaluator" else None
+        evaluating = spec.role == "evaluator" or spec.evaluation is not None
+        evaluate = load_evaluator(spec.trainer or "") if evaluating else None
     except UnknownTrainerError as exc:
         return _config_error(exc)
 
@@ -213,7 +214,7 @@ def run(launch: ReplicaLaunch, reporter: ReplicaReporter) -> int:
         role_index=spec.role_index,
         **dirs,
     )
-    if spec.role == "evaluator":
+    if evaluating:
         return _evaluate(spec, evaluate, ctx, reporter)
     result = trainer(ctx)
     if result is not None and not isinstance(result, Mapping):
@@ -231,7 +232,10 @@ def _evaluate(
     spec: ReplicaSpec, evaluate: Evaluator | None, ctx: TrainerContext, reporter: ReplicaReporter
 ) -> int:
     """A parameter_server evaluator: the trainer module's `evaluate(ctx)`, which
-    reports as it goes (`ctx.evaluate_checkpoints`); without one there is nothing to do."""
+    reports as it goes (`ctx.evaluate_checkpoints`); without one there is nothing to do.
+    Or an evaluation job's replica: a saved model on a holdout (evaluation_job.py)."""
+    if spec.evaluation is not None:
+        return evaluation_job.run(spec, evaluate, ctx, reporter)
     if evaluate is None:
         warn(
             f"trainer {spec.trainer!r} has no evaluate(ctx) next to it in its module; "

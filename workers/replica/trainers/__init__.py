@@ -2,6 +2,7 @@
 
     mlp_digits.py  built-in `mlp_digits`: a small MLP on scikit-learn's 8x8 digits
     cnn_digits.py  built-in `cnn_digits`: a small conv net on the same digits as images
+    holdout.py     the built-ins' evaluation job: a saved model on a holdout of digits
 
 A trainer is a function `train(ctx: TrainerContext) -> dict[str, float]` that
 builds its model inside `ctx.strategy.scope()`, passes `ctx.callbacks()` to
@@ -18,6 +19,9 @@ in `callbacks()`, or by `profiler.step(n)` in a custom loop.
 Under `parameter_server` only the chief runs `train`; the runner serves the
 `worker` and `ps` roles itself (workers/replica/roles.py), and an `evaluator`
 runs the trainer module's `evaluate(ctx)` if it has one (see `load_evaluator`).
+An evaluation job (a schedule's `evaluate:`) runs that same `evaluate(ctx)` as a
+`worker`, with `ctx.holdout_dir` set and `ctx.model_dir` holding the saved model to
+judge; it returns the metrics (workers/replica/evaluation_job.py).
 """
 
 from __future__ import annotations
@@ -67,6 +71,9 @@ class TrainerContext:
     model_dir: Path  # where the chief saves the trained model
     tensorboard_dir: Path  # this replica's TensorBoard event files
     input_dir: Path  # the job's input files, fetched from the store
+    # An evaluation job's holdout (COHORT_HOLDOUT_DIR); model_dir is then the evaluated
+    # model, read-only. None in every other job.
+    holdout_dir: Path | None = None
     distribution: DistributionOptions = field(default_factory=DistributionOptions)
     profile: Profile | None = None  # the steps to profile on this replica, if any
     # The process's part in its gang: `worker` for every strategy but

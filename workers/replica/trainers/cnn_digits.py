@@ -13,6 +13,7 @@ from typing import Any
 import tf_keras as keras
 
 from workers.replica.trainers import DEFAULT_BATCH_SIZE, TrainerContext
+from workers.replica.trainers.holdout import evaluate_saved
 from workers.replica.trainers.mlp_digits import evaluate_network, fit
 
 DEFAULTS: dict[str, Any] = {
@@ -49,6 +50,9 @@ def train(ctx: TrainerContext) -> dict[str, float]:
 
 
 def evaluate(ctx: TrainerContext) -> dict[str, float]:
-    """The conv net's evaluator under parameter_server (mlp_digits.evaluate_network)."""
+    """The conv net's evaluator under parameter_server (mlp_digits.evaluate_network); in
+    an evaluation job, the saved model on the holdout (holdout.py)."""
+    if ctx.holdout_dir is not None:
+        return evaluate_saved(ctx, (8, 8, 1))
     hp = {**DEFAULTS, **ctx.hyperparameters}
     return evaluate_network(ctx, hp, lambda: cnn(int(hp["filters"])), (8, 8, 1))

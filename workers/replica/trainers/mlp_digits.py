@@ -8,7 +8,8 @@ Needs no download, trains in seconds on a CPU and reaches ~0.95 held-out
 accuracy, which makes it the smoke test and benchmark workload of Cohort.
 
 Under parameter_server, `train` runs on the chief (the workers read their part of
-the data through a DatasetCreator) and `evaluate` on the evaluator.
+the data through a DatasetCreator) and `evaluate` on the evaluator; an evaluation job
+runs `evaluate` on the saved model and a holdout (holdout.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import tf_keras as keras
 
 from workers.replica.callbacks import announce, warn
 from workers.replica.trainers import DEFAULT_BATCH_SIZE, TrainerContext
+from workers.replica.trainers.holdout import evaluate_saved
 
 DEFAULTS: dict[str, Any] = {
     "epochs": 5,
@@ -317,6 +319,9 @@ def evaluate_network(
 
 
 def evaluate(ctx: TrainerContext) -> dict[str, float]:
-    """The MLP's evaluator under parameter_server."""
+    """The MLP's evaluator under parameter_server; in an evaluation job, the saved
+    model's accuracy and loss on the holdout (workers/replica/trainers/holdout.py)."""
+    if ctx.holdout_dir is not None:
+        return evaluate_saved(ctx, (64,))
     hp = {**DEFAULTS, **ctx.hyperparameters}
     return evaluate_network(ctx, hp, lambda: mlp(int(hp["hidden_units"])), (64,))
