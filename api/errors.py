@@ -27,9 +27,11 @@ from services.exceptions import (
     InvalidDataPath,
     InvalidEventId,
     InvalidJobSpec,
+    InvalidRegistryRequest,
     InvalidTokenSpec,
     InvalidTransition,
     NotFound,
+    NotRegistrable,
     QuotaError,
     QuotaExceeded,
     ScheduleConflict,
@@ -147,6 +149,8 @@ ANSWERS: dict[type[Exception], Answer] = {
     DataPathConflict: Answer(409, "conflict"),
     SweepEnded: Answer(409, "conflict"),
     SelfRevocation: Answer(409, "conflict"),
+    InvalidRegistryRequest: Answer(422, "invalid_request"),
+    NotRegistrable: Answer(409, "conflict"),  # a job not succeeded, or without a model
     # Quotas (services/jobs/quotas.py): a count reached is worth retrying later (429); a
     # job its project may never run as it is (priority, gang size) is not (403).
     QuotaExceeded: Answer(429, "quota_exceeded"),

@@ -254,3 +254,19 @@ class TooManyRequests(CohortError):
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class ModelNotFound(NotFound):
+    """No such model, version or alias in the caller's project (404)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__("model", what)
+        self.args = (f"{what} not found; GET /api/v1/models lists the project's models",)
+
+
+class InvalidRegistryRequest(FieldError):
+    """A registry request refused for a name or number (422)."""
+
+
+class NotRegistrable(FieldError):
+    """A job whose model cannot be registered as it is: not succeeded, no model (409)."""

@@ -10,6 +10,8 @@
     data.py         a project's data in the store: upload, list, delete
     nodes.py        the node registry
     schedules.py    retraining schedules, run now, the promoted model
+    models.py       the model registry: register versions, read models, move aliases
+    model_files.py  a model version's files: list, download a file or all of them
     sweeps.py       sweeps: create, list, read with every trial, cancel
     quotas.py       projects' quotas (admins)
     tracking.py     projects' MLflow settings (admins)

@@ -5,6 +5,7 @@
     access.py     API tokens (scopes, expiry, revocation) and dashboard sessions
     series.py     metric points, their rollups, log lines
     schedules.py  retraining schedules and their runs
+    registry.py   the model registry: models, versions, aliases and their moves
     sweeps.py     sweeps and their trials' search state (the trials run as jobs)
     quotas.py     projects' quotas over the cluster's defaults
     leadership.py the scheduler's fencing token
@@ -18,12 +19,14 @@ from services.models.base import Base, UTCDateTime, utcnow
 from services.models.jobs import Bundle, Job, JobEvent, Node, Project, Replica
 from services.models.leadership import SchedulerFence
 from services.models.quotas import ProjectQuota
+from services.models.registry import AliasMove, ModelAlias, ModelVersion, RegisteredModel
 from services.models.schedules import Schedule, ScheduleRun
 from services.models.series import LogLine, MetricPoint, MetricRollup
 from services.models.sweeps import Sweep, SweepTrial
 from services.models.tracking import MlflowRun, ProjectTracking, TrackingStart
 
 __all__ = [
+    "AliasMove",
     "ApiToken",
     "Base",
     "Bundle",
@@ -34,10 +37,13 @@ __all__ = [
     "MetricPoint",
     "MetricRollup",
     "MlflowRun",
+    "ModelAlias",
+    "ModelVersion",
     "Node",
     "Project",
     "ProjectQuota",
     "ProjectTracking",
+    "RegisteredModel",
     "Replica",
     "Schedule",
     "ScheduleRun",

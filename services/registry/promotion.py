@@ -1,0 +1,57 @@
+"""A schedule's promotion in the registry: the promoted run's job becomes the next version
+of the schedule's model (`promote.model`, by default the schedule's name) and the
+schedule's alias (`promote.alias`, by default `production`) moves to it, in the
+transaction that records the decision. How the decision is reached is
+services/retraining/promotion.py's."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy.orm import Session
+
+from services.models import Job, ModelVersion, RegisteredModel, Schedule
+from services.registry.aliases import move_alias
+from services.registry.names import actor
+from services.registry.versions import register_version
+
+DEFAULT_ALIAS = "production"
+
+
+def model_of(schedule: Schedule) -> tuple[str, str]:
+    """(model name, alias) a schedule's promotions go to."""
+    return schedule.promote_model or schedule.name, schedule.promote_alias or DEFAULT_ALIAS
+
+
+def register_promotion(
+    *, session: Session, schedule: Schedule, job: Job, reason: str, now: dt.datetime
+) -> ModelVersion:
+    """Register `job`'s model and move the schedule's alias to it, `reason` in its history.
+
+    The scheduler's pass holds no artifact store, so the model's files are not looked for
+    here: the job succeeded and reported its metric, and a version's download answers 404
+    if its trainer saved nothing.
+    """
+    name, alias = model_of(schedule)
+    by = actor("schedule", schedule.name, schedule.id)
+    version = register_version(
+        session=session,
+        project_id=schedule.project_id,
+        name=name,
+        job_id=job.id,
+        by=by,
+        store=None,
+        now=now,
+    )
+    model = session.get(RegisteredModel, version.model_id)
+    assert model is not None  # locked and flushed by register_version
+    move_alias(
+        session=session,
+        model=model,
+        alias=alias,
+        version=version.version,
+        by=by,
+        reason=reason,
+        now=now,
+    )
+    return version
