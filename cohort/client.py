@@ -30,6 +30,7 @@ from cohort import calls
 from cohort.bundles import BundleInfo, pack
 from cohort.events import JobEvent, is_last, typed_event
 from cohort.jobs import Job
+from cohort.registry import RegistryMethods
 from cohort.specs import Spec, spec_dict
 from cohort.sse import Event, parse_lines
 from cohort.transport import answer, client_settings, error_of, request_args, retry_wait
@@ -39,7 +40,7 @@ T = TypeVar("T")
 Progress = Callable[[int], None]  # called with each chunk's size in bytes
 
 
-class Client:
+class Client(RegistryMethods):
     """A connection to one Cohort API with one token. Use it as a context manager, or
     call close(), to release its connections."""
 
@@ -153,11 +154,25 @@ class Client:
         a binary file open for writing); returns its Content-Type. `start`, `end` (end
         excluded): only those bytes of a file (a Range; from an API that sends the whole
         file anyway, the rest is cut off here)."""
+        url = f"/api/v1/jobs/{int(job_id)}/artifacts/download"
+        return self.fetch_file(url, path, dest, progress, start=start, end=end)
+
+    def fetch_file(
+        self,
+        url: str,
+        path: str,
+        dest: str | Path | Sink,
+        progress: Progress | None = None,
+        *,
+        start: int = 0,
+        end: int | None = None,
+    ) -> str:
+        """`download` from any download route (a job's, a model version's): `url`."""
         ranged = start > 0 or end is not None
         last = "" if end is None else str(end - 1)
         with self.http.stream(
             "GET",
-            f"/api/v1/jobs/{int(job_id)}/artifacts/download",
+            url,
             params={"path": path},
             headers={"Range": f"bytes={start}-{last}"} if ranged else {},
             timeout=httpx.Timeout(30.0, read=300.0),
