@@ -25,6 +25,7 @@
     job_pages.py    the dashboard's job pages: the jobs table, one job, live fragments
     sweep_pages.py  the dashboard's sweep pages
     cluster_pages.py  the dashboard's cluster page and schedules page
+    model_pages.py  the dashboard's model registry pages: models, one model
 
 Each router carries its scope rule where it is made (api/deps.py, `scoped`).
 """
