@@ -48,7 +48,7 @@ def _tables() -> None:
         sa.Column("registered_by", sa.String(length=128), nullable=False),
         sa.Column("registered_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["model_id"], ["registered_models.id"], ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"]),
+        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], deferrable=True, initially="DEFERRED"),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("model_id", "version", name="uq_model_versions_model_version"),
     )

@@ -43,7 +43,11 @@ class ModelVersion(Base):
     version: Mapped[int]
     # The job whose model this is. No ON DELETE: a registered job is never deleted (the
     # schedules' history limits skip it), so its model files stay where it wrote them.
-    job_id: Mapped[int | None] = mapped_column(sa.ForeignKey("jobs.id"), index=True)
+    # Checked at commit: a project deleted with its jobs and models (one statement whose
+    # cascades reach the jobs first) is not refused midway.
+    job_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("jobs.id", deferrable=True, initially="DEFERRED"), index=True
+    )
     # The model's prefix in the artifact store (jobs/<id>/model).
     artifact: Mapped[str] = mapped_column(sa.String(1024))
     lineage: Mapped[dict[str, Any]] = mapped_column(sa.JSON, default=dict)

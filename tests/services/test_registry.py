@@ -7,15 +7,17 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from services.db import session_scope
+from services.jobs import store as jobs
 from services.jobs.transitions import transition_job
-from services.models import AliasMove, Job, ModelAlias, ModelVersion
+from services.models import AliasMove, Job, ModelAlias, ModelVersion, Project
 from services.registry import aliases, versions
 from services.registry.promotion import model_of
 from services.retraining import promoted, promotion
@@ -30,11 +32,21 @@ def _succeeded(session: Session, project_id: int) -> int:
     return job.id
 
 
-def _project_with_jobs(count: int) -> tuple[int, list[int]]:
-    """A project of its own (committed), with `count` succeeded jobs."""
+@pytest.fixture
+def own_project(engine: Engine) -> Iterator[Callable[[int], tuple[int, list[int]]]]:  # noqa: ARG001
+    """Makes a project of its own (committed) with N succeeded jobs; deleted afterwards
+    with all it holds, so no other test counts its rows."""
+    names: list[str] = []
+
+    def make(count: int) -> tuple[int, list[int]]:
+        names.append(f"registry-{uuid.uuid4().hex[:8]}")
+        with session_scope() as session:
+            _, token = create_token(session, names[-1])
+            return token.project_id, [_succeeded(session, token.project_id) for _ in range(count)]
+
+    yield make
     with session_scope() as session:
-        _, token = create_token(session, f"registry-{uuid.uuid4().hex[:8]}")
-        return token.project_id, [_succeeded(session, token.project_id) for _ in range(count)]
+        session.execute(sa.delete(Project).where(Project.name.in_(names)))
 
 
 def _at_once(work: list[Callable[[], None]]) -> None:
@@ -56,8 +68,10 @@ def _at_once(work: list[Callable[[], None]]) -> None:
     assert not failures, failures
 
 
-def test_registrations_racing_on_a_new_model_take_versions_one_to_n(engine: Engine) -> None:  # noqa: ARG001
-    project_id, job_ids = _project_with_jobs(8)
+def test_registrations_racing_on_a_new_model_take_versions_one_to_n(
+    own_project: Callable[[int], tuple[int, list[int]]],
+) -> None:
+    project_id, job_ids = own_project(8)
 
     def register(job_id: int) -> Callable[[], None]:
         def task() -> None:
@@ -82,8 +96,10 @@ def test_registrations_racing_on_a_new_model_take_versions_one_to_n(engine: Engi
         assert sorted(v.job_id for v in rows) == sorted(job_ids)
 
 
-def test_alias_moves_racing_leave_one_unbroken_history(engine: Engine) -> None:  # noqa: ARG001
-    project_id, job_ids = _project_with_jobs(3)
+def test_alias_moves_racing_leave_one_unbroken_history(
+    own_project: Callable[[int], tuple[int, list[int]]],
+) -> None:
+    project_id, job_ids = own_project(3)
     with session_scope() as session:
         for job_id in job_ids:
             versions.register_version(
@@ -197,3 +213,19 @@ def test_history_limits_keep_a_registered_job(session: Session) -> None:
     assert left == {ids[0]}  # the registered one; the other two were pruned
     version = session.execute(sa.select(ModelVersion).where(ModelVersion.job_id == ids[0]))
     assert version.scalar_one().artifact == f"jobs/{ids[0]}/model"
+
+
+def test_a_registered_jobs_row_cannot_be_deleted_but_its_project_can(
+    own_project: Callable[[int], tuple[int, list[int]]],
+) -> None:
+    project_id, (job_id,) = own_project(1)
+    with session_scope() as session:
+        versions.register_version(
+            session=session, project_id=project_id, name="m", job_id=job_id, by="t", store=None
+        )
+    with pytest.raises(sa.exc.IntegrityError, match="model_versions"):
+        with session_scope() as session:
+            jobs.delete_jobs(session=session, job_ids=[job_id])
+    with session_scope() as session:
+        assert session.get(Job, job_id) is not None
+    # The fixture then deletes the project, its jobs and models with it, in one commit.
