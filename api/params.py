@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Path, Query
+from fastapi import Depends, Path, Query
+from fastapi.exceptions import RequestValidationError
 
 from services.db import MAX_SQL_INT
+from services.jobs.store import decode_cursor
 
 
 def shown(pattern: str) -> dict[str, str]:
@@ -63,3 +65,26 @@ PageCursor = Annotated[
         examples=["120"],
     ),
 ]
+
+
+def page_before(cursor: PageCursor = None) -> int | None:
+    """The id a page of a newest-first list starts below (its `cursor`); a cursor no page
+    returned is a 422 naming it. An empty one too: no page returns it."""
+    if cursor is None:
+        return None
+    try:
+        return decode_cursor(cursor)
+    except ValueError as exc:
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("query", "cursor"),
+                    "msg": f"{exc}; omit it to start from the newest",
+                    "type": "value_error",
+                }
+            ]
+        ) from exc
+
+
+# A list route's `cursor` query parameter, decoded (page_before).
+PageBefore = Annotated[int | None, Depends(page_before)]

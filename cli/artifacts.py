@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from cli.options import (
     FormatOpt,
@@ -22,10 +21,10 @@ from cli.options import (
     UrlOpt,
     connect,
     console,
-    emit_as,
     emit_json,
     err,
     guarded,
+    print_listing,
 )
 from cli.transfers import transfer_bar
 from cohort.client import Client
@@ -49,13 +48,16 @@ def list_artifacts(
 ) -> None:
     """List a job's artifacts: path, size and sha256."""
     items = guarded(lambda: connect(url, token).artifacts(job_id))
-    if as_json or output != "table":
-        emit_as(items, "json" if as_json else output)
-        return
-    table = Table("path", "size", "sha256")
-    for item in items:
-        table.add_row(item["path"], str(item["size"]), item["sha256"][:16])
-    console.print(table)
+    print_listing(
+        items,
+        {
+            "path": lambda i: i["path"],
+            "size": lambda i: i["size"],
+            "sha256": lambda i: i["sha256"][:16],
+        },
+        as_json=as_json,
+        output=output,
+    )
 
 
 @app.command("download")

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from cli.options import (
     FormatOpt,
@@ -17,9 +16,9 @@ from cli.options import (
     UrlOpt,
     connect,
     console,
-    emit_as,
     emit_json,
     guarded,
+    print_listing,
 )
 from cli.transfers import transfer_bar
 
@@ -62,13 +61,12 @@ def list_data(
 ) -> None:
     """List the project's data: path and size (a job names a path as data/<path>)."""
     items = guarded(lambda: connect(url, token).data())
-    if as_json or output != "table":
-        emit_as(items, "json" if as_json else output)
-        return
-    table = Table("path", "size")
-    for item in items:
-        table.add_row(item["path"], str(item["size"]))
-    console.print(table)
+    print_listing(
+        items,
+        {"path": lambda i: i["path"], "size": lambda i: i["size"]},
+        as_json=as_json,
+        output=output,
+    )
 
 
 @app.command("delete")

@@ -24,11 +24,11 @@ from cli.options import (
     UrlOpt,
     connect,
     console,
-    emit_as,
     emit_json,
     err,
     guarded,
     load_spec,
+    print_listing,
 )
 from services.statuses import TERMINAL_STATUSES
 from services.telemetry.hints import no_metrics_hint
@@ -169,21 +169,21 @@ def list_jobs(
         k: v for k, v in {"status": status, "name": name, "limit": limit}.items() if v is not None
     }
     page = guarded(lambda: connect(url, token).jobs(**params))
-    if as_json or output != "table":
-        emit_as(page, "json" if as_json else output)
-        return
-    table = Table("id", "name", "status", "attempt", "replicas", "trainer", "created")
-    for job in page["items"]:
-        table.add_row(
-            str(job["id"]),
-            job["name"],
-            job["status"],
-            str(job["attempt"]),
-            str(job["replicas"]),
-            job["trainer"] or " ".join(job.get("command") or []),
-            job["created_at"][:19],
-        )
-    console.print(table)
+    print_listing(
+        page["items"],
+        {
+            "id": lambda j: j["id"],
+            "name": lambda j: j["name"],
+            "status": lambda j: j["status"],
+            "attempt": lambda j: j["attempt"],
+            "replicas": lambda j: j["replicas"],
+            "trainer": lambda j: j["trainer"] or " ".join(j.get("command") or []),
+            "created": lambda j: j["created_at"][:19],
+        },
+        as_json=as_json,
+        output=output,
+        whole=page,
+    )
 
 
 @app.command("show")

@@ -19,10 +19,10 @@ from cli.options import (
     UrlOpt,
     connect,
     console,
-    emit_as,
     emit_json,
     err,
     guarded,
+    print_listing,
 )
 from cohort import api_models as m
 from cohort.registry import parse_ref
@@ -48,18 +48,13 @@ def list_models(
 ) -> None:
     """List the project's models: latest version and aliases."""
     items = guarded(lambda: connect(url, token).models())
-    if as_json or output != "table":
-        emit_as(items, "json" if as_json else output)
-        return
-    table = Table("name", "latest", "aliases", "updated")
-    for item in items:
-        table.add_row(
-            item.name,
-            str(item.latest_version),
-            _aliases(item.aliases),
-            f"{item.updated_at:%Y-%m-%d %H:%M}",
-        )
-    console.print(table)
+    columns = {
+        "name": lambda item: item.name,
+        "latest": lambda item: item.latest_version,
+        "aliases": lambda item: _aliases(item.aliases),
+        "updated": lambda item: f"{item.updated_at:%Y-%m-%d %H:%M}",
+    }
+    print_listing(items, columns, as_json=as_json, output=output)
 
 
 @app.command("show")

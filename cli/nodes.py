@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 
 from cli.options import (
     FormatOpt,
@@ -12,9 +11,8 @@ from cli.options import (
     TokenOpt,
     UrlOpt,
     connect,
-    console,
-    emit_as,
     guarded,
+    print_listing,
 )
 
 app = typer.Typer(name="node", help="Nodes: the machines replicas run on.", no_args_is_help=True)
@@ -29,21 +27,18 @@ def list_nodes(
 ) -> None:
     """List the registered nodes with their slots and running replicas."""
     nodes = guarded(lambda: connect(url, token).nodes())
-    if as_json or output != "table":
-        emit_as(nodes, "json" if as_json else output)
-        return
-    table = Table(
-        "node", "address", "status", "slots", "free", "GPUs", "replicas", "last heartbeat"
+    print_listing(
+        nodes,
+        {
+            "node": lambda n: n["id"],
+            "address": lambda n: n["address"],
+            "status": lambda n: "inventory pending" if n["status"] == "pending" else n["status"],
+            "slots": lambda n: n["slots"],
+            "free": lambda n: n["free_slots"],
+            "GPUs": lambda n: n["gpus"],
+            "replicas": lambda n: n["running_replicas"],
+            "last heartbeat": lambda n: n["last_heartbeat"][:19],
+        },
+        as_json=as_json,
+        output=output,
     )
-    for n in nodes:
-        table.add_row(
-            n["id"],
-            n["address"],
-            "inventory pending" if n["status"] == "pending" else n["status"],
-            str(n["slots"]),
-            str(n["free_slots"]),
-            str(n["gpus"]),
-            str(n["running_replicas"]),
-            n["last_heartbeat"][:19],
-        )
-    console.print(table)

@@ -20,6 +20,7 @@ import typer
 import yaml
 from pydantic_core import to_jsonable_python
 from rich.console import Console
+from rich.table import Table
 
 from cli.user_config import resolve
 from cohort.client import Client
@@ -111,6 +112,29 @@ def emit_as(value: Any, fmt: str) -> None:
         sys.stdout.flush()
     else:
         emit_json(value)
+
+
+Cell = Callable[[Any], object]
+
+
+def print_listing(
+    items: list[Any],
+    columns: dict[str, Cell],
+    *,
+    as_json: bool,
+    output: str,
+    whole: Any = None,
+) -> None:
+    """A listing command's output: the API's JSON (`--json`, `--output json|yaml`: `whole`
+    when the answer is more than its items, a page with its cursor) or a table, a column a
+    header and the cell it shows of an item."""
+    if as_json or output != "table":
+        emit_as(items if whole is None else whole, "json" if as_json else output)
+        return
+    table = Table(*columns)
+    for item in items:
+        table.add_row(*(str(cell(item)) for cell in columns.values()))
+    console.print(table)
 
 
 def emit_json(value: Any) -> None:

@@ -18,10 +18,10 @@ from cli.options import (
     api,
     connect,
     console,
-    emit_as,
     emit_json,
     err,
     load_spec,
+    print_listing,
 )
 
 app = typer.Typer(
@@ -83,21 +83,20 @@ def list_schedules(
 ) -> None:
     """List the project's schedules."""
     items = _call(url, token, "GET", "")["items"]
-    if as_json or output != "table":
-        emit_as(items, "json" if as_json else output)
-        return
-    table = Table("id", "name", "when", "policy", "next fire", "last outcome", "promoted job")
-    for s in items:
-        table.add_row(
-            str(s["id"]),
-            s["name"],
-            _when(s),
-            s["concurrency_policy"],
-            "paused" if s["paused"] else str(s["next_fire_at"]),
-            s["last_outcome"],
-            str(s["promoted_job_id"] or "-"),
-        )
-    console.print(table)
+    print_listing(
+        items,
+        {
+            "id": lambda s: s["id"],
+            "name": lambda s: s["name"],
+            "when": _when,
+            "policy": lambda s: s["concurrency_policy"],
+            "next fire": lambda s: "paused" if s["paused"] else s["next_fire_at"],
+            "last outcome": lambda s: s["last_outcome"],
+            "promoted job": lambda s: s["promoted_job_id"] or "-",
+        },
+        as_json=as_json,
+        output=output,
+    )
 
 
 @app.command("show")

@@ -19,11 +19,11 @@ from cli.options import (
     api,
     connect,
     console,
-    emit_as,
     emit_json,
     err,
     guarded,
     load_spec,
+    print_listing,
 )
 from cohort.client import Client
 
@@ -122,21 +122,20 @@ def list_sweeps(
 ) -> None:
     """List the project's sweeps, newest first."""
     items = call(url, token, "GET", "")["items"]
-    if as_json or output != "table":
-        emit_as(items, "json" if as_json else output)
-        return
-    table = Table("id", "name", "status", "trials", "best job", "best value", "reason")
-    for s in items:
-        table.add_row(
-            str(s["id"]),
-            s["name"],
-            s["status"],
-            f"{s['trials_created']}/{s['trials_total']}",
-            str(s["best_job_id"] or "-"),
-            _value(s["best_value"]),
-            s["reason"],
-        )
-    console.print(table)
+    print_listing(
+        items,
+        {
+            "id": lambda s: s["id"],
+            "name": lambda s: s["name"],
+            "status": lambda s: s["status"],
+            "trials": lambda s: f"{s['trials_created']}/{s['trials_total']}",
+            "best job": lambda s: s["best_job_id"] or "-",
+            "best value": lambda s: _value(s["best_value"]),
+            "reason": lambda s: s["reason"],
+        },
+        as_json=as_json,
+        output=output,
+    )
 
 
 @app.command("show")

@@ -7,7 +7,6 @@ import re
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from cli.options import (
     FormatOpt,
@@ -17,9 +16,9 @@ from cli.options import (
     UrlOpt,
     api,
     console,
-    emit_as,
     emit_json,
     err,
+    print_listing,
 )
 from services.auth.scopes import GRANTS, Scope
 
@@ -61,22 +60,20 @@ def list_tokens(
     """List tokens (no secrets): project, name, scopes, state, expiry, last use."""
     path = "/api/v1/tokens" + (f"?project={project}" if project else "")
     items: list[dict[str, Any]] = api(url, token, "GET", path)["items"]
-    if as_json or output != "table":
-        emit_as(items, "json" if as_json else output)
-        return
-    table = Table("id", "project", "name", "scopes", "state", "expires", "last used")
-    for item in items:
-        name = item["name"] + (" (bootstrap)" if item["bootstrap"] else "")
-        table.add_row(
-            str(item["id"]),
-            item["project"],
-            name,
-            ", ".join(item["scopes"]),
-            item["state"],
-            _when(item["expires_at"]),
-            _when(item["last_used_at"]),
-        )
-    console.print(table)
+    print_listing(
+        items,
+        {
+            "id": lambda i: i["id"],
+            "project": lambda i: i["project"],
+            "name": lambda i: i["name"] + (" (bootstrap)" if i["bootstrap"] else ""),
+            "scopes": lambda i: ", ".join(i["scopes"]),
+            "state": lambda i: i["state"],
+            "expires": lambda i: _when(i["expires_at"]),
+            "last used": lambda i: _when(i["last_used_at"]),
+        },
+        as_json=as_json,
+        output=output,
+    )
 
 
 @app.command("create")

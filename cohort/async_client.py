@@ -11,6 +11,7 @@ declares each once), awaited.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,8 +27,15 @@ from cohort.events import JobEvent, is_last, typed_event
 from cohort.jobs import AsyncJob
 from cohort.specs import Spec, spec_dict
 from cohort.sse import aparse_lines
-from cohort.transport import answer, client_settings, error_of, request_args, retry_wait
-from cohort.uploads import PENDING_BUNDLE
+from cohort.transport import (
+    answer,
+    client_settings,
+    error_of,
+    open_stream,
+    request_args,
+    retry_wait,
+)
+from cohort.uploads import CHUNK, PENDING_BUNDLE, Sink
 
 T = TypeVar("T")
 
@@ -98,8 +106,8 @@ class AsyncClient:
     async def logs(self, job_id: int, **filters: Any) -> list[m.LogLineRead]:
         return await self.send(calls.logs(job_id, **filters))
 
-    async def artifacts(self, job_id: int) -> list[m.ArtifactRead]:
-        return await self.send(calls.artifacts(job_id))
+    async def artifacts(self, job_id: int, path: str = "") -> list[m.ArtifactRead]:
+        return await self.send(calls.artifacts(job_id, path))
 
     async def nodes(self) -> list[m.NodeRead]:
         return await self.send(calls.nodes())
@@ -133,20 +141,27 @@ class AsyncClient:
     ) -> m.AliasRead:
         return await self.send(calls.move_alias(name, alias, version, reason))
 
-    async def download(self, job_id: int, path: str, dest: str | Path) -> str:
-        """Stream one artifact into `dest`; returns its Content-Type."""
-        async with self.http.stream(
-            "GET",
-            f"/api/v1/jobs/{int(job_id)}/artifacts/download",
-            params={"path": path},
-            timeout=httpx.Timeout(30.0, read=300.0),
-        ) as response:
+    async def download(
+        self,
+        job_id: int,
+        path: str,
+        dest: str | Path | Sink,
+        *,
+        start: int = 0,
+        end: int | None = None,
+    ) -> str:
+        """As Client.download: one artifact streamed into `dest`; returns its Content-Type."""
+        call = calls.download(job_id, path, start, end)
+        async with open_stream(self.http, call) as response:
             if response.status_code >= 400:
                 await response.aread()
                 raise error_of(response, self.token_source)
-            with open(dest, "wb") as out:
-                async for chunk in response.aiter_bytes(1 << 20):
-                    out.write(chunk)
+            cut = call.cut(response.status_code)
+            with contextlib.ExitStack() as stack:
+                out = dest if isinstance(dest, Sink) else stack.enter_context(open(dest, "wb"))
+                async for chunk in response.aiter_bytes(CHUNK):
+                    if kept := cut(chunk):
+                        out.write(kept)
             return str(response.headers.get("content-type", ""))
 
     async def follow(
@@ -156,15 +171,9 @@ class AsyncClient:
         Last-Event-ID after a dropped connection."""
         last_event_id: str | None = None
         while True:
-            headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
+            call = calls.job_stream(job_id, kinds, last_event_id)
             try:
-                async with self.http.stream(
-                    "GET",
-                    f"/api/v1/jobs/{int(job_id)}/stream",
-                    params={"kinds": list(kinds)},
-                    headers=headers,
-                    timeout=httpx.Timeout(10.0, read=60.0),
-                ) as response:
+                async with open_stream(self.http, call) as response:
                     if response.status_code == 204:
                         return
                     if response.status_code >= 400:
@@ -199,13 +208,19 @@ class AsyncClient:
         return m.DataRead.model_validate(body)
 
     async def _put(self, url: str, source: Path, kind: str) -> Any:
-        # Read in a thread, sent as one body: an async file reader is not worth a
-        # dependency for what the sync client streams.
-        content = await asyncio.to_thread(source.read_bytes)
+        """PUT a local file as the body, read a chunk at a time in a thread (not into
+        memory), as Client streams it."""
+
+        async def body() -> AsyncIterator[bytes]:
+            with open(source, "rb") as handle:
+                while chunk := await asyncio.to_thread(handle.read, CHUNK):
+                    yield chunk
+
+        size = source.stat().st_size
         response = await self.http.put(
             url,
-            content=content,
-            headers={"Content-Type": kind},
+            content=body(),
+            headers={"Content-Type": kind, "Content-Length": str(size)},
             timeout=httpx.Timeout(30.0, write=3600.0),
         )
         if response.status_code >= 400:

@@ -16,6 +16,7 @@ from urllib.parse import quote
 from pydantic import TypeAdapter
 
 from cohort import api_models as m
+from cohort.uploads import RangeCut
 
 T = TypeVar("T")
 
@@ -110,6 +111,46 @@ def artifacts(job_id: int, under: str = "") -> Call[list[m.ArtifactRead]]:
     path = f"/api/v1/jobs/{int(job_id)}/artifacts"
     params = {"path": under} if under else {}
     return Call("GET", path, items(m.ArtifactRead), params=params, timeout=300.0)
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """A GET whose answer is read as it arrives (a download, an event stream): sent with
+    transport.open_stream by either client."""
+
+    path: str
+    params: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    connect_timeout: float = 30.0
+    read_timeout: float = 300.0
+    start: int = 0  # a ranged download's first byte; its end, excluded
+    end: int | None = None
+
+    def cut(self, status_code: int) -> RangeCut:
+        """What to keep of each chunk of the answer (all of a whole file's)."""
+        skip = self.start if self.start and status_code != 206 else 0
+        return RangeCut(skip, self.start, self.end)
+
+
+def download(job_id: int, path: str, start: int = 0, end: int | None = None) -> Streamed:
+    ranged = start > 0 or end is not None
+    last = "" if end is None else str(end - 1)
+    return Streamed(
+        f"/api/v1/jobs/{int(job_id)}/artifacts/download",
+        params={"path": path},
+        headers={"Range": f"bytes={start}-{last}"} if ranged else {},
+        start=start,
+        end=end,
+    )
+
+
+def job_stream(job_id: int, kinds: tuple[str, ...], last_event_id: str | None) -> Streamed:
+    # A read timeout above the server's keep-alive comments: silence that long is a
+    # dropped connection, resumed from `last_event_id`.
+    headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
+    path = f"/api/v1/jobs/{int(job_id)}/stream"
+    params = {"kinds": list(kinds)}
+    return Streamed(path, params, headers, connect_timeout=10.0, read_timeout=60.0)
 
 
 def nodes() -> Call[list[m.NodeRead]]:
@@ -229,6 +270,7 @@ def version_files(name: str, version: int) -> Call[list[m.ArtifactRead]]:
     return Call("GET", path, items(m.ArtifactRead), timeout=300.0)
 
 
-def version_download_path(name: str, version: int) -> str:
-    """The download route of a version's files (streamed, so no Call)."""
-    return f"{_model_path(name)}/versions/{int(version)}/files/download"
+def version_download(name: str, version: int, path: str = "") -> Streamed:
+    """A version's file, or all of it (`path` empty) as a .tar.gz."""
+    route = f"{_model_path(name)}/versions/{int(version)}/files/download"
+    return Streamed(route, params={"path": path})

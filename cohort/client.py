@@ -33,8 +33,15 @@ from cohort.jobs import Job
 from cohort.registry import RegistryMethods
 from cohort.specs import Spec, spec_dict
 from cohort.sse import Event, parse_lines
-from cohort.transport import answer, client_settings, error_of, request_args, retry_wait
-from cohort.uploads import PENDING_BUNDLE, Sink, file_body, ranged_chunks
+from cohort.transport import (
+    answer,
+    client_settings,
+    error_of,
+    open_stream,
+    request_args,
+    retry_wait,
+)
+from cohort.uploads import CHUNK, PENDING_BUNDLE, Sink, file_body
 
 T = TypeVar("T")
 Progress = Callable[[int], None]  # called with each chunk's size in bytes
@@ -154,39 +161,24 @@ class Client(RegistryMethods):
         a binary file open for writing); returns its Content-Type. `start`, `end` (end
         excluded): only those bytes of a file (a Range; from an API that sends the whole
         file anyway, the rest is cut off here)."""
-        url = f"/api/v1/jobs/{int(job_id)}/artifacts/download"
-        return self.fetch_file(url, path, dest, progress, start=start, end=end)
+        return self.fetch(calls.download(job_id, path, start, end), dest, progress)
 
-    def fetch_file(
-        self,
-        url: str,
-        path: str,
-        dest: str | Path | Sink,
-        progress: Progress | None = None,
-        *,
-        start: int = 0,
-        end: int | None = None,
+    def fetch(
+        self, call: calls.Streamed, dest: str | Path | Sink, progress: Progress | None = None
     ) -> str:
-        """`download` from any download route (a job's, a model version's): `url`."""
-        ranged = start > 0 or end is not None
-        last = "" if end is None else str(end - 1)
-        with self.http.stream(
-            "GET",
-            url,
-            params={"path": path},
-            headers={"Range": f"bytes={start}-{last}"} if ranged else {},
-            timeout=httpx.Timeout(30.0, read=300.0),
-        ) as response:
+        """`download`'s work for any download call (a job's artifact, a model version's)."""
+        with open_stream(self.http, call) as response:
             if response.status_code >= 400:
                 response.read()
                 raise error_of(response, self.token_source)
-            skip = start if ranged and response.status_code != 206 else 0
+            cut = call.cut(response.status_code)
             with contextlib.ExitStack() as stack:
                 out = dest if isinstance(dest, Sink) else stack.enter_context(open(dest, "wb"))
-                for chunk in ranged_chunks(response.iter_bytes(1 << 20), skip, end, start):
-                    out.write(chunk)
-                    if progress is not None:
-                        progress(len(chunk))
+                for chunk in response.iter_bytes(CHUNK):
+                    if kept := cut(chunk):
+                        out.write(kept)
+                        if progress is not None:
+                            progress(len(kept))
             return str(response.headers.get("content-type", ""))
 
     def stream(
@@ -199,15 +191,9 @@ class Client(RegistryMethods):
         """A job's SSE events as sent (JSON data), to its terminal status; resumes with
         Last-Event-ID after a dropped connection."""
         while True:
-            headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
+            call = calls.job_stream(job_id, kinds, last_event_id)
             try:
-                with self.http.stream(
-                    "GET",
-                    f"/api/v1/jobs/{int(job_id)}/stream",
-                    params={"kinds": list(kinds)},
-                    headers=headers,
-                    timeout=httpx.Timeout(10.0, read=60.0),
-                ) as response:
+                with open_stream(self.http, call) as response:
                     if response.status_code == 204:  # had the terminal status: over
                         return
                     if response.status_code >= 400:

@@ -47,15 +47,11 @@ class RegistryMethods:
     def send(self, call: calls.Call[T]) -> T:
         raise NotImplementedError
 
-    def fetch_file(  # the client's streamed download
+    def fetch(
         self,
-        url: str,
-        path: str,
+        call: calls.Streamed,
         dest: str | Path | Sink,
         progress: Callable[[int], None] | None = None,
-        *,
-        start: int = 0,
-        end: int | None = None,
     ) -> str:
         raise NotImplementedError
 
@@ -106,5 +102,4 @@ class RegistryMethods:
         """Stream the version's files (a .tar.gz that unpacks into the model directory;
         with `path`, that one file or directory) into `dest`: (version, Content-Type)."""
         name, version = self.resolve(ref)
-        url = calls.version_download_path(name, version)
-        return version, self.fetch_file(url, path, dest, progress)
+        return version, self.fetch(calls.version_download(name, version, path), dest, progress)

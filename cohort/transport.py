@@ -11,11 +11,12 @@ from typing import Any, TypeVar
 
 import httpx
 
-from cohort.calls import Call
+from cohort.calls import Call, Streamed
 from cohort.config import Credentials, resolve
 from cohort.errors import ApiError, unauthorized_hint
 
 T = TypeVar("T")
+H = TypeVar("H", httpx.Client, httpx.AsyncClient)
 
 RETRY_STATUSES = (429, 503)
 MAX_RETRY_WAIT = 60.0  # a longer Retry-After is capped (a client is not parked for an hour)
@@ -63,6 +64,12 @@ def request_args(call: Call[Any]) -> dict[str, Any]:
     if call.timeout is not None:
         args["timeout"] = call.timeout
     return args
+
+
+def open_stream(http: H, call: Streamed) -> Any:
+    """`http.stream(...)` of the call: a context manager, async for an httpx.AsyncClient."""
+    timeout = httpx.Timeout(call.connect_timeout, read=call.read_timeout)
+    return http.stream("GET", call.path, params=call.params, headers=call.headers, timeout=timeout)
 
 
 def error_of(response: httpx.Response, token_source: str | None) -> ApiError:

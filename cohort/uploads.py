@@ -3,7 +3,7 @@ and what a ranged download keeps."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO, Protocol, runtime_checkable
 
 
@@ -28,15 +28,17 @@ def file_body(handle: BinaryIO, progress: Callable[[int], None] | None) -> Itera
             progress(len(chunk))
 
 
-def ranged_chunks(
-    chunks: Iterable[bytes], skip: int, end: int | None, start: int
-) -> Iterator[bytes]:
-    """The chunks of a download with `skip` bytes dropped from the front (a server that
-    ignored the Range sent from 0) and cut at `end` - `start` bytes in all."""
-    left = None if end is None else end - start
-    for chunk in chunks:
-        chunk, skip = chunk[skip:], max(0, skip - len(chunk))
-        if left is not None:
-            chunk, left = chunk[:left], max(0, left - len(chunk))
-        if chunk:
-            yield chunk
+class RangeCut:
+    """What a ranged download keeps of each chunk, in order: `skip` bytes dropped from the
+    front (a server that ignored the Range sent from 0), and no more than `end` - `start`
+    bytes in all."""
+
+    def __init__(self, skip: int, start: int, end: int | None) -> None:
+        self.skip = skip
+        self.left = None if end is None else end - start
+
+    def __call__(self, chunk: bytes) -> bytes:
+        chunk, self.skip = chunk[self.skip :], max(0, self.skip - len(chunk))
+        if self.left is not None:
+            chunk, self.left = chunk[: self.left], max(0, self.left - len(chunk))
+        return chunk

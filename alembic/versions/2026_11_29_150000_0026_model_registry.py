@@ -2,7 +2,7 @@
 names its model and alias; every schedule's promoted job becomes version 1 of its model
 
 Revision ID: 0026_model_registry
-Revises: 0024_mlflow_export
+Revises: 0025_data_versions
 Create Date: 2026-11-29 15:00:00
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0026_model_registry"
-down_revision: str | Sequence[str] | None = "0024_mlflow_export"
+down_revision: str | Sequence[str] | None = "0025_data_versions"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -99,7 +99,8 @@ def _final_metrics(bind: sa.Connection, job: Any) -> dict[str, float]:
 
 def _lineage(bind: sa.Connection, job: Any, schedule: Any) -> dict[str, Any]:
     """The lineage the registry would have copied (services/registry/schemas.py: Lineage);
-    the inputs' content digests were never recorded, so they are unknown."""
+    the inputs' content digests are left unknown: what the data holds now need not be
+    what the job read, and a migration reads no store."""
 
     def loaded(value: Any) -> Any:  # JSON columns come back as text through sa.text
         return json.loads(value) if isinstance(value, str) else value

@@ -13,8 +13,7 @@
     models.py       the model registry: register versions, read models, move aliases
     model_files.py  a model version's files: list, download a file or all of them
     sweeps.py       sweeps: create, list, read with every trial, cancel
-    quotas.py       projects' quotas (admins)
-    tracking.py     projects' MLflow settings (admins)
+    projects.py     a project's settings (admins): its quota, its MLflow server
     tokens.py       API tokens (admins): issue, list, revoke
     whoami.py       the caller's own token: project, name, scopes
     health.py       liveness and readiness probes

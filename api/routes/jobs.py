@@ -19,7 +19,7 @@ from api.deps import (
 )
 from api.json_body import CohortRoute
 from api.openapi import errors
-from api.params import NO_NUL, OptionalId, PageCursor
+from api.params import NO_NUL, OptionalId, PageBefore
 from services.auth.scopes import Scope
 from services.jobs import store as jobs
 from services.jobs.admission import Admitted, Submission
@@ -86,28 +86,12 @@ def read_jobs(
     token: TokenDep,
     status_filter: Annotated[JobStatus | None, Query(alias="status")] = None,
     name: Annotated[str | None, Query(max_length=128, pattern=NO_NUL)] = None,
-    cursor: PageCursor = None,
+    before: PageBefore = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     schedule_id: Annotated[OptionalId, Query(description="jobs fired by this schedule")] = None,
     sweep_id: Annotated[OptionalId, Query(description="the trials of this sweep")] = None,
 ) -> JobList:
     """List the project's jobs, newest first; pass `next_cursor` back as `cursor`."""
-    before = None
-    if cursor is not None:  # an empty one too: no page returns it
-        try:
-            before = jobs.decode_cursor(cursor)
-        except ValueError as exc:
-            from fastapi.exceptions import RequestValidationError
-
-            raise RequestValidationError(
-                [
-                    {
-                        "loc": ("query", "cursor"),
-                        "msg": f"{exc}; omit it to start from the newest",
-                        "type": "value_error",
-                    }
-                ]
-            ) from exc
     rows, next_before = jobs.list_jobs(
         session=session,
         project_id=token.project_id,

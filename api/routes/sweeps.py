@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Query, status
-from fastapi.exceptions import RequestValidationError
 
 from api.deps import RedisDep, SessionDep, SettingsDep, TokenDep, scoped
 from api.json_body import CohortRoute
 from api.openapi import errors
-from api.params import DbId, PageCursor
+from api.params import DbId, PageBefore
 from services.auth.scopes import Scope
-from services.jobs.store import decode_cursor, encode_cursor
+from services.jobs.store import encode_cursor
 from services.models import Sweep
 from services.statuses import SweepStatus
 from services.sweeps import store as sweeps
@@ -59,25 +58,11 @@ def read_sweeps(
     session: SessionDep,
     token: TokenDep,
     status_filter: Annotated[SweepStatus | None, Query(alias="status")] = None,
-    cursor: PageCursor = None,
+    before: PageBefore = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> SweepList:
     """List the project's sweeps, newest first (without their trials); pass
     `next_cursor` back as `cursor`."""
-    before = None
-    if cursor is not None:  # an empty one too: no page returns it
-        try:
-            before = decode_cursor(cursor)
-        except ValueError as exc:
-            raise RequestValidationError(
-                [
-                    {
-                        "loc": ("query", "cursor"),
-                        "msg": f"{exc}; omit it to start from the newest",
-                        "type": "value_error",
-                    }
-                ]
-            ) from exc
     rows, next_before = sweeps.list_sweeps(
         session=session,
         project_id=token.project_id,

@@ -9,8 +9,11 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from services.jobs.data_versions import content_digest
 from services.models import Job, MetricPoint, Schedule
 from services.registry.schemas import InputLineage, Lineage
+from services.storage import keys
+from services.storage.store import ArtifactStore
 
 
 def final_metrics(*, session: Session, job: Job) -> dict[str, float]:
@@ -36,17 +39,22 @@ def final_metrics(*, session: Session, job: Job) -> dict[str, float]:
     return {str(name): float(value) for name, value in rows}
 
 
-def _inputs(job: Job) -> list[InputLineage]:
-    # The data's content digest comes from the data's records once the store keeps them;
-    # until then it is unknown (None), and the path alone is kept.
-    return [
-        InputLineage(name=name, path=str(path), digest=None)
-        for name, path in sorted(job.inputs.items())
-    ]
+def _inputs(session: Session, store: ArtifactStore, job: Job) -> list[InputLineage]:
+    """Each input with the content digest of its data now (None: nothing is there any
+    more). Registering follows the job's end, so this is the data the job read unless it
+    was replaced in between; the data's own records say when (data_files.updated_at)."""
+    found = []
+    for name, path in sorted(job.inputs.items()):
+        rel = str(path).removeprefix(f"{keys.DATA_PREFIX}/")
+        version = content_digest(session=session, store=store, project_id=job.project_id, path=rel)
+        digest = version.digest if version is not None else None
+        found.append(InputLineage(name=name, path=str(path), digest=digest))
+    return found
 
 
-def lineage_of(*, session: Session, job: Job) -> Lineage:
-    """What the registry keeps of `job` (its current attempt)."""
+def lineage_of(*, session: Session, store: ArtifactStore, job: Job) -> Lineage:
+    """What the registry keeps of `job` (its current attempt); `store`: where its inputs'
+    data is, for their digests."""
     schedule = session.get(Schedule, job.schedule_id) if job.schedule_id else None
     return Lineage(
         job_id=job.id,
@@ -56,7 +64,7 @@ def lineage_of(*, session: Session, job: Job) -> Lineage:
         command=job.command,
         image=job.image,
         bundle=job.bundle,
-        inputs=_inputs(job),
+        inputs=_inputs(session, store, job),
         hyperparameters=dict(job.hyperparameters),
         metrics=final_metrics(session=session, job=job),
         schedule_id=job.schedule_id,

@@ -14,6 +14,7 @@ from services.models import Job, ModelVersion, RegisteredModel, Schedule
 from services.registry.aliases import move_alias
 from services.registry.names import actor
 from services.registry.versions import register_version
+from services.storage.store import open_store
 
 DEFAULT_ALIAS = "production"
 
@@ -28,9 +29,11 @@ def register_promotion(
 ) -> ModelVersion:
     """Register `job`'s model and move the schedule's alias to it, `reason` in its history.
 
-    The scheduler's pass holds no artifact store, so the model's files are not looked for
-    here: the job succeeded and reported its metric, and a version's download answers 404
-    if its trainer saved nothing.
+    The model's files are not looked for: the job succeeded and reported its metric, and
+    refusing here would stop the scheduler's pass (a version without files answers 404 to
+    its download). The store is opened for the inputs' digests (their data's records: a
+    listing of each input, hashing only files stored behind Cohort's back); a promotion
+    is one per run.
     """
     name, alias = model_of(schedule)
     by = actor("schedule", schedule.name, schedule.id)
@@ -40,7 +43,8 @@ def register_promotion(
         name=name,
         job_id=job.id,
         by=by,
-        store=None,
+        store=open_store(),
+        look_for_model=False,
         now=now,
     )
     model = session.get(RegisteredModel, version.model_id)

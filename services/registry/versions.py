@@ -72,7 +72,7 @@ def registrable_job(
     *, session: Session, project_id: int, job_id: int, store: ArtifactStore | None
 ) -> Job:
     """The job, if its model can be registered: a succeeded job of the project that saved
-    a model (checked in the store when `store` is given).
+    a model (looked for in `store` unless it is None).
 
     Raises:
         InvalidRegistryRequest: no such job in the project.
@@ -107,13 +107,14 @@ def register_version(
     name: str,
     job_id: int,
     by: str,
-    store: ArtifactStore | None,
+    store: ArtifactStore,
+    look_for_model: bool = True,
     now: dt.datetime | None = None,
 ) -> ModelVersion:
     """Register job `job_id`'s model as the next version of model `name` (made if new).
 
-    `store`: checks that the job saved a model; None skips the check (the scheduler's
-    pass, which holds no store: a promoted run succeeded with its metric).
+    `store`: the artifact store, where the job's model must be (unless not
+    `look_for_model`) and its inputs' data is hashed for the lineage.
 
     Raises:
         InvalidRegistryRequest: a bad name, or no such job in the project.
@@ -121,7 +122,12 @@ def register_version(
     """
     now = now or utcnow()
     check_model_name(name)
-    job = registrable_job(session=session, project_id=project_id, job_id=job_id, store=store)
+    job = registrable_job(
+        session=session,
+        project_id=project_id,
+        job_id=job_id,
+        store=store if look_for_model else None,
+    )
     model = _locked_or_new_model(session, project_id, name, now)
     model.latest_version += 1
     model.updated_at = now
@@ -130,7 +136,7 @@ def register_version(
         version=model.latest_version,
         job_id=job.id,
         artifact=keys.model_prefix(job.id),
-        lineage=lineage_of(session=session, job=job).model_dump(mode="json"),
+        lineage=lineage_of(session=session, store=store, job=job).model_dump(mode="json"),
         registered_by=by,
         registered_at=now,
     )

@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from services.registry import aliases, versions
+from services.storage.store import open_store
 from tests.api.test_dashboard import login
 from tests.api.test_models import trained
 from tests.factories import create_token
@@ -35,7 +36,8 @@ def test_a_models_page_shows_lineage_links_and_alias_history(
             name="digits",
             job_id=job.id,
             by="token ci (id 1)",
-            store=None,
+            store=open_store(),
+            look_for_model=False,
         )
     model = versions.read_model(session=session, project_id=row.project_id, name="digits")
     for version, reason in ((2, "first serving model"), (1, "rollback: v2 drifts")):
@@ -54,7 +56,8 @@ def test_a_models_page_shows_lineage_links_and_alias_history(
         name="secret-model",
         job_id=theirs.id,
         by="t",
-        store=None,
+        store=open_store(),
+        look_for_model=False,
     )
     login(client, token)
 

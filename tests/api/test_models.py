@@ -5,6 +5,7 @@ project's token finds nothing."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tarfile
 from typing import Any
@@ -113,6 +114,7 @@ def test_a_registered_version_keeps_its_jobs_lineage(
     assert lineage["hyperparameters"]["learning_rate"] == 0.05
     # The last value of each metric, replica 0 only (replica 1's 0.99 is not the model's).
     assert lineage["metrics"] == {"eval_accuracy": 0.9, "loss": 0.25}
+    # Its input's data is gone (never uploaded here): no digest to name.
     assert lineage["inputs"] == [
         {"name": "train.npz", "path": "data/digits/train.npz", "digest": None}
     ]
@@ -315,3 +317,28 @@ def test_a_versions_files_list_and_download_whole_or_by_range(
         assert escaped.status_code == 422 and escaped.json()["fields"][0]["field"] == "path"
     missing = client.get("/api/v1/models/digits/versions/2/files", headers=auth)
     assert missing.status_code == 404
+
+
+@LOCAL
+def test_a_versions_inputs_carry_their_datas_content_digest(
+    client: TestClient,
+    session: Session,
+    token: str,
+    auth: dict[str, str],
+    artifact_env: str,  # noqa: ARG001
+) -> None:
+    data = b"digits-v1" * 100
+    put = client.put("/api/v1/data/digits/train.npz", content=data, headers=auth)
+    assert put.status_code in (200, 201), put.text
+    first = register(client, auth, trained(session, token).id).json()
+    expected = f"sha256:{hashlib.sha256(data).hexdigest()}"
+    assert first["lineage"]["inputs"][0]["digest"] == expected
+    # New data under the same path: the next version names the new content; the first
+    # keeps what it was registered with.
+    client.put("/api/v1/data/digits/train.npz", content=b"digits-v2", headers=auth)
+    second = register(client, auth, trained(session, token).id).json()
+    assert second["lineage"]["inputs"][0]["digest"] == (
+        f"sha256:{hashlib.sha256(b'digits-v2').hexdigest()}"
+    )
+    again = client.get("/api/v1/models/digits/versions/1", headers=auth).json()
+    assert again["lineage"]["inputs"][0]["digest"] == expected

@@ -9,6 +9,7 @@ an ApiError naming the field. No TensorFlow: the script is a few lines of Python
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import tarfile
 from pathlib import Path
 
@@ -75,19 +76,33 @@ def test_submit_follow_wait_and_download(
         assert again.cancel().id == again.id
 
 
-def test_the_async_client_does_the_same(module_stack: tuple[Stack, Client], code: Path) -> None:
-    stack, _ = module_stack
+def test_the_async_client_does_the_same(
+    module_stack: tuple[Stack, Client], code: Path, tmp_path: Path
+) -> None:
+    stack, client = module_stack
+    data = tmp_path / "holdout.csv"
+    data.write_bytes(b"x,y\n" + b"1,2\n" * 100_000)  # over one chunk: a streamed upload
 
-    async def run() -> tuple[str, list[int]]:
-        async with AsyncClient(stack.url, stack.token) as client:
-            job = await client.submit({**SPEC, "name": "sdk-async"}, code=code)
+    async def run() -> tuple[str, list[int], int, list[str], bytes, str | None]:
+        async with AsyncClient(stack.url, stack.token) as aclient:
+            job = await aclient.submit({**SPEC, "name": "sdk-async"}, code=code)
             steps = [e.point.step async for e in job.follow() if isinstance(e, MetricEvent)]
             done = await job.wait(timeout=120)
-            return done.status, steps
+            files = [a.path for a in await aclient.artifacts(done.id, "model")]
+            part = tmp_path / "part"
+            await aclient.download(done.id, files[0], part, start=2, end=9)
+            stored = await aclient.upload_data("sdk-async/holdout.csv", data)
+            return done.status, steps, done.id, files, part.read_bytes(), stored.sha256
 
-    status, steps = asyncio.run(run())
+    status, steps, job_id, files, part, sha256 = asyncio.run(run())
     assert status == "succeeded"
     assert sorted(steps) == list(range(1, 21))
+    # Listed under `model` only, and a byte range as the sync client reads the whole file.
+    assert files and all(f.startswith("model/") for f in files)
+    whole = tmp_path / "whole"
+    client.download(job_id, files[0], whole)
+    assert part == whole.read_bytes()[2:9]
+    assert sha256 == "sha256:" + hashlib.sha256(data.read_bytes()).hexdigest()
 
 
 def test_a_refused_spec_is_an_api_error_naming_the_field(

@@ -21,6 +21,7 @@ from services.models import AliasMove, Job, ModelAlias, ModelVersion, Project
 from services.registry import aliases, versions
 from services.registry.promotion import model_of
 from services.retraining import promoted, promotion
+from services.storage.store import open_store
 from tests.factories import create_job, create_token
 from tests.services.test_schedules import T0, _report, finish, fire, make, runs
 
@@ -82,7 +83,8 @@ def test_registrations_racing_on_a_new_model_take_versions_one_to_n(
                     name="raced",
                     job_id=job_id,
                     by="test",
-                    store=None,
+                    store=open_store(),
+                    look_for_model=False,
                 )
 
         return task
@@ -108,7 +110,8 @@ def test_alias_moves_racing_leave_one_unbroken_history(
                 name="m",
                 job_id=job_id,
                 by="t",
-                store=None,
+                store=open_store(),
+                look_for_model=False,
             )
 
     def move(version: int, index: int) -> Callable[[], None]:
@@ -206,7 +209,8 @@ def test_history_limits_keep_a_registered_job(session: Session) -> None:
                 name="kept",
                 job_id=job_id,
                 by="t",
-                store=None,
+                store=open_store(),
+                look_for_model=False,
             )
     fire(session, T0 + dt.timedelta(seconds=40))
     left = set(session.execute(sa.select(Job.id).where(Job.id.in_(ids))).scalars())
@@ -221,7 +225,13 @@ def test_a_registered_jobs_row_cannot_be_deleted_but_its_project_can(
     project_id, (job_id,) = own_project(1)
     with session_scope() as session:
         versions.register_version(
-            session=session, project_id=project_id, name="m", job_id=job_id, by="t", store=None
+            session=session,
+            project_id=project_id,
+            name="m",
+            job_id=job_id,
+            by="t",
+            store=open_store(),
+            look_for_model=False,
         )
     with pytest.raises(sa.exc.IntegrityError, match="model_versions"):
         with session_scope() as session:
