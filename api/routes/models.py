@@ -85,7 +85,8 @@ def register_version(
         by=_by(token),
         store=store,
     )
-    model = versions.read_model(session=session, project_id=token.project_id, name=name)
+    model = session.get(RegisteredModel, version.model_id)
+    assert model is not None  # locked and flushed by register_version
     return views.one_version(session=session, model=model, version=version)
 
 

@@ -111,7 +111,10 @@ def test_register_promote_roll_back_and_download_a_model_that_loads(
     assert (got["model"], got["version"]) == ("digits", 1)
     files = {f.path: f.sha256 for f in client.version_files("digits:1")}
     assert files and digests(out) == files  # version 1's files, not version 2's
-    assert files != {f.path: f.sha256 for f in client.version_files("digits:2")}
+    v2_files = {f.path: f.sha256 for f in client.version_files("digits:2")}
+    assert files != v2_files
+    by_number = cohort(stack, "model", "download", "digits:2", "-o", str(tmp_path / "v2"))
+    assert by_number["version"] == 2 and digests(tmp_path / "v2") == v2_files
     loaded = subprocess.run(
         [sys.executable, "-c", LOAD, str(out)],
         capture_output=True,
