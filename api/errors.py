@@ -27,10 +27,12 @@ from services.exceptions import (
     InvalidDataPath,
     InvalidEventId,
     InvalidJobSpec,
+    InvalidRegistryRequest,
     InvalidTokenSpec,
     InvalidTransition,
     InvalidWebhook,
     NotFound,
+    NotRegistrable,
     QuotaError,
     QuotaExceeded,
     ScheduleConflict,
@@ -149,6 +151,8 @@ ANSWERS: dict[type[Exception], Answer] = {
     DataPathConflict: Answer(409, "conflict"),
     SweepEnded: Answer(409, "conflict"),
     SelfRevocation: Answer(409, "conflict"),
+    InvalidRegistryRequest: Answer(422, "invalid_request"),
+    NotRegistrable: Answer(409, "conflict"),  # a job not succeeded, or without a model
     # Quotas (services/jobs/quotas.py): a count reached is worth retrying later (429); a
     # job its project may never run as it is (priority, gang size) is not (403).
     QuotaExceeded: Answer(429, "quota_exceeded"),

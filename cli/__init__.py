@@ -21,6 +21,7 @@ the REST API built on the SDK.
     data.py         `cohort data push | list | delete`
     schedules.py    `cohort schedule list | show | create | update | pause | resume | delete |
                     run | model`
+    models.py       `cohort model list | show | register | alias | download`
     sweeps.py       `cohort sweep create | list | show | cancel`
     sweep_follow.py `--follow` of a sweep: a live table of trials
     quotas.py       `cohort quota show | set`

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import posixpath
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -79,12 +80,21 @@ def download(
 def save_artifact(client: Client, job_id: int, path: str, output: Path) -> Path:
     """Download `path` of the job into `output`: a file as itself, a .tar.gz unpacked with
     the bundle checks. Returns what was written."""
+    return save_download(lambda dest, bar: client.download(job_id, path, dest, bar), path, output)
+
+
+def save_download(
+    fetch: Callable[[Path, Callable[[int], None] | None], str], path: str, output: Path
+) -> Path:
+    """What `fetch(dest, progress)` downloads (returning its Content-Type), into `output`:
+    a file as itself (named as `path`), a .tar.gz unpacked with the bundle checks (a job's
+    artifact, a model version's files). Returns what was written."""
     output.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=output, prefix=".cohort-download-")
     os.close(fd)
     try:
         with transfer_bar(f"downloading {path}", None) as bar:
-            kind = guarded(lambda: client.download(job_id, path, Path(partial), bar))
+            kind = guarded(lambda: fetch(Path(partial), bar))
         if kind.startswith("application/gzip"):
             try:
                 # replace: a second download of the same path updates the files in place

@@ -10,6 +10,29 @@ from pydantic import AwareDatetime, ConfigDict
 from cohort.model_base import ApiModel
 
 
+class AliasMoveRead(ApiModel):
+    from_version: int | None
+    moved_at: AwareDatetime
+    moved_by: str
+    reason: str
+    to_version: int
+
+
+class AliasRead(ApiModel):
+    name: str
+    updated_at: AwareDatetime
+    updated_by: str
+    version: int
+
+
+class AliasUpdate(ApiModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    reason: str | None = ""
+    version: int
+
+
 class ArtifactRead(ApiModel):
     path: str
     sha256: str
@@ -132,6 +155,12 @@ class Hyperparameters(ApiModel):
     steps_per_epoch: int | None = 20
 
 
+class InputLineage(ApiModel):
+    digest: str | None = None
+    name: str
+    path: str
+
+
 class IntRange(ApiModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -157,6 +186,24 @@ class JobScaling(ApiModel):
     note: str | None = ""
     per_replica_examples_per_second: float | None = None
     total_examples_per_second: float | None = None
+
+
+class Lineage(ApiModel):
+    attempt: int
+    bundle: str | None = None
+    command: list[str] | None = None
+    finished_at: AwareDatetime | None = None
+    hyperparameters: dict[str, Any] | None = None
+    image: str | None = None
+    inputs: list[InputLineage] | None = None
+    job_id: int
+    job_name: str
+    metrics: dict[str, float] | None = None
+    schedule_id: int | None = None
+    schedule_name: str | None = None
+    sweep_id: int | None = None
+    trainer: str | None = None
+    trial_index: int | None = None
 
 
 class LogLineRead(ApiModel):
@@ -200,6 +247,14 @@ class MetricPointRead(ApiModel):
     value: float
 
 
+class ModelSummary(ApiModel):
+    aliases: list[AliasRead]
+    created_at: AwareDatetime
+    latest_version: int
+    name: str
+    updated_at: AwareDatetime
+
+
 class Objective(ApiModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -219,24 +274,29 @@ class ProfileRequest(ApiModel):
 
 
 class PromotedModel(ApiModel):
+    alias: str | None = ""
     artifact: str
     download_url: str
     job_id: int
     metric: str
     mode: str
+    model: str | None = ""
     node_id: str
     path: str
     promoted_at: AwareDatetime | None
     schedule_id: int
-    value: float
+    value: float | None
+    version: int | None = None
 
 
 class Promotion(ApiModel):
     model_config = ConfigDict(
         extra="forbid",
     )
+    alias: str | None = "production"
     metric: str | None = "eval_accuracy"
     mode: Literal["max", "min"] | None = "max"
+    model: str | None = None
 
 
 class QuotaLimits(ApiModel):
@@ -380,6 +440,24 @@ class Uniform(ApiModel):
     low: int | float
 
 
+class VersionCreate(ApiModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    job_id: int
+
+
+class VersionRead(ApiModel):
+    aliases: list[str] | None = None
+    artifact: str
+    job_id: int | None
+    lineage: Lineage
+    model: str
+    registered_at: AwareDatetime
+    registered_by: str
+    version: int
+
+
 class WebhookCreate(ApiModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -420,6 +498,12 @@ class WebhookRead(ApiModel):
     pending: int
     project: str
     url: str
+
+
+class AliasHistory(ApiModel):
+    alias: str
+    items: list[AliasMoveRead]
+    model: str
 
 
 class ArtifactList(ApiModel):
@@ -529,6 +613,19 @@ class JobSpec(ApiModel):
 class MetricList(ApiModel):
     items: list[MetricPointRead]
     last_id: int | None = None
+
+
+class ModelList(ApiModel):
+    items: list[ModelSummary]
+
+
+class ModelRead(ApiModel):
+    aliases: list[AliasRead]
+    created_at: AwareDatetime
+    latest_version: int
+    name: str
+    updated_at: AwareDatetime
+    versions: list[VersionRead]
 
 
 class NodeRead(ApiModel):

@@ -127,6 +127,20 @@ class AsyncClient:
     async def data(self) -> list[m.DataRead]:
         return await self.send(calls.data())
 
+    async def models(self) -> list[m.ModelSummary]:
+        return await self.send(calls.models())
+
+    async def model(self, name: str) -> m.ModelRead:
+        return await self.send(calls.model(name))
+
+    async def register_version(self, name: str, job_id: int) -> m.VersionRead:
+        return await self.send(calls.register_version(name, job_id))
+
+    async def move_alias(
+        self, name: str, alias: str, version: int, reason: str = ""
+    ) -> m.AliasRead:
+        return await self.send(calls.move_alias(name, alias, version, reason))
+
     async def download(
         self,
         job_id: int,

@@ -247,3 +247,54 @@ def ping_webhook(webhook_id: int) -> Call[m.DeliveryRead]:
 def webhook_deliveries(webhook_id: int, limit: int) -> Call[list[m.DeliveryRead]]:
     path = f"/api/v1/webhooks/{int(webhook_id)}/deliveries"
     return Call("GET", path, items(m.DeliveryRead), params={"limit": limit})
+
+
+# The model registry
+def _model_path(name: str) -> str:
+    return f"/api/v1/models/{quote(name, safe='')}"
+
+
+def models() -> Call[list[m.ModelSummary]]:
+    return Call("GET", "/api/v1/models", items(m.ModelSummary))
+
+
+def model(name: str) -> Call[m.ModelRead]:
+    return Call("GET", _model_path(name), typed(m.ModelRead))
+
+
+def model_version(name: str, version: int) -> Call[m.VersionRead]:
+    return Call("GET", f"{_model_path(name)}/versions/{int(version)}", typed(m.VersionRead))
+
+
+def register_version(name: str, job_id: int) -> Call[m.VersionRead]:
+    path = f"{_model_path(name)}/versions"
+    body = {"job_id": int(job_id)}
+    return Call("POST", path, typed(m.VersionRead), json=body, repeatable=False)
+
+
+def model_alias(name: str, alias: str) -> Call[m.AliasRead]:
+    return Call("GET", f"{_model_path(name)}/aliases/{quote(alias, safe='')}", typed(m.AliasRead))
+
+
+def move_alias(name: str, alias: str, version: int, reason: str) -> Call[m.AliasRead]:
+    # Repeatable: the same move sent again points the alias where it already points (one
+    # more line in its history, saying the same).
+    path = f"{_model_path(name)}/aliases/{quote(alias, safe='')}"
+    body = {"version": int(version), "reason": reason}
+    return Call("PUT", path, typed(m.AliasRead), json=body)
+
+
+def alias_history(name: str, alias: str) -> Call[m.AliasHistory]:
+    path = f"{_model_path(name)}/aliases/{quote(alias, safe='')}/history"
+    return Call("GET", path, typed(m.AliasHistory))
+
+
+def version_files(name: str, version: int) -> Call[list[m.ArtifactRead]]:
+    path = f"{_model_path(name)}/versions/{int(version)}/files"
+    return Call("GET", path, items(m.ArtifactRead), timeout=300.0)
+
+
+def version_download(name: str, version: int, path: str = "") -> Streamed:
+    """A version's file, or all of it (`path` empty) as a .tar.gz."""
+    route = f"{_model_path(name)}/versions/{int(version)}/files/download"
+    return Streamed(route, params={"path": path})

@@ -30,6 +30,7 @@ from cohort import calls
 from cohort.bundles import BundleInfo, pack
 from cohort.events import JobEvent, is_last, typed_event
 from cohort.jobs import Job
+from cohort.registry import RegistryMethods
 from cohort.specs import Spec, spec_dict
 from cohort.sse import Event, parse_lines
 from cohort.transport import (
@@ -46,7 +47,7 @@ T = TypeVar("T")
 Progress = Callable[[int], None]  # called with each chunk's size in bytes
 
 
-class Client:
+class Client(RegistryMethods):
     """A connection to one Cohort API with one token. Use it as a context manager, or
     call close(), to release its connections."""
 
@@ -160,7 +161,12 @@ class Client:
         a binary file open for writing); returns its Content-Type. `start`, `end` (end
         excluded): only those bytes of a file (a Range; from an API that sends the whole
         file anyway, the rest is cut off here)."""
-        call = calls.download(job_id, path, start, end)
+        return self.fetch(calls.download(job_id, path, start, end), dest, progress)
+
+    def fetch(
+        self, call: calls.Streamed, dest: str | Path | Sink, progress: Progress | None = None
+    ) -> str:
+        """`download`'s work for any download call (a job's artifact, a model version's)."""
         with open_stream(self.http, call) as response:
             if response.status_code >= 400:
                 response.read()

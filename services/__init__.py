@@ -18,6 +18,7 @@ The rooms, higher ones importing lower ones only (pyproject.toml's import contra
     scheduling/    the scheduler's pass: the cluster, sweeps and retraining in one order
     tracking/      the MLflow export: each tracked job an MLflow run, from the leader
     retraining/    schedules, cron, exactly-once firing, promotion
+    registry/      the model registry: models, versions with lineage, aliases and moves
     telemetry/     metric points and log lines stored once, live feeds, job views
     sweeps/        sweeps: search spaces, trials in turn, early stopping (Optuna)
     cluster/       nodes, the queue placed, gang placement, gangs settled, the watchdog

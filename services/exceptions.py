@@ -264,3 +264,19 @@ class InvalidWebhook(FieldError):
 class WebhookNotFound(NotFound):
     def __init__(self, webhook_id: int) -> None:
         super().__init__("webhook", webhook_id)
+
+
+class ModelNotFound(NotFound):
+    """No such model, version or alias in the caller's project (404)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__("model", what)
+        self.args = (f"{what} not found; GET /api/v1/models lists the project's models",)
+
+
+class InvalidRegistryRequest(FieldError):
+    """A registry request refused for a name or number (422)."""
+
+
+class NotRegistrable(FieldError):
+    """A job whose model cannot be registered as it is: not succeeded, no model (409)."""

@@ -10,6 +10,8 @@
     data.py         a project's data in the store: upload, list, delete
     nodes.py        the node registry
     schedules.py    retraining schedules, run now, the promoted model
+    models.py       the model registry: register versions, read models, move aliases
+    model_files.py  a model version's files: list, download a file or all of them
     sweeps.py       sweeps: create, list, read with every trial, cancel
     projects.py     a project's settings (admins): its quota, its MLflow server
     webhooks.py     webhooks (admins): create, list, delete, ping, deliveries
@@ -23,6 +25,7 @@
     job_pages.py    the dashboard's job pages: the jobs table, one job, live fragments
     sweep_pages.py  the dashboard's sweep pages
     cluster_pages.py  the dashboard's cluster page and schedules page
+    model_pages.py  the dashboard's model registry pages: models, one model
 
 Each router carries its scope rule where it is made (api/deps.py, `scoped`).
 """

@@ -12,6 +12,7 @@ from api.deps import CurrentJob, StoreDep, scoped
 from services.auth.scopes import Scope
 from services.jobs import artifacts
 from services.jobs.file_schemas import ArtifactList, ArtifactRead
+from services.storage.store import ArtifactStore
 
 router = APIRouter(prefix="/jobs", tags=["artifacts"], dependencies=scoped(write=Scope.SUBMIT))
 
@@ -76,6 +77,14 @@ def download_artifact(
     """One file as it is (or the bytes Range asks for), or a directory as a .tar.gz built
     while it is sent."""
     target = artifacts.resolve_download(store=store, job_id=job.id, path=path)
+    return send_download(store, target, range_header)
+
+
+def send_download(
+    store: ArtifactStore, target: artifacts.Download, range_header: str | None
+) -> StreamingResponse:
+    """The answer for a resolved download: a directory's .tar.gz, or a file (the bytes
+    Range asks for, when it asks). A model version's files are sent the same way."""
     disposition = f"attachment; filename*=UTF-8''{quote(target.name)}"
     if target.prefix is not None:
         return StreamingResponse(

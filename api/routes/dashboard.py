@@ -13,10 +13,15 @@ from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from api.deps import LoginRequired
-from api.routes import cluster_pages, job_pages, login, sweep_pages
+from api.routes import cluster_pages, job_pages, login, model_pages, sweep_pages
 from api.routes.pages import HERE
 
-PAGES: tuple[APIRouter, ...] = (job_pages.router, sweep_pages.router, cluster_pages.router)
+PAGES: tuple[APIRouter, ...] = (
+    job_pages.router,
+    sweep_pages.router,
+    cluster_pages.router,
+    model_pages.router,
+)
 
 
 def install(app: FastAPI) -> None:

@@ -70,7 +70,7 @@ def render(
     return templates.TemplateResponse(request, name, context, status_code=code)
 
 
-def not_found(request: Request, viewer: ApiToken, what: str, ident: int) -> HTMLResponse:
+def not_found(request: Request, viewer: ApiToken, what: str, ident: int | str) -> HTMLResponse:
     """The 404 page: no `what` `ident` in the viewer's project (another project's is none)."""
     return render(request, "not_found.html", viewer, code=404, what=what, ident=ident)
 

@@ -13,7 +13,7 @@ from api.openapi import errors
 from api.params import DbId
 from services.auth.scopes import Scope
 from services.models import Schedule
-from services.retraining import firing, schedules
+from services.retraining import firing, promoted, schedules
 from services.retraining.schemas import (
     PromotedModel,
     ScheduleCreate,
@@ -135,4 +135,4 @@ def trigger_schedule(
 @router.get("/{schedule_id}/model")
 def read_promoted_model(schedule: CurrentSchedule, session: SessionDep) -> PromotedModel:
     """The promoted model: its job, metric value, and the chief's node and model path."""
-    return schedules.read_promoted_model(session=session, schedule=schedule)
+    return promoted.read_promoted_model(session=session, schedule=schedule)

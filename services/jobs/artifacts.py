@@ -81,13 +81,22 @@ def list_artifacts(*, store: ArtifactStore, job_id: int, path: str = "") -> list
     Raises:
         InvalidArtifactPath: see normalise_path.
     """
-    prefix = keys.job_prefix(job_id)
+    return list_under(store=store, base=keys.job_prefix(job_id), path=path)
+
+
+def list_under(*, store: ArtifactStore, base: str, path: str = "") -> list[ArtifactFile]:
+    """Every file under the store's prefix `base` (a job's, a model version's), or under
+    its directory `path`, by path relative to `base`, with size and sha256.
+
+    Raises:
+        InvalidArtifactPath: see normalise_path.
+    """
     rel = normalise_path(path)
     return [
         ArtifactFile(
-            path=key[len(prefix) + 1 :], size=size, sha256=_sha256(store, key, size, version)
+            path=key[len(base) + 1 :], size=size, sha256=_sha256(store, key, size, version)
         )
-        for key, size, version in store.list_versions(f"{prefix}/{rel}" if rel else prefix)
+        for key, size, version in store.list_versions(f"{base}/{rel}" if rel else base)
     ]
 
 
@@ -135,9 +144,23 @@ def resolve_download(*, store: ArtifactStore, job_id: int, path: str) -> Downloa
         InvalidArtifactPath: see normalise_path.
         ArtifactNotFound: neither a file nor a directory of the job.
     """
+    found = resolve_under(
+        store=store, base=keys.job_prefix(job_id), path=path, whole=f"job-{job_id}"
+    )
+    if found is None:
+        raise ArtifactNotFound(job_id, normalise_path(path) or ".")
+    return found
+
+
+def resolve_under(*, store: ArtifactStore, base: str, path: str, whole: str) -> Download | None:
+    """What `path` under the store's prefix `base` names (`whole`: the archive's name for
+    all of it); None: neither a file nor a directory.
+
+    Raises:
+        InvalidArtifactPath: see normalise_path.
+    """
     rel = normalise_path(path)
-    prefix = keys.job_prefix(job_id)
-    key = f"{prefix}/{rel}" if rel else prefix
+    key = f"{base}/{rel}" if rel else base
     if rel:
         # Opened, not looked at then opened: a checkpoint mirrored while it is asked for is
         # replaced, or removed, between two such steps (a 500, or a Content-Length that
@@ -149,9 +172,9 @@ def resolve_download(*, store: ArtifactStore, job_id: int, path: str) -> Downloa
         else:
             return Download(name=posixpath.basename(rel), key=key, size=size, handle=handle)
     if store.list(key):
-        name = posixpath.basename(rel) if rel else f"job-{job_id}"
-        return Download(name=f"{name}.tar.gz", prefix=key, base=prefix)
-    raise ArtifactNotFound(job_id, rel or ".")
+        name = posixpath.basename(rel) if rel else whole
+        return Download(name=f"{name}.tar.gz", prefix=key, base=base)
+    return None
 
 
 # RFC 9110 14.1.2, one range: first-last, first- (to the end), -N (the last N bytes).

@@ -69,6 +69,7 @@ def transition_job(
         JobNotFound: no such job.
         InvalidTransition: the edge is not in the table, or the attempt is stale.
     """
+    target = JobStatus(target)  # a caller's plain string too: the events name its value
     job = lock_job(session=session, job_id=job_id)
     if attempt is not None and attempt != job.attempt:
         raise InvalidTransition(

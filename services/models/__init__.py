@@ -5,6 +5,7 @@
     access.py     API tokens (scopes, expiry, revocation) and dashboard sessions
     series.py     metric points, their rollups, log lines
     schedules.py  retraining schedules, their runs and their models' evaluations
+    registry.py   the model registry: models, versions, aliases and their moves
     data_files.py the contents of projects' data files (digests, for triggers and lineage)
     sweeps.py     sweeps and their trials' search state (the trials run as jobs)
     quotas.py     projects' quotas over the cluster's defaults
@@ -21,6 +22,7 @@ from services.models.data_files import DataFileRecord
 from services.models.jobs import Bundle, Job, JobEvent, Node, Project, Replica
 from services.models.leadership import SchedulerFence
 from services.models.quotas import ProjectQuota
+from services.models.registry import AliasMove, ModelAlias, ModelVersion, RegisteredModel
 from services.models.schedules import Evaluation, Schedule, ScheduleRun
 from services.models.series import LogLine, MetricPoint, MetricRollup
 from services.models.sweeps import Sweep, SweepTrial
@@ -28,6 +30,7 @@ from services.models.tracking import MlflowRun, ProjectTracking, TrackingStart
 from services.models.webhooks import Webhook, WebhookAttempt, WebhookDelivery
 
 __all__ = [
+    "AliasMove",
     "ApiToken",
     "Base",
     "Bundle",
@@ -40,10 +43,13 @@ __all__ = [
     "MetricPoint",
     "MetricRollup",
     "MlflowRun",
+    "ModelAlias",
+    "ModelVersion",
     "Node",
     "Project",
     "ProjectQuota",
     "ProjectTracking",
+    "RegisteredModel",
     "Replica",
     "Schedule",
     "ScheduleRun",

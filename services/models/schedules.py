@@ -40,6 +40,10 @@ class Schedule(Base):
     last_outcome: Mapped[str] = mapped_column(sa.String(32), default="")
     promote_metric: Mapped[str | None] = mapped_column(sa.String(64))
     promote_mode: Mapped[str] = mapped_column(sa.String(8), default="max")
+    # Where a promotion goes in the model registry: the model (NULL: the schedule's name)
+    # and the alias moved to the new version (NULL: "production").
+    promote_model: Mapped[str | None] = mapped_column(sa.String(64))
+    promote_alias: Mapped[str | None] = mapped_column(sa.String(64))
     promoted_job_id: Mapped[int | None] = mapped_column(
         sa.ForeignKey(
             "jobs.id", ondelete="SET NULL", use_alter=True, name="fk_schedules_promoted_job"

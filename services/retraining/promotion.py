@@ -5,6 +5,9 @@ model is `promoted` only if its metric (replica 0, last value of the current
 attempt) beats the schedule's promoted one (strictly: a tie keeps the old
 model); otherwise `kept`, `no_metric` or `not_eligible` (the job did not succeed).
 
+A promoted model is registered as the next version of the schedule's model, and the
+schedule's alias moved to it (services/registry/promotion.py).
+
 A run that fired a sweep waits for the sweep to end; its candidate is then the
 sweep's best trial (by the sweep's objective), judged as above on the schedule's
 metric; a sweep without a best trial is `not_eligible`.
@@ -23,6 +26,8 @@ from sqlalchemy.orm import Session
 
 from services.jobs import store as jobs
 from services.models import Job, MetricPoint, Schedule, ScheduleRun, Sweep, utcnow
+from services.registry import promotion as registry
+from services.registry.versions import registered_job_ids
 from services.retraining import evaluation
 from services.settings import Settings, get_settings
 from services.statuses import TERMINAL_STATUSES, TERMINAL_SWEEP_STATUSES, JobStatus
@@ -100,6 +105,10 @@ def _decide(
                     else f"{metric}={value:.6g} beats job {previous_job}'s {previous:.6g} "
                     f"({schedule.promote_mode})"
                 )
+                version = registry.register_promotion(
+                    session=session, schedule=schedule, job=job, reason=run.decision_reason, now=now
+                )
+                run.decision_reason += f"; registered as version {version.version}"
             else:
                 run.decision = "kept"
                 run.decision_reason = (
@@ -179,8 +188,9 @@ def decide_pending(
 
 def prune_history(*, session: Session, schedule: Schedule) -> list[int]:
     """Delete the schedule's oldest ended jobs beyond its history limits (Kubernetes
-    CronJob's successful/failed history limits). The promoted job, active jobs and
-    jobs awaiting a promotion decision are kept; run records stay. Returns deleted ids."""
+    CronJob's successful/failed history limits). The promoted job, registered jobs (a
+    model version's), active jobs and jobs awaiting a promotion decision are kept; run
+    records stay. Returns deleted ids."""
     limits = (
         (schedule.successful_jobs_history_limit, [JobStatus.SUCCEEDED]),
         (schedule.failed_jobs_history_limit, [JobStatus.FAILED, JobStatus.CANCELLED]),
@@ -203,6 +213,9 @@ def prune_history(*, session: Session, schedule: Schedule) -> list[int]:
                 .order_by(Job.id.desc())
             ).scalars()
         )
-        deleted += [job.id for job in ended[limit:] if job.id != schedule.promoted_job_id]
+        beyond = [job.id for job in ended[limit:] if job.id != schedule.promoted_job_id]
+        # A registered version keeps its job: its model files are the job's.
+        kept = registered_job_ids(session=session, job_ids=beyond)
+        deleted += [job_id for job_id in beyond if job_id not in kept]
     jobs.delete_jobs(session=session, job_ids=deleted)
     return deleted

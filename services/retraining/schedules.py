@@ -1,7 +1,7 @@
-"""Retraining schedules: create, read, list, update, pause/resume, delete, and the promoted model.
+"""Retraining schedules: create, read, list, update, pause/resume, delete.
 
 Firing lives in services/retraining/firing.py, promotion decisions in
-services/retraining/promotion.py.
+services/retraining/promotion.py, the promoted model's read in promoted.py.
 Service functions only add and flush; the caller commits.
 """
 
@@ -13,26 +13,29 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from services.exceptions import InvalidJobSpec, NoPromotedModel, ScheduleConflict, ScheduleNotFound
+from services.exceptions import (
+    InvalidJobSpec,
+    ScheduleConflict,
+    ScheduleNotFound,
+)
 from services.jobs import quotas
 from services.jobs.bundles import check_bundle
 from services.jobs.inputs import check_inputs_exist
 from services.jobs.schemas import JobCreate
 from services.jobs.spec import stored_hyperparameters
 from services.jobs.store import check_job_spec
-from services.models import Job, Replica, Schedule, ScheduleRun, utcnow
+from services.models import Schedule, ScheduleRun, utcnow
+from services.registry.names import DEFAULT_ALIAS
 from services.retraining import evaluation
 from services.retraining.cron import Timing
 from services.retraining.schemas import (
     Evaluate,
-    PromotedModel,
     Promotion,
     ScheduleCreate,
     ScheduleRead,
     ScheduleUpdate,
 )
 from services.settings import Settings
-from services.storage import keys
 from services.sweeps.schemas import SweepCreate
 from services.sweeps.store import check_sweep
 
@@ -135,6 +138,8 @@ def create_schedule(
         last_outcome="",
         promote_metric=promote.metric if promote else None,
         promote_mode=promote.mode if promote else "max",
+        promote_model=promote.model if promote else None,
+        promote_alias=promote.alias if promote else None,
         created_at=now,
         updated_at=now,
     )
@@ -213,6 +218,8 @@ def update_schedule(
         promote = schedule_in.promote
         schedule.promote_metric = promote.metric if promote else None
         schedule.promote_mode = promote.mode if promote else "max"
+        schedule.promote_model = promote.model if promote else None
+        schedule.promote_alias = promote.alias if promote else None
     if given & {"evaluate", "job", "sweep", "promote"}:  # an evaluation sets the promotion
         _update_evaluate(session, schedule, schedule_in, settings)
     if given & {"cron", "interval_seconds", "timezone"} and not schedule.paused:
@@ -277,7 +284,12 @@ def read_runs(*, session: Session, schedule: Schedule, limit: int = 20) -> list[
 def to_read(*, session: Session, schedule: Schedule, runs: int = 20) -> ScheduleRead:
     """The API view of a schedule, with its recent runs."""
     promote = (
-        Promotion(metric=schedule.promote_metric, mode=schedule.promote_mode)  # type: ignore[arg-type]
+        Promotion(
+            metric=schedule.promote_metric,
+            mode=schedule.promote_mode,  # type: ignore[arg-type]
+            model=schedule.promote_model,
+            alias=schedule.promote_alias or DEFAULT_ALIAS,
+        )
         if schedule.promote_metric
         else None
     )
@@ -306,37 +318,4 @@ def to_read(*, session: Session, schedule: Schedule, runs: int = 20) -> Schedule
         recent_runs=evaluation.run_reads(
             session=session, runs=read_runs(session=session, schedule=schedule, limit=runs)
         ),
-    )
-
-
-def read_promoted_model(*, session: Session, schedule: Schedule) -> PromotedModel:
-    """The promoted model: its job, metric value, and the chief's node and model path.
-
-    Raises:
-        NoPromotedModel: nothing is promoted yet.
-    """
-    job = session.get(Job, schedule.promoted_job_id) if schedule.promoted_job_id else None
-    if job is None or schedule.promoted_value is None:
-        raise NoPromotedModel(schedule.id)
-    chief = session.execute(
-        sa.select(Replica).where(
-            Replica.job_id == job.id, Replica.attempt == job.attempt, Replica.index == 0
-        )
-    ).scalar_one_or_none()
-    decided = session.execute(
-        sa.select(ScheduleRun.decided_at).where(
-            ScheduleRun.schedule_id == schedule.id, ScheduleRun.job_id == job.id
-        )
-    ).scalar_one_or_none()
-    return PromotedModel(
-        schedule_id=schedule.id,
-        job_id=job.id,
-        metric=schedule.promote_metric or "",
-        mode=schedule.promote_mode,
-        value=schedule.promoted_value,
-        node_id=chief.node_id if chief else "",
-        path=keys.model_prefix(job.id),
-        artifact=keys.model_prefix(job.id),
-        download_url=f"/api/v1/jobs/{job.id}/artifacts/download?path=model",
-        promoted_at=decided,
     )

@@ -9,6 +9,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from services.jobs.schemas import JobCreate
+from services.registry.names import (
+    ALIAS_NAME,
+    ALIAS_NAME_RULE,
+    DEFAULT_ALIAS,
+    MODEL_NAME,
+    MODEL_NAME_RULE,
+)
 from services.retraining.cron import InvalidCron, load_zone, parse_cron
 from services.storage.keys import DATA_PREFIX, InvalidKey, check_data_path
 from services.sweeps.schemas import SweepCreate
@@ -34,11 +41,39 @@ class Promotion(BaseModel):
         "max", examples=["max"], description="max: higher is better"
     )
 
+    model: str | None = Field(
+        None,
+        max_length=64,
+        examples=["digits"],
+        description="the registry model a promoted run becomes a version of "
+        "(default: the schedule's name)",
+    )
+    alias: str = Field(
+        DEFAULT_ALIAS,
+        max_length=64,
+        examples=["production"],
+        description="the model's alias moved to a promoted version",
+    )
+
     @field_validator("metric")
     @classmethod
     def _metric_name(cls, value: str) -> str:
         if not _METRIC.fullmatch(value):
             raise ValueError("use a metric name such as 'eval_accuracy'")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model_name(cls, value: str | None) -> str | None:
+        if value is not None and not MODEL_NAME.fullmatch(value):
+            raise ValueError(f"use {MODEL_NAME_RULE}")
+        return value
+
+    @field_validator("alias")
+    @classmethod
+    def _alias_name(cls, value: str) -> str:
+        if not ALIAS_NAME.fullmatch(value):
+            raise ValueError(f"use {ALIAS_NAME_RULE}")
         return value
 
 
@@ -320,15 +355,22 @@ class ScheduleList(BaseModel):
 
 
 class PromotedModel(BaseModel):
-    """The promoted model of a schedule: the job that made it and where to fetch it (the
-    artifact store's prefix and the download URL); node_id and path say where the chief
-    wrote it, which matters only to an operator of that node."""
+    """The promoted model of a schedule: the version its alias points at in the registry,
+    the job that made it and where to fetch it (the artifact store's prefix and the
+    download URL); node_id and path say where the chief wrote it, which matters only to an
+    operator of that node."""
 
     schedule_id: int
+    model: str = Field("", description="the registry model (promote.model)")
+    alias: str = Field("", description="its alias that the schedule moves (promote.alias)")
+    version: int | None = Field(None, description="the version the alias points at")
     job_id: int
     metric: str
     mode: str
-    value: float
+    value: float | None = Field(
+        description="the version's last `metric` (None: it reported none, e.g. a version "
+        "the alias was moved to by hand)"
+    )
     node_id: str
     path: str = Field(description="on node_id, under its DATA_DIR: jobs/<id>/model")
     artifact: str = Field(

@@ -46,7 +46,13 @@ def test_create_read_list_update_delete(
     assert body["cron"] == "0 3 * * *" and body["timezone"] == "Europe/Berlin"
     assert body["next_fire_at"].endswith(("01:00:00Z", "02:00:00Z"))  # 03:00 Berlin in UTC
     assert body["job"]["strategy"] == "one_device"
-    assert body["promote"] == {"metric": "eval_accuracy", "mode": "max"}
+    # Promotions go to the registry: the schedule's name, alias `production` by default.
+    assert body["promote"] == {
+        "metric": "eval_accuracy",
+        "mode": "max",
+        "model": None,
+        "alias": "production",
+    }
     assert body["recent_runs"] == [] and body["last_outcome"] == ""
 
     url = f"/api/v1/schedules/{body['id']}"
@@ -81,6 +87,8 @@ def test_create_read_list_update_delete(
         ({"job": {**JOB, "replicas": 2}}, "job.replicas", "runs one replica"),
         ({"promote": {"metric": "x;rm -rf", "mode": "max"}}, "promote.metric", "metric name"),
         ({"promote": {"metric": "eval_accuracy", "mode": "best"}}, "promote.mode", "max"),
+        ({"promote": {"metric": "eval_accuracy", "model": "a b"}}, "promote.model", "letters"),
+        ({"promote": {"metric": "eval_accuracy", "alias": "9x"}}, "promote.alias", "a letter"),
     ],
 )
 def test_bad_schedules_get_422_naming_the_field(

@@ -48,13 +48,15 @@ def test_an_evaluated_schedule_is_stored_and_shown(
     body = response.json()
     assert body["evaluate"] == {**EVALUATE, "command": None}
     # An evaluation implies promotion, on its own metric and mode.
-    assert body["promote"] == {"metric": "accuracy", "mode": "max"}
+    # Promotion on the evaluation's metric, to the registry's default model and alias.
+    judged = {"metric": "accuracy", "mode": "max", "model": None, "alias": "production"}
+    assert body["promote"] == judged
     shown = client.get(f"/api/v1/schedules/{body['id']}", headers=auth).json()
     assert shown["evaluate"]["data"] == "data/holdout" and shown["recent_runs"] == []
     # While it evaluates, the evaluation's metric and mode are the promotion's.
     url = f"/api/v1/schedules/{body['id']}"
     patched = client.patch(url, json={"promote": {"metric": "loss", "mode": "min"}}, headers=auth)
-    assert patched.json()["promote"] == {"metric": "accuracy", "mode": "max"}
+    assert patched.json()["promote"] == judged
     assert client.patch(url, json={"promote": None}, headers=auth).json()["promote"] is not None
     cleared = client.patch(url, json={"evaluate": None}, headers=auth)
     assert cleared.status_code == 200 and cleared.json()["evaluate"] is None

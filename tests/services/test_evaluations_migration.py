@@ -8,12 +8,11 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 
 from alembic import command
 from cli.stack import migrations_directory
 from services.db import make_engine
-
-BEFORE = "0025_data_versions"
 
 
 def config_for(url: str) -> Config:
@@ -27,7 +26,9 @@ def config_for(url: str) -> Config:
 def test_upgrade_and_downgrade_keep_the_decisions(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'cohort.db'}"
     config = config_for(url)
-    command.upgrade(config, BEFORE)
+    before = ScriptDirectory.from_config(config).get_revision("0029_evaluations").down_revision
+    assert isinstance(before, str)
+    command.upgrade(config, before)
     engine = make_engine(url)
     with engine.begin() as db:
         db.execute(
@@ -54,7 +55,7 @@ def test_upgrade_and_downgrade_keep_the_decisions(tmp_path: Path) -> None:
         db.execute(sa.text("UPDATE schedule_runs SET decision = 'evaluation_failed'"))
         columns = {c["name"] for c in sa.inspect(db).get_columns("evaluations")}
         assert {"model_job_id", "job_id", "holdout_digest", "value", "status"} <= columns
-    command.downgrade(config, BEFORE)
+    command.downgrade(config, before)
     with engine.begin() as db:
         assert "evaluations" not in sa.inspect(db).get_table_names()
         assert db.execute(sa.text("SELECT decision FROM schedule_runs")).scalar_one() == "no_metric"

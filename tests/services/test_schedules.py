@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from services.jobs.transitions import transition_job
 from services.models import Job, MetricPoint, ScheduleRun
-from services.retraining import firing, promotion, schedules
+from services.retraining import firing, promoted, promotion, schedules
 from services.retraining.schemas import ScheduleCreate
 from services.settings import get_settings
 from services.statuses import JobStatus
@@ -185,7 +185,7 @@ def test_promotion_keeps_the_better_model(session: Session) -> None:
     ]  # a tie keeps the promoted model
     third = runs(session, schedule.id)[2]
     assert schedule.promoted_job_id == third.job_id and schedule.promoted_value == 0.93
-    model = schedules.read_promoted_model(session=session, schedule=schedule)
+    model = promoted.read_promoted_model(session=session, schedule=schedule)
     assert model.job_id == third.job_id and model.path == f"jobs/{third.job_id}/model"
     assert model.artifact == f"jobs/{third.job_id}/model"
     assert model.download_url == f"/api/v1/jobs/{third.job_id}/artifacts/download?path=model"

@@ -8,9 +8,11 @@ small JSON body), so this checks the CLI's side only: what it prints, not what i
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,11 @@ CALLS: dict[tuple[str, ...], list[str]] = {
     ("schedule", "delete"): ["1"],
     ("schedule", "run"): ["1"],
     ("schedule", "model"): ["1"],
+    ("model", "list"): [],
+    ("model", "show"): ["digits"],
+    ("model", "register"): ["digits", "--job", "1"],
+    ("model", "alias"): ["digits", "production", "--version", "1"],
+    ("model", "download"): ["digits@production", "-o", "{dir}"],
     ("artifact", "list"): ["1"],
     ("artifact", "download"): ["1", "model", "-o", "{dir}"],
     ("bundle", "push"): ["{dir}"],
@@ -105,10 +112,47 @@ DELIVERY = {
 }
 
 
+AT = "2026-01-01T00:00:00Z"
+ALIAS = {"name": "production", "version": 1, "updated_by": "token ci (id 1)", "updated_at": AT}
+VERSION = {
+    "model": "digits",
+    "version": 1,
+    "job_id": 1,
+    "artifact": "jobs/1/model",
+    "lineage": {"job_id": 1, "job_name": "style", "attempt": 1, "metrics": {"loss": 0.1}},
+    "aliases": ["production"],
+    "registered_by": "token ci (id 1)",
+    "registered_at": AT,
+}
+MODEL = {"name": "digits", "latest_version": 1, "aliases": [ALIAS], "created_at": AT}
+
+
+def fake_registry(request: httpx.Request) -> httpx.Response:
+    """The model registry's answers (the SDK checks their shapes)."""
+    path = request.url.path
+    if path.endswith("/files/download"):  # all of a version: a .tar.gz
+        packed = io.BytesIO()
+        with tarfile.open(fileobj=packed, mode="w:gz") as archive:
+            info = tarfile.TarInfo("saved_model.pb")
+            info.size = 7
+            archive.addfile(info, io.BytesIO(b"weights"))
+        headers = {"content-type": "application/gzip"}
+        return httpx.Response(200, content=packed.getvalue(), headers=headers)
+    if path == "/api/v1/models":
+        return httpx.Response(200, json={"items": [{**MODEL, "updated_at": AT}]})
+    if "/aliases/" in path:
+        return httpx.Response(200, json=ALIAS)
+    if "/versions" in path:
+        return httpx.Response(200, json=VERSION)
+    return httpx.Response(200, json={**MODEL, "updated_at": AT, "versions": [VERSION]})
+
+
 def fake_api(request: httpx.Request) -> httpx.Response:
     path = request.url.path
     if request.method == "HEAD":
         return httpx.Response(404)
+    if path.startswith("/api/v1/models"):
+        return fake_registry(request)
     if path.endswith("/artifacts/download"):
         return httpx.Response(200, content=b"weights", headers={"content-type": "text/plain"})
     if path.endswith("/logs"):
@@ -221,7 +265,7 @@ LISTINGS = sorted(words for words in CALLS if words[-1] == "list")
 
 
 def test_every_listing_is_here() -> None:
-    assert len(LISTINGS) == 8  # job, sweep, schedule, artifact, data, node, token, webhook
+    assert len(LISTINGS) == 9  # job, sweep, schedule, model, artifact, data, node, token, webhook
 
 
 @pytest.mark.parametrize("words", LISTINGS, ids=" ".join)

@@ -1,7 +1,7 @@
 """webhooks: a project's subscriptions, their deliveries (the outbox) and attempts
 
 Revision ID: 0027_webhooks
-Revises: 0025_data_versions
+Revises: 0026_model_registry
 Create Date: 2026-11-29 15:00:00
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0027_webhooks"
-down_revision: str | Sequence[str] | None = "0025_data_versions"
+down_revision: str | Sequence[str] | None = "0026_model_registry"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
