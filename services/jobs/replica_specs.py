@@ -4,7 +4,8 @@ The replica spec's fields that the job spec (services/jobs/spec.py) declares too
 copied from the stored job by name, so a job field replicas need is one line in
 `ReplicaSpec`; `REPLICA_FORMS` lists the ones whose replica form differs from the
 stored one. The other fields say which replica it is (`PER_REPLICA`), or what the
-control plane resolved at submission (`RESOLVED`: the job's requirements).
+control plane resolved at submission (`RESOLVED`: the job's requirements, and what a
+schedule's fire told it).
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ PER_REPLICA = frozenset({"job_id", "attempt", "index", "role", "role_index"})
 # requirements come from the job's `pip` or its bundle's requirements.txt.
 RESOLVED: dict[str, Callable[[Job], Any]] = {
     "requirements": lambda job: (job.requirements or "").splitlines(),
+    # What the schedule's fire that made it (or its sweep) tells it.
+    "schedule_env": lambda job: dict(job.schedule_env or {}),
 }
 FROM_JOB = tuple(
     field.name for field in dataclasses.fields(ReplicaSpec) if field.name in JobSpec.model_fields

@@ -61,6 +61,8 @@ class Sweep(Base):
         sa.ForeignKey("schedules.id", ondelete="SET NULL"), index=True
     )
     scheduled_for: Mapped[dt.datetime | None]
+    # The fire's variables (services/retraining/fire_env.py), which its trials carry.
+    schedule_env: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
     project: Mapped[Project] = relationship(lazy="joined")
 

@@ -21,6 +21,7 @@ from services.jobs.schemas import JobCreate
 from services.jobs.spec import stored_hyperparameters
 from services.jobs.store import check_job_spec
 from services.models import Job, Replica, Schedule, ScheduleRun, utcnow
+from services.retraining import data_triggers
 from services.retraining.cron import Timing
 from services.retraining.schemas import (
     PromotedModel,
@@ -93,6 +94,13 @@ def timing_of(schedule: Schedule) -> Timing:
     )
 
 
+def first_fire_after(schedule: Schedule, now: dt.datetime) -> dt.datetime | None:
+    """The schedule's first fire time after now; None when only data fires it."""
+    if schedule.cron is None and schedule.interval_seconds is None:
+        return None
+    return timing_of(schedule).next_after(now)
+
+
 def create_schedule(
     *,
     session: Session,
@@ -134,7 +142,10 @@ def create_schedule(
         updated_at=now,
     )
     _set_template(schedule, schedule_in.job, schedule_in.sweep)
-    schedule.next_fire_at = timing_of(schedule).next_after(now)
+    schedule.next_fire_at = first_fire_after(schedule, now)
+    data_triggers.set_trigger(
+        session=session, settings=settings, schedule=schedule, trigger=schedule_in.trigger
+    )
     try:
         # A savepoint: a duplicate name must leave the caller's transaction usable.
         with session.begin_nested():
@@ -207,8 +218,16 @@ def update_schedule(
         promote = schedule_in.promote
         schedule.promote_metric = promote.metric if promote else None
         schedule.promote_mode = promote.mode if promote else "max"
+    if "trigger" in given:
+        if schedule_in.trigger is None and schedule.cron is None and not schedule.interval_seconds:
+            raise InvalidJobSpec(
+                "trigger", "the schedule has no cron or interval_seconds: give one to remove it"
+            )
+        data_triggers.set_trigger(
+            session=session, settings=settings, schedule=schedule, trigger=schedule_in.trigger
+        )
     if given & {"cron", "interval_seconds", "timezone"} and not schedule.paused:
-        schedule.next_fire_at = timing_of(schedule).next_after(now)
+        schedule.next_fire_at = first_fire_after(schedule, now)
     schedule.updated_at = now
     session.flush()
     return schedule
@@ -228,7 +247,7 @@ def resume_schedule(
     """Fire again from the first fire time after now."""
     if schedule.paused:
         schedule.paused = False
-        schedule.next_fire_at = timing_of(schedule).next_after(now or utcnow())
+        schedule.next_fire_at = first_fire_after(schedule, now or utcnow())
         session.flush()
     return schedule
 
@@ -272,6 +291,9 @@ def to_read(*, session: Session, schedule: Schedule, runs: int = 20) -> Schedule
         successful_jobs_history_limit=schedule.successful_jobs_history_limit,
         failed_jobs_history_limit=schedule.failed_jobs_history_limit,
         promote=promote,
+        trigger=data_triggers.trigger_of(schedule),
+        data_version=schedule.data_version,
+        data_version_at=schedule.data_version_at,
         paused=schedule.paused,
         next_fire_at=schedule.next_fire_at,
         last_fired_at=schedule.last_fired_at,

@@ -99,6 +99,7 @@ def create_trials(
         except QuotaExceeded as exc:  # refused before anything was written
             full = exc
             break
+        job.schedule_env = dict(sweep.schedule_env or {})  # a schedule's run: its fire's
         store_trial(
             session=session,
             sweep=sweep,

@@ -131,6 +131,9 @@ class ReplicaSpec(Contract):
     # The normalised requirement lines (services/wire/requirements.py) of the environment
     # the agent builds and runs it in (workers/node/envs.py); empty: the node's interpreter.
     requirements: list[str] = Field(default_factory=list)
+    # A scheduled run's COHORT_SCHEDULED_FOR, data interval or data version
+    # (services/retraining/fire_env.py), set after the job's `env`, which cannot shadow them.
+    schedule_env: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _index_in_gang(self) -> ReplicaSpec:

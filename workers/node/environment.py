@@ -87,6 +87,9 @@ def contract_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
         "AIP_CHECKPOINT_DIR": str(paths.checkpoint_dir),
         "AIP_TENSORBOARD_LOG_DIR": str(paths.tensorboard_dir),
     }
+    # A scheduled run's fire time and data (services/retraining/fire_env.py): set here,
+    # after the job's own `env`, so a job cannot pose as another fire's run.
+    env.update(spec.schedule_env)
     if message.tf_config:
         env["TF_CONFIG"] = tf_config.dumps(message.tf_config)
     return env
