@@ -46,6 +46,23 @@ class DataRead(ApiModel):
     size: int
 
 
+class DataTrigger(ApiModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    data: str
+    settle_seconds: int | None = 30
+
+
+class DataTriggerIn(ApiModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    data: str
+    fire_on_existing: bool | None = False
+    settle_seconds: int | None = 30
+
+
 class DistributionOptions(ApiModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -244,6 +261,7 @@ class Roles(ApiModel):
 
 class ScheduleRunRead(ApiModel):
     created_at: AwareDatetime
+    data_version: str | None = None
     decided_at: AwareDatetime | None
     decision: str | None
     decision_reason: str
@@ -489,6 +507,8 @@ class ScheduleRead(ApiModel):
     concurrency_policy: str
     created_at: AwareDatetime
     cron: str | None
+    data_version: str | None = None
+    data_version_at: AwareDatetime | None = None
     failed_jobs_history_limit: int | None
     id: int
     interval_seconds: int | None
@@ -507,6 +527,7 @@ class ScheduleRead(ApiModel):
     successful_jobs_history_limit: int | None
     sweep: dict[str, Any] | None = None
     timezone: str
+    trigger: DataTrigger | None = None
 
 
 class SearchSpace(ApiModel):
@@ -640,6 +661,7 @@ class ScheduleCreate(ApiModel):
     successful_jobs_history_limit: int | None = None
     sweep: SweepCreate | None = None
     timezone: str | None = "UTC"
+    trigger: DataTriggerIn | None = None
 
 
 class ScheduleList(ApiModel):
@@ -660,6 +682,7 @@ class ScheduleUpdate(ApiModel):
     successful_jobs_history_limit: int | None = None
     sweep: SweepCreate | None = None
     timezone: str | None = None
+    trigger: DataTriggerIn | None = None
 
 
 class SweepList(ApiModel):

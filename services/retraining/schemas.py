@@ -65,7 +65,7 @@ class DataTrigger(BaseModel):
     @classmethod
     def _data_path(cls, value: str) -> str:
         path = value.removeprefix(f"{DATA_PREFIX}/").removesuffix("/")
-        if path == value:
+        if path == value or not path:
             raise ValueError(
                 f"{value!r} must name the project's data as 'data/<path or prefix>', "
                 "e.g. 'data/digits' (upload with `cohort data push FILE PATH`)"
