@@ -8,10 +8,10 @@
     trainer, 1 epoch x 20 steps) POSTed to the compose stack (C: api, scheduler and one
     agent in containers, the stand-ins or pinned images for PostgreSQL, Redis and S3) and to
     a `cohort up` stack of processes (P: the same parts on this host's PostgreSQL and an
-    embedded redis-server), interleaved C, P, C, P... after one warm-up pair, both stacks
-    up and idle before each job. The time runs from the POST to the later of the two
-    replicas' first stored step (the point's own time: one kernel clock for both). The
-    figure is the median of the per-round ratios C / P.
+    embedded redis-server), interleaved after one warm-up pair, the order swapped every
+    round (bench/rounds.py), both stacks up and idle before each job. The time runs from
+    the POST to the later of the two replicas' first stored step (the point's own time: one
+    kernel clock for both). The figure is the median of the per-round ratios C / P.
 
     .venv/bin/python bench/containers.py [--rounds 5] [--up-rounds 2]
 
@@ -25,7 +25,6 @@ import argparse
 import datetime as dt
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.first_step import first_step  # noqa: E402
-from bench.pg import DEFAULT_SERVER, drop_database, new_database  # noqa: E402
-from cli.stack import Stack  # noqa: E402
+from bench.rounds import interleaved, median_row, per_round_ratios, ratio_row  # noqa: E402
+from bench.scratch_stack import scratch_stack  # noqa: E402
 from cohort.client import Client  # noqa: E402
 from tests.e2e.conftest import free_port  # noqa: E402
 
@@ -75,34 +74,14 @@ def main() -> None:
     compose("up", env)
     token = (state / "token").read_text().strip()
     containers = Client(f"http://127.0.0.1:{env['COHORT_COMPOSE_PORT']}", token, 120)
-    ratios, c_times, p_times = [], [], []
     with tempfile.TemporaryDirectory(prefix="cohort-bench-containers-") as scratch:
-        workdir = Path(scratch)
-        workdir.chmod(0o711)  # replicas of a root agent run as their job's uid
-        database = new_database(DEFAULT_SERVER, "cohort_bench_containers")
-        stack = Stack(
-            {
-                "COHORT_DATA_DIR": str(workdir / "var"),
-                "COHORT_DATABASE_URL": database,
-                "COHORT_API_PORT": str(free_port()),
-                "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
-            },
-            quiet=True,
-        )
         try:
-            stack.start()
-            processes = Client(stack.url, stack.token, timeout=120)
-            for round_ in range(args.rounds + 1):  # round 0 warms both up
-                c, p = first_step(containers), first_step(processes)
-                label = "warm-up" if round_ == 0 else f"round {round_}"
-                print(f"{label}: C {c:.2f} s, P {p:.2f} s", flush=True)
-                if round_:
-                    c_times.append(c)
-                    p_times.append(p)
-                    ratios.append(c / p)
+            with scratch_stack(Path(scratch), "containers") as (_, processes):
+                times = interleaved(
+                    {"C": lambda: first_step(containers), "P": lambda: first_step(processes)},
+                    args.rounds,
+                )
         finally:
-            stack.stop()
-            drop_database(DEFAULT_SERVER, database)
             compose("down", env, "--volumes")
     print(
         f"\n# {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
@@ -110,14 +89,11 @@ def main() -> None:
     )
     print("| figure | median | runs |")
     print("|---|---:|---|")
-    for name, runs in (("from nothing", cold), ("volumes kept", warm)):
-        shown = ", ".join(f"{r:.1f}" for r in runs)
-        print(f"| compose-up to ready, {name} | {statistics.median(runs):.1f} s | {shown} |")
-    print(f"| submit to first step, containers | {statistics.median(c_times):.2f} s | |")
-    print(f"| submit to first step, processes | {statistics.median(p_times):.2f} s | |")
-    shown = ", ".join(f"{r:.2f}" for r in ratios)
-    median = statistics.median(ratios)
-    print(f"| containers / processes, median of per-round ratios | {median:.2f} | {shown} |")
+    print(median_row("compose-up to ready, from nothing", cold, digits=1))
+    print(median_row("compose-up to ready, volumes kept", warm, digits=1))
+    print(median_row("submit to first step, containers", times["C"]))
+    print(median_row("submit to first step, processes", times["P"]))
+    print(ratio_row("containers / processes", per_round_ratios(times, "C", "P")))
 
 
 if __name__ == "__main__":

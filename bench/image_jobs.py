@@ -21,7 +21,6 @@ import argparse
 import datetime as dt
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,10 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.first_step import JOB, first_step  # noqa: E402
-from bench.pg import DEFAULT_SERVER, drop_database, new_database  # noqa: E402
-from cli.stack import Stack  # noqa: E402
-from cohort.client import Client  # noqa: E402
-from tests.e2e.conftest import free_port  # noqa: E402
+from bench.rounds import interleaved, median_row, per_round_ratios, ratio_row  # noqa: E402
+from bench.scratch_stack import scratch_stack  # noqa: E402
 
 IMAGE = "localhost/cohort-bench-image-job:1"
 
@@ -55,40 +52,20 @@ def main() -> None:
     parser.add_argument("--engine", default="docker")
     parser.add_argument("--base", default="cohort-worker:latest")
     args = parser.parse_args()
-    ratios, i_times, p_times = [], [], []
     with tempfile.TemporaryDirectory(prefix="cohort-bench-image-jobs-", dir="/var/tmp") as tmp:
         scratch = Path(tmp)
-        scratch.chmod(0o711)  # replicas of a root agent run as their job's uid
         build_image(args.engine, args.base, scratch)
-        database = new_database(DEFAULT_SERVER, "cohort_bench_image_jobs")
-        stack = Stack(
-            {
-                "COHORT_DATA_DIR": str(scratch / "var"),
-                "COHORT_DATABASE_URL": database,
-                "COHORT_API_PORT": str(free_port()),
-                "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
-                "COHORT_CONTAINER_ENGINE": args.engine,
-            },
-            quiet=True,
-        )
+        engine = {"COHORT_CONTAINER_ENGINE": args.engine}
         try:
-            stack.start()
-            client = Client(stack.url, stack.token, timeout=120)
-            for round_ in range(args.rounds + 1):  # round 0 warms both up
-                order = ("I", "P") if round_ % 2 == 0 else ("P", "I")
-                took = {
-                    kind: first_step(client, {**JOB, "image": IMAGE} if kind == "I" else JOB)
-                    for kind in order
-                }
-                label = "warm-up" if round_ == 0 else f"round {round_}"
-                print(f"{label} ({'-'.join(order)}): I {took['I']:.2f} s, P {took['P']:.2f} s")
-                if round_:
-                    i_times.append(took["I"])
-                    p_times.append(took["P"])
-                    ratios.append(took["I"] / took["P"])
+            with scratch_stack(scratch, "image_jobs", engine) as (_, client):
+                times = interleaved(
+                    {
+                        "I": lambda: first_step(client, {**JOB, "image": IMAGE}),
+                        "P": lambda: first_step(client, JOB),
+                    },
+                    args.rounds,
+                )
         finally:
-            stack.stop()
-            drop_database(DEFAULT_SERVER, database)
             subprocess.run([args.engine, "rmi", "--force", IMAGE], check=False, capture_output=True)
     print(
         f"\n# {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
@@ -96,12 +73,9 @@ def main() -> None:
     )
     print("| figure | median | runs |")
     print("|---|---:|---|")
-    for name, runs in (("image job", i_times), ("process job", p_times)):
-        shown = ", ".join(f"{r:.2f}" for r in runs)
-        print(f"| submit to first step, {name} | {statistics.median(runs):.2f} s | {shown} |")
-    shown = ", ".join(f"{r:.2f}" for r in ratios)
-    median = statistics.median(ratios)
-    print(f"| image / process, median of per-round ratios | {median:.2f} | {shown} |")
+    print(median_row("submit to first step, image job", times["I"]))
+    print(median_row("submit to first step, process job", times["P"]))
+    print(ratio_row("image / process", per_round_ratios(times, "I", "P")))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,7 @@
     nodes.py        the node registry
     schedules.py    retraining schedules, run now, the promoted model
     sweeps.py       sweeps: create, list, read with every trial, cancel
-    quotas.py       projects' quotas (admins)
-    tracking.py     projects' MLflow settings (admins)
+    projects.py     a project's settings (admins): its quota, its MLflow server
     tokens.py       API tokens (admins): issue, list, revoke
     whoami.py       the caller's own token: project, name, scopes
     health.py       liveness and readiness probes

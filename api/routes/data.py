@@ -5,12 +5,21 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import SettingsDep, StoreDep, UploadScopeRule, UploadTokenDep, scoped
+from api.credentials import Sessions
+from api.deps import (
+    SessionsDep,
+    SettingsDep,
+    StoreDep,
+    UploadScopeRule,
+    UploadTokenDep,
+    scoped,
+)
 from api.params import DataPath
 from api.uploads import receive_body
 from services.auth.scopes import Scope
-from services.jobs import data
+from services.jobs import data, data_versions
 from services.jobs.file_schemas import DataList, DataRead
+from services.storage.store import ArtifactStore
 
 # The token is read in a short transaction of its own (UploadScopeRule): these routes use
 # the database for nothing else, and an upload of gigabytes holds no session meanwhile.
@@ -48,6 +57,7 @@ async def put_data(
     settings: SettingsDep,
     store: StoreDep,
     token: UploadTokenDep,
+    sessions: SessionsDep,
 ) -> DataRead:
     """Upload a file (the raw bytes as the body) to `path` of the project's data; 201 when
     new, 200 when it replaced one."""
@@ -58,13 +68,29 @@ async def put_data(
         stored, created = await run_in_threadpool(
             data.store_data, store=store, project_id=token.project_id, path=path, upload=upload
         )
+    # Recorded once stored, in a short transaction of its own: what data-triggered
+    # schedules and lineage read (services/jobs/data_versions.py).
+    await run_in_threadpool(_record, sessions, store, token.project_id, path, stored.sha256)
     if not created:
         response.status_code = status.HTTP_200_OK
     return DataRead.model_validate(stored)
 
 
 @router.delete("/{path:path}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_data(path: DataPath, store: StoreDep, token: UploadTokenDep) -> Response:
+def delete_data(
+    path: DataPath, store: StoreDep, token: UploadTokenDep, sessions: SessionsDep
+) -> Response:
     """Delete a file of the project's data."""
     data.delete_data(store=store, project_id=token.project_id, path=path)
+    with sessions() as session:
+        data_versions.record_deleted(session=session, project_id=token.project_id, path=path)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+def _record(
+    sessions: Sessions, store: ArtifactStore, project_id: int, path: str, sha256: str | None
+) -> None:
+    with sessions() as session:
+        data_versions.record_file(
+            session=session, store=store, project_id=project_id, path=path, sha256=sha256
+        )

@@ -20,6 +20,7 @@ control plane only (node code reaches none of it but `trainers`).
     quota_schemas.py the I/O schemas of a project's quota
     bundles.py      code bundles: which project uploaded which digest
     data.py         a project's data in the store: upload, list, delete, path checks
+    data_versions.py what data holds, as digests (triggers, lineage, holdouts)
     inputs.py       a job's `inputs`: checked at submit, resolved into the replica spec
     uploads.py      request bodies on their way into the store (spooled, hashed, bounded)
     artifacts.py    a job's artifacts: listed with their sha256, resolved for download

@@ -5,6 +5,7 @@
     access.py     API tokens (scopes, expiry, revocation) and dashboard sessions
     series.py     metric points, their rollups, log lines
     schedules.py  retraining schedules and their runs
+    data_files.py the contents of projects' data files (digests, for triggers and lineage)
     sweeps.py     sweeps and their trials' search state (the trials run as jobs)
     quotas.py     projects' quotas over the cluster's defaults
     leadership.py the scheduler's fencing token
@@ -15,6 +16,7 @@ Every model is imported here, so `Base.metadata` holds every table (Alembic, tes
 
 from services.models.access import ApiToken, DashboardSession
 from services.models.base import Base, UTCDateTime, utcnow
+from services.models.data_files import DataFileRecord
 from services.models.jobs import Bundle, Job, JobEvent, Node, Project, Replica
 from services.models.leadership import SchedulerFence
 from services.models.quotas import ProjectQuota
@@ -28,6 +30,7 @@ __all__ = [
     "Base",
     "Bundle",
     "DashboardSession",
+    "DataFileRecord",
     "Job",
     "JobEvent",
     "LogLine",

@@ -187,6 +187,17 @@ class ArtifactStore:
             raise FileNotFoundError(key)
         return int(info["size"])
 
+    def version(self, key: str) -> tuple[int, str] | None:
+        """(size, version) of the object at `key` (the version as list_versions gives it),
+        or None when there is none."""
+        try:
+            info = self.fs.info(self._path(key))
+        except FileNotFoundError:
+            return None
+        if info.get("type") != "file":
+            return None
+        return int(info["size"]), object_version(info)
+
     def delete(self, key: str, *, missing_ok: bool = False) -> None:
         """Delete the object at `key`.
 
