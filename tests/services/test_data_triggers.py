@@ -236,3 +236,25 @@ def test_a_timed_run_covers_the_interval_since_the_last_run(session: Session, pr
     }
     assert second.schedule_env["COHORT_DATA_INTERVAL_START"] == "2026-06-01T12:00:10Z"
     assert second.schedule_env["COHORT_DATA_INTERVAL_END"] == "2026-06-01T12:00:20Z"
+
+
+def test_a_sweeps_trials_carry_its_fire(session: Session, project: int) -> None:
+    from services.models import Sweep
+    from services.scheduling.scheduler_pass import run_pass
+
+    sweep = {
+        "template": JOB,
+        "space": {"grid": {"learning_rate": [0.1, 0.01]}},
+        "max_concurrent": 2,
+        "objective": {"metric": "eval_accuracy", "mode": "max"},
+    }
+    schedule = make(session, project, job=None, sweep=sweep)
+    push(session, project, "digits/train.csv", b"new")
+    [run] = fire(session, later(SETTLE + 1))
+    made = session.get(Sweep, run.sweep_id)
+    assert made is not None and made.schedule_env["COHORT_DATA_VERSION"] == run.data_version
+    run_pass(session=session, settings=get_settings(), heartbeats=[], now=later(SETTLE + 2))
+    trials = session.execute(sa.select(Job).where(Job.sweep_id == made.id)).scalars().all()
+    assert len(trials) == 2
+    assert all(trial.schedule_env == made.schedule_env for trial in trials)
+    assert schedule.data_version == run.data_version
