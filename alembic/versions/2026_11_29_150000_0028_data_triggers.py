@@ -1,4 +1,5 @@
-"""data-triggered schedules, and the variables of a schedule's fire on its jobs and sweeps
+"""data-triggered schedules (and the index their pass probes data_files with), and the
+variables of a schedule's fire on its jobs and sweeps
 
 Revision ID: 0028_data_triggers
 Revises: 0025_data_versions
@@ -31,9 +32,8 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("data_version_at", _MOMENT, nullable=True))
     with op.batch_alter_table("schedule_runs") as batch_op:
         batch_op.add_column(sa.Column("data_version", sa.String(length=80), nullable=True))
-        batch_op.create_unique_constraint(
-            "uq_schedule_runs_data", ["schedule_id", "data_version"]
-        )
+        batch_op.create_unique_constraint("uq_schedule_runs_data", ["schedule_id", "data_version"])
+    op.create_index("ix_data_files_changes", "data_files", ["project_id", "updated_at"])
     for table in ("jobs", "sweeps"):
         with op.batch_alter_table(table) as batch_op:
             batch_op.add_column(
@@ -45,6 +45,7 @@ def downgrade() -> None:
     for table in ("sweeps", "jobs"):
         with op.batch_alter_table(table) as batch_op:
             batch_op.drop_column("schedule_env")
+    op.drop_index("ix_data_files_changes", table_name="data_files")
     with op.batch_alter_table("schedule_runs") as batch_op:
         batch_op.drop_constraint("uq_schedule_runs_data", type_="unique")
         batch_op.drop_column("data_version")

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from services.models.base import Base, utcnow
+from services.models.data_files import DataFileRecord
 from services.models.jobs import Project
 
 
@@ -94,3 +95,8 @@ class ScheduleRun(Base):
     decision_reason: Mapped[str] = mapped_column(sa.Text, default="")
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     decided_at: Mapped[dt.datetime | None]
+
+
+# The data-trigger pass's probe (services/retraining/data_triggers.py): a project's data
+# changes since a time, without reading its other rows.
+sa.Index("ix_data_files_changes", DataFileRecord.project_id, DataFileRecord.updated_at)

@@ -61,6 +61,7 @@ class DataTrigger(BaseModel):
         description="fire only once the newest change under it is this old, so an "
         "upload of many files is one run",
     )
+
     @field_validator("data")
     @classmethod
     def _data_path(cls, value: str) -> str:
