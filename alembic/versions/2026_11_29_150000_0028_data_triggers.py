@@ -36,9 +36,7 @@ def upgrade() -> None:
     op.create_index("ix_data_files_changes", "data_files", ["project_id", "updated_at"])
     for table in ("jobs", "sweeps"):
         with op.batch_alter_table(table) as batch_op:
-            batch_op.add_column(
-                sa.Column("schedule_env", sa.JSON(), nullable=False, server_default="{}")
-            )
+            batch_op.add_column(sa.Column("schedule_env", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:

@@ -62,7 +62,8 @@ class Sweep(Base):
     )
     scheduled_for: Mapped[dt.datetime | None]
     # The fire's variables (services/retraining/fire_env.py), which its trials carry.
-    schedule_env: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # NULL, without a default, for rows no schedule made: their INSERT leaves it out.
+    schedule_env: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
 
     project: Mapped[Project] = relationship(lazy="joined")
 
