@@ -215,6 +215,19 @@ def _looked_at(
     return utcnow() - RACE_MARGIN
 
 
+def inputs_to_check(inputs: dict[str, str], trigger_path: str | None) -> dict[str, str]:
+    """The inputs of a schedule's job that must exist when it is stored: not those under
+    its data trigger, whose first push is what starts the first run."""
+    if trigger_path is None:
+        return inputs
+    under = (f"data/{trigger_path}", f"data/{trigger_path}/")
+    return {
+        name: source
+        for name, source in inputs.items()
+        if source != under[0] and not source.startswith(under[1])
+    }
+
+
 def trigger_of(schedule: Schedule) -> DataTrigger | None:
     """The API view of a schedule's data trigger."""
     if schedule.trigger_path is None:

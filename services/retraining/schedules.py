@@ -38,7 +38,11 @@ from services.sweeps.store import check_sweep
 
 
 def _check_template(
-    job_in: JobCreate, settings: Settings, session: Session, project_id: int
+    job_in: JobCreate,
+    settings: Settings,
+    session: Session,
+    project_id: int,
+    trigger_path: str | None = None,
 ) -> None:
     try:
         check_job_spec(job_in=job_in, settings=settings)
@@ -53,7 +57,8 @@ def _check_template(
         raise exc.under("job.") from exc
     # A template names its bundle by digest, so every run reuses one upload.
     check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
-    check_inputs_exist(project_id=project_id, inputs=job_in.inputs, settings=settings)
+    inputs = data_triggers.inputs_to_check(job_in.inputs, trigger_path)
+    check_inputs_exist(project_id=project_id, inputs=inputs, settings=settings)
 
 
 def _check_sweep_template(
@@ -119,7 +124,8 @@ def create_schedule(
     """
     now = now or utcnow()
     if schedule_in.job is not None:
-        _check_template(schedule_in.job, settings, session, project_id)
+        trigger = schedule_in.trigger.path if schedule_in.trigger else None
+        _check_template(schedule_in.job, settings, session, project_id, trigger)
     if schedule_in.sweep is not None:
         _check_sweep_template(schedule_in.sweep, settings, session, project_id)
     quotas.admit_schedule(session=session, project_id=project_id, settings=settings)
@@ -193,7 +199,8 @@ def update_schedule(
     now = now or utcnow()
     given = schedule_in.model_fields_set
     if "job" in given and schedule_in.job is not None:
-        _check_template(schedule_in.job, settings, session, schedule.project_id)
+        trigger = schedule_in.trigger.path if schedule_in.trigger else schedule.trigger_path
+        _check_template(schedule_in.job, settings, session, schedule.project_id, trigger)
         _set_template(schedule, schedule_in.job, None)
     if "sweep" in given and schedule_in.sweep is not None:
         _check_sweep_template(schedule_in.sweep, settings, session, schedule.project_id)

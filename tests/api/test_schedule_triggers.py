@@ -57,3 +57,20 @@ def test_a_schedule_keeps_a_way_to_fire(client: TestClient, auth: dict[str, str]
     assert both["next_fire_at"] is not None and both["trigger"] is not None
     timed = client.patch(url, json={"trigger": None}, headers=auth).json()
     assert timed["trigger"] is None and timed["data_version"] is None
+
+
+def test_inputs_under_the_trigger_need_no_data_yet(
+    client: TestClient, auth: dict[str, str], artifact_env: str
+) -> None:
+    del artifact_env
+    job = {**JOB, "inputs": {"train.csv": "data/digits/train.csv"}}
+    waiting = create(client, auth, job=job, trigger=TRIGGER)  # its first push starts it
+    assert waiting["data_version"] is None
+    elsewhere = {**JOB, "inputs": {"train.csv": "data/digits_x/train.csv"}}
+    refused = client.post(
+        "/api/v1/schedules",
+        json={"name": "elsewhere", "job": elsewhere, "trigger": TRIGGER},
+        headers=auth,
+    )
+    assert refused.status_code in (404, 422), refused.text
+    assert "digits_x/train.csv" in refused.text
