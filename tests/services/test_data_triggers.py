@@ -137,7 +137,7 @@ def test_each_new_content_fires_once_after_it_settles(session: Session, project:
     push(session, project, "digits/train.csv", b"v2")
     [second] = fire(session, later(SETTLE + 1))
     assert second.data_version not in {run.data_version, None}
-    env = session.get(Job, second.job_id).schedule_env  # type: ignore[union-attr]
+    env = session.get(Job, second.job_id).schedule_env
     assert env["COHORT_DATA_INTERVAL_START"] == job.schedule_env["COHORT_DATA_INTERVAL_END"]
     assert len(runs(session, schedule)) == 2
 
@@ -159,7 +159,7 @@ def test_no_data_then_the_first_push_fires_and_a_delete_fires_nothing(
     assert schedule.data_version is None
     push(session, project, "digits/train.csv", b"first")
     [run] = fire(session, later(SETTLE + 1))
-    assert "COHORT_DATA_INTERVAL_START" not in session.get(Job, run.job_id).schedule_env  # type: ignore[union-attr]
+    assert "COHORT_DATA_INTERVAL_START" not in session.get(Job, run.job_id).schedule_env
     remove(session, project, "digits/train.csv")
     assert fire(session, later(SETTLE + 1)) == []
     assert len(runs(session, schedule)) == 1
@@ -197,7 +197,7 @@ def test_forbid_records_the_skipped_version(session: Session, project: int) -> N
     assert skipped.outcome == "skipped" and skipped.job_id is None
     assert skipped.data_version is not None and skipped.data_version in skipped.reason
     for target in (JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.SUCCEEDED):
-        transition_job(session=session, job_id=first.job_id, target=target, reason="test")  # type: ignore[arg-type]
+        transition_job(session=session, job_id=first.job_id, target=target, reason="test")
     assert fire(session, later(SETTLE + 1)) == []  # skipped is handled: not fired later
     assert schedule.last_outcome == "skipped"
 
@@ -258,3 +258,26 @@ def test_a_sweeps_trials_carry_its_fire(session: Session, project: int) -> None:
     assert len(trials) == 2
     assert all(trial.schedule_env == made.schedule_env for trial in trials)
     assert schedule.data_version == run.data_version
+
+
+def test_a_skipped_fire_times_interval_goes_to_the_next_run(session: Session, project: int) -> None:
+    start = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
+    body = {"name": "forbid", "job": JOB, "interval_seconds": 10, "concurrency_policy": "forbid"}
+    schedule = schedules.create_schedule(
+        session=session,
+        project_id=project,
+        schedule_in=ScheduleCreate.model_validate(body),
+        settings=get_settings(),
+        now=start,
+    )
+    fire(session, start + dt.timedelta(seconds=10))
+    fire(session, start + dt.timedelta(seconds=20))  # the first still runs: skipped
+    first, skipped = runs(session, schedule)
+    assert skipped.outcome == "skipped"
+    for target in (JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.SUCCEEDED):
+        transition_job(session=session, job_id=first.job_id, target=target, reason="test")
+    fire(session, start + dt.timedelta(seconds=30))
+    third = session.get(Job, runs(session, schedule)[2].job_id)
+    assert third is not None and third.schedule_env is not None
+    assert third.schedule_env["COHORT_DATA_INTERVAL_START"] == "2026-06-01T12:00:10Z"
+    assert third.schedule_env["COHORT_DATA_INTERVAL_END"] == "2026-06-01T12:00:30Z"
