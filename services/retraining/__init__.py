@@ -8,5 +8,6 @@ firing.py     each due fire time creates one job, exactly once; missed fire time
 fire_runs.py  one fire time's job or sweep under the concurrency policy, and its record
 fire_env.py   what a fire tells its run: COHORT_SCHEDULED_FOR, the data interval or version
 data_triggers.py  firing once per new content of a schedule's data, debounced
+trigger_schemas.py  the data trigger's I/O schemas, mixed into the schedules'
 promotion.py  promotion of scheduled runs' models; job history limits
 """

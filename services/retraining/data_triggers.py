@@ -30,11 +30,18 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from services.exceptions import InvalidJobSpec
 from services.jobs.data_versions import DataVersion, content_digest, newest_change
+from services.jobs.schemas import JobCreate
 from services.models import DataFileRecord, Schedule, ScheduleRun, utcnow
 from services.retraining.fire_env import Fire
 from services.retraining.fire_runs import start_run
-from services.retraining.schemas import DataTrigger, DataTriggerIn
+from services.retraining.trigger_schemas import (
+    DataTrigger,
+    DataTriggerIn,
+    TriggerSpec,
+    TriggerView,
+)
 from services.settings import Settings
 from services.storage.store import ArtifactStore, open_store
 
@@ -176,7 +183,7 @@ def _handled(schedule: Schedule, version: DataVersion | None) -> None:
 
 
 def set_trigger(
-    *, session: Session, settings: Settings, schedule: Schedule, trigger: DataTriggerIn | None
+    session: Session, settings: Settings, schedule: Schedule, trigger: DataTriggerIn | None
 ) -> None:
     """Set (or with None, remove) a schedule's data trigger. The content there now
     counts as handled, unless the trigger asks to fire on it."""
@@ -215,23 +222,50 @@ def _looked_at(
     return utcnow() - RACE_MARGIN
 
 
-def inputs_to_check(inputs: dict[str, str], trigger_path: str | None) -> dict[str, str]:
-    """The inputs of a schedule's job that must exist when it is stored: not those under
-    its data trigger, whose first push is what starts the first run."""
-    if trigger_path is None:
-        return inputs
-    under = (f"data/{trigger_path}", f"data/{trigger_path}/")
-    return {
+def checkable(job_in: JobCreate, given: TriggerSpec, stored: str | None = None) -> JobCreate:
+    """The job template as the schedule's checks see it: without the inputs under its
+    data trigger (the one given, else `stored`), which need not exist yet: their first
+    push is what starts the first run."""
+    trigger = given.trigger if "trigger" in given.model_fields_set else None
+    path = trigger.path if trigger else stored
+    if path is None:
+        return job_in
+    inputs = {
         name: source
-        for name, source in inputs.items()
-        if source != under[0] and not source.startswith(under[1])
+        for name, source in job_in.inputs.items()
+        if source != f"data/{path}" and not source.startswith(f"data/{path}/")
     }
+    return job_in.model_copy(update={"inputs": inputs})
 
 
-def trigger_of(schedule: Schedule) -> DataTrigger | None:
-    """The API view of a schedule's data trigger."""
-    if schedule.trigger_path is None:
-        return None
-    return DataTrigger(
-        data=f"data/{schedule.trigger_path}", settle_seconds=schedule.trigger_settle_seconds
+def update_trigger(
+    session: Session, settings: Settings, schedule: Schedule, given: TriggerSpec
+) -> None:
+    """PATCH's `trigger`: set, changed or (with null) removed, if the schedule keeps a
+    way to fire.
+
+    Raises:
+        InvalidJobSpec: it would have none (422 naming `trigger`).
+    """
+    if "trigger" not in given.model_fields_set:
+        return
+    if given.trigger is None and schedule.cron is None and not schedule.interval_seconds:
+        raise InvalidJobSpec(
+            "trigger", "the schedule has no cron or interval_seconds: give one to remove it"
+        )
+    set_trigger(session, settings, schedule, given.trigger)
+
+
+def view(schedule: Schedule) -> dict[str, Any]:
+    """The API view of a schedule's data trigger (TriggerView's fields)."""
+    trigger = None
+    if schedule.trigger_path is not None:
+        trigger = DataTrigger(
+            data=f"data/{schedule.trigger_path}", settle_seconds=schedule.trigger_settle_seconds
+        )
+    shown = TriggerView(
+        trigger=trigger,
+        data_version=schedule.data_version,
+        data_version_at=schedule.data_version_at,
     )
+    return dict(shown)

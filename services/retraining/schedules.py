@@ -38,11 +38,7 @@ from services.sweeps.store import check_sweep
 
 
 def _check_template(
-    job_in: JobCreate,
-    settings: Settings,
-    session: Session,
-    project_id: int,
-    trigger_path: str | None = None,
+    job_in: JobCreate, settings: Settings, session: Session, project_id: int
 ) -> None:
     try:
         check_job_spec(job_in=job_in, settings=settings)
@@ -57,8 +53,7 @@ def _check_template(
         raise exc.under("job.") from exc
     # A template names its bundle by digest, so every run reuses one upload.
     check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
-    inputs = data_triggers.inputs_to_check(job_in.inputs, trigger_path)
-    check_inputs_exist(project_id=project_id, inputs=inputs, settings=settings)
+    check_inputs_exist(project_id=project_id, inputs=job_in.inputs, settings=settings)
 
 
 def _check_sweep_template(
@@ -99,13 +94,6 @@ def timing_of(schedule: Schedule) -> Timing:
     )
 
 
-def first_fire_after(schedule: Schedule, now: dt.datetime) -> dt.datetime | None:
-    """The schedule's first fire time after now; None when only data fires it."""
-    if schedule.cron is None and schedule.interval_seconds is None:
-        return None
-    return timing_of(schedule).next_after(now)
-
-
 def create_schedule(
     *,
     session: Session,
@@ -124,8 +112,8 @@ def create_schedule(
     """
     now = now or utcnow()
     if schedule_in.job is not None:
-        trigger = schedule_in.trigger.path if schedule_in.trigger else None
-        _check_template(schedule_in.job, settings, session, project_id, trigger)
+        job_in = data_triggers.checkable(schedule_in.job, schedule_in)
+        _check_template(job_in, settings, session, project_id)
     if schedule_in.sweep is not None:
         _check_sweep_template(schedule_in.sweep, settings, session, project_id)
     quotas.admit_schedule(session=session, project_id=project_id, settings=settings)
@@ -148,10 +136,8 @@ def create_schedule(
         updated_at=now,
     )
     _set_template(schedule, schedule_in.job, schedule_in.sweep)
-    schedule.next_fire_at = first_fire_after(schedule, now)
-    data_triggers.set_trigger(
-        session=session, settings=settings, schedule=schedule, trigger=schedule_in.trigger
-    )
+    schedule.next_fire_at = timing_of(schedule).first_after(now)
+    data_triggers.set_trigger(session, settings, schedule, schedule_in.trigger)
     try:
         # A savepoint: a duplicate name must leave the caller's transaction usable.
         with session.begin_nested():
@@ -199,8 +185,8 @@ def update_schedule(
     now = now or utcnow()
     given = schedule_in.model_fields_set
     if "job" in given and schedule_in.job is not None:
-        trigger = schedule_in.trigger.path if schedule_in.trigger else schedule.trigger_path
-        _check_template(schedule_in.job, settings, session, schedule.project_id, trigger)
+        job_in = data_triggers.checkable(schedule_in.job, schedule_in, schedule.trigger_path)
+        _check_template(job_in, settings, session, schedule.project_id)
         _set_template(schedule, schedule_in.job, None)
     if "sweep" in given and schedule_in.sweep is not None:
         _check_sweep_template(schedule_in.sweep, settings, session, schedule.project_id)
@@ -225,16 +211,9 @@ def update_schedule(
         promote = schedule_in.promote
         schedule.promote_metric = promote.metric if promote else None
         schedule.promote_mode = promote.mode if promote else "max"
-    if "trigger" in given:
-        if schedule_in.trigger is None and schedule.cron is None and not schedule.interval_seconds:
-            raise InvalidJobSpec(
-                "trigger", "the schedule has no cron or interval_seconds: give one to remove it"
-            )
-        data_triggers.set_trigger(
-            session=session, settings=settings, schedule=schedule, trigger=schedule_in.trigger
-        )
+    data_triggers.update_trigger(session, settings, schedule, schedule_in)
     if given & {"cron", "interval_seconds", "timezone"} and not schedule.paused:
-        schedule.next_fire_at = first_fire_after(schedule, now)
+        schedule.next_fire_at = timing_of(schedule).first_after(now)
     schedule.updated_at = now
     session.flush()
     return schedule
@@ -254,7 +233,7 @@ def resume_schedule(
     """Fire again from the first fire time after now."""
     if schedule.paused:
         schedule.paused = False
-        schedule.next_fire_at = first_fire_after(schedule, now or utcnow())
+        schedule.next_fire_at = timing_of(schedule).first_after(now or utcnow())
         session.flush()
     return schedule
 
@@ -298,9 +277,7 @@ def to_read(*, session: Session, schedule: Schedule, runs: int = 20) -> Schedule
         successful_jobs_history_limit=schedule.successful_jobs_history_limit,
         failed_jobs_history_limit=schedule.failed_jobs_history_limit,
         promote=promote,
-        trigger=data_triggers.trigger_of(schedule),
-        data_version=schedule.data_version,
-        data_version_at=schedule.data_version_at,
+        **data_triggers.view(schedule),
         paused=schedule.paused,
         next_fire_at=schedule.next_fire_at,
         last_fired_at=schedule.last_fired_at,

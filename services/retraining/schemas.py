@@ -10,14 +10,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 
 from services.jobs.schemas import JobCreate
 from services.retraining.cron import InvalidCron, load_zone, parse_cron
-from services.storage.keys import DATA_PREFIX, InvalidKey, check_data_path
+from services.retraining.trigger_schemas import TriggerSpec, TriggerView, check_when
 from services.sweeps.schemas import SweepCreate
 
 ConcurrencyPolicy = Literal["allow", "forbid", "replace"]
 _NAME = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
 _METRIC = re.compile(r"^[A-Za-z_][\w./-]{0,63}$")
 MAX_INTERVAL = 366 * 24 * 3600
-MAX_SETTLE = 24 * 3600
 
 
 class Promotion(BaseModel):
@@ -42,58 +41,6 @@ class Promotion(BaseModel):
         return value
 
 
-class DataTrigger(BaseModel):
-    """Fire once per new content of a file or prefix of the project's data
-    (services/retraining/data_triggers.py)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    data: str = Field(
-        max_length=1024,
-        examples=["data/digits"],
-        description="'data/<path or prefix>': a file, or every file under a prefix",
-    )
-    settle_seconds: StrictInt = Field(
-        30,
-        ge=0,
-        le=MAX_SETTLE,
-        examples=[30],
-        description="fire only once the newest change under it is this old, so an "
-        "upload of many files is one run",
-    )
-
-    @field_validator("data")
-    @classmethod
-    def _data_path(cls, value: str) -> str:
-        path = value.removeprefix(f"{DATA_PREFIX}/").removesuffix("/")
-        if path == value or not path:
-            raise ValueError(
-                f"{value!r} must name the project's data as 'data/<path or prefix>', "
-                "e.g. 'data/digits' (upload with `cohort data push FILE PATH`)"
-            )
-        try:
-            check_data_path(path)
-        except InvalidKey as exc:
-            raise ValueError(str(exc)) from exc
-        return f"{DATA_PREFIX}/{path}"
-
-    @property
-    def path(self) -> str:
-        """The path or prefix relative to the project's data."""
-        return self.data.removeprefix(f"{DATA_PREFIX}/")
-
-
-class DataTriggerIn(DataTrigger):
-    """A data trigger as given: what to do about the content there when it is set."""
-
-    fire_on_existing: bool = Field(
-        False,
-        examples=[False],
-        description="also fire for the content there when the trigger is set "
-        "(by default only later changes fire)",
-    )
-
-
 def _check_cron(value: str | None) -> str | None:
     if value is None:
         return None
@@ -111,7 +58,7 @@ def _check_zone(value: str) -> str:
     return value
 
 
-class _Timing(BaseModel):
+class _Timing(TriggerSpec):
     cron: str | None = Field(
         None,
         max_length=128,
@@ -161,11 +108,6 @@ class _Timing(BaseModel):
         None,
         examples=[{"metric": "eval_accuracy", "mode": "max"}],
         description="promote a run's model only when its metric beats the promoted one's",
-    )
-    trigger: DataTriggerIn | None = Field(
-        None,
-        examples=[{"data": "data/digits", "settle_seconds": 30}],
-        description="fire on new content of this data (besides or instead of cron/interval)",
     )
 
     @field_validator("cron")
@@ -226,13 +168,7 @@ class ScheduleCreate(_Timing):
 
     @model_validator(mode="after")
     def _one_timing(self) -> ScheduleCreate:
-        if self.cron is not None and self.interval_seconds is not None:
-            raise ValueError("give at most one of 'cron' and 'interval_seconds'")
-        if self.cron is None and self.interval_seconds is None and self.trigger is None:
-            raise ValueError(
-                "give 'cron', 'interval_seconds' or 'trigger' "
-                "(e.g. trigger: {data: 'data/digits'}) to say when it fires"
-            )
+        check_when(self.cron, self.interval_seconds, self.trigger)
         if (self.job is None) == (self.sweep is None):
             raise ValueError("give exactly one of 'job' and 'sweep'")
         return self
@@ -277,7 +213,7 @@ class ScheduleRunRead(BaseModel):
     decided_at: dt.datetime | None
 
 
-class ScheduleRead(BaseModel):
+class ScheduleRead(TriggerView):
     id: int
     project: str
     name: str
@@ -291,13 +227,6 @@ class ScheduleRead(BaseModel):
     successful_jobs_history_limit: int | None
     failed_jobs_history_limit: int | None
     promote: Promotion | None
-    trigger: DataTrigger | None = None
-    data_version: str | None = Field(
-        None, description="the data trigger's content last handled (a digest)"
-    )
-    data_version_at: dt.datetime | None = Field(
-        None, description="the newest change of that content"
-    )
     paused: bool
     next_fire_at: dt.datetime | None
     last_fired_at: dt.datetime | None
