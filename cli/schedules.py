@@ -42,25 +42,37 @@ def _load(spec_file: Path) -> dict[str, Any]:
 
 
 def _when(schedule: dict[str, Any]) -> str:
+    parts = []
     if schedule["cron"]:
-        return f"cron {schedule['cron']} ({schedule['timezone']})"
-    return f"every {schedule['interval_seconds']}s"
+        parts.append(f"cron {schedule['cron']} ({schedule['timezone']})")
+    elif schedule["interval_seconds"]:
+        parts.append(f"every {schedule['interval_seconds']}s")
+    trigger = schedule.get("trigger")
+    if trigger:
+        parts.append(f"on new {trigger['data']} (settled {trigger['settle_seconds']}s)")
+    return " and ".join(parts)
 
 
 def _show(schedule: dict[str, Any], as_json: bool) -> None:
     if as_json:
         emit_json(schedule)
         return
-    state = "paused" if schedule["paused"] else f"next {schedule['next_fire_at']}"
+    state = "paused" if schedule["paused"] else f"next {schedule['next_fire_at'] or '-'}"
     console.print(
         f"schedule {schedule['id']} [bold]{schedule['name']}[/]: {_when(schedule)}, "
         f"{schedule['concurrency_policy']}, {state}"
     )
+    if schedule.get("trigger"):
+        console.print(
+            f"  data version handled: {schedule['data_version'] or 'none yet'}"
+            + (f" (changed {schedule['data_version_at']})" if schedule["data_version_at"] else "")
+        )
     if schedule["promote"]:
         promote = schedule["promote"]
         console.print(
-            f"  promote on {promote['metric']} ({promote['mode']}): job "
-            f"{schedule['promoted_job_id']} = {schedule['promoted_value']}"
+            f"  promote on {promote['metric']} ({promote['mode']}) to "
+            f"{promote.get('model') or schedule['name']}@{promote.get('alias') or 'production'}: "
+            f"job {schedule['promoted_job_id']} = {schedule['promoted_value']}"
         )
     if schedule.get("evaluate"):
         evaluate = schedule["evaluate"]
@@ -68,10 +80,13 @@ def _show(schedule: dict[str, Any], as_json: bool) -> None:
             " ".join(evaluate["command"]) if evaluate["command"] else "the trainer's evaluate(ctx)"
         )
         console.print(f"  evaluated on {evaluate['data']} by {how}")
-    table = Table("fire time", "outcome", "job", "decision", "reason", "evaluations")
+    table = Table(
+        "fire time", "data version", "outcome", "job", "decision", "reason", "evaluations"
+    )
     for run in schedule["recent_runs"]:
         table.add_row(
             run["scheduled_for"],
+            (run.get("data_version") or "-")[:19],  # sha256: and 12 hex digits
             run["outcome"],
             str(run["job_id"] or "-"),
             run["decision"] or "-",

@@ -77,6 +77,23 @@ class DataRead(ApiModel):
     size: int
 
 
+class DataTrigger(ApiModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    data: str
+    settle_seconds: int | None = 30
+
+
+class DataTriggerIn(ApiModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    data: str
+    fire_on_existing: bool | None = False
+    settle_seconds: int | None = 30
+
+
 class DeliveryRead(ApiModel):
     attempts: list[AttemptRead]
     created_at: AwareDatetime
@@ -345,6 +362,7 @@ class Roles(ApiModel):
 
 class ScheduleRunRead(ApiModel):
     created_at: AwareDatetime
+    data_version: str | None = None
     decided_at: AwareDatetime | None
     decision: str | None
     decision_reason: str
@@ -674,6 +692,8 @@ class ScheduleRead(ApiModel):
     concurrency_policy: str
     created_at: AwareDatetime
     cron: str | None
+    data_version: str | None = None
+    data_version_at: AwareDatetime | None = None
     evaluate: Evaluate | None = None
     failed_jobs_history_limit: int | None
     id: int
@@ -693,6 +713,7 @@ class ScheduleRead(ApiModel):
     successful_jobs_history_limit: int | None
     sweep: dict[str, Any] | None = None
     timezone: str
+    trigger: DataTrigger | None = None
 
 
 class SearchSpace(ApiModel):
@@ -831,6 +852,7 @@ class ScheduleCreate(ApiModel):
     successful_jobs_history_limit: int | None = None
     sweep: SweepCreate | None = None
     timezone: str | None = "UTC"
+    trigger: DataTriggerIn | None = None
 
 
 class ScheduleList(ApiModel):
@@ -852,6 +874,7 @@ class ScheduleUpdate(ApiModel):
     successful_jobs_history_limit: int | None = None
     sweep: SweepCreate | None = None
     timezone: str | None = None
+    trigger: DataTriggerIn | None = None
 
 
 class SweepList(ApiModel):

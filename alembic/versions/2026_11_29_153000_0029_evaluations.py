@@ -2,7 +2,7 @@
 the evaluations table
 
 Revision ID: 0029_evaluations
-Revises: 0027_webhooks
+Revises: 0028_data_triggers
 Create Date: 2026-11-29 15:00:00
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0029_evaluations"
-down_revision: str | Sequence[str] | None = "0027_webhooks"
+down_revision: str | Sequence[str] | None = "0028_data_triggers"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

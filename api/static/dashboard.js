@@ -268,6 +268,15 @@ function evaluationsOf(evaluations) {
   return list;
 }
 
+/* When a schedule runs: its cron or interval, and its data trigger. */
+function runsWhen(s) {
+  const parts = [];
+  if (s.cron) parts.push(`cron ${s.cron} (${s.timezone || "UTC"})`);
+  else if (s.interval_seconds) parts.push(`every ${s.interval_seconds}s`);
+  if (s.trigger) parts.push(`on new ${s.trigger.data} (settled ${s.trigger.settle_seconds}s)`);
+  return parts.join(" and ");
+}
+
 async function schedulesPage() {
   const box = document.getElementById("schedules");
   const response = await Cohort.api("/api/v1/schedules");
@@ -287,18 +296,20 @@ async function schedulesPage() {
     return;
   }
   box.append(tableOf(
-    ["Schedule", "Runs", "State", "Next run", "Last run", "Last outcome", "Promoted job"],
-    items.map((s) => [`#${s.id} ${s.name}`,
-      s.cron ? `cron ${s.cron} (${s.timezone || "UTC"})` : `every ${s.interval_seconds}s`,
+    ["Schedule", "Runs", "State", "Next run", "Last run", "Last outcome", "Data version handled",
+      "Promoted job"],
+    items.map((s) => [`#${s.id} ${s.name}`, runsWhen(s),
       s.paused ? "paused" : "active", when(s.next_fire_at), when(s.last_fired_at),
-      s.last_outcome, jobLink(s.promoted_job_id)])));
+      s.last_outcome, s.trigger ? (s.data_version || "none yet") : null,
+      jobLink(s.promoted_job_id)])));
   for (const s of items) {
     const section = document.createElement("section");
     section.append(text("h2", `History of ${s.name}`));
     const runs = s.recent_runs || [];
     section.append(runs.length ? tableOf(
-      ["Scheduled for", "Job", "Outcome", "Reason", "Decision", "Evaluations"],
-      runs.map((r) => [when(r.scheduled_for), jobLink(r.job_id), r.outcome, r.reason,
+      ["Scheduled for", "Data version", "Job", "Outcome", "Reason", "Decision", "Evaluations"],
+      runs.map((r) => [when(r.scheduled_for), r.data_version, jobLink(r.job_id), r.outcome,
+        r.reason,
         r.decision ? `${r.decision}${r.decision_reason ? ": " + r.decision_reason : ""}` : null,
         evaluationsOf(r.evaluations || [])]))
       : text("p", "Not run yet.", "muted"));

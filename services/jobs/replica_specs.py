@@ -5,7 +5,7 @@ copied from the stored job by name, so a job field replicas need is one line in
 `ReplicaSpec`; `REPLICA_FORMS` lists the ones whose replica form differs from the
 stored one. The other fields say which replica it is (`PER_REPLICA`), or what the
 control plane resolved at submission (`RESOLVED`: the job's requirements, an evaluation
-job's files).
+job's files, and what a schedule's fire told it).
 """
 
 from __future__ import annotations
@@ -82,6 +82,8 @@ RESOLVED: dict[str, Callable[[Job], Any]] = {
     "requirements": lambda job: (job.requirements or "").splitlines(),
     # An evaluation job's model and holdout files (services/retraining/evaluation.py).
     "evaluation": lambda job: EvaluationFiles(**job.evaluation) if job.evaluation else None,
+    # What the schedule's fire that made it (or its sweep) tells it.
+    "schedule_env": lambda job: dict(job.schedule_env or {}),
 }
 FROM_JOB = tuple(
     field.name for field in dataclasses.fields(ReplicaSpec) if field.name in JobSpec.model_fields

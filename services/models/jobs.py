@@ -98,6 +98,11 @@ class Job(Base):
         sa.ForeignKey("schedules.id", ondelete="SET NULL"), index=True
     )
     scheduled_for: Mapped[dt.datetime | None]
+    # The variables of the schedule fire that made it (COHORT_SCHEDULED_FOR, the data
+    # interval or version: services/retraining/fire_env.py), or of its sweep's; each
+    # replica gets them after the job's own `env`.
+    # NULL, without a default, for rows no schedule made: their INSERT leaves it out.
+    schedule_env: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
     # Set on the trials of a sweep (services/sweeps/); NULL for other jobs.
     sweep_id: Mapped[int | None] = mapped_column(
         sa.ForeignKey("sweeps.id", ondelete="SET NULL", use_alter=True, name="fk_jobs_sweep_id")

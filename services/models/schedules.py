@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from services.models.base import Base, utcnow
+from services.models.data_files import DataFileRecord
 from services.models.jobs import Project
 
 
@@ -53,6 +54,21 @@ class Schedule(Base):
     # Champion against challenger (services/retraining/evaluation.py): the schedule's
     # `evaluate:` block as given (an Evaluate), or NULL to judge on the training metric.
     evaluate: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+    # Where the data interval of the next timed run starts: the end of the last one a
+    # run was made for (services/retraining/fire_env.py); NULL: from created_at.
+    covered_until: Mapped[dt.datetime | None]
+    # A data trigger (services/retraining/data_triggers.py): the <path or prefix> of
+    # its "data/<path or prefix>" (relative to the project's data),
+    # fired once its newest change is settle_seconds old.
+    trigger_path: Mapped[str | None] = mapped_column(sa.String(1024))
+    trigger_settle_seconds: Mapped[int] = mapped_column(default=30)
+    # The newest change under trigger_path the pass has looked at: nothing newer, nothing
+    # to do (the pass's cheap check, without reading the store).
+    data_seen_at: Mapped[dt.datetime | None]
+    # The last content handled (its digest) and its newest change: the next data run's
+    # interval starts there.
+    data_version: Mapped[str | None] = mapped_column(sa.String(80))
+    data_version_at: Mapped[dt.datetime | None]
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -65,6 +81,8 @@ class ScheduleRun(Base):
     __tablename__ = "schedule_runs"
     __table_args__ = (
         sa.UniqueConstraint("schedule_id", "scheduled_for", name="uq_schedule_runs_fire"),
+        # A data version fires a schedule once (NULL for timed runs: never equal).
+        sa.UniqueConstraint("schedule_id", "data_version", name="uq_schedule_runs_data"),
         sa.Index("ix_schedule_runs_pending", "decision"),
     )
 
@@ -74,6 +92,8 @@ class ScheduleRun(Base):
     job_id: Mapped[int | None] = mapped_column(sa.ForeignKey("jobs.id", ondelete="SET NULL"))
     # The sweep this run fired (a sweep schedule); promotion then considers its best trial.
     sweep_id: Mapped[int | None] = mapped_column(sa.ForeignKey("sweeps.id", ondelete="SET NULL"))
+    # The digest of the data content this run was for (data triggers); NULL otherwise.
+    data_version: Mapped[str | None] = mapped_column(sa.String(80))
     outcome: Mapped[str] = mapped_column(sa.String(32))  # fired, triggered, skipped, missed
     reason: Mapped[str] = mapped_column(sa.Text, default="")
     # Promotion: pending until the job ends (and its evaluations, with `evaluate:`); then
@@ -116,3 +136,8 @@ class Evaluation(Base):
     reason: Mapped[str] = mapped_column(sa.Text, default="")
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[dt.datetime | None]
+
+
+# The data-trigger pass's probe (services/retraining/data_triggers.py): a project's data
+# changes since a time, without reading its other rows.
+sa.Index("ix_data_files_changes", DataFileRecord.project_id, DataFileRecord.updated_at)

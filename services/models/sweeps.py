@@ -61,6 +61,9 @@ class Sweep(Base):
         sa.ForeignKey("schedules.id", ondelete="SET NULL"), index=True
     )
     scheduled_for: Mapped[dt.datetime | None]
+    # The fire's variables (services/retraining/fire_env.py), which its trials carry.
+    # NULL, without a default, for rows no schedule made: their INSERT leaves it out.
+    schedule_env: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
 
     project: Mapped[Project] = relationship(lazy="joined")
 

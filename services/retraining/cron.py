@@ -152,6 +152,10 @@ class Timing:
         assert self.interval_seconds
         return next_interval_fire(self.anchor, self.interval_seconds, after)
 
+    def first_after(self, after: dt.datetime) -> dt.datetime | None:
+        """`next_after`, or None when neither cron nor interval is set (data fires it)."""
+        return self.next_after(after) if self.cron or self.interval_seconds else None
+
     def due_between(
         self, first: dt.datetime, now: dt.datetime, limit: int = 100
     ) -> tuple[list[dt.datetime], int]:

@@ -18,6 +18,7 @@ from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate
 from services.models import Job, Schedule, ScheduleRun, Sweep
 from services.retraining import promotion
+from services.retraining.fire_env import Fire
 from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, SweepStatus
 from services.sweeps import store as sweeps
@@ -46,7 +47,7 @@ def _active_jobs(session: Session, schedule: Schedule) -> list[Job]:
 
 def _run(
     schedule: Schedule,
-    fire_time: dt.datetime,
+    fire: Fire,
     outcome: str,
     reason: str,
     job: Job | None = None,
@@ -55,7 +56,8 @@ def _run(
     made = job is not None or sweep is not None
     return ScheduleRun(
         schedule_id=schedule.id,
-        scheduled_for=fire_time,
+        scheduled_for=fire.scheduled_for,
+        data_version=fire.data_version,
         outcome=outcome,
         reason=reason,
         job_id=job.id if job else None,
@@ -65,10 +67,11 @@ def _run(
 
 
 def record(
-    session: Session, schedule: Schedule, fire_time: dt.datetime, outcome: str, reason: str
+    session: Session, schedule: Schedule, fire: Fire | dt.datetime, outcome: str, reason: str
 ) -> ScheduleRun | None:
-    """Record a fire time that made no job (skipped, missed, failed)."""
-    run = _run(schedule, fire_time, outcome, reason)
+    """Record a fire that made no job (skipped, missed, failed)."""
+    fire = fire if isinstance(fire, Fire) else Fire(fire)
+    run = _run(schedule, fire, outcome, reason + fire.note())
     try:
         with session.begin_nested():
             session.add(run)
@@ -84,22 +87,24 @@ def start_run(
     session: Session,
     settings: Settings,
     schedule: Schedule,
-    fire_time: dt.datetime,
+    fire: Fire,
     outcome: str = "fired",
 ) -> ScheduleRun | None:
-    """Create the job (or sweep) of one fire time of a locked schedule, under its
+    """Create the job (or sweep) of one fire of a locked schedule, under its
     concurrency policy.
 
-    Returns the run record, or None when this fire time was already handled.
+    Returns the run record, or None when this fire (its time, or its data version) was
+    already handled.
     """
+    fire_time = fire.scheduled_for
     if schedule.sweep_template is not None:
-        return _start_sweep(session, settings, schedule, fire_time, outcome)
+        return _start_sweep(session, settings, schedule, fire, outcome)
     active = _active_jobs(session, schedule)
     if active and schedule.concurrency_policy == "forbid":
         return record(
             session,
             schedule,
-            fire_time,
+            fire,
             "skipped",
             f"job {active[-1].id} of the previous run is still {active[-1].status} "
             "(concurrency_policy=forbid)",
@@ -112,14 +117,14 @@ def start_run(
         return record(
             session,
             schedule,
-            fire_time,
+            fire,
             "failed",
             f"the stored job template is no longer valid ({exc.errors()[0]['msg']});"
             " update the schedule's job",
         )
     replacing = active if schedule.concurrency_policy == "replace" else []
     note = f"; replaced job {', '.join(str(o.id) for o in replacing)}" if replacing else ""
-    run, job = _create_job(session, settings, schedule, fire_time, outcome, template, note)
+    run, job = _create_job(session, settings, schedule, fire, outcome, template, note)
     if job is None:
         return run
     for old in replacing:
@@ -152,7 +157,7 @@ def _create_job(
     session: Session,
     settings: Settings,
     schedule: Schedule,
-    fire_time: dt.datetime,
+    fire: Fire,
     outcome: str,
     template: JobCreate,
     note: str,
@@ -166,12 +171,13 @@ def _create_job(
                 session=session, project_id=schedule.project_id, job_in=template, settings=settings
             )
             job.schedule_id = schedule.id
-            job.scheduled_for = fire_time
+            job.scheduled_for = fire.scheduled_for
+            job.schedule_env = fire.env()
             run = _run(
                 schedule,
-                fire_time,
+                fire,
                 outcome,
-                f"job {job.id} created for {stamp(fire_time)}{note}",
+                f"job {job.id} created for {stamp(fire.scheduled_for)}{fire.note()}{note}",
                 job,
             )
             session.add(run)
@@ -181,15 +187,15 @@ def _create_job(
     except QuotaExceeded as exc:
         # Not the template's fault: this fire time is skipped, the next one may run.
         why = f"project quota: {exc.used} of {exc.allowed} queued jobs; this fire time made no job"
-        return record(session, schedule, fire_time, "skipped", why), None
+        return record(session, schedule, fire, "skipped", why), None
     except (InvalidJobSpec, BundleNotFound, DataNotFound) as exc:
         why = f"the job template is refused: {exc}; update the schedule's job"
-        return record(session, schedule, fire_time, "failed", why), None
+        return record(session, schedule, fire, "failed", why), None
     return run, job
 
 
 def _start_sweep(
-    session: Session, settings: Settings, schedule: Schedule, fire_time: dt.datetime, outcome: str
+    session: Session, settings: Settings, schedule: Schedule, fire: Fire, outcome: str
 ) -> ScheduleRun | None:
     """`start_run` for a schedule that fires a sweep: the same rules, a sweep for a job."""
     active = list(
@@ -203,12 +209,12 @@ def _start_sweep(
         return record(
             session,
             schedule,
-            fire_time,
+            fire,
             "skipped",
             f"sweep {active[-1].id} of the previous run is still running "
             "(concurrency_policy=forbid)",
         )
-    run, sweep = _create_sweep(session, settings, schedule, fire_time, outcome)
+    run, sweep = _create_sweep(session, settings, schedule, fire, outcome)
     if sweep is None:
         return run
     if schedule.concurrency_policy == "replace":
@@ -220,19 +226,22 @@ def _start_sweep(
                 f"{schedule.name!r} (concurrency_policy=replace)",
             )
     schedule.last_outcome = outcome
-    schedule.last_fired_at = fire_time
+    schedule.last_fired_at = fire.scheduled_for
     _announce(session, schedule, run)
     return run
 
 
 def _create_sweep(
-    session: Session, settings: Settings, schedule: Schedule, fire_time: dt.datetime, outcome: str
+    session: Session, settings: Settings, schedule: Schedule, fire: Fire, outcome: str
 ) -> tuple[ScheduleRun | None, Sweep | None]:
     """The fire time's sweep and its run record, both or neither; without a sweep, the
     record of why (None: already fired)."""
     try:
         sweep_in = SweepCreate.model_validate(
-            {**(schedule.sweep_template or {}), "name": _job_name(schedule, fire_time)[:100]}
+            {
+                **(schedule.sweep_template or {}),
+                "name": _job_name(schedule, fire.scheduled_for)[:100],
+            }
         )
         # One savepoint for the sweep and its run record: both or neither.
         with session.begin_nested():
@@ -242,12 +251,13 @@ def _create_sweep(
                 sweep_in=sweep_in,
                 settings=settings,
             )
-            sweep.schedule_id, sweep.scheduled_for = schedule.id, fire_time
+            sweep.schedule_id, sweep.scheduled_for = schedule.id, fire.scheduled_for
+            sweep.schedule_env = fire.env()
             run = _run(
                 schedule,
-                fire_time,
+                fire,
                 outcome,
-                f"sweep {sweep.id} created for {stamp(fire_time)}",
+                f"sweep {sweep.id} created for {stamp(fire.scheduled_for)}{fire.note()}",
                 sweep=sweep,
             )
             session.add(run)
@@ -256,5 +266,5 @@ def _create_sweep(
         return None, None  # the unique (schedule_id, scheduled_for) keys: already fired
     except (ValidationError, InvalidJobSpec, BundleNotFound, DataNotFound) as exc:
         why = f"the sweep template is refused: {exc}; update the schedule's sweep"
-        return record(session, schedule, fire_time, "failed", why), None
+        return record(session, schedule, fire, "failed", why), None
     return run, sweep

@@ -16,7 +16,9 @@ most recent missed fire time may run; the older ones are recorded as one
 most `starting_deadline_seconds` late (any lateness when unset), otherwise it
 is recorded as `missed` too.
 
-What one fire time creates, under the schedule's concurrency policy, is fire_runs.py's.
+What one fire time creates, under the schedule's concurrency policy, is fire_runs.py's;
+what it tells the run (the data interval it covers) fire_env.py's. Data triggers fire
+in the same pass, by data_triggers.py, under the same two guards.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from services.models import Schedule, ScheduleRun, utcnow
+from services.retraining import data_triggers
+from services.retraining.fire_env import Fire
 from services.retraining.fire_runs import record, stamp, start_run
 from services.retraining.schedules import timing_of
 from services.settings import Settings
@@ -77,9 +81,15 @@ def fire_schedule(
             f"{late:.0f}s late, more than starting_deadline_seconds={deadline}",
         )
     else:
-        run = start_run(session=session, settings=settings, schedule=schedule, fire_time=latest)
+        # The interval runs from where the last run's ended: missed and skipped fire
+        # times made no run, so this one covers theirs too.
+        start = schedule.covered_until or schedule.created_at
+        fire = Fire(latest, interval_start=start, interval_end=latest)
+        run = start_run(session=session, settings=settings, schedule=schedule, fire=fire)
         if run is not None and run.job_id is not None:
             result.jobs.append(run.job_id)
+        if run is not None and (run.job_id or run.sweep_id):
+            schedule.covered_until = latest
     result.runs += [run] if run else []
     schedule.next_fire_at = timing.next_after(now)
     session.flush()
@@ -116,6 +126,9 @@ def fire_due_schedules(
             continue
         result.jobs += one.jobs
         result.runs += one.runs
+    fired = data_triggers.fire_data_triggers(session=session, settings=settings, now=now)
+    result.jobs += [run.job_id for run in fired if run.job_id is not None]
+    result.runs += fired
     return result
 
 
@@ -127,6 +140,6 @@ def trigger_schedule(
         session=session,
         settings=settings,
         schedule=schedule,
-        fire_time=now or utcnow(),
+        fire=Fire(now or utcnow()),
         outcome="triggered",
     )

@@ -26,7 +26,7 @@ from services.jobs.spec import stored_hyperparameters
 from services.jobs.store import check_job_spec
 from services.models import Schedule, ScheduleRun, utcnow
 from services.registry.names import DEFAULT_ALIAS
-from services.retraining import evaluation
+from services.retraining import data_triggers, evaluation
 from services.retraining.cron import Timing
 from services.retraining.schemas import (
     Evaluate,
@@ -115,7 +115,8 @@ def create_schedule(
     """
     now = now or utcnow()
     if schedule_in.job is not None:
-        _check_template(schedule_in.job, settings, session, project_id)
+        job_in = data_triggers.checkable(schedule_in.job, schedule_in)
+        _check_template(job_in, settings, session, project_id)
     if schedule_in.sweep is not None:
         _check_sweep_template(schedule_in.sweep, settings, session, project_id)
     evaluation.check_evaluate(
@@ -145,7 +146,8 @@ def create_schedule(
     )
     _set_template(schedule, schedule_in.job, schedule_in.sweep)
     evaluation.apply(schedule, schedule_in.evaluate)
-    schedule.next_fire_at = timing_of(schedule).next_after(now)
+    schedule.next_fire_at = timing_of(schedule).first_after(now)
+    data_triggers.set_trigger(session, settings, schedule, schedule_in.trigger)
     try:
         # A savepoint: a duplicate name must leave the caller's transaction usable.
         with session.begin_nested():
@@ -193,7 +195,8 @@ def update_schedule(
     now = now or utcnow()
     given = schedule_in.model_fields_set
     if "job" in given and schedule_in.job is not None:
-        _check_template(schedule_in.job, settings, session, schedule.project_id)
+        job_in = data_triggers.checkable(schedule_in.job, schedule_in, schedule.trigger_path)
+        _check_template(job_in, settings, session, schedule.project_id)
         _set_template(schedule, schedule_in.job, None)
     if "sweep" in given and schedule_in.sweep is not None:
         _check_sweep_template(schedule_in.sweep, settings, session, schedule.project_id)
@@ -222,8 +225,9 @@ def update_schedule(
         schedule.promote_alias = promote.alias if promote else None
     if given & {"evaluate", "job", "sweep", "promote"}:  # an evaluation sets the promotion
         _update_evaluate(session, schedule, schedule_in, settings)
+    data_triggers.update_trigger(session, settings, schedule, schedule_in)
     if given & {"cron", "interval_seconds", "timezone"} and not schedule.paused:
-        schedule.next_fire_at = timing_of(schedule).next_after(now)
+        schedule.next_fire_at = timing_of(schedule).first_after(now)
     schedule.updated_at = now
     session.flush()
     return schedule
@@ -258,7 +262,7 @@ def resume_schedule(
     """Fire again from the first fire time after now."""
     if schedule.paused:
         schedule.paused = False
-        schedule.next_fire_at = timing_of(schedule).next_after(now or utcnow())
+        schedule.next_fire_at = timing_of(schedule).first_after(now or utcnow())
         session.flush()
     return schedule
 
@@ -308,6 +312,7 @@ def to_read(*, session: Session, schedule: Schedule, runs: int = 20) -> Schedule
         failed_jobs_history_limit=schedule.failed_jobs_history_limit,
         promote=promote,
         evaluate=Evaluate.model_validate(schedule.evaluate) if schedule.evaluate else None,
+        **data_triggers.view(schedule),
         paused=schedule.paused,
         next_fire_at=schedule.next_fire_at,
         last_fired_at=schedule.last_fired_at,

@@ -17,6 +17,7 @@ from services.registry.names import (
     MODEL_NAME_RULE,
 )
 from services.retraining.cron import InvalidCron, load_zone, parse_cron
+from services.retraining.trigger_schemas import TriggerSpec, TriggerView, check_when
 from services.storage.keys import DATA_PREFIX, InvalidKey, check_data_path
 from services.sweeps.schemas import SweepCreate
 from services.wire.policy import check_command
@@ -144,7 +145,7 @@ def _check_zone(value: str) -> str:
     return value
 
 
-class _Timing(BaseModel):
+class _Timing(TriggerSpec):
     cron: str | None = Field(
         None,
         max_length=128,
@@ -260,8 +261,7 @@ class ScheduleCreate(_Timing):
 
     @model_validator(mode="after")
     def _one_timing(self) -> ScheduleCreate:
-        if (self.cron is None) == (self.interval_seconds is None):
-            raise ValueError("give exactly one of 'cron' and 'interval_seconds'")
+        check_when(self.cron, self.interval_seconds, self.trigger)
         if (self.job is None) == (self.sweep is None):
             raise ValueError("give exactly one of 'job' and 'sweep'")
         return self
@@ -313,6 +313,7 @@ class ScheduleRunRead(BaseModel):
     scheduled_for: dt.datetime
     job_id: int | None
     sweep_id: int | None = None
+    data_version: str | None = Field(None, description="the data content it was for (a digest)")
     outcome: str
     reason: str
     decision: str | None
@@ -325,7 +326,7 @@ class ScheduleRunRead(BaseModel):
     )
 
 
-class ScheduleRead(BaseModel):
+class ScheduleRead(TriggerView):
     id: int
     project: str
     name: str

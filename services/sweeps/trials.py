@@ -99,6 +99,8 @@ def create_trials(
         except QuotaExceeded as exc:  # refused before anything was written
             full = exc
             break
+        if sweep.schedule_env:  # a schedule's run: its trials are told its fire
+            job.schedule_env = dict(sweep.schedule_env)
         store_trial(
             session=session,
             sweep=sweep,

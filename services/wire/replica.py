@@ -157,6 +157,9 @@ class ReplicaSpec(Contract):
     requirements: list[str] = Field(default_factory=list)
     # An evaluation job: the trainer module's evaluate(ctx), or the command, runs on these.
     evaluation: EvaluationFiles | None = None
+    # A scheduled run's COHORT_SCHEDULED_FOR, data interval or data version
+    # (services/retraining/fire_env.py), set after the job's `env`, which cannot shadow them.
+    schedule_env: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _index_in_gang(self) -> ReplicaSpec:

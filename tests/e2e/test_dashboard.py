@@ -214,15 +214,29 @@ def test_log_in_submit_a_job_watch_it_train_and_succeed(
             "job": {"name": "nightly", "replicas": 2},
         },
     )
+    on_data = httpx.post(
+        f"{stack.url}/api/v1/schedules",
+        timeout=30,
+        headers={"Authorization": f"Bearer {stack.token}"},
+        json={
+            "name": "on-new-digits",
+            "trigger": {"data": "data/new-digits"},
+            "paused": True,
+            "job": {"name": "retrain", "replicas": 2},
+        },
+    )
     page.get_by_role("link", name="Schedules", exact=True).click()
     page.wait_for_selector("#schedules:not([aria-busy])")
     schedules = page.locator("#schedules").inner_text()
     if made.status_code == 404:  # the schedules API is not on this server
         assert "not available" in schedules
     else:
-        assert made.status_code == 201, made.text
+        assert made.status_code == on_data.status_code == 201, made.text + on_data.text
         assert "nightly-digits" in schedules and "cron 0 3 * * *" in schedules
         assert "Not run yet." in schedules
+        # A data trigger, and the data version it handled (none: nothing pushed there).
+        assert "on new data/new-digits (settled 30s)" in schedules
+        assert "none yet" in schedules
     shot(page, "schedules")
 
     # Resubmit: the same spec as a new job, and its page.

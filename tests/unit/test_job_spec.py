@@ -42,6 +42,7 @@ CONTROL_PLANE_COLUMNS = {
     "finished_at",
     "schedule_id",
     "scheduled_for",
+    "schedule_env",
     "sweep_id",
     "trial_index",
     "requirements",

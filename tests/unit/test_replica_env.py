@@ -258,3 +258,17 @@ def test_the_agent_refuses_what_the_api_refuses(fields: dict[str, object], why: 
 )
 def test_the_agent_runs_what_the_api_accepts(fields: dict[str, object]) -> None:
     assert refusal(message(**fields).spec, allowed_entrypoints=["listed.mod:fn"]) is None
+
+
+def test_a_scheduled_runs_variables_come_after_the_jobs_own(tmp_path: Path) -> None:
+    fire = {
+        "COHORT_SCHEDULED_FOR": "2026-06-01T12:00:10Z",
+        "COHORT_DATA_VERSION": "sha256:" + "a" * 64,
+    }
+    # A job's env naming them is refused by the api and the agent (test_the_agent_refuses_
+    # what_the_api_refuses); were one to get through, the fire's values still win.
+    spoofed = message(env={"COHORT_DATA_VERSION": "sha256:" + "0" * 64}, schedule_env=fire)
+    assert refusal(spoofed.spec, []) is not None
+    env = replica_env(spoofed, paths(tmp_path))
+    assert {name: env[name] for name in fire} == fire
+    assert "COHORT_DATA_VERSION" not in replica_env(message(), paths(tmp_path))

@@ -92,6 +92,9 @@ def contract_env(message: StartReplica, paths: ReplicaPaths) -> dict[str, str]:
         evaluated = JobDirs(paths.job_dir)
         env["COHORT_MODEL_DIR"] = env["AIP_MODEL_DIR"] = str(evaluated.evaluated_model_dir)
         env["COHORT_HOLDOUT_DIR"] = str(evaluated.holdout_dir)
+    # A scheduled run's fire time and data (services/retraining/fire_env.py): set here,
+    # after the job's own `env`, so a job cannot pose as another fire's run.
+    env.update(spec.schedule_env)
     if message.tf_config:
         env["TF_CONFIG"] = tf_config.dumps(message.tf_config)
     return env
