@@ -31,6 +31,14 @@ def run_migrations_online() -> None:
     url = config.attributes.get("database_url") or get_settings().database_url
     engine = make_engine(url)
     with engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            # Batch mode alters a SQLite table by copying it and dropping the old one, which
+            # with foreign keys enforced deletes its rows' references elsewhere or fails
+            # (a job a model version holds). SQLite's own advice: no enforcement while a
+            # migration runs. The pragma counts only outside a transaction, so it goes to
+            # the driver's connection before the migration's begins; the engine is
+            # disposed after, and every new connection has enforcement on again.
+            connection.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")  # type: ignore[union-attr]
         # Batch mode lets the same migrations alter tables on SQLite.
         context.configure(
             connection=connection, target_metadata=target_metadata, render_as_batch=True

@@ -14,6 +14,7 @@ ApiError, ...) are imported on first use, with httpx and pydantic.
     client.py       Client: the REST API, typed answers, retries after Retry-After
     async_client.py AsyncClient: the same calls, awaited
     registry.py     the model registry's calls on Client, and `NAME:VERSION` / `NAME@ALIAS`
+    webhooks.py     a project's webhooks' calls on Client (admins)
     calls.py        every REST call the SDK makes, declared once for both clients
     transport.py    what both clients share about HTTP: settings, retries, errors
     jobs.py         Job and AsyncJob: a job with refresh, wait, follow, download, cancel

@@ -42,12 +42,13 @@ from cohort.transport import (
     retry_wait,
 )
 from cohort.uploads import CHUNK, PENDING_BUNDLE, Sink, file_body
+from cohort.webhooks import WebhookMethods
 
 T = TypeVar("T")
 Progress = Callable[[int], None]  # called with each chunk's size in bytes
 
 
-class Client(RegistryMethods):
+class Client(RegistryMethods, WebhookMethods):
     """A connection to one Cohort API with one token. Use it as a context manager, or
     call close(), to release its connections."""
 
@@ -274,7 +275,7 @@ class Client(RegistryMethods):
             raise error_of(response, self.token_source)
         return response.json()
 
-    # Sweeps, schedules, the caller, webhooks (admins: the created one's secret shown once)
+    # Sweeps, schedules, the caller
     def create_sweep(self, spec: Spec) -> m.SweepRead:
         return self.send(calls.create_sweep(spec_dict(spec, "sweep")))
 
@@ -316,21 +317,6 @@ class Client(RegistryMethods):
 
     def whoami(self) -> m.TokenRead:
         return self.send(calls.whoami())
-
-    def create_webhook(self, url: str, events: list[str], note: str = "") -> m.WebhookCreated:
-        return self.send(calls.create_webhook(url, events, note))
-
-    def webhooks(self) -> list[m.WebhookRead]:
-        return self.send(calls.webhooks())
-
-    def delete_webhook(self, webhook_id: int) -> None:
-        self.send(calls.delete_webhook(webhook_id))
-
-    def ping_webhook(self, webhook_id: int) -> m.DeliveryRead:
-        return self.send(calls.ping_webhook(webhook_id))
-
-    def webhook_deliveries(self, webhook_id: int, limit: int = 50) -> list[m.DeliveryRead]:
-        return self.send(calls.webhook_deliveries(webhook_id, limit))
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Wait until /readyz says the API, SQL and Redis are up."""

@@ -14,14 +14,13 @@ from api.params import DbId
 from services.auth.scopes import Scope
 from services.models import Schedule
 from services.retraining import firing, promoted, schedules
-from services.retraining.schemas import (
+from services.retraining.read_schemas import (
     PromotedModel,
-    ScheduleCreate,
     ScheduleList,
     ScheduleRead,
     ScheduleRunRead,
-    ScheduleUpdate,
 )
+from services.retraining.schemas import ScheduleCreate, ScheduleUpdate
 from services.wire.client import wake_scheduler
 
 router = APIRouter(

@@ -1,8 +1,9 @@
 """Retraining: schedules that submit jobs on a cron, an interval or new data, fired
-exactly once, and promotion.
+exactly once, judged (evaluation jobs on a holdout) and promoted into the registry.
 
 schedules.py  create, read, list, update, pause/resume, delete
-schemas.py    the schedules' I/O schemas
+schemas.py    what a user gives: a schedule to create or update, its promote and evaluate
+read_schemas.py  what the API answers: a schedule, its runs and evaluations, its model
 cron.py       fire times of a schedule (cron expressions or an interval)
 firing.py     each due fire time creates one job, exactly once; missed fire times
 fire_runs.py  one fire time's job or sweep under the concurrency policy, and its record

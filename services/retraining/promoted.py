@@ -10,7 +10,7 @@ from services.exceptions import ModelNotFound, NoPromotedModel
 from services.models import Job, ModelVersion, Replica, Schedule
 from services.registry import aliases, versions
 from services.registry.promotion import model_of
-from services.retraining.schemas import PromotedModel
+from services.retraining.read_schemas import PromotedModel
 from services.storage import keys
 
 

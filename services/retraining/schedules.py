@@ -28,13 +28,8 @@ from services.models import Schedule, ScheduleRun, utcnow
 from services.registry.names import DEFAULT_ALIAS
 from services.retraining import data_triggers, evaluation
 from services.retraining.cron import Timing
-from services.retraining.schemas import (
-    Evaluate,
-    Promotion,
-    ScheduleCreate,
-    ScheduleRead,
-    ScheduleUpdate,
-)
+from services.retraining.read_schemas import ScheduleRead
+from services.retraining.schemas import Evaluate, Promotion, ScheduleCreate, ScheduleUpdate
 from services.settings import Settings
 from services.sweeps.schemas import SweepCreate
 from services.sweeps.store import check_sweep
@@ -97,6 +92,13 @@ def timing_of(schedule: Schedule) -> Timing:
     )
 
 
+def _set_promotion(schedule: Schedule, promote: Promotion | None) -> None:
+    schedule.promote_metric = promote.metric if promote else None
+    schedule.promote_mode = promote.mode if promote else "max"
+    schedule.promote_model = promote.model if promote else None
+    schedule.promote_alias = promote.alias if promote else None
+
+
 def create_schedule(
     *,
     session: Session,
@@ -124,7 +126,6 @@ def create_schedule(
         session=session, settings=settings,
     )  # fmt: skip
     quotas.admit_schedule(session=session, project_id=project_id, settings=settings)
-    promote = schedule_in.promote
     schedule = Schedule(
         project_id=project_id,
         name=schedule_in.name,
@@ -137,14 +138,11 @@ def create_schedule(
         failed_jobs_history_limit=schedule_in.failed_jobs_history_limit,
         paused=schedule_in.paused,
         last_outcome="",
-        promote_metric=promote.metric if promote else None,
-        promote_mode=promote.mode if promote else "max",
-        promote_model=promote.model if promote else None,
-        promote_alias=promote.alias if promote else None,
         created_at=now,
         updated_at=now,
     )
     _set_template(schedule, schedule_in.job, schedule_in.sweep)
+    _set_promotion(schedule, schedule_in.promote)
     evaluation.apply(schedule, schedule_in.evaluate)
     schedule.next_fire_at = timing_of(schedule).first_after(now)
     data_triggers.set_trigger(session, settings, schedule, schedule_in.trigger)
@@ -218,11 +216,7 @@ def update_schedule(
         if name in given:
             setattr(schedule, name, getattr(schedule_in, name))
     if "promote" in given:
-        promote = schedule_in.promote
-        schedule.promote_metric = promote.metric if promote else None
-        schedule.promote_mode = promote.mode if promote else "max"
-        schedule.promote_model = promote.model if promote else None
-        schedule.promote_alias = promote.alias if promote else None
+        _set_promotion(schedule, schedule_in.promote)
     if given & {"evaluate", "job", "sweep", "promote"}:  # an evaluation sets the promotion
         _update_evaluate(session, schedule, schedule_in, settings)
     data_triggers.update_trigger(session, settings, schedule, schedule_in)
