@@ -17,6 +17,8 @@ from sqlalchemy.orm import Session
 from services.exceptions import InvalidRegistryRequest, ModelNotFound
 from services.models import AliasMove, ModelAlias, ModelVersion, RegisteredModel, Schedule, utcnow
 from services.registry.names import DEFAULT_ALIAS, check_alias_name
+from services.webhooks import payloads
+from services.webhooks.outbox import emit
 
 
 def _alias_query(model: RegisteredModel, alias: str) -> sa.Select[ModelAlias]:
@@ -97,6 +99,12 @@ def move_alias(
     session.add(move)
     _schedules_follow(session, model, alias, target)
     session.flush()
+    emit(
+        session,
+        project_id=model.project_id,
+        event="model.alias_moved",
+        payload=payloads.alias_moved_payload(model, alias, move),
+    )
     return move
 
 

@@ -25,6 +25,8 @@ from services.registry.names import check_model_name
 from services.statuses import JobStatus
 from services.storage import keys
 from services.storage.store import ArtifactStore
+from services.webhooks import payloads
+from services.webhooks.outbox import emit
 
 
 def _model_query(project_id: int, name: str) -> sa.Select[RegisteredModel]:
@@ -142,6 +144,12 @@ def register_version(
     )
     session.add(version)
     session.flush()
+    emit(
+        session,
+        project_id=project_id,
+        event="model.version_registered",
+        payload=payloads.version_registered_payload(model, version),
+    )
     return version
 
 

@@ -1,12 +1,21 @@
 """What an event says about its object: a few fields, named as the API's read shapes name
-them (JobRead, SweepRead, ScheduleRunRead), small enough for every receiver."""
+them (JobRead, SweepRead, ScheduleRunRead, VersionRead, AliasRead), small enough for every
+receiver."""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any
 
-from services.models import Job, Schedule, ScheduleRun, Sweep
+from services.models import (
+    AliasMove,
+    Job,
+    ModelVersion,
+    RegisteredModel,
+    Schedule,
+    ScheduleRun,
+    Sweep,
+)
 from services.statuses import JobStatus
 
 
@@ -63,5 +72,35 @@ def schedule_fired_payload(schedule: Schedule, run: ScheduleRun) -> dict[str, An
             "reason": run.reason[:1000],
             "job_id": run.job_id,
             "sweep_id": run.sweep_id,
+        },
+    }
+
+
+def version_registered_payload(model: RegisteredModel, version: ModelVersion) -> dict[str, Any]:
+    """A model's new version (model.version_registered)."""
+    metrics = version.lineage.get("metrics") or {}
+    return {
+        "model": {"name": model.name},
+        "version": {
+            "version": version.version,
+            "job_id": version.job_id,
+            "registered_by": version.registered_by,
+            "registered_at": _time(version.registered_at),
+            "metrics": dict(list(metrics.items())[:50]),
+        },
+    }
+
+
+def alias_moved_payload(model: RegisteredModel, alias: str, move: AliasMove) -> dict[str, Any]:
+    """An alias pointed at a version (model.alias_moved): a promotion, or a rollback."""
+    return {
+        "model": {"name": model.name},
+        "alias": {
+            "name": alias,
+            "from_version": move.from_version,
+            "to_version": move.to_version,
+            "moved_by": move.moved_by,
+            "reason": move.reason[:1000],
+            "moved_at": _time(move.moved_at),
         },
     }

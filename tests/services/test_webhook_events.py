@@ -91,3 +91,35 @@ def test_a_cancelled_sweep_and_a_cancelled_job_are_announced(session: Session) -
     ]
     lone = [d["job"] for e, d in events if e == "job.cancelled" and d["job"]["id"] == job.id]
     assert lone == [{**lone[0], "status": "cancelled", "reason": "not needed"}]
+
+
+def test_a_promotion_and_a_rollback_are_the_registrys_events(session: Session) -> None:
+    from services.registry import aliases, versions
+    from services.retraining import promotion
+
+    hook = subscribe(session, "model.version_registered", "model.alias_moved")
+    schedule = test_schedules.make(session, promote={"metric": "eval_accuracy", "mode": "max"})
+    for second, value in ((10, 0.8), (20, 0.9)):
+        (job_id,) = test_schedules.fire(
+            session, test_schedules.T0 + dt.timedelta(seconds=second)
+        ).jobs
+        test_schedules.finish(session, job_id)
+        test_schedules._report(session, job_id, value)
+        promotion.decide_pending(session=session)
+    model = versions.read_model(session=session, project_id=schedule.project_id, name="nightly")
+    aliases.move_alias(
+        session=session, model=model, alias="production", version=1, by="ops", reason="bad data"
+    )
+    events = [(b["event"], b["data"]) for b in bodies(session, hook)]
+    assert [e for e, _ in events] == ["model.version_registered", "model.alias_moved"] * 2 + [
+        "model.alias_moved"
+    ]
+    registered = [d["version"] for e, d in events if e == "model.version_registered"]
+    assert [(v["version"], v["metrics"]["eval_accuracy"]) for v in registered] == [
+        (1, 0.8),
+        (2, 0.9),
+    ]
+    rollback = events[-1][1]
+    assert rollback["model"] == {"name": "nightly"}
+    assert (rollback["alias"]["from_version"], rollback["alias"]["to_version"]) == (2, 1)
+    assert (rollback["alias"]["moved_by"], rollback["alias"]["reason"]) == ("ops", "bad data")
