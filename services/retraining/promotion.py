@@ -5,8 +5,9 @@ model is `promoted` only if its metric (replica 0, last value of the current
 attempt) beats the schedule's promoted one (strictly: a tie keeps the old
 model); otherwise `kept`, `no_metric` or `not_eligible` (the job did not succeed).
 
-A promoted model is registered as the next version of the schedule's model, and the
-schedule's alias moved to it (services/registry/promotion.py).
+A judged run's model (promoted or kept) is registered as the next version of the
+schedule's model, and a promoted one's gets the schedule's alias (services/registry/
+promotion.py): the alias moves only to a better model, every model stays comparable.
 
 A run that fired a sweep waits for the sweep to end; its candidate is then the
 sweep's best trial (by the sweep's objective), judged as above on the schedule's
@@ -92,32 +93,46 @@ def _decide(
             run.decision = "no_metric"
             run.decision_reason = f"job {job.id} reported no {metric!r} on replica 0"
         else:
-            run.metric_value = value
-            previous, previous_job = schedule.promoted_value, schedule.promoted_job_id
-            if judged is not None:  # the holder's value on the same holdout
-                previous = judged.previous
-            if is_better(value, previous, schedule.promote_mode):
-                schedule.promoted_job_id, schedule.promoted_value = job.id, value
-                run.decision = "promoted"
-                run.decision_reason = (
-                    f"{metric}={value:.6g} is the first promoted value"
-                    if previous is None
-                    else f"{metric}={value:.6g} beats job {previous_job}'s {previous:.6g} "
-                    f"({schedule.promote_mode})"
-                )
-                version = registry.register_promotion(
-                    session=session, schedule=schedule, job=job, reason=run.decision_reason, now=now
-                )
-                run.decision_reason += f"; registered as version {version.version}"
-            else:
-                run.decision = "kept"
-                run.decision_reason = (
-                    f"{metric}={value:.6g} does not beat job "
-                    f"{previous_job}'s {previous:.6g} "
-                    f"({schedule.promote_mode}); kept job {previous_job}"
-                )
+            previous = schedule.promoted_value if judged is None else judged.previous
+            _judge(session, run, job, schedule, value, previous, now)
     run.decided_at = now
     return True
+
+
+def _judge(
+    session: Session,
+    run: ScheduleRun,
+    job: Job,
+    schedule: Schedule,
+    value: float,
+    previous: float | None,
+    now: dt.datetime,
+) -> None:
+    """Promoted or kept: `value` against the holder's `previous` (the same holdout's when
+    the schedule evaluates). Either way the run's model becomes the next version."""
+    metric, previous_job = schedule.promote_metric or "", schedule.promoted_job_id
+    run.metric_value = value
+    version = registry.register_run(session=session, schedule=schedule, job=job, now=now)
+    if is_better(value, previous, schedule.promote_mode):
+        schedule.promoted_job_id, schedule.promoted_value = job.id, value
+        run.decision = "promoted"
+        run.decision_reason = (
+            f"{metric}={value:.6g} is the first promoted value"
+            if previous is None
+            else f"{metric}={value:.6g} beats job {previous_job}'s {previous:.6g} "
+            f"({schedule.promote_mode})"
+        )
+        registry.promote_version(
+            session=session, schedule=schedule, version=version,
+            reason=run.decision_reason, now=now,
+        )  # fmt: skip
+    else:
+        run.decision = "kept"
+        run.decision_reason = (
+            f"{metric}={value:.6g} does not beat job {previous_job}'s {previous:.6g} "
+            f"({schedule.promote_mode}); kept job {previous_job}"
+        )
+    run.decision_reason += f"; registered as version {version.version}"
 
 
 def _pick_sweep_candidates(session: Session, now: dt.datetime) -> list[ScheduleRun]:

@@ -161,15 +161,21 @@ def test_a_promotion_registers_a_version_and_moves_the_schedules_alias(session: 
     assert [r.decision for r in runs(session, schedule.id)] == ["promoted", "kept", "promoted"]
     model = versions.read_model(session=session, project_id=schedule.project_id, name="nightly")
     rows = versions.list_versions(session=session, model=model)
-    assert [(v.version, v.job_id) for v in rows] == [(2, decided[2]), (1, decided[0])]
+    # Every judged run is a version; the alias moved only to the better ones.
+    assert [(v.version, v.job_id) for v in rows] == [
+        (3, decided[2]),
+        (2, decided[1]),
+        (1, decided[0]),
+    ]
     assert rows[0].lineage["schedule_name"] == "nightly"
     assert rows[0].lineage["metrics"]["eval_accuracy"] == 0.93
     assert rows[0].registered_by == f"schedule nightly (id {schedule.id})"
     alias = aliases.read_alias(session=session, model=model, alias="production")
     history = aliases.alias_history(session=session, alias=alias)
-    assert [(m.from_version, m.to_version) for m in history] == [(1, 2), (None, 1)]
+    assert [(m.from_version, m.to_version) for m in history] == [(1, 3), (None, 1)]
     assert "beats job" in history[0].reason
-    assert runs(session, schedule.id)[2].decision_reason.endswith("registered as version 2")
+    assert runs(session, schedule.id)[1].decision_reason.endswith("registered as version 2")
+    assert runs(session, schedule.id)[2].decision_reason.endswith("registered as version 3")
     # A rollback of the alias is what the schedule's promoted model says from then on.
     aliases.move_alias(session=session, model=model, alias="production", version=1, by="ops")
     read = promoted.read_promoted_model(session=session, schedule=schedule)
@@ -189,7 +195,7 @@ def test_a_promotion_registers_a_version_and_moves_the_schedules_alias(session: 
     assert last.decision == "promoted", last.decision_reason
     assert f"beats job {decided[0]}'s 0.9 " in last.decision_reason
     alias = aliases.read_alias(session=session, model=model, alias="production")
-    assert alias.version == 3
+    assert alias.version == 4
 
 
 def test_a_promotion_goes_to_the_model_and_alias_the_schedule_names(session: Session) -> None:

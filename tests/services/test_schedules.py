@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from services.jobs.transitions import transition_job
-from services.models import Job, MetricPoint, ScheduleRun
+from services.models import Job, MetricPoint, ScheduleRun, utcnow
 from services.retraining import firing, promoted, promotion, schedules
 from services.retraining.schemas import ScheduleCreate
 from services.settings import get_settings
@@ -210,22 +210,27 @@ def test_promotion_min_mode_and_failed_or_silent_runs(session: Session) -> None:
     assert schedule.promoted_job_id == c
 
 
-def test_history_limits_delete_the_oldest_ended_jobs_but_keep_the_promoted(
+def test_history_limits_delete_the_oldest_ended_jobs_but_keep_the_registered(
     session: Session,
 ) -> None:
     schedule = make(
         session, successful_jobs_history_limit=1, promote={"metric": "eval_accuracy", "mode": "max"}
     )
     ids = []
-    for second, value in ((10, 0.9), (20, 0.5), (30, 0.4)):
+    # Promoted (a version, the alias), no metric (judged on nothing: no version), kept (a
+    # version without the alias): the registry holds the first and the last.
+    for second, value in ((10, 0.9), (20, None), (30, 0.4)):
         (job_id,) = fire(session, T0 + dt.timedelta(seconds=second)).jobs
         finish(session, job_id)
-        _report(session, job_id, value)
-        promotion.decide_pending(session=session)
+        if value is not None:
+            _report(session, job_id, value)
+        later = utcnow() + dt.timedelta(seconds=promotion.METRIC_GRACE_SECONDS + 1)
+        promotion.decide_pending(session=session, now=later)
         ids.append(job_id)
+    assert [r.decision for r in runs(session, schedule.id)] == ["promoted", "no_metric", "kept"]
     fire(session, T0 + dt.timedelta(seconds=40))  # pruning happens when a run fires
     left = {j for (j,) in session.execute(sa.select(Job.id).where(Job.id.in_(ids))).all()}
-    assert left == {ids[0], ids[2]}  # the promoted one and the newest one
+    assert left == {ids[0], ids[2]}  # the registered ones; the newest is one of them
     assert len(runs(session, schedule.id)) == 4  # every run is still recorded
     # The pruned job's metric points went with it (they carry no foreign key).
     kept = set(
