@@ -20,9 +20,12 @@ from cli.options import (
     console,
     emit_json,
     err,
+    guarded,
     load_spec,
     print_listing,
 )
+from cohort.specs import with_bundle
+from cohort.uploads import PENDING_BUNDLE
 
 app = typer.Typer(
     name="schedule",
@@ -146,12 +149,31 @@ def show_schedule(
 @app.command("create")
 def create_schedule(
     spec_file: Annotated[Path, typer.Argument(help="schedule spec (YAML/JSON)")],
+    code: Annotated[
+        Path | None,
+        typer.Option(
+            "--code",
+            help="a directory to pack (honouring .cohortignore): the code its runs run",
+            exists=True,
+            file_okay=False,
+        ),
+    ] = None,
     token: TokenOpt = None,
     url: UrlOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Create a schedule from a spec file (name, job, cron or interval_seconds, ...)."""
-    _show(_call(url, token, "POST", "", _load(spec_file)), as_json)
+    """Create a schedule from a spec file (name, job, cron, interval_seconds or trigger,
+    ...); with --code, its runs run that directory's code (uploaded once)."""
+    spec = _load(spec_file)
+    if code is not None:
+        try:
+            with_bundle(spec, PENDING_BUNDLE)  # refused before anything is packed or sent
+        except ValueError as exc:
+            err.print(f"[red]{spec_file}: {exc}[/]")
+            raise typer.Exit(2) from exc
+        pushed = guarded(lambda: connect(url, token).push_code(code))
+        spec = with_bundle(spec, pushed.digest)
+    _show(_call(url, token, "POST", "", spec), as_json)
 
 
 @app.command("update")

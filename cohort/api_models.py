@@ -468,6 +468,7 @@ class VersionCreate(ApiModel):
 class VersionRead(ApiModel):
     aliases: list[str] | None = None
     artifact: str
+    evaluations: list[EvaluationRead] | None = None
     job_id: int | None
     lineage: Lineage
     model: str

@@ -31,7 +31,7 @@ from cohort.bundles import BundleInfo, pack
 from cohort.events import JobEvent, is_last, typed_event
 from cohort.jobs import Job
 from cohort.registry import RegistryMethods
-from cohort.specs import Spec, spec_dict
+from cohort.specs import Spec, spec_dict, with_bundle
 from cohort.sse import Event, parse_lines
 from cohort.transport import (
     answer,
@@ -288,8 +288,14 @@ class Client(RegistryMethods, WebhookMethods):
     def cancel_sweep(self, sweep_id: int) -> m.SweepRead:
         return self.send(calls.cancel_sweep(sweep_id))
 
-    def create_schedule(self, spec: Spec) -> m.ScheduleRead:
-        return self.send(calls.create_schedule(spec_dict(spec, "schedule")))
+    def create_schedule(self, spec: Spec, *, code: str | Path | None = None) -> m.ScheduleRead:
+        """Create a schedule. With `code` (a directory), its job runs that code: pushed as
+        a bundle (once: an unchanged directory is not sent again), the template's `bundle`
+        set to its digest."""
+        body = spec_dict(spec, "schedule")
+        if code is not None:
+            body = with_bundle(body, self.push_code(code).digest)
+        return self.send(calls.create_schedule(body))
 
     def schedule(self, schedule_id: int) -> m.ScheduleRead:
         return self.send(calls.schedule(schedule_id))

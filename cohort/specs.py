@@ -32,3 +32,18 @@ def spec_dict(spec: Spec, what: str = "job") -> dict[str, Any]:
     if isinstance(spec, dict):
         return dict(spec)
     return load_spec_file(spec, what)
+
+
+def with_bundle(schedule: dict[str, Any], digest: str) -> dict[str, Any]:
+    """A schedule spec whose job template (a job's, or a sweep's trials') runs the code
+    bundle `digest`.
+
+    Raises:
+        ValueError: the spec has no job template.
+    """
+    if isinstance(schedule.get("job"), dict):
+        return {**schedule, "job": {**schedule["job"], "bundle": digest}}
+    sweep = schedule.get("sweep")
+    if isinstance(sweep, dict) and isinstance(sweep.get("job"), dict):
+        return {**schedule, "sweep": {**sweep, "job": {**sweep["job"], "bundle": digest}}}
+    raise ValueError("the schedule has no `job` (or `sweep.job`) to run the code with")

@@ -59,6 +59,23 @@ class VersionCreate(BaseModel):
     )
 
 
+class EvaluationRead(BaseModel):
+    """One model evaluated on one content of the schedule's holdout."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    model_job_id: int | None = Field(description="the job whose model was evaluated")
+    job_id: int | None = Field(description="the evaluation job")
+    holdout_path: str
+    holdout_digest: str = Field(description="sha256 of the holdout's content it ran on")
+    metric: str
+    value: float | None
+    status: str = Field(description="running, succeeded or failed")
+    reason: str
+    created_at: dt.datetime
+    finished_at: dt.datetime | None
+
+
 class VersionRead(BaseModel):
     model: str
     version: int
@@ -68,6 +85,10 @@ class VersionRead(BaseModel):
     aliases: list[str] = Field(default_factory=list, description="the aliases on it now")
     registered_by: str = Field(description="the token (by name) or schedule that registered it")
     registered_at: dt.datetime
+    evaluations: list[EvaluationRead] = Field(
+        default_factory=list,
+        description="its evaluations on schedules' holdouts (evaluate:), oldest first",
+    )
 
 
 class AliasUpdate(BaseModel):

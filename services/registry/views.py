@@ -3,12 +3,14 @@ its lineage and the aliases on it, an alias's history."""
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.models import ModelAlias, ModelVersion, RegisteredModel
+from services.models import Evaluation, ModelAlias, ModelVersion, RegisteredModel
 from services.registry import aliases, versions
 from services.registry.schemas import (
     AliasRead,
+    EvaluationRead,
     Lineage,
     ModelList,
     ModelRead,
@@ -17,10 +19,27 @@ from services.registry.schemas import (
 )
 
 
+def _evaluations(session: Session, job_ids: list[int]) -> dict[int, list[EvaluationRead]]:
+    """The evaluations of each job's model (evaluate: on a schedule), oldest first."""
+    found: dict[int, list[EvaluationRead]] = {}
+    if job_ids:
+        for row in session.execute(
+            sa.select(Evaluation)
+            .where(Evaluation.model_job_id.in_(job_ids))
+            .order_by(Evaluation.created_at, Evaluation.id)
+        ).scalars():
+            found.setdefault(row.model_job_id or 0, []).append(EvaluationRead.model_validate(row))
+    return found
+
+
 def version_read(
-    model: RegisteredModel, version: ModelVersion, on_it: list[ModelAlias]
+    model: RegisteredModel,
+    version: ModelVersion,
+    on_it: list[ModelAlias],
+    evaluations: dict[int, list[EvaluationRead]],
 ) -> VersionRead:
-    """A version's view; `on_it`: the model's aliases (those on this version are named)."""
+    """A version's view; `on_it`: the model's aliases (those on this version are named);
+    `evaluations`: by job id (_evaluations)."""
     return VersionRead(
         model=model.name,
         version=version.version,
@@ -30,6 +49,7 @@ def version_read(
         aliases=[a.name for a in on_it if a.version == version.version],
         registered_by=version.registered_by,
         registered_at=version.registered_at,
+        evaluations=evaluations.get(version.job_id or 0, []),
     )
 
 
@@ -53,16 +73,16 @@ def model_list(*, session: Session, project_id: int) -> ModelList:
 def model_read(*, session: Session, model: RegisteredModel) -> ModelRead:
     """A model with its versions (newest first) and aliases."""
     on_it = aliases.list_aliases(session=session, model_ids=[model.id])[model.id]
+    rows = versions.list_versions(session=session, model=model)
+    judged = _evaluations(session, [v.job_id for v in rows if v.job_id is not None])
     return ModelRead(
         **_summary(model, on_it).model_dump(),
-        versions=[
-            version_read(model, v, on_it)
-            for v in versions.list_versions(session=session, model=model)
-        ],
+        versions=[version_read(model, v, on_it, judged) for v in rows],
     )
 
 
 def one_version(*, session: Session, model: RegisteredModel, version: ModelVersion) -> VersionRead:
     """A version's view, with the aliases on it now."""
     on_it = aliases.list_aliases(session=session, model_ids=[model.id])[model.id]
-    return version_read(model, version, on_it)
+    judged = _evaluations(session, [version.job_id] if version.job_id is not None else [])
+    return version_read(model, version, on_it, judged)

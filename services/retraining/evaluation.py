@@ -33,8 +33,9 @@ from services.jobs import store as jobs
 from services.jobs.data_versions import content_digest
 from services.jobs.schemas import JobCreate
 from services.models import Evaluation, Job, Schedule, ScheduleRun
+from services.registry.schemas import EvaluationRead
 from services.retraining import promotion
-from services.retraining.read_schemas import EvaluationRead, ScheduleRunRead
+from services.retraining.read_schemas import ScheduleRunRead
 from services.retraining.schemas import Evaluate
 from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, JobStatus

@@ -1,5 +1,6 @@
 """Pydantic schemas of what the API answers about retraining schedules: a schedule, its
-runs with their evaluations, and its promoted model."""
+runs with their evaluations (EvaluationRead: the registry's, which shows them on versions
+too), and its promoted model."""
 
 from __future__ import annotations
 
@@ -7,25 +8,9 @@ import datetime as dt
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.registry.schemas import EvaluationRead
 from services.retraining.schemas import Evaluate, Promotion
 from services.retraining.trigger_schemas import TriggerView
-
-
-class EvaluationRead(BaseModel):
-    """One model evaluated on one content of the schedule's holdout."""
-
-    model_config = ConfigDict(from_attributes=True)
-
-    model_job_id: int | None = Field(description="the job whose model was evaluated")
-    job_id: int | None = Field(description="the evaluation job")
-    holdout_path: str
-    holdout_digest: str = Field(description="sha256 of the holdout's content it ran on")
-    metric: str
-    value: float | None
-    status: str = Field(description="running, succeeded or failed")
-    reason: str
-    created_at: dt.datetime
-    finished_at: dt.datetime | None
 
 
 class ScheduleRunRead(BaseModel):

@@ -156,12 +156,14 @@ def test_promotion_keeps_the_better_model(module_stack: tuple[Stack, Client]) ->
     assert model["job_id"] == first["job_id"]
     assert model["value"] == first["metric_value"] and model["node_id"] == "e2e-node"
     assert (stack.settings.data_dir / model["path"]).is_dir()
-    # The promotion registered version 1 of the schedule's model and moved `production` to
-    # it; the kept run registered nothing.
+    # Both runs are versions of the schedule's model; `production` moved to the first only.
     assert (model["model"], model["alias"], model["version"]) == ("promoted", "production", 1)
     registry = client.model("promoted")
-    assert [(v.version, v.job_id) for v in registry.versions] == [(1, first["job_id"])]
-    assert registry.versions[0].lineage.schedule_name == "promoted"
+    assert [(v.version, v.job_id) for v in registry.versions] == [
+        (2, second["job_id"]),
+        (1, first["job_id"]),
+    ]
+    assert registry.versions[1].lineage.schedule_name == "promoted"
     moves = client.alias_history("promoted", "production").items
     assert [(m.from_version, m.to_version) for m in moves] == [(None, 1)]
     assert moves[0].moved_by == f"schedule promoted (id {schedule['id']})"

@@ -30,3 +30,16 @@ def test_attributes_are_typed_and_keys_are_the_json() -> None:
     with pytest.raises(KeyError):
         job["nothing"]
     assert job.to_dict()["replica_list"][0]["pid"] == 42
+
+
+def test_a_schedules_code_goes_to_its_job_template_or_its_sweeps() -> None:
+    from cohort.specs import with_bundle
+
+    digest = "sha256:" + "a" * 64
+    job = {"name": "s", "job": {"command": ["python", "train.py"]}}
+    assert with_bundle(job, digest)["job"] == {"command": ["python", "train.py"], "bundle": digest}
+    assert "bundle" not in job["job"]  # the caller's spec is left as it was
+    sweep = {"name": "s", "sweep": {"name": "w", "job": {"command": ["python", "t.py"]}}}
+    assert with_bundle(sweep, digest)["sweep"]["job"]["bundle"] == digest
+    with pytest.raises(ValueError, match="no `job`"):
+        with_bundle({"name": "s"}, digest)
