@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Header, Query
@@ -15,6 +15,28 @@ from services.jobs.file_schemas import ArtifactList, ArtifactRead
 from services.storage.store import ArtifactStore
 
 router = APIRouter(prefix="/jobs", tags=["artifacts"], dependencies=scoped(write=Scope.SUBMIT))
+
+
+# What a download answers (a job's artifacts, a model version's files).
+DOWNLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {"application/octet-stream": {}, "application/gzip": {}},
+        "description": "the file as stored, or the directory as a .tar.gz",
+    },
+    206: {
+        "content": {"application/octet-stream": {}},
+        "description": "the bytes of the file that Range asked for",
+    },
+    416: {"description": "Range starts past the end of the file"},
+}
+RangeHeader = Annotated[
+    str | None,
+    Header(
+        alias="Range",
+        description="of a file: bytes=N- (from byte N: what a copy of a growing file "
+        "lacks), bytes=N-M or bytes=-N; a directory's .tar.gz is always whole",
+    ),
+]
 
 
 @router.get("/{job_id}/artifacts")
@@ -42,17 +64,7 @@ def read_artifacts(
 @router.get(
     "/{job_id}/artifacts/download",
     response_class=StreamingResponse,
-    responses={
-        200: {
-            "content": {"application/octet-stream": {}, "application/gzip": {}},
-            "description": "the file as stored, or the directory as a .tar.gz",
-        },
-        206: {
-            "content": {"application/octet-stream": {}},
-            "description": "the bytes of the file that Range asked for",
-        },
-        416: {"description": "Range starts past the end of the file"},
-    },
+    responses=DOWNLOAD_RESPONSES,
 )
 def download_artifact(
     job: CurrentJob,
@@ -65,14 +77,7 @@ def download_artifact(
             "job, no backslash or control character); empty: everything",
         ),
     ] = "",
-    range_header: Annotated[
-        str | None,
-        Header(
-            alias="Range",
-            description="of a file: bytes=N- (from byte N: what a copy of a growing file "
-            "lacks), bytes=N-M or bytes=-N; a directory's .tar.gz is always whole",
-        ),
-    ] = None,
+    range_header: RangeHeader = None,
 ) -> StreamingResponse:
     """One file as it is (or the bytes Range asks for), or a directory as a .tar.gz built
     while it is sent."""

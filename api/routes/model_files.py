@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
 from api.deps import SessionDep, StoreDep, scoped
-from api.routes.artifacts import send_download
+from api.routes.artifacts import DOWNLOAD_RESPONSES, RangeHeader, send_download
 from api.routes.models import CurrentModel, VersionNumber
 from services.auth.scopes import Scope
 from services.jobs.file_schemas import ArtifactList, ArtifactRead
@@ -48,17 +48,7 @@ def read_version_files(
 @router.get(
     "/{name}/versions/{version}/files/download",
     response_class=StreamingResponse,
-    responses={
-        200: {
-            "content": {"application/octet-stream": {}, "application/gzip": {}},
-            "description": "the file as stored, or the directory as a .tar.gz",
-        },
-        206: {
-            "content": {"application/octet-stream": {}},
-            "description": "the bytes of the file that Range asked for",
-        },
-        416: {"description": "Range starts past the end of the file"},
-    },
+    responses=DOWNLOAD_RESPONSES,
 )
 def download_version_files(
     model: CurrentModel,
@@ -66,10 +56,7 @@ def download_version_files(
     session: SessionDep,
     store: StoreDep,
     path: FilePath = "",
-    range_header: Annotated[
-        str | None,
-        Header(alias="Range", description="of a file: bytes=N-, bytes=N-M or bytes=-N"),
-    ] = None,
+    range_header: RangeHeader = None,
 ) -> StreamingResponse:
     """One file of the version (or the bytes Range asks for), or a directory of it as a
     .tar.gz whose entries unpack into the model directory."""
