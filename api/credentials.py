@@ -7,21 +7,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from services.auth import sessions, tokens
-from services.db import database_unreachable, session_scope
+from services.db import Sessions, database_unreachable, session_scope
 from services.exceptions import Unauthorized
 from services.models import ApiToken, utcnow
 
 log = logging.getLogger("cohort.api")
 
 # Short transactions apart from the request's own (`SessionsDep` of api/deps.py).
-Sessions = Callable[[], AbstractContextManager[Session]]
 
 
 def bearer_token(authorization: str | None) -> str | None:

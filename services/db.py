@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar, TypeVarTuple
@@ -86,6 +86,10 @@ def get_engine() -> Engine:
 def get_sessionmaker() -> sessionmaker[Session]:
     """The process-wide session factory."""
     return sessionmaker(bind=get_engine(), expire_on_commit=False)
+
+
+# What hands out short transactions: session_scope, or a test's savepoints.
+Sessions = Callable[[], AbstractContextManager[Session]]
 
 
 @contextmanager

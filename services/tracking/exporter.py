@@ -15,13 +15,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import redis
-from sqlalchemy.orm import Session
 
-from services.db import session_scope
+from services.db import Sessions, session_scope
 from services.models import utcnow
 from services.settings import Settings
 from services.storage.keys import model_prefix
@@ -34,7 +32,6 @@ from services.tracking.run_fields import RUN_STATUS, metric_key, run_name, run_p
 
 log = logging.getLogger("cohort.mlflow")
 
-Sessions = Callable[[], AbstractContextManager[Session]]  # a transaction per call
 BATCH = 1000  # points a log_batch call (MLflow's most)
 BATCHES_PER_RUN = 20  # a round's share for one run: the other runs' points are not held up
 PAGE = 500  # open runs read at a time

@@ -20,21 +20,18 @@ import datetime as dt
 import logging
 import random
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
 
+from services.db import Sessions
 from services.models import Webhook, WebhookAttempt, WebhookDelivery, utcnow
 from services.settings import Settings
 from services.webhooks import posting, signing, targets
 
 log = logging.getLogger("cohort.webhooks")
 
-Sessions = Callable[[], AbstractContextManager[Session]]
 
 BATCH = 32  # deliveries claimed a round
 PARALLEL = 8  # sent at once

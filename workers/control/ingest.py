@@ -20,7 +20,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +27,7 @@ import redis
 from sqlalchemy.orm import Session
 
 from services.cluster.fencing import Fenced
+from services.db import Sessions
 from services.jobs.stream_marks import newest_ids
 from services.models import JobEvent, LogLine, MetricPoint
 from services.telemetry import live, logs, metrics
@@ -37,8 +37,6 @@ from workers.control.streams import GroupReader
 from workers.control.term import Term
 
 log = logging.getLogger("cohort.ingest")
-
-Sessions = Callable[[], AbstractContextManager[Session]]  # a transaction per call
 
 
 @dataclass(frozen=True)
