@@ -650,6 +650,9 @@ class ModelRead(ApiModel):
 class NodeRead(ApiModel):
     address: str
     container_engine: str | None = ""
+    cordon: Literal["drain", "quarantine"] | None = None
+    cordon_reason: str | None = ""
+    cordoned_at: AwareDatetime | None = None
     free_gpus: int | None = 0
     free_slots: int
     gpu_devices: list[GpuRead] | None = None

@@ -16,6 +16,10 @@ cannot tell a SyntaxError from a dropped connection, hence the log's last line: 
 interpreter that could not compile or import the program ends its traceback with the
 error's name, and the agent reports the log's tail with the exit.
 
+A replica asked to "checkpoint now" (a drained node, a preemption notice: SIGUSR1 from its
+agent) answers by saving its checkpoint and exiting CHECKPOINTED (75, sysexits' EX_TEMPFAIL):
+not a failure at all, the gang is placed again and resumes from what it saved.
+
 A full DATA_DIR is named here too, once: the runner exits NO_SPACE when a write of
 the replica's failed for want of space (ENOSPC), and the agent reports a replica it
 could not lay out, fetch or start for that reason with the same code, so a job's
@@ -34,7 +38,11 @@ from enum import StrEnum
 NO_SPACE = errno.ENOSPC
 NO_SPACE_REASON = "no space left on DATA_DIR"
 PERMANENT = frozenset({2, 78, 126, 127, 128, 139})
-RETRYABLE = frozenset({NO_SPACE, 130, 137, 138, 143})
+# Saved its checkpoint on request and stopped (docs/failures.md, "Drains"): retryable, and
+# what a drain waits for.
+CHECKPOINTED = 75
+CHECKPOINTED_REASON = "checkpointed on request"
+RETRYABLE = frozenset({NO_SPACE, CHECKPOINTED, 130, 137, 138, 143})
 TRAINER_RETRY = 138
 PYTHON_ERROR = 1
 # The last line of a Python traceback the interpreter printed because it could not
@@ -109,6 +117,8 @@ def describe(exit_code: int | None, log_tail: str = "") -> str:
     kind = classify(exit_code, log_tail).value
     if exit_code == NO_SPACE:
         return f"code {exit_code} ({NO_SPACE_REASON}, {kind})"
+    if exit_code == CHECKPOINTED:
+        return f"code {exit_code} ({CHECKPOINTED_REASON}, {kind})"
     if exit_code == PYTHON_ERROR and (error := python_error(log_tail)):
         return f"code {exit_code} ({error}, {kind})"
     if exit_code > 128:

@@ -80,5 +80,13 @@ class NodeStatus(StrEnum):
     PENDING = "pending"
 
 
+class NodeCordon(StrEnum):
+    """Why a live node takes no new replicas (None on the node: it takes them). Apart from
+    its status, which its heartbeats set: a drained node that beats stays drained."""
+
+    DRAIN = "drain"  # an operator's `cohort node drain`, or its agent's SIGTERM
+    QUARANTINE = "quarantine"  # replicas failed or straggled there too often
+
+
 # A node whose agent beats: its replicas are its agent's to report.
 LIVE_NODE_STATUSES = frozenset({NodeStatus.READY, NodeStatus.PENDING})

@@ -35,6 +35,9 @@ def read_nodes(session: SessionDep, token: TokenDep) -> list[NodeRead]:
                 replicas=mine,
                 gpu_devices=[GpuRead(**gpu) for gpu in nodes.node_gpus(node)],
                 container_engine=node.container_engine,
+                cordon=node.cordon,
+                cordon_reason=node.cordon_reason,
+                cordoned_at=node.cordoned_at,
             )
         )
     return out

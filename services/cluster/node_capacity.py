@@ -26,6 +26,9 @@ PLACED_NODE_COLUMNS = (
     Node.busy_ports,
     Node.container_engine,
 )
+# The nodes placement offers: ready (beating, GPUs known) and not cordoned (drained or
+# quarantined: services/statuses.py NodeCordon).
+PLACEABLE_NODE = sa.and_(Node.status == NodeStatus.READY, Node.cordon.is_(None))
 
 
 def read_pending(*, session: Session) -> list[str]:
@@ -60,7 +63,7 @@ def read_capacity(*, session: Session) -> tuple[list[NodeCapacity], dict[str, se
     # The columns placement needs of each ready node, not whole rows: read on every pass.
     nodes = read_rows(
         session,
-        sa.select(*PLACED_NODE_COLUMNS).where(Node.status == NodeStatus.READY).order_by(Node.id),
+        sa.select(*PLACED_NODE_COLUMNS).where(PLACEABLE_NODE).order_by(Node.id),
     )
     capacity = []
     # Nodes on one network stack (several agents on one host) draw from one set of

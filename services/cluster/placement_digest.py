@@ -35,9 +35,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.orm import Session
 
-from services.cluster.node_capacity import PLACED_NODE_COLUMNS
+from services.cluster.node_capacity import PLACEABLE_NODE, PLACED_NODE_COLUMNS
 from services.models import Job, Node, ProjectQuota, Replica
-from services.statuses import TERMINAL_REPLICA_STATUSES, JobStatus, NodeStatus
+from services.statuses import TERMINAL_REPLICA_STATUSES, JobStatus
 
 Digest = tuple[object, ...]
 
@@ -90,11 +90,7 @@ def read_digest(*, session: Session, now: dt.datetime) -> Digest | None:
         .where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
         .subquery()
     )
-    ready = (
-        sa.select(_rows_md5(*PLACED_NODE_COLUMNS, key=Node.id))
-        .where(Node.status == NodeStatus.READY)
-        .subquery()
-    )
+    ready = sa.select(_rows_md5(*PLACED_NODE_COLUMNS, key=Node.id)).where(PLACEABLE_NODE).subquery()
     quotas = sa.select(
         _rows_md5(
             ProjectQuota.project_id,

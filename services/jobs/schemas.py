@@ -20,7 +20,7 @@ from pydantic import (
 from services.jobs.spec import JobSpec
 from services.jobs.spec_parts import Hyperparameters
 from services.jobs.trainers import BUILTIN_TRAINERS
-from services.statuses import JobStatus, NodeStatus, ReplicaStatus
+from services.statuses import JobStatus, NodeCordon, NodeStatus, ReplicaStatus
 from services.storage.keys import bundle_digest_hex
 from services.wire.policy import check_command, check_env, check_image, check_inputs
 from services.wire.requirements import (
@@ -336,3 +336,8 @@ class NodeRead(BaseModel):
     container_engine: str = Field(
         "", description="docker or podman: runs jobs with an `image`; empty: none"
     )
+    cordon: NodeCordon | None = Field(
+        None, description="drain or quarantine: takes no new replicas; null: takes them"
+    )
+    cordon_reason: str = Field("", description="why it is cordoned, and by whom")
+    cordoned_at: dt.datetime | None = None

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from services.models.base import Base, enum_column, utcnow
-from services.statuses import JobStatus, NodeStatus, ReplicaStatus
+from services.statuses import JobStatus, NodeCordon, NodeStatus, ReplicaStatus
 
 
 class Project(Base):
@@ -221,3 +221,8 @@ class Node(Base):
     # The container engine its agent runs image jobs' replicas with ("docker", "podman");
     # "": none, and placement puts no job with an `image` here.
     container_engine: Mapped[str] = mapped_column(sa.String(16), default="")
+    # Set: placement puts nothing new here (drained or quarantined), whatever its status;
+    # the reason and time are what the nodes API, CLI and cluster page show.
+    cordon: Mapped[NodeCordon | None] = mapped_column(enum_column(NodeCordon), default=None)
+    cordon_reason: Mapped[str] = mapped_column(sa.Text, default="")
+    cordoned_at: Mapped[dt.datetime | None] = mapped_column(default=None)
