@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -36,6 +37,9 @@ class DataVersion:
     files: int
     size: int
     updated_at: dt.datetime  # the newest change at or under `path` (upload or delete)
+    # {name relative to `path` (a file: its own name): store key} of exactly the files the
+    # digest was taken over: what a job given "this digest's files" reads, from one listing.
+    members: dict[str, str] = field(default_factory=dict)
 
 
 def digest_of(files: list[tuple[str, str]]) -> str:
@@ -45,13 +49,26 @@ def digest_of(files: list[tuple[str, str]]) -> str:
     return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
 
 
+def at_or_under(path: Any) -> sa.ColumnElement[bool]:
+    """The data_files rows of `path` (a string, or a column such as a trigger's path) and of
+    every file under it as a prefix: its `\\`, `%` and `_` escaped, never LIKE wildcards
+    (in Python for a string, so the planner sees a constant; in SQL for a column)."""
+    pattern: Any = path
+    for char in ("\\", "%", "_"):
+        if isinstance(path, str):
+            pattern = pattern.replace(char, "\\" + char)
+        else:
+            pattern = sa.func.replace(pattern, char, "\\" + char, type_=sa.String)
+    rows: sa.ColumnElement[bool] = (DataFileRecord.path == path) | DataFileRecord.path.like(
+        pattern + "/%", escape="\\"
+    )
+    return rows
+
+
 def _under(project_id: int, path: str) -> sa.ColumnElement[bool]:
-    """The rows of `path` itself and of every file under it as a prefix."""
+    """The rows of a project's `path` itself and of every file under it as a prefix."""
     here = DataFileRecord.project_id == project_id
-    if not path:
-        return here
-    pattern = path.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "/%"
-    return here & ((DataFileRecord.path == path) | DataFileRecord.path.like(pattern, escape="\\"))
+    return here & at_or_under(path) if path else here
 
 
 def _upsert(session: Session, project_id: int, path: str, **values: object) -> None:
@@ -168,7 +185,8 @@ def content_digest(
     session.flush()
     single = path in listing and len(listing) == 1
     base = f"{path}/" if path else ""
-    digest = files[0][1] if single else digest_of([(n[len(base) :], s) for n, s in files])
+    relative = {n: n.rsplit("/", 1)[-1] if single else n[len(base) :] for n, _ in files}
+    digest = files[0][1] if single else digest_of([(relative[n], s) for n, s in files])
     newest = newest_change(session=session, project_id=project_id, path=path)
     return DataVersion(
         path=path,
@@ -176,4 +194,5 @@ def content_digest(
         files=len(files),
         size=sum(size for size, _ in listing.values()),
         updated_at=newest or utcnow(),
+        members={relative[n]: data_key(project_id, n) for n, _ in files},
     )

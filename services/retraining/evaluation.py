@@ -111,7 +111,8 @@ def _path(evaluate: Evaluate) -> str:
 
 
 def _files(store: ArtifactStore, prefix: str) -> dict[str, str]:
-    """{relative path: store key} of every object under `prefix`, or of the one at it."""
+    """{relative path: store key} of every object under `prefix` (a model's), or of the
+    one at it."""
     if store.exists(prefix):
         return {prefix.rsplit("/", 1)[-1]: prefix}
     return {key[len(prefix) + 1 :]: key for key, _size in store.list(prefix)}
@@ -138,9 +139,14 @@ def judge(
         )
         if version is None:
             return Judgement(failure=f"the holdout {spec.data!r} has no files")
-        holdout = _files(store, keys.data_key(schedule.project_id, _path(spec)))
+        # The files the digest was taken over (one listing): the job reads what it names.
         mine = _start(
-            session, settings, store, (schedule, run, spec), job.id, (version.digest, holdout)
+            session,
+            settings,
+            store,
+            (schedule, run, spec),
+            job.id,
+            (version.digest, version.members),
         )
     holder = _holder_evaluation(session, settings, store, (schedule, run, spec), job, mine)
     evaluations = [e for e in (mine, holder) if e is not None]
@@ -191,7 +197,11 @@ def _holder_evaluation(
     mine_job = session.get(Job, mine.job_id) if mine.job_id else None
     holdout = (mine_job.evaluation or {}).get("holdout") if mine_job else None
     if not holdout:  # the new model's evaluation made no job: the holdout as it is now
-        holdout = _files(store, keys.data_key(schedule.project_id, _path(spec)))
+        now_there = content_digest(
+            session=session, store=store, project_id=schedule.project_id, path=_path(spec)
+        )
+        same = now_there is not None and now_there.digest == mine.holdout_digest
+        holdout = now_there.members if now_there and same else {}
     return _start(session, settings, store, context, holder_id, (mine.holdout_digest, holdout))
 
 
