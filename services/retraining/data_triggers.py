@@ -31,7 +31,12 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from services.exceptions import InvalidJobSpec
-from services.jobs.data_versions import DataVersion, content_digest, newest_change
+from services.jobs.data_versions import (
+    DataVersion,
+    at_or_under,
+    content_digest,
+    newest_change,
+)
 from services.jobs.schemas import JobCreate
 from services.models import DataFileRecord, Schedule, ScheduleRun, utcnow
 from services.retraining.fire_env import Fire
@@ -66,14 +71,6 @@ def decide(
     return "check"
 
 
-def _escaped(path: Any) -> sa.ColumnElement[str]:
-    """A LIKE pattern matching every file under `path` (a column) as a prefix."""
-    pattern: sa.ColumnElement[str] = path
-    for char in ("\\", "%", "_"):
-        pattern = sa.func.replace(pattern, char, "\\" + char)
-    return pattern + "/%"
-
-
 def _newest_per_trigger(session: Session) -> list[tuple[int, dt.datetime | None]]:
     """(schedule id, newest change under its trigger) of every unpaused trigger whose
     data changed since it last looked: one query, SQL only. Per schedule, an index probe
@@ -85,8 +82,7 @@ def _newest_per_trigger(session: Session) -> list[tuple[int, dt.datetime | None]
         .where(
             DataFileRecord.project_id == Schedule.project_id,
             DataFileRecord.updated_at > since,
-            (DataFileRecord.path == Schedule.trigger_path)
-            | DataFileRecord.path.like(_escaped(Schedule.trigger_path), escape="\\"),
+            at_or_under(Schedule.trigger_path),
         )
         .correlate(Schedule)
         .scalar_subquery()
