@@ -15,6 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
@@ -77,12 +78,10 @@ def written_lines(path: Path) -> list[str]:
     return lines
 
 
-def _rollup_problems(
-    points: dict[Key, dict[PointKey, Point]], rollups: Iterable[sa.Row]
-) -> list[str]:
-    """Each stored point counted once in its rollup: the rollups add only newly stored
-    points (services/telemetry/metrics.py), so a point ingested twice shows here even
-    though the unique key kept one row."""
+def rollup_problems(points: dict[Key, dict[PointKey, Point]], rollups: Iterable[Any]) -> list[str]:
+    """Each stored point counted once in its rollup (`rollups`: a job's MetricRollup
+    rows): the rollups add only newly stored points (services/telemetry/metrics.py), so a
+    point ingested twice shows here even though the unique key kept one row."""
     expected: dict[tuple[int, int, str, int], list[float]] = defaultdict(list)
     for (attempt, replica), stored in points.items():
         for (step, name), (value, _ts, _epoch) in stored.items():
@@ -148,7 +147,7 @@ def problems_of(
     finally:
         engine.dispose()
 
-    problems = _rollup_problems(stored, rollups)
+    problems = rollup_problems(stored, rollups)
     known = {(r.attempt, r.index) for r in replicas}
     problems += [
         f"points of {key}, which is no replica of the job" for key in stored if key not in known
