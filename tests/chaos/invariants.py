@@ -14,16 +14,17 @@ prints how many of each and fails on any.
 * attempts overlap: never processes of two attempts of one job alive in one sample
   (tests/chaos/processes.py);
 * metrics: every (step, metric) a replica of a succeeded attempt wrote to its metrics
-  file (the file the agent ships: workers/replica/report_writer.py) is stored, and
-  nothing else is stored for it; for every other attempt nothing is stored that its
-  replica did not write. The table's unique key, (job, attempt, replica, step, name),
-  makes a second copy of a point impossible to store; "exactly once" is checked as
-  "each stored, none twice" against the file;
+  file (the file the agent ships: workers/replica/report_writer.py) is stored; for every
+  attempt nothing is stored that its replica did not write, nor with another value, time
+  or epoch, and every stored point is counted once in its rollup (the fault tests'
+  tests/faults/nothing_lost.py compares alike, log lines too). The table's unique key
+  makes a second row of a point impossible; a point ingested twice shows in its rollup;
 * leftover process: no replica process alive once everything settled;
 * slots and ports: no replica row holding a slot (not terminal) when every job has
   ended, every ready node's free slots all its slots (the scheduler's own
   services.cluster.node_capacity.read_capacity), no port of the replica range listened on
-  (this host's /proc/net/tcp, and what each agent's last heartbeat reported);
+  (this host's /proc/net/tcp, and what each agent's last heartbeat reported) but by
+  what other programs listened on before the soak began;
 * nodes: every agent ready again after the faults.
 """
 
@@ -38,9 +39,8 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from cohort.metrics import decode_line
 from services.cluster.node_capacity import read_capacity
-from services.models import Job, JobEvent, MetricPoint, Node, Replica
+from services.models import Job, JobEvent, MetricPoint, MetricRollup, Node, Replica
 from services.statuses import (
     TERMINAL_REPLICA_STATUSES,
     TERMINAL_STATUSES,
@@ -49,6 +49,7 @@ from services.statuses import (
     is_allowed,
 )
 from tests.chaos.processes import Overlap, ReplicaSeen
+from tests.faults.nothing_lost import Point, PointKey, rollup_problems, written_points
 from workers import layout
 from workers.node.ports import listening_ports
 
@@ -56,7 +57,7 @@ TERMINAL = "job not in exactly one terminal state"
 PATH = "events not a path through the status table"
 BUDGET = "attempts beyond the restart policy, or cancelled unasked"
 OVERLAP = "two attempts of one job alive at once"
-METRICS = "succeeded attempt's metrics incomplete, or points never written"
+METRICS = "metrics incomplete, unlike what was written, or miscounted in a rollup"
 LEFTOVER = "replica process left over"
 LEAK = "slot or port leaked"
 NODES = "agent not ready after the faults"
@@ -177,41 +178,44 @@ def check_overlaps(overlaps: Iterable[Overlap], interval: float) -> list[Violati
     ]
 
 
-def written_points(path: Path) -> set[tuple[int, str]] | None:
-    """(step, name) of every point in a replica's metrics file; None if there is no file.
-    A line cut short (the process died writing it) holds nothing."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    keys: set[tuple[int, str]] = set()
-    for line in raw.splitlines():
-        try:
-            decoded = decode_line(line)
-        except ValueError:
-            continue
-        keys.update((step, name) for step, name, *_ in decoded.points)
-    return keys
-
-
 def check_metrics(
     session: Session, job_ids: list[int], data_dirs: dict[str, Path]
 ) -> list[Violation]:
+    """What the fault tests' nothing-lost check asks of points (tests/faults/nothing_lost.py),
+    for every job: nothing stored that its replica did not write, nothing with another
+    value, time or epoch; every stored point counted once in its rollup; every point of a
+    succeeded attempt stored. (Not the log lines: an agent killed at random takes the lines
+    it had not shipped, and which attempts it took is not tracked.)"""
     found: list[Violation] = []
     jobs = {
         job.id: job for job in session.execute(sa.select(Job).where(Job.id.in_(job_ids))).scalars()
     }
-    stored: dict[tuple[int, int, int], set[tuple[int, str]]] = defaultdict(set)
-    for job_id, attempt, replica, step, name in session.execute(
+    stored: dict[int, dict[tuple[int, int], dict[PointKey, Point]]] = defaultdict(
+        lambda: defaultdict(dict)
+    )
+    for p in session.execute(
         sa.select(
             MetricPoint.job_id,
             MetricPoint.attempt,
             MetricPoint.replica,
             MetricPoint.step,
             MetricPoint.name,
+            MetricPoint.value,
+            MetricPoint.ts,
+            MetricPoint.epoch,
         ).where(MetricPoint.job_id.in_(job_ids))
     ):
-        stored[(job_id, attempt, replica)].add((step, name))
+        stored[p.job_id][(p.attempt, p.replica)][(p.step, p.name)] = (p.value, p.ts, p.epoch)
+    rollups: dict[int, list[MetricRollup]] = defaultdict(list)
+    for rollup in session.execute(
+        sa.select(MetricRollup).where(MetricRollup.job_id.in_(job_ids))
+    ).scalars():
+        rollups[rollup.job_id].append(rollup)
+    for job_id in job_ids:
+        found += [
+            Violation(METRICS, f"job {job_id}: {problem}")
+            for problem in rollup_problems(stored[job_id], rollups[job_id])
+        ]
     replicas = (
         session.execute(
             sa.select(Replica)
@@ -226,35 +230,42 @@ def check_metrics(
         job = jobs[replica.job_id]
         succeeded = job.status is JobStatus.SUCCEEDED and replica.attempt == job.attempt
         data_dir = data_dirs.get(replica.node_id)
-        written = None if data_dir is None else written_points(layout.metrics_file(data_dir, *key))
+        path = None if data_dir is None else layout.metrics_file(data_dir, *key)
+        points = stored[replica.job_id].get((replica.attempt, replica.index), {})
         name = f"job {key[0]} attempt {key[1]} replica {key[2]} on {replica.node_id}"
-        if written is None:
-            if succeeded or stored.get(key):
+        if path is None or not path.exists():
+            if succeeded or points:
                 found.append(
-                    Violation(
-                        METRICS,
-                        f"{name}: no metrics file, {len(stored.get(key, ()))} points stored",
-                    )
+                    Violation(METRICS, f"{name}: no metrics file, {len(points)} points stored")
                 )
             continue
-        extra = stored.get(key, set()) - written
+        written = written_points(path)
+        extra = sorted(k for k in points if k not in written)
         if extra:
             found.append(
                 Violation(
                     METRICS,
-                    f"{name}: {len(extra)} points stored that its "
-                    f"file lacks, e.g. {sorted(extra)[:3]}",
+                    f"{name}: {len(extra)} points stored that its file lacks, e.g. {extra[:3]}",
+                )
+            )
+        changed = sorted(k for k in points if k in written and points[k] != written[k])
+        if changed:
+            found.append(
+                Violation(
+                    METRICS,
+                    f"{name}: {len(changed)} points stored with another value, time or epoch "
+                    f"than written, e.g. {changed[0]}: stored {points[changed[0]]}, "
+                    f"written {written[changed[0]]}",
                 )
             )
         if succeeded:
-            missing = written - stored.get(key, set())
+            missing = sorted(k for k in written if k not in points)
             if missing:
                 found.append(
                     Violation(
                         METRICS,
-                        f"{name} (succeeded): {len(missing)} of "
-                        f"{len(written)} points never stored, e.g. "
-                        f"{sorted(missing)[:3]}",
+                        f"{name} (succeeded): {len(missing)} of {len(written)} points never "
+                        f"stored, e.g. {missing[:3]}",
                     )
                 )
             if not written:
@@ -273,7 +284,13 @@ def check_leftovers(live: list[ReplicaSeen], when: str) -> list[Violation]:
     ]
 
 
-def check_capacity(session: Session, port_range: tuple[int, int]) -> list[Violation]:
+def check_capacity(
+    session: Session, port_range: tuple[int, int], held_before: Iterable[int] = ()
+) -> list[Violation]:
+    """Slots and ports held once every job ended. `held_before`: ports of the range other
+    programs of the host listened on before the soak began (a RabbitMQ's 25672 on a host
+    whose range starts below it), which no replica of the soak can have leaked."""
+    foreign = {str(port) for port in held_before}
     found = [
         Violation(
             LEAK,
@@ -292,13 +309,12 @@ def check_capacity(session: Session, port_range: tuple[int, int]) -> list[Violat
         if node.free_slots != node.slots
     ]
     for node in session.execute(sa.select(Node)).scalars():
-        if node.busy_ports:
+        busy = [p for p in map(str.strip, node.busy_ports.split(",")) if p and p not in foreign]
+        if busy:
             found.append(
-                Violation(
-                    LEAK, f"{node.id}'s agent reports ports of the range in use: {node.busy_ports}"
-                )
+                Violation(LEAK, f"{node.id}'s agent reports ports of the range in use: {busy}")
             )
-    held = listening_ports(*port_range)
+    held = set(listening_ports(*port_range)) - set(held_before)
     if held:
         found.append(Violation(LEAK, f"ports of the replica range listened on: {sorted(held)}"))
     return found

@@ -63,6 +63,7 @@ from tests.e2e.conftest import PORT_BASE, free_port
 from tests.e2e.stepper import stepping_job
 from tests.faults.conftest import FAST, FAULT_TOKEN
 from tests.pgserver import PostgresServer, postgres_server
+from workers.node.ports import listening_ports
 
 AGENTS = ("node-a", "node-b", "node-c")
 SETTLE_S = 90.0  # after the last job ended: for processes to go, points to land, agents
@@ -146,6 +147,7 @@ class Soak:
         self.start = time.monotonic()
         self.log = log or (lambda line: None)
         self.result = SoakResult(config.jobs, config.agents, config.seed)
+        self.held_before: set[int] = set()  # ports of the range listened on before the start
 
     def say(self, line: str) -> None:
         self.log(f"[{time.monotonic() - self.start:7.1f}s] {line}")
@@ -170,6 +172,8 @@ class Soak:
                 },
                 quiet=True,
             )
+            settings = stack.settings
+            self.held_before = listening_ports(settings.PORT_RANGE_START, settings.PORT_RANGE_END)
             try:
                 stack.start(("api", "scheduler"))
                 for node in self.agents:
@@ -384,7 +388,9 @@ class Soak:
             result.violations += invariants.check_metrics(session, job_ids, self.data_dirs)
             result.violations += invariants.check_leftovers(watch.live(), "after the soak")
             result.violations += invariants.check_capacity(
-                session, (stack.settings.PORT_RANGE_START, stack.settings.PORT_RANGE_END)
+                session,
+                (stack.settings.PORT_RANGE_START, stack.settings.PORT_RANGE_END),
+                self.held_before,
             )
             result.violations += invariants.check_nodes(session, self.agents, restored)
             jobs = session.execute(sa.select(Job).where(Job.id.in_(job_ids))).scalars().all()

@@ -11,6 +11,7 @@ import pytest
 
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
 from tests.e2e.stepper import stepping_job
+from tests.faults.nothing_lost import assert_nothing_lost
 
 pytestmark = [pytest.mark.e2e]
 
@@ -30,6 +31,7 @@ def test_a_second_agent_of_a_node_on_its_data_dir_stops_and_spares_the_first_one
 
     final = wait_terminal(client, job["id"])
     assert final["status"] == "succeeded" and final["attempt"] == 1, job_story(client, job["id"])
+    assert_nothing_lost(stack, job["id"])  # the twin touched nothing of the first one's
     # The first agent goes on: another node id on the same DATA_DIR is not refused.
     other = stack.add_agent("e2e-other", 1)
     wait_for(

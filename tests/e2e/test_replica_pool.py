@@ -20,6 +20,7 @@ from cohort.client import Client
 from tests.conftest import reachable_dir
 from tests.e2e.conftest import pg_stack_with, wait_for, wait_terminal
 from tests.e2e.test_two_replica_job import JOB, check_two_replica_job
+from tests.faults.nothing_lost import assert_nothing_lost
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow(70)]
 
@@ -160,3 +161,4 @@ def test_kill_9_of_a_pooled_replica_restarts_the_gang(
     # checkpoint: its first step comes after epoch 1.
     second = [p["step"] for p in client.metrics(job["id"], name=["loss"], replica=0, attempt=2)]
     assert min(second) > 50 and max(second) == 200
+    assert_nothing_lost(stack, job["id"])  # a pooled replica writes where a cold one does

@@ -25,6 +25,7 @@ from cohort.client import Client
 from tests.conftest import reachable_dir
 from tests.e2e.conftest import free_port, pg_stack_with, wait_for, wait_terminal
 from tests.e2e.stepper import stepping_job
+from tests.faults.nothing_lost import assert_nothing_lost
 from tests.services.test_webhook_delivery import documented_verify
 from tests.webhook_receiver import Receiver
 
@@ -203,6 +204,8 @@ def test_two_schedulers_deliver_every_event_at_least_once_under_one_id(
 
         wait_for(all_delivered, 60, "every delivery")
         listed = client.webhook_deliveries(hook.id)
+        for job in first + later:  # across the leader's death, as the fault tests check
+            assert_nothing_lost(running, job["id"])
     seen = by_id(receiver)
     assert set(seen) == {d.id for d in listed}
     ended = {r.json["data"]["job"]["id"] for r in receiver.bodies()}

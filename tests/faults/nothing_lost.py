@@ -15,6 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
@@ -77,12 +78,10 @@ def written_lines(path: Path) -> list[str]:
     return lines
 
 
-def _rollup_problems(
-    points: dict[Key, dict[PointKey, Point]], rollups: Iterable[sa.Row]
-) -> list[str]:
-    """Each stored point counted once in its rollup: the rollups add only newly stored
-    points (services/telemetry/metrics.py), so a point ingested twice shows here even
-    though the unique key kept one row."""
+def rollup_problems(points: dict[Key, dict[PointKey, Point]], rollups: Iterable[Any]) -> list[str]:
+    """Each stored point counted once in its rollup (`rollups`: a job's MetricRollup
+    rows): the rollups add only newly stored points (services/telemetry/metrics.py), so a
+    point ingested twice shows here even though the unique key kept one row."""
     expected: dict[tuple[int, int, str, int], list[float]] = defaultdict(list)
     for (attempt, replica), stored in points.items():
         for (step, name), (value, _ts, _epoch) in stored.items():
@@ -118,7 +117,7 @@ def problems_of(
                 sa.select(Job.status, Job.attempt).where(Job.id == job_id)
             ).one()
             replicas = connection.execute(
-                sa.select(Replica.attempt, Replica.index, Replica.node_id).where(
+                sa.select(Replica.attempt, Replica.index, Replica.node_id, Replica.pid).where(
                     Replica.job_id == job_id
                 )
             ).all()
@@ -148,7 +147,7 @@ def problems_of(
     finally:
         engine.dispose()
 
-    problems = _rollup_problems(stored, rollups)
+    problems = rollup_problems(stored, rollups)
     known = {(r.attempt, r.index) for r in replicas}
     problems += [
         f"points of {key}, which is no replica of the job" for key in stored if key not in known
@@ -159,10 +158,20 @@ def problems_of(
     # The attempt that ran to the end: a later one never replaced it, so none of its
     # points was refused as an old attempt's (services/telemetry/metrics.py fences them).
     ended = job.attempt if job.status in (JobStatus.SUCCEEDED, JobStatus.CANCELLED) else None
+    # What makes the comparison mean something: the files are where the check reads them.
+    # A replica that was started (its pid reported) has a log file, its agent made it
+    # before the exec; and the attempt that ran to the end wrote points. Else a wrong
+    # DATA_DIR or path would compare nothing with nothing and find no difference.
+    ended_wrote = 0
     for r in sorted(replicas):
         key = (r.attempt, r.index)
         data_dir = dirs[r.node_id]
+        log_path = layout.log_file(data_dir, job_id, r.attempt, r.index)
+        if r.pid is not None and not log_path.exists():
+            problems.append(f"{key}: started (pid {r.pid}) but no log file at {log_path}")
         written = written_points(layout.metrics_file(data_dir, job_id, r.attempt, r.index))
+        if r.attempt == ended:
+            ended_wrote += len(written)
         points = stored.get(key, {})
         invented = sorted(k for k in points if k not in written)
         if invented:
@@ -185,7 +194,7 @@ def problems_of(
                     f"never stored, e.g. (step, name) {missing[:3]}"
                 )
 
-        text = written_lines(layout.log_file(data_dir, job_id, r.attempt, r.index))
+        text = written_lines(log_path)
         shipped = lines.get(key, {})
         beyond = sorted(seq for seq in shipped if not 1 <= seq <= len(text))
         if beyond:
@@ -208,6 +217,8 @@ def problems_of(
                     f"{key}: {len(unstored)} of {len(text)} log lines never "
                     f"stored, e.g. {unstored[:5]}: {text[unstored[0] - 1]!r}"
                 )
+    if job.status == JobStatus.SUCCEEDED and not ended_wrote:
+        problems.append(f"attempt {ended} succeeded, yet no replica's metrics file holds a point")
     return problems
 
 

@@ -26,6 +26,7 @@ from tests.capabilities import need_libfaketime
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
 from tests.e2e.stepper import stepping_job
 from tests.faults.conftest import record
+from tests.faults.nothing_lost import assert_nothing_lost
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow(30)]
 
@@ -126,6 +127,7 @@ def test_agents_five_minutes_ahead_and_behind_stay_ready_and_their_gang_succeeds
     assert points
     offset = points[-1]["ts"] - time.time()
     assert abs(offset - SKEWS[chief["node_id"]]) < 120, (chief["node_id"], offset)
+    assert_nothing_lost(stack, job["id"])
     record(
         "agent clocks 5 min ahead and 5 min behind (libfaketime)",
         "liveness judged by when the scheduler saw each beat arrive, signed messages by "

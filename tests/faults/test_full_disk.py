@@ -17,6 +17,7 @@ import pytest
 from services.exit_codes import NO_SPACE, NO_SPACE_REASON
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
 from tests.faults.conftest import event_time, record, steps_redone, steps_seen
+from tests.faults.nothing_lost import assert_nothing_lost
 from tests.tmpfs import fill, small_tmpfs
 from workers import layout
 from workers.node.checkpoint_names import checkpoint_files, named_checkpoints
@@ -148,6 +149,9 @@ def test_a_full_data_dir_fails_the_replica_with_its_reason_and_the_job_recovers(
         for p in client.metrics(job_id, attempt=3, name=["loss"], replica=0)
         if p["step"] == min(third)
     )
+    # What each attempt wrote before the disk filled, and after it was freed, is stored
+    # as written: a line torn by the full disk is no point, and no line of the log.
+    assert_nothing_lost(stack, job_id)
     detect_s = dt.datetime.fromisoformat(detected).timestamp() - filled_at
     record(
         "DATA_DIR full (a tmpfs filled to the last byte mid-job)",

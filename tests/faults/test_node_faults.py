@@ -204,6 +204,8 @@ def test_an_agent_restarted_in_place_ends_what_its_predecessor_left_before_anyth
         assert max(seen[1]) < min(seen[2]), (max(seen[1]), min(seen[2]))
         log = (stack.log_dir / "agent.log").read_text(errors="replace")
         assert "ended 2 processes a previous agent of node node-a left running" in log, log[-3000:]
+        # Attempt 1's agent was killed with it: the lines it had not shipped went with it.
+        assert_nothing_lost(stack, job["id"], agent_died_in=[1])
     finally:  # on a failure, not left frozen for good
         for process in frozen:
             with contextlib.suppress(psutil.Error):
@@ -285,3 +287,4 @@ def test_an_agent_whose_redis_goes_away_as_it_starts_waits_for_it(make_stack) ->
     assert final["status"] == "succeeded", job_story(client, job["id"])
     assert {r["node_id"] for r in final["replica_list"]} == {"node-late"}
     assert agent.poll() is None
+    assert_nothing_lost(stack, job["id"])

@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,8 @@ from tests.e2e.conftest import free_port, job_story, wait_for, wait_terminal
 from tests.e2e.stepper import stepping_job
 from tests.faults.conftest import GANG, record, steps_seen
 from tests.faults.lost_messages import claimed, log_of, send_start
+from tests.faults.nothing_lost import assert_nothing_lost
 from tests.faults.test_two_leaders import LEADS, tokens_led
-from workers import layout
 
 pytestmark = pytest.mark.e2e
 
@@ -185,33 +184,13 @@ def wipe_mid_job(
     assert len(started) == JOB["replicas"], started  # one pid per replica
     assert {node for _a, _i, node, _pid in started} == {node_a}, started
 
-    # Every metric point stored once, no step of the attempt missing: the batches the wipe
-    # erased before the leader stored them were sent again.
-    points = client.metrics(job_id, limit=100_000)
-    keys = Counter((p["attempt"], p["replica"], p["step"], p["name"]) for p in points)
-    assert [k for k, n in keys.items() if n > 1] == []
+    # The gang stepped to the end; every point and log line each replica wrote is stored
+    # as written, each point counted once in its rollup: the batches and lines the wipe
+    # erased before the leader stored them were sent again (and a copy sent twice counted
+    # once: the rollups add only newly stored points).
     steps = sorted(steps_seen(client, job_id, 1))
     assert steps == list(range(1, STEPS + 1)), (len(steps), steps[:3], steps[-3:])
-    # Every log line stored once, each replica's lines as its log file has them.
-    lines = client.logs(job_id, limit=100_000)
-    seqs = Counter((line["attempt"], line["replica"], line["seq"]) for line in lines)
-    assert [k for k, n in seqs.items() if n > 1] == []
-    for index in range(JOB["replicas"]):
-        text = (
-            layout.log_file(stack.settings.data_dir, job_id, 1, index)
-            .read_bytes()
-            .decode("utf-8", errors="replace")
-        )
-        written = [line.rstrip("\r") for line in text.split("\n")]  # as the shipper reads
-        if written and not written[-1]:
-            written.pop()  # after the last newline
-        stored = sorted(
-            (line["seq"], line["line"])
-            for line in lines
-            if (line["attempt"], line["replica"]) == (1, index)
-        )
-        assert [seq for seq, _ in stored] == list(range(1, len(written) + 1)), index
-        assert [text for _, text in stored] == written, index
+    assert_nothing_lost(stack, job_id)
 
     # The lock was taken again, with a newer fencing token, and one scheduler leads.
     leading = {name: leading_token(stack, name) for name in ("scheduler", "scheduler-b")}

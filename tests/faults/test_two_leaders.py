@@ -21,6 +21,7 @@ from tests.e2e.conftest import free_port, wait_for, wait_terminal
 from tests.e2e.stepper import stepping_job
 from tests.faults.conftest import GANG, record
 from tests.faults.lost_messages import log_of, started_events
+from tests.faults.nothing_lost import assert_nothing_lost
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow(30)]
 
@@ -119,6 +120,7 @@ def test_a_resumed_leader_is_fenced_off_and_steps_down(make_stack) -> None:  # t
         assert len(started) == JOB["replicas"] * final["attempt"], started
         indices = [r["index"] for r in final["replica_list"]]
         assert sorted(indices) == list(range(JOB["replicas"])), final["replica_list"]
+        assert_nothing_lost(stack, job_id)
 
     frozen_log = log_of(stack, "scheduler")
     assert "placed jobs" not in frozen_log  # every job was placed by the new leader

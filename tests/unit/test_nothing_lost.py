@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.faults.nothing_lost import _rollup_problems, written_lines, written_points
+from tests.faults.nothing_lost import rollup_problems, written_lines, written_points
 
 
 def test_points_as_the_agent_reads_them(tmp_path: Path) -> None:
@@ -44,6 +44,6 @@ def test_a_point_counted_twice_in_its_rollup_is_found() -> None:
             attempt=1, replica=0, name="loss", bucket=bucket, points=points, total=total
         )
 
-    assert _rollup_problems(stored, [rollup(0, 1, 0.5), rollup(1, 1, 0.25)]) == []
-    problems = _rollup_problems(stored, [rollup(0, 2, 1.0)])
+    assert rollup_problems(stored, [rollup(0, 1, 0.5), rollup(1, 1, 0.25)]) == []
+    problems = rollup_problems(stored, [rollup(0, 2, 1.0)])
     assert len(problems) == 2 and "2 points" in problems[0] and "no rollup" in problems[1]

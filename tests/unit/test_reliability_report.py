@@ -1,12 +1,15 @@
 """docs/reliability.md's table comes from the fault tests' own measurements
 (bench/reliability_report.py): a row for every fault the tests record, the newest
 measurement of each, the prose around it untouched; and the committed document has a row
-for every fault the tests record today, so the table cannot drift from them. The chaos
-soak's table (tests/chaos) comes from the soak's own records, beside the fault rows in the
-same file, and the committed one shows a run that broke no invariant."""
+for every fault the tests record today, each row's figures those of the record kept beside
+it (docs/reliability-records.jsonl, written with the table), so the table cannot drift from
+the tests nor be edited by hand. The chaos soak's table (tests/chaos) comes from the soak's
+own records, beside the fault rows in the same file, and the committed one shows a run that
+broke no invariant."""
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 from pathlib import Path
@@ -19,9 +22,11 @@ sys.path.insert(0, str(ROOT))
 from bench.reliability_report import (  # noqa: E402
     DOCUMENT,
     END,
+    RECORDS,
     SOAK_END,
     SOAK_START,
     START,
+    keep_records,
     latest_rows,
     latest_soaks,
     recorded_faults,
@@ -165,3 +170,69 @@ def test_the_document_shows_a_soak_run_that_broke_no_invariant() -> None:
     )
     for run in runs:
         assert run.split(" | ")[-1].startswith("0 ("), run
+
+
+def table_of(text: str, start: str, end: str) -> list[str]:
+    return text.split(start, 1)[1].split(end, 1)[0].strip().splitlines()
+
+
+def test_each_row_shows_the_figures_of_the_record_kept_beside_the_document() -> None:
+    kept = latest_rows(RECORDS)
+    text = DOCUMENT.read_text()
+    table, expected = table_of(text, START, END), render(kept, recorded_faults()).splitlines()
+    # The header: when the records were measured and under what load (not the machine's
+    # name nor when the table was written, which depend on where it was rendered).
+    assert table[0].split(" on ", 1)[0] == expected[0].split(" on ", 1)[0], (table[0], expected[0])
+    assert "load average" not in expected[0] or (
+        expected[0].split("load average", 1)[1].split(";")[0]
+        == table[0].split("load average", 1)[1].split(";")[0]
+    ), (table[0], expected[0])
+    differing = [
+        (shown, measured)
+        for shown, measured in zip(table[1:], expected[1:], strict=False)
+        if shown != measured
+    ]
+    assert not differing and len(table) == len(expected), (
+        "docs/reliability.md's table differs from docs/reliability-records.jsonl; run "
+        f"`make reliability-report`: {differing[:3]}"
+    )
+    for record in kept.values():  # each a measurement, with when and under what load
+        for figure in ("detect_s", "recover_s"):
+            assert record[figure] is None or isinstance(record[figure], int | float), record
+        assert record["at"] and isinstance(record["load"], int | float), record
+
+    soaks = latest_soaks(RECORDS)
+    assert table_of(text, SOAK_START, SOAK_END) == render_soak(soaks).splitlines(), (
+        "docs/reliability.md's soak table differs from docs/reliability-records.jsonl"
+    )
+
+
+def test_the_records_kept_are_those_of_the_tables(tmp_path: Path) -> None:
+    source = rows(
+        tmp_path / "r.jsonl",
+        row("a", 1.0, "2026-01-01 10:00:00"),
+        soak(12, 2, "2026-01-01 10:05:00"),
+        row("a", 2.0, "2026-01-01 10:06:00"),
+    )
+    kept = tmp_path / "kept.jsonl"
+    keep_records(latest_rows(source), latest_soaks(source), kept)
+    assert latest_rows(kept) == {"a": row("a", 2.0, "2026-01-01 10:06:00")}
+    assert [s["seed"] for s in latest_soaks(kept)] == [2]
+    # A run of the fault tests alone keeps the soak's records, and the other way round.
+    keep_records({"b": row("b", 3.0, "2026-01-02 10:00:00")}, [], kept)
+    assert list(latest_rows(kept)) == ["b"] and [s["seed"] for s in latest_soaks(kept)] == [2]
+    keep_records({}, [soak(200, 5, "2026-01-03 10:00:00")], kept)
+    assert list(latest_rows(kept)) == ["b"] and [s["seed"] for s in latest_soaks(kept)] == [5]
+
+
+def test_every_fault_test_is_named_with_what_it_asserts() -> None:
+    text = DOCUMENT.read_text().split("## What each test asserts", 1)[1]
+    tests = [
+        node.name
+        for path in sorted((ROOT / "tests" / "faults").glob("test_*.py"))
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+    ]
+    assert len(tests) >= 20, tests
+    missing = [name for name in tests if f"`{name}`" not in text and f"::{name}`" not in text]
+    assert not missing, f'docs/reliability.md, "What each test asserts", lacks: {missing}'
