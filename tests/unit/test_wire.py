@@ -29,6 +29,7 @@ from services.wire.events import (
     decode_event,
 )
 from services.wire.replica import (
+    CheckpointReplica,
     CleanupJob,
     EvaluationFiles,
     ReplicaLaunch,
@@ -93,6 +94,7 @@ CONTRACTS: dict[type, st.SearchStrategy[Any]] = {
     ),
     StopReplica: st.builds(StopReplica, text, ids, attempts, ids, seconds),
     CleanupJob: st.builds(CleanupJob, text, ids),
+    CheckpointReplica: st.builds(CheckpointReplica, text, ids, attempts, ids),
     Wake: st.just(Wake()),
     ReplicaStarted: st.builds(
         ReplicaStarted, text, ids, attempts, ids, st.integers(1, 2**22), seconds
