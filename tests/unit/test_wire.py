@@ -22,6 +22,7 @@ from services.wire.batches import (
 )
 from services.wire.contract import Contract, WireError
 from services.wire.events import (
+    NodeDraining,
     NodeHeartbeat,
     ReplicaExited,
     ReplicaStarted,
@@ -96,6 +97,7 @@ CONTRACTS: dict[type, st.SearchStrategy[Any]] = {
     CleanupJob: st.builds(CleanupJob, text, ids),
     CheckpointReplica: st.builds(CheckpointReplica, text, ids, attempts, ids),
     Wake: st.just(Wake()),
+    NodeDraining: st.builds(NodeDraining, text, st.text(max_size=400), seconds),
     ReplicaStarted: st.builds(
         ReplicaStarted, text, ids, attempts, ids, st.integers(1, 2**22), seconds
     ),
