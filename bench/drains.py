@@ -36,7 +36,7 @@ from bench.rounds import interleaved  # noqa: E402
 from bench.scratch_stack import scratch_stack  # noqa: E402
 from cli.stack import Stack  # noqa: E402
 from cohort.client import Client  # noqa: E402
-from tests.e2e.conftest import wait_for  # noqa: E402
+from tests.e2e.conftest import job_story, wait_for  # noqa: E402
 from tests.faults.conftest import FAST  # noqa: E402
 from tests.faults.processes import attempt_processes  # noqa: E402
 
@@ -106,23 +106,40 @@ class Bench:
         """One job through one fault; seconds from the fault to the next first step."""
         self.ready()
         job = self.client.submit(JOB)["id"]
-        wait_for(lambda: max(steps(self.client, job, 1), default=0) >= PAST, 120, "steps")
+
+        def trained() -> int | None:  # the attempt running past step PAST
+            attempt = self.client.job(job)["attempt"]
+            return attempt if max(steps(self.client, job, attempt), default=0) >= PAST else None
+
+        first = wait_for(trained, 180, "steps", explain=lambda: job_story(self.client, job))
         node = self.client.job(job)["replica_list"][0]["node_id"]
         at = time.time()
         act(node, job)
-        second = wait_for(lambda: steps(self.client, job, 2), 180, "attempt 2's first step")
-        points = self.client.metrics(job, name=["loss"], attempt=2, limit=100_000)
+        second = wait_for(
+            lambda: steps(self.client, job, first + 1),
+            180,
+            "the next attempt's first step",
+            explain=lambda: job_story(self.client, job),
+        )
+        points = self.client.metrics(job, name=["loss"], attempt=first + 1, limit=100_000)
         took = min(p["ts"] for p in points) - at
-        last = max(steps(self.client, job, 1))
+        last = max(steps(self.client, job, first))
         self.redone[fault].append(max(0, last - (second[0] - 1)))
         self.client.cancel(job)
         # The node back: its agent started again (the other node ran the job meanwhile, as
-        # after a host lost), its cordon lifted.
+        # after a host lost), heard from since, its cordon lifted.
         name = self.agent(node)
         if not any(n == name for n, _ in self.stack.children):
+            restarted = dt.datetime.now(dt.UTC)
             self.stack.restart(name)
+            wait_for(lambda: self.beat_since(node, restarted), 120, f"{node}'s new agent")
         self.client.undrain_node(node)
         return took
+
+    def beat_since(self, node: str, since: dt.datetime) -> bool:
+        row = next(n for n in self.client.nodes() if n["id"] == node)
+        beat = dt.datetime.fromisoformat(str(row["last_heartbeat"]))
+        return row["status"] == "ready" and beat > since
 
     def drain(self, node: str, _job: int) -> None:
         self.client.drain_node(node, "bench")

@@ -56,7 +56,10 @@ class SelfDrain:
         if threading.current_thread() is not threading.main_thread():
             log.warning("SIGTERM is not drained: the worker did not start on the main thread")
             return
-        self.previous = signal.getsignal(signal.SIGTERM)
+        previous = signal.getsignal(signal.SIGTERM)
+        if isinstance(getattr(previous, "__self__", None), SelfDrain):
+            return  # the worker was ready again (a new connection): installed already
+        self.previous = previous
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def busy(self) -> bool:
