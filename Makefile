@@ -160,6 +160,7 @@ bench: $(STAMP) replica-access
 	$(PY) bench/bundles.py
 	$(PY) bench/bundle_start.py
 	$(PY) bench/tensorboard_first_paint.py --rounds 5
+	$(PY) bench/drains.py --rounds 3
 
 # The dashboard's browser tests drive Debian's Chromium (never `playwright install`).
 chromium:

@@ -1,6 +1,9 @@
-"""`cohort node list`: the registered nodes, their slots and running replicas."""
+"""`cohort node list|drain|undrain`: the registered nodes, their slots, running replicas
+and cordons; a node drained (its gangs checkpoint and move elsewhere) and undrained."""
 
 from __future__ import annotations
+
+from typing import Annotated, Any
 
 import typer
 
@@ -11,6 +14,8 @@ from cli.options import (
     TokenOpt,
     UrlOpt,
     connect,
+    console,
+    emit_json,
     guarded,
     print_listing,
 )
@@ -33,6 +38,7 @@ def list_nodes(
             "node": lambda n: n["id"],
             "address": lambda n: n["address"],
             "status": lambda n: "inventory pending" if n["status"] == "pending" else n["status"],
+            "cordon": _cordon,
             "slots": lambda n: n["slots"],
             "free": lambda n: n["free_slots"],
             "GPUs": lambda n: n["gpus"],
@@ -42,3 +48,40 @@ def list_nodes(
         as_json=as_json,
         output=output,
     )
+
+
+def _cordon(node: Any) -> str:
+    """A node's cordon and why ("drain: kernel upgrade (by admin)"); "" when it has none."""
+    if not node.get("cordon"):
+        return ""
+    reason = node.get("cordon_reason") or ""
+    return f"{node['cordon']}: {reason}" if reason else str(node["cordon"])
+
+
+NodeArg = Annotated[str, typer.Argument(help="the node's id, as `cohort node list` shows it")]
+
+
+@app.command("drain")
+def drain_node(
+    node_id: NodeArg,
+    reason: Annotated[str, typer.Option(help="why, shown with the node's cordon")] = "",
+    token: TokenOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Drain a node (admin): it takes no new replicas; its gangs checkpoint now and move
+    to other nodes, resuming from that checkpoint."""
+    node = guarded(lambda: connect(url, token).drain_node(node_id, reason))
+    if as_json:
+        emit_json(node)
+        return
+    console.print(f"node {node_id}: {_cordon(node)}; its gangs checkpoint and move elsewhere")
+
+
+@app.command("undrain")
+def undrain_node(
+    node_id: NodeArg, token: TokenOpt = None, url: UrlOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Lift a node's drain or quarantine (admin): it takes new replicas again."""
+    node = guarded(lambda: connect(url, token).undrain_node(node_id))
+    emit_json(node) if as_json else console.print(f"node {node_id}: takes replicas again")

@@ -272,6 +272,13 @@ class ModelSummary(ApiModel):
     updated_at: AwareDatetime
 
 
+class NodeDrain(ApiModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    reason: str | None = ""
+
+
 class Objective(ApiModel):
     model_config = ConfigDict(
         extra="forbid",

@@ -112,6 +112,12 @@ class AsyncClient:
     async def nodes(self) -> list[m.NodeRead]:
         return await self.send(calls.nodes())
 
+    async def drain_node(self, node_id: str, reason: str = "") -> m.NodeRead:
+        return await self.send(calls.drain_node(node_id, reason))
+
+    async def undrain_node(self, node_id: str) -> m.NodeRead:
+        return await self.send(calls.undrain_node(node_id))
+
     async def sweep(self, sweep_id: int) -> m.SweepRead:
         return await self.send(calls.sweep(sweep_id))
 

@@ -157,6 +157,16 @@ def nodes() -> Call[list[m.NodeRead]]:
     return Call("GET", "/api/v1/nodes", typed(list[m.NodeRead]))
 
 
+def drain_node(node_id: str, reason: str = "") -> Call[m.NodeRead]:
+    path = f"/api/v1/nodes/{quote(node_id, safe='')}/drain"
+    return Call("POST", path, typed(m.NodeRead), json={"reason": reason})  # idempotent
+
+
+def undrain_node(node_id: str) -> Call[m.NodeRead]:
+    path = f"/api/v1/nodes/{quote(node_id, safe='')}/undrain"
+    return Call("POST", path, typed(m.NodeRead))  # idempotent
+
+
 # Sweeps
 def create_sweep(spec: dict[str, Any]) -> Call[m.SweepRead]:
     return Call("POST", "/api/v1/sweeps", typed(m.SweepRead), json=spec, repeatable=False)

@@ -220,6 +220,12 @@ class Client(RegistryMethods, WebhookMethods):
     def nodes(self) -> list[m.NodeRead]:
         return self.send(calls.nodes())
 
+    def drain_node(self, node_id: str, reason: str = "") -> m.NodeRead:
+        return self.send(calls.drain_node(node_id, reason))
+
+    def undrain_node(self, node_id: str) -> m.NodeRead:
+        return self.send(calls.undrain_node(node_id))
+
     # Code bundles and data
     def has_bundle(self, digest: str) -> bool:
         """Whether this project has uploaded the bundle (HEAD: 200 or 404)."""

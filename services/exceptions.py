@@ -21,6 +21,11 @@ class JobNotFound(NotFound):
         super().__init__("job", job_id)
 
 
+class NodeNotFound(NotFound):
+    def __init__(self, node_id: str) -> None:
+        super().__init__("node", repr(node_id))
+
+
 class InvalidTransition(CohortError):
     """A status change that the transition table does not allow."""
 

@@ -122,8 +122,7 @@ class Settings(WebhookSettings, BaseSettings):
     REPLICA_PYTHON: str = ""
     # Warm replica processes an agent keeps (workers/node/pool.py): Python started and
     # TensorFlow imported, each handed one `trainer` replica, so it reaches its first step
-    # seconds sooner. Each holds ~250 MiB of its own while idle and takes ~5 CPU-seconds
-    # to start. 0: off.
+    # seconds sooner. Each holds ~250 MiB while idle, ~5 CPU-seconds to start. 0: off.
     REPLICA_POOL_SIZE: int = Field(0, ge=0, le=64)
     # An agent running as root runs each job's replicas as uid = gid = REPLICA_UID_BASE +
     # job id % REPLICA_UID_RANGE (workers/node/isolation.py, docs/security.md): a uid per
@@ -169,11 +168,12 @@ class Settings(WebhookSettings, BaseSettings):
     # Failure handling (seconds)
     STOP_GRACE: float = 8.0  # SIGTERM, then SIGKILL after this
     # A start message whose replica is still pending after this long, or a stop whose
-    # replica still runs, is sent again from SQL (lost between commit and send, or with
-    # a Redis restart). A copy is harmless (an agent acts on a start once: its claim;
-    # on a stop of a gone replica, not at all), so these bound what a lost message costs.
+    # replica still runs, is sent again from SQL (lost between commit and send, or with a
+    # Redis restart). A copy is harmless (an agent acts on a start once: its claim; on a
+    # stop of a gone replica, not at all), so these bound what a lost message costs.
     START_RESEND_AFTER: float = Field(20.0, gt=0)
     STOP_RESEND_AFTER: float = Field(15.0, gt=0)
+    DRAIN_GRACE: float = Field(120.0, gt=0)  # to checkpoint, before a drain stops a gang
     # A replica placed on a ready node whose agent, this long after, neither runs it, nor
     # works on any start (a checkpoint restored, code fetched), nor reports its exit was
     # never started and will not be (an agent that cannot act on its start, re-sent or

@@ -5,6 +5,12 @@ Cohort starts this script once per replica (`command: [python, train.py, ...]`) 
 in the environment. Scalars written with `tf.summary` to `COHORT_TENSORBOARD_DIR` are
 streamed live (SSE, dashboard charts, CLI) and count as progress for the hang watchdog.
 The chief saves a SavedModel to `COHORT_MODEL_DIR`, which `cohort artifact download` fetches.
+
+Checkpoint now: when its node is drained, every replica gets SIGUSR1 (docs/your-code.md).
+The handler only sets a flag; each step sums the flags across the gang (a save is a
+collective, so every worker must decide at the same step), and once any is set all of
+them save a checkpoint to `COHORT_CHECKPOINT_DIR` and exit 75. The next attempt, wherever
+Cohort places it, finds that checkpoint restored there and goes on from the step after.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import argparse
 import json
 import os
 import shutil
+import signal
+import sys
 import tempfile
 
 import tensorflow as tf
@@ -29,6 +37,14 @@ def parse_args() -> argparse.Namespace:
 def is_chief() -> bool:
     task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {})
     return task.get("type", "worker") in ("worker", "chief") and task.get("index", 0) == 0
+
+
+CHECKPOINTED = 75  # "saved, move me": the exit Cohort expects after SIGUSR1
+asked = [0.0]  # set by SIGUSR1, read at the next step
+
+
+def checkpoint_now(_signum: int, _frame: object) -> None:
+    asked[0] = 1.0
 
 
 def synthetic_data(seed: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
@@ -52,6 +68,7 @@ class Regressor(tf.Module):
 
 def main() -> None:
     args = parse_args()
+    signal.signal(signal.SIGUSR1, checkpoint_now)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     global_batch = args.batch_size * strategy.num_replicas_in_sync
     x, y = synthetic_data()
@@ -61,26 +78,50 @@ def main() -> None:
     with strategy.scope():
         model = Regressor()
         optimizer = tf.optimizers.SGD(args.learning_rate)
+        done = tf.Variable(0, dtype=tf.int64, name="step")  # steps trained so far
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=done)
+    checkpoint_dir = os.environ.get("COHORT_CHECKPOINT_DIR", "ckpt")
+    # Every worker saves (a collective), each to a directory of its own: the chief's is
+    # the job's, the others' are thrown away.
+    own_dir = checkpoint_dir if is_chief() else tempfile.mkdtemp()
+    manager = tf.train.CheckpointManager(checkpoint, own_dir, max_to_keep=1)
+    latest = tf.train.latest_checkpoint(checkpoint_dir)
+    if latest:
+        checkpoint.restore(latest)
+        print(f"resuming after step {int(done.numpy())}", flush=True)
 
     @tf.function
-    def train_step(batch: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
-        def step(features: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    def train_step(
+        batch: tuple[tf.Tensor, tf.Tensor], flag: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        def step(features: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             with tf.GradientTape() as tape:
                 per_example = tf.reduce_mean(tf.square(model(features) - labels), axis=1)
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-            return loss
+            return loss, flag
 
         per_replica = strategy.run(step, args=batch)
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        loss, flags = (
+            strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for v in per_replica
+        )
+        return loss, flags
 
     writer = tf.summary.create_file_writer(os.environ.get("COHORT_TENSORBOARD_DIR", "tb"))
     iterator = iter(dist_dataset)
     with writer.as_default():
-        for step in range(1, args.steps + 1):
-            loss = train_step(next(iterator))
+        for step in range(int(done.numpy()) + 1, args.steps + 1):
+            loss, flags = train_step(next(iterator), tf.constant(asked[0]))
+            done.assign(step)
             tf.summary.scalar("loss", loss, step=step)
+            if float(flags) > 0:  # some worker was asked: all save at this same step
+                writer.flush()
+                manager.save(checkpoint_number=step)
+                if not is_chief():
+                    shutil.rmtree(own_dir, ignore_errors=True)
+                print(f"checkpointed at step {step}: exiting {CHECKPOINTED}", flush=True)
+                sys.exit(CHECKPOINTED)
             if step % 10 == 0:
                 writer.flush()
                 print(f"step {step} loss {float(loss):.4f}", flush=True)

@@ -18,5 +18,6 @@
     watchdog.py        what broke without telling anyone, for the pass to act on
     running_checks.py  running replicas against their beats and limits: lost exits, hangs
     preparing.py       what a pending replica's agent says it is doing before its start
+    drains.py          drained nodes: their gangs asked to checkpoint now, then moved
     hang_reasons.py    how long a replica may be silent, and what its hang is called
 """

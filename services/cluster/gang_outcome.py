@@ -47,7 +47,8 @@ def _may_restart(job: Job, broken: Replica) -> tuple[bool, str]:
         return False, "the exit code is not retryable"
     if kind is exit_codes.FailureKind.PERMANENT:
         return False, "the failure is permanent (another attempt would fail the same way)"
-    if job.attempt > job.max_restarts:
+    # Attempts moved off drained nodes (drains.py) are not restarts.
+    if job.attempt - job.moved_attempts > job.max_restarts:
         return False, f"restart budget spent ({job.max_restarts} restarts)"
     return True, ""
 
@@ -70,15 +71,23 @@ def _declared_hung(replica: Replica) -> bool:
     )
 
 
-def restart_delay(job: Job, current: list[Replica]) -> float:
-    """Seconds before the next attempt of a gang torn down now may be placed: the backoff,
-    and never less than the stop of a hung replica takes (its SIGTERM, SIGKILL after
-    STOP_GRACE, and the stop message's way there), so that no process of this attempt
-    still runs when the next one starts (the chaos soak found two alive at once)."""
-    delay = restart_backoff(job.attempt)
+def restart_delay(job: Job, current: list[Replica], backoff: float | None = None) -> float:
+    """Seconds before the next attempt of a gang torn down now may be placed: the backoff
+    (`backoff`, else the restart's: a drain's move has none), and never less than the stop
+    of a hung replica takes (its SIGTERM, SIGKILL after STOP_GRACE, and the stop message's
+    way there), so that no process of this attempt still runs when the next one starts
+    (the chaos soak found two alive at once)."""
+    delay = restart_backoff(job.attempt) if backoff is None else backoff
     if any(_declared_hung(r) for r in current):
         delay = max(delay, get_settings().STOP_GRACE + STOP_DELIVERY_SECONDS)
     return delay
+
+
+def draining(current: list[Replica]) -> bool:
+    """Whether the gang was asked to checkpoint now (a node of it drained): the drain step
+    (drains.advance_drains) moves it once every replica has answered, or its grace ran
+    out; until then an exit (75, CHECKPOINTED) breaks nothing."""
+    return any(r.checkpoint_requested_at is not None for r in current)
 
 
 def breaks_gang(replica: Replica) -> bool:
@@ -130,7 +139,7 @@ def tear_down(
             job_id=job.id,
             target=JobStatus.RESTARTING,
             reason=f"restarting (attempt {job.attempt + 1} of at most "
-            f"{job.max_restarts + 1}, in {delay:.0f}s) after: {reason}",
+            f"{job.max_restarts + job.moved_attempts + 1}, in {delay:.0f}s) after: {reason}",
         )
     else:
         transition_job(

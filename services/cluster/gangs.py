@@ -186,6 +186,12 @@ def _stop_live(replicas: list[Replica], now: dt.datetime, held: Held = None) -> 
     return messages
 
 
+def stop_replicas(replicas: list[Replica], now: dt.datetime) -> list[Message]:
+    """Stop messages for those of `replicas` still alive (a gang torn down elsewhere:
+    drains.py)."""
+    return _stop_live(replicas, now)
+
+
 def settle_job(
     *,
     session: Session,
@@ -217,7 +223,8 @@ def settle_job(
                 session=session,
                 job_id=job.id,
                 target=JobStatus.QUEUED,
-                reason=f"gang torn down; restart {job.attempt} of {job.max_restarts}",
+                reason=f"gang torn down; {job.attempt - job.moved_attempts} of "
+                f"{job.max_restarts} restarts used",
             )
         return messages + _stop_live(current, now, held)
     if job.status not in ACTIVE_STATUSES or not current:
@@ -228,6 +235,8 @@ def settle_job(
         and job.strategy == "parameter_server"
     )
     broken = [] if chief_done else [r for r in current if gang_outcome.breaks_gang(r)]
+    if broken and gang_outcome.draining(current):
+        return messages  # its peers are saving: drains.advance_drains moves the gang
     if broken:
         gang_outcome.tear_down(session=session, job=job, current=current, broken=broken[0], now=now)
         return messages + _stop_live(current, now)

@@ -286,9 +286,10 @@ def read_nodes(*, session: Session) -> list[tuple[Node, int]]:
 
 
 def read_node_details(
-    *, session: Session, project_id: int
+    *, session: Session, project_id: int, node_id: str | None = None
 ) -> list[tuple[Node, list[Replica], list[str]]]:
-    """Every node with all its live replicas, and the names of those of `project_id`.
+    """Every node (or node `node_id` alone) with all its live replicas, and the names of
+    those of `project_id`.
 
     The names ('job/attempt/index') are the caller's own only: other projects'
     jobs are not theirs to see, only counted.
@@ -298,7 +299,10 @@ def read_node_details(
     rows = session.execute(
         sa.select(Replica, Job.project_id)
         .join(Job, Job.id == Replica.job_id)
-        .where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
+        .where(
+            Replica.status.not_in(TERMINAL_REPLICA_STATUSES),
+            sa.true() if node_id is None else Replica.node_id == node_id,
+        )
         .order_by(Replica.job_id, Replica.attempt, Replica.index)
     ).all()
     for replica, owner in rows:
@@ -307,5 +311,6 @@ def read_node_details(
             mine.setdefault(replica.node_id, []).append(
                 f"{replica.job_id}/{replica.attempt}/{replica.index}"
             )
-    nodes = session.execute(sa.select(Node).order_by(Node.id)).scalars()
+    chosen = sa.true() if node_id is None else Node.id == node_id
+    nodes = session.execute(sa.select(Node).where(chosen).order_by(Node.id)).scalars()
     return [(node, by_node.get(node.id, []), mine.get(node.id, [])) for node in nodes]

@@ -341,3 +341,10 @@ class NodeRead(BaseModel):
     )
     cordon_reason: str = Field("", description="why it is cordoned, and by whom")
     cordoned_at: dt.datetime | None = None
+
+
+class NodeDrain(BaseModel):
+    """A drain's reason, shown with the node's cordon (`cohort node list`, the Cluster page)."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field("", max_length=300, description="why the node is drained")

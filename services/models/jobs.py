@@ -86,6 +86,9 @@ class Job(Base):
 
     status: Mapped[JobStatus] = mapped_column(enum_column(JobStatus), default=JobStatus.QUEUED)
     attempt: Mapped[int] = mapped_column(default=1)
+    # Attempts that ended because a node of theirs was drained (services/cluster/drains.py):
+    # the gang moved, it did not fail, so they do not count against max_restarts.
+    moved_attempts: Mapped[int] = mapped_column(default=0, server_default="0")
     reason: Mapped[str] = mapped_column(sa.Text, default="")
     result: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
@@ -172,6 +175,8 @@ class Replica(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     dispatched_at: Mapped[dt.datetime | None]  # last start message sent
     stop_requested_at: Mapped[dt.datetime | None]  # last stop message sent
+    # When its gang was asked to checkpoint now, a node of it being drained (drains.py).
+    checkpoint_requested_at: Mapped[dt.datetime | None]
     started_at: Mapped[dt.datetime | None]
     finished_at: Mapped[dt.datetime | None]
 

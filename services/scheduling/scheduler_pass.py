@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.cluster import gangs, nodes, queue_placement, running_checks, watchdog
+from services.cluster import drains, gangs, nodes, queue_placement, running_checks, watchdog
 from services.cluster.pass_lock import lock_pass
 from services.cluster.placement_digest import PlacementMemo
 from services.models import utcnow
@@ -103,8 +103,9 @@ def _watch(
     now: dt.datetime,
     result: PassResult,
 ) -> frozenset[tuple[int, int, int]]:
-    """The watchdog's findings recorded (lost nodes into `result`); the replicas settled
-    that their agents still run, which settling must not place again. `beats`: the
+    """The watchdog's findings recorded (lost nodes into `result`), and the drains' step
+    (its messages into `result`); the replicas settled that their agents still run, which
+    settling must not place again. `beats`: the
     replicas' progress and output times (run_pass's `progress` and `output`)."""
     result.lost_nodes = watchdog.reap_lost_nodes(session=session, settings=settings, now=now)
     nodes.mark_rows_lost(result.node_rows, result.lost_nodes)
@@ -126,4 +127,7 @@ def _watch(
         session=session, settings=settings, heartbeats=heartbeats, ready=ready, now=now
     )
     watchdog.enforce_deadlines(session=session, now=now)
+    # After the watchdog (a lost node's gangs are broken, not drained), before settling (a
+    # gang moved off a drained node is settled as restarting in this pass).
+    result.messages.extend(drains.advance_drains(session=session, settings=settings, now=now))
     return held

@@ -102,13 +102,35 @@ class ReplicaPreparing(Event):
     ts: Seconds
 
 
+@dataclass(frozen=True, config=STRICT)
+class NodeDraining(Event):
+    """An agent is draining its own node (it received SIGTERM: a host shutdown, a spot
+    notice): the control plane cordons the node and moves its gangs off it, as it does
+    for `cohort node drain` (services/cluster/drains.py); the agent exits once its
+    replicas have. An event, not a field of the heartbeat: it is acted on at once (the
+    scheduler wakes on it), not a heartbeat interval and a pass later, and it is said
+    once, where a beat's flag would have to be kept up until the node is gone."""
+
+    KIND: ClassVar[str] = "node_draining"
+    node_id: str
+    reason: Annotated[str, _clipped(300)]
+    ts: Seconds
+
+
 # What a node reports: signed with its key (services/wire/signing.py), and applied only to
 # replicas that node runs (workers/control/scheduler.py). A `wake` carries nothing to trust.
-NodeEvent = ReplicaStarted | ReplicaExited | ReplicaRestarted | ReplicaPreparing
+NodeEvent = ReplicaStarted | ReplicaExited | ReplicaRestarted | ReplicaPreparing | NodeDraining
 
 _KINDS: dict[str, type[Event]] = {
     cls.KIND: cls
-    for cls in (Wake, ReplicaStarted, ReplicaExited, ReplicaRestarted, ReplicaPreparing)
+    for cls in (
+        Wake,
+        ReplicaStarted,
+        ReplicaExited,
+        ReplicaRestarted,
+        ReplicaPreparing,
+        NodeDraining,
+    )
 }
 
 

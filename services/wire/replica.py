@@ -35,6 +35,7 @@ ShardPolicy = Literal["auto", "file", "data", "off"]
 START_TASK = "workers.node.tasks.start_replica"
 STOP_TASK = "workers.node.tasks.stop_replica"
 CLEANUP_TASK = "workers.node.tasks.cleanup_job"
+CHECKPOINT_TASK = "workers.node.tasks.checkpoint_replica"
 
 
 class DistributionOptions(BaseModel):
@@ -214,7 +215,19 @@ class CleanupJob(Contract):
     job_id: Id
 
 
-Message = StartReplica | StopReplica | CleanupJob
+@dataclass(frozen=True, config=STRICT)
+class CheckpointReplica(Contract):
+    """Ask replica (job, attempt, index) on node `node_id` to checkpoint now: its agent
+    sends SIGUSR1 to its process (group or container); the replica saves into
+    $COHORT_CHECKPOINT_DIR and exits 75 (services/exit_codes.py CHECKPOINTED)."""
+
+    node_id: str
+    job_id: Id
+    attempt: Attempt
+    index: Id
+
+
+Message = StartReplica | StopReplica | CleanupJob | CheckpointReplica
 
 
 class Dispatcher(Protocol):

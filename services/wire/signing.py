@@ -38,9 +38,11 @@ from pydantic.dataclasses import dataclass as wire_dataclass
 
 from services.wire.contract import STRICT, Contract, Seconds, WireError
 from services.wire.replica import (
+    CHECKPOINT_TASK,
     CLEANUP_TASK,
     START_TASK,
     STOP_TASK,
+    CheckpointReplica,
     CleanupJob,
     Message,
     StartReplica,
@@ -55,6 +57,7 @@ PURPOSES: dict[type, str] = {
     StartReplica: START_TASK,
     StopReplica: STOP_TASK,
     CleanupJob: CLEANUP_TASK,
+    CheckpointReplica: CHECKPOINT_TASK,
 }
 
 Reason = Literal["unsigned", "bad signature", "another node", "stale", "from the future"]

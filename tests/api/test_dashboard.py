@@ -177,6 +177,21 @@ def test_cluster_page_shows_each_gpu_model_and_memory(client: TestClient, sessio
     assert row.count("NVIDIA A100-SXM4-40GB") == 2 and row.count("40.0 GiB") == 2
 
 
+def test_cluster_page_shows_a_drained_node_and_why(client: TestClient, session: Session) -> None:
+    from services.cluster import drains
+
+    token, _row = create_token(session, "drains")
+    record_heartbeat(session=session, beat=Heartbeat("drained-node", "10.0.0.11", 2, 0, utcnow()))
+    drains.drain_node(
+        session=session, node_id="drained-node", reason="kernel upgrade (by ops)", at=utcnow()
+    )
+    login(client, token)
+    page = client.get("/cluster").text
+    row = page[page.index("drained-node") :]
+    row = row[: row.index("</tr>")]
+    assert ">drained</span>" in row and "kernel upgrade (by ops)" in row
+
+
 def test_assets_are_bundled_and_nothing_loads_from_the_network(
     client: TestClient, token: str
 ) -> None:

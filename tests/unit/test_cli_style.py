@@ -61,6 +61,8 @@ CALLS: dict[tuple[str, ...], list[str]] = {
     ("data", "list"): [],
     ("data", "delete"): ["digits/train.csv"],
     ("node", "list"): [],
+    ("node", "drain"): ["node-a", "--reason", "kernel upgrade"],
+    ("node", "undrain"): ["node-a"],
     ("quota", "show"): ["default"],
     ("quota", "set"): ["default", "--max-gpus", "2"],
     ("token", "list"): [],
@@ -72,6 +74,19 @@ CALLS: dict[tuple[str, ...], list[str]] = {
     ("webhook", "ping"): ["1"],
     ("webhook", "deliveries"): ["1"],
     ("login",): ["--url", "http://cohort.example", "--token", "coh_test"],
+}
+NODE: dict[str, Any] = {
+    "id": "node-a",
+    "address": "10.0.0.1",
+    "slots": 2,
+    "gpus": 0,
+    "free_slots": 2,
+    "running_replicas": 0,
+    "status": "ready",
+    "last_heartbeat": "2026-11-29T18:00:00Z",
+    "cordon": "drain",
+    "cordon_reason": "kernel upgrade (by admin)",
+    "cordoned_at": "2026-11-29T18:00:00Z",
 }
 ANSWER: dict[str, Any] = {
     "id": 1,
@@ -171,6 +186,8 @@ def fake_api(request: httpx.Request) -> httpx.Response:
         return httpx.Response(202, json=DELIVERY)
     if path == "/api/v1/nodes":
         return httpx.Response(200, json=[])
+    if path.endswith(("/drain", "/undrain")):
+        return httpx.Response(200, json=NODE)
     if request.method == "DELETE" and "/tokens/" not in path:
         return httpx.Response(204)
     return httpx.Response(200, json=ANSWER)

@@ -34,6 +34,7 @@ CONTROL_PLANE_COLUMNS = {
     "spec_hash",
     "status",
     "attempt",
+    "moved_attempts",
     "reason",
     "result",
     "created_at",

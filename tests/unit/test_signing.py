@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 
 from services.wire.events import ReplicaExited, ReplicaStarted
 from services.wire.replica import (
+    CHECKPOINT_TASK,
     CLEANUP_TASK,
     START_TASK,
     STOP_TASK,
+    CheckpointReplica,
     CleanupJob,
     ReplicaSpec,
     StartReplica,
@@ -75,7 +77,11 @@ def test_a_sealed_message_opens_with_its_nodes_key_for_its_purpose() -> None:
 
 @pytest.mark.parametrize(
     ("message", "purpose"),
-    [(StopReplica("node-a", 7, 1, 0), STOP_TASK), (CleanupJob("node-a", 7), CLEANUP_TASK)],
+    [
+        (StopReplica("node-a", 7, 1, 0), STOP_TASK),
+        (CleanupJob("node-a", 7), CLEANUP_TASK),
+        (CheckpointReplica("node-a", 7, 1, 0), CHECKPOINT_TASK),
+    ],
 )
 def test_stop_and_cleanup_messages_are_sealed_for_their_own_task(
     message: Any, purpose: str

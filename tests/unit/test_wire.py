@@ -22,6 +22,7 @@ from services.wire.batches import (
 )
 from services.wire.contract import Contract, WireError
 from services.wire.events import (
+    NodeDraining,
     NodeHeartbeat,
     ReplicaExited,
     ReplicaStarted,
@@ -29,6 +30,7 @@ from services.wire.events import (
     decode_event,
 )
 from services.wire.replica import (
+    CheckpointReplica,
     CleanupJob,
     EvaluationFiles,
     ReplicaLaunch,
@@ -93,7 +95,9 @@ CONTRACTS: dict[type, st.SearchStrategy[Any]] = {
     ),
     StopReplica: st.builds(StopReplica, text, ids, attempts, ids, seconds),
     CleanupJob: st.builds(CleanupJob, text, ids),
+    CheckpointReplica: st.builds(CheckpointReplica, text, ids, attempts, ids),
     Wake: st.just(Wake()),
+    NodeDraining: st.builds(NodeDraining, text, st.text(max_size=400), seconds),
     ReplicaStarted: st.builds(
         ReplicaStarted, text, ids, attempts, ids, st.integers(1, 2**22), seconds
     ),

@@ -42,6 +42,30 @@ def test_sigterm_to_the_group_stops_the_program_and_reports_it(tmp_path: Path) -
     assert guard.wait(30) == 143
 
 
+def test_sigusr1_to_the_group_reaches_the_program_and_its_answer_is_the_guards(
+    tmp_path: Path,
+) -> None:
+    """A drain's "checkpoint now" (workers/node/checkpoint_now.py): SIGUSR1 to the whole
+    group. The guard outlives it (by default it would die of it, leaving the program
+    unsupervised) and reports the program's own answer, 75 once it has saved."""
+    ready = tmp_path / "ready"
+    program = (
+        "import pathlib, signal, sys, time\n"
+        "asked = []\n"
+        "signal.signal(signal.SIGUSR1, lambda *_: asked.append(1))\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "while not asked:\n"
+        "    time.sleep(0.01)\n"
+        "sys.exit(75)\n"
+    )
+    guard = guarded(program)
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(guard.pid, signal.SIGUSR1)
+    assert guard.wait(30) == 75
+
+
 def test_the_program_stops_when_its_agent_dies(tmp_path: Path) -> None:
     pid_file = tmp_path / "program.pid"
     program = (

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from services.cluster import gangs
+from services.cluster import drains, gangs
 from services.cluster.fencing import Fence
 from services.cluster.preparing import record_replica_preparing
 from services.models import Job, utcnow
 from services.wire.events import (
     Event,
+    NodeDraining,
     ReplicaExited,
     ReplicaPreparing,
     ReplicaRestarted,
@@ -63,6 +64,16 @@ def apply_event(event: Event, fence: Fence) -> list[Message]:
         Refused: the event is about a replica that another node runs.
         Fenced: a newer leader took over; nothing was written.
     """
+    if isinstance(event, NodeDraining):
+        # Signed with that node's key (trusted_event): a node drains only itself.
+        with fence.scope() as session:
+            drains.drain_node(
+                session=session,
+                node_id=event.node_id,
+                reason=f"its agent is draining it: {event.reason}",
+                at=utcnow(),
+            )
+        return []  # the pass this event wakes asks its gangs to checkpoint
     if isinstance(event, ReplicaPreparing | ReplicaRestarted):
         with fence.scope() as session:
             _from_its_node(session, event)

@@ -6,6 +6,8 @@ claims.py         a replica's claim: fencing of stale and duplicate starts, afte
 supervision.py    a replica's process from its end to its reported exit, or its respawn
 heartbeat.py      the node's heartbeat, and its lease: replicas stopped when it lapses
 tasks.py          the Celery tasks it consumes from its own queue
+checkpoint_now.py "checkpoint now": SIGUSR1 to a replica of a gang being drained
+self_drain.py     SIGTERM to the agent: the node drained, its replicas checkpointed, then exit
 respawn.py        a lost parameter_server worker started again in place
 exits.py          exit codes, and exits/refusals reported until the scheduler has them
 admission.py      what it agrees to run (the api's policy, checked again)

@@ -17,6 +17,7 @@ from services.wire.client import get_redis
 from services.wire.keys import node_queue
 from workers.node import containers, data_dir_lock, isolation, leftovers, ports
 from workers.node.agent import Agent
+from workers.node.self_drain import SelfDrain
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -122,6 +123,10 @@ def _node_worker(app: Celery, node_id: str) -> Any:
     def tick(sender: Any, **_: Any) -> None:  # sender: the worker's consumer
         if getattr(sender, "hub", None) is not None:  # an event loop (Redis has one)
             sender.hub.call_repeatedly(STOP_TICK, lambda: None)
+        # After Celery's own handlers are in place (its start installs them): SIGTERM
+        # drains the node first (workers/node/self_drain.py), then is passed on to them.
+        agent = current_agent()
+        SelfDrain(agent, agent.settings.DRAIN_GRACE).install()
 
     signals.worker_ready.connect(tick, weak=False)
     return worker

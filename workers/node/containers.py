@@ -232,6 +232,15 @@ def _engine(*argv: str, timeout: float) -> subprocess.CompletedProcess[bytes] | 
         return None
 
 
+def send_signal(container: Container, name: str) -> bool:
+    """Send signal `name` ("USR1") to the container's main process through the engine (a
+    signal to its client reaches it for certain only so); whether the engine took it."""
+    done = _engine(
+        container.engine, "kill", "--signal", name, container.name, timeout=ENGINE_MARGIN
+    )
+    return done is not None and done.returncode == 0
+
+
 def stop(container: Container, client: subprocess.Popen[bytes], grace: float) -> int:
     """SIGTERM the container, SIGKILL it after `grace` seconds (the engine's `stop`), then
     make sure it is gone; returns the client's exit status. A container not created yet

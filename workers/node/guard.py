@@ -7,7 +7,9 @@ the scheduler places again elsewhere. This guard is the process group's leader: 
 the program as its child (same group, same environment), waits for it and exits with its
 status (128+N for a signal, as a shell reports it); if its parent changes (the agent is
 gone) it stops the group: SIGTERM, then SIGKILL after a grace period. SIGTERM from the
-agent reaches the whole group, the program included; the guard itself only waits.
+agent reaches the whole group, the program included; the guard itself only waits. So does
+SIGUSR1, the agent's "checkpoint now" (workers/node/checkpoint_now.py): the program saves
+and exits 75, which the guard passes on; without its handler the guard would die of it.
 Standard library only: it starts in milliseconds and imports nothing of Cohort's (the
 agent runs it by its file for a container, so the guard is the agent's own).
 
@@ -69,6 +71,7 @@ def main(argv: list[str]) -> int:
     agent_pid, program = int(argv[0]), argv[2:]
     # A handler, not SIG_IGN: an ignored signal stays ignored in the program after exec.
     signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
+    signal.signal(signal.SIGUSR1, lambda _signum, _frame: None)
     try:
         child = subprocess.Popen(program)  # noqa: S603 - the job's argv, never a shell
     except OSError as exc:

@@ -10,12 +10,12 @@ import logging
 from typing import TypeVar
 
 from services.wire.contract import WireError
-from services.wire.replica import CleanupJob, StartReplica, StopReplica
+from services.wire.replica import CheckpointReplica, CleanupJob, StartReplica, StopReplica
 from services.wire.signing import PURPOSES, Refused, unseal
 
 log = logging.getLogger("cohort.agent")
 
-M = TypeVar("M", StartReplica, StopReplica, CleanupJob)
+M = TypeVar("M", StartReplica, StopReplica, CleanupJob, CheckpointReplica)
 
 
 def open_message(

@@ -12,14 +12,17 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from services.wire.replica import (
+    CHECKPOINT_TASK,
     CLEANUP_TASK,
     START_TASK,
     STOP_TASK,
+    CheckpointReplica,
     CleanupJob,
     StartReplica,
     StopReplica,
 )
 from workers.celery_app import app
+from workers.node import checkpoint_now
 from workers.node.agent import Agent
 from workers.node.agent_process import current_agent
 from workers.node.inbox import M, open_message
@@ -69,3 +72,11 @@ def cleanup_job(message: str) -> None:
     agent, cleanup = _opened(message, CleanupJob)
     if cleanup is not None:
         agent.cleanup_job(cleanup)
+
+
+@_task(CHECKPOINT_TASK)
+def checkpoint_replica(message: str) -> None:
+    """Ask replica (job, attempt, index) to checkpoint now: SIGUSR1 to its process group."""
+    agent, checkpoint = _opened(message, CheckpointReplica)
+    if checkpoint is not None:
+        checkpoint_now.ask(agent, checkpoint)
