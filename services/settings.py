@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.data_dir import private_data_dir
+from services.health_settings import HealthSettings
 from services.webhooks.settings import WebhookSettings
 
 # An MLflow server's address: http(s)://host[:port][/path], databricks[://profile], or ""
@@ -35,7 +36,7 @@ def tracking_uri_problem(uri: str) -> str | None:
     )
 
 
-class Settings(WebhookSettings, BaseSettings):
+class Settings(WebhookSettings, HealthSettings, BaseSettings):
     """Configuration shared by the api, the scheduler, agents and the CLI."""
 
     model_config = SettingsConfigDict(env_prefix="COHORT_", extra="ignore", case_sensitive=False)
@@ -120,10 +121,9 @@ class Settings(WebhookSettings, BaseSettings):
     PORT_RANGE_END: int = 29999
     # The Python that runs replicas (`-m workers.replica.runner`); empty = the agent's own.
     REPLICA_PYTHON: str = ""
-    # Warm replica processes an agent keeps (workers/node/pool.py): Python started and
-    # TensorFlow imported, each handed one `trainer` replica, so it reaches its first step
-    # seconds sooner. Each holds ~250 MiB of its own while idle and takes ~5 CPU-seconds
-    # to start. 0: off.
+    # Warm replica processes an agent keeps (workers/node/pool.py): Python started and TensorFlow
+    # imported, each handed one `trainer` replica, so it reaches its first step seconds sooner. Each
+    # holds ~250 MiB of its own while idle and takes ~5 CPU-seconds to start. 0: off.
     REPLICA_POOL_SIZE: int = Field(0, ge=0, le=64)
     # An agent running as root runs each job's replicas as uid = gid = REPLICA_UID_BASE +
     # job id % REPLICA_UID_RANGE (workers/node/isolation.py, docs/security.md): a uid per

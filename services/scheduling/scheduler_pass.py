@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.cluster import gangs, nodes, queue_placement, running_checks, watchdog
+from services.cluster import (
+    gangs,
+    nodes,
+    quarantine,
+    queue_placement,
+    running_checks,
+    stragglers,
+    watchdog,
+)
 from services.cluster.pass_lock import lock_pass
 from services.cluster.placement_digest import PlacementMemo
 from services.models import utcnow
@@ -81,6 +89,10 @@ def run_pass(
                 session=session, job=job, now=now, held=held, replicas=replicas.get(job.id, [])
             )
         )
+    # After settling (the failures it recorded count), before placing (a node quarantined
+    # now is offered nothing in this pass).
+    stragglers.name_stragglers(session=session, settings=settings, now=now)
+    quarantine.quarantine_nodes(session=session, settings=settings, now=now)
     # After settling (a trial that just ended frees its sweep's turn), before placing
     # (a trial created now is placed in this pass).
     advance_sweeps(session=session, settings=settings, now=now)

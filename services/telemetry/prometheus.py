@@ -19,6 +19,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from services.cluster.stragglers import stragglers_by_node
 from services.db import session_scope
 from services.models import Job, Replica
 from services.statuses import TERMINAL_REPLICA_STATUSES, JobStatus
@@ -35,7 +36,8 @@ def wait_histogram(waits: list[float]) -> tuple[list[tuple[str, float]], float]:
 
 
 class ServiceCollector(Collector):
-    """Jobs by status, queue depth, time to running, replicas by node, rows ingested."""
+    """Jobs by status, queue depth, time to running, replicas and stragglers by node, rows
+    ingested."""
 
     def __init__(self, redis_client: Any) -> None:
         self.redis_client = redis_client
@@ -53,6 +55,7 @@ class ServiceCollector(Collector):
                 .where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
                 .group_by(Replica.node_id, Replica.status)
             ).all()
+            stragglers = stragglers_by_node(session)
         jobs = GaugeMetricFamily("cohort_jobs", "Jobs by status.", labels=["status"])
         for status in JobStatus:
             jobs.add_metric([status.value], by_status.get(status, 0))
@@ -77,6 +80,14 @@ class ServiceCollector(Collector):
         for node_id, replica_status, count in replicas:
             by_node.add_metric([node_id, str(replica_status)], count)
         yield by_node
+        # By node, not by job: a node's count is what says it is slow, and jobs come and go
+        # (a label per job would grow Prometheus' series without bound).
+        named = CounterMetricFamily(
+            "cohort_stragglers", "Replicas named stragglers, by node.", labels=["node"]
+        )
+        for node_id, count in sorted(stragglers.items()):
+            named.add_metric([node_id], count)
+        yield named
         ingested = CounterMetricFamily(
             "cohort_ingested_rows", "Rows stored by the ingester.", labels=["kind"]
         )
