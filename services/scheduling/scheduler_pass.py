@@ -89,10 +89,7 @@ def run_pass(
                 session=session, job=job, now=now, held=held, replicas=replicas.get(job.id, [])
             )
         )
-    # After settling (the failures it recorded count), before placing (a node quarantined
-    # now is offered nothing in this pass).
-    stragglers.name_stragglers(session=session, settings=settings, now=now)
-    quarantine.quarantine_nodes(session=session, settings=settings, now=now)
+    _judge_nodes(session, settings, now)
     # After settling (a trial that just ended frees its sweep's turn), before placing
     # (a trial created now is placed in this pass).
     advance_sweeps(session=session, settings=settings, now=now)
@@ -105,6 +102,13 @@ def run_pass(
     )
     result.messages.extend(placed_messages)
     return result
+
+
+def _judge_nodes(session: Session, settings: Settings, now: dt.datetime) -> None:
+    """Stragglers named and nodes quarantined: after settling (the failures it recorded
+    count), before placing (a node quarantined now is offered nothing in this pass)."""
+    stragglers.name_stragglers(session=session, settings=settings, now=now)
+    quarantine.quarantine_nodes(session=session, settings=settings, now=now)
 
 
 def _watch(

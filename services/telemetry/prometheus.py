@@ -35,6 +35,20 @@ def wait_histogram(waits: list[float]) -> tuple[list[tuple[str, float]], float]:
     return buckets, float(sum(waits))
 
 
+def stragglers_counter() -> CounterMetricFamily:
+    """Replicas named stragglers, by node (services/cluster/stragglers.py). By node, not by
+    job: a node's count is what says it is slow, and jobs come and go (a label per job
+    would grow Prometheus' series without bound)."""
+    with session_scope() as session:
+        counts = stragglers_by_node(session)
+    named = CounterMetricFamily(
+        "cohort_stragglers", "Replicas named stragglers, by node.", labels=["node"]
+    )
+    for node_id, count in sorted(counts.items()):
+        named.add_metric([node_id], count)
+    return named
+
+
 class ServiceCollector(Collector):
     """Jobs by status, queue depth, time to running, replicas and stragglers by node, rows
     ingested."""
@@ -55,7 +69,6 @@ class ServiceCollector(Collector):
                 .where(Replica.status.not_in(TERMINAL_REPLICA_STATUSES))
                 .group_by(Replica.node_id, Replica.status)
             ).all()
-            stragglers = stragglers_by_node(session)
         jobs = GaugeMetricFamily("cohort_jobs", "Jobs by status.", labels=["status"])
         for status in JobStatus:
             jobs.add_metric([status.value], by_status.get(status, 0))
@@ -80,14 +93,7 @@ class ServiceCollector(Collector):
         for node_id, replica_status, count in replicas:
             by_node.add_metric([node_id, str(replica_status)], count)
         yield by_node
-        # By node, not by job: a node's count is what says it is slow, and jobs come and go
-        # (a label per job would grow Prometheus' series without bound).
-        named = CounterMetricFamily(
-            "cohort_stragglers", "Replicas named stragglers, by node.", labels=["node"]
-        )
-        for node_id, count in sorted(stragglers.items()):
-            named.add_metric([node_id], count)
-        yield named
+        yield stragglers_counter()
         ingested = CounterMetricFamily(
             "cohort_ingested_rows", "Rows stored by the ingester.", labels=["kind"]
         )
