@@ -1,5 +1,6 @@
 """A replica slowed by a real CPU limit is named a straggler; a node whose replicas keep
-being killed is quarantined, offered nothing, and takes replicas again once lifted.
+being killed (SIGKILL from outside, as the OOM killer or a failing host deal it) is
+quarantined, offered nothing, and takes replicas again once its cordon is lifted.
 
 The slowdown is the kernel scheduler's own: replica 1 of a 2-replica
 MultiWorkerMirroredStrategy gang is pinned (sched_setaffinity, as `taskset` does) to a CPU
@@ -17,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -27,9 +29,14 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.orm import Session
 
 from cohort.client import Client
-from tests.e2e.conftest import job_story, wait_for
+from services.cluster.quarantine import lift_cordon
+from services.db import make_engine
+from services.models import utcnow
+from tests.e2e.conftest import job_story, wait_for, wait_terminal
+from tests.e2e.stepper import stepping_job
 from tests.faults.conftest import ARTIFACTS, GANG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow(120)]
@@ -153,3 +160,43 @@ def test_a_replica_on_a_busy_cpu_is_named_a_straggler(make_stack) -> None:  # ty
             )
             + "\n"
         )
+
+
+def node_a(client: Client) -> dict[str, Any]:
+    [node] = [n for n in client.nodes() if n["id"] == "node-a"]
+    return node
+
+
+def test_a_node_whose_replicas_are_killed_is_quarantined_until_lifted(make_stack) -> None:  # type: ignore[no-untyped-def]
+    stack, client = make_stack(slots=1)
+    faults = stack.settings.QUARANTINE_FAILURES
+    for n in range(faults):
+        job = client.submit(
+            stepping_job(10_000, 0.01, name=f"killed-{n}", replicas=1, restart_policy="never")
+        )
+        pid = wait_for(
+            lambda job=job: [r["pid"] for r in client.job(job["id"])["replica_list"] if r["pid"]],
+            60,
+            f"job {job['id']}'s replica to start",
+            explain=lambda job=job: job_story(client, job["id"]),
+        )
+        assert node_a(client)["cordon"] is None, node_a(client)
+        os.kill(pid[0], signal.SIGKILL)
+        final = wait_terminal(client, job["id"])
+        assert final["status"] == "failed", job_story(client, job["id"])
+    wait_for(lambda: node_a(client)["cordon"] == "quarantine", 30, "node-a quarantined")
+    reason = node_a(client)["cordon_reason"]
+    assert reason.startswith(f"quarantined: {faults} replicas failed or straggled here"), reason
+    assert "killed by signal 9" in reason, reason
+    waiting = client.submit(stepping_job(20, 0.01, name="after", replicas=1))
+    time.sleep(5 * stack.settings.SCHEDULER_INTERVAL + 2)  # passes that could have placed it
+    assert client.job(waiting["id"])["status"] == "queued", job_story(client, waiting["id"])
+    engine = make_engine(stack.env["COHORT_DATABASE_URL"])
+    try:
+        with Session(engine) as session, session.begin():
+            lift_cordon(session=session, node_id="node-a", now=utcnow())
+    finally:
+        engine.dispose()
+    final = wait_terminal(client, waiting["id"])
+    assert final["status"] == "succeeded", job_story(client, waiting["id"])
+    assert node_a(client)["cordon"] is None  # the faults before the lift no longer count
