@@ -25,7 +25,8 @@ def list_nodes(
     as_json: JsonOpt = False,
     output: FormatOpt = ListFormat.table,
 ) -> None:
-    """List the registered nodes with their slots and running replicas."""
+    """List the registered nodes with their slots, running replicas and cordon (drained or
+    quarantined: they take no new replicas)."""
     nodes = guarded(lambda: connect(url, token).nodes())
     print_listing(
         nodes,
@@ -37,6 +38,8 @@ def list_nodes(
             "free": lambda n: n["free_slots"],
             "GPUs": lambda n: n["gpus"],
             "replicas": lambda n: n["running_replicas"],
+            # Drained or quarantined (why: --json's cordon_reason, the cluster page).
+            "cordon": lambda n: n.get("cordon") or "",
             "last heartbeat": lambda n: n["last_heartbeat"][:19],
         },
         as_json=as_json,
