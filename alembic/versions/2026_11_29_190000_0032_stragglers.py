@@ -42,6 +42,13 @@ def upgrade() -> None:
         postgresql_where=sa.text("name = 'busy_step_time'"),
         sqlite_where=sa.text("name = 'busy_step_time'"),
     )
+    op.create_index(
+        "ix_metric_points_busy_id",
+        "metric_points",
+        ["id"],
+        postgresql_where=sa.text("name = 'busy_step_time'"),
+        sqlite_where=sa.text("name = 'busy_step_time'"),
+    )
     with op.batch_alter_table("nodes") as batch:
         batch.add_column(sa.Column("cordon_lifted_at", sa.DateTime(timezone=True), nullable=True))
 
@@ -49,6 +56,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("nodes") as batch:
         batch.drop_column("cordon_lifted_at")
+    op.drop_index("ix_metric_points_busy_id", table_name="metric_points")
     op.drop_index("ix_metric_points_busy", table_name="metric_points")
     op.drop_index("ix_stragglers_node_found", table_name="stragglers")
     op.drop_table("stragglers")

@@ -4,15 +4,18 @@ compared (straggler_runs.py), and a straggler found recorded once per attempt: a
 in its job's history, which the job page and `cohort job events` show.
 
 The figures are `busy_step_time` points, which every replica's resource sampler writes
-every few seconds (workers/replica/busy_time.py); a partial index holds those alone
+every few seconds (workers/replica/busy_time.py); partial indexes hold those alone
 (migration 0032), so reading a replica's newest is a read of that many index entries,
-whatever else the job reports.
+whatever else the job reports. The leader remembers the newest it has read (`BusyMark`):
+a pass judges only the gangs with new figures since the last pass that committed, so a
+pass over thousands of running gangs with none new costs one read of an index's end.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -29,12 +32,45 @@ BUSY = "busy_step_time"
 MAX_REPORTS = 200
 
 
-def name_stragglers(*, session: Session, settings: Settings, now: dt.datetime) -> list[Straggler]:
+@dataclass
+class BusyMark:
+    """The leader's memory between passes (as its placement memo): the id of the newest
+    busy_step_time point a committed pass had seen; None: none yet (a new term judges
+    every running gang once)."""
+
+    seen: int | None = None
+    pending: int | None = None
+
+    def committed(self) -> None:
+        """The pass that read `pending` committed: the next reads only what is newer."""
+        self.seen = self.pending
+
+
+def name_stragglers(
+    *, session: Session, settings: Settings, now: dt.datetime, mark: BusyMark | None = None
+) -> list[Straggler]:
     """Find and record the stragglers of every running gang of two replicas or more (each
-    replica named once an attempt); returns the new rows."""
-    gangs = session.execute(
-        sa.select(Job.id, Job.attempt).where(Job.status == JobStatus.RUNNING, Job.replicas > 1)
-    ).all()
+    replica named once an attempt), of those with new figures since `mark` if given;
+    returns the new rows."""
+    running = sa.select(Job.id, Job.attempt).where(
+        Job.status == JobStatus.RUNNING, Job.replicas > 1
+    )
+    if mark is not None:
+        newest = session.execute(
+            sa.select(MetricPoint.id)
+            .where(MetricPoint.name == BUSY)
+            .order_by(MetricPoint.id.desc())
+            .limit(1)
+        ).scalar_one_or_none()
+        seen, mark.pending = mark.seen, newest
+        if seen is not None:
+            if newest is None or newest <= seen:
+                return []
+            fresh = sa.select(MetricPoint.job_id).where(
+                MetricPoint.name == BUSY, MetricPoint.id > seen, MetricPoint.id <= newest
+            )
+            running = running.where(Job.id.in_(fresh))
+    gangs = session.execute(running).all()
     if not gangs:
         return []
     named = set(

@@ -26,6 +26,13 @@ class MetricPoint(Base):
             postgresql_where=sa.text("name = 'busy_step_time'"),
             sqlite_where=sa.text("name = 'busy_step_time'"),
         ),
+        # ...and, by id, which gangs have new ones since the leader's last pass.
+        sa.Index(
+            "ix_metric_points_busy_id",
+            "id",
+            postgresql_where=sa.text("name = 'busy_step_time'"),
+            sqlite_where=sa.text("name = 'busy_step_time'"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(

@@ -52,6 +52,7 @@ def run_pass(
     now: dt.datetime | None = None,
     memo: PlacementMemo | None = None,
     known_nodes: nodes.NodeRows | None = None,
+    busy_mark: stragglers.BusyMark | None = None,
 ) -> PassResult:
     """One full pass; the caller commits, then sends `result.messages`.
 
@@ -65,6 +66,8 @@ def run_pass(
             caller calls `memo.committed()` once this pass's transaction has committed.
         known_nodes: the `node_rows` of the leader's last committed pass (None: none,
             or the nodes' rows were written outside passes since, as `excuse_silence`).
+        busy_mark: the leader's mark of the stragglers' figures it has judged
+            (stragglers.BusyMark; None: judge every running gang).
     """
     if memo is not None:
         memo.begin()
@@ -81,15 +84,8 @@ def run_pass(
     # Cron schedules fire before settling, so a `replace` cancel is acted on in this pass.
     firing.fire_due_schedules(session=session, settings=settings, now=now)
     promotion.decide_pending(session=session, now=now, settings=settings)
-    to_settle = gangs.jobs_to_settle(session=session, held=held)
-    replicas = gangs.replicas_of(session=session, job_ids=[job.id for job in to_settle])
-    for job in to_settle:
-        result.messages.extend(
-            gangs.settle_job(
-                session=session, job=job, now=now, held=held, replicas=replicas.get(job.id, [])
-            )
-        )
-    _judge_nodes(session, settings, now)
+    result.messages.extend(_settle(session, held, now))
+    _judge_nodes(session, settings, now, busy_mark)
     # After settling (a trial that just ended frees its sweep's turn), before placing
     # (a trial created now is placed in this pass).
     advance_sweeps(session=session, settings=settings, now=now)
@@ -104,10 +100,28 @@ def run_pass(
     return result
 
 
-def _judge_nodes(session: Session, settings: Settings, now: dt.datetime) -> None:
+def _settle(
+    session: Session, held: frozenset[tuple[int, int, int]], now: dt.datetime
+) -> list[Message]:
+    """Every gang with something to settle settled; the stop messages to send."""
+    to_settle = gangs.jobs_to_settle(session=session, held=held)
+    replicas = gangs.replicas_of(session=session, job_ids=[job.id for job in to_settle])
+    messages: list[Message] = []
+    for job in to_settle:
+        messages.extend(
+            gangs.settle_job(
+                session=session, job=job, now=now, held=held, replicas=replicas.get(job.id, [])
+            )
+        )
+    return messages
+
+
+def _judge_nodes(
+    session: Session, settings: Settings, now: dt.datetime, mark: stragglers.BusyMark | None
+) -> None:
     """Stragglers named and nodes quarantined: after settling (the failures it recorded
     count), before placing (a node quarantined now is offered nothing in this pass)."""
-    stragglers.name_stragglers(session=session, settings=settings, now=now)
+    stragglers.name_stragglers(session=session, settings=settings, now=now, mark=mark)
     quarantine.quarantine_nodes(session=session, settings=settings, now=now)
 
 

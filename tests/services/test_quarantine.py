@@ -10,10 +10,12 @@ import datetime as dt
 
 from sqlalchemy.orm import Session
 
+from services.cluster import stragglers
 from services.cluster.quarantine import lift_cordon
 from services.cluster.stragglers import stragglers_by_node
 from services.jobs import store as jobs
 from services.models import JobEvent, MetricPoint, Node, Straggler
+from services.settings import get_settings
 from services.statuses import JobStatus, NodeCordon
 from tests.factories import create_job, create_token
 from tests.services.test_failures import T0, fail_replica, run, start_gang
@@ -94,3 +96,33 @@ def test_a_straggler_in_a_running_gang_is_recorded_once(session: Session) -> Non
         "replica 1 on node n1 is a straggler: busy 30.0 ms a step against its peers' "
         "median of 10.0 ms (3.0x, above 2x) over steps 21-80"
     ]
+
+
+def test_with_the_leaders_mark_a_pass_judges_only_gangs_with_new_figures(
+    session: Session,
+) -> None:
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=2)
+    start_gang(session, job, T0)
+    mark = stragglers.BusyMark()
+    assert (
+        stragglers.name_stragglers(session=session, settings=get_settings(), now=T0, mark=mark)
+        == []
+    )
+    mark.committed()
+    for step in range(0, 81, 20):
+        session.add(busy(job.id, job.attempt, 0, step, 0.01))
+        session.add(busy(job.id, job.attempt, 1, step, 0.03))
+    session.flush()
+    # Figures newer than the mark: judged, named.
+    [row] = stragglers.name_stragglers(session=session, settings=get_settings(), now=T0, mark=mark)
+    assert (row.job_id, row.replica) == (job.id, 1)
+    session.delete(row)
+    session.flush()
+    mark.committed()
+    # Nothing new since: not judged again (without the mark it would be named again).
+    assert (
+        stragglers.name_stragglers(session=session, settings=get_settings(), now=T0, mark=mark)
+        == []
+    )
+    assert len(stragglers.name_stragglers(session=session, settings=get_settings(), now=T0)) == 1
