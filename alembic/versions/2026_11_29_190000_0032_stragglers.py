@@ -1,4 +1,4 @@
-"""stragglers named among replicas (and an index of their figures); when a node's cordon
+"""stragglers named among replicas (and an index of their figures by id); when a node's cordon
 was last lifted
 
 Revision ID: 0032_stragglers
@@ -36,13 +36,6 @@ def upgrade() -> None:
     )
     op.create_index("ix_stragglers_node_found", "stragglers", ["node_id", "found_at"])
     op.create_index(
-        "ix_metric_points_busy",
-        "metric_points",
-        ["job_id", "attempt", "replica", "step"],
-        postgresql_where=sa.text("name = 'busy_step_time'"),
-        sqlite_where=sa.text("name = 'busy_step_time'"),
-    )
-    op.create_index(
         "ix_metric_points_busy_id",
         "metric_points",
         ["id"],
@@ -57,6 +50,5 @@ def downgrade() -> None:
     with op.batch_alter_table("nodes") as batch:
         batch.drop_column("cordon_lifted_at")
     op.drop_index("ix_metric_points_busy_id", table_name="metric_points")
-    op.drop_index("ix_metric_points_busy", table_name="metric_points")
     op.drop_index("ix_stragglers_node_found", table_name="stragglers")
     op.drop_table("stragglers")

@@ -15,18 +15,8 @@ class MetricPoint(Base):
     __table_args__ = (
         sa.UniqueConstraint("job_id", "attempt", "replica", "step", "name", name="uq_metric_point"),
         sa.Index("ix_metric_points_job_id_id", "job_id", "id"),  # live streams follow by id
-        # Straggler detection reads each replica's newest busy_step_time points, a few
+        # The leader reads the busy_step_time points stored since its last pass, a few
         # among thousands of others (services/cluster/stragglers.py).
-        sa.Index(
-            "ix_metric_points_busy",
-            "job_id",
-            "attempt",
-            "replica",
-            "step",
-            postgresql_where=sa.text("name = 'busy_step_time'"),
-            sqlite_where=sa.text("name = 'busy_step_time'"),
-        ),
-        # ...and, by id, which gangs have new ones since the leader's last pass.
         sa.Index(
             "ix_metric_points_busy_id",
             "id",

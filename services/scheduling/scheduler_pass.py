@@ -52,7 +52,7 @@ def run_pass(
     now: dt.datetime | None = None,
     memo: PlacementMemo | None = None,
     known_nodes: nodes.NodeRows | None = None,
-    busy_mark: stragglers.BusyMark | None = None,
+    busy: stragglers.BusyWindow | None = None,
 ) -> PassResult:
     """One full pass; the caller commits, then sends `result.messages`.
 
@@ -66,8 +66,8 @@ def run_pass(
             caller calls `memo.committed()` once this pass's transaction has committed.
         known_nodes: the `node_rows` of the leader's last committed pass (None: none,
             or the nodes' rows were written outside passes since, as `excuse_silence`).
-        busy_mark: the leader's mark of the stragglers' figures it has judged
-            (stragglers.BusyMark; None: judge every running gang).
+        busy: the leader's window of the stragglers' figures (stragglers.BusyWindow;
+            None: every figure stored is read).
     """
     if memo is not None:
         memo.begin()
@@ -85,7 +85,7 @@ def run_pass(
     firing.fire_due_schedules(session=session, settings=settings, now=now)
     promotion.decide_pending(session=session, now=now, settings=settings)
     result.messages.extend(_settle(session, held, now))
-    _judge_nodes(session, settings, now, busy_mark)
+    _judge_nodes(session, settings, now, busy)
     # After settling (a trial that just ended frees its sweep's turn), before placing
     # (a trial created now is placed in this pass).
     advance_sweeps(session=session, settings=settings, now=now)
@@ -117,11 +117,11 @@ def _settle(
 
 
 def _judge_nodes(
-    session: Session, settings: Settings, now: dt.datetime, mark: stragglers.BusyMark | None
+    session: Session, settings: Settings, now: dt.datetime, window: stragglers.BusyWindow | None
 ) -> None:
     """Stragglers named and nodes quarantined: after settling (the failures it recorded
     count), before placing (a node quarantined now is offered nothing in this pass)."""
-    stragglers.name_stragglers(session=session, settings=settings, now=now, mark=mark)
+    stragglers.name_stragglers(session=session, settings=settings, now=now, window=window)
     quarantine.quarantine_nodes(session=session, settings=settings, now=now)
 
 

@@ -98,31 +98,38 @@ def test_a_straggler_in_a_running_gang_is_recorded_once(session: Session) -> Non
     ]
 
 
-def test_with_the_leaders_mark_a_pass_judges_only_gangs_with_new_figures(
+def test_the_leaders_window_reads_only_new_figures_and_judges_their_gangs(
     session: Session,
 ) -> None:
     _, token = create_token(session)
     job = create_job(session, token.project_id, replicas=2)
     start_gang(session, job, T0)
-    mark = stragglers.BusyMark()
-    assert (
-        stragglers.name_stragglers(session=session, settings=get_settings(), now=T0, mark=mark)
-        == []
-    )
-    mark.committed()
-    for step in range(0, 81, 20):
+    settings = get_settings()
+    for step in range(0, 41, 20):  # steps 1-40 slow: not enough yet
         session.add(busy(job.id, job.attempt, 0, step, 0.01))
         session.add(busy(job.id, job.attempt, 1, step, 0.03))
     session.flush()
-    # Figures newer than the mark: judged, named.
-    [row] = stragglers.name_stragglers(session=session, settings=get_settings(), now=T0, mark=mark)
-    assert (row.job_id, row.replica) == (job.id, 1)
-    session.delete(row)
-    session.flush()
-    mark.committed()
-    # Nothing new since: not judged again (without the mark it would be named again).
+    window = stragglers.BusyWindow()
+    # A new term starts at the newest figure: nothing read, nothing judged.
     assert (
-        stragglers.name_stragglers(session=session, settings=get_settings(), now=T0, mark=mark)
-        == []
+        stragglers.name_stragglers(session=session, settings=settings, now=T0, window=window) == []
     )
-    assert len(stragglers.name_stragglers(session=session, settings=get_settings(), now=T0)) == 1
+    assert window.reports == {}
+    for step in range(60, 121, 20):
+        session.add(busy(job.id, job.attempt, 0, step, 0.01))
+        session.add(busy(job.id, job.attempt, 1, step, 0.03))
+    session.flush()
+    # The new figures: steps 61-120 at 3x, judged from memory alone.
+    [row] = stragglers.name_stragglers(session=session, settings=settings, now=T0, window=window)
+    assert (row.job_id, row.replica, row.first_step, row.last_step) == (job.id, 1, 61, 120)
+    assert (
+        stragglers.name_stragglers(session=session, settings=settings, now=T0, window=window) == []
+    )
+    # The gang ends: its next figure (a late one) drops it from memory.
+    job.status = JobStatus.SUCCEEDED
+    session.add(busy(job.id, job.attempt, 0, 140, 0.01))
+    session.flush()
+    assert (
+        stragglers.name_stragglers(session=session, settings=settings, now=T0, window=window) == []
+    )
+    assert window.reports == {}

@@ -106,8 +106,8 @@ class Scheduler:
         self.output_arrivals: Arrivals[str] = Arrivals()
         # What this term's last idle pass left (services/cluster/placement_digest.py).
         self.placement_memo = PlacementMemo()
-        # The newest straggler figures this term's committed passes judged.
-        self.busy_mark = stragglers.BusyMark()
+        # The stragglers' figures this term has read (services/cluster/stragglers.py).
+        self.busy_window = stragglers.BusyWindow()
         # The beating nodes' rows as this term's last committed pass left them
         # (services/cluster/nodes.record_heartbeats): a new term reads them from SQL.
         self.node_rows: NodeRows = {}
@@ -140,12 +140,11 @@ class Scheduler:
                 progress=progress,
                 output=output,
                 memo=self.placement_memo,
-                busy_mark=self.busy_mark,
+                busy=self.busy_window,
                 # excuse_silence rewrote the nodes' times
                 known_nodes=None if self.unheard else self.node_rows,
             )
         self.placement_memo.committed()
-        self.busy_mark.committed()
         self.node_rows = result.node_rows
         # Both done and committed: a pass that failed before here does them again.
         self.unheard = False
