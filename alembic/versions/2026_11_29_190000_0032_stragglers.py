@@ -1,5 +1,5 @@
-"""stragglers named among replicas (and an index of their figures by id); when a node's cordon
-was last lifted
+"""stragglers named among replicas, indexes of their figures by id and of failed
+replicas by their end, and when a node's cordon was last lifted
 
 Revision ID: 0032_stragglers
 Revises: 0030_node_cordon
@@ -42,6 +42,13 @@ def upgrade() -> None:
         postgresql_where=sa.text("name = 'busy_step_time'"),
         sqlite_where=sa.text("name = 'busy_step_time'"),
     )
+    op.create_index(
+        "ix_replicas_failed_finished",
+        "replicas",
+        ["finished_at"],
+        postgresql_where=sa.text("status IN ('failed', 'lost')"),
+        sqlite_where=sa.text("status IN ('failed', 'lost')"),
+    )
     with op.batch_alter_table("nodes") as batch:
         batch.add_column(sa.Column("cordon_lifted_at", sa.DateTime(timezone=True), nullable=True))
 
@@ -49,6 +56,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("nodes") as batch:
         batch.drop_column("cordon_lifted_at")
+    op.drop_index("ix_replicas_failed_finished", table_name="replicas")
     op.drop_index("ix_metric_points_busy_id", table_name="metric_points")
     op.drop_index("ix_stragglers_node_found", table_name="stragglers")
     op.drop_table("stragglers")

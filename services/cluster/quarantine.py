@@ -19,6 +19,7 @@ replica (a deadlock of the program hangs it on any node).
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -28,6 +29,9 @@ from services.models import Node, Replica, Straggler
 from services.settings import Settings
 from services.statuses import NodeCordon, ReplicaStatus
 
+# The partial index's condition, written out (a bound parameter would hide it from a
+# generic plan, which then could not use the index).
+FAILED_OR_LOST = sa.text("replicas.status IN ('failed', 'lost')")
 # Retryable, but the replica's own doing: not the node's.
 _OWN_EXITS = frozenset({exit_codes.CHECKPOINTED, exit_codes.TRAINER_RETRY})
 
@@ -47,15 +51,13 @@ def node_fault(status: ReplicaStatus, exit_code: int | None, failure: str) -> st
 
 def quarantine_nodes(*, session: Session, settings: Settings, now: dt.datetime) -> list[Node]:
     """Quarantine every uncordoned node with QUARANTINE_FAILURES faults or more in the
-    window; returns the nodes quarantined now."""
+    window; returns the nodes quarantined now. Reads only the window's failed replicas
+    and stragglers (a partial index holds failed and lost replicas by their end), never
+    every node."""
     if not settings.QUARANTINE_FAILURES:
         return []
     since = now - dt.timedelta(seconds=settings.QUARANTINE_WINDOW)
-    nodes = {
-        node.id: node
-        for node in session.execute(sa.select(Node).where(Node.cordon.is_(None))).scalars()
-    }
-    faults: dict[str, list[str]] = {node_id: [] for node_id in nodes}
+    faults: dict[str, list[str]] = {}
     failed = session.execute(
         sa.select(
             Replica.node_id,
@@ -64,43 +66,50 @@ def quarantine_nodes(*, session: Session, settings: Settings, now: dt.datetime) 
             Replica.status,
             Replica.exit_code,
             Replica.failure,
-            Replica.finished_at,
-        ).where(
-            Replica.node_id.in_(list(nodes)),
-            Replica.status.in_([ReplicaStatus.FAILED, ReplicaStatus.LOST]),
+        )
+        .join(Node, Node.id == Replica.node_id)
+        .where(
+            FAILED_OR_LOST,
             Replica.finished_at >= since,
+            *_counted(Replica.finished_at),
         )
     )
-    for node_id, job_id, index, status, exit_code, failure, finished_at in failed:
+    for node_id, job_id, index, status, exit_code, failure in failed:
         fault = node_fault(status, exit_code, failure)
-        if fault and _counts(nodes[node_id], finished_at):
-            faults[node_id].append(f"job {job_id} replica {index} {fault}")
+        if fault:
+            faults.setdefault(node_id, []).append(f"job {job_id} replica {index} {fault}")
     stragglers = session.execute(
-        sa.select(Straggler.node_id, Straggler.job_id, Straggler.replica, Straggler.found_at).where(
-            Straggler.node_id.in_(list(nodes)), Straggler.found_at >= since
-        )
+        sa.select(Straggler.node_id, Straggler.job_id, Straggler.replica)
+        .join(Node, Node.id == Straggler.node_id)
+        .where(Straggler.found_at >= since, *_counted(Straggler.found_at))
     )
-    for node_id, job_id, index, found_at in stragglers:
-        if _counts(nodes[node_id], found_at):
-            faults[node_id].append(f"job {job_id} replica {index} straggled")
+    for node_id, job_id, index in stragglers:
+        faults.setdefault(node_id, []).append(f"job {job_id} replica {index} straggled")
     quarantined = []
     for node_id, found in sorted(faults.items()):
-        if len(found) >= settings.QUARANTINE_FAILURES:
-            node = nodes[node_id]
-            node.cordon = NodeCordon.QUARANTINE
-            node.cordoned_at = now
-            node.cordon_reason = (
-                f"quarantined: {len(found)} replicas failed or straggled here within "
-                f"{settings.QUARANTINE_WINDOW:g} s ({'; '.join(sorted(found)[:5])})"
-            )
-            quarantined.append(node)
+        if len(found) < settings.QUARANTINE_FAILURES:
+            continue
+        node = session.get(Node, node_id, with_for_update=True)
+        if node is None or node.cordon is not None:
+            continue
+        node.cordon = NodeCordon.QUARANTINE
+        node.cordoned_at = now
+        node.cordon_reason = (
+            f"quarantined: {len(found)} replicas failed or straggled here within "
+            f"{settings.QUARANTINE_WINDOW:g} s ({'; '.join(sorted(found)[:5])})"
+        )
+        quarantined.append(node)
     session.flush()
     return quarantined
 
 
-def _counts(node: Node, at: dt.datetime | None) -> bool:
-    """Whether a fault at `at` still counts: after the node's cordon was last lifted."""
-    return at is not None and (node.cordon_lifted_at is None or at > node.cordon_lifted_at)
+def _counted(at: Any) -> tuple[Any, ...]:
+    """Conditions of a fault at `at` still counting against its (joined) node: the node is
+    not cordoned, and the fault came after its cordon was last lifted."""
+    return (
+        Node.cordon.is_(None),
+        sa.or_(Node.cordon_lifted_at.is_(None), at > Node.cordon_lifted_at),
+    )
 
 
 def lift_cordon(*, session: Session, node_id: str, now: dt.datetime) -> Node | None:

@@ -142,6 +142,13 @@ class Replica(Base):
     __table_args__ = (
         sa.UniqueConstraint("job_id", "attempt", "index", name="uq_replicas_job_attempt_index"),
         sa.Index("ix_replicas_node_status", "node_id", "status"),
+        # Quarantine reads the failed and lost replicas of its window (cluster/quarantine.py).
+        sa.Index(
+            "ix_replicas_failed_finished",
+            "finished_at",
+            postgresql_where=sa.text("status IN ('failed', 'lost')"),
+            sqlite_where=sa.text("status IN ('failed', 'lost')"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
