@@ -30,7 +30,8 @@ def list_nodes(
     as_json: JsonOpt = False,
     output: FormatOpt = ListFormat.table,
 ) -> None:
-    """List the registered nodes with their slots and running replicas."""
+    """List the registered nodes with their slots, running replicas and cordon (drained or
+    quarantined: they take no new replicas)."""
     nodes = guarded(lambda: connect(url, token).nodes())
     print_listing(
         nodes,

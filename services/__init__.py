@@ -4,6 +4,7 @@ what node code may use of them. Never imports FastAPI, Celery, `api`, `workers` 
 The core, which imports no room:
 
     settings.py    every process's settings, from `COHORT_*` environment variables
+    health_settings.py  their part on stragglers and quarantined nodes
     db.py          the engine, sessions and the transaction scope
     models/        the ORM tables
     statuses.py    job and replica statuses and the one table of allowed changes

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.data_dir import private_data_dir
+from services.health_settings import HealthSettings
 from services.webhooks.settings import WebhookSettings
 
 # An MLflow server's address: http(s)://host[:port][/path], databricks[://profile], or ""
@@ -35,7 +36,7 @@ def tracking_uri_problem(uri: str) -> str | None:
     )
 
 
-class Settings(WebhookSettings, BaseSettings):
+class Settings(WebhookSettings, HealthSettings, BaseSettings):
     """Configuration shared by the api, the scheduler, agents and the CLI."""
 
     model_config = SettingsConfigDict(env_prefix="COHORT_", extra="ignore", case_sensitive=False)
@@ -173,7 +174,6 @@ class Settings(WebhookSettings, BaseSettings):
     # stop of a gone replica, not at all), so these bound what a lost message costs.
     START_RESEND_AFTER: float = Field(20.0, gt=0)
     STOP_RESEND_AFTER: float = Field(15.0, gt=0)
-    DRAIN_GRACE: float = Field(120.0, gt=0)  # to checkpoint, before a drain stops a gang
     # A replica placed on a ready node whose agent, this long after, neither runs it, nor
     # works on any start (a checkpoint restored, code fetched), nor reports its exit was
     # never started and will not be (an agent that cannot act on its start, re-sent or

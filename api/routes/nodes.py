@@ -81,5 +81,5 @@ def drain_node(
 @router.post("/{node_id}/undrain", responses=errors(404))
 def undrain_node(node_id: str, session: SessionDep, token: TokenDep) -> NodeRead:
     """Lift a node's cordon (a drain or a quarantine): it takes new replicas again."""
-    drains.undrain_node(session=session, node_id=node_id)
+    drains.undrain_node(session=session, node_id=node_id, at=utcnow())
     return _one_node(session, token, node_id)

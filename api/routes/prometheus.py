@@ -52,8 +52,9 @@ def scraper(settings: SettingsDep, authorization: Annotated[str | None, Header()
     responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, **errors(401, 404)},
 )
 def read_service_metrics() -> Response:
-    """Jobs by status, queue depth, submission-to-running time, replicas by node, ingest
-    counters. Needs `Authorization: Bearer <COHORT_METRICS_TOKEN>`; off when it is unset."""
+    """Jobs by status, queue depth, submission-to-running time, replicas and stragglers by
+    node, ingest counters. Needs `Authorization: Bearer <COHORT_METRICS_TOKEN>`; off when
+    it is unset."""
     # A registry per scrape: the collector reads SQL each time, and nothing is kept
     # in process memory that a second api process would not see.
     registry = CollectorRegistry(auto_describe=False)

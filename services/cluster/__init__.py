@@ -1,5 +1,6 @@
 """The cluster: the scheduler's view of nodes and gangs. SQL-side except the pure modules
-(placement, placement_pool, placement_roles, fair_share, tf_config), which node code may import.
+(placement, placement_pool, placement_roles, fair_share, tf_config,
+straggler_runs), which node code may import.
 
     queue_placement.py the queue placed: gangs stored with their start messages, reasons
     placement_digest.py whether placement's inputs changed since the last idle pass
@@ -20,4 +21,7 @@
     preparing.py       what a pending replica's agent says it is doing before its start
     drains.py          drained nodes: their gangs asked to checkpoint now, then moved
     hang_reasons.py    how long a replica may be silent, and what its hang is called
+    straggler_runs.py  which replica of a gang is a straggler, from busy seconds per step (pure)
+    stragglers.py      stragglers found in running gangs' figures and recorded, counted by node
+    quarantine.py      nodes whose replicas fail or straggle too often quarantined; a cordon lifted
 """

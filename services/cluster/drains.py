@@ -53,9 +53,10 @@ def drain_node(*, session: Session, node_id: str, reason: str, at: dt.datetime) 
     return node
 
 
-def undrain_node(*, session: Session, node_id: str) -> Node:
-    """Lift any cordon of node `node_id` (drain or quarantine): it takes replicas again.
-    Gangs already moved off it stay where they are.
+def undrain_node(*, session: Session, node_id: str, at: dt.datetime) -> Node:
+    """Lift any cordon of node `node_id` (drain or quarantine): it takes replicas again,
+    and the faults seen there before `at` no longer count towards quarantining it
+    (quarantine.py). Gangs already moved off it stay where they are.
 
     Raises:
         NodeNotFound: no node of that id has ever registered.
@@ -64,6 +65,7 @@ def undrain_node(*, session: Session, node_id: str) -> Node:
     if node is None:
         raise NodeNotFound(node_id)
     node.cordon, node.cordon_reason, node.cordoned_at = None, "", None
+    node.cordon_lifted_at = at
     session.flush()
     return node
 

@@ -1,7 +1,7 @@
 """SQLAlchemy 2 ORM models, one table a class, grouped by what they record.
 
     base.py       the declarative base, UTC timestamps, enums stored as strings
-    jobs.py       projects, jobs, code bundles, replicas, job events, nodes
+    jobs.py       projects, jobs, code bundles, replicas, job events, nodes, stragglers
     access.py     API tokens (scopes, expiry, revocation) and dashboard sessions
     series.py     metric points, their rollups, log lines
     schedules.py  retraining schedules, their runs and their models' evaluations
@@ -19,7 +19,7 @@ Every model is imported here, so `Base.metadata` holds every table (Alembic, tes
 from services.models.access import ApiToken, DashboardSession
 from services.models.base import Base, UTCDateTime, utcnow
 from services.models.data_files import DataFileRecord
-from services.models.jobs import Bundle, Job, JobEvent, Node, Project, Replica
+from services.models.jobs import Bundle, Job, JobEvent, Node, Project, Replica, Straggler
 from services.models.leadership import SchedulerFence
 from services.models.quotas import ProjectQuota
 from services.models.registry import AliasMove, ModelAlias, ModelVersion, RegisteredModel
@@ -54,6 +54,7 @@ __all__ = [
     "Schedule",
     "ScheduleRun",
     "SchedulerFence",
+    "Straggler",
     "Sweep",
     "SweepTrial",
     "TrackingStart",

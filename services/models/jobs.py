@@ -1,5 +1,5 @@
 """Tables of projects and their jobs: projects, jobs, code bundles, replicas, the job
-event log, and the nodes replicas run on."""
+event log, the nodes replicas run on, and the stragglers found among replicas."""
 
 from __future__ import annotations
 
@@ -145,6 +145,13 @@ class Replica(Base):
     __table_args__ = (
         sa.UniqueConstraint("job_id", "attempt", "index", name="uq_replicas_job_attempt_index"),
         sa.Index("ix_replicas_node_status", "node_id", "status"),
+        # Quarantine reads the failed and lost replicas of its window (cluster/quarantine.py).
+        sa.Index(
+            "ix_replicas_failed_finished",
+            "finished_at",
+            postgresql_where=sa.text("status IN ('failed', 'lost')"),
+            sqlite_where=sa.text("status IN ('failed', 'lost')"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -231,3 +238,30 @@ class Node(Base):
     cordon: Mapped[NodeCordon | None] = mapped_column(enum_column(NodeCordon), default=None)
     cordon_reason: Mapped[str] = mapped_column(sa.Text, default="")
     cordoned_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    # When a cordon was last lifted: failures and stragglers before it no longer count
+    # towards quarantining the node (services/cluster/quarantine.py).
+    cordon_lifted_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+
+
+class Straggler(Base):
+    """A replica named a straggler: its busy time per step stayed above the factor times
+    its peers' median for the steps the settings ask (services/cluster/stragglers.py).
+    Named once per attempt; rows stay when their job is deleted (no foreign key), as the
+    Prometheus counter of stragglers by node is read from them."""
+
+    __tablename__ = "stragglers"
+    __table_args__ = (
+        sa.UniqueConstraint("job_id", "attempt", "replica", name="uq_stragglers_replica"),
+        sa.Index("ix_stragglers_node_found", "node_id", "found_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int]
+    attempt: Mapped[int]
+    replica: Mapped[int]
+    node_id: Mapped[str] = mapped_column(sa.String(64))
+    first_step: Mapped[int]  # the slow run of steps, first to last
+    last_step: Mapped[int]
+    busy_step_time: Mapped[float] = mapped_column(sa.Float)  # its own, seconds per step
+    peers_step_time: Mapped[float] = mapped_column(sa.Float)  # its peers' median
+    found_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

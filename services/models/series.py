@@ -15,6 +15,14 @@ class MetricPoint(Base):
     __table_args__ = (
         sa.UniqueConstraint("job_id", "attempt", "replica", "step", "name", name="uq_metric_point"),
         sa.Index("ix_metric_points_job_id_id", "job_id", "id"),  # live streams follow by id
+        # The leader reads the busy_step_time points stored since its last pass, a few
+        # among thousands of others (services/cluster/stragglers.py).
+        sa.Index(
+            "ix_metric_points_busy_id",
+            "id",
+            postgresql_where=sa.text("name = 'busy_step_time'"),
+            sqlite_where=sa.text("name = 'busy_step_time'"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(

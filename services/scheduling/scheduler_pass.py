@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.cluster import drains, gangs, nodes, queue_placement, running_checks, watchdog
+from services.cluster import (
+    drains,
+    gangs,
+    nodes,
+    quarantine,
+    queue_placement,
+    running_checks,
+    stragglers,
+    watchdog,
+)
 from services.cluster.pass_lock import lock_pass
 from services.cluster.placement_digest import PlacementMemo
 from services.models import utcnow
@@ -44,6 +53,7 @@ def run_pass(
     now: dt.datetime | None = None,
     memo: PlacementMemo | None = None,
     known_nodes: nodes.NodeRows | None = None,
+    busy: stragglers.BusyWindow | None = None,
 ) -> PassResult:
     """One full pass; the caller commits, then sends `result.messages`.
 
@@ -57,6 +67,8 @@ def run_pass(
             caller calls `memo.committed()` once this pass's transaction has committed.
         known_nodes: the `node_rows` of the leader's last committed pass (None: none,
             or the nodes' rows were written outside passes since, as `excuse_silence`).
+        busy: the leader's window of the stragglers' figures (stragglers.BusyWindow;
+            None: every figure stored is read).
     """
     if memo is not None:
         memo.begin()
@@ -73,14 +85,8 @@ def run_pass(
     # Cron schedules fire before settling, so a `replace` cancel is acted on in this pass.
     firing.fire_due_schedules(session=session, settings=settings, now=now)
     promotion.decide_pending(session=session, now=now, settings=settings)
-    to_settle = gangs.jobs_to_settle(session=session, held=held)
-    replicas = gangs.replicas_of(session=session, job_ids=[job.id for job in to_settle])
-    for job in to_settle:
-        result.messages.extend(
-            gangs.settle_job(
-                session=session, job=job, now=now, held=held, replicas=replicas.get(job.id, [])
-            )
-        )
+    result.messages.extend(_settle(session, held, now))
+    _judge_nodes(session, settings, now, busy)
     # After settling (a trial that just ended frees its sweep's turn), before placing
     # (a trial created now is placed in this pass).
     advance_sweeps(session=session, settings=settings, now=now)
@@ -93,6 +99,31 @@ def run_pass(
     )
     result.messages.extend(placed_messages)
     return result
+
+
+def _settle(
+    session: Session, held: frozenset[tuple[int, int, int]], now: dt.datetime
+) -> list[Message]:
+    """Every gang with something to settle settled; the stop messages to send."""
+    to_settle = gangs.jobs_to_settle(session=session, held=held)
+    replicas = gangs.replicas_of(session=session, job_ids=[job.id for job in to_settle])
+    messages: list[Message] = []
+    for job in to_settle:
+        messages.extend(
+            gangs.settle_job(
+                session=session, job=job, now=now, held=held, replicas=replicas.get(job.id, [])
+            )
+        )
+    return messages
+
+
+def _judge_nodes(
+    session: Session, settings: Settings, now: dt.datetime, window: stragglers.BusyWindow | None
+) -> None:
+    """Stragglers named and nodes quarantined: after settling (the failures it recorded
+    count), before placing (a node quarantined now is offered nothing in this pass)."""
+    stragglers.name_stragglers(session=session, settings=settings, now=now, window=window)
+    quarantine.quarantine_nodes(session=session, settings=settings, now=now)
 
 
 def _watch(

@@ -19,6 +19,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from services.cluster.stragglers import stragglers_by_node
 from services.db import session_scope
 from services.models import Job, Replica
 from services.statuses import TERMINAL_REPLICA_STATUSES, JobStatus
@@ -34,8 +35,23 @@ def wait_histogram(waits: list[float]) -> tuple[list[tuple[str, float]], float]:
     return buckets, float(sum(waits))
 
 
+def stragglers_counter() -> CounterMetricFamily:
+    """Replicas named stragglers, by node (services/cluster/stragglers.py). By node, not by
+    job: a node's count is what says it is slow, and jobs come and go (a label per job
+    would grow Prometheus' series without bound)."""
+    with session_scope() as session:
+        counts = stragglers_by_node(session)
+    named = CounterMetricFamily(
+        "cohort_stragglers", "Replicas named stragglers, by node.", labels=["node"]
+    )
+    for node_id, count in sorted(counts.items()):
+        named.add_metric([node_id], count)
+    return named
+
+
 class ServiceCollector(Collector):
-    """Jobs by status, queue depth, time to running, replicas by node, rows ingested."""
+    """Jobs by status, queue depth, time to running, replicas and stragglers by node, rows
+    ingested."""
 
     def __init__(self, redis_client: Any) -> None:
         self.redis_client = redis_client
@@ -77,6 +93,7 @@ class ServiceCollector(Collector):
         for node_id, replica_status, count in replicas:
             by_node.add_metric([node_id, str(replica_status)], count)
         yield by_node
+        yield stragglers_counter()
         ingested = CounterMetricFamily(
             "cohort_ingested_rows", "Rows stored by the ingester.", labels=["kind"]
         )

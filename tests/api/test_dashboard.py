@@ -12,7 +12,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from services.cluster.nodes import Heartbeat, record_heartbeat
+from services.jobs.transitions import note_job
 from services.models import Bundle, MetricPoint, utcnow
+from services.statuses import NodeCordon
 from services.storage import keys
 from services.storage.store import open_store
 from tests.factories import create_job, create_token
@@ -190,6 +192,31 @@ def test_cluster_page_shows_a_drained_node_and_why(client: TestClient, session: 
     row = page[page.index("drained-node") :]
     row = row[: row.index("</tr>")]
     assert ">drained</span>" in row and "kernel upgrade (by ops)" in row
+
+
+def test_cluster_page_shows_a_quarantined_node_and_why(
+    client: TestClient, session: Session
+) -> None:
+    token, _row = create_token(session, "quarantine")
+    node = record_heartbeat(session=session, beat=Heartbeat("bad-node", "10.0.0.7", 2, 0, utcnow()))
+    node.cordon = NodeCordon.QUARANTINE
+    node.cordon_reason = "quarantined: 3 replicas failed or straggled here within 3600 s (...)"
+    session.flush()
+    login(client, token)
+    page = client.get("/cluster").text
+    row = page[page.index("bad-node") :]
+    row = row[: row.index("</tr>")]
+    assert ">quarantined</span>" in row and "3 replicas failed or straggled here" in row
+
+
+def test_the_job_page_names_a_straggler_in_its_events(client: TestClient, session: Session) -> None:
+    token, row = create_token(session, "straggling")
+    job = create_job(session, row.project_id, name="straggling", replicas=2)
+    reason = "replica 1 on node n1 is a straggler: busy 30.0 ms a step against its peers'"
+    assert note_job(session=session, job_id=job.id, attempt=job.attempt, reason=reason)
+    login(client, token)
+    page = client.get(f"/jobs/{job.id}").text
+    assert reason.replace("'", "&#39;") in page
 
 
 def test_assets_are_bundled_and_nothing_loads_from_the_network(

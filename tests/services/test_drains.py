@@ -120,6 +120,6 @@ def test_an_undrained_node_takes_gangs_again(session: Session) -> None:
     assert job.status is JobStatus.QUEUED  # n1 is drained, and the only node
     for replica in jobs.read_replicas(session=session, job=job, attempt=1):
         assert replica.status is ReplicaStatus.FAILED and replica.exit_code == 75
-    drains.undrain_node(session=session, node_id="n1")
+    drains.undrain_node(session=session, node_id="n1", at=at(5))
     run(session, at(5))
     assert job.status is JobStatus.SCHEDULED and job.attempt == 2

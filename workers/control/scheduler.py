@@ -25,7 +25,7 @@ from contextlib import contextmanager
 import redis
 from redis.exceptions import LockNotOwnedError
 
-from services.cluster import gangs, watchdog
+from services.cluster import gangs, stragglers, watchdog
 from services.cluster.arrivals import Arrivals
 from services.cluster.fencing import Fence, Fenced, begin_term
 from services.cluster.nodes import NodeRows
@@ -106,6 +106,8 @@ class Scheduler:
         self.output_arrivals: Arrivals[str] = Arrivals()
         # What this term's last idle pass left (services/cluster/placement_digest.py).
         self.placement_memo = PlacementMemo()
+        # The stragglers' figures this term has read (services/cluster/stragglers.py).
+        self.busy_window = stragglers.BusyWindow()
         # The beating nodes' rows as this term's last committed pass left them
         # (services/cluster/nodes.record_heartbeats): a new term reads them from SQL.
         self.node_rows: NodeRows = {}
@@ -138,6 +140,7 @@ class Scheduler:
                 progress=progress,
                 output=output,
                 memo=self.placement_memo,
+                busy=self.busy_window,
                 # excuse_silence rewrote the nodes' times
                 known_nodes=None if self.unheard else self.node_rows,
             )

@@ -4,6 +4,7 @@
     strategies.py the tf.distribute strategy the replica builds for its job
     callbacks.py  the tf_keras callback that feeds the replica's metrics
     resources.py  CPU, memory and GPU figures of the replica
+    busy_time.py  the replica's busy seconds per step (its own work, without waiting for its gang)
     distribution.py  the job's distribution options: CPU split, mixed precision,
                   shard policy, devices, gradient accumulation
     profiling.py  a TensorBoard profile of the job's `profile:` steps

@@ -1,4 +1,5 @@
-"""Per-replica resource figures: CPU %, memory, and GPU use through NVML when there is one.
+"""Per-replica resource figures: CPU %, memory, GPU use through NVML when there is one,
+and the replica's busy seconds per step (busy_time.py: what straggler detection compares).
 
 A daemon thread in the replica samples every few seconds and adds the figures to the
 replica's `ReplicaReporter` at the current training step, so they travel in the same
@@ -14,6 +15,7 @@ from typing import Any
 
 import psutil
 
+from workers.replica.busy_time import BusyPerStep, busy_seconds
 from workers.replica.callbacks import ReplicaReporter
 from workers.replica.devices_check import given_gpus
 
@@ -44,6 +46,7 @@ class ResourceSampler(threading.Thread):
         self._stop = threading.Event()
         self._process = psutil.Process()
         self._process.cpu_percent(None)  # primes the counter; the first real value follows
+        self._busy = BusyPerStep()
 
     def sample(self) -> dict[str, float]:
         """One set of figures for this replica's process."""
@@ -74,7 +77,11 @@ class ResourceSampler(threading.Thread):
                 # once, so a second sample at the same step would only be dropped.
                 continue
             last = step
-            for name, value in self.sample().items():
+            figures = self.sample()
+            busy = self._busy.sample(step, busy_seconds())
+            if busy is not None:
+                figures["busy_step_time"] = busy
+            for name, value in figures.items():
                 self.reporter.add(step, None, name, value)
 
     def stop(self) -> None:

@@ -1,0 +1,112 @@
+"""Quarantine: a node on which replicas fail for reasons of the node's, or straggle, too
+often takes no new replicas (Node.cordon = QUARANTINE, with its reason) until an
+operator lifts it (`cohort node undrain`: drains.undrain_node).
+
+What counts, per node, within QUARANTINE_WINDOW and since its cordon was last lifted:
+
+* a replica that failed in a way that says the node may be at fault: lost (its node
+  stopped answering, or its agent no longer ran it or never started it), killed by a
+  signal Cohort did not send (the OOM killer, an operator, a host going down), or out of
+  space on DATA_DIR (services/exit_codes.py calls all of them retryable);
+* a straggler named there (stragglers.py).
+
+Not counted: a program's own error (exit 1 and the like) or a permanent failure (bad
+command, segfault), which fails the same on any node; a replica's own request for a
+retry (138) or its answer to "checkpoint now" (75); a replica Cohort stopped; a hung
+replica (a deadlock of the program hangs it on any node).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from services import exit_codes
+from services.models import Node, Replica, Straggler
+from services.settings import Settings
+from services.statuses import NodeCordon, ReplicaStatus
+
+# The partial index's condition, written out (a bound parameter would hide it from a
+# generic plan, which then could not use the index).
+FAILED_OR_LOST = sa.text("replicas.status IN ('failed', 'lost')")
+# Retryable, but the replica's own doing: not the node's.
+_OWN_EXITS = frozenset({exit_codes.CHECKPOINTED, exit_codes.TRAINER_RETRY})
+
+
+def node_fault(status: ReplicaStatus, exit_code: int | None, failure: str) -> str | None:
+    """What a failed replica's end says against its node, or None when it says nothing."""
+    if status is ReplicaStatus.LOST or (exit_code is None and failure.startswith("lost")):
+        return failure.split(":", 1)[0] if failure else "lost"
+    if exit_code is None or exit_code in _OWN_EXITS:
+        return None  # hung: the program's as much as the node's
+    if exit_code == exit_codes.NO_SPACE:
+        return exit_codes.NO_SPACE_REASON
+    if exit_code > 128 and exit_codes.is_retryable(exit_code):
+        return f"killed by signal {exit_code - 128}"
+    return None
+
+
+def quarantine_nodes(*, session: Session, settings: Settings, now: dt.datetime) -> list[Node]:
+    """Quarantine every uncordoned node with QUARANTINE_FAILURES faults or more in the
+    window; returns the nodes quarantined now. Reads only the window's failed replicas
+    and stragglers (a partial index holds failed and lost replicas by their end), never
+    every node."""
+    if not settings.QUARANTINE_FAILURES:
+        return []
+    since = now - dt.timedelta(seconds=settings.QUARANTINE_WINDOW)
+    faults: dict[str, list[str]] = {}
+    failed = session.execute(
+        sa.select(
+            Replica.node_id,
+            Replica.job_id,
+            Replica.index,
+            Replica.status,
+            Replica.exit_code,
+            Replica.failure,
+        )
+        .join(Node, Node.id == Replica.node_id)
+        .where(
+            FAILED_OR_LOST,
+            Replica.finished_at >= since,
+            *_counted(Replica.finished_at),
+        )
+    )
+    for node_id, job_id, index, status, exit_code, failure in failed:
+        fault = node_fault(status, exit_code, failure)
+        if fault:
+            faults.setdefault(node_id, []).append(f"job {job_id} replica {index} {fault}")
+    stragglers = session.execute(
+        sa.select(Straggler.node_id, Straggler.job_id, Straggler.replica)
+        .join(Node, Node.id == Straggler.node_id)
+        .where(Straggler.found_at >= since, *_counted(Straggler.found_at))
+    )
+    for node_id, job_id, index in stragglers:
+        faults.setdefault(node_id, []).append(f"job {job_id} replica {index} straggled")
+    quarantined = []
+    for node_id, found in sorted(faults.items()):
+        if len(found) < settings.QUARANTINE_FAILURES:
+            continue
+        node = session.get(Node, node_id, with_for_update=True)
+        if node is None or node.cordon is not None:
+            continue
+        node.cordon = NodeCordon.QUARANTINE
+        node.cordoned_at = now
+        node.cordon_reason = (
+            f"quarantined: {len(found)} replicas failed or straggled here within "
+            f"{settings.QUARANTINE_WINDOW:g} s ({'; '.join(sorted(found)[:5])})"
+        )
+        quarantined.append(node)
+    session.flush()
+    return quarantined
+
+
+def _counted(at: Any) -> tuple[Any, ...]:
+    """Conditions of a fault at `at` still counting against its (joined) node: the node is
+    not cordoned, and the fault came after its cordon was last lifted."""
+    return (
+        Node.cordon.is_(None),
+        sa.or_(Node.cordon_lifted_at.is_(None), at > Node.cordon_lifted_at),
+    )
