@@ -41,10 +41,11 @@ DECISION_STEPS = 20
 
 # Steps between two backups when the job does not say (`checkpoint_every_steps`), besides
 # one at each epoch end: the most work a killed gang redoes. A backup costs a fixed
-# 0.1-0.4 s (TensorFlow walks the model's object graph and writes its files) while the
-# built-in MLP's step takes 3-5 ms on a 2-core VM: 2,000 steps keep the steady step
-# time within 2% (docs/benchmarks.md, step-level backups).
-DEFAULT_BACKUP_STEPS = 2000
+# 0.15-0.7 s (TensorFlow walks the model's object graph and writes its files) while the
+# built-in MLP's step takes 2-10 ms on the loaded 2-core VM, some 70-100 steps' worth:
+# 5,000 steps keep that within 2% of its steady step time (docs/benchmarks.md,
+# step-level backups). A model with longer steps can back up more often for the same.
+DEFAULT_BACKUP_STEPS = 5000
 
 _requested = threading.Event()
 
