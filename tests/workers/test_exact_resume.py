@@ -5,8 +5,9 @@ MultiWorkerMirroredStrategy gang on loopback ports.
 A replica killed with SIGKILL at a step chosen at random (the seed is printed), then
 resumed as attempt 2 from its step-level backup, ends with the weights and optimizer
 state of an uninterrupted run with the same seed (max abs difference <= 1e-6). SIGUSR1
-to ONE worker of a gang makes both save at the same step and exit 75; attempt 2 starts
-at the step after it (none redone) and ends as the uninterrupted run does.
+to ONE worker of a gang makes both save at the same step and exit 75 (to a one_device
+replica, at its next step); attempt 2 starts at the step after it (none redone) and ends
+as the uninterrupted run does.
 """
 
 from __future__ import annotations
@@ -231,3 +232,29 @@ def test_sigusr1_to_one_worker_checkpoints_the_gang_at_one_step(
     )
     assert first_steps(reports, job_id, 2) == saved + 1  # no step redone
     assert max_difference(job_dir, uninterrupted[2]) <= TOLERANCE
+
+
+def test_sigusr1_to_a_one_device_replica_checkpoints_at_the_next_step(
+    uninterrupted: dict[int, Path], reports: Reports, tmp_path: Path
+) -> None:
+    job_dir, job_id = tmp_path / "job", 21
+    hp = {**TRAINING, "checkpoint_every_steps": 10 * TOTAL, "step_sleep": 0.02}
+    logs = tmp_path / "logs-1"
+    (process,) = start_replicas(envs(job_id, job_dir, hp), logs)
+    out = logs / "replica-0.out"
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while "first_step" not in (out.read_text() if out.exists() else ""):
+        assert time.monotonic() < deadline and process.poll() is None, logs_of(logs)
+        time.sleep(0.05)
+    time.sleep(chosen_step(0, 100) / 100)
+    process.send_signal(signal.SIGUSR1)
+    assert wait_replicas([process], logs, RUN_TIMEOUT) == [exit_codes.CHECKPOINTED], logs_of(logs)
+    (saved,) = (int(m) for m in re.findall(r"checkpointed step=(\d+)", out.read_text()))
+    assert 0 < saved < TOTAL, saved  # no collective: the first step boundary after the signal
+
+    second = envs(job_id, job_dir, {**hp, "step_sleep": 0}, attempt=2)
+    assert run_replicas(second, tmp_path / "logs-2", RUN_TIMEOUT) == [0], logs_of(
+        tmp_path / "logs-2"
+    )
+    assert first_steps(reports, job_id, 2) == saved + 1
+    assert max_difference(job_dir, uninterrupted[1]) <= TOLERANCE
