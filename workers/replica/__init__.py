@@ -3,6 +3,7 @@
     runner.py     `python -m workers.replica.runner`: one training replica
     strategies.py the tf.distribute strategy the replica builds for its job
     callbacks.py  the tf_keras callback that feeds the replica's metrics
+    backups.py    step-level backups, exact resume and "checkpoint now" (SIGUSR1, exit 75)
     resources.py  CPU, memory and GPU figures of the replica
     busy_time.py  the replica's busy seconds per step (its own work, without waiting for its gang)
     distribution.py  the job's distribution options: CPU split, mixed precision,

@@ -72,6 +72,9 @@ def watch(
     gone, or `term_grace` seconds after a SIGTERM if the replica is still running."""
     termed: list[float] = []  # when SIGTERM came (the agent signals the whole group)
     signal.signal(signal.SIGTERM, lambda _signum, _frame: termed.append(time.monotonic()))
+    # "Checkpoint now" is the replica's to answer; signalled with its group, the
+    # watcher must not die of it.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     while True:
         wait = (
             poll if not termed else max(0.0, min(poll, termed[0] + term_grace - time.monotonic()))

@@ -9,10 +9,10 @@ credentials.
 Under parameter_server the role decides (workers/replica/roles.py): `worker` and
 `ps` serve the cluster, the `chief` trains, the `evaluator` evaluates checkpoints.
 
-Exit codes: 0 success, 1 the trainer failed, 2 bad configuration or unknown
-trainer, 28 a write failed for want of space on DATA_DIR (services/exit_codes.py
-NO_SPACE), 78 given GPUs that TensorFlow cannot see (devices_check.py), 143
-terminated by SIGTERM.
+Exit codes: 0 success, 1 the trainer failed, 2 bad configuration or unknown trainer,
+28 a write failed for want of space on DATA_DIR (services/exit_codes.py NO_SPACE), 75
+checkpointed on request (SIGUSR1, backups.py), 78 given GPUs that TensorFlow cannot
+see (devices_check.py), 143 terminated by SIGTERM.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from services.wire.replica import ReplicaLaunch, ReplicaSpec
 from workers import layout
 from workers.point_buffer import status_line
 from workers.replica import distribution, evaluation_job, parent_watch, roles
+from workers.replica.backups import install_checkpoint_signal
 from workers.replica.callbacks import ReplicaReporter, announce, warn
 from workers.replica.devices_check import require_given_gpus
 from workers.replica.resources import ResourceSampler
@@ -47,8 +48,8 @@ from workers.replica.trainers import (
     parse_trainer_name,
 )
 
-# Keras 3's model.fit breaks under MultiWorkerMirroredStrategy. Nothing above
-# imports tensorflow (it is imported lazily), so this still comes first.
+# Keras 3's model.fit breaks under MultiWorkerMirroredStrategy. Nothing above imports
+# tensorflow (it is imported lazily), so this still comes first.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 EXIT_OK = 0
@@ -119,9 +120,9 @@ def handle_sigterm() -> None:
 
 
 def _install_termination(reporter_box: list[ReplicaReporter]) -> None:
-    """Handle SIGTERM: SystemExit(143) in the main thread, and a watchdog for when it can't;
-    and SIGINT as Python does by default."""
+    """SIGTERM: SystemExit(143), and a watchdog for when it can't; SIGINT as by default."""
     handle_sigterm()
+    install_checkpoint_signal()  # SIGUSR1: a flag for the trainer's backups.py callback
     # The stop for want of space interrupts the main thread (_thread.interrupt_main), which
     # does nothing while SIGINT is ignored: as a replica inherits it from an agent that a
     # non-interactive shell started in the background (CI's `make test`, `cohort up &`).

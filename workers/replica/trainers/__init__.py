@@ -122,6 +122,27 @@ class TrainerContext:
             callbacks.append(evaluator_checkpoints(self.evaluation_dir))
         return callbacks
 
+    def backup(self, every_steps: int | None = None) -> Any:
+        """The step-level `BackupAndRestore` callback for `model.fit`, backing up to
+        `checkpoint_dir` every `every_steps` steps (None: the default; 0: at epoch ends)
+        and answering "checkpoint now" (SIGUSR1) by saving and exiting 75
+        (workers/replica/backups.py). Skip `restored_step(...)` steps of your input."""
+        from workers.replica.backups import DEFAULT_BACKUP_STEPS, backup_callback
+
+        return backup_callback(
+            self.checkpoint_dir,
+            DEFAULT_BACKUP_STEPS if every_steps is None else every_steps,
+            multi_worker=self.replicas > 1 and self.role == "worker",
+            coordinated=self.role == "chief",
+        )
+
+    def restored_step(self, steps_per_epoch: int) -> int:
+        """The step `backup()` will resume `model.fit` after (0: none): the input must
+        start that many steps in, where an uninterrupted run would be."""
+        from workers.replica.backups import restored_step
+
+        return restored_step(self.checkpoint_dir, steps_per_epoch)
+
     @property
     def evaluation_dir(self) -> Path:
         """Where the chief of a parameter_server job saves a checkpoint at each epoch

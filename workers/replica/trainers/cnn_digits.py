@@ -12,6 +12,7 @@ from typing import Any
 
 import tf_keras as keras
 
+from workers.replica.backups import DEFAULT_BACKUP_STEPS
 from workers.replica.trainers import DEFAULT_BATCH_SIZE, TrainerContext
 from workers.replica.trainers.holdout import evaluate_saved
 from workers.replica.trainers.mlp_digits import evaluate_network, fit
@@ -23,7 +24,9 @@ DEFAULTS: dict[str, Any] = {
     "learning_rate": 0.005,
     "filters": 16,
     "seed": 0,
-    "checkpoint_every_steps": 0,  # as in mlp_digits
+    "checkpoint_every_steps": DEFAULT_BACKUP_STEPS,  # as in mlp_digits
+    "deterministic": True,
+    "backups": True,
 }
 
 

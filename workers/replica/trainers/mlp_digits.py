@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from workers.replica.backups import DEFAULT_BACKUP_STEPS
 from workers.replica.callbacks import announce, warn
 from workers.replica.trainers import DEFAULT_BATCH_SIZE, TrainerContext
 from workers.replica.trainers.holdout import evaluate_saved
@@ -36,9 +37,13 @@ DEFAULTS: dict[str, Any] = {
     "learning_rate": 0.01,
     "hidden_units": 64,
     "seed": 0,
-    # 0: checkpoint at each epoch end; N: also every N steps, which bounds the work
-    # a killed or torn-down gang redoes.
-    "checkpoint_every_steps": 0,
+    # A backup every N steps bounds the work a killed or torn-down gang redoes;
+    # 0: at each epoch end only.
+    "checkpoint_every_steps": DEFAULT_BACKUP_STEPS,
+    # tf.config.experimental.enable_op_determinism: the same weights from the same seed.
+    "deterministic": True,
+    # False: no backups at all (a restart starts over; "checkpoint now" is not answered).
+    "backups": True,
 }
 
 
@@ -124,22 +129,16 @@ def build_model(hidden_units: int, learning_rate: float) -> keras.Model:
     return compile_model(mlp(hidden_units), learning_rate)
 
 
-def _backup_callbacks(ctx: TrainerContext, every_steps: int) -> list[keras.callbacks.Callback]:
-    # BackupAndRestore lets a restarted gang resume from its last finished epoch.
-    # tf_keras refuses it under OneDeviceStrategy (NotImplementedError), so such
-    # jobs restart from scratch.
-    if isinstance(ctx.strategy, tf.distribute.OneDeviceStrategy):
-        warn("BackupAndRestore does not support one_device; a restarted attempt starts over")
+def _backup_callbacks(ctx: TrainerContext, hp: dict[str, Any]) -> list[keras.callbacks.Callback]:
+    # Step-level BackupAndRestore (workers/replica/backups.py): a restarted gang resumes
+    # at the step after its last backup, and a checkpoint request is answered with one.
+    every_steps = int(hp["checkpoint_every_steps"])
+    if not hp["backups"]:
         return []
     if ctx.role == "chief" and every_steps:
         # Under ParameterServerStrategy it saves nothing but at epoch ends.
         warn("parameter_server backs up at each epoch end; checkpoint_every_steps is ignored")
-        every_steps = 0
-    return [
-        keras.callbacks.BackupAndRestore(
-            backup_dir=str(ctx.checkpoint_dir), save_freq=every_steps or "epoch"
-        )
-    ]
+    return [ctx.backup(every_steps)]
 
 
 def train(ctx: TrainerContext) -> dict[str, float]:
@@ -150,17 +149,30 @@ def train(ctx: TrainerContext) -> dict[str, float]:
 
 
 def _train_dataset(
-    ctx: TrainerContext, x: np.ndarray, y: np.ndarray, global_batch: int, seed: int
+    ctx: TrainerContext, x: np.ndarray, y: np.ndarray, global_batch: int, hp: dict[str, Any]
 ) -> tf.data.Dataset:
+    """The training batches, in an order that depends on the seed alone, from the first
+    one the step fit resumes at (the backup's, ctx.restored_step) onwards."""
     policy = ctx.distribution.shard_policy
+    # Examples this worker's pipeline yields per step: tf.distribute splits each batch
+    # of `global_batch` among the replicas in sync; with its own rows (sharding off)
+    # a worker keeps all the pieces, one per step, with DATA sharding only its own.
+    per_step = global_batch
     if policy == "auto":
         # Each worker takes its own rows of the in-memory split, so TensorFlow must
         # not shard a second time (its AUTO would fall back to DATA sharding).
         x, y = x[ctx.index :: ctx.replicas], y[ctx.index :: ctx.replicas]
+        per_step = global_batch // ctx.replicas
+    resumed = ctx.restored_step(int(hp["steps_per_epoch"])) if hp["backups"] else 0
+    if resumed:
+        announce(f"resuming after step {resumed}: skipping {resumed * per_step} examples")
     dataset = (
         tf.data.Dataset.from_tensor_slices((x, y))
-        .shuffle(len(x), seed=seed)
+        .shuffle(len(x), seed=int(hp["seed"]))
         .repeat()
+        # Skipped before batching: the same examples as an uninterrupted run's, and
+        # cheap (nothing is batched or copied for the examples skipped).
+        .skip(resumed * per_step)
         .batch(global_batch)
     )
     dataset = (
@@ -184,6 +196,9 @@ def fit(
     epochs, steps_per_epoch = int(hp["epochs"]), int(hp["steps_per_epoch"])
     batch_size, seed = int(hp["batch_size"]), int(hp["seed"])
     keras.utils.set_random_seed(seed)
+    if hp["deterministic"]:
+        # The same weights from the same seed, run after run and across a resume.
+        tf.config.experimental.enable_op_determinism()
 
     x_train, y_train, x_test, y_test = load_splits(seed)
     x_train, x_test = x_train.reshape(-1, *input_shape), x_test.reshape(-1, *input_shape)
@@ -193,7 +208,7 @@ def fit(
     # batch_size / replicas examples. Batching by the global size gives every
     # replica `batch_size` examples per step, taken in order from its own shard.
     global_batch = batch_size * ctx.strategy.num_replicas_in_sync
-    train_ds = _train_dataset(ctx, x_train, y_train, global_batch, seed)
+    train_ds = _train_dataset(ctx, x_train, y_train, global_batch, hp)
     # Every worker holds the same full held-out split and must take part in
     # evaluation (it runs collectives). It is deliberately NOT unsharded: Keras
     # counts eval steps in global batches, so with sharding OFF each worker would
@@ -210,7 +225,7 @@ def fit(
         # `accumulation_steps` batches; it shares `model`'s weights.
         trained = compile_model(ctx.accumulating(model), float(hp["learning_rate"]))
 
-    backups = _backup_callbacks(ctx, int(hp["checkpoint_every_steps"]))
+    backups = _backup_callbacks(ctx, hp)
     trained.fit(
         train_ds,
         epochs=epochs,
@@ -283,7 +298,7 @@ def _fit_coordinated(
         steps_per_epoch=steps_per_epoch,
         callbacks=[
             *ctx.callbacks(global_batch),
-            *_backup_callbacks(ctx, int(hp["checkpoint_every_steps"])),
+            *_backup_callbacks(ctx, hp),
         ],
         verbose=2,
     )
