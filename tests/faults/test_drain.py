@@ -18,7 +18,7 @@ import pytest
 
 from cohort.client import Client
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
-from tests.faults.conftest import record, steps_redone, steps_seen
+from tests.faults.conftest import LONG_JOB, record, steps_redone, steps_seen
 from tests.faults.nothing_lost import assert_nothing_lost
 from tests.faults.saving_job import saving_job
 
@@ -119,6 +119,49 @@ def test_a_drained_node_s_gang_checkpoints_and_resumes_elsewhere(
         None,
         moved_at - drained_at,
         steps_redone(max(before), min(after) - 1, "the drain's checkpoint"),
+    )
+
+
+def test_a_drained_trainer_gang_saves_at_one_step_and_resumes_after_it(
+    make_stack, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """The issue's figure: a 2-replica MWMS `trainer` job drained mid-epoch redoes at most
+    one step. Cohort's callbacks answer SIGUSR1 together (workers/replica/backups.py: the
+    workers agree on the step), save a step-level backup and exit 75; the next attempt
+    restores it on other nodes."""
+    artifacts = tmp_path / "shared-artifacts"
+    stack, client = make_stack(slots=1, COHORT_ARTIFACT_URL=str(artifacts))
+    stack.add_agent("node-b", 1, data_dir=str(tmp_path / "data-node-b"))
+    ready_nodes(client, 2)
+    job = client.submit({**LONG_JOB, "name": "drained-trainer"})
+    first = running(client, job["id"], 1, 30)
+    assert {r["node_id"] for r in first["replica_list"]} == {"node-a", "node-b"}
+    stack.add_agent("node-c", 1, data_dir=str(tmp_path / "data-node-c"))
+    ready_nodes(client, 3)
+
+    drained_at = time.time()
+    client.drain_node("node-a", "maintenance")
+    second = running(client, job["id"], 2, 1)
+    assert {r["node_id"] for r in second["replica_list"]} == {"node-b", "node-c"}
+    moved_at = first_step_at(client, job["id"], 2)
+    final = wait_terminal(client, job["id"], timeout=300)
+    assert final["status"] == "succeeded", job_story(client, job["id"])
+    assert final["attempt"] == 2, job_story(client, job["id"])
+    said = reasons(client, job["id"])
+    moved = next(r for r in said if r.startswith("drained from node node-a"))
+    assert "all 2 replicas checkpointed (exit 75)" in moved, said
+    before, after = steps_seen(client, job["id"], 1), steps_seen(client, job["id"], 2)
+    saved_at = min(after) - 1  # the step the drain's backup holds
+    assert max(before) - saved_at <= 1, (max(before), min(after))  # at most one step redone
+    assert max(after) == 400, max(after)
+    assert_nothing_lost(stack, job["id"])
+    record(
+        "node drained (cohort node drain) under a 2-replica MWMS trainer gang",
+        "Cohort's callbacks answered SIGUSR1 together: both workers saved a step-level "
+        "backup at one step and exited 75; the gang resumed on two other nodes after it",
+        None,
+        moved_at - drained_at,
+        steps_redone(max(before), saved_at, "the drain's backup"),
     )
 
 
