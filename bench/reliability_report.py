@@ -73,12 +73,20 @@ def latest_rows(source: Path) -> dict[str, dict[str, Any]]:
     return latest
 
 
+# A soak of this many jobs or more is a run worth its own row (the issue's three soaks on
+# fresh seeds): each seed is kept; a smaller one (CI's) only as the newest of its size.
+FULL_SOAK_JOBS = 200
+
+
 def latest_soaks(source: Path) -> list[dict[str, Any]]:
-    """The newest soak record of each size (jobs, agents), smallest size first."""
-    latest: dict[tuple[int, int], dict[str, Any]] = {}
+    """The newest soak record of each size (jobs, agents, warm pool), and every full-size
+    soak of its own seed, smallest size first."""
+    latest: dict[tuple[int, int, int, int], dict[str, Any]] = {}
     for row in _records(source):
         if row.get("kind") == "soak":
-            latest[(int(row["jobs"]), int(row["agents"]))] = row
+            jobs = int(row["jobs"])
+            seed = int(row["seed"]) if jobs >= FULL_SOAK_JOBS else 0
+            latest[(jobs, int(row["agents"]), int(row.get("pool", 0)), seed)] = row
     return [latest[size] for size in sorted(latest)]
 
 
@@ -96,7 +104,9 @@ def render_soak(runs: list[dict[str, Any]]) -> str:
         violations = run["violations"]
         broken = {check: n for check, n in violations.items() if n}
         where = (
-            f"{run['jobs']} jobs on {run['agents']} agents, seed {run['seed']}: "
+            f"{run['jobs']} jobs on {run['agents']} agents"
+            f"{f' (a warm pool of {pool} each)' if (pool := run.get('pool')) else ''}, "
+            f"seed {run['seed']}: "
             f"{run['seconds']:.0f} s, {run['at']}, load {run['load']}"
         )
         outcomes = _counts(run["outcomes"]) + (

@@ -273,7 +273,10 @@ def check_metrics(
     return found
 
 
-def check_leftovers(live: list[ReplicaSeen], when: str) -> list[Violation]:
+def check_leftovers(
+    live: list[ReplicaSeen], when: str, warm: Iterable[int] = ()
+) -> list[Violation]:
+    """Replica processes alive `when`, and warm ones (a pooled soak's, handed nothing)."""
     return [
         Violation(
             LEFTOVER,
@@ -281,7 +284,7 @@ def check_leftovers(live: list[ReplicaSeen], when: str) -> list[Violation]:
             f"replica {r.index} on {r.node_id} (state {r.state})",
         )
         for r in live
-    ]
+    ] + [Violation(LEFTOVER, f"{when}: warm process pid {pid}") for pid in warm]
 
 
 def check_capacity(

@@ -9,9 +9,14 @@ job "alive at once" is a fact about processes, so it is read from the processes.
 A replica process is known by its environment at exec (/proc/<pid>/environ, which a
 later change of os.environ does not alter; workers/node/environment.py): the agent's
 marks (COHORT_NODE_DATA_DIR under the soak's directory, COHORT_NODE_ID) and its
-COHORT_JOB_ID, COHORT_ATTEMPT and COHORT_REPLICA_INDEX. The soak runs no warm pool
-(COHORT_REPLICA_POOL_SIZE=0): a warm process is exec'd before its job is known. Children
-a replica forks inherit the same environment and count as the replica's.
+COHORT_JOB_ID, COHORT_ATTEMPT and COHORT_REPLICA_INDEX. Children a replica forks inherit
+the same environment and count as the replica's.
+
+A warm process (a soak with the agents' replica pool on: workers/node/pool.py) is exec'd
+before its job is known, with the marks but no job: it is read again every sample, and
+known as a replica once SQL names its pid as one (`handed`, the agents' reports of the
+processes they handed a replica to). Until then it is *warm*: none of a job's, yet a
+process of the stack's, which must not outlive the stack either (`warm_live`).
 
 A zombie is dead (it only waits to be reaped); a stopped process (SIGSTOP) is alive.
 Each (pid, start time) is read once; a process without the marks is read again until it
@@ -24,12 +29,17 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from workers.replica.parent_watch import stat_fields
 
 UNMARKED_RECHECK_S = 2.0
+HANDED_REFRESH_S = 0.5  # how stale the pid -> replica map may be while a warm one waits
+
+# pid -> (job id, attempt, replica index, node id) of the replicas SQL knows the pid of.
+Handed = Callable[[], dict[int, tuple[int, int, int, str]]]
 
 
 @dataclass
@@ -92,9 +102,14 @@ def _environ(pid: str) -> dict[str, str] | None:
 class ProcessWatch:
     """Samples the replica processes whose agents' DATA_DIR lies under `root`."""
 
-    def __init__(self, root: Path, interval: float = 0.2) -> None:
+    def __init__(self, root: Path, interval: float = 0.2, handed: Handed | None = None) -> None:
         self.root = str(Path(root).absolute())
         self.interval = interval
+        self.handed = handed  # None: no warm pool, every replica is known by its environment
+        self._handed: dict[int, tuple[int, int, int, str]] = {}
+        self._handed_read = 0.0
+        self._warm: set[tuple[int, str]] = set()  # marked, no job: read again each sample
+        self._warm_live: list[int] = []
         self.seen: dict[tuple[int, str], ReplicaSeen] = {}  # (pid, start ticks) -> replica
         self.overlaps: dict[tuple[int, tuple[int, ...]], Overlap] = {}
         self.samples = 0
@@ -123,16 +138,40 @@ class ProcessWatch:
                 now,
                 now,
             )
+        if self.handed is not None and (
+            data_dir == self.root or data_dir.startswith(self.root + os.sep)
+        ):
+            return self._handed_replica(int(pid), key, now)
         first = self._unmarked.setdefault(key, now)
         if now - first > UNMARKED_RECHECK_S:
             self._ignored.add(key)
             self._unmarked.pop(key, None)
         return None
 
+    def _handed_replica(self, pid: int, key: tuple[int, str], now: float) -> ReplicaSeen | None:
+        """The replica a warm process was handed, once SQL names its pid; None (and warm)
+        until then."""
+        assert self.handed is not None
+        if pid not in self._handed and now - self._handed_read > HANDED_REFRESH_S:
+            self._handed, self._handed_read = self.handed(), now
+        found = self._handed.get(pid)
+        if found is None:
+            self._warm.add(key)
+            return None
+        self._warm.discard(key)
+        job_id, attempt, index, node_id = found
+        return ReplicaSeen(pid, job_id, attempt, index, node_id, now, now)
+
+    def warm_live(self) -> list[int]:
+        """The pids of the warm processes (marked, handed nothing) alive at the last sample."""
+        with self._lock:
+            return list(self._warm_live)
+
     def sample(self) -> list[ReplicaSeen]:
         """Read /proc once: the replica processes alive now (recorded as seen)."""
         now = time.time()
         live: list[ReplicaSeen] = []
+        warm: list[int] = []
         present: set[tuple[int, str]] = set()
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
@@ -149,6 +188,8 @@ class ProcessWatch:
             if replica is None:
                 replica = self._identify(entry.name, key, now)
                 if replica is None:
+                    if key in self._warm and state not in ("Z", "X", "x"):
+                        warm.append(key[0])
                     continue
                 self.seen[key] = replica
             if state in ("Z", "X", "x"):
@@ -157,11 +198,13 @@ class ProcessWatch:
             live.append(replica)
         # Forget what no longer exists (pids are reused).
         self._ignored &= present
+        self._warm &= present
         for gone in [k for k in self._unmarked if k not in present]:
             del self._unmarked[gone]
         self._note_overlaps(live, now)
         with self._lock:
             self._live = live
+            self._warm_live = warm
             self.samples += 1
         return live
 

@@ -53,7 +53,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from cli.stack import Stack
-from services.models import Job
+from services.models import Job, Replica
 from services.statuses import TERMINAL_STATUSES
 from tests.chaos import invariants
 from tests.chaos.faults import FAULT_KINDS, REPLICA_KINDS, Injector
@@ -81,6 +81,7 @@ class SoakConfig:
     max_faults: int | None = None
     cancel_share: float = 0.15
     tensorflow_share: float = 1.0  # of the jobs; the others are steppers
+    pool: int = 0  # warm replica processes per agent (COHORT_REPLICA_POOL_SIZE)
     time_limit: float = 4 * 3600.0  # for every job to end, from the first submission
     verbose: bool = True
 
@@ -146,7 +147,7 @@ class Soak:
         self.data_dirs = {node: workdir / f"data-{node}" for node in self.agents}
         self.start = time.monotonic()
         self.log = log or (lambda line: None)
-        self.result = SoakResult(config.jobs, config.agents, config.seed)
+        self.result = SoakResult(config.jobs, config.agents, config.seed, config.pool)
         self.held_before: set[int] = set()  # ports of the range listened on before the start
 
     def say(self, line: str) -> None:
@@ -167,7 +168,8 @@ class Soak:
                     "COHORT_ARTIFACT_URL": str(self.workdir / "artifacts"),
                     "COHORT_API_PORT": str(free_port()),
                     "COHORT_PORT_RANGE_START": PORT_BASE,
-                    "COHORT_REPLICA_POOL_SIZE": "0",  # processes known by environ
+                    # A warm process is known once SQL names its pid (processes.py).
+                    "COHORT_REPLICA_POOL_SIZE": str(self.config.pool),
                     "COHORT_BOOTSTRAP_TOKEN": FAULT_TOKEN,
                 },
                 quiet=True,
@@ -196,16 +198,16 @@ class Soak:
         )
         with self.stack() as (stack, postgres):
             engine = self._engine(postgres)
-            watch = ProcessWatch(self.workdir)
+            watch = ProcessWatch(self.workdir, handed=_handed(engine) if config.pool else None)
             watch.start()
             try:
                 self._soak(stack, postgres, engine, watch)
             finally:
                 watch.stop()
                 engine.dispose()
-        # After the stack stopped: nothing of its replicas may be left.
+        # After the stack stopped: nothing of its replicas may be left, warm ones included.
         self.result.violations += invariants.check_leftovers(
-            watch.sample(), "after the stack stopped"
+            watch.sample(), "after the stack stopped", watch.warm_live()
         )
         self.result.seconds = time.monotonic() - self.start
         return self.result
@@ -408,6 +410,23 @@ class Soak:
         )
 
 
+def _handed(engine: sa.Engine) -> Callable[[], dict[int, tuple[int, int, int, str]]]:
+    """The pid -> replica map a pooled soak's process watch reads (processes.py)."""
+
+    def read() -> dict[int, tuple[int, int, int, str]]:
+        query = sa.select(
+            Replica.pid, Replica.job_id, Replica.attempt, Replica.index, Replica.node_id
+        ).where(Replica.pid.is_not(None))
+        try:
+            with engine.connect() as connection:
+                rows = connection.execute(query.order_by(Replica.id)).all()
+        except sa.exc.OperationalError:  # PostgreSQL restarted by the soak: next time
+            return {}
+        return {pid: (job, attempt, index, node) for pid, job, attempt, index, node in rows}
+
+    return read
+
+
 def run_soak(
     config: SoakConfig, workdir: Path | None = None, log: Callable[[str], None] | None = None
 ) -> SoakResult:
@@ -443,6 +462,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agents", type=int, default=3)
     parser.add_argument("--slots", type=int, default=2, help="per agent")
     parser.add_argument(
+        "--pool", type=int, default=0, help="warm replica processes per agent (0: none)"
+    )
+    parser.add_argument(
         "--tensorflow-share",
         type=float,
         default=1.0,
@@ -466,7 +488,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     config = SoakConfig(
-        jobs=args.jobs, agents=args.agents, slots=args.slots, tensorflow_share=args.tensorflow_share
+        jobs=args.jobs,
+        agents=args.agents,
+        slots=args.slots,
+        tensorflow_share=args.tensorflow_share,
+        pool=args.pool,
     )
     if args.seed is not None:
         config.seed = args.seed

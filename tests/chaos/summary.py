@@ -24,6 +24,7 @@ class SoakResult:
     jobs: int
     agents: int
     seed: int
+    pool: int = 0  # warm replica processes per agent
     seconds: float = 0.0
     faults: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
@@ -40,7 +41,8 @@ class SoakResult:
         """What the soak prints: faults by kind, jobs by outcome, violations by check."""
         width = max(len(k) for k in (*FAULT_KINDS, *CHECKS)) + 2
         lines = [
-            f"chaos soak: {self.jobs} jobs on {self.agents} agents, seed {self.seed}, "
+            f"chaos soak: {self.jobs} jobs on {self.agents} agents"
+            f"{f', a warm pool of {self.pool} each' if self.pool else ''}, seed {self.seed}, "
             f"{self.seconds:.0f} s",
             "",
             "faults injected",
@@ -72,6 +74,7 @@ class SoakResult:
             "jobs": self.jobs,
             "agents": self.agents,
             "seed": self.seed,
+            "pool": self.pool,
             "seconds": round(self.seconds, 1),
             "faults": {k: self.faults.get(k, 0) for k in FAULT_KINDS},
             "outcomes": {

@@ -120,16 +120,26 @@ def soak(jobs: int, seed: int, at: str, **violations: int) -> dict[str, object]:
 
 
 def test_soak_records_have_a_table_of_their_own_the_newest_run_of_each_size(tmp_path: Path) -> None:
+    """A small soak (CI's) keeps only its newest run; every full-size soak (200 jobs) keeps
+    a row per seed, and a warm-pool soak is a size of its own."""
     source = rows(
         tmp_path / "r.jsonl",
         soak(200, 1, "2026-01-01 09:00:00", overlap=2),
+        soak(12, 5, "2026-01-01 09:30:00"),
         row("a", 1.0, "2026-01-01 10:00:00"),
         soak(12, 2, "2026-01-01 10:05:00"),
         soak(200, 3, "2026-01-01 11:00:00"),
+        {**soak(200, 3, "2026-01-01 12:00:00"), "pool": 2},
     )
     assert list(latest_rows(source)) == ["a"]  # the soak is no fault row
     runs = latest_soaks(source)
-    assert [(r["jobs"], r["seed"]) for r in runs] == [(12, 2), (200, 3)]
+    assert [(r["jobs"], r["seed"], r.get("pool", 0)) for r in runs] == [
+        (12, 2, 0),
+        (200, 1, 0),
+        (200, 3, 0),
+        (200, 3, 2),
+    ]
+    assert "200 jobs on 3 agents (a warm pool of 2 each), seed 3: " in render_soak(runs[3:])
     table = render_soak(runs).splitlines()
     assert table[0] == (
         "| run | faults injected by kind | jobs by outcome | invariant violations |"
@@ -140,7 +150,7 @@ def test_soak_records_have_a_table_of_their_own_the_newest_run_of_each_size(tmp_
         "succeeded: 8; failed: 3; cancelled: 1 (4 ran more than one attempt, 2 cancels "
         "asked) | 0 (of 2 checks) |"
     )
-    assert len(table) == 4
+    assert len(table) == 2 + len(runs)
     exited = render_soak([{**runs[0], "exited_by_themselves": {"api": 1}}]).splitlines()[2]
     assert "(total 5); exited by themselves, started again: api: 1 |" in exited
 
