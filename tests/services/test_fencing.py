@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from services.cluster.fencing import Fence, Fenced, begin_term, check_token, iss
 from services.cluster.nodes import Heartbeat
 from services.db import make_engine, session_scope
 from services.jobs import store as jobs
-from services.models import Job, Node, Replica, utcnow
+from services.models import Job, Node, Project, Replica, utcnow
 from services.scheduling import scheduler_pass
 from services.settings import get_settings
 from services.statuses import JobStatus, ReplicaStatus
@@ -34,14 +35,20 @@ NODE = "fence-n1"
 
 @pytest.fixture
 def queued_job(engine: Engine) -> Iterator[int]:  # noqa: ARG001 - the test database
-    """A committed queued two-replica job; it and the test's node are deleted after."""
+    """A committed queued two-replica job of a project of its own; the project, the job and
+    the test's node are deleted after. Not the "default" project: committed, it would be
+    every later test's "default" (tests/factories.py create_token), and their files in the
+    worker's one artifact store would meet (an upload found "replaced", another test's
+    holdout found)."""
+    project = f"fence-{uuid.uuid4().hex[:8]}"
     with session_scope() as session:
-        _, token = create_token(session)
+        _, token = create_token(session, project)
         job_id = create_job(session, token.project_id, replicas=2).id
     yield job_id
     with session_scope() as session:
         jobs.delete_jobs(session=session, job_ids=[job_id])
         session.execute(sa.delete(Node).where(Node.id == NODE))
+        session.execute(sa.delete(Project).where(Project.name == project))
 
 
 def run_pass(fence: Fence) -> scheduler_pass.PassResult:
