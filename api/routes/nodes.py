@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, BackgroundTasks
 
 from api.deps import RedisDep, SessionDep, TokenDep, scoped
+from api.json_body import CohortRoute
 from api.openapi import errors
 from services.auth.scopes import Scope
 from services.cluster import drains, nodes
@@ -12,7 +13,12 @@ from services.jobs.schemas import GpuRead, NodeDrain, NodeRead
 from services.models import Node, Replica, utcnow
 from services.wire.client import wake_scheduler
 
-router = APIRouter(prefix="/nodes", tags=["nodes"], dependencies=scoped(write=Scope.ADMIN))
+router = APIRouter(
+    prefix="/nodes",
+    tags=["nodes"],
+    route_class=CohortRoute,  # a drain's JSON body: non-finite numbers refused (api/json_body.py)
+    dependencies=scoped(write=Scope.ADMIN),
+)
 
 
 def _node_view(node: Node, live: list[Replica], mine: list[str]) -> NodeRead:
