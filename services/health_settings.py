@@ -25,3 +25,6 @@ class HealthSettings(BaseSettings):
     # new replicas until `cohort node undrain` (0: no node is ever quarantined).
     QUARANTINE_FAILURES: int = Field(3, ge=0, le=1000)
     QUARANTINE_WINDOW: float = Field(3600.0, gt=0)
+    # At most this share of the live nodes quarantined at once (0.5: half; one node alone
+    # never): faults on most nodes alike are not a node's (services/cluster/quarantine.py).
+    QUARANTINE_MAX_SHARE: float = Field(0.5, ge=0, le=1)

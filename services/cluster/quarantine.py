@@ -2,7 +2,9 @@
 often takes no new replicas (Node.cordon = QUARANTINE, with its reason) until an
 operator lifts it (`cohort node undrain`: drains.undrain_node).
 
-What counts, per node, within QUARANTINE_WINDOW and since its cordon was last lifted:
+What counts, per node, within QUARANTINE_WINDOW and since its cordon was last lifted, once
+per attempt of a job (a node lost takes every replica of a gang there at once: one
+incident, not one per replica):
 
 * a replica that failed in a way that says the node may be at fault: lost (its node
   stopped answering, or its agent no longer ran it or never started it), killed by a
@@ -14,6 +16,10 @@ Not counted: a program's own error (exit 1 and the like) or a permanent failure 
 command, segfault), which fails the same on any node; a replica's own request for a
 retry (138) or its answer to "checkpoint now" (75); a replica Cohort stopped; a hung
 replica (a deadlock of the program hangs it on any node).
+
+Never more than QUARANTINE_MAX_SHARE of the live nodes are quarantined at once (half, by
+default; a single node never): faults that strike most nodes alike are the cluster's or the
+jobs' (a bad release, an outage), and quarantining every node for them would stop all work.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from sqlalchemy.orm import Session
 from services import exit_codes
 from services.models import Node, Replica, Straggler
 from services.settings import Settings
-from services.statuses import NodeCordon, ReplicaStatus
+from services.statuses import LIVE_NODE_STATUSES, NodeCordon, ReplicaStatus
 
 # The partial index's condition, written out (a bound parameter would hide it from a
 # generic plan, which then could not use the index).
@@ -62,6 +68,7 @@ def quarantine_nodes(*, session: Session, settings: Settings, now: dt.datetime) 
         sa.select(
             Replica.node_id,
             Replica.job_id,
+            Replica.attempt,
             Replica.index,
             Replica.status,
             Replica.exit_code,
@@ -74,10 +81,14 @@ def quarantine_nodes(*, session: Session, settings: Settings, now: dt.datetime) 
             *_counted(Replica.finished_at),
         )
     )
-    for node_id, job_id, index, status, exit_code, failure in failed:
+    incidents: dict[str, dict[tuple[int, int], str]] = {}
+    for node_id, job_id, attempt, index, status, exit_code, failure in failed:
         fault = node_fault(status, exit_code, failure)
-        if fault:
-            faults.setdefault(node_id, []).append(f"job {job_id} replica {index} {fault}")
+        if fault:  # the first replica of an attempt names the incident
+            here = incidents.setdefault(node_id, {})
+            here.setdefault((job_id, attempt), f"job {job_id} replica {index} {fault}")
+    for node_id, here in incidents.items():
+        faults[node_id] = list(here.values())
     stragglers = session.execute(
         sa.select(Straggler.node_id, Straggler.job_id, Straggler.replica)
         .join(Node, Node.id == Straggler.node_id)
@@ -85,9 +96,10 @@ def quarantine_nodes(*, session: Session, settings: Settings, now: dt.datetime) 
     )
     for node_id, job_id, index in stragglers:
         faults.setdefault(node_id, []).append(f"job {job_id} replica {index} straggled")
-    quarantined = []
+    quarantined: list[Node] = []
+    room = _room(session, settings)
     for node_id, found in sorted(faults.items()):
-        if len(found) < settings.QUARANTINE_FAILURES:
+        if len(found) < settings.QUARANTINE_FAILURES or len(quarantined) >= room:
             continue
         node = session.get(Node, node_id, with_for_update=True)
         if node is None or node.cordon is not None:
@@ -101,6 +113,18 @@ def quarantine_nodes(*, session: Session, settings: Settings, now: dt.datetime) 
         quarantined.append(node)
     session.flush()
     return quarantined
+
+
+def _room(session: Session, settings: Settings) -> int:
+    """How many more nodes may be quarantined: QUARANTINE_MAX_SHARE of the live nodes, less
+    those quarantined already."""
+    live, held = session.execute(
+        sa.select(
+            sa.func.count(),
+            sa.func.count().filter(Node.cordon == NodeCordon.QUARANTINE),
+        ).where(Node.status.in_(LIVE_NODE_STATUSES))
+    ).one()
+    return int(live * settings.QUARANTINE_MAX_SHARE) - held
 
 
 def _counted(at: Any) -> tuple[Any, ...]:

@@ -184,6 +184,21 @@ def _place_all(
     return messages, placed, bool(changed)
 
 
+def _no_node_reason(session: Session) -> str:
+    """Why no node is offered: none registered, or every live one cordoned."""
+    cordoned = session.execute(
+        sa.select(sa.func.count()).where(
+            Node.status.in_(LIVE_NODE_STATUSES), Node.cordon.is_not(None)
+        )
+    ).scalar_one()
+    if cordoned:
+        return (
+            f"every node is drained or quarantined ({cordoned}): waiting for one to be "
+            "undrained (`cohort node list` says why)"
+        )
+    return "waiting for a node agent to register"
+
+
 def _waiting_reasons(session: Session, waiting: dict[int, str], any_ready: bool) -> dict[int, str]:
     """What each waiting job shows. A node whose GPU inventory is pending may be what a
     job needs (its GPUs are not known yet): no job is unschedulable while one is."""
@@ -191,7 +206,7 @@ def _waiting_reasons(session: Session, waiting: dict[int, str], any_ready: bool)
     pending = read_pending(session=session) if unfit or not any_ready else []
     if not any_ready:
         if not pending:
-            return dict.fromkeys(waiting, "waiting for a node agent to register")
+            return dict.fromkeys(waiting, _no_node_reason(session))
         unfit = set(waiting)
     if not pending:
         return waiting

@@ -171,6 +171,10 @@ class Soak:
                     # A warm process is known once SQL names its pid (processes.py).
                     "COHORT_REPLICA_POOL_SIZE": str(self.config.pool),
                     "COHORT_BOOTSTRAP_TOKEN": FAULT_TOKEN,
+                    # The soak's faults fall on nodes at random, no node worse than another:
+                    # quarantine (a policy about bad nodes, tests/faults/test_stragglers.py)
+                    # would only take capacity away as they pile up.
+                    "COHORT_QUARANTINE_FAILURES": "0",
                 },
                 quiet=True,
             )

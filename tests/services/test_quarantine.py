@@ -7,17 +7,31 @@ The clock is passed in; the real slowdown is tests/faults/test_stragglers.py."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 
+import pytest
 from sqlalchemy.orm import Session
 
 from services.cluster import drains, stragglers
+from services.cluster.nodes import Heartbeat, record_heartbeat
+from services.cluster.quarantine import quarantine_nodes
 from services.cluster.stragglers import stragglers_by_node
 from services.jobs import store as jobs
-from services.models import JobEvent, MetricPoint, Node, Straggler
+from services.models import JobEvent, MetricPoint, Node, Replica, Straggler
 from services.settings import get_settings
-from services.statuses import JobStatus, NodeCordon
+from services.statuses import JobStatus, NodeCordon, ReplicaStatus
 from tests.factories import create_job, create_token
 from tests.services.test_failures import T0, fail_replica, run, start_gang
+
+
+@pytest.fixture
+def one_node_may_be_quarantined(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """These tests' cluster is one node, which the default share (half) never quarantines."""
+    monkeypatch.setenv("COHORT_QUARANTINE_MAX_SHARE", "1")
+    get_settings.cache_clear()
+    yield
+    monkeypatch.delenv("COHORT_QUARANTINE_MAX_SHARE")
+    get_settings.cache_clear()
 
 
 def failed_jobs(session: Session, code: int, count: int) -> None:
@@ -29,6 +43,7 @@ def failed_jobs(session: Session, code: int, count: int) -> None:
         assert job.status is JobStatus.FAILED
 
 
+@pytest.mark.usefixtures("one_node_may_be_quarantined")
 def test_a_node_whose_replicas_are_killed_is_quarantined_until_lifted(session: Session) -> None:
     failed_jobs(session, 137, 2)
     run(session, T0)
@@ -43,6 +58,7 @@ def test_a_node_whose_replicas_are_killed_is_quarantined_until_lifted(session: S
     waiting = create_job(session, token.project_id, replicas=1)
     run(session, T0 + dt.timedelta(seconds=1))
     assert waiting.status is JobStatus.QUEUED  # nothing placed on a quarantined node
+    assert waiting.reason.startswith("every node is drained or quarantined (1)"), waiting.reason
     drains.undrain_node(session=session, node_id="n1", at=T0 + dt.timedelta(seconds=2))
     run(session, T0 + dt.timedelta(seconds=3))
     assert node.cordon is None  # the faults before the lift no longer count
@@ -50,6 +66,7 @@ def test_a_node_whose_replicas_are_killed_is_quarantined_until_lifted(session: S
     assert [r.node_id for r in jobs.read_replicas(session=session, job=waiting)] == ["n1"]
 
 
+@pytest.mark.usefixtures("one_node_may_be_quarantined")
 def test_program_errors_and_old_faults_quarantine_nothing(session: Session) -> None:
     failed_jobs(session, 1, 3)  # the program's error fails on any node
     run(session, T0)
@@ -132,3 +149,54 @@ def test_the_leaders_window_reads_only_new_figures_and_judges_their_gangs(
         stragglers.name_stragglers(session=session, settings=settings, now=T0, window=window) == []
     )
     assert window.reports == {}
+
+
+def lost_replicas(session: Session, node_id: str, attempts: int, replicas: int) -> None:
+    """`attempts` attempts of one job, each losing `replicas` replicas on `node_id` at T0."""
+    _, token = create_token(session)
+    job = create_job(session, token.project_id, replicas=replicas)
+    for attempt in range(1, attempts + 1):
+        for index in range(replicas):
+            session.add(
+                Replica(
+                    job_id=job.id,
+                    attempt=attempt,
+                    index=index,
+                    node_id=node_id,
+                    address="10.1.0.9",
+                    port=29500 + index,
+                    status=ReplicaStatus.LOST,
+                    failure=f"lost: node {node_id} stopped answering",
+                    finished_at=T0,
+                )
+            )
+    session.flush()
+
+
+def nodes(session: Session, *ids: str) -> list[Node]:
+    return [record_heartbeat(session=session, beat=Heartbeat(n, "10.1.0.9", 4, 0, T0)) for n in ids]
+
+
+def test_a_gang_lost_at_once_is_one_incident_not_one_per_replica(session: Session) -> None:
+    [n1, _n2, _n3, _n4] = nodes(session, "n1", "n2", "n3", "n4")
+    lost_replicas(session, "n1", attempts=2, replicas=3)  # two incidents, six replicas
+    assert quarantine_nodes(session=session, settings=get_settings(), now=T0) == []
+    assert n1.cordon is None
+    lost_replicas(session, "n1", attempts=1, replicas=1)  # the third
+    assert quarantine_nodes(session=session, settings=get_settings(), now=T0) == [n1]
+    assert n1.cordon_reason.startswith("quarantined: 3 replicas failed or straggled here")
+
+
+def test_no_more_than_half_the_live_nodes_are_quarantined(session: Session) -> None:
+    """Faults on every node alike (a bad release, an outage) are not a node's: quarantining
+    them all would stop all work."""
+    cluster = nodes(session, "n1", "n2", "n3")
+    for node in cluster:
+        lost_replicas(session, node.id, attempts=3, replicas=1)
+    quarantined = quarantine_nodes(session=session, settings=get_settings(), now=T0)
+    assert [n.id for n in quarantined] == ["n1"]  # int(3 x 0.5): one of three
+    assert [n.id for n in cluster if n.cordon is NodeCordon.QUARANTINE] == ["n1"]
+    assert quarantine_nodes(session=session, settings=get_settings(), now=T0) == []
+    assert nodes(session, "n4") and quarantine_nodes(
+        session=session, settings=get_settings(), now=T0
+    ) == [cluster[1]]  # a fourth node makes room for a second
