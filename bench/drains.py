@@ -39,45 +39,13 @@ from cohort.client import Client  # noqa: E402
 from tests.e2e.conftest import job_story, wait_for  # noqa: E402
 from tests.faults.conftest import FAST  # noqa: E402
 from tests.faults.processes import attempt_processes  # noqa: E402
+from tests.faults.saving_job import saving_job  # noqa: E402
 
 EVERY, PAUSE, STEPS, PAST = 50, 0.05, 100_000, 75  # checkpoint interval, step time, steps
 
-SCRIPT = """\
-import os, signal, sys, time
-from cohort.metrics import report
-every, pause, steps = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-state = os.path.join(os.environ["COHORT_CHECKPOINT_DIR"], "step")
-asked = []
-signal.signal(signal.SIGUSR1, lambda *_: asked.append(1))
-
-def save(step):
-    os.makedirs(os.path.dirname(state), exist_ok=True)
-    with open(state + ".partial", "w") as f:
-        f.write(str(step))
-    os.replace(state + ".partial", state)
-
-try:
-    with open(state) as f:
-        step = int(f.read())
-except FileNotFoundError:
-    step = 0
-while step < steps:
-    time.sleep(pause)
-    step += 1
-    report(step, loss=1.0 / step)
-    if asked:
-        save(step)
-        sys.exit(75)
-    if step % every == 0:
-        save(step)
-"""
-JOB = {
-    "name": "drain-bench",
-    "command": ["python", "-c", SCRIPT, str(EVERY), str(PAUSE), str(STEPS)],
-    "replicas": 1,
-    "restart_policy": "on_failure",
-    "max_restarts": 100,
-}
+JOB = saving_job(
+    STEPS, PAUSE, every=EVERY, name="drain-bench", replicas=1, restart_policy="on_failure"
+) | {"max_restarts": 100}
 
 
 def steps(client: Client, job_id: int, attempt: int) -> list[int]:

@@ -16,7 +16,7 @@ from typing import Any
 SCRIPT = """\
 import os, signal, sys, time
 from cohort.metrics import report
-steps, pause, mode = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+steps, pause, mode, every = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 state = os.path.join(os.environ["COHORT_CHECKPOINT_DIR"], "step")
 asked = []
 signal.signal(signal.SIGUSR1, signal.SIG_IGN if mode == "ignore" else lambda *_: asked.append(1))
@@ -41,15 +41,19 @@ while step < steps:
         save(step)
         print(f"checkpointed at step {step}: exiting 75", flush=True)
         sys.exit(75)
+    if every and step % every == 0:  # a periodic checkpoint, as a crash would find it
+        save(step)
 save(step)
 print(f"done: {steps} steps", flush=True)
 """
 
 
 def saving_job(
-    steps: int, step_seconds: float, ignore: bool = False, **fields: Any
+    steps: int, step_seconds: float, ignore: bool = False, every: int = 0, **fields: Any
 ) -> dict[str, Any]:
     """A job spec whose replicas each run `steps` steps `step_seconds` apart, save their
-    step and exit 75 on SIGUSR1 (unless `ignore`), and resume from the saved step."""
+    step and exit 75 on SIGUSR1 (unless `ignore`), save it every `every` steps too (0:
+    never), and resume from the saved step (bench/drains.py runs it as well)."""
     mode = "ignore" if ignore else "save"
-    return {"command": ["python", "-c", SCRIPT, str(steps), str(step_seconds), mode], **fields}
+    argv = [str(steps), str(step_seconds), mode, str(every)]
+    return {"command": ["python", "-c", SCRIPT, *argv], **fields}
