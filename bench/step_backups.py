@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,20 +33,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.rounds import interleaved, per_round_ratios, ratio_row  # noqa: E402
 from cohort.metrics import decode_line  # noqa: E402
+from tests.e2e.conftest import free_ports  # noqa: E402
 from workers.replica.backups import DECISION_STEPS, DEFAULT_BACKUP_STEPS  # noqa: E402
 
 EPOCHS = 3
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def launch(workdir: Path, replicas: int, hyperparameters: dict[str, Any]) -> list[Path]:

@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from services.jobs.trainers import BUILTIN_TRAINERS  # noqa: E402
 from services.wire.keys import METRICS_STREAM  # noqa: E402
+from tests.e2e.conftest import free_ports  # noqa: E402
 
 HP = {"epochs": 3, "steps_per_epoch": 100, "batch_size": 32}
 PS_ROLES = [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]
@@ -93,17 +93,6 @@ CASES = [
     ),
     Case("parameter_server chief+2w+1ps", "parameter_server"),
 ]
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def tf_configs(case: Case) -> list[dict[str, Any] | None]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,22 +24,11 @@ import redis
 
 from cohort.metrics import decode_line
 from services.wire.keys import METRICS_STREAM
+from tests.e2e.conftest import free_ports
 from workers.node.report_shipper import MetricReporter
 
 ROOT = Path(__file__).resolve().parents[2]
 GANG_TIMEOUT = 120.0
-
-
-def free_ports(count: int) -> list[int]:
-    """Loopback ports that were free a moment ago (all held at once, so distinct)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 _spec_dir: list[Path] = []  # the running test's tmp_path
