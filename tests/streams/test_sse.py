@@ -47,7 +47,16 @@ def emit_logs(client: redis.Redis, job_id: int, lines: list[str], first_seq: int
 
 
 def take(events: Iterator[Event], n: int) -> list[Event]:
-    return [next(events) for _ in range(n)]
+    """The next `n` events; a read that times out says how far the stream had come (the
+    client's timeout: no byte for that long)."""
+    got: list[Event] = []
+    try:
+        while len(got) < n:
+            got.append(next(events))
+    except httpx.ReadTimeout as exc:
+        last = got[-1].data if got else None
+        raise AssertionError(f"{len(got)} of {n} events, then no byte; the last: {last}") from exc
+    return got
 
 
 def keys(events: list[Event]) -> list[tuple[Any, ...]]:
