@@ -137,4 +137,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        # Answered or done: a later SIGUSR1 has nothing to save. Ignored, since Python's
+        # shutdown gives it its default action back, which would end the process as 138.
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)

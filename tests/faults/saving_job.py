@@ -40,9 +40,11 @@ while step < steps:
     if asked:
         save(step)
         print(f"checkpointed at step {step}: exiting 75", flush=True)
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # answered: a later one must not end it
         sys.exit(75)
     if every and step % every == 0:  # a periodic checkpoint, as a crash would find it
         save(step)
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # done: nothing left to save
 save(step)
 print(f"done: {steps} steps", flush=True)
 """

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from cli.stack import Stack
 from cohort.client import Client
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
 from tests.faults.conftest import LONG_JOB, record, steps_redone, steps_seen
@@ -25,6 +26,10 @@ from tests.faults.saving_job import saving_job
 pytestmark = [pytest.mark.e2e, pytest.mark.slow(60)]
 
 STEPS, PAUSE = 400, 0.05  # 20 s of steps: a drain lands mid-job
+# The trainer gang's run: 800 steps of the built-in MLP, about 12 s alone and three times
+# that on a loaded machine, so that the drain lands mid-job there too.
+TRAINER_HP = {"epochs": 8, "steps_per_epoch": 100}
+TRAINER_STEPS = TRAINER_HP["epochs"] * TRAINER_HP["steps_per_epoch"]
 
 
 def ready_nodes(client: Client, count: int) -> None:
@@ -61,6 +66,21 @@ def first_step_at(client: Client, job_id: int, attempt: int) -> float:
     return min(points, key=lambda p: p["step"])["ts"]
 
 
+def with_a_spare(stack: Stack, client: Client, tmp_path: Path) -> None:
+    """node-a, node-b and a spare node-c, held back (drained) until `take_the_spare`: the
+    gang goes on node-a and node-b, and the spare is there the moment node-a is drained.
+    An agent started only then can take a loaded machine longer to bring up than the job
+    has left to run (a CI run: the drain reached replicas that had just finished)."""
+    stack.add_agent("node-b", 1, data_dir=str(tmp_path / "data-node-b"))
+    stack.add_agent("node-c", 1, data_dir=str(tmp_path / "data-node-c"))
+    ready_nodes(client, 3)
+    client.drain_node("node-c", "a spare, held back")
+
+
+def take_the_spare(client: Client) -> None:
+    assert client.undrain_node("node-c")["cordon"] is None
+
+
 def exits(client: Client, job_id: int, attempt: int) -> list[str]:
     """Each replica's own last words in the attempt (the saving job prints its answer)."""
     lines = client.logs(job_id, attempt=attempt, limit=100_000)
@@ -72,14 +92,12 @@ def test_a_drained_node_s_gang_checkpoints_and_resumes_elsewhere(
 ) -> None:  # type: ignore[no-untyped-def]
     artifacts = tmp_path / "shared-artifacts"
     stack, client = make_stack(slots=1, COHORT_ARTIFACT_URL=str(artifacts))
-    stack.add_agent("node-b", 1, data_dir=str(tmp_path / "data-node-b"))
-    ready_nodes(client, 2)
+    with_a_spare(stack, client, tmp_path)
     # restart_policy never: a move is not a restart, so the job still moves.
     job = client.submit(saving_job(STEPS, PAUSE, name="drained", replicas=2))
     first = running(client, job["id"], 1, 20)
     assert {r["node_id"] for r in first["replica_list"]} == {"node-a", "node-b"}
-    stack.add_agent("node-c", 1, data_dir=str(tmp_path / "data-node-c"))
-    ready_nodes(client, 3)
+    take_the_spare(client)
 
     drained_at = time.time()
     node = client.drain_node("node-a", "maintenance")
@@ -131,13 +149,11 @@ def test_a_drained_trainer_gang_saves_at_one_step_and_resumes_after_it(
     restores it on other nodes."""
     artifacts = tmp_path / "shared-artifacts"
     stack, client = make_stack(slots=1, COHORT_ARTIFACT_URL=str(artifacts))
-    stack.add_agent("node-b", 1, data_dir=str(tmp_path / "data-node-b"))
-    ready_nodes(client, 2)
-    job = client.submit({**LONG_JOB, "name": "drained-trainer"})
+    with_a_spare(stack, client, tmp_path)
+    job = client.submit({**LONG_JOB, "name": "drained-trainer", "hyperparameters": TRAINER_HP})
     first = running(client, job["id"], 1, 30)
     assert {r["node_id"] for r in first["replica_list"]} == {"node-a", "node-b"}
-    stack.add_agent("node-c", 1, data_dir=str(tmp_path / "data-node-c"))
-    ready_nodes(client, 3)
+    take_the_spare(client)
 
     drained_at = time.time()
     client.drain_node("node-a", "maintenance")
@@ -153,7 +169,7 @@ def test_a_drained_trainer_gang_saves_at_one_step_and_resumes_after_it(
     before, after = steps_seen(client, job["id"], 1), steps_seen(client, job["id"], 2)
     saved_at = min(after) - 1  # the step the drain's backup holds
     assert max(before) - saved_at <= 1, (max(before), min(after))  # at most one step redone
-    assert max(after) == 400, max(after)
+    assert max(after) == TRAINER_STEPS, max(after)
     assert_nothing_lost(stack, job["id"])
     record(
         "node drained (cohort node drain) under a 2-replica MWMS trainer gang",

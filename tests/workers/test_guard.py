@@ -95,3 +95,35 @@ def test_the_program_stops_when_its_agent_dies(tmp_path: Path) -> None:
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(pid), "the program outlived its agent"
+
+
+def test_requests_that_keep_coming_leave_the_programs_answer_the_guards(tmp_path: Path) -> None:
+    """SIGUSR1 after SIGUSR1 to the group (an operator's drain, then the node's own
+    shutdown notice), until the guard is gone: the guard reports the program's 75, never
+    dies of a request itself (138) while it ends. The program ignores the requests once it
+    has answered, as docs/your-code.md tells a program to."""
+    ready = tmp_path / "ready"
+    program = (
+        "import pathlib, signal, sys, time\n"
+        "asked = []\n"
+        "signal.signal(signal.SIGUSR1, lambda *_: asked.append(1))\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "while not asked:\n"
+        "    time.sleep(0.01)\n"
+        "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
+        "sys.exit(75)\n"
+    )
+    guard = guarded(program)
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sent = 0
+    while guard.poll() is None and time.monotonic() < deadline:
+        try:
+            os.killpg(guard.pid, signal.SIGUSR1)
+        except ProcessLookupError:  # the group is gone: the guard has exited
+            break
+        sent += 1
+        time.sleep(0.0005)
+    assert guard.wait(30) == 75
+    assert sent > 1

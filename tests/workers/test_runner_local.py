@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -270,6 +271,31 @@ def test_sigterm_stops_a_training_gang_with_143(reports: Reports, tmp_path: Path
     assert wait_replicas(processes, logs, timeout=20) == [143, 143], logs_of(logs)
     # Both reported while training (the reporter does not wait for the end).
     assert {replica for replica, *_ in read_points(reports, job_id)} == {0, 1}
+
+
+def test_checkpoint_requests_that_keep_coming_leave_the_exit_code_75(tmp_path: Path) -> None:
+    """SIGUSR1 after SIGUSR1 (an operator's drain and the node's own shutdown notice both
+    ask; a request can also reach a replica that has just finished): the replica saves once
+    and exits 75 (CHECKPOINTED), never dies of a later request (138). Python's shutdown
+    puts back the default action, ending the process, for every signal it had a handler
+    for; the requests here keep coming until the process is gone, so one lands in that
+    window unless the runner ignores them once its work is done."""
+    job_id, job_dir, logs = 106, tmp_path / "job", tmp_path / "logs"
+    hp = {"epochs": 1, "steps_per_epoch": 100_000}
+    [process] = start_replicas([replica_env(spec(job_id, job_dir, hyperparameters=hp))], logs)
+    deadline = time.monotonic() + GANG_TIMEOUT
+    while "first_step" not in (logs / "replica-0.out").read_text():
+        if time.monotonic() > deadline or process.poll() is not None:
+            break
+        time.sleep(0.05)
+    signals = 0
+    while process.poll() is None and time.monotonic() < deadline:
+        process.send_signal(signal.SIGUSR1)
+        signals += 1
+        time.sleep(0.002)
+    assert wait_replicas([process], logs, timeout=30) == [75], logs_of(logs)
+    assert signals > 1, logs_of(logs)
+    assert "on request; exiting 75" in (logs / "replica-0.out").read_text()
 
 
 def test_one_device_without_tf_config(reports: Reports, tmp_path: Path) -> None:

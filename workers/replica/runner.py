@@ -34,7 +34,7 @@ from services.wire.replica import ReplicaLaunch, ReplicaSpec
 from workers import layout
 from workers.point_buffer import status_line
 from workers.replica import distribution, evaluation_job, parent_watch, roles
-from workers.replica.backups import install_checkpoint_signal
+from workers.replica.backups import CHECKPOINT_SIGNAL, install_checkpoint_signal
 from workers.replica.callbacks import ReplicaReporter, announce, warn
 from workers.replica.devices_check import require_given_gpus
 from workers.replica.resources import ResourceSampler
@@ -272,6 +272,17 @@ def _read_launch() -> tuple[ReplicaLaunch, Path]:
 
 def main() -> int:
     """Run one replica from the environment; returns the process exit code."""
+    try:
+        return _replica()
+    finally:
+        # A "checkpoint now" from here on has nothing left to save. Ignored, not left to
+        # its handler: Python's shutdown restores the default action of every signal it
+        # handles, and a late request (a drain reaching a replica that has just finished,
+        # or answered already) would end the process as 138 instead of its own code.
+        signal.signal(CHECKPOINT_SIGNAL, signal.SIG_IGN)
+
+
+def _replica() -> int:
     reporter_box: list[ReplicaReporter] = []
     # First: forked before this process starts any thread. Its SIGKILL is the backstop
     # of the watchdog below, which needs the GIL.
