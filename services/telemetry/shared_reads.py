@@ -54,8 +54,12 @@ class EveryJob:
         self.reading: asyncio.Task[None] | None = None
 
     async def __call__(self, job_id: int) -> Any:
-        self.asked[job_id] = time.monotonic()
-        while job_id not in self.values or time.monotonic() - self.read_at >= STATUS_POLL:
+        asked = self.asked[job_id] = time.monotonic()
+        # Fresh enough: a read that started at most STATUS_POLL s before this call, or
+        # after it however long it took. (Measured from now instead, a read slower than
+        # STATUS_POLL, as on a loaded database, was stale on arrival: read followed read
+        # and the follower's stream stalled for as long as reads were that slow.)
+        while job_id not in self.values or self.read_at < asked - STATUS_POLL:
             if self.reading is None:
                 self.reading = asyncio.get_running_loop().create_task(self._read())
             # Shielded: a follower that leaves does not cancel the others' read.
