@@ -18,11 +18,9 @@ a warm-up round not kept); the figure is the median of the per-round ratios on /
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,8 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.rounds import interleaved, per_round_ratios, ratio_row  # noqa: E402
-from cohort.metrics import decode_line  # noqa: E402
-from tests.e2e.conftest import free_ports  # noqa: E402
+from tests.replica_runs import (  # noqa: E402
+    METRICS_FILE,
+    reported,
+    runner_env,
+    start_runner,
+    worker_configs,
+    write_launch,
+)
 from workers.replica.backups import DECISION_STEPS, DEFAULT_BACKUP_STEPS  # noqa: E402
 
 EPOCHS = 3
@@ -42,9 +46,8 @@ EPOCHS = 3
 def launch(workdir: Path, replicas: int, hyperparameters: dict[str, Any]) -> list[Path]:
     """Run one job's replicas to the end; returns their metrics files."""
     job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=workdir))
-    cluster = [f"127.0.0.1:{port}" for port in free_ports(replicas)]
     processes, files = [], []
-    for index in range(replicas):
+    for index, tf_config in enumerate(worker_configs(replicas)):
         spec = {
             "job_id": 1,
             "attempt": 1,
@@ -54,32 +57,10 @@ def launch(workdir: Path, replicas: int, hyperparameters: dict[str, Any]) -> lis
             "strategy": "one_device" if replicas == 1 else "multi_worker_mirrored",
             "hyperparameters": hyperparameters,
         }
-        spec_file = job_dir / f"spec-{index}.json"
-        spec_file.write_text(json.dumps({"spec": spec, "job_dir": str(job_dir)}))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("COHORT_", "TF_CONFIG"))}
-        env.update(
-            TF_USE_LEGACY_KERAS="1",
-            CUDA_VISIBLE_DEVICES="",
-            TF_CPP_MIN_LOG_LEVEL="2",
-            COHORT_REPLICA_SPEC=str(spec_file),
-            COHORT_METRICS_FILE=str(job_dir / f"metrics-{index}.jsonl"),
-        )
-        if replicas > 1:
-            env["TF_CONFIG"] = json.dumps(
-                {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}}
-            )
-        log = open(job_dir / f"replica-{index}.log", "wb")  # noqa: SIM115 - closed below
-        processes.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "workers.replica.runner"],
-                env=env,
-                cwd=ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )
-        log.close()
-        files.append(Path(env["COHORT_METRICS_FILE"]))
+        launch_file = write_launch(job_dir / f"replica-{index}", spec, job_dir)
+        with open(job_dir / f"replica-{index}.log", "wb") as log:
+            processes.append(start_runner(runner_env(launch_file, tf_config), log))
+        files.append(launch_file.parent / METRICS_FILE)
     codes = [process.wait(timeout=600) for process in processes]
     if codes != [0] * replicas:
         raise SystemExit(f"replicas exited {codes}: see {job_dir}")
@@ -90,8 +71,7 @@ def steady_step(metrics_file: Path) -> float:
     """Mean step_time (s) of the steps after the first epoch."""
     times = [
         value
-        for raw in metrics_file.read_bytes().splitlines()
-        for step, name, value, _, epoch in decode_line(raw).points
+        for step, name, value, _, epoch in reported(metrics_file)
         if name == "step_time" and epoch is not None and epoch >= 1
     ]
     if not times:

@@ -62,7 +62,32 @@ def quarantine_nodes(*, session: Session, settings: Settings, now: dt.datetime) 
     every node."""
     if not settings.QUARANTINE_FAILURES:
         return []
-    since = now - dt.timedelta(seconds=settings.QUARANTINE_WINDOW)
+    faults = _faults(session, now - dt.timedelta(seconds=settings.QUARANTINE_WINDOW))
+    quarantined: list[Node] = []
+    over = {
+        node: found for node, found in faults.items() if len(found) >= settings.QUARANTINE_FAILURES
+    }
+    room = _room(session, settings) if over else 0  # counted only when a node is over
+    for node_id, found in sorted(over.items()):
+        if len(quarantined) >= room:
+            break
+        node = session.get(Node, node_id, with_for_update=True)
+        if node is None or node.cordon is not None:
+            continue
+        node.cordon = NodeCordon.QUARANTINE
+        node.cordoned_at = now
+        node.cordon_reason = (
+            f"quarantined: {len(found)} replicas failed or straggled here within "
+            f"{settings.QUARANTINE_WINDOW:g} s ({'; '.join(sorted(found)[:5])})"
+        )
+        quarantined.append(node)
+    session.flush()
+    return quarantined
+
+
+def _faults(session: Session, since: dt.datetime) -> dict[str, list[str]]:
+    """Each node's faults since `since` (and since its cordon was last lifted): one per
+    attempt of a job that failed there for the node's reasons, and each straggler."""
     faults: dict[str, list[str]] = {}
     failed = session.execute(
         sa.select(
@@ -96,23 +121,7 @@ def quarantine_nodes(*, session: Session, settings: Settings, now: dt.datetime) 
     )
     for node_id, job_id, index in stragglers:
         faults.setdefault(node_id, []).append(f"job {job_id} replica {index} straggled")
-    quarantined: list[Node] = []
-    room = _room(session, settings)
-    for node_id, found in sorted(faults.items()):
-        if len(found) < settings.QUARANTINE_FAILURES or len(quarantined) >= room:
-            continue
-        node = session.get(Node, node_id, with_for_update=True)
-        if node is None or node.cordon is not None:
-            continue
-        node.cordon = NodeCordon.QUARANTINE
-        node.cordoned_at = now
-        node.cordon_reason = (
-            f"quarantined: {len(found)} replicas failed or straggled here within "
-            f"{settings.QUARANTINE_WINDOW:g} s ({'; '.join(sorted(found)[:5])})"
-        )
-        quarantined.append(node)
-    session.flush()
-    return quarantined
+    return faults
 
 
 def _room(session: Session, settings: Settings) -> int:

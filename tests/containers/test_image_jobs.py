@@ -10,6 +10,8 @@ fetched beforehand and copied in: the build needs no network).
 - an agent SIGKILLed mid-run, with its guards: its containers outlive it, and are gone
   once the next agent has started (found by their labels);
 - an agent SIGKILLed alone: its guards stop the containers without any agent;
+- a drain's "checkpoint now" reaches a container replica (the engine's kill), which saves
+  and exits 75; the job resumes after the step saved;
 - an image the engine cannot find fails the job, the engine's words in its logs.
 """
 
@@ -33,6 +35,7 @@ from cohort.client import Client
 from tests.containers.conftest import Images
 from tests.e2e.conftest import job_story, pg_stack_with, wait_for, wait_terminal
 from tests.e2e.test_user_code import failure_of, submit
+from tests.faults.conftest import steps_seen
 
 pytestmark = [pytest.mark.slow(600), pytest.mark.timeout(1800)]
 
@@ -267,6 +270,49 @@ def test_an_agent_killed_alone_has_its_guards_stop_its_containers(
         30,
         "the guards to stop the containers",
     )
+
+
+def test_a_drain_reaches_a_container_replica_which_checkpoints_and_resumes_after_it(
+    images: Images, job_image: str, image_stack: tuple[Stack, Client]
+) -> None:
+    """A drain's "checkpoint now" through the engine: its SIGUSR1 goes by `ENGINE kill
+    --signal USR1` to the container (its --init passes it on to Cohort's runner), which
+    saves at the next step and exits 75. The only node is drained, so the job waits until
+    it is undrained; attempt 2 starts at the step after the one saved."""
+    _, client = image_stack
+    spec = {
+        "image": job_image,
+        "replicas": 1,
+        "restart_policy": "never",  # a move is not a restart
+        "hyperparameters": {"epochs": 3, "steps_per_epoch": 500},
+    }
+    job_id = client.submit(spec)["id"]
+    wait_for(
+        lambda: max(steps_seen(client, job_id, 1), default=0) >= 30,
+        240,
+        "attempt 1 past step 30",
+        explain=lambda: job_story(client, job_id),
+    )
+    [node] = [n["id"] for n in client.nodes()]
+    client.drain_node(node, "maintenance")
+    wait_for(
+        lambda: any(
+            e["reason"].startswith(f"drained from node {node}") for e in client.events(job_id)
+        ),
+        60,
+        "the gang to move",
+        explain=lambda: job_story(client, job_id),
+    )
+    moved = next(e["reason"] for e in client.events(job_id) if "drained from" in e["reason"])
+    assert "its replica checkpointed (exit 75)" in moved, job_story(client, job_id)
+    assert client.undrain_node(node)["cordon"] is None
+    final = wait_terminal(client, job_id, timeout=300)
+    assert final["status"] == "succeeded", failure_of(client, job_id)
+    assert final["attempt"] == 2, job_story(client, job_id)
+    before, after = steps_seen(client, job_id, 1), steps_seen(client, job_id, 2)
+    assert min(after) == max(before) + 1, (max(before), min(after))  # none redone
+    assert max(after) == 1500, max(after)
+    assert containers_of(images.engine, image_stack[0].settings.data_dir, job_id) == []
 
 
 def test_an_image_the_engine_cannot_find_fails_the_job_saying_so(

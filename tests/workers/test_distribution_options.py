@@ -13,14 +13,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.replica_runs import ROOT
 from tests.workers.test_runner_local import (  # noqa: F401 - fixtures used by name
-    ROOT,
     Reports,
-    free_ports,
+    gang_envs,
     logs_of,
     read_points,
     replica_env,
@@ -31,25 +30,6 @@ from tests.workers.test_runner_local import (  # noqa: F401 - fixtures used by n
 )
 
 SHORT = {"epochs": 1, "steps_per_epoch": 8}
-
-
-def gang(job_id: int, job_dir: Path, **overrides: Any) -> list[dict[str, str]]:
-    """A 2-replica multi_worker_mirrored gang's environments, with spec overrides."""
-    cluster = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    return [
-        replica_env(
-            spec(
-                job_id,
-                job_dir,
-                index=index,
-                replicas=2,
-                strategy="multi_worker_mirrored",
-                **overrides,
-            ),
-            {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}},
-        )
-        for index in range(2)
-    ]
 
 
 def finals(reports: Reports, job_id: int) -> dict[int, dict[str, float]]:  # noqa: F811
@@ -96,7 +76,7 @@ def test_mlp_digits_gang_accumulates_and_shards_by_data(
 ) -> None:
     job_id, logs = 161, tmp_path / "logs"
     distribution = {"gradient_accumulation_steps": 4, "shard_policy": "data"}
-    envs = gang(
+    envs = gang_envs(
         job_id,
         tmp_path / "job",
         distribution=distribution,
@@ -118,7 +98,7 @@ def test_mlp_digits_gang_accumulates_and_shards_by_data(
 
 def test_mixed_bfloat16_gang_trains(reports: Reports, tmp_path: Path) -> None:  # noqa: F811
     job_id, logs = 162, tmp_path / "logs"
-    envs = gang(
+    envs = gang_envs(
         job_id,
         tmp_path / "job",
         distribution={"mixed_precision": "mixed_bfloat16"},
@@ -175,7 +155,7 @@ def test_cnn_digits_one_device(reports: Reports, tmp_path: Path) -> None:  # noq
 
 def test_cnn_digits_two_replica_gang(reports: Reports, tmp_path: Path) -> None:  # noqa: F811
     job_id, logs = 166, tmp_path / "logs"
-    envs = gang(job_id, tmp_path / "job", trainer="cnn_digits")
+    envs = gang_envs(job_id, tmp_path / "job", trainer="cnn_digits")
     assert run_replicas(envs, logs) == [0, 0], logs_of(logs)
     results = finals(reports, job_id)
     assert set(results) == {0, 1}

@@ -31,7 +31,7 @@ from services import exit_codes
 from tests.workers import test_runner_local as local
 from tests.workers.test_runner_local import (
     Reports,
-    free_ports,
+    gang_envs,
     logs_of,
     replica_env,
     run_replicas,
@@ -108,23 +108,9 @@ def envs(
         return [
             replica_env(spec(job_id, job_dir, attempt=attempt, trainer=TRAINER, hyperparameters=hp))
         ]
-    cluster = [f"127.0.0.1:{port}" for port in free_ports(replicas)]
-    return [
-        replica_env(
-            spec(
-                job_id,
-                job_dir,
-                attempt=attempt,
-                index=index,
-                replicas=replicas,
-                strategy="multi_worker_mirrored",
-                trainer=TRAINER,
-                hyperparameters=hp,
-            ),
-            {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}},
-        )
-        for index in range(replicas)
-    ]
+    return gang_envs(
+        job_id, job_dir, replicas, attempt=attempt, trainer=TRAINER, hyperparameters=hp
+    )
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,27 @@ def guarded(program: str) -> subprocess.Popen[bytes]:
     )
 
 
+def answering(tmp_path: Path) -> subprocess.Popen[bytes]:
+    """A guarded program that answers "checkpoint now" as docs/your-code.md tells one to
+    (a flag, then exit 75, ignoring any later request), once it is ready for it."""
+    ready = tmp_path / "ready"
+    program = (
+        "import pathlib, signal, sys, time\n"
+        "asked = []\n"
+        "signal.signal(signal.SIGUSR1, lambda *_: asked.append(1))\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "while not asked:\n"
+        "    time.sleep(0.01)\n"
+        "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
+        "sys.exit(75)\n"
+    )
+    guard = guarded(program)
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return guard
+
+
 def test_the_programs_exit_status_is_the_guards() -> None:
     assert guarded("import sys; sys.exit(3)").wait(30) == 3
     assert guarded("import os; os.kill(os.getpid(), 9)").wait(30) == 137  # as a shell says
@@ -48,20 +69,7 @@ def test_sigusr1_to_the_group_reaches_the_program_and_its_answer_is_the_guards(
     """A drain's "checkpoint now" (workers/node/checkpoint_now.py): SIGUSR1 to the whole
     group. The guard outlives it (by default it would die of it, leaving the program
     unsupervised) and reports the program's own answer, 75 once it has saved."""
-    ready = tmp_path / "ready"
-    program = (
-        "import pathlib, signal, sys, time\n"
-        "asked = []\n"
-        "signal.signal(signal.SIGUSR1, lambda *_: asked.append(1))\n"
-        f"pathlib.Path({str(ready)!r}).touch()\n"
-        "while not asked:\n"
-        "    time.sleep(0.01)\n"
-        "sys.exit(75)\n"
-    )
-    guard = guarded(program)
-    deadline = time.monotonic() + 30
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    guard = answering(tmp_path)
     os.killpg(guard.pid, signal.SIGUSR1)
     assert guard.wait(30) == 75
 
@@ -102,21 +110,8 @@ def test_requests_that_keep_coming_leave_the_programs_answer_the_guards(tmp_path
     shutdown notice), until the guard is gone: the guard reports the program's 75, never
     dies of a request itself (138) while it ends. The program ignores the requests once it
     has answered, as docs/your-code.md tells a program to."""
-    ready = tmp_path / "ready"
-    program = (
-        "import pathlib, signal, sys, time\n"
-        "asked = []\n"
-        "signal.signal(signal.SIGUSR1, lambda *_: asked.append(1))\n"
-        f"pathlib.Path({str(ready)!r}).touch()\n"
-        "while not asked:\n"
-        "    time.sleep(0.01)\n"
-        "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
-        "sys.exit(75)\n"
-    )
-    guard = guarded(program)
+    guard = answering(tmp_path)
     deadline = time.monotonic() + 30
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
     sent = 0
     while guard.poll() is None and time.monotonic() < deadline:
         try:

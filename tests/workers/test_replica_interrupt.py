@@ -10,8 +10,8 @@ import sys
 
 SCRIPT = """
 import time
-from workers.replica import runner
-runner._install_termination([])
+from workers.replica import runner, termination
+termination.install([])
 runner._running.set()
 try:
     runner._stop_for_no_space()

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -25,10 +23,9 @@ import redis
 
 from cohort.metrics import decode_line
 from services.wire.keys import METRICS_STREAM
-from tests.e2e.conftest import free_ports
+from tests.replica_runs import reported, runner_env, start_runner, worker_configs
 from workers.node.report_shipper import MetricReporter
 
-ROOT = Path(__file__).resolve().parents[2]
 GANG_TIMEOUT = 120.0
 
 
@@ -55,23 +52,7 @@ def replica_env(
     spec: dict[str, Any] | None, tf_config: dict[str, Any] | None = None
 ) -> dict[str, str]:
     """The environment the node agent gives a replica (its metrics file next to its spec)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("TF_CONFIG", "COHORT_REPLICA_SPEC") and not k.startswith("COHORT_")
-    }
-    env.update(
-        TF_USE_LEGACY_KERAS="1",
-        CUDA_VISIBLE_DEVICES="",
-        TF_CPP_MIN_LOG_LEVEL="2",  # keeps the logs attached to a failure readable
-    )
-    if spec is not None:
-        spec_file = write_spec(json.dumps(spec))
-        env["COHORT_REPLICA_SPEC"] = str(spec_file)
-        env["COHORT_METRICS_FILE"] = str(spec_file.parent / "metrics.jsonl")
-    if tf_config is not None:
-        env["TF_CONFIG"] = json.dumps(tf_config)
-    return env
+    return runner_env(write_spec(json.dumps(spec)) if spec is not None else None, tf_config)
 
 
 def spec(job_id: int, directory: Path, **overrides: Any) -> dict[str, Any]:
@@ -99,15 +80,7 @@ def start_replicas(envs: list[dict[str, str]], logs: Path) -> list[subprocess.Po
             open(logs / f"replica-{index}.out", "wb") as out,
             open(logs / f"replica-{index}.err", "wb") as err,
         ):
-            processes.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "workers.replica.runner"],
-                    env=env,
-                    cwd=ROOT,
-                    stdout=out,
-                    stderr=err,
-                )
-            )
+            processes.append(start_runner(env, out, err))
     return processes
 
 
@@ -159,12 +132,9 @@ class Reports:
             path = spec_file.parent / "metrics.jsonl"
             if replica.get("job_id") != job_id or not path.exists():
                 continue
-            for raw in path.read_bytes().splitlines():
-                for step, name, value, ts, epoch in decode_line(raw).points:
-                    assert isinstance(step, int) and isinstance(value, float)
-                    points.append(
-                        (replica["attempt"], replica["index"], step, epoch, name, value, ts)
-                    )
+            for step, name, value, ts, epoch in reported(path):
+                assert isinstance(step, int) and isinstance(value, float)
+                points.append((replica["attempt"], replica["index"], step, epoch, name, value, ts))
         return points
 
 
@@ -181,28 +151,30 @@ def read_points(
     return [point[1:] for point in reports.points(job_id) if point[0] == 1]
 
 
-def gang_envs(job_id: int, job_dir: Path, hyperparameters: dict[str, Any]) -> list[dict[str, str]]:
-    """Environments of a 2-worker multi_worker_mirrored gang on free loopback ports."""
-    cluster = [f"127.0.0.1:{port}" for port in free_ports(2)]
+def gang_envs(
+    job_id: int, job_dir: Path, workers: int = 2, **overrides: Any
+) -> list[dict[str, str]]:
+    """Environments of a multi_worker_mirrored gang on free loopback ports, with
+    overrides of the spec's fields (`spec`)."""
     return [
         replica_env(
             spec(
                 job_id,
                 job_dir,
                 index=index,
-                replicas=2,
+                replicas=workers,
                 strategy="multi_worker_mirrored",
-                hyperparameters=hyperparameters,
+                **overrides,
             ),
-            {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}},
+            tf_config,
         )
-        for index in range(2)
+        for index, tf_config in enumerate(worker_configs(workers))
     ]
 
 
 def test_two_worker_gang_trains_reports_and_saves(reports: Reports, tmp_path: Path) -> None:
     job_id, job_dir = 101, tmp_path / "job"
-    envs = gang_envs(job_id, job_dir, {})
+    envs = gang_envs(job_id, job_dir)
     started = time.monotonic()
     codes = run_replicas(envs, tmp_path / "logs")
     elapsed = time.monotonic() - started
@@ -255,7 +227,9 @@ def test_sigterm_stops_a_training_gang_with_143(reports: Reports, tmp_path: Path
     # TensorFlow's coordination service replaces the SIGTERM handler of a
     # multi-worker process with one that does not exit; the runner must win.
     job_id, logs = 104, tmp_path / "logs"
-    envs = gang_envs(job_id, tmp_path / "job", {"epochs": 1, "steps_per_epoch": 100_000})
+    envs = gang_envs(
+        job_id, tmp_path / "job", hyperparameters={"epochs": 1, "steps_per_epoch": 100_000}
+    )
     processes = start_replicas(envs, logs)
     deadline = time.monotonic() + GANG_TIMEOUT
     while not all("first_step" in (logs / f"replica-{i}.out").read_text() for i in range(2)):

@@ -13,7 +13,7 @@ from typing import Any
 from tests.workers import test_runner_local as local
 from tests.workers.test_runner_local import (
     Reports,
-    free_ports,
+    gang_envs,
     logs_of,
     read_points,
     replica_env,
@@ -33,24 +33,6 @@ def mirrored_env(job_id: int, job_dir: Path, distribution: dict[str, Any]) -> di
     return replica_env(spec(job_id, job_dir, strategy="mirrored", distribution=distribution))
 
 
-def gang_envs(job_id: int, job_dir: Path, communication: str) -> list[dict[str, str]]:
-    cluster = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    return [
-        replica_env(
-            spec(
-                job_id,
-                job_dir,
-                index=index,
-                replicas=2,
-                strategy="multi_worker_mirrored",
-                distribution={"communication": communication},
-            ),
-            {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}},
-        )
-        for index in range(2)
-    ]
-
-
 def eval_accuracy(reports: Reports, job_id: int) -> float:
     """The chief's held-out accuracy at the final step."""
     final = {
@@ -64,7 +46,12 @@ def eval_accuracy(reports: Reports, job_id: int) -> float:
 
 def run_gang(reports: Reports, tmp_path: Path, job_id: int, communication: str) -> float:
     logs = tmp_path / f"logs-{communication}"
-    assert run_replicas(gang_envs(job_id, tmp_path / f"job-{job_id}", communication), logs) == [
+    assert run_replicas(
+        gang_envs(
+            job_id, tmp_path / f"job-{job_id}", distribution={"communication": communication}
+        ),
+        logs,
+    ) == [
         0,
         0,
     ], logs_of(logs)

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.conftest import free_ports
 from tests.workers import test_runner_local as local
 from tests.workers.test_runner_local import (
     GANG_TIMEOUT,
     Reports,
-    free_ports,
     logs_of,
     replica_env,
     spec,

@@ -1,6 +1,7 @@
 """Replica-side code (the user's process; never SQL, never the api).
 
     runner.py     `python -m workers.replica.runner`: one training replica
+    termination.py how the replica answers SIGTERM (143), SIGUSR1 and SIGINT, and once done
     strategies.py the tf.distribute strategy the replica builds for its job
     callbacks.py  the tf_keras callback that feeds the replica's metrics
     backups.py    step-level backups, exact resume and "checkpoint now" (SIGUSR1, exit 75)

@@ -25,7 +25,6 @@ import threading
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
 from typing import NoReturn
 
 from services import exit_codes
@@ -33,8 +32,7 @@ from services.wire.contract import WireError
 from services.wire.replica import ReplicaLaunch, ReplicaSpec
 from workers import layout
 from workers.point_buffer import status_line
-from workers.replica import distribution, evaluation_job, parent_watch, roles
-from workers.replica.backups import CHECKPOINT_SIGNAL, install_checkpoint_signal
+from workers.replica import distribution, evaluation_job, parent_watch, roles, termination
 from workers.replica.callbacks import ReplicaReporter, announce, warn
 from workers.replica.devices_check import require_given_gpus
 from workers.replica.resources import ResourceSampler
@@ -55,15 +53,9 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
-EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell would report
 EXIT_NO_SPACE = exit_codes.NO_SPACE
-
-# After SIGTERM, how long the main thread gets to unwind before the watchdog
-# flushes what it can and exits (the main thread may be stuck inside a
-# TensorFlow collective waiting for a dead peer, where Python handlers never run).
-TERMINATION_GRACE = 5.0
-# And how much later the replica's watcher (parent_watch.py) kills it, for when the
-# watchdog cannot run either (it needs the GIL, which TensorFlow may hold).
+# How much later than termination.GRACE the replica's watcher (parent_watch.py) kills it,
+# for when the watchdog cannot run either (it needs the GIL, which TensorFlow may hold).
 WATCHER_MARGIN = 3.0
 
 
@@ -102,54 +94,6 @@ def _stop_for_no_space() -> None:
             _thread.interrupt_main()
 
 
-# Set as soon as SIGTERM arrives. The SystemExit raised by the handler may reach
-# `main` disguised: raised while TensorFlow builds an exception, pybind11 turns it
-# into a RuntimeError. The exit code must still say "terminated".
-_terminated = threading.Event()
-
-
-def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
-    # Unwind the main thread like any exception, so `main` can flush metrics.
-    _terminated.set()
-    raise SystemExit(EXIT_TERMINATED)
-
-
-def handle_sigterm() -> None:
-    """(Re-)install the SIGTERM handler that raises SystemExit(143) in the main thread."""
-    signal.signal(signal.SIGTERM, _on_sigterm)
-
-
-def _install_termination(reporter_box: list[ReplicaReporter]) -> None:
-    """SIGTERM: SystemExit(143), and a watchdog for when it can't; SIGINT as by default."""
-    handle_sigterm()
-    install_checkpoint_signal()  # SIGUSR1: a flag for the trainer's backups.py callback
-    # The stop for want of space interrupts the main thread (_thread.interrupt_main), which
-    # does nothing while SIGINT is ignored: as a replica inherits it from an agent that a
-    # non-interactive shell started in the background (CI's `make test`, `cohort up &`).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    # A Python handler only runs once the main thread is back in the interpreter.
-    # The C-level handler also writes the signal number to this pipe, which a
-    # thread can read at once; it gives the main thread a grace period and then
-    # exits the process itself.
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-
-    def watchdog() -> None:
-        while os.read(read_fd, 1)[0] != signal.SIGTERM:
-            pass
-        _terminated.set()
-        threading.Event().wait(TERMINATION_GRACE)
-        warn(f"still running {TERMINATION_GRACE:.0f}s after SIGTERM; exiting")
-        if reporter_box:
-            reporter_box[0].flush(lock_timeout=1.0)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(EXIT_TERMINATED)
-
-    threading.Thread(target=watchdog, name="cohort-sigterm-watchdog", daemon=True).start()
-
-
 def replica_dirs(launch: ReplicaLaunch) -> dict[str, Path]:
     """The replica's directories, as the agent names them in the environment
     (workers/node/environment.py); a runner started by hand, without them, keeps
@@ -173,7 +117,7 @@ def run(launch: ReplicaLaunch, reporter: ReplicaReporter) -> int:
     spec = launch.spec
     if roles.is_server(spec):
         roles.start_server(spec)
-        handle_sigterm()  # the server, like the coordination service, installs its own
+        termination.handle_sigterm()  # the server, like the coordination service, installs its own
         roles.serve(reporter)  # until SIGTERM
         return EXIT_OK
     distribution.configure_devices(spec.distribution)  # before TensorFlow's runtime starts
@@ -182,7 +126,7 @@ def run(launch: ReplicaLaunch, reporter: ReplicaReporter) -> int:
     # With a multi-worker TF_CONFIG, TensorFlow's coordination service installs its
     # own C-level SIGTERM handler (preemption notice) which neither exits nor calls
     # ours: without this the replica would ignore the agent's SIGTERM.
-    handle_sigterm()
+    termination.handle_sigterm()
     announce(
         f"strategy={spec.strategy} num_replicas_in_sync={strategy.num_replicas_in_sync} "
         f"role={spec.role}"
@@ -275,19 +219,15 @@ def main() -> int:
     try:
         return _replica()
     finally:
-        # A "checkpoint now" from here on has nothing left to save. Ignored, not left to
-        # its handler: Python's shutdown restores the default action of every signal it
-        # handles, and a late request (a drain reaching a replica that has just finished,
-        # or answered already) would end the process as 138 instead of its own code.
-        signal.signal(CHECKPOINT_SIGNAL, signal.SIG_IGN)
+        termination.done()
 
 
 def _replica() -> int:
     reporter_box: list[ReplicaReporter] = []
     # First: forked before this process starts any thread. Its SIGKILL is the backstop
     # of the watchdog below, which needs the GIL.
-    parent_watch.start(term_grace=TERMINATION_GRACE + WATCHER_MARGIN)
-    _install_termination(reporter_box)
+    parent_watch.start(term_grace=termination.GRACE + WATCHER_MARGIN)
+    termination.install(reporter_box)
     try:
         launch, metrics_file = _read_launch()
     except (ConfigError, UnknownTrainerError) as exc:
@@ -331,8 +271,8 @@ def _replica() -> int:
             reporter.flush()
         except Exception:  # noqa: BLE001 - the trainer's error is the one that matters
             pass
-        if _terminated.is_set():
-            return EXIT_TERMINATED
+        if termination.terminated.is_set():
+            return termination.EXIT_TERMINATED
         return EXIT_NO_SPACE if _no_space.is_set() or exit_codes.is_no_space(exc) else EXIT_FAILED
     finally:
         sampler.stop()
