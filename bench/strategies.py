@@ -169,11 +169,12 @@ def main() -> None:
     parser.add_argument(
         "--cases",
         default="",
-        help="names of the cases to run, comma-separated (default: all, with their baselines)",
+        help="names of the cases to run, separated by ; (a name may hold a comma); "
+        "default: all, with their baselines",
     )
     args = parser.parse_args()
     trainers = [name for name in args.trainers.split(",") if name]
-    wanted = {name.strip() for name in args.cases.split(",") if name.strip()}
+    wanted = {name.strip() for name in args.cases.split(";") if name.strip()}
     cases = [
         case
         for case in CASES
