@@ -279,7 +279,7 @@ def test_a_drain_reaches_a_container_replica_which_checkpoints_and_resumes_after
     --signal USR1` to the container (its --init passes it on to Cohort's runner), which
     saves at the next step and exits 75. The only node is drained, so the job waits until
     it is undrained; attempt 2 starts at the step after the one saved."""
-    _, client = image_stack
+    stack, client = image_stack
     spec = {
         "image": job_image,
         "replicas": 1,
@@ -312,7 +312,7 @@ def test_a_drain_reaches_a_container_replica_which_checkpoints_and_resumes_after
     before, after = steps_seen(client, job_id, 1), steps_seen(client, job_id, 2)
     assert min(after) == max(before) + 1, (max(before), min(after))  # none redone
     assert max(after) == 1500, max(after)
-    assert containers_of(images.engine, image_stack[0].settings.data_dir, job_id) == []
+    assert containers_of(images.engine, stack.settings.data_dir, job_id) == []
 
 
 def test_an_image_the_engine_cannot_find_fails_the_job_saying_so(

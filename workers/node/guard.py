@@ -77,22 +77,27 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"cohort: could not run {program[0]}: {exc}", file=sys.stderr)  # noqa: T201
         return 127 if isinstance(exc, FileNotFoundError) else EXEC_FAILED
-    try:
-        while True:
-            try:
-                return _status(child.wait(timeout=POLL_SECONDS))
-            except subprocess.TimeoutExpired:
-                pass
-            if os.getppid() != agent_pid:
-                print(f"cohort: agent {agent_pid} is gone; stopping", file=sys.stderr)  # noqa: T201
-                return _stop_container(child, *container) if container else _stop_group(child)
-    finally:
-        # The program has ended: ignored from here on, as Python's shutdown would give both
-        # signals their default action back, and a late one would end the guard with its
-        # own status (143, 138) instead of passing on the program's.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    while True:
+        try:
+            return _status(child.wait(timeout=POLL_SECONDS))
+        except subprocess.TimeoutExpired:
+            pass
+        if os.getppid() != agent_pid:
+            print(f"cohort: agent {agent_pid} is gone; stopping", file=sys.stderr)  # noqa: T201
+            return _stop_container(child, *container) if container else _stop_group(child)
+
+
+def _ended() -> None:
+    """The program has ended: both signals ignored from here on. Python's shutdown gives
+    them their default action back, and a late one would end the guard with its own
+    status (143, 138) instead of passing on the program's."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        code = main(sys.argv[1:])
+    finally:
+        _ended()
+    sys.exit(code)
