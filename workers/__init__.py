@@ -11,4 +11,6 @@ room of its own that never imports the others (they talk through Redis).
                   batches (the replica's writer and the node's shipper share it)
     private_tmp.py a replica's own /tmp and /dev/shm (a mount namespace), made before
                   it becomes its job's user (cold spawns and warm hand-offs alike)
+    python_args.py which `python ...` commands a warm process runs as a fresh
+                  interpreter would (agent and warm process read it alike)
 """

@@ -5,7 +5,8 @@ one end each of a Unix socket pair the agent created when it started the process
 else holds either end. Node and replica code never import each other, so the format lives
 here, standard library only (the agent must never import TensorFlow).
 
-    warm process -> agent   READY             TensorFlow imported, waiting
+    warm process -> agent   READY + names     TensorFlow imported, waiting; the top-level
+                                              modules it holds (length, JSON list)
     agent -> warm process   HandOff + log fd  one message: length, JSON, the fd (SCM_RIGHTS)
     warm process -> agent   STARTED           it is the replica now (uid, env, log applied)
                          or FAILED + reason   it could not become it, and exits
@@ -44,6 +45,9 @@ class HandOff:
     # Its own /tmp and /dev/shm with these paths kept (workers/private_tmp.py); None:
     # the node's.
     private_tmp: list[str] | None = None
+    # A `command` job's `python` arguments, run as that interpreter would
+    # (workers/python_args.py); None: Cohort's runner.
+    program: list[str] | None = None
 
     def encode(self) -> bytes:
         body = json.dumps(
@@ -54,6 +58,7 @@ class HandOff:
                 "gid": self.gid,
                 "umask": self.umask,
                 "private_tmp": self.private_tmp,
+                "program": self.program,
             }
         ).encode()
         return _LENGTH.pack(len(body)) + body
@@ -63,7 +68,7 @@ class HandOff:
         try:
             data = json.loads(body)
             env, cwd, uid, gid = data["env"], data["cwd"], data["uid"], data["gid"]
-            umask, private = data["umask"], data.get("private_tmp")
+            umask, private, program = data["umask"], data.get("private_tmp"), data.get("program")
         except (ValueError, KeyError, TypeError) as exc:
             raise HandOffError(f"malformed hand-off: {exc}") from None
         if not (
@@ -74,9 +79,34 @@ class HandOff:
             and all(v is None or isinstance(v, int) for v in (uid, gid))
             and isinstance(umask, int)
             and (private is None or all(isinstance(p, str) for p in private))
+            and (program is None or all(isinstance(a, str) for a in program))
         ):
             raise HandOffError("malformed hand-off: wrong field types")
-        return cls(env, cwd, uid, gid, umask, private)
+        return cls(env, cwd, uid, gid, umask, private, program)
+
+
+def ready_message(preloaded: list[str]) -> bytes:
+    """READY, with the top-level module names the warm process has imported."""
+    body = json.dumps(sorted(preloaded)).encode()
+    return READY + _LENGTH.pack(len(body)) + body
+
+
+def receive_preloaded(channel: socket.socket) -> frozenset[str]:
+    """The module names that follow READY.
+
+    Raises:
+        HandOffError: the channel closed, or carried something else.
+    """
+    (length,) = _LENGTH.unpack(_exactly(channel, _LENGTH.size))
+    if length > MAX_MESSAGE_BYTES:
+        raise HandOffError(f"a module list of {length} bytes")
+    try:
+        names = json.loads(_exactly(channel, length))
+    except ValueError as exc:
+        raise HandOffError(f"malformed module list: {exc}") from None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise HandOffError("malformed module list")
+    return frozenset(names)
 
 
 def send(channel: socket.socket, hand_off: HandOff, log_fd: int) -> None:

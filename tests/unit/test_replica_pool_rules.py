@@ -13,8 +13,10 @@ from pydantic import ValidationError
 
 from services.settings import Settings
 from services.wire.replica import ReplicaSpec
-from workers import handoff
+from workers import handoff, python_args
+from workers.node import guard
 from workers.node.environment import warm_env, warm_servable
+from workers.replica import parent_watch
 
 
 def test_pool_size_comes_from_the_environment_and_is_off_by_default(
@@ -34,10 +36,32 @@ def spec(**fields: object) -> ReplicaSpec:
     return ReplicaSpec(1, 1, 0, 1, strategy="one_device", **{**defaults, **fields})  # type: ignore[arg-type]
 
 
-def test_only_trainers_without_import_time_variables_are_served_warm() -> None:
+def test_trainers_and_python_programs_without_import_time_variables_are_served_warm() -> None:
     assert warm_servable(spec())
     assert warm_servable(spec(env={"WANDB_MODE": "offline", "MY_TF_SETTING": "1"}))
-    assert not warm_servable(spec(trainer=None, command=["python", "train.py"]))
+    for command in (
+        ["python", "train.py"],
+        ["python3", "-u", "train.py", "--lr", "-1"],
+        ["python", "-m", "pkg.train", "-m", "x"],
+    ):
+        assert warm_servable(spec(trainer=None, command=command)), command
+    for command in (
+        ["python"],  # the interactive interpreter
+        ["python", "-c", "pass"],
+        ["python", "-"],
+        ["python", "-O", "train.py"],  # changes the interpreter itself
+        ["python", "-X", "dev", "train.py"],
+        ["python", "-m"],
+        ["python", "-m", "not a module"],
+        ["bash", "train.sh"],
+        ["./python", "train.py"],  # a program of that name, not the node's interpreter
+        ["/usr/bin/python3", "train.py"],
+    ):
+        assert not warm_servable(spec(trainer=None, command=command)), command
+    assert not warm_servable(spec(trainer=None, command=["python", "t.py"], requirements=["x"]))
+    assert not warm_servable(
+        spec(trainer=None, command=["python", "t.py"], env={"PYTHONPATH": "."})
+    )
     for name in (
         "TF_CPP_MIN_LOG_LEVEL",
         "TF_USE_LEGACY_KERAS",
@@ -65,7 +89,14 @@ def test_a_warm_process_is_execd_as_this_agents_replica_with_no_secret(
 
 def test_a_hand_off_carries_its_fields_and_the_log_descriptor() -> None:
     ours, theirs = socket.socketpair()
-    sent = handoff.HandOff({"TF_CONFIG": "{}", "BIG": "x" * 300_000}, "/work", 1234, 1234, 0o077)
+    sent = handoff.HandOff(
+        {"TF_CONFIG": "{}", "BIG": "x" * 300_000},
+        "/work",
+        1234,
+        1234,
+        0o077,
+        program=["-m", "pkg.train", "--lr", "1"],
+    )
     read_fd, write_fd = os.pipe()
     try:
         # Bigger than a socket's buffer: sent while the other side reads, as in the agent.
@@ -86,6 +117,46 @@ def test_a_hand_off_carries_its_fields_and_the_log_descriptor() -> None:
         os.close(write_fd)
 
 
+def test_what_a_fresh_interpreter_puts_first_on_sys_path(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "train.py").write_text("")
+    (tmp_path / "link.py").symlink_to(tmp_path / "real" / "train.py")
+    script = python_args.parse(["link.py", "--x"])
+    module = python_args.parse(["-u", "-m", "pkg.train", "a"])
+    assert script is not None and module is not None
+    assert (script.script, script.module, script.args) == ("link.py", None, ["--x"])
+    assert (module.script, module.module, module.args) == (None, "pkg.train", ["a"])
+    assert script.path0(tmp_path) == tmp_path / "real"  # the link resolved, as Python does
+    assert module.path0(tmp_path) == tmp_path
+
+
+def test_a_directory_that_would_shadow_a_preloaded_module_is_found(tmp_path: Path) -> None:
+    for name in ("numpy.py", "google", "fast.cpython-311-x86_64-linux-gnu.so", "old.pyc"):
+        (tmp_path / name).mkdir() if "." not in name else (tmp_path / name).write_text("")
+    (tmp_path / "notes.txt").write_text("")
+    offered = python_args.module_names(tmp_path)
+    assert offered == {"numpy", "google", "fast", "old"}
+    preloaded = frozenset({"tensorflow", "numpy", "google"})
+    assert python_args.shadowed(offered, preloaded)
+    assert not python_args.shadowed({"train", "data"}, preloaded)
+    assert python_args.shadowed(python_args.module_names(tmp_path / "missing"), preloaded)
+
+
+def test_ready_carries_the_preloaded_module_names() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(handoff.ready_message(["numpy", "tensorflow"]))
+        assert ours.recv(1) == handoff.READY
+        assert handoff.receive_preloaded(ours) == {"numpy", "tensorflow"}
+        theirs.sendall(handoff.READY + b"\x00\x00\x00\x05[1,2]")
+        ours.recv(1)
+        with pytest.raises(handoff.HandOffError):
+            handoff.receive_preloaded(ours)
+    finally:
+        ours.close()
+        theirs.close()
+
+
 def test_a_malformed_hand_off_is_refused() -> None:
     with pytest.raises(handoff.HandOffError):
         handoff.HandOff.decode(
@@ -95,3 +166,11 @@ def test_a_malformed_hand_off_is_refused() -> None:
         handoff.HandOff.decode(b'{"env": {}, "cwd": "/", "uid": 5, "gid": null, "umask": 63}')
     with pytest.raises(handoff.HandOffError):
         handoff.HandOff.decode(b"not json")
+    with pytest.raises(handoff.HandOffError):
+        handoff.HandOff.decode(
+            b'{"env": {}, "cwd": "/", "uid": null, "gid": null, "umask": 63, "program": [1]}'
+        )
+
+
+def test_a_warm_commands_watcher_gives_the_guards_grace() -> None:
+    assert parent_watch.GUARD_GRACE == guard.GRACE_SECONDS

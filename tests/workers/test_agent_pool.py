@@ -2,11 +2,13 @@
 Redis, a local artifact store): a `trainer` replica handed to a warm process is the job's
 own process exactly as a cold one is — its uid, environment, directory, session, log and
 devices — and is stopped, killed and reported as one; each warm process serves one
-replica and is replaced; `command` jobs and jobs that set import-time variables start
+replica and is replaced; `command` jobs other than `python SCRIPT` and `python -m MODULE`
+(tests/workers/test_warm_commands.py) and jobs that set import-time variables start
 cold; a pool whose processes fail turns itself off; idle processes end with their agent."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -93,19 +95,22 @@ def bus() -> Iterator[redis.Redis]:
     client.close()
 
 
-@pytest.fixture(scope="module")
-def node(replicas_tmp_root: Path, bus: redis.Redis) -> Iterator[Agent]:
-    """One agent as root with two warm processes, shared by the module's tests."""
+@contextlib.contextmanager
+def running_agent(
+    root: Path, bus: redis.Redis, node_id: str, pool_size: int, files: dict[str, str]
+) -> Iterator[Agent]:
+    """An agent as root with `pool_size` warm processes, its DATA_DIR under `root`, and a
+    bundle of `files` in its store (`agent.bundle`); shut down after."""
+    owned = "AGENT_ONLY_SECRET" not in os.environ  # two agents in one test process
     os.environ["AGENT_ONLY_SECRET"] = "hunter2"  # a replica must never see it
-    root = replicas_tmp_root / "pool"
     root.mkdir(mode=0o711)
     agent = Agent(
         Settings(
             DATA_DIR=root / "data",
-            NODE_ID=NODE,
+            NODE_ID=node_id,
             NODE_KEY="ab" * 32,
             ARTIFACT_URL=str(root / "store"),
-            REPLICA_POOL_SIZE=2,
+            REPLICA_POOL_SIZE=pool_size,
             REPLICA_UID_BASE=UID_BASE,
             REPLICA_UID_RANGE=UID_RANGE,
             STOP_GRACE=2.0,
@@ -115,8 +120,9 @@ def node(replicas_tmp_root: Path, bus: redis.Redis) -> Iterator[Agent]:
     agent.start_pool()
     try:
         tree = root / "code"
-        tree.mkdir()
-        (tree / "probe.py").write_text(PROBE)
+        for name, text in files.items():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            (tree / name).write_text(text)
         info = pack(tree, root / "code.tar.gz")
         open_store(settings=agent.settings).put_file(bundle_key(info.digest), root / "code.tar.gz")
         agent.bundle = info.digest  # type: ignore[attr-defined]
@@ -124,8 +130,16 @@ def node(replicas_tmp_root: Path, bus: redis.Redis) -> Iterator[Agent]:
     finally:
         warm = agent.pool.waiting_pids()
         agent.shutdown(grace=2)
-        del os.environ["AGENT_ONLY_SECRET"]
+        if owned:
+            del os.environ["AGENT_ONLY_SECRET"]
     assert not [pid for pid in warm if alive(pid)], "the agent's shutdown left warm processes"
+
+
+@pytest.fixture(scope="module")
+def node(replicas_tmp_root: Path, bus: redis.Redis) -> Iterator[Agent]:
+    """One agent as root with two warm processes, shared by the module's tests."""
+    with running_agent(replicas_tmp_root / "pool", bus, NODE, 2, {"probe.py": PROBE}) as agent:
+        yield agent
 
 
 def start(node: Agent, job_id: int, **spec: Any) -> StartReplica:
@@ -275,7 +289,7 @@ def test_a_pooled_replica_killed_is_reported_and_its_leftovers_reaped(
                 process.wait()
 
 
-def test_command_jobs_and_import_time_variables_start_cold(node: Agent, bus: redis.Redis) -> None:
+def test_other_commands_and_import_time_variables_start_cold(node: Agent, bus: redis.Redis) -> None:
     warm = ready(node)
     since = newest(bus)
     node.start_replica(

@@ -151,3 +151,61 @@ def test_sigterm_then_the_agent_killed_leaves_no_replica() -> None:
             5,
             "the replica whose agent died after its SIGTERM to end",
         )
+
+
+# A warm `python` command's watcher (workers/replica/pool_entry.py starts it so): the
+# guard's rules. SIGTERM while the agent lives is the program's to answer (the agent sends
+# SIGKILL after its own grace); the agent gone, SIGTERM to the group first, then SIGKILL
+# GONE_GRACE later if the program still runs. This program notes each SIGTERM and goes on.
+COMMAND = textwrap.dedent("""
+    import os, signal, sys, time
+    from workers.replica import parent_watch
+    watcher = parent_watch.start(term_grace=None, gone_grace=float(sys.argv[2]))
+    def noted(_signum, _frame):
+        with open(sys.argv[1], "a") as handle:
+            handle.write("TERM\\n")
+    signal.signal(signal.SIGTERM, noted)
+    print(watcher, flush=True)
+    while True:
+        time.sleep(0.1)
+""")
+GONE_GRACE = 3.0
+
+
+def test_a_commands_watcher_leaves_sigterm_to_it_and_ends_it_as_the_guard_once_the_agent_goes(
+    tmp_path: Path,
+) -> None:
+    notes = tmp_path / "notes"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("COHORT_AGENT_PID", None)
+    agent = subprocess.Popen(
+        [sys.executable, "-c", AGENT, COMMAND, str(notes), str(GONE_GRACE)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert agent.stdout is not None
+    replica, watcher = (int(x) for x in agent.stdout.readline().split())
+    try:
+        os.killpg(replica, signal.SIGTERM)
+        wait_for(lambda: notes.is_file() and notes.read_text() == "TERM\n", 10, "its SIGTERM")
+        time.sleep(GONE_GRACE + 1.5)  # past every grace: while the agent lives, no kill
+        assert alive(replica) and alive(watcher)
+        os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
+        gone_at = time.monotonic()
+        wait_for(lambda: notes.read_text() == "TERM\nTERM\n", 10, "SIGTERM once its agent went")
+        wait_for(
+            lambda: not alive(replica) and not alive(watcher),
+            GONE_GRACE + 10,
+            "SIGKILL after the grace",
+        )
+        assert time.monotonic() - gone_at >= GONE_GRACE - 0.5
+    finally:
+        for pid in (replica, watcher):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+            agent.wait()

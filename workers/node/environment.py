@@ -16,7 +16,9 @@ from pathlib import Path
 
 from services.cluster import tf_config
 from services.wire.replica import ReplicaSpec, StartReplica
+from workers import python_args
 from workers.layout import JobDirs, ReplicaPaths
+from workers.python_args import PythonProgram
 
 # The only variables a replica inherits from the agent: finding programs and libraries,
 # the locale and time zone, and the node's CUDA / NVIDIA / TensorFlow / NCCL / XLA
@@ -26,6 +28,8 @@ from workers.layout import JobDirs, ReplicaPaths
 # an allow-list, so a secret added to the agent's environment tomorrow is not leaked.
 # TensorFlow's own TF_* settings by their families, never all of TF_*: Terraform's
 # TF_TOKEN_* and TF_VAR_* hold credentials.
+# A command's argv[0] that means the node's replica interpreter (the one with TensorFlow).
+PYTHON_NAMES = ("python", "python3")
 INHERITED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH"})
 INHERITED_PREFIXES = (
     "LC_",
@@ -185,15 +189,25 @@ _READ_AT_IMPORT = (
 )
 
 
+def warm_program(spec: ReplicaSpec) -> PythonProgram | None:
+    """The program of a `command` job that is the node's `python` running a script or a
+    module (workers/python_args.py); None for anything else."""
+    command = spec.command
+    if not command or command[0] not in PYTHON_NAMES:
+        return None
+    return python_args.parse(command[1:])
+
+
 def warm_servable(spec: ReplicaSpec) -> bool:
-    """Whether a warm process may run this replica: Cohort's runner (a `trainer`, not the
-    job's own `command`), with no variable of its job's `env` that would have had to be
-    set before TensorFlow was imported (such a job gets a cold process, where it is), and
-    no requirements: the pool's processes run on the node's interpreter, and a job with
-    requirements runs on its environment's (workers/node/envs.py). It starts cold; a pool
-    per environment would hold ~250 MiB per process for environments few jobs share."""
+    """Whether a warm process may run this replica: Cohort's runner (a `trainer`) or a
+    `command` that is `python` running a script or module (`warm_program`), with no
+    variable of its job's `env` that would have had to be set before TensorFlow was
+    imported (such a job gets a cold process, where it is), and no requirements: the
+    pool's processes run on the node's interpreter, and a job with requirements runs on
+    its environment's (workers/node/envs.py). It starts cold; a pool per environment
+    would hold ~250 MiB per process for environments few jobs share."""
     return (
-        spec.command is None
+        (spec.command is None or warm_program(spec) is not None)
         and not spec.requirements
         and spec.image is None  # a container of its own image, started cold
         and not any(name.startswith(_READ_AT_IMPORT) for name in spec.env)
@@ -213,7 +227,7 @@ def resolve_argv(command: list[str], python: str, env: dict[str, str], cwd: Path
         CommandNotFound: argv[0] names nothing executable.
     """
     program = command[0]
-    if program in ("python", "python3"):
+    if program in PYTHON_NAMES:
         return [python or sys.executable, *command[1:]]
     if "/" in program:
         path = Path(program) if Path(program).is_absolute() else cwd / program

@@ -18,16 +18,16 @@ from typing import IO, TYPE_CHECKING, Any
 
 from services.data_dir import write_private
 from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
-from workers import handoff
+from workers import handoff, python_args
 from workers.layout import ReplicaPaths
 from workers.node import containers, isolation
-from workers.node.environment import replica_env, resolve_argv, warm_servable
+from workers.node.environment import replica_env, resolve_argv, warm_program, warm_servable
 from workers.node.isolation import ReplicaUser
 from workers.node.log_text import screen_text
 from workers.node.processes import stop_process_group
 
 if TYPE_CHECKING:
-    from workers.node.pool import ReplicaPool
+    from workers.node.pool import ReplicaPool, WarmProcess
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def spawn(
             box, client = containers.start(message, paths, python, user, engine, log_file.fileno())
         return ReplicaProcess(key, client, paths.log_file, time.time(), container=box)
     with open(log_fd, "ab") as log_file:
-        warm = pool.take() if pool is not None and warm_servable(message.spec) else None
+        warm = _take_warm(pool, message.spec, cwd)
         popen = None
         if pool is not None and warm is not None:
             hand_off = handoff.HandOff(
@@ -135,6 +135,7 @@ def spawn(
                 user.gid if user else None,
                 isolation.REPLICA_UMASK,
                 kept_paths(data_dir, python) if user is not None and user.private_tmp else None,
+                program=message.spec.command[1:] if message.spec.command else None,
             )
             popen = pool.hand_off(warm, hand_off, log_file.fileno())
         if popen is None:
@@ -146,6 +147,19 @@ def spawn(
         started_at=time.time(),
         warm=warm is not None and popen is warm.popen,
     )
+
+
+def _take_warm(pool: ReplicaPool | None, spec: ReplicaSpec, cwd: Path) -> WarmProcess | None:
+    """A warm process for this replica, if it may have one and one is ready. A `python`
+    command's directory must not hold a module the warm process imported already (a
+    fresh interpreter would import the directory's: workers/python_args.py)."""
+    if pool is None or not warm_servable(spec):
+        return None
+    program = warm_program(spec)
+    if program is None:
+        return pool.take()
+    offered = python_args.module_names(program.path0(cwd))
+    return pool.take(unless=lambda preloaded: python_args.shadowed(offered, preloaded))
 
 
 def _write_inputs(message: StartReplica, paths: ReplicaPaths, user: ReplicaUser | None) -> None:

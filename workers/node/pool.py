@@ -35,6 +35,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +62,9 @@ class WarmProcess:
     channel: socket.socket  # the agent's end
     started_at: float
     ready: bool = False
+    # The top-level modules it has imported, as it said when ready (workers/python_args.py
+    # keeps a command whose directory would shadow one of them from it).
+    preloaded: frozenset[str] = frozenset()
 
     @property
     def pid(self) -> int:
@@ -118,11 +122,12 @@ class ReplicaPool:
             return [warm.pid for warm in self._waiting if warm.ready]
 
     # -- the agent's side of a hand-off ---------------------------------------
-    def take(self) -> WarmProcess | None:
-        """A ready warm process, now the caller's to hand off; None at once if none is."""
+    def take(self, unless: Callable[[frozenset[str]], bool] | None = None) -> WarmProcess | None:
+        """A ready warm process, now the caller's to hand off; None at once if none is
+        (or `unless` its preloaded modules rule out every one)."""
         with self._lock:
             for warm in list(self._waiting):
-                if not warm.ready:
+                if not warm.ready or (unless is not None and unless(warm.preloaded)):
                     continue
                 self._waiting.remove(warm)
                 if warm.popen.poll() is None:
@@ -218,7 +223,7 @@ class ReplicaPool:
                 0o600,
             )
             with open(log_fd, "ab") as log_file:
-                argv = [self.python, "-P", "-m", "workers.replica.pool_entry", str(theirs.fileno())]
+                argv = [self.python, "-m", "workers.replica.pool_entry", str(theirs.fileno())]
                 if self.private_tmp:
                     argv = private_tmp.namespace_only_argv(self.python, argv)
                 popen = subprocess.Popen(  # noqa: S603 - an argv, never a shell
@@ -249,15 +254,18 @@ class ReplicaPool:
 
     def _answered(self, warm: WarmProcess) -> None:
         """`warm`'s first word: READY, or its channel closed (it died warming up)."""
+        preloaded: frozenset[str] | None = None
         try:
-            word = warm.channel.recv(1)
+            if warm.channel.recv(1) == handoff.READY:
+                warm.channel.settimeout(HAND_OFF_TIMEOUT)  # the rest comes with the word
+                preloaded = handoff.receive_preloaded(warm.channel)
         except OSError:
-            word = b""
+            pass
         with self._lock:
             if warm not in self._waiting:
                 return  # shut down meanwhile
-            if word == handoff.READY:
-                warm.ready = True
+            if preloaded is not None:
+                warm.ready, warm.preloaded = True, preloaded
                 log.debug(
                     "warm process %d ready after %.1fs",
                     warm.pid,

@@ -17,6 +17,7 @@
     devices_check.py a replica given GPUs trains on them, or fails at once saying why
     parent_watch.py the replica ends when the agent that started it dies
     pool_entry.py a warm replica process, waiting for its job (workers/node/pool.py)
+    warm_program.py a job's `python train.py` run by a warm process as `__main__`
     trainers/     the built-in trainers
 
 Metric points leave the replica as lines of its metrics file, written by report_writer.py

@@ -24,6 +24,11 @@ agent killed between the two signals left such a replica running for good, and t
 watcher gone with the SIGTERM (the chaos soak found two of one job). So the watcher
 outlives SIGTERM: `term_grace` seconds after it, a replica still running has its group
 SIGKILLed, agent or none.
+
+A warm process running a job's `python` command (workers/replica/pool_entry.py) forks the
+same watcher with the guard's rules instead (workers/node/guard.py, the cold path's):
+SIGTERM while the agent lives is the program's to answer, and once the agent is gone the
+group gets SIGTERM first (a program may save) and SIGKILL GUARD_GRACE seconds later.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ import time
 
 POLL_SECONDS = 1.0
 AGENT_PID = "COHORT_AGENT_PID"
+# A warm `python` command's SIGTERM-to-SIGKILL grace once its agent is gone: the guard's on
+# the cold path (workers/node/guard.py GRACE_SECONDS, which imports nothing of Cohort's).
+GUARD_GRACE = 10.0
 
 
 def stat_fields(pid: int | str) -> list[str] | None:
@@ -65,28 +73,47 @@ def _say(text: str) -> None:
 
 
 def watch(
-    agent: int, replica: int, ended: int, term_grace: float, poll: float = POLL_SECONDS
+    agent: int,
+    replica: int,
+    ended: int,
+    term_grace: float | None,
+    poll: float = POLL_SECONDS,
+    gone_grace: float | None = None,
 ) -> None:
     """The watcher's loop (in the forked process): returns when the replica ended (`ended`
     reads as closed); ends the replica's process group (and so itself) when the agent is
-    gone, or `term_grace` seconds after a SIGTERM if the replica is still running."""
+    gone — at once, or (`gone_grace`) with SIGTERM first and SIGKILL that long after —
+    and `term_grace` seconds after a SIGTERM if the replica is still running (None: only
+    the agent's own SIGKILL ends it then)."""
     termed: list[float] = []  # when SIGTERM came (the agent signals the whole group)
     signal.signal(signal.SIGTERM, lambda _signum, _frame: termed.append(time.monotonic()))
     # "Checkpoint now" is the replica's to answer; signalled with its group, the
     # watcher must not die of it.
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    gone_at: float | None = None
     while True:
-        wait = (
-            poll if not termed else max(0.0, min(poll, termed[0] + term_grace - time.monotonic()))
-        )
+        deadlines = [termed[0] + term_grace] if termed and term_grace is not None else []
+        if gone_at is not None and gone_grace is not None:
+            deadlines.append(gone_at + gone_grace)
+        wait = max(0.0, min([poll, *(d - time.monotonic() for d in deadlines)]))
         if select.select([ended], [], [], wait)[0]:
             return  # the replica is gone
         parent = parent_of(replica)
         if parent is None or os.getppid() != replica:
             return  # the replica is gone
-        if parent != agent:
+        now = time.monotonic()
+        if parent != agent and gone_grace is not None:
+            if gone_at is None:
+                _say(f"agent {agent} is gone; stopping")
+                gone_at = now
+                os.killpg(os.getpgid(replica), signal.SIGTERM)
+                continue
+            if now < gone_at + gone_grace:
+                continue
+            _say(f"still running {gone_grace:.0f}s after its agent went; killing")
+        elif parent != agent:
             _say(f"agent {agent} is gone; stopping")
-        elif termed and time.monotonic() >= termed[0] + term_grace:
+        elif term_grace is not None and termed and now >= termed[0] + term_grace:
             _say(f"still running {term_grace:.0f}s after SIGTERM; killing")
         else:
             continue
@@ -94,14 +121,19 @@ def watch(
         return
 
 
-def start(term_grace: float) -> int | None:
-    """Fork the watcher of this replica if an agent started it ($COHORT_AGENT_PID);
-    returns the watcher's pid (None: started by hand, nothing to watch). `term_grace`:
-    how long after SIGTERM a replica still running is killed (longer than the runner's
-    own grace, which flushes what it can when it gets to run)."""
-    agent = os.environ.get(AGENT_PID, "")
-    if not agent.isdigit():
-        return None
+def start(
+    term_grace: float | None, agent: int | None = None, gone_grace: float | None = None
+) -> int | None:
+    """Fork the watcher of this replica if an agent started it (`agent`, else
+    $COHORT_AGENT_PID); returns the watcher's pid (None: started by hand, nothing to
+    watch). `term_grace`: how long after SIGTERM a replica still running is killed
+    (longer than the runner's own grace, which flushes what it can when it gets to run);
+    `gone_grace`: see `watch`."""
+    if agent is None:
+        given = os.environ.get(AGENT_PID, "")
+        if not given.isdigit():
+            return None
+        agent = int(given)
     replica = os.getpid()
     ended, alive = os.pipe()  # both close-on-exec (Python's default)
     pid = os.fork()
@@ -111,6 +143,6 @@ def start(term_grace: float) -> int | None:
     # The watcher: never returns into the runner.
     try:
         os.close(alive)
-        watch(int(agent), replica, ended, term_grace)
+        watch(agent, replica, ended, term_grace, gone_grace=gone_grace)
     finally:
         os._exit(0)

@@ -1,5 +1,7 @@
-"""A warm replica: `python -P -m workers.replica.pool_entry CHANNEL_FD`, started by its
-node's agent before any job is known (workers/node/pool.py).
+"""A warm replica: `python -m workers.replica.pool_entry CHANNEL_FD`, started by its
+node's agent before any job is known (workers/node/pool.py), in an agent-only directory
+(sys.path[0] until the hand-off; not -P, so that a `python` command it runs sees the flags
+a fresh interpreter has).
 
 A fresh interpreter of its own (never a fork of one that loaded TensorFlow): it imports
 TensorFlow, tf_keras, the runner and the built-in trainers (yielding the CPU at first),
@@ -9,8 +11,10 @@ environment, its working directory, its log descriptor and, under an agent as ro
 job's uid and gid. The process becomes that replica — log on stdout and stderr, normal
 priority, no supplementary groups, the job's gid and uid, its umask, the job's directory,
 the environment replaced — before it reads any file of the job or runs any of its code,
-then runs the runner's `main()` like `python -m workers.replica.runner`, and exits with
-its code: one warm process serves one replica, so nothing of one job reaches the next.
+then runs the runner's `main()` like `python -P -m workers.replica.runner` — or, for a
+`command` job's `python train.py` / `python -m pkg.train`, that program as the fresh
+interpreter would (workers/replica/warm_program.py) — and exits with its code: one warm
+process serves one replica, so nothing of one job reaches the next.
 
 Nothing here may start TensorFlow's runtime or list its devices before the hand-off:
 CUDA_VISIBLE_DEVICES and the CPU split (distribution.configure_devices) only take effect
@@ -30,6 +34,7 @@ import threading
 import time
 
 from workers import handoff, private_tmp
+from workers.replica import parent_watch
 
 # A warm process usually starts right after a hand-off, next to the replica that just
 # began: for its first WARM_YIELD_SECONDS it runs at the lowest priority (the scheduler
@@ -123,6 +128,8 @@ def main(argv: list[str]) -> int:
         )
         return 2
     channel = socket.socket(fileno=int(argv[0]))
+    started_in = sys.path[0]  # this process's directory; the job's program gets its own
+    agent = int(os.environ[parent_watch.AGENT_PID])  # the hand-off replaces the environment
     _set_priority(WARM_NICE)
     yielding = threading.Timer(WARM_YIELD_SECONDS, _set_priority, (0,))
     yielding.daemon = True
@@ -138,12 +145,13 @@ def main(argv: list[str]) -> int:
         return EXIT_CANNOT_SERVE
     print(f"cohort: warm process {os.getpid()} ready", flush=True)  # noqa: T201 - its log
     try:
-        channel.sendall(handoff.READY)
+        channel.sendall(handoff.ready_message(_preloaded()))
         ready_at = time.monotonic()
         hand_off, log_fd = handoff.receive(channel)
     except (EOFError, OSError):
         return 0  # retired by its agent, or the agent is gone: nothing was served
     yielding.cancel()
+    yielding.join()  # the job's program sees only the threads a fresh interpreter has
     try:
         if not devices_untouched():
             raise OSError("TensorFlow's devices were initialized while waiting")
@@ -164,15 +172,35 @@ def main(argv: list[str]) -> int:
     except OSError:
         return 0  # the agent gave up on it (and starts the replica cold): not ours
     channel.close()  # the replica's code gets no line to its agent
+    return _serve(hand_off, time.monotonic() - ready_at, started_in, agent)
+
+
+def _serve(hand_off: handoff.HandOff, waited: float, started_in: str, agent: int) -> int:
+    """Run the replica this process has become: Cohort's runner, or the job's `python`
+    program; its exit status."""
     from workers.replica import runner
     from workers.replica.callbacks import announce
 
     announce(
-        f"warm replica: process {os.getpid()} was ready "
-        f"{time.monotonic() - ready_at:.1f}s before its hand-off, TensorFlow's "
-        "devices untouched until then"
+        f"warm replica: process {os.getpid()} was ready {waited:.1f}s before its "
+        "hand-off, TensorFlow's devices untouched until then"
     )
-    return runner.main()
+    if hand_off.program is None:
+        if sys.path and sys.path[0] == started_in:
+            del sys.path[0]  # as `-P` gives the cold runner
+        return runner.main()
+    from workers.replica import warm_program
+
+    # The guard's job on the cold path: the program stops when its agent dies.
+    parent_watch.start(term_grace=None, agent=agent, gone_grace=parent_watch.GUARD_GRACE)
+    return warm_program.run(hand_off.program, started_in)
+
+
+def _preloaded() -> list[str]:
+    """The top-level names of the modules this process has imported from files (built-in
+    ones cannot be shadowed by a job's directory)."""
+    names = {name.partition(".")[0] for name in list(sys.modules)}
+    return sorted(names - set(sys.builtin_module_names) - {"__main__"})
 
 
 if __name__ == "__main__":
