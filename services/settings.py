@@ -122,18 +122,18 @@ class Settings(WebhookSettings, HealthSettings, BaseSettings):
     # The Python that runs replicas (`-m workers.replica.runner`); empty = the agent's own.
     REPLICA_PYTHON: str = ""
     # Warm replica processes an agent keeps (workers/node/pool.py): Python started and
-    # TensorFlow imported, each handed one `trainer` replica, so it reaches its first step
-    # seconds sooner. Each holds ~250 MiB while idle, ~5 CPU-seconds to start. 0: off.
-    REPLICA_POOL_SIZE: int = Field(0, ge=0, le=64)
-    # An agent running as root runs each job's replicas as uid = gid = REPLICA_UID_BASE +
-    # job id % REPLICA_UID_RANGE (workers/node/isolation.py, docs/security.md): a uid per
-    # job, no /etc/passwd entry needed. The default span is one systemd leaves unused
-    # (0x70000000 up); the agent checks at start that it can hand files to it.
+    # TensorFlow imported, each handed one replica (a `trainer`, `python train.py`), which
+    # reaches its first step seconds sooner. "auto": one per free slot, within
+    # REPLICA_POOL_MEMORY bytes (~250 MiB each; workers/node/pool_size.py); N: N; 0: off.
+    REPLICA_POOL_SIZE: Annotated[int, Field(ge=0, le=64)] | Literal["auto"] = "auto"
+    REPLICA_POOL_MEMORY: int = Field(1024 * 1024 * 1024, ge=0)
+    # An agent as root runs a job's replicas as uid = gid = REPLICA_UID_BASE + job id %
+    # REPLICA_UID_RANGE (workers/node/isolation.py), no passwd entry needed; the default
+    # span is one systemd leaves unused; the agent checks it can hand files to it.
     REPLICA_UID_BASE: int = Field(0x7000_0000, ge=1000, le=2**31 - 2)
     REPLICA_UID_RANGE: int = Field(1 << 24, ge=1)
-    # An agent running as root gives each replica its own /tmp and /dev/shm (a mount
-    # namespace with a tmpfs on each: workers/private_tmp.py) where the node allows it
-    # (CAP_SYS_ADMIN: not in a container started without it); false: the node's own.
+    # An agent as root gives each replica its own /tmp and /dev/shm (a tmpfs in a mount
+    # namespace: workers/private_tmp.py) where the node allows it; false: the node's.
     REPLICA_PRIVATE_TMP: bool = True
     # The container engine that runs the replicas of jobs with an `image`
     # (workers/node/containers.py): "docker" or "podman", its CLI on PATH; "": none, and

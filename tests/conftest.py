@@ -30,6 +30,12 @@ if TYPE_CHECKING:
 settings.register_profile("cohort", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("cohort")
 
+# Agents keep warm replica processes by default (workers/node/pool_size.py); on a 2-core
+# machine each costs seconds of CPU at every start, so the suite's agents, stacks and
+# compose nodes (they inherit this environment) keep none, except where a test sets its
+# own size: the pool's own tests, and the fault tests run once with pooled replicas.
+os.environ.setdefault("COHORT_REPLICA_POOL_SIZE", "0")
+
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:

@@ -198,12 +198,18 @@ def steps_redone(last_seen: int, resumed_after: int, since: str) -> str:
 
 
 def record(
-    fault: str, action: str, detect_s: float | None, recover_s: float | None, lost: str
+    fault: str,
+    action: str,
+    detect_s: float | None,
+    recover_s: float | None,
+    lost: str,
+    pooled: bool = False,
 ) -> None:
-    """Append one measured row for docs/reliability.md."""
+    """Append one measured row for docs/reliability.md (`pooled`: the same fault to
+    replicas that warm processes ran, a row of its own)."""
     ARTIFACTS.mkdir(exist_ok=True)
     row = {
-        "fault": fault,
+        "fault": fault + (" — warm replicas" if pooled else ""),
         "action": action,
         "detect_s": detect_s,
         "recover_s": recover_s,
@@ -213,3 +219,26 @@ def record(
     }  # times on a busy machine are longer
     with open(ARTIFACTS / "reliability.jsonl", "a") as handle:
         handle.write(json.dumps(row) + "\n")
+
+
+# The fault tests that kill, freeze or stop replicas or their agent run once more with
+# pooled replicas: an agent keeping POOL warm processes (workers/node/pool.py), full
+# before the job starts, so that attempt 1's replicas are warm ones.
+POOL = 2
+
+
+def pool_full(stack: Stack, count: int = POOL) -> None:
+    """Wait until the stack's agents have said `count` warm processes ready (their log,
+    DATA_DIR/pool/warm.log, which agents sharing a DATA_DIR share)."""
+    log = layout.pool_dirs(stack.settings.data_dir).log_file
+    wait_for(
+        lambda: log.is_file() and log.read_text().count(" ready\n") >= count,
+        600,  # each imports TensorFlow: minutes on a loaded 2-core machine
+        f"{count} warm replica processes",
+    )
+
+
+def warm_replicas(client: Client, job_id: int, attempt: int) -> set[int]:
+    """The replicas of `attempt` that warm processes ran (each says so in its log)."""
+    lines = client.logs(job_id, attempt=attempt, limit=100_000)
+    return {line.replica for line in lines if "cohort: warm replica: process" in line.line}

@@ -11,33 +11,52 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psutil
+import sqlalchemy as sa
 
 from cli.stack import Stack
+from services.models.jobs import Replica
 from tests.faults.nothing_lost import agent_data_dirs
 from workers.node.environment import agent_marks
 
 
 def attempt_processes(stack: Stack, job_id: int, attempt: int) -> list[psutil.Process]:
     """Every live process an agent of `stack` started for attempt `attempt` of job
-    `job_id`, and whatever those started: their environment at exec carries the job, the
-    attempt and the agent's marks, its node and DATA_DIR (workers/node/environment.py),
-    which tell them from another stack's on this host. (A warm pool's process gets its
-    job only at hand-off, not at exec: the fault tests run without a pool.)"""
+    `job_id`, and whatever those started: their environment at exec carries the agent's
+    marks, its node and DATA_DIR (workers/node/environment.py), which tell them from
+    another stack's on this host, and the job and the attempt. A warm process
+    (workers/node/pool.py) gets its job at hand-off, after its exec: it and what it starts
+    are known by their session instead, which the replica leads (its pid in SQL)."""
     marks = [agent_marks(node, data_dir) for node, data_dir in agent_data_dirs(stack).items()]
     wanted = {"COHORT_JOB_ID": str(job_id), "COHORT_ATTEMPT": str(attempt)}
+    leaders = _replica_pids(stack, job_id, attempt)
     found = []
     for process in psutil.process_iter():
         try:
             environ = process.environ()
             if process.status() == psutil.STATUS_ZOMBIE:
                 continue
-        except psutil.Error:
+            ours = any(all(environ.get(k) == v for k, v in m.items()) for m in marks)
+            if ours and (
+                all(environ.get(k) == v for k, v in wanted.items())
+                or os.getsid(process.pid) in leaders
+            ):
+                found.append(process)
+        except (psutil.Error, ProcessLookupError):
             continue  # gone meanwhile, or a kernel thread
-        if all(environ.get(k) == v for k, v in wanted.items()) and any(
-            all(environ.get(k) == v for k, v in m.items()) for m in marks
-        ):
-            found.append(process)
     return found
+
+
+def _replica_pids(stack: Stack, job_id: int, attempt: int) -> set[int]:
+    """The pids the agents reported for the attempt's replicas."""
+    engine = sa.create_engine(stack.settings.database_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                sa.select(Replica.pid).where(Replica.job_id == job_id, Replica.attempt == attempt)
+            )
+            return {pid for (pid,) in rows if pid is not None}
+    finally:
+        engine.dispose()
 
 
 _PTRACE_SEIZE, _PTRACE_INTERRUPT = 0x4206, 0x4207

@@ -19,13 +19,16 @@ from tests.e2e.conftest import job_story, wait_for, wait_terminal
 from tests.e2e.stepper import stepping_job
 from tests.faults.conftest import (
     LONG_JOB,
+    POOL,
     chief_checkpoints,
     event_time,
     past_first_checkpoint,
+    pool_full,
     record,
     saved_checkpoint,
     steps_redone,
     steps_seen,
+    warm_replicas,
 )
 from tests.faults.lost_messages import agents_not_consuming, drop_messages
 from tests.faults.nothing_lost import assert_nothing_lost
@@ -34,15 +37,19 @@ from tests.faults.processes import attempt_processes
 pytestmark = [pytest.mark.e2e, pytest.mark.slow(65)]
 
 
-def test_killed_agent_job_restarts_elsewhere(make_stack) -> None:  # type: ignore[no-untyped-def]
-    stack, client = make_stack(slots=2)
+@pytest.mark.parametrize("pool", [0, POOL], ids=["cold", "pooled"])
+def test_killed_agent_job_restarts_elsewhere(make_stack, pool: int) -> None:  # type: ignore[no-untyped-def]
+    stack, client = make_stack(slots=2, COHORT_REPLICA_POOL_SIZE=str(pool))
     stack.add_agent("node-b", 2)
     wait_for(
         lambda: len([n for n in client.nodes() if n["status"] == "ready"]) == 2,
         60,
         "two ready nodes",
     )
+    if pool:
+        pool_full(stack, 2 * pool)  # both agents' (they share DATA_DIR, and its pool log)
     job = past_first_checkpoint(stack, client, LONG_JOB)  # both nodes share DATA_DIR
+    assert warm_replicas(client, job["id"], 1) == ({0, 1} if pool else set())
     node = job["replica_list"][0]["node_id"]
     assert {r["node_id"] for r in job["replica_list"]} == {node}  # packed on one node
     killed_at = time.time()
@@ -92,6 +99,7 @@ def test_killed_agent_job_restarts_elsewhere(make_stack) -> None:  # type: ignor
         restarting - killed_at,
         first_step_2 - killed_at,
         redone,
+        pooled=bool(pool),
     )
 
 

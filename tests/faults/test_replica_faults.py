@@ -14,14 +14,17 @@ from tests.e2e.conftest import job_story, wait_terminal
 from tests.faults.conftest import (
     LONG_JOB,
     LONG_JOB_STEPS,
+    POOL,
     chief_checkpoints,
     event_time,
     old_attempt_gone,
     past_first_checkpoint,
+    pool_full,
     record,
     saved_checkpoint,
     steps_redone,
     steps_seen,
+    warm_replicas,
 )
 from tests.faults.nothing_lost import assert_nothing_lost
 from tests.faults.processes import attempt_processes, main_thread_stopped
@@ -47,9 +50,13 @@ def first_step_ts(client: Client, job_id: int, attempt: int) -> tuple[int, float
     return first, min(p["ts"] for p in points if p["step"] == first)
 
 
-def test_kill_9_replica_resumes_from_checkpoint(make_stack) -> None:  # type: ignore[no-untyped-def]
-    stack, client = make_stack()
+@pytest.mark.parametrize("pool", [0, POOL], ids=["cold", "pooled"])
+def test_kill_9_replica_resumes_from_checkpoint(make_stack, pool: int) -> None:  # type: ignore[no-untyped-def]
+    stack, client = make_stack(COHORT_REPLICA_POOL_SIZE=str(pool))
+    if pool:
+        pool_full(stack)
     job = past_first_checkpoint(stack, client, LONG_JOB)  # early in epoch 1
+    assert warm_replicas(client, job["id"], 1) == ({0, 1} if pool else set())
     victim = job["replica_list"][1]["pid"]
     killed_at = time.time()
     os.kill(victim, signal.SIGKILL)
@@ -78,13 +85,18 @@ def test_kill_9_replica_resumes_from_checkpoint(make_stack) -> None:  # type: ig
         restarted - killed_at,
         first_step_at - killed_at,
         redone,
+        pooled=bool(pool),
     )
 
 
-def test_frozen_replica_is_detected_and_restarted(make_stack) -> None:  # type: ignore[no-untyped-def]
-    stack, client = make_stack()
+@pytest.mark.parametrize("pool", [0, POOL], ids=["cold", "pooled"])
+def test_frozen_replica_is_detected_and_restarted(make_stack, pool: int) -> None:  # type: ignore[no-untyped-def]
+    stack, client = make_stack(COHORT_REPLICA_POOL_SIZE=str(pool))
+    if pool:
+        pool_full(stack)
     timeout = stack.settings.PROGRESS_TIMEOUT
     job = past_first_checkpoint(stack, client, LONG_JOB)
+    assert warm_replicas(client, job["id"], 1) == ({0, 1} if pool else set())
     victim = job["replica_list"][1]["pid"]
     # Its training thread held, the rest of the process running: TensorFlow's own peer
     # check never fires (the coordination service's heartbeats come from another thread
@@ -120,4 +132,5 @@ def test_frozen_replica_is_detected_and_restarted(make_stack) -> None:  # type: 
         detect,
         first_step_at - frozen_at,
         redone,
+        pooled=bool(pool),
     )

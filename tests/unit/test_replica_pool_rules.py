@@ -16,14 +16,16 @@ from services.wire.replica import ReplicaSpec
 from workers import handoff, python_args
 from workers.node import guard
 from workers.node.environment import warm_env, warm_servable
+from workers.node.pool_size import PoolSize, private_bytes
 from workers.replica import parent_watch
 
 
-def test_pool_size_comes_from_the_environment_and_is_off_by_default(
+def test_pool_size_comes_from_the_environment_and_is_auto_by_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("COHORT_REPLICA_POOL_SIZE", raising=False)
-    assert Settings().REPLICA_POOL_SIZE == 0
+    assert Settings().REPLICA_POOL_SIZE == "auto"
+    assert Settings().REPLICA_POOL_MEMORY == 1024**3
     monkeypatch.setenv("COHORT_REPLICA_POOL_SIZE", "3")
     assert Settings().REPLICA_POOL_SIZE == 3
     monkeypatch.setenv("COHORT_REPLICA_POOL_SIZE", "-1")
@@ -174,3 +176,23 @@ def test_a_malformed_hand_off_is_refused() -> None:
 
 def test_a_warm_commands_watcher_gives_the_guards_grace() -> None:
     assert parent_watch.GUARD_GRACE == guard.GRACE_SECONDS
+
+
+def test_an_auto_pool_keeps_one_per_free_slot_within_its_memory() -> None:
+    free = [4]
+    size = PoolSize(None, lambda: free[0], memory=1000 * 2**20)
+    assert not size.off and size.target() == 3  # 1000 MiB of ~300 MiB processes
+    size.process_bytes = 200 * 2**20  # as measured on a ready one
+    assert size.target() == 4
+    free[0] = 1
+    assert size.target() == 1
+    free[0] = -1  # more replicas than slots (a GPU node's): none, never negative
+    assert size.target() == 0
+    assert PoolSize(None, lambda: 4, memory=100 * 2**20).off  # no room for one
+    assert PoolSize(0).off and PoolSize(2, lambda: 0).target() == 2  # fixed: as given
+
+
+def test_a_processes_own_memory_is_read_from_proc() -> None:
+    mine = private_bytes(os.getpid())
+    assert 10 * 2**20 < mine < 4 * 2**30  # this interpreter and pytest
+    assert private_bytes(2**22 + 1) == 0  # no such process

@@ -355,7 +355,6 @@ def test_a_pool_whose_processes_fail_turns_itself_off(tmp_path: Path) -> None:
 
 
 def test_pool_size_0_keeps_no_process(tmp_path: Path) -> None:
-    assert Settings.model_fields["REPLICA_POOL_SIZE"].default == 0  # off unless asked for
     pool = ReplicaPool(0, sys.executable, "off", tmp_path)
     pool.start()
     assert pool.off and pool.waiting_pids() == [] and pool.take() is None

@@ -15,6 +15,7 @@ inbox.py          what it accepts off its queue: messages sealed for this node, 
 lease.py          its lease: replicas stopped when Redis stops taking its beats
 isolation.py      who a replica runs as, and who owns each of its job's files
 pool.py           warm replica processes, each handed one replica
+pool_size.py      how many warm processes: N, or one per free slot within a memory bound
 containers.py     an image job's replica as a container: its engine's argv, stop, leftovers
 ports.py, gpus.py the host's ports and GPUs
 prepare.py        a replica's code and inputs fetched, its environment built, before it starts

@@ -45,6 +45,7 @@ from workers.node.launcher import ReplicaKey, ReplicaProcess, spawn
 from workers.node.lease import Lease
 from workers.node.logship import LogShipper
 from workers.node.pool import ReplicaPool
+from workers.node.pool_size import PoolSize
 from workers.node.prepare import Preparer
 from workers.node.replay import AfterEnd
 from workers.node.sidecar import Sidecars
@@ -67,8 +68,7 @@ class Agent:
         # without it, messages sent to the queue are dropped): run_agent's Celery app's.
         self.declare_queue = declare_queue or (lambda: None)
         self.node_id = settings.node_id
-        # Signs this node's events and heartbeats, opens the messages sent to it
-        # (workers/node/inbox.py); no agent runs without it (signing.MissingKey).
+        # Signs this node's events and beats, opens its messages (workers/node/inbox.py).
         self.node_key = check_node_key(settings.NODE_KEY, self.node_id)
         # Messages are judged by Redis's clock, never this host's (services/wire/clock.py).
         self.clock = RedisClock(client)
@@ -104,15 +104,13 @@ class Agent:
         self.sidecars = Sidecars(settings, client)  # checkpoints, metrics from files
         # Ended replicas' senders, for a wipe of Redis just after an end (workers/node/replay.py).
         self.ended = AfterEnd()
-        # Warm replica processes (COHORT_REPLICA_POOL_SIZE; none until start_pool).
+        # Warm replica processes (workers/node/pool_size.py says how many; none until
+        # start_pool).
+        fixed = None if settings.REPLICA_POOL_SIZE == "auto" else settings.REPLICA_POOL_SIZE
+        size = PoolSize(fixed, self.free_slots, settings.REPLICA_POOL_MEMORY)
         user = self.replica_user(0)
-        self.pool = ReplicaPool(
-            settings.REPLICA_POOL_SIZE,
-            self.python,
-            self.node_id,
-            self.data_dir,
-            private_tmp=user is not None and user.private_tmp,
-        )
+        private = user is not None and user.private_tmp
+        self.pool = ReplicaPool(size, self.python, self.node_id, self.data_dir, private)
 
     @property
     def python(self) -> str:
@@ -122,6 +120,11 @@ class Agent:
     def replica_user(self, job_id: int) -> isolation.ReplicaUser | None:
         """Who job `job_id`'s replicas run as here (None: as this agent's user)."""
         return isolation.replica_user(self.settings, job_id)
+
+    def free_slots(self) -> int:
+        """Slots no replica holds, none being fetched for (the warm pool's size)."""
+        with self.lock:
+            return self.settings.NODE_SLOTS - len(self.processes) - len(self.preparing)
 
     def start_pool(self) -> None:
         """Start keeping the warm replica processes (none when the pool size is 0)."""
@@ -269,12 +272,8 @@ class Agent:
             self.interpreters.pop(key, None)
             self.sidecars.discard(key)
             return
-        log.info(
-            "started %s as pid %d%s",
-            key,
-            process.popen.pid,
-            " (a warm process)" if process.warm else "",
-        )
+        warm = " (a warm process)" if process.warm else ""
+        log.info("started %s as pid %d%s", key, process.popen.pid, warm)
         shipper = shipper or self._shipper(key)
         self.sidecars.start(key)
         publish_node_event(

@@ -1,13 +1,14 @@
 """An agent's warm replica processes: started before any job, each handed one replica.
 
-Starting Python and importing TensorFlow takes seconds of a replica's launch. With
-COHORT_REPLICA_POOL_SIZE = N > 0 the agent keeps N processes that have done so
-(workers/replica/pool_entry.py), each a fresh interpreter of its own — never a fork of
+Starting Python and importing TensorFlow takes seconds of a replica's launch. The agent
+keeps processes that have done so (as many as workers/node/pool_size.py says: by default
+one per free slot, within a memory bound) (workers/replica/pool_entry.py), each a fresh interpreter of its own — never a fork of
 one that loaded TensorFlow — started as a cold replica is (its own session, umask 077,
 COHORT_NODE_ID and COHORT_AGENT_PID in the environment it is exec'd with), as the agent's
-user, with an agent-only directory as HOME and TMPDIR. A `trainer` replica whose job's
-`env` sets nothing TensorFlow reads at import (environment.warm_servable) is handed to a
-ready one: the agent sends what it would give Popen (the environment, the directory, the
+user, with an agent-only directory as HOME and TMPDIR. A `trainer` replica, or a `command`
+that is `python SCRIPT` or `python -m MODULE` (workers/python_args.py), whose job's `env`
+sets nothing TensorFlow reads at import (environment.warm_servable) is handed to a ready
+one: the agent sends what it would give Popen (the environment, the directory, the
 log descriptor, the job's uid and gid) over a socket pair only it and that process hold
 (workers/handoff.py); the process applies it all before it reads anything of the job,
 says so, and from then on is that replica: the agent wraps its Popen in a ReplicaProcess,
@@ -17,8 +18,8 @@ A job with requirements always starts cold: the warm processes run the node's
 interpreter, its replicas their environment's (workers/node/envs.py), and a pool per
 environment would keep ~250 MiB processes for environments few jobs share.
 
-A keeper thread starts a replacement as soon as one is taken, and replaces any that dies
-waiting. Warm processes that fail (die before or while waiting, refuse a hand-off)
+A keeper thread starts a replacement as soon as one is taken (if the size still calls for
+it: none while every slot is busy), and replaces any that dies waiting. Warm processes that fail (die before or while waiting, refuse a hand-off)
 MAX_FAILURES times in a row, with no hand-off succeeding in between, turn the pool off:
 replicas start cold, and the agent's log says why — never a loop of doomed starts.
 A warm process exits when its channel closes: when the agent retires it (shutdown) or
@@ -43,6 +44,7 @@ from workers import handoff, layout, private_tmp
 from workers.node import isolation
 from workers.node.environment import warm_env
 from workers.node.launcher import tail
+from workers.node.pool_size import PoolSize
 from workers.node.processes import stop_process_group
 
 log = logging.getLogger("cohort.pool")
@@ -72,12 +74,18 @@ class WarmProcess:
 
 
 class ReplicaPool:
-    """`size` warm processes of `python`, kept by a thread once `start`ed."""
+    """Warm processes of `python` (as many as `size` says: workers/node/pool_size.py),
+    kept by a thread once `start`ed."""
 
     def __init__(
-        self, size: int, python: str, node_id: str, data_dir: Path, private_tmp: bool = False
+        self,
+        size: PoolSize | int,
+        python: str,
+        node_id: str,
+        data_dir: Path,
+        private_tmp: bool = False,
     ) -> None:
-        self.size = size
+        self.size = size if isinstance(size, PoolSize) else PoolSize(size)
         # Each warm process in a mount namespace of its own, to mount the replica's own
         # /tmp and /dev/shm in at its hand-off (workers/private_tmp.py).
         self.private_tmp = private_tmp
@@ -97,11 +105,11 @@ class ReplicaPool:
     @property
     def off(self) -> bool:
         """Size 0, or turned off after MAX_FAILURES failures in a row."""
-        return self.size == 0 or self._failures >= MAX_FAILURES
+        return self.size.off or self._failures >= MAX_FAILURES
 
     def start(self) -> None:
         """Start the keeper, which starts the warm processes (none when the size is 0)."""
-        if self.size == 0 or self._keeper is not None:
+        if self.size.off or self._keeper is not None:
             return
         isolation.lay_out_pool(self.dirs)
         self._wake_read, self._wake_write = socket.socketpair()
@@ -109,7 +117,7 @@ class ReplicaPool:
             target=self._keep, args=(self._wake_read,), daemon=True, name="replica-pool"
         )
         self._keeper.start()
-        log.info("keeping %d warm replica processes", self.size)
+        log.info("keeping warm replica processes: %s", self.size.describe())
 
     def waiting_pids(self) -> list[int]:
         """The pids of the warm processes not handed a replica yet (started or ready)."""
@@ -189,6 +197,9 @@ class ReplicaPool:
         selector = selectors.DefaultSelector()
         selector.register(wake, selectors.EVENT_READ)
         while not self._stopping.is_set():
+            # Outside the pool's lock: the free slots are read under the agent's, which
+            # a spawn holds while it takes a warm process (under the pool's).
+            target = self.size.target()
             with self._lock:
                 self._reap()
                 # Never more processes warming up than failures the pool may still
@@ -198,7 +209,8 @@ class ReplicaPool:
                     0
                     if self.off
                     else min(
-                        self.size - len(self._waiting), MAX_FAILURES - self._failures - warming
+                        target - len(self._waiting),
+                        MAX_FAILURES - self._failures - warming,
                     )
                 )
             for _ in range(missing):
@@ -266,6 +278,7 @@ class ReplicaPool:
                 return  # shut down meanwhile
             if preloaded is not None:
                 warm.ready, warm.preloaded = True, preloaded
+                self.size.measure(warm.pid)
                 log.debug(
                     "warm process %d ready after %.1fs",
                     warm.pid,
