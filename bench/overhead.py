@@ -3,27 +3,32 @@ MultiWorkerMirroredStrategy MLP (3 epochs x 50 steps), side by side in one run.
 
 (H) by hand: two `python bench/plain_mlp.py` processes with TF_CONFIG on loopback ports,
     a script that imports no Cohort code (TensorFlow, tf_keras, NumPy, scikit-learn);
-(C) through Cohort: POST /api/v1/jobs to a running stack (PostgreSQL, Redis, api,
+(T) a `trainer` job: POST /api/v1/jobs to a running stack (PostgreSQL, Redis, api,
     scheduler, one agent) with the trainer `plain_mlp:train` of a bundle holding that
     same file: the same `run()`, with the strategy Cohort's runner built and
-    `ctx.callbacks()` (Cohort's metrics callback) added.
+    `ctx.callbacks()` (Cohort's metrics callback) added;
+(P) a `command` job of the same bundle: `python plain_mlp.py --out -`, the hand side's
+    very script with Cohort's TF_CONFIG, which prints its timings to its log.
 
-Both sides time themselves with the same code (bench/plain_mlp.py says how; nothing
-per step on either side): "launch -> first step" runs from the spawn (H) or the POST
-(C) to when the later of the two replicas finished its first step; "steady step" is
-the mean over the replicas of (end of epoch 3 - start of epoch 2) / 100 steps. Cohort's
-side reports them as its final metrics, read back through the API. Runs are
-interleaved H, C, H, C... after one warm-up pair, medians over the runs; the table
-gives C / H.
+Every side times itself with the same code (bench/plain_mlp.py says how; nothing per step
+on either side): "first step" runs from the spawn (H) or the POST (T, P) to when the later
+of the two replicas finished its first step; "steady step" is the mean over the replicas
+of (end of epoch 3 - start of epoch 2) / 100 steps; "done" runs to when both processes
+exited (H) or to the job's `finished_at` (T, P: when Cohort recorded it succeeded; the
+client polls once a second, so that its own requests cost the replicas nothing). Rounds run
+H, T, P in an order rotated each round, after a warm-up round; before each side the
+machine is let go quiet (under 15 % of its CPUs busy over a second) and the agent's warm
+pool full (its ready processes as many as its size asks: workers/node/pool_size.py).
+Reported: each of T/H and P/H per round, and their medians (never a ratio of medians).
 
-`--pool N` starts the stack with COHORT_REPLICA_POOL_SIZE=N (warm replica processes
-per node; 0 = none).
+`--pool auto|N` starts the stack with COHORT_REPLICA_POOL_SIZE (auto, the default: one
+warm process per free slot; 0 = none).
 
 The stack's database is a fresh one on the PostgreSQL server of `--pg`, dropped at
 the end; its data directory (the bundle store) is a fresh temporary one, and its Redis
 the stack's own redis-server unless `--redis` names a database to empty and use.
 
-    .venv/bin/python bench/overhead.py [--runs 3] [--pool 0] \\
+    .venv/bin/python bench/overhead.py [--runs 5] [--pool auto] \\
         [--pg postgresql+psycopg://postgres@127.0.0.1:5432/postgres] \\
         [--redis redis://127.0.0.1:6379/15]
 """
@@ -35,6 +40,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -55,10 +61,13 @@ from cohort.bundles import pack  # noqa: E402
 from cohort.client import Client  # noqa: E402
 from services.statuses import TERMINAL_STATUSES  # noqa: E402
 from tests.e2e.conftest import free_port  # noqa: E402
+from workers import layout  # noqa: E402
 
 SCRIPT = ROOT / "bench" / "plain_mlp.py"
 EPOCHS, STEPS = 3, 50
 TIMEOUT = 300.0
+SLOTS = 2  # the stack's agent's (COHORT_NODE_SLOTS' default)
+QUIET = 0.15  # a side starts once under this share of the CPUs is busy
 
 
 def hand_launch(run: int, workdir: Path) -> dict[str, float]:
@@ -73,18 +82,10 @@ def hand_launch(run: int, workdir: Path) -> dict[str, float]:
     for index in range(2):
         tf_config = {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}}
         log = open(out / f"replica-{index}.log", "wb")  # noqa: SIM115 - the child owns it
+        argv = [sys.executable, str(SCRIPT), "--out", str(out / f"timing-{index}.json")]
         processes.append(
             subprocess.Popen(
-                [
-                    sys.executable,
-                    str(SCRIPT),
-                    "--out",
-                    str(out / f"timing-{index}.json"),
-                    "--epochs",
-                    str(EPOCHS),
-                    "--steps",
-                    str(STEPS),
-                ],
+                [*argv, "--epochs", str(EPOCHS), "--steps", str(STEPS)],
                 env={**env, "TF_CONFIG": json.dumps(tf_config)},
                 cwd=out,
                 stdout=log,
@@ -93,6 +94,7 @@ def hand_launch(run: int, workdir: Path) -> dict[str, float]:
         )
         log.close()
     codes = [p.wait(TIMEOUT) for p in processes]
+    done = time.time()
     if codes != [0, 0]:
         tail = (out / "replica-0.log").read_text()[-2000:]
         raise RuntimeError(f"hand launch failed {codes}:\n{tail}")
@@ -100,42 +102,84 @@ def hand_launch(run: int, workdir: Path) -> dict[str, float]:
     return {
         "first step": max(t["bench_first_step"] for t in timings) - t0,
         "steady step": statistics.fmean(t["bench_steady_step"] for t in timings),
+        "done": done - t0,
     }
 
 
-def cohort_launch(run: int, client: Client, digest: str) -> dict[str, float]:
-    """The same script's `train` as a 2-replica job through the REST API."""
+def job_spec(run: int, digest: str, side: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "name": f"bench-overhead-{side}-{run}",
+        "bundle": digest,
+        "replicas": 2,
+        "strategy": "multi_worker_mirrored",
+        "restart_policy": "never",
+    }
+    if side == "T":
+        hp = {"epochs": EPOCHS, "steps_per_epoch": STEPS}
+        return {**spec, "trainer": "plain_mlp:train", "hyperparameters": hp}
+    argv = ["--out", "-", "--epochs", str(EPOCHS), "--steps", str(STEPS)]
+    return {**spec, "command": ["python", SCRIPT.name, *argv]}
+
+
+def stack_cpu(stack: Stack) -> float:
+    """CPU-seconds the stack's own processes (api, scheduler, agent, Redis; not the
+    replicas, which are no children they wait for) have used so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for _name, process in stack.children:
+        try:
+            with open(f"/proc/{process.pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
+
+
+def cohort_launch(
+    run: int, stack: Stack, client: Client, digest: str, side: str
+) -> dict[str, float]:
+    """The same script as a 2-replica job through the REST API: its `train` as a
+    `trainer` (side T), or itself as a `python` command (side P)."""
+    cpu0 = stack_cpu(stack)
     t0 = time.time()
-    job = client.submit(
-        {
-            "name": f"bench-overhead-{run}",
-            "bundle": digest,
-            "trainer": "plain_mlp:train",
-            "replicas": 2,
-            "strategy": "multi_worker_mirrored",
-            "restart_policy": "never",
-            "hyperparameters": {"epochs": EPOCHS, "steps_per_epoch": STEPS},
-        }
-    )
+    job = client.submit(job_spec(run, digest, side))
     deadline = time.monotonic() + TIMEOUT
     while job["status"] not in TERMINAL_STATUSES:
         if time.monotonic() > deadline:
             client.cancel(job["id"])
             raise RuntimeError(f"job {job['id']} did not finish in {TIMEOUT:.0f}s")
-        time.sleep(0.05)
+        # Seldom: a client polling every 50 ms cost the replicas ~10 % of a core of the
+        # api's time, which the hand side never pays; "done" is the job's own record.
+        time.sleep(1.0)
         job = client.job(job["id"])
+    done = stamp(job["finished_at"])
+    stack_share = (stack_cpu(stack) - cpu0) / (time.time() - t0)  # of one core, per job
     if job["status"] != "succeeded":
         raise RuntimeError(f"job {job['id']} {job['status']}: {job['reason']}")
-    points = client.metrics(job["id"], name=["bench_first_step", "bench_steady_step"])
-    first = [p["value"] for p in points if p["name"] == "bench_first_step"]
-    steady = [p["value"] for p in points if p["name"] == "bench_steady_step"]
+    if side == "T":
+        points = client.metrics(job["id"], name=["bench_first_step", "bench_steady_step"])
+        first = [p["value"] for p in points if p["name"] == "bench_first_step"]
+        steady = [p["value"] for p in points if p["name"] == "bench_steady_step"]
+    else:
+        printed = [
+            json.loads(line.line.split(" ", 1)[1])
+            for line in client.logs(job["id"])
+            if line.line.startswith("BENCH_TIMING ")
+        ]
+        first = [t["bench_first_step"] for t in printed]
+        steady = [t["bench_steady_step"] for t in printed]
     if len(first) != 2 or len(steady) != 2:
         raise RuntimeError(f"job {job['id']}: timings of {len(first)} replicas, expected 2")
+    warm = sum("cohort: warm replica: process" in line.line for line in client.logs(job["id"]))
     events = {e["to_status"]: stamp(e["created_at"]) for e in client.events(job["id"])}
     spawned = max(stamp(r["started_at"]) for r in job["replica_list"])
     return {
         "first step": max(first) - t0,
         "steady step": statistics.fmean(steady),
+        "done": done - t0,
+        "warm replicas": warm,
+        "stack cpu": stack_share,
         "submit -> scheduled": events["scheduled"] - t0,
         "scheduled -> spawned": spawned - events["scheduled"],
         "spawned -> first step": max(first) - spawned,
@@ -156,30 +200,83 @@ def push_script(client: Client, workdir: Path) -> str:
     return info.digest
 
 
-def table(hand: list[dict[str, float]], cohort: list[dict[str, float]]) -> None:
+def cpu_busy(seconds: float = 1.0) -> float:
+    """The share of all CPUs busy over `seconds` (/proc/stat)."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as handle:
+            values = [int(v) for v in handle.readline().split()[1:]]
+        idle = values[3] + values[4]  # idle, iowait
+        return sum(values) - idle, sum(values)
+
+    busy0, total0 = sample()
+    time.sleep(seconds)
+    busy1, total1 = sample()
+    return (busy1 - busy0) / max(1, total1 - total0)
+
+
+def ready_warm(data_dir: Path) -> int:
+    """The agent's warm processes ready and not yet handed a replica: they said so in
+    the pool's log and still sit in the pool's directory."""
+    dirs = layout.pool_dirs(data_dir)
+    try:
+        said = set(re.findall(r"warm process (\d+) ready", dirs.log_file.read_text()))
+    except OSError:
+        return 0
+    count = 0
+    for pid in said:
+        try:
+            count += os.readlink(f"/proc/{pid}/cwd") == str(dirs.root.resolve())
+        except OSError:
+            continue
+    return count
+
+
+def settle(data_dir: Path, pool: int) -> None:
+    """Wait (up to 3 min) for the warm pool to hold `pool` ready processes and the
+    machine to be quiet, so that every side starts from the same state."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if ready_warm(data_dir) >= pool and cpu_busy() < QUIET:
+            return
+    print(f"  (not settled after 3 min: {ready_warm(data_dir)} warm ready)", flush=True)
+
+
+def table(sides: dict[str, list[dict[str, float]]]) -> None:
     med = statistics.median
-    print(f"| median of {len(hand)} | hand (H) | Cohort (C) | C − H | C / H |")
-    print("|---|---|---|---|---|")
-    for key, unit, scale in (("first step", "s", 1.0), ("steady step", "ms", 1e3)):
-        h, c = med(r[key] for r in hand) * scale, med(r[key] for r in cohort) * scale
-        label = "launch → first step" if key == "first step" else "steady step"
-        print(f"| {label} | {h:.2f} {unit} | {c:.2f} {unit} | {c - h:+.2f} {unit} | {c / h:.3f} |")
-    for key in ("first step", "steady step"):
-        # Each C beside the H run just before it: the machine's load drifts less
-        # within a pair than across the run.
-        ratios = [c[key] / h[key] for h, c in zip(hand, cohort, strict=True)]
+    hand = sides["H"]
+    print(f"| median of {len(hand)} | hand (H) | trainer job (T) | command job (P) |")
+    print("|---|---|---|---|")
+    for key, unit, scale in (
+        ("first step", "s", 1.0),
+        ("steady step", "ms", 1e3),
+        ("done", "s", 1.0),
+    ):
+        cells = [f"{med(r[key] for r in sides[s]) * scale:.2f} {unit}" for s in "HTP"]
+        print(f"| {key} | " + " | ".join(cells) + " |")
+    for side in "TP":
+        for key in ("first step", "steady step", "done"):
+            ratios = [c[key] / h[key] for h, c in zip(hand, sides[side], strict=True)]
+            print(
+                f"{side} / H per round, {key}: "
+                + ", ".join(f"{r:.3f}" for r in ratios)
+                + f" (median {med(ratios):.3f})"
+            )
+        warm = [int(r["warm replicas"]) for r in sides[side]]
+        print(f"{side}: warm replicas per round {warm}")
+        share = [r["stack cpu"] * 100 for r in sides[side]]
         print(
-            f"C / H per pair, {key}: "
-            + ", ".join(f"{r:.3f}" for r in ratios)
-            + f" (median {med(ratios):.3f})"
+            f"{side}: the stack's own CPU over the job, % of a core: "
+            + ", ".join(f"{x:.1f}" for x in share)
+            + f" (median {med(share):.1f})"
         )
-    print(
-        "Cohort's launch path (median): "
-        + ", ".join(
-            f"{key} {med(r[key] for r in cohort):.3f} s"
-            for key in ("submit -> scheduled", "scheduled -> spawned", "spawned -> first step")
+        print(
+            f"{side}: Cohort's launch path (median): "
+            + ", ".join(
+                f"{key} {med(r[key] for r in sides[side]):.3f} s"
+                for key in ("submit -> scheduled", "scheduled -> spawned", "spawned -> first step")
+            )
         )
-    )
 
 
 def stack_settings(args: argparse.Namespace, workdir: Path, database: str) -> dict[str, str]:
@@ -190,19 +287,18 @@ def stack_settings(args: argparse.Namespace, workdir: Path, database: str) -> di
         "COHORT_API_PORT": str(free_port()),
         "COHORT_EMBEDDED_REDIS_PORT": str(free_port()),
         "COHORT_PORT_RANGE_START": os.environ.get("COHORT_TEST_PORT_BASE", "29500"),
-        "COHORT_REPLICA_POOL_SIZE": str(args.pool),
+        "COHORT_REPLICA_POOL_SIZE": args.pool,
     }
     return {key: str(value) for key, value in settings.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument(
         "--pool",
-        type=int,
-        default=0,
-        help="COHORT_REPLICA_POOL_SIZE of the stack's agent (0: no pool)",
+        default="auto",
+        help="COHORT_REPLICA_POOL_SIZE of the stack's agent (auto: one per free slot; 0: none)",
     )
     parser.add_argument(
         "--pg",
@@ -222,8 +318,8 @@ def main() -> None:
         "ids); default: a redis-server of the stack's own",
     )
     args = parser.parse_args()
-    hand: list[dict[str, float]] = []
-    cohort: list[dict[str, float]] = []
+    pool = SLOTS if args.pool == "auto" else int(args.pool)  # what the agent keeps idle
+    sides: dict[str, list[dict[str, float]]] = {"H": [], "T": [], "P": []}
     with tempfile.TemporaryDirectory(prefix="cohort-bench-overhead-") as scratch:
         workdir = Path(scratch)
         workdir.chmod(0o711)  # replicas of a root agent run as their job's uid
@@ -236,27 +332,36 @@ def main() -> None:
             client = Client(stack.url, stack.token, timeout=120)
             digest = push_script(client, workdir)
             for run in range(args.runs + 1):  # run 0 warms the page cache and the bundle
-                h = hand_launch(run, workdir)
-                c = cohort_launch(run, client, digest)
+                order = "HTP"[run % 3 :] + "HTP"[: run % 3]
+                got: dict[str, dict[str, float]] = {}
+                for side in order:
+                    settle(stack.settings.data_dir, pool)
+                    got[side] = (
+                        hand_launch(run, workdir)
+                        if side == "H"
+                        else cohort_launch(run, stack, client, digest, side)
+                    )
                 print(
-                    f"{'warm-up' if run == 0 else f'run {run}'}: H first step "
-                    f"{h['first step']:.2f} s, steady {h['steady step'] * 1e3:.2f} ms | "
-                    f"C first step {c['first step']:.2f} s, steady "
-                    f"{c['steady step'] * 1e3:.2f} ms",
+                    f"{'warm-up' if run == 0 else f'round {run}'} ({order}): "
+                    + " | ".join(
+                        f"{side} first step {got[side]['first step']:.2f} s, steady "
+                        f"{got[side]['steady step'] * 1e3:.2f} ms, done {got[side]['done']:.2f} s"
+                        for side in "HTP"
+                    ),
                     flush=True,
                 )
                 if run:
-                    hand.append(h)
-                    cohort.append(c)
+                    for side in "HTP":
+                        sides[side].append(got[side])
         finally:
             stack.stop()
             drop_database(args.pg, database)
     print(
         f"\n# {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}; 2 replicas x "
-        f"{EPOCHS} epochs x {STEPS} steps; pool {args.pool}; {args.runs} interleaved runs"
+        f"{EPOCHS} epochs x {STEPS} steps; pool {args.pool}; {args.runs} interleaved rounds"
     )
-    table(hand, cohort)
+    table(sides)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ How it is timed, identically on both sides, with nothing per step on either:
   with epoch hooks only: Keras calls batch hooks only if some callback has them, so it
   adds nothing per step (epoch 1 holds tracing and the gang's warm-up).
 
+The same file run as a `command` job (`python plain_mlp.py --out -`, TF_CONFIG from
+Cohort) prints its timings instead: Cohort's whole path with no Cohort code in the
+process, handed to a warm process where the node keeps them.
+
 By hand (bench/overhead.py does this for each of the two workers):
 
     TF_CONFIG='{"cluster": {"worker": [...]}, "task": {"type": "worker", "index": 0}}' \\
@@ -148,7 +152,9 @@ def train(ctx: Any) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="where to write the timings (JSON)")
+    parser.add_argument(
+        "--out", required=True, help="where to write the timings (JSON); -: print them"
+    )
     parser.add_argument("--epochs", type=int, default=HP["epochs"])
     parser.add_argument("--steps", type=int, default=HP["steps_per_epoch"])
     args = parser.parse_args()
@@ -160,6 +166,9 @@ def main() -> None:
     result = run(
         strategy, index, replicas, {**HP, "epochs": args.epochs, "steps_per_epoch": args.steps}, []
     )
+    if args.out == "-":  # a `command` job of Cohort (bench/overhead.py reads its log)
+        print("BENCH_TIMING " + json.dumps(result), flush=True)
+        return
     with open(args.out, "w") as handle:
         json.dump(result, handle)
 

@@ -1,29 +1,30 @@
 """An agent's warm replica processes: started before any job, each handed one replica.
 
 Starting Python and importing TensorFlow takes seconds of a replica's launch. The agent
-keeps processes that have done so (as many as workers/node/pool_size.py says: by default
-one per free slot, within a memory bound) (workers/replica/pool_entry.py), each a fresh interpreter of its own — never a fork of
-one that loaded TensorFlow — started as a cold replica is (its own session, umask 077,
-COHORT_NODE_ID and COHORT_AGENT_PID in the environment it is exec'd with), as the agent's
-user, with an agent-only directory as HOME and TMPDIR. A `trainer` replica, or a `command`
-that is `python SCRIPT` or `python -m MODULE` (workers/python_args.py), whose job's `env`
-sets nothing TensorFlow reads at import (environment.warm_servable) is handed to a ready
-one: the agent sends what it would give Popen (the environment, the directory, the
-log descriptor, the job's uid and gid) over a socket pair only it and that process hold
-(workers/handoff.py); the process applies it all before it reads anything of the job,
-says so, and from then on is that replica: the agent wraps its Popen in a ReplicaProcess,
-and stops, fences, reaps and reports it as any other. It serves that replica and exits.
-With no warm process ready, the replica starts cold at once; nothing ever waits for one.
-A job with requirements always starts cold: the warm processes run the node's
-interpreter, its replicas their environment's (workers/node/envs.py), and a pool per
-environment would keep ~250 MiB processes for environments few jobs share.
+keeps processes that have done so (as many as workers/node/pool_size.py says: by default one
+per free slot, within a memory bound) (workers/replica/pool_entry.py), each a fresh
+interpreter of its own — never a fork of one that loaded TensorFlow — started as a cold
+replica is (its own session, umask 077, COHORT_NODE_ID and COHORT_AGENT_PID in the
+environment it is exec'd with), as the agent's user, with an agent-only directory as HOME
+and TMPDIR. A `trainer` replica, or a `command` that is `python SCRIPT` or `python -m
+MODULE` (workers/python_args.py), whose job's `env` sets nothing TensorFlow reads at import
+(environment.warm_servable) is handed to a ready one: the agent sends what it would give
+Popen (the environment, the directory, the log descriptor, the job's uid and gid) over a
+socket pair only it and that process hold (workers/handoff.py); the process applies it all
+before it reads anything of the job, says so, and from then on is that replica: the agent
+wraps its Popen in a ReplicaProcess, and stops, fences, reaps and reports it as any other.
+It serves that replica and exits. With no warm process ready, the replica starts cold at
+once; nothing ever waits for one. A job with requirements always starts cold: the warm
+processes run the node's interpreter, its replicas their environment's
+(workers/node/envs.py), and a pool per environment would keep ~250 MiB processes for
+environments few jobs share.
 
 A keeper thread starts a replacement as soon as one is taken (if the size still calls for
-it: none while every slot is busy), and replaces any that dies waiting. Warm processes that fail (die before or while waiting, refuse a hand-off)
-MAX_FAILURES times in a row, with no hand-off succeeding in between, turn the pool off:
-replicas start cold, and the agent's log says why — never a loop of doomed starts.
-A warm process exits when its channel closes: when the agent retires it (shutdown) or
-dies (the kernel closes the agent's end).
+it: none while every slot is busy), and replaces any that dies waiting. Warm processes that
+fail (die before or while waiting, refuse a hand-off) MAX_FAILURES times in a row, with no
+hand-off succeeding in between, turn the pool off: replicas start cold, and the agent's log
+says why — never a loop of doomed starts. A warm process exits when its channel closes: when
+the agent retires it (shutdown) or dies (the kernel closes the agent's end).
 """
 
 from __future__ import annotations
