@@ -54,12 +54,15 @@ AGENT = textwrap.dedent("""
 """)
 
 
-def start_agent(mode: str) -> tuple[subprocess.Popen[str], int, int]:
-    """The agent, and the pids of its replica and of the replica's watcher."""
+def start_agent(
+    mode: str, replica: str = REPLICA, grace: float = TERM_GRACE
+) -> tuple[subprocess.Popen[str], int, int]:
+    """The agent, and the pids of its replica (the program `replica`, given `mode` and
+    `grace`) and of the replica's watcher."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("COHORT_AGENT_PID", None)
     agent = subprocess.Popen(
-        [sys.executable, "-c", AGENT, REPLICA, mode, str(TERM_GRACE)],
+        [sys.executable, "-c", AGENT, replica, mode, str(grace)],
         env=env,
         stdout=subprocess.PIPE,
         text=True,
@@ -78,10 +81,12 @@ def alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def agent_and_replica(mode: str) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
+def agent_and_replica(
+    mode: str, replica_program: str = REPLICA, grace: float = TERM_GRACE
+) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
     """An agent and its replica in `mode` ("wedge": once wedged, the GIL held and deaf to
     signals); whatever of them is left SIGKILLed after."""
-    agent, replica, watcher = start_agent(mode)
+    agent, replica, watcher = start_agent(mode, replica_program, grace)
     try:
         if mode == "wedge":
             wait_for(
@@ -176,18 +181,7 @@ def test_a_commands_watcher_leaves_sigterm_to_it_and_ends_it_as_the_guard_once_t
     tmp_path: Path,
 ) -> None:
     notes = tmp_path / "notes"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("COHORT_AGENT_PID", None)
-    agent = subprocess.Popen(
-        [sys.executable, "-c", AGENT, COMMAND, str(notes), str(GONE_GRACE)],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    assert agent.stdout is not None
-    replica, watcher = (int(x) for x in agent.stdout.readline().split())
-    try:
+    with agent_and_replica(str(notes), COMMAND, GONE_GRACE) as (agent, replica, watcher):
         os.killpg(replica, signal.SIGTERM)
         wait_for(lambda: notes.is_file() and notes.read_text() == "TERM\n", 10, "its SIGTERM")
         time.sleep(GONE_GRACE + 1.5)  # past every grace: while the agent lives, no kill
@@ -202,10 +196,3 @@ def test_a_commands_watcher_leaves_sigterm_to_it_and_ends_it_as_the_guard_once_t
             "SIGKILL after the grace",
         )
         assert time.monotonic() - gone_at >= GONE_GRACE - 0.5
-    finally:
-        for pid in (replica, watcher):
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        if agent.poll() is None:
-            os.killpg(agent.pid, signal.SIGKILL)
-            agent.wait()

@@ -44,6 +44,7 @@ AGENT_PID = "COHORT_AGENT_PID"
 # A warm `python` command's SIGTERM-to-SIGKILL grace once its agent is gone: the guard's on
 # the cold path (workers/node/guard.py GRACE_SECONDS, which imports nothing of Cohort's).
 GUARD_GRACE = 10.0
+_HELD = {signal.SIGTERM, signal.SIGUSR1}
 
 
 def stat_fields(pid: int | str) -> list[str] | None:
@@ -79,6 +80,7 @@ def watch(
     term_grace: float | None,
     poll: float = POLL_SECONDS,
     gone_grace: float | None = None,
+    unblock: set[int | signal.Signals] | None = None,
 ) -> None:
     """The watcher's loop (in the forked process): returns when the replica ended (`ended`
     reads as closed); ends the replica's process group (and so itself) when the agent is
@@ -90,6 +92,8 @@ def watch(
     # "Checkpoint now" is the replica's to answer; signalled with its group, the
     # watcher must not die of it.
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    if unblock is not None:  # the mask `start` held across the fork, handlers now set
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblock)
     gone_at: float | None = None
     while True:
         deadlines = [termed[0] + term_grace] if termed and term_grace is not None else []
@@ -136,13 +140,18 @@ def start(
         agent = int(given)
     replica = os.getpid()
     ended, alive = os.pipe()  # both close-on-exec (Python's default)
+    # Held across the fork: a SIGTERM to the group just after it (an agent stopping a
+    # replica that has only begun) would otherwise find the watcher with the replica's
+    # handlers of that moment, the default ones, and end it before it sets its own.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
     pid = os.fork()
     if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         os.close(ended)
         return pid  # `alive` stays open as long as the replica lives
     # The watcher: never returns into the runner.
     try:
         os.close(alive)
-        watch(agent, replica, ended, term_grace, gone_grace=gone_grace)
+        watch(agent, replica, ended, term_grace, gone_grace=gone_grace, unblock=held)
     finally:
         os._exit(0)
