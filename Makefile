@@ -147,6 +147,8 @@ bench: $(STAMP) replica-access
 	$(PY) bench/overhead.py --runs 3 --pool 2
 	$(PY) bench/replica_pool.py --rounds 3 --redis $(BENCH_REDIS)/12
 	$(PY) bench/replica_reporting.py --batches 10000 --rounds 5 --steps 20000
+	TF_USE_LEGACY_KERAS=1 $(PY) bench/report_cost.py --steps 3000 --rounds 7
+	$(PY) bench/stack_cpu.py --rounds 3 --interval 1,default
 	$(PY) bench/telemetry_load.py --quick --redis $(BENCH_REDIS)/13
 	$(PY) bench/job_page.py --quick --redis $(BENCH_REDIS)/13
 	$(PY) bench/scheduling_pass.py --passes 5 --redis $(BENCH_REDIS)/11

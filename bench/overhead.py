@@ -106,7 +106,9 @@ def hand_launch(run: int, workdir: Path) -> dict[str, float]:
     }
 
 
-def job_spec(run: int, digest: str, side: str) -> dict[str, Any]:
+def job_spec(
+    run: int, digest: str, side: str, epochs: int = EPOCHS, steps: int = STEPS
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "name": f"bench-overhead-{side}-{run}",
         "bundle": digest,
@@ -115,9 +117,9 @@ def job_spec(run: int, digest: str, side: str) -> dict[str, Any]:
         "restart_policy": "never",
     }
     if side == "T":
-        hp = {"epochs": EPOCHS, "steps_per_epoch": STEPS}
+        hp = {"epochs": epochs, "steps_per_epoch": steps}
         return {**spec, "trainer": "plain_mlp:train", "hyperparameters": hp}
-    argv = ["--out", "-", "--epochs", str(EPOCHS), "--steps", str(STEPS)]
+    argv = ["--out", "-", "--epochs", str(epochs), "--steps", str(steps)]
     return {**spec, "command": ["python", SCRIPT.name, *argv]}
 
 

@@ -116,6 +116,7 @@ def run(
     steady = epoch_clock.steady_step(steps)
     return {
         "bench_first_step": first_step[0],
+        "bench_train_end": time.time(),  # fit returned
         "bench_steady_step": steady,
         "bench_loss": float(history.history["loss"][-1]),
     }

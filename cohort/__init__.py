@@ -11,6 +11,7 @@ training process, next to their TensorFlow. The SDK's names (Client, AsyncClient
 ApiError, ...) are imported on first use, with httpx and pydantic.
 
     metrics.py      report(): one JSON line per call in $COHORT_METRICS_FILE
+    report_queue.py report()'s lines written off the training thread
     client.py       Client: the REST API, typed answers, retries after Retry-After
     async_client.py AsyncClient: the same calls, awaited
     registry.py     the model registry's calls on Client, and `NAME:VERSION` / `NAME@ALIAS`

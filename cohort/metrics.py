@@ -3,7 +3,7 @@
 Each line is `{"step": int, "metrics": {name: float, ...}, "ts": unix time}` (plus
 `"epoch": int` when Cohort's own runner writes it), or `{"beat": unix time}`: "this
 replica is alive through then" (the runner's progress heartbeat, dated ahead while it
-saves). This module owns the format: `encode_line` for report(), `points_record` and
+saves). This module owns the format: `check` for report(), `points_record` and
 `encode_beat` for the runner (workers/replica/report_writer.py), `decode_line` for the
 node agent (workers/node/report_shipper.py), which ships the points as this replica's
 metrics and counts each line as progress for the hang watchdog. Replicas hold no Redis
@@ -18,19 +18,17 @@ import json
 import math
 import operator
 import os
-import threading
 import time
 import warnings
 from typing import Any, NamedTuple, TypeGuard
+
+from cohort import report_queue
 
 ENV_VAR = "COHORT_METRICS_FILE"
 # The bounds of the columns metrics are stored in (a point outside them is dropped later).
 MAX_NAME = 64
 MAX_STEP = 2**31 - 1
 
-_lock = threading.Lock()  # one open file descriptor per process, opened once
-_fd: int | None = None
-_fd_path: str | None = None
 _warned = False
 
 
@@ -41,21 +39,34 @@ def report(step: int, **metrics: float) -> None:
     replica's points are its own. Outside Cohort ($COHORT_METRICS_FILE unset) it
     does nothing but warn once, so the same script runs anywhere.
 
+    The call checks its arguments and queues the point; a background thread writes it
+    within FLUSH_SECONDS (cohort/report_queue.py), and at exit. A tensor's value is
+    read there too, so the step does not wait for it: one that turns out not to be a
+    single finite number is not recorded, said once on stderr.
+
     Raises:
         TypeError: `step` is not an integer, or a value is not a number.
         ValueError: `step` is negative or too large, a value is NaN or infinite,
             a name is too long, or no metric is given.
     """
-    line = encode_line(step, metrics)
+    checked = check(step, metrics)
     path = os.environ.get(ENV_VAR)
     if not path:
         _warn_once()
         return
-    _append(path, line)
+    report_queue.put((path, checked[0], checked[1], time.time()))
 
 
-def encode_line(step: Any, metrics: dict[str, Any]) -> bytes:
-    """One metrics line; TypeError or ValueError naming what is wrong (see report())."""
+def flush() -> None:
+    """Write every point reported so far now (report() does within FLUSH_SECONDS, and
+    at a normal exit): before `os._exit`, say."""
+    report_queue.flush()
+
+
+def check(step: Any, metrics: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """The step and the metrics as they will be written: numbers as floats, a tensor
+    kept to be read on the writer's thread. TypeError or ValueError naming what is
+    wrong (see report())."""
     if isinstance(step, bool):
         raise TypeError(f"report(): step must be an integer, not {step!r}")
     try:
@@ -68,9 +79,7 @@ def encode_line(step: Any, metrics: dict[str, Any]) -> bytes:
         raise ValueError(f"report(): step must be between 0 and {MAX_STEP}, not {step}")
     if not metrics:
         raise ValueError("report(): give at least one metric, e.g. report(step, loss=0.5)")
-    values = {name: _number(name, value) for name, value in metrics.items()}
-    record = {"step": step, "metrics": values, "ts": time.time()}
-    return (json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n").encode()
+    return step, {name: _value(name, value) for name, value in metrics.items()}
 
 
 def points_record(
@@ -89,7 +98,9 @@ def encode_beat(alive_until: float) -> bytes:
     return (json.dumps({"beat": alive_until}) + "\n").encode()
 
 
-def _number(name: str, value: Any) -> float:
+def _value(name: str, value: Any) -> Any:
+    """A Python or NumPy number as a float, checked now; anything else that converts
+    (a tensor of TensorFlow, PyTorch, JAX) as itself, read later."""
     if len(name) > MAX_NAME:
         raise ValueError(f"report(): metric name {name[:20]!r}... is longer than {MAX_NAME}")
     # Strings are refused even when they parse: a "0.5" is a bug at the caller.
@@ -98,6 +109,12 @@ def _number(name: str, value: Any) -> float:
             f"report(): metric {name!r} must be a number, not {type(value).__name__} "
             f"{value!r:.40}; pass float(x) or a scalar tensor"
         )
+    if isinstance(value, (int, float)) or type(value).__module__ == "numpy":
+        return _number(name, value)  # cheap to read: its errors raised to the caller
+    return value
+
+
+def _number(name: str, value: Any) -> float:
     try:
         number = float(value)  # also a numpy scalar or a scalar tf tensor
     except (TypeError, ValueError) as exc:
@@ -107,23 +124,6 @@ def _number(name: str, value: Any) -> float:
             f"report(): metric {name!r} is {number}; only finite values can be reported"
         )
     return number
-
-
-def _append(path: str, line: bytes) -> None:
-    global _fd, _fd_path
-    with _lock:
-        if _fd is None or _fd_path != path:
-            if _fd is not None:
-                os.close(_fd)
-            # O_APPEND: every write lands at the current end, so lines from several
-            # threads or processes of the replica never overwrite each other.
-            _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            _fd_path = path
-        view = memoryview(line)
-        # One write per line (the reader keeps a partial last line for its next read);
-        # the loop only matters if the kernel ever writes less than asked.
-        while view:
-            view = view[os.write(_fd, view) :]
 
 
 def _warn_once() -> None:

@@ -152,8 +152,8 @@ class Settings(WebhookSettings, HealthSettings, BaseSettings):
     LOGIN_MAX_FAILURES: int = Field(10, ge=1)
     LOGIN_FAILURE_WINDOW: int = Field(300, ge=1)
 
-    # Scheduler timing (seconds)
-    SCHEDULER_INTERVAL: float = 1.0
+    # Scheduler timing (seconds); events wake a pass at once (workers/control/pacing.py)
+    SCHEDULER_INTERVAL: float = 2.0  # the heartbeats' pace: for what only time changes
     # The leader's Redis lock lasts this long unless renewed (every pass): a leader that
     # dies or freezes is replaced this long after its last renewal, and a transaction it
     # leaves open is ended by PostgreSQL after this long idle (services/cluster/fencing.py).

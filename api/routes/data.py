@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response, status
+from fastapi import APIRouter, BackgroundTasks, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from api.credentials import Sessions
 from api.deps import (
+    RedisDep,
     SessionsDep,
     SettingsDep,
     StoreDep,
@@ -20,6 +21,7 @@ from services.auth.scopes import Scope
 from services.jobs import data, data_versions
 from services.jobs.file_schemas import DataList, DataRead
 from services.storage.store import ArtifactStore
+from services.wire.client import wake_scheduler
 
 # The token is read in a short transaction of its own (UploadScopeRule): these routes use
 # the database for nothing else, and an upload of gigabytes holds no session meanwhile.
@@ -58,6 +60,8 @@ async def put_data(
     store: StoreDep,
     token: UploadTokenDep,
     sessions: SessionsDep,
+    bus: RedisDep,
+    background: BackgroundTasks,
 ) -> DataRead:
     """Upload a file (the raw bytes as the body) to `path` of the project's data; 201 when
     new, 200 when it replaced one."""
@@ -71,6 +75,9 @@ async def put_data(
     # Recorded once stored, in a short transaction of its own: what data-triggered
     # schedules and lineage read (services/jobs/data_versions.py).
     await run_in_threadpool(_record, sessions, store, token.project_id, path, stored.sha256)
+    # A data-triggered schedule whose settle time is 0 fires in the pass this wakes,
+    # not at the next periodic one.
+    background.add_task(wake_scheduler, bus)
     if not created:
         response.status_code = status.HTTP_200_OK
     return DataRead.model_validate(stored)

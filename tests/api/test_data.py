@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
@@ -19,6 +20,8 @@ from services.models import Job, Schedule
 from services.settings import get_settings
 from services.storage import keys
 from services.storage.store import open_store
+from services.wire.client import get_redis
+from services.wire.keys import EVENTS_STREAM
 from tests.factories import create_token
 
 T = TypeVar("T")
@@ -257,3 +260,22 @@ def test_a_schedules_template_takes_inputs_and_checks_them(
     created = client.post("/api/v1/schedules", json=schedule, headers=auth)
     assert created.status_code == 201, created.text
     assert created.json()["job"]["inputs"] == {"train.csv": "data/train.csv"}
+
+
+@LOCAL
+def test_a_data_push_wakes_the_scheduler(client: TestClient, auth: dict[str, str]) -> None:
+    # A data-triggered schedule with no settle time fires in the pass this wakes, not
+    # at the next periodic one (COHORT_SCHEDULER_INTERVAL).
+    bus = get_redis()
+    newest = bus.xrevrange(EVENTS_STREAM, count=1)
+    since = newest[0][0] if newest else "0-0"
+    assert client.put("/api/v1/data/woken.csv", content=b"x", headers=auth).status_code == 201
+
+    def wakes() -> int:
+        entries = bus.xrange(EVENTS_STREAM, min=f"({since}")
+        return sum(fields.get("kind") == "wake" for _, fields in entries)
+
+    deadline = time.monotonic() + 5  # a wake sent just before may hold this one a window
+    while not wakes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert wakes() >= 1

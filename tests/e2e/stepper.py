@@ -14,7 +14,11 @@ checkpoints a job resumes from, the strategies) keep the built-in trainer.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from cohort.bundles import pack
+from cohort.client import Client
 
 # argv: steps, seconds between steps. A `loss` point at every step (the watchdog counts
 # each as progress) and a log line every 25 steps, flushed as it goes. With a
@@ -35,7 +39,24 @@ for step in range(1, steps + 1):
 """
 
 
-def stepping_job(steps: int, step_seconds: float = 0.01, **fields: Any) -> dict[str, Any]:
+def stepping_job(
+    steps: int, step_seconds: float = 0.01, *, bundle: str | None = None, **fields: Any
+) -> dict[str, Any]:
     """A job spec whose replicas each report `steps` steps `step_seconds` apart (so it
-    runs about steps × step_seconds), then exit 0; `fields` are the rest of the spec."""
-    return {"command": ["python", "-c", SCRIPT, str(steps), str(step_seconds)], **fields}
+    runs about steps × step_seconds), then exit 0; `fields` are the rest of the spec.
+    With `bundle` (stepper_bundle's), the script is run as that bundle's `stepper.py`,
+    which a warm process takes (a `python -c` always starts cold)."""
+    program = ["stepper.py"] if bundle else ["-c", SCRIPT]
+    spec = {"command": ["python", *program, str(steps), str(step_seconds)], **fields}
+    return {**spec, "bundle": bundle} if bundle else spec
+
+
+def stepper_bundle(client: Client, workdir: Path) -> str:
+    """Upload a bundle holding the stepper as `stepper.py`; its digest."""
+    code = workdir / "stepper-code"
+    code.mkdir(exist_ok=True)
+    (code / "stepper.py").write_text(SCRIPT)
+    info = pack(code, workdir / "stepper.tar.gz")
+    if not client.has_bundle(info.digest):
+        client.upload_bundle(info.digest, workdir / "stepper.tar.gz")
+    return info.digest

@@ -16,7 +16,7 @@ import pytest
 
 from services.wire.replica import STOP_TASK
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
-from tests.e2e.stepper import stepping_job
+from tests.e2e.stepper import stepper_bundle, stepping_job
 from tests.faults.conftest import (
     LONG_JOB,
     POOL,
@@ -103,8 +103,9 @@ def test_killed_agent_job_restarts_elsewhere(make_stack, pool: int) -> None:  # 
     )
 
 
-def test_cancel_reaches_every_replica_on_every_node(make_stack) -> None:  # type: ignore[no-untyped-def]
-    stack, client = make_stack(slots=1)
+@pytest.mark.parametrize("pool", [0, 1], ids=["cold", "pooled"])
+def test_cancel_reaches_every_replica_on_every_node(make_stack, tmp_path, pool: int) -> None:  # type: ignore[no-untyped-def]
+    stack, client = make_stack(slots=1, COHORT_REPLICA_POOL_SIZE=str(pool))
     stack.add_agent("node-b", 1)
     wait_for(
         lambda: len([n for n in client.nodes() if n["status"] == "ready"]) == 2,
@@ -112,11 +113,21 @@ def test_cancel_reaches_every_replica_on_every_node(make_stack) -> None:  # type
         "two ready nodes",
     )
     # Steppers (tests/e2e/stepper.py) that would run for hours: only the stops end them.
-    job = client.submit(stepping_job(1_000_000, 0.01, name="cancelled", replicas=2))
+    # Pooled: the stepper as a bundle's script (`python stepper.py`), which the warm
+    # process of each node runs.
+    bundle = stepper_bundle(client, tmp_path) if pool else None
+    if pool:
+        pool_full(stack, 2 * pool)  # both agents' (they share DATA_DIR, and its pool log)
+    job = client.submit(stepping_job(1_000_000, 0.01, bundle=bundle, name="cancelled", replicas=2))
     running = wait_for(
         lambda: (j := client.job(job["id"]))["status"] == "running" and j, 120, "the job to run"
     )
     assert {r["node_id"] for r in running["replica_list"]} == {"node-a", "node-b"}
+    wait_for(
+        lambda: warm_replicas(client, job["id"], 1) == ({0, 1} if pool else set()),
+        30,
+        "each replica's first log lines",
+    )
     # The first stop messages are lost on their way: taken out of both nodes' queues
     # before the agents could take them. The replicas train on until the scheduler, which
     # finds them still running in SQL, sends the stops again.
@@ -157,6 +168,7 @@ def test_cancel_reaches_every_replica_on_every_node(make_stack) -> None:  # type
         None,
         gone,
         "nothing (cancelled)",
+        pooled=bool(pool),
     )
 
 

@@ -7,19 +7,12 @@ import pytest
 from pydantic import ValidationError
 
 from services.settings import Settings
+from tests.fake_clock import Clock
 from workers.node.lease import Lease, fence_grace
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_lease_runs_from_the_sending_of_the_last_beat_redis_took() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     lease = Lease(4.0, clock)
     assert lease.left() == 4.0  # held from the start
     sent = lease.now()
@@ -31,7 +24,7 @@ def test_the_lease_runs_from_the_sending_of_the_last_beat_redis_took() -> None:
 
 
 def test_a_late_answer_to_an_older_beat_does_not_move_the_lease_back() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     lease = Lease(4.0, clock)
     old = lease.now()
     clock.now += 2.0

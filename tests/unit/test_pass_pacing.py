@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.fake_clock import Clock
 from workers.control.pacing import MIN_GAP, PassPacer
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def run_pass(pacer: PassPacer, clock: Clock, seconds: float) -> None:

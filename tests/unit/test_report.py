@@ -102,3 +102,81 @@ def test_bad_values_are_refused_naming_the_problem(
     with pytest.raises(error, match=says.replace("[", r"\[")):
         report(step, **metrics)
     assert not path.exists() or path.read_text() == ""
+
+
+def test_points_reach_the_file_while_the_script_runs_without_a_flush(tmp_path: Path) -> None:
+    # The writer thread writes within FLUSH_SECONDS: the agent sees progress as the
+    # script goes, not only at its exit.
+    path = tmp_path / "metrics.jsonl"
+    code = (
+        "import os, sys, time\nfrom cohort import report\n"
+        "report(1, loss=0.5)\n"
+        "path, deadline = sys.argv[1], time.monotonic() + 10\n"
+        "def written(): return os.path.exists(path) and os.path.getsize(path) > 0\n"
+        "while time.monotonic() < deadline and not written(): time.sleep(0.01)\n"
+        "print('seen' if written() else 'not', flush=True)\n"
+        "os._exit(0)\n"  # no atexit: only the thread can have written it
+    )
+    env = {**os.environ, "COHORT_METRICS_FILE": str(path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "seen", done.stderr
+    assert [line["step"] for line in lines_of(path)] == [1]
+
+
+def test_a_tensor_that_is_not_finite_when_read_is_dropped_and_said_once(tmp_path: Path) -> None:
+    # A tensor is read on the writer's thread, after report() returned: its problem
+    # cannot be raised to the caller, so the point is dropped and the script is told
+    # on stderr, once per metric. Its line's other metrics are kept.
+    path = tmp_path / "metrics.jsonl"
+    done = run_script(
+        "from cohort import report\n"
+        "class Tensor:\n"
+        "    def __init__(self, value): self.value = value\n"
+        "    def __float__(self): return float(self.value)\n"
+        "report(1, loss=Tensor(0.5), accuracy=Tensor(float('nan')))\n"
+        "report(2, loss=Tensor(float('inf')), accuracy=Tensor(float('nan')))\n"
+        "report(3, loss=Tensor(0.25), lr=Tensor([1.0, 2.0]))\n",
+        path,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = lines_of(path)
+    assert [(line["step"], line["metrics"]) for line in lines] == [
+        (1, {"loss": 0.5}),
+        (3, {"loss": 0.25}),
+    ]
+    assert done.stderr.count("'accuracy' at step 1 is nan") == 1
+    assert done.stderr.count("'accuracy'") == 1  # once per metric
+    assert "'loss' at step 2 is inf" in done.stderr
+    assert "'lr' at step 3 is not a single number" in done.stderr
+
+
+def test_forked_children_write_their_own_points_and_never_their_parents(
+    tmp_path: Path,
+) -> None:
+    # A multiprocessing child (fork) ends with os._exit, skipping atexit: its points
+    # are written by multiprocessing's finalizers. What the parent had queued at the
+    # fork is the parent's to write, once.
+    path = tmp_path / "metrics.jsonl"
+    done = run_script(
+        "import multiprocessing as mp\n"
+        "from cohort import report\n"
+        "def child(n):\n"
+        "    for step in range(100): report(step, child=float(n))\n"
+        "for step in range(100): report(step, parent=1.0)\n"
+        "ctx = mp.get_context('fork')\n"
+        "procs = [ctx.Process(target=child, args=(n,)) for n in range(3)]\n"
+        "[p.start() for p in procs]\n"
+        "[p.join() for p in procs]\n"
+        "assert [p.exitcode for p in procs] == [0, 0, 0]\n",
+        path,
+    )
+    assert done.returncode == 0, done.stderr
+    seen: dict[str, list[int]] = {}
+    for line in lines_of(path):
+        ((name, value),) = line["metrics"].items()
+        seen.setdefault(f"{name}{value:g}" if name == "child" else name, []).append(line["step"])
+    assert {key: sorted(steps) for key, steps in seen.items()} == {
+        key: list(range(100)) for key in ("parent", "child0", "child1", "child2")
+    }

@@ -26,6 +26,11 @@ from services.wire.generation import Generation
 log = logging.getLogger("cohort.replay")
 
 REPLAY_WINDOW = 30.0  # seconds: far longer than the ingest takes to store a batch
+# The least time between two looks for a wipe: a shipper with nothing new polls its file
+# every 0.2 s, and a look each time was a Redis transaction per replica every 0.2 s, the
+# most of what a training replica cost the agent and Redis. A look skipped loses nothing:
+# the next one replays from the last look's time, so it covers the skipped ones' spans.
+CHECK_EVERY = 1.0
 
 T = TypeVar("T")
 
@@ -33,14 +38,17 @@ T = TypeVar("T")
 class RecentlySent(Generic[T]):
     """Items sent to one Redis in the last `window` seconds, oldest first."""
 
-    def __init__(self, window: float = REPLAY_WINDOW) -> None:
+    def __init__(
+        self, window: float = REPLAY_WINDOW, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.window = window
+        self._clock = clock
         self._items: collections.deque[tuple[float, T]] = collections.deque()
         self._generation = Generation()
-        self._seen_at = 0.0  # when that Redis last answered
+        self._seen_at: float | None = None  # when that Redis last answered
 
     def add(self, item: T) -> None:
-        self._items.append((time.monotonic(), item))
+        self._items.append((self._clock(), item))
 
     def __bool__(self) -> bool:
         """Whether anything sent lately could still be lost to a wipe."""
@@ -49,14 +57,17 @@ class RecentlySent(Generic[T]):
     def lost_to_restart(self, client: Any) -> list[T]:
         """The items sent in the window before the old data last answered, if Redis has
         lost its data since the last call (restarted, flushed, replaced; however long it
-        was away), else []. Call it after a successful send (Redis answers)."""
+        was away), else []. Call it after a successful send (Redis answers). Looks at
+        most every CHECK_EVERY seconds; a call sooner returns []."""
+        now = self._clock()
+        if self._seen_at is not None and now - self._seen_at < CHECK_EVERY:
+            return []
         try:
             wiped = self._generation.check(client)
         except redis.RedisError:
             return []
-        now = time.monotonic()
         lost: list[T] = []
-        if wiped:
+        if wiped and self._seen_at is not None:
             lost = [item for sent, item in self._items if sent >= self._seen_at - self.window]
         self._seen_at = now
         while self._items and now - self._items[0][0] > self.window:
