@@ -17,10 +17,13 @@ of 1–4 replicas, one in five with 1–2 GPUs per replica, priorities 0–2, ov
 
 Three workloads, interleaved pass by pass, each on its own database:
 
-* **placing**: the nodes are about three quarters busy, so every pass places hundreds of
-  gangs; before each pass the previous pass's placements are undone in SQL (their replicas
-  deleted, their jobs queued again) and the node queues emptied, so each pass really places
-  the same work again;
+* **placing**: the nodes are about three quarters busy, then (`--place N`, 500 by default)
+  their free slots and GPUs, the last nodes' first, are filled with running 1-replica
+  gangs of a project with nothing queued until a pass places exactly N gangs (found by
+  bisection, each try a placement rolled back; with 0, a pass places about 666); before
+  each pass the previous pass's placements are undone in SQL (their replicas deleted,
+  their jobs queued again) and the node queues emptied, so each pass really places the
+  same work again;
 * **full**: the nodes' every slot and GPU is busy, the queue is full: nothing fits, and
   nothing that placement reads changed since the pass before (a saturated cluster between
   submissions);
@@ -40,9 +43,11 @@ of each workload spent its time (pyinstrument, the dev extra's).
 `--against DIR` runs the same passes on another checkout of Cohort (e.g. an older commit's
 `git worktree`) in a second process, on databases and a Redis db of its own, pass for pass
 in turn with this one (one process waits while the other runs): the two are compared
-under the same load, as ratios.
+under the same load: the ratio of the two passes of each round, and the median of those
+per-round ratios (never a ratio of the medians).
 
     .venv/bin/python bench/scheduling_pass.py [--jobs 10000] [--nodes 1000] [--passes 7]
+        [--place 500]
         [--only placing|full|burst] [--steps] [--profile]
         [--pg postgresql+psycopg://postgres@127.0.0.1:5432/postgres]
         [--redis redis://127.0.0.1:6379/0] [--against /path/to/other/checkout
@@ -94,6 +99,8 @@ class Workload:
         now = dt.datetime.now(dt.UTC)
         self.node_ids = [f"{name}-node-{i:05d}" for i in range(nodes)]
         self.running: dict[str, list[tuple[int, int, int]]] = {n: [] for n in self.node_ids}
+        # What `hold_to` may still fill: per node, CPU slots and GPUs held so far.
+        self.held: dict[str, dict[str, int]] = {n: {"cpu": 0, "gpu": 0} for n in self.node_ids}
         # Every row with the same keys: one executemany for all.
         common = {
             "strategy": "multi_worker_mirrored",
@@ -169,6 +176,7 @@ class Workload:
                             self.running[node_id].append((job_id, 1, index))
                             used += 1
                         job_id += 1
+                    self.held[node_id][kind] = used
             self.running_jobs = job_id - 1
             for _ in range(jobs):
                 gpus = rng.choice((1, 2)) if rng.random() < 0.2 else 0
@@ -196,6 +204,107 @@ class Workload:
             )
             connection.execute(sa.text("ANALYZE"))
         engine.dispose()
+        self.fillers = 0  # running 1-replica gangs added by hold_to
+
+    def _free_units(self) -> list[tuple[str, str, int]]:
+        """Every free CPU slot and GPU as (node, kind, unit), the last nodes' first: the
+        order in which `hold_to` fills them."""
+        units = []
+        for i in reversed(range(len(self.node_ids))):
+            node_id = self.node_ids[i]
+            for kind, total in (("cpu", SLOTS), ("gpu", GPUS if i % 4 == 0 else 0)):
+                units += [(node_id, kind, u) for u in range(self.held[node_id][kind], total)]
+        return units
+
+    def _filler_rows(self, units: list[tuple[str, str, int]], first_id: int) -> tuple[list, list]:
+        """Running 1-replica gangs of project 5 (no job queued: fair sharing's turns among
+        the queued projects stay as they were) holding `units`."""
+        from services.statuses import JobStatus, ReplicaStatus
+
+        now = dt.datetime.now(dt.UTC)
+        started = now - dt.timedelta(seconds=30)
+        jobs, replicas = [], []
+        for offset, (node_id, kind, unit) in enumerate(units):
+            job_id = first_id + offset
+            jobs.append(
+                {
+                    "id": job_id, "project_id": 5, "name": f"filler-{job_id}",
+                    "strategy": "multi_worker_mirrored", "trainer": "mlp_digits",
+                    "spec_hash": "0" * 64, "restart_policy": "never", "priority": 0,
+                    "placement": None, "replicas": 1, "status": JobStatus.RUNNING,
+                    "gpus_per_replica": 1 if kind == "gpu" else 0, "started_at": started,
+                }
+            )  # fmt: skip
+            replicas.append(
+                {
+                    "job_id": job_id, "attempt": 1, "index": 0, "node_id": node_id,
+                    "address": f"{node_id}:{30000 + unit}",
+                    "port": 30000 + unit + (100 if kind == "gpu" else 0),
+                    "gpu_ids": str(unit) if kind == "gpu" else "",
+                    "status": ReplicaStatus.RUNNING, "started_at": started,
+                    "progress_at": now, "dispatched_at": started,
+                }
+            )  # fmt: skip
+        return jobs, replicas
+
+    def _placed_with(self, maker: Any, settings: Any, held: int) -> int:
+        """How many gangs a pass places with the first `held` free units filled (tried
+        in a transaction rolled back)."""
+        from services.cluster import queue_placement
+        from services.models import Job, Replica
+
+        jobs, replicas = self._filler_rows(self._free_units()[:held], self.top_id + 1)
+        session = maker()
+        try:
+            if jobs:
+                session.execute(sa.insert(Job), jobs)
+                session.execute(sa.insert(Replica), replicas)
+            now = dt.datetime.now(dt.UTC)
+            _, placed = queue_placement.place_queue(
+                session=session, settings=settings, now=now, memo=None
+            )
+            return len(placed)
+        finally:
+            session.rollback()
+            session.close()
+
+    def hold_to(self, gangs: int, settings: Any) -> int:
+        """Fill free capacity with running gangs until a pass places exactly `gangs`
+        (the fewest filled units that bring it there); returns what it places then."""
+        from services import db
+        from services.models import Job, Project, Replica
+
+        engine = db.make_engine(self.url)
+        maker = db.sessionmaker(bind=engine)
+        with engine.begin() as connection:
+            self.top_id = connection.execute(sa.text("SELECT max(id) FROM jobs")).scalar_one()
+            connection.execute(sa.insert(Project), [{"id": 5, "name": f"{self.name}-p5"}])
+        low, high = 0, len(self._free_units())  # placed(low) > gangs >= placed(high)
+        if self._placed_with(maker, settings, 0) <= gangs:
+            high = 0
+        while high - low > 1:
+            middle = (low + high) // 2
+            if self._placed_with(maker, settings, middle) > gangs:
+                low = middle
+            else:
+                high = middle
+        placed = self._placed_with(maker, settings, high)
+        units = self._free_units()[:high]
+        jobs, replicas = self._filler_rows(units, self.top_id + 1)
+        with engine.begin() as connection:
+            if jobs:
+                connection.execute(sa.insert(Job), jobs)
+                connection.execute(sa.insert(Replica), replicas)
+            connection.execute(
+                sa.text("SELECT setval(pg_get_serial_sequence('jobs', 'id'), :top)"),
+                {"top": self.top_id + len(jobs) + 1},
+            )
+            connection.execute(sa.text("ANALYZE"))
+        for job, replica in zip(jobs, replicas, strict=True):
+            self.running[replica["node_id"]].append((job["id"], 1, 0))
+        self.fillers = len(jobs)
+        engine.dispose()
+        return placed
 
     def heartbeats(self) -> dict[str, str]:
         """Every agent's heartbeat as it writes it into the nodes hash, sealed with its key."""
@@ -529,6 +638,11 @@ class Bench:
             migrate(self.urls[name])
             start = time.perf_counter()
             workload = Workload(name, self.urls[name], args.jobs, args.nodes, busy, seed=7)
+            if name == "placing" and args.place:
+                placed = workload.hold_to(args.place, settings)
+                log(f"{name}: {workload.fillers} one-replica gangs added: a pass places {placed}")
+                if placed != args.place:  # one more filled unit took more than one gang
+                    log(f"{name}: no filling places exactly {args.place}; the nearest below")
             self.leaders[name] = Leader(workload, settings, client, app, keyring)
             self.leaders[name].steps = steps
             log(
@@ -605,6 +719,8 @@ class Against:
             args.pg,
             "--redis",
             other_redis,
+            "--place",
+            str(args.place),
         ]
         if args.only:
             command += ["--only", args.only]
@@ -685,11 +801,33 @@ def report_steps(samples: dict[str, list[dict[str, float]]]) -> None:
         print(f"  {label:<26}" + "".join(cells))
 
 
+def report_ratios(samples: dict[str, dict[str, list[dict[str, float]]]]) -> None:
+    """This side's pass over the other's, round by round (the two passes of a round ran
+    one right after the other), and the median of those per-round ratios."""
+    print("this / against, per round (wall), and the median of per-round ratios:")
+    for name, mine in samples["this"].items():
+        theirs = samples["other"][name]
+        cells = []
+        for key in ("total", "cpu", "pg_cpu"):
+            ratios = [a[key] / b[key] for a, b in zip(mine, theirs, strict=True) if b[key]]
+            cells.append(f"{key} {statistics.median(ratios):.3f}" if ratios else f"{key} -")
+            if key == "total":
+                rounds = " ".join(f"{r:.3f}" for r in ratios)
+        print(f"{name:>9}: " + ", ".join(cells) + f"  (total per round: {rounds})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--nodes", type=int, default=1_000)
     parser.add_argument("--passes", type=int, default=7)
+    parser.add_argument(
+        "--place",
+        type=int,
+        default=500,
+        help="gangs each placing pass places: free capacity is filled with running "
+        "1-replica gangs until a pass places exactly this many (0: as built, about 666)",
+    )
     parser.add_argument(
         "--pg", default=DEFAULT_SERVER, help="PostgreSQL admin URL: databases are made and dropped"
     )
@@ -768,14 +906,7 @@ def main() -> None:
         report_steps(samples["this"])
     if other is not None:
         report(f"against ({other.name})", samples["other"], other.placed)
-        print("this / against, medians:")
-        for name in bench.leaders:
-            ratios = []
-            for key in ("total", "cpu", "pg_cpu"):
-                mine = statistics.median(r[key] for r in samples["this"][name])
-                theirs = statistics.median(r[key] for r in samples["other"][name])
-                ratios.append(f"{key} {mine / theirs:.3f}" if theirs else f"{key} -")
-            print(f"{name:>9}: " + ", ".join(ratios))
+        report_ratios(samples)
 
 
 if __name__ == "__main__":

@@ -22,14 +22,23 @@ Optuna costs the scheduler's pass.
 
     .venv/bin/python bench/sweeps_optuna.py [--seeds 9] [--target 0.5] [--rounds 5]
         [--pg postgresql+psycopg://postgres@127.0.0.1:5432/postgres]
+        [--pass-only] [--against /path/to/other/checkout [--against-python PYTHON]]
+
+`--pass-only` runs (b) alone; `--against DIR` runs (b) only, on this checkout and on DIR
+(e.g. a `git worktree` of the commit before) in a second process with a database of its
+own, pass for pass in turn (the order alternating by round, the same sweeps and seeds):
+each round's ratio this / before, and the median of those per-round ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +53,10 @@ from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
 ROOT = Path(__file__).resolve().parent.parent
+# `--tree DIR`: import Cohort from another checkout (the process `--against` starts).
+TREE = Path(sys.argv[sys.argv.index("--tree") + 1]) if "--tree" in sys.argv else ROOT
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(TREE))
 
 from bench.schedules import drop_databases, fresh_database  # noqa: E402
 from cli.stack import migrate  # noqa: E402
@@ -235,9 +247,10 @@ def add_sweeps(engine: sa.Engine, algorithm: str, shape: str, seed: int) -> list
 def timed_pass(engine: sa.Engine, ids: list[int]) -> tuple[float, float, int]:
     """The sweep part of one pass: seconds, of which Optuna's, and trials created."""
     TimedStudy.spent = 0.0
+    settings = Settings()  # the scheduler's, made once: not part of its pass
     start = time.perf_counter()
     with Session(engine) as session, session.begin():
-        created = advance.advance_sweeps(session=session, settings=Settings()).created
+        created = advance.advance_sweeps(session=session, settings=settings).created
     total = time.perf_counter() - start
     with Session(engine) as session, session.begin():  # out of the next round's way
         session.execute(
@@ -249,6 +262,126 @@ def timed_pass(engine: sa.Engine, ids: list[int]) -> tuple[float, float, int]:
     return total, TimedStudy.spent, len(created)
 
 
+SHAPES = ("one", "many")
+ALGORITHMS = ("random", "tpe")
+
+
+class PassSide:
+    """One checkout's part (b): a database of its own, a pass timed per request."""
+
+    def __init__(self, pg: str | None, tmp: str) -> None:
+        trials_module.SweepStudy = TimedStudy  # type: ignore[misc]
+        self.pg = pg
+        self.url = fresh_database(pg, Path(tmp), "optuna")
+        migrate(self.url)
+        self.engine = make_engine(self.url)
+
+    def run(self, shape: str, algorithm: str, seed: int) -> tuple[float, float]:
+        """Seconds of the sweep part of a pass creating 100 trials, and Optuna's."""
+        ids = add_sweeps(self.engine, algorithm, shape, seed=seed)
+        total, optuna_part, created = timed_pass(self.engine, ids)
+        assert created == 100, (shape, algorithm, created)
+        return total, optuna_part
+
+    def close(self) -> None:
+        self.engine.dispose()
+        drop_databases(self.pg, [self.url])
+
+
+def serve(args: argparse.Namespace) -> None:
+    """The `--against` side: one pass per line read, its seconds written back as JSON."""
+    answers, sys.stdout = sys.stdout, sys.stderr  # stdout carries the answers alone
+    with tempfile.TemporaryDirectory() as tmp:
+        side = PassSide(args.pg, tmp)
+        try:
+            print(json.dumps({"ready": True}), file=answers, flush=True)
+            for line in sys.stdin:
+                ask = json.loads(line)
+                if ask.get("quit"):
+                    break
+                total, part = side.run(ask["shape"], ask["algorithm"], ask["seed"])
+                print(json.dumps({"total": total, "optuna": part}), file=answers, flush=True)
+        finally:
+            side.close()
+
+
+class AgainstSide:
+    """Another checkout's part (b), in a process of its own driven pass by pass."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        command = [args.against_python or sys.executable, str(Path(__file__).resolve())]
+        command += ["--serve", "--tree", str(Path(args.against).resolve())]
+        command += ["--pg", args.pg] if args.pg else []
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self._answer()
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"the --against process ended (exit {self.process.wait()})")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def run(self, shape: str, algorithm: str, seed: int) -> tuple[float, float]:
+        assert self.process.stdin is not None
+        ask = {"shape": shape, "algorithm": algorithm, "seed": seed}
+        self.process.stdin.write(json.dumps(ask) + "\n")
+        self.process.stdin.flush()
+        answer = self._answer()
+        return answer["total"], answer["optuna"]
+
+    def close(self) -> None:
+        if self.process.poll() is None and self.process.stdin is not None:
+            self.process.stdin.write(json.dumps({"quit": True}) + "\n")
+            self.process.stdin.flush()
+        self.process.wait()
+
+
+def pass_rounds(args: argparse.Namespace) -> None:
+    """(b), and with --against the other checkout's (b) pass for pass in turn (order
+    alternating by round, the same seeds): per-round ratios and their median."""
+    kind = "PostgreSQL" if args.pg else "SQLite"
+    with tempfile.TemporaryDirectory() as tmp:
+        sides: dict[str, Any] = {"this": PassSide(args.pg, tmp)}
+        try:
+            if args.against:
+                sides["before"] = AgainstSide(args)
+            figures: dict[str, dict[tuple[str, str], list[tuple[float, float]]]] = {
+                side: {} for side in sides
+            }
+            for round_ in range(args.rounds):
+                for shape in SHAPES:
+                    for algorithm in ALGORITHMS:
+                        order = list(sides) if round_ % 2 else list(reversed(sides))
+                        for side in order:
+                            got = sides[side].run(shape, algorithm, round_ * 1000)
+                            figures[side].setdefault((shape, algorithm), []).append(got)
+        finally:
+            for side in sides.values():
+                side.close()
+    print(
+        f"(b) the sweep part of a pass creating 100 trials, {kind}, {args.rounds} rounds, "
+        f"load average {os.getloadavg()[0]:.1f}:"
+    )
+    for (shape, algorithm), runs in figures["this"].items():
+        what = "1 sweep x 100 asks  " if shape == "one" else "100 sweeps x 1 ask  "
+        total = statistics.median(t for t, _ in runs) * 1000
+        part = statistics.median(o for _, o in runs) * 1000
+        line = f"    {what} {algorithm:6}: {total:7.1f} ms, Optuna {part:6.1f} ms (median)"
+        if "before" in figures:
+            theirs = figures["before"][(shape, algorithm)]
+            before = statistics.median(t for t, _ in theirs) * 1000
+            ratios = [a / b for (a, _), (b, _) in zip(runs, theirs, strict=True)]
+            line += (
+                f"; before {before:7.1f} ms; this/before per round "
+                f"{' '.join(f'{r:.3f}' for r in ratios)}, median {statistics.median(ratios):.3f}"
+            )
+        print(line, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=9)
@@ -256,8 +389,29 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--pg", default=None, help="PostgreSQL admin URL (default: SQLite)")
+    parser.add_argument(
+        "--pass-only", action="store_true", help="only (b): the pass creating 100 trials"
+    )
+    parser.add_argument(
+        "--against",
+        default=None,
+        metavar="DIR",
+        help="another checkout of Cohort whose (b) passes run in turn with these",
+    )
+    parser.add_argument("--against-python", default=None, metavar="PYTHON")
+    parser.add_argument("--tree", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    print(f"{dt.date.today()} {platform.node()} {platform.python_version()}")
+    if args.serve:
+        serve(args)
+        return
+    print(
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC {platform.node()} "
+        f"Python {platform.python_version()}"
+    )
+    if args.pass_only or args.against:
+        pass_rounds(args)
+        return
 
     algorithms = ("random", "tpe", "cmaes")
     counts: dict[str, list[int]] = {a: [] for a in algorithms}

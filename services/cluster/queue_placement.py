@@ -147,41 +147,46 @@ def _place_all(
         session, sa.select(*_QUEUE_COLUMNS).where(Job.status == JobStatus.QUEUED).order_by(Job.id)
     )
     reasons: dict[int, str] = {}
-    ready = []
-    for job in queued:
-        # A restarted gang waits out its backoff before it may be placed again.
-        if job.not_before is not None and job.not_before > now:
-            reasons[job.id] = (
-                f"restart backoff: placed again in {(job.not_before - now).total_seconds():.0f}s"
-            )
-        else:
-            ready.append(job)
+    requests = _requests(queued, settings, now, reasons)
     messages: list[Message] = []
     placed: list[int] = []
-    if ready:
+    if requests:
         capacity, used_ports = read_capacity(session=session)
-        requests = [
-            GangRequest(
-                job.id,
-                job.replicas,
-                job.gpus_per_replica,
-                job.priority,
-                job.id,
-                policy=job.placement or settings.PLACEMENT_POLICY,
-                parts=ps_parts(job.roles, job.role_placement) if job.roles else (),
-                project=job.project_id,
-                container=job.image is not None,
-            )
-            for job in ready
-        ]
-        projects = _project_states(session, settings, {job.project_id for job in ready})
+        projects = _project_states(session, settings, {r.project for r in requests})
         result = place(requests, capacity, projects)
         reasons.update(_waiting_reasons(session, result.waiting, bool(capacity)))
         messages, placed = _schedule_gangs(session, settings, result.assignments, used_ports, now)
-    before = {job.id: job.reason for job in queued}
+    before = {job_id: reason for job_id, *_, reason, _ in queued}
     changed = {job_id: reason for job_id, reason in reasons.items() if before[job_id] != reason}
     _store_reasons(session, changed)
     return messages, placed, bool(changed)
+
+
+def _requests(
+    queued: Sequence[Any], settings: Settings, now: dt.datetime, reasons: dict[int, str]
+) -> list[GangRequest]:
+    """The placer's request of each queued job out of its restart backoff; the reason of
+    each job still in it into `reasons`."""
+    requests = []
+    policy = settings.PLACEMENT_POLICY
+    # Each row unpacked once, its request built positionally: a row's attributes are
+    # looked up by name and a NamedTuple's keywords matched, per job of a queue of tens
+    # of thousands, on every pass that places.
+    for row in queued:
+        job_id, replicas, gpus, priority, how, roles, apart, project, not_before, _, image = row
+        # A restarted gang waits out its backoff before it may be placed again.
+        if not_before is not None and not_before > now:
+            wait = (not_before - now).total_seconds()
+            reasons[job_id] = f"restart backoff: placed again in {wait:.0f}s"
+            continue
+        parts = ps_parts(roles, apart) if roles else ()
+        requests.append(
+            GangRequest(
+                job_id, replicas, gpus, priority, job_id, how or policy, project, parts,
+                image is not None,
+            )
+        )  # fmt: skip
+    return requests
 
 
 def _no_node_reason(session: Session) -> str:

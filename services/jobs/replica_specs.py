@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from functools import cache
 from typing import Any, Protocol, cast
 
 from services.jobs.inputs import resolve_inputs
@@ -64,7 +65,14 @@ def _hyperparameters(job: Job, _index: int) -> dict[str, Any]:
     the job gave, no more (services/jobs/spec.py `stored_hyperparameters`)."""
     if job.trainer is None:
         return dict(job.hyperparameters)
-    return {**Hyperparameters().model_dump(mode="json"), **job.hyperparameters}
+    return {**_builtin_knobs(), **job.hyperparameters}
+
+
+@cache
+def _builtin_knobs() -> dict[str, Any]:
+    # Dumped once, not once per replica a pass places (a model built and dumped each
+    # time): the defaults are constants and scalars, copied into each spec's own dict.
+    return Hyperparameters().model_dump(mode="json")
 
 
 # Spec fields a replica gets in another form than the stored one.

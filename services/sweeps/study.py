@@ -165,6 +165,7 @@ class SweepStudy:
         )
         self._study_id = self.storage.get_study_id_from_name(name)
         self._grid = GridSampler(self.space.grid()) if spec.search_algorithm == "grid" else None
+        self._random: RandomSampler | None = None  # reseeded for each trial (_sampler)
         self._ids: list[int] = []  # trial id by index
         for trial in trials:
             self._add(trial)
@@ -196,7 +197,14 @@ class SweepStudy:
             return TPESampler(seed=seed, constant_liar=self.spec.max_concurrent > 1)
         if algorithm == "cmaes":
             return CmaEsSampler(seed=seed, warn_independent_sampling=False)
-        return RandomSampler(seed=seed)
+        if self._random is None:
+            self._random = RandomSampler(seed=seed)
+        else:
+            # The state a new RandomSampler(seed) has: its one RandomState seeded with
+            # `seed`. A new sampler first seeds one from the OS's entropy (90 µs, as much
+            # as the rest of an ask), then again with `seed`.
+            self._random._rng.rng.seed(seed)
+        return self._random
 
     def ask(
         self, index: int, fixed: dict[str, Any] | None = None

@@ -17,12 +17,12 @@ from services.jobs import quotas
 from services.jobs.quota_schemas import QuotaUpdate
 from services.jobs.schemas import JobCreate
 from services.jobs.store import create_job as create_job_service
-from services.models import Job, ScheduleRun, utcnow
+from services.models import Job, ScheduleRun, SweepTrial, utcnow
 from services.retraining import firing, schedules
 from services.retraining.schemas import ScheduleCreate
 from services.scheduling import scheduler_pass
 from services.settings import get_settings
-from services.statuses import JobStatus
+from services.statuses import JobStatus, SweepStatus
 from services.sweeps import advance
 from services.sweeps import store as sweeps
 from services.sweeps.schemas import SweepCreate
@@ -219,6 +219,53 @@ def test_sweep_trials_wait_for_room_in_the_queued_quota(session: Session) -> Non
     run_pass(session, beat(f"s{pid}", 4))  # the two trials start; the third may be created
     assert advance.advance_sweeps(session=session, settings=get_settings()).created
     assert sweep.trials_created == 3 and "waiting" not in sweep.reason
+
+
+def test_a_trial_over_a_quota_lowered_since_ends_its_sweep_and_none_behind_it_is_created(
+    session: Session,
+) -> None:
+    # The pass admits a sweep's trials in one batch: trial 2 (one replica) fits the quota
+    # that refuses trial 1 (three), yet one at a time trial 2 was never reached.
+    name = f"quota-{uuid.uuid4().hex[:8]}"
+    _, token = create_token(session, name)
+    sweep = sweeps.create_sweep(
+        session=session,
+        project_id=token.project_id,
+        settings=get_settings(),
+        sweep_in=SweepCreate.model_validate(
+            {
+                "name": "gangs",
+                "template": {**JOB, "strategy": "multi_worker_mirrored", "trainer": "mlp_digits"},
+                "max_concurrent": 4,
+                "space": {"grid": {"replicas": [1, 3], "learning_rate": [0.1, 0.01]}},
+                "objective": {"metric": "accuracy", "mode": "max"},
+            }
+        ),
+    )
+    for index, (replicas, rate) in enumerate([(1, 0.1), (3, 0.1), (1, 0.01), (3, 0.01)]):
+        session.add(
+            SweepTrial(
+                sweep_id=sweep.id,
+                trial_index=index,
+                parameters={"replicas": replicas, "learning_rate": rate},
+            )
+        )
+    quotas.set_quota(
+        session=session,
+        project_name=name,
+        quota_in=QuotaUpdate(max_running_replicas=2),
+        settings=get_settings(),
+    )
+    session.flush()
+    result = advance.advance_sweeps(session=session, settings=get_settings())
+    created = [session.get(Job, job_id) for job_id in result.created]
+    assert [(j.trial_index, j.replicas) for j in created if j is not None] == [(0, 1)]
+    assert sweep.trials_created == 1 and sweep.status is SweepStatus.FAILED
+    assert sweep.reason.startswith("trial 1 was refused: ")
+    assert (
+        session.execute(sa.select(sa.func.count()).where(Job.sweep_id == sweep.id)).scalar_one()
+        == 1
+    )
 
 
 def test_a_sweep_above_the_priority_ceiling_is_refused(session: Session) -> None:
