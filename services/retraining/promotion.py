@@ -166,6 +166,11 @@ def decide_pending(
     """Decide every pending run whose job (or sweep) has ended; returns the runs decided.
     `settings`: what evaluation jobs are made under (a schedule with `evaluate:`)."""
     now = now or utcnow()
+    # Every pass asks; nearly every pass has no run waiting for its decision: one look
+    # at the index of pending runs then, not three queries (the idle pass's cost, issue 33).
+    pending = sa.select(ScheduleRun.id).where(ScheduleRun.decision == "pending").limit(1)
+    if session.execute(pending).first() is None:
+        return []
     decided = _pick_sweep_candidates(session, now)
     rows = session.execute(
         sa.select(ScheduleRun, Job)

@@ -2,6 +2,7 @@
 
 agent.py          the agent: starts and stops replicas, reports starts and exits
 agent_process.py  the agent's process: its one Agent and the Celery worker feeding it
+loop_wake.py      a signal wakes the worker's loop at once (no polling for it)
 claims.py         a replica's claim: fencing of stale and duplicate starts, after a wipe too
 supervision.py    a replica's process from its end to its reported exit, or its respawn
 heartbeat.py      the node's heartbeat, and its lease: replicas stopped when it lapses

@@ -17,6 +17,7 @@ from services.wire.client import get_redis
 from services.wire.keys import node_queue
 from workers.node import containers, data_dir_lock, isolation, leftovers, ports
 from workers.node.agent import Agent
+from workers.node.loop_wake import wake_on_signals
 from workers.node.self_drain import SelfDrain
 
 if TYPE_CHECKING:
@@ -26,10 +27,6 @@ log = logging.getLogger("cohort.agent")
 
 _agent: Agent | None = None
 _data_dir_lock: IO[str] | None = None  # this process's hold on DATA_DIR (run_agent)
-
-# Celery's worker loop notices a SIGTERM when its poll returns, and with nothing else
-# scheduled that poll waits a second: a tick this often bounds how long a stop waits.
-STOP_TICK = 0.1
 
 
 def current_agent() -> Agent:
@@ -122,7 +119,7 @@ def _node_worker(app: Celery, node_id: str) -> Any:
 
     def tick(sender: Any, **_: Any) -> None:  # sender: the worker's consumer
         if getattr(sender, "hub", None) is not None:  # an event loop (Redis has one)
-            sender.hub.call_repeatedly(STOP_TICK, lambda: None)
+            wake_on_signals(sender.hub)  # a SIGTERM stops it at once (loop_wake.py)
         # After Celery's own handlers are in place (its start installs them): SIGTERM
         # drains the node first (workers/node/self_drain.py), then is passed on to them.
         agent = current_agent()
