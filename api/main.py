@@ -158,6 +158,7 @@ def create_app() -> FastAPI:
     docs.install(app)
     app.include_router(health.router)
     app.include_router(prometheus.router)  # GET /metrics
+    app.include_router(jobs.submissions, prefix="/api/v1")  # POST /jobs (api/routes/jobs.py)
     for module in API_V1:
         app.include_router(module.router, prefix="/api/v1")
     dashboard.install(app)  # every page, login and logout, the assets at /static

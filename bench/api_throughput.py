@@ -18,8 +18,13 @@ server: submissions/s (2xx), p50/p99 of submit and of list, and the CPU seconds 
 process used during the burst (psutil). Afterwards the jobs stored are counted: they must
 equal the 2xx answers (nothing lost, nothing half-stored).
 
+`--before DIR` adds a third side: Cohort from another checkout (e.g. `git archive HEAD |
+tar -x -C DIR` before a change). The sides' order rotates each round, and each round's
+ratios between the sides are printed with the median of those per-round ratios (never a
+ratio of medians). `--profile DIR`: py-spy's stacks of each process during the bursts.
+
     .venv/bin/python bench/api_throughput.py --redis redis://127.0.0.1:6379/14
-        [--clients 50] [--duration 20] [--rounds 1]
+        [--clients 50] [--duration 20] [--rounds 1] [--before DIR] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from bench import processes as bench_processes  # noqa: E402
 
 TOKEN = "bench-throughput-token-0123456789abcdef"  # the bootstrap (admin) token
 JOB = {"strategy": "one_device", "replicas": 1}
+PROFILE_RATE = 100  # py-spy's samples a second of each process (`--profile`)
 
 
 # -- the load client (run as a process of its own: `--load URL`) ---------------------------
@@ -188,7 +194,10 @@ def start_cohort(env: dict[str, str], log_dir: Path, tree: Path = ROOT) -> Serve
     port = bench_processes.free_port()
     url = f"http://127.0.0.1:{port}"
     server = Server("cohort", url)
-    for part, argv in (("api", ["api", "--port", str(port)]), ("scheduler", ["scheduler"])):
+    for part, argv in (
+        ("api", ["api", "--port", str(port)]),
+        ("scheduler", ["scheduler"]),
+    ):
         server.processes[part] = bench_processes.start_cli(
             argv, env, cwd=tree, log=log_dir / f"{part}.log"
         )
@@ -284,7 +293,7 @@ def burst(
                     "--format",
                     "raw",
                     "--rate",
-                    "50",
+                    str(PROFILE_RATE),
                     "--duration",
                     str(int(duration)),
                     "--output",
@@ -410,7 +419,10 @@ def main() -> None:
         # place in the queue), in a project of its own; the bare app's rows in another.
         user_secret = "bench-submitter-token-0123456789abcdef"
         user = tokens.ensure_token(
-            session=session, token=user_secret, scopes=["read", "submit"], project_name="bench"
+            session=session,
+            token=user_secret,
+            scopes=["read", "submit"],
+            project_name="bench",
         )
         cohort_project = user.project_id
         bare_project = tokens.ensure_project(session=session, name="bare").id
@@ -420,7 +432,9 @@ def main() -> None:
     servers: list[Server] = []
     try:
         for round_index in range(args.rounds):
-            for name in kinds:
+            # Rotated each round, so that no side always runs first (on the emptiest
+            # queue) or last (right after another's burst).
+            for name in kinds[round_index % len(kinds) :] + kinds[: round_index % len(kinds)]:
                 server = (
                     start_bare(env, bare_project, data)
                     if name == "bare"
@@ -449,7 +463,12 @@ def main() -> None:
                     cwd=ROOT,
                 )
                 result = burst(
-                    server, user_secret, args.clients, args.duration, prefix, args.profile
+                    server,
+                    user_secret,
+                    args.clients,
+                    args.duration,
+                    prefix,
+                    args.profile,
                 )
                 server.stop()
                 project = bare_project if name == "bare" else cohort_project
@@ -467,6 +486,33 @@ def main() -> None:
             server.stop()
         engine.dispose()
         drop_database(args.db)
+
+
+def per_round(results: dict[str, list[dict[str, Any]]]) -> None:
+    """Each round's submissions/s and submit p99 per side, the ratios of each round's
+    sides, and the median of those per-round ratios (never a ratio of medians)."""
+    kinds = list(results)
+    pairs = [(a, b) for i, a in enumerate(kinds) for b in kinds[i + 1 :]]
+
+    def rate(result: dict[str, Any]) -> float:
+        ok = sum(n for s, n in result["statuses"].items() if s.startswith("2"))
+        return ok / result["elapsed"]
+
+    print("\n| round | " + " | ".join(f"{k} /s (p99)" for k in kinds), end=" | ")
+    print(" | ".join(f"{a} / {b}" for a, b in pairs) + " |")
+    print("|---" * (1 + len(kinds) + len(pairs)) + "|")
+    ratios: dict[tuple[str, str], list[float]] = {pair: [] for pair in pairs}
+    for index in range(len(results[kinds[0]])):
+        rates = {k: rate(results[k][index]) for k in kinds}
+        cells = [
+            f"{rates[k]:.0f} ({quantile(results[k][index]['submit_ms'], 99):.0f} ms)" for k in kinds
+        ]
+        for a, b in pairs:
+            ratios[(a, b)].append(rates[a] / rates[b] if rates[b] else float("nan"))
+        line = " | ".join(cells + [f"{ratios[p][-1]:.2f}" for p in pairs])
+        print(f"| {index + 1} | {line} |")
+    medians = " | ".join(f"**{statistics.median(ratios[p]):.2f}**" for p in pairs)
+    print(f"| median of the per-round ratios | {' | '.join('' for _ in kinds)} | {medians} |")
 
 
 def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, half: int) -> None:
@@ -512,7 +558,13 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, h
     )
     for key, label in (("submit_ms", "submit"), ("list_ms", "GET /api/v1/jobs")):
         for q in (50, 99):
-            print(row(f"{label} p{q}", {k: quantile(merged(k, key), q) for k in kinds}, " ms"))
+            print(
+                row(
+                    f"{label} p{q}",
+                    {k: quantile(merged(k, key), q) for k in kinds},
+                    " ms",
+                )
+            )
     names = sorted({n for k in kinds for r in results[k] for n in r["cpu"]})
     for process in names:
         print(
@@ -527,6 +579,7 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, h
             {k: 1000 * sum(r["cpu"]["api"] for r in results[k]) / max(ok(k), 1) for k in kinds},
         )
     )
+    per_round(results)
     for name in kinds:
         kept = sum(r["stored"] for r in results[name])
         ids = merged(name, "ids")

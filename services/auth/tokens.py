@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from services.auth.schemas import TokenCreate, TokenCreated, TokenRead, TokenState
 from services.auth.scopes import Scope
+from services.auth.token_cache import process_cache
 from services.exceptions import (
     InvalidTokenSpec,
     SelfRevocation,
@@ -270,6 +271,8 @@ def _revoke(*, session: Session, token_id: int, now: dt.datetime) -> None:
         .where(ApiToken.id == token_id, ApiToken.revoked_at.is_(None))
         .values(revoked_at=now)
     )
+    # This process's cached tokens at once; other processes' within their TTL.
+    process_cache().forget()
     session.execute(
         sa.update(DashboardSession)
         .where(DashboardSession.token_id == token_id, DashboardSession.revoked_at.is_(None))

@@ -5,6 +5,7 @@ an Idempotency-Key already used. The rounds themselves: services/jobs/store.py."
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -61,19 +62,28 @@ def new_job(submission: Submission, spec_hash: str, project: Project | None) -> 
 def insert_round(session: Session, jobs: list[Job]) -> bool:
     """Insert a round's jobs and their first events in one savepoint. False: an insert
     failed (a key that another process has just used) and the whole round was undone."""
+    connection = session.connection()
     try:
         with session.begin_nested():
             # One INSERT per row, of one SQL text: a multi-row INSERT of jobs' 38
             # columns is text that psycopg parses anew for each group size (it caches
             # statements of at most 50 parameters), which cost more CPU than the round
             # trips it saves.
-            session.connection().execution_options(insertmanyvalues_page_size=1)
+            connection.execution_options(insertmanyvalues_page_size=1)
             session.add_all(jobs)
             session.flush()
-            session.add_all([_submitted_event(job) for job in jobs])
-            session.flush()
+            # The events as one executemany of plain rows: nothing reads them back, and
+            # the unit of work's bookkeeping of an object per event cost more than its SQL.
+            session.execute(sa.insert(JobEvent), [_submitted_row(job) for job in jobs])
     except IntegrityError:
         return False
+    finally:
+        # For these rows only: the option stays on the connection for the rest of the
+        # transaction, where a pass that created sweep trials then inserts the replicas
+        # it placed (one statement each, had it stayed).
+        connection.execution_options(
+            insertmanyvalues_page_size=connection.dialect.insertmanyvalues_page_size
+        )
     return True
 
 
@@ -103,13 +113,17 @@ def insert_one(
 
 
 def _submitted_event(job: Job) -> JobEvent:
-    return JobEvent(
-        job_id=job.id,
-        attempt=job.attempt or 1,
-        from_status=None,
-        to_status=JobStatus.QUEUED,
-        reason="submitted",
-    )
+    return JobEvent(**_submitted_row(job))
+
+
+def _submitted_row(job: Job) -> dict[str, Any]:
+    return {
+        "job_id": job.id,
+        "attempt": job.attempt or 1,
+        "from_status": None,
+        "to_status": JobStatus.QUEUED,
+        "reason": "submitted",
+    }
 
 
 def by_idempotency_key(session: Session, project_id: int, key: str) -> Job | None:

@@ -19,6 +19,7 @@ replicas need it, and where it is used.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, StrictInt
@@ -210,11 +211,17 @@ HASHED_ALWAYS = frozenset(
 def added_fields_at_default(spec: JobSpec) -> set[str]:
     """The fields outside `HASHED_ALWAYS` that the spec leaves at their defaults: what the
     idempotency hash (services/jobs/store.py) leaves out."""
+    return {name for name, default in _defaults().items() if getattr(spec, name) == default}
+
+
+@cache
+def _defaults() -> dict[str, Any]:
+    # Built once: a default factory's model (Hyperparameters, DistributionOptions) costs
+    # more than the comparison, on every submission. Only compared, never handed out.
     return {
-        name
+        name: field.get_default(call_default_factory=True)
         for name, field in JobSpec.model_fields.items()
         if name not in HASHED_ALWAYS
-        and getattr(spec, name) == field.get_default(call_default_factory=True)
     }
 
 

@@ -8,12 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from services.db import MAX_SQL_INT, newest_first_page
-from services.exceptions import (
-    CohortError,
-    InvalidJobSpec,
-    InvalidTransition,
-    JobNotFound,
-)
+from services.exceptions import CohortError, InvalidJobSpec, InvalidTransition, JobNotFound
 from services.jobs import admission, quotas
 from services.jobs.admission import Admitted, Submission
 from services.jobs.bundles import check_bundle, job_requirements
@@ -69,7 +64,7 @@ def check_job_spec(*, job_in: JobCreate, settings: Settings) -> None:
 
 def check_submission(
     *,
-    session: Session,
+    session: Session | None,
     project_id: int,
     job_in: JobCreate,
     settings: Settings,
@@ -79,14 +74,16 @@ def check_submission(
     """What a submission is checked for before admission: the spec against the settings,
     its bundle (unless `bundle_pending`: not uploaded yet) and its inputs (nothing is
     locked; nothing is written). Returns its requirement lines (`Submission.requirements`).
+    `session` may be None for a spec that names no bundle: SQL is read for a bundle only.
 
     Raises:
         InvalidJobSpec: a setting refuses the spec.
         BundleNotFound: the spec names a bundle the project has not uploaded.
-        DataNotFound: an input names data the project has not uploaded.
-    """
+        DataNotFound: an input names data the project has not uploaded."""
     check_job_spec(job_in=job_in, settings=settings)
-    if not bundle_pending:
+    if not bundle_pending and job_in.bundle is not None:
+        if session is None:
+            raise TypeError("check_submission: a spec naming a bundle needs a session")
         check_bundle(session=session, project_id=project_id, digest=job_in.bundle)
     check_inputs_exist(project_id=project_id, inputs=job_in.inputs, settings=settings, store=store)
     return job_requirements(

@@ -15,6 +15,7 @@ were, so the quota holds exactly.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -71,13 +72,30 @@ class SubmissionBatcher:
         Raises:
             whatever refused this submission alone (see `store.admit_submissions`).
         """
-        waiting = _Waiting(submission, settings)
-        self._start()
-        self._queue.put(waiting)
-        outcome = waiting.future.result()
+        outcome = self._enqueue(submission, settings).result()
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
+
+    async def admit(self, submission: Submission, settings: Settings) -> Admitted:
+        """`submit` for a coroutine: it waits on the event loop, holding no thread.
+
+        Raises:
+            as `submit`.
+        """
+        # Shielded: a request cancelled while waiting must not cancel the future, which
+        # the batcher's thread sets once the group commits (set on a cancelled future, it
+        # would raise in that thread and end it).
+        outcome = await asyncio.shield(asyncio.wrap_future(self._enqueue(submission, settings)))
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def _enqueue(self, submission: Submission, settings: Settings) -> Future[Admitted | Exception]:
+        waiting = _Waiting(submission, settings)
+        self._start()
+        self._queue.put(waiting)
+        return waiting.future
 
     def _start(self) -> None:
         if self._running:

@@ -28,7 +28,16 @@ def in_test_transaction(app: FastAPI, session: Session) -> Iterator[None]:
         with session.begin_nested():
             yield session
 
-    batcher = SubmissionBatcher(sessions=savepoint, threads=1)
+    @contextmanager
+    def admission() -> Iterator[Session]:
+        # As session_scope ends a transaction, the session's own savepoint is released
+        # once the group is admitted (the submission route holds no request session
+        # whose commit would): the next request starts from the same state.
+        with savepoint():
+            yield session
+        session.commit()
+
+    batcher = SubmissionBatcher(sessions=admission, threads=1)
     app.dependency_overrides[get_db] = override
     app.dependency_overrides[get_submitter] = lambda: batcher
     app.dependency_overrides[get_sessions] = lambda: savepoint

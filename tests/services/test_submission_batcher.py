@@ -259,3 +259,22 @@ def test_a_group_whose_transaction_fails_is_admitted_one_by_one(
         "o3",
         "o4",
     ]
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["inserted", "undone"])
+def test_a_round_leaves_the_connections_insert_page_size_as_it_found_it(
+    project: int, fails: bool
+) -> None:
+    # A round inserts its jobs one statement a row; what the same transaction inserts
+    # after it (a pass's placed replicas, after it created sweep trials) must not be.
+    with session_scope() as session:
+        connection = session.connection()
+        default = connection.dialect.insertmanyvalues_page_size
+        trial_of = (2**31 - 1, 0) if fails else None  # no such sweep: a foreign key breaks
+        admit_submissions(
+            session=session,
+            settings=get_settings(),
+            submissions=[Submission(project, spec(name="paged"), trial_of=trial_of)],
+        )
+        options = session.connection().get_execution_options()
+        assert options.get("insertmanyvalues_page_size", default) == default

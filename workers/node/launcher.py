@@ -98,9 +98,9 @@ def spawn(
     """Start the replica's process in its own process group, as `user` (None: as the
     agent), output to its log file; raises OSError if it cannot be started
     (CommandNotFound: the job's command is not on this node), or its spec not written.
-    A `trainer` replica is handed to a warm process of `pool` if one is ready (the same
-    environment, directory, log and user), else started cold. A job's `image`: a
-    container of it, through `engine` (workers/node/containers.py)."""
+    A replica a warm process may run (environment.warm_servable) goes to a ready one of
+    `pool` (the same environment, directory, log and user), else starts cold. A job's
+    `image`: a container of it, through `engine` (workers/node/containers.py)."""
     key = ReplicaKey.of(message.spec)
     paths = ReplicaPaths.of(data_dir, key.job_id, key.attempt, key.index)
     _write_inputs(message, paths, user)
