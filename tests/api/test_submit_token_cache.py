@@ -98,7 +98,6 @@ def test_unknown_and_refused_tokens_are_never_remembered(
     assert answer.status_code == 403 and "'submit'" in answer.json()["message"]
 
 
-
 def test_entries_last_their_ttl_counted_from_the_reading() -> None:
     clock = Clock(100.0)
     cache = TokenCache(clock=clock)
