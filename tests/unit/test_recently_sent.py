@@ -66,3 +66,16 @@ def test_a_wipe_seen_after_skipped_looks_replays_everything_since_the_last_look(
     assert recent.lost_to_restart(redis) == [1, 2, 3]
     clock.now += CHECK_EVERY
     assert recent.lost_to_restart(redis) == []  # told once
+
+
+def test_a_forced_look_is_never_skipped() -> None:
+    # The looks after a replica's end: no later one would come to find the wipe.
+    redis, clock = FakeRedis(), Clock()
+    recent: RecentlySent[int] = RecentlySent(window=30.0, clock=clock)
+    recent.add(1)
+    assert recent.lost_to_restart(redis) == []
+    redis.wipe()
+    clock.now += 0.1
+    assert recent.lost_to_restart(redis) == []  # skipped
+    assert recent.lost_to_restart(redis, force=True) == [1]
+    assert redis.transactions == 2

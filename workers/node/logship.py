@@ -98,16 +98,18 @@ class LogShipper(threading.Thread):
         if not lines and self._recent:
             # Nothing new, yet lines shipped lately may be gone with a wipe: look, or a
             # log that has gone quiet (or ended) would keep its last lines lost.
-            lines = self._replay_lost()
+            lines = self._replay_lost(force=final)
         while lines:
             if not self._ship(lines):
                 return False
             lines = self._read_lines(final=final)
+            if not lines and final and self._recent:
+                lines = self._replay_lost(force=True)  # the replica's end: a last look
         return True
 
-    def _replay_lost(self) -> list[Line]:
+    def _replay_lost(self, *, force: bool = False) -> list[Line]:
         """The lines to ship again if Redis lost its data since the last look, else []."""
-        lost = self._recent.lost_to_restart(self.client)
+        lost = self._recent.lost_to_restart(self.client, force=force)
         if not lost:
             return []
         log.warning(

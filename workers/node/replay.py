@@ -26,10 +26,12 @@ from services.wire.generation import Generation
 log = logging.getLogger("cohort.replay")
 
 REPLAY_WINDOW = 30.0  # seconds: far longer than the ingest takes to store a batch
-# The least time between two looks for a wipe: a shipper with nothing new polls its file
-# every 0.2 s, and a look each time was a Redis transaction per replica every 0.2 s, the
-# most of what a training replica cost the agent and Redis. A look skipped loses nothing:
-# the next one replays from the last look's time, so it covers the skipped ones' spans.
+# The least time between two looks for a wipe while a replica runs: a shipper polls its
+# file every 0.2 s, and a look each time was a Redis transaction per replica every 0.2 s,
+# the most of what a training replica cost the agent and Redis. A look skipped loses
+# nothing: the next one replays from the last look's time, covering the skipped spans.
+# The looks after a replica's end (its last lines, AfterEnd's ticks) are never skipped:
+# no later one would come.
 CHECK_EVERY = 1.0
 
 T = TypeVar("T")
@@ -54,13 +56,13 @@ class RecentlySent(Generic[T]):
         """Whether anything sent lately could still be lost to a wipe."""
         return bool(self._items)
 
-    def lost_to_restart(self, client: Any) -> list[T]:
+    def lost_to_restart(self, client: Any, *, force: bool = False) -> list[T]:
         """The items sent in the window before the old data last answered, if Redis has
         lost its data since the last call (restarted, flushed, replaced; however long it
         was away), else []. Call it after a successful send (Redis answers). Looks at
-        most every CHECK_EVERY seconds; a call sooner returns []."""
+        most every CHECK_EVERY seconds (a call sooner returns []) unless `force`d."""
         now = self._clock()
-        if self._seen_at is not None and now - self._seen_at < CHECK_EVERY:
+        if not force and self._seen_at is not None and now - self._seen_at < CHECK_EVERY:
             return []
         try:
             wiped = self._generation.check(client)

@@ -109,10 +109,10 @@ class MetricReporter(PointBuffer):
         self._recent.add(points)
         self._replay_lost()
 
-    def _replay_lost(self) -> None:
+    def _replay_lost(self, *, force: bool = False) -> None:
         """Send again what a wipe of Redis erased, if Redis lost its data since the last
         look (the lock held). What cannot be sent now goes back to the buffer."""
-        lost = self._recent.lost_to_restart(self._client)
+        lost = self._recent.lost_to_restart(self._client, force=force)
         if lost:
             warn("Redis restarted: sending the last points again")
             for old in lost:
@@ -129,9 +129,8 @@ class MetricReporter(PointBuffer):
         try:
             self._drain()
             if self._buffer:
-                self._send_buffer()  # replays what a wipe erased on the way
-            else:
-                self._replay_lost()
+                self._send_buffer()
+            self._replay_lost(force=True)  # the replica ended: no later look would come
         finally:
             self._lock.release()
 
