@@ -2,6 +2,7 @@
 
     runner.py     `python -m workers.replica.runner`: one training replica
     termination.py how the replica answers SIGTERM (143), SIGUSR1 and SIGINT, and once done
+    signal_flags.py the flags those signals' handlers set (no lock: a handler may re-enter)
     strategies.py the tf.distribute strategy the replica builds for its job
     callbacks.py  the tf_keras callback that feeds the replica's metrics
     backups.py    step-level backups, exact resume and "checkpoint now" (SIGUSR1, exit 75)

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import functools
 import signal
-import threading
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from services import exit_codes
 from workers.replica.callbacks import announce
+from workers.replica.signal_flags import SignalFlag
 
 CHECKPOINT_SIGNAL = signal.SIGUSR1
 
@@ -47,7 +47,7 @@ DECISION_STEPS = 20
 # step-level backups). A model with longer steps can back up more often for the same.
 DEFAULT_BACKUP_STEPS = 5000
 
-_requested = threading.Event()
+_requested = SignalFlag()  # set by the SIGUSR1 handler: no lock (signal_flags.py)
 
 
 class CheckpointedExit(SystemExit):

@@ -14,6 +14,7 @@ from types import FrameType
 
 from workers.replica.backups import CHECKPOINT_SIGNAL, install_checkpoint_signal
 from workers.replica.callbacks import ReplicaReporter, warn
+from workers.replica.signal_flags import SignalFlag
 
 EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell would report
 # After SIGTERM, how long the main thread gets to unwind before the watchdog
@@ -24,7 +25,7 @@ GRACE = 5.0
 # Set as soon as SIGTERM arrives. The SystemExit raised by the handler may reach
 # `main` disguised: raised while TensorFlow builds an exception, pybind11 turns it
 # into a RuntimeError. The exit code must still say "terminated".
-terminated = threading.Event()
+terminated = SignalFlag()  # set by the handler below: no lock (signal_flags.py)
 
 
 def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
