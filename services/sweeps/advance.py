@@ -26,11 +26,10 @@ import logging
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
-from pydantic import ValidationError
 from sqlalchemy import orm
 from sqlalchemy.orm import Session
 
-from services.exceptions import BundleNotFound, DataNotFound, InvalidJobSpec
+from services.exceptions import QuotaExceeded
 from services.models import Job, Sweep, utcnow
 from services.settings import Settings
 from services.statuses import TERMINAL_STATUSES, JobStatus, SweepStatus
@@ -43,7 +42,7 @@ from services.sweeps.store import (
     record_best,
     spec_of,
 )
-from services.sweeps.trials import METRIC_SETTLE_SECONDS, create_trials
+from services.sweeps.trials import METRIC_SETTLE_SECONDS, TrialsWanted, create_trials
 
 # A sweep picks its best METRIC_SETTLE_SECONDS after its last trial ended, so the last
 # points are in (services/sweeps/trials.py says why); when no succeeded trial has the
@@ -184,17 +183,21 @@ def _free_turns(sweep: Sweep, unfinished: int) -> int:
     return max(0, min(sweep.max_concurrent - unfinished, sweep.trials_total - sweep.trials_created))
 
 
-def _lock(session: Session, sweep: Sweep) -> bool:
-    """Lock a sweep the pass will change; False if it ended meanwhile (a cancel)."""
+def _lock(session: Session, sweeps: list[Sweep]) -> None:
+    """Lock the sweeps the pass will change, in one statement, and read them again with
+    their specs (a sweep that ended meanwhile, a cancel, is no longer RUNNING)."""
     # Only the sweeps acted on are locked (a row lock is a write in PostgreSQL); a cancel
-    # locks the sweep too, so it never interleaves with a trial being created.
-    session.execute(
-        sa.select(Sweep)
-        .where(Sweep.id == sweep.id)
-        .with_for_update(of=Sweep)
-        .execution_options(populate_existing=True)
-    )
-    return sweep.status is SweepStatus.RUNNING
+    # locks its sweep too, so it never interleaves with a trial being created. In the
+    # order of their ids, as every pass locks them: two never wait for each other.
+    if sweeps:
+        session.execute(
+            sa.select(Sweep)
+            .where(Sweep.id.in_([sweep.id for sweep in sweeps]))
+            .order_by(Sweep.id)
+            .with_for_update(of=Sweep)
+            .options(orm.undefer(Sweep.spec), orm.lazyload(Sweep.project))
+            .execution_options(populate_existing=True)
+        ).scalars().all()  # fetched: the rows are refreshed (populate_existing) as they are read
 
 
 class _Queue:
@@ -212,66 +215,79 @@ class _Queue:
         return self.value if self.value is not None and self.value > sweep.priority else None
 
 
-def _advance_one(
-    session: Session,
-    settings: Settings,
-    sweep: Sweep,
-    counts: _Counts,
-    queue: _Queue,
-    now: dt.datetime,
-    result: SweepsResult,
-) -> None:
-    unfinished = counts.unfinished
+@dataclass(frozen=True)
+class _Plan:
+    """What the pass may do for a sweep, decided from its counts before it is locked."""
+
+    sweep: Sweep
+    unfinished: int
+    stopping: bool
+    ending: bool
+    blocked_by: int | None
+
+
+def _blocked_note(priority: int) -> str:
+    return f"waiting: a job of priority {priority} is queued ahead of new trials"
+
+
+def _plan(sweep: Sweep, counts: _Counts, queue: _Queue, now: dt.datetime) -> _Plan | None:
+    """The sweep's plan, or None when the pass has nothing to do for it."""
     stopping = _stopping_due(sweep, counts, now)
-    to_create = _free_turns(sweep, unfinished)
-    ending = sweep.trials_created >= sweep.trials_total and unfinished == 0
+    to_create = _free_turns(sweep, counts.unfinished)
+    ending = sweep.trials_created >= sweep.trials_total and counts.unfinished == 0
     blocked_by = queue.blocks(sweep) if to_create else None
-    note = f"waiting: a job of priority {blocked_by} is queued ahead of new trials"
-    if blocked_by is not None and not stopping and sweep.reason == note:
-        return  # still blocked, already said so
+    if blocked_by is not None and not stopping and sweep.reason == _blocked_note(blocked_by):
+        return None  # still blocked, already said so
     if not (ending or to_create or stopping):
-        return  # the common case: trials running or queued, nothing to decide
-    if not _lock(session, sweep):
-        return
+        return None  # the common case: trials running or queued, nothing to decide
+    return _Plan(sweep, counts.unfinished, stopping, ending, blocked_by)
+
+
+def _act(
+    session: Session, plan: _Plan, now: dt.datetime, result: SweepsResult
+) -> TrialsWanted | None:
+    """Stop, say blocked, or end a locked sweep; the trials it may create, if any."""
+    sweep = plan.sweep
+    if sweep.status is not SweepStatus.RUNNING:
+        return None  # it ended meanwhile (a cancel)
     spec = spec_of(sweep)
-    if stopping:
+    unfinished = plan.unfinished
+    if plan.stopping:
         sweep.stopping_checked_at = now
         stopped = stop_behind(session=session, sweep=sweep, spec=spec)
         result.stopped.extend(stopped)
         unfinished -= len(stopped)
-        to_create = _free_turns(sweep, unfinished)
-    if to_create and blocked_by is not None:
-        sweep.reason = note
+    to_create = _free_turns(sweep, unfinished)
+    if to_create and plan.blocked_by is not None:
+        sweep.reason = _blocked_note(plan.blocked_by)
     elif to_create:
-        try:
-            full = create_trials(
-                session=session,
-                settings=settings,
-                sweep=sweep,
-                spec=spec,
-                count=to_create,
-                now=now,
-                created=result.created,
-            )
-        except (InvalidJobSpec, BundleNotFound, DataNotFound, ValidationError) as exc:
+        return TrialsWanted(sweep, spec, to_create)
+    elif plan.ending:
+        _try_to_end(session, sweep, spec, now, result)
+    return None
+
+
+def _created(
+    wanted: list[TrialsWanted],
+    stopped: dict[int, Exception],
+    now: dt.datetime,
+    result: SweepsResult,
+) -> None:
+    """Say what each sweep's trials came to; end a sweep whose trial was refused."""
+    for want in wanted:
+        sweep, stop = want.sweep, stopped.get(want.sweep.id)
+        if stop is not None and not isinstance(stop, QuotaExceeded):
             # A setting or a quota changed, or the bundle/data went away, since the
             # sweep was checked.
-            _end(
-                sweep,
-                SweepStatus.FAILED,
-                f"trial {sweep.trials_created} was refused: {exc}",
-                now,
-                result,
-            )
-            return
+            reason = f"trial {sweep.trials_created} was refused: {stop}"
+            _end(sweep, SweepStatus.FAILED, reason, now, result)
+            continue
         sweep.reason = (
             f"{sweep.trials_created} of {sweep.trials_total} trials created, "
             f"at most {sweep.max_concurrent} at once"
         )
-        if full is not None:
-            sweep.reason += f"; waiting: project quota: {full.used} of {full.allowed} queued jobs"
-    elif ending:
-        _try_to_end(session, sweep, spec, now, result)
+        if isinstance(stop, QuotaExceeded):
+            sweep.reason += f"; waiting: project quota: {stop.used} of {stop.allowed} queued jobs"
 
 
 def advance_sweeps(
@@ -281,8 +297,18 @@ def advance_sweeps(
     now = now or utcnow()
     result = SweepsResult()
     queue = _Queue(session)
-    for sweep, counts in _running_sweeps(session):
-        _advance_one(session, settings, sweep, counts, queue, now, result)
+    plans = [
+        plan
+        for sweep, counts in _running_sweeps(session)
+        if (plan := _plan(sweep, counts, queue, now)) is not None
+    ]
+    _lock(session, [plan.sweep for plan in plans])
+    wanted = [want for plan in plans if (want := _act(session, plan, now, result)) is not None]
+    if wanted:
+        stopped = create_trials(
+            session=session, settings=settings, wanted=wanted, now=now, created=result.created
+        )
+        _created(wanted, stopped, now, result)
     if result.created or result.stopped or result.ended:
         session.flush()
     return result

@@ -1,5 +1,5 @@
-"""A sweep's trials as its Optuna study sees them, read from the database (a few
-queries, whatever the number of trials), and the trials' search state written back.
+"""Sweeps' trials as their Optuna studies see them, read from the database (a few
+queries, whatever the number of trials or of sweeps), and the trials' search state written back.
 
 A trial's state for Optuna follows from its job:
 - not ended (queued, scheduled, running, restarting): RUNNING (asked, not told yet);
@@ -17,7 +17,7 @@ import datetime as dt
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from optuna.trial import TrialState
@@ -47,10 +47,15 @@ class TrialJob:
         return is_stopped_early(self)
 
 
-def read_trial_jobs(*, session: Session, sweep: Sweep) -> list[TrialJob]:
-    """The sweep's trial jobs, by index: only the columns above (not whole jobs)."""
+def read_trial_jobs(*, session: Session, sweeps: Sequence[Sweep]) -> dict[int, list[TrialJob]]:
+    """Each sweep's trial jobs, by index (by sweep id, one query for them all): only the
+    columns above (not whole jobs)."""
+    found: dict[int, list[TrialJob]] = {sweep.id: [] for sweep in sweeps}
+    if not found:
+        return found
     rows = session.execute(
         sa.select(
+            Job.sweep_id,
             Job.id,
             Job.trial_index,
             Job.attempt,
@@ -58,27 +63,32 @@ def read_trial_jobs(*, session: Session, sweep: Sweep) -> list[TrialJob]:
             Job.reason,
             sa.func.coalesce(Job.finished_at, Job.updated_at),
         )
-        .where(Job.sweep_id == sweep.id)
-        .order_by(Job.trial_index)
+        .where(Job.sweep_id.in_(list(found)))
+        .order_by(Job.sweep_id, Job.trial_index)
     )
-    return [
-        TrialJob(
-            job_id,
-            index or 0,
-            attempt,
-            status,
-            reason,
-            ended if status in TERMINAL_STATUSES else None,
+    for sweep_id, job_id, index, attempt, status, reason, ended in rows:
+        found[cast(int, sweep_id)].append(  # not NULL: the WHERE names it
+            TrialJob(
+                job_id,
+                index or 0,
+                attempt,
+                status,
+                reason,
+                ended if status in TERMINAL_STATUSES else None,
+            )
         )
-        for job_id, index, attempt, status, reason, ended in rows
-    ]
+    return found
 
 
-def read_rows(*, session: Session, sweep: Sweep) -> dict[int, SweepTrial]:
-    """The sweep's trial rows by index (created trials, and any whose parameters were
-    fixed ahead)."""
-    rows = session.execute(sa.select(SweepTrial).where(SweepTrial.sweep_id == sweep.id))
-    return {row.trial_index: row for row in rows.scalars()}
+def read_rows(*, session: Session, sweeps: Sequence[Sweep]) -> dict[int, dict[int, SweepTrial]]:
+    """Each sweep's trial rows by index (created trials, and any whose parameters were
+    fixed ahead), by sweep id: one query for them all."""
+    found: dict[int, dict[int, SweepTrial]] = {sweep.id: {} for sweep in sweeps}
+    if found:
+        rows = session.execute(sa.select(SweepTrial).where(SweepTrial.sweep_id.in_(list(found))))
+        for row in rows.scalars():
+            found[row.sweep_id][row.trial_index] = row
+    return found
 
 
 def objective_points(
@@ -111,29 +121,44 @@ def _state(job: TrialJob, value: float | None) -> TrialState:
     return TrialState.PRUNED if job.stopped_early else TrialState.FAIL
 
 
-def read_history(
-    *,
-    session: Session,
-    spec: SweepCreate,
-    jobs: Sequence[TrialJob],
-    rows: dict[int, SweepTrial],
-    count: int,
-    with_points: bool,
+@dataclass(frozen=True)
+class HistoryRead:
+    """What a sweep's history is built from: its spec, its trials' jobs and rows, the
+    number of trials created, and whether the objective's points are wanted."""
+
+    spec: SweepCreate
+    jobs: Sequence[TrialJob]
+    rows: dict[int, SweepTrial]
+    count: int
+    with_points: bool
+
+
+def read_histories(*, session: Session, reads: Sequence[HistoryRead]) -> list[list[StoredTrial]]:
+    """Each sweep's `count` trials, by index, for its study: the objective's values (and
+    points) read once for every sweep with the same objective, not once a sweep."""
+    groups: dict[str, list[HistoryRead]] = {}
+    for read in reads:
+        groups.setdefault(read.spec.objective.model_dump_json(), []).append(read)
+    values: dict[int, float] = {}  # by job id: unique across sweeps
+    points: dict[int, dict[int, float]] = {}
+    for members in groups.values():
+        objective = members[0].spec.objective
+        succeeded = [j for r in members for j in r.jobs if j.status is JobStatus.SUCCEEDED]
+        values.update(objective_values(session=session, jobs=succeeded, objective=objective))
+        pointed = [job for read in members if read.with_points for job in read.jobs]
+        points.update(objective_points(session=session, jobs=pointed, objective=objective))
+    return [_history(read, values, points) for read in reads]
+
+
+def _history(
+    read: HistoryRead, values: dict[int, float], points: dict[int, dict[int, float]]
 ) -> list[StoredTrial]:
-    """The sweep's `count` trials, by index, for its study (`jobs`: their jobs)."""
-    succeeded = [job for job in jobs if job.status is JobStatus.SUCCEEDED]
-    values = objective_values(session=session, jobs=succeeded, objective=spec.objective)
-    points = (
-        objective_points(session=session, jobs=jobs, objective=spec.objective)
-        if with_points
-        else {}
-    )
-    by_index = {job.trial_index: job for job in jobs}
+    by_index = {job.trial_index: job for job in read.jobs}
     trials = []
     # Every index up to the last, so a trial's number in the study is its index: a trial
     # whose job is gone (deleted) is a failed one.
-    for index in range(max(count, max(by_index, default=-1) + 1)):
-        row, job = rows.get(index), by_index.get(index)
+    for index in range(max(read.count, max(by_index, default=-1) + 1)):
+        row, job = read.rows.get(index), by_index.get(index)
         value = values.get(job.id) if job else None
         state = _state(job, value) if job else TrialState.FAIL
         trials.append(

@@ -21,7 +21,13 @@ from sqlalchemy.orm import Session
 from services.jobs import store as jobs
 from services.models import Job, Sweep
 from services.statuses import JobStatus
-from services.sweeps.history import read_history, read_rows, read_trial_jobs, store_trial
+from services.sweeps.history import (
+    HistoryRead,
+    read_histories,
+    read_rows,
+    read_trial_jobs,
+    store_trial,
+)
 from services.sweeps.schemas import SweepCreate
 from services.sweeps.store import STOPPED_EARLY
 from services.sweeps.study import SweepStudy, make_pruner
@@ -48,19 +54,13 @@ def _reason(spec: SweepCreate, pruner: str, verdict: Verdict) -> str:
 
 def judge_running(*, session: Session, sweep: Sweep, spec: SweepCreate) -> list[Verdict]:
     """Judge the sweep's running trials; store what the pruner recorded; the verdicts."""
-    trials = read_trial_jobs(session=session, sweep=sweep)
+    trials = read_trial_jobs(session=session, sweeps=[sweep])[sweep.id]
     running = [job for job in trials if job.status is JobStatus.RUNNING]
     if not running:
         return []
-    rows = read_rows(session=session, sweep=sweep)
-    history = read_history(
-        session=session,
-        spec=spec,
-        jobs=trials,
-        rows=rows,
-        count=sweep.trials_created,
-        with_points=True,
-    )
+    rows = read_rows(session=session, sweeps=[sweep])[sweep.id]
+    read = HistoryRead(spec, trials, rows, sweep.trials_created, with_points=True)
+    [history] = read_histories(session=session, reads=[read])
     study = SweepStudy(sweep_id=sweep.id, spec=spec, seed=sweep.seed, trials=history)
     verdicts = []
     pick = max if spec.objective.mode == "max" else min

@@ -12,10 +12,10 @@ results and do not wait.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
@@ -26,8 +26,9 @@ from services.jobs.admission import Admitted, Submission
 from services.models import Sweep, SweepTrial
 from services.settings import Settings
 from services.sweeps.history import (
+    HistoryRead,
     TrialJob,
-    read_history,
+    read_histories,
     read_rows,
     read_trial_jobs,
     store_trial,
@@ -56,42 +57,82 @@ def _optuna(call: Callable[[], T]) -> T:
         raise InvalidJobSpec("space", f"Optuna could not draw its parameters: {exc}") from exc
 
 
+@dataclass(frozen=True)
+class TrialsWanted:
+    """A sweep the pass has locked, its spec, and how many trials it may create now."""
+
+    sweep: Sweep
+    spec: SweepCreate
+    count: int
+
+
+# What stops a sweep's trials in a pass: a check's or Optuna's refusal, or the project's
+# quota (QuotaExceeded: the trials behind wait for a later pass).
+REFUSALS = (InvalidJobSpec, BundleNotFound, DataNotFound, ValidationError, QuotaExceeded)
+
+
 def create_trials(
     *,
     session: Session,
     settings: Settings,
-    sweep: Sweep,
-    spec: SweepCreate,
-    count: int,
+    wanted: Sequence[TrialsWanted],
     now: dt.datetime,
     created: list[int],
-) -> QuotaExceeded | None:
-    """Create up to `count` trials, each with the parameters its study asks; the project's
-    queued-jobs quota may stop it early (returned: the trials behind wait for a later
-    pass)."""
-    trials = read_trial_jobs(session=session, sweep=sweep)
-    if spec.search_algorithm in LEARNING and _settling(trials, now):
-        return None
-    rows = read_rows(session=session, sweep=sweep)
-    history = read_history(
-        session=session,
-        spec=spec,
-        jobs=trials,
-        rows=rows,
-        count=sweep.trials_created,
+) -> dict[int, Exception]:
+    """Create up to each sweep's count of trials, each with the parameters its study asks.
+    The sweeps' reads, and their jobs' admission, are done once for all of them: a pass
+    in which 100 sweeps each create a trial reads and admits once, not 100 times.
+
+    Returns, by sweep id, what stopped a sweep's trials (one of REFUSALS): a QuotaExceeded
+    leaves the trials behind to a later pass; a refusal fails the sweep, the trials
+    before it created, as one at a time would leave them."""
+    jobs_of = read_trial_jobs(session=session, sweeps=[w.sweep for w in wanted])
+    ready = [
+        w
+        for w in wanted
+        if not (w.spec.search_algorithm in LEARNING and _settling(jobs_of[w.sweep.id], now))
+    ]
+    rows_of = read_rows(session=session, sweeps=[w.sweep for w in ready])
+    histories = read_histories(session=session, reads=[_read(w, jobs_of, rows_of) for w in ready])
+    stopped: dict[int, Exception] = {}
+    batches: list[_Batch] = []
+    for want, history in zip(ready, histories, strict=True):
+        sweep, rows = want.sweep, rows_of[want.sweep.id]
+        try:
+            study = _optuna(
+                partial(
+                    SweepStudy, sweep_id=sweep.id, spec=want.spec, seed=sweep.seed, trials=history
+                )
+            )
+        except InvalidJobSpec as exc:
+            stopped[sweep.id] = exc
+            continue
+        asked, refused = _ask_and_check(session, settings, want, study, rows)
+        if refused is not None:
+            stopped[sweep.id] = refused
+        batches.append(_Batch(sweep, rows, asked))
+    # A refusal met in admission comes before any check's (those trials were not asked
+    # to be admitted): it is the one that stopped the sweep's trials.
+    stopped.update(_admit(session, settings, batches, created))
+    session.flush()
+    return stopped
+
+
+def _read(
+    want: TrialsWanted,
+    jobs_of: dict[int, list[TrialJob]],
+    rows_of: dict[int, dict[int, SweepTrial]],
+) -> HistoryRead:
+    spec = want.spec
+    return HistoryRead(
+        spec,
+        jobs_of[want.sweep.id],
+        rows_of[want.sweep.id],
+        want.sweep.trials_created,
         # TPE ranks the trials a rule stopped by their last point; no other sampler reads
         # a point when asked.
         with_points=spec.early_stopping is not None and spec.search_algorithm == "tpe",
     )
-    study = _optuna(
-        lambda: SweepStudy(sweep_id=sweep.id, spec=spec, seed=sweep.seed, trials=history)
-    )
-    asked, refused = _ask_and_check(session, settings, sweep, spec, study, rows, count)
-    full = _admit(session, settings, sweep, rows, asked, created)
-    session.flush()
-    if full is None and refused is not None:
-        raise refused  # the trials before it are created, as one at a time would leave them
-    return full
 
 
 @dataclass(frozen=True)
@@ -104,20 +145,28 @@ class _Asked:
     submission: Submission
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """A sweep's trials of this pass, asked and checked, and its trial rows."""
+
+    sweep: Sweep
+    rows: dict[int, SweepTrial]
+    asked: list[_Asked]
+
+
 def _ask_and_check(
     session: Session,
     settings: Settings,
-    sweep: Sweep,
-    spec: SweepCreate,
+    want: TrialsWanted,
     study: SweepStudy,
     rows: dict[int, SweepTrial],
-    count: int,
 ) -> tuple[list[_Asked], Exception | None]:
     """Trials asked and their jobs checked, in order, up to the first that a check refuses
     (returned with the error: its trial and those after it are not created)."""
     asked: list[_Asked] = []
+    sweep, spec = want.sweep, want.spec
     first = sweep.trials_created
-    for index in range(first, first + count):
+    for index in range(first, first + want.count):
         fixed = rows[index].parameters if index in rows else None
         try:
             params, attrs = _optuna(partial(study.ask, index, fixed))
@@ -133,60 +182,71 @@ def _ask_and_check(
 
 
 def _admit(
-    session: Session,
-    settings: Settings,
-    sweep: Sweep,
-    rows: dict[int, SweepTrial],
-    asked: list[_Asked],
-    created: list[int],
-) -> QuotaExceeded | None:
-    """Admit the asked trials' jobs in one batch (one quota read, one insert round: not a
-    round of each per trial) and store their rows; the quota's refusal that stopped them,
-    if one did. As one at a time would, the first refusal ends the pass's trials."""
-    submissions = [a.submission for a in asked]
-    if len(submissions) == 1:  # nothing behind a refusal to undo: no savepoint
-        outcomes = jobs.admit_submissions(
-            session=session, settings=settings, submissions=submissions
-        )
-    else:
-        outcomes = _admit_in_order(session, settings, submissions)
-    for trial, outcome in zip(asked, outcomes, strict=False):
-        if isinstance(outcome, QuotaExceeded):  # refused before anything was written
-            return outcome
-        if isinstance(outcome, Exception):
-            raise outcome
-        job = outcome.job
-        if sweep.schedule_env:  # a schedule's run: its trials are told its fire
-            job.schedule_env = dict(sweep.schedule_env)
-        store_trial(
-            session=session,
-            sweep=sweep,
-            rows=rows,
-            index=trial.index,
-            parameters=trial.parameters,
-            system_attrs=trial.system_attrs,
-        )
-        created.append(job.id)
-        sweep.trials_created = trial.index + 1
-    return None
+    session: Session, settings: Settings, batches: list[_Batch], created: list[int]
+) -> dict[int, Exception]:
+    """Admit every sweep's asked trials in one batch (one quota read and one insert round
+    a project: not a round of each per trial, nor per sweep) and store their rows; by
+    sweep id, the refusal that stopped its trials, if one did. As one at a time would, a
+    sweep's first refusal ends its trials of the pass."""
+    outcomes = _admit_in_order(
+        session, settings, [[a.submission for a in b.asked] for b in batches]
+    )
+    stopped: dict[int, Exception] = {}
+    for batch, results in zip(batches, outcomes, strict=True):
+        sweep = batch.sweep
+        for trial, outcome in zip(batch.asked, results, strict=False):
+            if isinstance(outcome, REFUSALS):  # refused before anything was written
+                stopped[sweep.id] = outcome
+                break
+            if isinstance(outcome, Exception):
+                raise outcome
+            job = outcome.job
+            if sweep.schedule_env:  # a schedule's run: its trials are told its fire
+                job.schedule_env = dict(sweep.schedule_env)
+            store_trial(
+                session=session,
+                sweep=sweep,
+                rows=batch.rows,
+                index=trial.index,
+                parameters=trial.parameters,
+                system_attrs=trial.system_attrs,
+            )
+            created.append(job.id)
+            sweep.trials_created = trial.index + 1
+    return stopped
 
 
 def _admit_in_order(
-    session: Session, settings: Settings, submissions: list[Submission]
-) -> list[Admitted | Exception]:
-    """Outcomes up to and with the first refusal, the jobs before it admitted: what
-    admitting them one at a time and stopping at a refusal leaves. (A later trial can be
-    admitted past a refusal: its gang fits a quota an earlier one's did not. That batch is
-    undone and the trials before the refusal admitted again.)"""
-    with session.begin_nested() as batch:
-        outcomes = jobs.admit_submissions(
-            session=session, settings=settings, submissions=submissions
-        )
-        stop = next((i for i, o in enumerate(outcomes) if isinstance(o, Exception)), None)
-        if stop is None or not any(isinstance(o, Admitted) for o in outcomes[stop:]):
-            return outcomes
-        batch.rollback()
-    again = jobs.admit_submissions(
-        session=session, settings=settings, submissions=submissions[:stop]
-    )
-    return [*again, outcomes[stop]]
+    session: Session, settings: Settings, groups: list[list[Submission]]
+) -> list[list[Admitted | Exception]]:
+    """Each group's outcomes up to and with its first refusal, the jobs before it
+    admitted: what admitting the groups one after the other, each one at a time and
+    stopping at its refusal, leaves.
+
+    A later submission of a group can be admitted past its refusal (its gang fits a quota
+    an earlier one's did not). Then the batch is undone, that group cut at its refusal,
+    and the batch admitted again: the groups before it had their final outcomes, the
+    groups after it are counted again without its cut submissions. Each try cuts a new
+    group (a cut only lowers the counts, so what was admitted stays admitted)."""
+    cuts: dict[int, tuple[int, Exception]] = {}  # group -> kept submissions, its refusal
+    while True:
+        kept = [g[: cuts[i][0]] if i in cuts else g for i, g in enumerate(groups)]
+        flat = [submission for group in kept for submission in group]
+        # No group of more than one: nothing behind a refusal to undo, no savepoint.
+        savepoint = session.begin_nested() if any(len(g) > 1 for g in kept) else None
+        results = iter(jobs.admit_submissions(session=session, settings=settings, submissions=flat))
+        slices = [[next(results) for _ in group] for group in kept]
+        cut = next((i for i, s in enumerate(slices) if _admitted_past_refusal(s)), None)
+        if cut is None:
+            if savepoint is not None:
+                savepoint.commit()
+            return [s + [cuts[i][1]] if i in cuts else s for i, s in enumerate(slices)]
+        assert savepoint is not None  # only a group of two or more can have one
+        savepoint.rollback()
+        stop = next(i for i, o in enumerate(slices[cut]) if isinstance(o, Exception))
+        cuts[cut] = (stop, cast(Exception, slices[cut][stop]))
+
+
+def _admitted_past_refusal(outcomes: list[Admitted | Exception]) -> bool:
+    stop = next((i for i, o in enumerate(outcomes) if isinstance(o, Exception)), None)
+    return stop is not None and any(isinstance(o, Admitted) for o in outcomes[stop:])

@@ -17,7 +17,7 @@ from services.jobs import quotas
 from services.jobs.quota_schemas import QuotaUpdate
 from services.jobs.schemas import JobCreate
 from services.jobs.store import create_job as create_job_service
-from services.models import Job, ScheduleRun, SweepTrial, utcnow
+from services.models import Job, ScheduleRun, Sweep, SweepTrial, utcnow
 from services.retraining import firing, schedules
 from services.retraining.schemas import ScheduleCreate
 from services.scheduling import scheduler_pass
@@ -221,16 +221,11 @@ def test_sweep_trials_wait_for_room_in_the_queued_quota(session: Session) -> Non
     assert sweep.trials_created == 3 and "waiting" not in sweep.reason
 
 
-def test_a_trial_over_a_quota_lowered_since_ends_its_sweep_and_none_behind_it_is_created(
-    session: Session,
-) -> None:
-    # The pass admits a sweep's trials in one batch: trial 2 (one replica) fits the quota
-    # that refuses trial 1 (three), yet one at a time trial 2 was never reached.
-    name = f"quota-{uuid.uuid4().hex[:8]}"
-    _, token = create_token(session, name)
+def gang_sweep(session: Session, project_id: int) -> Sweep:
+    """A sweep whose four trials' parameters are fixed ahead: 1, 3, 1 and 3 replicas."""
     sweep = sweeps.create_sweep(
         session=session,
-        project_id=token.project_id,
+        project_id=project_id,
         settings=get_settings(),
         sweep_in=SweepCreate.model_validate(
             {
@@ -250,6 +245,17 @@ def test_a_trial_over_a_quota_lowered_since_ends_its_sweep_and_none_behind_it_is
                 parameters={"replicas": replicas, "learning_rate": rate},
             )
         )
+    return sweep
+
+
+def test_a_trial_over_a_quota_lowered_since_ends_its_sweep_and_none_behind_it_is_created(
+    session: Session,
+) -> None:
+    # The pass admits a sweep's trials in one batch: trial 2 (one replica) fits the quota
+    # that refuses trial 1 (three), yet one at a time trial 2 was never reached.
+    name = f"quota-{uuid.uuid4().hex[:8]}"
+    _, token = create_token(session, name)
+    sweep = gang_sweep(session, token.project_id)
     quotas.set_quota(
         session=session,
         project_name=name,
@@ -266,6 +272,46 @@ def test_a_trial_over_a_quota_lowered_since_ends_its_sweep_and_none_behind_it_is
         session.execute(sa.select(sa.func.count()).where(Job.sweep_id == sweep.id)).scalar_one()
         == 1
     )
+
+
+def test_a_sweep_cut_at_its_refusal_leaves_the_next_sweep_the_place_it_had_one_at_a_time(
+    session: Session,
+) -> None:
+    # The pass admits every sweep's trials in one batch. There, the first sweep's trial 2
+    # fits past its refusal and takes the queued quota's last place; one sweep at a time,
+    # the first stops at its trial 1 and the second sweep's trial has that place.
+    name = f"quota-{uuid.uuid4().hex[:8]}"
+    _, token = create_token(session, name)
+    first = gang_sweep(session, token.project_id)
+    second = sweeps.create_sweep(
+        session=session,
+        project_id=token.project_id,
+        settings=get_settings(),
+        sweep_in=SweepCreate.model_validate(
+            {
+                "name": "lr",
+                "template": {**JOB, "trainer": "mlp_digits"},
+                "space": {"grid": {"learning_rate": [0.1]}},
+                "objective": {"metric": "accuracy", "mode": "max"},
+            }
+        ),
+    )
+    quotas.set_quota(
+        session=session,
+        project_name=name,
+        quota_in=QuotaUpdate(max_running_replicas=2, max_queued_jobs=2),
+        settings=get_settings(),
+    )
+    session.flush()
+    result = advance.advance_sweeps(session=session, settings=get_settings())
+    assert first.status is SweepStatus.FAILED and first.reason.startswith("trial 1 was refused")
+    assert second.trials_created == 1 and "waiting" not in second.reason, second.reason
+    created = [session.get(Job, job_id) for job_id in result.created]
+    assert sorted((j.sweep_id, j.trial_index) for j in created if j is not None) == [
+        (first.id, 0),
+        (second.id, 0),
+    ]
+    assert queued(session, token.project_id) == 2
 
 
 def test_a_sweep_above_the_priority_ceiling_is_refused(session: Session) -> None:

@@ -399,3 +399,49 @@ def test_a_scheduled_sweep_without_a_best_trial_is_not_eligible(session: Session
     assert promotion.decide_pending(session=session) == [run]
     assert run.decision == "not_eligible" and "no trial succeeded" in run.decision_reason
     assert schedule.promoted_job_id is None
+
+
+def test_a_pass_reads_and_admits_once_for_all_the_sweeps_that_create_trials(
+    session: Session,
+) -> None:
+    # One sweep at a time, a pass cost 16 statements for each sweep creating a trial (its
+    # lock, its spec, trials, rows, values, the quota's reads, the inserts): 1.6 s for 100.
+    _, token = create_token(session)
+    body = {
+        "name": "lr",
+        "template": TEMPLATE,
+        "space": GRID,
+        "max_concurrent": 1,
+        "objective": {"metric": "eval_accuracy", "mode": "max"},
+    }
+
+    def statements_to_create(count: int) -> list[str]:
+        made = [
+            store.create_sweep(
+                session=session,
+                project_id=token.project_id,
+                sweep_in=SweepCreate.model_validate(body),
+                settings=get_settings(),
+            )
+            for _ in range(count)
+        ]
+        session.flush()
+        seen: list[str] = []
+
+        def count_it(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+            seen.append(" ".join(statement.split())[:60])
+
+        engine = session.get_bind()
+        sa.event.listen(engine, "before_cursor_execute", count_it)
+        try:
+            created = step(session).created
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", count_it)
+        assert sorted(session.get(Job, i).sweep_id for i in created) == [s.id for s in made]
+        assert all(s.trials_created == 1 for s in made)
+        # One INSERT a job (services/jobs/admission.py says why); the rest is shared.
+        return [sql for sql in seen if not sql.startswith("INSERT INTO jobs")]
+
+    statements_to_create(1)  # from here on, each round's pass also sees earlier sweeps
+    few, many = statements_to_create(2), statements_to_create(8)
+    assert len(many) == len(few) <= 20, (few, many)
