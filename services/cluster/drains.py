@@ -151,6 +151,7 @@ def _ask(
         reason=f"{_names(there)} drained: asked its {len(live)} replicas to checkpoint now "
         f"(SIGUSR1); the gang moves once they have exited, or in "
         f"{settings.DRAIN_GRACE:.0f}s",
+        at=now,  # the instant the grace counts from (checkpoint_requested_at)
     )
     return [CheckpointReplica(r.node_id, r.job_id, r.attempt, r.index) for r in live]
 

@@ -96,16 +96,19 @@ def _announce(session: Session, jobs: Sequence[Job]) -> None:
             )
 
 
-def note_job(*, session: Session, job_id: int, attempt: int, reason: str) -> bool:
+def note_job(
+    *, session: Session, job_id: int, attempt: int, reason: str, at: dt.datetime | None = None
+) -> bool:
     """Record what a job is doing without a change of status (a replica installing its
     packages while the job is scheduled): an event from its status to the same, in its
     stream's order like any other. Not for a stale attempt, nor a job that has ended;
-    whether it was recorded."""
+    whether it was recorded. `at` dates it when something else counts from that instant
+    (a drain's grace counts from the pass's clock, not from when its event was written)."""
     job = lock_job(session=session, job_id=job_id)
     if job.attempt != attempt or job.status in TERMINAL_STATUSES:
         return False
     marks = stream_marks(session, [job.id])[job.id]
-    session.add(JobEvent(**_event_row(job, job.status, reason, utcnow(), marks)))
+    session.add(JobEvent(**_event_row(job, job.status, reason, at or utcnow(), marks)))
     session.flush()
     return True
 

@@ -86,6 +86,12 @@ def test_the_grace_running_out_stops_the_gang_and_moves_it(session: Session) -> 
     stops = [m for m in messages if isinstance(m, StopReplica)]
     assert [(m.index, m.attempt) for m in stops] == [(1, 1)]  # only the one still alive
     assert "grace of 120s ran out and the other 1 were stopped" in job.reason
+    # The request's event is dated by the clock its grace counts from, so the events show
+    # at least the grace between the ask and the move (not the moment the row was written).
+    asked = next(
+        e for e in jobs.read_events(session=session, job=job) if "asked its" in e.reason
+    )
+    assert asked.created_at == at(1)
 
 
 def test_a_gang_that_ends_while_draining_succeeds(session: Session) -> None:
