@@ -10,10 +10,14 @@ p50/p99 with no stream and with all of them open, the api's RSS, and the api's
 Redis connections before and with the streams (`CLIENT LIST` would show the same).
 
 `--tree DIR` runs the api of another checkout (e.g. the commit before the shared feed
-reader, where each stream held its own Redis connection) for a side-by-side figure.
+reader, where each stream held its own Redis connection). `--against DIR` runs both,
+a fresh database and api per side and round, the order swapped every round, and reports
+the per-round ratios (tree / against) of `/healthz` p50, p99 and the api's CPU with the
+streams open, and their medians.
 
     .venv/bin/python bench/streams.py --redis redis://127.0.0.1:6379/14 [--streams 1000]
-        [--jobs 50] [--duration 20] [--tree /tmp/cohort-old]
+        [--jobs 50] [--duration 20] [--idle-duration S] [--tree /tmp/cohort-old]
+        [--against /tmp/before [--rounds 3]]
 """
 
 from __future__ import annotations
@@ -170,16 +174,9 @@ def redis_clients(api: psutil.Process, redis_port: int) -> int:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
-    parser.add_argument("--streams", type=int, default=1000)
-    parser.add_argument("--jobs", type=int, default=50)
-    parser.add_argument("--duration", type=float, default=20.0)
-    parser.add_argument("--tree", type=Path, default=ROOT)
-    args = parser.parse_args()
-
-    os.environ["COHORT_REDIS_URL"] = args.redis
+def measure(args: argparse.Namespace, tree: Path) -> dict[str, float]:
+    """One side once: a fresh database and api of `tree`, `/healthz` timed without and
+    with the streams; prints its figures and returns them."""
     bus = redis.Redis.from_url(args.redis, decode_responses=True)
     bus.flushdb()
     port = int(bus.connection_pool.connection_kwargs.get("port", 6379))
@@ -189,13 +186,11 @@ def main() -> None:
     process = None
     try:
         job_ids = make_jobs(db_url, args.jobs)
-        process, url = start_api(args.tree, db_url, args.redis, data, args.streams)
+        process, url = start_api(tree, db_url, args.redis, data, args.streams)
         api = psutil.Process(process.pid)
         time_healthz(url, 2)  # warm up
-        idle = time_healthz(url, args.duration)
-        rss_idle = api.memory_info().rss
-        clients_idle = redis_clients(api, port)
-
+        idle = time_healthz(url, args.idle_duration)
+        rss_idle, clients_idle = api.memory_info().rss, redis_clients(api, port)
         streams = Streams(url, job_ids, args.streams)
         streams.start()
         deadline = time.monotonic() + 120
@@ -209,32 +204,76 @@ def main() -> None:
         cpu_before, wall_before = sum(api.cpu_times()[:2]), time.monotonic()
         busy = time_healthz(url, args.duration)
         cpu_busy = (sum(api.cpu_times()[:2]) - cpu_before) / (time.monotonic() - wall_before)
-        rss_busy = api.memory_info().rss
-        clients_busy = redis_clients(api, port)
+        rss_busy, clients_busy = api.memory_info().rss, redis_clients(api, port)
         stop.set()
         feeder.join(5)
         streams.close()
-
-        print(
-            f"date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; machine: "
-            f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}; tree: {args.tree}"
-        )
-        print(
-            f"streams: {streams.opened} open ({streams.refused} refused) over "
-            f"{args.jobs} jobs; {streams.received / 1e6:.1f} MB received by them"
-        )
-        print(f"/healthz, no stream:      {summary(idle)}")
-        print(f"/healthz, streams open:   {summary(busy)}")
-        print(
-            f"api RSS: {rss_idle / 2**20:.0f} MiB idle, {rss_busy / 2**20:.0f} MiB "
-            f"with the streams; api CPU with the streams: {cpu_busy:.0%} of a core; "
-            f"load average {os.getloadavg()[0]:.1f}"
-        )
-        print(f"the api's Redis connections: {clients_idle} idle, {clients_busy} with the streams")
     finally:
         processes.stop(process)
         drop_database(name)
+    print(
+        f"date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; machine: "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}; tree: {tree}"
+    )
+    print(
+        f"streams: {streams.opened} open ({streams.refused} refused) over "
+        f"{args.jobs} jobs; {streams.received / 1e6:.1f} MB received by them"
+    )
+    print(f"/healthz, no stream:      {summary(idle)}")
+    print(f"/healthz, streams open:   {summary(busy)}")
+    print(
+        f"api RSS: {rss_idle / 2**20:.0f} MiB idle, {rss_busy / 2**20:.0f} MiB "
+        f"with the streams; api CPU with the streams: {cpu_busy:.0%} of a core; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    print(f"the api's Redis connections: {clients_idle} idle, {clients_busy} with the streams")
+    cuts = statistics.quantiles(busy, n=100)
+    return {"p50": cuts[49], "p99": cuts[98], "cpu": cpu_busy, "mb": streams.received / 1e6}
+
+
+def compare(args: argparse.Namespace) -> None:
+    """`--tree` and `--against` side by side, the order swapped every round; per figure
+    the per-round ratios (this / against) and their median (never a ratio of medians)."""
+    sides = {"this": args.tree, "against": args.against}
+    runs: dict[str, list[dict[str, float]]] = {"this": [], "against": []}
+    for round_ in range(1, args.rounds + 1):
+        order = list(sides) if round_ % 2 else list(sides)[::-1]
+        for side in order:
+            print(f"--- round {round_}, {side} (load average {os.getloadavg()[0]:.1f})")
+            runs[side].append(measure(args, sides[side]))
+    print(f"\nthis: {args.tree}; against: {args.against}; {args.rounds} interleaved rounds")
+    print("| figure (streams open) | this | against | this / against per round | median |")
+    print("|---|---|---|---|---|")
+    for key in ("p50", "p99", "cpu"):
+        this = [r[key] for r in runs["this"]]
+        other = [r[key] for r in runs["against"]]
+        ratios = [a / b for a, b in zip(this, other, strict=True)]
+        print(
+            f"| {key} | {', '.join(f'{v:.2f}' for v in this)} | "
+            f"{', '.join(f'{v:.2f}' for v in other)} | "
+            f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(ratios):.2f} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
+    parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=50)
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--idle-duration", type=float, help="default: --duration")
+    parser.add_argument("--tree", type=Path, default=ROOT)
+    parser.add_argument("--against", type=Path, help="another checkout, side by side")
+    parser.add_argument("--rounds", type=int, default=3, help="with --against")
+    args = parser.parse_args()
+    if args.idle_duration is None:
+        args.idle_duration = args.duration
+    os.environ["COHORT_REDIS_URL"] = args.redis
+    if args.against is None:
+        measure(args, args.tree)
+    else:
+        compare(args)
 
 
 if __name__ == "__main__":

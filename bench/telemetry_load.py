@@ -380,7 +380,7 @@ def _between(timeline: list[dict[str, Any]], t0: float, t1: float) -> float:
     return at(t1) - at(t0)
 
 
-def main() -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/13")
     parser.add_argument("--jobs", default="10,50,200", help="N values, comma-separated")
@@ -402,24 +402,18 @@ def main() -> None:
     # The emitter's own arguments (this script runs itself as the emitter).
     parser.add_argument("--emit", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--job-ids", default="", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.emit:
-        emit(
-            args.redis,
-            [int(j) for j in args.job_ids.split(",")],
-            args.steps,
-            args.names,
-            args.seconds,
-        )
-        return
+    args = parser.parse_args(argv)
     if args.quick:
         args.seconds, args.warmup = 8.0, 3.0
+    return args
+
+
+def run_side(args: argparse.Namespace, tree: Path) -> list[Round]:
+    """A fresh database, api and scheduler of `tree`; one round per N of `--jobs`."""
     sizes = [int(n) for n in args.jobs.split(",")]
     # Here, not at the top: the emitter (this script again) needs none of it.
     from tests.conftest import create_database, drop_database
 
-    # A `timeout` (SIGTERM) still stops the services and drops the database.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bus = redis.Redis.from_url(args.redis, decode_responses=True)
     bus.flushdb()
     name = f"telemetry_load_{os.getpid()}"
@@ -427,12 +421,10 @@ def main() -> None:
     os.environ["COHORT_DATABASE_URL"] = db_url
     data = Path(f"/tmp/{name}")
     data.mkdir(exist_ok=True)
-    log = data / "services.log"
     engine = sa.create_engine(db_url)
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        jobs_of = {}
-        all_jobs = make_jobs(sum(sizes))
+        jobs_of, all_jobs = {}, make_jobs(sum(sizes))
         for n in sizes:
             jobs_of[n], all_jobs = all_jobs[:n], all_jobs[n:]
         port = processes.free_port()
@@ -447,66 +439,96 @@ def main() -> None:
             # The scheduler signs what it sends agents; none runs here.
             "COHORT_SIGNING_KEY": os.environ.get("COHORT_SIGNING_KEY") or "b" * 64,
         }
-        api = start_service(args.tree, ["api", "--port", str(port)], env, log, args.profile)
-        scheduler = start_service(args.tree, ["scheduler"], env, log, args.profile)
+        log = data / "services.log"
+        api = start_service(tree, ["api", "--port", str(port)], env, log, args.profile)
+        scheduler = start_service(tree, ["scheduler"], env, log, args.profile)
         procs = [api, scheduler]
         url = f"http://127.0.0.1:{port}"
         processes.wait_healthy(url, {"api": api, "scheduler": scheduler})
         print(
             f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; "
             f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}; tree {args.tree}; "
+            f"Python {platform.python_version()}; tree {tree}; "
             f"{args.clients} SSE clients; each replica {args.steps:g} steps/s x "
             f"{args.names} names, flushed every {FLUSH} s; window {args.seconds:g} s "
             f"after {args.warmup:g} s",
             flush=True,
         )
-        rounds = []
-        for n in sizes:
-            load_before = os.getloadavg()[0]
-            result = asyncio.run(
-                run_round(
-                    url=url,
-                    bus=bus,
-                    engine=engine,
-                    redis_url=args.redis,
-                    job_ids=jobs_of[n],
-                    clients=args.clients,
-                    steps=args.steps,
-                    names=args.names,
-                    warmup=args.warmup,
-                    seconds=args.seconds,
-                    api=psutil.Process(api.pid),
-                    scheduler=psutil.Process(scheduler.pid),
-                )
-            )
-            rounds.append(result)
-            print(
-                f"N={n}: {result} (load average {load_before:.1f} -> {os.getloadavg()[0]:.1f})",
-                flush=True,
-            )
-            # Let the ingest drain before the next N.
-            deadline = time.monotonic() + 60
-            while unread(bus) and time.monotonic() < deadline:
-                time.sleep(0.5)
-        print()
-        print(
-            "| N jobs | emitted /s | stored /s | unread at the end | emit -> SSE p50 | p99 "
-            "| received / expected | api CPU | scheduler CPU |"
-        )
-        print("|---|---|---|---|---|---|---|---|---|")
-        for r in rounds:
-            print(
-                f"| {r.jobs} | {r.offered:,.0f} | {r.stored:,.0f} | {r.backlog} | "
-                f"{r.p50:.0f} ms | {r.p99:.0f} ms | {r.received:,} / {r.expected:,} | "
-                f"{r.api_cpu:.0%} | {r.scheduler_cpu:.0%} |"
-            )
-        print("targets: >= 50,000 points/s stored, sustained, with p99 <= 250 ms")
+        return [one_size(args, url, bus, engine, jobs_of[n], api.pid, scheduler.pid) for n in sizes]
     finally:
         processes.stop(*procs)
         engine.dispose()
         drop_database(name)
         shutil.rmtree(data, ignore_errors=True)
+
+
+def one_size(
+    args: argparse.Namespace,
+    url: str,
+    bus: redis.Redis,
+    engine: sa.Engine,
+    job_ids: list[int],
+    api: int,
+    scheduler: int,
+) -> Round:
+    load_before = os.getloadavg()[0]
+    result = asyncio.run(
+        run_round(
+            url=url,
+            bus=bus,
+            engine=engine,
+            redis_url=args.redis,
+            job_ids=job_ids,
+            clients=args.clients,
+            steps=args.steps,
+            names=args.names,
+            warmup=args.warmup,
+            seconds=args.seconds,
+            api=psutil.Process(api),
+            scheduler=psutil.Process(scheduler),
+        )
+    )
+    print(
+        f"N={len(job_ids)}: {result} (load average {load_before:.1f} -> {os.getloadavg()[0]:.1f})",
+        flush=True,
+    )
+    # Let the ingest drain before the next N.
+    deadline = time.monotonic() + 60
+    while unread(bus) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return result
+
+
+def print_table(rounds: list[Round]) -> None:
+    print()
+    print(
+        "| N jobs | emitted /s | stored /s | unread at the end | emit -> SSE p50 | p99 "
+        "| received / expected | api CPU | scheduler CPU |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rounds:
+        print(
+            f"| {r.jobs} | {r.offered:,.0f} | {r.stored:,.0f} | {r.backlog} | "
+            f"{r.p50:.0f} ms | {r.p99:.0f} ms | {r.received:,} / {r.expected:,} | "
+            f"{r.api_cpu:.0%} | {r.scheduler_cpu:.0%} |"
+        )
+    print("targets: >= 50,000 points/s stored, sustained, with p99 <= 250 ms")
+
+
+def main() -> None:
+    args = arguments()
+    if args.emit:
+        emit(
+            args.redis,
+            [int(j) for j in args.job_ids.split(",")],
+            args.steps,
+            args.names,
+            args.seconds,
+        )
+        return
+    # A `timeout` (SIGTERM) still stops the services and drops the database.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    print_table(run_side(args, args.tree))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import anyio
 import orjson
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent, format_sse_event
+from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, ServerSentEvent
 
 from api.deps import (
     SettingsDep,
@@ -119,8 +119,18 @@ TOO_MANY = errors(429)
 
 
 def _encode(event: Event) -> bytes:
+    """The event as SSE (what `format_sse_event` writes), formatted directly: half its
+    cost, and at 50,000 points a second every event of every client comes here. orjson
+    writes no line break (it escapes them), and kinds and ids have none, so each field
+    is one line."""
     data = event.data if isinstance(event.data, dict) else event.data.payload()
-    return format_sse_event(data_str=orjson.dumps(data).decode(), event=event.kind, id=event.id)
+    if event.id is None:
+        return b"event: %s\ndata: %s\n\n" % (event.kind.encode(), orjson.dumps(data))
+    return b"event: %s\ndata: %s\nid: %s\n\n" % (
+        event.kind.encode(),
+        orjson.dumps(data),
+        event.id.encode(),
+    )
 
 
 # Every caught-up client of a job gets the same event objects from `follow` (`shared`):

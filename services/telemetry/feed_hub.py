@@ -91,8 +91,11 @@ class Subscription:
         else:
             if not self.queue:
                 self.arrived.clear()
+                # Not wait_for: that starts a task per wait, and every open stream of a
+                # quiet job waits out its timeout once a STATUS_POLL.
                 try:
-                    await asyncio.wait_for(self.arrived.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await self.arrived.wait()
                 except TimeoutError:
                     return []
                 if self.behind:

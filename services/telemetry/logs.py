@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from services.jobs.stream_marks import newest_id, newest_ids, newest_ids_before
+from services.jobs.stream_marks import newest_ids, newest_ids_before
 from services.models import LogLine, MetricPoint
 from services.telemetry.metrics import current_attempts
 from services.wire.batches import LogBatch
@@ -121,8 +121,3 @@ def read_lines_after(
 def newest_line_ids(*, session: Session, firsts: dict[int, int]) -> dict[int, int]:
     """Per job, the id of its newest line below the given id (the ingest's `prev`)."""
     return newest_ids_before(session, LogLine, firsts)
-
-
-def newest_line_id(*, session: Session, job_id: int, before: int | None = None) -> int:
-    """The id of the job's newest stored line (below `before`, if given; 0 if none)."""
-    return newest_id(session, LogLine, job_id, before)

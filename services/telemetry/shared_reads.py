@@ -62,6 +62,12 @@ class EveryJob:
         while job_id not in self.values or self.read_at < asked - STATUS_POLL:
             if self.reading is None:
                 self.reading = asyncio.get_running_loop().create_task(self._read())
+            # A value at most a period older than that serves while the next is read: a
+            # follower asks with the feed's events in hand, and waiting made every
+            # follower that asked during a read hold its events for as long as the read
+            # took (tens to hundreds of ms on a loaded database: emit -> SSE's tail).
+            if job_id in self.values and self.read_at >= asked - 2 * STATUS_POLL:
+                break
             # Shielded: a follower that leaves does not cancel the others' read.
             await asyncio.shield(self.reading)
         return self.values[job_id]

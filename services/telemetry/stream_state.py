@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 
 from services.db import session_scope
 from services.jobs import queue, store
-from services.models import Job, JobEvent
-from services.telemetry import logs, metrics
+from services.jobs.stream_marks import newest_ids as newest_of_jobs
+from services.models import Job, JobEvent, LogLine, MetricPoint
 from services.telemetry.job_views import read_job_view, read_job_views
 
 NEWEST_FIRST = 50  # jobs a project stream starts with when it has no Last-Event-ID
@@ -75,13 +75,13 @@ def _fingerprints(session: Session, jobs: list[Job]) -> dict[int, tuple[int, tup
     return found
 
 
-def newest_ids(job_id: int) -> dict[str, int]:
-    """In its own transaction: the ids of the job's newest stored point and line."""
+def jobs_newest_ids(job_ids: list[int]) -> dict[int, dict[str, int]]:
+    """In its own transaction: the ids of each job's newest stored point and line, for
+    any number of jobs in two statements on PostgreSQL (one per kind)."""
     with session_scope() as session:
-        return {
-            "metric": metrics.newest_point_id(session=session, job_id=job_id),
-            "log": logs.newest_line_id(session=session, job_id=job_id),
-        }
+        points = newest_of_jobs(session, MetricPoint, job_ids)
+        lines = newest_of_jobs(session, LogLine, job_ids)
+    return {job: {"metric": points[job], "log": lines[job]} for job in job_ids}
 
 
 def project_changes(project_id: int, after: int | None) -> tuple[list[dict[str, Any]], int]:
