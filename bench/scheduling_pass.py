@@ -433,6 +433,11 @@ STEPS = (
     ("services.cluster.queue_placement", "_place_all", "queue, place, reasons"),
     ("services.cluster.queue_placement", "place", "  the placer"),
     ("services.cluster.queue_placement", "_schedule_gangs", "  store placed gangs"),
+    ("services.cluster.queue_placement", "lock_jobs", "    lock the jobs"),
+    ("services.cluster.queue_placement", "start_message", "    start messages"),
+    ("services.cluster.queue_placement", "start_messages", "    start messages"),
+    ("services.cluster.queue_placement", "transition_locked", "    move the jobs"),
+    ("services.jobs.transitions", "stream_marks", "      stream marks"),
 )
 
 
@@ -785,7 +790,7 @@ def report_steps(samples: dict[str, list[dict[str, float]]]) -> None:
     """The median CPU time of each step, per workload (ms)."""
     names = list(samples)
     print("CPU by step (this side), median ms: " + ", ".join(names))
-    labels = [label for _, _, label in STEPS]
+    labels = list(dict.fromkeys(label for _, _, label in STEPS))  # a label may time two names
     tops = [f"step:{label}" for label in labels if not label.startswith(" ")]
     for row in samples.values():
         for r in row:

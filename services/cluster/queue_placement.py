@@ -32,7 +32,8 @@ from services.cluster.placement_digest import PlacementMemo
 from services.cluster.placement_roles import ps_parts
 from services.db import read_rows
 from services.jobs import quotas
-from services.jobs.replica_specs import start_message
+from services.jobs.bulk_rows import insert_rows
+from services.jobs.replica_specs import start_message, start_messages
 from services.jobs.transitions import lock_jobs, transition_locked
 from services.models import Job, Node, Replica
 from services.settings import Settings
@@ -315,9 +316,8 @@ def _schedule_gangs(
         ports = _gang_ports(placements, used_ports, settings)
         addresses = [f"{p.address}:{ports[i]}" for i, p in enumerate(placements)]
         slots = tf_config.gang_roles(job.strategy, job.replicas, job.roles)
-        for index, placement in enumerate(placements):
-            role, role_index = slots[index]
-            replica = PlacedReplica(
+        gang = [
+            PlacedReplica(
                 job_id=job.id,
                 attempt=job.attempt,
                 index=index,
@@ -325,20 +325,21 @@ def _schedule_gangs(
                 address=addresses[index],
                 port=ports[index],
                 gpu_ids=",".join(str(g) for g in placement.gpu_ids),
-                role=role,
-                role_index=role_index,
+                role=slots[index][0],
+                role_index=slots[index][1],
                 tf_config=tf_config.compose(job.strategy, slots, addresses, index),
             )
-            # created_at is the placement's time (watchdog.settle_unanswered_starts).
-            rows.append(
-                replica.row(status=ReplicaStatus.PENDING, dispatched_at=now, created_at=now)
-            )
-            messages.append(start_message(job, replica))
+            for index, placement in enumerate(placements)
+        ]
+        # created_at is the placement's time (watchdog.settle_unanswered_starts).
+        rows += [
+            r.row(status=ReplicaStatus.PENDING, dispatched_at=now, created_at=now) for r in gang
+        ]
+        messages += start_messages(job, gang)
         nodes_used = sorted({p.node_id for p in placements})
         reasons[job.id] = f"placed {job.replicas} replicas on {', '.join(nodes_used)}"
-    if rows:
-        # One executemany of plain rows: ORM objects flushed as one multi-row INSERT
-        # ... RETURNING cost the client more than the rest of the pass's writes.
-        session.execute(sa.insert(Replica), rows)
+    # Plain rows in one statement (bulk_rows.py): ORM objects flushed as one multi-row
+    # INSERT ... RETURNING cost the client more than the rest of the pass's writes.
+    insert_rows(session, cast(sa.Table, Replica.__table__), rows)
     transition_locked(session=session, jobs=jobs, target=JobStatus.SCHEDULED, reasons=reasons)
     return messages, [job.id for job in jobs]

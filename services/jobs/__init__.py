@@ -13,6 +13,7 @@ control plane only (node code reaches none of it but `trainers`).
     submission_batcher.py grouped commits: many requests' submissions in one transaction
     hyperparameters.py bounds on a job's hyperparameters (size, keys, depth, run length)
     stream_marks.py where a job's stream stands: its newest point, line and status change
+    bulk_rows.py    many rows of a table in one INSERT (a pass's placed replicas, events)
     transitions.py  transition_job(), the only writer of Job.status
     trainers.py     which trainers a job may name (built-ins, allow-listed entrypoints)
     queue.py        a queued job's place in the placer's order (within its project)

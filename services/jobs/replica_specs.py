@@ -11,7 +11,7 @@ job's files, and what a schedule's fire told it).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, Protocol, cast
 
@@ -82,6 +82,8 @@ REPLICA_FORMS: dict[str, Callable[[Job, int], Any]] = {
     "distribution": lambda job, _: DistributionOptions(**(job.distribution or {})),
     "profile": _profile,  # only on the replicas it names
 }
+# The forms that differ from one replica of a job to another (the others are the job's).
+BY_INDEX = frozenset({"profile"})
 # The replica spec's fields that are not the job's: which replica of which attempt.
 PER_REPLICA = frozenset({"job_id", "attempt", "index", "role", "role_index"})
 # Fields the control plane resolved at submission, from columns of its own: the
@@ -101,25 +103,31 @@ FROM_JOB = tuple(
 def start_message(job: Job, replica: PlacedOn) -> StartReplica:
     """Everything an agent needs to start one replica (agents cannot read SQL). The spec
     checks the stored values again as it is built."""
-    values = {
-        name: REPLICA_FORMS[name](job, replica.index)
-        if name in REPLICA_FORMS
-        else getattr(job, name)
-        for name in FROM_JOB
-    }
-    spec = ReplicaSpec(
-        job_id=job.id,
-        attempt=replica.attempt,
-        index=replica.index,
-        role=cast(Role, replica.role),  # stored by placement from the same Literal
-        role_index=replica.role_index,
-        **values,
-        **{name: resolve(job) for name, resolve in RESOLVED.items()},
-    )
-    return StartReplica(
-        replica.node_id,
-        spec,
-        tf_config=replica.tf_config,
-        port=replica.port,
-        gpu_ids=replica.gpu_ids,
-    )
+    return start_messages(job, [replica])[0]
+
+
+def start_messages(job: Job, replicas: Sequence[PlacedOn]) -> list[StartReplica]:
+    """start_message for each of a gang's `replicas`. What is the job's, not the
+    replica's, is worked out once for the gang (a pass places hundreds of gangs); each
+    spec is checked as it is built, as one alone is."""
+    shared = {name: getattr(job, name) for name in FROM_JOB if name not in REPLICA_FORMS}
+    shared |= {name: form(job, 0) for name, form in REPLICA_FORMS.items() if name not in BY_INDEX}
+    shared |= {name: resolve(job) for name, resolve in RESOLVED.items()}
+    return [
+        StartReplica(
+            replica.node_id,
+            ReplicaSpec(
+                job_id=job.id,
+                attempt=replica.attempt,
+                index=replica.index,
+                role=cast(Role, replica.role),  # stored by placement from the same Literal
+                role_index=replica.role_index,
+                **shared,
+                **{name: REPLICA_FORMS[name](job, replica.index) for name in BY_INDEX},
+            ),
+            tf_config=replica.tf_config,
+            port=replica.port,
+            gpu_ids=replica.gpu_ids,
+        )
+        for replica in replicas
+    ]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from services.exceptions import InvalidTransition, JobNotFound
+from services.jobs.bulk_rows import insert_rows
 from services.jobs.stream_marks import stream_marks
 from services.models import Job, JobEvent, utcnow
 from services.statuses import TERMINAL_STATUSES, JobStatus, is_allowed
@@ -131,11 +133,71 @@ def transition_locked(
     now = utcnow()
     marks = stream_marks(session, [job.id for job in jobs])
     events = [_move(job, target, reasons.get(job.id, ""), now, marks[job.id]) for job in jobs]
-    # The events as one executemany of plain rows (no ORM objects); the jobs' own
-    # changes in the flush below, one batch of updates.
-    session.execute(sa.insert(JobEvent), events)
+    _store_moves(session, jobs)
+    # The events as plain rows in one statement (no ORM objects), after the jobs' rows
+    # as the flush used to order them; the flush then writes anything else pending.
+    insert_rows(session, cast(sa.Table, JobEvent.__table__), events)
     session.flush()
     _announce(session, jobs)
+
+
+# What _move writes of a job, and the ORM's own stamp of a change (Job.updated_at).
+_MOVED = ("status", "reason", "attempt", "started_at", "finished_at")
+
+
+def _store_moves(session: Session, jobs: Sequence[Job]) -> None:
+    """The moved jobs' columns written in one statement, then recorded on the jobs as
+    stored, so the session's flush writes them no more. The flush wrote an UPDATE per
+    job, with the ORM's bookkeeping per row: ~30 ms of the 500 gangs' pass."""
+    stamp = utcnow()  # Job.updated_at's onupdate, as the flush would have set it
+    rows = [[getattr(job, name) for name in _MOVED] for job in jobs]
+    # No autoflush first: it would write the very changes this statement writes.
+    with session.no_autoflush:
+        _write_moves(session, jobs, rows, stamp)
+    for job, row in zip(jobs, rows, strict=True):
+        for name, value in zip(_MOVED, row, strict=True):
+            set_committed_value(job, name, value)
+        set_committed_value(job, "updated_at", stamp)
+
+
+def _write_moves(
+    session: Session, jobs: Sequence[Job], rows: list[list[Any]], stamp: dt.datetime
+) -> None:
+    """UPDATE the jobs' _MOVED columns to `rows` (in `jobs`' order), stamped `stamp`."""
+    if session.get_bind().dialect.name == "postgresql":
+        columns = list(zip(*rows, strict=True))
+        session.execute(
+            sa.text(
+                "UPDATE jobs SET status = v.status, reason = v.reason, attempt = v.attempt, "
+                "started_at = v.started_at, finished_at = v.finished_at, updated_at = :stamp "
+                "FROM unnest(CAST(:ids AS integer[]), CAST(:statuses AS varchar[]), "
+                "CAST(:reasons AS text[]), CAST(:attempts AS integer[]), "
+                "CAST(:started AS timestamptz[]), CAST(:finished AS timestamptz[])) "
+                "AS v(id, status, reason, attempt, started_at, finished_at) "
+                "WHERE jobs.id = v.id"
+            ),
+            {
+                "stamp": stamp,
+                "ids": [job.id for job in jobs],
+                "statuses": [status.value for status in columns[0]],
+                "reasons": list(columns[1]),
+                "attempts": list(columns[2]),
+                "started": list(columns[3]),
+                "finished": list(columns[4]),
+            },
+        )
+    else:  # SQLite, in-process: an executemany costs no round trips
+        table = cast(sa.Table, Job.__table__)  # a mapped class's table is a Table
+        session.execute(
+            sa.update(table)
+            .where(table.c.id == sa.bindparam("job_id"))
+            .values({name: sa.bindparam(f"new_{name}") for name in (*_MOVED, "updated_at")}),
+            [
+                {"job_id": job.id, "new_updated_at": stamp}
+                | {f"new_{name}": value for name, value in zip(_MOVED, row, strict=True)}
+                for job, row in zip(jobs, rows, strict=True)
+            ],
+        )
 
 
 def _move(

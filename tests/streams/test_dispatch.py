@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 
 import redis
 
@@ -68,14 +69,31 @@ def _comparable(raw: bytes | str) -> dict[str, object]:
     return dict(envelope)
 
 
+def _masked(raw: bytes | str) -> bytes:
+    """A queued task's envelope as Redis holds it, its ids, delivery tag and shown argument
+    replaced by placeholders (what differs between any two messages): the bytes an agent's
+    Celery worker reads, else."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    envelope = json.loads(text)
+    for value, placeholder in (
+        (envelope["headers"]["id"], "ID"),
+        (envelope["properties"]["delivery_tag"], "TAG"),
+        (json.dumps(envelope["headers"]["argsrepr"]), '"ARGS"'),
+    ):
+        text = text.replace(value, placeholder)
+    return text.encode()
+
+
 def test_a_message_is_the_task_celery_send_task_makes(bus: redis.Redis) -> None:
-    """The dispatcher builds messages by the calls Celery's send_task makes, without the
-    rest of it: what reaches the queue is what send_task would have put there, but for
-    the argument's shown form (Celery's default is the whole sealed message)."""
+    """The dispatcher sends a queue's first message by the calls Celery's send_task
+    makes, and the later ones as the envelope it would have written (envelopes.py): what
+    reaches the queue is what send_task would have put there, byte for byte, but for the
+    ids and the argument's shown form (Celery's default is the whole sealed message)."""
     app = make_celery(get_settings().redis_url)
     message = StopReplica("n1", 7, 1, 0, 5.0)
     dispatcher = CeleryDispatcher(app, bus, KEYRING)
-    for _ in range(2):  # the queue's first message declares it; the next does not
+    assert dispatcher.envelopes  # the agents' app: the direct path is the one tested
+    for _ in range(3):  # the queue's first message declares it; the next ones do not
         dispatcher.send([message])
         [ours] = bus.lrange(node_queue("n1"), 0, 0)
         _, sealed = queued(bus, "n1")[-1]
@@ -88,3 +106,46 @@ def test_a_message_is_the_task_celery_send_task_makes(bus: redis.Redis) -> None:
         assert "sealed" not in str(shown) and sealed not in str(shown)
         theirs["headers"].pop("argsrepr")  # type: ignore[attr-defined]
         assert mine == theirs
+        assert _masked(ours) == _masked(celerys)
+
+
+def test_a_queue_first_seen_is_declared_through_celery_and_keeps_its_order(
+    bus: redis.Redis,
+) -> None:
+    """A send with a queue the dispatcher knows and one it does not: the new queue's
+    messages go through Celery, which declares it (its binding, which an agent's Redis
+    user reads), the known queue's are written directly; each queue gets its messages in
+    the order they were given."""
+    app = make_celery(get_settings().redis_url)
+    dispatcher = CeleryDispatcher(app, bus, KEYRING)
+    dispatcher.send([StopReplica("n1", 1, 1, 0, 5.0)])
+    bus.delete(node_queue("n1"))
+    # A queue no other test has used: kombu binds a queue once per process.
+    new = f"n-{uuid.uuid4().hex[:8]}"
+    assert not bus.exists(f"_kombu.binding.{node_queue(new)}")
+    messages: list[Message] = [
+        StopReplica(node_id, job, 1, 0, 5.0) for job in range(2, 8) for node_id in ("n1", new)
+    ]
+    dispatcher.send(messages)
+    assert bus.exists(f"_kombu.binding.{node_queue(new)}")
+    assert dispatcher.declared == {node_queue("n1"), node_queue(new)}
+    for node_id in ("n1", new):
+        bodies = [
+            unseal(sealed, KEYRING.node(node_id), purpose=task, node_id=node_id).body
+            for task, sealed in queued(bus, node_id)
+        ]
+        assert bodies == [m.encode() for m in messages if m.node_id == node_id]
+
+
+def test_an_app_configured_otherwise_sends_every_message_through_celery(
+    bus: redis.Redis,
+) -> None:
+    """The envelopes are written for the agents' configuration only: an app that, say,
+    sends task-sent events publishes every message through Celery, which sends them."""
+    app = make_celery(get_settings().redis_url)
+    app.conf.task_send_sent_event = True
+    dispatcher = CeleryDispatcher(app, bus, KEYRING)
+    assert not dispatcher.envelopes
+    for job in (1, 2):  # the second to a queue already declared
+        dispatcher.send([StopReplica("n1", job, 1, 0, 5.0)])
+    assert [task for task, _ in queued(bus, "n1")] == [PURPOSES[StopReplica]] * 2

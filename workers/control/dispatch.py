@@ -13,6 +13,7 @@ from services.wire.clock import RedisClock
 from services.wire.keys import attempt_key, node_queue
 from services.wire.replica import Message, StartReplica
 from services.wire.signing import PURPOSES, Keyring, seal_message
+from workers.control.envelopes import EnvelopeMaker, supports_envelopes
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ class CeleryDispatcher:
         self.keyring = keyring
         self.clock = RedisClock(client)  # messages are stamped with Redis's time (clock.py)
         self.declared: set[str] = set()  # node queues this dispatcher has declared
+        self.envelopes = supports_envelopes(app)  # else every message through Celery
 
     def send(self, messages: list[Message]) -> None:
         starts_ok = self._publish_attempts(messages)
@@ -46,15 +48,35 @@ class CeleryDispatcher:
             outgoing.append((PURPOSES[type(message)], sealed, node_queue(message.node_id)))
         if not outgoing:
             return
+        # A queue this dispatcher has not declared yet gets all of this send's messages
+        # through Celery (which declares it, as an agent's Redis user expects); the
+        # others as envelopes written directly (envelopes.py): each queue keeps its order.
+        fresh = [o for o in outgoing if not self.envelopes or o[2] not in self.declared]
+        known = [o for o in outgoing if self.envelopes and o[2] in self.declared]
         try:
             # One producer and one Redis pipeline for the pass's messages (kombu's publish
             # batch): a round trip to Redis per message was most of a busy pass's time.
-            with self.app.producer_or_acquire() as producer, producer.batch(BATCH):
-                for task, sealed, queue in outgoing:
-                    self._publish(producer, task, sealed, queue)
+            with self.app.producer_or_acquire() as producer:
+                if fresh:
+                    with producer.batch(BATCH):
+                        for task, sealed, queue in fresh:
+                            self._publish(producer, task, sealed, queue)
+                if known:
+                    self._push(producer, known)
         except Exception:  # the scheduler re-sends starts and stops from SQL later
             self.declared.clear()  # a new connection may need them again
             log.exception("could not send %d messages", len(outgoing))
+
+    def _push(self, producer: Any, outgoing: list[tuple[str, str, str]]) -> None:
+        """Messages to declared queues, each LPUSHed as Celery's envelope, BATCH to a
+        pipeline as kombu's publish batch does (no transaction, no retry)."""
+        maker = EnvelopeMaker(self.app)
+        with producer.channel.conn_or_acquire() as client:
+            with client.pipeline(transaction=False) as pipe:
+                for start in range(0, len(outgoing), BATCH):
+                    for task, sealed, queue in outgoing[start : start + BATCH]:
+                        pipe.lpush(queue, maker.envelope(task, sealed, queue))
+                    pipe.execute()
 
     def _publish(self, producer: Any, task: str, sealed: str, queue: str) -> None:
         """One task message, as `Celery.send_task(task, args=[sealed], queue=queue)`
