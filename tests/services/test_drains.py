@@ -88,9 +88,7 @@ def test_the_grace_running_out_stops_the_gang_and_moves_it(session: Session) -> 
     assert "grace of 120s ran out and the other 1 were stopped" in job.reason
     # The request's event is dated by the clock its grace counts from, so the events show
     # at least the grace between the ask and the move (not the moment the row was written).
-    asked = next(
-        e for e in jobs.read_events(session=session, job=job) if "asked its" in e.reason
-    )
+    asked = next(e for e in jobs.read_events(session=session, job=job) if "asked its" in e.reason)
     assert asked.created_at == at(1)
 
 
