@@ -28,8 +28,10 @@ TEMPLATE = {
 GRID = {"grid": {"learning_rate": [0.1, 0.01], "width": [8, 16]}}
 
 
-def make(session: Session, **spec: Any) -> Sweep:
-    _, token = create_token(session)
+def make(session: Session, project_id: int | None = None, **spec: Any) -> Sweep:
+    """A sweep of its own project, or of `project_id`'s."""
+    if project_id is None:
+        project_id = create_token(session)[1].project_id
     body = {
         "name": "lr",
         "template": TEMPLATE,
@@ -40,7 +42,7 @@ def make(session: Session, **spec: Any) -> Sweep:
     }
     return store.create_sweep(
         session=session,
-        project_id=token.project_id,
+        project_id=project_id,
         sweep_in=SweepCreate.model_validate(body),
         settings=get_settings(),
     )
@@ -407,24 +409,9 @@ def test_a_pass_reads_and_admits_once_for_all_the_sweeps_that_create_trials(
     # One sweep at a time, a pass cost 16 statements for each sweep creating a trial (its
     # lock, its spec, trials, rows, values, the quota's reads, the inserts): 1.6 s for 100.
     _, token = create_token(session)
-    body = {
-        "name": "lr",
-        "template": TEMPLATE,
-        "space": GRID,
-        "max_concurrent": 1,
-        "objective": {"metric": "eval_accuracy", "mode": "max"},
-    }
 
     def statements_to_create(count: int) -> list[str]:
-        made = [
-            store.create_sweep(
-                session=session,
-                project_id=token.project_id,
-                sweep_in=SweepCreate.model_validate(body),
-                settings=get_settings(),
-            )
-            for _ in range(count)
-        ]
+        made = [make(session, token.project_id, max_concurrent=1) for _ in range(count)]
         session.flush()
         seen: list[str] = []
 
