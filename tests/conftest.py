@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import tempfile
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -74,7 +75,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 PG_ADMIN_URL = os.environ.get(
     "COHORT_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
-REDIS_BASE = os.environ.get("COHORT_TEST_REDIS", "redis://127.0.0.1:6379")
+REDIS_BASE = os.environ.get("COHORT_TEST_REDIS", "redis://127.0.0.1:6379").rstrip("/")
+if urllib.parse.urlsplit(REDIS_BASE).path:
+    # The tests take dbs 1-15 of the server (redis_url): a db in the URL would be read as
+    # part of theirs ("…/12" + "/1" asks for db 121).
+    raise pytest.UsageError(
+        f"COHORT_TEST_REDIS={REDIS_BASE!r} names a db: give the server alone, e.g. "
+        "redis://127.0.0.1:6480 (a redis-server of the tests' own), and the tests use its dbs"
+    )
 
 
 def worker_number() -> int:
