@@ -163,6 +163,13 @@ def saved_checkpoint(chief_dir: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def stored_checkpoint(artifacts: Path, job_id: int) -> int | None:
+    """The number of the checkpoint the artifact store at `artifacts` names for job
+    `job_id` (ckpt-<n>), if any: what a gang restarted elsewhere resumes from (its
+    restore takes the store's whenever it differs, workers/node/checkpoint_mirror.py)."""
+    return saved_checkpoint(artifacts / "jobs" / str(job_id) / "checkpoints" / "chief")
+
+
 def chief_checkpoints(stack: Stack, job_id: int) -> Path:
     """Where the chief's checkpoints of job `job_id` are on the stack's own node."""
     return layout.checkpoint_dir(stack.settings.data_dir, job_id) / "chief"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
-from tests.faults.conftest import record, saved_checkpoint, steps_redone, steps_seen
+from tests.faults.conftest import record, steps_redone, steps_seen, stored_checkpoint
 from tests.faults.nothing_lost import assert_nothing_lost
 from tests.faults.processes import attempt_processes
 
@@ -31,11 +31,6 @@ RESUMABLE_JOB: dict[str, Any] = {
         "checkpoint_every_steps": EVERY,
     },
 }
-
-
-def stored_checkpoint(artifacts: Path, job_id: int) -> int | None:
-    """The number of the checkpoint the store's state file names (ckpt-<n>), if any."""
-    return saved_checkpoint(artifacts / "jobs" / str(job_id) / "checkpoints" / "chief")
 
 
 def test_a_gang_restarted_on_another_node_resumes_from_the_stored_checkpoint(

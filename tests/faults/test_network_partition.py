@@ -41,9 +41,9 @@ from tests.faults.conftest import (
     record,
     steps_redone,
     steps_seen,
+    stored_checkpoint,
 )
 from tests.faults.nothing_lost import assert_stored_as_written
-from tests.faults.test_checkpoint_resume import stored_checkpoint
 from workers.node.lease import fence_grace
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow(70)]

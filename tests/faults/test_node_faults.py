@@ -28,6 +28,7 @@ from tests.faults.conftest import (
     saved_checkpoint,
     steps_redone,
     steps_seen,
+    stored_checkpoint,
     warm_replicas,
 )
 from tests.faults.lost_messages import agents_not_consuming, drop_messages
@@ -49,6 +50,9 @@ def test_killed_agent_job_restarts_elsewhere(make_stack, pool: int) -> None:  # 
     if pool:
         pool_full(stack, 2 * pool)  # both agents' (they share DATA_DIR, and its pool log)
     job = past_first_checkpoint(stack, client, LONG_JOB)  # both nodes share DATA_DIR
+    # ... and its store (DATA_DIR/artifacts), where the agent mirrors the checkpoints.
+    store = stack.settings.data_dir / "artifacts"
+    wait_for(lambda: stored_checkpoint(store, job["id"]), 60, "the first stored checkpoint")
     assert warm_replicas(client, job["id"], 1) == ({0, 1} if pool else set())
     node = job["replica_list"][0]["node_id"]
     assert {r["node_id"] for r in job["replica_list"]} == {node}  # packed on one node
@@ -56,16 +60,21 @@ def test_killed_agent_job_restarts_elsewhere(make_stack, pool: int) -> None:  # 
     stack.kill("agent" if node == "node-a" else "agent-node-b")
 
     # Its replicas notice their agent is gone and stop, and whatever they started with
-    # them: no second copy of the gang. The checkpoint they left is the last.
+    # them: no second copy of the gang.
     wait_for(
         lambda: not attempt_processes(stack, job["id"], 1),
         15,
         "the orphaned replicas to stop",
         interval=0.25,
     )
-    saved = saved_checkpoint(chief_checkpoints(stack, job["id"]))
-    assert saved is not None, "no checkpoint saved"
-    resumed_after = saved * LONG_JOB["hyperparameters"]["steps_per_epoch"]  # epoch ends only
+    # The gang resumes from the store's checkpoint, the last one the killed agent
+    # mirrored: a gang's restore takes the store's whenever it differs (on other nodes,
+    # only the store's is seen by all). Until their watcher noticed, the orphans trained
+    # on and may have saved a newer one, on their node's disk alone.
+    stored = stored_checkpoint(store, job["id"])
+    local = saved_checkpoint(chief_checkpoints(stack, job["id"]))
+    assert stored is not None and local is not None and local >= stored, (stored, local)
+    resumed_after = stored * LONG_JOB["hyperparameters"]["steps_per_epoch"]  # epoch ends only
     final = wait_terminal(client, job["id"])
     events = client.events(job["id"])
     assert final["status"] == "succeeded", job_story(client, job["id"])
@@ -79,7 +88,7 @@ def test_killed_agent_job_restarts_elsewhere(make_stack, pool: int) -> None:  # 
     assert f"node {node} stopped answering" in reason
     # The issue's bound: placed again within 30 s of the last heartbeat.
     assert rescheduled - killed_at < 30
-    # Both agents share one DATA_DIR here: the other node resumes from that checkpoint.
+    # The other node resumes from the stored checkpoint.
     second = steps_seen(client, job["id"], 2)
     assert min(second) == resumed_after + 1, (min(second), resumed_after)
     first_step_2 = min(
