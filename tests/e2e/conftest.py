@@ -83,11 +83,21 @@ def job_story(client: Client, job_id: int) -> str:
 
 
 def wait_terminal(client: Client, job_id: int, timeout: float = 180) -> dict[str, Any]:
+    """The job once its status is terminal and it has settled: what its replicas shipped
+    is in SQL. The status turns terminal when the control plane decides it, which can be
+    before the ingest has stored the replicas' last points and lines; the job's stream
+    sends its terminal status only after (services/telemetry/settling.py), so a test that
+    reads the points next reads them all. (A short attempt on a busy machine was read
+    before any of its points were stored.)"""
+
     def done() -> dict[str, Any] | None:
         job = client.job(job_id)
         return job if job["status"] in TERMINAL_STATUSES else None
 
-    return wait_for(done, timeout, f"job {job_id} to finish", interval=0.5)
+    job = wait_for(done, timeout, f"job {job_id} to finish", interval=0.5)
+    for _ in client.stream(job_id, kinds=("status",)):  # ends with the settled status
+        pass
+    return job
 
 
 @contextlib.contextmanager
