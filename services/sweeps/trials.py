@@ -243,10 +243,14 @@ def _admit_in_order(
             return [s + [cuts[i][1]] if i in cuts else s for i, s in enumerate(slices)]
         assert savepoint is not None  # only a group of two or more can have one
         savepoint.rollback()
-        stop = next(i for i, o in enumerate(slices[cut]) if isinstance(o, Exception))
+        stop = cast(int, _first_refusal(slices[cut]))
         cuts[cut] = (stop, cast(Exception, slices[cut][stop]))
 
 
+def _first_refusal(outcomes: list[Admitted | Exception]) -> int | None:
+    return next((i for i, o in enumerate(outcomes) if isinstance(o, Exception)), None)
+
+
 def _admitted_past_refusal(outcomes: list[Admitted | Exception]) -> bool:
-    stop = next((i for i, o in enumerate(outcomes) if isinstance(o, Exception)), None)
+    stop = _first_refusal(outcomes)
     return stop is not None and any(isinstance(o, Admitted) for o in outcomes[stop:])
