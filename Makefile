@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: sdk-models images compose-up compose-down install replica-access demo up test test-fast test-e2e test-install lint lint-deploy migrate bench clean chromium reliability-report coverage-report
+.PHONY: sdk-models images compose-up compose-down install replica-access demo up test test-fast test-images test-e2e test-install lint lint-deploy migrate bench clean chromium reliability-report coverage-report
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,8 +35,10 @@ migrate: $(STAMP)
 # ports of its own (tests/e2e/conftest.py: each xdist worker takes its own Redis db and
 # replica ports), and an agent ends only processes that carry its own marks (node id and
 # DATA_DIR), so two stacks on one host never touch each other's replicas.
-# tests/containers builds the images with `make images` (once per run; a warm layer cache
-# makes it about a minute) and runs what each image runs, first, so the build overlaps.
+# The images for tests/containers are built (`make images`, once per run; a warm layer cache
+# makes it about a minute) beside lint and the fast suite (test-images; TEST_RUN names the
+# run, tests/containers/images_build.py), so that no worker of the real-process suite
+# waits on the build.
 # tests/install builds the wheel and runs it installed (not editable) in a virtualenv of
 # its own, as the images do (its dependencies: a layer installed once per set of pins).
 # `-ra` lists every skip with its reason; a real-stack test may
@@ -49,9 +51,11 @@ migrate: $(STAMP)
 # the second adding to the first's, and coverage-report prints the figure and holds its floor.
 PYTEST := $(PY) -m pytest -q -ra
 COV := --cov --cov-report=
+# One name for this `make test`: the images test-images builds are this run's.
+TEST_RUN := make-test-$(shell date +%s%N)
 test: chromium replica-access $(STAMP)
-	$(MAKE) --no-print-directory -j2 --output-sync=target lint test-fast
-	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder --durations=25 --junitxml=test-artifacts/junit-real.xml $(COV) --cov-append tests/containers tests/security tests/workers tests/e2e tests/faults tests/chaos tests/install
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint test-fast test-images TEST_RUN=$(TEST_RUN)
+	COHORT_TEST_RUN=$(TEST_RUN) $(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder --durations=25 --junitxml=test-artifacts/junit-real.xml $(COV) --cov-append tests/containers tests/security tests/workers tests/e2e tests/faults tests/chaos tests/install
 	$(MAKE) --no-print-directory coverage-report
 
 # Cohort's images (cohort-control, cohort-worker; GPU=1 adds cohort-gpu-worker, ~3 GB of
@@ -95,6 +99,9 @@ COMPOSE_FILES := docker-compose.yml $(wildcard compose.*.yaml) $(wildcard tests/
 lint-deploy: $(STAMP)
 	$(VENV)/bin/hadolint Dockerfile deploy/standins/Dockerfile
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec $(COMPOSE_FILES)
+
+test-images: $(STAMP)
+	COHORT_TEST_RUN=$(TEST_RUN) $(PY) -m tests.containers.images_build
 
 test-fast: $(STAMP)
 	$(PYTEST) -n 2 $(COV) tests/unit tests/services tests/api tests/streams
