@@ -33,6 +33,9 @@ from services.webhooks import payloads
 from services.webhooks.outbox import emit
 
 STOPPED_EARLY = "stopped early"  # the start of the reason of a trial the rule stopped
+# Metrics reach SQL through a Redis stream, apart from the replicas' exits: what is read
+# of a trial this long after it ended is all of it (services/sweeps/trials.py, advance.py).
+METRIC_SETTLE_SECONDS = 3.0
 
 
 class _Outcome(Protocol):

@@ -34,11 +34,10 @@ from services.sweeps.history import (
     store_trial,
 )
 from services.sweeps.schemas import SweepCreate
-from services.sweeps.store import trial_job
+from services.sweeps.store import METRIC_SETTLE_SECONDS, trial_job
 from services.sweeps.study import SweepStudy
 
 T = TypeVar("T")
-METRIC_SETTLE_SECONDS = 3.0
 LEARNING = ("tpe", "cmaes")  # the algorithms whose next trial depends on the results
 
 

@@ -32,13 +32,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from services.storage.owned_tree import OwnedTree
 from services.wire.batches import Point, ProgressBeat
 from services.wire.keys import OUTPUT_HASH, PROGRESS_HASH, progress_field
 from workers.node.report_shipper import MetricsFileReader
-from workers.node.tfevents import FILE_PREFIX, EventFileReader
+
+if TYPE_CHECKING:
+    from workers.node.tfevents import EventFileReader
 
 log = logging.getLogger("cohort.scalars")
 
@@ -46,6 +48,7 @@ POLL_SECONDS = 0.5  # how often the files are checked: metrics and beats lag by 
 BEAT_INTERVAL = 1.0  # seconds between two beats: the pace of the replica's own beats
 MAX_EVENT_FILES = 1000  # followed per replica: a runaway writer cannot exhaust the agent
 MAX_WATCHED_FILES = 10_000  # looked at per watched directory and poll
+FILE_PREFIX = "events.out.tfevents."  # tf.summary's event files (tfevents.py reads them)
 
 # HSET only if newer: the runner may have dated a beat ahead (FINISH_GRACE while
 # saving, a `{"beat": ...}` line in its metrics file), and no later beat may shorten that.
@@ -151,6 +154,11 @@ class ReplicaFollower:
                                 MAX_EVENT_FILES,
                             )
                         break
+                    # Here, not at the module's top: tensorboard's protos and
+                    # tensor_util bring numpy and boto3, a third of the agent's start
+                    # (0.3 s), for the jobs that write event files alone.
+                    from workers.node.tfevents import EventFileReader
+
                     self.event_files[path] = EventFileReader(
                         path,
                         prefix=_run_prefix(self.tensorboard_dir, path),

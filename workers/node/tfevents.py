@@ -36,7 +36,6 @@ FOOTER = struct.Struct("<I")  # masked crc of the data
 READ_BYTES = 4 << 20  # per call and file: bounds memory and the time a poll takes
 MAX_RECORD = 256 << 20  # a longer "length" means the framing is corrupt
 SCALARS_PLUGIN = "scalars"
-FILE_PREFIX = "events.out.tfevents."
 
 
 def masked_crc(data: bytes) -> int:
