@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import secrets
 from typing import Any
 
@@ -13,6 +14,7 @@ from services.jobs import store as jobs
 from services.jobs.schemas import JobCreate
 from services.models import ApiToken, Job
 from services.settings import get_settings
+from services.statuses import ReplicaStatus
 
 # What a user's token may do: all but admin.
 USER_SCOPES = (Scope.READ, Scope.SUBMIT, Scope.SCHEDULES)
@@ -92,3 +94,29 @@ def assert_rollups_match_points(session: Session, job_id: int) -> int:
         assert got[key][0] == n and got[key][2:] == (first, last, epoch, ts), key
         assert abs(got[key][1] - total) <= 1e-9 * max(1.0, abs(total)), key
     return len(got)
+
+
+def replica_rows(job_id: int, count: int, now: dt.datetime) -> list[dict[str, Any]]:
+    """`count` rows of `replicas` for attempt 1 of job `job_id`, as a placing pass makes
+    them (services/cluster/queue_placement.py), on node `n1`."""
+    return [
+        {
+            "job_id": job_id,
+            "attempt": 1,
+            "index": index,
+            "node_id": "n1",
+            "address": f"10.1.0.1:{2000 + index}",
+            "port": 2000 + index,
+            "gpu_ids": "0,1" if index else "",
+            "role": "worker",
+            "role_index": index,
+            # A dict, and None (a 1-replica gang's): JSON null, not SQL NULL, either way.
+            "tf_config": {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"index": index}}
+            if index
+            else None,
+            "status": ReplicaStatus.PENDING,
+            "dispatched_at": now,
+            "created_at": now,
+        }
+        for index in range(count)
+    ]

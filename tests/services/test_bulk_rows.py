@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 from services.cluster.nodes import Heartbeat, record_heartbeats
 from services.jobs.bulk_rows import insert_rows
 from services.models import JobEvent, Replica, utcnow
-from services.statuses import JobStatus, ReplicaStatus
-from tests.factories import create_job, create_token
+from services.statuses import JobStatus
+from tests.factories import create_job, create_token, replica_rows
 
 REPLICAS = cast(sa.Table, Replica.__table__)
 EVENTS = cast(sa.Table, JobEvent.__table__)
@@ -36,30 +36,6 @@ def _created(session: Session, table: sa.Table, job_id: int) -> list[dt.datetime
     return list(session.execute(query).scalars())
 
 
-def _replica_rows(job_id: int, now: dt.datetime) -> list[dict[str, Any]]:
-    return [
-        {
-            "job_id": job_id,
-            "attempt": 1,
-            "index": index,
-            "node_id": "n1",
-            "address": f"10.1.0.1:{2000 + index}",
-            "port": 2000 + index,
-            "gpu_ids": "0,1" if index else "",
-            "role": "worker",
-            "role_index": index,
-            # A dict, and None (a 1-replica gang's): JSON null, not SQL NULL, either way.
-            "tf_config": {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"index": index}}
-            if index
-            else None,
-            "status": ReplicaStatus.PENDING,
-            "dispatched_at": now,
-            "created_at": now,
-        }
-        for index in range(3)
-    ]
-
-
 def test_replicas_stored_in_one_statement_are_those_the_executemany_stores(
     session: Session,
 ) -> None:
@@ -72,9 +48,9 @@ def test_replicas_stored_in_one_statement_are_those_the_executemany_stores(
     statements: list[str] = []
     sa.event.listen(session.get_bind(), "before_cursor_execute", lambda *a: statements.append(a[2]))
     now = utcnow()
-    insert_rows(session, REPLICAS, _replica_rows(ours.id, now))
+    insert_rows(session, REPLICAS, replica_rows(ours.id, 3, now))
     assert len(statements) == 1  # one statement for all three
-    session.execute(sa.insert(Replica), _replica_rows(theirs.id, now))
+    session.execute(sa.insert(Replica), replica_rows(theirs.id, 3, now))
     mine, others = _stored(session, REPLICAS, ours.id), _stored(session, REPLICAS, theirs.id)
     assert [{**row, "job_id": 0} for row in mine] == [{**row, "job_id": 0} for row in others]
     assert [row["index"] for row in mine] == [0, 1, 2]  # numbered in the rows' order
