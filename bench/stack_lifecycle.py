@@ -12,7 +12,7 @@ stop, idle included (getrusage of this process and its reaped children).
 commit) side by side: each round runs this same measuring code once per checkout, in a
 fresh process whose imports come from that checkout (its directory first on sys.path;
 the stack's processes are started from it too), alternating A, B, A, B...; medians per
-checkout and the ratio B / A.
+checkout and the median of the per-round ratios B / A (the order swapped every round).
 
     .venv/bin/python bench/stack_lifecycle.py [--rounds 5] [--idle 2] [--against DIR]
 """
@@ -95,8 +95,10 @@ def main() -> None:
         return
     trees = {"this": ROOT, **({"against": args.against.resolve()} if args.against else {})}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-    for _ in range(args.rounds):
-        for name, tree in trees.items():
+    for round_ in range(args.rounds):
+        order = list(trees) if round_ % 2 == 0 else list(trees)[::-1]  # swapped every round
+        for name in order:
+            tree = trees[name]
             done = subprocess.run(
                 [sys.executable, str(Path(__file__).resolve()), "--one", "--idle", str(args.idle)],
                 cwd=tree,
@@ -109,23 +111,22 @@ def main() -> None:
             results[name].append(round_)
     print(f"{args.rounds} rounds each, idle {args.idle:g} s; medians (min-max)")
     print("| checkout | start s | stop s | CPU s |\n|---|---:|---:|---:|")
-    medians = {}
     for name, rounds in results.items():
         cells = []
         for key in ("start", "stop", "cpu"):
             values = [float(r[key]) for r in rounds]
-            medians[(name, key)] = statistics.median(values)
             cells.append(f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})")
         print(f"| {name} ({trees[name]}) | " + " | ".join(cells) + " |")
-    if args.against:
-        print(
-            "| against / this | "
-            + " | ".join(
-                f"{medians[('against', key)] / medians[('this', key)]:.2f}x"
-                for key in ("start", "stop", "cpu")
-            )
-            + " |"
-        )
+    if args.against:  # the median of the per-round ratios, never a ratio of medians
+        cells = []
+        for key in ("start", "stop", "cpu"):
+            ratios = [
+                float(a[key]) / float(b[key])
+                for a, b in zip(results["against"], results["this"], strict=True)
+            ]
+            shown = ", ".join(f"{r:.2f}" for r in ratios)
+            cells.append(f"{statistics.median(ratios):.2f}x ({shown})")
+        print("| against / this, median of per-round ratios | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

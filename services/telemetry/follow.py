@@ -297,6 +297,12 @@ class _Follower:
             yield events
         if self.settle_by < 0:
             return
+        if self.terminal is not None:  # finished before the follow began: no first wait
+            last, done = await self.settle()
+            if last:
+                yield last
+            if done:
+                return
         idle_since = time.monotonic()
         while True:
             entries = await self.next_entries()

@@ -397,3 +397,34 @@ def test_a_bad_resume_point_is_a_422_naming_where_it_came_from(
         ]
         project = http.get("/api/v1/stream", headers={**auth, "Last-Event-ID": "x"})
         assert project.status_code == 422 and "last-event-id" in project.json()["message"]
+
+
+def test_a_follow_of_a_job_finished_before_it_began_ends_without_a_poll(
+    committed: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A finished job's stream opened (the dashboard, `cohort job follow`, a test waiting
+    # for its job): settled already, it ends at once, not after a first STATUS_POLL of
+    # waiting (it used to take a second). With the poll made a minute, the follow must
+    # end well within it.
+    from services.db import session_scope
+    from services.jobs import store as jobs
+    from services.models import Job
+    from services.telemetry import follow as follow_module
+
+    _, job_id = committed()
+    with session_scope() as session:
+        jobs.request_cancel(session=session, job=session.get(Job, job_id))
+    monkeypatch.setattr(follow_module, "STATUS_POLL", 60.0)
+
+    async def scenario() -> None:
+        statuses: list[str] = []
+
+        async def drain() -> None:
+            async with aclosing(follow(job_id, kinds={"status"})) as batches:
+                async for batch in batches:
+                    statuses.extend(e.data["status"] for e in batch if e.kind == "status")
+
+        await asyncio.wait_for(drain(), 20)
+        assert statuses[-1] == "cancelled", statuses
+
+    run(scenario)
