@@ -150,7 +150,8 @@ def main() -> int:
     print(ratio_row("wall, cov / plain", per_round_ratios(walls, "cov", "plain")))
     print(ratio_row("CPU, cov / plain", per_round_ratios(cpu, "cov", "plain")))
     for side in ("cov", "plain"):
-        print(f"| CPU-s, {side} | {statistics.median(cpu[side]):.1f} | {cpu[side]} |")
+        shown = ", ".join(f"{c:.1f}" for c in cpu[side])
+        print(f"| CPU-s, {side} | {statistics.median(cpu[side]):.1f} | {shown} |")
     last = {side: runs[-1] for side, runs in kept.items()}
     names = sorted(last["cov"], key=lambda name: -last["cov"][name])
     print("\n| role (last round) | cov CPU-s | plain CPU-s |\n|---|---:|---:|")
