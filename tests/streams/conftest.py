@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,15 +33,22 @@ def bus(pg_url: str) -> redis.Redis:  # noqa: ARG001 - pg_url points settings at
 def committed(pg_url: str) -> Iterator[Callable[..., tuple[str, int]]]:  # noqa: ARG001
     """Make a token and a job in a committed transaction: (token, job id). The jobs are
     deleted afterwards: a queued job left behind would take the place of a later test's
-    job on the same worker's database."""
+    job on the same worker's database.
+
+    Each test's projects are its own (`project` names one within the test): a committed
+    project "default" would be found by every later test on the worker's database,
+    whose rolled-back transactions otherwise each make a new one, and share its id, so
+    its paths in the worker's artifact store (an api test's upload then found the
+    previous test's file)."""
     from services.db import session_scope
     from services.jobs import store as jobs
 
     made: list[int] = []
+    own = uuid.uuid4().hex[:8]
 
     def make(project: str = "default", **spec: Any) -> tuple[str, int]:
         with session_scope() as session:
-            token, row = create_token(session, project)
+            token, row = create_token(session, f"{project}-{own}")
             job = create_job(session, row.project_id, **{"name": "live", "replicas": 2, **spec})
             made.append(job.id)
             return token, job.id
