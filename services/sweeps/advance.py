@@ -45,8 +45,8 @@ from services.sweeps.store import (
 )
 
 # Optuna (the studies of stopping.py and trials.py) is loaded by the first pass with a
-# sweep to act on, not at the scheduler's start: 0.28 CPU-s of every start (numpy with
-# it) that a cluster running no sweep never needs.
+# sweep to act on, not at the scheduler's start: 0.16 CPU-s of every start (numpy with
+# it; docs/benchmarks.md, 2026-11-30) that a cluster running no sweep never needs.
 if TYPE_CHECKING:
     from services.sweeps.trials import TrialsWanted
 

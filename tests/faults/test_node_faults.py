@@ -9,11 +9,13 @@ import signal
 import socket
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psutil
 import pytest
 
+from services.storage.store import open_store
 from services.wire.replica import STOP_TASK
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
 from tests.e2e.stepper import stepper_bundle, stepping_job
@@ -50,8 +52,9 @@ def test_killed_agent_job_restarts_elsewhere(make_stack, pool: int) -> None:  # 
     if pool:
         pool_full(stack, 2 * pool)  # both agents' (they share DATA_DIR, and its pool log)
     job = past_first_checkpoint(stack, client, LONG_JOB)  # both nodes share DATA_DIR
-    # ... and its store (DATA_DIR/artifacts), where the agent mirrors the checkpoints.
-    store = stack.settings.data_dir / "artifacts"
+    # ... and its store, where the agent mirrors the checkpoints: the one the agents'
+    # settings name, as open_store finds it.
+    store = Path(open_store(settings=stack.settings).root)
     wait_for(lambda: stored_checkpoint(store, job["id"]), 60, "the first stored checkpoint")
     assert warm_replicas(client, job["id"], 1) == ({0, 1} if pool else set())
     node = job["replica_list"][0]["node_id"]

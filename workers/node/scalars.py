@@ -155,8 +155,9 @@ class ReplicaFollower:
                             )
                         break
                     # Here, not at the module's top: tensorboard's protos and
-                    # tensor_util bring numpy and boto3, a third of the agent's start
-                    # (0.3 s), for the jobs that write event files alone.
+                    # tensor_util bring numpy and boto3, 0.24 CPU-s of the agent's
+                    # import (docs/benchmarks.md, 2026-11-30), for the jobs that
+                    # write event files alone.
                     from workers.node.tfevents import EventFileReader
 
                     self.event_files[path] = EventFileReader(
