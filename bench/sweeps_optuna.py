@@ -13,7 +13,11 @@ Optuna costs the scheduler's pass.
     free turn each (100 studies built and asked once); random and tpe interleaved, round
     after round, each round on new sweeps. The figure is the sweep part of the pass
     (`advance_sweeps` in its own transaction: the studies, the 100 jobs and rows created)
-    and the Optuna part of it (building the studies and asking them), median over rounds.
+    and the Optuna part of it (building the studies or catching up the kept ones, and
+    asking them), median over rounds. The pass that created the told trials ran in the
+    same process, so `this` finds their studies kept (services/sweeps/study_cache.py),
+    as the scheduler that created them would; `this, cold` forgets them first, as a
+    scheduler new to the sweeps (after a restart or a failover) would not have them.
 
 (d) With --pg, Cohort's in-memory study against Optuna's own RDBStorage (on a database of
     its own: on Cohort's it refuses to start, its schema check reading Cohort's
@@ -26,8 +30,9 @@ Optuna costs the scheduler's pass.
 
 `--pass-only` runs (b) alone; `--against DIR` runs (b) only, on this checkout and on DIR
 (e.g. a `git worktree` of the commit before) in a second process with a database of its
-own, pass for pass in turn (the order alternating by round, the same sweeps and seeds):
-each round's ratio this / before, and the median of those per-round ratios.
+own, pass for pass in turn (`this`, `this, cold` and `before`, the order turned round
+by round, the same sweeps and seeds): each round's ratio to before, and the median of
+those per-round ratios.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ from services.models import Job, MetricPoint, Sweep, SweepTrial  # noqa: E402
 from services.settings import Settings  # noqa: E402
 from services.statuses import JobStatus, SweepStatus  # noqa: E402
 from services.sweeps import advance, store  # noqa: E402
+from services.sweeps import study as study_module  # noqa: E402
 from services.sweeps import trials as trials_module  # noqa: E402
 from services.sweeps.schemas import SweepCreate  # noqa: E402
 from services.sweeps.study import StoredTrial, SweepStudy, trial_seed  # noqa: E402
@@ -184,6 +190,20 @@ class TimedStudy(SweepStudy):
         finally:
             TimedStudy.spent += time.perf_counter() - start
 
+    def catch_up(self, **kwargs: Any) -> bool:  # a checkout with a study cache
+        start = time.perf_counter()
+        try:
+            return super().catch_up(**kwargs)
+        finally:
+            TimedStudy.spent += time.perf_counter() - start
+
+
+def time_studies() -> None:
+    """Build the pass's studies as TimedStudy: through the study cache's module where the
+    checkout has one, trials.py's own name where it builds them itself."""
+    setattr(trials_module, "SweepStudy", TimedStudy)  # noqa: B010 - not exported there
+    study_module.SweepStudy = TimedStudy  # type: ignore[misc]
+
 
 def add_sweeps(engine: sa.Engine, algorithm: str, shape: str, seed: int) -> list[int]:
     """Sweeps whose next pass creates 100 trials, after trials told a value (tpe past its
@@ -269,9 +289,9 @@ ALGORITHMS = ("random", "tpe")
 class PassSide:
     """One checkout's part (b): a database of its own, a pass timed per request."""
 
-    def __init__(self, pg: str | None, tmp: str) -> None:
-        trials_module.SweepStudy = TimedStudy  # type: ignore[misc]
-        self.pg = pg
+    def __init__(self, pg: str | None, tmp: str, *, cold: bool = False) -> None:
+        time_studies()
+        self.pg, self.cold = pg, cold
         self.url = fresh_database(pg, Path(tmp), "optuna")
         migrate(self.url)
         self.engine = make_engine(self.url)
@@ -279,6 +299,10 @@ class PassSide:
     def run(self, shape: str, algorithm: str, seed: int) -> tuple[float, float]:
         """Seconds of the sweep part of a pass creating 100 trials, and Optuna's."""
         ids = add_sweeps(self.engine, algorithm, shape, seed=seed)
+        if self.cold:
+            from services.sweeps import study_cache
+
+            study_cache.forget()
         total, optuna_part, created = timed_pass(self.engine, ids)
         assert created == 100, (shape, algorithm, created)
         return total, optuna_part
@@ -341,13 +365,15 @@ class AgainstSide:
 
 
 def pass_rounds(args: argparse.Namespace) -> None:
-    """(b), and with --against the other checkout's (b) pass for pass in turn (order
-    alternating by round, the same seeds): per-round ratios and their median."""
+    """(b), and with --against this checkout cold and the other checkout's (b), pass for
+    pass in turn (each side first in turn, the same seeds): medians, per-round ratios to
+    the other checkout and their median."""
     kind = "PostgreSQL" if args.pg else "SQLite"
     with tempfile.TemporaryDirectory() as tmp:
         sides: dict[str, Any] = {"this": PassSide(args.pg, tmp)}
         try:
             if args.against:
+                sides["this, cold"] = PassSide(args.pg, tmp, cold=True)
                 sides["before"] = AgainstSide(args)
             figures: dict[str, dict[tuple[str, str], list[tuple[float, float]]]] = {
                 side: {} for side in sides
@@ -355,8 +381,9 @@ def pass_rounds(args: argparse.Namespace) -> None:
             for round_ in range(args.rounds):
                 for shape in SHAPES:
                     for algorithm in ALGORITHMS:
-                        order = list(sides) if round_ % 2 else list(reversed(sides))
-                        for side in order:
+                        names = list(sides)
+                        turn = round_ % len(names)  # each side first in turn
+                        for side in names[turn:] + names[:turn]:
                             got = sides[side].run(shape, algorithm, round_ * 1000)
                             figures[side].setdefault((shape, algorithm), []).append(got)
         finally:
@@ -366,20 +393,22 @@ def pass_rounds(args: argparse.Namespace) -> None:
         f"(b) the sweep part of a pass creating 100 trials, {kind}, {args.rounds} rounds, "
         f"load average {os.getloadavg()[0]:.1f}:"
     )
-    for (shape, algorithm), runs in figures["this"].items():
-        what = "1 sweep x 100 asks  " if shape == "one" else "100 sweeps x 1 ask  "
-        total = statistics.median(t for t, _ in runs) * 1000
-        part = statistics.median(o for _, o in runs) * 1000
-        line = f"    {what} {algorithm:6}: {total:7.1f} ms, Optuna {part:6.1f} ms (median)"
-        if "before" in figures:
-            theirs = figures["before"][(shape, algorithm)]
-            before = statistics.median(t for t, _ in theirs) * 1000
-            ratios = [a / b for (a, _), (b, _) in zip(runs, theirs, strict=True)]
-            line += (
-                f"; before {before:7.1f} ms; this/before per round "
-                f"{' '.join(f'{r:.3f}' for r in ratios)}, median {statistics.median(ratios):.3f}"
-            )
-        print(line, flush=True)
+    for side in (name for name in figures if name != "before"):
+        for (shape, algorithm), runs in figures[side].items():
+            what = "1 sweep x 100 asks  " if shape == "one" else "100 sweeps x 1 ask  "
+            total = statistics.median(t for t, _ in runs) * 1000
+            part = statistics.median(o for _, o in runs) * 1000
+            line = f"    {side:10} {what} {algorithm:6}: {total:7.1f} ms, Optuna {part:6.1f} ms"
+            if "before" in figures:
+                theirs = figures["before"][(shape, algorithm)]
+                before = statistics.median(t for t, _ in theirs) * 1000
+                ratios = [a / b for (a, _), (b, _) in zip(runs, theirs, strict=True)]
+                line += (
+                    f"; before {before:7.1f} ms; /before per round "
+                    f"{' '.join(f'{r:.3f}' for r in ratios)}, "
+                    f"median {statistics.median(ratios):.3f}"
+                )
+            print(line, flush=True)
 
 
 def main() -> None:
@@ -441,7 +470,7 @@ def main() -> None:
         ms = statistics.median(judging(rule, 100, 10, 100) for _ in range(args.rounds)) * 1000
         print(f"    {name:9} {ms:6.1f} ms (median of {args.rounds})")
 
-    trials_module.SweepStudy = TimedStudy  # type: ignore[misc]
+    time_studies()
     with tempfile.TemporaryDirectory() as tmp:
         url = fresh_database(args.pg, Path(tmp), "optuna")
         migrate(url)

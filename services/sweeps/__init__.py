@@ -8,6 +8,7 @@ store.py      create (every check up front), read, list, cancel
 views.py      the API view: trials with parameters and objective values, the best
 objective.py  a trial's objective value from its stored metrics; the best trial
 study.py      a sweep's Optuna study in memory: samplers, pruners, ask, should_prune
+study_cache.py  the studies a scheduler keeps between passes, caught up with the rows
 history.py    the trials as the study sees them, read from the database; their rows
 trials.py     new trials: parameters asked of the study, jobs and rows created
 stopping.py   early stopping: the rule's pruner judges the running trials

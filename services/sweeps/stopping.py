@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from services.jobs import store as jobs
-from services.models import Job, Sweep
+from services.models import Job, Sweep, SweepTrial
 from services.statuses import JobStatus
+from services.sweeps import study_cache
 from services.sweeps.history import (
     HistoryRead,
+    TrialJob,
     read_histories,
     read_rows,
     read_trial_jobs,
@@ -30,7 +32,7 @@ from services.sweeps.history import (
 )
 from services.sweeps.schemas import SweepCreate
 from services.sweeps.store import STOPPED_EARLY
-from services.sweeps.study import SweepStudy, make_pruner
+from services.sweeps.study import StoredTrial, SweepStudy, make_pruner
 
 log = logging.getLogger("cohort.sweeps")
 
@@ -61,7 +63,24 @@ def judge_running(*, session: Session, sweep: Sweep, spec: SweepCreate) -> list[
     rows = read_rows(session=session, sweeps=[sweep])[sweep.id]
     read = HistoryRead(spec, trials, rows, sweep.trials_created, with_points=True)
     [history] = read_histories(session=session, reads=[read])
-    study = SweepStudy(sweep_id=sweep.id, spec=spec, seed=sweep.seed, trials=history)
+    study = study_cache.study_for(
+        sweep_id=sweep.id, spec=spec, seed=sweep.seed, trials=history, with_points=True
+    )
+    try:
+        return _judge(session, sweep, spec, study, running, history, rows)
+    finally:
+        study_cache.keep(study, with_points=True)
+
+
+def _judge(
+    session: Session,
+    sweep: Sweep,
+    spec: SweepCreate,
+    study: SweepStudy,
+    running: list[TrialJob],
+    history: list[StoredTrial],
+    rows: dict[int, SweepTrial],
+) -> list[Verdict]:
     verdicts = []
     pick = max if spec.objective.mode == "max" else min
     for job in running:

@@ -1,6 +1,8 @@
-"""A sweep's Optuna study, rebuilt in memory from Cohort's tables for each decision the
+"""A sweep's Optuna study, in memory, made from Cohort's tables for each decision the
 scheduler pass makes: ask the parameters of a new trial, or ask the pruner whether a
-running trial stops.
+running trial stops. The pass takes it from services/sweeps/study_cache.py, which keeps
+a sweep's study between passes and catches it up with the tables (`catch_up`), or
+builds it anew where it cannot.
 
 Optuna's state lives in Cohort's own tables, not in Optuna's RDBStorage:
 
@@ -9,8 +11,9 @@ Optuna's state lives in Cohort's own tables, not in Optuna's RDBStorage:
   commits, under the pass lock and the sweep's row lock. RDBStorage writes through its
   own connections and commits on its own: a pass that rolls back (a second scheduler
   took over) would leave Optuna a trial with no job, or a job Optuna never heard of;
-- nothing held between passes: a restarted scheduler, or a second one after a failover,
-  rebuilds the same study from the same rows;
+- the tables are the truth: a restarted scheduler, or a second one after a failover,
+  builds the same study from the same rows, and a study kept from an earlier pass is
+  used only once checked against them;
 - RDBStorage on Cohort's database stamps and checks its schema in `alembic_version`,
   the table Cohort's own migrations use (it would take Cohort's revision for its own and
   refuse to start), and adds tables Cohort's migrations do not know;
@@ -35,7 +38,7 @@ categorical distribution works on the index anyway).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +124,11 @@ class _Space:
         }
 
 
+def _within(held: Mapping[Any, Any], stored: Mapping[Any, Any]) -> bool:
+    """Whether every item of `held` is in `stored`, with the same value."""
+    return all(key in stored and stored[key] == value for key, value in held.items())
+
+
 def make_pruner(rule: EarlyStopping | None) -> BasePruner:
     """The Optuna pruner that carries out an early-stopping rule."""
     if rule is None:
@@ -153,7 +161,7 @@ class SweepStudy:
     def __init__(
         self, *, sweep_id: int, spec: SweepCreate, seed: int, trials: Sequence[StoredTrial]
     ) -> None:
-        self.spec, self.seed = spec, seed
+        self.sweep_id, self.spec, self.seed = sweep_id, spec, seed
         self.space = _Space(spec.space)
         self.storage = InMemoryStorage()
         name = f"sweep-{sweep_id}"  # HyperbandPruner's brackets hash it: the same each pass
@@ -184,6 +192,56 @@ class SweepStudy:
             intermediate_values=trial.points,
         )
         self._ids.append(self.storage.create_new_trial(self._study_id, template_trial=frozen))
+
+    def catch_up(self, *, spec: SweepCreate, seed: int, trials: Sequence[StoredTrial]) -> bool:
+        """Bring this study up to `trials`, the sweep's as stored now, where it only lags
+        them: the trials it holds as running may since have reported points, gained
+        system attributes or ended, and new trials follow. True when it now holds exactly
+        what a study built from `trials` would (services/sweeps/study_cache.py says why
+        that is enough); False when it holds anything else (a trial asked in a pass that
+        was rolled back, a spec changed): then it is half caught up and must be dropped.
+        """
+        if (spec, seed) != (self.spec, self.seed) or len(trials) < len(self._ids):
+            return False
+        held = self.study.get_trials(deepcopy=False)  # numbered by index, as _add makes them
+        if len(held) != len(self._ids):
+            return False  # an enqueued trial never asked
+        for frozen, trial in zip(held, trials[: len(held)], strict=True):
+            if not self._lags(frozen, trial):
+                return False
+        for trial in trials[len(held) :]:
+            self._add(trial)
+        if self._grid is not None:  # as new: its generator drawn from only past the grid
+            self._grid = GridSampler(self.space.grid())
+        return True
+
+    def _lags(self, frozen: optuna.trial.FrozenTrial, trial: StoredTrial) -> bool:
+        """Whether `frozen` is `trial` as it was before; if so, it is updated to it."""
+        if frozen.params != self.space.to_optuna(trial.parameters):
+            return False
+        value = trial.value if trial.state is TrialState.COMPLETE else None
+        if frozen.state.is_finished():
+            told = (frozen.state, frozen.value, frozen.system_attrs, frozen.intermediate_values)
+            return told == (trial.state, value, trial.system_attrs, trial.points)
+        if frozen.state is not TrialState.RUNNING or not (
+            _within(frozen.system_attrs, trial.system_attrs)
+            and _within(frozen.intermediate_values, trial.points)
+        ):
+            return False
+        # What came since, told now: its attributes and points first (a finished trial
+        # takes no more), then its end.
+        trial_id = frozen._trial_id
+        for key, attr in trial.system_attrs.items():
+            if key not in frozen.system_attrs:
+                self.storage.set_trial_system_attr(trial_id, key, attr)
+        for step, point in trial.points.items():
+            if step not in frozen.intermediate_values:
+                self.storage.set_trial_intermediate_value(trial_id, step, point)
+        if trial.state is not TrialState.RUNNING:
+            self.storage.set_trial_state_values(
+                trial_id, trial.state, None if value is None else [value]
+            )
+        return True
 
     def _sampler(self, index: int) -> BaseSampler:
         algorithm = self.spec.search_algorithm

@@ -25,6 +25,7 @@ from services.jobs import store as jobs
 from services.jobs.admission import Admitted, Submission
 from services.models import Sweep, SweepTrial
 from services.settings import Settings
+from services.sweeps import study_cache
 from services.sweeps.history import (
     HistoryRead,
     TrialJob,
@@ -92,21 +93,30 @@ def create_trials(
         if not (w.spec.search_algorithm in LEARNING and _settling(jobs_of[w.sweep.id], now))
     ]
     rows_of = read_rows(session=session, sweeps=[w.sweep for w in ready])
-    histories = read_histories(session=session, reads=[_read(w, jobs_of, rows_of) for w in ready])
+    reads = [_read(w, jobs_of, rows_of) for w in ready]
+    histories = read_histories(session=session, reads=reads)
     stopped: dict[int, Exception] = {}
     batches: list[_Batch] = []
-    for want, history in zip(ready, histories, strict=True):
+    for want, read, history in zip(ready, reads, histories, strict=True):
         sweep, rows = want.sweep, rows_of[want.sweep.id]
         try:
             study = _optuna(
                 partial(
-                    SweepStudy, sweep_id=sweep.id, spec=want.spec, seed=sweep.seed, trials=history
+                    study_cache.study_for,
+                    sweep_id=sweep.id,
+                    spec=want.spec,
+                    seed=sweep.seed,
+                    trials=history,
+                    with_points=read.with_points,
                 )
             )
         except InvalidJobSpec as exc:
             stopped[sweep.id] = exc
             continue
-        asked, refused = _ask_and_check(session, settings, want, study, rows)
+        try:
+            asked, refused = _ask_and_check(session, settings, want, study, rows)
+        finally:
+            study_cache.keep(study, with_points=read.with_points)
         if refused is not None:
             stopped[sweep.id] = refused
         batches.append(_Batch(sweep, rows, asked))

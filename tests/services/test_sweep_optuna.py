@@ -194,6 +194,32 @@ def curve(quality: float, step: int) -> float:
     return (1 - quality) + math.exp(-step / 4)
 
 
+LAST_STEP = 27  # asha's rungs at steps 3, 9 and 27 (min 3, factor 3)
+
+
+def run_three_steps(
+    session: Session,
+    sweep: Sweep,
+    reached: dict[int, int],
+    quality: Callable[[dict[str, Any]], float],
+) -> None:
+    """A tick of the sweep's trials: the queued ones start, each running one reports its
+    next three steps of `curve` (so a judgement falls on each rung), at the quality
+    `quality` gives its parameters, and ends at LAST_STEP. `reached`: each trial's last
+    step so far, by job id."""
+    for job in trials(session, sweep):
+        if job.status is JobStatus.QUEUED:
+            move(session, job, JobStatus.SCHEDULED, JobStatus.RUNNING)
+        if job.status is not JobStatus.RUNNING:
+            continue
+        first = reached.get(job.id, 0) + 1
+        good = quality(parameters(session, job))
+        report(session, job, {s: curve(good, s) for s in range(first, first + 3)})
+        reached[job.id] = first + 2
+        if reached[job.id] >= LAST_STEP:
+            move(session, job, JobStatus.SUCCEEDED)
+
+
 def test_asha_stops_most_bad_trials_at_the_first_rung(session: Session) -> None:
     sweep = make(
         session,
@@ -202,21 +228,9 @@ def test_asha_stops_most_bad_trials_at_the_first_rung(session: Session) -> None:
         max_concurrent=4,
         early_stopping={"rule": "asha", "min_steps": 3, "reduction_factor": 3},
     )
-    last_step = 27  # rungs at steps 3, 9 and 27
     clock, reached = Clock(), {}
     for _ in range(200):
-        for job in trials(session, sweep):
-            if job.status is JobStatus.QUEUED:
-                move(session, job, JobStatus.SCHEDULED, JobStatus.RUNNING)
-            if job.status is not JobStatus.RUNNING:
-                continue
-            # Three steps a tick, so a judgement falls on each rung.
-            quality = parameters(session, job)["quality"]
-            first = reached.get(job.id, 0) + 1
-            report(session, job, {s: curve(quality, s) for s in range(first, first + 3)})
-            reached[job.id] = first + 2
-            if reached[job.id] >= last_step:
-                move(session, job, JobStatus.SUCCEEDED)
+        run_three_steps(session, sweep, reached, lambda p: float(p["quality"]))
         a_pass(session, clock)
         if sweep.status is not SweepStatus.RUNNING:
             break
