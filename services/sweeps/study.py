@@ -215,6 +215,11 @@ class SweepStudy:
             self._grid = GridSampler(self.space.grid())
         return True
 
+    def size(self) -> int:
+        """How much the study holds: its trials and their points, one each."""
+        trials = self.study.get_trials(deepcopy=False)
+        return len(trials) + sum(len(trial.intermediate_values) for trial in trials)
+
     def _lags(self, frozen: optuna.trial.FrozenTrial, trial: StoredTrial) -> bool:
         """Whether `frozen` is `trial` as it was before; if so, it is updated to it."""
         if frozen.params != self.space.to_optuna(trial.parameters):

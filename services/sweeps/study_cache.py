@@ -18,7 +18,10 @@ each create a trial" has the figures).
 
 A study is handed to one pass at a time (taken out while it is used). Studies are kept by
 sweep and by whether they hold the objective's points (the pruner's do; most samplers'
-do not), the least recently used dropped past CAPACITY.
+do not). What they hold is bounded, not their number: a judging study of a large sweep
+holds every trial's points (1,000 trials of 1,000 steps, a million values). Past
+CAPACITY values told (a trial, or a point, counts one), the least recently used studies
+are dropped; a study larger than that alone is not kept.
 """
 
 from __future__ import annotations
@@ -31,10 +34,13 @@ from services.sweeps import study as study_module
 from services.sweeps.schemas import SweepCreate
 from services.sweeps.study import StoredTrial, SweepStudy
 
-CAPACITY = 512  # sweeps; a study of a few hundred trials is a few hundred kB
+# Values told, all studies together: at a few hundred bytes each in Optuna's trials, a
+# few hundred MB at the most.
+CAPACITY = 1_000_000
 
 _Key = tuple[int, bool]
-_kept: OrderedDict[_Key, SweepStudy] = OrderedDict()
+_kept: OrderedDict[_Key, tuple[SweepStudy, int]] = OrderedDict()  # and the study's size
+_held = 0  # the sizes of the kept studies, summed
 _lock = threading.Lock()
 
 
@@ -48,8 +54,10 @@ def study_for(
 ) -> SweepStudy:
     """The sweep's study holding exactly `trials`: the one kept, caught up, or a new one.
     It is kept again for the next pass once `keep` hands it back."""
+    global _held
     with _lock:
-        study = _kept.pop((sweep_id, with_points), None)
+        study, size = _kept.pop((sweep_id, with_points), (None, 0))
+        _held -= size
     if study is not None and study.catch_up(spec=spec, seed=seed, trials=trials):
         return study
     # Through the module, so a benchmark's timed study (bench/sweeps_optuna.py) is built.
@@ -58,14 +66,23 @@ def study_for(
 
 def keep(study: SweepStudy, *, with_points: bool) -> None:
     """Keep `study` for the sweep's next pass (after it asked or judged in this one)."""
+    global _held
+    size = study.size()
     with _lock:
-        _kept[(study.sweep_id, with_points)] = study
-        _kept.move_to_end((study.sweep_id, with_points))
-        while len(_kept) > CAPACITY:
-            _kept.popitem(last=False)
+        _, before = _kept.pop((study.sweep_id, with_points), (None, 0))
+        _held -= before
+        if size > CAPACITY:
+            return
+        _kept[(study.sweep_id, with_points)] = (study, size)
+        _held += size
+        while _held > CAPACITY:
+            _, (_, dropped) = _kept.popitem(last=False)
+            _held -= dropped
 
 
 def forget() -> None:
     """Drop every kept study: the next pass builds them all (as a new scheduler would)."""
+    global _held
     with _lock:
         _kept.clear()
+        _held = 0

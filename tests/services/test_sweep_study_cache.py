@@ -208,17 +208,43 @@ def make_spec(**fields: Any) -> Any:
     )
 
 
-def test_past_its_capacity_the_least_recently_used_study_is_dropped(
+def test_past_its_capacity_the_least_recently_used_studies_are_dropped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(study_cache, "CAPACITY", 2)
+    from optuna.trial import TrialState
+
+    monkeypatch.setattr(study_cache, "CAPACITY", 12)
     study_cache.forget()
     spec = make_spec()
+    # Three studies of one trial with 3 points each (4 values told each), then one of 13.
+    held = [
+        StoredTrial(
+            0, {"x": 0.5, "y": 0.5}, {}, TrialState.RUNNING, points=dict.fromkeys(range(3), 1.0)
+        )
+    ]
     for sweep_id in (1, 2, 3):
         study_cache.keep(
-            SweepStudy(sweep_id=sweep_id, spec=spec, seed=1, trials=[]), with_points=False
+            SweepStudy(sweep_id=sweep_id, spec=spec, seed=1, trials=held), with_points=True
         )
-    built = Built.count
-    for sweep_id in (3, 2, 1):
-        study_cache.study_for(sweep_id=sweep_id, spec=spec, seed=1, trials=[], with_points=False)
-    assert Built.count == built + 1  # sweep 1's, dropped
+
+    def taken(sweep_id: int, trials: list[StoredTrial]) -> bool:
+        """Whether the kept study was handed out (no study built)."""
+        built = Built.count
+        study = study_cache.study_for(
+            sweep_id=sweep_id, spec=spec, seed=1, trials=trials, with_points=True
+        )
+        study_cache.keep(study, with_points=True)
+        return Built.count == built
+
+    assert taken(1, held)  # 12 values held: all three kept; sweep 1 now the most recent
+    study_cache.keep(
+        SweepStudy(sweep_id=4, spec=spec, seed=1, trials=held), with_points=True
+    )  # 16: sweep 2's dropped, the least recently used
+    assert not taken(2, held)  # built anew, kept: sweep 3's dropped
+    assert taken(1, held) and taken(4, held) and not taken(3, held)
+    big = [
+        StoredTrial(
+            0, {"x": 0.5, "y": 0.5}, {}, TrialState.RUNNING, points=dict.fromkeys(range(12), 1.0)
+        )
+    ]
+    assert not taken(5, big) and not taken(5, big)  # 13 values: never kept
