@@ -124,6 +124,13 @@ class _Space:
         }
 
 
+# What a study's trial and a point of one take in memory, measured (the growth of the
+# process's RSS as studies of 20,000 trials, and of 1,000 trials of 999 points, were built:
+# 2,037 and 39 bytes).
+TRIAL_BYTES = 2048
+POINT_BYTES = 40
+
+
 def _within(held: Mapping[Any, Any], stored: Mapping[Any, Any]) -> bool:
     """Whether every item of `held` is in `stored`, with the same value."""
     return all(key in stored and stored[key] == value for key, value in held.items())
@@ -216,9 +223,10 @@ class SweepStudy:
         return True
 
     def size(self) -> int:
-        """How much the study holds: its trials and their points, one each."""
+        """About how many bytes the study holds: TRIAL_BYTES a trial, POINT_BYTES a point."""
         trials = self.study.get_trials(deepcopy=False)
-        return len(trials) + sum(len(trial.intermediate_values) for trial in trials)
+        points = sum(len(trial.intermediate_values) for trial in trials)
+        return TRIAL_BYTES * len(trials) + POINT_BYTES * points
 
     def _lags(self, frozen: optuna.trial.FrozenTrial, trial: StoredTrial) -> bool:
         """Whether `frozen` is `trial` as it was before; if so, it is updated to it."""

@@ -19,9 +19,9 @@ each create a trial" has the figures).
 A study is handed to one pass at a time (taken out while it is used). Studies are kept by
 sweep and by whether they hold the objective's points (the pruner's do; most samplers'
 do not). What they hold is bounded, not their number: a judging study of a large sweep
-holds every trial's points (1,000 trials of 1,000 steps, a million values). Past
-CAPACITY values told (a trial, or a point, counts one), the least recently used studies
-are dropped; a study larger than that alone is not kept.
+holds every trial's points (1,000 trials of 1,000 steps, about 40 MB). Past CAPACITY
+bytes, as `SweepStudy.size` reckons them (about 2 kB a trial, 40 bytes a point), the
+least recently used studies are dropped; a study larger than that alone is not kept.
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ from services.sweeps import study as study_module
 from services.sweeps.schemas import SweepCreate
 from services.sweeps.study import StoredTrial, SweepStudy
 
-# Values told, all studies together: at a few hundred bytes each in Optuna's trials, a
-# few hundred MB at the most.
-CAPACITY = 1_000_000
+# Bytes, all kept studies together: 128 sweeps of 1,000 trials, or 13,000 of 10 trials.
+CAPACITY = 256 * 2**20
 
 _Key = tuple[int, bool]
 _kept: OrderedDict[_Key, tuple[SweepStudy, int]] = OrderedDict()  # and the study's size

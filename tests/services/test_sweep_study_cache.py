@@ -213,15 +213,18 @@ def test_past_its_capacity_the_least_recently_used_studies_are_dropped(
 ) -> None:
     from optuna.trial import TrialState
 
-    monkeypatch.setattr(study_cache, "CAPACITY", 12)
-    study_cache.forget()
     spec = make_spec()
-    # Three studies of one trial with 3 points each (4 values told each), then one of 13.
-    held = [
-        StoredTrial(
-            0, {"x": 0.5, "y": 0.5}, {}, TrialState.RUNNING, points=dict.fromkeys(range(3), 1.0)
-        )
-    ]
+
+    def one_trial(points: int) -> list[StoredTrial]:
+        xy = {"x": 0.5, "y": 0.5}
+        told = dict.fromkeys(range(points), 1.0)
+        return [StoredTrial(0, xy, {}, TrialState.RUNNING, points=told)]
+
+    held = one_trial(3)
+    one = SweepStudy(sweep_id=0, spec=spec, seed=1, trials=held).size()
+    assert one == study_module.TRIAL_BYTES + 3 * study_module.POINT_BYTES
+    monkeypatch.setattr(study_cache, "CAPACITY", 3 * one)  # three such studies, no more
+    study_cache.forget()
     for sweep_id in (1, 2, 3):
         study_cache.keep(
             SweepStudy(sweep_id=sweep_id, spec=spec, seed=1, trials=held), with_points=True
@@ -236,15 +239,11 @@ def test_past_its_capacity_the_least_recently_used_studies_are_dropped(
         study_cache.keep(study, with_points=True)
         return Built.count == built
 
-    assert taken(1, held)  # 12 values held: all three kept; sweep 1 now the most recent
+    assert taken(1, held)  # all three kept; sweep 1 now the most recent
     study_cache.keep(
         SweepStudy(sweep_id=4, spec=spec, seed=1, trials=held), with_points=True
-    )  # 16: sweep 2's dropped, the least recently used
+    )  # four: sweep 2's dropped, the least recently used
     assert not taken(2, held)  # built anew, kept: sweep 3's dropped
     assert taken(1, held) and taken(4, held) and not taken(3, held)
-    big = [
-        StoredTrial(
-            0, {"x": 0.5, "y": 0.5}, {}, TrialState.RUNNING, points=dict.fromkeys(range(12), 1.0)
-        )
-    ]
-    assert not taken(5, big) and not taken(5, big)  # 13 values: never kept
+    big = one_trial(3 * one // study_module.POINT_BYTES)  # larger than the capacity
+    assert not taken(5, big) and not taken(5, big)  # never kept
