@@ -18,11 +18,12 @@ import posixpath
 import re
 import tarfile
 import zlib
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from threading import Lock
 from typing import IO
+
+from cachetools import LRUCache
 
 from services.exceptions import ArtifactNotFound, InvalidArtifactPath, UnsatisfiableRange
 from services.storage import keys
@@ -30,7 +31,7 @@ from services.storage.store import ArtifactStore
 
 CHUNK = 1 << 20
 _CACHE_SIZE = 4096
-_digests: OrderedDict[tuple[str, str, int, str], str] = OrderedDict()
+_digests: LRUCache[tuple[str, str, int, str], str] = LRUCache(maxsize=_CACHE_SIZE)
 _digests_lock = Lock()
 
 
@@ -56,9 +57,9 @@ class Download:
 def _sha256(store: ArtifactStore, key: str, size: int, version: str) -> str:
     ident = (store.url, key, size, version)
     with _digests_lock:
-        if ident in _digests:
-            _digests.move_to_end(ident)
-            return _digests[ident]
+        known = _digests.get(ident)
+    if known is not None:
+        return known
     digest = hashlib.sha256()
     with store.open_read(key) as handle:
         while chunk := handle.read(CHUNK):
@@ -67,8 +68,6 @@ def _sha256(store: ArtifactStore, key: str, size: int, version: str) -> str:
     if version.strip(":"):  # a backend without versions cannot tell a rewrite: no caching
         with _digests_lock:
             _digests[ident] = value
-            while len(_digests) > _CACHE_SIZE:
-                _digests.popitem(last=False)
     return value
 
 

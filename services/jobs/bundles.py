@@ -8,12 +8,12 @@ from a HEAD or a job spec that another one holds some code.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
+from cachetools import LRUCache
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -158,9 +158,9 @@ REQUIREMENTS_FILE = "requirements.txt"
 MAX_REQUIREMENTS_BYTES = 256 * 1024
 # A bundle's bytes never change under its digest: its requirements.txt is read once per
 # process, not on every submission of the same code (a sweep submits hundreds).
-_top_files: OrderedDict[str, bytes | None] = OrderedDict()
-_top_files_lock = threading.Lock()
 _TOP_FILES_KEPT = 256
+_top_files: LRUCache[str, bytes | None] = LRUCache(maxsize=_TOP_FILES_KEPT)
+_top_files_lock = threading.Lock()
 
 
 def read_bundle_file(
@@ -170,8 +170,7 @@ def read_bundle_file(
     MAX_REQUIREMENTS_BYTES. InvalidBundle names the file and the fix otherwise."""
     key = f"{normalise_digest(digest)}/{name}"
     with _top_files_lock:
-        if key in _top_files:
-            _top_files.move_to_end(key)
+        if key in _top_files:  # None when the bundle has no such file
             return _top_files[key]
     store = store or open_store(settings=settings)
     try:
@@ -185,8 +184,6 @@ def read_bundle_file(
         return None
     with _top_files_lock:
         _top_files[key] = found
-        while len(_top_files) > _TOP_FILES_KEPT:
-            _top_files.popitem(last=False)
     return found
 
 

@@ -8,10 +8,11 @@ once per process, and their events made once for every follower that is caught u
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from cachetools import FIFOCache
 
 from services.exceptions import InvalidEventId
 from services.wire.feed import FeedEntry, Row
@@ -130,8 +131,8 @@ class SharedEntry:
         return events
 
 
-_entries: OrderedDict[tuple[int, str], SharedEntry] = OrderedDict()  # (job, entry id)
-SHARED_ENTRIES = 4096  # decoded feed entries kept per process
+SHARED_ENTRIES = 4096  # decoded feed entries kept per process, the oldest dropped first
+_entries: FIFOCache[tuple[int, str], SharedEntry] = FIFOCache(maxsize=SHARED_ENTRIES)
 
 
 def decoded(job_id: int, entry_id: str, fields: dict[str, Any]) -> SharedEntry:
@@ -144,8 +145,6 @@ def decoded(job_id: int, entry_id: str, fields: dict[str, Any]) -> SharedEntry:
     hit = _entries.get(key)
     if hit is None:
         hit = _entries[key] = SharedEntry(FeedEntry.decode(fields))
-        if len(_entries) > SHARED_ENTRIES:
-            _entries.popitem(last=False)
     return hit
 
 
