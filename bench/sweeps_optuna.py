@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 import platform
@@ -48,6 +49,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +73,6 @@ from services.models import Job, MetricPoint, Sweep, SweepTrial  # noqa: E402
 from services.settings import Settings  # noqa: E402
 from services.statuses import JobStatus, SweepStatus  # noqa: E402
 from services.sweeps import advance, store  # noqa: E402
-from services.sweeps import study as study_module  # noqa: E402
-from services.sweeps import trials as trials_module  # noqa: E402
 from services.sweeps.schemas import SweepCreate  # noqa: E402
 from services.sweeps.study import StoredTrial, SweepStudy, trial_seed  # noqa: E402
 
@@ -171,38 +171,36 @@ def rdb_against_memory(url: str, round_: int) -> tuple[float, float]:
     return rdb, time.perf_counter() - start
 
 
-class TimedStudy(SweepStudy):
-    """The pass's study, timing what it spends in Optuna: building it, asking it."""
+class Optuna:
+    """What the pass spent in Optuna: building its studies, catching up kept ones, asking."""
 
     spent = 0.0
-
-    def __init__(self, **kwargs: Any) -> None:
-        start = time.perf_counter()
-        super().__init__(**kwargs)
-        TimedStudy.spent += time.perf_counter() - start
-
-    def ask(
-        self, index: int, fixed: dict[str, Any] | None = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        start = time.perf_counter()
-        try:
-            return super().ask(index, fixed)
-        finally:
-            TimedStudy.spent += time.perf_counter() - start
-
-    def catch_up(self, **kwargs: Any) -> bool:  # a checkout with a study cache
-        start = time.perf_counter()
-        try:
-            return super().catch_up(**kwargs)
-        finally:
-            TimedStudy.spent += time.perf_counter() - start
+    timed = False
 
 
 def time_studies() -> None:
-    """Build the pass's studies as TimedStudy: through the study cache's module where the
-    checkout has one, trials.py's own name where it builds them itself."""
-    setattr(trials_module, "SweepStudy", TimedStudy)  # noqa: B010 - not exported there
-    study_module.SweepStudy = TimedStudy  # type: ignore[misc]
+    """Time SweepStudy's own methods, however the checkout builds its studies (one from
+    before the study cache has no `catch_up`). Once a process: both sides of this
+    checkout share the class."""
+    if Optuna.timed:
+        return
+    Optuna.timed = True
+    for name in ("__init__", "ask", "catch_up"):
+        method = getattr(SweepStudy, name, None)
+        if method is not None:
+            setattr(SweepStudy, name, _timed(method))
+
+
+def _timed(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            Optuna.spent += time.perf_counter() - start
+
+    return timed
 
 
 def add_sweeps(engine: sa.Engine, algorithm: str, shape: str, seed: int) -> list[int]:
@@ -266,7 +264,7 @@ def add_sweeps(engine: sa.Engine, algorithm: str, shape: str, seed: int) -> list
 
 def timed_pass(engine: sa.Engine, ids: list[int]) -> tuple[float, float, int]:
     """The sweep part of one pass: seconds, of which Optuna's, and trials created."""
-    TimedStudy.spent = 0.0
+    Optuna.spent = 0.0
     settings = Settings()  # the scheduler's, made once: not part of its pass
     start = time.perf_counter()
     with Session(engine) as session, session.begin():
@@ -279,7 +277,7 @@ def timed_pass(engine: sa.Engine, ids: list[int]) -> tuple[float, float, int]:
         session.execute(
             sa.update(Job).where(Job.sweep_id.in_(ids)).values(status=JobStatus.CANCELLED)
         )
-    return total, TimedStudy.spent, len(created)
+    return total, Optuna.spent, len(created)
 
 
 SHAPES = ("one", "many")

@@ -182,6 +182,7 @@ class SweepStudy:
         self._grid = GridSampler(self.space.grid()) if spec.search_algorithm == "grid" else None
         self._random: RandomSampler | None = None  # reseeded for each trial (_sampler)
         self._ids: list[int] = []  # trial id by index
+        self._points = 0  # held, all trials together (for `size`, kept as they are told)
         for trial in trials:
             self._add(trial)
 
@@ -199,6 +200,7 @@ class SweepStudy:
             intermediate_values=trial.points,
         )
         self._ids.append(self.storage.create_new_trial(self._study_id, template_trial=frozen))
+        self._points += len(trial.points)
 
     def catch_up(self, *, spec: SweepCreate, seed: int, trials: Sequence[StoredTrial]) -> bool:
         """Bring this study up to `trials`, the sweep's as stored now, where it only lags
@@ -223,10 +225,9 @@ class SweepStudy:
         return True
 
     def size(self) -> int:
-        """About how many bytes the study holds: TRIAL_BYTES a trial, POINT_BYTES a point."""
-        trials = self.study.get_trials(deepcopy=False)
-        points = sum(len(trial.intermediate_values) for trial in trials)
-        return TRIAL_BYTES * len(trials) + POINT_BYTES * points
+        """About how many bytes the study holds: TRIAL_BYTES a trial, POINT_BYTES a point.
+        Counted as they are added and told, not by walking the trials again."""
+        return TRIAL_BYTES * len(self._ids) + POINT_BYTES * self._points
 
     def _lags(self, frozen: optuna.trial.FrozenTrial, trial: StoredTrial) -> bool:
         """Whether `frozen` is `trial` as it was before; if so, it is updated to it."""
@@ -243,13 +244,14 @@ class SweepStudy:
             return False
         # What came since, told now: its attributes and points first (a finished trial
         # takes no more), then its end.
-        trial_id = frozen._trial_id
+        trial_id = self._ids[frozen.number]
         for key, attr in trial.system_attrs.items():
             if key not in frozen.system_attrs:
                 self.storage.set_trial_system_attr(trial_id, key, attr)
         for step, point in trial.points.items():
             if step not in frozen.intermediate_values:
                 self.storage.set_trial_intermediate_value(trial_id, step, point)
+                self._points += 1
         if trial.state is not TrialState.RUNNING:
             self.storage.set_trial_state_values(
                 trial_id, trial.state, None if value is None else [value]

@@ -27,10 +27,10 @@ least recently used studies are dropped; a study larger than that alone is not k
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 
-from services.sweeps import study as study_module
+from cachetools import LRUCache
+
 from services.sweeps.schemas import SweepCreate
 from services.sweeps.study import StoredTrial, SweepStudy
 
@@ -38,9 +38,14 @@ from services.sweeps.study import StoredTrial, SweepStudy
 CAPACITY = 256 * 2**20
 
 _Key = tuple[int, bool]
-_kept: OrderedDict[_Key, tuple[SweepStudy, int]] = OrderedDict()  # and the study's size
-_held = 0  # the sizes of the kept studies, summed
-_lock = threading.Lock()
+
+
+def _bounded() -> LRUCache[_Key, SweepStudy]:
+    return LRUCache(maxsize=CAPACITY, getsizeof=SweepStudy.size)
+
+
+_kept = _bounded()
+_lock = threading.Lock()  # a pass's threads may share the module (cachetools has no lock)
 
 
 def study_for(
@@ -53,35 +58,27 @@ def study_for(
 ) -> SweepStudy:
     """The sweep's study holding exactly `trials`: the one kept, caught up, or a new one.
     It is kept again for the next pass once `keep` hands it back."""
-    global _held
     with _lock:
-        study, size = _kept.pop((sweep_id, with_points), (None, 0))
-        _held -= size
+        study = _kept.pop((sweep_id, with_points), None)
     if study is not None and study.catch_up(spec=spec, seed=seed, trials=trials):
         return study
-    # Through the module, so a benchmark's timed study (bench/sweeps_optuna.py) is built.
-    return study_module.SweepStudy(sweep_id=sweep_id, spec=spec, seed=seed, trials=trials)
+    return SweepStudy(sweep_id=sweep_id, spec=spec, seed=seed, trials=trials)
 
 
 def keep(study: SweepStudy, *, with_points: bool) -> None:
     """Keep `study` for the sweep's next pass (after it asked or judged in this one)."""
-    global _held
-    size = study.size()
+    key = (study.sweep_id, with_points)
     with _lock:
-        _, before = _kept.pop((study.sweep_id, with_points), (None, 0))
-        _held -= before
-        if size > CAPACITY:
-            return
-        _kept[(study.sweep_id, with_points)] = (study, size)
-        _held += size
-        while _held > CAPACITY:
-            _, (_, dropped) = _kept.popitem(last=False)
-            _held -= dropped
+        _kept.pop(key, None)
+        try:
+            _kept[key] = study  # its size weighed now: it grew in the pass
+        except ValueError:  # larger than CAPACITY alone: not kept
+            pass
 
 
 def forget() -> None:
-    """Drop every kept study: the next pass builds them all (as a new scheduler would)."""
-    global _held
+    """Drop every kept study: the next pass builds them all (as a new scheduler would).
+    The bound is CAPACITY as it is now."""
+    global _kept
     with _lock:
-        _kept.clear()
-        _held = 0
+        _kept = _bounded()

@@ -52,8 +52,8 @@ class Clock:
         return self.now
 
 
-def make(session: Session, **spec: Any) -> Sweep:
-    _, token = create_token(session)
+def sweep_spec(**spec: Any) -> SweepCreate:
+    """A sweep's spec: the name, template and objective the tests share, then `spec`."""
     body = {
         "name": "opt",
         "template": TEMPLATE,
@@ -61,10 +61,15 @@ def make(session: Session, **spec: Any) -> Sweep:
         "objective": {"metric": "loss", "mode": "min"},
         **spec,
     }
+    return SweepCreate.model_validate(body)
+
+
+def make(session: Session, **spec: Any) -> Sweep:
+    _, token = create_token(session)
     return store.create_sweep(
         session=session,
         project_id=token.project_id,
-        sweep_in=SweepCreate.model_validate(body),
+        sweep_in=sweep_spec(**spec),
         settings=get_settings(),
     )
 

@@ -9,6 +9,7 @@ at the same steps."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from services.models import Job, Sweep
 from services.statuses import SweepStatus
 from services.sweeps import store, study_cache
 from services.sweeps import study as study_module
+from services.sweeps.schemas import SweepCreate
 from services.sweeps.study import StoredTrial, SweepStudy
 from tests.services.test_sweep_optuna import (
     LAST_STEP,
@@ -28,6 +30,7 @@ from tests.services.test_sweep_optuna import (
     make,
     parameters,
     run_three_steps,
+    sweep_spec,
     trials,
 )
 
@@ -54,21 +57,26 @@ SPECS: dict[str, dict[str, Any]] = {
 
 
 class Built:
-    """Counts the studies built from the rows (not taken from the cache)."""
+    """Counts the studies built (the cache's, not those a test builds to compare)."""
 
     count = 0
-
-
-class CountedStudy(SweepStudy):
-    def __init__(self, **kwargs: Any) -> None:
-        Built.count += 1
-        super().__init__(**kwargs)
+    counting = True
 
 
 @pytest.fixture(autouse=True)
 def counted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(study_module, "SweepStudy", CountedStudy)
+    build = SweepStudy.__init__
+
+    def counted_build(self: SweepStudy, **kwargs: Any) -> None:
+        Built.count += Built.counting
+        build(self, **kwargs)
+
+    monkeypatch.setattr(SweepStudy, "__init__", counted_build)
     Built.count = 0
+
+
+def small_spec(**fields: Any) -> SweepCreate:
+    return sweep_spec(**{"space": {"random": XY, "seed": 1}, "trials": 4, **fields})
 
 
 def run(session: Session, sweep: Sweep, *, forget: bool) -> tuple[list[Any], dict[Any, str]]:
@@ -106,7 +114,11 @@ def shadowed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     def checked(*, with_points: bool, **read: Any) -> SweepStudy:
         study = handed(with_points=with_points, **read)
-        assert told(study) == told(SweepStudy(**read))
+        Built.counting = False
+        try:
+            assert told(study) == told(SweepStudy(**read))
+        finally:
+            Built.counting = True
         compared.append(1)
         return study
 
@@ -167,7 +179,7 @@ def test_a_trial_asked_in_a_pass_rolled_back_is_built_anew(session: Session) -> 
 def test_a_study_holding_what_the_rows_do_not_is_not_caught_up() -> None:
     from optuna.trial import TrialState
 
-    spec = make_spec()
+    spec = small_spec()
     study = SweepStudy(sweep_id=1, spec=spec, seed=1, trials=[])
     parameters_0, attrs_0 = study.ask(0)
     asked = StoredTrial(0, parameters_0, attrs_0, TrialState.RUNNING)
@@ -189,31 +201,29 @@ def test_a_study_holding_what_the_rows_do_not_is_not_caught_up() -> None:
         assert not fresh.catch_up(spec=spec, seed=seed, trials=trials_now)
     fresh = SweepStudy(sweep_id=1, spec=spec, seed=1, trials=[])
     fresh.ask(0)
-    assert not fresh.catch_up(spec=make_spec(trials=5), seed=1, trials=[asked])
+    assert not fresh.catch_up(spec=small_spec(trials=5), seed=1, trials=[asked])
 
 
-def make_spec(**fields: Any) -> Any:
-    from services.sweeps.schemas import SweepCreate
-    from tests.services.test_sweep_optuna import TEMPLATE
+@pytest.fixture
+def bound_at(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int], None]]:
+    """Sets the kept studies' bound for a test, the usual one back after it (a later test
+    in the process finds studies kept as the scheduler would)."""
 
-    return SweepCreate.model_validate(
-        {
-            "name": "opt",
-            "template": TEMPLATE,
-            "objective": {"metric": "loss", "mode": "min"},
-            "space": {"random": XY, "seed": 1},
-            "trials": 4,
-            **fields,
-        }
-    )
+    def at(capacity: int) -> None:
+        monkeypatch.setattr(study_cache, "CAPACITY", capacity)
+        study_cache.forget()
+
+    yield at
+    monkeypatch.undo()
+    study_cache.forget()
 
 
 def test_past_its_capacity_the_least_recently_used_studies_are_dropped(
-    monkeypatch: pytest.MonkeyPatch,
+    bound_at: Callable[[int], None],
 ) -> None:
     from optuna.trial import TrialState
 
-    spec = make_spec()
+    spec = small_spec()
 
     def one_trial(points: int) -> list[StoredTrial]:
         xy = {"x": 0.5, "y": 0.5}
@@ -223,8 +233,11 @@ def test_past_its_capacity_the_least_recently_used_studies_are_dropped(
     held = one_trial(3)
     one = SweepStudy(sweep_id=0, spec=spec, seed=1, trials=held).size()
     assert one == study_module.TRIAL_BYTES + 3 * study_module.POINT_BYTES
-    monkeypatch.setattr(study_cache, "CAPACITY", 3 * one)  # three such studies, no more
-    study_cache.forget()
+    # Its size follows what it is told: caught up with two more points, as if built so.
+    grown = SweepStudy(sweep_id=0, spec=spec, seed=1, trials=held)
+    assert grown.catch_up(spec=spec, seed=1, trials=one_trial(5))
+    assert grown.size() == one + 2 * study_module.POINT_BYTES
+    bound_at(3 * one)  # three such studies, no more
     for sweep_id in (1, 2, 3):
         study_cache.keep(
             SweepStudy(sweep_id=sweep_id, spec=spec, seed=1, trials=held), with_points=True
