@@ -22,8 +22,8 @@ replicas are done and the ingest has stored what they shipped), then sent after 
 rows; the follow ends there. Other changes of the job (its place in the queue, its
 replicas) come as `job` events without an id: they are not part of the order.
 
-No transport here: api/routes/streams.py frames what `follow` yields as Server-Sent Events.
-The SQL reads shared by every follower of a process are services/telemetry/shared_reads.py's.
+No transport here: api/routes/streams.py frames what `follow` yields as Server-Sent Events;
+the SQL reads every follower of a process shares are services/telemetry/shared_reads.py's.
 """
 
 from __future__ import annotations
@@ -70,8 +70,7 @@ log = logging.getLogger("cohort.follow")
 KINDS = ("status", "metric", "log")
 ROW_KINDS = ("metric", "log")
 # Seconds a finished job's stream waits for it to settle (its replicas' exits, the ingest)
-# before it sends the terminal status after what SQL has: a node that never answers
-# again must not hold a stream open for ever.
+# before it sends the terminal status after what SQL has: a silent node holds none open.
 SETTLE_LIMIT = 60.0
 FEED_READ = 200  # feed entries per XREAD
 
@@ -292,24 +291,25 @@ class _Follower:
         events += await self._events([("status", self.terminal, str(self.cursor))])
         return events, True
 
+    async def moved(self) -> list[Event]:
+        """What the next entries (waited for) and the job's changes since bring."""
+        entries = await self.next_entries()
+        _raise_if_cancelled()
+        events = await self.fed(entries)
+        events += await self.unfed()
+        events += await self.status_changed()
+        return events
+
     async def run(self, keepalive: float) -> AsyncGenerator[list[Event]]:
         async for events in self.start():
             yield events
         if self.settle_by < 0:
             return
-        if self.terminal is not None:  # finished before the follow began: no first wait
-            last, done = await self.settle()
-            if last:
-                yield last
-            if done:
-                return
+        wait = self.terminal is None  # finished before the follow began: settle at once
         idle_since = time.monotonic()
         while True:
-            entries = await self.next_entries()
-            _raise_if_cancelled()
-            events = await self.fed(entries)
-            events += await self.unfed()
-            events += await self.status_changed()
+            events = await self.moved() if wait else []
+            wait = True
             last, done = await self.settle() if self.settle_by >= 0 else ([], True)
             events += last
             if events:
