@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 import sqlalchemy as sa
 from optuna.trial import TrialState
@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from services.models import Job, MetricPoint, Sweep, SweepTrial
 from services.statuses import TERMINAL_STATUSES, JobStatus
-from services.sweeps.objective import Attempt, objective_values
+from services.sweeps.objective import Attempt, objective_values, of_attempts
 from services.sweeps.schemas import Objective, SweepCreate
 from services.sweeps.store import is_stopped_early
 from services.sweeps.study import StoredTrial
@@ -91,19 +91,74 @@ def read_rows(*, session: Session, sweeps: Sequence[Sweep]) -> dict[int, dict[in
     return found
 
 
+class StoredRow(Protocol):
+    """A trial's row as its history reads it: a `SweepTrial`, or its two columns."""
+
+    @property
+    def parameters(self) -> dict[str, Any]: ...
+
+    @property
+    def system_attrs(self) -> dict[str, Any]: ...
+
+
+class RowColumns(NamedTuple):
+    """A trial row's columns, read only (not a `SweepTrial`: see `read_created_rows`)."""
+
+    parameters: dict[str, Any]
+    system_attrs: dict[str, Any]
+
+
+def read_created_rows(
+    *, session: Session, sweeps: Sequence[Sweep]
+) -> tuple[dict[int, dict[int, RowColumns]], dict[int, dict[int, SweepTrial]]]:
+    """Each sweep's trial rows by index as their columns, and, as `SweepTrial`s for
+    `store_trial` to write, those of trials not created yet (parameters fixed ahead):
+    both by sweep id, in one query (two if a row was fixed ahead).
+
+    A created trial's row is only read when trials are created: 1,100 of them (100
+    sweeps of 11 trials) cost ~10 ms as ORM objects, ~6 ms as columns."""
+    found: dict[int, dict[int, RowColumns]] = {sweep.id: {} for sweep in sweeps}
+    ahead: dict[int, dict[int, SweepTrial]] = {sweep.id: {} for sweep in sweeps}
+    if not found:
+        return found, ahead
+    created = {sweep.id: sweep.trials_created for sweep in sweeps}
+    rows = session.execute(
+        sa.select(
+            SweepTrial.sweep_id,
+            SweepTrial.trial_index,
+            SweepTrial.parameters,
+            SweepTrial.system_attrs,
+        ).where(SweepTrial.sweep_id.in_(list(found)))
+    )
+    for sweep_id, index, parameters, system_attrs in rows:
+        found[sweep_id][index] = RowColumns(parameters, system_attrs)
+    fixed = [s for s, by_index in found.items() if any(i >= created[s] for i in by_index)]
+    if fixed:
+        ahead_rows = session.execute(
+            sa.select(SweepTrial).where(
+                sa.or_(
+                    *(
+                        sa.and_(SweepTrial.sweep_id == s, SweepTrial.trial_index >= created[s])
+                        for s in fixed
+                    )
+                )
+            )
+        ).scalars()
+        for row in ahead_rows:
+            ahead[row.sweep_id][row.trial_index] = row
+    return found, ahead
+
+
 def objective_points(
     *, session: Session, jobs: Sequence[Attempt], objective: Objective
 ) -> dict[int, dict[int, float]]:
     """Job id -> {step: value} of the objective metric (current attempt, one query)."""
     if not jobs:
         return {}
+    query = sa.select(MetricPoint.job_id, MetricPoint.step, MetricPoint.value)
     rows = session.execute(
-        sa.select(MetricPoint.job_id, MetricPoint.step, MetricPoint.value).where(
-            sa.tuple_(MetricPoint.job_id, MetricPoint.attempt).in_(
-                [(job.id, job.attempt) for job in jobs]
-            ),
-            MetricPoint.replica == objective.replica,
-            MetricPoint.name == objective.metric,
+        of_attempts(session, query, jobs).where(
+            MetricPoint.replica == objective.replica, MetricPoint.name == objective.metric
         )
     )
     points: dict[int, dict[int, float]] = {job.id: {} for job in jobs}
@@ -128,7 +183,7 @@ class HistoryRead:
 
     spec: SweepCreate
     jobs: Sequence[TrialJob]
-    rows: dict[int, SweepTrial]
+    rows: Mapping[int, StoredRow]
     count: int
     with_points: bool
 

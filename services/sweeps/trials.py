@@ -28,9 +28,10 @@ from services.settings import Settings
 from services.sweeps import study_cache
 from services.sweeps.history import (
     HistoryRead,
+    RowColumns,
     TrialJob,
+    read_created_rows,
     read_histories,
-    read_rows,
     read_trial_jobs,
     store_trial,
 )
@@ -92,13 +93,13 @@ def create_trials(
         for w in wanted
         if not (w.spec.search_algorithm in LEARNING and _settling(jobs_of[w.sweep.id], now))
     ]
-    rows_of = read_rows(session=session, sweeps=[w.sweep for w in ready])
+    rows_of, ahead_of = read_created_rows(session=session, sweeps=[w.sweep for w in ready])
     reads = [_read(w, jobs_of, rows_of) for w in ready]
     histories = read_histories(session=session, reads=reads)
     stopped: dict[int, Exception] = {}
     batches: list[_Batch] = []
     for want, read, history in zip(ready, reads, histories, strict=True):
-        sweep, rows = want.sweep, rows_of[want.sweep.id]
+        sweep, rows = want.sweep, ahead_of[want.sweep.id]
         try:
             study = _optuna(
                 partial(
@@ -123,14 +124,15 @@ def create_trials(
     # A refusal met in admission comes before any check's (those trials were not asked
     # to be admitted): it is the one that stopped the sweep's trials.
     stopped.update(_admit(session, settings, batches, created))
-    session.flush()
+    # Not flushed here: the pass's flush, once the sweeps' reasons are set too, writes
+    # each sweep's row in one UPDATE (two had each sweep written twice: ~3 ms for 100).
     return stopped
 
 
 def _read(
     want: TrialsWanted,
     jobs_of: dict[int, list[TrialJob]],
-    rows_of: dict[int, dict[int, SweepTrial]],
+    rows_of: dict[int, dict[int, RowColumns]],
 ) -> HistoryRead:
     spec = want.spec
     return HistoryRead(
@@ -156,7 +158,8 @@ class _Asked:
 
 @dataclass(frozen=True)
 class _Batch:
-    """A sweep's trials of this pass, asked and checked, and its trial rows."""
+    """A sweep's trials of this pass, asked and checked, and its rows of trials not
+    created yet (parameters fixed ahead)."""
 
     sweep: Sweep
     rows: dict[int, SweepTrial]
