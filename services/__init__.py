@@ -5,6 +5,7 @@ The core, which imports no room:
 
     settings.py    every process's settings, from `COHORT_*` environment variables
     health_settings.py  their part on stragglers and quarantined nodes
+    replica_pool_settings.py  their part on agents' warm replica processes
     db.py          the engine, sessions and the transaction scope
     models/        the ORM tables
     statuses.py    job and replica statuses and the one table of allowed changes

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from functools import cached_property, lru_cache
@@ -15,6 +14,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.data_dir import private_data_dir
 from services.health_settings import HealthSettings
+from services.replica_pool_settings import ReplicaPoolSettings, split_list
 from services.webhooks.settings import WebhookSettings
 
 # An MLflow server's address: http(s)://host[:port][/path], databricks[://profile], or ""
@@ -36,7 +36,7 @@ def tracking_uri_problem(uri: str) -> str | None:
     )
 
 
-class Settings(WebhookSettings, HealthSettings, BaseSettings):
+class Settings(WebhookSettings, HealthSettings, ReplicaPoolSettings, BaseSettings):
     """Configuration shared by the api, the scheduler, agents and the CLI."""
 
     model_config = SettingsConfigDict(env_prefix="COHORT_", extra="ignore", case_sensitive=False)
@@ -121,12 +121,6 @@ class Settings(WebhookSettings, HealthSettings, BaseSettings):
     PORT_RANGE_END: int = 29999
     # The Python that runs replicas (`-m workers.replica.runner`); empty = the agent's own.
     REPLICA_PYTHON: str = ""
-    # Warm replica processes an agent keeps (workers/node/pool.py): Python started and
-    # TensorFlow imported, each handed one replica (a `trainer`, `python train.py`), which
-    # reaches its first step seconds sooner. "auto": one per free slot, within
-    # REPLICA_POOL_MEMORY bytes (~250 MiB each; workers/node/pool_size.py); N: N; 0: off.
-    REPLICA_POOL_SIZE: Annotated[int, Field(ge=0, le=64)] | Literal["auto"] = "auto"
-    REPLICA_POOL_MEMORY: int = Field(1024 * 1024 * 1024, ge=0)
     # An agent as root runs a job's replicas as uid = gid = REPLICA_UID_BASE + job id %
     # REPLICA_UID_RANGE (workers/node/isolation.py), no passwd entry needed; the default
     # span is one systemd leaves unused; the agent checks it can hand files to it.
@@ -278,12 +272,7 @@ class Settings(WebhookSettings, HealthSettings, BaseSettings):
     @field_validator("ALLOWED_ENTRYPOINTS", mode="before")
     @classmethod
     def _split_entrypoints(cls, value: object) -> object:
-        # Accept "a.b:f,c.d:g" from the environment as well as a JSON list.
-        if isinstance(value, str):
-            if value.strip().startswith("["):
-                return json.loads(value)
-            return [item.strip() for item in value.split(",") if item.strip()]
-        return value
+        return split_list(value)  # "a.b:f,c.d:g" from the environment, or a JSON list
 
     @cached_property
     def data_dir(self) -> Path:

@@ -19,6 +19,10 @@ import socket
 import struct
 from dataclasses import dataclass
 
+# The variable naming the modules a warm process imports after TensorFlow, comma-separated
+# (COHORT_REPLICA_POOL_PRELOAD's names): in the environment it is started with.
+PRELOAD_VARIABLE = "COHORT_REPLICA_POOL_PRELOAD"
+
 READY = b"R"
 STARTED = b"S"
 FAILED = b"F"

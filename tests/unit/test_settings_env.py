@@ -118,3 +118,60 @@ def test_a_scheduler_lock_shorter_than_two_intervals_is_refused_naming_both() ->
     )
     taken = scheduler_lock_seen("2", "1")
     assert (taken.returncode, taken.stdout.strip()) == (0, "2.0"), taken.stderr
+
+
+def preload_seen(value: str | None) -> subprocess.CompletedProcess[str]:
+    """A process's COHORT_REPLICA_POOL_PRELOAD, set to `value` (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "COHORT_REPLICA_POOL_PRELOAD"}
+    if value is not None:
+        env["COHORT_REPLICA_POOL_PRELOAD"] = value
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json; from services.settings import Settings; "
+            "print(json.dumps(Settings().REPLICA_POOL_PRELOAD))",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("pandas", ["pandas"]),
+        (" pandas , sklearn.metrics,", ["pandas", "sklearn.metrics"]),
+        ('["pandas", "sklearn.metrics"]', ["pandas", "sklearn.metrics"]),
+        ("", []),
+        (
+            None,
+            [
+                "sklearn.datasets",
+                "sklearn.metrics",
+                "sklearn.model_selection",
+                "sklearn.preprocessing",
+            ],
+        ),
+    ],
+)
+def test_warm_processes_preload_parses_in_comma_and_json_form(
+    value: str | None, expected: list[str]
+) -> None:
+    seen = preload_seen(value)
+    assert seen.returncode == 0, seen.stderr
+    assert json.loads(seen.stdout) == expected
+
+
+@pytest.mark.parametrize("value", ["os; rm -rf /", "../evil", "a..b", "1pkg", "pkg-name"])
+def test_a_preload_that_is_no_module_name_stops_the_process_naming_the_variable(
+    value: str,
+) -> None:
+    # The names reach only `importlib.import_module` in the warm process, never a shell
+    # or a path: anything but a dotted module name is refused where it is set.
+    seen = preload_seen(f"pandas,{value}")
+    assert seen.returncode != 0
+    assert "REPLICA_POOL_PRELOAD" in seen.stderr and "pattern" in seen.stderr

@@ -44,7 +44,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="isolation needs an ag
 
 # The job's own code (a bundle): says what its process is, then returns, or runs until
 # it is stopped.
-PROBE = """import json, os, tempfile, time
+PROBE = """import json, os, sys, tempfile, time
 
 def train(ctx):
     import tensorflow as tf
@@ -58,7 +58,8 @@ def train(ctx):
             "env": dict(os.environ), "exec_env": exec_env, "tmp": tempfile.gettempdir(),
             "sid": os.getsid(0), "pgid": os.getpgid(0),
             "cpus": [d.name for d in tf.config.list_logical_devices("CPU")],
-            "in_sync": ctx.strategy.num_replicas_in_sync}
+            "in_sync": ctx.strategy.num_replicas_in_sync,
+            "preloaded": "sklearn.model_selection" in sys.modules}
     with open(os.path.join(ctx.work_dir, "seen.json"), "w") as handle:
         json.dump(seen, handle)
     while ctx.hyperparameters.get("block"):
@@ -216,6 +217,9 @@ def test_a_trainer_replica_is_handed_to_a_warm_process_as_its_jobs_own(
     assert got["tmp"] == str(layout.tmp_dir(node.data_dir, JOB))  # not the warm one's TMPDIR
     assert got["env"]["COHORT_JOB_ID"] == str(JOB) and got["env"]["CUDA_VISIBLE_DEVICES"] == ""
     assert "AGENT_ONLY_SECRET" not in got["env"]
+    # The default preload (COHORT_REPLICA_POOL_PRELOAD) imported; the variable is the warm
+    # process's, not the job's.
+    assert got["preloaded"] and "COHORT_REPLICA_POOL_PRELOAD" not in got["env"]
     # What the agent's reaper and the parent watch read: the environment at exec.
     assert f"COHORT_NODE_ID={NODE}" in got["exec_env"]
     assert f"COHORT_AGENT_PID={os.getpid()}" in got["exec_env"]
@@ -298,13 +302,16 @@ def test_other_commands_and_import_time_variables_start_cold(node: Agent, bus: r
             ReplicaSpec(JOB + 4, 1, 0, 1, None, "one_device", command=["python", "-c", "pass"]),
         )
     )
-    # TensorFlow reads its log level when it is imported: a warm process has, already.
+    # TensorFlow reads its log level when it is imported: a warm process has, already;
+    # so has scikit-learn (the default preload) its settings.
     node.start_replica(start(node, JOB + 5, env={"TF_CPP_MIN_LOG_LEVEL": "3"}))
-    for job_id in (JOB + 4, JOB + 5):
+    node.start_replica(start(node, JOB + 6, env={"SKLEARN_ASSUME_FINITE": "1"}))
+    for job_id in (JOB + 4, JOB + 5, JOB + 6):
         assert event(bus, "replica_started", job_id, since)["pid"] not in warm
         assert event(bus, "replica_exited", job_id, since)["exit_code"] == 0
         assert "warm replica" not in replica_log(node, job_id)
-    assert set(node.pool.ready_pids()) == warm  # neither was taken
+    assert set(node.pool.ready_pids()) == warm  # none was taken
+    assert not seen(node, JOB + 6)["preloaded"]  # a fresh interpreter's modules
 
 
 def test_an_idle_warm_process_ends_with_its_channel(node: Agent) -> None:
@@ -350,6 +357,18 @@ def test_a_pool_whose_processes_fail_turns_itself_off(tmp_path: Path) -> None:
         time.sleep(3)
         assert pool.started == MAX_FAILURES
         assert pool.waiting_pids() == [] and pool.take() is None
+    finally:
+        pool.shutdown()
+
+
+def test_a_preloaded_module_that_cannot_be_imported_is_skipped_and_said(tmp_path: Path) -> None:
+    pool = ReplicaPool(1, sys.executable, "preload", tmp_path, preload=["cohort_no_such", "json"])
+    pool.start()
+    try:
+        wait_for(pool.ready_pids, 600, "a warm process")
+        log = pool.dirs.log_file.read_text()
+        assert "cohort: not preloaded: cohort_no_such: ModuleNotFoundError" in log, log
+        assert "not preloaded: json" not in log
     finally:
         pool.shutdown()
 

@@ -110,7 +110,8 @@ class Agent:
         size = PoolSize(fixed, self.free_slots, settings.REPLICA_POOL_MEMORY)
         user = self.replica_user(0)
         private = user is not None and user.private_tmp
-        self.pool = ReplicaPool(size, self.python, self.node_id, self.data_dir, private)
+        preload = settings.REPLICA_POOL_PRELOAD
+        self.pool = ReplicaPool(size, self.python, self.node_id, self.data_dir, private, preload)
 
     @property
     def python(self) -> str:

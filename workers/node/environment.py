@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from services.cluster import tf_config
 from services.wire.replica import ReplicaSpec, StartReplica
-from workers import python_args
+from workers import handoff, python_args
 from workers.layout import JobDirs, ReplicaPaths
 from workers.python_args import PythonProgram
 
@@ -154,15 +155,20 @@ def replica_env(
     return env
 
 
-def warm_env(node_id: str, data_dir: Path, home: Path, tmp: Path) -> dict[str, str]:
+def warm_env(
+    node_id: str, data_dir: Path, home: Path, tmp: Path, preload: Sequence[str] = ()
+) -> dict[str, str]:
     """The environment a warm replica process (workers/node/pool.py) is exec'd with,
     before any job is known: the node's part of every replica's, in an agent-only
-    directory, and what makes it this agent's replica from the first instruction on —
-    `agent_marks` and COHORT_AGENT_PID."""
+    directory, what makes it this agent's replica from the first instruction on —
+    `agent_marks` and COHORT_AGENT_PID — and the modules it imports ahead
+    (handoff.PRELOAD_VARIABLE; the hand-off replaces the whole environment: no job sees
+    it)."""
     env = _node_env(home, tmp)
     env.update(agent_marks(node_id, data_dir))
     env["COHORT_AGENT_PID"] = str(os.getpid())
     env["PYTHONUNBUFFERED"] = "1"
+    env[handoff.PRELOAD_VARIABLE] = ",".join(preload)
     return env
 
 
@@ -182,6 +188,13 @@ _READ_AT_IMPORT = (
     "KMP_",
     "MKL",
     "OPENBLAS_",
+    # NumPy (imported with TensorFlow) and the default preload's scikit-learn, SciPy and
+    # joblib (COHORT_REPLICA_POOL_PRELOAD) read theirs at import too.
+    "NPY_",
+    "NUMPY_",
+    "SKLEARN_",
+    "SCIPY_",
+    "JOBLIB_",
     "MALLOC_",
     "GLIBC_",
     "LD_",

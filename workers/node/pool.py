@@ -37,7 +37,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,8 +85,10 @@ class ReplicaPool:
         node_id: str,
         data_dir: Path,
         private_tmp: bool = False,
+        preload: Sequence[str] = (),
     ) -> None:
         self.size = size if isinstance(size, PoolSize) else PoolSize(size)
+        self.preload = tuple(preload)  # imported after TensorFlow (REPLICA_POOL_PRELOAD)
         # Each warm process in a mount namespace of its own, to mount the replica's own
         # /tmp and /dev/shm in at its hand-off (workers/private_tmp.py).
         self.private_tmp = private_tmp
@@ -241,7 +243,9 @@ class ReplicaPool:
                     argv = private_tmp.namespace_only_argv(self.python, argv)
                 popen = subprocess.Popen(  # noqa: S603 - an argv, never a shell
                     argv,
-                    env=warm_env(self.node_id, self.data_dir, self.dirs.home, self.dirs.tmp),
+                    env=warm_env(
+                        self.node_id, self.data_dir, self.dirs.home, self.dirs.tmp, self.preload
+                    ),
                     cwd=self.dirs.root,
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,

@@ -65,7 +65,8 @@ def _set_priority(nice: int) -> None:
 
 
 def warm_up() -> None:
-    """Import what every `trainer` replica imports, touching no device."""
+    """Import what every `trainer` replica imports, then the node's preload
+    (handoff.PRELOAD_VARIABLE), touching no device."""
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow  # noqa: F401
     import tf_keras  # noqa: F401
@@ -75,6 +76,11 @@ def warm_up() -> None:
 
     for entrypoint in BUILTIN_TRAINERS.values():
         importlib.import_module(entrypoint.split(":", 1)[0])
+    for name in filter(None, os.environ.get(handoff.PRELOAD_VARIABLE, "").split(",")):
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - a job importing it meets the error itself
+            print(f"cohort: not preloaded: {name}: {exc!r}", file=sys.stderr, flush=True)  # noqa: T201
 
 
 def devices_untouched() -> bool:
