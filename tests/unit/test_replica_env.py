@@ -156,6 +156,21 @@ def test_a_trainer_gets_what_the_runner_needs_and_no_redis(tmp_path: Path) -> No
 def test_a_one_replica_job_has_no_tf_config(tmp_path: Path) -> None:
     one = StartReplica("n1", ReplicaSpec(7, 1, 0, 1, None, "one_device", command=["true"]))
     assert "TF_CONFIG" not in replica_env(one, paths(tmp_path))
+    assert "TF_GRPC_DEFAULT_OPTIONS" not in replica_env(one, paths(tmp_path))
+
+
+def test_a_gangs_replicas_dial_a_peer_not_up_yet_again_soon_unless_the_job_says(
+    tmp_path: Path,
+) -> None:
+    env = replica_env(message(), paths(tmp_path))
+    assert env["TF_GRPC_DEFAULT_OPTIONS"] == "grpc.initial_reconnect_backoff_ms=50"
+    own = "grpc.keepalive_time_ms=30000"
+    assert (
+        replica_env(message(env={"TF_GRPC_DEFAULT_OPTIONS": own}), paths(tmp_path))[
+            "TF_GRPC_DEFAULT_OPTIONS"
+        ]
+        == own
+    )
 
 
 def test_a_replica_inherits_only_the_allow_listed_variables(tmp_path: Path) -> None:
@@ -175,6 +190,7 @@ def test_a_replica_inherits_only_the_allow_listed_variables(tmp_path: Path) -> N
         "HOME",
         "TMPDIR",
         "TF_CONFIG",
+        "TF_GRPC_DEFAULT_OPTIONS",
         "TF_USE_LEGACY_KERAS",
         "PYTHONUNBUFFERED",
         "CUDA_DEVICE_ORDER",

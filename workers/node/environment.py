@@ -120,6 +120,14 @@ def _node_env(home: Path, tmp: Path, inherit: bool = True) -> dict[str, str]:
     return env
 
 
+# A gang's replicas start within a second of each other, in no set order. One that dials
+# a peer not listening yet waits gRPC's first reconnect backoff, 1 s, before it dials
+# again: the gang's first step came ~0.8 s later whenever worker 1 was up 0.3 s before
+# worker 0 (docs/benchmarks.md). Its later backoffs still grow by 1.6 to TensorFlow's 1 s
+# cap, so a peer that is gone costs no more dialling than before.
+GANG_GRPC_OPTIONS = "grpc.initial_reconnect_backoff_ms=50"
+
+
 def replica_env(
     message: StartReplica, paths: ReplicaPaths, container: bool = False
 ) -> dict[str, str]:
@@ -130,6 +138,8 @@ def replica_env(
     # Its own directory as HOME (caches such as ~/.keras land there, not in the agent's
     # home) and the job's scratch as TMPDIR (never a /tmp other jobs share).
     env = _node_env(paths.work_dir, paths.tmp_dir, inherit=not container)
+    if message.tf_config:
+        env["TF_GRPC_DEFAULT_OPTIONS"] = GANG_GRPC_OPTIONS  # the job's own `env` may replace it
     env.update(message.spec.env)
     env.update(contract_env(message, paths))
     env["PYTHONUNBUFFERED"] = "1"
