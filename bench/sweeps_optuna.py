@@ -12,7 +12,8 @@ Optuna costs the scheduler's pass.
     100 free turns (100 asks of one study), and 100 sweeps of 12 trials, 11 told, with one
     free turn each (100 studies built and asked once); random and tpe interleaved, round
     after round, each round on new sweeps. The figure is the sweep part of the pass
-    (`advance_sweeps` in its own transaction: the studies, the 100 jobs and rows created)
+    (`advance_sweeps` in its own transaction: the studies, the 100 jobs and rows created;
+    as the scheduler runs it, the cycle collector paused and PostgreSQL's JIT off)
     and the Optuna part of it (building the studies or catching up the kept ones, and
     asking them), median over rounds. The pass that created the told trials ran in the
     same process, so `this` finds their studies kept (services/sweeps/study_cache.py),
@@ -75,6 +76,7 @@ from services.statuses import JobStatus, SweepStatus  # noqa: E402
 from services.sweeps import advance, store  # noqa: E402
 from services.sweeps.schemas import SweepCreate  # noqa: E402
 from services.sweeps.study import StoredTrial, SweepStudy, trial_seed  # noqa: E402
+from workers.control.scheduler import cycles_collected_after  # noqa: E402
 
 SPACE = {
     "x": {"distribution": "uniform", "low": -5.0, "high": 5.0},
@@ -267,7 +269,11 @@ def timed_pass(engine: sa.Engine, ids: list[int]) -> tuple[float, float, int]:
     Optuna.spent = 0.0
     settings = Settings()  # the scheduler's, made once: not part of its pass
     start = time.perf_counter()
-    with Session(engine) as session, session.begin():
+    # As the scheduler runs its pass (workers/control/scheduler.py, services/scheduling/
+    # scheduler_pass.py): the cycle collector paused for it, PostgreSQL's JIT off.
+    with cycles_collected_after(), Session(engine) as session, session.begin():
+        if engine.dialect.name == "postgresql":
+            session.execute(sa.text("SET LOCAL jit = off"))
         created = advance.advance_sweeps(session=session, settings=settings).created
     total = time.perf_counter() - start
     with Session(engine) as session, session.begin():  # out of the next round's way
