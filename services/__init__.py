@@ -6,6 +6,7 @@ The core, which imports no room:
     settings.py    every process's settings, from `COHORT_*` environment variables
     health_settings.py  their part on stragglers and quarantined nodes
     replica_pool_settings.py  their part on agents' warm replica processes
+    setting_lists.py  a list setting read from the environment ("a,b" or JSON)
     db.py          the engine, sessions and the transaction scope
     models/        the ORM tables
     statuses.py    job and replica statuses and the one table of allowed changes

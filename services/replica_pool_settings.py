@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator
 from pydantic_settings import BaseSettings, NoDecode
+
+from services.setting_lists import split_list
 
 # A module's dotted name: what `import NAME` takes, and nothing a shell or a path could use.
 ModuleName = Annotated[
@@ -40,12 +41,3 @@ class ReplicaPoolSettings(BaseSettings):
     @classmethod
     def _split_modules(cls, value: object) -> object:
         return split_list(value)
-
-
-def split_list(value: object) -> object:
-    """A setting's list from the environment: "a,b" or a JSON list ("" is none)."""
-    if isinstance(value, str):
-        if value.strip().startswith("["):
-            return json.loads(value)
-        return [item.strip() for item in value.split(",") if item.strip()]
-    return value

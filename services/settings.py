@@ -14,7 +14,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.data_dir import private_data_dir
 from services.health_settings import HealthSettings
-from services.replica_pool_settings import ReplicaPoolSettings, split_list
+from services.replica_pool_settings import ReplicaPoolSettings
+from services.setting_lists import split_list
 from services.webhooks.settings import WebhookSettings
 
 # An MLflow server's address: http(s)://host[:port][/path], databricks[://profile], or ""

@@ -4,16 +4,27 @@ restarts on the other node, restores that checkpoint and resumes from it."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cohort.client import Client
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
-from tests.faults.conftest import record, steps_redone, steps_seen, stored_checkpoint
-from tests.faults.nothing_lost import assert_nothing_lost
+from tests.faults.conftest import (
+    record,
+    saved_checkpoint,
+    steps_redone,
+    steps_seen,
+    stored_checkpoint,
+)
+from tests.faults.nothing_lost import agent_data_dirs, assert_nothing_lost
 from tests.faults.processes import attempt_processes
+from workers import layout
 
 pytestmark = pytest.mark.e2e
 
@@ -33,6 +44,13 @@ RESUMABLE_JOB: dict[str, Any] = {
 }
 
 
+def started(client: Client, job_id: int) -> dict[str, Any] | None:
+    """The job once its replica has a pid."""
+    job = client.job(job_id)
+    replicas = job["replica_list"]
+    return job if replicas and replicas[0]["pid"] else None
+
+
 def test_a_gang_restarted_on_another_node_resumes_from_the_stored_checkpoint(
     make_stack, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -45,25 +63,40 @@ def test_a_gang_restarted_on_another_node_resumes_from_the_stored_checkpoint(
         "two ready nodes",
     )
     job = client.submit(RESUMABLE_JOB)
-    number = wait_for(
-        lambda: stored_checkpoint(artifacts, job["id"]),
-        180,
-        "the job's first checkpoint in the store",
-        explain=lambda: job_story(client, job["id"]),
-    )
-    node = client.job(job["id"])["replica_list"][0]["node_id"]
-    killed_at = time.time()
-    stack.kill("agent" if node == "node-a" else "agent-node-b")
-    # Nothing reaches the store from that node any more (its agent mirrored the
-    # checkpoints): the newest stored now is the one the other node must restore.
-    last = stored_checkpoint(artifacts, job["id"])
-    assert last is not None and last >= number, (last, number)
-    wait_for(
-        lambda: not attempt_processes(stack, job["id"], 1),
-        15,
-        "the orphaned replica to stop",
-        interval=0.25,
-    )
+    running = wait_for(lambda: started(client, job["id"]), 120, "the replica to start")
+    node, pid = running["replica_list"][0]["node_id"], running["replica_list"][0]["pid"]
+    local = layout.checkpoint_dir(agent_data_dirs(stack)[node], job["id"]) / "chief"
+    # The replica is held still (SIGSTOP) once its first checkpoint is on its node's disk:
+    # 400 quick steps end in about a second and a half on a quiet machine, and the agent
+    # mirrors its checkpoint directory once a second, so a job left running could end (and
+    # its BackupAndRestore delete the directory, the mirror with it) between two syncs, and
+    # the store never hold a checkpoint. Frozen, the checkpoint stays; the agent, which
+    # runs on, mirrors it, and its death then ends the replica (its watcher, a process of
+    # its own, SIGKILLs the group, workers/replica/parent_watch.py).
+    wait_for(lambda: saved_checkpoint(local), 120, "the first checkpoint on disk", interval=0.02)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        number = wait_for(
+            lambda: stored_checkpoint(artifacts, job["id"]),
+            60,
+            "the job's first checkpoint in the store",
+            explain=lambda: job_story(client, job["id"]),
+        )
+        killed_at = time.time()
+        stack.kill("agent" if node == "node-a" else "agent-node-b")
+        # Nothing reaches the store from that node any more: the newest stored now is the
+        # one the other node must restore.
+        last = stored_checkpoint(artifacts, job["id"])
+        assert last is not None and last >= number, (last, number)
+        wait_for(
+            lambda: not attempt_processes(stack, job["id"], 1),
+            15,
+            "the orphaned replica to stop",
+            interval=0.25,
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)  # a failure above: the stack's stop ends it
     # How far attempt 1 got, by its last stored checkpoint: its metric points lag it (on
     # a busy machine, all of them were still on the killed node's way to SQL).
     assert last * EVERY < EPOCHS * 100, "the job finished before its node died"
