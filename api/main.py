@@ -45,6 +45,7 @@ from services.auth.tokens import register_bootstrap
 from services.db import session_scope
 from services.jobs.uploads import clear_stale_uploads
 from services.settings import get_settings
+from services.startup_objects import freeze_startup_objects
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     unreachable serves anyway (/healthz answers; /readyz, and every route that needs SQL,
     503 with Retry-After, as during an outage) and registers the token once it answers."""
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
+    freeze_startup_objects()  # the app is built: its objects live as long as the process
     clear_stale_uploads(settings=get_settings())
     retrying: asyncio.Task[None] | None = None
     try:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import gc
 import heapq
 import json
 import os
@@ -81,6 +82,14 @@ def emit(redis_url: str, job_ids: list[int], steps: float, names: int, seconds: 
         )
         for job, index in replicas
     ]
+    # No cycle collection from here on. This one process plays every replica's agent, and
+    # each reporter keeps its last 30 s of points for a replay after a wipe of Redis
+    # (workers/node/replay.py): 420 replicas' worth is some 50 times a real agent's heap,
+    # and its full collections (150-330 ms, growing over the window) came between a flush's
+    # emit stamp and its XADD, for every replica at once: the emit -> SSE tail measured
+    # them, where a real cluster's agents each collect their own small heap.
+    gc.freeze()
+    gc.disable()
     # Set up (on a loaded machine, imports take seconds): the clock starts now.
     print(json.dumps({"t": time.time(), "points": 0, "ready": True}), flush=True)
     start = time.monotonic() + 0.1
@@ -315,6 +324,10 @@ async def run_round(
     ready = await asyncio.to_thread(emitter.stdout.readline)
     assert "ready" in ready, f"the emitter did not start: {ready!r}"
     await asyncio.sleep(warmup)
+    # Nor in this process over the window: its samples (half a million arrivals) made full
+    # collections of 100-150 ms that held back the arrival stamps of every client at once.
+    gc.freeze()
+    gc.disable()
     t0, first = time.time(), newest_id(engine)
     me = psutil.Process()
     cpu0 = (cpu(api), cpu(scheduler), cpu(emitter_process), cpu(me))
@@ -339,6 +352,7 @@ async def run_round(
             break
         await asyncio.sleep(0.2)
     sse.stop.set()
+    gc.enable()
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, feed_probe, return_exceptions=True)

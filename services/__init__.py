@@ -7,6 +7,7 @@ The core, which imports no room:
     health_settings.py  their part on stragglers and quarantined nodes
     replica_pool_settings.py  their part on agents' warm replica processes
     setting_lists.py  a list setting read from the environment ("a,b" or JSON)
+    startup_objects.py  a service's startup objects kept out of the collector's full runs
     db.py          the engine, sessions and the transaction scope
     models/        the ORM tables
     statuses.py    job and replica statuses and the one table of allowed changes

@@ -131,7 +131,14 @@ class SharedEntry:
         return events
 
 
-SHARED_ENTRIES = 4096  # decoded feed entries kept per process, the oldest dropped first
+# Decoded feed entries kept per process, the oldest dropped first. An entry is worth
+# keeping only until every caught-up follower of its job has taken it, milliseconds after
+# the hub hands it over; a follower further behind reads its entries back and decodes them
+# itself. 512 is about a quarter second of 210 jobs' entries at 50,000 points/s. 4,096
+# (two seconds of them) held so many rows and events that each full collection of the
+# api's cycle collector took 260-340 ms of CPU, with every stream waiting
+# (docs/benchmarks.md, "Emit to SSE: the collector's pauses").
+SHARED_ENTRIES = 512
 _entries: FIFOCache[tuple[int, str], SharedEntry] = FIFOCache(maxsize=SHARED_ENTRIES)
 
 

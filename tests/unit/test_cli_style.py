@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import io
 import json
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -298,12 +299,19 @@ def test_every_listing_prints_json_or_yaml(
 
 
 def test_version_and_completion() -> None:
-    """As the installed script answers them (completion is named after the program)."""
+    """As the installed script answers them (completion is named after the program).
+    `--show-completion` shows it for the shell it was typed in, found among its parent
+    processes: here a bash that stays its parent (a lone command after `-c`, bash would
+    exec in its place). Run without one, as from a process whose shell had exited, it
+    found none and failed."""
     cohort = str(Path(sys.executable).parent / "cohort")
     version = subprocess.run([cohort, "--version"], capture_output=True, text=True, check=True)
     assert version.stdout == f"cohort {importlib.metadata.version('cohort')}\n"
     shown = subprocess.run(
-        [cohort, "--show-completion", "bash"], capture_output=True, text=True, check=False
+        ["bash", "-c", f"{shlex.quote(cohort)} --show-completion; exit $?"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert shown.returncode == 0, shown.stderr
     assert "_COHORT_COMPLETE=complete_bash" in shown.stdout

@@ -34,6 +34,7 @@ from services.db import database_unreachable
 from services.models import utcnow
 from services.scheduling import scheduler_pass
 from services.settings import Settings, get_settings
+from services.startup_objects import freeze_startup_objects
 from services.wire.client import get_redis
 from services.wire.contract import WireError
 from services.wire.generation import Generation
@@ -312,6 +313,7 @@ def run_scheduler(settings: Settings | None = None) -> None:
     scheduler = Scheduler(
         settings, get_redis(), CeleryDispatcher(app, get_redis(), keyring), keyring
     )
+    freeze_startup_objects()  # imports done, the Celery app built
     try:
         scheduler.run()
     except KeyboardInterrupt:
