@@ -31,7 +31,7 @@ def summary(directory: Path) -> list[str]:
         command = lines[0].removeprefix("# ")[:60]
         by_generation: dict[int, list[float]] = {}
         for line in lines[1:]:
-            generation, _wall, _collected, _at, cpu = line.split()
+            generation, cpu = line.split()
             by_generation.setdefault(int(generation), []).append(float(cpu))
         for generation, cpus in sorted(by_generation.items()):
             longest = ", ".join(f"{c:.0f}" for c in sorted(cpus)[-3:][::-1])

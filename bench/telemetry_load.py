@@ -328,31 +328,33 @@ async def run_round(
     # collections of 100-150 ms that held back the arrival stamps of every client at once.
     gc.freeze()
     gc.disable()
-    t0, first = time.time(), newest_id(engine)
-    me = psutil.Process()
-    cpu0 = (cpu(api), cpu(scheduler), cpu(emitter_process), cpu(me))
-    lags = []  # the ingest's backlog, once a second
-    while time.time() < t0 + seconds:
-        lags.append(unread(bus))
-        await asyncio.sleep(min(1.0, max(0.0, t0 + seconds - time.time())))
-    t1 = time.time()
-    cpu1 = (cpu(api), cpu(scheduler), cpu(emitter_process), cpu(me))
-    stored, backlog = stored_after(engine, first), unread(bus)
-    t_stored = time.time()
-    out, _ = await asyncio.to_thread(emitter.communicate)
-    timeline = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    # Points emitted within [t0, t1], from the emitter's once-a-second counts.
-    emitted = _between(timeline, t0, t1)
-    # The window's points still on their way to the clients: wait for them (bounded).
-    expected = int(round(emitted / len(job_ids) * clients))
-    wait_until = time.monotonic() + 15
-    while time.monotonic() < wait_until:
-        got = sum(1 for emit_at, _ in sse.samples if t0 <= emit_at <= t1)
-        if got >= expected:
-            break
-        await asyncio.sleep(0.2)
-    sse.stop.set()
-    gc.enable()
+    try:
+        t0, first = time.time(), newest_id(engine)
+        me = psutil.Process()
+        cpu0 = (cpu(api), cpu(scheduler), cpu(emitter_process), cpu(me))
+        lags = []  # the ingest's backlog, once a second
+        while time.time() < t0 + seconds:
+            lags.append(unread(bus))
+            await asyncio.sleep(min(1.0, max(0.0, t0 + seconds - time.time())))
+        t1 = time.time()
+        cpu1 = (cpu(api), cpu(scheduler), cpu(emitter_process), cpu(me))
+        stored, backlog = stored_after(engine, first), unread(bus)
+        t_stored = time.time()
+        out, _ = await asyncio.to_thread(emitter.communicate)
+        timeline = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        # Points emitted within [t0, t1], from the emitter's once-a-second counts.
+        emitted = _between(timeline, t0, t1)
+        # The window's points still on their way to the clients: wait for them (bounded).
+        expected = int(round(emitted / len(job_ids) * clients))
+        wait_until = time.monotonic() + 15
+        while time.monotonic() < wait_until:
+            got = sum(1 for emit_at, _ in sse.samples if t0 <= emit_at <= t1)
+            if got >= expected:
+                break
+            await asyncio.sleep(0.2)
+        sse.stop.set()
+    finally:
+        gc.enable()
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, feed_probe, return_exceptions=True)

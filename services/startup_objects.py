@@ -18,16 +18,19 @@ from __future__ import annotations
 import gc
 import threading
 
-_frozen = threading.Event()
+_lock = threading.Lock()
+_frozen = False
 
 
 def freeze_startup_objects() -> bool:
     """Collect once, then freeze what is left; only the first call of a process does
     anything (an api's lifespan may run more than once in one process, as under a test
     client). Returns whether this call froze."""
-    if _frozen.is_set():
-        return False
-    _frozen.set()
-    gc.collect()
-    gc.freeze()
-    return True
+    global _frozen
+    with _lock:  # the check and the set as one step
+        if _frozen:
+            return False
+        _frozen = True
+        gc.collect()
+        gc.freeze()
+        return True

@@ -107,6 +107,29 @@ def alive(pid: int) -> bool:
         return False
 
 
+def running_replica(
+    client: Client,
+    job_id: int,
+    index: int = 0,
+    *,
+    also: Callable[[dict[str, Any], dict[str, Any]], bool] = lambda job, replica: True,
+    timeout: float = 240,
+    what: str = "the replica to start",
+    interval: float = 0.1,
+) -> dict[str, Any]:
+    """Replica `index` of the job once it has a pid and `also(job, replica)` holds (what a
+    test that signals a replica waits for)."""
+
+    def ready() -> dict[str, Any] | None:
+        job = client.job(job_id)
+        replica = next((r for r in job["replica_list"] if r["index"] == index), None)
+        return replica if replica and replica["pid"] and also(job, replica) else None
+
+    return wait_for(
+        ready, timeout, what, interval=interval, explain=lambda: job_story(client, job_id)
+    )
+
+
 def steps_seen(client: Client, job_id: int, attempt: int) -> list[int]:
     points = client.metrics(job_id, name=["loss"], replica=0, attempt=attempt, limit=100_000)
     return [p["step"] for p in points]

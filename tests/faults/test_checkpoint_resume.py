@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from cohort.client import Client
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
 from tests.faults.conftest import (
     record,
+    running_replica,
     saved_checkpoint,
     steps_redone,
     steps_seen,
@@ -44,13 +44,6 @@ RESUMABLE_JOB: dict[str, Any] = {
 }
 
 
-def started(client: Client, job_id: int) -> dict[str, Any] | None:
-    """The job once its replica has a pid."""
-    job = client.job(job_id)
-    replicas = job["replica_list"]
-    return job if replicas and replicas[0]["pid"] else None
-
-
 def test_a_gang_restarted_on_another_node_resumes_from_the_stored_checkpoint(
     make_stack, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -63,8 +56,8 @@ def test_a_gang_restarted_on_another_node_resumes_from_the_stored_checkpoint(
         "two ready nodes",
     )
     job = client.submit(RESUMABLE_JOB)
-    running = wait_for(lambda: started(client, job["id"]), 120, "the replica to start")
-    node, pid = running["replica_list"][0]["node_id"], running["replica_list"][0]["pid"]
+    replica = running_replica(client, job["id"], timeout=120)
+    node, pid = replica["node_id"], replica["pid"]
     local = layout.checkpoint_dir(agent_data_dirs(stack)[node], job["id"]) / "chief"
     # The replica is held still (SIGSTOP) once its first checkpoint is on its node's disk:
     # 400 quick steps end in about a second and a half on a quiet machine, and the agent

@@ -17,7 +17,13 @@ import pytest
 from cli.stack import Stack
 from cohort.client import Client
 from tests.e2e.conftest import job_story, wait_for, wait_terminal
-from tests.faults.conftest import old_attempt_gone, record, saved_checkpoint, steps_seen
+from tests.faults.conftest import (
+    old_attempt_gone,
+    record,
+    running_replica,
+    saved_checkpoint,
+    steps_seen,
+)
 from tests.faults.nothing_lost import agent_data_dirs, assert_nothing_lost, written_points
 from workers import layout
 
@@ -68,27 +74,17 @@ def chief_step(stack: Stack, job: dict[str, Any]) -> int:
 
 
 def running_pid(stack: Stack, client: Client, job_id: int, index: int, after_step: int) -> int:
-    """The pid of replica `index` once the chief has trained past `after_step`."""
-
-    def ready() -> int | None:
-        job = client.job(job_id)
-        replica = next((r for r in job["replica_list"] if r["index"] == index), None)
-        if (
-            replica
-            and replica["pid"]
-            and replica["status"] == "running"
-            and chief_step(stack, job) >= after_step
-        ):
-            return int(replica["pid"])
-        return None
-
-    return wait_for(
-        ready,
-        240,
-        f"the chief past step {after_step}",
-        interval=0.1,
-        explain=lambda: job_story(client, job_id),
+    """The pid of replica `index` once it runs and the chief has trained past `after_step`."""
+    replica = running_replica(
+        client,
+        job_id,
+        index,
+        also=lambda job, replica: (
+            replica["status"] == "running" and chief_step(stack, job) >= after_step
+        ),
+        what=f"the chief past step {after_step}",
     )
+    return int(replica["pid"])
 
 
 def test_a_killed_worker_is_restarted_alone(make_stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
