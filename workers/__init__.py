@@ -11,6 +11,8 @@ room of its own that never imports the others (they talk through Redis).
                   batches (the replica's writer and the node's shipper share it)
     private_tmp.py a replica's own /tmp and /dev/shm (a mount namespace), made before
                   it becomes its job's user (cold spawns and warm hand-offs alike)
+    process_priority.py a warm process's CPU priority: lowest at first, then raised
+                  by its agent (the warm process and the agent set it alike)
     python_args.py which `python ...` commands a warm process runs as a fresh
                   interpreter would (agent and warm process read it alike)
 """

@@ -265,6 +265,38 @@ def pool_full(stack: Stack, count: int = POOL) -> None:
         lambda: log.is_file() and log.read_text().count(" ready\n") >= count,
         600,  # each imports TensorFlow: minutes on a loaded 2-core machine
         f"{count} warm replica processes",
+        explain=lambda: pool_story(stack),
+    )
+
+
+def pool_story(stack: Stack) -> str:
+    """Why a pool is not full, for a failure message: the warm processes' log, what the
+    agents said of their pools, and each warm process's state, priority and CPU time."""
+    dirs = layout.pool_dirs(stack.settings.data_dir)
+    warm_log = dirs.log_file.read_text()[-3000:] if dirs.log_file.is_file() else "(none)"
+    agents = [
+        line
+        for path in sorted(stack.log_dir.glob("agent*.log"))
+        for line in path.read_text(errors="replace").splitlines()
+        if "warm" in line or "pool" in line
+    ]
+    processes = []
+    for process in psutil.process_iter(["pid", "cmdline", "status", "nice", "cpu_times"]):
+        if "workers.replica.pool_entry" in " ".join(process.info["cmdline"] or []):
+            try:
+                autogroup = Path(f"/proc/{process.pid}/autogroup").read_text().strip()
+            except OSError:
+                autogroup = "?"
+            cpu = process.info["cpu_times"]
+            processes.append(
+                f"{process.pid} {process.info['status']} nice {process.info['nice']} "
+                f"{autogroup} cpu {cpu.user + cpu.system if cpu else 0:.1f}s"
+            )
+    return (
+        f"warm log:\n{warm_log}\nagents on their pools:\n"
+        + "\n".join(agents[-40:])
+        + "\nwarm processes:\n"
+        + "\n".join(processes)
     )
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 from pathlib import Path
 
@@ -196,3 +199,44 @@ def test_a_processes_own_memory_is_read_from_proc() -> None:
     mine = private_bytes(os.getpid())
     assert 10 * 2**20 < mine < 4 * 2**30  # this interpreter and pytest
     assert private_bytes(2**22 + 1) == 0  # no such process
+
+
+def test_a_process_is_measured_by_what_it_wrote_not_by_the_files_it_read(
+    tmp_path: Path,
+) -> None:
+    # A file read through a mapping stays the page cache's (shared with any process that
+    # maps it: a warm process's TensorFlow libraries), though the kernel counts it
+    # "private clean" while no other process maps it; what the process wrote is its own.
+    shared = tmp_path / "library"
+    with shared.open("wb") as handle:
+        handle.write(os.urandom(64 * 2**20))
+        handle.flush()
+        os.fsync(handle.fileno())  # on disk: its cached pages clean, as a library's are
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import mmap, sys
+                with open({str(shared)!r}, "rb") as handle:
+                    mapped = mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ)
+                total = sum(mapped[i] for i in range(0, len(mapped), 4096))  # read all
+                written = bytearray(48 * 2**20)
+                for i in range(0, len(written), 4096):
+                    written[i] = 1
+                print("ready", flush=True)
+                sys.stdin.read()
+                """
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        measured = private_bytes(child.pid)
+    finally:
+        child.communicate("")
+    assert 48 * 2**20 <= measured < (48 + 40) * 2**20, measured / 2**20

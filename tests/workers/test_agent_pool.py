@@ -34,6 +34,7 @@ from workers import layout
 from workers.node.agent import Agent
 from workers.node.environment import agent_marks
 from workers.node.pool import MAX_FAILURES, ReplicaPool
+from workers.process_priority import WARM_NICE, WARM_YIELD_SECONDS
 
 JOB = 990_701
 UID_BASE = 1_900_000_000
@@ -370,6 +371,41 @@ def test_a_preloaded_module_that_cannot_be_imported_is_skipped_and_said(tmp_path
         assert "cohort: not preloaded: cohort_no_such: ModuleNotFoundError" in log, log
         assert "not preloaded: json" not in log
     finally:
+        pool.shutdown()
+
+
+def autogroup_nice(pid: int) -> int | None:
+    """The nice value of process `pid`'s autogroup (its session's), as /proc shows it."""
+    try:
+        return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def test_a_warm_process_yields_at_first_then_runs_at_normal_priority_on_a_busy_machine(
+    tmp_path: Path,
+) -> None:
+    # Busy loops, each a session (an autogroup) of its own, leave a process at nice 19 a
+    # sliver of a core. Importing TensorFlow holds the GIL for seconds of CPU: a timer of
+    # the warm process's own, meant to raise it after its first seconds, ran only once the
+    # import was done, minutes later on a busy machine (a pool never full in 600 s).
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(4)
+    ]
+    pool = ReplicaPool(1, sys.executable, "yield", tmp_path)
+    try:
+        pool.start()
+        pid = wait_for(pool.waiting_pids, 30, "a warm process")[0]
+        born = psutil.Process(pid).create_time()
+        wait_for(lambda: autogroup_nice(pid) == WARM_NICE, WARM_YIELD_SECONDS, "its low priority")
+        wait_for(lambda: autogroup_nice(pid) == 0, WARM_YIELD_SECONDS + 10, "its normal priority")
+        assert time.time() - born >= WARM_YIELD_SECONDS, "raised before its yield was over"
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 0  # its main thread's own nice
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
         pool.shutdown()
 
 

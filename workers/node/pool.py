@@ -47,6 +47,7 @@ from workers.node.environment import warm_env
 from workers.node.launcher import tail
 from workers.node.pool_size import PoolSize
 from workers.node.processes import stop_process_group
+from workers.process_priority import WARM_YIELD_SECONDS, set_priority
 
 log = logging.getLogger("cohort.pool")
 
@@ -54,7 +55,9 @@ MAX_FAILURES = 3
 # How long a hand-off may take (a few syscalls in the warm process): past it the agent
 # kills that process and starts the replica cold.
 HAND_OFF_TIMEOUT = 10.0
-_KEEPER_TICK = 1.0  # how often the keeper looks for waiting processes that died
+# How often the keeper looks for waiting processes that died, or that have yielded long
+# enough.
+_KEEPER_TICK = 1.0
 
 
 @dataclass
@@ -65,6 +68,7 @@ class WarmProcess:
     channel: socket.socket  # the agent's end
     started_at: float
     ready: bool = False
+    raised: bool = False  # back at normal priority (workers/process_priority.py)
     # The top-level modules it has imported, as it said when ready (workers/python_args.py
     # keeps a command whose directory would shadow one of them from it).
     preloaded: frozenset[str] = frozenset()
@@ -226,7 +230,17 @@ class ReplicaPool:
                     continue
                 selector.unregister(key.fileobj)
                 self._answered(key.data)
+            self._raise_yielded()
         selector.close()
+
+    def _raise_yielded(self) -> None:
+        """Normal priority for the waiting processes that have yielded WARM_YIELD_SECONDS:
+        raised from here, as no thread of theirs could be sure to run."""
+        due = time.monotonic() - WARM_YIELD_SECONDS
+        with self._lock:
+            for warm in self._waiting:
+                if not warm.raised and warm.started_at <= due:
+                    warm.raised = set_priority(0, warm.pid)
 
     def _start(self) -> WarmProcess | None:
         """Start one warm process (it says READY on its channel once it has warmed up)."""

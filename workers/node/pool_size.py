@@ -3,12 +3,17 @@
 COHORT_REPLICA_POOL_SIZE = N keeps N, whatever runs; 0 keeps none. "auto" (the default):
 the pool is sized by the node: one warm process per free slot (a slot a replica could
 start on now: NODE_SLOTS less the replicas running), and no more than fit in
-COHORT_REPLICA_POOL_MEMORY. A warm process's memory is what it holds of its own (its
-private pages, /proc/PID/smaps_rollup), measured on each one that gets ready, the
-largest seen kept; ESTIMATE_BYTES until one has. The keeper starts processes up to the
+COHORT_REPLICA_POOL_MEMORY. A warm process's memory is what one more of them adds: the
+pages it has written (private dirty: its heap, what it relocated and set up;
+/proc/PID/smaps_rollup), measured on each one that gets ready, the largest seen kept;
+ESTIMATE_BYTES until one has. The libraries it has read are the page cache's, shared
+with every other process that maps them (the next warm process, the replicas): counted
+as its "private clean" pages only while no other process maps them, they made a warm
+process that got ready alone measure 610 MiB instead of 250, and a pool of the default
+1 GiB keep one process instead of two. The keeper starts processes up to the
 target and never stops a ready one to meet a lower one: while a node's slots are all
 busy no replacement starts (none could be handed a replica), and once replicas end the
-pool fills again, at the lowest CPU priority first (workers/replica/pool_entry.py).
+pool fills again, at the lowest CPU priority first (workers/process_priority.py).
 """
 
 from __future__ import annotations
@@ -56,14 +61,15 @@ class PoolSize:
 
 
 def private_bytes(pid: int) -> int:
-    """Bytes of memory process `pid` holds alone (private clean + dirty pages); 0 if its
-    /proc entry cannot be read."""
+    """Bytes of memory process `pid` has written and holds alone (its private dirty
+    pages), what another process like it would add; 0 if its /proc entry cannot be
+    read."""
     total = 0
     try:
         with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as handle:
             for line in handle:
                 name, _, rest = line.partition(":")
-                if name in ("Private_Clean", "Private_Dirty"):
+                if name == "Private_Dirty":
                     total += int(rest.split()[0]) * 1024  # kB
     except (OSError, ValueError):
         return 0

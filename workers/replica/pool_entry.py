@@ -4,7 +4,8 @@ node's agent before any job is known (workers/node/pool.py), in an agent-only di
 a fresh interpreter has).
 
 A fresh interpreter of its own (never a fork of one that loaded TensorFlow): it imports
-TensorFlow, tf_keras, the runner and the built-in trainers (yielding the CPU at first),
+TensorFlow, tf_keras, the runner and the built-in trainers (yielding the CPU at first:
+workers/process_priority.py),
 says READY on the channel only its agent holds the other end of, and waits. The hand-off
 (workers/handoff.py) carries what a cold spawn gives Popen: the replica's whole
 environment, its working directory, its log descriptor and, under an agent as root, the
@@ -30,38 +31,15 @@ import os
 import socket
 import sys
 import tempfile
-import threading
 import time
 
 from workers import handoff, private_tmp
+from workers.process_priority import WARM_NICE, set_priority
 from workers.replica import parent_watch
 
-# A warm process usually starts right after a hand-off, next to the replica that just
-# began: for its first WARM_YIELD_SECONDS it runs at the lowest priority (the scheduler
-# gives it ~1.5% of a busy core, all of an idle one), so that replica reaches its first
-# step undisturbed; then at normal priority, so a busy node still warms it up.
-WARM_NICE = 19
-WARM_YIELD_SECONDS = 5.0
 _PR_SET_DUMPABLE = 4
 
 EXIT_CANNOT_SERVE = 70  # sysexits' EX_SOFTWARE: the agent starts the replica cold instead
-
-
-def _set_priority(nice: int) -> None:
-    """Set this process's CPU priority: its autogroup's (the kernel schedules a session as
-    one group, and every warm process has a session of its own) and, as root (the only
-    user who can raise it back), each thread's."""
-    try:
-        with open("/proc/self/autogroup", "w", encoding="ascii") as handle:
-            handle.write(str(nice))
-    except OSError:
-        pass  # a kernel without autogroups: the threads' nice values decide
-    if os.geteuid() == 0:
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
-            except OSError:
-                continue  # a thread that ended meanwhile
 
 
 def warm_up() -> None:
@@ -107,7 +85,7 @@ def become(hand_off: handoff.HandOff, log_fd: int) -> None:
     os.dup2(log_fd, 1)  # closes the warm process's own log, the agent's file
     os.dup2(log_fd, 2)
     os.close(log_fd)
-    _set_priority(0)  # while still allowed to (as root: before the uid changes)
+    set_priority(0)  # while still allowed to (as root: before the uid changes)
     if hand_off.private_tmp is not None:  # started in a namespace of its own for this
         private_tmp.mount_private(hand_off.private_tmp)
     if hand_off.uid is not None and hand_off.gid is not None:
@@ -136,10 +114,7 @@ def main(argv: list[str]) -> int:
     channel = socket.socket(fileno=int(argv[0]))
     started_in = sys.path[0]  # this process's directory; the job's program gets its own
     agent = int(os.environ[parent_watch.AGENT_PID])  # the hand-off replaces the environment
-    _set_priority(WARM_NICE)
-    yielding = threading.Timer(WARM_YIELD_SECONDS, _set_priority, (0,))
-    yielding.daemon = True
-    yielding.start()
+    set_priority(WARM_NICE)  # its agent raises it back (workers/process_priority.py)
     warm_up()
     if not devices_untouched():
         print(  # noqa: T201
@@ -156,8 +131,6 @@ def main(argv: list[str]) -> int:
         hand_off, log_fd = handoff.receive(channel)
     except (EOFError, OSError):
         return 0  # retired by its agent, or the agent is gone: nothing was served
-    yielding.cancel()
-    yielding.join()  # the job's program sees only the threads a fresh interpreter has
     try:
         if not devices_untouched():
             raise OSError("TensorFlow's devices were initialized while waiting")
