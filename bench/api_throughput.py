@@ -19,9 +19,11 @@ process used during the burst (psutil). Afterwards the jobs stored are counted: 
 equal the 2xx answers (nothing lost, nothing half-stored).
 
 `--before DIR` adds a third side: Cohort from another checkout (e.g. `git archive HEAD |
-tar -x -C DIR` before a change). The sides' order rotates each round, and each round's
-ratios between the sides are printed with the median of those per-round ratios (never a
-ratio of medians). `--profile DIR`: py-spy's stacks of each process during the bursts.
+tar -x -C DIR` before a change), on a database of its own that its checkout migrated
+(`cohort migrate`), so that a change of the schema is compared too. The sides' order
+rotates each round, and each round's ratios between the sides are printed with the median
+of those per-round ratios (never a ratio of medians). `--profile DIR`: py-spy's stacks of
+each process during the bursts.
 
     .venv/bin/python bench/api_throughput.py --redis redis://127.0.0.1:6379/14
         [--clients 50] [--duration 20] [--rounds 1] [--before DIR] [--profile DIR]
@@ -47,6 +49,7 @@ from typing import Any
 import psutil
 import redis
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -54,6 +57,9 @@ sys.path.insert(0, str(ROOT))
 from bench import processes as bench_processes  # noqa: E402
 
 TOKEN = "bench-throughput-token-0123456789abcdef"  # the bootstrap (admin) token
+# A submitting user's token, not an admin's (admins also get the cluster-wide place in the
+# queue), in a project of its own ("bench"); the bare app's rows go to another ("bare").
+USER_TOKEN = "bench-submitter-token-0123456789abcdef"
 JOB = {"strategy": "one_device", "replicas": 1}
 PROFILE_RATE = 100  # py-spy's samples a second of each process (`--profile`)
 
@@ -370,6 +376,50 @@ def half_stored(engine: sa.Engine, project_id: int) -> int:
         )
 
 
+def migrated_by(tree: Path, name: str, env: dict[str, str]) -> str:
+    """A new database `name` migrated by the checkout at `tree` (`cohort migrate`)."""
+    from tests.conftest import PG_ADMIN_URL, _database_url
+
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    url = _database_url(name)
+    subprocess.run(
+        [sys.executable, "-m", "cli", "migrate"],
+        cwd=tree,
+        env={**env, "COHORT_DATABASE_URL": url},
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return url
+
+
+def submitter(url: str) -> int:
+    """USER_TOKEN's project in the database at `url` (the token made if missing)."""
+    from services.auth import tokens
+
+    engine = sa.create_engine(url)
+    with Session(engine) as session, session.begin():
+        user = tokens.ensure_token(
+            session=session, token=USER_TOKEN, scopes=["read", "submit"], project_name="bench"
+        )
+        project_id = user.project_id
+    engine.dispose()
+    return project_id
+
+
+def bare_project_of(url: str) -> int:
+    from services.auth import tokens
+
+    engine = sa.create_engine(url)
+    with Session(engine) as session, session.begin():
+        project_id = tokens.ensure_project(session=session, name="bare").id
+    engine.dispose()
+    return project_id
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
@@ -410,23 +460,14 @@ def main() -> None:
         # project's row lock and the count), with room for them all.
         "COHORT_QUOTA_MAX_QUEUED_JOBS": "10000000",
     }
-    os.environ.update({"COHORT_DATABASE_URL": db_url, "COHORT_REDIS_URL": args.redis})
-    from services.auth import tokens
-    from services.db import session_scope
-
-    with session_scope() as session:
-        # A submitting user's token, not an admin's (admins also get the cluster-wide
-        # place in the queue), in a project of its own; the bare app's rows in another.
-        user_secret = "bench-submitter-token-0123456789abcdef"
-        user = tokens.ensure_token(
-            session=session,
-            token=user_secret,
-            scopes=["read", "submit"],
-            project_name="bench",
-        )
-        cohort_project = user.project_id
-        bare_project = tokens.ensure_project(session=session, name="bare").id
-    engine = sa.create_engine(db_url)
+    # Each Cohort side on a database its own checkout migrated (a change of the schema,
+    # an index say, is part of what is compared); the bare route's rows go to this one's.
+    databases = {"cohort": db_url, "bare": db_url}
+    if args.before:
+        databases["before"] = migrated_by(args.before, f"{args.db}_before", env)
+    projects = {name: submitter(url) for name, url in databases.items()}
+    bare_project = bare_project_of(db_url)
+    engines = {name: sa.create_engine(url) for name, url in databases.items()}
     kinds = ["cohort", *(["before"] if args.before else []), "bare"]
     results: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     servers: list[Server] = []
@@ -438,7 +479,11 @@ def main() -> None:
                 server = (
                     start_bare(env, bare_project, data)
                     if name == "bare"
-                    else start_cohort(env, data, args.before if name == "before" else ROOT)
+                    else start_cohort(
+                        {**env, "COHORT_DATABASE_URL": databases[name]},
+                        data,
+                        args.before if name == "before" else ROOT,
+                    )
                 )
                 servers.append(server)
                 prefix = f"{name}{round_index}"
@@ -450,7 +495,7 @@ def main() -> None:
                         "--load",
                         server.url,
                         "--token",
-                        user_secret,
+                        USER_TOKEN,
                         "--clients",
                         "4",
                         "--duration",
@@ -464,15 +509,15 @@ def main() -> None:
                 )
                 result = burst(
                     server,
-                    user_secret,
+                    USER_TOKEN,
                     args.clients,
                     args.duration,
                     prefix,
                     args.profile,
                 )
                 server.stop()
-                project = bare_project if name == "bare" else cohort_project
-                result["stored"] = stored(engine, project, prefix)
+                project = bare_project if name == "bare" else projects[name]
+                result["stored"] = stored(engines[name], project, prefix)
                 results[name].append(result)
                 ok = sum(n for s, n in result["statuses"].items() if s.startswith("2"))
                 print(
@@ -480,12 +525,18 @@ def main() -> None:
                     f"{result['statuses']} stored {result['stored']}",
                     flush=True,
                 )
-        report(results, args, half_stored(engine, cohort_project))
+        half = {
+            name: half_stored(engines[name], projects[name]) for name in results if name != "bare"
+        }
+        report(results, args, half)
     finally:
         for server in servers:
             server.stop()
-        engine.dispose()
+        for engine in engines.values():
+            engine.dispose()
         drop_database(args.db)
+        if args.before:
+            drop_database(f"{args.db}_before")
 
 
 def per_round(results: dict[str, list[dict[str, Any]]]) -> None:
@@ -515,7 +566,9 @@ def per_round(results: dict[str, list[dict[str, Any]]]) -> None:
     print(f"| median of the per-round ratios | {' | '.join('' for _ in kinds)} | {medians} |")
 
 
-def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, half: int) -> None:
+def report(
+    results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, half: dict[str, int]
+) -> None:
     kinds = list(results)
     titles = {"cohort": "Cohort", "before": "Cohort before", "bare": "bare insert"}
 
@@ -589,8 +642,9 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, h
             f"errors {[r['errors'][:2] for r in results[name]]}"
         )
         assert ok(name) == kept == len(set(ids)), f"{name}: 2xx answers and stored jobs differ"
-    print(f"cohort: jobs stored without their `submitted` event: {half}")
-    assert half == 0
+    for name, count in half.items():
+        print(f"{name}: jobs stored without their `submitted` event: {count}")
+    assert not any(half.values())
 
 
 if __name__ == "__main__":

@@ -27,6 +27,16 @@ class Job(Base):
         sa.UniqueConstraint("project_id", "idempotency_key", name="uq_jobs_project_idempotency"),
         sa.Index("ix_jobs_status_priority", "status", "priority", "id"),
         sa.Index("ix_jobs_project_id_id", "project_id", "id"),
+        # A project's queued jobs by priority: what every admission counts under its
+        # project's lock (services/jobs/quotas.py queued_by_priority), read from this index
+        # alone instead of every job of the project.
+        sa.Index(
+            "ix_jobs_queued_project_priority",
+            "project_id",
+            "priority",
+            postgresql_where=sa.text("status = 'queued'"),
+            sqlite_where=sa.text("status = 'queued'"),
+        ),
         # Exactly once per fire time of a schedule, however many schedulers race.
         sa.UniqueConstraint("schedule_id", "scheduled_for", name="uq_jobs_schedule_fire"),
         # One job per trial of a sweep; the sweep pass counts a sweep's jobs by status.

@@ -6,11 +6,6 @@ bare database of its own: the tests' template is migrated with no rows to move).
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 import sqlalchemy as sa
 from alembic.config import Config
 from sqlalchemy.orm import Session
@@ -21,25 +16,8 @@ from services.db import make_engine
 from services.models import AliasMove, MetricPoint, ModelAlias, ModelVersion, RegisteredModel
 from services.registry.schemas import Lineage
 from services.statuses import JobStatus
-from tests.conftest import PG_ADMIN_URL, _database_url, drop_database
 from tests.factories import create_job, create_token
 from tests.services.test_sweep_trials_migration import upgrade
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'cohort.db'}"
-        return
-    name = f"cohort_migration_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    try:
-        yield _database_url(name)
-    finally:
-        drop_database(name)
 
 
 def downgrade(url: str, revision: str) -> None:
@@ -63,7 +41,10 @@ def _promoted_schedule(session: Session, project_id: int, name: str, job_id: int
     )
 
 
-def test_each_promoted_model_becomes_version_one_with_production_on_it(url: str) -> None:
+def test_each_promoted_model_becomes_version_one_with_production_on_it(
+    bare_database_url: str,
+) -> None:
+    url = bare_database_url
     upgrade(url, "0025_data_versions")
     engine = make_engine(url)
     with Session(engine) as session, session.begin():
