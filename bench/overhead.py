@@ -13,7 +13,8 @@ MultiWorkerMirroredStrategy MLP (3 epochs x 50 steps), side by side in one run.
 Every side times itself with the same code (bench/plain_mlp.py says how; nothing per step
 on either side): "first step" runs from the spawn (H) or the POST (T, P) to when the later
 of the two replicas finished its first step; "steady step" is the mean over the replicas
-of (end of epoch 3 - start of epoch 2) / 100 steps; "done" runs to when both processes
+of (end of the last epoch - start of epoch 2) / its steps (100 by default, `--epochs`
+and `--steps` for a longer window); "done" runs to when both processes
 exited (H) or to the job's `finished_at` (T, P: when Cohort recorded it succeeded; the
 client polls once a second, so that its own requests cost the replicas nothing). Rounds run
 H, T, P in an order rotated each round, after a warm-up round; before each side the
@@ -28,7 +29,7 @@ The stack's database is a fresh one on the PostgreSQL server of `--pg`, dropped 
 the end; its data directory (the bundle store) is a fresh temporary one, and its Redis
 the stack's own redis-server unless `--redis` names a database to empty and use.
 
-    .venv/bin/python bench/overhead.py [--runs 5] [--pool auto] \\
+    .venv/bin/python bench/overhead.py [--runs 5] [--pool auto] [--epochs 3 --steps 50] \\
         [--pg postgresql+psycopg://postgres@127.0.0.1:5432/postgres] \\
         [--redis redis://127.0.0.1:6379/15]
 """
@@ -70,7 +71,7 @@ SLOTS = 2  # the stack's agent's (COHORT_NODE_SLOTS' default)
 QUIET = 0.15  # a side starts once under this share of the CPUs is busy
 
 
-def hand_launch(run: int, workdir: Path) -> dict[str, float]:
+def hand_launch(run: int, workdir: Path, epochs: int, steps: int) -> dict[str, float]:
     """Two plain processes with TF_CONFIG, as one would start them by hand."""
     cluster = [f"127.0.0.1:{free_port()}" for _ in range(2)]
     out = workdir / f"hand-{run}"
@@ -85,7 +86,7 @@ def hand_launch(run: int, workdir: Path) -> dict[str, float]:
         argv = [sys.executable, str(SCRIPT), "--out", str(out / f"timing-{index}.json")]
         processes.append(
             subprocess.Popen(
-                [*argv, "--epochs", str(EPOCHS), "--steps", str(STEPS)],
+                [*argv, "--epochs", str(epochs), "--steps", str(steps)],
                 env={**env, "TF_CONFIG": json.dumps(tf_config)},
                 cwd=out,
                 stdout=log,
@@ -139,13 +140,13 @@ def stack_cpu(stack: Stack) -> float:
 
 
 def cohort_launch(
-    run: int, stack: Stack, client: Client, digest: str, side: str
+    run: int, stack: Stack, client: Client, digest: str, side: str, epochs: int, steps: int
 ) -> dict[str, float]:
     """The same script as a 2-replica job through the REST API: its `train` as a
     `trainer` (side T), or itself as a `python` command (side P)."""
     cpu0 = stack_cpu(stack)
     t0 = time.time()
-    job = client.submit(job_spec(run, digest, side))
+    job = client.submit(job_spec(run, digest, side, epochs, steps))
     deadline = time.monotonic() + TIMEOUT
     while job["status"] not in TERMINAL_STATUSES:
         if time.monotonic() > deadline:
@@ -297,6 +298,10 @@ def stack_settings(args: argparse.Namespace, workdir: Path, database: str) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    # More steps measure the steady step over a longer window (the default's is 100
+    # steps, about 1.5 s: a second's periodic work of the stack falls in it or not).
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help="epochs of every side")
+    parser.add_argument("--steps", type=int, default=STEPS, help="steps of each epoch")
     parser.add_argument(
         "--pool",
         default="auto",
@@ -339,9 +344,11 @@ def main() -> None:
                 for side in order:
                     settle(stack.settings.data_dir, pool)
                     got[side] = (
-                        hand_launch(run, workdir)
+                        hand_launch(run, workdir, args.epochs, args.steps)
                         if side == "H"
-                        else cohort_launch(run, stack, client, digest, side)
+                        else cohort_launch(
+                            run, stack, client, digest, side, args.epochs, args.steps
+                        )
                     )
                 print(
                     f"{'warm-up' if run == 0 else f'round {run}'} ({order}): "
@@ -361,7 +368,8 @@ def main() -> None:
     print(
         f"\n# {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}; 2 replicas x "
-        f"{EPOCHS} epochs x {STEPS} steps; pool {args.pool}; {args.runs} interleaved rounds"
+        f"{args.epochs} epochs x {args.steps} steps; pool {args.pool}; "
+        f"{args.runs} interleaved rounds"
     )
     table(sides)
 
