@@ -54,6 +54,7 @@ from sqlalchemy.orm import Session
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import pg  # noqa: E402
 from bench import processes as bench_processes  # noqa: E402
 
 TOKEN = "bench-throughput-token-0123456789abcdef"  # the bootstrap (admin) token
@@ -376,16 +377,9 @@ def half_stored(engine: sa.Engine, project_id: int) -> int:
         )
 
 
-def migrated_by(tree: Path, name: str, env: dict[str, str]) -> str:
-    """A new database `name` migrated by the checkout at `tree` (`cohort migrate`)."""
-    from tests.conftest import PG_ADMIN_URL, _database_url
-
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    url = _database_url(name)
+def migrated_by(tree: Path, env: dict[str, str]) -> str:
+    """A new database migrated by the checkout at `tree` (`cohort migrate`): its URL."""
+    url = pg.new_database(pg.DEFAULT_SERVER, "api_bench_before")
     subprocess.run(
         [sys.executable, "-m", "cli", "migrate"],
         cwd=tree,
@@ -396,26 +390,19 @@ def migrated_by(tree: Path, name: str, env: dict[str, str]) -> str:
     return url
 
 
-def submitter(url: str) -> int:
-    """USER_TOKEN's project in the database at `url` (the token made if missing)."""
+def project_of(url: str, name: str, token: str | None = None) -> int:
+    """Project `name`'s id in the database at `url`, made if missing, with `token` on it."""
     from services.auth import tokens
 
     engine = sa.create_engine(url)
     with Session(engine) as session, session.begin():
-        user = tokens.ensure_token(
-            session=session, token=USER_TOKEN, scopes=["read", "submit"], project_name="bench"
-        )
-        project_id = user.project_id
-    engine.dispose()
-    return project_id
-
-
-def bare_project_of(url: str) -> int:
-    from services.auth import tokens
-
-    engine = sa.create_engine(url)
-    with Session(engine) as session, session.begin():
-        project_id = tokens.ensure_project(session=session, name="bare").id
+        if token is None:
+            project_id = tokens.ensure_project(session=session, name=name).id
+        else:
+            user = tokens.ensure_token(
+                session=session, token=token, scopes=["read", "submit"], project_name=name
+            )
+            project_id = user.project_id
     engine.dispose()
     return project_id
 
@@ -464,9 +451,14 @@ def main() -> None:
     # an index say, is part of what is compared); the bare route's rows go to this one's.
     databases = {"cohort": db_url, "bare": db_url}
     if args.before:
-        databases["before"] = migrated_by(args.before, f"{args.db}_before", env)
-    projects = {name: submitter(url) for name, url in databases.items()}
-    bare_project = bare_project_of(db_url)
+        databases["before"] = migrated_by(args.before, env)
+    # The Cohort sides' rows go to the submitter's project, the bare route's to its own.
+    projects = {
+        name: project_of(url, "bench", USER_TOKEN)
+        for name, url in databases.items()
+        if name != "bare"
+    }
+    projects["bare"] = project_of(db_url, "bare")
     engines = {name: sa.create_engine(url) for name, url in databases.items()}
     kinds = ["cohort", *(["before"] if args.before else []), "bare"]
     results: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
@@ -477,7 +469,7 @@ def main() -> None:
             # queue) or last (right after another's burst).
             for name in kinds[round_index % len(kinds) :] + kinds[: round_index % len(kinds)]:
                 server = (
-                    start_bare(env, bare_project, data)
+                    start_bare(env, projects["bare"], data)
                     if name == "bare"
                     else start_cohort(
                         {**env, "COHORT_DATABASE_URL": databases[name]},
@@ -516,8 +508,7 @@ def main() -> None:
                     args.profile,
                 )
                 server.stop()
-                project = bare_project if name == "bare" else projects[name]
-                result["stored"] = stored(engines[name], project, prefix)
+                result["stored"] = stored(engines[name], projects[name], prefix)
                 results[name].append(result)
                 ok = sum(n for s, n in result["statuses"].items() if s.startswith("2"))
                 print(
@@ -536,7 +527,7 @@ def main() -> None:
             engine.dispose()
         drop_database(args.db)
         if args.before:
-            drop_database(f"{args.db}_before")
+            pg.drop_database(pg.DEFAULT_SERVER, databases["before"])
 
 
 def per_round(results: dict[str, list[dict[str, Any]]]) -> None:

@@ -15,27 +15,31 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 
 WARM_NICE = 19
 WARM_YIELD_SECONDS = 5.0
+RETRY_SECONDS = 0.02  # between tries while the kernel says "again" (its limit: 0.1 s)
 
 
-def set_priority(nice: int, pid: int | None = None) -> bool:
+def set_priority(nice: int, pid: int | None = None, wait: float = 0.0) -> bool:
     """Set the CPU priority of process `pid` (None: this one): its autogroup's nice (the
     kernel schedules a session as one group, and every warm process has a session of its
     own) and, as root (the only user who can raise it back), each of its threads'.
 
-    Returns False when the kernel asked to try again later (it allows an unprivileged
-    user one autogroup change a tenth of a second, machine-wide), True otherwise: a
-    kernel without autogroups, or a process gone, leaves nothing to retry.
+    The kernel allows an unprivileged user one autogroup change a tenth of a second,
+    machine-wide, and says "try again" to the next: tried again for up to `wait` seconds
+    (a replica handed to a warm process must not keep the warm nice because another
+    process's change came just before). Returns False when the kernel still says so,
+    True otherwise: a kernel without autogroups, or a process gone, leaves nothing to
+    retry.
     """
     proc = f"/proc/{'self' if pid is None else pid}"
-    try:
-        with open(f"{proc}/autogroup", "w", encoding="ascii") as handle:
-            handle.write(str(nice))
-    except OSError as exc:
-        if exc.errno == errno.EAGAIN:
+    deadline = time.monotonic() + wait
+    while not _set_autogroup(proc, nice):
+        if time.monotonic() >= deadline:
             return False
+        time.sleep(RETRY_SECONDS)
     if os.geteuid() == 0:
         try:
             threads = os.listdir(f"{proc}/task")
@@ -46,4 +50,14 @@ def set_priority(nice: int, pid: int | None = None) -> bool:
                 os.setpriority(os.PRIO_PROCESS, int(tid), nice)
             except OSError:
                 continue  # a thread that ended meanwhile
+    return True
+
+
+def _set_autogroup(proc: str, nice: int) -> bool:
+    """False if the kernel asked to try again later."""
+    try:
+        with open(f"{proc}/autogroup", "w", encoding="ascii") as handle:
+            handle.write(str(nice))
+    except OSError as exc:
+        return exc.errno != errno.EAGAIN
     return True

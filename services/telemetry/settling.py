@@ -5,7 +5,9 @@ A job's status turns terminal when the control plane decides it (the chief's exi
 failure, a cancel, a deadline), which can be before its replicas' last points and lines
 are stored: the agent ships them before it reports a replica's exit (workers/node/supervision.py:
 the log shipper's and the sidecars' `finish` come first), but the leader's ingest stores
-them in its own time. So the job is *settled* when
+them in its own time (the leader holds an exit for the metric stream's ingest, at most
+a few seconds: workers/control/ingest.py points_stored_so_far; not for the log stream's).
+So the job is *settled* when
 
 1. every replica of its current attempt has a terminal replica status (its exit was
    reported, it was stopped, or its node was lost), and then
@@ -49,10 +51,10 @@ def _order(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-def stream_ends(client: redis.Redis) -> dict[str, str]:
-    """The ingested streams' last entry ids now (a stream that does not exist: none)."""
+def stream_ends(client: redis.Redis, streams: tuple[str, ...] = INGESTED_STREAMS) -> dict[str, str]:
+    """The `streams`' last entry ids now (a stream that does not exist: none)."""
     ends = {}
-    for stream in INGESTED_STREAMS:
+    for stream in streams:
         try:
             info: Any = client.xinfo_stream(stream)
         except redis.ResponseError:  # no such stream: nothing to wait for

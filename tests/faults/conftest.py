@@ -18,8 +18,10 @@ from cli.stack import Stack
 from cohort.client import Client
 from tests.conftest import create_database, drop_database
 from tests.e2e.conftest import PORT_BASE, free_port, job_story, wait_for
+from tests.faults.nothing_lost import agent_data_dirs
 from tests.faults.processes import attempt_processes
 from workers import layout
+from workers.node import leftovers
 from workers.node.checkpoint_names import named_checkpoints
 
 # COHORT_BOOTSTRAP_TOKEN: an admin token needs at least 32 characters.
@@ -271,7 +273,8 @@ def pool_full(stack: Stack, count: int = POOL) -> None:
 
 def pool_story(stack: Stack) -> str:
     """Why a pool is not full, for a failure message: the warm processes' log, what the
-    agents said of their pools, and each warm process's state, priority and CPU time."""
+    agents said of their pools, and each of this stack's warm processes' state, priority
+    and CPU time."""
     dirs = layout.pool_dirs(stack.settings.data_dir)
     warm_log = dirs.log_file.read_text()[-3000:] if dirs.log_file.is_file() else "(none)"
     agents = [
@@ -281,16 +284,19 @@ def pool_story(stack: Stack) -> str:
         if "warm" in line or "pool" in line
     ]
     processes = []
-    for process in psutil.process_iter(["pid", "cmdline", "status", "nice", "cpu_times"]):
-        if "workers.replica.pool_entry" in " ".join(process.info["cmdline"] or []):
+    # This stack's warm processes alone (their agents' marks), not another stack's.
+    for node_id, data_dir in agent_data_dirs(stack).items():
+        for process in leftovers.marked(node_id, data_dir):
             try:
+                if "workers.replica.pool_entry" not in " ".join(process.cmdline()):
+                    continue
+                status, nice, cpu = process.status(), process.nice(), process.cpu_times()
                 autogroup = Path(f"/proc/{process.pid}/autogroup").read_text().strip()
-            except OSError:
-                autogroup = "?"
-            cpu = process.info["cpu_times"]
+            except (psutil.Error, OSError):
+                continue  # gone meanwhile
             processes.append(
-                f"{process.pid} {process.info['status']} nice {process.info['nice']} "
-                f"{autogroup} cpu {cpu.user + cpu.system if cpu else 0:.1f}s"
+                f"{node_id} {process.pid} {status} nice {nice} {autogroup} "
+                f"cpu {cpu.user + cpu.system:.1f}s"
             )
     return (
         f"warm log:\n{warm_log}\nagents on their pools:\n"

@@ -3,6 +3,7 @@ test database, committed test data, and the ingest run by hand."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
@@ -15,6 +16,7 @@ import pytest
 import redis
 import uvicorn
 
+from services.wire.keys import METRICS_STREAM
 from tests.capabilities import need_redis_server
 from tests.e2e.conftest import free_port, wait_for
 from tests.factories import create_job, create_token
@@ -80,6 +82,15 @@ def live_api(pg_url: str) -> Iterator[str]:  # noqa: ARG001
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(10)
+
+
+def ship_points(
+    client: redis.Redis, job_id: int, points: list[list[Any]], attempt: int = 1, replica: int = 0
+) -> None:
+    """Append one metric batch as a replica's agent does: `points` are rows of [step,
+    epoch, name, value, ts]."""
+    batch = {"job_id": job_id, "attempt": attempt, "replica": replica, "points": points}
+    client.xadd(METRICS_STREAM, {"data": json.dumps(batch)})
 
 
 def ingest_until(

@@ -4,7 +4,6 @@ is stored twice after it."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -14,7 +13,7 @@ import sqlalchemy as sa
 
 from services.wire.keys import EVENTS_STREAM, METRICS_STREAM
 from tests.conftest import database_refused
-from tests.streams.conftest import ingest_until
+from tests.streams.conftest import ingest_until, ship_points
 from workers.control.streams import GROUP
 
 SIGNING_KEY = "0" * 64
@@ -33,19 +32,7 @@ def test_metric_batches_read_while_the_database_is_down_are_stored_later_once(
 
     _, job_id = committed()
     for step in (1, 2, 3):
-        bus.xadd(
-            METRICS_STREAM,
-            {
-                "data": json.dumps(
-                    {
-                        "job_id": job_id,
-                        "attempt": 1,
-                        "replica": 0,
-                        "points": [[step, 0, "loss", 1.0 / step, 1.0]],
-                    }
-                )
-            },
-        )
+        ship_points(bus, job_id, [[step, 0, "loss", 1.0 / step, 1.0]])
     with database_refused():
         for _ in range(2):  # the ingest retries while the database is down
             with pytest.raises(sa.exc.OperationalError):

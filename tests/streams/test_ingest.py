@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from services.wire.keys import LOGS_STREAM
 from tests.factories import assert_rollups_match_points
-from tests.streams.conftest import ingest_until
+from tests.streams.conftest import ingest_until, ship_points
 
 
 def test_thousand_batches_delivered_twice_are_stored_once(bus: redis.Redis, committed: Any) -> None:
@@ -292,7 +292,6 @@ def test_a_new_leadership_term_never_runs_a_second_ingester(
     import time
 
     from services.cluster.fencing import begin_term
-    from services.wire.keys import METRICS_STREAM
     from workers.control import ingest
     from workers.control.term import Term
 
@@ -323,19 +322,7 @@ def test_a_new_leadership_term_never_runs_a_second_ingester(
     second = threading.Thread(target=ingest.ingest_while, args=(bus, ingest.METRICS, new))
     second.start()
     for step in range(1, 41):
-        bus.xadd(
-            METRICS_STREAM,
-            {
-                "data": json.dumps(
-                    {
-                        "job_id": job_id,
-                        "attempt": 1,
-                        "replica": 0,
-                        "points": [[step, 0, "loss", 0.5, 1.0]],
-                    }
-                )
-            },
-        )
+        ship_points(bus, job_id, [[step, 0, "loss", 0.5, 1.0]])
         time.sleep(0.01)
     from services.db import session_scope
     from services.models import MetricPoint

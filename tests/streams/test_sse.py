@@ -13,20 +13,13 @@ import httpx
 import redis
 
 from cohort.sse import Event, parse_lines
-from tests.streams.conftest import ingest_until
+from tests.streams.conftest import ingest_until, ship_points
 
 
 def emit(client: redis.Redis, job_id: int, steps: range, replica: int = 0) -> list[tuple]:
     """Append one metric batch as a replica would; returns the points' keys."""
     points = [[s, 0, name, s / 10, 1000.0 + s] for s in steps for name in ("loss", "accuracy")]
-    client.xadd(
-        "cohort:metrics",
-        {
-            "data": json.dumps(
-                {"job_id": job_id, "attempt": 1, "replica": replica, "points": points}
-            )
-        },
-    )
+    ship_points(client, job_id, points, replica=replica)
     return [(replica, s, name) for s, _, name, _, _ in points]
 
 

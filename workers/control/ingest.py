@@ -30,13 +30,17 @@ from services.cluster.fencing import Fenced
 from services.db import Sessions
 from services.jobs.stream_marks import newest_ids
 from services.models import JobEvent, LogLine, MetricPoint
-from services.telemetry import live, logs, metrics
+from services.telemetry import live, logs, metrics, settling
 from services.wire.feed import Place
 from services.wire.keys import LOGS_STREAM, METRICS_STREAM
 from workers.control.streams import GroupReader
 from workers.control.term import Term
 
 log = logging.getLogger("cohort.ingest")
+
+# How long the leader holds a replica's exit for the points shipped before it
+# (points_stored_so_far): the ingest's lag, milliseconds unless it is far behind.
+POINTS_BEFORE_EXIT = 2.0
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,25 @@ def ingest_once(
         stored += len(new_rows)
         reader.ack(*[entry_id for entry_id, _ in entries])
     return stored
+
+
+def points_stored_so_far(client: redis.Redis, timeout: float, poll: float = 0.005) -> bool:
+    """Wait until the ingest has stored every metric batch appended so far; False if
+    `timeout` passed first (the ingest far behind, or not running).
+
+    The leader calls it before it applies a replica's exit: the agent ships the replica's
+    last points before it reports the exit (workers/node/supervision.py), and once the
+    exit is applied a next attempt may start (a drained gang moved, a failed one
+    restarted), whose start makes the ingest refuse the old attempt's points
+    (services/telemetry/metrics.py). Without the wait a point of the last step before
+    the exit was lost whenever the ingest's commit came after the attempt's."""
+    ends = settling.stream_ends(client, (METRICS_STREAM,))
+    deadline = time.monotonic() + timeout
+    while not settling.ingested_through(client, ends):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)
+    return True
 
 
 # Points and lines are stored and published one commit at a time (see the module's

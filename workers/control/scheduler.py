@@ -37,6 +37,7 @@ from services.settings import Settings, get_settings
 from services.startup_objects import freeze_startup_objects
 from services.wire.client import get_redis
 from services.wire.contract import WireError
+from services.wire.events import ReplicaExited
 from services.wire.generation import Generation
 from services.wire.keys import (
     EVENTS_STREAM,
@@ -48,7 +49,13 @@ from services.wire.signing import Keyring, Refused
 from workers.control.beats import read_heartbeats, read_output, read_progress
 from workers.control.dispatch import publish_attempts
 from workers.control.events import apply_event, trusted_event
-from workers.control.ingest import LOGS, METRICS, ingest_while
+from workers.control.ingest import (
+    LOGS,
+    METRICS,
+    POINTS_BEFORE_EXIT,
+    ingest_while,
+    points_stored_so_far,
+)
 from workers.control.pacing import PassPacer
 from workers.control.refusals import Refusals
 from workers.control.streams import GroupReader
@@ -89,6 +96,7 @@ class Scheduler:
         self.lock_ttl = settings.SCHEDULER_LOCK_TTL
         self.lock = client.lock(SCHEDULER_LOCK, timeout=self.lock_ttl, thread_local=False)
         self.events = GroupReader(client, EVENTS_STREAM, count=200)
+        self.points_before_exit = POINTS_BEFORE_EXIT  # the longest an exit waits for them
         self.generation = Generation()  # Redis' data (services/wire/generation.py)
         self._new_term()
 
@@ -178,6 +186,14 @@ class Scheduler:
         """
         handled = 0
         for entries in self.events.batches(block_ms):
+            if any(fields.get("kind") == ReplicaExited.KIND for _, fields in entries):
+                # The replicas' last points, shipped before their exits, stored first.
+                if not points_stored_so_far(self.redis, self.points_before_exit):
+                    log.warning(
+                        "applying replica exits with the metrics ingest over %.1fs behind: "
+                        "their last points may be refused as an old attempt's",
+                        self.points_before_exit,
+                    )
             for entry_id, fields in entries:
                 try:
                     messages = apply_event(trusted_event(fields, self.keyring), fence)

@@ -85,7 +85,9 @@ def become(hand_off: handoff.HandOff, log_fd: int) -> None:
     os.dup2(log_fd, 1)  # closes the warm process's own log, the agent's file
     os.dup2(log_fd, 2)
     os.close(log_fd)
-    set_priority(0)  # while still allowed to (as root: before the uid changes)
+    # While still allowed to (as root: before the uid changes); a second at most for the
+    # kernel's limit on unprivileged changes (an agent not run as root).
+    set_priority(0, wait=1.0)
     if hand_off.private_tmp is not None:  # started in a namespace of its own for this
         private_tmp.mount_private(hand_off.private_tmp)
     if hand_off.uid is not None and hand_off.gid is not None:
