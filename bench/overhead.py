@@ -8,7 +8,9 @@ MultiWorkerMirroredStrategy MLP (3 epochs x 50 steps), side by side in one run.
     same file: the same `run()`, with the strategy Cohort's runner built and
     `ctx.callbacks()` (Cohort's metrics callback) added;
 (P) a `command` job of the same bundle: `python plain_mlp.py --out -`, the hand side's
-    very script with Cohort's TF_CONFIG, which prints its timings to its log.
+    very script with Cohort's TF_CONFIG, which prints its timings to its log;
+(Q) with `--sides HTQP`: side T without Cohort's callbacks (`plain_mlp:train_quiet`), no
+    metric point per step: what T's per-step points cost shows beside it.
 
 Every side times itself with the same code (bench/plain_mlp.py says how; nothing per step
 on either side): "first step" runs from the spawn (H) or the POST (T, P) to when the later
@@ -20,7 +22,9 @@ client polls once a second, so that its own requests cost the replicas nothing).
 H, T, P in an order rotated each round, after a warm-up round; before each side the
 machine is let go quiet (under 15 % of its CPUs busy over a second) and the agent's warm
 pool full (its ready processes as many as its size asks: workers/node/pool_size.py).
-Reported: each of T/H and P/H per round, and their medians (never a ratio of medians).
+Reported: each of T/H and P/H per round, and their medians (never a ratio of medians);
+per job, the CPU of the stack's own processes and of every PostgreSQL process on the
+machine (the stack's database sessions; nothing else should use the server meanwhile).
 
 `--pool auto|N` starts the stack with COHORT_REPLICA_POOL_SIZE (auto, the default: one
 warm process per free slot; 0 = none).
@@ -65,6 +69,7 @@ from tests.e2e.conftest import free_port  # noqa: E402
 from workers import layout  # noqa: E402
 
 SCRIPT = ROOT / "bench" / "plain_mlp.py"
+TRAINERS = {"T": "plain_mlp:train", "Q": "plain_mlp:train_quiet"}  # the trainer job sides
 EPOCHS, STEPS = 3, 50
 TIMEOUT = 300.0
 SLOTS = 2  # the stack's agent's (COHORT_NODE_SLOTS' default)
@@ -117,26 +122,35 @@ def job_spec(
         "strategy": "multi_worker_mirrored",
         "restart_policy": "never",
     }
-    if side == "T":
+    if side in TRAINERS:
         hp = {"epochs": epochs, "steps_per_epoch": steps}
-        return {**spec, "trainer": "plain_mlp:train", "hyperparameters": hp}
+        return {**spec, "trainer": TRAINERS[side], "hyperparameters": hp}
     argv = ["--out", "-", "--epochs", str(epochs), "--steps", str(steps)]
     return {**spec, "command": ["python", SCRIPT.name, *argv]}
+
+
+def cpu_seconds(pid: int | str) -> tuple[str, float]:
+    """Process `pid`'s name and the CPU-seconds it has used (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            raw = handle.read()
+    except OSError:
+        return "", 0.0
+    name, fields = raw.split("(", 1)[1].rsplit(")", 1)[0], raw.rsplit(")", 1)[1].split()
+    return name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime+stime
 
 
 def stack_cpu(stack: Stack) -> float:
     """CPU-seconds the stack's own processes (api, scheduler, agent, Redis; not the
     replicas, which are no children they wait for) have used so far."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for _name, process in stack.children:
-        try:
-            with open(f"/proc/{process.pid}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-    return total
+    return sum(cpu_seconds(process.pid)[1] for _name, process in stack.children)
+
+
+def postgres_cpu() -> float:
+    """CPU-seconds every PostgreSQL process of the machine has used so far (a session
+    that ended meanwhile is not counted: the stack's are long-lived)."""
+    used = (cpu_seconds(pid) for pid in os.listdir("/proc") if pid.isdigit())
+    return sum(seconds for name, seconds in used if name in ("postgres", "postmaster"))
 
 
 def cohort_launch(
@@ -144,7 +158,7 @@ def cohort_launch(
 ) -> dict[str, float]:
     """The same script as a 2-replica job through the REST API: its `train` as a
     `trainer` (side T), or itself as a `python` command (side P)."""
-    cpu0 = stack_cpu(stack)
+    cpu0, pg0 = stack_cpu(stack), postgres_cpu()
     t0 = time.time()
     job = client.submit(job_spec(run, digest, side, epochs, steps))
     deadline = time.monotonic() + TIMEOUT
@@ -157,10 +171,12 @@ def cohort_launch(
         time.sleep(1.0)
         job = client.job(job["id"])
     done = stamp(job["finished_at"])
-    stack_share = (stack_cpu(stack) - cpu0) / (time.time() - t0)  # of one core, per job
+    elapsed = time.time() - t0
+    stack_share = (stack_cpu(stack) - cpu0) / elapsed  # of one core, per job
+    postgres_share = (postgres_cpu() - pg0) / elapsed
     if job["status"] != "succeeded":
         raise RuntimeError(f"job {job['id']} {job['status']}: {job['reason']}")
-    if side == "T":
+    if side in TRAINERS:
         points = client.metrics(job["id"], name=["bench_first_step", "bench_steady_step"])
         first = [p["value"] for p in points if p["name"] == "bench_first_step"]
         steady = [p["value"] for p in points if p["name"] == "bench_steady_step"]
@@ -183,6 +199,7 @@ def cohort_launch(
         "done": done - t0,
         "warm replicas": warm,
         "stack cpu": stack_share,
+        "postgres cpu": postgres_share,
         "submit -> scheduled": events["scheduled"] - t0,
         "scheduled -> spawned": spawned - events["scheduled"],
         "spawned -> first step": max(first) - spawned,
@@ -245,19 +262,22 @@ def settle(data_dir: Path, pool: int) -> None:
     print(f"  (not settled after 3 min: {ready_warm(data_dir)} warm ready)", flush=True)
 
 
+TITLES = {"H": "hand", "T": "trainer job", "Q": "trainer job, no callbacks", "P": "command job"}
+
+
 def table(sides: dict[str, list[dict[str, float]]]) -> None:
     med = statistics.median
     hand = sides["H"]
-    print(f"| median of {len(hand)} | hand (H) | trainer job (T) | command job (P) |")
-    print("|---|---|---|---|")
+    print(f"| median of {len(hand)} | " + " | ".join(f"{TITLES[s]} ({s})" for s in sides) + " |")
+    print("|---" * (len(sides) + 1) + "|")
     for key, unit, scale in (
         ("first step", "s", 1.0),
         ("steady step", "ms", 1e3),
         ("done", "s", 1.0),
     ):
-        cells = [f"{med(r[key] for r in sides[s]) * scale:.2f} {unit}" for s in "HTP"]
+        cells = [f"{med(r[key] for r in sides[s]) * scale:.2f} {unit}" for s in sides]
         print(f"| {key} | " + " | ".join(cells) + " |")
-    for side in "TP":
+    for side in (s for s in sides if s != "H"):
         for key in ("first step", "steady step", "done"):
             ratios = [c[key] / h[key] for h, c in zip(hand, sides[side], strict=True)]
             print(
@@ -267,12 +287,13 @@ def table(sides: dict[str, list[dict[str, float]]]) -> None:
             )
         warm = [int(r["warm replicas"]) for r in sides[side]]
         print(f"{side}: warm replicas per round {warm}")
-        share = [r["stack cpu"] * 100 for r in sides[side]]
-        print(
-            f"{side}: the stack's own CPU over the job, % of a core: "
-            + ", ".join(f"{x:.1f}" for x in share)
-            + f" (median {med(share):.1f})"
-        )
+        for key, what in (("stack cpu", "the stack's own"), ("postgres cpu", "PostgreSQL's")):
+            share = [r[key] * 100 for r in sides[side]]
+            print(
+                f"{side}: {what} CPU over the job, % of a core: "
+                + ", ".join(f"{x:.1f}" for x in share)
+                + f" (median {med(share):.1f})"
+            )
         print(
             f"{side}: Cohort's launch path (median): "
             + ", ".join(
@@ -324,9 +345,16 @@ def main() -> None:
         "queues of an earlier stack would refuse the new jobs of the same "
         "ids); default: a redis-server of the stack's own",
     )
+    parser.add_argument(
+        "--sides",
+        default="HTP",
+        help="the sides to run, H first (HTQP adds Q, the trainer without callbacks)",
+    )
     args = parser.parse_args()
+    if not args.sides.startswith("H") or set(args.sides) - set(TITLES):
+        parser.error(f"--sides: H first, then any of {''.join(TITLES)[1:]}")
     pool = SLOTS if args.pool == "auto" else int(args.pool)  # what the agent keeps idle
-    sides: dict[str, list[dict[str, float]]] = {"H": [], "T": [], "P": []}
+    sides: dict[str, list[dict[str, float]]] = {side: [] for side in args.sides}
     with tempfile.TemporaryDirectory(prefix="cohort-bench-overhead-") as scratch:
         workdir = Path(scratch)
         workdir.chmod(0o711)  # replicas of a root agent run as their job's uid
@@ -339,7 +367,8 @@ def main() -> None:
             client = Client(stack.url, stack.token, timeout=120)
             digest = push_script(client, workdir)
             for run in range(args.runs + 1):  # run 0 warms the page cache and the bundle
-                order = "HTP"[run % 3 :] + "HTP"[: run % 3]
+                turn = run % len(args.sides)
+                order = args.sides[turn:] + args.sides[:turn]
                 got: dict[str, dict[str, float]] = {}
                 for side in order:
                     settle(stack.settings.data_dir, pool)
@@ -355,12 +384,12 @@ def main() -> None:
                     + " | ".join(
                         f"{side} first step {got[side]['first step']:.2f} s, steady "
                         f"{got[side]['steady step'] * 1e3:.2f} ms, done {got[side]['done']:.2f} s"
-                        for side in "HTP"
+                        for side in args.sides
                     ),
                     flush=True,
                 )
                 if run:
-                    for side in "HTP":
+                    for side in args.sides:
                         sides[side].append(got[side])
         finally:
             stack.stop()

@@ -151,6 +151,13 @@ def train(ctx: Any) -> dict[str, float]:
     return run(ctx.strategy, ctx.index, ctx.replicas, hp, ctx.callbacks(global_batch))
 
 
+def train_quiet(ctx: Any) -> dict[str, float]:
+    """The trainer side without Cohort's callbacks (bench/overhead.py's side Q): no metric
+    point per step, so that what the points cost shows beside side T."""
+    hp = {**HP, **ctx.hyperparameters}
+    return run(ctx.strategy, ctx.index, ctx.replicas, hp, [])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
