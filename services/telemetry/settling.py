@@ -9,6 +9,9 @@ them in its own time (the leader holds an exit for the metric stream's ingest, a
 a few seconds: workers/control/ingest.py points_stored_so_far; not for the log stream's).
 So the job is *settled* when
 
+0. it never left the queue (cancelled or expired there): it never had a replica, so
+   nothing was shipped and nothing is waited for, neither Redis nor the ingest (a follow
+   of a job cancelled while queued waited for the ingest's backlog of other jobs); or
 1. every replica of its current attempt has a terminal replica status (its exit was
    reported, it was stopped, or its node was lost), and then
 2. the leader's ingest has stored everything appended to the metric and log streams up
@@ -23,27 +26,49 @@ that comes back) is stored but not streamed: `GET /jobs/{id}/logs` and `/metrics
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import redis
+import sqlalchemy as sa
 
 from services.db import session_scope
 from services.jobs import store
-from services.models import Job
-from services.statuses import TERMINAL_REPLICA_STATUSES
+from services.models import Job, JobEvent
+from services.statuses import TERMINAL_REPLICA_STATUSES, JobStatus
 from services.wire.keys import LEADER_GROUP, LOGS_STREAM, METRICS_STREAM
 
 INGESTED_STREAMS = (METRICS_STREAM, LOGS_STREAM)
 
 
-def replicas_done(job_id: int) -> bool:
-    """In its own transaction: every replica of the job's current attempt is done."""
+class Shipping(Enum):
+    """What a job's replicas may still ship to the ingested streams."""
+
+    NEVER = "never"  # no replica was ever placed (or the job is gone): nothing to store
+    RUNNING = "running"  # a replica of its current attempt is not done yet
+    DONE = "done"  # every replica of its current attempt is done
+
+
+def shipping(job_id: int) -> Shipping:
+    """In its own transaction: where the job's replicas stand."""
     with session_scope() as session:
         job = session.get(Job, job_id)
         if job is None:
-            return True
+            return Shipping.NEVER
         replicas = store.read_current_replicas(session=session, jobs=[job])[job_id]
-        return all(r.status in TERMINAL_REPLICA_STATUSES for r in replicas)
+        if any(r.status not in TERMINAL_REPLICA_STATUSES for r in replicas):
+            return Shipping.RUNNING
+        # A gang is placed as its job leaves the queue (queued -> scheduled): a job that
+        # never took that edge never had a replica. (The current attempt's gang may not be
+        # placed yet while an earlier one's shipped points.)
+        placed = bool(replicas) or session.scalar(
+            sa.select(
+                sa.exists().where(
+                    JobEvent.job_id == job_id, JobEvent.to_status == JobStatus.SCHEDULED
+                )
+            )
+        )
+        return Shipping.DONE if placed else Shipping.NEVER
 
 
 def _order(entry_id: str) -> tuple[int, int]:
@@ -89,7 +114,10 @@ class Settling:
     def settled(self, job_id: int, client: redis.Redis) -> bool:
         """Check once (blocking: run it off the event loop)."""
         if self.ends is None:
-            if not replicas_done(job_id):
+            state = shipping(job_id)
+            if state is Shipping.NEVER:
+                return True
+            if state is Shipping.RUNNING:
                 return False
             self.ends = stream_ends(client)
         return ingested_through(client, self.ends)

@@ -303,16 +303,11 @@ def test_a_job_event_when_the_place_in_the_queue_moves(committed: Any) -> None:
     run(scenario)
 
 
-@pytest.mark.usefixtures("bus")
 def test_followers_of_many_jobs_share_one_status_read_a_period(
     committed: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The status checks of every job followed in a process are one SQL read per period
-    (not one per job), and a job that changes still gets its status event.
-
-    `bus` empties this worker's Redis db: the cancelled job's status is held until the
-    ingest has stored everything on the metric and log streams (services/telemetry/settling.py),
-    and no ingest runs here, so an entry another test left there held it for SETTLE_LIMIT."""
+    (not one per job), and a job that changes still gets its status event."""
     from services.db import session_scope
     from services.jobs.transitions import transition_job
     from services.statuses import JobStatus
@@ -400,17 +395,23 @@ def test_a_bad_resume_point_is_a_422_naming_where_it_came_from(
 
 
 def test_a_follow_of_a_job_finished_before_it_began_ends_without_a_poll(
-    committed: Any, monkeypatch: pytest.MonkeyPatch
+    bus: redis.Redis, committed: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A finished job's stream opened (the dashboard, `cohort job follow`, a test waiting
     # for its job): settled already, it ends at once, not after a first STATUS_POLL of
     # waiting (it used to take a second). With the poll made a minute, the follow must
     # end well within it.
+    # The job was cancelled in the queue: no replica ever shipped anything, so it does not
+    # wait for the leader's ingest either, here behind by another job's point (it held
+    # this follow for SETTLE_LIMIT when another test left one on the worker's Redis).
     from services.db import session_scope
     from services.jobs import store as jobs
     from services.models import Job
     from services.telemetry import follow as follow_module
+    from services.wire.keys import LEADER_GROUP, METRICS_STREAM
 
+    bus.xgroup_create(METRICS_STREAM, LEADER_GROUP, id="$", mkstream=True)
+    bus.xadd(METRICS_STREAM, {"kind": "metric"})  # never delivered: no ingest runs here
     _, job_id = committed()
     with session_scope() as session:
         jobs.request_cancel(session=session, job=session.get(Job, job_id))
