@@ -377,9 +377,10 @@ def half_stored(engine: sa.Engine, project_id: int) -> int:
         )
 
 
-def migrated_by(tree: Path, env: dict[str, str]) -> str:
-    """A new database migrated by the checkout at `tree` (`cohort migrate`): its URL."""
-    url = pg.new_database(pg.DEFAULT_SERVER, "api_bench_before")
+def migrated_by(tree: Path, env: dict[str, str], prefix: str) -> str:
+    """A new database `<prefix>_<random>` migrated by the checkout at `tree` (`cohort
+    migrate`): its URL."""
+    url = pg.new_database(pg.DEFAULT_SERVER, prefix)
     subprocess.run(
         [sys.executable, "-m", "cli", "migrate"],
         cwd=tree,
@@ -413,7 +414,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--db", default="api_bench_throughput")
+    parser.add_argument(
+        "--db", default="api_bench_throughput", help="the prefix of the sides' databases"
+    )
     parser.add_argument("--load")
     parser.add_argument("--token", default="")
     parser.add_argument("--prefix", default="j")
@@ -429,16 +432,12 @@ def main() -> None:
         run_load(args.load, args.token, args.clients, args.duration, args.prefix)
         return
 
-    from tests.conftest import create_database, drop_database
-
     bus = redis.Redis.from_url(args.redis, decode_responses=True)
     bus.flushdb()
-    db_url = create_database(args.db)
     data = Path(f"/tmp/{args.db}")
     data.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
-        "COHORT_DATABASE_URL": db_url,
         "COHORT_REDIS_URL": args.redis,
         "COHORT_BOOTSTRAP_TOKEN": TOKEN,
         "COHORT_DATA_DIR": str(data),
@@ -449,9 +448,10 @@ def main() -> None:
     }
     # Each Cohort side on a database its own checkout migrated (a change of the schema,
     # an index say, is part of what is compared); the bare route's rows go to this one's.
+    db_url = migrated_by(ROOT, env, args.db)
     databases = {"cohort": db_url, "bare": db_url}
     if args.before:
-        databases["before"] = migrated_by(args.before, env)
+        databases["before"] = migrated_by(args.before, env, f"{args.db}_before")
     # The Cohort sides' rows go to the submitter's project, the bare route's to its own.
     projects = {
         name: project_of(url, "bench", USER_TOKEN)
@@ -469,7 +469,9 @@ def main() -> None:
             # queue) or last (right after another's burst).
             for name in kinds[round_index % len(kinds) :] + kinds[: round_index % len(kinds)]:
                 server = (
-                    start_bare(env, projects["bare"], data)
+                    start_bare(
+                        {**env, "COHORT_DATABASE_URL": databases[name]}, projects["bare"], data
+                    )
                     if name == "bare"
                     else start_cohort(
                         {**env, "COHORT_DATABASE_URL": databases[name]},
@@ -525,9 +527,8 @@ def main() -> None:
             server.stop()
         for engine in engines.values():
             engine.dispose()
-        drop_database(args.db)
-        if args.before:
-            pg.drop_database(pg.DEFAULT_SERVER, databases["before"])
+        for url in set(databases.values()):
+            pg.drop_database(pg.DEFAULT_SERVER, url)
 
 
 def per_round(results: dict[str, list[dict[str, Any]]]) -> None:

@@ -84,6 +84,20 @@ def live_api(pg_url: str) -> Iterator[str]:  # noqa: ARG001
     thread.join(10)
 
 
+# The signing key of the schedulers these tests run by hand (nodes' keys derive from it).
+SIGNING_KEY = "0" * 64
+
+
+class Kept:
+    """A scheduler's sender that keeps the messages it would send to nodes."""
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+
+    def send(self, messages: list[Any]) -> None:
+        self.messages += messages
+
+
 def ship_points(
     client: redis.Redis, job_id: int, points: list[list[Any]], attempt: int = 1, replica: int = 0
 ) -> None:

@@ -13,10 +13,8 @@ import sqlalchemy as sa
 
 from services.wire.keys import EVENTS_STREAM, METRICS_STREAM
 from tests.conftest import database_refused
-from tests.streams.conftest import ingest_until, ship_points
+from tests.streams.conftest import SIGNING_KEY, Kept, ingest_until, ship_points
 from workers.control.streams import GROUP
-
-SIGNING_KEY = "0" * 64
 
 
 def pending(bus: redis.Redis, stream: str) -> int:
@@ -61,20 +59,12 @@ def test_events_read_while_the_database_is_down_are_applied_later(
     from services.settings import get_settings
     from services.wire.client import publish_node_event
     from services.wire.events import ReplicaExited
-    from services.wire.replica import Message
     from services.wire.signing import Keyring, node_key
     from workers.control.scheduler import Scheduler
 
-    class Sent:
-        def __init__(self) -> None:
-            self.messages: list[Message] = []
-
-        def send(self, messages: list[Message]) -> None:
-            self.messages += messages
-
     _, job_id = committed()
     keyring = Keyring(SIGNING_KEY)
-    scheduler = Scheduler(get_settings(), bus, Sent(), keyring)
+    scheduler = Scheduler(get_settings(), bus, Kept(), keyring)
     fence = begin_term(lease=10)  # this scheduler leads (taken while SQL answers)
     for index in (0, 1):
         publish_node_event(

@@ -20,15 +20,8 @@ import redis
 import sqlalchemy as sa
 
 from services.wire.keys import METRICS_STREAM
-from tests.streams.conftest import ingest_until, ship_points
+from tests.streams.conftest import SIGNING_KEY, Kept, ingest_until, ship_points
 from workers.control.streams import ensure_group
-
-SIGNING_KEY = "0" * 64
-
-
-class Sent:
-    def send(self, messages: list[Any]) -> None:
-        pass
 
 
 @pytest.fixture
@@ -116,7 +109,7 @@ def leader(bus: redis.Redis) -> Any:
     from services.wire.signing import Keyring
     from workers.control.scheduler import Scheduler
 
-    return Scheduler(get_settings(), bus, Sent(), Keyring(SIGNING_KEY)), begin_term(lease=10)
+    return Scheduler(get_settings(), bus, Kept(), Keyring(SIGNING_KEY)), begin_term(lease=10)
 
 
 def test_an_exit_that_restarts_the_gang_waits_for_the_points_shipped_before_it(

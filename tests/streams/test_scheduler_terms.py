@@ -17,16 +17,7 @@ import redis
 import sqlalchemy as sa
 
 from services.wire.keys import attempt_key
-
-SIGNING_KEY = "0" * 64
-
-
-class Kept:
-    def __init__(self) -> None:
-        self.messages: list[Any] = []
-
-    def send(self, messages: list[Any]) -> None:
-        self.messages += messages
+from tests.streams.conftest import SIGNING_KEY, Kept
 
 
 @pytest.fixture
