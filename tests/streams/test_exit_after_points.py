@@ -53,6 +53,7 @@ def running_replica(job_id: int, node_id: str) -> None:
         for target in (JobStatus.SCHEDULED, JobStatus.RUNNING):
             transition_job(session=session, job_id=job_id, target=target, reason="test")
         row = {**replica_rows(job_id, 1, utcnow())[0], "node_id": node_id, "status": "running"}
+        row["started_at"] = utcnow()
         session.execute(sa.insert(Replica), [row])
 
 
@@ -68,6 +69,20 @@ def ship_last_points_then_exit(bus: redis.Redis, job_id: int, node_id: str) -> N
         ReplicaExited(node_id=node_id, job_id=job_id, attempt=1, index=0, exit_code=1, ts=0.0),
         node_key(SIGNING_KEY, node_id),
     )
+
+
+def beat_listing_the_exit(bus: redis.Redis, job_id: int, node_id: str) -> None:
+    """The agent's heartbeat once the replica's process is gone: its exit code, listed
+    from before the exit's event is published (the agent reaps the job's leftovers in
+    between) until long after."""
+    from services.wire.events import NodeHeartbeat
+    from services.wire.keys import NODES_HASH
+    from services.wire.signing import HEARTBEAT, node_key, seal
+
+    now = time.time()
+    body = NodeHeartbeat(node_id, "10.1.0.1", 1, now, exited=((job_id, 1, 0, 1),)).encode()
+    key = node_key(SIGNING_KEY, node_id)
+    bus.hset(NODES_HASH, node_id, seal(key, purpose=HEARTBEAT, node_id=node_id, body=body))
 
 
 def stored_steps(job_id: int) -> list[int]:
@@ -156,3 +171,31 @@ def test_without_an_ingest_an_exit_is_applied_after_the_wait(
     # What came after the next attempt started is an old attempt's, refused.
     assert ingest_until(bus, 1, timeout=1) == 0
     assert stored_steps(job_id) == []
+
+
+def test_an_exit_a_heartbeat_lists_first_waits_for_the_points_shipped_before_it(
+    bus: redis.Redis, committed: Any, node: str
+) -> None:
+    """The pass records an exit its agent's beat lists: it too waits for the replica's
+    last points (the drained gang's saved step was refused when the beat came first)."""
+    _, job_id = committed(replicas=1, restart_policy="on_failure", max_restarts=1)
+    running_replica(job_id, node)
+    ensure_group(bus, METRICS_STREAM)
+    ship_points(bus, job_id, [[step, 0, "loss", 1.0 / step, 1.0] for step in (1, 2, 3)])
+    beat_listing_the_exit(bus, job_id, node)  # its event is not published yet
+    scheduler, fence = leader(bus)
+    scheduler.points_before_exit = 60.0  # as above: held by the unstored points alone
+    passes = threading.Thread(target=scheduler.run_pass, args=(fence,))
+    passes.start()
+    time.sleep(0.5)
+    assert passes.is_alive() and job_attempt(job_id) == 1
+    assert ingest_until(bus, 3) == 3
+    passes.join(30)
+    assert not passes.is_alive()
+    assert settled_attempt(job_id) == 2
+    assert stored_steps(job_id) == [1, 2, 3]
+    # The next pass lists the same exit: nothing new to wait for.
+    started = time.monotonic()
+    ship_points(bus, job_id, [[4, 0, "loss", 0.25, 1.0]])  # unstored, and no wait for it
+    scheduler.run_pass(fence)
+    assert time.monotonic() - started < 30

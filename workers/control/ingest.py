@@ -152,6 +152,18 @@ def points_stored_so_far(client: redis.Redis, timeout: float, poll: float = 0.00
     return True
 
 
+def points_first(client: redis.Redis, timeout: float, exits: str) -> None:
+    """Before the leader applies `exits` (what they are, for the warning): wait, at most
+    `timeout`, for the points shipped before them to be stored (points_stored_so_far)."""
+    if not points_stored_so_far(client, timeout):
+        log.warning(
+            "applying %s with the metrics ingest over %.1fs behind: their last points may "
+            "be refused as an old attempt's",
+            exits,
+            timeout,
+        )
+
+
 # Points and lines are stored and published one commit at a time (see the module's
 # docstring): the two feeds' threads take turns here.
 _ONE_ORDER = threading.Lock()

@@ -54,7 +54,7 @@ from workers.control.ingest import (
     METRICS,
     POINTS_BEFORE_EXIT,
     ingest_while,
-    points_stored_so_far,
+    points_first,
 )
 from workers.control.pacing import PassPacer
 from workers.control.refusals import Refusals
@@ -120,6 +120,8 @@ class Scheduler:
         # The beating nodes' rows as this term's last committed pass left them
         # (services/cluster/nodes.record_heartbeats): a new term reads them from SQL.
         self.node_rows: NodeRows = {}
+        # The exits the last pass's beats listed: (node, replica key).
+        self.beat_exits: set[tuple[str, tuple[int, int, int]]] = set()
 
     def run_pass(self, fence: Fence) -> None:
         """One pass in one fenced transaction, then its messages.
@@ -137,6 +139,14 @@ class Scheduler:
         if self.unheard:
             self.restore_attempts(fence)
         heartbeats = read_heartbeats(self.redis, self.keyring, self.refusals, self.node_arrivals)
+        # An agent lists a replica's exit in its beats from before it publishes the exit's
+        # event (it reaps the job's leftovers in between), and the pass records an exit a
+        # beat lists: the replica's last points, shipped before either, are stored first,
+        # as for the event (the drained gang's saved step was refused again so).
+        exits = {(beat.node_id, key) for beat in heartbeats for key in beat.exited}
+        if exits - self.beat_exits:
+            points_first(self.redis, self.points_before_exit, "exits heartbeats list")
+        self.beat_exits = exits
         progress = read_progress(self.redis, self.progress_arrivals)
         output = read_output(self.redis, self.output_arrivals)
         with fence.scope() as session:
@@ -188,12 +198,7 @@ class Scheduler:
         for entries in self.events.batches(block_ms):
             if any(fields.get("kind") == ReplicaExited.KIND for _, fields in entries):
                 # The replicas' last points, shipped before their exits, stored first.
-                if not points_stored_so_far(self.redis, self.points_before_exit):
-                    log.warning(
-                        "applying replica exits with the metrics ingest over %.1fs behind: "
-                        "their last points may be refused as an old attempt's",
-                        self.points_before_exit,
-                    )
+                points_first(self.redis, self.points_before_exit, "replica exits")
             for entry_id, fields in entries:
                 try:
                     messages = apply_event(trusted_event(fields, self.keyring), fence)
