@@ -62,7 +62,6 @@ TOKEN = "bench-throughput-token-0123456789abcdef"  # the bootstrap (admin) token
 # queue), in a project of its own ("bench"); the bare app's rows go to another ("bare").
 USER_TOKEN = "bench-submitter-token-0123456789abcdef"
 JOB = {"strategy": "one_device", "replicas": 1}
-PROFILE_RATE = 100  # py-spy's samples a second of each process (`--profile`)
 
 
 # -- the load client (run as a process of its own: `--load URL`) ---------------------------
@@ -284,36 +283,12 @@ def burst(
     profile: Path | None = None,
 ) -> dict[str, Any]:
     """One burst against `server`; its figures and the CPU each process used.
-    `profile`: where py-spy (not a dependency: `pip install py-spy`) writes each
-    process's collapsed stacks during the burst."""
-    spies = (
-        [
-            subprocess.Popen(
-                [
-                    "py-spy",
-                    "record",
-                    "--pid",
-                    str(process.pid),
-                    "--subprocesses",
-                    "--nonblocking",
-                    "--gil",
-                    "--format",
-                    "raw",
-                    "--rate",
-                    str(PROFILE_RATE),
-                    "--duration",
-                    str(int(duration)),
-                    "--output",
-                    str(profile / f"{prefix}-{name}.txt"),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for name, process in server.processes.items()
-        ]
+    `profile`: where py-spy writes each process's collapsed stacks during the burst."""
+    spies = [
+        bench_processes.py_spy(process.pid, profile / f"{prefix}-{name}.txt", duration)
+        for name, process in server.processes.items()
         if profile
-        else []
-    )
+    ]
     watched = {name: tree(process) for name, process in server.processes.items()}
     watched["postgres"] = postgres_processes()
     before = {name: cpu_times(procs) for name, procs in watched.items()}

@@ -176,20 +176,9 @@ def cohort_launch(
     postgres_share = (postgres_cpu() - pg0) / elapsed
     if job["status"] != "succeeded":
         raise RuntimeError(f"job {job['id']} {job['status']}: {job['reason']}")
-    if side in TRAINERS:
-        points = client.metrics(job["id"], name=["bench_first_step", "bench_steady_step"])
-        first = [p["value"] for p in points if p["name"] == "bench_first_step"]
-        steady = [p["value"] for p in points if p["name"] == "bench_steady_step"]
-    else:
-        printed = [
-            json.loads(line.line.split(" ", 1)[1])
-            for line in client.logs(job["id"])
-            if line.line.startswith("BENCH_TIMING ")
-        ]
-        first = [t["bench_first_step"] for t in printed]
-        steady = [t["bench_steady_step"] for t in printed]
-    if len(first) != 2 or len(steady) != 2:
-        raise RuntimeError(f"job {job['id']}: timings of {len(first)} replicas, expected 2")
+    timings = replica_timings(client, job["id"], side)
+    first = [t["bench_first_step"] for t in timings]
+    steady = [t["bench_steady_step"] for t in timings]
     warm = sum("cohort: warm replica: process" in line.line for line in client.logs(job["id"]))
     events = {e["to_status"]: stamp(e["created_at"]) for e in client.events(job["id"])}
     spawned = max(stamp(r["started_at"]) for r in job["replica_list"])
@@ -204,6 +193,28 @@ def cohort_launch(
         "scheduled -> spawned": spawned - events["scheduled"],
         "spawned -> first step": max(first) - spawned,
     }
+
+
+TIMINGS = ("bench_first_step", "bench_train_end", "bench_steady_step")
+
+
+def replica_timings(client: Client, job_id: int, side: str) -> list[dict[str, float]]:
+    """Each replica's timings (plain_mlp.run's): a trainer job's are its result's metric
+    points, a command job's the BENCH_TIMING line it printed."""
+    if side in TRAINERS:
+        by_replica: dict[int, dict[str, float]] = {}
+        for point in client.metrics(job_id, name=list(TIMINGS)):
+            by_replica.setdefault(point["replica"], {})[point["name"]] = point["value"]
+        timings = list(by_replica.values())
+    else:
+        timings = [
+            json.loads(line.line.split(" ", 1)[1])
+            for line in client.logs(job_id)
+            if line.line.startswith("BENCH_TIMING ")
+        ]
+    if len(timings) != 2 or any(set(TIMINGS) - set(t) for t in timings):
+        raise RuntimeError(f"job {job_id}: timings of {len(timings)} replicas, expected 2")
+    return timings
 
 
 def stamp(value: str) -> float:

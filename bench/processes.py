@@ -95,6 +95,23 @@ def stop(*processes: subprocess.Popen[bytes] | None, grace: float = 20.0) -> Non
             process.wait()
 
 
+PROFILE_RATE = 100  # py-spy's samples a second of each process profiled
+
+
+def py_spy(
+    pid: int, output: Path, duration: float, *, children: bool = True
+) -> subprocess.Popen[bytes]:
+    """py-spy (not a dependency: `pip install py-spy`) recording process `pid` (and its
+    children: an api's workers; not an agent's replicas) for `duration` s, nonblocking,
+    into `output` as collapsed stacks."""
+    argv = ["py-spy", "record", "--pid", str(pid), "--nonblocking", "--gil"]
+    argv += ["--subprocesses"] if children else []
+    argv += ["--format", "raw", "--rate", str(PROFILE_RATE), "--duration", str(int(duration))]
+    return subprocess.Popen(
+        [*argv, "--output", str(output)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
 async def open_sse(
     host: str, port: int, path: str, token: str
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:

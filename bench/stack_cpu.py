@@ -2,24 +2,26 @@
 
 A stack (`cli.stack.Stack`: api, scheduler, one agent, its Redis; PostgreSQL is the
 server of `--pg`) is started, left idle for `--idle` seconds, then runs one 2-replica
-MultiWorkerMirroredStrategy job of bench/plain_mlp.py as a `python plain_mlp.py` command
-job, long enough to train for about `--epochs` x `--steps` steps. Every process of the
-stack is read from /proc every 0.5 s (user + system CPU): the api, the scheduler, the
-agent, Redis, and the PostgreSQL server processes serving the stack's database. Reported,
-as % of one core:
+MultiWorkerMirroredStrategy job of bench/plain_mlp.py, long enough to train for about
+`--epochs` x `--steps` steps: (`--jobs`) as a `python plain_mlp.py` command job, P; its
+`train` as a `trainer` job, T, whose callbacks record metric points every step; or that
+trainer without those callbacks, Q. Every process of the stack is read from /proc every
+0.5 s (user + system CPU): the api, the scheduler, the agent, Redis, and the PostgreSQL
+server processes serving the stack's database. Reported, as % of one core:
 
 * idle: over the idle window, no job (what the stack costs to exist: its periodic passes,
   heartbeats, polls);
 * training: from 1 s after the later replica's first step to 0.5 s before the earlier
-  replica's fit returned (each replica prints both times; the agent's warm processes do
+  replica's fit returned (each replica reports both times; the agent's warm processes do
   not refill meanwhile: its slots are busy);
 * per job: training - idle, what one running job adds (its progress, points, logs, the
   agent's following of its replicas).
 
 The replicas' own CPU is not the stack's and is not counted.
 
-Sides, each a fresh stack, interleaved round by round (the order rotated): `--interval`
-values of COHORT_SCHEDULER_INTERVAL (`default`: the stack's own default), on this
+Sides, each a fresh stack, interleaved round by round (the order rotated): each `--jobs`
+kind under each `--interval` value of COHORT_SCHEDULER_INTERVAL (`default`: the stack's
+own default), on this
 checkout and, with `--against DIR`, on another (the commit before, say): the bench
 copies its own files (BENCH_FILES) into DIR/bench, and each round runs as a child
 process in its checkout, so the stack's processes import that checkout's code. The
@@ -27,7 +29,10 @@ median of each side's rounds, and the per-round ratios of each side to the first
 their median.
 
     .venv/bin/python bench/stack_cpu.py [--rounds 3] [--interval 1,default] [--idle 20] \
-        [--against /tmp/before]
+        [--jobs P,T,Q] [--against /tmp/before] [--profile DIR]
+
+`--profile DIR`: py-spy's stacks of the api, the scheduler and the agent while the job
+trains (`--profile-seconds` from `--profile-delay` after it is running), a file each.
 """
 
 from __future__ import annotations
@@ -51,15 +56,19 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.overhead import job_spec, push_script, stack_settings  # noqa: E402
+from bench.overhead import TITLES, job_spec, push_script, replica_timings, stack_settings  # noqa: E402
 from bench.pg import DEFAULT_SERVER, drop_database, new_database  # noqa: E402
+from bench.processes import py_spy  # noqa: E402
 from cli.stack import Stack  # noqa: E402
 from cohort.client import Client  # noqa: E402
 from services.statuses import TERMINAL_STATUSES  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 PARTS = ("api", "scheduler", "agent", "redis", "postgres")
-BENCH_FILES = ("stack_cpu.py", "overhead.py", "plain_mlp.py", "pg.py")
+BENCH_FILES = ("stack_cpu.py", "overhead.py", "plain_mlp.py", "pg.py", "processes.py")
+# What a round's child process is told of the parent's arguments.
+FORWARDED = ("idle", "settle", "epochs", "steps", "pg", "db_prefix", "profile")
+FORWARDED += ("profile_delay", "profile_seconds")
 
 
 def process_cpu(pid: int) -> float:
@@ -102,9 +111,10 @@ def share(a: tuple[float, dict[str, float]], b: tuple[float, dict[str, float]]) 
 
 
 def one_round(
-    args: argparse.Namespace, interval: str, workdir: Path
+    args: argparse.Namespace, interval: str, side: str, workdir: Path
 ) -> dict[str, dict[str, float]]:
-    """A fresh stack with this scheduler interval: its idle and training shares."""
+    """A fresh stack with this scheduler interval: its idle and training shares while a
+    job of `side` (bench/overhead.py's P, T or Q) trains."""
     database = new_database(args.pg, f"{args.db_prefix}_stack_cpu")
     settings = stack_settings(argparse.Namespace(redis=None, pool="auto"), workdir, database)
     if interval != "default":
@@ -120,19 +130,20 @@ def one_round(
         time.sleep(args.idle)
         idle = share(start, (time.time(), meter.read()))
         readings = []
-        job = client.submit(job_spec(0, digest, "P", args.epochs, args.steps))
+        job = client.submit(job_spec(0, digest, side, args.epochs, args.steps))
+        spies: list[subprocess.Popen[bytes]] = []
         while job["status"] not in TERMINAL_STATUSES:
             readings.append((time.time(), meter.read()))
             time.sleep(0.5)
             if len(readings) % 10 == 0:  # the client's own requests: every 5 s
                 job = client.job(job["id"])
+                if args.profile and job["status"] == "running" and not spies:
+                    spies = profile(stack, args.profile / f"{side}-{interval}", args)
+        for spy in spies:
+            spy.wait()
         if job["status"] != "succeeded":
             raise RuntimeError(f"job {job['id']} {job['status']}: {job['reason']}")
-        timing = [
-            json.loads(line.line.split(" ", 1)[1])
-            for line in client.logs(job["id"])
-            if line.line.startswith("BENCH_TIMING ")
-        ]
+        timing = replica_timings(client, job["id"], side)
         begin = max(t["bench_first_step"] for t in timing) + 1.0
         end = min(t["bench_train_end"] for t in timing) - 0.5
         window = [r for r in readings if begin <= r[0] <= end]
@@ -142,6 +153,23 @@ def one_round(
     finally:
         stack.stop()
         drop_database(args.pg, database)
+
+
+def profile(stack: Stack, prefix: Path, args: argparse.Namespace) -> list[subprocess.Popen[bytes]]:
+    """py-spy recording the stack's processes (PostgreSQL aside) for `--profile-seconds`,
+    from `--profile-delay` s on (the replicas past their first steps)."""
+    time.sleep(args.profile_delay)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    return [
+        py_spy(
+            process.pid,
+            Path(f"{prefix}-{name}-{process.pid}.txt"),
+            args.profile_seconds,
+            children=False,
+        )
+        for name, process in stack.children
+        if name != "redis"
+    ]
 
 
 def report(sides: dict[str, list[dict[str, dict[str, float]]]]) -> None:
@@ -172,11 +200,13 @@ def report(sides: dict[str, list[dict[str, dict[str, float]]]]) -> None:
             )
 
 
-def child_round(args: argparse.Namespace, tree: Path, interval: str) -> dict[str, Any]:
+def child_round(args: argparse.Namespace, tree: Path, interval: str, job: str) -> dict[str, Any]:
     """One round in a child process of checkout `tree`: its figures."""
     argv = [sys.executable, "bench/stack_cpu.py", "--one-round", "--interval", interval]
-    for flag in ("idle", "settle", "epochs", "steps", "pg", "db_prefix"):
-        argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    argv += ["--jobs", job]
+    for flag in FORWARDED:
+        if getattr(args, flag) is not None:
+            argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
@@ -192,6 +222,13 @@ def main() -> None:
         default="1,default",
         help="COHORT_SCHEDULER_INTERVAL of each side, comma-separated (default: the stack's)",
     )
+    parser.add_argument(
+        "--jobs",
+        default="P",
+        help="the job of each side, comma-separated: P a `python plain_mlp.py` command, "
+        "T its `train` as a trainer (a metric point per step), Q the trainer without "
+        "Cohort's callbacks",
+    )
     parser.add_argument("--against", type=Path, help="another checkout: its sides too")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of the idle window")
     parser.add_argument("--settle", type=float, default=30.0, help="seconds before it")
@@ -199,13 +236,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--pg", default=DEFAULT_SERVER)
     parser.add_argument("--db-prefix", default="cohort_bench")
+    parser.add_argument(
+        "--profile", type=Path, help="a directory for py-spy's stacks of the stack's processes"
+    )
+    parser.add_argument("--profile-delay", type=float, default=5.0)
+    parser.add_argument("--profile-seconds", type=float, default=20.0)
     parser.add_argument("--one-round", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.profile:  # the rounds' children run in their checkouts
+        args.profile = args.profile.resolve()
     if args.one_round:  # a child: one round of this checkout, as JSON
         with tempfile.TemporaryDirectory(prefix="cohort-bench-stack-cpu-") as scratch:
             workdir = Path(scratch)
             workdir.chmod(0o711)  # replicas of a root agent run as their job's uid
-            print(json.dumps(one_round(args, args.interval, workdir)))
+            print(json.dumps(one_round(args, args.interval, args.jobs, workdir)))
         return
     trees = {}  # the other checkout first: the ratios are this one's to it
     if args.against:
@@ -214,9 +258,10 @@ def main() -> None:
             shutil.copy(ROOT / "bench" / name, trees["before"] / "bench" / name)
     trees["this"] = ROOT
     sides = {
-        f"{tree} interval {interval}": (path, interval)
+        f"{tree} interval {interval}, {TITLES[job]}": (path, interval, job)
         for tree, path in trees.items()
         for interval in args.interval.split(",")
+        for job in args.jobs.split(",")
     }
     results: dict[str, list[dict[str, dict[str, float]]]] = {side: [] for side in sides}
     for run in range(args.rounds):
