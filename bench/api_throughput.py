@@ -443,16 +443,11 @@ def main() -> None:
             # Rotated each round, so that no side always runs first (on the emptiest
             # queue) or last (right after another's burst).
             for name in kinds[round_index % len(kinds) :] + kinds[: round_index % len(kinds)]:
+                side_env = {**env, "COHORT_DATABASE_URL": databases[name]}
                 server = (
-                    start_bare(
-                        {**env, "COHORT_DATABASE_URL": databases[name]}, projects["bare"], data
-                    )
+                    start_bare(side_env, projects["bare"], data)
                     if name == "bare"
-                    else start_cohort(
-                        {**env, "COHORT_DATABASE_URL": databases[name]},
-                        data,
-                        args.before if name == "before" else ROOT,
-                    )
+                    else start_cohort(side_env, data, args.before if name == "before" else ROOT)
                 )
                 servers.append(server)
                 prefix = f"{name}{round_index}"

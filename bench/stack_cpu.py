@@ -21,10 +21,9 @@ The replicas' own CPU is not the stack's and is not counted.
 
 Sides, each a fresh stack, interleaved round by round (the order rotated): each `--jobs`
 kind under each `--interval` value of COHORT_SCHEDULER_INTERVAL (`default`: the stack's
-own default), on this
-checkout and, with `--against DIR`, on another (the commit before, say): the bench
-copies its own files (BENCH_FILES) into DIR/bench, and each round runs as a child
-process in its checkout, so the stack's processes import that checkout's code. The
+own default), on this checkout and, with `--against DIR`, on another (the commit before,
+say): the bench copies its own files (BENCH_FILES) into DIR/bench, and each round runs as
+a child process in its checkout, so the stack's processes import that checkout's code. The
 median of each side's rounds, and the per-round ratios of each side to the first, with
 their median.
 
@@ -56,29 +55,25 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.overhead import TITLES, job_spec, push_script, replica_timings, stack_settings  # noqa: E402
+from bench.overhead import (  # noqa: E402
+    TITLES,
+    cpu_seconds,
+    job_spec,
+    push_script,
+    replica_timings,
+    stack_settings,
+)
 from bench.pg import DEFAULT_SERVER, drop_database, new_database  # noqa: E402
 from bench.processes import py_spy  # noqa: E402
 from cli.stack import Stack  # noqa: E402
 from cohort.client import Client  # noqa: E402
 from services.statuses import TERMINAL_STATUSES  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
 PARTS = ("api", "scheduler", "agent", "redis", "postgres")
 BENCH_FILES = ("stack_cpu.py", "overhead.py", "plain_mlp.py", "pg.py", "processes.py")
 # What a round's child process is told of the parent's arguments.
 FORWARDED = ("idle", "settle", "epochs", "steps", "pg", "db_prefix", "profile")
 FORWARDED += ("profile_delay", "profile_seconds")
-
-
-def process_cpu(pid: int) -> float:
-    """CPU-seconds (user + system) process `pid` has used; 0 once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 class Meter:
@@ -90,7 +85,7 @@ class Meter:
         self.admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
 
     def read(self) -> dict[str, float]:
-        cpu = {name: process_cpu(process.pid) for name, process in self.stack.children}
+        cpu = {name: cpu_seconds(process.pid)[1] for name, process in self.stack.children}
         with self.admin.connect() as connection:
             pids = connection.execute(
                 sa.text("SELECT pid FROM pg_stat_activity WHERE datname = :name"),
@@ -98,7 +93,7 @@ class Meter:
             ).scalars()
             # Backends come and go: a gone one's CPU is lost from the sum, so the
             # window's figure for PostgreSQL is a lower bound.
-            cpu["postgres"] = sum(process_cpu(pid) for pid in pids)
+            cpu["postgres"] = sum(cpu_seconds(pid)[1] for pid in pids)
         return cpu
 
 

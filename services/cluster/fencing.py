@@ -87,18 +87,14 @@ def check_token(*, session: Session, token: int, lease: float | None = None) -> 
         Fenced: a newer term's token exists; nothing was written.
     """
     if session.get_bind().dialect.name == "postgresql":
-        if lease is not None:
-            session.execute(
-                sa.select(
-                    sa.func.set_config(
-                        "idle_in_transaction_session_timeout",
-                        f"{max(1, round(lease * 1000))}ms",
-                        True,
-                    )
-                )
-            )
-        session.execute(sa.select(sa.func.pg_advisory_xact_lock_shared(FENCE_LOCK_KEY)))
-        # Read after the lock: no token can be issued from here until this one ends.
+        hold = [sa.func.pg_advisory_xact_lock_shared(FENCE_LOCK_KEY)]
+        if lease is not None:  # in the same round trip: every fenced transaction pays it
+            timeout = f"{max(1, round(lease * 1000))}ms"
+            hold.append(sa.func.set_config("idle_in_transaction_session_timeout", timeout, True))
+        session.execute(sa.select(*hold))
+        # Read after the lock, in a statement of its own: a statement's snapshot is taken
+        # when it starts, so a read in the locking statement could miss a token committed
+        # while it waited. No token can be issued from here until this transaction ends.
         newest = newest_token(session=session)
         if newest != token:
             raise Fenced(token, newest)

@@ -11,7 +11,7 @@ and status changes write them under locks that keep them true (services/telemetr
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -31,37 +31,52 @@ def newest_id(session: Session, table: Table, job_id: int, before: int | None = 
     return int(session.execute(query).scalar_one())
 
 
-def newest_ids_before(session: Session, table: Table, firsts: dict[int, int]) -> dict[int, int]:
-    """Per job of `firsts`, the id of its newest row of `table` below the given id (0 if
-    none): one statement for all of them on PostgreSQL (an index probe on `(job_id, id)`
-    per job), where the ingest would otherwise wait for a round trip per job per read."""
+def newest_rows(
+    session: Session, firsts: dict[int, int], tables: Sequence[tuple[Table, bool]]
+) -> dict[int, tuple[int, ...]]:
+    """Per job of `firsts`, for each `(table, below)` the id of the job's newest row of
+    `table` (below the job's given id where `below`; 0 if none).
+
+    One statement for every job and table on PostgreSQL (an index probe on `(job_id, id)`
+    per job and table), where the ingest would otherwise wait for a round trip per job,
+    per table, per read."""
     if not firsts:
         return {}
     if session.get_bind().dialect.name != "postgresql":  # in-process: no round trips
         return {
-            job_id: newest_id(session, table, job_id, before) for job_id, before in firsts.items()
+            job_id: tuple(
+                newest_id(session, table, job_id, before if below else None)
+                for table, below in tables
+            )
+            for job_id, before in firsts.items()
         }
-    name = table.__tablename__
+    # Table names are the models' own, never a caller's string.
+    columns = ", ".join(
+        f"(SELECT coalesce(max(t{n}.id), 0) FROM {table.__tablename__} t{n} "
+        f"WHERE t{n}.job_id = f.job_id{f' AND t{n}.id < f.before' if below else ''})"
+        for n, (table, below) in enumerate(tables)
+    )
     reply = session.execute(
         sa.text(
-            f"SELECT f.job_id, (SELECT coalesce(max(t.id), 0) FROM {name} t "
-            "WHERE t.job_id = f.job_id AND t.id < f.before) "
-            "FROM unnest(CAST(:jobs AS integer[]), CAST(:befores AS bigint[])) AS f(job_id, before)"
+            f"SELECT f.job_id, {columns} FROM unnest(CAST(:jobs AS integer[]), "
+            "CAST(:befores AS bigint[])) AS f(job_id, before)"
         ),
         {"jobs": list(firsts), "befores": list(firsts.values())},
     )
-    return {int(job_id): int(newest) for job_id, newest in reply}
+    return {int(row[0]): tuple(int(newest) for newest in row[1:]) for row in reply}
 
 
 def newest_ids(session: Session, table: Table, job_ids: Collection[int]) -> dict[int, int]:
     """Per job, the id of its newest row of `table` (0 if none)."""
-    return newest_ids_before(session, table, dict.fromkeys(job_ids, NO_BOUND))
+    marks = newest_rows(session, dict.fromkeys(job_ids, NO_BOUND), ((table, False),))
+    return {job_id: ids[0] for job_id, ids in marks.items()}
 
 
 def stream_marks(session: Session, job_ids: Collection[int]) -> dict[int, tuple[int, int]]:
     """Per job, its newest metric point and log line ids: where a status change stored now
     stands in the job's stream. The caller holds the jobs' row locks (FOR NO KEY UPDATE,
     which the ingest's FOR SHARE waits for): no row of these jobs commits until it does."""
-    points = newest_ids(session, MetricPoint, job_ids)
-    lines = newest_ids(session, LogLine, job_ids)
-    return {job_id: (points[job_id], lines[job_id]) for job_id in job_ids}
+    marks = newest_rows(
+        session, dict.fromkeys(job_ids, NO_BOUND), ((MetricPoint, False), (LogLine, False))
+    )
+    return {job_id: (marks[job_id][0], marks[job_id][1]) for job_id in job_ids}

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from services.jobs.stream_marks import newest_ids, newest_ids_before
+from services.jobs.stream_marks import newest_ids
 from services.models import LogLine, MetricPoint
 from services.telemetry.metrics import current_attempts
 from services.wire.batches import LogBatch
@@ -116,8 +116,3 @@ def read_lines_after(
         .limit(limit)
     )
     return list(session.execute(query).scalars())
-
-
-def newest_line_ids(*, session: Session, firsts: dict[int, int]) -> dict[int, int]:
-    """Per job, the id of its newest line below the given id (the ingest's `prev`)."""
-    return newest_ids_before(session, LogLine, firsts)

@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from services.jobs.stream_marks import newest_id, newest_ids_before
+from services.jobs.stream_marks import newest_id
 from services.models import Job, MetricPoint
 from services.wire.batches import MetricBatch, Point
 from services.wire.feed import MetricRow
@@ -243,11 +243,6 @@ def read_metrics(
         MetricPoint.attempt, MetricPoint.step, MetricPoint.replica, MetricPoint.name
     ).limit(limit)
     return list(session.execute(query).scalars())
-
-
-def newest_point_ids(*, session: Session, firsts: dict[int, int]) -> dict[int, int]:
-    """Per job, the id of its newest point below the given id (the ingest's `prev`)."""
-    return newest_ids_before(session, MetricPoint, firsts)
 
 
 def newest_point_id(*, session: Session, job_id: int, before: int | None = None) -> int:

@@ -1,8 +1,12 @@
 """The leader's consumer-group reader (workers/control/streams.py) on a real Redis: what a
-crashed leader left unacknowledged is read again, first; what was acknowledged never is."""
+crashed leader left unacknowledged is read again, first; what was acknowledged never is;
+a reader whose reads end cleanly asks Redis for nothing but new entries."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import redis
 
 from workers.control.streams import GroupReader
@@ -10,8 +14,29 @@ from workers.control.streams import GroupReader
 STREAM = "cohort:test-group-reader"
 
 
-def _read(reader: GroupReader) -> list[list[str]]:
-    return [[fields["n"] for _id, fields in entries] for entries in reader.batches(block_ms=10)]
+class Counting(redis.Redis):
+    """The same Redis, each command's name recorded as it is sent."""
+
+    sent: list[str]
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.sent.append(str(args[0]))
+        return super().execute_command(*args, **options)
+
+
+def counting(bus: redis.Redis) -> Counting:
+    client = Counting(connection_pool=bus.connection_pool)
+    client.sent = []
+    return client
+
+
+def _read(reader: GroupReader, *, ack: bool = False) -> list[list[str]]:
+    read = []
+    for entries in reader.batches(block_ms=10):
+        read.append([fields["n"] for _id, fields in entries])
+        if ack:
+            reader.ack(*[entry_id for entry_id, _ in entries])
+    return read
 
 
 def test_unacknowledged_entries_come_back_first_and_acknowledged_ones_never(
@@ -22,15 +47,44 @@ def test_unacknowledged_entries_come_back_first_and_acknowledged_ones_never(
         bus.xadd(STREAM, {"n": str(n)})
     assert _read(reader) == [["0", "1"]]  # one read of `count` new entries
 
-    # A leader that read "0" and "1" and died before acknowledging them: they come back,
-    # ahead of the entry nobody has read yet.
+    # A leader that read "0" and "1" and died before acknowledging them: the next
+    # leader's reader reads them again, ahead of the entry nobody has read yet.
+    reader = GroupReader(bus, STREAM, count=2)
     assert _read(reader) == [["0", "1"], ["2"]]
 
     pending = [entry_id for entry_id, _ in bus.xrange(STREAM)]
+    reader = GroupReader(bus, STREAM, count=2)
     reader.ack(*pending[:2])
     assert _read(reader) == [["2"]]
     reader.ack(pending[2])
+    assert _read(GroupReader(bus, STREAM, count=2)) == []
+
+
+def test_a_read_its_caller_did_not_finish_is_read_again_by_the_same_reader(
+    bus: redis.Redis,
+) -> None:
+    reader = GroupReader(bus, STREAM, count=10)
     assert _read(reader) == []
+    bus.xadd(STREAM, {"n": "a"})
+    with pytest.raises(RuntimeError):
+        for _entries in reader.batches(block_ms=10):
+            raise RuntimeError("the SQL commit failed before the acknowledgement")
+    bus.xadd(STREAM, {"n": "b"})
+    assert _read(reader, ack=True) == [["a"], ["b"]]  # the pending one first
+    assert _read(reader, ack=True) == []
+
+
+def test_a_clean_reader_asks_only_for_new_entries(bus: redis.Redis) -> None:
+    client = counting(bus)
+    reader = GroupReader(client, STREAM, count=10)
+    assert _read(reader, ack=True) == []  # the first read: the group made, pending asked
+    assert client.sent == ["XGROUP CREATE", "XREADGROUP", "XREADGROUP"]
+
+    client.sent.clear()
+    bus.xadd(STREAM, {"n": "x"})
+    assert _read(reader, ack=True) == [["x"]]
+    assert _read(reader, ack=True) == []
+    assert client.sent == ["XREADGROUP", "XACK", "XREADGROUP"]
 
 
 def test_the_group_is_made_again_after_redis_loses_it(bus: redis.Redis) -> None:
@@ -38,4 +92,5 @@ def test_the_group_is_made_again_after_redis_loses_it(bus: redis.Redis) -> None:
     assert _read(reader) == []  # makes the stream and the group
     bus.flushdb()
     bus.xadd(STREAM, {"n": "after"})
-    assert _read(reader) == [["after"]]
+    assert _read(reader, ack=True) == [["after"]]  # a clean reader, its group gone
+    assert _read(reader) == []

@@ -301,14 +301,21 @@ def test_a_new_leadership_term_never_runs_a_second_ingester(
     real = ingest.ingest_once
     guard = threading.Lock()
 
-    def counted(client: redis.Redis, feed: Any, *, sessions: Any, block_ms: int = 1000) -> int:  # noqa: ARG001
+    def counted(
+        client: redis.Redis,
+        feed: Any,
+        *,
+        sessions: Any,
+        block_ms: int = 1000,  # noqa: ARG001
+        reader: Any = None,
+    ) -> int:
         nonlocal busy, most
         with guard:
             busy += 1
             most = max(most, busy)
         try:
             time.sleep(0.05)  # a slow statement
-            return real(client, feed, block_ms=50, sessions=sessions)
+            return real(client, feed, block_ms=50, sessions=sessions, reader=reader)
         finally:
             with guard:
                 busy -= 1

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from services.cluster.fencing import Fenced
 from services.db import Sessions
-from services.jobs.stream_marks import newest_ids
+from services.jobs.stream_marks import Table, newest_rows
 from services.models import JobEvent, LogLine, MetricPoint
 from services.telemetry import live, logs, metrics, settling
 from services.wire.feed import Place
@@ -52,8 +52,8 @@ class Feed:
     parse: Callable[[str], list[Any]]  # the entry's rows, as `store` takes them
     # (session=, rows=) -> the new rows in id order, each (job id, *the feed row)
     store: Callable[..., list[tuple[Any, ...]]]
-    # (session=, firsts={job: id}) -> {job: its newest id below that}, in one statement
-    newest: Callable[..., dict[int, int]]
+    table: Table  # where `store` puts the rows
+    other: Table  # the other feed's: each commit's place names its newest row there
     count: int  # entries per read
 
 
@@ -62,11 +62,12 @@ METRICS = Feed(
     "metric",
     metrics.parse_rows,
     metrics.insert_point_rows,
-    metrics.newest_point_ids,
+    MetricPoint,
+    LogLine,
     1000,
 )
 LOGS = Feed(
-    LOGS_STREAM, "log", logs.parse_log_batch, logs.insert_line_rows, logs.newest_line_ids, 500
+    LOGS_STREAM, "log", logs.parse_log_batch, logs.insert_line_rows, LogLine, MetricPoint, 500
 )
 
 
@@ -93,28 +94,35 @@ def _store(
         first: dict[int, int] = {}
         for row in new_rows:
             first.setdefault(row[0], row[1])
-        # One statement per kind for every job of the read (not a round trip per job);
-        # the jobs' rows are locked (feed.store): no status change of them lands meanwhile.
-        prev = feed.newest(session=session, firsts=first)
-        other = newest_ids(session, MetricPoint if feed.kind == "log" else LogLine, first)
-        events = newest_ids(session, JobEvent, first)
-        return new_rows, {job: Place(prev[job], other[job], events[job]) for job in first}
+        # One statement for every job of the read and all three kinds (not a round trip
+        # per job or kind); the jobs' rows are locked (feed.store): no status change of
+        # them lands meanwhile.
+        marks = newest_rows(
+            session, first, ((feed.table, True), (feed.other, False), (JobEvent, False))
+        )
+        return new_rows, {job: Place(*marks[job]) for job in first}
 
 
 def ingest_once(
-    client: redis.Redis, feed: Feed, *, sessions: Sessions, block_ms: int = 1000
+    client: redis.Redis,
+    feed: Feed,
+    *,
+    sessions: Sessions,
+    block_ms: int = 1000,
+    reader: GroupReader | None = None,
 ) -> int:
     """Store one read of `feed` in SQL, then acknowledge it; returns the rows stored.
 
     `sessions` opens each transaction: the leader's term's `Fence.scope`, so a deposed
     leader stores nothing (tests and benchmarks of the ingest alone pass
-    `services.db.session_scope`, with no leader to fence).
+    `services.db.session_scope`, with no leader to fence). `reader`: the term's reader of
+    the feed, kept from read to read (a new one reads the pending entries first).
 
     Raises:
         Fenced: a newer leader took over; nothing of the read was stored, published or
             acknowledged.
     """
-    reader = GroupReader(client, feed.stream, feed.count)
+    reader = reader or GroupReader(client, feed.stream, feed.count)
     stored = 0
     for entries in reader.batches(block_ms):
         rows = []
@@ -185,10 +193,11 @@ def ingest_while(client: redis.Redis, feed: Feed, term: Term) -> None:
             break
     else:
         return
+    reader = GroupReader(client, feed.stream, feed.count)
     try:
         while term.leading.is_set():
             try:
-                ingest_once(client, feed, sessions=term.fence.scope, block_ms=500)
+                ingest_once(client, feed, sessions=term.fence.scope, block_ms=500, reader=reader)
             except Fenced as exc:  # the entries stay pending for the newer leader
                 term.step_down(str(exc))
             except Exception:

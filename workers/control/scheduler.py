@@ -95,7 +95,6 @@ class Scheduler:
         self.stopping = threading.Event()
         self.lock_ttl = settings.SCHEDULER_LOCK_TTL
         self.lock = client.lock(SCHEDULER_LOCK, timeout=self.lock_ttl, thread_local=False)
-        self.events = GroupReader(client, EVENTS_STREAM, count=200)
         self.points_before_exit = POINTS_BEFORE_EXIT  # the longest an exit waits for them
         self.generation = Generation()  # Redis' data (services/wire/generation.py)
         self._new_term()
@@ -108,6 +107,8 @@ class Scheduler:
         # excused, in the first pass that commits (`run_pass`); a standby that takes over
         # after a wipe never saw the old marker, so `Generation.check` cannot tell it.
         self.unheard = True
+        # The events as this term reads them: first what an earlier term left pending.
+        self.events = GroupReader(self.redis, EVENTS_STREAM, count=200)
         # Arrivals are timed from this term's first read: what was read in an earlier term
         # (or by another leader) says nothing of what arrived in between.
         self.node_arrivals: Arrivals[str] = Arrivals()
