@@ -6,6 +6,7 @@ The core, which imports no room:
     settings.py    every process's settings, from `COHORT_*` environment variables
     health_settings.py  their part on stragglers and quarantined nodes
     replica_pool_settings.py  their part on agents' warm replica processes
+    telemetry_settings.py  their part on replicas' per-step points
     setting_lists.py  a list setting read from the environment ("a,b" or JSON)
     startup_objects.py  a service's startup objects kept out of the collector's full runs
     db.py          the engine, sessions and the transaction scope

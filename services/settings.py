@@ -16,6 +16,7 @@ from services.data_dir import private_data_dir
 from services.health_settings import HealthSettings
 from services.replica_pool_settings import ReplicaPoolSettings
 from services.setting_lists import split_list
+from services.telemetry_settings import TelemetrySettings
 from services.webhooks.settings import WebhookSettings
 
 # An MLflow server's address: http(s)://host[:port][/path], databricks[://profile], or ""
@@ -37,7 +38,9 @@ def tracking_uri_problem(uri: str) -> str | None:
     )
 
 
-class Settings(WebhookSettings, HealthSettings, ReplicaPoolSettings, BaseSettings):
+class Settings(
+    WebhookSettings, HealthSettings, ReplicaPoolSettings, TelemetrySettings, BaseSettings
+):
     """Configuration shared by the api, the scheduler, agents and the CLI."""
 
     model_config = SettingsConfigDict(env_prefix="COHORT_", extra="ignore", case_sensitive=False)

@@ -36,6 +36,10 @@ settings.load_profile("cohort")
 # compose nodes (they inherit this environment) keep none, except where a test sets its
 # own size: the pool's own tests, and the fault tests run once with pooled replicas.
 os.environ.setdefault("COHORT_REPLICA_POOL_SIZE", "0")
+# Replicas ship every step's points: many tests count a trainer's steps one by one. A
+# node samples them above 10 steps a second by default (workers/step_records.py): the
+# tests of that set it (tests/e2e/test_step_points.py, the drained trainer gang's).
+os.environ.setdefault("COHORT_STEP_POINTS_PER_SECOND", "0")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -15,4 +15,6 @@ room of its own that never imports the others (they talk through Redis).
                   by its agent (the warm process and the agent set it alike)
     python_args.py which `python ...` commands a warm process runs as a fresh
                   interpreter would (agent and warm process read it alike)
+    step_records.py a replica's per-step records and which become points, above a
+                  rate (the replica's writer; the agent sets the rate)
 """

@@ -24,9 +24,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, TextIO
+from typing import Any, TextIO
 
 from services.wire.batches import Point
+from workers.step_records import StepRecord, StepSampler
 
 FLUSH_INTERVAL = 0.25  # seconds between time-triggered flushes
 FLUSH_POINTS = 200  # a buffer this large is flushed at the next step
@@ -38,25 +39,6 @@ BEAT_INTERVAL = 1.0
 # Step records kept while the sender cannot keep up (its write stuck): beyond this the
 # oldest are dropped, as MAX_BUFFER drops the oldest points.
 MAX_RECORDS = 50_000
-
-
-class StepRecord(NamedTuple):
-    """One step (or epoch end) as the training thread hands it over, converted later.
-
-    `logs` is the mapping Keras passed (numpy values, or tensors when the callback takes
-    tf logs), never copied: Keras builds a new one per step and mutates none it passed.
-    `clock` is `time.perf_counter()` at the step's end (the point's ts is derived from
-    it when converted); `step_time` None for records with no timing (epoch ends);
-    `examples` the global batch, for examples_per_sec.
-    """
-
-    step: int
-    epoch: int | None
-    logs: Mapping[str, Any] | None
-    prefix: str  # put before every log name: "" for a step, "epoch_" for an epoch end
-    clock: float
-    step_time: float | None
-    examples: int
 
 
 def status_line(line: str, stream: TextIO) -> None:
@@ -88,8 +70,12 @@ class PointBuffer:
         flush_interval: float = FLUSH_INTERVAL,
         flush_points: int = FLUSH_POINTS,
         max_buffer: int = MAX_BUFFER,
+        sampler: StepSampler | None = None,
     ) -> None:
+        """`sampler`: which step records become points (workers/step_records.py); None:
+        every one."""
         self._job_id, self._attempt, self._replica = job_id, attempt, replica
+        self._sampler = sampler
         self._flush_interval = flush_interval
         self._flush_points = flush_points
         self._max_buffer = max_buffer
@@ -132,7 +118,8 @@ class PointBuffer:
         stuck in a collective, a frozen input pipeline or a stopped process goes quiet
         and the scheduler's watchdog sees it. While steps are recorded the lines of
         points the sender writes for them are progress too (the agent counts every
-        line), so a loop beats only where it makes no steps (evaluation, serving). A
+        line), and the sender beats for steps it recorded but held back (sampled), so a
+        loop beats only where it makes no steps (evaluation, serving). A
         beat says "alive through this time"; `extend` dates it ahead for a phase with
         no steps to beat from (saving).
         """
@@ -197,19 +184,26 @@ class PointBuffer:
                 continue
             try:
                 with self._lock:
+                    stepped = bool(self._records)
                     # Converted even while sends are paused, so MAX_BUFFER bounds a
                     # long outage with its count of dropped points.
                     self._drain()
                     if self._buffer and time.monotonic() >= self._paused_until:
                         self._send_buffer()
+                    elif stepped and not self._buffer:
+                        # Every step since was held back (sampled): the records are the
+                        # training loop's own progress, which their lines would have shown.
+                        self.beat()
             except Exception as exc:  # noqa: BLE001 - the thread must outlive a bad flush
                 warn(f"shipping metrics failed ({type(exc).__name__}: {exc}); retrying")
 
-    def _drain(self) -> None:
+    def _drain(self, *, release: bool = False) -> None:
         """Turn the step records into points (with the lock held, so one thread pops
-        at a time and points keep the records' order)."""
+        at a time and points keep the records' order); `release`: the step the sampler
+        holds back too (a flush that must show the newest step)."""
         records = self._records
-        if not records:
+        sampler = self._sampler
+        if not records and not (release and sampler is not None):
             return
         if len(records) == records.maxlen:
             warn(
@@ -218,17 +212,30 @@ class PointBuffer:
             )
         # One offset per drain: the wall clock a perf_counter reading corresponds to.
         offset = time.time() - time.perf_counter()
-        append = self._append_point
+        convert = self._convert
         while records:
-            step, epoch, logs, prefix, clock, step_time, examples = records.popleft()
-            ts = offset + clock
-            if logs:
-                for name, value in logs.items():
-                    append(step, epoch, f"{prefix}{name}", value, ts)
-            if step_time is not None:
-                append(step, epoch, "step_time", step_time, ts)
-                if step_time > 0:
-                    append(step, epoch, "examples_per_sec", examples / step_time, ts)
+            record = records.popleft()
+            if sampler is None:
+                convert(record, offset)
+            else:
+                for kept in sampler.take(record):
+                    convert(kept, offset)
+        if release and sampler is not None:
+            for kept in sampler.release():
+                convert(kept, offset)
+
+    def _convert(self, record: StepRecord, offset: float) -> None:
+        """Buffer one step record's points (the lock held)."""
+        step, epoch, logs, prefix, clock, step_time, examples = record
+        append = self._append_point
+        ts = offset + clock
+        if logs:
+            for name, value in logs.items():
+                append(step, epoch, f"{prefix}{name}", value, ts)
+        if step_time is not None:
+            append(step, epoch, "step_time", step_time, ts)
+            if step_time > 0:
+                append(step, epoch, "examples_per_sec", examples / step_time, ts)
 
     def _append_point(self, step: int, epoch: int | None, name: str, value: Any, ts: float) -> None:
         """Check and buffer one point (the lock held)."""
@@ -287,7 +294,7 @@ class PointBuffer:
         if not self._lock.acquire(timeout=lock_timeout):
             return False
         try:
-            self._drain()
+            self._drain(release=True)
             while True:
                 if self._send_buffer():
                     return True
@@ -302,7 +309,7 @@ class PointBuffer:
     ) -> bool:
         """Report the trainer's final metrics at the final step and flush them."""
         with self._lock:
-            self._drain()  # the steps recorded so far set last_step
+            self._drain(release=True)  # the steps recorded so far set last_step
             final_step = self.last_step if step is None else step
             ts = time.time()
             for name, value in metrics.items():

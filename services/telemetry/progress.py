@@ -3,8 +3,9 @@ known, the total, percent done and an ETA.
 
 The length is known for the built-in trainers (their hyperparameters hold epochs and
 steps_per_epoch, defaults included) and for a trainer whose job gave both: they report
-a `step_time` point per step (the callbacks of `ctx.callbacks()`), so the newest is the
-current step and the recent ones give the step rate. A command, or a trainer whose job
+a `step_time` point per step (the callbacks of `ctx.callbacks()`; one in several above a
+rate, workers/step_records.py), so the newest is the current step and the recent ones
+give the step rate. A command, or a trainer whose job
 named no length, runs as long as its own code says: its progress is what it reported,
 the newest step of any point of the chief (TensorBoard scalars, `cohort.report()`), with
 its epoch if the point carried one; never a total, a percent or an ETA taken from
@@ -25,7 +26,8 @@ from services.jobs.trainers import BUILTIN_TRAINERS
 from services.models import Job, MetricPoint
 from services.statuses import JobStatus
 
-RATE_WINDOW = 50  # steps the rate is measured over: recent enough to follow a slowdown
+RATE_WINDOW = 50  # points the rate is measured over (their steps over their seconds: a
+# sampled step stands for several, workers/step_records.py), recent enough to follow a slowdown
 # The built-in trainers' length when a stored job (an old row) does not name it.
 DEFAULT_EPOCHS = int(Hyperparameters.model_fields["epochs"].default)
 DEFAULT_STEPS_PER_EPOCH = int(Hyperparameters.model_fields["steps_per_epoch"].default)

@@ -80,23 +80,33 @@ def read_scaling(*, session: Session, job: Job) -> JobScaling | None:
 
 def _examples_per_second(session: Session, job: Job) -> list[float]:
     """Each replica's examples/s over the current attempt, the first step left out;
-    replicas with no timed step after the first are left out."""
-    sums = session.execute(
+    replicas with no timed step after the first are left out.
+
+    Above a rate, a replica ships one step in several, its `step_time` the mean over the
+    steps since the one shipped before it (workers/step_records.py): so each rollup
+    bucket's mean (total over points) counts for the steps its points stand for, from the
+    last step of the bucket before it. Where every step is a point, that is each step's
+    time summed, as it always was."""
+    buckets = session.execute(
         sa.select(
             MetricRollup.replica,
-            sa.func.sum(MetricRollup.total),
-            sa.func.sum(MetricRollup.points),
-            sa.func.min(MetricRollup.first_step),
+            MetricRollup.total,
+            MetricRollup.points,
+            MetricRollup.first_step,
+            MetricRollup.last_step,
         )
         .where(
             MetricRollup.job_id == job.id,
             MetricRollup.attempt == job.attempt,
             MetricRollup.name == STEP_TIME,
         )
-        .group_by(MetricRollup.replica)
+        .order_by(MetricRollup.replica, MetricRollup.bucket)
     ).all()
-    if not sums:
+    if not buckets:
         return []
+    starts: dict[int, int] = {}
+    for replica, _, _, first, _ in buckets:
+        starts.setdefault(replica, first)
     firsts = dict(
         session.execute(
             sa.select(MetricPoint.replica, MetricPoint.value).where(
@@ -106,7 +116,7 @@ def _examples_per_second(session: Session, job: Job) -> list[float]:
                 sa.or_(
                     *(
                         sa.and_(MetricPoint.replica == replica, MetricPoint.step == first)
-                        for replica, _, _, first in sums
+                        for replica, first in starts.items()
                     )
                 ),
             )
@@ -115,13 +125,30 @@ def _examples_per_second(session: Session, job: Job) -> list[float]:
         .all()
     )
     examples_per_step = _batch_size(job) * _devices(job)
-    rates = []
-    for replica, seconds, points, _ in sums:
-        seconds -= firsts.get(replica, 0.0)
-        steps = points - (1 if replica in firsts else 0)
-        if steps > 0 and seconds > 0:
-            rates.append(steps * examples_per_step / seconds)
-    return rates
+    return [
+        steps * examples_per_step / seconds
+        for seconds, steps in _timed_steps(buckets, firsts).values()
+        if steps > 0 and seconds > 0
+    ]
+
+
+def _timed_steps(buckets: Any, firsts: dict[int, float]) -> dict[int, list[float]]:
+    """Per replica, [seconds, steps] of its buckets (in step order), its first step out."""
+    timed: dict[int, list[float]] = {}
+    before: dict[int, int] = {}  # replica: the last step of its bucket before
+    for replica, total, points, first, last in buckets:
+        if replica not in before and replica in firsts:  # the attempt's first step: out
+            total, points, stood_for = total - firsts[replica], points - 1, last - first
+        elif replica not in before:
+            stood_for = last - first + 1
+        else:
+            stood_for = last - before[replica]
+        before[replica] = last
+        figures = timed.setdefault(replica, [0.0, 0])
+        if points > 0:
+            figures[0] += total / points * stood_for
+            figures[1] += stood_for
+    return timed
 
 
 def _baseline(session: Session, job: Job) -> tuple[Job, float] | None:

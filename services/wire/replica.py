@@ -183,6 +183,9 @@ class ReplicaLaunch(Contract):
 
     spec: ReplicaSpec
     job_dir: Annotated[Path, AfterValidator(_absolute)]  # the job's directory on this node
+    # Steps a second above which Cohort's runner ships one step's points in several
+    # (workers/step_records.py; the node's COHORT_STEP_POINTS_PER_SECOND); 0: every step.
+    step_points_per_second: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
 
 
 @dataclass(frozen=True, config=STRICT)

@@ -21,8 +21,10 @@ stand-ins of deploy/standins. The tests run in this order and share the stack's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import psutil
 import pytest
 
 from cohort.client import Client
@@ -38,8 +41,9 @@ from services.wire.signing import node_key
 from tests.conftest import worker_number
 from tests.containers.conftest import ROOT, Images
 from tests.e2e.conftest import free_port, job_story, wait_for, wait_terminal
-from tests.faults.conftest import steps_seen
+from tests.faults.conftest import running_replica, saved_checkpoint, steps_seen
 from tests.faults.nothing_lost import assert_stored_as_written
+from workers import layout
 from workers.node.checkpoint_names import named_checkpoints
 
 pytestmark = [pytest.mark.slow(900), pytest.mark.timeout(2400)]
@@ -368,20 +372,47 @@ def stored_checkpoint(stack: ComposeStack, job_id: int) -> int | None:
     return int(names[0].removeprefix("ckpt-"))
 
 
+def host_pid(container_pid: int, pid: int) -> int:
+    """The host's pid of the process `pid` in the container whose first process is
+    `container_pid` on the host (the api gives a replica's pid as its container sees it):
+    the process whose NSpid, its pid in each pid namespace, ends with `pid`."""
+    for process in psutil.Process(container_pid).children(recursive=True):
+        with contextlib.suppress(OSError):
+            status = Path(f"/proc/{process.pid}/status").read_text()
+            ids = next(
+                line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")
+            )
+            if ids[-1] == str(pid):
+                return process.pid
+    raise AssertionError(f"no process {pid} under container process {container_pid}")
+
+
 def test_an_agent_container_killed_mid_run_its_job_resumes_on_the_other(
     stack: ComposeStack,
 ) -> None:
     client = stack.client()
     job = client.submit(RESUMABLE)
+    replica = running_replica(client, job["id"], timeout=300)
+    node = replica["node_id"]
+    service = NODES_SERVICE[node]
+    before = stack.inspect(service)
+    # The replica is held still (SIGSTOP, from the host) once its first checkpoint is on
+    # its node's volume: 400 quick steps end in a second or two on a quiet machine, and
+    # the agent mirrors the checkpoint directory once a second, so a job left running
+    # could end (its BackupAndRestore deleting the directory, the mirror the stored copy
+    # with it) between two syncs, and the store never hold a checkpoint (a clean-clone
+    # run: no checkpoint in 300 s, the job succeeded on attempt 1). Frozen, its checkpoint
+    # stays for the agent to mirror; the container's crash below ends it (SIGKILL reaches
+    # a stopped process).
+    local = layout.checkpoint_dir(stack.data_dirs()[node], job["id"]) / "chief"
+    wait_for(lambda: saved_checkpoint(local), 300, "the first checkpoint on disk", interval=0.02)
+    os.kill(host_pid(before["State"]["Pid"], replica["pid"]), signal.SIGSTOP)
     number = wait_for(
         lambda: stored_checkpoint(stack, job["id"]),
-        300,
+        60,
         "the job's first checkpoint in the store",
         explain=lambda: job_story(client, job["id"]),
     )
-    node = client.job(job["id"])["replica_list"][0]["node_id"]
-    service = NODES_SERVICE[node]
-    before = stack.inspect(service)
     # A crash, not a stop: the restart policy brings a crashed container back. Its replica
     # dies with it (the container's PID 1), so once it is gone nothing more of attempt 1
     # reaches the store: the newest stored checkpoint is the one to resume from.

@@ -146,9 +146,13 @@ def test_a_drained_trainer_gang_saves_at_one_step_and_resumes_after_it(
     """The issue's figure: a 2-replica MWMS `trainer` job drained mid-epoch redoes at most
     one step. Cohort's callbacks answer SIGUSR1 together (workers/replica/backups.py: the
     workers agree on the step), save a step-level backup and exit 75; the next attempt
-    restores it on other nodes."""
+    restores it on other nodes. Its nodes sample per-step points, as nodes do by default
+    (workers/step_records.py): the step before the drain's exit is shipped whatever the
+    stride, so what was redone is still counted from the points."""
     artifacts = tmp_path / "shared-artifacts"
-    stack, client = make_stack(slots=1, COHORT_ARTIFACT_URL=str(artifacts))
+    stack, client = make_stack(
+        slots=1, COHORT_ARTIFACT_URL=str(artifacts), COHORT_STEP_POINTS_PER_SECOND="10"
+    )
     with_a_spare(stack, client, tmp_path)
     job = client.submit({**LONG_JOB, "name": "drained-trainer", "hyperparameters": TRAINER_HP})
     first = running(client, job["id"], 1, 30)

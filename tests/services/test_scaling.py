@@ -24,10 +24,12 @@ def finished(
     steps: int = 150,
     status: JobStatus = JobStatus.SUCCEEDED,
     job_fields: dict[str, object] | None = None,
+    times: list[tuple[int, float]] | None = None,
     **hyperparameters: object,
 ) -> Job:
     """A job of `replicas` replicas that took `step_time` seconds a step for `steps`
-    steps (after a slow first one), then ended in `status`."""
+    steps (after a slow first one), then ended in `status`; `times`: each replica's
+    (step, step_time) points instead."""
     fields = {
         "strategy": "multi_worker_mirrored" if replicas > 1 else "one_device",
         **(job_fields or {}),
@@ -47,11 +49,12 @@ def finished(
             "step": step,
             "epoch": 0,
             "name": "step_time",
-            "value": TRACING if step == 1 else step_time,
+            "value": value,
             "ts": 1000.0 + step,
         }
         for replica in range(replicas)
-        for step in range(1, steps + 1)
+        for step, value in times
+        or [(s, TRACING if s == 1 else step_time) for s in range(1, steps + 1)]
     ]
     store_points(session=session, rows=rows)
     for target in (JobStatus.SCHEDULED, JobStatus.RUNNING, status):
@@ -155,3 +158,28 @@ def test_a_running_job_has_no_report_and_one_without_timings_says_why(
     report = read_scaling(session=session, job=quiet)
     assert report is not None and report.total_examples_per_second is None
     assert "no `step_time` points" in report.note
+
+
+def test_sampled_steps_count_for_the_steps_they_stand_for(
+    session: Session, project_id: int
+) -> None:
+    """A fast replica ships one step in several, each the mean time of its steps: the
+    report's examples/s is every step's, though the first 50 steps weigh one each."""
+    from workers.step_records import StepRecord, StepSampler
+
+    sampler = StepSampler(per_second=10)
+    clock, records = 100.0, [StepRecord(1, 0, None, "", 100.0, TRACING, 32)]
+    # 600 steps of 2 ms (the 50 that set the stride, and more), then 4,000 of 4 ms.
+    for step in range(2, 4602):
+        step_time = 0.002 if step <= 601 else 0.004
+        clock += step_time
+        records.append(StepRecord(step, 0, None, "", clock, step_time, 32))
+    records.append(StepRecord(4601, 0, None, "epoch_", clock, None, 32))
+    shipped = [kept for record in records for kept in sampler.take(record)]
+    points = [(r.step, r.step_time) for r in shipped if r.step_time is not None]
+    assert len(points) < 200  # one step in 64 shipped past the first 50
+    job = finished(session, project_id, 1, 0.0, steps=4601, times=points)
+    report = read_scaling(session=session, job=job)
+    assert report is not None
+    every_step = 4600 * 32 / (600 * 0.002 + 4000 * 0.004)  # the first step left out
+    assert report.per_replica_examples_per_second == pytest.approx(every_step, rel=0.01)

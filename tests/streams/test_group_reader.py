@@ -1,6 +1,6 @@
 """The leader's consumer-group reader (workers/control/streams.py) on a real Redis: what a
-crashed leader left unacknowledged is read again, first; what was acknowledged never is;
-a reader whose reads end cleanly asks Redis for nothing but new entries."""
+crashed or deposed leader left unacknowledged is read again, first; what was acknowledged
+never is; a reader makes its group once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from workers.control.streams import GroupReader
+from workers.control.streams import CONSUMER, GROUP, GroupReader
 
 STREAM = "cohort:test-group-reader"
 
@@ -74,7 +74,9 @@ def test_a_read_its_caller_did_not_finish_is_read_again_by_the_same_reader(
     assert _read(reader, ack=True) == []
 
 
-def test_a_clean_reader_asks_only_for_new_entries(bus: redis.Redis) -> None:
+def test_a_reader_makes_its_group_once_and_asks_for_pending_entries_every_read(
+    bus: redis.Redis,
+) -> None:
     client = counting(bus)
     reader = GroupReader(client, STREAM, count=10)
     assert _read(reader, ack=True) == []  # the first read: the group made, pending asked
@@ -84,7 +86,22 @@ def test_a_clean_reader_asks_only_for_new_entries(bus: redis.Redis) -> None:
     bus.xadd(STREAM, {"n": "x"})
     assert _read(reader, ack=True) == [["x"]]
     assert _read(reader, ack=True) == []
-    assert client.sent == ["XREADGROUP", "XACK", "XREADGROUP"]
+    assert client.sent == ["XREADGROUP", "XREADGROUP", "XACK", "XREADGROUP", "XREADGROUP"]
+
+
+def test_entries_delivered_to_a_deposed_leader_are_read_by_the_next(bus: redis.Redis) -> None:
+    """Every leader reads as the one consumer. A leader frozen inside its blocking read is
+    still delivered what arrives (Redis answers the read; nobody stores it): the leader
+    that took over, whose own reads all ended cleanly, reads those entries next."""
+    reader = GroupReader(bus, STREAM, count=10)
+    assert _read(reader, ack=True) == []
+    bus.xadd(STREAM, {"n": "taken"})
+    # The deposed leader's read, answered while its process is stopped: never acknowledged.
+    deposed = bus.xreadgroup(GROUP, CONSUMER, {STREAM: ">"}, count=10)
+    assert [fields["n"] for _, entries in deposed for _id, fields in entries] == ["taken"]
+    bus.xadd(STREAM, {"n": "new"})
+    assert _read(reader, ack=True) == [["taken"], ["new"]]
+    assert _read(reader, ack=True) == []
 
 
 def test_the_group_is_made_again_after_redis_loses_it(bus: redis.Redis) -> None:

@@ -18,8 +18,9 @@ from cohort.metrics import decode_line
 from services.wire.batches import Point
 from workers.node.report_shipper import MetricsFileReader
 from workers.node.scalars import ReplicaFollower
-from workers.point_buffer import BEAT_INTERVAL, PointBuffer, StepRecord
+from workers.point_buffer import BEAT_INTERVAL, PointBuffer
 from workers.replica.report_writer import ReplicaReporter
+from workers.step_records import StepRecord
 
 DEADLINE = 10.0
 
@@ -174,10 +175,7 @@ def test_progress_lines_flow_while_steps_are_recorded_and_stop_when_they_stop(
 ) -> None:
     # The agent's follower counts every line as progress; the sender writes only what
     # the training thread recorded, so a hung training loop goes quiet.
-    path = tmp_path / "metrics.jsonl"
-    path.write_bytes(b"")
-    follower = ReplicaFollower(on_point=lambda _point: None, metrics_file=path)
-    reporter = ReplicaReporter(path, job_id=7, attempt=1, replica=0, flush_interval=0.01)
+    path, follower, reporter = followed(tmp_path)
     record = reporter.step_recorder()
     seen: list[float] = []
     for step in range(1, 4):
@@ -186,15 +184,36 @@ def test_progress_lines_flow_while_steps_are_recorded_and_stop_when_they_stop(
         assert follower.last_progress is not None
         seen.append(follower.last_progress)
     assert seen == sorted(seen)
+    assert_quiet_when_hung(reporter, follower, path, 0.1)
+    assert follower.last_progress == seen[-1]
+    reporter.close()
+
+
+def followed(
+    tmp_path: Path, **reporter_options: Any
+) -> tuple[Path, ReplicaFollower, ReplicaReporter]:
+    """A replica's metrics file, the agent's follower of it and the replica's reporter
+    writing it every 10 ms."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b"")
+    follower = ReplicaFollower(on_point=lambda _point: None, metrics_file=path)
+    reporter = ReplicaReporter(
+        path, job_id=7, attempt=1, replica=0, flush_interval=0.01, **reporter_options
+    )
+    return path, follower, reporter
+
+
+def assert_quiet_when_hung(
+    reporter: PointBuffer, follower: ReplicaFollower, path: Path, seconds: float
+) -> None:
+    """Hung: nothing recorded for `seconds` (many flush intervals), and nothing written."""
     size = path.stat().st_size
-    # Hung: nothing recorded for many flush intervals, and nothing is written.
-    for _ in range(10):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
         reporter.wake_sender()
         time.sleep(0.01)
     assert path.stat().st_size == size
     assert follower.poll() == 0
-    assert follower.last_progress == seen[-1]
-    reporter.close()
 
 
 def test_beats_are_rate_limited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -84,6 +84,7 @@ CONTRACTS: dict[type, st.SearchStrategy[Any]] = {
         st.lists(st.from_regex(r"[a-z0-9._-]{1,12}", fullmatch=True), max_size=4).map(
             lambda parts: Path("/", *parts)
         ),
+        st.floats(min_value=0, max_value=1e6),
     ),
     StartReplica: st.builds(
         StartReplica,

@@ -30,35 +30,31 @@ def ensure_group(client: redis.Redis, stream: str, group: str = GROUP) -> None:
 class GroupReader:
     """One stream read by the leader's consumer: `count` entries a read.
 
-    A reader asks for the leader's unacknowledged entries (and makes the group, if
-    missing) on its first read and on the read after one its caller did not finish (an
-    exception between a batch and its acknowledgement); once every batch of a read was
-    handled, the next read asks only for new entries. Each round trip saved counts: the
-    ingest reads several times a second while replicas ship points. A new term reads with
-    a new reader, so it starts with what an earlier leader left pending.
+    Every read asks for the consumer's unacknowledged entries first: not only this
+    reader's own failures leave some. Every leader reads as the one consumer, and a
+    deposed leader frozen inside a blocking read still has entries delivered to it, which
+    it never stores: the next leader finds them there (a reader that skipped the pending
+    read after a clean one left them unstored, and the exits that wait for them waited
+    past the lock's lease). The group is made on a reader's first read and again when a
+    read says `NOGROUP` (Redis lost it), not before every read: the ingest reads several
+    times a second while replicas ship points.
     """
 
     def __init__(self, client: redis.Redis, stream: str, count: int) -> None:
         self.client = client
         self.stream = stream
         self.count = count
-        self._clean = False  # the last read's batches were all handled
+        self._made = False  # the group made (or found) by this reader
 
     def batches(self, block_ms: int) -> Iterator[list[Entry]]:
-        """Unacknowledged entries (unless the last read ended cleanly), then new ones
-        (waiting up to `block_ms` for them)."""
-        if self._clean:
-            starts: tuple[str, ...] = (">",)
-        else:
+        """Unacknowledged entries, then new ones (waiting up to `block_ms` for them)."""
+        if not self._made:
             ensure_group(self.client, self.stream)
-            starts = ("0", ">")
-        # Clean again only once the caller has handled every batch this read yields.
-        self._clean = False
-        for start in starts:
+            self._made = True
+        for start in ("0", ">"):
             for _stream, entries in self._read(start, block_ms):
                 if entries:
                     yield entries
-        self._clean = True
 
     def _read(self, start: str, block_ms: int) -> list[tuple[str, list[Entry]]]:
         try:

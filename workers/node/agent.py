@@ -236,7 +236,7 @@ class Agent:
                 self.python_of(key),
                 self.replica_user(key.job_id),
                 self.pool,
-                self.settings.CONTAINER_ENGINE,
+                self.settings,
             )
         except CommandNotFound as exc:
             return None, (SPAWN_NOT_FOUND_EXIT, str(exc))

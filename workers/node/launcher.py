@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from services.data_dir import write_private
+from services.settings import Settings
 from services.wire.replica import ReplicaLaunch, ReplicaSpec, StartReplica
 from workers import handoff, python_args
 from workers.layout import ReplicaPaths
@@ -92,37 +93,32 @@ def spawn(
     data_dir: Path,
     python: str,
     user: ReplicaUser | None,
-    pool: ReplicaPool | None = None,
-    engine: str = "",
+    pool: ReplicaPool | None,
+    settings: Settings,
 ) -> ReplicaProcess:
     """Start the replica's process in its own process group, as `user` (None: as the
     agent), output to its log file; raises OSError if it cannot be started
     (CommandNotFound: the job's command is not on this node), or its spec not written.
     A replica a warm process may run (environment.warm_servable) goes to a ready one of
     `pool` (the same environment, directory, log and user), else starts cold. A job's
-    `image`: a container of it, through `engine` (workers/node/containers.py)."""
+    `image`: a container of it, through the node's CONTAINER_ENGINE
+    (workers/node/containers.py)."""
     key = ReplicaKey.of(message.spec)
     paths = ReplicaPaths.of(data_dir, key.job_id, key.attempt, key.index)
-    _write_inputs(message, paths, user)
+    _write_inputs(message, paths, user, settings.STEP_POINTS_PER_SECOND)
     image = message.spec.image is not None
     env = {} if image else replica_env(message, paths)
     cwd = paths.code_dir if message.spec.bundle else paths.work_dir
     argv, cwd = ([], cwd) if image else process_argv(message, paths, python, env)
     cwd.mkdir(parents=True, exist_ok=True)
-    # What the agent wrote for it (spec, code, a restored checkpoint) becomes its own.
-    for tree in (
-        paths.work_dir,
-        paths.checkpoint_dir,
-        paths.model_dir,
-        paths.tensorboard_dir,
-        paths.tmp_dir,
-    ):
-        isolation.hand_over(tree, user)
+    _hand_over(paths, user)
     # O_NOFOLLOW: the logs directory is the agent's alone, but never write through a link.
     log_fd = os.open(paths.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     if image:
         with open(log_fd, "ab") as log_file:
-            box, client = containers.start(message, paths, python, user, engine, log_file.fileno())
+            box, client = containers.start(
+                message, paths, python, user, settings.CONTAINER_ENGINE, log_file.fileno()
+            )
         return ReplicaProcess(key, client, paths.log_file, time.time(), container=box)
     with open(log_fd, "ab") as log_file:
         warm = _take_warm(pool, message.spec, cwd)
@@ -149,6 +145,19 @@ def spawn(
     )
 
 
+def _hand_over(paths: ReplicaPaths, user: ReplicaUser | None) -> None:
+    """What the agent wrote for the replica (spec, code, a restored checkpoint) becomes
+    its own."""
+    for tree in (
+        paths.work_dir,
+        paths.checkpoint_dir,
+        paths.model_dir,
+        paths.tensorboard_dir,
+        paths.tmp_dir,
+    ):
+        isolation.hand_over(tree, user)
+
+
 def _take_warm(pool: ReplicaPool | None, spec: ReplicaSpec, cwd: Path) -> WarmProcess | None:
     """A warm process for this replica, if it may have one and one is ready. A `python`
     command's directory must not hold a module the warm process imported already (a
@@ -162,11 +171,13 @@ def _take_warm(pool: ReplicaPool | None, spec: ReplicaSpec, cwd: Path) -> WarmPr
     return pool.take(unless=lambda preloaded: python_args.shadowed(offered, preloaded))
 
 
-def _write_inputs(message: StartReplica, paths: ReplicaPaths, user: ReplicaUser | None) -> None:
+def _write_inputs(
+    message: StartReplica, paths: ReplicaPaths, user: ReplicaUser | None, step_points: float
+) -> None:
     """The replica's directories, its spec and its hyperparameters file."""
     spec = message.spec
     isolation.lay_out(paths.data_dir, spec.job_id, spec.attempt, spec.index, user)
-    write_spec(paths.spec_file, ReplicaLaunch(spec, paths.job_dir))
+    write_spec(paths.spec_file, ReplicaLaunch(spec, paths.job_dir, step_points))
     write_private(paths.hyperparameters_file, json.dumps(spec.hyperparameters))
 
 

@@ -77,7 +77,7 @@ def respawn_in_place(agent: Agent, process: ReplicaProcess, code: int) -> Replic
                 agent.python_of(key),
                 agent.replica_user(key.job_id),
                 agent.pool,
-                agent.settings.CONTAINER_ENGINE,
+                agent.settings,
             )
         except Exception:  # noqa: BLE001 - then its exit is reported as it was
             log.exception("could not start %s again", key)

@@ -13,10 +13,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from workers.point_buffer import StepRecord, status_line, warn
+from workers.point_buffer import status_line, warn
 
 # Replica code imports the reporter from here.
 from workers.replica.report_writer import ReplicaReporter
+from workers.step_records import StepRecord
 
 __all__ = ["FINISH_GRACE", "ReplicaReporter", "announce", "metrics_callback", "warn"]
 

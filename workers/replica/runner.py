@@ -45,6 +45,7 @@ from workers.replica.trainers import (
     load_trainer,
     parse_trainer_name,
 )
+from workers.step_records import StepSampler
 
 # Keras 3's model.fit breaks under MultiWorkerMirroredStrategy. Nothing above imports
 # tensorflow (it is imported lazily), so this still comes first.
@@ -244,6 +245,7 @@ def _replica() -> int:
         attempt=spec.attempt,
         replica=spec.index,
         on_no_space=_stop_for_no_space,
+        sampler=StepSampler(launch.step_points_per_second),
     )
     reporter_box.append(reporter)
     sampler = ResourceSampler(reporter)
