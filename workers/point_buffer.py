@@ -34,8 +34,7 @@ FLUSH_POINTS = 200  # a buffer this large is flushed at the next step
 MAX_BUFFER = 100_000  # beyond this (the sink down for long) the oldest points are dropped
 ENTRY_POINTS = 1_000  # points per send, so a backlog never becomes one huge entry
 MAX_PAUSE = 30.0  # longest pause of time-triggered flushes after repeated failures
-# Seconds between two progress heartbeats of one replica.
-BEAT_INTERVAL = 1.0
+BEAT_INTERVAL = 1.0  # seconds between two progress heartbeats of one replica
 # Step records kept while the sender cannot keep up (its write stuck): beyond this the
 # oldest are dropped, as MAX_BUFFER drops the oldest points.
 MAX_RECORDS = 50_000
@@ -119,10 +118,9 @@ class PointBuffer:
         and the scheduler's watchdog sees it. While steps are recorded the lines of
         points the sender writes for them are progress too (the agent counts every
         line), and the sender beats for steps it recorded but held back (sampled), so a
-        loop beats only where it makes no steps (evaluation, serving). A
-        beat says "alive through this time"; `extend` dates it ahead for a phase with
-        no steps to beat from (saving).
-        """
+        loop beats only where it makes no steps (evaluation, serving). A beat says
+        "alive through this time"; `extend` dates it ahead for a phase with no steps to
+        beat from (saving)."""
         now = time.monotonic()
         if now - self._last_beat < BEAT_INTERVAL and not extend:
             return
@@ -136,8 +134,7 @@ class PointBuffer:
 
     @property
     def pending(self) -> int:
-        """Number of points (and step records) not yet shipped."""
-        return len(self._buffer) + len(self._records)
+        return len(self._buffer) + len(self._records)  # points and step records unshipped
 
     @property
     def last_step(self) -> int:
@@ -323,19 +320,27 @@ class PointBuffer:
             chunk = self._buffer[:ENTRY_POINTS]
             error = self._send(chunk)
             if error is not None:
-                self._failures += 1
-                self._paused_until = time.monotonic() + min(MAX_PAUSE, 0.25 * 2**self._failures)
-                if self._failures == 1 or self._failures % 10 == 0:
-                    warn(
-                        f"could not write metrics to {self.where} ({type(error).__name__}: "
-                        f"{error}); {len(self._buffer)} points kept for the next flush"
-                    )
+                self._not_shipped(error)
                 return False
             del self._buffer[: len(chunk)]
             self._sent(chunk)
+        self._flushed()
+        return True
+
+    def _not_shipped(self, error: Exception) -> None:
+        """A send failed: time-triggered flushes pause, longer after each failure."""
+        self._failures += 1
+        self._paused_until = time.monotonic() + min(MAX_PAUSE, 0.25 * 2**self._failures)
+        if self._failures == 1 or self._failures % 10 == 0:
+            warn(
+                f"could not write metrics to {self.where} ({type(error).__name__}: "
+                f"{error}); {len(self._buffer)} points kept for the next flush"
+            )
+
+    def _flushed(self) -> None:
+        """The whole buffer reached the sink."""
         if self._failures:
             warn(f"metrics reach {self.where} again after {self._failures} failed flushes")
         self._failures = 0
         self._paused_until = 0.0
         self._last_flush = time.monotonic()
-        return True

@@ -11,7 +11,7 @@ and status changes write them under locks that keep them true (services/telemetr
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -19,7 +19,6 @@ from sqlalchemy.orm import Session
 from services.models import JobEvent, LogLine, MetricPoint
 
 Table = type[MetricPoint] | type[LogLine] | type[JobEvent]
-NO_BOUND = 2**62  # above every id
 
 
 def newest_id(session: Session, table: Table, job_id: int, before: int | None = None) -> int:
@@ -32,10 +31,11 @@ def newest_id(session: Session, table: Table, job_id: int, before: int | None = 
 
 
 def newest_rows(
-    session: Session, firsts: dict[int, int], tables: Sequence[tuple[Table, bool]]
+    session: Session, firsts: Mapping[int, int | None], tables: Sequence[tuple[Table, bool]]
 ) -> dict[int, tuple[int, ...]]:
     """Per job of `firsts`, for each `(table, below)` the id of the job's newest row of
-    `table` (below the job's given id where `below`; 0 if none).
+    `table` (below the job's given id where `below`; 0 if none). A job whose given id is
+    None is read with no `below` table (`newest_ids`, `stream_marks`).
 
     One statement for every job and table on PostgreSQL (an index probe on `(job_id, id)`
     per job and table), where the ingest would otherwise wait for a round trip per job,
@@ -68,7 +68,7 @@ def newest_rows(
 
 def newest_ids(session: Session, table: Table, job_ids: Collection[int]) -> dict[int, int]:
     """Per job, the id of its newest row of `table` (0 if none)."""
-    marks = newest_rows(session, dict.fromkeys(job_ids, NO_BOUND), ((table, False),))
+    marks = newest_rows(session, dict.fromkeys(job_ids), ((table, False),))
     return {job_id: ids[0] for job_id, ids in marks.items()}
 
 
@@ -76,7 +76,5 @@ def stream_marks(session: Session, job_ids: Collection[int]) -> dict[int, tuple[
     """Per job, its newest metric point and log line ids: where a status change stored now
     stands in the job's stream. The caller holds the jobs' row locks (FOR NO KEY UPDATE,
     which the ingest's FOR SHARE waits for): no row of these jobs commits until it does."""
-    marks = newest_rows(
-        session, dict.fromkeys(job_ids, NO_BOUND), ((MetricPoint, False), (LogLine, False))
-    )
+    marks = newest_rows(session, dict.fromkeys(job_ids), ((MetricPoint, False), (LogLine, False)))
     return {job_id: (marks[job_id][0], marks[job_id][1]) for job_id in job_ids}

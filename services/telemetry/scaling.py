@@ -13,9 +13,11 @@ steps after it), and in a short run it would decide the figure alone.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from services.jobs.schemas import JobScaling
@@ -125,16 +127,21 @@ def _examples_per_second(session: Session, job: Job) -> list[float]:
         .all()
     )
     examples_per_step = _batch_size(job) * _devices(job)
+    seconds, steps = _timed_steps(buckets, firsts)
     return [
-        steps * examples_per_step / seconds
-        for seconds, steps in _timed_steps(buckets, firsts).values()
-        if steps > 0 and seconds > 0
+        steps[replica] * examples_per_step / seconds[replica]
+        for replica in seconds
+        if steps[replica] > 0 and seconds[replica] > 0
     ]
 
 
-def _timed_steps(buckets: Any, firsts: dict[int, float]) -> dict[int, list[float]]:
-    """Per replica, [seconds, steps] of its buckets (in step order), its first step out."""
-    timed: dict[int, list[float]] = {}
+def _timed_steps(
+    buckets: Sequence[Row[int, float, int, int, int]], firsts: dict[int, float]
+) -> tuple[dict[int, float], dict[int, int]]:
+    """Per replica, the seconds and the steps of its buckets (in step order), its first
+    step out: `(seconds, steps)`."""
+    seconds: dict[int, float] = {}
+    steps: dict[int, int] = {}
     before: dict[int, int] = {}  # replica: the last step of its bucket before
     for replica, total, points, first, last in buckets:
         if replica not in before and replica in firsts:  # the attempt's first step: out
@@ -144,11 +151,12 @@ def _timed_steps(buckets: Any, firsts: dict[int, float]) -> dict[int, list[float
         else:
             stood_for = last - before[replica]
         before[replica] = last
-        figures = timed.setdefault(replica, [0.0, 0])
+        seconds.setdefault(replica, 0.0)
+        steps.setdefault(replica, 0)
         if points > 0:
-            figures[0] += total / points * stood_for
-            figures[1] += stood_for
-    return timed
+            seconds[replica] += total / points * stood_for
+            steps[replica] += stood_for
+    return seconds, steps
 
 
 def _baseline(session: Session, job: Job) -> tuple[Job, float] | None:

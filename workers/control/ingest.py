@@ -116,7 +116,8 @@ def ingest_once(
     `sessions` opens each transaction: the leader's term's `Fence.scope`, so a deposed
     leader stores nothing (tests and benchmarks of the ingest alone pass
     `services.db.session_scope`, with no leader to fence). `reader`: the term's reader of
-    the feed, kept from read to read (a new one reads the pending entries first).
+    the feed, kept from read to read so the consumer group is made once, not per read
+    (every read asks for the pending entries first: workers/control/streams.py).
 
     Raises:
         Fenced: a newer leader took over; nothing of the read was stored, published or

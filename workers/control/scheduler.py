@@ -107,7 +107,8 @@ class Scheduler:
         # excused, in the first pass that commits (`run_pass`); a standby that takes over
         # after a wipe never saw the old marker, so `Generation.check` cannot tell it.
         self.unheard = True
-        # The events as this term reads them: first what an earlier term left pending.
+        # The events as this term reads them (each read takes what is pending first, an
+        # earlier term's too); kept so the consumer group is made once a term.
         self.events = GroupReader(self.redis, EVENTS_STREAM, count=200)
         # Arrivals are timed from this term's first read: what was read in an earlier term
         # (or by another leader) says nothing of what arrived in between.

@@ -42,4 +42,5 @@ attempts.py         a job's current attempt: no stale start, no stale checkpoint
 scalars.py          metrics and progress read from the files the loop writes,
 tfevents.py         from TensorBoard event files
 report_shipper.py   and from the replica's metrics file; its points shipped to Redis
+shipments.py        every replica's points of the node in one MULTI/EXEC once a second
 """

@@ -16,9 +16,11 @@ Every stream entry has one field `data`, a `MetricBatch` (services/wire/batches.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,9 @@ class MetricReporter(PointBuffer):
         super().__init__(**kwargs)
         self._client = client
         self._recent: RecentlySent[list[Point]] = RecentlySent()  # for a Redis restart
+        # Shipped with the node's other replicas' points at the node's tick
+        # (workers/node/shipments.py), not at each poll; an explicit flush still ships.
+        self.joint = False
 
     @classmethod
     def from_url(cls, redis_url: str, **kwargs: Any) -> MetricReporter:
@@ -134,8 +139,53 @@ class MetricReporter(PointBuffer):
         finally:
             self._lock.release()
 
+    def maybe_flush(self, *, force: bool = False) -> None:
+        """Flush if due, unless the node's tick ships this reporter's points."""
+        if not self.joint:
+            super().maybe_flush(force=force)
+
+    # -- a joint shipment (workers/node/shipments.py) ------------------------------
+    @contextlib.contextmanager
+    def held(self) -> Iterator[bool]:
+        """This reporter's lock for a joint shipment, if it is free (False: a flush of
+        its own is under way, its replica's exit)."""
+        if not self._lock.acquire(blocking=False):
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self._lock.release()
+
+    def due_entries(self) -> list[tuple[list[Point], bytes]]:
+        """Under `held`: the buffer in chunks, each with its stream entry's `data`; none
+        while sends pause after failures."""
+        self._drain()
+        if time.monotonic() < self._paused_until:
+            return []
+        chunks = [
+            self._buffer[start : start + ENTRY_POINTS]
+            for start in range(0, len(self._buffer), ENTRY_POINTS)
+        ]
+        return [(chunk, self._payload(chunk)) for chunk in chunks]
+
+    def shipped(self, chunks: list[list[Point]]) -> None:
+        """Under `held`: the chunks `due_entries` gave reached Redis."""
+        # Out of the buffer first: a replay in `_sent` may put older points back at its head.
+        del self._buffer[: sum(map(len, chunks))]
+        for chunk in chunks:
+            self._sent(chunk)
+        self._flushed()
+
+    def not_shipped(self, error: Exception) -> None:
+        """Under `held`: the joint shipment failed; the points stay buffered."""
+        self._not_shipped(error)
+
+    def _payload(self, points: list[Point]) -> bytes:
+        return MetricBatch(self._job_id, self._attempt, self._replica, points).encode()
+
     def _send(self, points: list[Point]) -> Exception | None:
-        payload = MetricBatch(self._job_id, self._attempt, self._replica, points).encode()
+        payload = self._payload(points)
         error: Exception | None = None
         for attempt in range(SEND_ATTEMPTS):
             if attempt:

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cohort.scalars")
 
-POLL_SECONDS = 0.5  # how often the files are checked: metrics and beats lag by about this
+POLL_SECONDS = 0.5  # a shipper polling on its own: the agent's are the tick's (shipments.py)
 BEAT_INTERVAL = 1.0  # seconds between two beats: the pace of the replica's own beats
 MAX_EVENT_FILES = 1000  # followed per replica: a runaway writer cannot exhaust the agent
 MAX_WATCHED_FILES = 10_000  # looked at per watched directory and poll
@@ -221,7 +221,12 @@ def _run_prefix(root: Path, path: Path) -> str:
 
 class ScalarShipper(threading.Thread):
     """Follows one replica until `finish()`: ships its points through `reporter` and
-    beats its progress (at most once per BEAT_INTERVAL, dated when it was seen)."""
+    beats its progress (at most once per BEAT_INTERVAL, dated when it was seen).
+
+    `poll_seconds=None`: the node's shipments tick polls it (`step`, once a second,
+    workers/node/shipments.py) and its own thread only makes the last poll at `finish`:
+    one thread's wake a second for all of the node's replicas, not one per replica
+    twice a second."""
 
     def __init__(
         self,
@@ -236,13 +241,16 @@ class ScalarShipper(threading.Thread):
         watch_dirs: Sequence[Path] = (),
         output_file: Path | None = None,
         skip_existing: bool = True,
-        poll_seconds: float = POLL_SECONDS,
+        poll_seconds: float | None = POLL_SECONDS,
     ) -> None:
         super().__init__(daemon=True, name=f"scalars-{job_id}-{attempt}-{index}")
         self.reporter = reporter
         self.key = (job_id, attempt, index)
         self.field = progress_field(job_id, attempt, index)
         self.poll_seconds = poll_seconds
+        # The tick's polls are a second apart: each may beat (a limit of a second would
+        # skip every other one as the tick drifts by a millisecond).
+        self._beat_every = BEAT_INTERVAL if poll_seconds is not None else 0.0
         self.follower = ReplicaFollower(
             on_point=self._add,
             metrics_file=metrics_file,
@@ -260,8 +268,11 @@ class ScalarShipper(threading.Thread):
         self._beat = client.register_script(_BEAT_IF_NEWER)
 
     def run(self) -> None:
-        while not self._done.wait(self.poll_seconds):
-            self.step()
+        if self.poll_seconds is None:
+            self._done.wait()  # polled by the node's tick until the replica exits
+        else:
+            while not self._done.wait(self.poll_seconds):
+                self.step()
         self.step(final=True)
         self.reporter.flush(wait=5.0)
 
@@ -280,7 +291,7 @@ class ScalarShipper(threading.Thread):
         seen = self.follower.last_progress
         if seen is None or seen == self.beaten:
             return
-        if time.monotonic() - self._beat_at < BEAT_INTERVAL:
+        if time.monotonic() - self._beat_at < self._beat_every:
             return
         # How far ahead of now the beat vouches, as a duration: the control plane times
         # the beat by its own clock when it sees it (services/cluster/arrivals.py).
@@ -298,7 +309,7 @@ class ScalarShipper(threading.Thread):
         """Send the replica's output size, if it grew (at most once per BEAT_INTERVAL):
         the control plane times its arrival by its own clock (arrivals.py)."""
         size = self.follower.output_bytes
-        if size == self.output_beaten or time.monotonic() - self._output_beat_at < BEAT_INTERVAL:
+        if size == self.output_beaten or time.monotonic() - self._output_beat_at < self._beat_every:
             return
         try:
             self._client.hset(OUTPUT_HASH, self.field, str(size))

@@ -2,8 +2,9 @@
 
 * Before a replica of a new attempt starts here: the job's newest checkpoint is
   restored from the artifact store (once per node and attempt; workers/node/checkpoint_mirror.py).
-* While it runs: its metrics file and TensorBoard event files are followed and shipped,
-  and any sign of progress is beaten (workers/node/scalars.py); its TensorBoard
+* While it runs: its metrics file and TensorBoard event files are followed, and any sign
+  of progress is beaten (workers/node/scalars.py); its points leave with the node's other
+  replicas' once a second (workers/node/shipments.py); its TensorBoard
   directory is copied to the store as it grows (workers/node/board_syncer.py), for
   `cohort tensorboard` to follow; replica 0 (the chief, which owns the real checkpoint)
   mirrors the checkpoint directory to the store, while its attempt is still the job's
@@ -42,8 +43,9 @@ from workers.node.board_syncer import BoardSyncer
 from workers.node.checkpoint_mirror import CheckpointMirror
 from workers.node.checkpoint_syncer import CheckpointSyncer
 from workers.node.launcher import ReplicaKey
-from workers.node.report_shipper import MetricReporter
+from workers.node.report_shipper import MetricReporter, connect
 from workers.node.scalars import ScalarShipper
+from workers.node.shipments import Shipments
 
 log = logging.getLogger("cohort.artifacts")
 
@@ -70,6 +72,8 @@ class Sidecars:
         self._job_locks: dict[int, threading.Lock] = {}
         self._restored: set[tuple[int, int]] = set()
         self._followed: dict[ReplicaKey, ReplicaSidecar] = {}
+        # Every followed replica's points, shipped together (no connection until then).
+        self.shipments = Shipments(connect(settings.redis_url))
 
     def store(self) -> ArtifactStore | None:
         """The artifact store (opened on first use; None, logged, if it cannot be)."""
@@ -189,6 +193,7 @@ class ReplicaSidecar:
             tensorboard_dir=self.tensorboard_dir,
             watch_dirs=(self.checkpoint_dir, self.model_dir),
             output_file=layout.log_file(data_dir, job, key.attempt, key.index),
+            poll_seconds=None,  # polled by the node's shipments tick
         )
         board = OwnedTree(self.tensorboard_dir, on_skip=self.notes.skipper(self.tensorboard_dir))
         store = node.store()
@@ -209,6 +214,7 @@ class ReplicaSidecar:
         )
 
     def start(self) -> None:
+        self.node.shipments.join(self.reporter, poll=self.shipper.step)
         self.shipper.start()
         for thread in (self.syncer, self.board):
             if thread is not None:
@@ -217,14 +223,12 @@ class ReplicaSidecar:
     def finish(self, log_path: Path, timeout: float = EXIT_UPLOAD_TIMEOUT) -> None:
         """The replica exited: ship the last points, upload its artifacts (bounded).
         The reporter stays open: a wipe of Redis right after may erase its last points."""
+        self.node.shipments.leave(self.reporter)  # its last points go now, not at a tick
         self.shipper.finish()
         started = time.monotonic()
-        uploads = threading.Thread(
-            target=self._upload,
-            args=(log_path, timeout),
-            daemon=True,
-            name=f"uploads-{self.key.job_id}-{self.key.attempt}-{self.key.index}",
-        )
+        name = f"uploads-{self.key.job_id}-{self.key.attempt}-{self.key.index}"
+        uploads = threading.Thread(target=self._upload, args=(log_path, timeout), name=name)
+        uploads.daemon = True
         uploads.start()
         uploads.join(timeout)
         if uploads.is_alive():

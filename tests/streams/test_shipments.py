@@ -1,0 +1,143 @@
+"""The node's joint shipments (workers/node/shipments.py) on a real Redis: every joined
+replica's points leave in one MULTI/EXEC, which the leader's blocked ingest read takes
+whole; a failed shipment keeps every point for the next; a reporter flushing on its own
+is left to it; a reporter that left flushes per poll again; the tick polls the replicas'
+files before it ships."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from services.telemetry.metrics import parse_rows
+from services.wire.keys import METRICS_STREAM, PROGRESS_HASH, progress_field
+from tests.e2e.conftest import wait_for
+from workers.control.streams import GroupReader
+from workers.node.report_shipper import MetricReporter, connect
+from workers.node.scalars import ScalarShipper
+from workers.node.shipments import Shipments
+
+
+def reporter(replica: int, **kwargs: Any) -> MetricReporter:
+    return MetricReporter.from_url(
+        os.environ["COHORT_REDIS_URL"], job_id=7, attempt=1, replica=replica, **kwargs
+    )
+
+
+def stream_rows(bus: redis.Redis) -> list[tuple[Any, ...]]:
+    return [row for _, fields in bus.xrange(METRICS_STREAM) for row in parse_rows(fields["data"])]
+
+
+def test_a_tick_of_two_replicas_is_one_read_of_the_ingest(bus: redis.Redis) -> None:
+    shipments = Shipments(connect(os.environ["COHORT_REDIS_URL"]), interval=3600)
+    first, second = reporter(0), reporter(1)
+    for one in (first, second):
+        shipments.join(one)
+        for step in range(3):
+            one.add(step, None, "loss", 1.0 / (step + 1))
+        one.maybe_flush(force=True)  # joined: the tick ships, not the poll
+    assert bus.xlen(METRICS_STREAM) == 0
+
+    reader = GroupReader(bus, METRICS_STREAM, 1000)
+    reads: list[list[str]] = []
+    # The leader's ingest: a read blocked on the stream before the shipment is sent.
+    blocked = threading.Thread(
+        target=lambda: reads.extend(
+            [[fields["data"] for _, fields in entries] for entries in reader.batches(5000)]
+        )
+    )
+    list(reader.batches(1))  # the group made, nothing pending
+    blocked.start()
+    time.sleep(0.3)
+    assert shipments.ship() == 2
+    blocked.join(10)
+    # Both replicas' entries in the one read that was waiting: one transaction of the ingest.
+    assert len(reads) == 1 and len(reads[0]) == 2
+    rows = [row for data in reads[0] for row in parse_rows(data)]
+    assert sorted((row[2], row[3]) for row in rows) == [(r, s) for r in (0, 1) for s in range(3)]
+    assert first.pending == second.pending == 0
+    assert shipments.ship() == 0  # nothing shipped twice
+
+
+def test_a_failed_shipment_keeps_every_point_for_the_next(bus: redis.Redis) -> None:
+    dead = Shipments(connect("redis://127.0.0.1:9/0"), interval=3600)
+    one = reporter(0)
+    dead.join(one)
+    for step in range(5):
+        one.add(step, None, "loss", float(step))
+    assert dead.ship() == 0
+    assert one.pending == 5
+    live = Shipments(connect(os.environ["COHORT_REDIS_URL"]), interval=3600)
+    live.join(one)
+    # The failure paused the reporter's sends, as a failed flush of its own does.
+    assert live.ship() == 0
+    wait_for(lambda: live.ship() == 1, 5, "the shipment after the pause")
+    assert sorted(row[3] for row in stream_rows(bus)) == list(range(5))
+    assert one.pending == 0
+
+
+def test_a_reporter_flushing_on_its_own_is_skipped(bus: redis.Redis) -> None:
+    shipments = Shipments(connect(os.environ["COHORT_REDIS_URL"]), interval=3600)
+    busy, idle = reporter(0), reporter(1)
+    for one in (busy, idle):
+        shipments.join(one)
+        one.add(1, None, "loss", 0.5)
+    with busy.held() as got:  # as its replica's exit flush holds it
+        assert got
+        assert shipments.ship() == 1  # the other's entry only; no wait on the lock
+    assert [row[2] for row in stream_rows(bus)] == [1]
+    assert busy.pending == 1
+
+
+def test_a_reporter_that_left_flushes_per_poll_and_the_thread_ends(bus: redis.Redis) -> None:
+    shipments = Shipments(connect(os.environ["COHORT_REDIS_URL"]), interval=0.05)
+    one = reporter(0, flush_interval=0.0)
+    shipments.join(one)
+    one.add(1, None, "loss", 0.5)
+    wait_for(lambda: bus.xlen(METRICS_STREAM) == 1, 5, "the thread's shipment")
+    shipments.leave(one)
+    one.add(2, None, "loss", 0.25)
+    one.maybe_flush()
+    assert [row[3] for row in stream_rows(bus)] == [1, 2]
+    wait_for(lambda: shipments._thread is None, 5, "the thread's end with no reporter")
+    shipments.join(one)  # a new thread for a new replica
+    one.add(3, None, "loss", 0.125)
+    wait_for(lambda: bus.xlen(METRICS_STREAM) == 3, 5, "the new thread's shipment")
+
+
+def test_a_tick_polls_each_replicas_file_then_ships_what_it_read(
+    bus: redis.Redis, tmp_path: Path
+) -> None:
+    shipments = Shipments(connect(os.environ["COHORT_REDIS_URL"]), interval=3600)
+    one = reporter(0)
+    follower = ScalarShipper(
+        one,
+        bus,
+        job_id=7,
+        attempt=1,
+        index=0,
+        metrics_file=tmp_path / "m.jsonl",
+        poll_seconds=None,
+    )
+    follower.start()
+    shipments.join(one, poll=follower.step)
+    with (tmp_path / "m.jsonl").open("a") as lines:
+        lines.write(json.dumps({"step": 1, "metrics": {"loss": 0.5}, "ts": time.time()}) + "\n")
+    time.sleep(0.2)
+    assert bus.xlen(METRICS_STREAM) == 0  # its thread polls nothing while the tick does
+    shipments.poll()
+    assert shipments.ship() == 1
+    assert [(row[3], row[5]) for row in stream_rows(bus)] == [(1, "loss")]
+    assert bus.hget(PROGRESS_HASH, progress_field(7, 1, 0)) is not None  # and beats
+    # The replica exits: it leaves the tick, its own thread reads the unterminated rest.
+    with (tmp_path / "m.jsonl").open("a") as lines:
+        lines.write(json.dumps({"step": 2, "metrics": {"loss": 0.25}, "ts": time.time()}))
+    shipments.leave(one)
+    follower.finish()
+    assert [row[3] for row in stream_rows(bus)] == [1, 2]
