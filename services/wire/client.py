@@ -181,20 +181,38 @@ class _WakeCoalescer:
         with self.lock:
             if self.timer is not None:
                 return  # the pending wake, sent later than this request, covers it
-            wait = self.last_sent + self.window - time.monotonic()
-            if wait > 0:
-                self.timer = threading.Timer(wait, self._deferred, args=(client,))
-                self.timer.daemon = True
-                self.timer.start()
+            if self._defer(client):
                 return
-            self.last_sent = time.monotonic()
-        _send_wake(client)
+            self.last_sent = time.monotonic()  # a request while it is sent is deferred
+        self._send(client)
+
+    def _defer(self, client: redis.Redis) -> bool:
+        """With the lock held: arm the timer for the window's end, unless it is over."""
+        wait = self.last_sent + self.window - time.monotonic()
+        if wait <= 0:
+            return False
+        self.timer = threading.Timer(wait, self._deferred, args=(client,))
+        self.timer.daemon = True
+        self.timer.start()
+        return True
 
     def _deferred(self, client: redis.Redis) -> None:
         with self.lock:
             self.timer = None
+            # The window runs from the end of the last send, which may have ended after
+            # this timer was armed (a request made while it was being sent).
+            if self._defer(client):
+                return
             self.last_sent = time.monotonic()
+        self._send(client)
+
+    def _send(self, client: redis.Redis) -> None:
         _send_wake(client)
+        with self.lock:
+            # From the send's end: the next append comes a whole window after this one,
+            # however long this one took (timed from its start, two appends came closer
+            # than the window by the first one's own time).
+            self.last_sent = time.monotonic()
 
 
 def _send_wake(client: redis.Redis) -> None:
