@@ -18,6 +18,15 @@ from typing import Any
 from services.wire.keys import GENERATION_KEY
 
 
+def read_marker(pipe: Any) -> None:
+    """Queue the marker's read on `pipe`, a MULTI pipeline: SET NX (a new marker if it is
+    missing) and GET, so the value read is the one that won, even if another process (or
+    another wipe) came in between. The pipeline's last result is then the marker, for
+    `Generation.saw`."""
+    pipe.set(GENERATION_KEY, secrets.token_hex(8), nx=True)
+    pipe.get(GENERATION_KEY)
+
+
 class Generation:
     """One process's view of the Redis data generation it has seen last."""
 
@@ -30,13 +39,13 @@ class Generation:
         Raises:
             redis.RedisError: Redis did not answer; nothing is known, nothing changes.
         """
-        # SET NX and GET in one MULTI: the value read is the one that won, even if
-        # another process (or another wipe) came in between.
         pipe = client.pipeline(transaction=True)
-        pipe.set(GENERATION_KEY, secrets.token_hex(8), nx=True)
-        pipe.get(GENERATION_KEY)
-        _created, value = pipe.execute()
-        current = value.decode() if isinstance(value, bytes) else str(value)
+        read_marker(pipe)
+        return self.saw(pipe.execute()[-1])
+
+    def saw(self, marker: bytes | str) -> bool:
+        """As `check`, with the marker a transaction of another's read (`read_marker`)."""
+        current = marker.decode() if isinstance(marker, bytes) else str(marker)
         wiped = self.seen is not None and current != self.seen
         self.seen = current
         return wiped

@@ -12,8 +12,8 @@ import pytest
 from cohort.metrics import decode_line, encode_beat
 from services.settings import Settings
 from workers.node import isolation
+from workers.node.replica_files import ReplicaFollower
 from workers.node.report_shipper import MAX_BEAT_AHEAD, MetricsFileReader
-from workers.node.scalars import ReplicaFollower
 from workers.replica.report_writer import ReplicaReporter, encode_chunk
 
 

@@ -1,6 +1,6 @@
 """What a process loads at its start, that only some of its work needs: the agent leaves
 tensorboard's protos (and numpy, boto3 with them) to the first TensorBoard event file it
-follows (workers/node/scalars.py), the scheduler leaves Optuna (and numpy) to the first
+follows (workers/node/replica_files.py), the scheduler leaves Optuna (and numpy) to the first
 pass with a sweep to act on (services/sweeps/advance.py). Each is a fresh interpreter
 importing the process's module, as `cohort agent` and `cohort scheduler` do."""
 

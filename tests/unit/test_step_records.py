@@ -16,8 +16,8 @@ import pytest
 
 from cohort.metrics import decode_line
 from services.wire.batches import Point
+from workers.node.replica_files import ReplicaFollower
 from workers.node.report_shipper import MetricsFileReader
-from workers.node.scalars import ReplicaFollower
 from workers.point_buffer import BEAT_INTERVAL, PointBuffer
 from workers.replica.report_writer import ReplicaReporter
 from workers.step_records import StepRecord

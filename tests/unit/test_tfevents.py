@@ -13,7 +13,7 @@ import pytest
 
 from services.wire.batches import Point
 from tests.tfsummaries import expected_scalars, write_summaries
-from workers.node.scalars import ReplicaFollower
+from workers.node.replica_files import ReplicaFollower
 from workers.node.tfevents import HEADER, READ_BYTES, EventFileReader
 
 STEPS = 5
@@ -166,7 +166,7 @@ def test_the_agent_side_never_imports_tensorflow(written: Path) -> None:
     # tensorboard's own gfile and writers load TensorFlow when it is installed:
     # reading and decoding real files here must not go near them.
     code = (
-        "import sys; from pathlib import Path; from workers.node.scalars import "
+        "import sys; from pathlib import Path; from workers.node.replica_files import "
         "ReplicaFollower; points = []; ReplicaFollower(on_point=points.append, "
         "tensorboard_dir=Path(sys.argv[1]), skip_existing=False).poll(); "
         "print(len(points), sorted(m for m in sys.modules if m.split('.')[0] in "

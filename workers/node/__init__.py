@@ -39,8 +39,9 @@ checkpoint_syncer.py  the thread that keeps a running replica's checkpoints mirr
 checkpoint_names.py   a checkpoint directory's state files, data and scratch, by name
 board_syncer.py     the thread that copies a running replica's TensorBoard files to the store
 attempts.py         a job's current attempt: no stale start, no stale checkpoint
-scalars.py          metrics and progress read from the files the loop writes,
+replica_files.py    metrics and progress read from the files the loop writes,
 tfevents.py         from TensorBoard event files
 report_shipper.py   and from the replica's metrics file; its points shipped to Redis
-shipments.py        every replica's points of the node in one MULTI/EXEC once a second
+scalars.py          one replica followed: its points shipped, its progress beaten
+shipments.py        every replica's points and beats of the node in one MULTI/EXEC a second
 """

@@ -68,6 +68,15 @@ class RecentlySent(Generic[T]):
             wiped = self._generation.check(client)
         except redis.RedisError:
             return []
+        return self._looked(wiped, now)
+
+    def lost_at(self, marker: bytes | str) -> list[T]:
+        """As `lost_to_restart`, with the generation marker a transaction of another's
+        read just now (the node's shipment, workers/node/shipments.py: one look for all
+        of the node's replicas, inside the transaction that shipped their points)."""
+        return self._looked(self._generation.saw(marker), self._clock())
+
+    def _looked(self, wiped: bool, now: float) -> list[T]:
         lost: list[T] = []
         if wiped and self._seen_at is not None:
             lost = [item for sent, item in self._items if sent >= self._seen_at - self.window]

@@ -7,7 +7,7 @@ and decoder). `MetricsFileReader` follows that file: user code writes it, a lowe
 zone, so every line is checked, a bad one is skipped with a warning and never stalls the
 lines after it, a partial last line waits for the next read, and a beat dated ahead
 counts for at most MAX_BEAT_AHEAD. The points it reads (and those of TensorBoard event
-files, workers/node/scalars.py) are shipped by `MetricReporter` to the `cohort:metrics`
+files, workers/node/replica_files.py) are shipped by `MetricReporter` to the `cohort:metrics`
 stream in batches, with retries and replay after a Redis restart (workers/node/replay.py);
 the buffering is shared with the replica's writer (workers/point_buffer.py).
 
@@ -116,8 +116,12 @@ class MetricReporter(PointBuffer):
 
     def _replay_lost(self, *, force: bool = False) -> None:
         """Send again what a wipe of Redis erased, if Redis lost its data since the last
-        look (the lock held). What cannot be sent now goes back to the buffer."""
-        lost = self._recent.lost_to_restart(self._client, force=force)
+        look (the lock held)."""
+        self._replay(self._recent.lost_to_restart(self._client, force=force))
+
+    def _replay(self, lost: list[list[Point]]) -> None:
+        """Send `lost` again (the lock held). What cannot be sent now goes back to the
+        buffer."""
         if lost:
             warn("Redis restarted: sending the last points again")
             for old in lost:
@@ -169,12 +173,15 @@ class MetricReporter(PointBuffer):
         ]
         return [(chunk, self._payload(chunk)) for chunk in chunks]
 
-    def shipped(self, chunks: list[list[Point]]) -> None:
-        """Under `held`: the chunks `due_entries` gave reached Redis."""
-        # Out of the buffer first: a replay in `_sent` may put older points back at its head.
+    def shipped(self, chunks: list[list[Point]], marker: bytes | str) -> None:
+        """Under `held`: the chunks `due_entries` gave reached Redis, in the transaction
+        that read the generation `marker` (services/wire/generation.py)."""
+        # Out of the buffer first: a replay may put older points back at its head.
         del self._buffer[: sum(map(len, chunks))]
+        lost = self._recent.lost_at(marker)  # before these chunks: they reached the new data
         for chunk in chunks:
-            self._sent(chunk)
+            self._recent.add(chunk)
+        self._replay(lost)
         self._flushed()
 
     def not_shipped(self, error: Exception) -> None:

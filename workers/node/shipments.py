@@ -1,15 +1,20 @@
 """The node's metric shipments: the points of every replica an agent follows leave together.
 
 Each replica the agent runs has its `MetricReporter` (workers/node/report_shipper.py),
-which its follower fills at every poll of the replica's files (workers/node/scalars.py).
+which its follower fills at every read of the replica's files (workers/node/replica_files.py).
 Shipped by each reporter at each 0.5-s poll, every replica's points were a stream entry
 twice a second, and each entry woke the leader's ingest for a read and a fenced SQL
 transaction of its own: the most of what a training job cost the stack
 (docs/benchmarks.md). `Shipments` ships them once per SHIP_INTERVAL instead, every
 reporter's points of the node in one MULTI/EXEC: Redis serves a reader blocked on the
 stream only after EXEC, so the ingest takes a node's tick in one read and one
-transaction, however many replicas the node runs. The tick polls each replica's files
-first (its follower's `step`), so a point waits for one tick, not a poll and a tick.
+transaction, however many replicas the node runs. The tick reads each replica's files
+first (its follower's `read`), so a point waits for one tick, not a poll and a tick.
+The same transaction carries what the node would otherwise send a round trip each:
+every replica's progress and output beats, and the look for a wipe of Redis (the
+generation marker, services/wire/generation.py) that each reporter made after its own
+shipments. A node following replicas sends Redis one transaction a second, whatever
+their number; a frozen Redis costs its tick one timeout, not one per replica and beat.
 
 Nothing that waits for points is held to the tick: a replica's exit flushes its
 reporter itself before the exit is reported (workers/node/sidecar.py), as the replay
@@ -24,10 +29,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
+from services.wire.generation import read_marker
 from services.wire.keys import METRICS_STREAM, STREAM_MAXLEN
 from workers.node.report_shipper import MetricReporter
 
@@ -38,29 +44,38 @@ log = logging.getLogger("cohort.shipments")
 SHIP_INTERVAL = 1.0
 
 
+class Followed(Protocol):
+    """A replica's follower as the tick drives it (workers/node/scalars.py ScalarShipper)."""
+
+    def read(self) -> None:
+        """Read the replica's files into its reporter (catches its own errors)."""
+
+    def queue_beats(self, pipe: Any) -> Callable[[], None] | None:
+        """Queue its due beats on the shipment's MULTI; what to call once it went through."""
+
+
 class Shipments:
-    """Ships the buffered points of the node's joined reporters every `interval` seconds,
-    one MULTI/EXEC of their entries; a thread runs while any reporter is joined."""
+    """Ships the buffered points and the beats of the node's joined replicas every
+    `interval` seconds, one MULTI/EXEC; a thread runs while any reporter is joined."""
 
     def __init__(self, client: Any, interval: float = SHIP_INTERVAL) -> None:
         """`client`: a Redis client as `report_shipper.connect` makes them."""
         self._client = client
         self.interval = interval
-        self._reporters: list[MetricReporter] = []
-        self._polls: dict[MetricReporter, Callable[[], None]] = {}
+        # Each joined reporter, with the follower that fills it, if any.
+        self._joined: dict[MetricReporter, Followed | None] = {}
         self._lock = threading.Lock()
-        self._polling = threading.Lock()  # held while the tick polls the replicas' files
+        # Held through a tick's reads and its shipment: a replica's exit waits for them.
+        self._ticking = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def join(self, reporter: MetricReporter, poll: Callable[[], None] | None = None) -> None:
+    def join(self, reporter: MetricReporter, follower: Followed | None = None) -> None:
         """Ship `reporter`'s points from the next tick on (it no longer flushes per poll);
-        `poll`: what fills it (its replica's follower's `step`), called at each tick
-        before the shipment."""
+        `follower`: what fills it (its replica's `ScalarShipper`), read at each tick
+        before the shipment, whose beats go with it."""
         with self._lock:
             reporter.joint = True
-            self._reporters.append(reporter)
-            if poll is not None:
-                self._polls[reporter] = poll
+            self._joined[reporter] = follower
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, daemon=True, name="metric-shipments"
@@ -68,42 +83,41 @@ class Shipments:
                 self._thread.start()
 
     def leave(self, reporter: MetricReporter) -> None:
-        """Stop shipping `reporter`'s points and polling its replica (it exited: its
-        follower's last poll and flush follow). Waits for a poll under way, so that last
-        poll never runs beside the tick's."""
-        with self._polling, self._lock:
-            if reporter in self._reporters:
-                self._reporters.remove(reporter)
-            self._polls.pop(reporter, None)
+        """Stop shipping `reporter`'s points and reading its replica (it exited: its
+        follower's last read and flush follow). Waits for a tick under way, so that last
+        read never runs beside the tick's, nor its last beats before the tick's."""
+        with self._ticking, self._lock:
+            self._joined.pop(reporter, None)
             reporter.joint = False
 
     def _run(self) -> None:
         while True:
             time.sleep(self.interval)
             with self._lock:
-                if not self._reporters:
+                if not self._joined:
                     self._thread = None  # under the lock: a join now starts a new thread
                     return
             try:
-                self.poll()
-                self.ship()
+                with self._ticking:
+                    self.poll()
+                    self.ship()
             except Exception:  # noqa: BLE001 - the thread must outlive a bad shipment
                 log.exception("shipping the node's metric points failed; retrying")
 
     def poll(self) -> None:
-        """Poll every joined replica's files (each follower catches its own errors)."""
-        with self._polling:
-            with self._lock:
-                polls = list(self._polls.values())
-            for poll in polls:
-                poll()
+        """Read every joined replica's files."""
+        for follower in self._followers():
+            follower.read()
 
     def ship(self) -> int:
-        """One shipment: every joined reporter's buffered points, one entry per chunk, in
-        one MULTI/EXEC. Returns the entries shipped; on a failure every reporter keeps
-        its points and pauses as after a failed flush of its own."""
+        """One shipment: every joined replica's due beats and its reporter's buffered
+        points, one entry per chunk, in one MULTI/EXEC. Returns the entries shipped; on a
+        failure every reporter keeps its points and pauses as after a failed flush of its
+        own, and the beats are queued again at the next tick."""
         with self._lock:
-            reporters = list(self._reporters)
+            reporters = list(self._joined)
+        pipe = self._client.pipeline(transaction=True)
+        beaten = [sent for one in self._followers() if (sent := one.queue_beats(pipe))]
         with contextlib.ExitStack() as held:
             due = [
                 (reporter, entries)
@@ -112,20 +126,28 @@ class Shipments:
                 for entries in [reporter.due_entries()]
                 if entries
             ]
-            if not due:
+            if not due and not beaten:
                 return 0
-            pipe = self._client.pipeline(transaction=True)
             for _, entries in due:
                 for _, payload in entries:
                     pipe.xadd(
                         METRICS_STREAM, {"data": payload}, maxlen=STREAM_MAXLEN, approximate=True
                     )
+            # The wipe look of every reporter that ships, in the same transaction: one
+            # for the node, not one per replica after its entries.
+            read_marker(pipe)
             try:
-                pipe.execute()
+                marker = pipe.execute()[-1]
             except redis.RedisError as exc:
                 for reporter, _ in due:
                     reporter.not_shipped(exc)
                 return 0
+            for sent in beaten:
+                sent()
             for reporter, entries in due:
-                reporter.shipped([chunk for chunk, _ in entries])
+                reporter.shipped([chunk for chunk, _ in entries], marker)
             return sum(len(entries) for _, entries in due)
+
+    def _followers(self) -> list[Followed]:
+        with self._lock:
+            return [one for one in self._joined.values() if one is not None]

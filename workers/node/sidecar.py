@@ -214,7 +214,7 @@ class ReplicaSidecar:
         )
 
     def start(self) -> None:
-        self.node.shipments.join(self.reporter, poll=self.shipper.step)
+        self.node.shipments.join(self.reporter, self.shipper)
         self.shipper.start()
         for thread in (self.syncer, self.board):
             if thread is not None:
