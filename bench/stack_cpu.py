@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
 import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +71,10 @@ from cohort.client import Client  # noqa: E402
 from services.statuses import TERMINAL_STATUSES  # noqa: E402
 
 PARTS = ("api", "scheduler", "agent", "redis", "postgres")
+# Redis commands counted a second in each window (INFO commandstats): its transactions
+# (exec), stream appends and reads (the ingest's), beats (eval, evalsha, hset), the
+# agents' and the scheduler's other round trips in `all`.
+COUNTED = ("exec", "xadd", "xreadgroup", "eval", "evalsha", "hset")
 BENCH_FILES = ("stack_cpu.py", "overhead.py", "plain_mlp.py", "pg.py", "processes.py")
 # What a round's child process is told of the parent's arguments.
 FORWARDED = ("idle", "settle", "epochs", "steps", "pg", "db_prefix", "profile")
@@ -77,12 +82,14 @@ FORWARDED += ("profile_delay", "profile_seconds")
 
 
 class Meter:
-    """The stack's processes' CPU, part by part, read at once."""
+    """The stack's processes' CPU, part by part, read at once; and what they asked of
+    Redis and PostgreSQL, counted (COUNTED)."""
 
     def __init__(self, stack: Stack, database_url: str, server: str) -> None:
         self.stack = stack
         self.database = sa.engine.make_url(database_url).database
         self.admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+        self.redis = redis.Redis.from_url(stack.settings.redis_url)  # the stack's own
 
     def read(self) -> dict[str, float]:
         cpu = {name: cpu_seconds(process.pid)[1] for name, process in self.stack.children}
@@ -94,14 +101,25 @@ class Meter:
             # Backends come and go: a gone one's CPU is lost from the sum, so the
             # window's figure for PostgreSQL is a lower bound.
             cpu["postgres"] = sum(cpu_seconds(pid)[1] for pid in pids)
+            # Committed transactions of the stack's database (PostgreSQL's statistics lag
+            # by up to a second: a window's count is good to about one).
+            cpu["n:sql commits"] = connection.execute(
+                sa.text("SELECT xact_commit FROM pg_stat_database WHERE datname = :name"),
+                {"name": self.database},
+            ).scalar_one()
+        stats = self.redis.info("commandstats")
+        for command in COUNTED:
+            cpu[f"n:{command}"] = stats.get(f"cmdstat_{command}", {}).get("calls", 0)
         return cpu
 
 
 def share(a: tuple[float, dict[str, float]], b: tuple[float, dict[str, float]]) -> dict[str, float]:
-    """% of one core each part used between two readings, and their total."""
+    """% of one core each part used between two readings, and their total; and each
+    count's rate a second ("n:..." keys)."""
     (ta, ca), (tb, cb) = a, b
     out = {part: 100 * (cb.get(part, 0.0) - ca.get(part, 0.0)) / (tb - ta) for part in PARTS}
     out["total"] = sum(out.values())
+    out.update({key: (cb[key] - ca.get(key, 0.0)) / (tb - ta) for key in cb if key[:2] == "n:"})
     return out
 
 
@@ -181,6 +199,16 @@ def report(sides: dict[str, list[dict[str, dict[str, float]]]]) -> None:
             + ", ".join(f"{x:.2f}" for x in per_job)
             + f" (median {med(per_job):.2f})"
         )
+        counts = sorted(key for key in rounds[0]["training"] if key[:2] == "n:")
+        if counts:  # a checkout whose bench counted nothing prints none
+            rates = {
+                key[2:]: med(r["training"].get(key, 0.0) - r["idle"].get(key, 0.0) for r in rounds)
+                for key in counts
+            }
+            print(
+                f"{side}: per job, a second (training - idle, median): "
+                + ", ".join(f"{name} {rate:.1f}" for name, rate in rates.items())
+            )
     first, *others = sides
     for side in others:
         for window in ("idle", "training"):

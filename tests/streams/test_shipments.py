@@ -20,6 +20,7 @@ import redis
 
 from services.telemetry.metrics import parse_rows
 from services.wire import client as wire_client
+from services.wire.acl import agent_rule, agent_user
 from services.wire.keys import METRICS_STREAM, PROGRESS_HASH, progress_field
 from tests.e2e.conftest import wait_for
 from tests.streams.conftest import Server
@@ -247,3 +248,38 @@ def test_a_frozen_redis_delays_the_ticks_and_loses_nothing(server: Server, tmp_p
     assert steps_of(1) >= {1, 2}
     assert bus.hget(PROGRESS_HASH, progress_field(7, 1, 0)) is not None
     assert reporters[0].pending == 0
+
+
+def test_an_agents_acl_user_ships_points_and_beats_with_nothing_refused(
+    server: Server, tmp_path: Path
+) -> None:
+    # The agent's own Redis user (services/wire/acl.py) may run EVALSHA and SCRIPT LOAD,
+    # not EVAL: a command refused inside MULTI would abort the whole shipment. On a new
+    # Redis the beat's script is not loaded yet: its beat alone fails, and goes next tick.
+    admin = redis.Redis(port=server.port, decode_responses=True)
+    password = "agent-password-0123456789"
+    admin.execute_command("ACL", "SETUSER", *agent_rule("tick-node", password).split())
+    url = f"redis://{agent_user('tick-node')}:{password}@127.0.0.1:{server.port}/0"
+    one = MetricReporter(connect(url), job_id=7, attempt=1, replica=0)
+    follower = ScalarShipper(
+        one,
+        wire_client.connect(url),
+        job_id=7,
+        attempt=1,
+        index=0,
+        metrics_file=tmp_path / "m.jsonl",
+        poll_seconds=None,
+    )
+    shipments = Shipments(connect(url), interval=3600)
+    shipments.join(one, follower)
+    record = {"step": 1, "metrics": {"loss": 0.5}, "ts": time.time()}
+    (tmp_path / "m.jsonl").write_text(json.dumps(record) + "\n")
+    shipments.poll()
+    assert shipments.ship() == 1  # the points, though the beat's script was missing
+    field = progress_field(7, 1, 0)
+    assert admin.hget(PROGRESS_HASH, field) is None
+    assert shipments.ship() == 0  # nothing new to ship: the beat alone, its script loaded
+    assert admin.hget(PROGRESS_HASH, field) is not None
+    assert [row[3] for row in stream_rows(admin)] == [1]
+    refused = [entry for entry in admin.acl_log() if entry.get("object") != "client|setinfo"]
+    assert refused == []

@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from redis.exceptions import NoScriptError
+
 from services.wire.batches import Point, ProgressBeat
 from services.wire.keys import OUTPUT_HASH, PROGRESS_HASH, progress_field
 from workers.node.replica_files import ReplicaFollower
@@ -153,27 +155,33 @@ class ScalarShipper(threading.Thread):
             return
         self.output_beaten, self._output_beat_at = size, time.monotonic()
 
-    def queue_beats(self, pipe: Any) -> Callable[[], None] | None:
+    def queue_beats(self, pipe: Any) -> Callable[[Sequence[Any]], None] | None:
         """The node's tick (workers/node/shipments.py): queue on `pipe`, its shipment's
-        MULTI, the beats `beat` and `beat_output` would send. Returns what to call once
-        that transaction went through (None: nothing queued); if it fails, the next
-        tick queues them again."""
+        MULTI, the beats `beat` and `beat_output` would send. Returns what to call with
+        those commands' answers once the transaction ran (None: nothing queued); a beat
+        not sent is queued again at the next tick."""
         seen, size = self._progress_due(), self._output_due()
         if seen is None and size is None:
             return None
         if seen is not None:
-            pipe.eval(_BEAT_IF_NEWER, 1, PROGRESS_HASH, *self._beat_args(seen))
+            # EVALSHA, not EVAL: an agent's ACL user may run only the scripts it loaded
+            # (services/wire/acl.py), and a command it may not run aborts the whole MULTI.
+            pipe.evalsha(self._beat.sha, 1, PROGRESS_HASH, *self._beat_args(seen))
         if size is not None:
             pipe.hset(OUTPUT_HASH, self.field, str(size))
 
-        def sent() -> None:
-            now = time.monotonic()
+        def answered(answers: Sequence[Any]) -> None:
+            now, left = time.monotonic(), iter(answers)
             if seen is not None:
-                self.beaten, self._beat_at = seen, now
-            if size is not None:
+                answer = next(left)
+                if isinstance(answer, NoScriptError):  # a new Redis: loaded for the next
+                    self._client.script_load(self._beat.script)
+                elif not isinstance(answer, Exception):
+                    self.beaten, self._beat_at = seen, now
+            if size is not None and not isinstance(next(left), Exception):
                 self.output_beaten, self._output_beat_at = size, now
 
-        return sent
+        return answered
 
     def _progress_due(self) -> float | None:
         """The progress time to beat now, if it is new and no beat was sent too lately."""

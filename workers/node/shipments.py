@@ -28,7 +28,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import redis
@@ -50,8 +50,8 @@ class Followed(Protocol):
     def read(self) -> None:
         """Read the replica's files into its reporter (catches its own errors)."""
 
-    def queue_beats(self, pipe: Any) -> Callable[[], None] | None:
-        """Queue its due beats on the shipment's MULTI; what to call once it went through."""
+    def queue_beats(self, pipe: Any) -> Callable[[Sequence[Any]], None] | None:
+        """Queue its due beats on the shipment's MULTI; what to call with their answers."""
 
 
 class Shipments:
@@ -117,7 +117,11 @@ class Shipments:
         with self._lock:
             reporters = list(self._joined)
         pipe = self._client.pipeline(transaction=True)
-        beaten = [sent for one in self._followers() if (sent := one.queue_beats(pipe))]
+        beaten = []  # each follower's callback, with where its commands are in the MULTI
+        for follower in self._followers():
+            first = len(pipe)
+            if (answered := follower.queue_beats(pipe)) is not None:
+                beaten.append((answered, first, len(pipe)))
         with contextlib.ExitStack() as held:
             due = [
                 (reporter, entries)
@@ -128,6 +132,7 @@ class Shipments:
             ]
             if not due and not beaten:
                 return 0
+            shipment = len(pipe)  # the entries and the marker's read from here
             for _, entries in due:
                 for _, payload in entries:
                     pipe.xadd(
@@ -137,13 +142,19 @@ class Shipments:
             # for the node, not one per replica after its entries.
             read_marker(pipe)
             try:
-                marker = pipe.execute()[-1]
+                # A command refused inside EXEC (a beat's script missing from a new
+                # Redis) fails alone, the others run: each part reads its own answers.
+                answers = pipe.execute(raise_on_error=False)
+                for answer in answers[shipment:]:
+                    if isinstance(answer, Exception):
+                        raise answer
             except redis.RedisError as exc:
                 for reporter, _ in due:
                     reporter.not_shipped(exc)
                 return 0
-            for sent in beaten:
-                sent()
+            for answered, first, end in beaten:
+                answered(answers[first:end])
+            marker = answers[-1]
             for reporter, entries in due:
                 reporter.shipped([chunk for chunk, _ in entries], marker)
             return sum(len(entries) for _, entries in due)
