@@ -175,13 +175,19 @@ class ScalarShipper(threading.Thread):
             if seen is not None:
                 answer = next(left)
                 if isinstance(answer, NoScriptError):  # a new Redis: loaded for the next
-                    self._client.script_load(self._beat.script)
+                    self._load_beat_script()
                 elif not isinstance(answer, Exception):
                     self.beaten, self._beat_at = seen, now
             if size is not None and not isinstance(next(left), Exception):
                 self.output_beaten, self._output_beat_at = size, now
 
         return answered
+
+    def _load_beat_script(self) -> None:
+        try:
+            self._client.script_load(self._beat.script)
+        except Exception as exc:  # Redis away again: the next refusal loads it
+            log.debug("loading the beat's script failed: %s", exc)
 
     def _progress_due(self) -> float | None:
         """The progress time to beat now, if it is new and no beat was sent too lately."""

@@ -3,8 +3,8 @@
 * Before a replica of a new attempt starts here: the job's newest checkpoint is
   restored from the artifact store (once per node and attempt; workers/node/checkpoint_mirror.py).
 * While it runs: its metrics file and TensorBoard event files are followed, and any sign
-  of progress is beaten (workers/node/scalars.py); its points leave with the node's other
-  replicas' once a second (workers/node/shipments.py); its TensorBoard
+  of progress is beaten (workers/node/scalars.py); its points and beats leave with the
+  node's other replicas' once a second (workers/node/shipments.py); its TensorBoard
   directory is copied to the store as it grows (workers/node/board_syncer.py), for
   `cohort tensorboard` to follow; replica 0 (the chief, which owns the real checkpoint)
   mirrors the checkpoint directory to the store, while its attempt is still the job's
